@@ -1,0 +1,67 @@
+//! Criterion benchmarks of the breaker, the limiter and the runner's decision path.
+
+use criterion::{criterion_group, criterion_main, Criterion};
+use fusebox::clock::Clock;
+use fusebox::config::{BreakerConfig, Config, LimiterConfig};
+use fusebox::provider::{Message, ToolSpec};
+use fusebox::resilience::breaker::{Breaker, CallRecord};
+use fusebox::resilience::limiter::{Estimate, Limiter};
+use fusebox::runner::llm::{LlmCall, Tally};
+use fusebox::telemetry::events::EventBus;
+use std::sync::Arc;
+
+fn breaker(c: &mut Criterion) {
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let _g = rt.enter();
+    let b = Breaker::new("provider:x", BreakerConfig::default(), EventBus::new(Clock::system(), 16), tokio::time::Instant::now());
+    c.bench_function("breaker acquire+record", |bench| {
+        bench.iter(|| {
+            let now = tokio::time::Instant::now();
+            let p = b.try_acquire(now).unwrap();
+            b.record(p, &CallRecord::default(), now);
+        })
+    });
+}
+
+fn limiter(c: &mut Criterion) {
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let _g = rt.enter();
+    let cfg = Config::default();
+    let l = Limiter::new("openai", &cfg.providers["openai"], LimiterConfig::default(), EventBus::new(Clock::system(), 16), tokio::time::Instant::now());
+    let est = Estimate { input: 1, output: 1 };
+    c.bench_function("limiter acquire+settle", |bench| {
+        bench.iter(|| {
+            let now = tokio::time::Instant::now();
+            let p = l.try_acquire(est, now).unwrap();
+            l.settle(p, 1, 1, now);
+        })
+    });
+}
+
+fn runner(c: &mut Criterion) {
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let runner = rt.block_on(async { fusebox::bench::bench_runner() });
+    let messages: Arc<[Message]> = vec![Message::new("user", "Where is order #38291?")].into();
+    let tools: Arc<[ToolSpec]> = Vec::new().into();
+    let users: Vec<String> = (0..1000).map(|i| format!("user-{i}")).collect();
+    let mut i = 0usize;
+    c.bench_function("runner call_llm decision path", |bench| {
+        bench.iter(|| {
+            i += 1;
+            let call = LlmCall {
+                request_id: i as u64,
+                user: &users[i % users.len()],
+                route: "default",
+                step: 0,
+                messages: messages.clone(),
+                tools: tools.clone(),
+                max_tokens: 64,
+            };
+            let mut tally = Tally::default();
+            rt.block_on(runner.call_llm(&call, &mut tally)).unwrap();
+        })
+    });
+}
+
+criterion_group!(benches, breaker, limiter, runner);
+criterion_main!(benches);

@@ -1,0 +1,184 @@
+//! The in-process mock LLM provider: deterministic answers and tool calls
+//! derived from the seed and the request, realistic latency and usage, and
+//! the shared fault model applied per call.
+
+use super::fault::{Fault, FaultTable};
+use super::{ErrorKind, LlmRequest, LlmResponse, Provider, ProviderError, ToolCall, Usage};
+use crate::clock::{mix, purpose, Seed};
+use crate::resilience::limiter::RateFeedback;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// How fast a mock provider is when healthy.
+#[derive(Clone, Copy, Debug)]
+pub struct Profile {
+    /// Time to first token (ms).
+    pub ttft_ms: u64,
+    /// Output tokens per second.
+    pub tokens_per_s: f64,
+    /// Characters per token of its "tokenizer".
+    pub chars_per_token: f64,
+}
+
+impl Profile {
+    /// A plausible profile for a provider named like a real one.
+    pub fn for_name(name: &str) -> Self {
+        match name {
+            "anthropic" => Profile { ttft_ms: 350, tokens_per_s: 90.0, chars_per_token: 3.6 },
+            "deepseek" => Profile { ttft_ms: 700, tokens_per_s: 40.0, chars_per_token: 2.0 },
+            _ => Profile { ttft_ms: 400, tokens_per_s: 80.0, chars_per_token: 3.8 },
+        }
+    }
+}
+
+/// A mock LLM provider.
+pub struct MockProvider {
+    target: String,
+    profile: Profile,
+    seed: Seed,
+    faults: Arc<FaultTable>,
+}
+
+impl MockProvider {
+    /// A mock named `name` (its faults are keyed `provider:NAME`).
+    pub fn new(name: &str, seed: Seed, faults: Arc<FaultTable>) -> Self {
+        Self {
+            target: format!("provider:{name}"),
+            profile: Profile::for_name(name),
+            seed,
+            faults,
+        }
+    }
+}
+
+/// The order number a conversation is about (`#38291`), if any.
+pub fn order_id(req: &LlmRequest) -> String {
+    req.messages
+        .iter()
+        .find(|m| m.role == "user")
+        .and_then(|m| m.content.split('#').nth(1))
+        .map(|s| s.chars().take_while(char::is_ascii_digit).collect::<String>())
+        .filter(|s| !s.is_empty())
+        .unwrap_or_else(|| "38291".into())
+}
+
+fn args_for(tool: &str, order: &str) -> String {
+    match tool {
+        "search_docs" => r#"{"query":"delivery times"}"#.to_string(),
+        "send_notification" => format!(r#"{{"user_id":"u-{order}","message":"Your order {order} is on its way"}}"#),
+        _ => format!(r#"{{"order_id":"{order}"}}"#),
+    }
+}
+
+#[async_trait::async_trait]
+impl Provider for MockProvider {
+    async fn complete(&self, req: &LlmRequest) -> Result<LlmResponse, ProviderError> {
+        let key = mix(req.request_id) ^ ((req.step as u64) << 48) ^ ((req.attempt as u64) << 56);
+        let mut rng = self.seed.stream(purpose::MOCK, key);
+        let fault = self.faults.pick(&self.target, self.seed.stream(purpose::FAULT, key ^ mix(req.model.len() as u64)).f64());
+        let p = self.profile;
+        let input = ((req.prompt_chars() as f64 / p.chars_per_token).ceil() as u32).max(1);
+
+        // Decide the answer: tool calls early in the loop, then a final text.
+        let offered: Vec<&str> = req.tools.iter().map(|t| t.name.as_str()).collect();
+        let order = order_id(req);
+        let mut tool_calls = Vec::new();
+        let wants_tools = !offered.is_empty() && (req.step == 0 && rng.f64() < 0.85 || req.step == 1 && rng.f64() < 0.2);
+        if wants_tools {
+            let first = if offered.contains(&"get_order") { "get_order" } else { offered[rng.usize(..offered.len())] };
+            tool_calls.push(ToolCall { name: first.into(), arguments: args_for(first, &order) });
+            for extra in ["lookup_shipping", "search_docs", "send_notification"] {
+                if extra != first && offered.contains(&extra) && rng.f64() < 0.3 {
+                    tool_calls.push(ToolCall { name: extra.into(), arguments: args_for(extra, &order) });
+                }
+            }
+        }
+        let mut output = if tool_calls.is_empty() { 60 + rng.u32(0..240) } else { 20 + 15 * tool_calls.len() as u32 };
+        output = output.min(req.max_tokens.max(1));
+        let mut tps = p.tokens_per_s;
+        let mut extra = Duration::ZERO;
+        let mut stall = Duration::ZERO;
+
+        let fail = |kind: ErrorKind, status: Option<u16>, msg: &str| ProviderError::new(kind, status, msg);
+        match fault {
+            Fault::Healthy => {}
+            Fault::Status { code, retry_after_ms } => {
+                tokio::time::sleep(Duration::from_millis(40 + rng.u64(0..60))).await;
+                let mut e = fail(ErrorKind::from_status(code), Some(code), &status_message(code));
+                e.retry_after = retry_after_ms.map(Duration::from_millis);
+                e.rate = RateFeedback { retry_after: e.retry_after, remaining_tokens: (code == 429).then_some(0), ..RateFeedback::default() };
+                return Err(e);
+            }
+            Fault::Latency { ms } => extra = Duration::from_millis(ms),
+            Fault::Timeout => {
+                tokio::time::sleep(Duration::from_secs(3600)).await;
+                return Err(fail(ErrorKind::Timeout, None, "no response"));
+            }
+            Fault::ConnectionRefused => return Err(fail(ErrorKind::Connect, None, "connection refused")),
+            Fault::Reset => {
+                tokio::time::sleep(Duration::from_millis(p.ttft_ms / 2)).await;
+                return Err(fail(ErrorKind::Reset, None, "connection reset by peer"));
+            }
+            Fault::Truncated => {
+                let got = output / 3;
+                tokio::time::sleep(Duration::from_millis(p.ttft_ms) + Duration::from_secs_f64(got as f64 / tps)).await;
+                let mut e = fail(ErrorKind::Truncated, None, "stream ended without [DONE]");
+                e.usage = Usage { input, output: got, cached_input: 0 };
+                return Err(e);
+            }
+            Fault::SlowTokens { tokens_per_s } => {
+                // A trickle: what arrives in 20 s is all the caller gets.
+                tps = tokens_per_s.max(0.01);
+                output = output.min((tps * 20.0).ceil() as u32).max(1);
+            }
+            Fault::Hallucinate => {
+                let name = offered.first().map(|n| misspell(n)).unwrap_or_else(|| "get_odrer".into());
+                tool_calls = vec![ToolCall { name, arguments: args_for("get_order", &order) }];
+            }
+            Fault::BadArguments => {
+                let name = offered.first().map(|s| s.to_string()).unwrap_or_else(|| "get_order".into());
+                let arguments = if rng.bool() { format!(r#"{{"order_id": {order}"#) } else { format!(r#"{{"order_id": {order}}}"#) };
+                tool_calls = vec![ToolCall { name, arguments }];
+            }
+            Fault::TokenBlowup { factor } => output = output.saturating_mul(factor.max(1)),
+            Fault::KeepAliveStall { ms } => stall = Duration::from_millis(ms),
+        }
+
+        let gen = Duration::from_secs_f64(output as f64 / tps);
+        let total = Duration::from_millis(p.ttft_ms) + stall + extra + gen;
+        tokio::time::sleep(total).await;
+        // Keep-alives do not count as progress: the rate is over the whole call.
+        let measured = output as f64 / (stall + gen + Duration::from_millis(p.ttft_ms)).as_secs_f64().max(1e-3);
+        let text: Arc<str> = if tool_calls.is_empty() {
+            format!("Order #{order} is in transit and should arrive within 2 days ({}).", req.model).into()
+        } else {
+            "".into()
+        };
+        Ok(LlmResponse {
+            text,
+            tool_calls,
+            usage: Usage { input, output, cached_input: 0 },
+            tokens_per_s: Some(measured),
+            rate: RateFeedback::default(),
+        })
+    }
+}
+
+fn misspell(name: &str) -> String {
+    let mut c: Vec<char> = name.chars().collect();
+    let n = c.len();
+    if n >= 3 {
+        c.swap(n - 2, n - 3);
+    }
+    c.into_iter().collect::<String>() + if n < 3 { "_x" } else { "" }
+}
+
+fn status_message(code: u16) -> String {
+    match code {
+        429 => "Rate limit reached for requests".into(),
+        503 => "The server is overloaded or not ready yet.".into(),
+        529 => "Overloaded".into(),
+        500 => "The server had an error while processing your request.".into(),
+        c => format!("HTTP {c}"),
+    }
+}

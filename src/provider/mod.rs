@@ -1,0 +1,249 @@
+//! The provider interface: requests, responses and the error taxonomy shared
+//! by every LLM client (HTTP or in-process mock).
+
+pub mod fault;
+pub mod mock;
+
+use crate::resilience::breaker::FailureKind;
+use crate::resilience::limiter::RateFeedback;
+use serde::{Deserialize, Serialize};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// A chat message.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Message {
+    /// `system`, `user`, `assistant` or `tool`.
+    pub role: String,
+    /// Text content.
+    pub content: String,
+}
+
+impl Message {
+    /// A message with `role` and `content`.
+    pub fn new(role: &str, content: impl Into<String>) -> Self {
+        Self {
+            role: role.into(),
+            content: content.into(),
+        }
+    }
+}
+
+/// A tool offered to the model.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ToolSpec {
+    /// Name the model must use.
+    pub name: String,
+    /// What it does.
+    pub description: String,
+    /// JSON schema of its arguments.
+    pub schema: serde_json::Value,
+}
+
+/// A tool call the model asked for.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ToolCall {
+    /// Tool name as the model wrote it.
+    pub name: String,
+    /// Arguments as the model wrote them (should be a JSON object).
+    pub arguments: String,
+}
+
+/// One LLM call.
+#[derive(Clone, Debug)]
+pub struct LlmRequest {
+    /// The agent request this call belongs to.
+    pub request_id: u64,
+    /// Step of the agent loop (0-based).
+    pub step: u32,
+    /// Attempt number of this step (0 = first).
+    pub attempt: u32,
+    /// Model name as the provider knows it.
+    pub model: Arc<str>,
+    /// The conversation.
+    pub messages: Arc<[Message]>,
+    /// Tools the model may call.
+    pub tools: Arc<[ToolSpec]>,
+    /// Output cap.
+    pub max_tokens: u32,
+}
+
+impl LlmRequest {
+    /// Characters of prompt, for the token estimate.
+    pub fn prompt_chars(&self) -> usize {
+        self.messages.iter().map(|m| m.content.len()).sum()
+    }
+}
+
+/// Token usage of a call.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Usage {
+    /// Prompt tokens.
+    pub input: u32,
+    /// Completion tokens.
+    pub output: u32,
+    /// Prompt tokens served from the provider's cache.
+    pub cached_input: u32,
+}
+
+/// A successful LLM response.
+#[derive(Clone, Debug)]
+pub struct LlmResponse {
+    /// Text answer (may be empty when the model calls tools).
+    pub text: Arc<str>,
+    /// Tool calls requested.
+    pub tool_calls: Vec<ToolCall>,
+    /// Usage.
+    pub usage: Usage,
+    /// Output tokens per second, when measured.
+    pub tokens_per_s: Option<f64>,
+    /// Rate-limit feedback from headers.
+    pub rate: RateFeedback,
+}
+
+/// What went wrong with a provider call.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ErrorKind {
+    /// 429.
+    RateLimited,
+    /// 503 / 529.
+    Overloaded,
+    /// 500 / 502 and other 5xx.
+    ServerError,
+    /// Connect, first-byte, idle or total timeout.
+    Timeout,
+    /// Connection refused.
+    Connect,
+    /// Connection reset.
+    Reset,
+    /// Stream ended without its terminator.
+    Truncated,
+    /// 400.
+    BadRequest,
+    /// 401 / 403.
+    Auth,
+    /// 402 (DeepSeek: insufficient balance).
+    InsufficientBalance,
+    /// 404.
+    NotFound,
+    /// 422.
+    Unprocessable,
+    /// 413 or a "request too large" error.
+    TooLarge,
+}
+
+impl ErrorKind {
+    /// The kind for an HTTP status.
+    pub fn from_status(status: u16) -> Self {
+        match status {
+            429 => Self::RateLimited,
+            503 | 529 => Self::Overloaded,
+            400 => Self::BadRequest,
+            401 | 403 => Self::Auth,
+            402 => Self::InsufficientBalance,
+            404 => Self::NotFound,
+            413 => Self::TooLarge,
+            422 => Self::Unprocessable,
+            _ => Self::ServerError,
+        }
+    }
+
+    /// Whether retrying can help.
+    pub fn retryable(self) -> bool {
+        matches!(
+            self,
+            Self::RateLimited | Self::Overloaded | Self::ServerError | Self::Timeout | Self::Connect | Self::Reset | Self::Truncated
+        )
+    }
+
+    /// How the breaker counts it.
+    pub fn failure(self) -> FailureKind {
+        match self {
+            Self::RateLimited => FailureKind::RateLimited,
+            Self::Overloaded | Self::ServerError | Self::Connect | Self::Reset => FailureKind::Server,
+            Self::Timeout => FailureKind::Timeout,
+            Self::Truncated => FailureKind::Truncated,
+            _ => FailureKind::Client,
+        }
+    }
+
+    /// A short label for fallback chains (`✗503`, `✗timeout`).
+    pub fn label(self, status: Option<u16>) -> String {
+        match (self, status) {
+            (_, Some(s)) => s.to_string(),
+            (Self::Timeout, _) => "timeout".into(),
+            (Self::Connect, _) => "refused".into(),
+            (Self::Reset, _) => "reset".into(),
+            (Self::Truncated, _) => "truncated".into(),
+            (k, None) => format!("{k:?}").to_lowercase(),
+        }
+    }
+}
+
+/// A failed provider call.
+#[derive(Clone, Debug, PartialEq, thiserror::Error)]
+#[error("{kind:?} (status {status:?}): {message}")]
+pub struct ProviderError {
+    /// The taxonomy.
+    pub kind: ErrorKind,
+    /// HTTP status, when there was one.
+    pub status: Option<u16>,
+    /// Provider's message (never contains credentials).
+    pub message: String,
+    /// Retry-After, when given.
+    pub retry_after: Option<Duration>,
+    /// Rate-limit feedback from headers.
+    pub rate: RateFeedback,
+    /// Tokens consumed before the failure (e.g. a truncated stream).
+    pub usage: Usage,
+}
+
+impl ProviderError {
+    /// An error of `kind` with a message.
+    pub fn new(kind: ErrorKind, status: Option<u16>, message: impl Into<String>) -> Self {
+        Self {
+            kind,
+            status,
+            message: message.into(),
+            retry_after: None,
+            rate: RateFeedback::default(),
+            usage: Usage::default(),
+        }
+    }
+}
+
+/// An LLM provider.
+#[async_trait::async_trait]
+pub trait Provider: Send + Sync {
+    /// Makes one call.
+    async fn complete(&self, req: &LlmRequest) -> Result<LlmResponse, ProviderError>;
+}
+
+/// A provider that answers at once with a fixed text (benchmarks, tests).
+pub struct InstantProvider {
+    text: Arc<str>,
+}
+
+impl Default for InstantProvider {
+    fn default() -> Self {
+        Self { text: "ok".into() }
+    }
+}
+
+#[async_trait::async_trait]
+impl Provider for InstantProvider {
+    async fn complete(&self, req: &LlmRequest) -> Result<LlmResponse, ProviderError> {
+        Ok(LlmResponse {
+            text: self.text.clone(),
+            tool_calls: Vec::new(),
+            usage: Usage {
+                input: 20,
+                output: req.max_tokens.min(20),
+                cached_input: 0,
+            },
+            tokens_per_s: None,
+            rate: RateFeedback::default(),
+        })
+    }
+}

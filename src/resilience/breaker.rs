@@ -1,0 +1,623 @@
+//! The circuit breaker: closed → open → half-open with a progressive probe
+//! ramp, plus the operator states forced-open, forced-closed and disabled.
+//!
+//! Trips on consecutive failures, on the failure rate or slow-call rate over a
+//! sliding window (only with a minimum number of calls), and at once on a
+//! failed call whose token cost exceeds a threshold. What counts as a failure
+//! (HTTP errors, timeouts, semantic failures, truncated streams, token-rate
+//! collapse) is decided by the caller's [`CallRecord`]. Every transition is
+//! emitted as an event with a reason in words.
+
+use crate::config::{BreakerConfig, WindowKind};
+use crate::telemetry::events::{EventBus, EventKind};
+use parking_lot::Mutex;
+use serde::{Deserialize, Serialize};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::time::Instant;
+
+/// A breaker's state.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum BreakerState {
+    /// Calls flow; failures are counted.
+    Closed,
+    /// Calls are rejected until the cooldown ends.
+    Open,
+    /// A limited number of probes test recovery.
+    HalfOpen,
+    /// Operator: reject everything.
+    ForcedOpen,
+    /// Operator: allow everything, never trip.
+    ForcedClosed,
+    /// Operator: breaker off, metrics only.
+    Disabled,
+}
+
+impl BreakerState {
+    /// The snake_case name used in events, logs and summaries.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Closed => "closed",
+            Self::Open => "open",
+            Self::HalfOpen => "half_open",
+            Self::ForcedOpen => "forced_open",
+            Self::ForcedClosed => "forced_closed",
+            Self::Disabled => "disabled",
+        }
+    }
+
+    /// Whether calls are (at least partly) allowed through.
+    pub fn admits(self) -> bool {
+        !matches!(self, Self::Open | Self::ForcedOpen)
+    }
+}
+
+/// Why a call failed, as far as the breaker cares.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FailureKind {
+    /// HTTP 429.
+    RateLimited,
+    /// 5xx / 529, connection refused or reset.
+    Server,
+    /// Connect, first-byte, idle or total timeout.
+    Timeout,
+    /// The stream ended without its terminator.
+    Truncated,
+    /// Hallucinated tool name, invalid or schema-violating arguments.
+    Semantic,
+    /// Output token rate under the floor.
+    TokenRate,
+    /// The caller's fault (4xx): recorded, never counted against the target.
+    Client,
+}
+
+/// What the breaker learns from one finished call.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct CallRecord {
+    /// The failure, if any.
+    pub failure: Option<FailureKind>,
+    /// Wall latency of the call.
+    pub latency: Duration,
+    /// Tokens the call consumed (input + output).
+    pub tokens: u32,
+    /// Output tokens per second, when the call streamed tokens.
+    pub tokens_per_s: Option<f64>,
+}
+
+/// Admission to make one call; hand it back to [`Breaker::record`].
+#[derive(Clone, Copy, Debug)]
+#[must_use = "a permit must be recorded or cancelled"]
+pub struct Permit {
+    generation: u64,
+    probe: bool,
+}
+
+impl Permit {
+    /// Whether this call is a half-open probe.
+    pub fn is_probe(&self) -> bool {
+        self.probe
+    }
+}
+
+/// Why a call was not admitted.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Rejected {
+    /// Open; the next probe is allowed after this long.
+    Open(Duration),
+    /// Half-open and every probe slot of the stage is taken.
+    ProbesBusy,
+    /// Forced open by an operator.
+    ForcedOpen,
+}
+
+/// Live figures for views.
+#[derive(Clone, Debug, Default, Serialize, PartialEq)]
+pub struct BreakerView {
+    /// State.
+    pub state: Option<BreakerState>,
+    /// Failure rate over the window (0..=1).
+    pub failure_rate: f64,
+    /// Slow-call rate over the window (0..=1).
+    pub slow_rate: f64,
+    /// Calls in the window.
+    pub calls_in_window: u32,
+    /// Failures in a row.
+    pub consecutive_failures: u32,
+    /// Time until the next probe is allowed, when open.
+    pub next_probe_ms: Option<u64>,
+    /// Half-open stage (0-based) and its probe allowance.
+    pub half_open_stage: Option<(usize, u32)>,
+    /// Probes in flight.
+    pub probes_in_flight: u32,
+    /// Trips since the breaker last closed normally.
+    pub trips: u32,
+}
+
+/// One breaker.
+pub struct Breaker {
+    name: Arc<str>,
+    events: Arc<EventBus>,
+    inner: Mutex<Inner>,
+}
+
+struct Inner {
+    cfg: BreakerConfig,
+    state: BreakerState,
+    generation: u64,
+    window: Window,
+    consecutive: u32,
+    trips: u32,
+    open_until: Instant,
+    half: HalfOpen,
+}
+
+#[derive(Default)]
+struct HalfOpen {
+    stage: usize,
+    admitted: u32,
+    in_flight: u32,
+    ok: u32,
+    failed: u32,
+    since: Option<Instant>,
+}
+
+impl Breaker {
+    /// A closed breaker named like `provider:openai`.
+    pub fn new(name: &str, cfg: BreakerConfig, events: Arc<EventBus>, now: Instant) -> Self {
+        Self {
+            name: name.into(),
+            events,
+            inner: Mutex::new(Inner {
+                window: Window::new(&cfg, now),
+                cfg,
+                state: BreakerState::Closed,
+                generation: 0,
+                consecutive: 0,
+                trips: 0,
+                open_until: now,
+                half: HalfOpen::default(),
+            }),
+        }
+    }
+
+    /// The breaker's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The current state (an open breaker whose cooldown ended still reads
+    /// open until the next call or [`Breaker::tick`] moves it).
+    pub fn state(&self) -> BreakerState {
+        self.inner.lock().state
+    }
+
+    /// Whether a call made now would be admitted, without taking a slot.
+    pub fn would_admit(&self, now: Instant) -> bool {
+        let g = self.inner.lock();
+        match g.state {
+            BreakerState::Closed | BreakerState::ForcedClosed | BreakerState::Disabled => true,
+            BreakerState::ForcedOpen => false,
+            BreakerState::Open => now >= g.open_until,
+            BreakerState::HalfOpen => g.half.admitted < g.stage_allowance(),
+        }
+    }
+
+    /// Asks to make one call now.
+    pub fn try_acquire(&self, now: Instant) -> Result<Permit, Rejected> {
+        let mut g = self.inner.lock();
+        let mut fired = None;
+        let r = g.acquire(now, &mut fired);
+        drop(g);
+        self.emit(fired);
+        r
+    }
+
+    /// Reports how a call admitted by `permit` went.
+    pub fn record(&self, permit: Permit, call: &CallRecord, now: Instant) {
+        let mut g = self.inner.lock();
+        let fired = g.record(permit, call, now);
+        drop(g);
+        self.emit(fired);
+    }
+
+    /// Gives back a permit whose call never happened (e.g. cancelled).
+    pub fn cancel(&self, permit: Permit) {
+        let mut g = self.inner.lock();
+        if permit.probe && permit.generation == g.generation && g.state == BreakerState::HalfOpen {
+            g.half.in_flight = g.half.in_flight.saturating_sub(1);
+            g.half.admitted = g.half.admitted.saturating_sub(1);
+        }
+    }
+
+    /// Moves time-driven transitions (open → half-open, half-open timeout)
+    /// without a call; views call this so states do not go stale.
+    pub fn tick(&self, now: Instant) {
+        let mut g = self.inner.lock();
+        let mut fired = None;
+        g.advance(now, &mut fired);
+        drop(g);
+        self.emit(fired);
+    }
+
+    /// Operator: put the breaker in `state` (closed means reset to automatic).
+    pub fn set_state(&self, state: BreakerState, reason: &str, now: Instant) {
+        let mut g = self.inner.lock();
+        let from = g.state;
+        match state {
+            BreakerState::Closed => {
+                g.window.clear();
+                g.consecutive = 0;
+                g.trips = 0;
+                g.to(BreakerState::Closed, now);
+            }
+            BreakerState::Open => {
+                g.trips += 1;
+                g.to(BreakerState::Open, now);
+            }
+            other => g.to(other, now),
+        }
+        drop(g);
+        self.emit(Some((from, state, reason.to_string())));
+    }
+
+    /// Applies new settings, keeping state and counts where the window fits.
+    pub fn reconfigure(&self, cfg: BreakerConfig, now: Instant) {
+        let mut g = self.inner.lock();
+        if cfg.window != g.cfg.window || cfg.window_size != g.cfg.window_size {
+            g.window = Window::new(&cfg, now);
+        }
+        g.cfg = cfg;
+    }
+
+    /// Live figures for views.
+    pub fn view(&self, now: Instant) -> BreakerView {
+        let g = self.inner.lock();
+        let (calls, fails, slows) = g.window.totals(now);
+        let rate = |n: u32| if calls == 0 { 0.0 } else { n as f64 / calls as f64 };
+        BreakerView {
+            state: Some(g.state),
+            failure_rate: rate(fails),
+            slow_rate: rate(slows),
+            calls_in_window: calls,
+            consecutive_failures: g.consecutive,
+            next_probe_ms: (g.state == BreakerState::Open)
+                .then(|| g.open_until.saturating_duration_since(now).as_millis() as u64),
+            half_open_stage: (g.state == BreakerState::HalfOpen).then(|| (g.half.stage, g.stage_allowance())),
+            probes_in_flight: g.half.in_flight,
+            trips: g.trips,
+        }
+    }
+
+    fn emit(&self, fired: Option<(BreakerState, BreakerState, String)>) {
+        if let Some((from, to, reason)) = fired {
+            tracing::info!(breaker = %self.name, from = from.as_str(), to = to.as_str(), %reason, "breaker transition");
+            self.events.emit(EventKind::Transition {
+                breaker: self.name.to_string(),
+                from: from.as_str(),
+                to: to.as_str(),
+                reason,
+            });
+        }
+    }
+}
+
+type Fired = Option<(BreakerState, BreakerState, String)>;
+
+impl Inner {
+    fn stage_allowance(&self) -> u32 {
+        let ramp = &self.cfg.half_open_ramp;
+        ramp[self.half.stage.min(ramp.len() - 1)]
+    }
+
+    fn to(&mut self, state: BreakerState, now: Instant) {
+        self.state = state;
+        self.generation += 1;
+        self.half = HalfOpen::default();
+        match state {
+            BreakerState::Open => {
+                let exp = self.trips.saturating_sub(1).min(32) as i32;
+                let ms = (self.cfg.cooldown_ms as f64 * self.cfg.cooldown_multiplier.powi(exp))
+                    .min(self.cfg.max_cooldown_ms as f64);
+                self.open_until = now + Duration::from_millis(ms as u64);
+            }
+            BreakerState::HalfOpen => self.half.since = Some(now),
+            BreakerState::Closed => {
+                self.window.clear();
+                self.consecutive = 0;
+            }
+            _ => {}
+        }
+    }
+
+    fn trip(&mut self, now: Instant, reason: String, fired: &mut Fired) {
+        let from = self.state;
+        self.trips += 1;
+        self.to(BreakerState::Open, now);
+        *fired = Some((from, BreakerState::Open, reason));
+    }
+
+    /// Time-driven transitions.
+    fn advance(&mut self, now: Instant, fired: &mut Fired) {
+        match self.state {
+            BreakerState::Open if now >= self.open_until => {
+                let waited = self.cfg.cooldown_ms as f64 * self.cfg.cooldown_multiplier.powi(self.trips.saturating_sub(1).min(32) as i32);
+                let waited = waited.min(self.cfg.max_cooldown_ms as f64) / 1000.0;
+                self.to(BreakerState::HalfOpen, now);
+                *fired = Some((
+                    BreakerState::Open,
+                    BreakerState::HalfOpen,
+                    format!("cooldown {waited:.0}s elapsed; probing with up to {} calls", self.stage_allowance()),
+                ));
+            }
+            BreakerState::HalfOpen => {
+                let since = self.half.since.unwrap_or(now);
+                if now.saturating_duration_since(since) >= Duration::from_millis(self.cfg.max_half_open_ms) {
+                    let reason = format!(
+                        "half-open for {:.0}s without passing the ramp ({} ok, {} failed)",
+                        self.cfg.max_half_open_ms as f64 / 1000.0,
+                        self.half.ok,
+                        self.half.failed
+                    );
+                    self.trip(now, reason, fired);
+                }
+            }
+            _ => {}
+        }
+    }
+
+    fn acquire(&mut self, now: Instant, fired: &mut Fired) -> Result<Permit, Rejected> {
+        self.advance(now, fired);
+        let generation = self.generation;
+        match self.state {
+            BreakerState::Closed | BreakerState::ForcedClosed | BreakerState::Disabled => Ok(Permit {
+                generation,
+                probe: false,
+            }),
+            BreakerState::ForcedOpen => Err(Rejected::ForcedOpen),
+            BreakerState::Open => Err(Rejected::Open(self.open_until.saturating_duration_since(now))),
+            BreakerState::HalfOpen => {
+                if self.half.admitted < self.stage_allowance() {
+                    self.half.admitted += 1;
+                    self.half.in_flight += 1;
+                    Ok(Permit { generation, probe: true })
+                } else {
+                    Err(Rejected::ProbesBusy)
+                }
+            }
+        }
+    }
+
+    fn record(&mut self, permit: Permit, call: &CallRecord, now: Instant) -> Fired {
+        let mut fired = None;
+        let cfg = &self.cfg;
+        let failure = match call.failure {
+            Some(FailureKind::Client) => None,
+            Some(FailureKind::RateLimited) if !cfg.count_rate_limited => None,
+            Some(f) => Some(f),
+            None => match call.tokens_per_s {
+                Some(tps) if cfg.min_tokens_per_s > 0.0 && tps < cfg.min_tokens_per_s => Some(FailureKind::TokenRate),
+                _ => None,
+            },
+        };
+        let failed = failure.is_some();
+        let slow = cfg.slow_call_ms > 0 && call.latency >= Duration::from_millis(cfg.slow_call_ms);
+
+        // A result from before the last transition only feeds the window of a
+        // closed breaker; it must not judge a ramp it was not part of.
+        let current = permit.generation == self.generation;
+        match self.state {
+            BreakerState::HalfOpen if current && permit.probe => {
+                self.half.in_flight = self.half.in_flight.saturating_sub(1);
+                if failed {
+                    self.half.failed += 1;
+                } else {
+                    self.half.ok += 1;
+                }
+                let allowance = self.stage_allowance();
+                let need = cfg.half_open_success_rate;
+                let max_failures = ((1.0 - need) * allowance as f64 + 1e-9).floor() as u32;
+                if self.half.failed > max_failures {
+                    let done = self.half.ok + self.half.failed;
+                    let reason = format!(
+                        "half-open probe failed: {} of {} probes failed (success {:.2} < {:.2})",
+                        self.half.failed,
+                        done,
+                        self.half.ok as f64 / done as f64,
+                        need
+                    );
+                    self.trip(now, reason, &mut fired);
+                } else if self.half.ok + self.half.failed >= allowance {
+                    let rate = self.half.ok as f64 / (self.half.ok + self.half.failed) as f64;
+                    if self.half.stage + 1 >= cfg.half_open_ramp.len() {
+                        let ramp: Vec<String> = cfg.half_open_ramp.iter().map(u32::to_string).collect();
+                        let reason = format!("half-open ramp {} passed (last stage success {:.2} ≥ {:.2})", ramp.join("→"), rate, need);
+                        self.trips = 0;
+                        self.to(BreakerState::Closed, now);
+                        fired = Some((BreakerState::HalfOpen, BreakerState::Closed, reason));
+                    } else {
+                        let since = self.half.since;
+                        self.half = HalfOpen {
+                            stage: self.half.stage + 1,
+                            since,
+                            ..HalfOpen::default()
+                        };
+                    }
+                }
+            }
+            BreakerState::Closed => {
+                self.window.push(now, failed, slow);
+                self.consecutive = if failed { self.consecutive + 1 } else { 0 };
+                if let Some(reason) = self.trip_reason(failure, call, now) {
+                    self.trip(now, reason, &mut fired);
+                }
+            }
+            BreakerState::ForcedClosed | BreakerState::Disabled => {
+                self.window.push(now, failed, slow);
+                self.consecutive = if failed { self.consecutive + 1 } else { 0 };
+            }
+            _ => {}
+        }
+        fired
+    }
+
+    fn trip_reason(&self, failure: Option<FailureKind>, call: &CallRecord, now: Instant) -> Option<String> {
+        let cfg = &self.cfg;
+        if failure.is_some() && cfg.token_cost_threshold > 0 && call.tokens > cfg.token_cost_threshold {
+            return Some(format!(
+                "token cost {} > {} on a failed call",
+                call.tokens, cfg.token_cost_threshold
+            ));
+        }
+        if cfg.consecutive_failures > 0 && self.consecutive >= cfg.consecutive_failures {
+            let kind = failure.map(kind_name).unwrap_or("failure");
+            return Some(format!("{} consecutive failures (last: {kind})", self.consecutive));
+        }
+        let (calls, fails, slows) = self.window.totals(now);
+        if calls >= cfg.minimum_calls {
+            let rate = fails as f64 / calls as f64;
+            if rate >= cfg.failure_rate {
+                return Some(format!("failure rate {rate:.2} ≥ {:.2} over {calls} calls", cfg.failure_rate));
+            }
+            let slow_rate = slows as f64 / calls as f64;
+            if cfg.slow_call_ms > 0 && slow_rate >= cfg.slow_call_rate {
+                return Some(format!(
+                    "slow-call rate {slow_rate:.2} ≥ {:.2} over {calls} calls (slower than {} ms)",
+                    cfg.slow_call_rate, cfg.slow_call_ms
+                ));
+            }
+        }
+        None
+    }
+}
+
+fn kind_name(f: FailureKind) -> &'static str {
+    match f {
+        FailureKind::RateLimited => "rate limited",
+        FailureKind::Server => "server error",
+        FailureKind::Timeout => "timeout",
+        FailureKind::Truncated => "truncated stream",
+        FailureKind::Semantic => "semantic failure",
+        FailureKind::TokenRate => "token-rate collapse",
+        FailureKind::Client => "client error",
+    }
+}
+
+/// The sliding window of recent outcomes.
+enum Window {
+    /// Last N calls: a ring of flags with running totals.
+    Count {
+        ring: Vec<u8>,
+        head: usize,
+        len: usize,
+        fails: u32,
+        slows: u32,
+    },
+    /// Calls in the last N seconds: one bucket per second.
+    Time { origin: Instant, buckets: Vec<Bucket> },
+}
+
+#[derive(Clone, Copy, Default)]
+struct Bucket {
+    sec: u64,
+    calls: u32,
+    fails: u32,
+    slows: u32,
+}
+
+const FAIL: u8 = 1;
+const SLOW: u8 = 2;
+
+impl Window {
+    fn new(cfg: &BreakerConfig, origin: Instant) -> Self {
+        let n = cfg.window_size.max(1) as usize;
+        match cfg.window {
+            WindowKind::Count => Window::Count {
+                ring: vec![0; n],
+                head: 0,
+                len: 0,
+                fails: 0,
+                slows: 0,
+            },
+            WindowKind::Time => Window::Time {
+                origin,
+                buckets: vec![Bucket::default(); n],
+            },
+        }
+    }
+
+    fn clear(&mut self) {
+        match self {
+            Window::Count {
+                ring,
+                head,
+                len,
+                fails,
+                slows,
+            } => {
+                ring.iter_mut().for_each(|f| *f = 0);
+                *head = 0;
+                *len = 0;
+                *fails = 0;
+                *slows = 0;
+            }
+            Window::Time { buckets, .. } => buckets.iter_mut().for_each(|b| *b = Bucket::default()),
+        }
+    }
+
+    fn push(&mut self, now: Instant, failed: bool, slow: bool) {
+        match self {
+            Window::Count {
+                ring,
+                head,
+                len,
+                fails,
+                slows,
+            } => {
+                let old = ring[*head];
+                if *len == ring.len() {
+                    *fails -= (old & FAIL) as u32;
+                    *slows -= ((old & SLOW) >> 1) as u32;
+                } else {
+                    *len += 1;
+                }
+                let flags = (failed as u8) | ((slow as u8) << 1);
+                ring[*head] = flags;
+                *fails += failed as u32;
+                *slows += slow as u32;
+                *head = (*head + 1) % ring.len();
+            }
+            Window::Time { origin, buckets } => {
+                let sec = now.saturating_duration_since(*origin).as_secs();
+                let n = buckets.len();
+                let b = &mut buckets[(sec % n as u64) as usize];
+                if b.sec != sec {
+                    *b = Bucket {
+                        sec,
+                        ..Bucket::default()
+                    };
+                }
+                b.calls += 1;
+                b.fails += failed as u32;
+                b.slows += slow as u32;
+            }
+        }
+    }
+
+    /// (calls, failures, slow calls) currently in the window.
+    fn totals(&self, now: Instant) -> (u32, u32, u32) {
+        match self {
+            Window::Count { len, fails, slows, .. } => (*len as u32, *fails, *slows),
+            Window::Time { origin, buckets } => {
+                let sec = now.saturating_duration_since(*origin).as_secs();
+                let n = buckets.len() as u64;
+                buckets
+                    .iter()
+                    .filter(|b| b.calls > 0 && sec.saturating_sub(b.sec) < n)
+                    .fold((0, 0, 0), |(c, f, s), b| (c + b.calls, f + b.fails, s + b.slows))
+            }
+        }
+    }
+}
+

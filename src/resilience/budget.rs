@@ -1,0 +1,439 @@
+//! Per-user token and cost budgets (minute/hour/day windows) and the global
+//! cost breaker (hourly and daily tokens and dollars).
+//!
+//! A request *reserves* its estimate before dispatch and *settles* with what
+//! it actually used, so concurrent requests cannot overshoot. A reservation
+//! that would exceed a budget is refused with an error naming the budget; at
+//! the soft ratio (80 % by default) a warning event is emitted once per
+//! window. Idle users are evicted so memory stays bounded.
+
+use crate::config::BudgetConfig;
+use crate::telemetry::events::{EventBus, EventKind};
+use dashmap::DashMap;
+use parking_lot::Mutex;
+use serde::Serialize;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+const MINUTE: u64 = 60_000;
+const HOUR: u64 = 3_600_000;
+const DAY: u64 = 86_400_000;
+
+/// A refused reservation, naming the budget.
+#[derive(Clone, Debug, PartialEq, thiserror::Error)]
+#[error("{scope} budget exceeded: {what} would reach {would:.0} of {limit:.0}")]
+pub struct BudgetExceeded {
+    /// `user NAME` or `global`.
+    pub scope: String,
+    /// e.g. `tokens/minute`, `cost/day (USD)`.
+    pub what: &'static str,
+    /// Usage after this request.
+    pub would: f64,
+    /// The limit.
+    pub limit: f64,
+}
+
+/// What a request reserved; settle it with [`Budgets::settle`].
+#[derive(Clone, Copy, Debug, Default)]
+#[must_use = "a reservation must be settled"]
+pub struct Reservation {
+    tokens: f64,
+    cost: f64,
+}
+
+/// A fixed window: usage in the current period.
+#[derive(Clone, Copy, Debug, Default)]
+struct Win {
+    period: u64,
+    used: f64,
+    warned: bool,
+}
+
+impl Win {
+    fn roll(&mut self, now_ms: u64, len: u64) {
+        let p = now_ms / len;
+        if p != self.period {
+            *self = Win {
+                period: p,
+                ..Win::default()
+            };
+        }
+    }
+}
+
+#[derive(Default)]
+struct UserState {
+    minute: Win,
+    hour: Win,
+    day: Win,
+    cost_day: Win,
+    in_flight: u32,
+    last_seen_ms: u64,
+    rejections: u64,
+}
+
+#[derive(Default)]
+struct GlobalState {
+    tokens_hour: Win,
+    tokens_day: Win,
+    cost_hour: Win,
+    cost_day: Win,
+}
+
+/// One user's usage, for views.
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct UserView {
+    /// The user.
+    pub user: String,
+    /// Tokens this minute / hour / day.
+    pub tokens: [f64; 3],
+    /// USD today.
+    pub cost_day: f64,
+    /// Highest share of any limit (0..).
+    pub pressure: f64,
+    /// Requests refused by a budget.
+    pub rejections: u64,
+}
+
+/// Global usage, for views.
+#[derive(Clone, Debug, Default, Serialize, PartialEq)]
+pub struct GlobalView {
+    /// Tokens this hour / day.
+    pub tokens: [f64; 2],
+    /// USD this hour / day.
+    pub cost: [f64; 2],
+    /// Highest share of any global limit.
+    pub pressure: f64,
+}
+
+/// All budgets.
+pub struct Budgets {
+    cfg: BudgetConfig,
+    events: Arc<EventBus>,
+    users: DashMap<Box<str>, UserState>,
+    global: Mutex<GlobalState>,
+    evictions: AtomicU64,
+}
+
+struct Check<'a> {
+    scope: &'a dyn Fn() -> String,
+    events: &'a EventBus,
+    soft: f64,
+    user: &'a str,
+}
+
+impl Check<'_> {
+    fn over(&self, w: &Win, add: f64, limit: f64, what: &'static str) -> Result<(), BudgetExceeded> {
+        if limit > 0.0 && w.used + add > limit {
+            return Err(BudgetExceeded {
+                scope: (self.scope)(),
+                what,
+                would: w.used + add,
+                limit,
+            });
+        }
+        Ok(())
+    }
+
+    fn warn(&self, w: &mut Win, limit: f64, what: &str) {
+        if limit > 0.0 && !w.warned && w.used >= self.soft * limit {
+            w.warned = true;
+            self.events.emit(EventKind::BudgetWarning {
+                user: self.user.to_string(),
+                budget: what.to_string(),
+                used: w.used,
+                limit,
+            });
+        }
+    }
+}
+
+impl Budgets {
+    /// Budgets with the given limits.
+    pub fn new(cfg: BudgetConfig, events: Arc<EventBus>) -> Self {
+        Self {
+            cfg,
+            events,
+            users: DashMap::new(),
+            global: Mutex::new(GlobalState::default()),
+            evictions: AtomicU64::new(0),
+        }
+    }
+
+    /// Reserves `tokens` and `cost` for `user` at `now_ms`.
+    pub fn reserve(&self, user: &str, tokens: u32, cost: f64, now_ms: u64) -> Result<Reservation, BudgetExceeded> {
+        let c = &self.cfg;
+        let t = tokens as f64;
+        // Global first, under its lock; user after, in its shard.
+        let mut g = self.global.lock();
+        g.tokens_hour.roll(now_ms, HOUR);
+        g.tokens_day.roll(now_ms, DAY);
+        g.cost_hour.roll(now_ms, HOUR);
+        g.cost_day.roll(now_ms, DAY);
+        let gscope = || "global".to_string();
+        let gc = Check {
+            scope: &gscope,
+            events: &self.events,
+            soft: c.soft_ratio,
+            user: "*",
+        };
+        gc.over(&g.tokens_hour, t, c.global_tokens_per_hour as f64, "tokens/hour")?;
+        gc.over(&g.tokens_day, t, c.global_tokens_per_day as f64, "tokens/day")?;
+        gc.over(&g.cost_hour, cost, c.global_cost_per_hour_usd, "cost/hour (USD)")?;
+        gc.over(&g.cost_day, cost, c.global_cost_per_day_usd, "cost/day (USD)")?;
+
+        let mut entry = match self.users.get_mut(user) {
+            Some(e) => e,
+            None => {
+                self.make_room(now_ms);
+                self.users.entry(user.into()).or_default()
+            }
+        };
+        let u = entry.value_mut();
+        u.last_seen_ms = now_ms;
+        u.minute.roll(now_ms, MINUTE);
+        u.hour.roll(now_ms, HOUR);
+        u.day.roll(now_ms, DAY);
+        u.cost_day.roll(now_ms, DAY);
+        let uscope = || format!("user {user}");
+        let uc = Check {
+            scope: &uscope,
+            events: &self.events,
+            soft: c.soft_ratio,
+            user,
+        };
+        let checked = uc
+            .over(&u.minute, t, c.user_tokens_per_minute as f64, "tokens/minute")
+            .and_then(|_| uc.over(&u.hour, t, c.user_tokens_per_hour as f64, "tokens/hour"))
+            .and_then(|_| uc.over(&u.day, t, c.user_tokens_per_day as f64, "tokens/day"))
+            .and_then(|_| uc.over(&u.cost_day, cost, c.user_cost_per_day_usd, "cost/day (USD)"));
+        if let Err(e) = checked {
+            u.rejections += 1;
+            return Err(e);
+        }
+        u.minute.used += t;
+        u.hour.used += t;
+        u.day.used += t;
+        u.cost_day.used += cost;
+        u.in_flight += 1;
+        uc.warn(&mut u.minute, c.user_tokens_per_minute as f64, "user tokens/minute");
+        uc.warn(&mut u.hour, c.user_tokens_per_hour as f64, "user tokens/hour");
+        uc.warn(&mut u.day, c.user_tokens_per_day as f64, "user tokens/day");
+        uc.warn(&mut u.cost_day, c.user_cost_per_day_usd, "user cost/day (USD)");
+        drop(entry);
+
+        g.tokens_hour.used += t;
+        g.tokens_day.used += t;
+        g.cost_hour.used += cost;
+        g.cost_day.used += cost;
+        gc.warn(&mut g.tokens_hour, c.global_tokens_per_hour as f64, "global tokens/hour");
+        gc.warn(&mut g.tokens_day, c.global_tokens_per_day as f64, "global tokens/day");
+        gc.warn(&mut g.cost_hour, c.global_cost_per_hour_usd, "global cost/hour (USD)");
+        gc.warn(&mut g.cost_day, c.global_cost_per_day_usd, "global cost/day (USD)");
+        Ok(Reservation { tokens: t, cost })
+    }
+
+    /// Settles a reservation with actual usage (may be more or less).
+    pub fn settle(&self, user: &str, r: Reservation, tokens: u32, cost: f64, now_ms: u64) {
+        let dt = tokens as f64 - r.tokens;
+        let dc = cost - r.cost;
+        {
+            let mut guard = self.global.lock();
+            let g = &mut *guard;
+            for (w, len, d) in [
+                (&mut g.tokens_hour, HOUR, dt),
+                (&mut g.tokens_day, DAY, dt),
+                (&mut g.cost_hour, HOUR, dc),
+                (&mut g.cost_day, DAY, dc),
+            ] {
+                w.roll(now_ms, len);
+                w.used = (w.used + d).max(0.0);
+            }
+        }
+        if let Some(mut u) = self.users.get_mut(user) {
+            let u = u.value_mut();
+            u.in_flight = u.in_flight.saturating_sub(1);
+            u.last_seen_ms = now_ms;
+            for (w, len, d) in [
+                (&mut u.minute, MINUTE, dt),
+                (&mut u.hour, HOUR, dt),
+                (&mut u.day, DAY, dt),
+                (&mut u.cost_day, DAY, dc),
+            ] {
+                w.roll(now_ms, len);
+                w.used = (w.used + d).max(0.0);
+            }
+        }
+    }
+
+    /// Highest share of any global limit in use (drives cheaper routing).
+    pub fn global_pressure(&self, now_ms: u64) -> f64 {
+        self.global_view(now_ms).pressure
+    }
+
+    /// Global usage.
+    pub fn global_view(&self, now_ms: u64) -> GlobalView {
+        let c = &self.cfg;
+        let mut g = self.global.lock();
+        g.tokens_hour.roll(now_ms, HOUR);
+        g.tokens_day.roll(now_ms, DAY);
+        g.cost_hour.roll(now_ms, HOUR);
+        g.cost_day.roll(now_ms, DAY);
+        let share = |used: f64, limit: f64| if limit > 0.0 { used / limit } else { 0.0 };
+        let pressure = share(g.tokens_hour.used, c.global_tokens_per_hour as f64)
+            .max(share(g.tokens_day.used, c.global_tokens_per_day as f64))
+            .max(share(g.cost_hour.used, c.global_cost_per_hour_usd))
+            .max(share(g.cost_day.used, c.global_cost_per_day_usd));
+        GlobalView {
+            tokens: [g.tokens_hour.used, g.tokens_day.used],
+            cost: [g.cost_hour.used, g.cost_day.used],
+            pressure,
+        }
+    }
+
+    /// The `n` users with the highest budget pressure.
+    pub fn top_users(&self, n: usize, now_ms: u64) -> Vec<UserView> {
+        let c = &self.cfg;
+        let share = |used: f64, limit: f64| if limit > 0.0 { used / limit } else { 0.0 };
+        let cur = |w: &Win, len: u64| if w.period == now_ms / len { w.used } else { 0.0 };
+        let mut all: Vec<UserView> = self
+            .users
+            .iter()
+            .map(|e| {
+                let u = e.value();
+                let tokens = [cur(&u.minute, MINUTE), cur(&u.hour, HOUR), cur(&u.day, DAY)];
+                let cost_day = cur(&u.cost_day, DAY);
+                let pressure = share(tokens[0], c.user_tokens_per_minute as f64)
+                    .max(share(tokens[1], c.user_tokens_per_hour as f64))
+                    .max(share(tokens[2], c.user_tokens_per_day as f64))
+                    .max(share(cost_day, c.user_cost_per_day_usd));
+                UserView {
+                    user: e.key().to_string(),
+                    tokens,
+                    cost_day,
+                    pressure,
+                    rejections: u.rejections,
+                }
+            })
+            .collect();
+        all.sort_by(|a, b| b.pressure.total_cmp(&a.pressure).then_with(|| a.user.cmp(&b.user)));
+        all.truncate(n);
+        all
+    }
+
+    /// Users currently tracked.
+    pub fn tracked_users(&self) -> usize {
+        self.users.len()
+    }
+
+    /// Users evicted so far.
+    pub fn evictions(&self) -> u64 {
+        self.evictions.load(Ordering::Relaxed)
+    }
+
+    /// Forgets users idle for `idle_evict_s` with nothing in flight.
+    pub fn evict_idle(&self, now_ms: u64) {
+        self.evict_older_than(now_ms, self.cfg.idle_evict_s * 1000);
+    }
+
+    fn evict_older_than(&self, now_ms: u64, idle_ms: u64) {
+        let before = self.users.len();
+        self.users
+            .retain(|_, u| u.in_flight > 0 || now_ms.saturating_sub(u.last_seen_ms) < idle_ms);
+        let gone = before.saturating_sub(self.users.len());
+        self.evictions.fetch_add(gone as u64, Ordering::Relaxed);
+    }
+
+    /// Keeps the map under `max_tracked_users`: evicts idle users, then
+    /// ever more recently seen ones, until a tenth of the room is free.
+    fn make_room(&self, now_ms: u64) {
+        let max = self.cfg.max_tracked_users;
+        if self.users.len() < max {
+            return;
+        }
+        let target = max - max / 10;
+        let mut idle = self.cfg.idle_evict_s * 1000;
+        loop {
+            self.evict_older_than(now_ms, idle);
+            if self.users.len() <= target || idle == 0 {
+                break;
+            }
+            idle /= 2;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::clock::Clock;
+
+    fn budgets(cfg: BudgetConfig) -> Budgets {
+        Budgets::new(cfg, EventBus::new(Clock::with_wall_anchor(0), 100))
+    }
+
+    #[tokio::test]
+    async fn reserve_refuses_and_names_the_budget() {
+        let b = budgets(BudgetConfig {
+            user_tokens_per_minute: 1000,
+            ..BudgetConfig::default()
+        });
+        let r = b.reserve("alice", 600, 0.0, 0).unwrap();
+        let err = b.reserve("alice", 600, 0.0, 10).unwrap_err();
+        assert_eq!(err.scope, "user alice");
+        assert_eq!(err.what, "tokens/minute");
+        assert!(err.to_string().contains("user alice budget exceeded: tokens/minute"));
+        // Others are unaffected.
+        b.reserve("bob", 600, 0.0, 10).unwrap();
+        // Settling with less frees room.
+        b.settle("alice", r, 100, 0.0, 20);
+        b.reserve("alice", 600, 0.0, 30).unwrap();
+        // The next minute starts fresh.
+        b.reserve("alice", 900, 0.0, MINUTE + 1).unwrap();
+    }
+
+    #[tokio::test]
+    async fn soft_warning_fires_once_per_window() {
+        let b = budgets(BudgetConfig {
+            user_tokens_per_minute: 1000,
+            ..BudgetConfig::default()
+        });
+        let mut rx = b.events.subscribe();
+        for i in 0..5 {
+            let _ = b.reserve("alice", 190, 0.0, i).unwrap();
+        }
+        let mut warnings = 0;
+        while let Ok(ev) = rx.try_recv() {
+            if matches!(ev.kind, EventKind::BudgetWarning { .. }) {
+                warnings += 1;
+            }
+        }
+        assert_eq!(warnings, 1);
+    }
+
+    #[tokio::test]
+    async fn global_cost_breaker_refuses() {
+        let b = budgets(BudgetConfig {
+            global_cost_per_hour_usd: 1.0,
+            ..BudgetConfig::default()
+        });
+        let _ = b.reserve("a", 10, 0.9, 0).unwrap();
+        let err = b.reserve("b", 10, 0.2, 0).unwrap_err();
+        assert_eq!((err.scope.as_str(), err.what), ("global", "cost/hour (USD)"));
+    }
+
+    #[tokio::test]
+    async fn tracked_users_stay_bounded() {
+        let b = budgets(BudgetConfig {
+            max_tracked_users: 1000,
+            ..BudgetConfig::default()
+        });
+        for i in 0..20_000u64 {
+            let user = format!("u{i}");
+            let r = b.reserve(&user, 10, 0.0, i).unwrap();
+            b.settle(&user, r, 10, 0.0, i);
+        }
+        assert!(b.tracked_users() <= 1000, "{}", b.tracked_users());
+        assert!(b.evictions() >= 19_000);
+    }
+}

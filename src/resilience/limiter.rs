@@ -1,0 +1,495 @@
+//! The token-aware rate limiter of one provider: token buckets for TPM (and
+//! separate input/output buckets where the provider has them), RPM, and a
+//! concurrency cap.
+//!
+//! A call acquires with its *estimate*, and settles with actual usage after,
+//! refunding or charging the difference; the estimator corrects itself when
+//! it drifts. Provider feedback (remaining tokens/requests, reset times,
+//! Retry-After) calibrates the buckets; refills can be frozen for a
+//! Retry-After or by an operator.
+
+use crate::config::{LimiterConfig, ProviderConfig};
+use crate::telemetry::events::{EventBus, EventKind};
+use parking_lot::Mutex;
+use serde::Serialize;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::Notify;
+use tokio::time::Instant;
+
+/// Tokens a call is expected to use.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct Estimate {
+    /// Prompt tokens.
+    pub input: u32,
+    /// Output tokens (at most `max_tokens`).
+    pub output: u32,
+}
+
+impl Estimate {
+    /// Input + output.
+    pub fn total(&self) -> u32 {
+        self.input.saturating_add(self.output)
+    }
+}
+
+/// Capacity held by one call; settle it with [`Limiter::settle`].
+#[derive(Clone, Copy, Debug)]
+#[must_use = "a limiter permit must be settled"]
+pub struct LimitPermit {
+    est: Estimate,
+}
+
+/// What a provider told us about its limits (from response headers).
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct RateFeedback {
+    /// Tokens left in the provider's window.
+    pub remaining_tokens: Option<u64>,
+    /// Requests left in the provider's window.
+    pub remaining_requests: Option<u64>,
+    /// Time until the token window is full again.
+    pub reset_tokens: Option<Duration>,
+    /// Time until the request window is full again.
+    pub reset_requests: Option<Duration>,
+    /// Retry-After of a 429/503.
+    pub retry_after: Option<Duration>,
+}
+
+/// Why capacity was not granted.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LimitDenied {
+    /// Not enough tokens/requests/slots; enough should be back after this long.
+    Wait(Duration),
+    /// Waited `wait_timeout_ms` without capacity.
+    TimedOut,
+}
+
+/// Live figures for views.
+#[derive(Clone, Debug, Default, Serialize, PartialEq)]
+pub struct LimiterView {
+    /// Tokens-per-minute bucket (level, capacity).
+    pub tpm: Option<(f64, f64)>,
+    /// Input-tokens bucket.
+    pub itpm: Option<(f64, f64)>,
+    /// Output-tokens bucket.
+    pub otpm: Option<(f64, f64)>,
+    /// Requests-per-minute bucket.
+    pub rpm: Option<(f64, f64)>,
+    /// Calls in flight and the cap (0 = none).
+    pub concurrency: (u32, u32),
+    /// Refills frozen: remaining ms (None = by operator, until unfrozen).
+    pub frozen: Option<Option<u64>>,
+    /// Current chars-per-token factor of the estimator.
+    pub chars_per_token: f64,
+    /// Requests that found no capacity in time.
+    pub rejected: u64,
+    /// 429s seen from the provider.
+    pub rate_limited: u64,
+    /// Milliseconds since the last header calibration.
+    pub calibrated_ms_ago: Option<u64>,
+}
+
+/// One provider's limiter.
+pub struct Limiter {
+    name: Arc<str>,
+    cfg: LimiterConfig,
+    events: Arc<EventBus>,
+    inner: Mutex<State>,
+    released: Notify,
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Bucket {
+    capacity: f64,
+    level: f64,
+    per_s: f64,
+    reset_at: Option<Instant>,
+}
+
+impl Bucket {
+    fn per_minute(limit: u64) -> Option<Self> {
+        (limit > 0).then(|| Bucket {
+            capacity: limit as f64,
+            level: limit as f64,
+            per_s: limit as f64 / 60.0,
+            reset_at: None,
+        })
+    }
+
+    fn refill(&mut self, dt: f64, now: Instant) {
+        self.level = (self.level + dt * self.per_s).min(self.capacity);
+        if self.reset_at.is_some_and(|r| now >= r) {
+            self.level = self.capacity;
+            self.reset_at = None;
+        }
+    }
+
+    /// A request bigger than the whole bucket may go once the bucket is full.
+    fn need(&self, n: f64) -> f64 {
+        n.min(self.capacity)
+    }
+
+    fn wait_for(&self, n: f64) -> Duration {
+        let short = self.need(n) - self.level;
+        if short <= 0.0 {
+            Duration::ZERO
+        } else {
+            Duration::from_secs_f64(short / self.per_s)
+        }
+    }
+
+    fn view(&self) -> (f64, f64) {
+        (self.level, self.capacity)
+    }
+}
+
+struct State {
+    tpm: Option<Bucket>,
+    itpm: Option<Bucket>,
+    otpm: Option<Bucket>,
+    rpm: Option<Bucket>,
+    in_flight: u32,
+    max_in_flight: u32,
+    last: Instant,
+    frozen_until: Option<Instant>,
+    frozen_by_operator: bool,
+    estimator: Estimator,
+    rejected: u64,
+    rate_limited: u64,
+    calibrated_at: Option<Instant>,
+}
+
+/// Chars-per-token estimate that corrects itself from actual usage.
+struct Estimator {
+    chars_per_token: f64,
+    threshold: f64,
+    window: u32,
+    seen: u32,
+    ratio_sum: f64,
+}
+
+impl Estimator {
+    fn observe(&mut self, estimated: u32, actual: u32) -> Option<(f64, f64)> {
+        if estimated == 0 || actual == 0 {
+            return None;
+        }
+        self.ratio_sum += estimated as f64 / actual as f64;
+        self.seen += 1;
+        if self.seen < self.window {
+            return None;
+        }
+        let mean = self.ratio_sum / self.seen as f64;
+        self.seen = 0;
+        self.ratio_sum = 0.0;
+        if (mean - 1.0).abs() > self.threshold {
+            let old = self.chars_per_token;
+            self.chars_per_token = (old * mean).clamp(0.25, 32.0);
+            Some((old, self.chars_per_token))
+        } else {
+            None
+        }
+    }
+}
+
+impl Limiter {
+    /// A limiter with the provider's published limits, full buckets.
+    pub fn new(name: &str, p: &ProviderConfig, cfg: LimiterConfig, events: Arc<EventBus>, now: Instant) -> Self {
+        Self {
+            name: name.into(),
+            events,
+            inner: Mutex::new(State {
+                tpm: Bucket::per_minute(p.tpm),
+                itpm: Bucket::per_minute(p.itpm),
+                otpm: Bucket::per_minute(p.otpm),
+                rpm: Bucket::per_minute(p.rpm),
+                in_flight: 0,
+                max_in_flight: p.concurrency,
+                last: now,
+                frozen_until: None,
+                frozen_by_operator: false,
+                estimator: Estimator {
+                    chars_per_token: p.chars_per_token,
+                    threshold: cfg.drift_threshold,
+                    window: cfg.drift_window,
+                    seen: 0,
+                    ratio_sum: 0.0,
+                },
+                rejected: 0,
+                rate_limited: 0,
+                calibrated_at: None,
+            }),
+            cfg,
+            released: Notify::new(),
+        }
+    }
+
+    /// The provider's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Estimates a call from its prompt size and `max_tokens`.
+    pub fn estimate(&self, prompt_chars: usize, max_tokens: u32) -> Estimate {
+        let cpt = self.inner.lock().estimator.chars_per_token;
+        Estimate {
+            input: ((prompt_chars as f64 / cpt).ceil() as u32).max(1),
+            output: max_tokens,
+        }
+    }
+
+    /// Takes capacity now, or says how long until there should be enough.
+    pub fn try_acquire(&self, est: Estimate, now: Instant) -> Result<LimitPermit, Duration> {
+        let mut guard = self.inner.lock();
+        let s = &mut *guard;
+        s.refill(now);
+        let total = est.total() as f64;
+        let mut wait = Duration::ZERO;
+        for (b, n) in [
+            (&s.tpm, total),
+            (&s.itpm, est.input as f64),
+            (&s.otpm, est.output as f64),
+            (&s.rpm, 1.0),
+        ] {
+            if let Some(b) = b {
+                wait = wait.max(b.wait_for(n));
+            }
+        }
+        let frozen_for = s.frozen_for(now);
+        let slots_full = s.max_in_flight > 0 && s.in_flight >= s.max_in_flight;
+        if wait.is_zero() && !slots_full {
+            for (b, n) in [
+                (&mut s.tpm, total),
+                (&mut s.itpm, est.input as f64),
+                (&mut s.otpm, est.output as f64),
+                (&mut s.rpm, 1.0),
+            ] {
+                if let Some(b) = b {
+                    b.level -= b.need(n);
+                }
+            }
+            s.in_flight += 1;
+            return Ok(LimitPermit { est });
+        }
+        if !wait.is_zero() {
+            // While frozen nothing refills: the wait is at least the freeze.
+            wait = wait.max(frozen_for.unwrap_or(Duration::ZERO));
+            if s.frozen_by_operator {
+                wait = Duration::from_millis(self.cfg.wait_timeout_ms);
+            }
+        } else {
+            // Only the slot cap binds: a release will wake us; poll as a fallback.
+            wait = Duration::from_millis(50);
+        }
+        Err(wait)
+    }
+
+    /// Waits up to `limiter.wait_timeout_ms` for capacity.
+    pub async fn acquire(&self, est: Estimate) -> Result<LimitPermit, LimitDenied> {
+        let start = Instant::now();
+        let deadline = start + Duration::from_millis(self.cfg.wait_timeout_ms);
+        loop {
+            let now = Instant::now();
+            match self.try_acquire(est, now) {
+                Ok(p) => return Ok(p),
+                Err(wait) => {
+                    if now >= deadline {
+                        self.inner.lock().rejected += 1;
+                        return Err(LimitDenied::TimedOut);
+                    }
+                    let until = (now + wait.max(Duration::from_millis(1))).min(deadline);
+                    tokio::select! {
+                        _ = tokio::time::sleep_until(until) => {}
+                        _ = self.released.notified() => {}
+                    }
+                }
+            }
+        }
+    }
+
+    /// Counts a request that was turned away without waiting.
+    pub fn count_rejected(&self) {
+        self.inner.lock().rejected += 1;
+    }
+
+    /// Settles a call with what it actually used; refunds or charges the
+    /// difference and corrects the estimator.
+    pub fn settle(&self, permit: LimitPermit, input: u32, output: u32, now: Instant) {
+        let mut s = self.inner.lock();
+        s.refill(now);
+        let est = permit.est;
+        let diff_total = est.total() as f64 - (input as f64 + output as f64);
+        if let Some(b) = s.tpm.as_mut() {
+            b.level = (b.level + diff_total).min(b.capacity);
+        }
+        if let Some(b) = s.itpm.as_mut() {
+            b.level = (b.level + est.input as f64 - input as f64).min(b.capacity);
+        }
+        if let Some(b) = s.otpm.as_mut() {
+            b.level = (b.level + est.output as f64 - output as f64).min(b.capacity);
+        }
+        s.in_flight = s.in_flight.saturating_sub(1);
+        let corrected = s.estimator.observe(est.input, input);
+        drop(s);
+        self.released.notify_one();
+        if let Some((old, new)) = corrected {
+            tracing::debug!(provider = %self.name, old, new, "estimator corrected chars/token");
+        }
+    }
+
+    /// Releases a permit whose call never reached the provider (refund all).
+    pub fn release(&self, permit: LimitPermit, now: Instant) {
+        let mut guard = self.inner.lock();
+        let s = &mut *guard;
+        s.refill(now);
+        let est = permit.est;
+        for (b, n) in [
+            (&mut s.tpm, est.total() as f64),
+            (&mut s.itpm, est.input as f64),
+            (&mut s.otpm, est.output as f64),
+            (&mut s.rpm, 1.0),
+        ] {
+            if let Some(b) = b {
+                b.level = (b.level + b.need(n)).min(b.capacity);
+            }
+        }
+        s.in_flight = s.in_flight.saturating_sub(1);
+        drop(guard);
+        self.released.notify_one();
+    }
+
+    /// Calibrates from provider feedback; a Retry-After freezes refills.
+    pub fn calibrate(&self, fb: &RateFeedback, now: Instant) {
+        let mut guard = self.inner.lock();
+        let s = &mut *guard;
+        s.refill(now);
+        let mut touched = false;
+        if let (Some(r), Some(b)) = (fb.remaining_tokens, (if s.tpm.is_some() { &mut s.tpm } else { &mut s.itpm }).as_mut()) {
+            // The provider's count wins when it is lower: others share the quota.
+            b.level = b.level.min(r as f64);
+            touched = true;
+        }
+        if let (Some(r), Some(b)) = (fb.remaining_requests, s.rpm.as_mut()) {
+            b.level = b.level.min(r as f64);
+            touched = true;
+        }
+        if let (Some(d), Some(b)) = (fb.reset_tokens, (if s.tpm.is_some() { &mut s.tpm } else { &mut s.itpm }).as_mut()) {
+            b.reset_at = Some(now + d);
+            touched = true;
+        }
+        if let (Some(d), Some(b)) = (fb.reset_requests, s.rpm.as_mut()) {
+            b.reset_at = Some(now + d);
+            touched = true;
+        }
+        if touched {
+            s.calibrated_at = Some(now);
+        }
+        drop(guard);
+        if let Some(d) = fb.retry_after {
+            self.freeze_for(d, "retry-after from provider", now);
+        }
+    }
+
+    /// Counts a 429 from the provider.
+    pub fn count_rate_limited(&self) {
+        self.inner.lock().rate_limited += 1;
+    }
+
+    /// Freezes refills for `d` (extends, never shortens, an existing freeze).
+    pub fn freeze_for(&self, d: Duration, reason: &str, now: Instant) {
+        let mut s = self.inner.lock();
+        s.refill(now);
+        let until = now + d;
+        if s.frozen_until.is_some_and(|u| u >= until) {
+            return;
+        }
+        s.frozen_until = Some(until);
+        drop(s);
+        self.events.emit(EventKind::RefillFrozen {
+            provider: self.name.to_string(),
+            for_ms: Some(d.as_millis() as u64),
+            reason: reason.into(),
+        });
+    }
+
+    /// Operator: freeze refills until unfrozen.
+    pub fn freeze(&self, now: Instant) {
+        let mut s = self.inner.lock();
+        s.refill(now);
+        s.frozen_by_operator = true;
+    }
+
+    /// Operator: resume refills (also ends a Retry-After freeze).
+    pub fn unfreeze(&self, now: Instant) {
+        let mut s = self.inner.lock();
+        s.refill(now);
+        s.frozen_by_operator = false;
+        s.frozen_until = None;
+        drop(s);
+        self.released.notify_waiters();
+    }
+
+    /// Whether refills are frozen now.
+    pub fn is_frozen(&self, now: Instant) -> bool {
+        self.inner.lock().frozen_for(now).is_some()
+    }
+
+    /// Whether a call of this size could start now (no side effects).
+    pub fn has_capacity(&self, est: Estimate, now: Instant) -> bool {
+        let mut s = self.inner.lock();
+        s.refill(now);
+        let ok = |b: &Option<Bucket>, n: f64| b.as_ref().is_none_or(|b| b.level >= b.need(n));
+        ok(&s.tpm, est.total() as f64)
+            && ok(&s.itpm, est.input as f64)
+            && ok(&s.otpm, est.output as f64)
+            && ok(&s.rpm, 1.0)
+            && (s.max_in_flight == 0 || s.in_flight < s.max_in_flight)
+    }
+
+    /// Live figures for views.
+    pub fn view(&self, now: Instant) -> LimiterView {
+        let mut s = self.inner.lock();
+        s.refill(now);
+        LimiterView {
+            tpm: s.tpm.map(|b| b.view()),
+            itpm: s.itpm.map(|b| b.view()),
+            otpm: s.otpm.map(|b| b.view()),
+            rpm: s.rpm.map(|b| b.view()),
+            concurrency: (s.in_flight, s.max_in_flight),
+            frozen: if s.frozen_by_operator {
+                Some(None)
+            } else {
+                s.frozen_for(now).map(|d| Some(d.as_millis() as u64))
+            },
+            chars_per_token: s.estimator.chars_per_token,
+            rejected: s.rejected,
+            rate_limited: s.rate_limited,
+            calibrated_ms_ago: s.calibrated_at.map(|t| now.saturating_duration_since(t).as_millis() as u64),
+        }
+    }
+}
+
+impl State {
+    fn frozen_for(&self, now: Instant) -> Option<Duration> {
+        if self.frozen_by_operator {
+            return Some(Duration::MAX);
+        }
+        self.frozen_until.filter(|u| *u > now).map(|u| u - now)
+    }
+
+    fn refill(&mut self, now: Instant) {
+        let from = match self.frozen_until {
+            _ if self.frozen_by_operator => now,
+            Some(u) if u > now => now,
+            Some(u) => {
+                self.frozen_until = None;
+                u.max(self.last)
+            }
+            None => self.last,
+        };
+        let dt = now.saturating_duration_since(from).as_secs_f64();
+        self.last = now;
+        for b in [&mut self.tpm, &mut self.itpm, &mut self.otpm, &mut self.rpm].into_iter().flatten() {
+            b.refill(dt, now);
+        }
+    }
+}

@@ -1,0 +1,398 @@
+//! The agent loop (the seeds' seven layers): session quota, then LLM call →
+//! tool calls → LLM call … up to `max_steps`, degrading in the seeds' order
+//! (model fallback, feature degradation, tool skip, cache, defer, partial,
+//! graceful failure), and ending in exactly one outcome.
+
+use super::llm::{HopResult, LlmCall, LlmFailure, Tally};
+use super::outcome::{Level, Outcome};
+use super::request::AgentRequest;
+use super::Runner;
+use crate::clock::hash_str;
+use crate::provider::{Message, ToolSpec};
+use crate::resilience::defer::Deferred;
+use crate::telemetry::events::EventKind;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+/// Default LLM steps of a request that does not say.
+const DEFAULT_STEPS: u32 = 4;
+
+/// The degradation metadata being built for one request.
+struct Trail {
+    tally: Tally,
+    chain: Vec<String>,
+    hops_seen: usize,
+    missing: Vec<String>,
+    quality: f64,
+    model_q: f64,
+    fallback: bool,
+    partial: bool,
+    stale_ms: Option<u64>,
+}
+
+impl Trail {
+    fn new() -> Self {
+        Self {
+            tally: Tally::default(),
+            chain: Vec::new(),
+            hops_seen: 0,
+            missing: Vec::new(),
+            quality: 1.0,
+            model_q: 1.0,
+            fallback: false,
+            partial: false,
+            stale_ms: None,
+        }
+    }
+
+    fn push(&mut self, label: String) {
+        if self.chain.last() != Some(&label) {
+            self.chain.push(label);
+        }
+    }
+
+    fn miss(&mut self, what: &str) {
+        if !self.missing.iter().any(|m| m == what) {
+            self.missing.push(what.to_string());
+        }
+        self.partial = true;
+    }
+}
+
+/// How the loop ended.
+enum End {
+    Answer(Arc<str>),
+    Deferred(String),
+    Failed(String),
+}
+
+impl Runner {
+    /// Runs one agent request to its outcome.
+    pub async fn run(&self, req: AgentRequest) -> Outcome {
+        let start = self.clock.now();
+        self.totals.requests.fetch_add(1, Ordering::Relaxed);
+        self.retry_budget.deposit(start);
+        let mut o = self.run_once(&req, true).await;
+        o.latency_ms = self.clock.now().saturating_duration_since(start).as_millis() as u64;
+        self.totals.by_level[o.level.index()].fetch_add(1, Ordering::Relaxed);
+        self.totals.tokens.fetch_add(o.tokens, Ordering::Relaxed);
+        self.totals.cost_micro_usd.fetch_add((o.cost_usd * 1e6).round() as u64, Ordering::Relaxed);
+        if o.level != Level::None {
+            self.events.emit(EventKind::Degraded {
+                request: o.request,
+                level: o.level.as_str(),
+                chain: o.chain.join(" → "),
+            });
+        }
+        if self.events.has_subscribers() {
+            self.events.emit(EventKind::Outcome(Box::new(o.clone())));
+        }
+        o
+    }
+
+    /// Runs the loop once; `may_defer` is false when re-driving the spool.
+    async fn run_once(&self, req: &AgentRequest, may_defer: bool) -> Outcome {
+        let mut trail = Trail::new();
+        let now_ms = self.clock.elapsed_ms();
+        let end = match self.sessions.enter(&req.session, now_ms) {
+            Err(q) => End::Failed(format!("Request refused: {q}.")),
+            Ok(()) => {
+                let end = self.agent_loop(req, may_defer, &mut trail).await;
+                self.sessions.leave(&req.session, self.clock.elapsed_ms());
+                end
+            }
+        };
+        self.totals.wasted.fetch_add(trail.tally.wasted, Ordering::Relaxed);
+        let (level, answer, user_message) = match end {
+            End::Answer(a) => {
+                let level = if trail.partial {
+                    Level::Partial
+                } else if trail.fallback {
+                    Level::Fallback
+                } else {
+                    Level::None
+                };
+                let msg = match (level, trail.stale_ms) {
+                    (Level::Partial, _) => Some(format!(
+                        "Some information is unavailable right now ({}); this answer may be incomplete.",
+                        trail.missing.join(", ")
+                    )),
+                    (_, Some(ms)) => Some(format!("This answer uses data from {} minutes ago and may be out of date.", ms.div_ceil(60_000))),
+                    _ => None,
+                };
+                (level, Some(a), msg)
+            }
+            End::Deferred(m) => (Level::Deferred, None, Some(m)),
+            End::Failed(m) => {
+                trail.quality = 0.0;
+                (Level::Failed, None, Some(m))
+            }
+        };
+        if level == Level::Deferred {
+            trail.quality = 0.0;
+        }
+        Outcome {
+            request: req.id,
+            user: req.user.clone(),
+            level,
+            chain: trail.chain,
+            quality: (trail.quality * trail.model_q * 100.0).round() / 100.0,
+            tokens: trail.tally.tokens,
+            cost_usd: trail.tally.cost,
+            missing: trail.missing,
+            user_message,
+            answer,
+            stale_ms: trail.stale_ms,
+            attempts: trail.tally.attempts,
+            latency_ms: 0,
+        }
+    }
+
+    fn answer_key(req: &AgentRequest) -> u64 {
+        let q = req.messages.iter().rev().find(|m| m.role == "user").map(|m| m.content.as_str()).unwrap_or("");
+        hash_str(&req.route) ^ hash_str(q).rotate_left(7)
+    }
+
+    async fn agent_loop(&self, req: &AgentRequest, may_defer: bool, trail: &mut Trail) -> End {
+        let Some(route) = self.routes.get(&req.route) else {
+            let known: Vec<&str> = self.routes.keys().map(String::as_str).collect();
+            return End::Failed(format!("Unknown route `{}`; known routes: {}.", req.route, known.join(", ")));
+        };
+        let primary = route.chain[0];
+        let now = self.clock.now();
+
+        // Plan: offer only tools that can be used; skip non-critical tools
+        // whose breaker is open (or all of them in drill mode).
+        let mut offered: Vec<ToolSpec> = Vec::new();
+        for name in &req.tools {
+            let Some(&ti) = self.tool_index.get(name) else { continue };
+            let critical = self.is_critical(ti, &req.critical_tools);
+            let open = !self.registry.get(self.tools[ti].target).breaker.would_admit(now);
+            if !critical && (open || self.drill()) {
+                trail.push(format!("tool:{name} {}", if open { "⊘open" } else { "⊘drill" }));
+                trail.miss(name);
+                trail.quality *= self.cfg.degradation.skip_quality;
+                continue;
+            }
+            offered.push(self.tools[ti].spec.clone());
+        }
+        let offered: Arc<[ToolSpec]> = offered.into();
+        let mut messages: Vec<Message> = req.messages.clone();
+        let max_steps = if req.max_steps > 0 { req.max_steps } else { DEFAULT_STEPS };
+        let max_tokens = if req.max_tokens > 0 { req.max_tokens } else { 1024 };
+        let mut last_text: Option<Arc<str>> = None;
+
+        for step in 0..max_steps {
+            if let Err(q) = self.sessions.step(&req.session) {
+                if step == 0 {
+                    return End::Failed(format!("Request refused: {q}."));
+                }
+                trail.miss("steps");
+                break;
+            }
+            let call = LlmCall {
+                request_id: req.id,
+                user: &req.user,
+                route: &req.route,
+                step,
+                messages: messages.as_slice().into(),
+                tools: offered.clone(),
+                max_tokens,
+            };
+            let r = self.call_llm(&call, &mut trail.tally).await;
+            self.push_hops(trail);
+            match r {
+                Err(LlmFailure::Budget(e)) => {
+                    *self.totals.budget_rejections.entry(req.user.clone()).or_insert(0) += 1;
+                    self.events.emit(EventKind::BudgetRejected {
+                        user: req.user.clone(),
+                        reason: e.to_string(),
+                    });
+                    return End::Failed(format!("Request refused: {e}."));
+                }
+                Err(LlmFailure::Exhausted) if step == 0 => {
+                    return self.no_model(req, route.cfg.defer && may_defer, trail);
+                }
+                Err(LlmFailure::Exhausted) => {
+                    // Feature degradation: answer with what the tools gave.
+                    trail.miss("llm");
+                    trail.quality *= 0.5;
+                    let text = last_text.unwrap_or_else(|| "Partial result: the assistant could not finish this request.".into());
+                    return End::Answer(text);
+                }
+                Ok((resp, mi)) => {
+                    self.sessions.add_tokens(&req.session, (resp.usage.input + resp.usage.output) as u64);
+                    if mi != primary {
+                        trail.fallback = true;
+                    }
+                    let q = self.models[mi].cfg.quality / self.models[primary].cfg.quality.max(1e-9);
+                    trail.model_q = trail.model_q.min(q.min(1.0));
+                    if resp.tool_calls.is_empty() {
+                        if !trail.partial && trail.stale_ms.is_none() {
+                            self.cache.put(Self::answer_key(req), resp.text.clone(), self.clock.now());
+                        }
+                        return End::Answer(resp.text);
+                    }
+                    let names: Vec<&str> = resp.tool_calls.iter().map(|c| c.name.as_str()).collect();
+                    messages.push(Message::new("assistant", format!("calling {}", names.join(", "))));
+                    for tc in &resp.tool_calls {
+                        let Some(&ti) = self.tool_index.get(&tc.name) else { continue };
+                        let critical = self.is_critical(ti, &req.critical_tools);
+                        match self.call_tool(req.id, ti, tc, critical, &mut trail.tally).await {
+                            Ok(text) => messages.push(Message::new("tool", &*text)),
+                            Err(f) => {
+                                let label = format!("tool:{} {}", tc.name, f.label());
+                                trail.push(label);
+                                if let Some((text, age)) = self.cached_tool(ti, tc) {
+                                    trail.push(format!("tool:{} cache", tc.name));
+                                    trail.fallback = true;
+                                    trail.quality *= self.cfg.degradation.cache_quality;
+                                    trail.stale_ms = Some(trail.stale_ms.unwrap_or(0).max(age.as_millis() as u64));
+                                    messages.push(Message::new("tool", &*text));
+                                } else if critical && route.cfg.defer && may_defer && self.spool.is_some() {
+                                    return self.defer(req, format!("critical tool {} unavailable ({})", tc.name, f.label()));
+                                } else {
+                                    trail.quality *= if critical { 0.5 } else { self.cfg.degradation.skip_quality };
+                                    trail.miss(&tc.name);
+                                    messages.push(Message::new("tool", format!("{} is unavailable", tc.name)));
+                                }
+                            }
+                        }
+                    }
+                    last_text = Some(format!("Partial result from tools: {}", names.join(", ")).into());
+                }
+            }
+        }
+        // Out of steps: feature degradation to one direct answer, no tools.
+        trail.miss("multi_step");
+        messages.push(Message::new("system", "Answer directly now, without tools."));
+        let call = LlmCall {
+            request_id: req.id,
+            user: &req.user,
+            route: &req.route,
+            step: max_steps,
+            messages: messages.into(),
+            tools: Arc::from(Vec::new()),
+            max_tokens,
+        };
+        let r = self.call_llm(&call, &mut trail.tally).await;
+        self.push_hops(trail);
+        match r {
+            Ok((resp, _)) => End::Answer(resp.text),
+            Err(_) => End::Answer(last_text.unwrap_or_else(|| "Partial result unavailable.".into())),
+        }
+    }
+
+    fn push_hops(&self, trail: &mut Trail) {
+        let new: Vec<String> = trail.tally.hops[trail.hops_seen..].iter().map(|h| self.hop_label(h)).collect();
+        trail.hops_seen = trail.tally.hops.len();
+        for l in new {
+            trail.push(l);
+        }
+    }
+
+    /// No model answered the first step: cached answer, defer, or fail.
+    fn no_model(&self, req: &AgentRequest, may_defer: bool, trail: &mut Trail) -> End {
+        let ttl = std::time::Duration::from_secs(self.cfg.degradation.answer_cache_ttl_s);
+        if let Some((text, age)) = self.cache.get(Self::answer_key(req), ttl, self.clock.now()) {
+            trail.push(format!("cache (age {}s)", age.as_secs()));
+            trail.fallback = true;
+            trail.quality *= self.cfg.degradation.cache_quality;
+            trail.stale_ms = Some(age.as_millis() as u64);
+            return End::Answer(text);
+        }
+        if may_defer && self.spool.is_some() {
+            return self.defer(req, "every model in the chain is unavailable".into());
+        }
+        End::Failed(self.cfg.degradation.user_message.clone())
+    }
+
+    fn defer(&self, req: &AgentRequest, reason: String) -> End {
+        let Some(spool) = &self.spool else {
+            return End::Failed(self.cfg.degradation.user_message.clone());
+        };
+        let d = Deferred {
+            request: req.clone(),
+            deferred_at_ms: self.clock.wall_ms(),
+            reason: reason.clone(),
+        };
+        if let Err(e) = spool.add(d) {
+            tracing::error!(error = %e, "cannot write to the spool; failing the request instead");
+            return End::Failed(self.cfg.degradation.user_message.clone());
+        }
+        self.events.emit(EventKind::Deferred { request: req.id, reason });
+        let mins = self.cfg.degradation.defer_retry_ms.div_ceil(60_000).max(1);
+        End::Deferred(format!(
+            "Your request is queued and will be completed as soon as the service recovers (we retry every {mins} min)."
+        ))
+    }
+
+    /// Whether a deferred request's dependencies look available again.
+    fn ready(&self, req: &AgentRequest) -> bool {
+        let now = self.clock.now();
+        let Some(route) = self.routes.get(&req.route) else { return true };
+        let model_ok = route.chain.iter().any(|&m| {
+            let m = &self.models[m];
+            self.registry.get(self.providers[m.provider].target).breaker.would_admit(now)
+                && self.registry.get(m.target).breaker.would_admit(now)
+        });
+        let tools_ok = req.tools.iter().filter_map(|n| self.tool_index.get(n)).all(|&ti| {
+            !self.is_critical(ti, &req.critical_tools) || self.registry.get(self.tools[ti].target).breaker.would_admit(now)
+        });
+        model_ok && tools_ok
+    }
+
+    /// One pass over the spool: re-drives requests whose dependencies
+    /// recovered; `force` ends every request (the last pass before exit).
+    /// Returns how many requests ended.
+    pub async fn redrive_deferred(&self, force: bool) -> usize {
+        let Some(spool) = &self.spool else { return 0 };
+        let mut ended = 0;
+        for d in spool.pending() {
+            let age = self.clock.wall_ms().saturating_sub(d.deferred_at_ms);
+            let expired = age >= self.cfg.degradation.defer_max_age_ms;
+            if !force && !expired && !self.ready(&d.request) {
+                continue;
+            }
+            let o = if expired && !force && !self.ready(&d.request) {
+                None
+            } else {
+                Some(self.run_once(&d.request, false).await)
+            };
+            let level = o.as_ref().map(|o| o.level).unwrap_or(Level::Failed);
+            if level == Level::Failed && !force && !expired {
+                continue;
+            }
+            if let Some(o) = &o {
+                self.totals.tokens.fetch_add(o.tokens, Ordering::Relaxed);
+                self.totals.cost_micro_usd.fetch_add((o.cost_usd * 1e6).round() as u64, Ordering::Relaxed);
+            }
+            if let Err(e) = spool.done(d.request.id, level.as_str()) {
+                tracing::error!(error = %e, "cannot record a deferred request's end");
+            }
+            self.totals.deferred_done[level.index()].fetch_add(1, Ordering::Relaxed);
+            self.events.emit(EventKind::DeferredDone {
+                request: d.request.id,
+                level: level.as_str(),
+            });
+            ended += 1;
+        }
+        ended
+    }
+
+    /// Re-drives the spool every `degradation.defer_retry_ms`, forever.
+    pub async fn run_deferred_loop(self: Arc<Self>) {
+        let every = std::time::Duration::from_millis(self.cfg.degradation.defer_retry_ms);
+        loop {
+            tokio::time::sleep(every).await;
+            self.redrive_deferred(false).await;
+        }
+    }
+}
+
+impl HopResult {
+    /// Whether the hop answered.
+    pub fn is_ok(&self) -> bool {
+        matches!(self, HopResult::Ok)
+    }
+}

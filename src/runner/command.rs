@@ -1,0 +1,173 @@
+//! Operator commands: serde-serialisable, applied by the runner, announced
+//! as events with who issued them.
+
+use super::Runner;
+use crate::provider::fault::FaultSpec;
+use crate::resilience::breaker::BreakerState;
+use crate::telemetry::events::EventKind;
+use serde::{Deserialize, Serialize};
+use std::sync::atomic::Ordering;
+
+/// What an operator can do.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "action", rename_all = "snake_case")]
+pub enum Command {
+    /// Force a breaker open.
+    ForceOpen {
+        /// `provider:x`, `model:x` or `tool:x`.
+        target: String,
+    },
+    /// Force a breaker closed.
+    ForceClosed {
+        /// Breaker name.
+        target: String,
+    },
+    /// Turn a breaker off (metrics only).
+    Disable {
+        /// Breaker name.
+        target: String,
+    },
+    /// Return a breaker to automatic, closed.
+    Reset {
+        /// Breaker name.
+        target: String,
+    },
+    /// Freeze a provider's limiter refills until unfrozen.
+    FreezeRefill {
+        /// Provider name (`openai` or `provider:openai`).
+        target: String,
+    },
+    /// Resume a provider's limiter refills.
+    UnfreezeRefill {
+        /// Provider name.
+        target: String,
+    },
+    /// Set a mock target's fault.
+    SetFault {
+        /// `provider:x` or `tool:x`.
+        target: String,
+        /// The fault.
+        fault: FaultSpec,
+    },
+    /// Drill mode on: every non-critical tool takes its degradation branch.
+    DrillOn,
+    /// Drill mode off.
+    DrillOff,
+}
+
+/// Why a command could not be applied.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum CommandError {
+    /// No such breaker, provider or mock target.
+    #[error("unknown target `{0}`; expected one of: {1}")]
+    UnknownTarget(String, String),
+}
+
+impl Command {
+    /// The action's snake_case name.
+    pub fn action(&self) -> &'static str {
+        match self {
+            Command::ForceOpen { .. } => "force_open",
+            Command::ForceClosed { .. } => "force_closed",
+            Command::Disable { .. } => "disable",
+            Command::Reset { .. } => "reset",
+            Command::FreezeRefill { .. } => "freeze_refill",
+            Command::UnfreezeRefill { .. } => "unfreeze_refill",
+            Command::SetFault { .. } => "set_fault",
+            Command::DrillOn => "drill_on",
+            Command::DrillOff => "drill_off",
+        }
+    }
+
+    /// What it applies to (`*` for drill mode).
+    pub fn target(&self) -> &str {
+        match self {
+            Command::ForceOpen { target }
+            | Command::ForceClosed { target }
+            | Command::Disable { target }
+            | Command::Reset { target }
+            | Command::FreezeRefill { target }
+            | Command::UnfreezeRefill { target }
+            | Command::SetFault { target, .. } => target,
+            Command::DrillOn | Command::DrillOff => "*",
+        }
+    }
+}
+
+impl Runner {
+    /// Applies an operator command issued by `by`; the result is announced
+    /// as an event either way.
+    pub fn apply(&self, cmd: &Command, by: &str) -> Result<(), CommandError> {
+        let r = self.apply_inner(cmd, by);
+        self.events.emit(EventKind::Operator {
+            action: cmd.action().into(),
+            target: cmd.target().into(),
+            by: by.into(),
+            result: match &r {
+                Ok(s) => s.clone(),
+                Err(e) => format!("rejected: {e}"),
+            },
+        });
+        r.map(|_| ())
+    }
+
+    fn apply_inner(&self, cmd: &Command, by: &str) -> Result<String, CommandError> {
+        let now = self.clock.now();
+        let breaker = |name: &str| {
+            self.registry.find(name).ok_or_else(|| {
+                let all: Vec<&str> = self.registry.iter().map(|t| t.name.as_str()).collect();
+                CommandError::UnknownTarget(name.into(), all.join(", "))
+            })
+        };
+        let limiter = |name: &str| {
+            let n = name.strip_prefix("provider:").unwrap_or(name);
+            self.providers.iter().find(|p| p.name == n).map(|p| &p.limiter).ok_or_else(|| {
+                let all: Vec<&str> = self.providers.iter().map(|p| p.name.as_str()).collect();
+                CommandError::UnknownTarget(name.into(), all.join(", "))
+            })
+        };
+        let reason = |what: &str| format!("operator {by}: {what}");
+        Ok(match cmd {
+            Command::ForceOpen { target } => {
+                breaker(target)?.breaker.set_state(BreakerState::ForcedOpen, &reason("force open"), now);
+                "forced open".into()
+            }
+            Command::ForceClosed { target } => {
+                breaker(target)?.breaker.set_state(BreakerState::ForcedClosed, &reason("force closed"), now);
+                "forced closed".into()
+            }
+            Command::Disable { target } => {
+                breaker(target)?.breaker.set_state(BreakerState::Disabled, &reason("disable (metrics only)"), now);
+                "disabled".into()
+            }
+            Command::Reset { target } => {
+                breaker(target)?.breaker.set_state(BreakerState::Closed, &reason("reset to automatic"), now);
+                "reset".into()
+            }
+            Command::FreezeRefill { target } => {
+                limiter(target)?.freeze(now);
+                "refills frozen".into()
+            }
+            Command::UnfreezeRefill { target } => {
+                limiter(target)?.unfreeze(now);
+                "refills resumed".into()
+            }
+            Command::SetFault { target, fault } => {
+                if self.registry.find(target).is_none() || target.starts_with("model:") {
+                    let all: Vec<&str> = self.registry.iter().map(|t| t.name.as_str()).filter(|n| !n.starts_with("model:")).collect();
+                    return Err(CommandError::UnknownTarget(target.clone(), all.join(", ")));
+                }
+                self.faults.set(target, fault.clone());
+                format!("fault {}", fault.fault.label())
+            }
+            Command::DrillOn => {
+                self.drill.store(true, Ordering::Relaxed);
+                "drill mode on".into()
+            }
+            Command::DrillOff => {
+                self.drill.store(false, Ordering::Relaxed);
+                "drill mode off".into()
+            }
+        })
+    }
+}

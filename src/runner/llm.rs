@@ -1,0 +1,344 @@
+//! One LLM call through the route's fallback chain: plan (skip models whose
+//! breaker is open or that break the latency SLA; prefer cheap tiers under
+//! budget pressure), then per model: budget reservation → limiter → breakers
+//! → provider call with retries → settle and calibrate.
+
+use super::{ModelSlot, Runner};
+use crate::provider::{ErrorKind, LlmRequest, LlmResponse, Message, ProviderError, ToolSpec};
+use crate::resilience::breaker::{CallRecord, FailureKind};
+use crate::resilience::budget::BudgetExceeded;
+use crate::resilience::retry::backoff;
+use crate::runner::registry::TargetStats as S;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// One LLM call's inputs.
+#[derive(Clone, Debug)]
+pub struct LlmCall<'a> {
+    /// The agent request.
+    pub request_id: u64,
+    /// Who pays.
+    pub user: &'a str,
+    /// Route name.
+    pub route: &'a str,
+    /// Step of the agent loop.
+    pub step: u32,
+    /// The conversation.
+    pub messages: Arc<[Message]>,
+    /// Tools the model may call (tool calls are validated against these).
+    pub tools: Arc<[ToolSpec]>,
+    /// Output cap on the preferred model.
+    pub max_tokens: u32,
+}
+
+/// What happened at one model of the chain.
+#[derive(Clone, Debug, PartialEq)]
+pub enum HopResult {
+    /// Answered.
+    Ok,
+    /// Skipped: breaker open (provider or model).
+    Open,
+    /// Skipped: no rate-limit capacity in time.
+    Rate,
+    /// Skipped: recent latency breaks the route's SLA.
+    Sla,
+    /// Failed (after retries).
+    Failed(ErrorKind, Option<u16>),
+    /// Answered with an invalid tool call.
+    Semantic(String),
+}
+
+/// One model of the chain and how it went.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Hop {
+    /// Model index.
+    pub model: usize,
+    /// Result.
+    pub result: HopResult,
+    /// Attempts made (1 + retries).
+    pub tries: u32,
+}
+
+/// Accounting for one agent request across all its calls.
+#[derive(Clone, Debug, Default)]
+pub struct Tally {
+    /// Chain steps walked, in order.
+    pub hops: Vec<Hop>,
+    /// Tokens consumed.
+    pub tokens: u64,
+    /// Tokens consumed by failed calls.
+    pub wasted: u64,
+    /// Cost (USD).
+    pub cost: f64,
+    /// Provider and tool attempts.
+    pub attempts: u32,
+}
+
+/// Why no model answered.
+#[derive(Clone, Debug, PartialEq)]
+pub enum LlmFailure {
+    /// A budget refused the call.
+    Budget(BudgetExceeded),
+    /// Every model was skipped or failed.
+    Exhausted,
+}
+
+impl Runner {
+    /// The display name of a hop, e.g. `gpt-4o ✗503×3`.
+    pub fn hop_label(&self, h: &Hop) -> String {
+        let m = &self.models[h.model].name;
+        let tries = if h.tries > 1 { format!("×{}", h.tries) } else { String::new() };
+        match &h.result {
+            HopResult::Ok => format!("{m} ✓{tries}"),
+            HopResult::Open => format!("{m} ⊘open"),
+            HopResult::Rate => format!("{m} ⏳rate"),
+            HopResult::Sla => format!("{m} ⌛sla"),
+            HopResult::Failed(k, s) => format!("{m} ✗{}{tries}", k.label(*s)),
+            HopResult::Semantic(_) => format!("{m} ✗semantic"),
+        }
+    }
+
+    /// The order in which the route's models are tried now.
+    fn plan(&self, route: &super::RouteSlot, now_ms: u64) -> Vec<usize> {
+        let mut order = route.chain.clone();
+        if self.budgets.global_pressure(now_ms) > self.cfg.budgets.soft_ratio {
+            order.sort_by_key(|&m| self.models[m].cfg.tier);
+        }
+        order
+    }
+
+    fn admits(&self, m: &ModelSlot, now: tokio::time::Instant) -> bool {
+        let p = &self.providers[m.provider];
+        self.registry.get(p.target).breaker.would_admit(now) && self.registry.get(m.target).breaker.would_admit(now)
+    }
+
+    /// Runs one LLM call through the chain.
+    pub async fn call_llm(&self, call: &LlmCall<'_>, tally: &mut Tally) -> Result<(LlmResponse, usize), LlmFailure> {
+        let Some(route) = self.routes.get(call.route) else {
+            return Err(LlmFailure::Exhausted);
+        };
+        let now = self.clock.now();
+        let order = self.plan(route, self.clock.ms_at(now));
+        let last_viable = order.iter().rposition(|&m| self.admits(&self.models[m], now));
+        let factor = route.cfg.max_tokens_factor;
+        let mut hop_no = 0i32;
+        for (pos, &mi) in order.iter().enumerate() {
+            let m = &self.models[mi];
+            let p = &self.providers[m.provider];
+            let (pt, mt) = (self.registry.get(p.target), self.registry.get(m.target));
+            let now = self.clock.now();
+            if !self.admits(m, now) {
+                let t = if pt.breaker.would_admit(now) { mt } else { pt };
+                S::bump(&t.stats.rejected_open);
+                tally.hops.push(Hop { model: mi, result: HopResult::Open, tries: 0 });
+                continue;
+            }
+            let sla = route.cfg.latency_sla_ms;
+            if sla > 0 && m.latency_ms.load(Ordering::Relaxed) > sla && Some(pos) != last_viable {
+                tally.hops.push(Hop { model: mi, result: HopResult::Sla, tries: 0 });
+                continue;
+            }
+            let max_tokens = ((call.max_tokens as f64 * factor.powi(hop_no)).round() as u32).max(16);
+            let messages = if hop_no > 0 && route.cfg.trim_prompt_on_fallback {
+                trim(&call.messages)
+            } else {
+                call.messages.clone()
+            };
+            hop_no += 1;
+            let req = LlmRequest {
+                request_id: call.request_id,
+                step: call.step,
+                attempt: 0,
+                model: m.name.clone(),
+                messages,
+                tools: call.tools.clone(),
+                max_tokens,
+            };
+            match self.try_model(call, mi, req, Some(pos) == last_viable, tally).await? {
+                Ok((resp, tries)) => {
+                    tally.hops.push(Hop { model: mi, result: HopResult::Ok, tries });
+                    return Ok((resp, mi));
+                }
+                Err(hop) => tally.hops.push(hop),
+            }
+        }
+        Err(LlmFailure::Exhausted)
+    }
+
+    /// Tries one model, with retries; `Ok(Err(hop))` means "go to the next".
+    async fn try_model(
+        &self,
+        call: &LlmCall<'_>,
+        mi: usize,
+        mut req: LlmRequest,
+        wait_for_capacity: bool,
+        tally: &mut Tally,
+    ) -> Result<Result<(LlmResponse, u32), Hop>, LlmFailure> {
+        let m = &self.models[mi];
+        let p = &self.providers[m.provider];
+        let (pt, mt) = (self.registry.get(p.target), self.registry.get(m.target));
+        let chars = req.prompt_chars();
+        let mut attempt = 0u32;
+        loop {
+            let now = self.clock.now();
+            let now_ms = self.clock.ms_at(now);
+            let est = p.limiter.estimate(chars, req.max_tokens);
+            let res = self
+                .budgets
+                .reserve(call.user, est.total(), m.cost(est.input, est.output), now_ms)
+                .map_err(LlmFailure::Budget)?;
+            let permit = if wait_for_capacity {
+                p.limiter.acquire(est).await.ok()
+            } else {
+                let r = p.limiter.try_acquire(est, now).ok();
+                if r.is_none() {
+                    p.limiter.count_rejected();
+                }
+                r
+            };
+            let Some(permit) = permit else {
+                self.budgets.settle(call.user, res, 0, 0.0, self.clock.elapsed_ms());
+                S::bump(&pt.stats.rejected_rate);
+                return Ok(Err(Hop { model: mi, result: HopResult::Rate, tries: attempt }));
+            };
+            let now = self.clock.now();
+            let pp = match pt.breaker.try_acquire(now) {
+                Ok(pp) => pp,
+                Err(_) => {
+                    p.limiter.release(permit, now);
+                    self.budgets.settle(call.user, res, 0, 0.0, self.clock.ms_at(now));
+                    S::bump(&pt.stats.rejected_open);
+                    return Ok(Err(Hop { model: mi, result: HopResult::Open, tries: attempt }));
+                }
+            };
+            let mp = match mt.breaker.try_acquire(now) {
+                Ok(mp) => mp,
+                Err(_) => {
+                    pt.breaker.cancel(pp);
+                    p.limiter.release(permit, now);
+                    self.budgets.settle(call.user, res, 0, 0.0, self.clock.ms_at(now));
+                    S::bump(&mt.stats.rejected_open);
+                    return Ok(Err(Hop { model: mi, result: HopResult::Open, tries: attempt }));
+                }
+            };
+            S::bump(&pt.stats.attempts);
+            S::bump(&mt.stats.attempts);
+            tally.attempts += 1;
+            req.attempt = attempt;
+            let t0 = self.clock.now();
+            let result = match tokio::time::timeout(p.timeout, p.client.complete(&req)).await {
+                Ok(r) => r,
+                Err(_) => Err(ProviderError::new(ErrorKind::Timeout, None, "provider call timed out")),
+            };
+            let end = self.clock.now();
+            let latency = end.saturating_duration_since(t0);
+            let end_ms = self.clock.ms_at(end);
+            let lat_ms = latency.as_millis() as u64;
+            for t in [pt, mt] {
+                t.stats.latency_ms_sum.fetch_add(lat_ms, Ordering::Relaxed);
+            }
+            let old = m.latency_ms.load(Ordering::Relaxed);
+            m.latency_ms.store(if old == 0 { lat_ms } else { (old * 4 + lat_ms) / 5 }, Ordering::Relaxed);
+            match result {
+                Ok(resp) => {
+                    let u = resp.usage;
+                    let tokens = u.input + u.output;
+                    let cost = m.cost(u.input, u.output);
+                    p.limiter.settle(permit, u.input, u.output, end);
+                    p.limiter.calibrate(&resp.rate, end);
+                    self.budgets.settle(call.user, res, tokens, cost, end_ms);
+                    tally.tokens += tokens as u64;
+                    tally.cost += cost;
+                    let semantic = resp.tool_calls.iter().find_map(|c| crate::tools::validate_call(c, &req.tools).err());
+                    let rec = CallRecord {
+                        failure: semantic.as_ref().map(|_| FailureKind::Semantic),
+                        latency,
+                        tokens,
+                        tokens_per_s: resp.tokens_per_s,
+                    };
+                    pt.breaker.record(pp, &rec, end);
+                    mt.breaker.record(mp, &rec, end);
+                    if let Some(why) = semantic {
+                        for t in [pt, mt] {
+                            S::bump(&t.stats.failed);
+                            S::bump(&t.stats.semantic);
+                        }
+                        tally.wasted += tokens as u64;
+                        return Ok(Err(Hop { model: mi, result: HopResult::Semantic(why), tries: attempt + 1 }));
+                    }
+                    let slow_tokens = rec.tokens_per_s.is_some_and(|t| t < self.cfg.breaker_for(&mt.name).min_tokens_per_s);
+                    let outcome = if slow_tokens { &mt.stats.failed } else { &mt.stats.ok };
+                    S::bump(outcome);
+                    S::bump(if slow_tokens { &pt.stats.failed } else { &pt.stats.ok });
+                    return Ok(Ok((resp, attempt + 1)));
+                }
+                Err(e) => {
+                    let u = e.usage;
+                    let tokens = u.input + u.output;
+                    let cost = m.cost(u.input, u.output);
+                    p.limiter.settle(permit, u.input, u.output, end);
+                    if e.kind == ErrorKind::RateLimited {
+                        p.limiter.count_rate_limited();
+                    }
+                    p.limiter.calibrate(&e.rate, end);
+                    self.budgets.settle(call.user, res, tokens, cost, end_ms);
+                    tally.tokens += tokens as u64;
+                    tally.wasted += tokens as u64;
+                    tally.cost += cost;
+                    let rec = CallRecord {
+                        failure: Some(e.kind.failure()),
+                        latency,
+                        tokens,
+                        tokens_per_s: None,
+                    };
+                    pt.breaker.record(pp, &rec, end);
+                    mt.breaker.record(mp, &rec, end);
+                    for t in [pt, mt] {
+                        S::bump(&t.stats.failed);
+                        if e.kind == ErrorKind::Timeout {
+                            S::bump(&t.stats.timeouts);
+                        }
+                        if rec.failure == Some(FailureKind::Client) {
+                            S::bump(&t.stats.bad_request);
+                        }
+                    }
+                    let wait = backoff(&self.cfg.retry, self.seed, call.request_id ^ ((call.step as u64) << 40), attempt, e.retry_after);
+                    let retry = e.kind.retryable()
+                        && attempt < self.cfg.retry.max_retries
+                        && e.retry_after.is_none_or(|ra| ra <= Duration::from_millis(self.cfg.retry.cap_ms))
+                        && self.admits(m, end)
+                        && self.retry_budget.try_withdraw(end);
+                    if !retry {
+                        return Ok(Err(Hop {
+                            model: mi,
+                            result: HopResult::Failed(e.kind, e.status),
+                            tries: attempt + 1,
+                        }));
+                    }
+                    S::bump(&pt.stats.retries);
+                    S::bump(&mt.stats.retries);
+                    tokio::time::sleep(wait).await;
+                    attempt += 1;
+                }
+            }
+        }
+    }
+}
+
+/// The conversation cut down for a fallback hop: system messages and the
+/// last user turn with what followed it.
+fn trim(messages: &Arc<[Message]>) -> Arc<[Message]> {
+    let Some(last_user) = messages.iter().rposition(|m| m.role == "user") else {
+        return messages.clone();
+    };
+    if messages[..last_user].iter().all(|m| m.role == "system") {
+        return messages.clone();
+    }
+    messages
+        .iter()
+        .enumerate()
+        .filter(|(i, m)| m.role == "system" || *i >= last_user)
+        .map(|(_, m)| m.clone())
+        .collect()
+}

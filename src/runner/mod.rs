@@ -1,0 +1,359 @@
+//! The resilience runner: the one place an agent request goes through every
+//! layer (session quota → budgets → limiter → breakers → provider/tool with
+//! retries → degradation), emits events, and ends in exactly one outcome.
+
+pub mod agent;
+pub mod command;
+pub mod llm;
+pub mod outcome;
+pub mod registry;
+pub mod request;
+pub mod tool;
+
+use crate::clock::{Clock, Seed};
+use crate::config::{Config, ModelConfig, RouteConfig, ToolConfig};
+use crate::provider::fault::FaultTable;
+use crate::provider::mock::MockProvider;
+use crate::provider::{Provider, ToolSpec};
+use crate::resilience::breaker::Breaker;
+use crate::resilience::budget::Budgets;
+use crate::resilience::bulkhead::Bulkhead;
+use crate::resilience::cache::ResultCache;
+use crate::resilience::defer::{Spool, SpoolError};
+use crate::resilience::limiter::Limiter;
+use crate::resilience::retry::RetryBudget;
+use crate::resilience::session::Sessions;
+use crate::telemetry::events::EventBus;
+use crate::tools::{MockTools, ToolExecutor};
+use dashmap::DashMap;
+use outcome::Level;
+use registry::Registry;
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// A provider as the runner holds it.
+pub struct ProviderSlot {
+    /// Name (`openai`).
+    pub name: String,
+    /// Its breaker target.
+    pub target: usize,
+    /// Its rate limiter.
+    pub limiter: Limiter,
+    /// The client.
+    pub client: Arc<dyn Provider>,
+    /// Per-call timeout.
+    pub timeout: Duration,
+}
+
+/// A model as the runner holds it.
+pub struct ModelSlot {
+    /// Name (`gpt-4o`).
+    pub name: Arc<str>,
+    /// Index of its provider.
+    pub provider: usize,
+    /// Its breaker target.
+    pub target: usize,
+    /// Prices, tier, quality.
+    pub cfg: ModelConfig,
+    /// Recent latency (EWMA, ms), for latency SLAs.
+    pub latency_ms: AtomicU64,
+}
+
+impl ModelSlot {
+    /// Cost of a call in USD.
+    #[inline]
+    pub fn cost(&self, input: u32, output: u32) -> f64 {
+        (input as f64 * self.cfg.input_per_m + output as f64 * self.cfg.output_per_m) / 1e6
+    }
+}
+
+/// A route as the runner holds it.
+pub struct RouteSlot {
+    /// Name.
+    pub name: String,
+    /// Model indices, in preference order.
+    pub chain: Vec<usize>,
+    /// Settings.
+    pub cfg: RouteConfig,
+}
+
+/// A tool as the runner holds it.
+pub struct ToolSlot {
+    /// Name.
+    pub name: String,
+    /// Its breaker target.
+    pub target: usize,
+    /// Settings.
+    pub cfg: ToolConfig,
+    /// Its pool.
+    pub bulkhead: Bulkhead,
+    /// What the model sees.
+    pub spec: ToolSpec,
+}
+
+/// Totals over the run.
+#[derive(Default)]
+pub struct Totals {
+    /// Requests received.
+    pub requests: AtomicU64,
+    /// Outcomes by level.
+    pub by_level: [AtomicU64; 5],
+    /// Tokens consumed.
+    pub tokens: AtomicU64,
+    /// Tokens consumed by failed calls.
+    pub wasted: AtomicU64,
+    /// Cost in micro-dollars.
+    pub cost_micro_usd: AtomicU64,
+    /// Budget rejections per user.
+    pub budget_rejections: DashMap<String, u64>,
+    /// Deferred requests finally completed, by level.
+    pub deferred_done: [AtomicU64; 5],
+}
+
+/// What the runner is built from besides its config.
+pub struct RunnerParts {
+    /// The clock.
+    pub clock: Clock,
+    /// The seed.
+    pub seed: Seed,
+    /// Provider clients by provider name; missing ones get the mock.
+    pub providers: HashMap<String, Arc<dyn Provider>>,
+    /// The tool executor (default: mock tools).
+    pub tools: Option<Arc<dyn ToolExecutor>>,
+    /// Faults of the mock fleet.
+    pub faults: Arc<FaultTable>,
+    /// Spool file for deferred requests (None = no defer).
+    pub spool: Option<PathBuf>,
+}
+
+impl RunnerParts {
+    /// Mock fleet, given clock and seed, no spool.
+    pub fn mock(clock: Clock, seed: Seed) -> Self {
+        Self {
+            clock,
+            seed,
+            providers: HashMap::new(),
+            tools: None,
+            faults: Arc::new(FaultTable::default()),
+            spool: None,
+        }
+    }
+}
+
+/// The runner.
+pub struct Runner {
+    pub(crate) cfg: Config,
+    pub(crate) clock: Clock,
+    pub(crate) seed: Seed,
+    pub(crate) events: Arc<EventBus>,
+    pub(crate) registry: Registry,
+    pub(crate) providers: Vec<ProviderSlot>,
+    pub(crate) models: Vec<ModelSlot>,
+    pub(crate) routes: HashMap<String, RouteSlot>,
+    pub(crate) tools: Vec<ToolSlot>,
+    pub(crate) tool_index: HashMap<String, usize>,
+    pub(crate) executor: Arc<dyn ToolExecutor>,
+    pub(crate) budgets: Budgets,
+    pub(crate) sessions: Sessions,
+    pub(crate) retry_budget: RetryBudget,
+    pub(crate) cache: ResultCache,
+    pub(crate) spool: Option<Spool>,
+    pub(crate) faults: Arc<FaultTable>,
+    pub(crate) drill: AtomicBool,
+    pub(crate) totals: Totals,
+}
+
+impl Runner {
+    /// Builds a runner from a validated config.
+    pub fn new(cfg: Config, parts: RunnerParts) -> Result<Arc<Self>, SpoolError> {
+        let RunnerParts {
+            clock,
+            seed,
+            mut providers,
+            tools,
+            faults,
+            spool,
+        } = parts;
+        let now = clock.now();
+        let events = EventBus::new(clock, 2_000);
+        let mut registry = Registry::default();
+        let breaker = |reg: &mut Registry, name: String| {
+            let b = Breaker::new(&name, cfg.breaker_for(&name).clone(), events.clone(), now);
+            reg.add(name, b)
+        };
+        let mut provider_slots = Vec::new();
+        let mut provider_index = HashMap::new();
+        for (name, p) in &cfg.providers {
+            let target = breaker(&mut registry, format!("provider:{name}"));
+            let client = providers
+                .remove(name)
+                .unwrap_or_else(|| Arc::new(MockProvider::new(name, seed, faults.clone())));
+            provider_index.insert(name.clone(), provider_slots.len());
+            provider_slots.push(ProviderSlot {
+                name: name.clone(),
+                target,
+                limiter: Limiter::new(name, p, cfg.limiter.clone(), events.clone(), now),
+                client,
+                timeout: Duration::from_millis(p.timeout_ms),
+            });
+        }
+        let mut models = Vec::new();
+        let mut model_index = HashMap::new();
+        for (name, m) in &cfg.models {
+            let target = breaker(&mut registry, format!("model:{name}"));
+            model_index.insert(name.clone(), models.len());
+            models.push(ModelSlot {
+                name: name.as_str().into(),
+                provider: provider_index[&m.provider],
+                target,
+                cfg: m.clone(),
+                latency_ms: AtomicU64::new(0),
+            });
+        }
+        let routes = cfg
+            .routes
+            .iter()
+            .map(|(name, r)| {
+                let chain = r.chain.iter().map(|m| model_index[m]).collect();
+                (
+                    name.clone(),
+                    RouteSlot {
+                        name: name.clone(),
+                        chain,
+                        cfg: r.clone(),
+                    },
+                )
+            })
+            .collect();
+        let specs = crate::tools::specs(&cfg);
+        let mut tool_slots = Vec::new();
+        let mut tool_index = HashMap::new();
+        for ((name, t), spec) in cfg.tools.iter().zip(specs) {
+            let target = breaker(&mut registry, format!("tool:{name}"));
+            tool_index.insert(name.clone(), tool_slots.len());
+            tool_slots.push(ToolSlot {
+                name: name.clone(),
+                target,
+                cfg: t.clone(),
+                bulkhead: Bulkhead::new(t.pool, t.queue),
+                spec,
+            });
+        }
+        let spool = spool.map(|p| Spool::open(&p)).transpose()?;
+        Ok(Arc::new(Self {
+            executor: tools.unwrap_or_else(|| Arc::new(MockTools::new(seed, faults.clone()))),
+            budgets: Budgets::new(cfg.budgets.clone(), events.clone()),
+            sessions: Sessions::new(cfg.sessions.clone()),
+            retry_budget: RetryBudget::new(&cfg.retry, now),
+            cache: ResultCache::new(cfg.degradation.cache_capacity),
+            cfg,
+            clock,
+            seed,
+            events,
+            registry,
+            providers: provider_slots,
+            models,
+            routes,
+            tools: tool_slots,
+            tool_index,
+            spool,
+            faults,
+            drill: AtomicBool::new(false),
+            totals: Totals::default(),
+        }))
+    }
+
+    /// The configuration in force.
+    pub fn config(&self) -> &Config {
+        &self.cfg
+    }
+
+    /// The clock.
+    pub fn clock(&self) -> &Clock {
+        &self.clock
+    }
+
+    /// The event bus.
+    pub fn events(&self) -> &Arc<EventBus> {
+        &self.events
+    }
+
+    /// Every breaker target.
+    pub fn registry(&self) -> &Registry {
+        &self.registry
+    }
+
+    /// The providers.
+    pub fn providers(&self) -> &[ProviderSlot] {
+        &self.providers
+    }
+
+    /// The models.
+    pub fn models(&self) -> &[ModelSlot] {
+        &self.models
+    }
+
+    /// The routes.
+    pub fn routes(&self) -> &HashMap<String, RouteSlot> {
+        &self.routes
+    }
+
+    /// The tools.
+    pub fn tools(&self) -> &[ToolSlot] {
+        &self.tools
+    }
+
+    /// The budgets.
+    pub fn budgets(&self) -> &Budgets {
+        &self.budgets
+    }
+
+    /// The session quotas.
+    pub fn sessions(&self) -> &Sessions {
+        &self.sessions
+    }
+
+    /// The mock fleet's faults.
+    pub fn faults(&self) -> &Arc<FaultTable> {
+        &self.faults
+    }
+
+    /// The deferred-request spool, if deferring is on.
+    pub fn spool(&self) -> Option<&Spool> {
+        self.spool.as_ref()
+    }
+
+    /// Whether fault-drill mode is on.
+    pub fn drill(&self) -> bool {
+        self.drill.load(Ordering::Relaxed)
+    }
+
+    /// Run totals.
+    pub fn totals(&self) -> &Totals {
+        &self.totals
+    }
+
+    /// Outcomes so far by level.
+    pub fn by_level(&self) -> [u64; 5] {
+        let mut out = [0; 5];
+        for l in Level::ALL {
+            out[l.index()] = self.totals.by_level[l.index()].load(Ordering::Relaxed);
+        }
+        out
+    }
+
+    /// Moves time-driven breaker transitions and evicts idle users and
+    /// sessions; call periodically (the publisher does).
+    pub fn maintain(&self) {
+        let now = self.clock.now();
+        for t in self.registry.iter() {
+            t.breaker.tick(now);
+        }
+        let ms = self.clock.ms_at(now);
+        self.budgets.evict_idle(ms);
+        self.sessions.evict_idle(ms);
+    }
+}

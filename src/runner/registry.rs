@@ -1,0 +1,144 @@
+//! Every breaker target (providers, models, tools) with its counters, in a
+//! registry that views can enumerate.
+
+use crate::resilience::breaker::Breaker;
+use serde::Serialize;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// Counters of one target, by outcome.
+#[derive(Default)]
+pub struct TargetStats {
+    /// Calls made (including retries).
+    pub attempts: AtomicU64,
+    /// Calls that succeeded.
+    pub ok: AtomicU64,
+    /// Calls that failed.
+    pub failed: AtomicU64,
+    /// Calls not made because the breaker was open.
+    pub rejected_open: AtomicU64,
+    /// Calls not made for lack of rate/pool capacity.
+    pub rejected_rate: AtomicU64,
+    /// Retries made.
+    pub retries: AtomicU64,
+    /// Failures that were timeouts.
+    pub timeouts: AtomicU64,
+    /// Semantic failures (hallucinated tools, bad arguments).
+    pub semantic: AtomicU64,
+    /// Client errors (4xx, never retried).
+    pub bad_request: AtomicU64,
+    /// Sum of latencies of finished calls (ms).
+    pub latency_ms_sum: AtomicU64,
+}
+
+/// A copy of the counters for summaries and views.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct StatsView {
+    /// Calls made.
+    pub attempts: u64,
+    /// Successes.
+    pub ok: u64,
+    /// Failures.
+    pub failed: u64,
+    /// Short-circuited by an open breaker.
+    pub rejected_open: u64,
+    /// Rejected for capacity.
+    pub rejected_rate: u64,
+    /// Retries.
+    pub retries: u64,
+    /// Timeouts among the failures.
+    #[serde(skip)]
+    pub timeouts: u64,
+    /// Semantic failures among the failures.
+    #[serde(skip)]
+    pub semantic: u64,
+    /// Client errors among the failures.
+    #[serde(skip)]
+    pub bad_request: u64,
+    /// Mean latency (ms).
+    #[serde(skip)]
+    pub mean_latency_ms: u64,
+}
+
+impl TargetStats {
+    /// Adds one to a counter.
+    #[inline]
+    pub fn bump(c: &AtomicU64) {
+        c.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// A copy of the counters.
+    pub fn view(&self) -> StatsView {
+        let l = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        let done = l(&self.ok) + l(&self.failed);
+        StatsView {
+            attempts: l(&self.attempts),
+            ok: l(&self.ok),
+            failed: l(&self.failed),
+            rejected_open: l(&self.rejected_open),
+            rejected_rate: l(&self.rejected_rate),
+            retries: l(&self.retries),
+            timeouts: l(&self.timeouts),
+            semantic: l(&self.semantic),
+            bad_request: l(&self.bad_request),
+            mean_latency_ms: l(&self.latency_ms_sum).checked_div(done).unwrap_or(0),
+        }
+    }
+}
+
+/// One target: its breaker and counters.
+pub struct Target {
+    /// `provider:x`, `model:x` or `tool:x`.
+    pub name: String,
+    /// Its breaker.
+    pub breaker: Breaker,
+    /// Its counters.
+    pub stats: TargetStats,
+}
+
+/// All targets, addressable by index or name.
+#[derive(Default)]
+pub struct Registry {
+    targets: Vec<Target>,
+    index: HashMap<String, usize>,
+}
+
+impl Registry {
+    /// Adds a target; returns its index.
+    pub fn add(&mut self, name: String, breaker: Breaker) -> usize {
+        let i = self.targets.len();
+        self.index.insert(name.clone(), i);
+        self.targets.push(Target {
+            name,
+            breaker,
+            stats: TargetStats::default(),
+        });
+        i
+    }
+
+    /// The target at `i`.
+    #[inline]
+    pub fn get(&self, i: usize) -> &Target {
+        &self.targets[i]
+    }
+
+    /// The target named `name`.
+    pub fn find(&self, name: &str) -> Option<&Target> {
+        self.index.get(name).map(|&i| &self.targets[i])
+    }
+
+    /// Every target, in registration order.
+    pub fn iter(&self) -> impl Iterator<Item = &Target> {
+        self.targets.iter()
+    }
+
+    /// Number of targets.
+    pub fn len(&self) -> usize {
+        self.targets.len()
+    }
+
+    /// Whether there are none.
+    pub fn is_empty(&self) -> bool {
+        self.targets.is_empty()
+    }
+}

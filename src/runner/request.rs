@@ -1,0 +1,28 @@
+//! What comes into the runner: an agent request.
+
+use crate::provider::Message;
+use serde::{Deserialize, Serialize};
+
+/// One agent request: a user's question run through the agent loop.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct AgentRequest {
+    /// Unique id.
+    pub id: u64,
+    /// Who asked (budgets are per user).
+    pub user: String,
+    /// Conversation/session (quotas are per session).
+    pub session: String,
+    /// Route name (which chain of models).
+    pub route: String,
+    /// The conversation so far.
+    pub messages: Vec<Message>,
+    /// Names of the tools the agent may use.
+    pub tools: Vec<String>,
+    /// Tools this request cannot do without (in addition to configured ones).
+    pub critical_tools: Vec<String>,
+    /// Output cap per LLM call.
+    pub max_tokens: u32,
+    /// LLM steps allowed (0 = the session default).
+    pub max_steps: u32,
+}

@@ -1,0 +1,135 @@
+//! One tool call: drill mode → breaker → bulkhead → call with retries (only
+//! for idempotent tools) → record. Successful results feed the cache.
+
+use super::llm::Tally;
+use super::Runner;
+use crate::clock::hash_str;
+use crate::provider::{ErrorKind, ProviderError, ToolCall};
+use crate::resilience::breaker::CallRecord;
+use crate::resilience::retry::backoff;
+use crate::runner::registry::TargetStats as S;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Why a tool gave no result.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ToolFailure {
+    /// Drill mode forces non-critical tools through their degradation branch.
+    Drill,
+    /// Its breaker is open.
+    Open,
+    /// Its pool and queue are full.
+    PoolFull,
+    /// It failed (after retries); the label says how (`503`, `timeout`).
+    Failed(String),
+}
+
+impl ToolFailure {
+    /// A short label for chains.
+    pub fn label(&self) -> String {
+        match self {
+            ToolFailure::Drill => "⊘drill".into(),
+            ToolFailure::Open => "⊘open".into(),
+            ToolFailure::PoolFull => "⏳pool".into(),
+            ToolFailure::Failed(l) => format!("✗{l}"),
+        }
+    }
+}
+
+/// The cache key of a tool call.
+pub fn cache_key(call: &ToolCall) -> u64 {
+    hash_str(&call.name) ^ hash_str(&call.arguments).rotate_left(17)
+}
+
+impl Runner {
+    /// Whether a tool is critical for this request.
+    pub fn is_critical(&self, tool: usize, extra: &[String]) -> bool {
+        let t = &self.tools[tool];
+        t.cfg.critical || extra.iter().any(|n| *n == t.name)
+    }
+
+    /// Calls tool `ti` for request `request_id`.
+    pub async fn call_tool(&self, request_id: u64, ti: usize, call: &ToolCall, critical: bool, tally: &mut Tally) -> Result<Arc<str>, ToolFailure> {
+        let slot = &self.tools[ti];
+        let t = self.registry.get(slot.target);
+        if self.drill() && !critical {
+            return Err(ToolFailure::Drill);
+        }
+        let timeout = Duration::from_millis(slot.cfg.timeout_ms);
+        let mut attempt = 0u32;
+        loop {
+            let permit = match t.breaker.try_acquire(self.clock.now()) {
+                Ok(p) => p,
+                Err(_) => {
+                    S::bump(&t.stats.rejected_open);
+                    return Err(ToolFailure::Open);
+                }
+            };
+            let slot_guard = match slot.bulkhead.enter(timeout).await {
+                Ok(g) => g,
+                Err(_) => {
+                    t.breaker.cancel(permit);
+                    S::bump(&t.stats.rejected_rate);
+                    return Err(ToolFailure::PoolFull);
+                }
+            };
+            S::bump(&t.stats.attempts);
+            tally.attempts += 1;
+            let t0 = self.clock.now();
+            let r = match tokio::time::timeout(timeout, self.executor.call(&slot.name, &call.arguments, request_id, attempt)).await {
+                Ok(r) => r,
+                Err(_) => Err(ProviderError::new(ErrorKind::Timeout, None, "tool call timed out")),
+            };
+            drop(slot_guard);
+            let end = self.clock.now();
+            let latency = end.saturating_duration_since(t0);
+            t.stats.latency_ms_sum.fetch_add(latency.as_millis() as u64, std::sync::atomic::Ordering::Relaxed);
+            match r {
+                Ok(text) => {
+                    t.breaker.record(permit, &CallRecord { latency, ..CallRecord::default() }, end);
+                    S::bump(&t.stats.ok);
+                    if slot.cfg.cache_ttl_s > 0 {
+                        self.cache.put(cache_key(call), text.clone(), end);
+                    }
+                    return Ok(text);
+                }
+                Err(e) => {
+                    t.breaker.record(
+                        permit,
+                        &CallRecord {
+                            failure: Some(e.kind.failure()),
+                            latency,
+                            ..CallRecord::default()
+                        },
+                        end,
+                    );
+                    S::bump(&t.stats.failed);
+                    if e.kind == ErrorKind::Timeout {
+                        S::bump(&t.stats.timeouts);
+                    }
+                    let retry = slot.cfg.idempotent
+                        && e.kind.retryable()
+                        && attempt < self.cfg.retry.max_retries
+                        && t.breaker.would_admit(end)
+                        && self.retry_budget.try_withdraw(end);
+                    if !retry {
+                        return Err(ToolFailure::Failed(e.kind.label(e.status)));
+                    }
+                    S::bump(&t.stats.retries);
+                    let key = request_id ^ hash_str(&slot.name);
+                    tokio::time::sleep(backoff(&self.cfg.retry, self.seed, key, attempt, e.retry_after)).await;
+                    attempt += 1;
+                }
+            }
+        }
+    }
+
+    /// A cached result of the same call, with its age.
+    pub fn cached_tool(&self, ti: usize, call: &ToolCall) -> Option<(Arc<str>, Duration)> {
+        let ttl = Duration::from_secs(self.tools[ti].cfg.cache_ttl_s);
+        if ttl.is_zero() {
+            return None;
+        }
+        self.cache.get(cache_key(call), ttl, self.clock.now())
+    }
+}

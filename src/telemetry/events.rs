@@ -1,0 +1,178 @@
+//! Notable events: transitions, degradations, budget warnings, operator
+//! actions, deferred-queue activity and per-request outcome records.
+//!
+//! The bus keeps the most recent notable events for views and forwards every
+//! event to subscribers (the recorder, the headless summary). Outcome records
+//! are only built when someone subscribed, so the hot path stays allocation-free
+//! when nobody listens.
+
+use crate::clock::Clock;
+use crate::runner::outcome::Outcome;
+use parking_lot::Mutex;
+use serde::Serialize;
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use tokio::sync::mpsc;
+
+/// What happened.
+#[derive(Clone, Debug, Serialize, PartialEq)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum EventKind {
+    /// A breaker changed state.
+    Transition {
+        /// `provider:x`, `model:x` or `tool:x`.
+        breaker: String,
+        /// Previous state.
+        from: &'static str,
+        /// New state.
+        to: &'static str,
+        /// Why, in words.
+        reason: String,
+    },
+    /// A user or global budget crossed its soft limit.
+    BudgetWarning {
+        /// The user, or `*` for the global budget.
+        user: String,
+        /// Which budget, e.g. `user tokens/minute`.
+        budget: String,
+        /// Used so far.
+        used: f64,
+        /// The limit.
+        limit: f64,
+    },
+    /// A request was rejected by a budget or quota.
+    BudgetRejected {
+        /// The user.
+        user: String,
+        /// Which budget, and by how much.
+        reason: String,
+    },
+    /// Limiter refills were frozen (Retry-After or operator).
+    RefillFrozen {
+        /// Provider.
+        provider: String,
+        /// For how long (None = until unfrozen).
+        for_ms: Option<u64>,
+        /// Who or what froze it.
+        reason: String,
+    },
+    /// An operator command was applied.
+    Operator {
+        /// The action, e.g. `force_open`.
+        action: String,
+        /// What it applies to.
+        target: String,
+        /// Who.
+        by: String,
+        /// Result in words (applied, or why not).
+        result: String,
+    },
+    /// A request was deferred to the spool.
+    Deferred {
+        /// Request id.
+        request: u64,
+        /// Why.
+        reason: String,
+    },
+    /// A deferred request was re-driven and ended.
+    DeferredDone {
+        /// Request id.
+        request: u64,
+        /// Its final level.
+        level: &'static str,
+    },
+    /// A request finished with a degraded outcome (level ≠ none).
+    Degraded {
+        /// Request id.
+        request: u64,
+        /// Level.
+        level: &'static str,
+        /// The chain actually walked.
+        chain: String,
+    },
+    /// The outcome record of one request (subscribers only).
+    Outcome(Box<Outcome>),
+}
+
+/// An event with the virtual time it happened at.
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct Event {
+    /// Milliseconds since the runner started.
+    pub t_ms: u64,
+    /// What happened.
+    #[serde(flatten)]
+    pub kind: EventKind,
+}
+
+/// Fan-out of events to a recent-history ring and subscribers.
+pub struct EventBus {
+    clock: Clock,
+    recent: Mutex<VecDeque<Event>>,
+    capacity: usize,
+    subs: Mutex<Vec<mpsc::UnboundedSender<Event>>>,
+    has_subs: AtomicBool,
+    seq: AtomicU64,
+}
+
+impl EventBus {
+    /// A bus keeping the last `capacity` notable events.
+    pub fn new(clock: Clock, capacity: usize) -> Arc<Self> {
+        Arc::new(Self {
+            clock,
+            recent: Mutex::new(VecDeque::with_capacity(capacity)),
+            capacity,
+            subs: Mutex::new(Vec::new()),
+            has_subs: AtomicBool::new(false),
+            seq: AtomicU64::new(0),
+        })
+    }
+
+    /// Every event from now on, in order, without loss.
+    pub fn subscribe(&self) -> mpsc::UnboundedReceiver<Event> {
+        let (tx, rx) = mpsc::unbounded_channel();
+        self.subs.lock().push(tx);
+        self.has_subs.store(true, Ordering::Release);
+        rx
+    }
+
+    /// Whether anyone listens for outcome records.
+    #[inline]
+    pub fn has_subscribers(&self) -> bool {
+        self.has_subs.load(Ordering::Acquire)
+    }
+
+    /// Publishes an event stamped with the current time.
+    pub fn emit(&self, kind: EventKind) {
+        let ev = Event {
+            t_ms: self.clock.elapsed_ms(),
+            kind,
+        };
+        if !matches!(ev.kind, EventKind::Outcome(_)) {
+            self.seq.fetch_add(1, Ordering::Relaxed);
+            let mut r = self.recent.lock();
+            if r.len() == self.capacity {
+                r.pop_front();
+            }
+            r.push_back(ev.clone());
+        }
+        if self.has_subscribers() {
+            let mut subs = self.subs.lock();
+            subs.retain(|s| s.send(ev.clone()).is_ok());
+            if subs.is_empty() {
+                self.has_subs.store(false, Ordering::Release);
+            }
+        }
+    }
+
+    /// The most recent notable events, oldest first.
+    pub fn recent(&self, max: usize) -> Vec<Event> {
+        let r = self.recent.lock();
+        r.iter().skip(r.len().saturating_sub(max)).cloned().collect()
+    }
+
+    /// How many notable events were emitted so far.
+    pub fn count(&self) -> u64 {
+        self.seq.load(Ordering::Relaxed)
+    }
+}

@@ -1,0 +1,5 @@
+//! Traffic sources: the demo load generator and its scenarios.
+
+pub mod load;
+pub mod scenario;
+pub mod summary;

@@ -1,0 +1,120 @@
+//! The headless summary: the JSON later work relies on (exact top-level
+//! fields), built from the runner's totals and the transitions seen.
+
+use crate::runner::registry::StatsView;
+use crate::runner::Runner;
+use crate::telemetry::events::{Event, EventKind};
+use serde::Serialize;
+use std::collections::BTreeMap;
+use std::sync::atomic::Ordering;
+
+/// Outcomes by level.
+#[derive(Clone, Debug, Default, Serialize, PartialEq, Eq)]
+pub struct ByLevel {
+    /// Full answers.
+    pub none: u64,
+    /// Answers with missing components.
+    pub partial: u64,
+    /// Answers from a fallback model or cache.
+    pub fallback: u64,
+    /// Deferred to the spool.
+    pub deferred: u64,
+    /// No answer.
+    pub failed: u64,
+}
+
+/// A breaker transition.
+#[derive(Clone, Debug, Serialize, PartialEq, Eq)]
+pub struct TransitionRec {
+    /// When (ms since start).
+    pub t_ms: u64,
+    /// Breaker.
+    pub breaker: String,
+    /// From state.
+    pub from: String,
+    /// To state.
+    pub to: String,
+    /// Why.
+    pub reason: String,
+}
+
+/// Token totals.
+#[derive(Clone, Debug, Default, Serialize, PartialEq, Eq)]
+pub struct Tokens {
+    /// All tokens consumed.
+    pub consumed: u64,
+    /// Tokens consumed by failed calls.
+    pub wasted: u64,
+}
+
+/// The summary of a headless run.
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct Summary {
+    /// Requests received.
+    pub requests: u64,
+    /// Requests with an outcome.
+    pub completed: u64,
+    /// Requests without an outcome (always 0).
+    pub lost: u64,
+    /// Outcomes by level.
+    pub by_level: ByLevel,
+    /// Per-target counters.
+    pub targets: BTreeMap<String, StatsView>,
+    /// Every breaker transition, in order.
+    pub transitions: Vec<TransitionRec>,
+    /// Tokens.
+    pub tokens: Tokens,
+    /// Cost (USD).
+    pub cost_usd: f64,
+    /// Budget rejections per user.
+    pub budget_rejections: BTreeMap<String, u64>,
+    /// Virtual time covered (ms).
+    pub virtual_ms: u64,
+    /// Real time taken (ms).
+    pub wall_ms: u64,
+}
+
+impl Summary {
+    /// Builds the summary from the runner and the events seen during the run.
+    pub fn build(runner: &Runner, events: &[Event], lost_tasks: u64, virtual_ms: u64, wall_ms: u64) -> Self {
+        let t = runner.totals();
+        let lv = runner.by_level();
+        let completed: u64 = lv.iter().sum();
+        let requests = t.requests.load(Ordering::Relaxed);
+        let transitions = events
+            .iter()
+            .filter_map(|e| match &e.kind {
+                EventKind::Transition { breaker, from, to, reason } => Some(TransitionRec {
+                    t_ms: e.t_ms,
+                    breaker: breaker.clone(),
+                    from: from.to_string(),
+                    to: to.to_string(),
+                    reason: reason.clone(),
+                }),
+                _ => None,
+            })
+            .collect();
+        Summary {
+            requests,
+            completed,
+            lost: requests.saturating_sub(completed).max(lost_tasks),
+            by_level: ByLevel {
+                none: lv[0],
+                partial: lv[1],
+                fallback: lv[2],
+                deferred: lv[3],
+                failed: lv[4],
+            },
+            targets: runner.registry().iter().map(|t| (t.name.clone(), t.stats.view())).collect(),
+            transitions,
+            tokens: Tokens {
+                consumed: t.tokens.load(Ordering::Relaxed),
+                wasted: t.wasted.load(Ordering::Relaxed),
+            },
+            cost_usd: (t.cost_micro_usd.load(Ordering::Relaxed) as f64 / 1e6 * 1e4).round() / 1e4,
+            budget_rejections: t.budget_rejections.iter().map(|e| (e.key().clone(), *e.value())).collect(),
+            virtual_ms,
+            wall_ms,
+        }
+    }
+}
