@@ -284,7 +284,7 @@ impl Default for BreakerConfig {
             count_rate_limited: true,
             cooldown_ms: 30_000,
             cooldown_multiplier: 2.0,
-            max_cooldown_ms: 300_000,
+            max_cooldown_ms: 120_000,
             half_open_ramp: vec![2, 4, 8],
             half_open_success_rate: 0.8,
             max_half_open_ms: 60_000,
@@ -496,8 +496,8 @@ fn tool(critical: bool, idempotent: bool, cache_ttl_s: u64, schema: &str, descri
 impl Default for Config {
     fn default() -> Self {
         let providers = BTreeMap::from([
-            ("openai".to_string(), provider(400_000, 0, 0, 500, 0, 4.0)),
-            ("anthropic".to_string(), provider(0, 200_000, 40_000, 400, 0, 4.0)),
+            ("openai".to_string(), provider(1_000_000, 0, 0, 1_000, 0, 4.0)),
+            ("anthropic".to_string(), provider(0, 400_000, 200_000, 1_000, 0, 4.0)),
             ("deepseek".to_string(), provider(0, 0, 0, 0, 10, 1.8)),
         ]);
         let models = BTreeMap::from([

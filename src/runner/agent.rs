@@ -343,41 +343,61 @@ impl Runner {
     }
 
     /// One pass over the spool: re-drives requests whose dependencies
-    /// recovered; `force` ends every request (the last pass before exit).
-    /// Returns how many requests ended.
-    pub async fn redrive_deferred(&self, force: bool) -> usize {
+    /// recovered, up to 32 at a time; `force` ends every request (the last
+    /// pass before exit). Returns how many requests ended.
+    pub async fn redrive_deferred(self: &Arc<Self>, force: bool) -> usize {
         let Some(spool) = &self.spool else { return 0 };
-        let mut ended = 0;
+        let mut due = Vec::new();
         for d in spool.pending() {
             let age = self.clock.wall_ms().saturating_sub(d.deferred_at_ms);
             let expired = age >= self.cfg.degradation.defer_max_age_ms;
-            if !force && !expired && !self.ready(&d.request) {
-                continue;
+            let ready = self.ready(&d.request);
+            if force || expired || ready {
+                due.push((d, expired && !ready && !force));
             }
-            let o = if expired && !force && !self.ready(&d.request) {
-                None
-            } else {
-                Some(self.run_once(&d.request, false).await)
-            };
-            let level = o.as_ref().map(|o| o.level).unwrap_or(Level::Failed);
-            if level == Level::Failed && !force && !expired {
-                continue;
+        }
+        let mut ended = 0;
+        let mut set = tokio::task::JoinSet::new();
+        let mut due = due.into_iter();
+        loop {
+            while set.len() < 32 {
+                let Some((d, give_up)) = due.next() else { break };
+                let me = self.clone();
+                set.spawn(async move {
+                    let o = if give_up { None } else { Some(me.run_once(&d.request, false).await) };
+                    me.end_deferred(&d, o, force)
+                });
             }
-            if let Some(o) = &o {
-                self.totals.tokens.fetch_add(o.tokens, Ordering::Relaxed);
-                self.totals.cost_micro_usd.fetch_add((o.cost_usd * 1e6).round() as u64, Ordering::Relaxed);
+            match set.join_next().await {
+                Some(Ok(true)) => ended += 1,
+                Some(_) => {}
+                None => break,
             }
-            if let Err(e) = spool.done(d.request.id, level.as_str()) {
-                tracing::error!(error = %e, "cannot record a deferred request's end");
-            }
-            self.totals.deferred_done[level.index()].fetch_add(1, Ordering::Relaxed);
-            self.events.emit(EventKind::DeferredDone {
-                request: d.request.id,
-                level: level.as_str(),
-            });
-            ended += 1;
         }
         ended
+    }
+
+    /// Records how a re-driven request went; false if it stays queued.
+    fn end_deferred(&self, d: &Deferred, o: Option<Outcome>, force: bool) -> bool {
+        let Some(spool) = &self.spool else { return false };
+        let level = o.as_ref().map(|o| o.level).unwrap_or(Level::Failed);
+        let age = self.clock.wall_ms().saturating_sub(d.deferred_at_ms);
+        if level == Level::Failed && !force && age < self.cfg.degradation.defer_max_age_ms {
+            return false;
+        }
+        if let Some(o) = &o {
+            self.totals.tokens.fetch_add(o.tokens, Ordering::Relaxed);
+            self.totals.cost_micro_usd.fetch_add((o.cost_usd * 1e6).round() as u64, Ordering::Relaxed);
+        }
+        if let Err(e) = spool.done(d.request.id, level.as_str()) {
+            tracing::error!(error = %e, "cannot record a deferred request's end");
+        }
+        self.totals.deferred_done[level.index()].fetch_add(1, Ordering::Relaxed);
+        self.events.emit(EventKind::DeferredDone {
+            request: d.request.id,
+            level: level.as_str(),
+        });
+        true
     }
 
     /// Re-drives the spool every `degradation.defer_retry_ms`, forever.
