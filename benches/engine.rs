@@ -5,7 +5,7 @@ use fusebox::clock::Clock;
 use fusebox::config::{BreakerConfig, Config, LimiterConfig};
 use fusebox::provider::{Message, ToolSpec};
 use fusebox::resilience::breaker::{Breaker, CallRecord};
-use fusebox::resilience::limiter::{Estimate, Limiter};
+use fusebox::resilience::limiter::Limiter;
 use fusebox::runner::llm::{LlmCall, Tally};
 use fusebox::telemetry::events::EventBus;
 use std::sync::Arc;
@@ -28,11 +28,10 @@ fn limiter(c: &mut Criterion) {
     let _g = rt.enter();
     let cfg = Config::default();
     let l = Limiter::new("openai", &cfg.providers["openai"], LimiterConfig::default(), EventBus::new(Clock::system(), 16), tokio::time::Instant::now());
-    let est = Estimate { input: 1, output: 1 };
     c.bench_function("limiter acquire+settle", |bench| {
         bench.iter(|| {
             let now = tokio::time::Instant::now();
-            let p = l.try_acquire(est, now).unwrap();
+            let p = l.try_acquire(4, 1, now).unwrap();
             l.settle(p, 1, 1, now);
         })
     });

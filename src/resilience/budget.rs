@@ -112,6 +112,8 @@ pub struct Budgets {
     events: Arc<EventBus>,
     users: DashMap<Box<str>, UserState>,
     global: Mutex<GlobalState>,
+    /// The last computed global pressure (f64 bits), read without the lock.
+    pressure: AtomicU64,
     evictions: AtomicU64,
 }
 
@@ -156,6 +158,7 @@ impl Budgets {
             events,
             users: DashMap::new(),
             global: Mutex::new(GlobalState::default()),
+            pressure: AtomicU64::new(0),
             evictions: AtomicU64::new(0),
         }
     }
@@ -230,6 +233,7 @@ impl Budgets {
         gc.warn(&mut g.tokens_day, c.global_tokens_per_day as f64, "global tokens/day");
         gc.warn(&mut g.cost_hour, c.global_cost_per_hour_usd, "global cost/hour (USD)");
         gc.warn(&mut g.cost_day, c.global_cost_per_day_usd, "global cost/day (USD)");
+        self.pressure.store(self.pressure_of(&g).to_bits(), Ordering::Relaxed);
         Ok(Reservation { tokens: t, cost })
     }
 
@@ -266,24 +270,30 @@ impl Budgets {
         }
     }
 
-    /// Highest share of any global limit in use (drives cheaper routing).
-    pub fn global_pressure(&self, now_ms: u64) -> f64 {
-        self.global_view(now_ms).pressure
+    /// Highest share of any global limit in use as of the last reservation
+    /// (drives cheaper routing; read without locking).
+    pub fn pressure(&self) -> f64 {
+        f64::from_bits(self.pressure.load(Ordering::Relaxed))
+    }
+
+    fn pressure_of(&self, g: &GlobalState) -> f64 {
+        let c = &self.cfg;
+        let share = |used: f64, limit: f64| if limit > 0.0 { used / limit } else { 0.0 };
+        share(g.tokens_hour.used, c.global_tokens_per_hour as f64)
+            .max(share(g.tokens_day.used, c.global_tokens_per_day as f64))
+            .max(share(g.cost_hour.used, c.global_cost_per_hour_usd))
+            .max(share(g.cost_day.used, c.global_cost_per_day_usd))
     }
 
     /// Global usage.
     pub fn global_view(&self, now_ms: u64) -> GlobalView {
-        let c = &self.cfg;
         let mut g = self.global.lock();
         g.tokens_hour.roll(now_ms, HOUR);
         g.tokens_day.roll(now_ms, DAY);
         g.cost_hour.roll(now_ms, HOUR);
         g.cost_day.roll(now_ms, DAY);
-        let share = |used: f64, limit: f64| if limit > 0.0 { used / limit } else { 0.0 };
-        let pressure = share(g.tokens_hour.used, c.global_tokens_per_hour as f64)
-            .max(share(g.tokens_day.used, c.global_tokens_per_day as f64))
-            .max(share(g.cost_hour.used, c.global_cost_per_hour_usd))
-            .max(share(g.cost_day.used, c.global_cost_per_day_usd));
+        let pressure = self.pressure_of(&g);
+        self.pressure.store(pressure.to_bits(), Ordering::Relaxed);
         GlobalView {
             tokens: [g.tokens_hour.used, g.tokens_day.used],
             cost: [g.cost_hour.used, g.cost_day.used],

@@ -40,6 +40,13 @@ pub struct LimitPermit {
     est: Estimate,
 }
 
+impl LimitPermit {
+    /// The estimate the capacity was taken for.
+    pub fn estimate(&self) -> Estimate {
+        self.est
+    }
+}
+
 /// What a provider told us about its limits (from response headers).
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct RateFeedback {
@@ -169,6 +176,13 @@ struct Estimator {
 }
 
 impl Estimator {
+    fn estimate(&self, prompt_chars: usize, max_tokens: u32) -> Estimate {
+        Estimate {
+            input: ((prompt_chars as f64 / self.chars_per_token).ceil() as u32).max(1),
+            output: max_tokens,
+        }
+    }
+
     fn observe(&mut self, estimated: u32, actual: u32) -> Option<(f64, f64)> {
         if estimated == 0 || actual == 0 {
             return None;
@@ -230,17 +244,15 @@ impl Limiter {
 
     /// Estimates a call from its prompt size and `max_tokens`.
     pub fn estimate(&self, prompt_chars: usize, max_tokens: u32) -> Estimate {
-        let cpt = self.inner.lock().estimator.chars_per_token;
-        Estimate {
-            input: ((prompt_chars as f64 / cpt).ceil() as u32).max(1),
-            output: max_tokens,
-        }
+        self.inner.lock().estimator.estimate(prompt_chars, max_tokens)
     }
 
-    /// Takes capacity now, or says how long until there should be enough.
-    pub fn try_acquire(&self, est: Estimate, now: Instant) -> Result<LimitPermit, Duration> {
+    /// Takes capacity for a call of this size now, or says how long until
+    /// there should be enough.
+    pub fn try_acquire(&self, prompt_chars: usize, max_tokens: u32, now: Instant) -> Result<LimitPermit, Duration> {
         let mut guard = self.inner.lock();
         let s = &mut *guard;
+        let est = s.estimator.estimate(prompt_chars, max_tokens);
         s.refill(now);
         let total = est.total() as f64;
         let mut wait = Duration::ZERO;
@@ -284,12 +296,12 @@ impl Limiter {
     }
 
     /// Waits up to `limiter.wait_timeout_ms` for capacity.
-    pub async fn acquire(&self, est: Estimate) -> Result<LimitPermit, LimitDenied> {
+    pub async fn acquire(&self, prompt_chars: usize, max_tokens: u32) -> Result<LimitPermit, LimitDenied> {
         let start = Instant::now();
         let deadline = start + Duration::from_millis(self.cfg.wait_timeout_ms);
         loop {
             let now = Instant::now();
-            match self.try_acquire(est, now) {
+            match self.try_acquire(prompt_chars, max_tokens, now) {
                 Ok(p) => return Ok(p),
                 Err(wait) => {
                     if now >= deadline {
@@ -359,6 +371,9 @@ impl Limiter {
 
     /// Calibrates from provider feedback; a Retry-After freezes refills.
     pub fn calibrate(&self, fb: &RateFeedback, now: Instant) {
+        if *fb == RateFeedback::default() {
+            return;
+        }
         let mut guard = self.inner.lock();
         let s = &mut *guard;
         s.refill(now);
@@ -431,18 +446,6 @@ impl Limiter {
     /// Whether refills are frozen now.
     pub fn is_frozen(&self, now: Instant) -> bool {
         self.inner.lock().frozen_for(now).is_some()
-    }
-
-    /// Whether a call of this size could start now (no side effects).
-    pub fn has_capacity(&self, est: Estimate, now: Instant) -> bool {
-        let mut s = self.inner.lock();
-        s.refill(now);
-        let ok = |b: &Option<Bucket>, n: f64| b.as_ref().is_none_or(|b| b.level >= b.need(n));
-        ok(&s.tpm, est.total() as f64)
-            && ok(&s.itpm, est.input as f64)
-            && ok(&s.otpm, est.output as f64)
-            && ok(&s.rpm, 1.0)
-            && (s.max_in_flight == 0 || s.in_flight < s.max_in_flight)
     }
 
     /// Live figures for views.

@@ -99,16 +99,20 @@ impl Runner {
         }
     }
 
-    /// The order in which the route's models are tried now.
-    fn plan(&self, route: &super::RouteSlot, now_ms: u64) -> Vec<usize> {
-        let mut order = route.chain.clone();
-        if self.budgets.global_pressure(now_ms) > self.cfg.budgets.soft_ratio {
+    /// The order in which the route's models are tried now: cheaper tiers
+    /// first under global budget pressure.
+    fn plan<'a>(&self, route: &'a super::RouteSlot) -> std::borrow::Cow<'a, [usize]> {
+        if self.budgets.pressure() > self.cfg.budgets.soft_ratio {
+            let mut order = route.chain.clone();
             order.sort_by_key(|&m| self.models[m].cfg.tier);
+            std::borrow::Cow::Owned(order)
+        } else {
+            std::borrow::Cow::Borrowed(&route.chain)
         }
-        order
     }
 
-    fn admits(&self, m: &ModelSlot, now: tokio::time::Instant) -> bool {
+    /// Whether both breakers of a model would admit a call now.
+    pub(crate) fn admits(&self, m: &ModelSlot, now: tokio::time::Instant) -> bool {
         let p = &self.providers[m.provider];
         self.registry.get(p.target).breaker.would_admit(now) && self.registry.get(m.target).breaker.would_admit(now)
     }
@@ -118,24 +122,14 @@ impl Runner {
         let Some(route) = self.routes.get(call.route) else {
             return Err(LlmFailure::Exhausted);
         };
-        let now = self.clock.now();
-        let order = self.plan(route, self.clock.ms_at(now));
-        let last_viable = order.iter().rposition(|&m| self.admits(&self.models[m], now));
+        let order = self.plan(route);
         let factor = route.cfg.max_tokens_factor;
+        let sla = route.cfg.latency_sla_ms;
         let mut hop_no = 0i32;
         for (pos, &mi) in order.iter().enumerate() {
             let m = &self.models[mi];
-            let p = &self.providers[m.provider];
-            let (pt, mt) = (self.registry.get(p.target), self.registry.get(m.target));
-            let now = self.clock.now();
-            if !self.admits(m, now) {
-                let t = if pt.breaker.would_admit(now) { mt } else { pt };
-                S::bump(&t.stats.rejected_open);
-                tally.hops.push(Hop { model: mi, result: HopResult::Open, tries: 0 });
-                continue;
-            }
-            let sla = route.cfg.latency_sla_ms;
-            if sla > 0 && m.latency_ms.load(Ordering::Relaxed) > sla && Some(pos) != last_viable {
+            let rest = &order[pos + 1..];
+            if sla > 0 && m.latency_ms.load(Ordering::Relaxed) > sla && self.any_admits(rest) {
                 tally.hops.push(Hop { model: mi, result: HopResult::Sla, tries: 0 });
                 continue;
             }
@@ -145,7 +139,6 @@ impl Runner {
             } else {
                 call.messages.clone()
             };
-            hop_no += 1;
             let req = LlmRequest {
                 request_id: call.request_id,
                 step: call.step,
@@ -155,24 +148,37 @@ impl Runner {
                 tools: call.tools.clone(),
                 max_tokens,
             };
-            match self.try_model(call, mi, req, Some(pos) == last_viable, tally).await? {
+            match self.try_model(call, mi, req, rest, tally).await? {
                 Ok((resp, tries)) => {
                     tally.hops.push(Hop { model: mi, result: HopResult::Ok, tries });
                     return Ok((resp, mi));
                 }
-                Err(hop) => tally.hops.push(hop),
+                Err(hop) => {
+                    if hop.tries > 0 {
+                        hop_no += 1;
+                    }
+                    tally.hops.push(hop)
+                }
             }
         }
         Err(LlmFailure::Exhausted)
     }
 
+    fn any_admits(&self, models: &[usize]) -> bool {
+        let now = self.clock.now();
+        models.iter().any(|&m| self.admits(&self.models[m], now))
+    }
+
     /// Tries one model, with retries; `Ok(Err(hop))` means "go to the next".
+    /// Order per attempt: breakers (the cheapest refusal; retries live inside
+    /// them) → limiter (waits only when no later model could take the call)
+    /// → budget reservation → call → settle everything with actual usage.
     async fn try_model(
         &self,
         call: &LlmCall<'_>,
         mi: usize,
         mut req: LlmRequest,
-        wait_for_capacity: bool,
+        rest: &[usize],
         tally: &mut Tally,
     ) -> Result<Result<(LlmResponse, u32), Hop>, LlmFailure> {
         let m = &self.models[mi];
@@ -180,59 +186,53 @@ impl Runner {
         let (pt, mt) = (self.registry.get(p.target), self.registry.get(m.target));
         let chars = req.prompt_chars();
         let mut attempt = 0u32;
+        let hop = |result, tries| Ok(Err(Hop { model: mi, result, tries }));
         loop {
             let now = self.clock.now();
-            let now_ms = self.clock.ms_at(now);
-            let est = p.limiter.estimate(chars, req.max_tokens);
-            let res = self
-                .budgets
-                .reserve(call.user, est.total(), m.cost(est.input, est.output), now_ms)
-                .map_err(LlmFailure::Budget)?;
-            let permit = if wait_for_capacity {
-                p.limiter.acquire(est).await.ok()
-            } else {
-                let r = p.limiter.try_acquire(est, now).ok();
-                if r.is_none() {
+            let Ok(pp) = pt.breaker.try_acquire(now) else {
+                S::bump(&pt.stats.rejected_open);
+                return hop(HopResult::Open, attempt);
+            };
+            let Ok(mp) = mt.breaker.try_acquire(now) else {
+                pt.breaker.cancel(pp);
+                S::bump(&mt.stats.rejected_open);
+                return hop(HopResult::Open, attempt);
+            };
+            let permit = match p.limiter.try_acquire(chars, req.max_tokens, now) {
+                Ok(permit) => Some(permit),
+                Err(_) if !self.any_admits(rest) => p.limiter.acquire(chars, req.max_tokens).await.ok(),
+                Err(_) => {
                     p.limiter.count_rejected();
+                    None
                 }
-                r
             };
             let Some(permit) = permit else {
-                self.budgets.settle(call.user, res, 0, 0.0, self.clock.elapsed_ms());
+                pt.breaker.cancel(pp);
+                mt.breaker.cancel(mp);
                 S::bump(&pt.stats.rejected_rate);
-                return Ok(Err(Hop { model: mi, result: HopResult::Rate, tries: attempt }));
+                return hop(HopResult::Rate, attempt);
             };
+            let est = permit.estimate();
             let now = self.clock.now();
-            let pp = match pt.breaker.try_acquire(now) {
-                Ok(pp) => pp,
-                Err(_) => {
-                    p.limiter.release(permit, now);
-                    self.budgets.settle(call.user, res, 0, 0.0, self.clock.ms_at(now));
-                    S::bump(&pt.stats.rejected_open);
-                    return Ok(Err(Hop { model: mi, result: HopResult::Open, tries: attempt }));
-                }
-            };
-            let mp = match mt.breaker.try_acquire(now) {
-                Ok(mp) => mp,
-                Err(_) => {
+            let res = match self.budgets.reserve(call.user, est.total(), m.cost(est.input, est.output), self.clock.ms_at(now)) {
+                Ok(r) => r,
+                Err(e) => {
                     pt.breaker.cancel(pp);
+                    mt.breaker.cancel(mp);
                     p.limiter.release(permit, now);
-                    self.budgets.settle(call.user, res, 0, 0.0, self.clock.ms_at(now));
-                    S::bump(&mt.stats.rejected_open);
-                    return Ok(Err(Hop { model: mi, result: HopResult::Open, tries: attempt }));
+                    return Err(LlmFailure::Budget(e));
                 }
             };
             S::bump(&pt.stats.attempts);
             S::bump(&mt.stats.attempts);
             tally.attempts += 1;
             req.attempt = attempt;
-            let t0 = self.clock.now();
             let result = match tokio::time::timeout(p.timeout, p.client.complete(&req)).await {
                 Ok(r) => r,
                 Err(_) => Err(ProviderError::new(ErrorKind::Timeout, None, "provider call timed out")),
             };
             let end = self.clock.now();
-            let latency = end.saturating_duration_since(t0);
+            let latency = end.saturating_duration_since(now);
             let end_ms = self.clock.ms_at(end);
             let lat_ms = latency.as_millis() as u64;
             for t in [pt, mt] {
@@ -251,6 +251,7 @@ impl Runner {
                     tally.tokens += tokens as u64;
                     tally.cost += cost;
                     let semantic = resp.tool_calls.iter().find_map(|c| crate::tools::validate_call(c, &req.tools).err());
+                    let slow_tokens = resp.tokens_per_s.is_some_and(|t| t < m.min_tokens_per_s);
                     let rec = CallRecord {
                         failure: semantic.as_ref().map(|_| FailureKind::Semantic),
                         latency,
@@ -265,12 +266,11 @@ impl Runner {
                             S::bump(&t.stats.semantic);
                         }
                         tally.wasted += tokens as u64;
-                        return Ok(Err(Hop { model: mi, result: HopResult::Semantic(why), tries: attempt + 1 }));
+                        return hop(HopResult::Semantic(why), attempt + 1);
                     }
-                    let slow_tokens = rec.tokens_per_s.is_some_and(|t| t < self.cfg.breaker_for(&mt.name).min_tokens_per_s);
-                    let outcome = if slow_tokens { &mt.stats.failed } else { &mt.stats.ok };
-                    S::bump(outcome);
-                    S::bump(if slow_tokens { &pt.stats.failed } else { &pt.stats.ok });
+                    for t in [pt, mt] {
+                        S::bump(if slow_tokens { &t.stats.failed } else { &t.stats.ok });
+                    }
                     return Ok(Ok((resp, attempt + 1)));
                 }
                 Err(e) => {
@@ -303,22 +303,18 @@ impl Runner {
                             S::bump(&t.stats.bad_request);
                         }
                     }
-                    let wait = backoff(&self.cfg.retry, self.seed, call.request_id ^ ((call.step as u64) << 40), attempt, e.retry_after);
                     let retry = e.kind.retryable()
                         && attempt < self.cfg.retry.max_retries
                         && e.retry_after.is_none_or(|ra| ra <= Duration::from_millis(self.cfg.retry.cap_ms))
                         && self.admits(m, end)
                         && self.retry_budget.try_withdraw(end);
                     if !retry {
-                        return Ok(Err(Hop {
-                            model: mi,
-                            result: HopResult::Failed(e.kind, e.status),
-                            tries: attempt + 1,
-                        }));
+                        return hop(HopResult::Failed(e.kind, e.status), attempt + 1);
                     }
                     S::bump(&pt.stats.retries);
                     S::bump(&mt.stats.retries);
-                    tokio::time::sleep(wait).await;
+                    let key = call.request_id ^ ((call.step as u64) << 40);
+                    tokio::time::sleep(backoff(&self.cfg.retry, self.seed, key, attempt, e.retry_after)).await;
                     attempt += 1;
                 }
             }

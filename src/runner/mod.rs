@@ -60,6 +60,8 @@ pub struct ModelSlot {
     pub cfg: ModelConfig,
     /// Recent latency (EWMA, ms), for latency SLAs.
     pub latency_ms: AtomicU64,
+    /// Output tokens/s under which a call counts as failed (its breaker's floor).
+    pub min_tokens_per_s: f64,
 }
 
 impl ModelSlot {
@@ -203,7 +205,9 @@ impl Runner {
         let mut models = Vec::new();
         let mut model_index = HashMap::new();
         for (name, m) in &cfg.models {
-            let target = breaker(&mut registry, format!("model:{name}"));
+            let target_name = format!("model:{name}");
+            let min_tokens_per_s = cfg.breaker_for(&target_name).min_tokens_per_s;
+            let target = breaker(&mut registry, target_name);
             model_index.insert(name.clone(), models.len());
             models.push(ModelSlot {
                 name: name.as_str().into(),
@@ -211,6 +215,7 @@ impl Runner {
                 target,
                 cfg: m.clone(),
                 latency_ms: AtomicU64::new(0),
+                min_tokens_per_s,
             });
         }
         let routes = cfg
