@@ -11,9 +11,17 @@ use fusebox::telemetry::events::EventBus;
 use std::sync::Arc;
 
 fn breaker(c: &mut Criterion) {
-    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
     let _g = rt.enter();
-    let b = Breaker::new("provider:x", BreakerConfig::default(), EventBus::new(Clock::system(), 16), tokio::time::Instant::now());
+    let b = Breaker::new(
+        "provider:x",
+        BreakerConfig::default(),
+        EventBus::new(Clock::system(), 16),
+        tokio::time::Instant::now(),
+    );
     c.bench_function("breaker acquire+record", |bench| {
         bench.iter(|| {
             let now = tokio::time::Instant::now();
@@ -24,10 +32,19 @@ fn breaker(c: &mut Criterion) {
 }
 
 fn limiter(c: &mut Criterion) {
-    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
     let _g = rt.enter();
     let cfg = Config::default();
-    let l = Limiter::new("openai", &cfg.providers["openai"], LimiterConfig::default(), EventBus::new(Clock::system(), 16), tokio::time::Instant::now());
+    let l = Limiter::new(
+        "openai",
+        &cfg.providers["openai"],
+        LimiterConfig::default(),
+        EventBus::new(Clock::system(), 16),
+        tokio::time::Instant::now(),
+    );
     c.bench_function("limiter acquire+settle", |bench| {
         bench.iter(|| {
             let now = tokio::time::Instant::now();
@@ -38,7 +55,10 @@ fn limiter(c: &mut Criterion) {
 }
 
 fn runner(c: &mut Criterion) {
-    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
     let runner = rt.block_on(async { fusebox::bench::bench_runner() });
     let messages: Arc<[Message]> = vec![Message::new("user", "Where is order #38291?")].into();
     let tools: Arc<[ToolSpec]> = Vec::new().into();

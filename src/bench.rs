@@ -58,11 +58,18 @@ pub const BENCH_USERS: usize = 10_000;
 
 /// Runs `requests` decisions on `threads` worker threads.
 pub fn run(requests: u64, threads: usize) -> std::io::Result<BenchResult> {
-    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(threads).enable_all().build()?;
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(threads)
+        .enable_all()
+        .build()?;
     rt.block_on(async move {
         let runner = bench_runner();
         let users: Arc<Vec<String>> = Arc::new((0..BENCH_USERS).map(|i| format!("user-{i}")).collect());
-        let messages: Arc<[Message]> = vec![Message::new("system", "You are terse."), Message::new("user", "Where is order #38291?")].into();
+        let messages: Arc<[Message]> = vec![
+            Message::new("system", "You are terse."),
+            Message::new("user", "Where is order #38291?"),
+        ]
+        .into();
         let tools: Arc<[ToolSpec]> = Vec::new().into();
         let per = requests / threads as u64;
         let start = std::time::Instant::now();

@@ -502,8 +502,14 @@ impl Default for Config {
         ]);
         let models = BTreeMap::from([
             ("gpt-4o".to_string(), model("openai", 2.50, 10.00, Tier::Premium, 1.0)),
-            ("claude-haiku".to_string(), model("anthropic", 0.80, 4.00, Tier::Standard, 0.85)),
-            ("deepseek-chat".to_string(), model("deepseek", 0.27, 1.10, Tier::Budget, 0.8)),
+            (
+                "claude-haiku".to_string(),
+                model("anthropic", 0.80, 4.00, Tier::Standard, 0.85),
+            ),
+            (
+                "deepseek-chat".to_string(),
+                model("deepseek", 0.27, 1.10, Tier::Budget, 0.8),
+            ),
         ]);
         let routes = BTreeMap::from([(
             "default".to_string(),
@@ -575,8 +581,15 @@ impl Config {
             if ok {
                 Ok(())
             } else {
-                let range = if allow_zero { "0..=1" } else { "greater than 0 and at most 1" };
-                Err(bad(key.to_string(), format!("{v} is out of range; use a number {range}")))
+                let range = if allow_zero {
+                    "0..=1"
+                } else {
+                    "greater than 0 and at most 1"
+                };
+                Err(bad(
+                    key.to_string(),
+                    format!("{v} is out of range; use a number {range}"),
+                ))
             }
         };
         if self.providers.is_empty() {
@@ -586,11 +599,17 @@ impl Config {
             if !(p.chars_per_token.is_finite() && p.chars_per_token > 0.0) {
                 return Err(bad(
                     format!("providers.{name}.chars_per_token"),
-                    format!("{} must be a positive number (≈4 for English, ≈1.5 for Chinese)", p.chars_per_token),
+                    format!(
+                        "{} must be a positive number (≈4 for English, ≈1.5 for Chinese)",
+                        p.chars_per_token
+                    ),
                 ));
             }
             if p.timeout_ms == 0 {
-                return Err(bad(format!("providers.{name}.timeout_ms"), "must be at least 1 ms".into()));
+                return Err(bad(
+                    format!("providers.{name}.timeout_ms"),
+                    "must be at least 1 ms".into(),
+                ));
             }
             if let Some(b) = &p.breaker {
                 validate_breaker(b, &format!("providers.{name}.breaker"), &bad)?;
@@ -600,12 +619,19 @@ impl Config {
             if !self.providers.contains_key(&m.provider) {
                 return Err(bad(
                     format!("models.{name}.provider"),
-                    format!("unknown provider `{}`; defined providers: {}", m.provider, keys(&self.providers)),
+                    format!(
+                        "unknown provider `{}`; defined providers: {}",
+                        m.provider,
+                        keys(&self.providers)
+                    ),
                 ));
             }
             for (k, v) in [("input_per_m", m.input_per_m), ("output_per_m", m.output_per_m)] {
                 if !(v.is_finite() && v >= 0.0) {
-                    return Err(bad(format!("models.{name}.{k}"), format!("{v} must be a price ≥ 0 (USD per million tokens)")));
+                    return Err(bad(
+                        format!("models.{name}.{k}"),
+                        format!("{v} must be a price ≥ 0 (USD per million tokens)"),
+                    ));
                 }
             }
             ratio(&format!("models.{name}.quality"), m.quality, false)?;
@@ -615,7 +641,10 @@ impl Config {
         }
         for (name, r) in &self.routes {
             if r.chain.is_empty() {
-                return Err(bad(format!("routes.{name}.chain"), "the chain needs at least one model".into()));
+                return Err(bad(
+                    format!("routes.{name}.chain"),
+                    "the chain needs at least one model".into(),
+                ));
             }
             for (i, m) in r.chain.iter().enumerate() {
                 if !self.models.contains_key(m) {
@@ -636,7 +665,10 @@ impl Config {
             }
             if let Some(s) = &t.schema {
                 if s.as_table().is_none() {
-                    return Err(bad(format!("tools.{name}.schema"), "must be a table (a JSON schema object)".into()));
+                    return Err(bad(
+                        format!("tools.{name}.schema"),
+                        "must be a table (a JSON schema object)".into(),
+                    ));
                 }
             }
             if let Some(b) = &t.breaker {
@@ -651,7 +683,10 @@ impl Config {
         ratio("budgets.soft_ratio", self.budgets.soft_ratio, false)?;
         for (k, v) in [
             ("budgets.user_cost_per_day_usd", self.budgets.user_cost_per_day_usd),
-            ("budgets.global_cost_per_hour_usd", self.budgets.global_cost_per_hour_usd),
+            (
+                "budgets.global_cost_per_hour_usd",
+                self.budgets.global_cost_per_hour_usd,
+            ),
             ("budgets.global_cost_per_day_usd", self.budgets.global_cost_per_day_usd),
         ] {
             if !(v.is_finite() && v >= 0.0) {
@@ -662,11 +697,17 @@ impl Config {
             return Err(bad("budgets.max_tracked_users".into(), "must be at least 1".into()));
         }
         if self.sessions.max_concurrent == 0 || self.sessions.max_steps == 0 {
-            return Err(bad("sessions".into(), "max_concurrent and max_steps must be at least 1".into()));
+            return Err(bad(
+                "sessions".into(),
+                "max_concurrent and max_steps must be at least 1".into(),
+            ));
         }
         ratio("retry.budget_ratio", self.retry.budget_ratio, true)?;
         if self.retry.base_ms == 0 || self.retry.cap_ms < self.retry.base_ms {
-            return Err(bad("retry.cap_ms".into(), "need base_ms ≥ 1 and cap_ms ≥ base_ms".into()));
+            return Err(bad(
+                "retry.cap_ms".into(),
+                "need base_ms ≥ 1 and cap_ms ≥ base_ms".into(),
+            ));
         }
         ratio("degradation.cache_quality", self.degradation.cache_quality, false)?;
         ratio("degradation.skip_quality", self.degradation.skip_quality, false)?;
@@ -681,7 +722,11 @@ impl Config {
         let (kind, name) = target.split_once(':').unwrap_or(("", target));
         let over = match kind {
             "provider" => self.providers.get(name).and_then(|p| p.breaker.as_ref()),
-            "model" => self.models.get(name).and_then(|m| self.providers.get(&m.provider)).and_then(|p| p.breaker.as_ref()),
+            "model" => self
+                .models
+                .get(name)
+                .and_then(|m| self.providers.get(&m.provider))
+                .and_then(|p| p.breaker.as_ref()),
             "tool" => self.tools.get(name).and_then(|t| t.breaker.as_ref()),
             _ => None,
         };
@@ -700,29 +745,44 @@ fn validate_breaker(
         ("half_open_success_rate", b.half_open_success_rate),
     ] {
         if !(v.is_finite() && v > 0.0 && v <= 1.0) {
-            return Err(bad(format!("{at}.{k}"), format!("{v} is out of range; use a number greater than 0 and at most 1")));
+            return Err(bad(
+                format!("{at}.{k}"),
+                format!("{v} is out of range; use a number greater than 0 and at most 1"),
+            ));
         }
     }
     if b.window_size == 0 {
         return Err(bad(format!("{at}.window_size"), "must be at least 1".into()));
     }
     if b.minimum_calls == 0 {
-        return Err(bad(format!("{at}.minimum_calls"), "must be at least 1 (one failure out of one call must not trip)".into()));
+        return Err(bad(
+            format!("{at}.minimum_calls"),
+            "must be at least 1 (one failure out of one call must not trip)".into(),
+        ));
     }
     if b.window == WindowKind::Count && b.minimum_calls > b.window_size {
         return Err(bad(
             format!("{at}.minimum_calls"),
-            format!("{} exceeds window_size {}; a count window can never hold that many calls", b.minimum_calls, b.window_size),
+            format!(
+                "{} exceeds window_size {}; a count window can never hold that many calls",
+                b.minimum_calls, b.window_size
+            ),
         ));
     }
     if b.cooldown_ms == 0 || b.max_cooldown_ms < b.cooldown_ms {
-        return Err(bad(format!("{at}.max_cooldown_ms"), "need cooldown_ms ≥ 1 and max_cooldown_ms ≥ cooldown_ms".into()));
+        return Err(bad(
+            format!("{at}.max_cooldown_ms"),
+            "need cooldown_ms ≥ 1 and max_cooldown_ms ≥ cooldown_ms".into(),
+        ));
     }
     if !(b.cooldown_multiplier.is_finite() && b.cooldown_multiplier >= 1.0) {
         return Err(bad(format!("{at}.cooldown_multiplier"), "must be a number ≥ 1".into()));
     }
     if b.half_open_ramp.is_empty() || b.half_open_ramp.contains(&0) {
-        return Err(bad(format!("{at}.half_open_ramp"), "must list at least one stage, each allowing ≥ 1 probe, e.g. [2, 4, 8]".into()));
+        return Err(bad(
+            format!("{at}.half_open_ramp"),
+            "must list at least one stage, each allowing ≥ 1 probe, e.g. [2, 4, 8]".into(),
+        ));
     }
     if b.max_half_open_ms == 0 {
         return Err(bad(format!("{at}.max_half_open_ms"), "must be at least 1 ms".into()));
@@ -759,7 +819,10 @@ mod tests {
     fn unknown_key_is_rejected_with_position() {
         let err = Config::parse("[breaker]\nfailure_rat = 0.5\n", "x.toml").unwrap_err();
         let msg = err.to_string();
-        assert!(msg.contains("x.toml") && msg.contains("line 2") && msg.contains("failure_rat"), "{msg}");
+        assert!(
+            msg.contains("x.toml") && msg.contains("line 2") && msg.contains("failure_rat"),
+            "{msg}"
+        );
     }
 
     #[test]

@@ -72,7 +72,8 @@ fn parse_duration(s: &str) -> Result<Duration> {
     if t.starts_with('-') {
         bail!("--duration {s}: a duration cannot be negative; use e.g. 60s or 10m");
     }
-    let d = humantime::parse_duration(t).with_context(|| format!("--duration {s}: not a duration; use e.g. 60s, 90s or 10m"))?;
+    let d = humantime::parse_duration(t)
+        .with_context(|| format!("--duration {s}: not a duration; use e.g. 60s, 90s or 10m"))?;
     if d.is_zero() {
         bail!("--duration {s}: must be longer than zero");
     }
@@ -130,7 +131,9 @@ fn run(cli: Cli) -> Result<()> {
             Ok(())
         }
         Cmd::Bench { requests, threads } => {
-            let threads = threads.unwrap_or_else(|| std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1)).max(1);
+            let threads = threads
+                .unwrap_or_else(|| std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1))
+                .max(1);
             if requests == 0 {
                 bail!("--requests must be at least 1");
             }
@@ -155,7 +158,10 @@ fn demo(args: DemoArgs) -> Result<()> {
             spool_dir.join("spool.jsonl")
         }
     };
-    let rt = tokio::runtime::Builder::new_current_thread().enable_all().start_paused(true).build()?;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .start_paused(true)
+        .build()?;
     let wall = std::time::Instant::now();
     let seed = Seed(args.seed);
     let summary = rt.block_on(async move {
@@ -168,7 +174,10 @@ fn demo(args: DemoArgs) -> Result<()> {
             tokio::spawn(pace(clock, f));
         }
         if !args.headless {
-            eprintln!("fusebox demo: scenario `{}` for {} — {}", scenario.name, args.duration, scenario.description);
+            eprintln!(
+                "fusebox demo: scenario `{}` for {} — {}",
+                scenario.name, args.duration, scenario.description
+            );
             tokio::spawn(progress(runner.clone()));
         }
         let run = run_scenario(runner.clone(), &scenario, duration, seed).await;
@@ -177,7 +186,13 @@ fn demo(args: DemoArgs) -> Result<()> {
             seen.push(e);
         }
         let virtual_ms = clock.elapsed_ms();
-        anyhow::Ok(Summary::build(&runner, &seen, run.lost, virtual_ms, wall.elapsed().as_millis() as u64))
+        anyhow::Ok(Summary::build(
+            &runner,
+            &seen,
+            run.lost,
+            virtual_ms,
+            wall.elapsed().as_millis() as u64,
+        ))
     })?;
     let json = serde_json::to_string_pretty(&summary)?;
     match &args.summary_json {
@@ -226,7 +241,11 @@ async fn progress(runner: std::sync::Arc<Runner>) {
         let open: Vec<&str> = s
             .breakers
             .iter()
-            .filter(|b| b.breaker.state.is_some_and(|st| st != fusebox::resilience::breaker::BreakerState::Closed))
+            .filter(|b| {
+                b.breaker
+                    .state
+                    .is_some_and(|st| st != fusebox::resilience::breaker::BreakerState::Closed)
+            })
             .map(|b| b.name.as_str())
             .collect();
         eprintln!(

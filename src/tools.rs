@@ -127,20 +127,33 @@ impl ToolExecutor for MockTools {
         match fault {
             Fault::Status { code, retry_after_ms } => {
                 tokio::time::sleep(latency / 4).await;
-                let mut e = ProviderError::new(ErrorKind::from_status(code), Some(code), format!("{name}: HTTP {code}"));
+                let mut e =
+                    ProviderError::new(ErrorKind::from_status(code), Some(code), format!("{name}: HTTP {code}"));
                 e.retry_after = retry_after_ms.map(Duration::from_millis);
                 return Err(e);
             }
             Fault::Timeout => {
                 tokio::time::sleep(Duration::from_secs(3600)).await;
-                return Err(ProviderError::new(ErrorKind::Timeout, None, format!("{name}: no response")));
+                return Err(ProviderError::new(
+                    ErrorKind::Timeout,
+                    None,
+                    format!("{name}: no response"),
+                ));
             }
             Fault::ConnectionRefused => {
-                return Err(ProviderError::new(ErrorKind::Connect, None, format!("{name}: connection refused")))
+                return Err(ProviderError::new(
+                    ErrorKind::Connect,
+                    None,
+                    format!("{name}: connection refused"),
+                ))
             }
             Fault::Reset => {
                 tokio::time::sleep(latency / 2).await;
-                return Err(ProviderError::new(ErrorKind::Reset, None, format!("{name}: connection reset")));
+                return Err(ProviderError::new(
+                    ErrorKind::Reset,
+                    None,
+                    format!("{name}: connection reset"),
+                ));
             }
             Fault::Latency { ms } => latency += Duration::from_millis(ms),
             Fault::KeepAliveStall { ms } => latency += Duration::from_millis(ms),

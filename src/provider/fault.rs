@@ -59,7 +59,10 @@ impl Fault {
     pub fn label(&self) -> String {
         match self {
             Fault::Healthy => "healthy".into(),
-            Fault::Status { code, retry_after_ms: Some(ms) } => format!("{code} retry-after {}s", ms / 1000),
+            Fault::Status {
+                code,
+                retry_after_ms: Some(ms),
+            } => format!("{code} retry-after {}s", ms / 1000),
             Fault::Status { code, .. } => format!("{code}"),
             Fault::Latency { ms } => format!("+{ms}ms latency"),
             Fault::Timeout => "timeout".into(),
@@ -78,9 +81,18 @@ impl Fault {
     pub fn cycle() -> Vec<Fault> {
         vec![
             Fault::Healthy,
-            Fault::Status { code: 503, retry_after_ms: None },
-            Fault::Status { code: 429, retry_after_ms: Some(10_000) },
-            Fault::Status { code: 529, retry_after_ms: None },
+            Fault::Status {
+                code: 503,
+                retry_after_ms: None,
+            },
+            Fault::Status {
+                code: 429,
+                retry_after_ms: Some(10_000),
+            },
+            Fault::Status {
+                code: 529,
+                retry_after_ms: None,
+            },
             Fault::Latency { ms: 5_000 },
             Fault::Timeout,
             Fault::ConnectionRefused,

@@ -24,9 +24,21 @@ impl Profile {
     /// A plausible profile for a provider named like a real one.
     pub fn for_name(name: &str) -> Self {
         match name {
-            "anthropic" => Profile { ttft_ms: 350, tokens_per_s: 90.0, chars_per_token: 3.6 },
-            "deepseek" => Profile { ttft_ms: 700, tokens_per_s: 40.0, chars_per_token: 2.0 },
-            _ => Profile { ttft_ms: 400, tokens_per_s: 80.0, chars_per_token: 3.8 },
+            "anthropic" => Profile {
+                ttft_ms: 350,
+                tokens_per_s: 90.0,
+                chars_per_token: 3.6,
+            },
+            "deepseek" => Profile {
+                ttft_ms: 700,
+                tokens_per_s: 40.0,
+                chars_per_token: 2.0,
+            },
+            _ => Profile {
+                ttft_ms: 400,
+                tokens_per_s: 80.0,
+                chars_per_token: 3.8,
+            },
         }
     }
 }
@@ -75,7 +87,12 @@ impl Provider for MockProvider {
     async fn complete(&self, req: &LlmRequest) -> Result<LlmResponse, ProviderError> {
         let key = mix(req.request_id) ^ ((req.step as u64) << 48) ^ ((req.attempt as u64) << 56);
         let mut rng = self.seed.stream(purpose::MOCK, key);
-        let fault = self.faults.pick(&self.target, self.seed.stream(purpose::FAULT, key ^ mix(req.model.len() as u64)).f64());
+        let fault = self.faults.pick(
+            &self.target,
+            self.seed
+                .stream(purpose::FAULT, key ^ mix(req.model.len() as u64))
+                .f64(),
+        );
         let p = self.profile;
         let input = ((req.prompt_chars() as f64 / p.chars_per_token).ceil() as u32).max(1);
 
@@ -83,17 +100,32 @@ impl Provider for MockProvider {
         let offered: Vec<&str> = req.tools.iter().map(|t| t.name.as_str()).collect();
         let order = order_id(req);
         let mut tool_calls = Vec::new();
-        let wants_tools = !offered.is_empty() && (req.step == 0 && rng.f64() < 0.85 || req.step == 1 && rng.f64() < 0.2);
+        let wants_tools =
+            !offered.is_empty() && (req.step == 0 && rng.f64() < 0.85 || req.step == 1 && rng.f64() < 0.2);
         if wants_tools {
-            let first = if offered.contains(&"get_order") { "get_order" } else { offered[rng.usize(..offered.len())] };
-            tool_calls.push(ToolCall { name: first.into(), arguments: args_for(first, &order) });
+            let first = if offered.contains(&"get_order") {
+                "get_order"
+            } else {
+                offered[rng.usize(..offered.len())]
+            };
+            tool_calls.push(ToolCall {
+                name: first.into(),
+                arguments: args_for(first, &order),
+            });
             for extra in ["lookup_shipping", "search_docs", "send_notification"] {
                 if extra != first && offered.contains(&extra) && rng.f64() < 0.3 {
-                    tool_calls.push(ToolCall { name: extra.into(), arguments: args_for(extra, &order) });
+                    tool_calls.push(ToolCall {
+                        name: extra.into(),
+                        arguments: args_for(extra, &order),
+                    });
                 }
             }
         }
-        let mut output = if tool_calls.is_empty() { 60 + rng.u32(0..240) } else { 20 + 15 * tool_calls.len() as u32 };
+        let mut output = if tool_calls.is_empty() {
+            60 + rng.u32(0..240)
+        } else {
+            20 + 15 * tool_calls.len() as u32
+        };
         output = output.min(req.max_tokens.max(1));
         let mut tps = p.tokens_per_s;
         let mut extra = Duration::ZERO;
@@ -106,7 +138,11 @@ impl Provider for MockProvider {
                 tokio::time::sleep(Duration::from_millis(40 + rng.u64(0..60))).await;
                 let mut e = fail(ErrorKind::from_status(code), Some(code), &status_message(code));
                 e.retry_after = retry_after_ms.map(Duration::from_millis);
-                e.rate = RateFeedback { retry_after: e.retry_after, remaining_tokens: (code == 429).then_some(0), ..RateFeedback::default() };
+                e.rate = RateFeedback {
+                    retry_after: e.retry_after,
+                    remaining_tokens: (code == 429).then_some(0),
+                    ..RateFeedback::default()
+                };
                 return Err(e);
             }
             Fault::Latency { ms } => extra = Duration::from_millis(ms),
@@ -123,7 +159,11 @@ impl Provider for MockProvider {
                 let got = output / 3;
                 tokio::time::sleep(Duration::from_millis(p.ttft_ms) + Duration::from_secs_f64(got as f64 / tps)).await;
                 let mut e = fail(ErrorKind::Truncated, None, "stream ended without [DONE]");
-                e.usage = Usage { input, output: got, cached_input: 0 };
+                e.usage = Usage {
+                    input,
+                    output: got,
+                    cached_input: 0,
+                };
                 return Err(e);
             }
             Fault::SlowTokens { tokens_per_s } => {
@@ -132,12 +172,25 @@ impl Provider for MockProvider {
                 output = output.min((tps * 20.0).ceil() as u32).max(1);
             }
             Fault::Hallucinate => {
-                let name = offered.first().map(|n| misspell(n)).unwrap_or_else(|| "get_odrer".into());
-                tool_calls = vec![ToolCall { name, arguments: args_for("get_order", &order) }];
+                let name = offered
+                    .first()
+                    .map(|n| misspell(n))
+                    .unwrap_or_else(|| "get_odrer".into());
+                tool_calls = vec![ToolCall {
+                    name,
+                    arguments: args_for("get_order", &order),
+                }];
             }
             Fault::BadArguments => {
-                let name = offered.first().map(|s| s.to_string()).unwrap_or_else(|| "get_order".into());
-                let arguments = if rng.bool() { format!(r#"{{"order_id": {order}"#) } else { format!(r#"{{"order_id": {order}}}"#) };
+                let name = offered
+                    .first()
+                    .map(|s| s.to_string())
+                    .unwrap_or_else(|| "get_order".into());
+                let arguments = if rng.bool() {
+                    format!(r#"{{"order_id": {order}"#)
+                } else {
+                    format!(r#"{{"order_id": {order}}}"#)
+                };
                 tool_calls = vec![ToolCall { name, arguments }];
             }
             Fault::TokenBlowup { factor } => output = output.saturating_mul(factor.max(1)),
@@ -150,14 +203,22 @@ impl Provider for MockProvider {
         // Keep-alives do not count as progress: the rate is over the whole call.
         let measured = output as f64 / (stall + gen + Duration::from_millis(p.ttft_ms)).as_secs_f64().max(1e-3);
         let text: Arc<str> = if tool_calls.is_empty() {
-            format!("Order #{order} is in transit and should arrive within 2 days ({}).", req.model).into()
+            format!(
+                "Order #{order} is in transit and should arrive within 2 days ({}).",
+                req.model
+            )
+            .into()
         } else {
             "".into()
         };
         Ok(LlmResponse {
             text,
             tool_calls,
-            usage: Usage { input, output, cached_input: 0 },
+            usage: Usage {
+                input,
+                output,
+                cached_input: 0,
+            },
             tokens_per_s: Some(measured),
             rate: RateFeedback::default(),
         })

@@ -153,7 +153,13 @@ impl ErrorKind {
     pub fn retryable(self) -> bool {
         matches!(
             self,
-            Self::RateLimited | Self::Overloaded | Self::ServerError | Self::Timeout | Self::Connect | Self::Reset | Self::Truncated
+            Self::RateLimited
+                | Self::Overloaded
+                | Self::ServerError
+                | Self::Timeout
+                | Self::Connect
+                | Self::Reset
+                | Self::Truncated
         )
     }
 

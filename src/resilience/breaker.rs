@@ -133,6 +133,8 @@ pub struct BreakerView {
     pub probes_in_flight: u32,
     /// Trips since the breaker last closed normally.
     pub trips: u32,
+    /// Most probes ever in flight at once.
+    pub peak_probes: u32,
 }
 
 /// One breaker.
@@ -149,6 +151,7 @@ struct Inner {
     window: Window,
     consecutive: u32,
     trips: u32,
+    peak_probes: u32,
     open_until: Instant,
     half: HalfOpen,
 }
@@ -176,6 +179,7 @@ impl Breaker {
                 generation: 0,
                 consecutive: 0,
                 trips: 0,
+                peak_probes: 0,
                 open_until: now,
                 half: HalfOpen::default(),
             }),
@@ -287,6 +291,7 @@ impl Breaker {
             half_open_stage: (g.state == BreakerState::HalfOpen).then(|| (g.half.stage, g.stage_allowance())),
             probes_in_flight: g.half.in_flight,
             trips: g.trips,
+            peak_probes: g.peak_probes,
         }
     }
 
@@ -342,13 +347,20 @@ impl Inner {
     fn advance(&mut self, now: Instant, fired: &mut Fired) {
         match self.state {
             BreakerState::Open if now >= self.open_until => {
-                let waited = self.cfg.cooldown_ms as f64 * self.cfg.cooldown_multiplier.powi(self.trips.saturating_sub(1).min(32) as i32);
+                let waited = self.cfg.cooldown_ms as f64
+                    * self
+                        .cfg
+                        .cooldown_multiplier
+                        .powi(self.trips.saturating_sub(1).min(32) as i32);
                 let waited = waited.min(self.cfg.max_cooldown_ms as f64) / 1000.0;
                 self.to(BreakerState::HalfOpen, now);
                 *fired = Some((
                     BreakerState::Open,
                     BreakerState::HalfOpen,
-                    format!("cooldown {waited:.0}s elapsed; probing with up to {} calls", self.stage_allowance()),
+                    format!(
+                        "cooldown {waited:.0}s elapsed; probing with up to {} calls",
+                        self.stage_allowance()
+                    ),
                 ));
             }
             BreakerState::HalfOpen => {
@@ -381,7 +393,11 @@ impl Inner {
                 if self.half.admitted < self.stage_allowance() {
                     self.half.admitted += 1;
                     self.half.in_flight += 1;
-                    Ok(Permit { generation, probe: true })
+                    self.peak_probes = self.peak_probes.max(self.half.in_flight);
+                    Ok(Permit {
+                        generation,
+                        probe: true,
+                    })
                 } else {
                     Err(Rejected::ProbesBusy)
                 }
@@ -432,7 +448,12 @@ impl Inner {
                     let rate = self.half.ok as f64 / (self.half.ok + self.half.failed) as f64;
                     if self.half.stage + 1 >= cfg.half_open_ramp.len() {
                         let ramp: Vec<String> = cfg.half_open_ramp.iter().map(u32::to_string).collect();
-                        let reason = format!("half-open ramp {} passed (last stage success {:.2} ≥ {:.2})", ramp.join("→"), rate, need);
+                        let reason = format!(
+                            "half-open ramp {} passed (last stage success {:.2} ≥ {:.2})",
+                            ramp.join("→"),
+                            rate,
+                            need
+                        );
                         self.trips = 0;
                         self.to(BreakerState::Closed, now);
                         fired = Some((BreakerState::HalfOpen, BreakerState::Closed, reason));
@@ -478,7 +499,10 @@ impl Inner {
         if calls >= cfg.minimum_calls {
             let rate = fails as f64 / calls as f64;
             if rate >= cfg.failure_rate {
-                return Some(format!("failure rate {rate:.2} ≥ {:.2} over {calls} calls", cfg.failure_rate));
+                return Some(format!(
+                    "failure rate {rate:.2} ≥ {:.2} over {calls} calls",
+                    cfg.failure_rate
+                ));
             }
             let slow_rate = slows as f64 / calls as f64;
             if cfg.slow_call_ms > 0 && slow_rate >= cfg.slow_call_rate {
@@ -620,4 +644,3 @@ impl Window {
         }
     }
 }
-

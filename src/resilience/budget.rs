@@ -229,7 +229,11 @@ impl Budgets {
         g.tokens_day.used += t;
         g.cost_hour.used += cost;
         g.cost_day.used += cost;
-        gc.warn(&mut g.tokens_hour, c.global_tokens_per_hour as f64, "global tokens/hour");
+        gc.warn(
+            &mut g.tokens_hour,
+            c.global_tokens_per_hour as f64,
+            "global tokens/hour",
+        );
         gc.warn(&mut g.tokens_day, c.global_tokens_per_day as f64, "global tokens/day");
         gc.warn(&mut g.cost_hour, c.global_cost_per_hour_usd, "global cost/hour (USD)");
         gc.warn(&mut g.cost_day, c.global_cost_per_day_usd, "global cost/day (USD)");

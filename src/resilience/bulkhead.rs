@@ -83,7 +83,10 @@ mod tests {
         let b2 = b.clone();
         let waiter = tokio::spawn(async move { b2.enter(Duration::from_secs(1)).await.map(|_| ()) });
         tokio::task::yield_now().await;
-        assert_eq!(b.enter(Duration::from_secs(1)).await.err(), Some(BulkheadFull::QueueFull));
+        assert_eq!(
+            b.enter(Duration::from_secs(1)).await.err(),
+            Some(BulkheadFull::QueueFull)
+        );
         assert_eq!(waiter.await.unwrap(), Err(BulkheadFull::TimedOut));
         drop(held);
         assert!(b.enter(Duration::from_secs(1)).await.is_ok());

@@ -61,7 +61,10 @@ mod tests {
         c.put(1, "a".into(), t0);
         c.put(2, "b".into(), t0);
         c.put(3, "c".into(), t0);
-        assert!(c.get(1, Duration::from_secs(60), t0).is_none(), "evicted as least recent");
+        assert!(
+            c.get(1, Duration::from_secs(60), t0).is_none(),
+            "evicted as least recent"
+        );
         tokio::time::advance(Duration::from_secs(30)).await;
         let (v, age) = c.get(2, Duration::from_secs(60), Instant::now()).unwrap();
         assert_eq!((&*v, age), ("b", Duration::from_secs(30)));

@@ -378,7 +378,10 @@ impl Limiter {
         let s = &mut *guard;
         s.refill(now);
         let mut touched = false;
-        if let (Some(r), Some(b)) = (fb.remaining_tokens, (if s.tpm.is_some() { &mut s.tpm } else { &mut s.itpm }).as_mut()) {
+        if let (Some(r), Some(b)) = (
+            fb.remaining_tokens,
+            (if s.tpm.is_some() { &mut s.tpm } else { &mut s.itpm }).as_mut(),
+        ) {
             // The provider's count wins when it is lower: others share the quota.
             b.level = b.level.min(r as f64);
             touched = true;
@@ -387,7 +390,10 @@ impl Limiter {
             b.level = b.level.min(r as f64);
             touched = true;
         }
-        if let (Some(d), Some(b)) = (fb.reset_tokens, (if s.tpm.is_some() { &mut s.tpm } else { &mut s.itpm }).as_mut()) {
+        if let (Some(d), Some(b)) = (
+            fb.reset_tokens,
+            (if s.tpm.is_some() { &mut s.tpm } else { &mut s.itpm }).as_mut(),
+        ) {
             b.reset_at = Some(now + d);
             touched = true;
         }
@@ -466,7 +472,9 @@ impl Limiter {
             chars_per_token: s.estimator.chars_per_token,
             rejected: s.rejected,
             rate_limited: s.rate_limited,
-            calibrated_ms_ago: s.calibrated_at.map(|t| now.saturating_duration_since(t).as_millis() as u64),
+            calibrated_ms_ago: s
+                .calibrated_at
+                .map(|t| now.saturating_duration_since(t).as_millis() as u64),
         }
     }
 }
@@ -491,7 +499,10 @@ impl State {
         };
         let dt = now.saturating_duration_since(from).as_secs_f64();
         self.last = now;
-        for b in [&mut self.tpm, &mut self.itpm, &mut self.otpm, &mut self.rpm].into_iter().flatten() {
+        for b in [&mut self.tpm, &mut self.itpm, &mut self.otpm, &mut self.rpm]
+            .into_iter()
+            .flatten()
+        {
             b.refill(dt, now);
         }
     }

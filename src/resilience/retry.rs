@@ -92,8 +92,14 @@ mod tests {
             assert!(d <= Duration::from_millis((cfg.base_ms << attempt).min(cfg.cap_ms)));
         }
         assert_eq!(backoff(&cfg, Seed(1), 9, 0, None), backoff(&cfg, Seed(1), 9, 0, None));
-        assert_eq!(backoff(&cfg, Seed(1), 9, 3, Some(Duration::from_secs(7))), Duration::from_secs(7));
-        assert_eq!(backoff(&cfg, Seed(1), 9, 3, Some(Duration::from_secs(999))), Duration::from_millis(cfg.cap_ms));
+        assert_eq!(
+            backoff(&cfg, Seed(1), 9, 3, Some(Duration::from_secs(7))),
+            Duration::from_secs(7)
+        );
+        assert_eq!(
+            backoff(&cfg, Seed(1), 9, 3, Some(Duration::from_secs(999))),
+            Duration::from_millis(cfg.cap_ms)
+        );
     }
 
     #[tokio::test(start_paused = true)]

@@ -76,7 +76,9 @@ impl Runner {
         o.latency_ms = self.clock.now().saturating_duration_since(start).as_millis() as u64;
         self.totals.by_level[o.level.index()].fetch_add(1, Ordering::Relaxed);
         self.totals.tokens.fetch_add(o.tokens, Ordering::Relaxed);
-        self.totals.cost_micro_usd.fetch_add((o.cost_usd * 1e6).round() as u64, Ordering::Relaxed);
+        self.totals
+            .cost_micro_usd
+            .fetch_add((o.cost_usd * 1e6).round() as u64, Ordering::Relaxed);
         if o.level != Level::None {
             self.events.emit(EventKind::Degraded {
                 request: o.request,
@@ -117,7 +119,10 @@ impl Runner {
                         "Some information is unavailable right now ({}); this answer may be incomplete.",
                         trail.missing.join(", ")
                     )),
-                    (_, Some(ms)) => Some(format!("This answer uses data from {} minutes ago and may be out of date.", ms.div_ceil(60_000))),
+                    (_, Some(ms)) => Some(format!(
+                        "This answer uses data from {} minutes ago and may be out of date.",
+                        ms.div_ceil(60_000)
+                    )),
                     _ => None,
                 };
                 (level, Some(a), msg)
@@ -149,14 +154,24 @@ impl Runner {
     }
 
     fn answer_key(req: &AgentRequest) -> u64 {
-        let q = req.messages.iter().rev().find(|m| m.role == "user").map(|m| m.content.as_str()).unwrap_or("");
+        let q = req
+            .messages
+            .iter()
+            .rev()
+            .find(|m| m.role == "user")
+            .map(|m| m.content.as_str())
+            .unwrap_or("");
         hash_str(&req.route) ^ hash_str(q).rotate_left(7)
     }
 
     async fn agent_loop(&self, req: &AgentRequest, may_defer: bool, trail: &mut Trail) -> End {
         let Some(route) = self.routes.get(&req.route) else {
             let known: Vec<&str> = self.routes.keys().map(String::as_str).collect();
-            return End::Failed(format!("Unknown route `{}`; known routes: {}.", req.route, known.join(", ")));
+            return End::Failed(format!(
+                "Unknown route `{}`; known routes: {}.",
+                req.route,
+                known.join(", ")
+            ));
         };
         let primary = route.chain[0];
         let now = self.clock.now();
@@ -178,7 +193,11 @@ impl Runner {
         }
         let offered: Arc<[ToolSpec]> = offered.into();
         let mut messages: Vec<Message> = req.messages.clone();
-        let max_steps = if req.max_steps > 0 { req.max_steps } else { DEFAULT_STEPS };
+        let max_steps = if req.max_steps > 0 {
+            req.max_steps
+        } else {
+            DEFAULT_STEPS
+        };
         let max_tokens = if req.max_tokens > 0 { req.max_tokens } else { 1024 };
         let mut last_text: Option<Arc<str>> = None;
 
@@ -217,11 +236,13 @@ impl Runner {
                     // Feature degradation: answer with what the tools gave.
                     trail.miss("llm");
                     trail.quality *= 0.5;
-                    let text = last_text.unwrap_or_else(|| "Partial result: the assistant could not finish this request.".into());
+                    let text = last_text
+                        .unwrap_or_else(|| "Partial result: the assistant could not finish this request.".into());
                     return End::Answer(text);
                 }
                 Ok((resp, mi)) => {
-                    self.sessions.add_tokens(&req.session, (resp.usage.input + resp.usage.output) as u64);
+                    self.sessions
+                        .add_tokens(&req.session, (resp.usage.input + resp.usage.output) as u64);
                     if mi != primary {
                         trail.fallback = true;
                     }
@@ -229,14 +250,17 @@ impl Runner {
                     trail.model_q = trail.model_q.min(q.min(1.0));
                     if resp.tool_calls.is_empty() {
                         if !trail.partial && trail.stale_ms.is_none() {
-                            self.cache.put(Self::answer_key(req), resp.text.clone(), self.clock.now());
+                            self.cache
+                                .put(Self::answer_key(req), resp.text.clone(), self.clock.now());
                         }
                         return End::Answer(resp.text);
                     }
                     let names: Vec<&str> = resp.tool_calls.iter().map(|c| c.name.as_str()).collect();
                     messages.push(Message::new("assistant", format!("calling {}", names.join(", "))));
                     for tc in &resp.tool_calls {
-                        let Some(&ti) = self.tool_index.get(&tc.name) else { continue };
+                        let Some(&ti) = self.tool_index.get(&tc.name) else {
+                            continue;
+                        };
                         let critical = self.is_critical(ti, &req.critical_tools);
                         match self.call_tool(req.id, ti, tc, critical, &mut trail.tally).await {
                             Ok(text) => messages.push(Message::new("tool", &*text)),
@@ -250,9 +274,14 @@ impl Runner {
                                     trail.stale_ms = Some(trail.stale_ms.unwrap_or(0).max(age.as_millis() as u64));
                                     messages.push(Message::new("tool", &*text));
                                 } else if critical && route.cfg.defer && may_defer && self.spool.is_some() {
-                                    return self.defer(req, format!("critical tool {} unavailable ({})", tc.name, f.label()));
+                                    return self
+                                        .defer(req, format!("critical tool {} unavailable ({})", tc.name, f.label()));
                                 } else {
-                                    trail.quality *= if critical { 0.5 } else { self.cfg.degradation.skip_quality };
+                                    trail.quality *= if critical {
+                                        0.5
+                                    } else {
+                                        self.cfg.degradation.skip_quality
+                                    };
                                     trail.miss(&tc.name);
                                     messages.push(Message::new("tool", format!("{} is unavailable", tc.name)));
                                 }
@@ -284,7 +313,10 @@ impl Runner {
     }
 
     fn push_hops(&self, trail: &mut Trail) {
-        let new: Vec<String> = trail.tally.hops[trail.hops_seen..].iter().map(|h| self.hop_label(h)).collect();
+        let new: Vec<String> = trail.tally.hops[trail.hops_seen..]
+            .iter()
+            .map(|h| self.hop_label(h))
+            .collect();
         trail.hops_seen = trail.tally.hops.len();
         for l in new {
             trail.push(l);
@@ -320,7 +352,10 @@ impl Runner {
             tracing::error!(error = %e, "cannot write to the spool; failing the request instead");
             return End::Failed(self.cfg.degradation.user_message.clone());
         }
-        self.events.emit(EventKind::Deferred { request: req.id, reason });
+        self.events.emit(EventKind::Deferred {
+            request: req.id,
+            reason,
+        });
         let mins = self.cfg.degradation.defer_retry_ms.div_ceil(60_000).max(1);
         End::Deferred(format!(
             "Your request is queued and will be completed as soon as the service recovers (we retry every {mins} min)."
@@ -330,14 +365,20 @@ impl Runner {
     /// Whether a deferred request's dependencies look available again.
     fn ready(&self, req: &AgentRequest) -> bool {
         let now = self.clock.now();
-        let Some(route) = self.routes.get(&req.route) else { return true };
+        let Some(route) = self.routes.get(&req.route) else {
+            return true;
+        };
         let model_ok = route.chain.iter().any(|&m| {
             let m = &self.models[m];
-            self.registry.get(self.providers[m.provider].target).breaker.would_admit(now)
+            self.registry
+                .get(self.providers[m.provider].target)
+                .breaker
+                .would_admit(now)
                 && self.registry.get(m.target).breaker.would_admit(now)
         });
         let tools_ok = req.tools.iter().filter_map(|n| self.tool_index.get(n)).all(|&ti| {
-            !self.is_critical(ti, &req.critical_tools) || self.registry.get(self.tools[ti].target).breaker.would_admit(now)
+            !self.is_critical(ti, &req.critical_tools)
+                || self.registry.get(self.tools[ti].target).breaker.would_admit(now)
         });
         model_ok && tools_ok
     }
@@ -364,7 +405,11 @@ impl Runner {
                 let Some((d, give_up)) = due.next() else { break };
                 let me = self.clone();
                 set.spawn(async move {
-                    let o = if give_up { None } else { Some(me.run_once(&d.request, false).await) };
+                    let o = if give_up {
+                        None
+                    } else {
+                        Some(me.run_once(&d.request, false).await)
+                    };
                     me.end_deferred(&d, o, force)
                 });
             }
@@ -387,7 +432,9 @@ impl Runner {
         }
         if let Some(o) = &o {
             self.totals.tokens.fetch_add(o.tokens, Ordering::Relaxed);
-            self.totals.cost_micro_usd.fetch_add((o.cost_usd * 1e6).round() as u64, Ordering::Relaxed);
+            self.totals
+                .cost_micro_usd
+                .fetch_add((o.cost_usd * 1e6).round() as u64, Ordering::Relaxed);
         }
         if let Err(e) = spool.done(d.request.id, level.as_str()) {
             tracing::error!(error = %e, "cannot record a deferred request's end");

@@ -121,27 +121,39 @@ impl Runner {
         };
         let limiter = |name: &str| {
             let n = name.strip_prefix("provider:").unwrap_or(name);
-            self.providers.iter().find(|p| p.name == n).map(|p| &p.limiter).ok_or_else(|| {
-                let all: Vec<&str> = self.providers.iter().map(|p| p.name.as_str()).collect();
-                CommandError::UnknownTarget(name.into(), all.join(", "))
-            })
+            self.providers
+                .iter()
+                .find(|p| p.name == n)
+                .map(|p| &p.limiter)
+                .ok_or_else(|| {
+                    let all: Vec<&str> = self.providers.iter().map(|p| p.name.as_str()).collect();
+                    CommandError::UnknownTarget(name.into(), all.join(", "))
+                })
         };
         let reason = |what: &str| format!("operator {by}: {what}");
         Ok(match cmd {
             Command::ForceOpen { target } => {
-                breaker(target)?.breaker.set_state(BreakerState::ForcedOpen, &reason("force open"), now);
+                breaker(target)?
+                    .breaker
+                    .set_state(BreakerState::ForcedOpen, &reason("force open"), now);
                 "forced open".into()
             }
             Command::ForceClosed { target } => {
-                breaker(target)?.breaker.set_state(BreakerState::ForcedClosed, &reason("force closed"), now);
+                breaker(target)?
+                    .breaker
+                    .set_state(BreakerState::ForcedClosed, &reason("force closed"), now);
                 "forced closed".into()
             }
             Command::Disable { target } => {
-                breaker(target)?.breaker.set_state(BreakerState::Disabled, &reason("disable (metrics only)"), now);
+                breaker(target)?
+                    .breaker
+                    .set_state(BreakerState::Disabled, &reason("disable (metrics only)"), now);
                 "disabled".into()
             }
             Command::Reset { target } => {
-                breaker(target)?.breaker.set_state(BreakerState::Closed, &reason("reset to automatic"), now);
+                breaker(target)?
+                    .breaker
+                    .set_state(BreakerState::Closed, &reason("reset to automatic"), now);
                 "reset".into()
             }
             Command::FreezeRefill { target } => {
@@ -154,7 +166,12 @@ impl Runner {
             }
             Command::SetFault { target, fault } => {
                 if self.registry.find(target).is_none() || target.starts_with("model:") {
-                    let all: Vec<&str> = self.registry.iter().map(|t| t.name.as_str()).filter(|n| !n.starts_with("model:")).collect();
+                    let all: Vec<&str> = self
+                        .registry
+                        .iter()
+                        .map(|t| t.name.as_str())
+                        .filter(|n| !n.starts_with("model:"))
+                        .collect();
                     return Err(CommandError::UnknownTarget(target.clone(), all.join(", ")));
                 }
                 self.faults.set(target, fault.clone());

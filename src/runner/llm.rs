@@ -88,7 +88,11 @@ impl Runner {
     /// The display name of a hop, e.g. `gpt-4o ✗503×3`.
     pub fn hop_label(&self, h: &Hop) -> String {
         let m = &self.models[h.model].name;
-        let tries = if h.tries > 1 { format!("×{}", h.tries) } else { String::new() };
+        let tries = if h.tries > 1 {
+            format!("×{}", h.tries)
+        } else {
+            String::new()
+        };
         match &h.result {
             HopResult::Ok => format!("{m} ✓{tries}"),
             HopResult::Open => format!("{m} ⊘open"),
@@ -130,7 +134,11 @@ impl Runner {
             let m = &self.models[mi];
             let rest = &order[pos + 1..];
             if sla > 0 && m.latency_ms.load(Ordering::Relaxed) > sla && self.any_admits(rest) {
-                tally.hops.push(Hop { model: mi, result: HopResult::Sla, tries: 0 });
+                tally.hops.push(Hop {
+                    model: mi,
+                    result: HopResult::Sla,
+                    tries: 0,
+                });
                 continue;
             }
             let max_tokens = ((call.max_tokens as f64 * factor.powi(hop_no)).round() as u32).max(16);
@@ -150,7 +158,11 @@ impl Runner {
             };
             match self.try_model(call, mi, req, rest, tally).await? {
                 Ok((resp, tries)) => {
-                    tally.hops.push(Hop { model: mi, result: HopResult::Ok, tries });
+                    tally.hops.push(Hop {
+                        model: mi,
+                        result: HopResult::Ok,
+                        tries,
+                    });
                     return Ok((resp, mi));
                 }
                 Err(hop) => {
@@ -186,7 +198,13 @@ impl Runner {
         let (pt, mt) = (self.registry.get(p.target), self.registry.get(m.target));
         let chars = req.prompt_chars();
         let mut attempt = 0u32;
-        let hop = |result, tries| Ok(Err(Hop { model: mi, result, tries }));
+        let hop = |result, tries| {
+            Ok(Err(Hop {
+                model: mi,
+                result,
+                tries,
+            }))
+        };
         loop {
             let now = self.clock.now();
             let Ok(pp) = pt.breaker.try_acquire(now) else {
@@ -214,7 +232,12 @@ impl Runner {
             };
             let est = permit.estimate();
             let now = self.clock.now();
-            let res = match self.budgets.reserve(call.user, est.total(), m.cost(est.input, est.output), self.clock.ms_at(now)) {
+            let res = match self.budgets.reserve(
+                call.user,
+                est.total(),
+                m.cost(est.input, est.output),
+                self.clock.ms_at(now),
+            ) {
                 Ok(r) => r,
                 Err(e) => {
                     pt.breaker.cancel(pp);
@@ -239,7 +262,10 @@ impl Runner {
                 t.stats.latency_ms_sum.fetch_add(lat_ms, Ordering::Relaxed);
             }
             let old = m.latency_ms.load(Ordering::Relaxed);
-            m.latency_ms.store(if old == 0 { lat_ms } else { (old * 4 + lat_ms) / 5 }, Ordering::Relaxed);
+            m.latency_ms.store(
+                if old == 0 { lat_ms } else { (old * 4 + lat_ms) / 5 },
+                Ordering::Relaxed,
+            );
             match result {
                 Ok(resp) => {
                     let u = resp.usage;
@@ -250,7 +276,10 @@ impl Runner {
                     self.budgets.settle(call.user, res, tokens, cost, end_ms);
                     tally.tokens += tokens as u64;
                     tally.cost += cost;
-                    let semantic = resp.tool_calls.iter().find_map(|c| crate::tools::validate_call(c, &req.tools).err());
+                    let semantic = resp
+                        .tool_calls
+                        .iter()
+                        .find_map(|c| crate::tools::validate_call(c, &req.tools).err());
                     let slow_tokens = resp.tokens_per_s.is_some_and(|t| t < m.min_tokens_per_s);
                     let rec = CallRecord {
                         failure: semantic.as_ref().map(|_| FailureKind::Semantic),
@@ -305,7 +334,8 @@ impl Runner {
                     }
                     let retry = e.kind.retryable()
                         && attempt < self.cfg.retry.max_retries
-                        && e.retry_after.is_none_or(|ra| ra <= Duration::from_millis(self.cfg.retry.cap_ms))
+                        && e.retry_after
+                            .is_none_or(|ra| ra <= Duration::from_millis(self.cfg.retry.cap_ms))
                         && self.admits(m, end)
                         && self.retry_budget.try_withdraw(end);
                     if !retry {

@@ -22,7 +22,13 @@ pub enum Level {
 
 impl Level {
     /// All levels, in summary order.
-    pub const ALL: [Level; 5] = [Level::None, Level::Partial, Level::Fallback, Level::Deferred, Level::Failed];
+    pub const ALL: [Level; 5] = [
+        Level::None,
+        Level::Partial,
+        Level::Fallback,
+        Level::Deferred,
+        Level::Failed,
+    ];
 
     /// The snake_case name.
     pub fn as_str(self) -> &'static str {

@@ -49,7 +49,14 @@ impl Runner {
     }
 
     /// Calls tool `ti` for request `request_id`.
-    pub async fn call_tool(&self, request_id: u64, ti: usize, call: &ToolCall, critical: bool, tally: &mut Tally) -> Result<Arc<str>, ToolFailure> {
+    pub async fn call_tool(
+        &self,
+        request_id: u64,
+        ti: usize,
+        call: &ToolCall,
+        critical: bool,
+        tally: &mut Tally,
+    ) -> Result<Arc<str>, ToolFailure> {
         let slot = &self.tools[ti];
         let t = self.registry.get(slot.target);
         if self.drill() && !critical {
@@ -76,17 +83,31 @@ impl Runner {
             S::bump(&t.stats.attempts);
             tally.attempts += 1;
             let t0 = self.clock.now();
-            let r = match tokio::time::timeout(timeout, self.executor.call(&slot.name, &call.arguments, request_id, attempt)).await {
+            let r = match tokio::time::timeout(
+                timeout,
+                self.executor.call(&slot.name, &call.arguments, request_id, attempt),
+            )
+            .await
+            {
                 Ok(r) => r,
                 Err(_) => Err(ProviderError::new(ErrorKind::Timeout, None, "tool call timed out")),
             };
             drop(slot_guard);
             let end = self.clock.now();
             let latency = end.saturating_duration_since(t0);
-            t.stats.latency_ms_sum.fetch_add(latency.as_millis() as u64, std::sync::atomic::Ordering::Relaxed);
+            t.stats
+                .latency_ms_sum
+                .fetch_add(latency.as_millis() as u64, std::sync::atomic::Ordering::Relaxed);
             match r {
                 Ok(text) => {
-                    t.breaker.record(permit, &CallRecord { latency, ..CallRecord::default() }, end);
+                    t.breaker.record(
+                        permit,
+                        &CallRecord {
+                            latency,
+                            ..CallRecord::default()
+                        },
+                        end,
+                    );
                     S::bump(&t.stats.ok);
                     if slot.cfg.cache_ttl_s > 0 {
                         self.cache.put(cache_key(call), text.clone(), end);

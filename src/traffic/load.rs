@@ -39,7 +39,12 @@ pub fn make_request(seed: Seed, id: u64, users: u32) -> AgentRequest {
         session: format!("user-{user:04}/s{}", rng.u32(0..3)),
         route: "default".into(),
         messages: vec![Message::new("system", SYSTEM_PROMPT), Message::new("user", q)],
-        tools: vec!["get_order".into(), "lookup_shipping".into(), "search_docs".into(), "send_notification".into()],
+        tools: vec![
+            "get_order".into(),
+            "lookup_shipping".into(),
+            "search_docs".into(),
+            "send_notification".into(),
+        ],
         critical_tools: Vec::new(),
         max_tokens: 512,
         max_steps: 4,

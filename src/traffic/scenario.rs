@@ -130,15 +130,22 @@ impl Scenario {
                 .map_err(|e| ScenarioError::Parse(path.display().to_string(), e.to_string()))?;
             return Self::parse(&text, &path.display().to_string());
         }
-        Err(ScenarioError::Unknown(name_or_path.into(), Self::built_in_names().join(", ")))
+        Err(ScenarioError::Unknown(
+            name_or_path.into(),
+            Self::built_in_names().join(", "),
+        ))
     }
 
     /// Parses and validates scenario TOML; `file` names it in errors.
     pub fn parse(text: &str, file: &str) -> Result<Self, ScenarioError> {
-        let s: Scenario = toml::from_str(text).map_err(|e| ScenarioError::Parse(file.into(), e.to_string().trim_end().into()))?;
+        let s: Scenario =
+            toml::from_str(text).map_err(|e| ScenarioError::Parse(file.into(), e.to_string().trim_end().into()))?;
         let bad = |k: &str, m: &str| Err(ScenarioError::Invalid(file.into(), k.into(), m.into()));
         if !(s.rps.is_finite() && s.rps > 0.0 && s.rps <= 100_000.0) {
-            return bad("rps", "must be a number of requests per second, greater than 0 and at most 100000");
+            return bad(
+                "rps",
+                "must be a number of requests per second, greater than 0 and at most 100000",
+            );
         }
         if s.users == 0 {
             return bad("users", "must be at least 1");
@@ -156,7 +163,10 @@ impl Scenario {
                 return bad(&format!("timeline[{i}].rate"), "must be between 0 and 1");
             }
             if !(st.target.starts_with("provider:") || st.target.starts_with("tool:")) {
-                return bad(&format!("timeline[{i}].target"), "must be `provider:NAME` or `tool:NAME`");
+                return bad(
+                    &format!("timeline[{i}].target"),
+                    "must be `provider:NAME` or `tool:NAME`",
+                );
             }
             if s.repeat_s > 0 && st.at_s >= s.repeat_s {
                 return bad(&format!("timeline[{i}].at_s"), "must be before repeat_s");
@@ -181,16 +191,24 @@ mod tests {
     #[test]
     fn unknown_names_list_the_built_ins() {
         let e = Scenario::load("nope").unwrap_err().to_string();
-        assert!(e.contains("unknown scenario `nope`") && e.contains("2am-incident"), "{e}");
+        assert!(
+            e.contains("unknown scenario `nope`") && e.contains("2am-incident"),
+            "{e}"
+        );
     }
 
     #[test]
     fn bad_values_name_the_key() {
-        let e = Scenario::parse("name = \"x\"\nrps = -1\n", "f.toml").unwrap_err().to_string();
-        assert!(e.contains("f.toml") && e.contains("`rps`"), "{e}");
-        let e = Scenario::parse("name = \"x\"\n[[timeline]]\nat_s = 1\ntarget = \"db\"\nfault = { type = \"timeout\" }\n", "f.toml")
+        let e = Scenario::parse("name = \"x\"\nrps = -1\n", "f.toml")
             .unwrap_err()
             .to_string();
+        assert!(e.contains("f.toml") && e.contains("`rps`"), "{e}");
+        let e = Scenario::parse(
+            "name = \"x\"\n[[timeline]]\nat_s = 1\ntarget = \"db\"\nfault = { type = \"timeout\" }\n",
+            "f.toml",
+        )
+        .unwrap_err()
+        .to_string();
         assert!(e.contains("timeline[0].target"), "{e}");
     }
 }

@@ -84,7 +84,12 @@ impl Summary {
         let transitions = events
             .iter()
             .filter_map(|e| match &e.kind {
-                EventKind::Transition { breaker, from, to, reason } => Some(TransitionRec {
+                EventKind::Transition {
+                    breaker,
+                    from,
+                    to,
+                    reason,
+                } => Some(TransitionRec {
                     t_ms: e.t_ms,
                     breaker: breaker.clone(),
                     from: from.to_string(),
@@ -105,14 +110,22 @@ impl Summary {
                 deferred: lv[3],
                 failed: lv[4],
             },
-            targets: runner.registry().iter().map(|t| (t.name.clone(), t.stats.view())).collect(),
+            targets: runner
+                .registry()
+                .iter()
+                .map(|t| (t.name.clone(), t.stats.view()))
+                .collect(),
             transitions,
             tokens: Tokens {
                 consumed: t.tokens.load(Ordering::Relaxed),
                 wasted: t.wasted.load(Ordering::Relaxed),
             },
             cost_usd: (t.cost_micro_usd.load(Ordering::Relaxed) as f64 / 1e6 * 1e4).round() / 1e4,
-            budget_rejections: t.budget_rejections.iter().map(|e| (e.key().clone(), *e.value())).collect(),
+            budget_rejections: t
+                .budget_rejections
+                .iter()
+                .map(|e| (e.key().clone(), *e.value()))
+                .collect(),
             virtual_ms,
             wall_ms,
         }
