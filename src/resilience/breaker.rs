@@ -228,11 +228,7 @@ impl Breaker {
 
     /// Gives back a permit whose call never happened (e.g. cancelled).
     pub fn cancel(&self, permit: Permit) {
-        let mut g = self.inner.lock();
-        if permit.probe && permit.generation == g.generation && g.state == BreakerState::HalfOpen {
-            g.half.in_flight = g.half.in_flight.saturating_sub(1);
-            g.half.admitted = g.half.admitted.saturating_sub(1);
-        }
+        self.inner.lock().cancel(permit);
     }
 
     /// Moves time-driven transitions (open → half-open, half-open timeout)
@@ -311,6 +307,13 @@ impl Breaker {
 type Fired = Option<(BreakerState, BreakerState, String)>;
 
 impl Inner {
+    fn cancel(&mut self, permit: Permit) {
+        if permit.probe && permit.generation == self.generation && self.state == BreakerState::HalfOpen {
+            self.half.in_flight = self.half.in_flight.saturating_sub(1);
+            self.half.admitted = self.half.admitted.saturating_sub(1);
+        }
+    }
+
     fn stage_allowance(&self) -> u32 {
         let ramp = &self.cfg.half_open_ramp;
         ramp[self.half.stage.min(ramp.len() - 1)]
@@ -407,9 +410,14 @@ impl Inner {
 
     fn record(&mut self, permit: Permit, call: &CallRecord, now: Instant) -> Fired {
         let mut fired = None;
+        if call.failure == Some(FailureKind::Client) {
+            // The caller's fault says nothing about the target's health:
+            // neither a success nor a failure (a probe slot is given back).
+            self.cancel(permit);
+            return fired;
+        }
         let cfg = &self.cfg;
         let failure = match call.failure {
-            Some(FailureKind::Client) => None,
             Some(FailureKind::RateLimited) if !cfg.count_rate_limited => None,
             Some(f) => Some(f),
             None => match call.tokens_per_s {

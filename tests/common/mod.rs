@@ -1,0 +1,160 @@
+//! Shared test helpers: a scripted provider and runner builders.
+#![allow(dead_code)]
+
+use fusebox::clock::{Clock, Seed};
+use fusebox::config::Config;
+use fusebox::provider::{ErrorKind, LlmRequest, LlmResponse, Message, Provider, ProviderError, ToolCall, Usage};
+use fusebox::resilience::limiter::RateFeedback;
+use fusebox::runner::request::AgentRequest;
+use fusebox::runner::{Runner, RunnerParts};
+use parking_lot::Mutex;
+use std::collections::VecDeque;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// What a scripted provider does on one call.
+#[derive(Clone, Debug)]
+pub enum Step {
+    /// Answer after `delay_ms` with `output` tokens and these tool calls.
+    Ok {
+        delay_ms: u64,
+        output: u32,
+        tool_calls: Vec<ToolCall>,
+    },
+    /// Fail with an HTTP status after `delay_ms`.
+    Status {
+        code: u16,
+        retry_after_ms: Option<u64>,
+        delay_ms: u64,
+    },
+}
+
+impl Step {
+    pub fn ok() -> Self {
+        Step::Ok {
+            delay_ms: 100,
+            output: 50,
+            tool_calls: vec![],
+        }
+    }
+    pub fn status(code: u16) -> Self {
+        Step::Status {
+            code,
+            retry_after_ms: None,
+            delay_ms: 10,
+        }
+    }
+}
+
+/// A provider that plays a script, then repeats its default step.
+pub struct Scripted {
+    script: Mutex<VecDeque<Step>>,
+    default: Step,
+    pub calls: AtomicU32,
+    pub seen: Mutex<Vec<(u32, u32)>>, // (attempt, max_tokens)
+}
+
+impl Scripted {
+    pub fn new(script: Vec<Step>, default: Step) -> Arc<Self> {
+        Arc::new(Self {
+            script: Mutex::new(script.into()),
+            default,
+            calls: AtomicU32::new(0),
+            seen: Mutex::new(Vec::new()),
+        })
+    }
+    pub fn calls(&self) -> u32 {
+        self.calls.load(Ordering::SeqCst)
+    }
+}
+
+#[async_trait::async_trait]
+impl Provider for Scripted {
+    async fn complete(&self, req: &LlmRequest) -> Result<LlmResponse, ProviderError> {
+        self.calls.fetch_add(1, Ordering::SeqCst);
+        self.seen.lock().push((req.attempt, req.max_tokens));
+        let step = self.script.lock().pop_front().unwrap_or_else(|| self.default.clone());
+        match step {
+            Step::Ok {
+                delay_ms,
+                output,
+                tool_calls,
+            } => {
+                tokio::time::sleep(Duration::from_millis(delay_ms)).await;
+                Ok(LlmResponse {
+                    text: "answer".into(),
+                    tool_calls,
+                    usage: Usage {
+                        input: 20,
+                        output,
+                        cached_input: 0,
+                    },
+                    tokens_per_s: None,
+                    rate: RateFeedback::default(),
+                })
+            }
+            Step::Status {
+                code,
+                retry_after_ms,
+                delay_ms,
+            } => {
+                tokio::time::sleep(Duration::from_millis(delay_ms)).await;
+                let mut e = ProviderError::new(ErrorKind::from_status(code), Some(code), format!("HTTP {code}"));
+                e.retry_after = retry_after_ms.map(Duration::from_millis);
+                Err(e)
+            }
+        }
+    }
+}
+
+/// A runner over the default config with some providers replaced.
+pub fn runner(cfg: Config, providers: Vec<(&str, Arc<dyn Provider>)>, spool: Option<PathBuf>) -> Arc<Runner> {
+    let mut parts = RunnerParts::mock(Clock::with_wall_anchor(0), Seed(7));
+    for (name, p) in providers {
+        parts.providers.insert(name.to_string(), p);
+    }
+    parts.spool = spool;
+    Runner::new(cfg, parts).expect("runner")
+}
+
+/// A one-step LLM request without tools.
+pub fn ask(id: u64, user: &str) -> AgentRequest {
+    AgentRequest {
+        id,
+        user: user.into(),
+        session: format!("{user}/s"),
+        route: "default".into(),
+        messages: vec![
+            Message::new("system", "be brief"),
+            Message::new("user", "Where is order #38291?"),
+        ],
+        tools: vec![],
+        critical_tools: vec![],
+        max_tokens: 256,
+        max_steps: 2,
+    }
+}
+
+/// A request offering every default tool.
+pub fn ask_with_tools(id: u64, user: &str) -> AgentRequest {
+    AgentRequest {
+        tools: vec![
+            "get_order".into(),
+            "lookup_shipping".into(),
+            "search_docs".into(),
+            "send_notification".into(),
+        ],
+        max_steps: 4,
+        ..ask(id, user)
+    }
+}
+
+/// The tool call a model makes for get_order.
+pub fn get_order_call() -> ToolCall {
+    ToolCall {
+        name: "get_order".into(),
+        arguments: r#"{"order_id":"38291"}"#.into(),
+    }
+}

@@ -1,0 +1,515 @@
+//! The runner's request lifecycle, end to end on virtual time: fallback,
+//! retries, retry budget, open breakers, semantic failures, budgets, tool
+//! degradation, defer and restart, drill mode and operator commands.
+
+mod common;
+
+use common::{ask, ask_with_tools, get_order_call, runner, Scripted, Step};
+use fusebox::config::Config;
+use fusebox::provider::fault::{Fault, FaultSpec};
+use fusebox::provider::{Provider, ToolCall};
+use fusebox::resilience::breaker::BreakerState;
+use fusebox::runner::command::Command;
+use fusebox::runner::outcome::Level;
+use fusebox::telemetry::events::EventKind;
+use std::sync::Arc;
+use std::time::Duration;
+
+fn stats(r: &fusebox::runner::Runner, target: &str) -> fusebox::runner::registry::StatsView {
+    r.registry().find(target).expect("target").stats.view()
+}
+
+#[tokio::test(start_paused = true)]
+async fn failed_primary_falls_back_with_metadata() {
+    let openai = Scripted::new(vec![], Step::status(503));
+    let r = runner(
+        Config::default(),
+        vec![("openai", openai.clone() as Arc<dyn Provider>)],
+        None,
+    );
+    let o = r.run(ask(1, "alice")).await;
+    assert_eq!(o.level, Level::Fallback);
+    // 1 attempt + 2 retries on gpt-4o, then claude-haiku answers.
+    assert_eq!(openai.calls(), 3);
+    assert_eq!(o.chain, vec!["gpt-4o ✗503×3".to_string(), "claude-haiku ✓".to_string()]);
+    assert_eq!(o.quality, 0.85);
+    assert_eq!(o.attempts, 4);
+    assert_eq!(stats(&r, "model:gpt-4o").retries, 2);
+    assert_eq!(r.by_level()[Level::Fallback.index()], 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn fallback_hops_reduce_max_tokens() {
+    let openai = Scripted::new(vec![], Step::status(400));
+    let anthropic = Scripted::new(vec![], Step::ok());
+    let r = runner(
+        Config::default(),
+        vec![
+            ("openai", openai.clone() as Arc<dyn Provider>),
+            ("anthropic", anthropic.clone() as Arc<dyn Provider>),
+        ],
+        None,
+    );
+    let o = r.run(ask(1, "alice")).await;
+    assert_eq!(o.level, Level::Fallback);
+    assert_eq!(openai.seen.lock().clone(), vec![(0, 256)], "400 is never retried");
+    assert_eq!(
+        anthropic.seen.lock().clone(),
+        vec![(0, 128)],
+        "max_tokens halves on the fallback hop"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn never_retries_client_errors() {
+    for code in [400, 401, 402, 403, 404, 413, 422] {
+        let openai = Scripted::new(vec![], Step::status(code));
+        let r = runner(
+            Config::default(),
+            vec![("openai", openai.clone() as Arc<dyn Provider>)],
+            None,
+        );
+        let o = r.run(ask(1, "alice")).await;
+        assert_eq!(openai.calls(), 1, "HTTP {code} must not be retried");
+        assert_eq!(o.level, Level::Fallback, "HTTP {code}");
+        // Client errors do not count against the provider's breaker.
+        assert_eq!(
+            r.registry()
+                .find("provider:openai")
+                .unwrap()
+                .breaker
+                .view(tokio::time::Instant::now())
+                .calls_in_window,
+            0
+        );
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn retry_honours_retry_after() {
+    let openai = Scripted::new(
+        vec![Step::Status {
+            code: 429,
+            retry_after_ms: Some(7_000),
+            delay_ms: 10,
+        }],
+        Step::Ok {
+            delay_ms: 10,
+            output: 10,
+            tool_calls: vec![],
+        },
+    );
+    let r = runner(
+        Config::default(),
+        vec![("openai", openai.clone() as Arc<dyn Provider>)],
+        None,
+    );
+    let t0 = tokio::time::Instant::now();
+    let o = r.run(ask(1, "alice")).await;
+    assert_eq!(o.level, Level::None);
+    assert_eq!(o.chain, vec!["gpt-4o ✓×2".to_string()]);
+    assert_eq!(
+        t0.elapsed(),
+        Duration::from_millis(7_020),
+        "waited exactly the Retry-After between attempts"
+    );
+    // The 429's Retry-After also froze the limiter's refills.
+    let lim = r
+        .providers()
+        .iter()
+        .find(|p| p.name == "openai")
+        .unwrap()
+        .limiter
+        .view(tokio::time::Instant::now());
+    assert_eq!(lim.rate_limited, 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn retry_budget_caps_retries_during_an_outage() {
+    let mut cfg = Config::default();
+    cfg.retry.budget_ratio = 0.2;
+    cfg.retry.budget_min_per_s = 0;
+    let openai = Scripted::new(vec![], Step::status(500));
+    let r = runner(cfg, vec![("openai", openai.clone() as Arc<dyn Provider>)], None);
+    // Keep the breakers out of the way: only the retry budget may stop retries.
+    for t in ["provider:openai", "model:gpt-4o"] {
+        r.apply(&Command::ForceClosed { target: t.into() }, "t").unwrap();
+    }
+    let mut set = tokio::task::JoinSet::new();
+    for i in 0..50 {
+        let r = r.clone();
+        set.spawn(async move { r.run(ask(i, &format!("u{i}"))).await });
+    }
+    while set.join_next().await.is_some() {}
+    let s = stats(&r, "model:gpt-4o");
+    // Without a budget these 50 requests would make 100 retries.
+    assert_eq!(s.retries, 10, "retries must stay within 20% of 50 requests");
+    assert_eq!(openai.calls(), 60);
+}
+
+#[tokio::test(start_paused = true)]
+async fn open_breaker_skips_the_model_and_its_retries() {
+    let openai = Scripted::new(vec![], Step::ok());
+    let r = runner(
+        Config::default(),
+        vec![("openai", openai.clone() as Arc<dyn Provider>)],
+        None,
+    );
+    r.apply(
+        &Command::ForceOpen {
+            target: "provider:openai".into(),
+        },
+        "tester",
+    )
+    .unwrap();
+    let o = r.run(ask(1, "alice")).await;
+    assert_eq!(openai.calls(), 0);
+    assert_eq!(o.chain[0], "gpt-4o ⊘open");
+    assert_eq!(o.level, Level::Fallback);
+    assert_eq!(stats(&r, "provider:openai").rejected_open, 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn breaker_opens_after_consecutive_failures_then_recovers_with_a_ramp() {
+    let openai = Scripted::new(vec![Step::status(400); 0], Step::status(503));
+    let mut cfg = Config::default();
+    cfg.retry.max_retries = 0;
+    let r = runner(cfg, vec![("openai", openai.clone() as Arc<dyn Provider>)], None);
+    for i in 0..5 {
+        r.run(ask(i, "alice")).await;
+    }
+    let b = &r.registry().find("provider:openai").unwrap().breaker;
+    assert_eq!(b.state(), BreakerState::Open);
+    let before = openai.calls();
+    r.run(ask(10, "alice")).await;
+    assert_eq!(openai.calls(), before, "no call while open");
+    tokio::time::advance(Duration::from_secs(31)).await;
+    b.tick(tokio::time::Instant::now());
+    assert_eq!(b.state(), BreakerState::HalfOpen);
+}
+
+#[tokio::test(start_paused = true)]
+async fn hallucinated_tool_is_a_semantic_failure_and_falls_back() {
+    let bad = ToolCall {
+        name: "get_odrer".into(),
+        arguments: r#"{"order_id":"1"}"#.into(),
+    };
+    let openai = Scripted::new(
+        vec![],
+        Step::Ok {
+            delay_ms: 10,
+            output: 40,
+            tool_calls: vec![bad],
+        },
+    );
+    let r = runner(
+        Config::default(),
+        vec![("openai", openai.clone() as Arc<dyn Provider>)],
+        None,
+    );
+    let o = r.run(ask_with_tools(1, "alice")).await;
+    assert!(o.chain[0] == "gpt-4o ✗semantic", "{:?}", o.chain);
+    assert_eq!(stats(&r, "model:gpt-4o").semantic, 1);
+    assert_eq!(openai.calls(), 1, "semantic failures are not retried on the same model");
+    assert_ne!(o.level, Level::Failed);
+}
+
+#[tokio::test(start_paused = true)]
+async fn budget_rejection_names_the_budget_and_costs_nothing() {
+    let mut cfg = Config::default();
+    cfg.budgets.user_tokens_per_minute = 100;
+    let openai = Scripted::new(vec![], Step::ok());
+    let r = runner(cfg, vec![("openai", openai.clone() as Arc<dyn Provider>)], None);
+    let o = r.run(ask(1, "alice")).await;
+    assert_eq!(o.level, Level::Failed);
+    let msg = o.user_message.unwrap();
+    assert!(msg.contains("user alice budget exceeded: tokens/minute"), "{msg}");
+    assert_eq!(openai.calls(), 0);
+    assert_eq!(r.totals().budget_rejections.get("alice").map(|v| *v), Some(1));
+}
+
+#[tokio::test(start_paused = true)]
+async fn concurrent_requests_cannot_overshoot_a_budget() {
+    let mut cfg = Config::default();
+    // Each call reserves its estimate (~10 prompt + 256 max_tokens).
+    cfg.budgets.user_tokens_per_minute = 2_700;
+    let openai = Scripted::new(
+        vec![],
+        Step::Ok {
+            delay_ms: 5_000,
+            output: 10,
+            tool_calls: vec![],
+        },
+    );
+    let r = runner(cfg, vec![("openai", openai.clone() as Arc<dyn Provider>)], None);
+    let mut set = tokio::task::JoinSet::new();
+    for i in 0..40 {
+        let r = r.clone();
+        let mut req = ask(i, "alice");
+        req.session = format!("alice/{i}");
+        set.spawn(async move { r.run(req).await });
+    }
+    let mut admitted = 0;
+    while let Some(o) = set.join_next().await {
+        if o.unwrap().level != Level::Failed {
+            admitted += 1;
+        }
+    }
+    assert_eq!(openai.calls(), admitted);
+    assert!(
+        admitted <= 10,
+        "at most 2700/266 reservations fit at once, got {admitted}"
+    );
+    assert!(admitted >= 9);
+}
+
+#[tokio::test(start_paused = true)]
+async fn failing_optional_tool_is_skipped_and_critical_tool_uses_the_cache() {
+    let calls = vec![
+        get_order_call(),
+        ToolCall {
+            name: "search_docs".into(),
+            arguments: r#"{"query":"x"}"#.into(),
+        },
+    ];
+    let openai = Scripted::new(
+        vec![
+            Step::Ok {
+                delay_ms: 10,
+                output: 20,
+                tool_calls: calls.clone(),
+            },
+            Step::ok(),
+            Step::Ok {
+                delay_ms: 10,
+                output: 20,
+                tool_calls: calls.clone(),
+            },
+        ],
+        Step::ok(),
+    );
+    let r = runner(
+        Config::default(),
+        vec![("openai", openai.clone() as Arc<dyn Provider>)],
+        None,
+    );
+    // First request fills the cache.
+    let o = r.run(ask_with_tools(1, "alice")).await;
+    assert_eq!(o.level, Level::None, "{:?}", o.chain);
+    // Then both tools fail.
+    for t in ["tool:get_order", "tool:search_docs"] {
+        r.apply(
+            &Command::SetFault {
+                target: t.into(),
+                fault: FaultSpec::always(Fault::Status {
+                    code: 503,
+                    retry_after_ms: None,
+                }),
+            },
+            "t",
+        )
+        .unwrap();
+    }
+    tokio::time::advance(Duration::from_secs(60)).await;
+    let o = r.run(ask_with_tools(2, "alice")).await;
+    assert!(o.chain.contains(&"tool:get_order cache".to_string()), "{:?}", o.chain);
+    assert!(o.stale_ms.unwrap() >= 60_000);
+    // search_docs was cached too (cache_ttl_s = 3600), so nothing is missing.
+    assert!(o.missing.is_empty(), "{:?}", o.missing);
+    assert_eq!(o.level, Level::Fallback);
+    assert!(o.user_message.unwrap().contains("minutes ago"));
+}
+
+#[tokio::test(start_paused = true)]
+async fn critical_tool_down_defers_and_the_request_survives_a_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let spool = dir.path().join("spool.jsonl");
+    let tool_step = Step::Ok {
+        delay_ms: 10,
+        output: 20,
+        tool_calls: vec![get_order_call()],
+    };
+    let openai = Scripted::new(vec![tool_step.clone()], Step::ok());
+    let r = runner(
+        Config::default(),
+        vec![("openai", openai as Arc<dyn Provider>)],
+        Some(spool.clone()),
+    );
+    r.apply(
+        &Command::ForceOpen {
+            target: "tool:get_order".into(),
+        },
+        "t",
+    )
+    .unwrap();
+    let o = r.run(ask_with_tools(1, "alice")).await;
+    assert_eq!(o.level, Level::Deferred);
+    assert!(o.user_message.unwrap().contains("queued"));
+    assert_eq!(r.spool().unwrap().len(), 1);
+    drop(r);
+
+    // "Restart": a new runner on the same spool finds the request.
+    let openai = Scripted::new(vec![tool_step], Step::ok());
+    let r = runner(
+        Config::default(),
+        vec![("openai", openai as Arc<dyn Provider>)],
+        Some(spool.clone()),
+    );
+    assert_eq!(r.spool().unwrap().len(), 1);
+    let mut events = r.events().subscribe();
+    assert_eq!(r.redrive_deferred(false).await, 1, "get_order is healthy again");
+    assert_eq!(r.spool().unwrap().len(), 0);
+    let mut done = None;
+    while let Ok(e) = events.try_recv() {
+        if let EventKind::DeferredDone { request, level } = e.kind {
+            done = Some((request, level));
+        }
+    }
+    assert_eq!(done, Some((1, "none")));
+}
+
+#[tokio::test(start_paused = true)]
+async fn all_models_down_without_cache_defers_or_fails_gracefully() {
+    let mut cfg = Config::default();
+    cfg.retry.max_retries = 0;
+    let down = || Scripted::new(vec![], Step::status(503)) as Arc<dyn Provider>;
+    let r = runner(
+        cfg.clone(),
+        vec![("openai", down()), ("anthropic", down()), ("deepseek", down())],
+        None,
+    );
+    let o = r.run(ask(1, "alice")).await;
+    assert_eq!(o.level, Level::Failed);
+    assert_eq!(o.user_message.as_deref(), Some(cfg.degradation.user_message.as_str()));
+    assert_eq!(o.chain.len(), 3);
+    assert_eq!(o.quality, 0.0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn drill_mode_sends_optional_tools_down_their_degradation_branch() {
+    let openai = Scripted::new(
+        vec![Step::Ok {
+            delay_ms: 10,
+            output: 20,
+            tool_calls: vec![get_order_call()],
+        }],
+        Step::ok(),
+    );
+    let r = runner(Config::default(), vec![("openai", openai as Arc<dyn Provider>)], None);
+    r.apply(&Command::DrillOn, "tester").unwrap();
+    let o = r.run(ask_with_tools(1, "alice")).await;
+    assert_eq!(o.level, Level::Partial);
+    assert_eq!(o.missing, vec!["lookup_shipping", "search_docs", "send_notification"]);
+    assert_eq!(stats(&r, "tool:get_order").ok, 1, "the critical tool still runs");
+    r.apply(&Command::DrillOff, "tester").unwrap();
+    assert!(!r.drill());
+}
+
+#[tokio::test(start_paused = true)]
+async fn operator_commands_apply_and_are_announced() {
+    let r = runner(Config::default(), vec![], None);
+    let mut events = r.events().subscribe();
+    let now = tokio::time::Instant::now;
+    let b = |n: &str| r.registry().find(n).unwrap().breaker.state();
+    r.apply(
+        &Command::ForceOpen {
+            target: "model:gpt-4o".into(),
+        },
+        "ana",
+    )
+    .unwrap();
+    assert_eq!(b("model:gpt-4o"), BreakerState::ForcedOpen);
+    r.apply(
+        &Command::ForceClosed {
+            target: "model:gpt-4o".into(),
+        },
+        "ana",
+    )
+    .unwrap();
+    assert_eq!(b("model:gpt-4o"), BreakerState::ForcedClosed);
+    r.apply(
+        &Command::Disable {
+            target: "tool:search_docs".into(),
+        },
+        "ana",
+    )
+    .unwrap();
+    assert_eq!(b("tool:search_docs"), BreakerState::Disabled);
+    r.apply(
+        &Command::Reset {
+            target: "model:gpt-4o".into(),
+        },
+        "ana",
+    )
+    .unwrap();
+    assert_eq!(b("model:gpt-4o"), BreakerState::Closed);
+    r.apply(
+        &Command::FreezeRefill {
+            target: "openai".into(),
+        },
+        "ana",
+    )
+    .unwrap();
+    let lim = &r.providers().iter().find(|p| p.name == "openai").unwrap().limiter;
+    assert!(lim.is_frozen(now()));
+    r.apply(
+        &Command::UnfreezeRefill {
+            target: "provider:openai".into(),
+        },
+        "ana",
+    )
+    .unwrap();
+    assert!(!lim.is_frozen(now()));
+    let err = r
+        .apply(
+            &Command::ForceOpen {
+                target: "tool:nope".into(),
+            },
+            "ana",
+        )
+        .unwrap_err();
+    assert!(err.to_string().contains("unknown target `tool:nope`"), "{err}");
+    let mut ops = Vec::new();
+    while let Ok(e) = events.try_recv() {
+        if let EventKind::Operator { action, by, result, .. } = e.kind {
+            ops.push((action, by, result.starts_with("rejected")));
+        }
+    }
+    assert_eq!(ops.len(), 7);
+    assert!(ops.iter().all(|(_, by, _)| by == "ana"));
+    assert_eq!(
+        ops.last().unwrap(),
+        &("force_open".to_string(), "ana".to_string(), true)
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn exhausted_limiter_waits_then_degrades() {
+    let mut cfg = Config::default();
+    for p in cfg.providers.values_mut() {
+        p.tpm = 0;
+        p.itpm = 0;
+        p.otpm = 0;
+        p.rpm = 1;
+        p.concurrency = 0;
+    }
+    cfg.routes.get_mut("default").unwrap().chain = vec!["gpt-4o".into()];
+    cfg.routes.get_mut("default").unwrap().defer = false;
+    let r = runner(
+        cfg,
+        vec![("openai", Scripted::new(vec![], Step::ok()) as Arc<dyn Provider>)],
+        None,
+    );
+    assert_eq!(r.run(ask(1, "a")).await.level, Level::None);
+    let t0 = tokio::time::Instant::now();
+    let mut second = ask(2, "b");
+    second.messages[1].content = "A different question, so no cached answer".into();
+    let o = r.run(second).await;
+    assert_eq!(o.level, Level::Failed);
+    assert_eq!(o.chain, vec!["gpt-4o ⏳rate".to_string()]);
+    assert_eq!(
+        t0.elapsed(),
+        Duration::from_millis(2_000),
+        "waited limiter.wait_timeout_ms, no longer"
+    );
+}
