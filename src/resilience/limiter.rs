@@ -310,6 +310,7 @@ impl Limiter {
                     }
                     let until = (now + wait.max(Duration::from_millis(1))).min(deadline);
                     tokio::select! {
+                        biased;
                         _ = tokio::time::sleep_until(until) => {}
                         _ = self.released.notified() => {}
                     }

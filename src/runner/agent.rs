@@ -166,7 +166,8 @@ impl Runner {
 
     async fn agent_loop(&self, req: &AgentRequest, may_defer: bool, trail: &mut Trail) -> End {
         let Some(route) = self.routes.get(&req.route) else {
-            let known: Vec<&str> = self.routes.keys().map(String::as_str).collect();
+            let mut known: Vec<&str> = self.routes.keys().map(String::as_str).collect();
+            known.sort_unstable();
             return End::Failed(format!(
                 "Unknown route `{}`; known routes: {}.",
                 req.route,

@@ -1,0 +1,174 @@
+//! Every built-in scenario shows what the seeds promise, on virtual time,
+//! and the same scenario + config + seed gives a byte-identical summary.
+
+use fusebox::clock::{Clock, Seed};
+use fusebox::config::Config;
+use fusebox::runner::outcome::Level;
+use fusebox::runner::{Runner, RunnerParts};
+use fusebox::telemetry::events::EventKind;
+use fusebox::traffic::load::{run_scenario, DemoRun};
+use fusebox::traffic::scenario::Scenario;
+use fusebox::traffic::summary::Summary;
+use std::sync::Arc;
+use std::time::Duration;
+
+struct Run {
+    runner: Arc<Runner>,
+    demo: DemoRun,
+    summary: Summary,
+    events: Vec<fusebox::telemetry::events::Event>,
+}
+
+async fn run(name: &str, minutes: u64, seed: u64) -> Run {
+    let dir = tempfile::tempdir().unwrap();
+    let mut parts = RunnerParts::mock(Clock::with_wall_anchor(0), Seed(seed));
+    parts.spool = Some(dir.path().join("spool.jsonl"));
+    let runner = Runner::new(Config::default(), parts).unwrap();
+    let mut rx = runner.events().subscribe();
+    let scenario = Scenario::load(name).unwrap();
+    let demo = run_scenario(runner.clone(), &scenario, Duration::from_secs(minutes * 60), Seed(seed)).await;
+    let mut events = Vec::new();
+    while let Ok(e) = rx.try_recv() {
+        events.push(e);
+    }
+    let summary = Summary::build(&runner, &events, demo.lost, runner.clock().elapsed_ms(), 0);
+    assert_eq!(summary.lost, 0, "{name}: every request has an outcome");
+    assert_eq!(summary.completed, summary.requests);
+    assert_eq!(demo.outcomes.len() as u64, summary.requests);
+    assert_eq!(runner.spool().unwrap().len(), 0, "{name}: every deferred request ended");
+    Run {
+        runner,
+        demo,
+        summary,
+        events,
+    }
+}
+
+fn transitions<'a>(r: &'a Run, breaker: &str) -> Vec<(&'a str, &'a str, &'a str)> {
+    r.summary
+        .transitions
+        .iter()
+        .filter(|t| t.breaker == breaker)
+        .map(|t| (t.from.as_str(), t.to.as_str(), t.reason.as_str()))
+        .collect()
+}
+
+#[tokio::test(start_paused = true)]
+async fn calm_has_no_degradation() {
+    let r = run("calm", 5, 1).await;
+    assert!(r.summary.requests > 1000);
+    assert_eq!(r.summary.by_level.none, r.summary.requests);
+    assert!(r.summary.transitions.is_empty());
+}
+
+#[tokio::test(start_paused = true)]
+async fn two_am_incident_opens_get_order_and_stops_the_waiting() {
+    let r = run("2am-incident", 10, 1).await;
+    let t = transitions(&r, "tool:get_order");
+    assert_eq!(t[0].0, "closed");
+    assert_eq!(t[0].1, "open");
+    assert!(t[0].2.contains("consecutive failures"), "{}", t[0].2);
+    assert_eq!(t.last().unwrap().1, "closed", "closes after the service recovers");
+    let s = &r.summary.targets["tool:get_order"];
+    // Later requests skip get_order (cache or defer) instead of calling it.
+    assert!(s.rejected_open > 10 * s.failed, "{s:?}");
+    assert!(r.summary.by_level.deferred > 0 && r.summary.by_level.fallback > 0);
+    // Deferred requests were re-driven once get_order recovered.
+    let done: Vec<&str> = r
+        .events
+        .iter()
+        .filter_map(|e| match &e.kind {
+            EventKind::DeferredDone { level, .. } => Some(*level),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(done.len() as u64, r.summary.by_level.deferred);
+    assert!(done.iter().all(|l| *l != "failed"), "{done:?}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn provider_outage_moves_traffic_and_recovers_with_bounded_probes() {
+    let r = run("provider-outage", 10, 1).await;
+    let t = transitions(&r, "provider:openai");
+    assert_eq!((t[0].0, t[0].1), ("closed", "open"));
+    assert_eq!((t.last().unwrap().0, t.last().unwrap().1), ("half_open", "closed"));
+    assert!(t.last().unwrap().2.contains("half-open ramp 2→4→8 passed"));
+    assert!(
+        r.summary.targets["model:claude-haiku"].ok > 500,
+        "traffic moved to the next provider"
+    );
+    assert!(r.summary.by_level.fallback > 500);
+    let now = tokio::time::Instant::now();
+    for name in ["provider:openai", "model:gpt-4o"] {
+        let v = r.runner.registry().find(name).unwrap().breaker.view(now);
+        assert!(
+            v.peak_probes <= 8,
+            "{name}: at most the last ramp stage in flight, saw {}",
+            v.peak_probes
+        );
+        assert!(v.peak_probes >= 1);
+    }
+    assert_eq!(r.summary.by_level.failed, 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn rate_limit_storm_freezes_refills_and_retries_within_budget() {
+    let r = run("429-storm", 6, 1).await;
+    let frozen = r
+        .events
+        .iter()
+        .filter(|e| matches!(e.kind, EventKind::RefillFrozen { .. }))
+        .count();
+    assert!(frozen > 0, "Retry-After froze the limiter");
+    let s = &r.summary.targets["model:gpt-4o"];
+    assert!(s.retries > 0);
+    // The retry budget: 20 % of requests plus budget_min_per_s (2) per second.
+    let allowed = 0.2 * r.summary.requests as f64 + 2.0 * (r.summary.virtual_ms / 1000) as f64;
+    assert!((s.retries as f64) <= allowed, "{} retries > {allowed}", s.retries);
+    assert!(r.summary.by_level.fallback > 100);
+    assert_eq!(r.summary.by_level.failed, 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn slow_tokens_trip_on_token_rate_collapse() {
+    let r = run("slow-tokens", 6, 1).await;
+    let t = transitions(&r, "model:gpt-4o");
+    assert!(t[0].2.contains("token-rate collapse"), "{t:?}");
+    assert!(r.summary.by_level.fallback > 100);
+}
+
+#[tokio::test(start_paused = true)]
+async fn hallucinations_are_failures_although_http_says_200() {
+    let r = run("hallucination", 6, 1).await;
+    let s = &r.summary.targets["model:gpt-4o"];
+    assert!(s.failed > 0);
+    assert_eq!(
+        r.runner.registry().find("model:gpt-4o").unwrap().stats.view().semantic,
+        s.failed
+    );
+    assert_eq!(transitions(&r, "model:gpt-4o")[0].1, "open");
+    assert!(
+        r.summary.tokens.wasted > 0,
+        "tokens spent on hallucinated calls are counted as wasted"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn noisy_tenant_does_not_hurt_other_users() {
+    let r = run("noisy-tenant", 8, 1).await;
+    assert_eq!(r.summary.budget_rejections.len(), 1);
+    assert!(r.summary.budget_rejections["tenant-noisy"] > 100);
+    let others: Vec<_> = r.demo.outcomes.iter().filter(|o| o.user != "tenant-noisy").collect();
+    let ok = others.iter().filter(|o| o.level == Level::None).count();
+    assert!(ok as f64 >= 0.99 * others.len() as f64, "{ok} of {}", others.len());
+    assert!(others.iter().all(|o| o.level != Level::Failed));
+}
+
+#[tokio::test(start_paused = true)]
+async fn same_seed_gives_a_byte_identical_summary() {
+    let a = serde_json::to_string(&run("tour", 6, 9).await.summary).unwrap();
+    let b = serde_json::to_string(&run("tour", 6, 9).await.summary).unwrap();
+    assert_eq!(a, b);
+    let c = serde_json::to_string(&run("tour", 6, 10).await.summary).unwrap();
+    assert_ne!(a, c, "another seed gives other traffic");
+}
