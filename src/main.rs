@@ -48,10 +48,10 @@ struct DemoArgs {
     #[arg(long, default_value = "tour")]
     scenario: String,
     /// How much (virtual) time to simulate, e.g. 60s, 10m.
-    #[arg(long, default_value = "10m")]
+    #[arg(long, default_value = "10m", allow_hyphen_values = true)]
     duration: String,
     /// `max` (virtual time, as fast as possible) or a speed-up factor like 1 or 10.
-    #[arg(long, default_value = "max")]
+    #[arg(long, default_value = "max", allow_hyphen_values = true)]
     speed: String,
     /// Write the summary JSON here.
     #[arg(long)]

@@ -171,7 +171,7 @@ async fn open_breaker_skips_the_model_and_its_retries() {
 
 #[tokio::test(start_paused = true)]
 async fn breaker_opens_after_consecutive_failures_then_recovers_with_a_ramp() {
-    let openai = Scripted::new(vec![Step::status(400); 0], Step::status(503));
+    let openai = Scripted::new(vec![], Step::status(503));
     let mut cfg = Config::default();
     cfg.retry.max_retries = 0;
     let r = runner(cfg, vec![("openai", openai.clone() as Arc<dyn Provider>)], None);

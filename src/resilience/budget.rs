@@ -398,12 +398,12 @@ mod tests {
         assert_eq!(err.what, "tokens/minute");
         assert!(err.to_string().contains("user alice budget exceeded: tokens/minute"));
         // Others are unaffected.
-        b.reserve("bob", 600, 0.0, 10).unwrap();
+        let _ = b.reserve("bob", 600, 0.0, 10).unwrap();
         // Settling with less frees room.
         b.settle("alice", r, 100, 0.0, 20);
-        b.reserve("alice", 600, 0.0, 30).unwrap();
+        let _ = b.reserve("alice", 600, 0.0, 30).unwrap();
         // The next minute starts fresh.
-        b.reserve("alice", 900, 0.0, MINUTE + 1).unwrap();
+        let _ = b.reserve("alice", 900, 0.0, MINUTE + 1).unwrap();
     }
 
     #[tokio::test]

@@ -45,7 +45,7 @@ impl Runner {
     /// Whether a tool is critical for this request.
     pub fn is_critical(&self, tool: usize, extra: &[String]) -> bool {
         let t = &self.tools[tool];
-        t.cfg.critical || extra.iter().any(|n| *n == t.name)
+        t.cfg.critical || extra.contains(&t.name)
     }
 
     /// Calls tool `ti` for request `request_id`.

@@ -1,0 +1,131 @@
+//! The binary as a user meets it: clear errors and non-zero exits for bad
+//! input (never a panic), and the headless demo's summary shape.
+
+use std::process::{Command, Output};
+
+fn fusebox(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_fusebox")).args(args).output().expect("run fusebox")
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+fn assert_clean_failure(o: &Output, needles: &[&str]) {
+    let err = stderr(o);
+    assert_eq!(o.status.code(), Some(2), "exit code; stderr: {err}");
+    assert!(!err.contains("panicked"), "{err}");
+    for n in needles {
+        assert!(err.contains(n), "stderr lacks `{n}`: {err}");
+    }
+}
+
+#[test]
+fn invalid_configs_are_rejected_with_the_key_path() {
+    let cases: &[(&str, &[&str])] = &[
+        ("rate_out_of_range.toml", &["breaker.failure_rate", "1.5"]),
+        ("unknown_model.toml", &["routes.default.chain[1]", "unknown model `gpt-5-nope`", "defined models"]),
+        ("wrong_type.toml", &["line 2", "max_retries"]),
+        ("unknown_key.toml", &["line 2", "user_tokens_per_minut"]),
+        ("not_toml.toml", &["line 1"]),
+        ("empty_ramp.toml", &["breaker.half_open_ramp"]),
+    ];
+    for (file, needles) in cases {
+        let path = format!("{}/tests/invalid_configs/{file}", env!("CARGO_MANIFEST_DIR"));
+        let o = fusebox(&["check-config", &path]);
+        assert_clean_failure(&o, needles);
+        assert!(stderr(&o).contains(file), "names the file");
+    }
+}
+
+#[test]
+fn valid_config_passes_check() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("ok.toml");
+    std::fs::write(&path, "[retry]\nmax_retries = 1\n").unwrap();
+    let o = fusebox(&["check-config", path.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(String::from_utf8_lossy(&o.stdout).contains("ok (3 providers, 3 models, 1 routes, 4 tools)"));
+}
+
+#[test]
+fn missing_config_file_is_named() {
+    let o = fusebox(&["check-config", "/nonexistent/fusebox.toml"]);
+    assert_clean_failure(&o, &["cannot read config file /nonexistent/fusebox.toml"]);
+}
+
+#[test]
+fn bad_demo_arguments_are_explained() {
+    assert_clean_failure(&fusebox(&["demo", "--headless", "--scenario", "nope"]), &["unknown scenario `nope`", "2am-incident"]);
+    assert_clean_failure(&fusebox(&["demo", "--headless", "--duration", "-5s"]), &["cannot be negative"]);
+    assert_clean_failure(&fusebox(&["demo", "--headless", "--duration", "soon"]), &["--duration soon", "e.g. 60s"]);
+    assert_clean_failure(&fusebox(&["demo", "--headless", "--duration", "0s"]), &["longer than zero"]);
+    assert_clean_failure(&fusebox(&["demo", "--headless", "--speed", "-2"]), &["--speed -2"]);
+    assert_clean_failure(&fusebox(&["bench", "--requests", "0"]), &["--requests"]);
+}
+
+#[test]
+fn headless_demo_writes_the_summary_contract() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("summary.json");
+    let spool = dir.path().join("spool.jsonl");
+    let o = fusebox(&[
+        "demo",
+        "--headless",
+        "--scenario",
+        "provider-outage",
+        "--duration",
+        "90s",
+        "--speed",
+        "max",
+        "--seed",
+        "3",
+        "--spool",
+        spool.to_str().unwrap(),
+        "--summary-json",
+        out.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
+    let keys: Vec<&str> = v.as_object().unwrap().keys().map(String::as_str).collect();
+    let mut expected = vec![
+        "requests",
+        "completed",
+        "lost",
+        "by_level",
+        "targets",
+        "transitions",
+        "tokens",
+        "cost_usd",
+        "budget_rejections",
+        "virtual_ms",
+        "wall_ms",
+    ];
+    let mut got = keys.clone();
+    got.sort_unstable();
+    expected.sort_unstable();
+    assert_eq!(got, expected);
+    assert_eq!(v["lost"], 0);
+    assert_eq!(v["requests"], v["completed"]);
+    let levels: Vec<&str> = v["by_level"].as_object().unwrap().keys().map(String::as_str).collect();
+    assert_eq!(levels, ["deferred", "failed", "fallback", "none", "partial"]);
+    let t = &v["targets"]["provider:openai"];
+    for k in ["attempts", "ok", "failed", "rejected_open", "rejected_rate", "retries"] {
+        assert!(t[k].is_u64(), "targets.provider:openai.{k}");
+    }
+    assert!(v["virtual_ms"].as_u64().unwrap() >= 90_000);
+    assert_eq!(v["transitions"][0]["breaker"], "provider:openai");
+}
+
+#[test]
+fn bench_prints_one_json_line() {
+    let o = fusebox(&["bench", "--requests", "20000", "--threads", "2"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert_eq!(out.lines().count(), 1);
+    let v: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+    assert_eq!(v["requests"], 20000);
+    for k in ["wall_s", "req_per_s", "p50_us", "p99_us"] {
+        assert!(v[k].as_f64().unwrap() > 0.0, "{k}");
+    }
+}
