@@ -832,6 +832,13 @@ mod tests {
     }
 
     #[test]
+    fn default_round_trips_through_toml() {
+        let text = toml::to_string_pretty(&Config::default()).unwrap();
+        let back = Config::parse(&text, "printed").unwrap();
+        assert_eq!(toml::to_string_pretty(&back).unwrap(), text);
+    }
+
+    #[test]
     fn partial_file_keeps_defaults() {
         let cfg = Config::parse("[retry]\nmax_retries = 1\n", "x.toml").unwrap();
         assert_eq!(cfg.retry.max_retries, 1);

@@ -151,7 +151,8 @@ fn demo(args: DemoArgs) -> Result<()> {
     let scenario = Scenario::load(&args.scenario)?;
     let cfg = load_config(args.config.as_ref())?;
     let spool_dir;
-    let spool = match args.spool {
+    let configured = (!cfg.degradation.spool.is_empty()).then(|| PathBuf::from(&cfg.degradation.spool));
+    let spool = match args.spool.or(configured) {
         Some(p) => p,
         None => {
             spool_dir = tempfile_dir()?;
