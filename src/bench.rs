@@ -53,18 +53,15 @@ pub fn bench_runner() -> Arc<Runner> {
     }
 }
 
-/// Users in the benchmark's pool.
-pub const BENCH_USERS: usize = 10_000;
-
-/// Runs `requests` decisions on `threads` worker threads.
-pub fn run(requests: u64, threads: usize) -> std::io::Result<BenchResult> {
+/// Runs `requests` decisions on `threads` worker threads, spread over
+/// `users` distinct users.
+pub fn run(requests: u64, threads: usize, users: u64) -> std::io::Result<BenchResult> {
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(threads)
         .enable_all()
         .build()?;
     rt.block_on(async move {
         let runner = bench_runner();
-        let users: Arc<Vec<String>> = Arc::new((0..BENCH_USERS).map(|i| format!("user-{i}")).collect());
         let messages: Arc<[Message]> = vec![
             Message::new("system", "You are terse."),
             Message::new("user", "Where is order #38291?"),
@@ -75,15 +72,18 @@ pub fn run(requests: u64, threads: usize) -> std::io::Result<BenchResult> {
         let start = std::time::Instant::now();
         let mut set = tokio::task::JoinSet::new();
         for w in 0..threads {
-            let (runner, users, messages, tools) = (runner.clone(), users.clone(), messages.clone(), tools.clone());
+            let (runner, messages, tools) = (runner.clone(), messages.clone(), tools.clone());
             set.spawn(async move {
+                use std::fmt::Write;
                 let mut h = Histogram::<u64>::new_with_bounds(1, 60_000_000_000, 3).expect("valid bounds");
                 let mut tally = Tally::default();
+                let mut user = String::with_capacity(32);
                 for i in 0..per {
-                    let user = &users[((i as usize) * 7 + w * 13) % users.len()];
+                    user.clear();
+                    let _ = write!(user, "user-{}", (i * threads as u64 + w as u64) % users);
                     let call = LlmCall {
                         request_id: i,
-                        user,
+                        user: &user,
                         route: "default",
                         step: 0,
                         messages: messages.clone(),

@@ -374,6 +374,8 @@ pub struct SessionConfig {
     pub deadline_s: u64,
     /// Forget a session idle this long (s).
     pub idle_evict_s: u64,
+    /// Track at most this many sessions; the idlest are evicted first.
+    pub max_tracked: usize,
 }
 
 impl Default for SessionConfig {
@@ -384,6 +386,7 @@ impl Default for SessionConfig {
             max_tokens: 400_000,
             deadline_s: 3_600,
             idle_evict_s: 600,
+            max_tracked: 100_000,
         }
     }
 }

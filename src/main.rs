@@ -36,6 +36,9 @@ enum Cmd {
         /// Worker threads (default: all cores).
         #[arg(long)]
         threads: Option<usize>,
+        /// Distinct users the requests are spread over.
+        #[arg(long, default_value_t = 10_000)]
+        users: u64,
     },
 }
 
@@ -130,14 +133,21 @@ fn run(cli: Cli) -> Result<()> {
             );
             Ok(())
         }
-        Cmd::Bench { requests, threads } => {
+        Cmd::Bench {
+            requests,
+            threads,
+            users,
+        } => {
             let threads = threads
                 .unwrap_or_else(|| std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1))
                 .max(1);
             if requests == 0 {
                 bail!("--requests must be at least 1");
             }
-            let r = fusebox::bench::run(requests, threads)?;
+            if users == 0 {
+                bail!("--users must be at least 1");
+            }
+            let r = fusebox::bench::run(requests, threads, users)?;
             println!("{}", serde_json::to_string(&r)?);
             Ok(())
         }

@@ -4,7 +4,10 @@
 use std::process::{Command, Output};
 
 fn fusebox(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_fusebox")).args(args).output().expect("run fusebox")
+    Command::new(env!("CARGO_BIN_EXE_fusebox"))
+        .args(args)
+        .output()
+        .expect("run fusebox")
 }
 
 fn stderr(o: &Output) -> String {
@@ -24,7 +27,14 @@ fn assert_clean_failure(o: &Output, needles: &[&str]) {
 fn invalid_configs_are_rejected_with_the_key_path() {
     let cases: &[(&str, &[&str])] = &[
         ("rate_out_of_range.toml", &["breaker.failure_rate", "1.5"]),
-        ("unknown_model.toml", &["routes.default.chain[1]", "unknown model `gpt-5-nope`", "defined models"]),
+        (
+            "unknown_model.toml",
+            &[
+                "routes.default.chain[1]",
+                "unknown model `gpt-5-nope`",
+                "defined models",
+            ],
+        ),
         ("wrong_type.toml", &["line 2", "max_retries"]),
         ("unknown_key.toml", &["line 2", "user_tokens_per_minut"]),
         ("not_toml.toml", &["line 1"]),
@@ -56,10 +66,22 @@ fn missing_config_file_is_named() {
 
 #[test]
 fn bad_demo_arguments_are_explained() {
-    assert_clean_failure(&fusebox(&["demo", "--headless", "--scenario", "nope"]), &["unknown scenario `nope`", "2am-incident"]);
-    assert_clean_failure(&fusebox(&["demo", "--headless", "--duration", "-5s"]), &["cannot be negative"]);
-    assert_clean_failure(&fusebox(&["demo", "--headless", "--duration", "soon"]), &["--duration soon", "e.g. 60s"]);
-    assert_clean_failure(&fusebox(&["demo", "--headless", "--duration", "0s"]), &["longer than zero"]);
+    assert_clean_failure(
+        &fusebox(&["demo", "--headless", "--scenario", "nope"]),
+        &["unknown scenario `nope`", "2am-incident"],
+    );
+    assert_clean_failure(
+        &fusebox(&["demo", "--headless", "--duration", "-5s"]),
+        &["cannot be negative"],
+    );
+    assert_clean_failure(
+        &fusebox(&["demo", "--headless", "--duration", "soon"]),
+        &["--duration soon", "e.g. 60s"],
+    );
+    assert_clean_failure(
+        &fusebox(&["demo", "--headless", "--duration", "0s"]),
+        &["longer than zero"],
+    );
     assert_clean_failure(&fusebox(&["demo", "--headless", "--speed", "-2"]), &["--speed -2"]);
     assert_clean_failure(&fusebox(&["bench", "--requests", "0"]), &["--requests"]);
 }

@@ -7,9 +7,9 @@
 //! the soft ratio (80 % by default) a warning event is emitted once per
 //! window. Idle users are evicted so memory stays bounded.
 
+use super::evict;
 use crate::config::BudgetConfig;
 use crate::telemetry::events::{EventBus, EventKind};
-use dashmap::DashMap;
 use parking_lot::Mutex;
 use serde::Serialize;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -110,7 +110,7 @@ pub struct GlobalView {
 pub struct Budgets {
     cfg: BudgetConfig,
     events: Arc<EventBus>,
-    users: DashMap<Box<str>, UserState>,
+    users: evict::KeyMap<UserState>,
     global: Mutex<GlobalState>,
     /// The last computed global pressure (f64 bits), read without the lock.
     pressure: AtomicU64,
@@ -156,7 +156,7 @@ impl Budgets {
         Self {
             cfg,
             events,
-            users: DashMap::new(),
+            users: evict::key_map(),
             global: Mutex::new(GlobalState::default()),
             pressure: AtomicU64::new(0),
             evictions: AtomicU64::new(0),
@@ -167,24 +167,9 @@ impl Budgets {
     pub fn reserve(&self, user: &str, tokens: u32, cost: f64, now_ms: u64) -> Result<Reservation, BudgetExceeded> {
         let c = &self.cfg;
         let t = tokens as f64;
-        // Global first, under its lock; user after, in its shard.
-        let mut g = self.global.lock();
-        g.tokens_hour.roll(now_ms, HOUR);
-        g.tokens_day.roll(now_ms, DAY);
-        g.cost_hour.roll(now_ms, HOUR);
-        g.cost_day.roll(now_ms, DAY);
-        let gscope = || "global".to_string();
-        let gc = Check {
-            scope: &gscope,
-            events: &self.events,
-            soft: c.soft_ratio,
-            user: "*",
-        };
-        gc.over(&g.tokens_hour, t, c.global_tokens_per_hour as f64, "tokens/hour")?;
-        gc.over(&g.tokens_day, t, c.global_tokens_per_day as f64, "tokens/day")?;
-        gc.over(&g.cost_hour, cost, c.global_cost_per_hour_usd, "cost/hour (USD)")?;
-        gc.over(&g.cost_day, cost, c.global_cost_per_day_usd, "cost/day (USD)")?;
-
+        // The user's shard first (eviction may sweep the map, so no global
+        // lock is held yet); then the global lock, nested, so the check and
+        // the reservation are one step for both.
         let mut entry = match self.users.get_mut(user) {
             Some(e) => e,
             None => {
@@ -214,17 +199,28 @@ impl Budgets {
             u.rejections += 1;
             return Err(e);
         }
-        u.minute.used += t;
-        u.hour.used += t;
-        u.day.used += t;
-        u.cost_day.used += cost;
-        u.in_flight += 1;
-        uc.warn(&mut u.minute, c.user_tokens_per_minute as f64, "user tokens/minute");
-        uc.warn(&mut u.hour, c.user_tokens_per_hour as f64, "user tokens/hour");
-        uc.warn(&mut u.day, c.user_tokens_per_day as f64, "user tokens/day");
-        uc.warn(&mut u.cost_day, c.user_cost_per_day_usd, "user cost/day (USD)");
-        drop(entry);
 
+        let mut g = self.global.lock();
+        g.tokens_hour.roll(now_ms, HOUR);
+        g.tokens_day.roll(now_ms, DAY);
+        g.cost_hour.roll(now_ms, HOUR);
+        g.cost_day.roll(now_ms, DAY);
+        let gscope = || "global".to_string();
+        let gc = Check {
+            scope: &gscope,
+            events: &self.events,
+            soft: c.soft_ratio,
+            user: "*",
+        };
+        let checked = gc
+            .over(&g.tokens_hour, t, c.global_tokens_per_hour as f64, "tokens/hour")
+            .and_then(|_| gc.over(&g.tokens_day, t, c.global_tokens_per_day as f64, "tokens/day"))
+            .and_then(|_| gc.over(&g.cost_hour, cost, c.global_cost_per_hour_usd, "cost/hour (USD)"))
+            .and_then(|_| gc.over(&g.cost_day, cost, c.global_cost_per_day_usd, "cost/day (USD)"));
+        if let Err(e) = checked {
+            u.rejections += 1;
+            return Err(e);
+        }
         g.tokens_hour.used += t;
         g.tokens_day.used += t;
         g.cost_hour.used += cost;
@@ -238,6 +234,17 @@ impl Budgets {
         gc.warn(&mut g.cost_hour, c.global_cost_per_hour_usd, "global cost/hour (USD)");
         gc.warn(&mut g.cost_day, c.global_cost_per_day_usd, "global cost/day (USD)");
         self.pressure.store(self.pressure_of(&g).to_bits(), Ordering::Relaxed);
+        drop(g);
+
+        u.minute.used += t;
+        u.hour.used += t;
+        u.day.used += t;
+        u.cost_day.used += cost;
+        u.in_flight += 1;
+        uc.warn(&mut u.minute, c.user_tokens_per_minute as f64, "user tokens/minute");
+        uc.warn(&mut u.hour, c.user_tokens_per_hour as f64, "user tokens/hour");
+        uc.warn(&mut u.day, c.user_tokens_per_day as f64, "user tokens/day");
+        uc.warn(&mut u.cost_day, c.user_cost_per_day_usd, "user cost/day (USD)");
         Ok(Reservation { tokens: t, cost })
     }
 
@@ -347,33 +354,28 @@ impl Budgets {
 
     /// Forgets users idle for `idle_evict_s` with nothing in flight.
     pub fn evict_idle(&self, now_ms: u64) {
-        self.evict_older_than(now_ms, self.cfg.idle_evict_s * 1000);
-    }
-
-    fn evict_older_than(&self, now_ms: u64, idle_ms: u64) {
-        let before = self.users.len();
-        self.users
-            .retain(|_, u| u.in_flight > 0 || now_ms.saturating_sub(u.last_seen_ms) < idle_ms);
-        let gone = before.saturating_sub(self.users.len());
+        let gone = evict::evict_idle(&self.users, now_ms, self.cfg.idle_evict_s * 1000);
         self.evictions.fetch_add(gone as u64, Ordering::Relaxed);
     }
 
-    /// Keeps the map under `max_tracked_users`: evicts idle users, then
-    /// ever more recently seen ones, until a tenth of the room is free.
+    /// Keeps the map under `max_tracked_users`, idlest users first.
     fn make_room(&self, now_ms: u64) {
-        let max = self.cfg.max_tracked_users;
-        if self.users.len() < max {
-            return;
-        }
-        let target = max - max / 10;
-        let mut idle = self.cfg.idle_evict_s * 1000;
-        loop {
-            self.evict_older_than(now_ms, idle);
-            if self.users.len() <= target || idle == 0 {
-                break;
-            }
-            idle /= 2;
-        }
+        let gone = evict::make_room(
+            &self.users,
+            self.cfg.max_tracked_users,
+            now_ms,
+            self.cfg.idle_evict_s * 1000,
+        );
+        self.evictions.fetch_add(gone as u64, Ordering::Relaxed);
+    }
+}
+
+impl evict::Idle for UserState {
+    fn busy(&self) -> bool {
+        self.in_flight > 0
+    }
+    fn last_seen_ms(&self) -> u64 {
+        self.last_seen_ms
     }
 }
 

@@ -6,6 +6,7 @@ pub mod budget;
 pub mod bulkhead;
 pub mod cache;
 pub mod defer;
+pub mod evict;
 pub mod limiter;
 pub mod retry;
 pub mod session;

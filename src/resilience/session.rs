@@ -1,8 +1,8 @@
 //! Per-session quotas (the seeds' per-session sandbox): concurrent requests,
 //! LLM steps, tokens and a deadline. Idle sessions are evicted.
 
+use super::evict;
 use crate::config::SessionConfig;
-use dashmap::DashMap;
 
 /// A session quota that was hit.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -33,7 +33,7 @@ struct SessionState {
 /// All sessions' quotas.
 pub struct Sessions {
     cfg: SessionConfig,
-    map: DashMap<Box<str>, SessionState>,
+    map: evict::KeyMap<SessionState>,
 }
 
 impl Sessions {
@@ -41,7 +41,7 @@ impl Sessions {
     pub fn new(cfg: SessionConfig) -> Self {
         Self {
             cfg,
-            map: DashMap::new(),
+            map: evict::key_map(),
         }
     }
 
@@ -49,10 +49,13 @@ impl Sessions {
     pub fn enter(&self, session: &str, now_ms: u64) -> Result<(), QuotaExceeded> {
         let mut e = match self.map.get_mut(session) {
             Some(e) => e,
-            None => self.map.entry(session.into()).or_insert_with(|| SessionState {
-                started_ms: now_ms,
-                ..SessionState::default()
-            }),
+            None => {
+                evict::make_room(&self.map, self.cfg.max_tracked, now_ms, self.cfg.idle_evict_s * 1000);
+                self.map.entry(session.into()).or_insert_with(|| SessionState {
+                    started_ms: now_ms,
+                    ..SessionState::default()
+                })
+            }
         };
         let s = e.value_mut();
         s.last_seen_ms = now_ms;
@@ -104,9 +107,7 @@ impl Sessions {
 
     /// Forgets sessions idle for `idle_evict_s` with nothing in flight.
     pub fn evict_idle(&self, now_ms: u64) {
-        let idle = self.cfg.idle_evict_s * 1000;
-        self.map
-            .retain(|_, s| s.in_flight > 0 || now_ms.saturating_sub(s.last_seen_ms) < idle);
+        evict::evict_idle(&self.map, now_ms, self.cfg.idle_evict_s * 1000);
     }
 
     /// Sessions currently tracked.
@@ -117,6 +118,15 @@ impl Sessions {
     /// Whether no session is tracked.
     pub fn is_empty(&self) -> bool {
         self.map.is_empty()
+    }
+}
+
+impl evict::Idle for SessionState {
+    fn busy(&self) -> bool {
+        self.in_flight > 0
+    }
+    fn last_seen_ms(&self) -> u64 {
+        self.last_seen_ms
     }
 }
 
@@ -132,6 +142,7 @@ mod tests {
             max_tokens: 100,
             deadline_s: 10,
             idle_evict_s: 1,
+            max_tracked: 100,
         });
         s.enter("a", 0).unwrap();
         assert!(matches!(s.enter("a", 0), Err(QuotaExceeded::Concurrency(..))));
@@ -142,5 +153,19 @@ mod tests {
         assert!(matches!(s.enter("a", 20_000), Err(QuotaExceeded::Deadline(..))));
         s.evict_idle(40_000);
         assert!(s.is_empty());
+    }
+
+    #[test]
+    fn tracked_sessions_stay_bounded() {
+        let s = Sessions::new(SessionConfig {
+            max_tracked: 1_000,
+            ..SessionConfig::default()
+        });
+        for i in 0..50_000u64 {
+            let name = format!("s{i}");
+            s.enter(&name, i).unwrap();
+            s.leave(&name, i);
+        }
+        assert!(s.len() <= 1_000, "{}", s.len());
     }
 }

@@ -216,12 +216,15 @@ impl Runner {
                 S::bump(&mt.stats.rejected_open);
                 return hop(HopResult::Open, attempt);
             };
-            let permit = match p.limiter.try_acquire(chars, req.max_tokens, now) {
-                Ok(permit) => Some(permit),
-                Err(_) if !self.any_admits(rest) => p.limiter.acquire(chars, req.max_tokens).await.ok(),
+            let (permit, now) = match p.limiter.try_acquire(chars, req.max_tokens, now) {
+                Ok(permit) => (Some(permit), now),
+                Err(_) if !self.any_admits(rest) => {
+                    let permit = p.limiter.acquire(chars, req.max_tokens).await.ok();
+                    (permit, self.clock.now())
+                }
                 Err(_) => {
                     p.limiter.count_rejected();
-                    None
+                    (None, now)
                 }
             };
             let Some(permit) = permit else {
@@ -231,7 +234,6 @@ impl Runner {
                 return hop(HopResult::Rate, attempt);
             };
             let est = permit.estimate();
-            let now = self.clock.now();
             let res = match self.budgets.reserve(
                 call.user,
                 est.total(),
@@ -250,10 +252,7 @@ impl Runner {
             S::bump(&mt.stats.attempts);
             tally.attempts += 1;
             req.attempt = attempt;
-            let result = match tokio::time::timeout(p.timeout, p.client.complete(&req)).await {
-                Ok(r) => r,
-                Err(_) => Err(ProviderError::new(ErrorKind::Timeout, None, "provider call timed out")),
-            };
+            let result = call_with_timeout(p.client.complete(&req), p.timeout).await;
             let end = self.clock.now();
             let latency = end.saturating_duration_since(now);
             let end_ms = self.clock.ms_at(end);
@@ -349,6 +348,22 @@ impl Runner {
                 }
             }
         }
+    }
+}
+
+/// Awaits a provider call, bounded by `timeout`. A call that is ready at
+/// once (an in-process provider) never touches the timer wheel.
+async fn call_with_timeout<T>(
+    mut fut: std::pin::Pin<Box<dyn std::future::Future<Output = Result<T, ProviderError>> + Send + '_>>,
+    timeout: Duration,
+) -> Result<T, ProviderError> {
+    use std::task::Poll;
+    if let Poll::Ready(r) = std::future::poll_fn(|cx| Poll::Ready(fut.as_mut().poll(cx))).await {
+        return r;
+    }
+    match tokio::time::timeout(timeout, fut).await {
+        Ok(r) => r,
+        Err(_) => Err(ProviderError::new(ErrorKind::Timeout, None, "provider call timed out")),
     }
 }
 
