@@ -513,3 +513,89 @@ async fn exhausted_limiter_waits_then_degrades() {
         "waited limiter.wait_timeout_ms, no longer"
     );
 }
+
+#[tokio::test(start_paused = true)]
+async fn slow_model_is_skipped_under_a_latency_sla() {
+    let mut cfg = Config::default();
+    cfg.routes.get_mut("default").unwrap().latency_sla_ms = 1_000;
+    let openai = Scripted::new(
+        vec![],
+        Step::Ok {
+            delay_ms: 3_000,
+            output: 10,
+            tool_calls: vec![],
+        },
+    );
+    let anthropic = Scripted::new(vec![], Step::ok());
+    let r = runner(
+        cfg,
+        vec![
+            ("openai", openai.clone() as Arc<dyn Provider>),
+            ("anthropic", anthropic.clone() as Arc<dyn Provider>),
+        ],
+        None,
+    );
+    assert_eq!(r.run(ask(1, "a")).await.level, Level::None, "no latency known yet");
+    let o = r.run(ask(2, "b")).await;
+    assert_eq!(o.chain, vec!["gpt-4o ⌛sla".to_string(), "claude-haiku ✓".to_string()]);
+    assert_eq!((openai.calls(), anthropic.calls()), (1, 1));
+}
+
+#[tokio::test(start_paused = true)]
+async fn budget_pressure_prefers_the_cheapest_tier() {
+    let mut cfg = Config::default();
+    cfg.budgets.global_tokens_per_hour = 1_000;
+    let quick = || {
+        Scripted::new(
+            vec![],
+            Step::Ok {
+                delay_ms: 10,
+                output: 5,
+                tool_calls: vec![],
+            },
+        )
+    };
+    let (openai, deepseek) = (quick(), quick());
+    let r = runner(
+        cfg,
+        vec![
+            ("openai", openai.clone() as Arc<dyn Provider>),
+            ("deepseek", deepseek.clone() as Arc<dyn Provider>),
+        ],
+        None,
+    );
+    let mut first = Vec::new();
+    for i in 0..36 {
+        let mut req = ask(i, &format!("u{i}"));
+        req.max_tokens = 16;
+        first.push(r.run(req).await.chain[0].clone());
+    }
+    // Each call uses 25 tokens; past 80 % of 1000 the budget tier goes first.
+    assert!(first[..30].iter().all(|c| c == "gpt-4o ✓"), "{first:?}");
+    assert_eq!(first.last().unwrap(), "deepseek-chat ✓", "{first:?}");
+    assert!(r.budgets().pressure() > 0.8);
+}
+
+#[tokio::test(start_paused = true)]
+async fn endless_tool_loop_degrades_to_a_direct_answer() {
+    let openai = Scripted::new(
+        vec![],
+        Step::Ok {
+            delay_ms: 10,
+            output: 20,
+            tool_calls: vec![get_order_call()],
+        },
+    );
+    let r = runner(
+        Config::default(),
+        vec![("openai", openai.clone() as Arc<dyn Provider>)],
+        None,
+    );
+    let mut req = ask_with_tools(1, "alice");
+    req.max_steps = 3;
+    let o = r.run(req).await;
+    assert_eq!(o.level, Level::Partial);
+    assert_eq!(o.missing, vec!["multi_step"]);
+    assert_eq!(openai.calls(), 4, "3 tool-using steps, then one direct answer");
+    assert_eq!(o.answer.as_deref(), Some("answer"), "{:?}", o.chain);
+}

@@ -80,9 +80,12 @@ impl Provider for Scripted {
             Step::Ok {
                 delay_ms,
                 output,
-                tool_calls,
+                mut tool_calls,
             } => {
                 tokio::time::sleep(Duration::from_millis(delay_ms)).await;
+                if req.tools.is_empty() {
+                    tool_calls.clear();
+                }
                 Ok(LlmResponse {
                     text: "answer".into(),
                     tool_calls,
