@@ -13,3 +13,21 @@ pub mod runner;
 pub mod telemetry;
 pub mod tools;
 pub mod traffic;
+pub mod tui;
+
+/// Where diagnostic logs go: `$FUSEBOX_LOG_DIR`, else
+/// `$XDG_STATE_HOME/fusebox/logs`, else `~/.local/state/fusebox/logs`, else
+/// the temp directory.
+pub fn log_dir() -> std::path::PathBuf {
+    use std::path::PathBuf;
+    if let Some(d) = std::env::var_os("FUSEBOX_LOG_DIR") {
+        return PathBuf::from(d);
+    }
+    let state = std::env::var_os("XDG_STATE_HOME")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".local/state")));
+    match state {
+        Some(s) => s.join("fusebox/logs"),
+        None => std::env::temp_dir().join("fusebox/logs"),
+    }
+}

@@ -6,8 +6,13 @@ use fusebox::clock::{Clock, Seed};
 use fusebox::config::Config;
 use fusebox::runner::{Runner, RunnerParts};
 use fusebox::traffic::load::run_scenario;
+use fusebox::traffic::pace::Pace;
 use fusebox::traffic::scenario::Scenario;
 use fusebox::traffic::summary::Summary;
+use fusebox::tui::app::{Mode, Options};
+use fusebox::tui::keymap::KeyMap;
+use fusebox::tui::theme::Theme;
+use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -22,7 +27,7 @@ struct Cli {
 #[derive(Subcommand)]
 enum Cmd {
     /// Drive synthetic agent traffic through the runner against the mock fleet (default).
-    Demo(DemoArgs),
+    Demo(Box<DemoArgs>),
     /// Validate a config file.
     CheckConfig {
         /// The TOML file.
@@ -50,12 +55,13 @@ struct DemoArgs {
     /// Built-in scenario name or scenario TOML file.
     #[arg(long, default_value = "tour")]
     scenario: String,
-    /// How much (virtual) time to simulate, e.g. 60s, 10m.
-    #[arg(long, default_value = "10m", allow_hyphen_values = true)]
-    duration: String,
-    /// `max` (virtual time, as fast as possible) or a speed-up factor like 1 or 10.
-    #[arg(long, default_value = "max", allow_hyphen_values = true)]
-    speed: String,
+    /// How much (virtual) time to simulate, e.g. 60s, 10m [default: 10m headless, 8h in the console].
+    #[arg(long, allow_hyphen_values = true)]
+    duration: Option<String>,
+    /// `max` (virtual time, as fast as possible) or a speed-up factor like 1 or 10
+    /// [default: max headless, 1 in the console].
+    #[arg(long, allow_hyphen_values = true)]
+    speed: Option<String>,
     /// Write the summary JSON here.
     #[arg(long)]
     summary_json: Option<PathBuf>,
@@ -68,6 +74,30 @@ struct DemoArgs {
     /// Spool file for deferred requests (default: a fresh file in the temp directory).
     #[arg(long)]
     spool: Option<PathBuf>,
+    #[command(flatten)]
+    console: ConsoleArgs,
+}
+
+#[derive(clap::Args, Default)]
+struct ConsoleArgs {
+    /// Console theme: default, light, high-contrast, mono, or a theme file (NO_COLOR selects mono).
+    #[arg(long)]
+    theme: Option<String>,
+    /// Keymap file remapping actions to keys.
+    #[arg(long)]
+    keymap: Option<PathBuf>,
+    /// Disable every command that changes the runner.
+    #[arg(long)]
+    readonly: bool,
+    /// Run destructive commands without asking for confirmation.
+    #[arg(long)]
+    yes: bool,
+    /// Operator name recorded with commands [default: $USER].
+    #[arg(long)]
+    operator: Option<String>,
+    /// Directory for the rolling diagnostic log [default: $XDG_STATE_HOME/fusebox/logs].
+    #[arg(long)]
+    log_dir: Option<PathBuf>,
 }
 
 fn parse_duration(s: &str) -> Result<Duration> {
@@ -107,20 +137,41 @@ fn load_config(path: Option<&PathBuf>) -> Result<Config> {
 
 fn main() {
     let cli = Cli::parse();
+    let log_dir = match &cli.command {
+        Some(Cmd::Demo(a)) => a.console.log_dir.clone(),
+        _ => None,
+    };
+    let _log = logging(log_dir);
     if let Err(e) = run(cli) {
         eprintln!("error: {e:#}");
         std::process::exit(2);
     }
 }
 
+/// Diagnostic logs go to a daily-rolling file (the terminal belongs to the
+/// UI); the returned guard flushes it on exit. Level from `FUSEBOX_LOG`.
+fn logging(dir: Option<PathBuf>) -> Option<tracing_appender::non_blocking::WorkerGuard> {
+    let dir = dir.unwrap_or_else(fusebox::log_dir);
+    if std::fs::create_dir_all(&dir).is_err() {
+        return None;
+    }
+    let appender = tracing_appender::rolling::daily(&dir, "fusebox.log");
+    let (writer, guard) = tracing_appender::non_blocking(appender);
+    let filter = tracing_subscriber::EnvFilter::try_from_env("FUSEBOX_LOG").unwrap_or_else(|_| "info".into());
+    let ok = tracing_subscriber::fmt()
+        .with_writer(writer)
+        .with_ansi(false)
+        .with_env_filter(filter)
+        .try_init();
+    ok.is_ok().then_some(guard)
+}
+
 fn run(cli: Cli) -> Result<()> {
-    match cli.command.unwrap_or(Cmd::Demo(DemoArgs {
+    match cli.command.unwrap_or(Cmd::Demo(Box::new(DemoArgs {
         scenario: "tour".into(),
-        duration: "10m".into(),
-        speed: "max".into(),
         seed: 42,
         ..DemoArgs::default()
-    })) {
+    }))) {
         Cmd::CheckConfig { file } => {
             let cfg = Config::load(&file)?;
             println!(
@@ -151,17 +202,36 @@ fn run(cli: Cli) -> Result<()> {
             println!("{}", serde_json::to_string(&r)?);
             Ok(())
         }
-        Cmd::Demo(args) => demo(args),
+        Cmd::Demo(args) => demo(*args),
     }
 }
 
 fn demo(args: DemoArgs) -> Result<()> {
-    let duration = parse_duration(&args.duration)?;
-    let speed = parse_speed(&args.speed)?;
+    let console = !args.headless;
+    let default_duration = if console { "8h" } else { "10m" };
+    let duration = parse_duration(args.duration.as_deref().unwrap_or(default_duration))?;
+    let speed = parse_speed(args.speed.as_deref().unwrap_or(if console { "1" } else { "max" }))?;
     let scenario = Scenario::load(&args.scenario)?;
     let cfg = load_config(args.config.as_ref())?;
-    let spool_dir;
+    let ui = if console {
+        if matches!(speed, Speed::Max) {
+            bail!("--speed max runs in virtual time as fast as possible; use it with --headless, or give the console a factor such as 1 or 10");
+        }
+        if !std::io::stdout().is_terminal() {
+            bail!("the console needs a terminal, but stdout is not a TTY; run `fusebox demo --headless` for a printed summary");
+        }
+        let no_color = std::env::var_os("NO_COLOR").is_some_and(|v| !v.is_empty());
+        let theme = Theme::select(args.console.theme.as_deref(), no_color)?;
+        let keymap = match &args.console.keymap {
+            Some(p) => KeyMap::load(p)?,
+            None => KeyMap::defaults(),
+        };
+        Some((theme, keymap))
+    } else {
+        None
+    };
     let configured = (!cfg.degradation.spool.is_empty()).then(|| PathBuf::from(&cfg.degradation.spool));
+    let spool_dir;
     let spool = match args.spool.or(configured) {
         Some(p) => p,
         None => {
@@ -175,47 +245,62 @@ fn demo(args: DemoArgs) -> Result<()> {
         .build()?;
     let wall = std::time::Instant::now();
     let seed = Seed(args.seed);
+    let operator = args
+        .console
+        .operator
+        .clone()
+        .or_else(|| std::env::var("USER").ok())
+        .unwrap_or_else(|| "operator".into());
     let summary = rt.block_on(async move {
         let clock = Clock::with_wall_anchor(0);
         let mut parts = RunnerParts::mock(clock, seed);
         parts.spool = Some(spool);
         let runner = Runner::new(cfg, parts)?;
+        let pace = match speed {
+            Speed::Factor(f) => {
+                let p = Pace::new(f);
+                tokio::spawn(p.clone().run(clock));
+                Some(p)
+            }
+            Speed::Max => None,
+        };
+        if let Some((theme, keymap)) = ui {
+            let opts = Options {
+                mode: Mode::Demo,
+                readonly: args.console.readonly,
+                yes: args.console.yes,
+                operator,
+                source: format!("scenario {}", scenario.name),
+            };
+            let driver = {
+                let runner = runner.clone();
+                tokio::spawn(async move { run_scenario(runner, &scenario, duration, seed).await })
+            };
+            let r = fusebox::tui::run(runner, opts, theme, keymap, pace).await;
+            driver.abort();
+            r?;
+            return anyhow::Ok(None);
+        }
         let mut events = runner.events().subscribe();
-        if let Speed::Factor(f) = speed {
-            tokio::spawn(pace(clock, f));
-        }
-        if !args.headless {
-            eprintln!(
-                "fusebox demo: scenario `{}` for {} — {}",
-                scenario.name, args.duration, scenario.description
-            );
-            tokio::spawn(progress(runner.clone()));
-        }
         let run = run_scenario(runner.clone(), &scenario, duration, seed).await;
         let mut seen = Vec::new();
         while let Ok(e) = events.try_recv() {
             seen.push(e);
         }
         let virtual_ms = clock.elapsed_ms();
-        anyhow::Ok(Summary::build(
+        anyhow::Ok(Some(Summary::build(
             &runner,
             &seen,
             run.lost,
             virtual_ms,
             wall.elapsed().as_millis() as u64,
-        ))
+        )))
     })?;
+    let Some(summary) = summary else { return Ok(()) };
     let json = serde_json::to_string_pretty(&summary)?;
     match &args.summary_json {
         Some(p) => std::fs::write(p, format!("{json}\n")).with_context(|| format!("cannot write {}", p.display()))?,
         None => println!("{json}"),
-    }
-    if !args.headless {
-        let b = &summary.by_level;
-        eprintln!(
-            "done: {} requests, none {} / fallback {} / partial {} / deferred {} / failed {}, lost {}, {} transitions, ${:.2}",
-            summary.requests, b.none, b.fallback, b.partial, b.deferred, b.failed, summary.lost, summary.transitions.len(), summary.cost_usd
-        );
     }
     if summary.lost > 0 {
         bail!("{} requests ended without an outcome", summary.lost);
@@ -228,47 +313,4 @@ fn tempfile_dir() -> Result<PathBuf> {
     let dir = std::env::temp_dir().join(format!("fusebox-{}", std::process::id()));
     std::fs::create_dir_all(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
     Ok(dir)
-}
-
-/// Keeps virtual time from running ahead of wall time × `factor`.
-async fn pace(clock: Clock, factor: f64) {
-    let wall = std::time::Instant::now();
-    loop {
-        let ahead = clock.elapsed().as_secs_f64() / factor - wall.elapsed().as_secs_f64();
-        if ahead > 0.0 {
-            // Blocking on purpose: the paused clock only advances when the
-            // runtime is idle, so holding the thread holds virtual time.
-            std::thread::sleep(Duration::from_secs_f64(ahead));
-        }
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
-}
-
-/// Prints a status line every 30 s of virtual time.
-async fn progress(runner: std::sync::Arc<Runner>) {
-    loop {
-        tokio::time::sleep(Duration::from_secs(30)).await;
-        let s = runner.snapshot(0, 0);
-        let open: Vec<&str> = s
-            .breakers
-            .iter()
-            .filter(|b| {
-                b.breaker
-                    .state
-                    .is_some_and(|st| st != fusebox::resilience::breaker::BreakerState::Closed)
-            })
-            .map(|b| b.name.as_str())
-            .collect();
-        eprintln!(
-            "t={:>4}s requests={} none={} fallback={} partial={} deferred={} failed={} not-closed=[{}]",
-            s.t_ms / 1000,
-            s.requests,
-            s.by_level[0],
-            s.by_level[2],
-            s.by_level[1],
-            s.by_level[3],
-            s.by_level[4],
-            open.join(", ")
-        );
-    }
 }

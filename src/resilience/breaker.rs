@@ -325,6 +325,7 @@ impl Inner {
         self.half = HalfOpen::default();
         match state {
             BreakerState::Open => {
+                self.consecutive = 0;
                 let exp = self.trips.saturating_sub(1).min(32) as i32;
                 let ms = (self.cfg.cooldown_ms as f64 * self.cfg.cooldown_multiplier.powi(exp))
                     .min(self.cfg.max_cooldown_ms as f64);
@@ -410,15 +411,29 @@ impl Inner {
 
     fn record(&mut self, permit: Permit, call: &CallRecord, now: Instant) -> Fired {
         let mut fired = None;
-        if call.failure == Some(FailureKind::Client) {
-            // The caller's fault says nothing about the target's health:
-            // neither a success nor a failure (a probe slot is given back).
+        // A half-open deadline that passed while the call ran ends the ramp
+        // first: the late result then belongs to an old generation.
+        if self.state == BreakerState::HalfOpen {
+            self.advance(now, &mut fired);
+        }
+        let neutral = match call.failure {
+            Some(FailureKind::Client) => true,
+            Some(FailureKind::RateLimited) => !self.cfg.count_rate_limited,
+            _ => false,
+        };
+        if neutral {
+            // The caller's fault (or an ignored 429) says nothing about the
+            // target's health: neither a success nor a failure.
             self.cancel(permit);
+            return fired;
+        }
+        // A result from before the last transition must not judge the new
+        // state (a ramp it was not part of, or a freshly closed window).
+        if permit.generation != self.generation {
             return fired;
         }
         let cfg = &self.cfg;
         let failure = match call.failure {
-            Some(FailureKind::RateLimited) if !cfg.count_rate_limited => None,
             Some(f) => Some(f),
             None => match call.tokens_per_s {
                 Some(tps) if cfg.min_tokens_per_s > 0.0 && tps < cfg.min_tokens_per_s => Some(FailureKind::TokenRate),
@@ -426,13 +441,9 @@ impl Inner {
             },
         };
         let failed = failure.is_some();
-        let slow = cfg.slow_call_ms > 0 && call.latency >= Duration::from_millis(cfg.slow_call_ms);
-
-        // A result from before the last transition only feeds the window of a
-        // closed breaker; it must not judge a ramp it was not part of.
-        let current = permit.generation == self.generation;
+        let slow = cfg.slow_call_ms > 0 && call.latency > Duration::from_millis(cfg.slow_call_ms);
         match self.state {
-            BreakerState::HalfOpen if current && permit.probe => {
+            BreakerState::HalfOpen if permit.probe => {
                 self.half.in_flight = self.half.in_flight.saturating_sub(1);
                 if failed {
                     self.half.failed += 1;

@@ -89,6 +89,8 @@ pub struct UserView {
     pub tokens: [f64; 3],
     /// USD today.
     pub cost_day: f64,
+    /// Share of each limit in use: minute, hour, day tokens, cost/day (0 when unlimited).
+    pub shares: [f64; 4],
     /// Highest share of any limit (0..).
     pub pressure: f64,
     /// Requests refused by a budget.
@@ -324,15 +326,18 @@ impl Budgets {
                 let u = e.value();
                 let tokens = [cur(&u.minute, MINUTE), cur(&u.hour, HOUR), cur(&u.day, DAY)];
                 let cost_day = cur(&u.cost_day, DAY);
-                let pressure = share(tokens[0], c.user_tokens_per_minute as f64)
-                    .max(share(tokens[1], c.user_tokens_per_hour as f64))
-                    .max(share(tokens[2], c.user_tokens_per_day as f64))
-                    .max(share(cost_day, c.user_cost_per_day_usd));
+                let shares = [
+                    share(tokens[0], c.user_tokens_per_minute as f64),
+                    share(tokens[1], c.user_tokens_per_hour as f64),
+                    share(tokens[2], c.user_tokens_per_day as f64),
+                    share(cost_day, c.user_cost_per_day_usd),
+                ];
                 UserView {
                     user: e.key().to_string(),
                     tokens,
                     cost_day,
-                    pressure,
+                    shares,
+                    pressure: shares.iter().copied().fold(0.0, f64::max),
                     rejections: u.rejections,
                 }
             })

@@ -38,6 +38,9 @@ impl Estimate {
 #[must_use = "a limiter permit must be settled"]
 pub struct LimitPermit {
     est: Estimate,
+    /// What was taken from the tpm, itpm and otpm buckets (a call bigger
+    /// than a bucket takes at most its capacity).
+    taken: [f64; 3],
 }
 
 impl LimitPermit {
@@ -269,22 +272,30 @@ impl Limiter {
         let frozen_for = s.frozen_for(now);
         let slots_full = s.max_in_flight > 0 && s.in_flight >= s.max_in_flight;
         if wait.is_zero() && !slots_full {
-            for (b, n) in [
+            let mut taken = [0.0; 4];
+            for (i, (b, n)) in [
                 (&mut s.tpm, total),
                 (&mut s.itpm, est.input as f64),
                 (&mut s.otpm, est.output as f64),
                 (&mut s.rpm, 1.0),
-            ] {
+            ]
+            .into_iter()
+            .enumerate()
+            {
                 if let Some(b) = b {
-                    b.level -= b.need(n);
+                    taken[i] = b.need(n);
+                    b.level -= taken[i];
                 }
             }
             s.in_flight += 1;
-            return Ok(LimitPermit { est });
+            return Ok(LimitPermit {
+                est,
+                taken: [taken[0], taken[1], taken[2]],
+            });
         }
         if !wait.is_zero() {
-            // While frozen nothing refills: the wait is at least the freeze.
-            wait = wait.max(frozen_for.unwrap_or(Duration::ZERO));
+            // While frozen nothing refills: the refill starts after the freeze.
+            wait = wait.saturating_add(frozen_for.unwrap_or(Duration::ZERO));
             if s.frozen_by_operator {
                 wait = Duration::from_millis(self.cfg.wait_timeout_ms);
             }
@@ -330,15 +341,15 @@ impl Limiter {
         let mut s = self.inner.lock();
         s.refill(now);
         let est = permit.est;
-        let diff_total = est.total() as f64 - (input as f64 + output as f64);
+        let [t, i, o] = permit.taken;
         if let Some(b) = s.tpm.as_mut() {
-            b.level = (b.level + diff_total).min(b.capacity);
+            b.level = (b.level + t - (input as f64 + output as f64)).min(b.capacity);
         }
         if let Some(b) = s.itpm.as_mut() {
-            b.level = (b.level + est.input as f64 - input as f64).min(b.capacity);
+            b.level = (b.level + i - input as f64).min(b.capacity);
         }
         if let Some(b) = s.otpm.as_mut() {
-            b.level = (b.level + est.output as f64 - output as f64).min(b.capacity);
+            b.level = (b.level + o - output as f64).min(b.capacity);
         }
         s.in_flight = s.in_flight.saturating_sub(1);
         let corrected = s.estimator.observe(est.input, input);
@@ -354,15 +365,10 @@ impl Limiter {
         let mut guard = self.inner.lock();
         let s = &mut *guard;
         s.refill(now);
-        let est = permit.est;
-        for (b, n) in [
-            (&mut s.tpm, est.total() as f64),
-            (&mut s.itpm, est.input as f64),
-            (&mut s.otpm, est.output as f64),
-            (&mut s.rpm, 1.0),
-        ] {
+        let [t, i, o] = permit.taken;
+        for (b, n) in [(&mut s.tpm, t), (&mut s.itpm, i), (&mut s.otpm, o), (&mut s.rpm, 1.0)] {
             if let Some(b) = b {
-                b.level = (b.level + b.need(n)).min(b.capacity);
+                b.level = (b.level + n).min(b.capacity);
             }
         }
         s.in_flight = s.in_flight.saturating_sub(1);

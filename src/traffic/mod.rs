@@ -1,5 +1,6 @@
 //! Traffic sources: the demo load generator and its scenarios.
 
 pub mod load;
+pub mod pace;
 pub mod scenario;
 pub mod summary;

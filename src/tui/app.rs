@@ -1,0 +1,627 @@
+//! The console's state and key handling: which pane has focus, selections,
+//! filters, overlays, and the operator commands keys turn into. It reads
+//! snapshots and events; it never touches the runner.
+
+use super::action::Action;
+use super::keymap::KeyMap;
+use crate::provider::fault::{Fault, FaultSpec};
+use crate::resilience::breaker::BreakerState;
+use crate::runner::command::Command;
+use crate::runner::outcome::Outcome;
+use crate::telemetry::events::{Event, EventKind};
+use crate::telemetry::snapshot::{BreakerRow, Snapshot};
+use crossterm::event::{KeyCode, KeyEvent, KeyModifiers};
+use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
+
+/// The panes, in Tab order.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Pane {
+    /// Breakers table.
+    Breakers,
+    /// Limiters.
+    Limiters,
+    /// Budgets.
+    Budgets,
+    /// Fallback chains and recent requests.
+    Chains,
+    /// Events.
+    Events,
+}
+
+impl Pane {
+    /// All panes in Tab order.
+    pub const ALL: [Pane; 5] = [
+        Pane::Breakers,
+        Pane::Limiters,
+        Pane::Budgets,
+        Pane::Chains,
+        Pane::Events,
+    ];
+
+    fn index(self) -> usize {
+        self as usize
+    }
+
+    /// The pane's title.
+    pub fn title(self) -> &'static str {
+        match self {
+            Pane::Breakers => "Breakers",
+            Pane::Limiters => "Limiters",
+            Pane::Budgets => "Budgets",
+            Pane::Chains => "Fallback chains",
+            Pane::Events => "Events",
+        }
+    }
+}
+
+/// What the console runs over.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mode {
+    /// Synthetic demo traffic.
+    Demo,
+    /// A replayed traffic log.
+    Replay,
+    /// Gateway traffic.
+    Serve,
+}
+
+impl Mode {
+    /// Label for the header.
+    pub fn label(self) -> &'static str {
+        match self {
+            Mode::Demo => "DEMO",
+            Mode::Replay => "REPLAY",
+            Mode::Serve => "SERVE",
+        }
+    }
+}
+
+/// Start-up options.
+#[derive(Clone, Debug)]
+pub struct Options {
+    /// What the console runs over.
+    pub mode: Mode,
+    /// Mutating commands are disabled.
+    pub readonly: bool,
+    /// Destructive commands skip confirmation.
+    pub yes: bool,
+    /// Who issues commands (recorded with them).
+    pub operator: String,
+    /// Scenario or log name for the header.
+    pub source: String,
+}
+
+/// An interaction overlay.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Overlay {
+    /// None.
+    None,
+    /// Typing a filter for the focused pane.
+    Filter,
+    /// Help.
+    Help,
+    /// Waiting for y/n on a destructive command.
+    Confirm {
+        /// The question.
+        prompt: String,
+        /// What is sent on yes.
+        command: Command,
+    },
+}
+
+/// What the caller must do after a key.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Effect {
+    /// Nothing beyond redrawing.
+    None,
+    /// Send this command to the runner.
+    Send(Command),
+    /// Pause/resume, faster, slower or step the clock.
+    Clock(Action),
+    /// Leave.
+    Quit,
+}
+
+/// How the breakers table is ordered.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BreakerSort {
+    /// Hystrix-style: error rate, then volume.
+    Errors,
+    /// By name.
+    Name,
+    /// By calls.
+    Volume,
+}
+
+/// One finished request, for the chains pane.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Recent {
+    /// Request id.
+    pub id: u64,
+    /// User.
+    pub user: String,
+    /// Path taken.
+    pub chain: String,
+    /// Level name.
+    pub level: crate::runner::outcome::Level,
+    /// Quality.
+    pub quality: f64,
+    /// Missing components.
+    pub missing: String,
+}
+
+impl From<&Outcome> for Recent {
+    fn from(o: &Outcome) -> Self {
+        Self {
+            id: o.request,
+            user: o.user.clone(),
+            chain: o.chain.join(" → "),
+            level: o.level,
+            quality: o.quality,
+            missing: o.missing.join(", "),
+        }
+    }
+}
+
+/// Samples kept per breaker for the request-rate sparkline (one per second).
+pub const SPARK_SAMPLES: usize = 120;
+/// Recent requests kept.
+pub const RECENT: usize = 1000;
+
+/// The console state.
+pub struct App {
+    /// Options.
+    pub opts: Options,
+    /// The snapshot on screen.
+    pub snap: Arc<Snapshot>,
+    /// The display is frozen (the runner keeps going).
+    pub display_frozen: bool,
+    /// Focused pane.
+    pub focus: Pane,
+    /// Selected row per pane.
+    pub selected: [usize; 5],
+    /// Filter per pane.
+    pub filters: [String; 5],
+    /// Overlay.
+    pub overlay: Overlay,
+    /// One line of feedback (last action, errors).
+    pub status: String,
+    /// Breakers order.
+    pub sort: BreakerSort,
+    /// Events pane paused.
+    pub events_paused: bool,
+    /// Events shown while paused.
+    pub events_frozen: Vec<Event>,
+    /// Recent requests, newest last.
+    pub recent: VecDeque<Recent>,
+    /// Calls per second per breaker, oldest first.
+    pub spark: HashMap<String, VecDeque<u64>>,
+    last_attempts: HashMap<String, u64>,
+    last_sample_ms: u64,
+    /// Throughput figures: (requests/s, tokens/min, $/min, degraded share).
+    pub rates: Rates,
+    prev: Option<(u64, u64, u64, f64, [u64; 5])>,
+    /// Speed factor and paused flag, for the header.
+    pub clock: (f64, bool),
+    /// Set when the user asked to quit.
+    pub quit: bool,
+}
+
+/// Throughput over the last second.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct Rates {
+    /// Requests per second.
+    pub req_per_s: f64,
+    /// Share answered without degradation (0..=1) over the run.
+    pub success: f64,
+    /// Share degraded (partial/fallback/deferred) over the run.
+    pub degraded: f64,
+    /// Tokens per minute.
+    pub tokens_per_min: f64,
+    /// USD per minute.
+    pub usd_per_min: f64,
+}
+
+impl App {
+    /// A console showing `snap`.
+    pub fn new(opts: Options, snap: Arc<Snapshot>) -> Self {
+        let mut app = Self {
+            opts,
+            snap: snap.clone(),
+            display_frozen: false,
+            focus: Pane::Breakers,
+            selected: [0; 5],
+            filters: Default::default(),
+            overlay: Overlay::None,
+            status: String::new(),
+            sort: BreakerSort::Errors,
+            events_paused: false,
+            events_frozen: Vec::new(),
+            recent: VecDeque::with_capacity(RECENT),
+            spark: HashMap::new(),
+            last_attempts: HashMap::new(),
+            last_sample_ms: 0,
+            rates: Rates::default(),
+            prev: None,
+            clock: (1.0, false),
+            quit: false,
+        };
+        app.on_snapshot(snap);
+        app
+    }
+
+    /// Takes a new snapshot: updates rates and sparklines, and shows it
+    /// unless the display is frozen.
+    pub fn on_snapshot(&mut self, s: Arc<Snapshot>) {
+        if self.last_sample_ms == 0 || s.t_ms >= self.last_sample_ms + 1000 || s.t_ms < self.last_sample_ms {
+            for b in &s.breakers {
+                let prev = self
+                    .last_attempts
+                    .insert(b.name.clone(), b.stats.attempts)
+                    .unwrap_or(b.stats.attempts);
+                let q = self.spark.entry(b.name.clone()).or_default();
+                if q.len() == SPARK_SAMPLES {
+                    q.pop_front();
+                }
+                q.push_back(b.stats.attempts.saturating_sub(prev));
+            }
+            let done: u64 = s.by_level.iter().sum();
+            if let Some((t, req, tok, cost, _)) = self.prev {
+                let dt = (s.t_ms.saturating_sub(t)) as f64 / 1000.0;
+                if dt > 0.0 {
+                    self.rates.req_per_s = s.requests.saturating_sub(req) as f64 / dt;
+                    self.rates.tokens_per_min = s.tokens.saturating_sub(tok) as f64 / dt * 60.0;
+                    self.rates.usd_per_min = (s.cost_usd - cost).max(0.0) / dt * 60.0;
+                }
+            }
+            if done > 0 {
+                self.rates.success = s.by_level[0] as f64 / done as f64;
+                self.rates.degraded = (s.by_level[1] + s.by_level[2] + s.by_level[3]) as f64 / done as f64;
+            }
+            self.prev = Some((s.t_ms, s.requests, s.tokens, s.cost_usd, s.by_level));
+            self.last_sample_ms = s.t_ms;
+        }
+        if !self.display_frozen {
+            self.snap = s;
+        }
+    }
+
+    /// Takes an event from the runner (outcome records feed the chains pane).
+    pub fn on_event(&mut self, e: &Event) {
+        if let EventKind::Outcome(o) = &e.kind {
+            if self.recent.len() == RECENT {
+                self.recent.pop_front();
+            }
+            self.recent.push_back(Recent::from(o.as_ref()));
+        }
+    }
+
+    /// The events to show (frozen while the events pane is paused).
+    pub fn events(&self) -> &[Event] {
+        if self.events_paused {
+            &self.events_frozen
+        } else {
+            &self.snap.events
+        }
+    }
+
+    fn matches(filter: &str, text: &str) -> bool {
+        filter.is_empty() || text.to_lowercase().contains(&filter.to_lowercase())
+    }
+
+    /// Breaker rows after filter and sort.
+    pub fn breaker_rows(&self) -> Vec<&BreakerRow> {
+        let f = &self.filters[Pane::Breakers.index()];
+        let mut rows: Vec<&BreakerRow> = self
+            .snap
+            .breakers
+            .iter()
+            .filter(|b| Self::matches(f, &b.name))
+            .collect();
+        match self.sort {
+            BreakerSort::Errors => rows.sort_by(|a, b| {
+                b.breaker
+                    .failure_rate
+                    .total_cmp(&a.breaker.failure_rate)
+                    .then(b.stats.attempts.cmp(&a.stats.attempts))
+                    .then(a.name.cmp(&b.name))
+            }),
+            BreakerSort::Name => rows.sort_by(|a, b| a.name.cmp(&b.name)),
+            BreakerSort::Volume => {
+                rows.sort_by(|a, b| b.stats.attempts.cmp(&a.stats.attempts).then(a.name.cmp(&b.name)))
+            }
+        }
+        rows
+    }
+
+    /// User rows after filter (already ordered by pressure).
+    pub fn user_rows(&self) -> Vec<&crate::resilience::budget::UserView> {
+        let f = &self.filters[Pane::Budgets.index()];
+        self.snap
+            .top_users
+            .iter()
+            .filter(|u| Self::matches(f, &u.user))
+            .collect()
+    }
+
+    /// Events after filter, newest first.
+    pub fn event_rows(&self) -> Vec<&Event> {
+        let f = &self.filters[Pane::Events.index()];
+        self.events()
+            .iter()
+            .rev()
+            .filter(|e| f.is_empty() || Self::matches(f, &super::ui::events::describe(e)))
+            .collect()
+    }
+
+    /// Recent requests after filter, newest first.
+    pub fn recent_rows(&self) -> Vec<&Recent> {
+        let f = &self.filters[Pane::Chains.index()];
+        self.recent
+            .iter()
+            .rev()
+            .filter(|r| Self::matches(f, &r.user) || Self::matches(f, &r.chain))
+            .collect()
+    }
+
+    fn rows_in_focus(&self) -> usize {
+        match self.focus {
+            Pane::Breakers => self.breaker_rows().len(),
+            Pane::Limiters => self.snap.limiters.len(),
+            Pane::Budgets => self.user_rows().len(),
+            Pane::Chains => self.recent_rows().len(),
+            Pane::Events => self.event_rows().len(),
+        }
+    }
+
+    /// The selected row of the focused pane, clamped.
+    pub fn selection(&self, pane: Pane) -> usize {
+        let n = match pane {
+            Pane::Breakers => self.breaker_rows().len(),
+            Pane::Limiters => self.snap.limiters.len(),
+            Pane::Budgets => self.user_rows().len(),
+            Pane::Chains => self.recent_rows().len(),
+            Pane::Events => self.event_rows().len(),
+        };
+        self.selected[pane.index()].min(n.saturating_sub(1))
+    }
+
+    fn selected_breaker(&self) -> Option<&BreakerRow> {
+        if self.focus != Pane::Breakers {
+            return None;
+        }
+        self.breaker_rows().get(self.selection(Pane::Breakers)).copied()
+    }
+
+    fn selected_provider(&self) -> Option<String> {
+        match self.focus {
+            Pane::Limiters => self
+                .snap
+                .limiters
+                .get(self.selection(Pane::Limiters))
+                .map(|l| l.provider.clone()),
+            Pane::Breakers => self
+                .selected_breaker()
+                .and_then(|b| b.name.strip_prefix("provider:").map(str::to_string)),
+            _ => None,
+        }
+    }
+
+    /// Handles one key.
+    pub fn on_key(&mut self, key: KeyEvent, keymap: &KeyMap) -> Effect {
+        match &self.overlay {
+            Overlay::Filter => return self.filter_key(key),
+            Overlay::Confirm { command, .. } => {
+                let command = command.clone();
+                return match key.code {
+                    KeyCode::Char('y') | KeyCode::Char('Y') | KeyCode::Enter => {
+                        self.overlay = Overlay::None;
+                        self.status = format!("{} {} sent", command.action(), command.target());
+                        Effect::Send(command)
+                    }
+                    KeyCode::Char('n') | KeyCode::Char('N') | KeyCode::Esc => {
+                        self.overlay = Overlay::None;
+                        self.status = "cancelled".into();
+                        Effect::None
+                    }
+                    _ => Effect::None,
+                };
+            }
+            Overlay::Help => {
+                if key.code == KeyCode::Esc
+                    || keymap.action(&key) == Some(Action::Help)
+                    || key.code == KeyCode::Char('q')
+                {
+                    self.overlay = Overlay::None;
+                    return Effect::None;
+                }
+            }
+            Overlay::None => {}
+        }
+        match keymap.action(&key) {
+            Some(a) => self.on_action(a),
+            None => Effect::None,
+        }
+    }
+
+    fn filter_key(&mut self, key: KeyEvent) -> Effect {
+        let f = &mut self.filters[self.focus.index()];
+        match key.code {
+            KeyCode::Enter => self.overlay = Overlay::None,
+            KeyCode::Esc => {
+                f.clear();
+                self.overlay = Overlay::None;
+            }
+            KeyCode::Backspace => {
+                f.pop();
+            }
+            KeyCode::Char(c) if !key.modifiers.contains(KeyModifiers::CONTROL) => f.push(c),
+            _ => {}
+        }
+        self.selected[self.focus.index()] = 0;
+        Effect::None
+    }
+
+    /// Applies an action (keys map to actions through the keymap).
+    pub fn on_action(&mut self, a: Action) -> Effect {
+        if a.is_mutating() && self.opts.readonly {
+            self.status = format!("read-only: {} is disabled (started with --readonly)", a.name());
+            return Effect::None;
+        }
+        let i = self.focus.index();
+        match a {
+            Action::Quit => {
+                self.quit = true;
+                return Effect::Quit;
+            }
+            Action::Help => self.overlay = Overlay::Help,
+            Action::NextPane => self.focus = Pane::ALL[(i + 1) % 5],
+            Action::PrevPane => self.focus = Pane::ALL[(i + 4) % 5],
+            Action::FocusBreakers => self.focus = Pane::Breakers,
+            Action::FocusLimiters => self.focus = Pane::Limiters,
+            Action::FocusBudgets => self.focus = Pane::Budgets,
+            Action::FocusChains => self.focus = Pane::Chains,
+            Action::FocusEvents => self.focus = Pane::Events,
+            Action::Up => self.selected[i] = self.selection(self.focus).saturating_sub(1),
+            Action::Down => {
+                self.selected[i] = (self.selection(self.focus) + 1).min(self.rows_in_focus().saturating_sub(1))
+            }
+            Action::PageUp => self.selected[i] = self.selection(self.focus).saturating_sub(10),
+            Action::PageDown => {
+                self.selected[i] = (self.selection(self.focus) + 10).min(self.rows_in_focus().saturating_sub(1))
+            }
+            Action::Top => self.selected[i] = 0,
+            Action::Bottom => self.selected[i] = self.rows_in_focus().saturating_sub(1),
+            Action::Filter => {
+                if matches!(self.focus, Pane::Limiters) {
+                    self.status = "the limiters pane has no filter".into();
+                } else {
+                    self.overlay = Overlay::Filter;
+                }
+            }
+            Action::Sort => {
+                self.sort = match self.sort {
+                    BreakerSort::Errors => BreakerSort::Volume,
+                    BreakerSort::Volume => BreakerSort::Name,
+                    BreakerSort::Name => BreakerSort::Errors,
+                };
+                self.status = format!("breakers sorted by {:?}", self.sort).to_lowercase();
+            }
+            Action::FreezeDisplay => {
+                self.display_frozen = !self.display_frozen;
+                self.status = if self.display_frozen {
+                    "display frozen (the runner keeps going)"
+                } else {
+                    "display live"
+                }
+                .into();
+            }
+            Action::PauseEvents => {
+                self.events_paused = !self.events_paused;
+                if self.events_paused {
+                    self.events_frozen = self.snap.events.clone();
+                }
+            }
+            Action::ReplayPause | Action::ReplayFaster | Action::ReplaySlower | Action::ReplayStep => {
+                return Effect::Clock(a)
+            }
+            Action::ForceOpen | Action::ForceClose | Action::Reset | Action::Disable => return self.breaker_command(a),
+            Action::ToggleRefill => return self.refill_command(),
+            Action::CycleFault => return self.fault_command(),
+            Action::ToggleDrill => {
+                let cmd = if self.snap.drill {
+                    Command::DrillOff
+                } else {
+                    Command::DrillOn
+                };
+                let prompt = if self.snap.drill {
+                    "Turn drill mode OFF?".to_string()
+                } else {
+                    "Turn drill mode ON (every optional tool takes its degradation branch)?".to_string()
+                };
+                return self.confirm_or_send(a, prompt, cmd);
+            }
+        }
+        Effect::None
+    }
+
+    fn confirm_or_send(&mut self, a: Action, prompt: String, cmd: Command) -> Effect {
+        if a.needs_confirm() && !self.opts.yes {
+            self.overlay = Overlay::Confirm { prompt, command: cmd };
+            Effect::None
+        } else {
+            self.status = format!("{} {} sent", cmd.action(), cmd.target());
+            Effect::Send(cmd)
+        }
+    }
+
+    fn breaker_command(&mut self, a: Action) -> Effect {
+        let Some(b) = self.selected_breaker() else {
+            self.status = "select a breaker first (pane 1)".into();
+            return Effect::None;
+        };
+        let target = b.name.clone();
+        let (cmd, verb) = match a {
+            Action::ForceOpen => (Command::ForceOpen { target: target.clone() }, "Force OPEN"),
+            Action::ForceClose => (Command::ForceClosed { target: target.clone() }, "Force CLOSED"),
+            Action::Disable => (Command::Disable { target: target.clone() }, "Disable (metrics only)"),
+            _ => (Command::Reset { target: target.clone() }, "Reset"),
+        };
+        self.confirm_or_send(a, format!("{verb} {target}?"), cmd)
+    }
+
+    fn refill_command(&mut self) -> Effect {
+        let Some(p) = self.selected_provider() else {
+            self.status = "select a limiter (pane 2) or a provider breaker first".into();
+            return Effect::None;
+        };
+        let frozen = self
+            .snap
+            .limiters
+            .iter()
+            .any(|l| l.provider == p && l.limiter.frozen.is_some());
+        if frozen {
+            self.status = format!("unfreeze_refill {p} sent");
+            return Effect::Send(Command::UnfreezeRefill { target: p });
+        }
+        self.confirm_or_send(
+            Action::ToggleRefill,
+            format!("Freeze refills of {p} until unfrozen?"),
+            Command::FreezeRefill { target: p },
+        )
+    }
+
+    fn fault_command(&mut self) -> Effect {
+        let target = match self.focus {
+            Pane::Limiters => self.selected_provider().map(|p| format!("provider:{p}")),
+            _ => self.selected_breaker().map(|b| b.name.clone()),
+        };
+        let Some(target) = target.filter(|t| !t.starts_with("model:")) else {
+            self.status = "select a provider or tool breaker (models have no mock fault)".into();
+            return Effect::None;
+        };
+        let current = self
+            .snap
+            .faults
+            .get(&target)
+            .map(|f| f.fault.clone())
+            .unwrap_or(Fault::Healthy);
+        let cycle = Fault::cycle();
+        let pos = cycle
+            .iter()
+            .position(|f| *f == current)
+            .map_or(1, |p| (p + 1) % cycle.len());
+        let fault = cycle[pos].clone();
+        self.status = format!("{target}: fault {}", fault.label());
+        Effect::Send(Command::SetFault {
+            target,
+            fault: FaultSpec::always(fault),
+        })
+    }
+
+    /// A state's display name.
+    pub fn state_label(s: Option<BreakerState>) -> &'static str {
+        s.map_or("?", BreakerState::as_str)
+    }
+}

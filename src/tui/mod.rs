@@ -1,0 +1,208 @@
+//! The operator console: a ratatui + crossterm app over the runner's
+//! snapshots. One loop drains input, snapshots and events, applies operator
+//! commands, and redraws only when something changed (at most ~30 fps).
+
+pub mod action;
+pub mod app;
+pub mod keymap;
+pub mod theme;
+pub mod ui;
+
+use crate::runner::Runner;
+use crate::traffic::pace::Pace;
+use app::{App, Effect, Options};
+use crossterm::event::{Event as TermEvent, KeyEventKind};
+use keymap::KeyMap;
+use std::io::IsTerminal;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+use theme::Theme;
+use tokio::sync::mpsc;
+
+/// Users and events carried in each snapshot for the console.
+pub const SNAPSHOT_USERS: usize = 500;
+/// Events carried in each snapshot.
+pub const SNAPSHOT_EVENTS: usize = 300;
+const FRAME: Duration = Duration::from_millis(33);
+
+static PANICKED: AtomicBool = AtomicBool::new(false);
+
+/// Why the console could not run.
+#[derive(Debug, thiserror::Error)]
+pub enum ConsoleError {
+    /// stdout is not a terminal.
+    #[error(
+        "the console needs a terminal, but stdout is not a TTY; run `fusebox demo --headless` for a printed summary"
+    )]
+    NotATerminal,
+    /// Terminal I/O failed.
+    #[error("terminal error: {0}")]
+    Io(#[from] std::io::Error),
+    /// Something panicked; the terminal was restored first.
+    #[error("the console stopped after a panic (see the message above and the log file)")]
+    Panicked,
+}
+
+/// Applies an operator command and returns a fresh snapshot, so its effect
+/// is on the very next frame (also while the clock is paused).
+pub fn apply(runner: &Runner, app: &mut App, cmd: &crate::runner::command::Command) {
+    if let Err(e) = runner.apply(cmd, &app.opts.operator) {
+        app.status = e.to_string();
+    }
+    app.on_snapshot(Arc::new(runner.snapshot(SNAPSHOT_USERS, SNAPSHOT_EVENTS)));
+}
+
+enum Input {
+    Term(TermEvent),
+    Tick,
+}
+
+/// Runs the console until the operator quits.
+pub async fn run(
+    runner: Arc<Runner>,
+    opts: Options,
+    theme: Theme,
+    keymap: KeyMap,
+    pace: Option<Arc<Pace>>,
+) -> Result<(), ConsoleError> {
+    if !std::io::stdout().is_terminal() {
+        return Err(ConsoleError::NotATerminal);
+    }
+    install_panic_hook();
+    let mut terminal = ratatui::try_init()?;
+    let stop = Arc::new(AtomicBool::new(false));
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    let input = {
+        let stop = stop.clone();
+        std::thread::spawn(move || read_input(tx, stop))
+    };
+    let result = event_loop(&mut terminal, runner, opts, theme, keymap, pace, &mut rx).await;
+    stop.store(true, Ordering::Relaxed);
+    ratatui::restore();
+    let _ = input.join();
+    if PANICKED.load(Ordering::Relaxed) {
+        return Err(ConsoleError::Panicked);
+    }
+    result
+}
+
+async fn event_loop(
+    terminal: &mut ratatui::DefaultTerminal,
+    runner: Arc<Runner>,
+    opts: Options,
+    theme: Theme,
+    keymap: KeyMap,
+    pace: Option<Arc<Pace>>,
+    rx: &mut mpsc::UnboundedReceiver<Input>,
+) -> Result<(), ConsoleError> {
+    let mut snaps = runner.spawn_publisher(FRAME);
+    let mut events = runner.events().subscribe();
+    let mut app = App::new(opts, Arc::new(runner.snapshot(SNAPSHOT_USERS, SNAPSHOT_EVENTS)));
+    let mut last_draw: Option<std::time::Instant> = None;
+    let mut dirty = true;
+    loop {
+        if let Some(p) = &pace {
+            app.clock = (p.factor(), p.is_paused());
+        }
+        let due = last_draw.is_none_or(|t| t.elapsed() >= FRAME);
+        if dirty && due {
+            terminal.draw(|f| ui::draw(f, &app, &theme, &keymap))?;
+            last_draw = Some(std::time::Instant::now());
+            dirty = false;
+        }
+        tokio::select! {
+            biased;
+            input = rx.recv() => {
+                let Some(input) = input else { break };
+                // Drain every pending input before drawing again.
+                let mut next = Some(input);
+                while let Some(i) = next.take() {
+                    if let Input::Term(ev) = i {
+                        dirty = true;
+                        last_draw = None; // keys are answered on the next frame
+                        handle(ev, &runner, &mut app, &keymap, pace.as_deref());
+                    }
+                    next = rx.try_recv().ok();
+                }
+            }
+            changed = snaps.changed() => {
+                if changed.is_err() {
+                    break;
+                }
+                let snap = snaps.borrow_and_update().clone();
+                app.on_snapshot(snap);
+                dirty = true;
+            }
+        }
+        while let Ok(e) = events.try_recv() {
+            app.on_event(&e);
+        }
+        if app.quit || PANICKED.load(Ordering::Relaxed) {
+            break;
+        }
+    }
+    Ok(())
+}
+
+fn handle(ev: TermEvent, runner: &Runner, app: &mut App, keymap: &KeyMap, pace: Option<&Pace>) {
+    let TermEvent::Key(key) = ev else { return };
+    if key.kind == KeyEventKind::Release {
+        return;
+    }
+    match app.on_key(key, keymap) {
+        Effect::None | Effect::Quit => {}
+        Effect::Send(cmd) => apply(runner, app, &cmd),
+        Effect::Clock(a) => match pace {
+            Some(p) => clock_action(p, app, a),
+            None => app.status = "live traffic runs in real time: pause and speed apply to demo and replay".into(),
+        },
+    }
+}
+
+fn clock_action(p: &Pace, app: &mut App, a: action::Action) {
+    use action::Action as A;
+    match a {
+        A::ReplayPause => {
+            p.set_paused(!p.is_paused());
+            app.status = if p.is_paused() {
+                "paused (n steps one second)"
+            } else {
+                "running"
+            }
+            .into();
+        }
+        A::ReplayFaster => app.status = format!("speed {}×", p.step_speed(true)),
+        A::ReplaySlower => app.status = format!("speed {}×", p.step_speed(false)),
+        A::ReplayStep if p.is_paused() => p.step(),
+        A::ReplayStep => app.status = "step works while paused (space)".into(),
+        _ => {}
+    }
+}
+
+fn read_input(tx: mpsc::UnboundedSender<Input>, stop: Arc<AtomicBool>) {
+    while !stop.load(Ordering::Relaxed) {
+        let msg = match crossterm::event::poll(Duration::from_millis(50)) {
+            Ok(true) => match crossterm::event::read() {
+                Ok(ev) => Input::Term(ev),
+                Err(_) => break,
+            },
+            Ok(false) => Input::Tick,
+            Err(_) => break,
+        };
+        if tx.send(msg).is_err() {
+            break;
+        }
+    }
+}
+
+/// A panic anywhere (also in a spawned task) restores the terminal before
+/// its message is printed, and stops the console.
+fn install_panic_hook() {
+    let previous = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        PANICKED.store(true, Ordering::Relaxed);
+        ratatui::restore();
+        previous(info);
+    }));
+}

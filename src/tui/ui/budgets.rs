@@ -1,0 +1,84 @@
+//! The budgets pane: the global budget, then users under the most pressure:
+//! minute/hour/day usage gauges, cost, rejections; near-limit highlighted.
+
+use super::{bar, gauge_style, human, pane_block, scroll};
+use crate::tui::app::{App, Pane};
+use crate::tui::theme::Theme;
+use ratatui::layout::Rect;
+use ratatui::text::{Line, Span};
+use ratatui::widgets::Paragraph;
+use ratatui::Frame;
+
+/// Draws the budgets pane.
+pub fn draw(f: &mut Frame, area: Rect, app: &App, theme: &Theme) {
+    let s = &app.snap;
+    let g = &s.global;
+    let mut lines = vec![
+        Line::from(vec![
+            Span::styled("global ", theme.title),
+            Span::raw(format!(
+                "tokens h/d {}/{}  ${:.2}/h ${:.2}/d  ",
+                human(g.tokens[0]),
+                human(g.tokens[1]),
+                g.cost[0],
+                g.cost[1]
+            )),
+            Span::styled(bar(g.pressure, 10), gauge_style(theme, g.pressure)),
+            Span::raw(format!(" {:.0}%", g.pressure * 100.0)),
+        ]),
+        Line::from(Span::styled(
+            "  user                minute      hour        day          $/day   rej",
+            theme.dim,
+        )),
+    ];
+    let rows = app.user_rows();
+    let sel = app.selection(Pane::Budgets);
+    let focused = app.focus == Pane::Budgets;
+    let height = area.height.saturating_sub(4) as usize;
+    let first = scroll(sel, height);
+    for (i, u) in rows.iter().enumerate().skip(first).take(height) {
+        let selected = focused && i == sel;
+        let near = u.pressure >= 0.8;
+        let name_style = if selected {
+            theme.selected
+        } else if near {
+            theme.warn
+        } else {
+            theme.base
+        };
+        let mut spans = vec![
+            Span::styled(if selected { "▶ " } else { "  " }, theme.selected),
+            Span::styled(format!("{:<18}", truncate(&u.user, 18)), name_style),
+        ];
+        for (t, share) in u.tokens.iter().zip(u.shares) {
+            spans.push(Span::raw(format!(" {:>5} ", human(*t))));
+            spans.push(Span::styled(bar(share, 5), gauge_style(theme, share)));
+        }
+        spans.push(Span::styled(
+            format!("  ${:>6.3}", u.cost_day),
+            gauge_style(theme, u.shares[3]),
+        ));
+        spans.push(Span::styled(
+            format!(" {:>4}", u.rejections),
+            if u.rejections > 0 { theme.error } else { theme.dim },
+        ));
+        if near {
+            spans.push(Span::styled(" NEAR LIMIT", theme.warn));
+        }
+        lines.push(Line::from(spans));
+    }
+    if rows.is_empty() {
+        lines.push(Line::from(Span::styled("  no users yet", theme.dim)));
+    }
+    let extra = format!("{} tracked · top {} by pressure", s.tracked_users, s.top_users.len());
+    let p = Paragraph::new(lines).block(pane_block(app, Pane::Budgets, theme, &extra));
+    f.render_widget(p, area);
+}
+
+fn truncate(s: &str, n: usize) -> String {
+    if s.chars().count() <= n {
+        s.to_string()
+    } else {
+        s.chars().take(n - 1).chain(std::iter::once('…')).collect()
+    }
+}

@@ -1,0 +1,78 @@
+//! The fallback-chains pane: each route's chain with every hop's live
+//! availability, then recent requests with the path they actually took.
+
+use super::{pane_block, scroll};
+use crate::runner::outcome::Level;
+use crate::tui::app::{App, Pane};
+use crate::tui::theme::Theme;
+use ratatui::layout::Rect;
+use ratatui::style::Style;
+use ratatui::text::{Line, Span};
+use ratatui::widgets::Paragraph;
+use ratatui::Frame;
+
+/// The style of a degradation level.
+pub fn level_style(theme: &Theme, l: Level) -> Style {
+    match l {
+        Level::None => theme.level_none,
+        Level::Partial => theme.level_partial,
+        Level::Fallback => theme.level_fallback,
+        Level::Deferred => theme.level_deferred,
+        Level::Failed => theme.level_failed,
+    }
+}
+
+/// Draws the chains pane.
+pub fn draw(f: &mut Frame, area: Rect, app: &App, theme: &Theme) {
+    let mut lines = Vec::new();
+    for (route, hops) in &app.snap.routes {
+        let mut spans = vec![Span::styled(format!("{route}: "), theme.title)];
+        for (i, h) in hops.iter().enumerate() {
+            if i > 0 {
+                spans.push(Span::styled(" → ", theme.dim));
+            }
+            let (mark, style) = if h.available {
+                ("✓", theme.state_closed)
+            } else {
+                ("✗", theme.state_open)
+            };
+            spans.push(Span::styled(format!("{} {mark}", h.model), style));
+            if !h.available {
+                spans.push(Span::styled(" (open)", theme.dim));
+            }
+        }
+        lines.push(Line::from(spans));
+    }
+    let rows = app.recent_rows();
+    let sel = app.selection(Pane::Chains);
+    let focused = app.focus == Pane::Chains;
+    let height = (area.height as usize).saturating_sub(2 + lines.len());
+    let first = scroll(sel, height);
+    for (i, r) in rows.iter().enumerate().skip(first).take(height) {
+        let selected = focused && i == sel;
+        let mut spans = vec![
+            Span::styled(if selected { "▶ " } else { "  " }, theme.selected),
+            Span::styled(
+                format!("#{:<6} {:<13} ", r.id, r.user),
+                if selected { theme.selected } else { theme.dim },
+            ),
+            Span::raw(r.chain.clone()),
+            Span::styled(format!("  {}", r.level.as_str()), level_style(theme, r.level)),
+            Span::raw(format!(" q={:.2}", r.quality)),
+        ];
+        if !r.missing.is_empty() {
+            spans.push(Span::styled(format!(" missing {}", r.missing), theme.warn));
+        }
+        lines.push(Line::from(spans));
+    }
+    if rows.is_empty() {
+        lines.push(Line::from(Span::styled("  no requests yet", theme.dim)));
+    }
+    let p = Paragraph::new(lines).block(pane_block(
+        app,
+        Pane::Chains,
+        theme,
+        &format!("{} recent", app.recent.len()),
+    ));
+    f.render_widget(p, area);
+}

@@ -1,0 +1,97 @@
+//! The events pane: transitions with reasons, operator actions, budget
+//! warnings, freezes and deferred-queue activity, newest first.
+
+use super::{clock, pane_block, scroll};
+use crate::telemetry::events::{Event, EventKind};
+use crate::tui::app::{App, Pane};
+use crate::tui::theme::Theme;
+use ratatui::layout::Rect;
+use ratatui::style::Style;
+use ratatui::text::{Line, Span};
+use ratatui::widgets::Paragraph;
+use ratatui::Frame;
+
+/// One line describing an event.
+pub fn describe(e: &Event) -> String {
+    match &e.kind {
+        EventKind::Transition {
+            breaker,
+            from,
+            to,
+            reason,
+        } => format!("{breaker} {from} → {to}: {reason}"),
+        EventKind::BudgetWarning {
+            user,
+            budget,
+            used,
+            limit,
+        } => {
+            format!(
+                "budget warning {user}: {budget} at {:.0}% ({used:.0} of {limit:.0})",
+                used / limit * 100.0
+            )
+        }
+        EventKind::BudgetRejected { user, reason } => format!("rejected {user}: {reason}"),
+        EventKind::RefillFrozen {
+            provider,
+            for_ms,
+            reason,
+        } => match for_ms {
+            Some(ms) => format!("{provider} refills frozen {:.1}s: {reason}", *ms as f64 / 1000.0),
+            None => format!("{provider} refills frozen: {reason}"),
+        },
+        EventKind::Operator {
+            action,
+            target,
+            by,
+            result,
+        } => format!("operator {by}: {action} {target} — {result}"),
+        EventKind::Deferred { request, reason } => format!("deferred #{request}: {reason}"),
+        EventKind::DeferredDone { request, level } => format!("deferred #{request} ended: {level}"),
+        EventKind::Degraded { request, level, chain } => format!("#{request} {level}: {chain}"),
+        EventKind::Outcome(o) => format!("#{} {}", o.request, o.level.as_str()),
+    }
+}
+
+fn style(theme: &Theme, e: &Event) -> Style {
+    match &e.kind {
+        EventKind::Transition { to, .. } if *to == "open" || *to == "forced_open" => theme.state_open,
+        EventKind::Transition { to, .. } if *to == "closed" => theme.state_closed,
+        EventKind::Transition { .. } => theme.state_half_open,
+        EventKind::Operator { .. } => theme.badge,
+        EventKind::BudgetWarning { .. } | EventKind::RefillFrozen { .. } => theme.warn,
+        EventKind::BudgetRejected { .. } => theme.error,
+        _ => theme.dim,
+    }
+}
+
+/// Draws the events pane.
+pub fn draw(f: &mut Frame, area: Rect, app: &App, theme: &Theme) {
+    let rows = app.event_rows();
+    let sel = app.selection(Pane::Events);
+    let focused = app.focus == Pane::Events;
+    let height = area.height.saturating_sub(2) as usize;
+    let first = scroll(sel, height);
+    let mut lines: Vec<Line> = rows
+        .iter()
+        .enumerate()
+        .skip(first)
+        .take(height)
+        .map(|(i, e)| {
+            let selected = focused && i == sel;
+            Line::from(vec![
+                Span::styled(if selected { "▶" } else { " " }, theme.selected),
+                Span::styled(format!("{} ", clock(e.t_ms)), theme.dim),
+                Span::styled(describe(e), if selected { theme.selected } else { style(theme, e) }),
+            ])
+        })
+        .collect();
+    if lines.is_empty() {
+        lines.push(Line::from(Span::styled(" nothing notable yet", theme.dim)));
+    }
+    let extra = if app.events_paused { "PAUSED" } else { "" };
+    f.render_widget(
+        Paragraph::new(lines).block(pane_block(app, Pane::Events, theme, extra)),
+        area,
+    );
+}

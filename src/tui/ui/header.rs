@@ -1,0 +1,83 @@
+//! The header: mode, time, throughput, success, spend, global budget,
+//! frozen/drill indicators, READONLY badge and the state store.
+
+use super::{bar, clock, gauge_style, human};
+use crate::tui::app::{App, Mode};
+use crate::tui::theme::Theme;
+use ratatui::layout::Rect;
+use ratatui::text::{Line, Span};
+use ratatui::widgets::{Block, Borders, Paragraph};
+use ratatui::Frame;
+
+/// Draws the header.
+pub fn draw(f: &mut Frame, area: Rect, app: &App, theme: &Theme) {
+    let s = &app.snap;
+    let r = &app.rates;
+    let mut top = vec![
+        Span::styled(" fusebox ", theme.title),
+        Span::styled(format!(" {} ", app.opts.mode.label()), theme.badge),
+        Span::raw(format!(" {} ", app.opts.source)),
+        Span::styled(format!(" t={} ", clock(s.t_ms)), theme.base),
+    ];
+    if app.opts.mode != Mode::Serve {
+        let (speed, paused) = app.clock;
+        let label = if paused {
+            "PAUSED".to_string()
+        } else {
+            format!("{speed}×")
+        };
+        top.push(Span::styled(
+            format!(" {label} "),
+            if paused { theme.badge } else { theme.dim },
+        ));
+    }
+    top.extend([
+        Span::raw(format!(" {:.1} req/s ", r.req_per_s)),
+        Span::styled(format!(" ok {:.1}% ", r.success * 100.0), theme.ok),
+        Span::styled(
+            format!(" degraded {:.1}% ", r.degraded * 100.0),
+            if r.degraded > 0.1 { theme.warn } else { theme.dim },
+        ),
+        Span::raw(format!(" {} tok/min ", human(r.tokens_per_min))),
+        Span::raw(format!(" ${:.2}/min ", r.usd_per_min)),
+    ]);
+    let p = s.global.pressure;
+    let mut second = vec![
+        Span::raw(" global budget "),
+        Span::styled(bar(p, 10), gauge_style(theme, p)),
+        Span::raw(format!(" {:.0}%  ", p * 100.0)),
+        Span::raw(format!(
+            "requests {}  tracked users {}  deferred {}  ",
+            s.requests, s.tracked_users, s.deferred_pending
+        )),
+        Span::styled("store: in-process ", theme.dim),
+    ];
+    let frozen: Vec<&str> = s
+        .limiters
+        .iter()
+        .filter(|l| l.limiter.frozen.is_some())
+        .map(|l| l.provider.as_str())
+        .collect();
+    if !frozen.is_empty() {
+        second.push(Span::styled(
+            format!(" REFILL FROZEN: {} ", frozen.join(",")),
+            theme.badge,
+        ));
+        second.push(Span::raw(" "));
+    }
+    if s.drill {
+        second.push(Span::styled(" DRILL ", theme.badge));
+        second.push(Span::raw(" "));
+    }
+    if app.display_frozen {
+        second.push(Span::styled(" DISPLAY FROZEN ", theme.badge));
+        second.push(Span::raw(" "));
+    }
+    if app.opts.readonly {
+        second.push(Span::styled(" READONLY ", theme.badge));
+    }
+    let p = Paragraph::new(vec![Line::from(top), Line::from(second)])
+        .block(Block::default().borders(Borders::BOTTOM).border_style(theme.border))
+        .style(theme.header);
+    f.render_widget(p, area);
+}

@@ -1,0 +1,163 @@
+//! Drawing: one function per pane and overlay, all reading the app state
+//! (and through it the snapshot); nothing here mutates anything.
+
+pub mod breakers;
+pub mod budgets;
+pub mod chains;
+pub mod events;
+pub mod header;
+pub mod limiters;
+pub mod overlay;
+
+use super::app::{App, Pane};
+use super::keymap::KeyMap;
+use super::theme::Theme;
+use ratatui::layout::{Constraint, Direction, Layout, Rect};
+use ratatui::style::Style;
+use ratatui::text::{Line, Span};
+use ratatui::widgets::{Block, BorderType, Borders};
+use ratatui::Frame;
+
+/// Draws the whole console.
+pub fn draw(f: &mut Frame, app: &App, theme: &Theme, keymap: &KeyMap) {
+    let area = f.area();
+    f.buffer_mut().set_style(area, theme.base);
+    let breakers_h = (app.snap.breakers.len() as u16 + 3)
+        .min(area.height.saturating_sub(16) / 2)
+        .max(5);
+    let rows = Layout::default()
+        .direction(Direction::Vertical)
+        .constraints([
+            Constraint::Length(3),
+            Constraint::Length(breakers_h),
+            Constraint::Min(6),
+            Constraint::Length(12),
+            Constraint::Length(1),
+        ])
+        .split(area);
+    header::draw(f, rows[0], app, theme);
+    breakers::draw(f, rows[1], app, theme);
+    let middle = Layout::default()
+        .direction(Direction::Horizontal)
+        .constraints([Constraint::Percentage(45), Constraint::Percentage(55)])
+        .split(rows[2]);
+    limiters::draw(f, middle[0], app, theme);
+    budgets::draw(f, middle[1], app, theme);
+    let bottom = Layout::default()
+        .direction(Direction::Horizontal)
+        .constraints([Constraint::Percentage(55), Constraint::Percentage(45)])
+        .split(rows[3]);
+    chains::draw(f, bottom[0], app, theme);
+    events::draw(f, bottom[1], app, theme);
+    footer(f, rows[4], app, theme, keymap);
+    overlay::draw(f, area, app, theme, keymap);
+}
+
+/// A pane's frame: title with its number, focus and filter shown in text
+/// (not by colour alone).
+pub fn pane_block<'a>(app: &App, pane: Pane, theme: &Theme, extra: &str) -> Block<'a> {
+    let focused = app.focus == pane;
+    let n = Pane::ALL.iter().position(|p| *p == pane).unwrap_or(0) + 1;
+    let filter = &app.filters[n - 1];
+    let mut title = vec![Span::styled(format!(" {n} {} ", pane.title()), theme.title)];
+    if focused {
+        title.insert(0, Span::styled("▶", theme.title));
+    }
+    if !filter.is_empty() || (focused && app.overlay == super::app::Overlay::Filter) {
+        title.push(Span::styled(format!("/{filter}▏ "), theme.warn));
+    }
+    if !extra.is_empty() {
+        title.push(Span::styled(format!("{extra} "), theme.dim));
+    }
+    Block::default()
+        .borders(Borders::ALL)
+        .border_type(if focused { BorderType::Thick } else { BorderType::Plain })
+        .border_style(if focused { theme.border_focused } else { theme.border })
+        .title(Line::from(title))
+}
+
+fn footer(f: &mut Frame, area: Rect, app: &App, theme: &Theme, keymap: &KeyMap) {
+    let key = |a| keymap.keys_for(a).first().cloned().unwrap_or_else(|| "-".into());
+    use super::action::Action as A;
+    let hints = format!(
+        " {} help  {} quit  {} pane  {} filter  {} open  {} close  {} reset  {} refill  {} fault  {} drill  {} freeze display ",
+        key(A::Help),
+        key(A::Quit),
+        key(A::NextPane),
+        key(A::Filter),
+        key(A::ForceOpen),
+        key(A::ForceClose),
+        key(A::Reset),
+        key(A::ToggleRefill),
+        key(A::CycleFault),
+        key(A::ToggleDrill),
+        key(A::FreezeDisplay),
+    );
+    let mut spans = vec![Span::styled(hints, theme.dim)];
+    if !app.status.is_empty() {
+        spans.push(Span::styled(format!(" │ {}", app.status), theme.warn));
+    }
+    f.render_widget(ratatui::widgets::Paragraph::new(Line::from(spans)), area);
+}
+
+/// A text bar of `width` cells filled to `ratio`.
+pub fn bar(ratio: f64, width: usize) -> String {
+    let r = if ratio.is_finite() { ratio.clamp(0.0, 1.0) } else { 0.0 };
+    let full = (r * width as f64).round() as usize;
+    let mut s = String::with_capacity(width * 3);
+    for i in 0..width {
+        s.push(if i < full { '█' } else { '░' });
+    }
+    s
+}
+
+/// The gauge style for a share in use.
+pub fn gauge_style(theme: &Theme, ratio: f64) -> Style {
+    if ratio >= 0.95 {
+        theme.gauge_crit
+    } else if ratio >= 0.8 {
+        theme.gauge_warn
+    } else {
+        theme.gauge_ok
+    }
+}
+
+/// A compact number: 950, 12.3k, 4.1M.
+pub fn human(n: f64) -> String {
+    let a = n.abs();
+    if a >= 1e6 {
+        format!("{:.1}M", n / 1e6)
+    } else if a >= 1e4 {
+        format!("{:.0}k", n / 1e3)
+    } else if a >= 1e3 {
+        format!("{:.1}k", n / 1e3)
+    } else {
+        format!("{n:.0}")
+    }
+}
+
+/// `mm:ss` (or `h:mm:ss`) of a millisecond count.
+pub fn clock(ms: u64) -> String {
+    let s = ms / 1000;
+    if s >= 3600 {
+        format!("{}:{:02}:{:02}", s / 3600, s / 60 % 60, s % 60)
+    } else {
+        format!("{:02}:{:02}", s / 60, s % 60)
+    }
+}
+
+/// The first row index to draw so that `selected` is visible in `height` rows.
+pub fn scroll(selected: usize, height: usize) -> usize {
+    if height == 0 {
+        0
+    } else {
+        selected.saturating_sub(height - 1)
+    }
+}
+
+/// A rectangle of `w`×`h` centred in `r`.
+pub fn centered(r: Rect, w: u16, h: u16) -> Rect {
+    let w = w.min(r.width);
+    let h = h.min(r.height);
+    Rect::new(r.x + (r.width - w) / 2, r.y + (r.height - h) / 2, w, h)
+}

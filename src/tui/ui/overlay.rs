@@ -1,0 +1,75 @@
+//! Overlays: the help (every binding from the keymap) and the confirmation
+//! of destructive commands.
+
+use super::centered;
+use crate::tui::app::{App, Overlay};
+use crate::tui::keymap::KeyMap;
+use crate::tui::theme::Theme;
+use ratatui::layout::Rect;
+use ratatui::text::{Line, Span};
+use ratatui::widgets::{Block, Borders, Clear, Paragraph, Wrap};
+use ratatui::Frame;
+
+/// Draws the active overlay, if any.
+pub fn draw(f: &mut Frame, area: Rect, app: &App, theme: &Theme, keymap: &KeyMap) {
+    match &app.overlay {
+        Overlay::Help => help(f, area, app, theme, keymap),
+        Overlay::Confirm { prompt, .. } => confirm(f, area, prompt, theme),
+        Overlay::None | Overlay::Filter => {}
+    }
+}
+
+fn help(f: &mut Frame, area: Rect, app: &App, theme: &Theme, keymap: &KeyMap) {
+    let rows = keymap.help_rows();
+    let r = centered(area, 72, rows.len() as u16 + 5);
+    let mut lines: Vec<Line> = rows
+        .iter()
+        .map(|(keys, what)| {
+            Line::from(vec![
+                Span::styled(format!(" {keys:<16}"), theme.title),
+                Span::raw(*what),
+            ])
+        })
+        .collect();
+    lines.push(Line::from(""));
+    let note = if app.opts.readonly {
+        " read-only: commands that change the runner are disabled"
+    } else if app.opts.yes {
+        " --yes: destructive commands run without confirmation"
+    } else {
+        " destructive commands ask for confirmation"
+    };
+    lines.push(Line::from(Span::styled(note, theme.dim)));
+    f.render_widget(Clear, r);
+    let block = Block::default()
+        .borders(Borders::ALL)
+        .border_style(theme.border_focused)
+        .title(Span::styled(" Help — Esc to close ", theme.title));
+    f.render_widget(Paragraph::new(lines).block(block).style(theme.base), r);
+}
+
+fn confirm(f: &mut Frame, area: Rect, prompt: &str, theme: &Theme) {
+    let r = centered(area, 60, 6);
+    f.render_widget(Clear, r);
+    let block = Block::default()
+        .borders(Borders::ALL)
+        .border_style(theme.warn)
+        .title(Span::styled(" Confirm ", theme.warn));
+    let text = vec![
+        Line::from(Span::styled(prompt.to_string(), theme.base)),
+        Line::from(""),
+        Line::from(vec![
+            Span::styled(" y ", theme.badge),
+            Span::raw(" yes    "),
+            Span::styled(" n ", theme.badge),
+            Span::raw(" no (Esc)"),
+        ]),
+    ];
+    f.render_widget(
+        Paragraph::new(text)
+            .block(block)
+            .wrap(Wrap { trim: false })
+            .style(theme.base),
+        r,
+    );
+}
