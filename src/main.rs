@@ -220,8 +220,7 @@ fn demo(args: DemoArgs) -> Result<()> {
         if !std::io::stdout().is_terminal() {
             bail!("the console needs a terminal, but stdout is not a TTY; run `fusebox demo --headless` for a printed summary");
         }
-        let no_color = std::env::var_os("NO_COLOR").is_some_and(|v| !v.is_empty());
-        let theme = Theme::select(args.console.theme.as_deref(), no_color)?;
+        let theme = Theme::select(args.console.theme.as_deref(), Theme::no_color_env())?;
         let keymap = match &args.console.keymap {
             Some(p) => KeyMap::load(p)?,
             None => KeyMap::defaults(),

@@ -36,6 +36,18 @@ async fn run(name: &str, minutes: u64, seed: u64) -> Run {
     assert_eq!(summary.completed, summary.requests);
     assert_eq!(demo.outcomes.len() as u64, summary.requests);
     assert_eq!(runner.spool().unwrap().len(), 0, "{name}: every deferred request ended");
+    let now = tokio::time::Instant::now();
+    for p in runner.providers() {
+        assert_eq!(
+            p.limiter.view(now).concurrency.0,
+            0,
+            "{name}: {} has no call left in flight",
+            p.name
+        );
+    }
+    for t in runner.tools() {
+        assert_eq!(t.bulkhead.view().0, 0, "{name}: tool {} pool drained", t.name);
+    }
     Run {
         runner,
         demo,

@@ -31,6 +31,8 @@ pub struct BudgetExceeded {
     pub would: f64,
     /// The limit.
     pub limit: f64,
+    /// The first refusal of this user in this minute (worth announcing).
+    pub first_in_window: bool,
 }
 
 /// What a request reserved; settle it with [`Budgets::settle`].
@@ -70,6 +72,8 @@ struct UserState {
     in_flight: u32,
     last_seen_ms: u64,
     rejections: u64,
+    /// Minute period of the last announced refusal.
+    announced: u64,
 }
 
 #[derive(Default)]
@@ -134,6 +138,7 @@ impl Check<'_> {
                 what,
                 would: w.used + add,
                 limit,
+                first_in_window: true,
             });
         }
         Ok(())
@@ -198,8 +203,7 @@ impl Budgets {
             .and_then(|_| uc.over(&u.day, t, c.user_tokens_per_day as f64, "tokens/day"))
             .and_then(|_| uc.over(&u.cost_day, cost, c.user_cost_per_day_usd, "cost/day (USD)"));
         if let Err(e) = checked {
-            u.rejections += 1;
-            return Err(e);
+            return Err(Self::refused(u, e, now_ms));
         }
 
         let mut g = self.global.lock();
@@ -220,8 +224,7 @@ impl Budgets {
             .and_then(|_| gc.over(&g.cost_hour, cost, c.global_cost_per_hour_usd, "cost/hour (USD)"))
             .and_then(|_| gc.over(&g.cost_day, cost, c.global_cost_per_day_usd, "cost/day (USD)"));
         if let Err(e) = checked {
-            u.rejections += 1;
-            return Err(e);
+            return Err(Self::refused(u, e, now_ms));
         }
         g.tokens_hour.used += t;
         g.tokens_day.used += t;
@@ -248,6 +251,14 @@ impl Budgets {
         uc.warn(&mut u.day, c.user_tokens_per_day as f64, "user tokens/day");
         uc.warn(&mut u.cost_day, c.user_cost_per_day_usd, "user cost/day (USD)");
         Ok(Reservation { tokens: t, cost })
+    }
+
+    fn refused(u: &mut UserState, mut e: BudgetExceeded, now_ms: u64) -> BudgetExceeded {
+        u.rejections += 1;
+        let minute = now_ms / MINUTE + 1;
+        e.first_in_window = u.announced != minute;
+        u.announced = minute;
+        e
     }
 
     /// Settles a reservation with actual usage (may be more or less).

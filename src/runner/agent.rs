@@ -45,8 +45,10 @@ impl Trail {
         }
     }
 
+    /// Adds a step to the chain; a step already in it (the same hop on a
+    /// later agent step) is not repeated.
     fn push(&mut self, label: String) {
-        if self.chain.last() != Some(&label) {
+        if !self.chain.contains(&label) {
             self.chain.push(label);
         }
     }
@@ -79,13 +81,6 @@ impl Runner {
         self.totals
             .cost_micro_usd
             .fetch_add((o.cost_usd * 1e6).round() as u64, Ordering::Relaxed);
-        if o.level != Level::None {
-            self.events.emit(EventKind::Degraded {
-                request: o.request,
-                level: o.level.as_str(),
-                chain: o.chain.join(" → "),
-            });
-        }
         if self.events.has_subscribers() {
             self.events.emit(EventKind::Outcome(Box::new(o.clone())));
         }
@@ -224,10 +219,12 @@ impl Runner {
             match r {
                 Err(LlmFailure::Budget(e)) => {
                     *self.totals.budget_rejections.entry(req.user.clone()).or_insert(0) += 1;
-                    self.events.emit(EventKind::BudgetRejected {
-                        user: req.user.clone(),
-                        reason: e.to_string(),
-                    });
+                    if e.first_in_window {
+                        self.events.emit(EventKind::BudgetRejected {
+                            user: req.user.clone(),
+                            reason: format!("{e} (further rejections this minute are counted, not listed)"),
+                        });
+                    }
                     return End::Failed(format!("Request refused: {e}."));
                 }
                 Err(LlmFailure::Exhausted) if step == 0 => {

@@ -41,7 +41,8 @@ pub enum EventKind {
         /// The limit.
         limit: f64,
     },
-    /// A request was rejected by a budget or quota.
+    /// A user's request was refused by a budget (the first refusal per user
+    /// and minute; the rest are counted in the summary).
     BudgetRejected {
         /// The user.
         user: String,
@@ -81,15 +82,6 @@ pub enum EventKind {
         request: u64,
         /// Its final level.
         level: &'static str,
-    },
-    /// A request finished with a degraded outcome (level ≠ none).
-    Degraded {
-        /// Request id.
-        request: u64,
-        /// Level.
-        level: &'static str,
-        /// The chain actually walked.
-        chain: String,
     },
     /// The outcome record of one request (subscribers only).
     Outcome(Box<Outcome>),

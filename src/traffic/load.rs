@@ -27,6 +27,9 @@ const QUESTIONS: &[&str] = &[
     "Please notify me when order #{} ships.",
 ];
 
+/// Request ids of the flooding tenant start here (ordinary ones count from 1).
+pub const NOISY_IDS: u64 = 9_000_000;
+
 /// One request of ordinary traffic.
 pub fn make_request(seed: Seed, id: u64, users: u32) -> AgentRequest {
     let mut rng = seed.stream(purpose::LOAD, id);
@@ -110,7 +113,7 @@ pub async fn run_scenario(runner: Arc<Runner>, scenario: &Scenario, duration: Du
         let mut rng = seed.stream(purpose::LOAD, u64::MAX - 1);
         let mut t = start + Duration::from_secs(n.from_s);
         let stop = (start + Duration::from_secs(n.to_s)).min(end);
-        let mut nid = 1u64 << 40;
+        let mut nid = NOISY_IDS;
         loop {
             t += gap(rng.f64(), n.rps);
             if t >= stop {

@@ -3,7 +3,6 @@
 //! mock fault, sorted errors-then-volume like the Hystrix dashboard.
 
 use super::{pane_block, scroll};
-use crate::resilience::breaker::BreakerState;
 use crate::telemetry::snapshot::BreakerRow;
 use crate::tui::app::{App, Pane};
 use crate::tui::theme::Theme;
@@ -14,18 +13,6 @@ use ratatui::widgets::{Cell, Row, Table};
 use ratatui::Frame;
 
 const SPARK: [char; 8] = ['▁', '▂', '▃', '▄', '▅', '▆', '▇', '█'];
-
-/// The style of a breaker state.
-pub fn state_style(theme: &Theme, s: Option<BreakerState>) -> Style {
-    match s {
-        Some(BreakerState::Closed) => theme.state_closed,
-        Some(BreakerState::Open) => theme.state_open,
-        Some(BreakerState::HalfOpen) => theme.state_half_open,
-        Some(BreakerState::ForcedOpen) => theme.state_forced_open,
-        Some(BreakerState::ForcedClosed) => theme.state_forced_closed,
-        Some(BreakerState::Disabled) | None => theme.state_disabled,
-    }
-}
 
 /// Hystrix-style health of an error rate: ≤10 % ok, < 50 % warn, else error.
 fn health(theme: &Theme, rate: f64) -> Style {
@@ -75,7 +62,10 @@ fn row<'a>(b: &'a BreakerRow, app: &App, theme: &Theme, selected: bool) -> Row<'
     let cells = vec![
         Cell::from(marker),
         Cell::from(b.name.as_str()),
-        Cell::from(Span::styled(App::state_label(v.state), state_style(theme, v.state))),
+        Cell::from(Span::styled(
+            App::state_label(v.state),
+            v.state.map_or(theme.state_disabled, |s| theme.breaker_state(s)),
+        )),
         Cell::from(Span::styled(
             format!("{:>4.0}%", v.failure_rate * 100.0),
             health(theme, v.failure_rate),

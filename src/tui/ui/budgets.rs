@@ -1,7 +1,7 @@
 //! The budgets pane: the global budget, then users under the most pressure:
 //! minute/hour/day usage gauges, cost, rejections; near-limit highlighted.
 
-use super::{bar, gauge_style, human, pane_block, scroll};
+use super::{bar, human, pane_block, scroll};
 use crate::tui::app::{App, Pane};
 use crate::tui::theme::Theme;
 use ratatui::layout::Rect;
@@ -23,7 +23,7 @@ pub fn draw(f: &mut Frame, area: Rect, app: &App, theme: &Theme) {
                 g.cost[0],
                 g.cost[1]
             )),
-            Span::styled(bar(g.pressure, 10), gauge_style(theme, g.pressure)),
+            Span::styled(bar(g.pressure, 10), theme.gauge(g.pressure)),
             Span::raw(format!(" {:.0}%", g.pressure * 100.0)),
         ]),
         Line::from(Span::styled(
@@ -47,30 +47,32 @@ pub fn draw(f: &mut Frame, area: Rect, app: &App, theme: &Theme) {
             theme.base
         };
         let mut spans = vec![
-            Span::styled(if selected { "▶ " } else { "  " }, theme.selected),
+            Span::styled(if selected { "▶" } else { " " }, theme.selected),
+            Span::styled(if near { "!" } else { " " }, theme.warn),
             Span::styled(format!("{:<18}", truncate(&u.user, 18)), name_style),
         ];
         for (t, share) in u.tokens.iter().zip(u.shares) {
             spans.push(Span::raw(format!(" {:>5} ", human(*t))));
-            spans.push(Span::styled(bar(share, 5), gauge_style(theme, share)));
+            spans.push(Span::styled(bar(share, 5), theme.gauge(share)));
         }
         spans.push(Span::styled(
             format!("  ${:>6.3}", u.cost_day),
-            gauge_style(theme, u.shares[3]),
+            theme.gauge(u.shares[3]),
         ));
         spans.push(Span::styled(
             format!(" {:>4}", u.rejections),
             if u.rejections > 0 { theme.error } else { theme.dim },
         ));
-        if near {
-            spans.push(Span::styled(" NEAR LIMIT", theme.warn));
-        }
         lines.push(Line::from(spans));
     }
     if rows.is_empty() {
         lines.push(Line::from(Span::styled("  no users yet", theme.dim)));
     }
-    let extra = format!("{} tracked · top {} by pressure", s.tracked_users, s.top_users.len());
+    let extra = format!(
+        "{} tracked · top {} by pressure · ! ≥ 80 % of a limit",
+        s.tracked_users,
+        s.top_users.len()
+    );
     let p = Paragraph::new(lines).block(pane_block(app, Pane::Budgets, theme, &extra));
     f.render_widget(p, area);
 }

@@ -2,25 +2,12 @@
 //! availability, then recent requests with the path they actually took.
 
 use super::{pane_block, scroll};
-use crate::runner::outcome::Level;
 use crate::tui::app::{App, Pane};
 use crate::tui::theme::Theme;
 use ratatui::layout::Rect;
-use ratatui::style::Style;
 use ratatui::text::{Line, Span};
 use ratatui::widgets::Paragraph;
 use ratatui::Frame;
-
-/// The style of a degradation level.
-pub fn level_style(theme: &Theme, l: Level) -> Style {
-    match l {
-        Level::None => theme.level_none,
-        Level::Partial => theme.level_partial,
-        Level::Fallback => theme.level_fallback,
-        Level::Deferred => theme.level_deferred,
-        Level::Failed => theme.level_failed,
-    }
-}
 
 /// Draws the chains pane.
 pub fn draw(f: &mut Frame, area: Rect, app: &App, theme: &Theme) {
@@ -57,7 +44,7 @@ pub fn draw(f: &mut Frame, area: Rect, app: &App, theme: &Theme) {
                 if selected { theme.selected } else { theme.dim },
             ),
             Span::raw(r.chain.clone()),
-            Span::styled(format!("  {}", r.level.as_str()), level_style(theme, r.level)),
+            Span::styled(format!("  {}", r.level.as_str()), theme.level(r.level)),
             Span::raw(format!(" q={:.2}", r.quality)),
         ];
         if !r.missing.is_empty() {

@@ -48,7 +48,6 @@ pub fn describe(e: &Event) -> String {
         } => format!("operator {by}: {action} {target} — {result}"),
         EventKind::Deferred { request, reason } => format!("deferred #{request}: {reason}"),
         EventKind::DeferredDone { request, level } => format!("deferred #{request} ended: {level}"),
-        EventKind::Degraded { request, level, chain } => format!("#{request} {level}: {chain}"),
         EventKind::Outcome(o) => format!("#{} {}", o.request, o.level.as_str()),
     }
 }

@@ -1,7 +1,7 @@
 //! The header: mode, time, throughput, success, spend, global budget,
 //! frozen/drill indicators, READONLY badge and the state store.
 
-use super::{bar, clock, gauge_style, human};
+use super::{bar, clock, human};
 use crate::tui::app::{App, Mode};
 use crate::tui::theme::Theme;
 use ratatui::layout::Rect;
@@ -44,7 +44,7 @@ pub fn draw(f: &mut Frame, area: Rect, app: &App, theme: &Theme) {
     let p = s.global.pressure;
     let mut second = vec![
         Span::raw(" global budget "),
-        Span::styled(bar(p, 10), gauge_style(theme, p)),
+        Span::styled(bar(p, 10), theme.gauge(p)),
         Span::raw(format!(" {:.0}%  ", p * 100.0)),
         Span::raw(format!(
             "requests {}  tracked users {}  deferred {}  ",

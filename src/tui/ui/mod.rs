@@ -13,7 +13,6 @@ use super::app::{App, Pane};
 use super::keymap::KeyMap;
 use super::theme::Theme;
 use ratatui::layout::{Constraint, Direction, Layout, Rect};
-use ratatui::style::Style;
 use ratatui::text::{Line, Span};
 use ratatui::widgets::{Block, BorderType, Borders};
 use ratatui::Frame;
@@ -93,10 +92,11 @@ fn footer(f: &mut Frame, area: Rect, app: &App, theme: &Theme, keymap: &KeyMap) 
         key(A::ToggleDrill),
         key(A::FreezeDisplay),
     );
-    let mut spans = vec![Span::styled(hints, theme.dim)];
+    let mut spans = Vec::new();
     if !app.status.is_empty() {
-        spans.push(Span::styled(format!(" │ {}", app.status), theme.warn));
+        spans.push(Span::styled(format!(" {} │", app.status), theme.warn));
     }
+    spans.push(Span::styled(hints, theme.dim));
     f.render_widget(ratatui::widgets::Paragraph::new(Line::from(spans)), area);
 }
 
@@ -109,17 +109,6 @@ pub fn bar(ratio: f64, width: usize) -> String {
         s.push(if i < full { '█' } else { '░' });
     }
     s
-}
-
-/// The gauge style for a share in use.
-pub fn gauge_style(theme: &Theme, ratio: f64) -> Style {
-    if ratio >= 0.95 {
-        theme.gauge_crit
-    } else if ratio >= 0.8 {
-        theme.gauge_warn
-    } else {
-        theme.gauge_ok
-    }
 }
 
 /// A compact number: 950, 12.3k, 4.1M.

@@ -1,0 +1,269 @@
+//! The console as the operator sees it: every pane and overlay rendered into
+//! a TestBackend in meaningful states (snapshots), and key-driven commands.
+
+use fusebox::clock::{Clock, Seed};
+use fusebox::config::Config;
+use fusebox::provider::fault::{Fault, FaultSpec};
+use fusebox::runner::command::Command;
+use fusebox::runner::request::AgentRequest;
+use fusebox::runner::{Runner, RunnerParts};
+use fusebox::traffic::load::make_request;
+use fusebox::tui::app::{App, Effect, Mode, Options, Overlay, Pane};
+use fusebox::tui::keymap::KeyMap;
+use fusebox::tui::theme::Theme;
+use fusebox::tui::{apply, ui, SNAPSHOT_EVENTS, SNAPSHOT_USERS};
+use ratatui::backend::TestBackend;
+use ratatui::buffer::Buffer;
+use ratatui::layout::Rect;
+use ratatui::Terminal;
+use std::sync::Arc;
+use std::time::Duration;
+
+fn opts(readonly: bool) -> Options {
+    Options {
+        mode: Mode::Demo,
+        readonly,
+        yes: false,
+        operator: "ana".into(),
+        source: "scenario test".into(),
+    }
+}
+
+/// A runner that went through an incident: openai down (its breakers
+/// open, traffic fell back), anthropic refills frozen by an operator, one
+/// user over budget. Returns the runner and a console that watched it.
+async fn incident(readonly: bool) -> (Arc<Runner>, App) {
+    let mut cfg = Config::default();
+    cfg.budgets.user_tokens_per_minute = 4_000;
+    let runner = Runner::new(cfg, RunnerParts::mock(Clock::with_wall_anchor(0), Seed(5))).unwrap();
+    let mut events = runner.events().subscribe();
+    let mut app = App::new(
+        opts(readonly),
+        Arc::new(runner.snapshot(SNAPSHOT_USERS, SNAPSHOT_EVENTS)),
+    );
+    runner
+        .apply(
+            &Command::SetFault {
+                target: "provider:openai".into(),
+                fault: FaultSpec::always(Fault::Status {
+                    code: 503,
+                    retry_after_ms: None,
+                }),
+            },
+            "scenario",
+        )
+        .unwrap();
+    for i in 1..=40u64 {
+        let mut req: AgentRequest = make_request(Seed(5), i, 6);
+        if i % 4 == 0 {
+            req.user = "tenant-big".into();
+            req.messages[1].content = "Summarise this contract clause by clause. ".repeat(150);
+        }
+        runner.run(req).await;
+        tokio::time::advance(Duration::from_millis(700)).await;
+        app.on_snapshot(Arc::new(runner.snapshot(SNAPSHOT_USERS, SNAPSHOT_EVENTS)));
+        while let Ok(e) = events.try_recv() {
+            app.on_event(&e);
+        }
+    }
+    // The big tenant's last burst, within one minute: over its budget.
+    for i in 41..=44u64 {
+        let mut req = make_request(Seed(5), i, 6);
+        req.user = "tenant-big".into();
+        req.messages[1].content = "Summarise this contract clause by clause. ".repeat(150);
+        runner.run(req).await;
+    }
+    while let Ok(e) = events.try_recv() {
+        app.on_event(&e);
+    }
+    runner
+        .apply(
+            &Command::FreezeRefill {
+                target: "anthropic".into(),
+            },
+            "ana",
+        )
+        .unwrap();
+    app.on_snapshot(Arc::new(runner.snapshot(SNAPSHOT_USERS, SNAPSHOT_EVENTS)));
+    (runner, app)
+}
+
+fn text(buf: &Buffer) -> String {
+    let area = buf.area;
+    let mut out = String::new();
+    for y in 0..area.height {
+        let mut line = String::new();
+        for x in 0..area.width {
+            line.push_str(buf[(x, y)].symbol());
+        }
+        out.push_str(line.trim_end());
+        out.push('\n');
+    }
+    out
+}
+
+fn render(app: &App, w: u16, h: u16) -> Buffer {
+    let mut t = Terminal::new(TestBackend::new(w, h)).unwrap();
+    t.draw(|f| ui::draw(f, app, &Theme::built_in("default").unwrap(), &KeyMap::defaults()))
+        .unwrap();
+    t.backend().buffer().clone()
+}
+
+fn render_pane(app: &App, w: u16, h: u16, pane: fn(&mut ratatui::Frame, Rect, &App, &Theme)) -> String {
+    let mut t = Terminal::new(TestBackend::new(w, h)).unwrap();
+    t.draw(|f| pane(f, Rect::new(0, 0, w, h), app, &Theme::built_in("default").unwrap()))
+        .unwrap();
+    text(t.backend().buffer())
+}
+
+fn key(c: char) -> crossterm::event::KeyEvent {
+    crossterm::event::KeyEvent::new(crossterm::event::KeyCode::Char(c), crossterm::event::KeyModifiers::NONE)
+}
+
+#[tokio::test(start_paused = true)]
+async fn panes_in_an_incident() {
+    let (_runner, mut app) = incident(false).await;
+    // A user at 92 % of the minute budget, as the budget pane must flag it.
+    let mut snap = (*app.snap).clone();
+    snap.top_users.insert(
+        0,
+        fusebox::resilience::budget::UserView {
+            user: "tenant-heavy".into(),
+            tokens: [3_700.0, 3_700.0, 3_700.0],
+            cost_day: 0.012,
+            shares: [0.925, 0.0074, 0.00185, 0.0024],
+            pressure: 0.925,
+            rejections: 3,
+        },
+    );
+    app.snap = Arc::new(snap);
+    insta::assert_snapshot!("header", render_pane(&app, 140, 3, ui::header::draw));
+    insta::assert_snapshot!("breakers_open", render_pane(&app, 140, 13, ui::breakers::draw));
+    insta::assert_snapshot!("limiters_frozen", render_pane(&app, 64, 11, ui::limiters::draw));
+    insta::assert_snapshot!("budgets_over_limit", render_pane(&app, 76, 10, ui::budgets::draw));
+    insta::assert_snapshot!("chains_fallback", render_pane(&app, 100, 12, ui::chains::draw));
+    insta::assert_snapshot!("events", render_pane(&app, 110, 12, ui::events::draw));
+    let s = render_pane(&app, 140, 13, ui::breakers::draw);
+    assert!(s.contains("provider:openai") && s.contains("open"), "{s}");
+    let l = render_pane(&app, 64, 11, ui::limiters::draw);
+    assert!(l.contains("FROZEN (operator)"), "{l}");
+    let b = render_pane(&app, 76, 10, ui::budgets::draw);
+    assert!(b.contains("!tenant-heavy"), "near-limit users are marked in text: {b}");
+    assert!(
+        b.lines()
+            .any(|l| l.contains("tenant-big") && l.trim_end().ends_with("14    │")),
+        "{b}"
+    );
+    let c = render_pane(&app, 100, 12, ui::chains::draw);
+    assert!(
+        c.contains("gpt-4o ⊘open → claude-haiku ✓") && c.contains("fallback q=0.85"),
+        "{c}"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn whole_console_with_help_and_confirm_overlays() {
+    let (_runner, mut app) = incident(false).await;
+    insta::assert_snapshot!("console", text(&render(&app, 140, 45)));
+    app.on_key(key('?'), &KeyMap::defaults());
+    assert_eq!(app.overlay, Overlay::Help);
+    let help = text(&render(&app, 140, 45));
+    assert!(
+        help.contains("force the selected breaker open") || help.contains("force-open") || help.contains(" o "),
+        "{help}"
+    );
+    insta::assert_snapshot!("help", help);
+    app.on_key(
+        crossterm::event::KeyEvent::new(crossterm::event::KeyCode::Esc, crossterm::event::KeyModifiers::NONE),
+        &KeyMap::defaults(),
+    );
+    assert_eq!(app.overlay, Overlay::None);
+    app.on_key(key('o'), &KeyMap::defaults());
+    assert!(matches!(app.overlay, Overlay::Confirm { .. }));
+    insta::assert_snapshot!("confirm", text(&render(&app, 140, 45)));
+}
+
+#[tokio::test(start_paused = true)]
+async fn force_open_after_confirmation_shows_on_the_next_frame() {
+    let (runner, mut app) = incident(false).await;
+    let keys = KeyMap::defaults();
+    // Filter the breakers down to the one to act on.
+    app.on_key(key('/'), &keys);
+    for c in "tool:get_order".chars() {
+        app.on_key(key(c), &keys);
+    }
+    app.on_key(
+        crossterm::event::KeyEvent::new(crossterm::event::KeyCode::Enter, crossterm::event::KeyModifiers::NONE),
+        &keys,
+    );
+    assert_eq!(app.focus, Pane::Breakers);
+    assert_eq!(app.on_key(key('o'), &keys), Effect::None, "asks first");
+    let sent = app.on_key(key('y'), &keys);
+    assert_eq!(
+        sent,
+        Effect::Send(Command::ForceOpen {
+            target: "tool:get_order".into()
+        })
+    );
+    let Effect::Send(cmd) = sent else { unreachable!() };
+    apply(&runner, &mut app, &cmd);
+    let frame = text(&render(&app, 140, 45));
+    let row = frame.lines().find(|l| l.contains("▶ tool:get_order")).unwrap();
+    assert!(row.contains("forced_open"), "{row}");
+    // The runner heard it, with the operator's name.
+    let ev = runner.events().recent(5);
+    assert!(ev
+        .iter()
+        .any(|e| format!("{:?}", e.kind).contains("force_open") && format!("{:?}", e.kind).contains("ana")));
+    assert!(
+        frame.contains("operator ana: force_open tool:get_order"),
+        "the events pane shows it"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn readonly_blocks_commands_and_says_so() {
+    let (runner, mut app) = incident(true).await;
+    let keys = KeyMap::defaults();
+    for c in ['o', 'c', 'r', 'd', 'x', 'D'] {
+        assert_eq!(app.on_key(key(c), &keys), Effect::None, "{c}");
+        assert_eq!(app.overlay, Overlay::None);
+        assert!(app.status.starts_with("read-only:"), "{}", app.status);
+    }
+    let frame = text(&render(&app, 140, 45));
+    assert!(frame.contains("READONLY"));
+    assert!(frame.contains("read-only: toggle-drill is disabled"), "{frame}");
+    assert!(runner
+        .registry()
+        .iter()
+        .all(|t| !format!("{:?}", t.breaker.state()).contains("Forced")));
+    // Watching still works.
+    assert_eq!(app.on_key(key('j'), &keys), Effect::None);
+    assert_eq!(app.selection(Pane::Breakers), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn fault_and_refill_keys_target_the_selection() {
+    let (runner, mut app) = incident(false).await;
+    let keys = KeyMap::defaults();
+    app.on_key(key('2'), &keys);
+    assert_eq!(app.focus, Pane::Limiters);
+    // First limiter is anthropic (frozen by the operator): f unfreezes without asking.
+    let e = app.on_key(key('f'), &keys);
+    assert_eq!(
+        e,
+        Effect::Send(Command::UnfreezeRefill {
+            target: "anthropic".into()
+        })
+    );
+    if let Effect::Send(c) = e {
+        apply(&runner, &mut app, &c);
+    }
+    assert!(app.snap.limiters.iter().all(|l| l.limiter.frozen.is_none()));
+    // x cycles the mock fault of the selected provider.
+    let e = app.on_key(key('x'), &keys);
+    assert!(
+        matches!(e, Effect::Send(Command::SetFault { ref target, .. }) if target == "provider:anthropic"),
+        "{e:?}"
+    );
+}
