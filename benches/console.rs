@@ -1,0 +1,74 @@
+//! One console frame with 200 breakers, 10,000 users and 1,000 recent
+//! requests, rendered into a TestBackend (target: ≤ 2 ms).
+
+use criterion::{criterion_group, criterion_main, Criterion};
+use fusebox::clock::{Clock, Seed};
+use fusebox::config::{Config, ToolConfig};
+use fusebox::runner::outcome::{Level, Outcome};
+use fusebox::runner::{Runner, RunnerParts};
+use fusebox::telemetry::events::{Event, EventKind};
+use fusebox::tui::app::{App, Mode, Options};
+use fusebox::tui::keymap::KeyMap;
+use fusebox::tui::theme::Theme;
+use fusebox::tui::ui;
+use ratatui::backend::TestBackend;
+use ratatui::Terminal;
+use std::sync::Arc;
+
+fn big_app(rt: &tokio::runtime::Runtime) -> App {
+    rt.block_on(async {
+        let mut cfg = Config::default();
+        cfg.budgets.global_tokens_per_hour = 0;
+        cfg.budgets.global_tokens_per_day = 0;
+        let template: ToolConfig = cfg.tools["search_docs"].clone();
+        for i in 0..190 {
+            cfg.tools.insert(format!("tool_{i:03}"), template.clone());
+        }
+        let runner = Runner::new(cfg, RunnerParts::mock(Clock::with_wall_anchor(0), Seed(1))).unwrap();
+        assert!(runner.registry().len() >= 200);
+        for i in 0..10_000u32 {
+            let user = format!("user-{i:05}");
+            let r = runner.budgets().reserve(&user, 100 + i % 5_000, 0.001, 1_000).unwrap();
+            runner.budgets().settle(&user, r, 100 + i % 5_000, 0.001, 1_000);
+        }
+        let snap = Arc::new(runner.snapshot(10_000, 300));
+        assert_eq!(snap.top_users.len(), 10_000);
+        let opts = Options { mode: Mode::Demo, readonly: false, yes: false, operator: "bench".into(), source: "bench".into() };
+        let mut app = App::new(opts, snap);
+        for i in 0..1_000u64 {
+            let o = Outcome {
+                request: i,
+                user: format!("user-{:05}", i * 7 % 10_000),
+                level: if i % 3 == 0 { Level::Fallback } else { Level::None },
+                chain: vec!["gpt-4o ✗503×3".into(), "claude-haiku ✓".into()],
+                quality: 0.85,
+                tokens: 900,
+                cost_usd: 0.004,
+                missing: vec![],
+                user_message: None,
+                answer: None,
+                stale_ms: None,
+                attempts: 4,
+                latency_ms: 2_300,
+            };
+            app.on_event(&Event { t_ms: i, kind: EventKind::Outcome(Box::new(o)) });
+        }
+        app
+    })
+}
+
+fn frame(c: &mut Criterion) {
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().start_paused(true).build().unwrap();
+    let app = big_app(&rt);
+    let theme = Theme::built_in("default").unwrap();
+    let keys = KeyMap::defaults();
+    let mut t = Terminal::new(TestBackend::new(140, 45)).unwrap();
+    c.bench_function("console frame 140x45: 200 breakers, 10k users, 1k recent", |b| {
+        b.iter(|| {
+            t.draw(|f| ui::draw(f, &app, &theme, &keys)).unwrap();
+        })
+    });
+}
+
+criterion_group!(benches, frame);
+criterion_main!(benches);
