@@ -33,7 +33,13 @@ fn big_app(rt: &tokio::runtime::Runtime) -> App {
         }
         let snap = Arc::new(runner.snapshot(10_000, 300));
         assert_eq!(snap.top_users.len(), 10_000);
-        let opts = Options { mode: Mode::Demo, readonly: false, yes: false, operator: "bench".into(), source: "bench".into() };
+        let opts = Options {
+            mode: Mode::Demo,
+            readonly: false,
+            yes: false,
+            operator: "bench".into(),
+            source: "bench".into(),
+        };
         let mut app = App::new(opts, snap);
         for i in 0..1_000u64 {
             let o = Outcome {
@@ -51,14 +57,21 @@ fn big_app(rt: &tokio::runtime::Runtime) -> App {
                 attempts: 4,
                 latency_ms: 2_300,
             };
-            app.on_event(&Event { t_ms: i, kind: EventKind::Outcome(Box::new(o)) });
+            app.on_event(&Event {
+                t_ms: i,
+                kind: EventKind::Outcome(Box::new(o)),
+            });
         }
         app
     })
 }
 
 fn frame(c: &mut Criterion) {
-    let rt = tokio::runtime::Builder::new_current_thread().enable_all().start_paused(true).build().unwrap();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .start_paused(true)
+        .build()
+        .unwrap();
     let app = big_app(&rt);
     let theme = Theme::built_in("default").unwrap();
     let keys = KeyMap::defaults();

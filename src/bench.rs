@@ -26,21 +26,24 @@ pub struct BenchResult {
     pub p99_us: f64,
 }
 
-/// A runner over instant providers with limits that never bind, so the
-/// measured path is the decision logic itself.
+/// A runner over instant providers whose limits are all in force but too
+/// large to bind at a million requests a second, so every bucket, budget
+/// and breaker is checked and the measured path is the decision logic.
 pub fn bench_runner() -> Arc<Runner> {
+    const HUGE: u64 = 1 << 50;
     let mut cfg = Config::default();
     for p in cfg.providers.values_mut() {
-        p.tpm = 0;
-        p.itpm = 0;
-        p.otpm = 0;
-        p.rpm = 0;
-        p.concurrency = 0;
+        p.tpm = HUGE;
+        p.itpm = HUGE;
+        p.otpm = HUGE;
+        p.rpm = HUGE;
+        p.concurrency = 1 << 20;
     }
-    cfg.budgets.global_tokens_per_hour = 0;
-    cfg.budgets.global_tokens_per_day = 0;
-    cfg.budgets.global_cost_per_hour_usd = 0.0;
-    cfg.budgets.global_cost_per_day_usd = 0.0;
+    cfg.budgets.user_tokens_per_minute = HUGE;
+    cfg.budgets.global_tokens_per_hour = HUGE;
+    cfg.budgets.global_tokens_per_day = HUGE;
+    cfg.budgets.global_cost_per_hour_usd = 1e12;
+    cfg.budgets.global_cost_per_day_usd = 1e12;
     let mut parts = RunnerParts::mock(Clock::system(), Seed(1));
     parts.providers = cfg
         .providers
@@ -53,67 +56,73 @@ pub fn bench_runner() -> Arc<Runner> {
     }
 }
 
-/// Runs `requests` decisions on `threads` worker threads, spread over
-/// `users` distinct users.
+/// Runs `requests` decisions on `threads` OS threads (one single-threaded
+/// runtime each, so every core works), spread over `users` distinct users.
 pub fn run(requests: u64, threads: usize, users: u64) -> std::io::Result<BenchResult> {
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(threads)
-        .enable_all()
-        .build()?;
-    rt.block_on(async move {
-        let runner = bench_runner();
-        let messages: Arc<[Message]> = vec![
-            Message::new("system", "You are terse."),
-            Message::new("user", "Where is order #38291?"),
-        ]
-        .into();
-        let tools: Arc<[ToolSpec]> = Vec::new().into();
-        let per = requests / threads as u64;
-        let start = std::time::Instant::now();
-        let mut set = tokio::task::JoinSet::new();
-        for w in 0..threads {
-            let (runner, messages, tools) = (runner.clone(), messages.clone(), tools.clone());
-            set.spawn(async move {
-                use std::fmt::Write;
-                let mut h = Histogram::<u64>::new_with_bounds(1, 60_000_000_000, 3).expect("valid bounds");
-                let mut tally = Tally::default();
-                let mut user = String::with_capacity(32);
-                for i in 0..per {
-                    user.clear();
-                    let _ = write!(user, "user-{}", (i * threads as u64 + w as u64) % users);
-                    let call = LlmCall {
-                        request_id: i,
-                        user: &user,
-                        route: "default",
-                        step: 0,
-                        messages: messages.clone(),
-                        tools: tools.clone(),
-                        max_tokens: 64,
-                    };
-                    let t0 = std::time::Instant::now();
-                    let r = runner.call_llm(&call, &mut tally).await;
-                    let ns = t0.elapsed().as_nanos() as u64;
-                    debug_assert!(r.is_ok());
-                    h.saturating_record(ns.max(1));
-                    tally.hops.clear();
-                }
-                h
-            });
-        }
-        let mut all = Histogram::<u64>::new_with_bounds(1, 60_000_000_000, 3).expect("valid bounds");
-        while let Some(h) = set.join_next().await {
-            if let Ok(h) = h {
-                let _ = all.add(h);
-            }
-        }
-        let wall = start.elapsed().as_secs_f64();
-        let n = per * threads as u64;
-        Ok(BenchResult {
-            requests: n,
-            wall_s: wall,
-            req_per_s: n as f64 / wall,
-            p50_us: all.value_at_quantile(0.5) as f64 / 1000.0,
-            p99_us: all.value_at_quantile(0.99) as f64 / 1000.0,
+    let setup = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    let runner = setup.block_on(async { bench_runner() });
+    let per = requests / threads as u64;
+    let start_line = Arc::new(std::sync::Barrier::new(threads + 1));
+    let workers: Vec<_> = (0..threads)
+        .map(|w| {
+            let (runner, start_line) = (runner.clone(), start_line.clone());
+            std::thread::spawn(move || -> std::io::Result<Histogram<u64>> {
+                let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+                let _guard = rt.enter();
+                start_line.wait();
+                Ok(rt.block_on(worker(runner, w as u64, threads as u64, per, users)))
+            })
         })
+        .collect();
+    start_line.wait();
+    let start = std::time::Instant::now();
+    let mut all = Histogram::<u64>::new_with_bounds(1, 60_000_000_000, 3).expect("valid bounds");
+    for h in workers {
+        let h = h
+            .join()
+            .map_err(|_| std::io::Error::other("a benchmark thread panicked"))??;
+        let _ = all.add(h);
+    }
+    let wall = start.elapsed().as_secs_f64();
+    let n = per * threads as u64;
+    Ok(BenchResult {
+        requests: n,
+        wall_s: wall,
+        req_per_s: n as f64 / wall,
+        p50_us: all.value_at_quantile(0.5) as f64 / 1000.0,
+        p99_us: all.value_at_quantile(0.99) as f64 / 1000.0,
     })
+}
+
+/// One thread's share: `per` decisions, timing each.
+async fn worker(runner: Arc<Runner>, w: u64, threads: u64, per: u64, users: u64) -> Histogram<u64> {
+    use std::fmt::Write;
+    let messages: Arc<[Message]> = vec![
+        Message::new("system", "You are terse."),
+        Message::new("user", "Where is order #38291?"),
+    ]
+    .into();
+    let tools: Arc<[ToolSpec]> = Vec::new().into();
+    let mut h = Histogram::<u64>::new_with_bounds(1, 60_000_000_000, 3).expect("valid bounds");
+    let mut tally = Tally::default();
+    let mut user = String::with_capacity(32);
+    for i in 0..per {
+        user.clear();
+        let _ = write!(user, "user-{}", (i * threads + w) % users);
+        let call = LlmCall {
+            request_id: i,
+            user: &user,
+            route: "default",
+            step: 0,
+            messages: messages.clone(),
+            tools: tools.clone(),
+            max_tokens: 64,
+        };
+        let t0 = std::time::Instant::now();
+        let r = runner.call_llm(&call, &mut tally).await;
+        h.saturating_record((t0.elapsed().as_nanos() as u64).max(1));
+        debug_assert!(r.is_ok());
+        tally.hops.clear();
+    }
+    h
 }

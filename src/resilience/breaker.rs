@@ -12,6 +12,7 @@ use crate::config::{BreakerConfig, WindowKind};
 use crate::telemetry::events::{EventBus, EventKind};
 use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::time::Instant;
@@ -141,7 +142,28 @@ pub struct BreakerView {
 pub struct Breaker {
     name: Arc<str>,
     events: Arc<EventBus>,
+    /// State and generation, readable without the lock: admitting a call to
+    /// a closed breaker (the common case) takes no lock at all.
+    fast: AtomicU64,
     inner: Mutex<Inner>,
+}
+
+const STATES: [BreakerState; 6] = [
+    BreakerState::Closed,
+    BreakerState::Open,
+    BreakerState::HalfOpen,
+    BreakerState::ForcedOpen,
+    BreakerState::ForcedClosed,
+    BreakerState::Disabled,
+];
+
+fn pack(generation: u64, state: BreakerState) -> u64 {
+    let code = STATES.iter().position(|s| *s == state).unwrap_or(0) as u64;
+    (generation << 3) | code
+}
+
+fn unpack(v: u64) -> (u64, BreakerState) {
+    (v >> 3, STATES[(v & 7) as usize % STATES.len()])
 }
 
 struct Inner {
@@ -172,6 +194,7 @@ impl Breaker {
         Self {
             name: name.into(),
             events,
+            fast: AtomicU64::new(pack(0, BreakerState::Closed)),
             inner: Mutex::new(Inner {
                 window: Window::new(&cfg, now),
                 cfg,
@@ -194,12 +217,17 @@ impl Breaker {
     /// The current state (an open breaker whose cooldown ended still reads
     /// open until the next call or [`Breaker::tick`] moves it).
     pub fn state(&self) -> BreakerState {
-        self.inner.lock().state
+        super::lock(&self.inner).state
     }
 
     /// Whether a call made now would be admitted, without taking a slot.
     pub fn would_admit(&self, now: Instant) -> bool {
-        let g = self.inner.lock();
+        if let (_, BreakerState::Closed | BreakerState::ForcedClosed | BreakerState::Disabled) =
+            unpack(self.fast.load(Ordering::Acquire))
+        {
+            return true;
+        }
+        let g = super::lock(&self.inner);
         match g.state {
             BreakerState::Closed | BreakerState::ForcedClosed | BreakerState::Disabled => true,
             BreakerState::ForcedOpen => false,
@@ -210,9 +238,18 @@ impl Breaker {
 
     /// Asks to make one call now.
     pub fn try_acquire(&self, now: Instant) -> Result<Permit, Rejected> {
-        let mut g = self.inner.lock();
+        if let (generation, BreakerState::Closed | BreakerState::ForcedClosed | BreakerState::Disabled) =
+            unpack(self.fast.load(Ordering::Acquire))
+        {
+            return Ok(Permit {
+                generation,
+                probe: false,
+            });
+        }
+        let mut g = super::lock(&self.inner);
         let mut fired = None;
         let r = g.acquire(now, &mut fired);
+        self.publish(&g);
         drop(g);
         self.emit(fired);
         r
@@ -220,30 +257,40 @@ impl Breaker {
 
     /// Reports how a call admitted by `permit` went.
     pub fn record(&self, permit: Permit, call: &CallRecord, now: Instant) {
-        let mut g = self.inner.lock();
+        let mut g = super::lock(&self.inner);
         let fired = g.record(permit, call, now);
+        self.publish(&g);
         drop(g);
         self.emit(fired);
     }
 
+    /// Mirrors state and generation into the lock-free word (under the lock).
+    fn publish(&self, g: &Inner) {
+        let v = pack(g.generation, g.state);
+        if self.fast.load(Ordering::Relaxed) != v {
+            self.fast.store(v, Ordering::Release);
+        }
+    }
+
     /// Gives back a permit whose call never happened (e.g. cancelled).
     pub fn cancel(&self, permit: Permit) {
-        self.inner.lock().cancel(permit);
+        super::lock(&self.inner).cancel(permit);
     }
 
     /// Moves time-driven transitions (open → half-open, half-open timeout)
     /// without a call; views call this so states do not go stale.
     pub fn tick(&self, now: Instant) {
-        let mut g = self.inner.lock();
+        let mut g = super::lock(&self.inner);
         let mut fired = None;
         g.advance(now, &mut fired);
+        self.publish(&g);
         drop(g);
         self.emit(fired);
     }
 
     /// Operator: put the breaker in `state` (closed means reset to automatic).
     pub fn set_state(&self, state: BreakerState, reason: &str, now: Instant) {
-        let mut g = self.inner.lock();
+        let mut g = super::lock(&self.inner);
         let from = g.state;
         match state {
             BreakerState::Closed => {
@@ -258,13 +305,14 @@ impl Breaker {
             }
             other => g.to(other, now),
         }
+        self.publish(&g);
         drop(g);
         self.emit(Some((from, state, reason.to_string())));
     }
 
     /// Applies new settings, keeping state and counts where the window fits.
     pub fn reconfigure(&self, cfg: BreakerConfig, now: Instant) {
-        let mut g = self.inner.lock();
+        let mut g = super::lock(&self.inner);
         if cfg.window != g.cfg.window || cfg.window_size != g.cfg.window_size {
             g.window = Window::new(&cfg, now);
         }
@@ -273,7 +321,7 @@ impl Breaker {
 
     /// Live figures for views.
     pub fn view(&self, now: Instant) -> BreakerView {
-        let g = self.inner.lock();
+        let g = super::lock(&self.inner);
         let (calls, fails, slows) = g.window.totals(now);
         let rate = |n: u32| if calls == 0 { 0.0 } else { n as f64 / calls as f64 };
         BreakerView {

@@ -206,7 +206,7 @@ impl Budgets {
             return Err(Self::refused(u, e, now_ms));
         }
 
-        let mut g = self.global.lock();
+        let mut g = super::lock(&self.global);
         g.tokens_hour.roll(now_ms, HOUR);
         g.tokens_day.roll(now_ms, DAY);
         g.cost_hour.roll(now_ms, HOUR);
@@ -238,7 +238,12 @@ impl Budgets {
         gc.warn(&mut g.tokens_day, c.global_tokens_per_day as f64, "global tokens/day");
         gc.warn(&mut g.cost_hour, c.global_cost_per_hour_usd, "global cost/hour (USD)");
         gc.warn(&mut g.cost_day, c.global_cost_per_day_usd, "global cost/day (USD)");
-        self.pressure.store(self.pressure_of(&g).to_bits(), Ordering::Relaxed);
+        // Written only when it moves by a tenth of a percent: readers on
+        // other cores keep their cached copy.
+        let p = self.pressure_of(&g);
+        if (p - self.pressure()).abs() > 1e-3 {
+            self.pressure.store(p.to_bits(), Ordering::Relaxed);
+        }
         drop(g);
 
         u.minute.used += t;
@@ -266,7 +271,7 @@ impl Budgets {
         let dt = tokens as f64 - r.tokens;
         let dc = cost - r.cost;
         {
-            let mut guard = self.global.lock();
+            let mut guard = super::lock(&self.global);
             let g = &mut *guard;
             for (w, len, d) in [
                 (&mut g.tokens_hour, HOUR, dt),
@@ -311,7 +316,7 @@ impl Budgets {
 
     /// Global usage.
     pub fn global_view(&self, now_ms: u64) -> GlobalView {
-        let mut g = self.global.lock();
+        let mut g = super::lock(&self.global);
         g.tokens_hour.roll(now_ms, HOUR);
         g.tokens_day.roll(now_ms, DAY);
         g.cost_hour.roll(now_ms, HOUR);

@@ -12,6 +12,7 @@ use crate::config::{LimiterConfig, ProviderConfig};
 use crate::telemetry::events::{EventBus, EventKind};
 use parking_lot::Mutex;
 use serde::Serialize;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::Notify;
@@ -106,6 +107,8 @@ pub struct Limiter {
     events: Arc<EventBus>,
     inner: Mutex<State>,
     released: Notify,
+    /// Tasks waiting in `acquire`; releases only notify when there are any.
+    waiters: AtomicUsize,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -237,6 +240,7 @@ impl Limiter {
             }),
             cfg,
             released: Notify::new(),
+            waiters: AtomicUsize::new(0),
         }
     }
 
@@ -247,13 +251,13 @@ impl Limiter {
 
     /// Estimates a call from its prompt size and `max_tokens`.
     pub fn estimate(&self, prompt_chars: usize, max_tokens: u32) -> Estimate {
-        self.inner.lock().estimator.estimate(prompt_chars, max_tokens)
+        super::lock(&self.inner).estimator.estimate(prompt_chars, max_tokens)
     }
 
     /// Takes capacity for a call of this size now, or says how long until
     /// there should be enough.
     pub fn try_acquire(&self, prompt_chars: usize, max_tokens: u32, now: Instant) -> Result<LimitPermit, Duration> {
-        let mut guard = self.inner.lock();
+        let mut guard = super::lock(&self.inner);
         let s = &mut *guard;
         let est = s.estimator.estimate(prompt_chars, max_tokens);
         s.refill(now);
@@ -316,15 +320,17 @@ impl Limiter {
                 Ok(p) => return Ok(p),
                 Err(wait) => {
                     if now >= deadline {
-                        self.inner.lock().rejected += 1;
+                        super::lock(&self.inner).rejected += 1;
                         return Err(LimitDenied::TimedOut);
                     }
                     let until = (now + wait.max(Duration::from_millis(1))).min(deadline);
+                    self.waiters.fetch_add(1, Ordering::AcqRel);
                     tokio::select! {
                         biased;
                         _ = tokio::time::sleep_until(until) => {}
                         _ = self.released.notified() => {}
                     }
+                    self.waiters.fetch_sub(1, Ordering::AcqRel);
                 }
             }
         }
@@ -332,13 +338,13 @@ impl Limiter {
 
     /// Counts a request that was turned away without waiting.
     pub fn count_rejected(&self) {
-        self.inner.lock().rejected += 1;
+        super::lock(&self.inner).rejected += 1;
     }
 
     /// Settles a call with what it actually used; refunds or charges the
     /// difference and corrects the estimator.
     pub fn settle(&self, permit: LimitPermit, input: u32, output: u32, now: Instant) {
-        let mut s = self.inner.lock();
+        let mut s = super::lock(&self.inner);
         s.refill(now);
         let est = permit.est;
         let [t, i, o] = permit.taken;
@@ -354,7 +360,7 @@ impl Limiter {
         s.in_flight = s.in_flight.saturating_sub(1);
         let corrected = s.estimator.observe(est.input, input);
         drop(s);
-        self.released.notify_one();
+        self.wake();
         if let Some((old, new)) = corrected {
             tracing::debug!(provider = %self.name, old, new, "estimator corrected chars/token");
         }
@@ -362,7 +368,7 @@ impl Limiter {
 
     /// Releases a permit whose call never reached the provider (refund all).
     pub fn release(&self, permit: LimitPermit, now: Instant) {
-        let mut guard = self.inner.lock();
+        let mut guard = super::lock(&self.inner);
         let s = &mut *guard;
         s.refill(now);
         let [t, i, o] = permit.taken;
@@ -373,7 +379,13 @@ impl Limiter {
         }
         s.in_flight = s.in_flight.saturating_sub(1);
         drop(guard);
-        self.released.notify_one();
+        self.wake();
+    }
+
+    fn wake(&self) {
+        if self.waiters.load(Ordering::Acquire) > 0 {
+            self.released.notify_one();
+        }
     }
 
     /// Calibrates from provider feedback; a Retry-After freezes refills.
@@ -381,7 +393,7 @@ impl Limiter {
         if *fb == RateFeedback::default() {
             return;
         }
-        let mut guard = self.inner.lock();
+        let mut guard = super::lock(&self.inner);
         let s = &mut *guard;
         s.refill(now);
         let mut touched = false;
@@ -419,12 +431,12 @@ impl Limiter {
 
     /// Counts a 429 from the provider.
     pub fn count_rate_limited(&self) {
-        self.inner.lock().rate_limited += 1;
+        super::lock(&self.inner).rate_limited += 1;
     }
 
     /// Freezes refills for `d` (extends, never shortens, an existing freeze).
     pub fn freeze_for(&self, d: Duration, reason: &str, now: Instant) {
-        let mut s = self.inner.lock();
+        let mut s = super::lock(&self.inner);
         s.refill(now);
         let until = now + d;
         if s.frozen_until.is_some_and(|u| u >= until) {
@@ -441,14 +453,14 @@ impl Limiter {
 
     /// Operator: freeze refills until unfrozen.
     pub fn freeze(&self, now: Instant) {
-        let mut s = self.inner.lock();
+        let mut s = super::lock(&self.inner);
         s.refill(now);
         s.frozen_by_operator = true;
     }
 
     /// Operator: resume refills (also ends a Retry-After freeze).
     pub fn unfreeze(&self, now: Instant) {
-        let mut s = self.inner.lock();
+        let mut s = super::lock(&self.inner);
         s.refill(now);
         s.frozen_by_operator = false;
         s.frozen_until = None;
@@ -458,12 +470,12 @@ impl Limiter {
 
     /// Whether refills are frozen now.
     pub fn is_frozen(&self, now: Instant) -> bool {
-        self.inner.lock().frozen_for(now).is_some()
+        super::lock(&self.inner).frozen_for(now).is_some()
     }
 
     /// Live figures for views.
     pub fn view(&self, now: Instant) -> LimiterView {
-        let mut s = self.inner.lock();
+        let mut s = super::lock(&self.inner);
         s.refill(now);
         LimiterView {
             tpm: s.tpm.map(|b| b.view()),

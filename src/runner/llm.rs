@@ -8,7 +8,6 @@ use crate::provider::{ErrorKind, LlmRequest, LlmResponse, Message, ProviderError
 use crate::resilience::breaker::{CallRecord, FailureKind};
 use crate::resilience::budget::BudgetExceeded;
 use crate::resilience::retry::backoff;
-use crate::runner::registry::TargetStats as S;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
@@ -208,12 +207,12 @@ impl Runner {
         loop {
             let now = self.clock.now();
             let Ok(pp) = pt.breaker.try_acquire(now) else {
-                S::bump(&pt.stats.rejected_open);
+                pt.stats.rejected_open.inc();
                 return hop(HopResult::Open, attempt);
             };
             let Ok(mp) = mt.breaker.try_acquire(now) else {
                 pt.breaker.cancel(pp);
-                S::bump(&mt.stats.rejected_open);
+                mt.stats.rejected_open.inc();
                 return hop(HopResult::Open, attempt);
             };
             let (permit, now) = match p.limiter.try_acquire(chars, req.max_tokens, now) {
@@ -230,7 +229,7 @@ impl Runner {
             let Some(permit) = permit else {
                 pt.breaker.cancel(pp);
                 mt.breaker.cancel(mp);
-                S::bump(&pt.stats.rejected_rate);
+                pt.stats.rejected_rate.inc();
                 return hop(HopResult::Rate, attempt);
             };
             let est = permit.estimate();
@@ -248,8 +247,8 @@ impl Runner {
                     return Err(LlmFailure::Budget(e));
                 }
             };
-            S::bump(&pt.stats.attempts);
-            S::bump(&mt.stats.attempts);
+            pt.stats.attempts.inc();
+            mt.stats.attempts.inc();
             tally.attempts += 1;
             req.attempt = attempt;
             let result = call_with_timeout(p.client.complete(&req), p.timeout).await;
@@ -258,7 +257,7 @@ impl Runner {
             let end_ms = self.clock.ms_at(end);
             let lat_ms = latency.as_millis() as u64;
             for t in [pt, mt] {
-                t.stats.latency_ms_sum.fetch_add(lat_ms, Ordering::Relaxed);
+                t.stats.latency_ms_sum.add(lat_ms);
             }
             let old = m.latency_ms.load(Ordering::Relaxed);
             m.latency_ms.store(
@@ -290,14 +289,18 @@ impl Runner {
                     mt.breaker.record(mp, &rec, end);
                     if let Some(why) = semantic {
                         for t in [pt, mt] {
-                            S::bump(&t.stats.failed);
-                            S::bump(&t.stats.semantic);
+                            t.stats.failed.inc();
+                            t.stats.semantic.inc();
                         }
                         tally.wasted += tokens as u64;
                         return hop(HopResult::Semantic(why), attempt + 1);
                     }
                     for t in [pt, mt] {
-                        S::bump(if slow_tokens { &t.stats.failed } else { &t.stats.ok });
+                        if slow_tokens {
+                            t.stats.failed.inc()
+                        } else {
+                            t.stats.ok.inc()
+                        }
                     }
                     return Ok(Ok((resp, attempt + 1)));
                 }
@@ -323,12 +326,12 @@ impl Runner {
                     pt.breaker.record(pp, &rec, end);
                     mt.breaker.record(mp, &rec, end);
                     for t in [pt, mt] {
-                        S::bump(&t.stats.failed);
+                        t.stats.failed.inc();
                         if e.kind == ErrorKind::Timeout {
-                            S::bump(&t.stats.timeouts);
+                            t.stats.timeouts.inc();
                         }
                         if rec.failure == Some(FailureKind::Client) {
-                            S::bump(&t.stats.bad_request);
+                            t.stats.bad_request.inc();
                         }
                     }
                     let retry = e.kind.retryable()
@@ -340,8 +343,8 @@ impl Runner {
                     if !retry {
                         return hop(HopResult::Failed(e.kind, e.status), attempt + 1);
                     }
-                    S::bump(&pt.stats.retries);
-                    S::bump(&mt.stats.retries);
+                    pt.stats.retries.inc();
+                    mt.stats.retries.inc();
                     let key = call.request_id ^ ((call.step as u64) << 40);
                     tokio::time::sleep(backoff(&self.cfg.retry, self.seed, key, attempt, e.retry_after)).await;
                     attempt += 1;

@@ -2,33 +2,33 @@
 //! registry that views can enumerate.
 
 use crate::resilience::breaker::Breaker;
+use crate::telemetry::counter::Counter;
 use serde::Serialize;
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
 
 /// Counters of one target, by outcome.
 #[derive(Default)]
 pub struct TargetStats {
     /// Calls made (including retries).
-    pub attempts: AtomicU64,
+    pub attempts: Counter,
     /// Calls that succeeded.
-    pub ok: AtomicU64,
+    pub ok: Counter,
     /// Calls that failed.
-    pub failed: AtomicU64,
+    pub failed: Counter,
     /// Calls not made because the breaker was open.
-    pub rejected_open: AtomicU64,
+    pub rejected_open: Counter,
     /// Calls not made for lack of rate/pool capacity.
-    pub rejected_rate: AtomicU64,
+    pub rejected_rate: Counter,
     /// Retries made.
-    pub retries: AtomicU64,
+    pub retries: Counter,
     /// Failures that were timeouts.
-    pub timeouts: AtomicU64,
+    pub timeouts: Counter,
     /// Semantic failures (hallucinated tools, bad arguments).
-    pub semantic: AtomicU64,
+    pub semantic: Counter,
     /// Client errors (4xx, never retried).
-    pub bad_request: AtomicU64,
+    pub bad_request: Counter,
     /// Sum of latencies of finished calls (ms).
-    pub latency_ms_sum: AtomicU64,
+    pub latency_ms_sum: Counter,
 }
 
 /// A copy of the counters for summaries and views.
@@ -61,15 +61,9 @@ pub struct StatsView {
 }
 
 impl TargetStats {
-    /// Adds one to a counter.
-    #[inline]
-    pub fn bump(c: &AtomicU64) {
-        c.fetch_add(1, Ordering::Relaxed);
-    }
-
     /// A copy of the counters.
     pub fn view(&self) -> StatsView {
-        let l = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        let l = |c: &Counter| c.get();
         let done = l(&self.ok) + l(&self.failed);
         StatsView {
             attempts: l(&self.attempts),

@@ -7,7 +7,6 @@ use crate::clock::hash_str;
 use crate::provider::{ErrorKind, ProviderError, ToolCall};
 use crate::resilience::breaker::CallRecord;
 use crate::resilience::retry::backoff;
-use crate::runner::registry::TargetStats as S;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -68,7 +67,7 @@ impl Runner {
             let permit = match t.breaker.try_acquire(self.clock.now()) {
                 Ok(p) => p,
                 Err(_) => {
-                    S::bump(&t.stats.rejected_open);
+                    t.stats.rejected_open.inc();
                     return Err(ToolFailure::Open);
                 }
             };
@@ -76,11 +75,11 @@ impl Runner {
                 Ok(g) => g,
                 Err(_) => {
                     t.breaker.cancel(permit);
-                    S::bump(&t.stats.rejected_rate);
+                    t.stats.rejected_rate.inc();
                     return Err(ToolFailure::PoolFull);
                 }
             };
-            S::bump(&t.stats.attempts);
+            t.stats.attempts.inc();
             tally.attempts += 1;
             let t0 = self.clock.now();
             let r = match tokio::time::timeout(
@@ -95,9 +94,7 @@ impl Runner {
             drop(slot_guard);
             let end = self.clock.now();
             let latency = end.saturating_duration_since(t0);
-            t.stats
-                .latency_ms_sum
-                .fetch_add(latency.as_millis() as u64, std::sync::atomic::Ordering::Relaxed);
+            t.stats.latency_ms_sum.add(latency.as_millis() as u64);
             match r {
                 Ok(text) => {
                     t.breaker.record(
@@ -108,7 +105,7 @@ impl Runner {
                         },
                         end,
                     );
-                    S::bump(&t.stats.ok);
+                    t.stats.ok.inc();
                     if slot.cfg.cache_ttl_s > 0 {
                         self.cache.put(cache_key(call), text.clone(), end);
                     }
@@ -124,9 +121,9 @@ impl Runner {
                         },
                         end,
                     );
-                    S::bump(&t.stats.failed);
+                    t.stats.failed.inc();
                     if e.kind == ErrorKind::Timeout {
-                        S::bump(&t.stats.timeouts);
+                        t.stats.timeouts.inc();
                     }
                     let retry = slot.cfg.idempotent
                         && e.kind.retryable()
@@ -136,7 +133,7 @@ impl Runner {
                     if !retry {
                         return Err(ToolFailure::Failed(e.kind.label(e.status)));
                     }
-                    S::bump(&t.stats.retries);
+                    t.stats.retries.inc();
                     let key = request_id ^ hash_str(&slot.name);
                     tokio::time::sleep(backoff(&self.cfg.retry, self.seed, key, attempt, e.retry_after)).await;
                     attempt += 1;
