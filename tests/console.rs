@@ -267,3 +267,37 @@ async fn fault_and_refill_keys_target_the_selection() {
         "{e:?}"
     );
 }
+
+#[tokio::test(start_paused = true)]
+async fn selection_follows_the_breaker_when_the_order_changes() {
+    let (runner, mut app) = incident(false).await;
+    let keys = KeyMap::defaults();
+    // Select the third row, then let its rank change.
+    app.on_key(key('j'), &keys);
+    app.on_key(key('j'), &keys);
+    let chosen = app.breaker_rows()[app.selection(Pane::Breakers)].name.clone();
+    runner
+        .apply(
+            &Command::Reset {
+                target: "provider:openai".into(),
+            },
+            "t",
+        )
+        .unwrap();
+    runner
+        .apply(
+            &Command::Reset {
+                target: "model:gpt-4o".into(),
+            },
+            "t",
+        )
+        .unwrap();
+    app.on_snapshot(Arc::new(runner.snapshot(SNAPSHOT_USERS, SNAPSHOT_EVENTS)));
+    app.on_key(key('s'), &keys); // re-sort by volume
+    assert_eq!(app.breaker_rows()[app.selection(Pane::Breakers)].name, chosen);
+    app.on_key(key('o'), &keys);
+    let Overlay::Confirm { command, .. } = &app.overlay else {
+        panic!("confirm expected")
+    };
+    assert_eq!(command, &Command::ForceOpen { target: chosen });
+}

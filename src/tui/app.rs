@@ -181,6 +181,9 @@ pub struct App {
     pub focus: Pane,
     /// Selected row per pane.
     pub selected: [usize; 5],
+    /// The selected breaker and user by name: their rows move as the live
+    /// order changes, and a command must hit what the operator selected.
+    pinned: [Option<String>; 2],
     /// Filter per pane.
     pub filters: [String; 5],
     /// Overlay.
@@ -232,6 +235,7 @@ impl App {
             display_frozen: false,
             focus: Pane::Breakers,
             selected: [0; 5],
+            pinned: [None, None],
             filters: Default::default(),
             overlay: Overlay::None,
             status: String::new(),
@@ -375,8 +379,21 @@ impl App {
         }
     }
 
-    /// The selected row of the focused pane, clamped.
+    /// The selected row of a pane, clamped; breakers and users follow their
+    /// pinned name when the order changes.
     pub fn selection(&self, pane: Pane) -> usize {
+        let pinned = match pane {
+            Pane::Breakers => self.pinned[0]
+                .as_deref()
+                .and_then(|n| self.breaker_rows().iter().position(|b| b.name == n)),
+            Pane::Budgets => self.pinned[1]
+                .as_deref()
+                .and_then(|n| self.user_rows().iter().position(|u| u.user == n)),
+            _ => None,
+        };
+        if let Some(i) = pinned {
+            return i;
+        }
         let n = match pane {
             Pane::Breakers => self.breaker_rows().len(),
             Pane::Limiters => self.snap.limiters.len(),
@@ -385,6 +402,17 @@ impl App {
             Pane::Events => self.event_rows().len(),
         };
         self.selected[pane.index()].min(n.saturating_sub(1))
+    }
+
+    /// Moves the selection of the focused pane to row `i` (and pins its name).
+    fn select(&mut self, i: usize) {
+        let pane = self.focus;
+        self.selected[pane.index()] = i;
+        match pane {
+            Pane::Breakers => self.pinned[0] = self.breaker_rows().get(i).map(|b| b.name.clone()),
+            Pane::Budgets => self.pinned[1] = self.user_rows().get(i).map(|u| u.user.clone()),
+            _ => {}
+        }
     }
 
     fn selected_breaker(&self) -> Option<&BreakerRow> {
@@ -459,7 +487,7 @@ impl App {
             KeyCode::Char(c) if !key.modifiers.contains(KeyModifiers::CONTROL) => f.push(c),
             _ => {}
         }
-        self.selected[self.focus.index()] = 0;
+        self.select(0);
         Effect::None
     }
 
@@ -483,16 +511,14 @@ impl App {
             Action::FocusBudgets => self.focus = Pane::Budgets,
             Action::FocusChains => self.focus = Pane::Chains,
             Action::FocusEvents => self.focus = Pane::Events,
-            Action::Up => self.selected[i] = self.selection(self.focus).saturating_sub(1),
-            Action::Down => {
-                self.selected[i] = (self.selection(self.focus) + 1).min(self.rows_in_focus().saturating_sub(1))
-            }
-            Action::PageUp => self.selected[i] = self.selection(self.focus).saturating_sub(10),
+            Action::Up => self.select(self.selection(self.focus).saturating_sub(1)),
+            Action::Down => self.select((self.selection(self.focus) + 1).min(self.rows_in_focus().saturating_sub(1))),
+            Action::PageUp => self.select(self.selection(self.focus).saturating_sub(10)),
             Action::PageDown => {
-                self.selected[i] = (self.selection(self.focus) + 10).min(self.rows_in_focus().saturating_sub(1))
+                self.select((self.selection(self.focus) + 10).min(self.rows_in_focus().saturating_sub(1)))
             }
-            Action::Top => self.selected[i] = 0,
-            Action::Bottom => self.selected[i] = self.rows_in_focus().saturating_sub(1),
+            Action::Top => self.select(0),
+            Action::Bottom => self.select(self.rows_in_focus().saturating_sub(1)),
             Action::Filter => {
                 if matches!(self.focus, Pane::Limiters) {
                     self.status = "the limiters pane has no filter".into();
