@@ -74,7 +74,8 @@ pub fn order_id(req: &LlmRequest) -> String {
         .unwrap_or_else(|| "38291".into())
 }
 
-fn args_for(tool: &str, order: &str) -> String {
+/// Valid arguments for a default tool.
+pub fn args_for(tool: &str, order: &str) -> String {
     match tool {
         "search_docs" => r#"{"query":"delivery times"}"#.to_string(),
         "send_notification" => format!(r#"{{"user_id":"u-{order}","message":"Your order {order} is on its way"}}"#),
@@ -82,17 +83,64 @@ fn args_for(tool: &str, order: &str) -> String {
     }
 }
 
-#[async_trait::async_trait]
-impl Provider for MockProvider {
-    async fn complete(&self, req: &LlmRequest) -> Result<LlmResponse, ProviderError> {
+/// What a mock provider does with one call: the fault model applied to a
+/// deterministic answer. The in-process mock plays it with sleeps; the HTTP
+/// mock server plays it on the wire.
+#[derive(Clone, Debug, PartialEq)]
+pub enum MockReply {
+    /// An answer: `stall` of keep-alives, then the first token after `ttft`,
+    /// then `usage.output` tokens at `tokens_per_s`.
+    Answer {
+        /// Text (empty when calling tools).
+        text: String,
+        /// Tool calls.
+        tool_calls: Vec<ToolCall>,
+        /// Usage.
+        usage: Usage,
+        /// Time to first token.
+        ttft: Duration,
+        /// Keep-alive stall before anything useful.
+        stall: Duration,
+        /// Output rate.
+        tokens_per_s: f64,
+    },
+    /// An HTTP error after `delay`.
+    Status {
+        /// Status code.
+        code: u16,
+        /// Retry-After to send.
+        retry_after: Option<Duration>,
+        /// Provider-style message.
+        message: String,
+        /// When it comes.
+        delay: Duration,
+    },
+    /// No answer at all.
+    Timeout,
+    /// Connection refused.
+    Refused,
+    /// Connection reset after `delay`.
+    Reset {
+        /// When.
+        delay: Duration,
+    },
+    /// The stream stops after `delay`, having sent `text` and used `usage`.
+    Truncated {
+        /// What was sent before the cut.
+        text: String,
+        /// Tokens used so far.
+        usage: Usage,
+        /// When the cut happens.
+        delay: Duration,
+    },
+}
+
+impl MockProvider {
+    /// Decides what this call gets (deterministic in seed, request, step and attempt).
+    pub fn plan(&self, req: &LlmRequest) -> MockReply {
         let key = mix(req.request_id) ^ ((req.step as u64) << 48) ^ ((req.attempt as u64) << 56);
         let mut rng = self.seed.stream(purpose::MOCK, key);
-        let fault = self.faults.pick(
-            &self.target,
-            self.seed
-                .stream(purpose::FAULT, key ^ mix(req.model.len() as u64))
-                .f64(),
-        );
+        let fault = self.faults.pick(&self.target, self.seed.stream(purpose::FAULT, key ^ mix(req.model.len() as u64)).f64());
         let p = self.profile;
         let input = ((req.prompt_chars() as f64 / p.chars_per_token).ceil() as u32).max(1);
 
@@ -100,71 +148,46 @@ impl Provider for MockProvider {
         let offered: Vec<&str> = req.tools.iter().map(|t| t.name.as_str()).collect();
         let order = order_id(req);
         let mut tool_calls = Vec::new();
-        let wants_tools =
-            !offered.is_empty() && (req.step == 0 && rng.f64() < 0.85 || req.step == 1 && rng.f64() < 0.2);
+        let wants_tools = !offered.is_empty() && (req.step == 0 && rng.f64() < 0.85 || req.step == 1 && rng.f64() < 0.2);
         if wants_tools {
-            let first = if offered.contains(&"get_order") {
-                "get_order"
-            } else {
-                offered[rng.usize(..offered.len())]
-            };
-            tool_calls.push(ToolCall {
-                name: first.into(),
-                arguments: args_for(first, &order),
-            });
+            let first = if offered.contains(&"get_order") { "get_order" } else { offered[rng.usize(..offered.len())] };
+            tool_calls.push(ToolCall { name: first.into(), arguments: args_for(first, &order) });
             for extra in ["lookup_shipping", "search_docs", "send_notification"] {
                 if extra != first && offered.contains(&extra) && rng.f64() < 0.3 {
-                    tool_calls.push(ToolCall {
-                        name: extra.into(),
-                        arguments: args_for(extra, &order),
-                    });
+                    tool_calls.push(ToolCall { name: extra.into(), arguments: args_for(extra, &order) });
                 }
             }
         }
-        let mut output = if tool_calls.is_empty() {
-            60 + rng.u32(0..240)
-        } else {
-            20 + 15 * tool_calls.len() as u32
-        };
+        let mut output = if tool_calls.is_empty() { 60 + rng.u32(0..240) } else { 20 + 15 * tool_calls.len() as u32 };
         output = output.min(req.max_tokens.max(1));
         let mut tps = p.tokens_per_s;
-        let mut extra = Duration::ZERO;
+        let mut ttft = Duration::from_millis(p.ttft_ms);
         let mut stall = Duration::ZERO;
+        let text = |model: &str| format!("Order #{order} is in transit and should arrive within 2 days ({model}).");
 
-        let fail = |kind: ErrorKind, status: Option<u16>, msg: &str| ProviderError::new(kind, status, msg);
         match fault {
             Fault::Healthy => {}
             Fault::Status { code, retry_after_ms } => {
-                tokio::time::sleep(Duration::from_millis(40 + rng.u64(0..60))).await;
-                let mut e = fail(ErrorKind::from_status(code), Some(code), &status_message(code));
-                e.retry_after = retry_after_ms.map(Duration::from_millis);
-                e.rate = RateFeedback {
-                    retry_after: e.retry_after,
-                    remaining_tokens: (code == 429).then_some(0),
-                    ..RateFeedback::default()
-                };
-                return Err(e);
+                return MockReply::Status {
+                    code,
+                    retry_after: retry_after_ms.map(Duration::from_millis),
+                    message: status_message(code),
+                    delay: Duration::from_millis(40 + rng.u64(0..60)),
+                }
             }
-            Fault::Latency { ms } => extra = Duration::from_millis(ms),
-            Fault::Timeout => {
-                tokio::time::sleep(Duration::from_secs(3600)).await;
-                return Err(fail(ErrorKind::Timeout, None, "no response"));
-            }
-            Fault::ConnectionRefused => return Err(fail(ErrorKind::Connect, None, "connection refused")),
-            Fault::Reset => {
-                tokio::time::sleep(Duration::from_millis(p.ttft_ms / 2)).await;
-                return Err(fail(ErrorKind::Reset, None, "connection reset by peer"));
-            }
+            Fault::Latency { ms } => ttft += Duration::from_millis(ms),
+            Fault::Timeout => return MockReply::Timeout,
+            Fault::ConnectionRefused => return MockReply::Refused,
+            Fault::Reset => return MockReply::Reset { delay: Duration::from_millis(p.ttft_ms / 2) },
             Fault::Truncated => {
                 let got = output / 3;
-                tokio::time::sleep(Duration::from_millis(p.ttft_ms) + Duration::from_secs_f64(got as f64 / tps)).await;
-                let mut e = fail(ErrorKind::Truncated, None, "stream ended without [DONE]");
-                e.usage = Usage {
-                    input,
-                    output: got,
-                    cached_input: 0,
+                let full = text(&req.model);
+                let cut: String = full.chars().take(full.chars().count() / 3).collect();
+                return MockReply::Truncated {
+                    text: if tool_calls.is_empty() { cut } else { String::new() },
+                    usage: Usage { input, output: got, cached_input: 0 },
+                    delay: ttft + Duration::from_secs_f64(got as f64 / tps),
                 };
-                return Err(e);
             }
             Fault::SlowTokens { tokens_per_s } => {
                 // A trickle: what arrives in 20 s is all the caller gets.
@@ -172,56 +195,72 @@ impl Provider for MockProvider {
                 output = output.min((tps * 20.0).ceil() as u32).max(1);
             }
             Fault::Hallucinate => {
-                let name = offered
-                    .first()
-                    .map(|n| misspell(n))
-                    .unwrap_or_else(|| "get_odrer".into());
-                tool_calls = vec![ToolCall {
-                    name,
-                    arguments: args_for("get_order", &order),
-                }];
+                let name = offered.first().map(|n| misspell(n)).unwrap_or_else(|| "get_odrer".into());
+                tool_calls = vec![ToolCall { name, arguments: args_for("get_order", &order) }];
             }
             Fault::BadArguments => {
-                let name = offered
-                    .first()
-                    .map(|s| s.to_string())
-                    .unwrap_or_else(|| "get_order".into());
-                let arguments = if rng.bool() {
-                    format!(r#"{{"order_id": {order}"#)
-                } else {
-                    format!(r#"{{"order_id": {order}}}"#)
-                };
+                let name = offered.first().map(|s| s.to_string()).unwrap_or_else(|| "get_order".into());
+                let arguments = if rng.bool() { format!(r#"{{"order_id": {order}"#) } else { format!(r#"{{"order_id": {order}}}"#) };
                 tool_calls = vec![ToolCall { name, arguments }];
             }
             Fault::TokenBlowup { factor } => output = output.saturating_mul(factor.max(1)),
             Fault::KeepAliveStall { ms } => stall = Duration::from_millis(ms),
         }
-
-        let gen = Duration::from_secs_f64(output as f64 / tps);
-        let total = Duration::from_millis(p.ttft_ms) + stall + extra + gen;
-        tokio::time::sleep(total).await;
-        // Keep-alives do not count as progress: the rate is over the whole call.
-        let measured = output as f64 / (stall + gen + Duration::from_millis(p.ttft_ms)).as_secs_f64().max(1e-3);
-        let text: Arc<str> = if tool_calls.is_empty() {
-            format!(
-                "Order #{order} is in transit and should arrive within 2 days ({}).",
-                req.model
-            )
-            .into()
-        } else {
-            "".into()
-        };
-        Ok(LlmResponse {
-            text,
+        MockReply::Answer {
+            text: if tool_calls.is_empty() { text(&req.model) } else { String::new() },
             tool_calls,
-            usage: Usage {
-                input,
-                output,
-                cached_input: 0,
-            },
-            tokens_per_s: Some(measured),
-            rate: RateFeedback::default(),
-        })
+            usage: Usage { input, output, cached_input: 0 },
+            ttft,
+            stall,
+            tokens_per_s: tps,
+        }
+    }
+}
+
+#[async_trait::async_trait]
+impl Provider for MockProvider {
+    async fn complete(&self, req: &LlmRequest) -> Result<LlmResponse, ProviderError> {
+        match self.plan(req) {
+            MockReply::Answer { text, tool_calls, usage, ttft, stall, tokens_per_s } => {
+                let gen = Duration::from_secs_f64(usage.output as f64 / tokens_per_s);
+                tokio::time::sleep(stall + ttft + gen).await;
+                // Keep-alives do not count as progress: the rate is over the whole call.
+                let measured = usage.output as f64 / (stall + ttft + gen).as_secs_f64().max(1e-3);
+                Ok(LlmResponse {
+                    text: text.into(),
+                    tool_calls,
+                    usage,
+                    tokens_per_s: Some(measured),
+                    rate: RateFeedback::default(),
+                })
+            }
+            MockReply::Status { code, retry_after, message, delay } => {
+                tokio::time::sleep(delay).await;
+                let mut e = ProviderError::new(ErrorKind::from_status(code), Some(code), message);
+                e.retry_after = retry_after;
+                e.rate = RateFeedback {
+                    retry_after,
+                    remaining_tokens: (code == 429).then_some(0),
+                    ..RateFeedback::default()
+                };
+                Err(e)
+            }
+            MockReply::Timeout => {
+                tokio::time::sleep(Duration::from_secs(3600)).await;
+                Err(ProviderError::new(ErrorKind::Timeout, None, "no response"))
+            }
+            MockReply::Refused => Err(ProviderError::new(ErrorKind::Connect, None, "connection refused")),
+            MockReply::Reset { delay } => {
+                tokio::time::sleep(delay).await;
+                Err(ProviderError::new(ErrorKind::Reset, None, "connection reset by peer"))
+            }
+            MockReply::Truncated { usage, delay, .. } => {
+                tokio::time::sleep(delay).await;
+                let mut e = ProviderError::new(ErrorKind::Truncated, None, "stream ended without [DONE]");
+                e.usage = usage;
+                Err(e)
+            }
+        }
     }
 }
 
@@ -234,7 +273,8 @@ fn misspell(name: &str) -> String {
     c.into_iter().collect::<String>() + if n < 3 { "_x" } else { "" }
 }
 
-fn status_message(code: u16) -> String {
+/// The provider-style message for an HTTP status.
+pub fn status_message(code: u16) -> String {
     match code {
         429 => "Rate limit reached for requests".into(),
         503 => "The server is overloaded or not ready yet.".into(),

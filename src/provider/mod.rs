@@ -2,7 +2,9 @@
 //! by every LLM client (HTTP or in-process mock).
 
 pub mod fault;
+pub mod headers;
 pub mod mock;
+pub mod sse;
 
 use crate::resilience::breaker::FailureKind;
 use crate::resilience::limiter::RateFeedback;

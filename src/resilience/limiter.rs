@@ -56,6 +56,10 @@ impl LimitPermit {
 pub struct RateFeedback {
     /// Tokens left in the provider's window.
     pub remaining_tokens: Option<u64>,
+    /// Input tokens left (Anthropic's separate input limit).
+    pub remaining_input_tokens: Option<u64>,
+    /// Output tokens left (Anthropic's separate output limit).
+    pub remaining_output_tokens: Option<u64>,
     /// Requests left in the provider's window.
     pub remaining_requests: Option<u64>,
     /// Time until the token window is full again.
@@ -402,6 +406,14 @@ impl Limiter {
             (if s.tpm.is_some() { &mut s.tpm } else { &mut s.itpm }).as_mut(),
         ) {
             // The provider's count wins when it is lower: others share the quota.
+            b.level = b.level.min(r as f64);
+            touched = true;
+        }
+        if let (Some(r), Some(b)) = (fb.remaining_input_tokens, s.itpm.as_mut()) {
+            b.level = b.level.min(r as f64);
+            touched = true;
+        }
+        if let (Some(r), Some(b)) = (fb.remaining_output_tokens, s.otpm.as_mut()) {
             b.level = b.level.min(r as f64);
             touched = true;
         }

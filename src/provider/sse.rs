@@ -1,0 +1,266 @@
+//! An incremental Server-Sent Events parser following the WHATWG
+//! `text/event-stream` rules, fed with arbitrary byte chunks.
+//!
+//! Lines end with CRLF, LF or CR (a CRLF may be split across chunks); a
+//! leading UTF-8 BOM is skipped; invalid UTF-8 is replaced lossily. Memory is
+//! bounded: a line, or the data of one event, longer than the configured
+//! maximum is an error.
+
+/// Default maximum length of one line (and of one event's data): 8 MiB.
+pub const DEFAULT_MAX_LINE: usize = 8 * 1024 * 1024;
+
+const BOM: &[u8] = b"\xEF\xBB\xBF";
+
+/// One dispatched event.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SseEvent {
+    /// The `event:` field; `None` when absent or empty (the spec's `message`).
+    pub event: Option<String>,
+    /// The `data:` lines joined with `\n`.
+    pub data: String,
+    /// The last event ID (it persists across events, as per spec; an empty
+    /// `id:` resets it to `None`).
+    pub id: Option<String>,
+}
+
+/// What the parser yields.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum SseItem {
+    /// A dispatched event.
+    Event(SseEvent),
+    /// A comment line (`: keep-alive`): the text after `:`, one leading space stripped.
+    Comment(String),
+}
+
+/// Why the parser gave up on a stream.
+#[derive(Clone, Debug, thiserror::Error, PartialEq, Eq)]
+pub enum SseError {
+    /// A line was longer than the limit (bytes, excluding its terminator).
+    #[error("SSE line longer than {limit} bytes")]
+    LineTooLong {
+        /// The configured limit.
+        limit: usize,
+    },
+    /// The data of one event grew beyond the limit (bytes).
+    #[error("SSE event data longer than {limit} bytes")]
+    EventTooLarge {
+        /// The configured limit.
+        limit: usize,
+    },
+}
+
+/// An incremental SSE parser; see the module docs.
+///
+/// After an error the parser refuses further input (every `feed` returns the
+/// same error) until [`SseParser::finish`] resets it.
+#[derive(Clone, Debug)]
+pub struct SseParser {
+    max_line: usize,
+    /// Bytes of the current, not yet terminated line.
+    line: Vec<u8>,
+    /// The previous chunk ended with CR: a leading LF of the next one belongs to it.
+    after_cr: bool,
+    /// No line has been completed yet (the BOM check is still due).
+    first_line: bool,
+    /// Data buffer: each `data` value followed by `\n`.
+    data: String,
+    /// Event type buffer.
+    event: Option<String>,
+    /// Last event ID buffer.
+    id: Option<String>,
+    /// A field line was seen since the last blank line.
+    pending: bool,
+    /// The error that stopped the parser.
+    failed: Option<SseError>,
+    /// What the last `finish` found.
+    partial: bool,
+}
+
+impl Default for SseParser {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl SseParser {
+    /// A parser with the default 8 MiB line limit.
+    pub fn new() -> Self {
+        Self::with_max_line(DEFAULT_MAX_LINE)
+    }
+
+    /// A parser whose lines (and event data) may not exceed `max` bytes.
+    pub fn with_max_line(max: usize) -> Self {
+        Self {
+            max_line: max,
+            line: Vec::new(),
+            after_cr: false,
+            first_line: true,
+            data: String::new(),
+            event: None,
+            id: None,
+            pending: false,
+            failed: None,
+            partial: false,
+        }
+    }
+
+    /// Parses the next chunk of the stream; chunks may split anywhere.
+    ///
+    /// On error the items parsed from this chunk are dropped: the stream
+    /// should be abandoned.
+    pub fn feed(&mut self, chunk: &[u8]) -> Result<Vec<SseItem>, SseError> {
+        if let Some(e) = &self.failed {
+            return Err(e.clone());
+        }
+        let mut out = Vec::new();
+        match self.feed_inner(chunk, &mut out) {
+            Ok(()) => Ok(out),
+            Err(e) => {
+                self.line = Vec::new();
+                self.data = String::new();
+                self.failed = Some(e.clone());
+                Err(e)
+            }
+        }
+    }
+
+    fn feed_inner(&mut self, chunk: &[u8], out: &mut Vec<SseItem>) -> Result<(), SseError> {
+        let mut rest = chunk;
+        if self.after_cr && !rest.is_empty() {
+            self.after_cr = false;
+            if rest[0] == b'\n' {
+                rest = &rest[1..];
+            }
+        }
+        while let Some(pos) = rest.iter().position(|&b| b == b'\n' || b == b'\r') {
+            let (body, tail) = rest.split_at(pos);
+            if self.line.is_empty() {
+                self.check_len(body.len())?;
+                self.process_line(body, out)?;
+            } else {
+                self.check_len(self.line.len() + body.len())?;
+                let mut line = std::mem::take(&mut self.line);
+                line.extend_from_slice(body);
+                let r = self.process_line(&line, out);
+                line.clear();
+                self.line = line; // keep the allocation
+                r?;
+            }
+            // `tail` starts with the terminator.
+            let cr = tail.first() == Some(&b'\r');
+            rest = &tail[1..];
+            if cr {
+                match rest.first() {
+                    Some(b'\n') => rest = &rest[1..],
+                    Some(_) => {}
+                    None => self.after_cr = true,
+                }
+            }
+        }
+        if !rest.is_empty() {
+            self.check_len(self.line.len() + rest.len())?;
+            self.line.extend_from_slice(rest);
+        }
+        Ok(())
+    }
+
+    fn check_len(&self, len: usize) -> Result<(), SseError> {
+        if len > self.max_line {
+            Err(SseError::LineTooLong { limit: self.max_line })
+        } else {
+            Ok(())
+        }
+    }
+
+    /// Handles one complete line (without terminator).
+    fn process_line(&mut self, mut line: &[u8], out: &mut Vec<SseItem>) -> Result<(), SseError> {
+        if self.first_line {
+            self.first_line = false;
+            line = line.strip_prefix(BOM).unwrap_or(line);
+        }
+        if line.is_empty() {
+            self.dispatch(out);
+            return Ok(());
+        }
+        if let Some(text) = line.strip_prefix(b":") {
+            let text = text.strip_prefix(b" ").unwrap_or(text);
+            out.push(SseItem::Comment(String::from_utf8_lossy(text).into_owned()));
+            return Ok(());
+        }
+        self.pending = true;
+        let (field, value) = match line.iter().position(|&b| b == b':') {
+            Some(i) => {
+                let v = &line[i + 1..];
+                (&line[..i], v.strip_prefix(b" ").unwrap_or(v))
+            }
+            None => (line, &b""[..]),
+        };
+        match field {
+            b"data" => {
+                let value = String::from_utf8_lossy(value);
+                if self.data.len() + value.len() + 1 > self.max_line {
+                    return Err(SseError::EventTooLarge { limit: self.max_line });
+                }
+                self.data.push_str(&value);
+                self.data.push('\n');
+            }
+            b"event" => self.event = Some(lossy(value)),
+            b"id" => {
+                // Per spec an ID containing NUL is ignored.
+                if !value.contains(&0) {
+                    self.id = if value.is_empty() { None } else { Some(lossy(value)) };
+                }
+            }
+            // `retry` and unknown fields are ignored.
+            _ => {}
+        }
+        Ok(())
+    }
+
+    /// A blank line: dispatches the buffered event, if any.
+    fn dispatch(&mut self, out: &mut Vec<SseItem>) {
+        self.pending = false;
+        let event = self.event.take().filter(|e| !e.is_empty());
+        if self.data.is_empty() && event.is_none() {
+            return;
+        }
+        let mut data = std::mem::take(&mut self.data);
+        if data.ends_with('\n') {
+            data.pop();
+        }
+        out.push(SseItem::Event(SseEvent {
+            event,
+            data,
+            id: self.id.clone(),
+        }));
+    }
+
+    /// Ends the stream. An unterminated last line is still processed (so a
+    /// trailing comment is reported), but an event without its terminating
+    /// blank line is discarded, as per spec; [`SseParser::had_partial_event`]
+    /// tells whether that happened. The parser is then reset for a new stream.
+    pub fn finish(&mut self) -> Vec<SseItem> {
+        let mut out = Vec::new();
+        if self.failed.is_none() && !self.line.is_empty() {
+            let line = std::mem::take(&mut self.line);
+            // The line was length-checked when buffered; a data overflow here
+            // only concerns the event about to be discarded, so it is moot.
+            let _ = self.process_line(&line, &mut out);
+        }
+        // A field line (even the cut last one) not followed by a blank line.
+        let partial = self.pending || self.failed.is_some();
+        *self = Self::with_max_line(self.max_line);
+        self.partial = partial;
+        out
+    }
+
+    /// Whether the last [`SseParser::finish`] discarded a pending event or a
+    /// cut line (the stream ended mid-event), or the parser had failed.
+    pub fn had_partial_event(&self) -> bool {
+        self.partial
+    }
+}
+
+fn lossy(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
