@@ -69,6 +69,26 @@ pub struct Config {
 pub enum ProviderKind {
     /// The built-in in-process mock.
     Mock,
+    /// OpenAI's `/v1/chat/completions`.
+    Openai,
+    /// Anthropic's `/v1/messages`.
+    Anthropic,
+    /// DeepSeek's OpenAI-compatible `/chat/completions`.
+    Deepseek,
+    /// Any `/v1/chat/completions` server (vLLM, llama.cpp, Ollama, …).
+    OpenaiCompatible,
+}
+
+impl ProviderKind {
+    /// The base URL used when the config gives none.
+    pub fn default_base_url(self) -> Option<&'static str> {
+        match self {
+            ProviderKind::Openai => Some("https://api.openai.com"),
+            ProviderKind::Anthropic => Some("https://api.anthropic.com"),
+            ProviderKind::Deepseek => Some("https://api.deepseek.com"),
+            ProviderKind::Mock | ProviderKind::OpenaiCompatible => None,
+        }
+    }
 }
 
 /// One provider: its kind and its published limits.
@@ -99,6 +119,18 @@ pub struct ProviderConfig {
     /// Longest a call may take before it counts as a timeout (ms).
     #[serde(default = "thirty_seconds")]
     pub timeout_ms: u64,
+    /// Server base URL, e.g. `https://api.openai.com` or `http://127.0.0.1:11434` (HTTP kinds).
+    #[serde(default)]
+    pub base_url: Option<String>,
+    /// Name of the environment variable holding the API key (HTTP kinds; never the key itself).
+    #[serde(default)]
+    pub api_key_env: Option<String>,
+    /// Use streaming responses (SSE).
+    #[serde(default = "yes")]
+    pub stream: bool,
+    /// Longest silence between stream chunks before the call is a timeout (ms).
+    #[serde(default = "thirty_seconds")]
+    pub idle_timeout_ms: u64,
     /// Breaker override for this provider.
     #[serde(default)]
     pub breaker: Option<BreakerConfig>,
@@ -132,6 +164,9 @@ pub enum Tier {
 pub struct ModelConfig {
     /// The provider serving it.
     pub provider: String,
+    /// The model's name at the provider (default: the table key), e.g. `claude-3-5-haiku-latest`.
+    #[serde(default)]
+    pub api_name: Option<String>,
     /// USD per million input tokens.
     pub input_per_m: f64,
     /// USD per million output tokens.
@@ -458,6 +493,13 @@ impl Default for DegradationConfig {
     }
 }
 
+impl ProviderConfig {
+    /// A mock provider with these limits (0 = none) and defaults otherwise.
+    pub fn mock(tpm: u64, itpm: u64, otpm: u64, rpm: u64, concurrency: u32, chars_per_token: f64) -> Self {
+        provider(tpm, itpm, otpm, rpm, concurrency, chars_per_token)
+    }
+}
+
 fn provider(tpm: u64, itpm: u64, otpm: u64, rpm: u64, concurrency: u32, cpt: f64) -> ProviderConfig {
     ProviderConfig {
         kind: ProviderKind::Mock,
@@ -468,6 +510,10 @@ fn provider(tpm: u64, itpm: u64, otpm: u64, rpm: u64, concurrency: u32, cpt: f64
         concurrency,
         chars_per_token: cpt,
         timeout_ms: 30_000,
+        base_url: None,
+        api_key_env: None,
+        stream: true,
+        idle_timeout_ms: 30_000,
         breaker: None,
     }
 }
@@ -475,6 +521,7 @@ fn provider(tpm: u64, itpm: u64, otpm: u64, rpm: u64, concurrency: u32, cpt: f64
 fn model(provider: &str, input: f64, output: f64, tier: Tier, quality: f64) -> ModelConfig {
     ModelConfig {
         provider: provider.into(),
+        api_name: None,
         input_per_m: input,
         output_per_m: output,
         tier,

@@ -4,6 +4,7 @@ use anyhow::{bail, Context, Result};
 use clap::{Parser, Subcommand};
 use fusebox::clock::{Clock, Seed};
 use fusebox::config::Config;
+use fusebox::mockserver::MockServer;
 use fusebox::runner::{Runner, RunnerParts};
 use fusebox::traffic::load::run_scenario;
 use fusebox::traffic::pace::Pace;
@@ -32,6 +33,15 @@ enum Cmd {
     CheckConfig {
         /// The TOML file.
         file: PathBuf,
+    },
+    /// Serve the mock fleet over HTTP in the providers' real wire formats.
+    Mock {
+        /// Address to listen on (loopback by default).
+        #[arg(long, default_value = "127.0.0.1:8790")]
+        listen: String,
+        /// Seed for the mock's answers.
+        #[arg(long, default_value_t = 42)]
+        seed: u64,
     },
     /// Measure the decision path with an instant provider on all cores.
     Bench {
@@ -74,6 +84,11 @@ struct DemoArgs {
     /// Spool file for deferred requests (default: a fresh file in the temp directory).
     #[arg(long)]
     spool: Option<PathBuf>,
+    /// How the mock fleet is reached: `http` (an in-process mock server on a
+    /// loopback port, real sockets) or `mock` (in-process calls)
+    /// [default: http in real time, mock with --speed max].
+    #[arg(long, value_parser = ["http", "mock"])]
+    providers: Option<String>,
     #[command(flatten)]
     console: ConsoleArgs,
 }
@@ -203,6 +218,7 @@ fn run(cli: Cli) -> Result<()> {
             Ok(())
         }
         Cmd::Demo(args) => demo(*args),
+        Cmd::Mock { listen, seed } => mock_server(&listen, seed),
     }
 }
 
@@ -238,6 +254,14 @@ fn demo(args: DemoArgs) -> Result<()> {
             spool_dir.join("spool.jsonl")
         }
     };
+    let http = match args.providers.as_deref() {
+        Some("http") => true,
+        Some(_) => false,
+        None => !matches!(speed, Speed::Max),
+    };
+    if http && matches!(speed, Speed::Max) {
+        bail!("--providers http runs over real sockets in real time; use a speed factor (e.g. --speed 1) or --providers mock with --speed max");
+    }
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .start_paused(true)
@@ -254,6 +278,17 @@ fn demo(args: DemoArgs) -> Result<()> {
         let clock = Clock::with_wall_anchor(0);
         let mut parts = RunnerParts::mock(clock, seed);
         parts.spool = Some(spool);
+        // Real providers from the config, and (with --providers http) the
+        // mock fleet behind a loopback mock server sharing the runner's faults.
+        let mock_base = if http {
+            let server = MockServer::new(seed, parts.faults.clone());
+            let addr = server.spawn("127.0.0.1:0").await?;
+            tracing::info!(%addr, "mock server listening");
+            Some(format!("http://{addr}"))
+        } else {
+            None
+        };
+        parts.providers = fusebox::provider::http::build(&cfg, clock, mock_base.as_deref())?;
         let runner = Runner::new(cfg, parts)?;
         let pace = match speed {
             Speed::Factor(f) => {
@@ -269,7 +304,11 @@ fn demo(args: DemoArgs) -> Result<()> {
                 readonly: args.console.readonly,
                 yes: args.console.yes,
                 operator,
-                source: format!("scenario {}", scenario.name),
+                source: format!(
+                    "scenario {} · providers {}",
+                    scenario.name,
+                    if http { "http" } else { "in-process" }
+                ),
             };
             let driver = {
                 let runner = runner.clone();
@@ -305,6 +344,20 @@ fn demo(args: DemoArgs) -> Result<()> {
         bail!("{} requests ended without an outcome", summary.lost);
     }
     Ok(())
+}
+
+/// `fusebox mock`: serves the mock fleet until Ctrl-C.
+fn mock_server(listen: &str, seed: u64) -> Result<()> {
+    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    rt.block_on(async {
+        let faults = std::sync::Arc::new(fusebox::provider::fault::FaultTable::default());
+        let server = MockServer::new(Seed(seed), faults);
+        let addr = server.spawn(listen).await.with_context(|| format!("cannot listen on {listen}"))?;
+        eprintln!("fusebox mock: serving OpenAI (/v1/chat/completions), DeepSeek (/chat/completions) and Anthropic (/v1/messages) on http://{addr}");
+        eprintln!("faults: GET/PUT http://{addr}/_fusebox/faults · Ctrl-C to stop");
+        tokio::signal::ctrl_c().await?;
+        anyhow::Ok(())
+    })
 }
 
 /// A private temporary directory for the demo's spool.

@@ -96,23 +96,6 @@ impl Outcome {
 // Reference model
 // ---------------------------------------------------------------------------
 
-/// Where the code and the written specification disagree, the model follows
-/// the code so the suite passes; each switch names the spec behaviour. Flip a
-/// switch to `true` once the code is changed to match (see the test report).
-mod spec_switches {
-    /// Spec: a result from a permit obtained before the last transition does
-    /// not count in the new state. Code: a closed breaker counts stale results.
-    pub const STALE_RESULTS_IGNORED_WHEN_CLOSED: bool = true;
-    /// Spec: max_half_open_ms reopens the breaker; a probe result arriving
-    /// after the deadline must not pass the ramp. Code: only acquire/tick
-    /// check the deadline, so a late result can still close the breaker.
-    pub const HALF_OPEN_DEADLINE_CHECKED_ON_RECORD: bool = true;
-    /// Spec: with count_rate_limited = false a 429 is ignored (neither
-    /// success nor failure, like a client error). Code: it counts as a success.
-    pub const IGNORED_429_IS_NEUTRAL: bool = true;
-}
-use spec_switches::*;
-
 /// The configuration the model understands, rates as whole percentages so
 /// every comparison is exact integer arithmetic.
 #[derive(Clone, Debug)]
@@ -307,8 +290,8 @@ impl Model {
         };
         match kind {
             Some(FailureKind::Client) => Verdict::Neutral,
-            Some(FailureKind::RateLimited) if !s.count_rate_limited && IGNORED_429_IS_NEUTRAL => Verdict::Neutral,
-            Some(FailureKind::RateLimited) if !s.count_rate_limited => Verdict::Counted(false, false, tokens),
+            // An ignored 429 is neither a success nor a failure.
+            Some(FailureKind::RateLimited) if !s.count_rate_limited => Verdict::Neutral,
             Some(_) => Verdict::Counted(true, false, tokens),
             None => Verdict::Counted(false, false, tokens),
         }
@@ -316,7 +299,7 @@ impl Model {
 
     fn record(&mut self, p: ModelPermit, o: Outcome, now: u64) -> Option<Transition> {
         let mut fired = None;
-        if HALF_OPEN_DEADLINE_CHECKED_ON_RECORD && self.half_open_expired(now) {
+        if self.half_open_expired(now) {
             fired = self.trip(now);
         }
         let (failed, slow, tokens) = match self.verdict(o) {
@@ -354,7 +337,7 @@ impl Model {
                 }
                 fired
             }
-            BreakerState::Closed if current || !STALE_RESULTS_IGNORED_WHEN_CLOSED => {
+            BreakerState::Closed if current => {
                 self.push(failed, slow);
                 let s = &self.spec;
                 let (n, fails, slows) = self.totals();

@@ -3,7 +3,7 @@
 //! Retry-After and operator freezes, waiting acquires and estimator drift.
 
 use fusebox::clock::Clock;
-use fusebox::config::{LimiterConfig, ProviderConfig, ProviderKind};
+use fusebox::config::{LimiterConfig, ProviderConfig};
 use fusebox::resilience::limiter::{Estimate, LimitDenied, LimitPermit, Limiter, RateFeedback};
 use fusebox::telemetry::events::{EventBus, EventKind};
 use proptest::prelude::*;
@@ -21,17 +21,7 @@ fn ms(n: u64) -> Duration {
 }
 
 fn provider(tpm: u64, itpm: u64, otpm: u64, rpm: u64, concurrency: u32) -> ProviderConfig {
-    ProviderConfig {
-        kind: ProviderKind::Mock,
-        tpm,
-        itpm,
-        otpm,
-        rpm,
-        concurrency,
-        chars_per_token: 4.0,
-        timeout_ms: 30_000,
-        breaker: None,
-    }
+    ProviderConfig::mock(tpm, itpm, otpm, rpm, concurrency, 4.0)
 }
 
 // ---------------------------------------------------------------------------
@@ -47,16 +37,6 @@ fn provider(tpm: u64, itpm: u64, otpm: u64, rpm: u64, concurrency: u32) -> Provi
 const STEP_MS: u64 = 125;
 /// Model units per token.
 const UNIT: i64 = 32;
-
-/// Where the code and the intended behaviour may disagree, the model follows
-/// the code; the switch names the alternative (see the test report).
-mod spec_switches {
-    /// Alternative: settle charges actual usage against what acquire really
-    /// took, `min(estimate, capacity)` for a call bigger than the bucket.
-    /// Code: settle adds `estimate - actual` whatever acquire took.
-    pub const SETTLE_AGAINST_TAKEN: bool = true;
-}
-use spec_switches::*;
 
 #[derive(Clone, Copy, Debug)]
 struct ModelBucket {
@@ -210,12 +190,8 @@ impl Model {
         let actual = [input + output, input, output];
         for ((b, e), a) in self.buckets().into_iter().zip(per_bucket(est)).zip(actual) {
             if let Some(b) = b {
-                let charged = if SETTLE_AGAINST_TAKEN {
-                    b.need(e)
-                } else {
-                    e as i64 * UNIT
-                };
-                b.add(charged - a as i64 * UNIT);
+                // Settle charges actual usage against what acquire took.
+                b.add(b.need(e) - a as i64 * UNIT);
             }
         }
         self.in_flight -= 1;

@@ -1,1 +1,604 @@
-//! (being written)
+//! The HTTP mock server (`fusebox mock`): the wire formats of OpenAI,
+//! Anthropic and DeepSeek over real sockets, driven by the same fault model
+//! and the same per-call plan ([`MockProvider::plan`]) as the in-process
+//! mock, so the real HTTP clients are exercised end to end.
+//!
+//! Routes (the path decides the wire format and the fault target):
+//!
+//! | route                                   | format     | fault target         |
+//! |-----------------------------------------|------------|----------------------|
+//! | `POST /v1/chat/completions`             | OpenAI     | `provider:openai`    |
+//! | `POST /chat/completions`, `POST /deepseek/chat/completions` | DeepSeek | `provider:deepseek` |
+//! | `POST /v1/messages`                     | Anthropic  | `provider:anthropic` |
+//! | `GET /v1/models`                        | OpenAI list | –                   |
+//! | `GET`/`PUT /_fusebox/faults`            | control API | –                   |
+//!
+//! Determinism: the plan is keyed by [`REQUEST_HEADER`] (else a hash of the
+//! body), [`STEP_HEADER`] and [`ATTEMPT_HEADER`]; a client that retries an
+//! identical body without bumping the attempt gets the identical plan.
+
+mod anthropic;
+mod conn;
+mod control;
+mod openai;
+mod play;
+mod quota;
+mod wire;
+
+use crate::clock::{mix, purpose, Seed};
+use crate::provider::fault::FaultTable;
+use crate::provider::mock::{MockProvider, MockReply, Profile};
+use crate::provider::{ToolCall, Usage};
+use axum::body::Body;
+use axum::extract::{ConnectInfo, Request, State};
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use conn::{ConnHandle, KillableListener};
+use quota::{Cost, Exhausted, Quota};
+use serde_json::json;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use tokio::time::{sleep_until, Instant};
+
+/// Request header with the agent request id (u64); keys the plan. Default: a hash of the body.
+pub const REQUEST_HEADER: &str = wire::H_REQUEST;
+/// Request header with the agent-loop step (u32, default 0); keys the plan.
+pub const STEP_HEADER: &str = wire::H_STEP;
+/// Request header with the attempt number (u32, default 0); keys the plan.
+pub const ATTEMPT_HEADER: &str = wire::H_ATTEMPT;
+/// The only `anthropic-version` accepted.
+pub const ANTHROPIC_VERSION: &str = "2023-06-01";
+
+/// Largest request body accepted (larger gets a 413).
+const MAX_BODY: usize = 8 << 20;
+/// How long a `timeout` fault holds the connection before giving up with a 504.
+const HOLD: Duration = Duration::from_secs(3_600);
+
+/// Which wire format a route speaks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Flavor {
+    /// OpenAI chat completions.
+    OpenAi,
+    /// DeepSeek (OpenAI-compatible, cache counts in usage, no rate-limit headers).
+    DeepSeek,
+    /// Anthropic messages.
+    Anthropic,
+}
+
+impl Flavor {
+    /// The provider name (fault target `provider:NAME`).
+    fn provider(self) -> &'static str {
+        match self {
+            Flavor::OpenAi => "openai",
+            Flavor::DeepSeek => "deepseek",
+            Flavor::Anthropic => "anthropic",
+        }
+    }
+}
+
+/// What a response needs to know about its request.
+pub(crate) struct Ctx {
+    flavor: Flavor,
+    model: String,
+    id: String,
+    key: u64,
+    created: u64,
+    include_usage: bool,
+}
+
+impl Ctx {
+    fn new(seed: Seed, flavor: Flavor, call: &wire::WireCall) -> Self {
+        let r = &call.req;
+        let key = mix(r.request_id) ^ (u64::from(r.step) << 48) ^ (u64::from(r.attempt) << 56);
+        let key = seed.value(purpose::MOCK, key ^ mix(flavor as u64 + 1));
+        let id = match flavor {
+            Flavor::Anthropic => format!("msg_{key:016x}"),
+            _ => format!("chatcmpl-{key:016x}"),
+        };
+        let created = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map(|d| d.as_secs())
+            .unwrap_or(0);
+        Self {
+            flavor,
+            model: r.model.to_string(),
+            id,
+            key,
+            created,
+            include_usage: call.include_usage,
+        }
+    }
+
+    /// The id of tool call `i` (`call_…` / `toolu_…`).
+    fn tool_id(&self, i: usize) -> String {
+        let v = mix(self.key ^ (i as u64 + 1));
+        match self.flavor {
+            Flavor::Anthropic => format!("toolu_{v:016x}"),
+            _ => format!("call_{v:016x}"),
+        }
+    }
+}
+
+/// The content of an answer.
+pub(crate) struct Answer<'a> {
+    text: &'a str,
+    tool_calls: &'a [ToolCall],
+    usage: Usage,
+}
+
+/// When an answer's parts are due, from the request's arrival.
+pub(crate) struct Timing {
+    /// Keep-alives until then.
+    stall: Duration,
+    /// First token (stall + ttft).
+    start: Duration,
+    /// Generation time of the whole output.
+    gen: Duration,
+}
+
+/// One provider behind the server.
+struct Backend {
+    mock: MockProvider,
+    profile: Profile,
+    quota: Option<Quota>,
+}
+
+impl Backend {
+    fn new(name: &str, seed: Seed, faults: &Arc<FaultTable>, quota: Option<Quota>) -> Self {
+        Self {
+            mock: MockProvider::new(name, seed, faults.clone()),
+            profile: Profile::for_name(name),
+            quota,
+        }
+    }
+
+    /// Rate-limit headers of the quota now, taking nothing.
+    fn rate_now(&self) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        if let Some(q) = &self.quota {
+            q.peek().write_headers(&mut h);
+        }
+        h
+    }
+}
+
+/// The HTTP mock server: OpenAI, Anthropic and DeepSeek endpoints with
+/// per-provider mock plans, rate-limit quotas and a fault-control API.
+pub struct MockServer {
+    seed: Seed,
+    faults: Arc<FaultTable>,
+    openai: Backend,
+    deepseek: Backend,
+    anthropic: Backend,
+}
+
+impl MockServer {
+    /// A server whose plans derive from `seed` and whose faults live in `faults`.
+    pub fn new(seed: Seed, faults: Arc<FaultTable>) -> Arc<Self> {
+        Arc::new(Self {
+            seed,
+            openai: Backend::new("openai", seed, &faults, Some(Quota::openai())),
+            deepseek: Backend::new("deepseek", seed, &faults, None),
+            anthropic: Backend::new("anthropic", seed, &faults, Some(Quota::anthropic())),
+            faults,
+        })
+    }
+
+    /// The fault table the server reads (and the control API writes).
+    pub fn faults(&self) -> &Arc<FaultTable> {
+        &self.faults
+    }
+
+    fn backend(&self, flavor: Flavor) -> &Backend {
+        match flavor {
+            Flavor::OpenAi => &self.openai,
+            Flavor::DeepSeek => &self.deepseek,
+            Flavor::Anthropic => &self.anthropic,
+        }
+    }
+
+    /// The routes. Served through [`MockServer::spawn`], connection faults
+    /// (refused, reset) cut the socket; served any other way they end the
+    /// response with a body error instead.
+    pub fn router(self: &Arc<Self>) -> Router {
+        Router::new()
+            .route("/v1/chat/completions", post(openai_chat))
+            .route("/chat/completions", post(deepseek_chat))
+            .route("/deepseek/chat/completions", post(deepseek_chat))
+            .route("/v1/messages", post(anthropic_messages))
+            .route("/v1/models", get(models))
+            .route("/_fusebox/faults", get(control::get_faults).put(control::put_faults))
+            .fallback(not_found)
+            .with_state(self.clone())
+    }
+
+    /// Binds `addr` (`"127.0.0.1:0"` for an ephemeral port), serves in a
+    /// spawned task and returns the bound address.
+    pub async fn spawn(self: &Arc<Self>, addr: &str) -> std::io::Result<SocketAddr> {
+        let listener = tokio::net::TcpListener::bind(addr).await?;
+        let local = listener.local_addr()?;
+        let app = self.router().into_make_service_with_connect_info::<ConnHandle>();
+        tokio::spawn(async move {
+            if let Err(e) = axum::serve(KillableListener::new(listener), app).await {
+                tracing::error!(error = %e, "mock server stopped");
+            }
+        });
+        tracing::info!(%local, "mock server listening");
+        Ok(local)
+    }
+
+    /// One provider call: auth, parse, plan, quota, then the plan on the wire.
+    async fn call(&self, flavor: Flavor, req: Request) -> Response {
+        let arrived = Instant::now();
+        let (parts, body) = req.into_parts();
+        let conn = parts.extensions.get::<ConnectInfo<ConnHandle>>().map(|c| c.0.clone());
+        if let Some(resp) = check_auth(flavor, &parts.headers) {
+            return resp;
+        }
+        let backend = self.backend(flavor);
+        let bytes = match axum::body::to_bytes(body, MAX_BODY).await {
+            Ok(b) => b,
+            Err(_) => {
+                let msg = format!("request body unreadable or larger than {} MiB", MAX_BODY >> 20);
+                return error_response(flavor, 413, &msg, None, backend.rate_now());
+            }
+        };
+        let call = match wire::parse(flavor, &parts.headers, &bytes) {
+            Ok(c) => c,
+            Err(e) => return error_response(flavor, 400, &e.message, e.field.as_deref(), backend.rate_now()),
+        };
+        let plan = backend.mock.plan(&call.req);
+        tracing::debug!(
+            provider = flavor.provider(),
+            request = call.req.request_id,
+            step = call.req.step,
+            attempt = call.req.attempt,
+            stream = call.stream,
+            plan = plan_label(&plan),
+            "mock server call"
+        );
+        if plan == MockReply::Refused {
+            return cut(conn.as_ref(), false);
+        }
+        let input = ((call.req.prompt_chars() as f64 / backend.profile.chars_per_token).ceil() as u64).max(1);
+        let mut headers = HeaderMap::new();
+        if let Some(q) = &backend.quota {
+            let generates = matches!(plan, MockReply::Answer { .. } | MockReply::Truncated { .. });
+            let cost = Cost {
+                requests: 1,
+                input: if generates { input } else { 0 },
+                output: if generates { u64::from(call.req.max_tokens) } else { 0 },
+            };
+            match q.take(cost) {
+                Ok(mut snap) => {
+                    if let MockReply::Status {
+                        code: 429, retry_after, ..
+                    } = &plan
+                    {
+                        snap.tokens_exhausted = Some(retry_after.unwrap_or(Duration::from_secs(60)));
+                    }
+                    snap.write_headers(&mut headers);
+                }
+                Err(ex) => return quota_exhausted(flavor, ex),
+            }
+        }
+        let ctx = Ctx::new(self.seed, flavor, &call);
+        put(&mut headers, request_id_header(flavor), ctx.id.clone());
+        let exchange = Exchange {
+            backend,
+            ctx,
+            stream: call.stream,
+            input: u32::try_from(input).unwrap_or(u32::MAX),
+            headers,
+            conn,
+            arrived,
+        };
+        exchange.play(plan).await
+    }
+}
+
+/// One call being answered.
+struct Exchange<'a> {
+    backend: &'a Backend,
+    ctx: Ctx,
+    stream: bool,
+    /// Estimated prompt tokens.
+    input: u32,
+    /// Response headers so far (rate limits, request id).
+    headers: HeaderMap,
+    conn: Option<ConnHandle>,
+    arrived: Instant,
+}
+
+impl Exchange<'_> {
+    /// Plays `plan` on the wire.
+    async fn play(self, plan: MockReply) -> Response {
+        let Exchange {
+            backend,
+            ctx,
+            stream,
+            input,
+            mut headers,
+            conn,
+            arrived,
+        } = self;
+        let flavor = ctx.flavor;
+        match plan {
+            MockReply::Answer {
+                text,
+                tool_calls,
+                usage,
+                ttft,
+                stall,
+                tokens_per_s,
+            } => {
+                let gen = Duration::try_from_secs_f64(f64::from(usage.output) / tokens_per_s.max(0.01)).unwrap_or(HOLD);
+                let a = Answer {
+                    text: &text,
+                    tool_calls: &tool_calls,
+                    usage,
+                };
+                let t = Timing {
+                    stall,
+                    start: stall + ttft,
+                    gen,
+                };
+                if stream {
+                    let beats = match flavor {
+                        Flavor::Anthropic => anthropic::stream(&ctx, &a, &t),
+                        _ => openai::stream(&ctx, &a, &t),
+                    };
+                    return sse_response(headers, play::script_body(arrived, beats, None));
+                }
+                let body = match flavor {
+                    Flavor::Anthropic => anthropic::message(&ctx, &a),
+                    _ => openai::completion(&ctx, &a),
+                };
+                let done = t.start + gen;
+                if flavor == Flavor::DeepSeek && !stall.is_zero() {
+                    // DeepSeek keeps a waiting non-stream request alive with empty lines.
+                    let mut beats = play::keepalives(stall, b"\n");
+                    beats.push(play::Beat {
+                        at: done,
+                        data: body.to_string().into(),
+                    });
+                    headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+                    return (StatusCode::OK, headers, play::script_body(arrived, beats, None)).into_response();
+                }
+                sleep_until(arrived + done).await;
+                (StatusCode::OK, headers, Json(body)).into_response()
+            }
+            MockReply::Status {
+                code,
+                retry_after,
+                message,
+                delay,
+            } => {
+                sleep_until(arrived + delay).await;
+                if flavor == Flavor::Anthropic && code == 529 && stream {
+                    let usage = Usage {
+                        input,
+                        ..Usage::default()
+                    };
+                    let body = anthropic::overloaded_stream(&ctx, usage, &message);
+                    return sse_response(headers, Body::from(body));
+                }
+                if let Some(ra) = retry_after {
+                    retry_after_headers(&mut headers, ra);
+                }
+                error_response(flavor, code, &message, None, headers)
+            }
+            MockReply::Timeout => {
+                sleep_until(arrived + HOLD).await;
+                error_response(flavor, 504, "Upstream request timed out.", None, headers)
+            }
+            MockReply::Refused => cut(conn.as_ref(), false),
+            MockReply::Reset { delay } => {
+                sleep_until(arrived + delay).await;
+                cut(conn.as_ref(), true)
+            }
+            MockReply::Truncated { text, usage, delay } => {
+                if stream {
+                    let first = Duration::from_millis(backend.profile.ttft_ms).min(delay);
+                    let beats = match flavor {
+                        Flavor::Anthropic => anthropic::truncated_stream(&ctx, &text, usage, first, delay),
+                        _ => openai::truncated_stream(&ctx, &text, first, delay),
+                    };
+                    return sse_response(headers, play::script_body(arrived, beats, Some(delay)));
+                }
+                sleep_until(arrived + delay).await;
+                let a = Answer {
+                    text: &text,
+                    tool_calls: &[],
+                    usage,
+                };
+                let full = match flavor {
+                    Flavor::Anthropic => anthropic::message(&ctx, &a),
+                    _ => openai::completion(&ctx, &a),
+                }
+                .to_string();
+                let body = play::half(&full).to_string();
+                headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+                headers.insert(header::CONNECTION, HeaderValue::from_static("close"));
+                (StatusCode::OK, headers, body).into_response()
+            }
+        }
+    }
+}
+
+fn plan_label(plan: &MockReply) -> &'static str {
+    match plan {
+        MockReply::Answer { .. } => "answer",
+        MockReply::Status { .. } => "status",
+        MockReply::Timeout => "timeout",
+        MockReply::Refused => "refused",
+        MockReply::Reset { .. } => "reset",
+        MockReply::Truncated { .. } => "truncated",
+    }
+}
+
+fn request_id_header(flavor: Flavor) -> &'static str {
+    match flavor {
+        Flavor::Anthropic => "request-id",
+        _ => "x-request-id",
+    }
+}
+
+fn put(h: &mut HeaderMap, name: &'static str, value: String) {
+    if let Ok(v) = HeaderValue::try_from(value) {
+        h.insert(name, v);
+    }
+}
+
+/// `retry-after` (whole seconds, rounded up) and `retry-after-ms`.
+fn retry_after_headers(h: &mut HeaderMap, d: Duration) {
+    put(h, "retry-after", d.as_millis().div_ceil(1_000).to_string());
+    put(h, "retry-after-ms", d.as_millis().to_string());
+}
+
+/// An error in the provider's shape, with `headers`.
+fn error_response(flavor: Flavor, code: u16, message: &str, param: Option<&str>, headers: HeaderMap) -> Response {
+    let status = StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    let body = match flavor {
+        Flavor::Anthropic => anthropic::error(code, message),
+        _ => openai::error(code, message, param),
+    };
+    (status, headers, Json(body)).into_response()
+}
+
+/// The server's own 429 when a quota cannot take a request.
+fn quota_exhausted(flavor: Flavor, ex: Exhausted) -> Response {
+    let mut headers = HeaderMap::new();
+    ex.snapshot.write_headers(&mut headers);
+    let message = match ex.retry_after {
+        Some(d) => {
+            retry_after_headers(&mut headers, d);
+            format!(
+                "Rate limit reached for {} per minute. Please try again in {}.",
+                ex.what,
+                quota::go_duration(d)
+            )
+        }
+        None => format!("Request too large: it exceeds the limit of {} per minute.", ex.what),
+    };
+    error_response(flavor, 429, &message, None, headers)
+}
+
+/// Ends the exchange without a response: closes (FIN) or resets (RST) the
+/// connection; without a connection handle, fails the body instead.
+fn cut(conn: Option<&ConnHandle>, reset: bool) -> Response {
+    match conn {
+        Some(c) => {
+            if reset {
+                c.reset();
+            } else {
+                c.close();
+            }
+            // Never reaches the client: every write on the connection now fails.
+            StatusCode::SERVICE_UNAVAILABLE.into_response()
+        }
+        None => (StatusCode::OK, play::failing_body()).into_response(),
+    }
+}
+
+fn sse_response(mut headers: HeaderMap, body: Body) -> Response {
+    headers.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/event-stream; charset=utf-8"),
+    );
+    headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+    (StatusCode::OK, headers, body).into_response()
+}
+
+fn header_str(headers: &HeaderMap, name: impl axum::http::header::AsHeaderName) -> Option<&str> {
+    headers.get(name).and_then(|v| v.to_str().ok()).map(str::trim)
+}
+
+fn has_bearer(headers: &HeaderMap) -> bool {
+    header_str(headers, header::AUTHORIZATION)
+        .and_then(|s| s.split_once(' '))
+        .is_some_and(|(scheme, key)| scheme.eq_ignore_ascii_case("bearer") && !key.trim().is_empty())
+}
+
+fn has_api_key(headers: &HeaderMap) -> bool {
+    header_str(headers, "x-api-key").is_some_and(|k| !k.is_empty())
+}
+
+/// The provider's credential check: `Some` rejection if it fails (key
+/// values are never logged or echoed).
+fn check_auth(flavor: Flavor, headers: &HeaderMap) -> Option<Response> {
+    let fail = |code: u16, msg: &str| Some(error_response(flavor, code, msg, None, HeaderMap::new()));
+    match flavor {
+        Flavor::OpenAi | Flavor::DeepSeek => {
+            if headers.get(header::AUTHORIZATION).is_none() {
+                return fail(
+                    401,
+                    "You didn't provide an API key. Send it in the Authorization header (Authorization: Bearer KEY).",
+                );
+            }
+            if !has_bearer(headers) {
+                return fail(401, "Incorrect API key format: expected 'Authorization: Bearer KEY'.");
+            }
+            None
+        }
+        Flavor::Anthropic => {
+            if !has_api_key(headers) {
+                return fail(401, "x-api-key header is required");
+            }
+            match header_str(headers, "anthropic-version") {
+                None => fail(400, "anthropic-version: header is required"),
+                Some(v) if v != ANTHROPIC_VERSION => fail(
+                    400,
+                    "anthropic-version: unsupported version (this server speaks 2023-06-01)",
+                ),
+                Some(_) => None,
+            }
+        }
+    }
+}
+
+async fn openai_chat(State(server): State<Arc<MockServer>>, req: Request) -> Response {
+    server.call(Flavor::OpenAi, req).await
+}
+
+async fn deepseek_chat(State(server): State<Arc<MockServer>>, req: Request) -> Response {
+    server.call(Flavor::DeepSeek, req).await
+}
+
+async fn anthropic_messages(State(server): State<Arc<MockServer>>, req: Request) -> Response {
+    server.call(Flavor::Anthropic, req).await
+}
+
+/// `GET /v1/models`: an OpenAI-style list (either provider's credentials accepted).
+async fn models(headers: HeaderMap) -> Response {
+    if !has_bearer(&headers) && !has_api_key(&headers) {
+        return error_response(
+            Flavor::OpenAi,
+            401,
+            "You didn't provide an API key. Send it in the Authorization header (Authorization: Bearer KEY).",
+            None,
+            HeaderMap::new(),
+        );
+    }
+    let model =
+        |id: &str, owner: &str| json!({"id": id, "object": "model", "created": 1_715_367_049, "owned_by": owner});
+    Json(json!({
+        "object": "list",
+        "data": [
+            model("gpt-4o", "openai"),
+            model("claude-haiku", "anthropic"),
+            model("deepseek-chat", "deepseek"),
+        ],
+    }))
+    .into_response()
+}
+
+async fn not_found(req: Request) -> Response {
+    let msg = format!("Unknown request URL: {} {}.", req.method(), req.uri().path());
+    let body =
+        json!({"error": {"message": msg, "type": "invalid_request_error", "param": null, "code": "unknown_url"}});
+    (StatusCode::NOT_FOUND, Json(body)).into_response()
+}

@@ -29,7 +29,9 @@ pub fn go_duration(s: &str) -> Option<Duration> {
     let mut total: u128 = 0;
     while !rest.is_empty() {
         let (int, frac, frac_scale, after) = split_number(rest)?;
-        let unit_end = after.find(|c: char| c == '.' || c.is_ascii_digit()).unwrap_or(after.len());
+        let unit_end = after
+            .find(|c: char| c == '.' || c.is_ascii_digit())
+            .unwrap_or(after.len());
         let unit: u128 = match &after[..unit_end] {
             "ns" => 1,
             "us" | "µs" | "μs" => 1_000,

@@ -140,7 +140,12 @@ impl MockProvider {
     pub fn plan(&self, req: &LlmRequest) -> MockReply {
         let key = mix(req.request_id) ^ ((req.step as u64) << 48) ^ ((req.attempt as u64) << 56);
         let mut rng = self.seed.stream(purpose::MOCK, key);
-        let fault = self.faults.pick(&self.target, self.seed.stream(purpose::FAULT, key ^ mix(req.model.len() as u64)).f64());
+        let fault = self.faults.pick(
+            &self.target,
+            self.seed
+                .stream(purpose::FAULT, key ^ mix(req.model.len() as u64))
+                .f64(),
+        );
         let p = self.profile;
         let input = ((req.prompt_chars() as f64 / p.chars_per_token).ceil() as u32).max(1);
 
@@ -148,17 +153,32 @@ impl MockProvider {
         let offered: Vec<&str> = req.tools.iter().map(|t| t.name.as_str()).collect();
         let order = order_id(req);
         let mut tool_calls = Vec::new();
-        let wants_tools = !offered.is_empty() && (req.step == 0 && rng.f64() < 0.85 || req.step == 1 && rng.f64() < 0.2);
+        let wants_tools =
+            !offered.is_empty() && (req.step == 0 && rng.f64() < 0.85 || req.step == 1 && rng.f64() < 0.2);
         if wants_tools {
-            let first = if offered.contains(&"get_order") { "get_order" } else { offered[rng.usize(..offered.len())] };
-            tool_calls.push(ToolCall { name: first.into(), arguments: args_for(first, &order) });
+            let first = if offered.contains(&"get_order") {
+                "get_order"
+            } else {
+                offered[rng.usize(..offered.len())]
+            };
+            tool_calls.push(ToolCall {
+                name: first.into(),
+                arguments: args_for(first, &order),
+            });
             for extra in ["lookup_shipping", "search_docs", "send_notification"] {
                 if extra != first && offered.contains(&extra) && rng.f64() < 0.3 {
-                    tool_calls.push(ToolCall { name: extra.into(), arguments: args_for(extra, &order) });
+                    tool_calls.push(ToolCall {
+                        name: extra.into(),
+                        arguments: args_for(extra, &order),
+                    });
                 }
             }
         }
-        let mut output = if tool_calls.is_empty() { 60 + rng.u32(0..240) } else { 20 + 15 * tool_calls.len() as u32 };
+        let mut output = if tool_calls.is_empty() {
+            60 + rng.u32(0..240)
+        } else {
+            20 + 15 * tool_calls.len() as u32
+        };
         output = output.min(req.max_tokens.max(1));
         let mut tps = p.tokens_per_s;
         let mut ttft = Duration::from_millis(p.ttft_ms);
@@ -178,14 +198,22 @@ impl MockProvider {
             Fault::Latency { ms } => ttft += Duration::from_millis(ms),
             Fault::Timeout => return MockReply::Timeout,
             Fault::ConnectionRefused => return MockReply::Refused,
-            Fault::Reset => return MockReply::Reset { delay: Duration::from_millis(p.ttft_ms / 2) },
+            Fault::Reset => {
+                return MockReply::Reset {
+                    delay: Duration::from_millis(p.ttft_ms / 2),
+                }
+            }
             Fault::Truncated => {
                 let got = output / 3;
                 let full = text(&req.model);
                 let cut: String = full.chars().take(full.chars().count() / 3).collect();
                 return MockReply::Truncated {
                     text: if tool_calls.is_empty() { cut } else { String::new() },
-                    usage: Usage { input, output: got, cached_input: 0 },
+                    usage: Usage {
+                        input,
+                        output: got,
+                        cached_input: 0,
+                    },
                     delay: ttft + Duration::from_secs_f64(got as f64 / tps),
                 };
             }
@@ -195,21 +223,42 @@ impl MockProvider {
                 output = output.min((tps * 20.0).ceil() as u32).max(1);
             }
             Fault::Hallucinate => {
-                let name = offered.first().map(|n| misspell(n)).unwrap_or_else(|| "get_odrer".into());
-                tool_calls = vec![ToolCall { name, arguments: args_for("get_order", &order) }];
+                let name = offered
+                    .first()
+                    .map(|n| misspell(n))
+                    .unwrap_or_else(|| "get_odrer".into());
+                tool_calls = vec![ToolCall {
+                    name,
+                    arguments: args_for("get_order", &order),
+                }];
             }
             Fault::BadArguments => {
-                let name = offered.first().map(|s| s.to_string()).unwrap_or_else(|| "get_order".into());
-                let arguments = if rng.bool() { format!(r#"{{"order_id": {order}"#) } else { format!(r#"{{"order_id": {order}}}"#) };
+                let name = offered
+                    .first()
+                    .map(|s| s.to_string())
+                    .unwrap_or_else(|| "get_order".into());
+                let arguments = if rng.bool() {
+                    format!(r#"{{"order_id": {order}"#)
+                } else {
+                    format!(r#"{{"order_id": {order}}}"#)
+                };
                 tool_calls = vec![ToolCall { name, arguments }];
             }
             Fault::TokenBlowup { factor } => output = output.saturating_mul(factor.max(1)),
             Fault::KeepAliveStall { ms } => stall = Duration::from_millis(ms),
         }
         MockReply::Answer {
-            text: if tool_calls.is_empty() { text(&req.model) } else { String::new() },
+            text: if tool_calls.is_empty() {
+                text(&req.model)
+            } else {
+                String::new()
+            },
             tool_calls,
-            usage: Usage { input, output, cached_input: 0 },
+            usage: Usage {
+                input,
+                output,
+                cached_input: 0,
+            },
             ttft,
             stall,
             tokens_per_s: tps,
@@ -221,7 +270,14 @@ impl MockProvider {
 impl Provider for MockProvider {
     async fn complete(&self, req: &LlmRequest) -> Result<LlmResponse, ProviderError> {
         match self.plan(req) {
-            MockReply::Answer { text, tool_calls, usage, ttft, stall, tokens_per_s } => {
+            MockReply::Answer {
+                text,
+                tool_calls,
+                usage,
+                ttft,
+                stall,
+                tokens_per_s,
+            } => {
                 let gen = Duration::from_secs_f64(usage.output as f64 / tokens_per_s);
                 tokio::time::sleep(stall + ttft + gen).await;
                 // Keep-alives do not count as progress: the rate is over the whole call.
@@ -234,7 +290,12 @@ impl Provider for MockProvider {
                     rate: RateFeedback::default(),
                 })
             }
-            MockReply::Status { code, retry_after, message, delay } => {
+            MockReply::Status {
+                code,
+                retry_after,
+                message,
+                delay,
+            } => {
                 tokio::time::sleep(delay).await;
                 let mut e = ProviderError::new(ErrorKind::from_status(code), Some(code), message);
                 e.retry_after = retry_after;

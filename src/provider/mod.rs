@@ -1,9 +1,12 @@
 //! The provider interface: requests, responses and the error taxonomy shared
 //! by every LLM client (HTTP or in-process mock).
 
+pub mod anthropic;
 pub mod fault;
 pub mod headers;
+pub mod http;
 pub mod mock;
+pub mod openai;
 pub mod sse;
 
 use crate::resilience::breaker::FailureKind;

@@ -10,6 +10,8 @@
 pub const DEFAULT_MAX_LINE: usize = 8 * 1024 * 1024;
 
 const BOM: &[u8] = b"\xEF\xBB\xBF";
+/// Line buffers up to this capacity are reused between lines.
+const KEEP_LINE_CAPACITY: usize = 64 * 1024;
 
 /// One dispatched event.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -142,8 +144,11 @@ impl SseParser {
                 let mut line = std::mem::take(&mut self.line);
                 line.extend_from_slice(body);
                 let r = self.process_line(&line, out);
-                line.clear();
-                self.line = line; // keep the allocation
+                // Keep the allocation, unless an unusually long line inflated it.
+                if line.capacity() <= KEEP_LINE_CAPACITY {
+                    line.clear();
+                    self.line = line;
+                }
                 r?;
             }
             // `tail` starts with the terminator.
@@ -205,13 +210,9 @@ impl SseParser {
                 self.data.push('\n');
             }
             b"event" => self.event = Some(lossy(value)),
-            b"id" => {
-                // Per spec an ID containing NUL is ignored.
-                if !value.contains(&0) {
-                    self.id = if value.is_empty() { None } else { Some(lossy(value)) };
-                }
-            }
-            // `retry` and unknown fields are ignored.
+            // Per spec an ID containing NUL is ignored.
+            b"id" if !value.contains(&0) => self.id = (!value.is_empty()).then(|| lossy(value)),
+            // `retry`, unknown fields and NUL-bearing IDs are ignored.
             _ => {}
         }
         Ok(())

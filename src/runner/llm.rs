@@ -150,7 +150,7 @@ impl Runner {
                 request_id: call.request_id,
                 step: call.step,
                 attempt: 0,
-                model: m.name.clone(),
+                model: m.api_name.clone(),
                 messages,
                 tools: call.tools.clone(),
                 max_tokens,

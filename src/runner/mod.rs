@@ -52,6 +52,8 @@ pub struct ProviderSlot {
 pub struct ModelSlot {
     /// Name (`gpt-4o`).
     pub name: Arc<str>,
+    /// The name the provider knows it by (`api_name`, default the name).
+    pub api_name: Arc<str>,
     /// Index of its provider.
     pub provider: usize,
     /// Its breaker target.
@@ -211,6 +213,7 @@ impl Runner {
             model_index.insert(name.clone(), models.len());
             models.push(ModelSlot {
                 name: name.as_str().into(),
+                api_name: m.api_name.as_deref().unwrap_or(name).into(),
                 provider: provider_index[&m.provider],
                 target,
                 cfg: m.clone(),

@@ -1,0 +1,233 @@
+//! What the HTTP clients share: one connection pool, transport-error
+//! classification, bounded body reads, and building the configured clients.
+
+use super::anthropic::AnthropicClient;
+use super::openai::{Flavor, OpenAiClient};
+use super::{ErrorKind, Provider, ProviderError};
+use crate::clock::Clock;
+use crate::config::{Config, ProviderKind};
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Largest response body read (error bodies and non-streamed answers).
+pub const MAX_BODY: usize = 16 << 20;
+
+/// A provider could not be set up.
+#[derive(Debug, thiserror::Error)]
+pub enum SetupError {
+    /// The API key's environment variable is not set.
+    #[error("provider `{provider}`: environment variable {var} is not set; export it with the API key (providers.{provider}.api_key_env names it)")]
+    MissingKey {
+        /// Provider.
+        provider: String,
+        /// Variable name.
+        var: String,
+    },
+    /// The HTTP client could not be built.
+    #[error("cannot build the HTTP client: {0}")]
+    Client(String),
+}
+
+/// The connection details of one HTTP provider.
+#[derive(Clone)]
+pub struct Endpoint {
+    /// Provider name (for logs and errors).
+    pub name: String,
+    /// Full URL of the completion endpoint.
+    pub url: String,
+    /// The API key (never logged, never in errors).
+    pub key: Option<Secret>,
+    /// Stream responses.
+    pub stream: bool,
+    /// Longest silence between chunks.
+    pub idle: Duration,
+}
+
+/// An API key that never prints.
+#[derive(Clone)]
+pub struct Secret(String);
+
+impl Secret {
+    /// Wraps a key.
+    pub fn new(s: String) -> Self {
+        Self(s)
+    }
+
+    /// The key, for the request header only.
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::fmt::Debug for Secret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Secret(***)")
+    }
+}
+
+/// The shared client: one connection pool for every provider.
+pub fn client() -> Result<reqwest::Client, SetupError> {
+    reqwest::Client::builder()
+        .connect_timeout(Duration::from_secs(10))
+        .pool_idle_timeout(Duration::from_secs(90))
+        .tcp_nodelay(true)
+        .build()
+        .map_err(|e| SetupError::Client(e.to_string()))
+}
+
+/// Classifies a transport error (no status).
+pub fn transport_error(provider: &str, e: &reqwest::Error) -> ProviderError {
+    let kind = if e.is_timeout() {
+        ErrorKind::Timeout
+    } else if e.is_connect() {
+        ErrorKind::Connect
+    } else {
+        ErrorKind::Reset
+    };
+    // reqwest's message names the URL, never headers: no key can leak.
+    ProviderError::new(kind, None, format!("{provider}: {}", without_query(&e.to_string())))
+}
+
+fn without_query(s: &str) -> String {
+    // Query strings may carry keys on some servers; drop them from messages.
+    match s.find('?') {
+        Some(i) => format!("{}…", &s[..i]),
+        None => s.to_string(),
+    }
+}
+
+/// Reads a whole body, at most [`MAX_BODY`] bytes.
+pub async fn read_body(provider: &str, resp: reqwest::Response) -> Result<Vec<u8>, ProviderError> {
+    use futures_util::StreamExt;
+    let mut out = Vec::new();
+    let mut stream = resp.bytes_stream();
+    while let Some(chunk) = stream.next().await {
+        let chunk = chunk.map_err(|e| transport_error(provider, &e))?;
+        if out.len() + chunk.len() > MAX_BODY {
+            return Err(ProviderError::new(
+                ErrorKind::ServerError,
+                None,
+                format!("{provider}: response larger than 16 MiB"),
+            ));
+        }
+        out.extend_from_slice(&chunk);
+    }
+    Ok(out)
+}
+
+/// A header lookup over reqwest's map, for the header parsers.
+pub fn header_getter(h: &reqwest::header::HeaderMap) -> impl Fn(&str) -> Option<String> + '_ {
+    move |name| h.get(name).and_then(|v| v.to_str().ok()).map(str::to_string)
+}
+
+/// An error for a non-2xx answer: kind from the status, the provider's own
+/// message when the body has one, Retry-After and rate feedback.
+pub fn status_error(
+    provider: &str,
+    status: u16,
+    body: &[u8],
+    rate: crate::resilience::limiter::RateFeedback,
+) -> ProviderError {
+    let v: Option<serde_json::Value> = serde_json::from_slice(body).ok();
+    let msg = v
+        .as_ref()
+        .and_then(|v| v.pointer("/error/message").and_then(|m| m.as_str()).map(str::to_string))
+        .unwrap_or_else(|| String::from_utf8_lossy(&body[..body.len().min(300)]).trim().to_string());
+    let code = v
+        .as_ref()
+        .and_then(|v| v.pointer("/error/code").or_else(|| v.pointer("/error/type")))
+        .and_then(|c| c.as_str())
+        .unwrap_or("");
+    let mut kind = ErrorKind::from_status(status);
+    if status == 400 && (code.contains("context_length") || msg.to_lowercase().contains("too large")) {
+        kind = ErrorKind::TooLarge;
+    }
+    let mut e = ProviderError::new(kind, Some(status), format!("{provider}: HTTP {status}: {msg}"));
+    e.retry_after = rate.retry_after;
+    e.rate = rate;
+    e
+}
+
+/// Builds HTTP clients for every provider of an HTTP kind; `mock_base`
+/// points mock-kind providers at a mock server instead (the demo's
+/// `--providers http`).
+pub fn build(
+    cfg: &Config,
+    clock: Clock,
+    mock_base: Option<&str>,
+) -> Result<HashMap<String, Arc<dyn Provider>>, SetupError> {
+    let http = client()?;
+    let mut out: HashMap<String, Arc<dyn Provider>> = HashMap::new();
+    for (name, p) in &cfg.providers {
+        let (kind, base, key) = match (p.kind, mock_base) {
+            (ProviderKind::Mock, None) => continue,
+            (ProviderKind::Mock, Some(base)) => {
+                let kind = match name.as_str() {
+                    "anthropic" => ProviderKind::Anthropic,
+                    "deepseek" => ProviderKind::Deepseek,
+                    _ => ProviderKind::Openai,
+                };
+                (kind, base.to_string(), Some(Secret::new("mock-key".into())))
+            }
+            (kind, _) => {
+                let base = p
+                    .base_url
+                    .clone()
+                    .or_else(|| kind.default_base_url().map(str::to_string))
+                    .unwrap_or_default();
+                let key = match &p.api_key_env {
+                    Some(var) => match std::env::var(var) {
+                        Ok(k) if !k.is_empty() => Some(Secret::new(k)),
+                        _ => {
+                            return Err(SetupError::MissingKey {
+                                provider: name.clone(),
+                                var: var.clone(),
+                            })
+                        }
+                    },
+                    None => None,
+                };
+                (kind, base, key)
+            }
+        };
+        let base = base.trim_end_matches('/').to_string();
+        let path = match kind {
+            ProviderKind::Anthropic => "/v1/messages",
+            ProviderKind::Deepseek => "/chat/completions",
+            _ if base.ends_with("/v1") => "/chat/completions",
+            _ => "/v1/chat/completions",
+        };
+        let ep = Endpoint {
+            name: name.clone(),
+            url: format!("{base}{path}"),
+            key,
+            stream: p.stream,
+            idle: Duration::from_millis(p.idle_timeout_ms),
+        };
+        let provider: Arc<dyn Provider> = match kind {
+            ProviderKind::Anthropic => Arc::new(AnthropicClient::new(http.clone(), ep, clock)),
+            ProviderKind::Deepseek => Arc::new(OpenAiClient::new(http.clone(), ep, Flavor::DeepSeek, clock)),
+            _ => Arc::new(OpenAiClient::new(http.clone(), ep, Flavor::OpenAi, clock)),
+        };
+        out.insert(name.clone(), provider);
+    }
+    Ok(out)
+}
+
+/// The messages as the OpenAI and Anthropic APIs accept them: tool results
+/// (which carry no tool-call id here) become user turns.
+pub fn wire_role(role: &str) -> &str {
+    match role {
+        "tool" => "user",
+        r => r,
+    }
+}
+
+/// Sends the request with the ids the mock server uses for determinism
+/// (real providers ignore unknown headers).
+pub fn with_ids(b: reqwest::RequestBuilder, req: &super::LlmRequest) -> reqwest::RequestBuilder {
+    b.header("x-fusebox-request", req.request_id.to_string())
+        .header("x-fusebox-step", req.step.to_string())
+        .header("x-fusebox-attempt", req.attempt.to_string())
+}

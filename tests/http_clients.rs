@@ -1,0 +1,418 @@
+//! The real HTTP clients through real loopback sockets against the mock
+//! server: classification of every fault, the breaker/limiter reaction,
+//! fallback before the first byte, both OpenAI-compatible modes, and no API
+//! key anywhere in what fusebox says.
+
+use fusebox::clock::{Clock, Seed};
+use fusebox::config::{Config, ProviderConfig, ProviderKind};
+use fusebox::mockserver::MockServer;
+use fusebox::provider::fault::{Fault, FaultSpec, FaultTable};
+use fusebox::provider::{ErrorKind, LlmRequest, Message, Provider, ToolSpec};
+use fusebox::runner::outcome::Level;
+use fusebox::runner::request::AgentRequest;
+use fusebox::runner::{Runner, RunnerParts};
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+const SECRET: &str = "sk-test-DO-NOT-LEAK-9f8e7d";
+
+async fn server() -> (Arc<FaultTable>, String) {
+    let faults = Arc::new(FaultTable::default());
+    let s = MockServer::new(Seed(3), faults.clone());
+    let addr = s.spawn("127.0.0.1:0").await.unwrap();
+    (faults, format!("http://{addr}"))
+}
+
+/// The mock fleet's providers as HTTP clients against `base`.
+fn clients(cfg: &Config, base: &str) -> HashMap<String, Arc<dyn Provider>> {
+    fusebox::provider::http::build(cfg, Clock::system(), Some(base)).unwrap()
+}
+
+fn quick(cfg: &mut Config) {
+    for p in cfg.providers.values_mut() {
+        p.timeout_ms = 2_000;
+        p.idle_timeout_ms = 1_500;
+    }
+    cfg.retry.max_retries = 0;
+}
+
+fn request(max_tokens: u32, tools: bool) -> LlmRequest {
+    let tools: Vec<ToolSpec> = if tools {
+        fusebox::tools::specs(&Config::default())
+    } else {
+        vec![]
+    };
+    LlmRequest {
+        request_id: 7,
+        step: 1,
+        attempt: 0,
+        model: "gpt-4o".into(),
+        messages: vec![
+            Message::new("system", "be brief"),
+            Message::new("user", "Where is order #38100?"),
+        ]
+        .into(),
+        tools: tools.into(),
+        max_tokens,
+    }
+}
+
+fn ask(id: u64) -> AgentRequest {
+    AgentRequest {
+        id,
+        user: format!("u{id}"),
+        session: format!("s{id}"),
+        route: "default".into(),
+        messages: vec![Message::new("user", format!("Where is order #381{id:02}?"))],
+        max_tokens: 8,
+        max_steps: 1,
+        ..AgentRequest::default()
+    }
+}
+
+fn set(faults: &FaultTable, target: &str, fault: Fault) {
+    faults.set(target, FaultSpec::always(fault));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn healthy_answers_in_every_format_and_mode() {
+    let (_faults, base) = server().await;
+    for stream in [true, false] {
+        let mut cfg = Config::default();
+        for p in cfg.providers.values_mut() {
+            p.stream = stream;
+        }
+        let c = clients(&cfg, &base);
+        for name in ["openai", "anthropic", "deepseek"] {
+            let r = c[name]
+                .complete(&request(6, false))
+                .await
+                .unwrap_or_else(|e| panic!("{name} stream={stream}: {e}"));
+            assert!(!r.text.is_empty(), "{name} stream={stream}");
+            assert!(
+                r.usage.input > 0 && r.usage.output > 0,
+                "{name} stream={stream}: {:?}",
+                r.usage
+            );
+            assert!(r.tokens_per_s.is_some());
+        }
+        // Rate-limit headers calibrate OpenAI and Anthropic.
+        let r = c["openai"].complete(&request(6, false)).await.unwrap();
+        assert!(
+            r.rate.remaining_tokens.is_some() && r.rate.remaining_requests.is_some(),
+            "{:?}",
+            r.rate
+        );
+        let r = c["anthropic"].complete(&request(6, false)).await.unwrap();
+        assert!(r.rate.remaining_input_tokens.is_some(), "{:?}", r.rate);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tool_calls_are_assembled_streamed_and_not() {
+    let (_faults, base) = server().await;
+    for stream in [true, false] {
+        let mut cfg = Config::default();
+        for p in cfg.providers.values_mut() {
+            p.stream = stream;
+        }
+        let c = clients(&cfg, &base);
+        for name in ["openai", "anthropic"] {
+            let mut req = request(64, true);
+            req.step = 0;
+            // Step 0 with tools: the mock calls get_order most of the time; try a few requests.
+            let mut found = None;
+            for id in 0..12 {
+                req.request_id = id;
+                let r = c[name].complete(&req).await.unwrap();
+                if let Some(call) = r.tool_calls.first() {
+                    found = Some(call.clone());
+                    break;
+                }
+            }
+            let call = found.unwrap_or_else(|| panic!("{name} stream={stream}: no tool call in 12 tries"));
+            assert_eq!(call.name, "get_order");
+            let args: serde_json::Value = serde_json::from_str(&call.arguments).unwrap();
+            assert!(
+                args["order_id"].is_string(),
+                "{name} stream={stream}: {}",
+                call.arguments
+            );
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_fault_is_classified() {
+    let (faults, base) = server().await;
+    for stream in [true, false] {
+        let mut cfg = Config::default();
+        for p in cfg.providers.values_mut() {
+            p.stream = stream;
+            p.idle_timeout_ms = 1_000;
+        }
+        let c = clients(&cfg, &base);
+        for name in ["openai", "anthropic", "deepseek"] {
+            let target = format!("provider:{name}");
+            let cases: Vec<(Fault, ErrorKind)> = vec![
+                (
+                    Fault::Status {
+                        code: 429,
+                        retry_after_ms: Some(2_000),
+                    },
+                    ErrorKind::RateLimited,
+                ),
+                (
+                    Fault::Status {
+                        code: 500,
+                        retry_after_ms: None,
+                    },
+                    ErrorKind::ServerError,
+                ),
+                (
+                    Fault::Status {
+                        code: 503,
+                        retry_after_ms: None,
+                    },
+                    ErrorKind::Overloaded,
+                ),
+                (
+                    Fault::Status {
+                        code: 529,
+                        retry_after_ms: None,
+                    },
+                    ErrorKind::Overloaded,
+                ),
+                (
+                    Fault::Status {
+                        code: 400,
+                        retry_after_ms: None,
+                    },
+                    ErrorKind::BadRequest,
+                ),
+                (
+                    Fault::Status {
+                        code: 402,
+                        retry_after_ms: None,
+                    },
+                    ErrorKind::InsufficientBalance,
+                ),
+                (Fault::ConnectionRefused, ErrorKind::Connect),
+                (Fault::Truncated, ErrorKind::Truncated),
+            ];
+            for (fault, kind) in cases {
+                set(&faults, &target, fault.clone());
+                let e = c[name]
+                    .complete(&request(6, false))
+                    .await
+                    .expect_err(&format!("{name} {fault:?}"));
+                let ok = e.kind == kind || (fault == Fault::ConnectionRefused && e.kind == ErrorKind::Reset);
+                assert!(ok, "{name} stream={stream} {fault:?}: got {:?} ({})", e.kind, e.message);
+                if kind == ErrorKind::RateLimited {
+                    assert_eq!(e.retry_after, Some(Duration::from_secs(2)), "{name}: {e:?}");
+                }
+            }
+            // Timeout: nothing comes back; the caller's deadline decides.
+            set(&faults, &target, Fault::Timeout);
+            let r = tokio::time::timeout(Duration::from_millis(800), c[name].complete(&request(6, false))).await;
+            assert!(r.is_err(), "{name}: a timeout fault must not answer");
+            set(&faults, &target, Fault::Healthy);
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn semantic_faults_reach_the_runner_as_semantic_failures() {
+    let (faults, base) = server().await;
+    let mut cfg = Config::default();
+    quick(&mut cfg);
+    let mut parts = RunnerParts::mock(Clock::system(), Seed(3));
+    parts.faults = faults.clone();
+    parts.providers = clients(&cfg, &base);
+    let r = Runner::new(cfg, parts).unwrap();
+    set(&faults, "provider:openai", Fault::Hallucinate);
+    let mut req = ask(1);
+    req.tools = vec!["get_order".into()];
+    req.max_tokens = 64;
+    let o = r.run(req).await;
+    assert_eq!(o.chain[0], "gpt-4o ✗semantic", "{:?}", o.chain);
+    assert!(r.registry().find("model:gpt-4o").unwrap().stats.view().semantic >= 1);
+    set(&faults, "provider:openai", Fault::BadArguments);
+    let mut req = ask(2);
+    req.tools = vec!["get_order".into()];
+    req.max_tokens = 64;
+    let o = r.run(req).await;
+    assert_eq!(o.chain[0], "gpt-4o ✗semantic", "{:?}", o.chain);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retry_after_keeps_traffic_off_the_provider_and_headers_lower_the_bucket() {
+    let (faults, base) = server().await;
+    let mut cfg = Config::default();
+    quick(&mut cfg);
+    let mut parts = RunnerParts::mock(Clock::system(), Seed(3));
+    parts.faults = faults.clone();
+    parts.providers = clients(&cfg, &base);
+    let r = Runner::new(cfg, parts).unwrap();
+    let openai = |r: &Runner| r.registry().find("provider:openai").unwrap().stats.view().attempts;
+    // Remaining-token headers lower the local bucket.
+    let o = r.run(ask(1)).await;
+    assert_eq!(o.level, Level::None, "{:?}", o.chain);
+    let lim = &r.providers().iter().find(|p| p.name == "openai").unwrap().limiter;
+    let v = lim.view(tokio::time::Instant::now());
+    assert!(v.calibrated_ms_ago.is_some(), "{v:?}");
+    assert!(
+        v.tpm.unwrap().0 < v.tpm.unwrap().1,
+        "the provider's remaining count lowered the bucket: {v:?}"
+    );
+    // A 429 with retry-after: 2 freezes the limiter: no request reaches openai for 2 s.
+    set(
+        &faults,
+        "provider:openai",
+        Fault::Status {
+            code: 429,
+            retry_after_ms: Some(2_000),
+        },
+    );
+    let o = r.run(ask(2)).await;
+    assert_eq!(o.level, Level::Fallback, "{:?}", o.chain);
+    set(&faults, "provider:openai", Fault::Healthy);
+    let before = openai(&r);
+    let t0 = std::time::Instant::now();
+    while t0.elapsed() < Duration::from_millis(1_500) {
+        let o = r.run(ask(3)).await;
+        assert_ne!(o.level, Level::Failed);
+        assert_eq!(o.chain[0], "gpt-4o ⏳rate", "{:?}", o.chain);
+    }
+    assert_eq!(openai(&r), before, "no call reached openai during its Retry-After");
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    let o = r.run(ask(4)).await;
+    assert_eq!(
+        o.chain[0], "gpt-4o ✓",
+        "after the Retry-After openai is used again: {:?}",
+        o.chain
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failure_before_the_first_byte_falls_back() {
+    let (faults, base) = server().await;
+    let mut cfg = Config::default();
+    quick(&mut cfg);
+    let mut parts = RunnerParts::mock(Clock::system(), Seed(3));
+    parts.faults = faults.clone();
+    parts.providers = clients(&cfg, &base);
+    let r = Runner::new(cfg, parts).unwrap();
+    for (fault, label) in [
+        (
+            Fault::Status {
+                code: 503,
+                retry_after_ms: None,
+            },
+            "gpt-4o ✗503",
+        ),
+        (Fault::ConnectionRefused, "gpt-4o ✗"),
+        (Fault::Truncated, "gpt-4o ✗truncated"),
+    ] {
+        set(&faults, "provider:openai", fault);
+        let o = r.run(ask(9)).await;
+        assert_eq!(o.level, Level::Fallback, "{:?}", o.chain);
+        assert!(o.chain[0].starts_with(label), "{:?}", o.chain);
+        assert_eq!(o.chain[1], "claude-haiku ✓");
+        r.apply(
+            &fusebox::runner::command::Command::Reset {
+                target: "provider:openai".into(),
+            },
+            "t",
+        )
+        .unwrap();
+        r.apply(
+            &fusebox::runner::command::Command::Reset {
+                target: "model:gpt-4o".into(),
+            },
+            "t",
+        )
+        .unwrap();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn openai_compatible_server_streamed_and_not_and_no_key_leaks() {
+    let (faults, base) = server().await;
+    // SAFETY of the test: the variable name is unique to this test.
+    unsafe { std::env::set_var("FUSEBOX_TEST_LOCAL_KEY", SECRET) };
+    let mut seen = Vec::new();
+    for stream in [true, false] {
+        let mut cfg = Config::default();
+        quick(&mut cfg);
+        cfg.providers.insert(
+            "local".into(),
+            ProviderConfig {
+                kind: ProviderKind::OpenaiCompatible,
+                base_url: Some(format!("{base}/v1")),
+                api_key_env: Some("FUSEBOX_TEST_LOCAL_KEY".into()),
+                stream,
+                ..ProviderConfig::mock(0, 0, 0, 0, 0, 4.0)
+            },
+        );
+        let mut m = cfg.models["gpt-4o"].clone();
+        m.provider = "local".into();
+        m.api_name = Some("llama3.1:8b".into());
+        cfg.models.insert("llama".into(), m);
+        cfg.routes.get_mut("default").unwrap().chain = vec!["llama".into(), "claude-haiku".into()];
+        let mut parts = RunnerParts::mock(Clock::system(), Seed(3));
+        parts.faults = faults.clone();
+        parts.providers = fusebox::provider::http::build(&cfg, Clock::system(), None).unwrap();
+        parts
+            .providers
+            .extend(clients(&cfg, &base).into_iter().filter(|(k, _)| k != "local"));
+        let r = Runner::new(cfg, parts).unwrap();
+        let mut rx = r.events().subscribe();
+        let o = r.run(ask(1)).await;
+        assert_eq!(o.level, Level::None, "stream={stream}: {:?}", o.chain);
+        assert_eq!(o.chain, vec!["llama ✓".to_string()]);
+        // The openai-compatible path is the mock's /v1/chat/completions: fail it too.
+        set(
+            &faults,
+            "provider:openai",
+            Fault::Status {
+                code: 401,
+                retry_after_ms: None,
+            },
+        );
+        let o = r.run(ask(2)).await;
+        set(&faults, "provider:openai", Fault::Healthy);
+        seen.push(format!("{o:?}"));
+        while let Ok(e) = rx.try_recv() {
+            seen.push(serde_json::to_string(&e).unwrap());
+        }
+        let e = r
+            .providers()
+            .iter()
+            .find(|p| p.name == "local")
+            .unwrap()
+            .client
+            .complete(&request(4, false))
+            .await;
+        seen.push(format!("{e:?}"));
+    }
+    let all = seen.join("\n");
+    assert!(!all.contains(SECRET), "the API key leaked: {all}");
+    assert!(!all.contains("DO-NOT-LEAK"));
+}
+
+#[test]
+fn a_missing_key_names_the_variable() {
+    let mut cfg = Config::default();
+    cfg.providers.get_mut("openai").unwrap().kind = ProviderKind::Openai;
+    cfg.providers.get_mut("openai").unwrap().api_key_env = Some("FUSEBOX_TEST_SURELY_UNSET".into());
+    let err = fusebox::provider::http::build(&cfg, Clock::with_wall_anchor(0), None)
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(
+        err.contains("FUSEBOX_TEST_SURELY_UNSET") && err.contains("`openai`"),
+        "{err}"
+    );
+}
