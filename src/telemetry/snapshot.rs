@@ -146,11 +146,12 @@ impl Runner {
         }
     }
 
-    /// Publishes a snapshot every `every` (≥ 33 ms) and keeps breakers and
-    /// idle-state eviction moving; ends when every receiver is gone.
-    pub fn spawn_publisher(self: &Arc<Self>, every: Duration) -> watch::Receiver<Arc<Snapshot>> {
+    /// Publishes a snapshot (with the top `users` and the last `events`)
+    /// every `every` (≥ 33 ms) and keeps breakers and idle-state eviction
+    /// moving; ends when every receiver is gone.
+    pub fn spawn_publisher(self: &Arc<Self>, every: Duration, users: usize, events: usize) -> watch::Receiver<Arc<Snapshot>> {
         let every = every.max(Duration::from_millis(33));
-        let (tx, rx) = watch::channel(Arc::new(self.snapshot(50, 200)));
+        let (tx, rx) = watch::channel(Arc::new(self.snapshot(users, events)));
         let me = self.clone();
         tokio::spawn(async move {
             let mut tick = tokio::time::interval(every);
@@ -158,7 +159,7 @@ impl Runner {
             loop {
                 tick.tick().await;
                 me.maintain();
-                if tx.send(Arc::new(me.snapshot(50, 200))).is_err() {
+                if tx.send(Arc::new(me.snapshot(users, events))).is_err() {
                     break;
                 }
             }

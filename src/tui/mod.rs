@@ -96,7 +96,7 @@ async fn event_loop(
     pace: Option<Arc<Pace>>,
     rx: &mut mpsc::UnboundedReceiver<Input>,
 ) -> Result<(), ConsoleError> {
-    let mut snaps = runner.spawn_publisher(FRAME);
+    let mut snaps = runner.spawn_publisher(FRAME, SNAPSHOT_USERS, SNAPSHOT_EVENTS);
     let mut events = runner.events().subscribe();
     let mut app = App::new(opts, Arc::new(runner.snapshot(SNAPSHOT_USERS, SNAPSHOT_EVENTS)));
     let mut last_draw: Option<std::time::Instant> = None;
