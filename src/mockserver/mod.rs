@@ -147,10 +147,11 @@ struct Backend {
 }
 
 impl Backend {
-    fn new(name: &str, seed: Seed, faults: &Arc<FaultTable>, quota: Option<Quota>) -> Self {
+    fn new(name: &str, seed: Seed, faults: &Arc<FaultTable>, quota: Option<Quota>, profile: Option<Profile>) -> Self {
+        let profile = profile.unwrap_or_else(|| Profile::for_name(name));
         Self {
-            mock: MockProvider::new(name, seed, faults.clone()),
-            profile: Profile::for_name(name),
+            mock: MockProvider::with_profile(name, seed, faults.clone(), profile),
+            profile,
             quota,
         }
     }
@@ -180,9 +181,22 @@ impl MockServer {
     pub fn new(seed: Seed, faults: Arc<FaultTable>) -> Arc<Self> {
         Arc::new(Self {
             seed,
-            openai: Backend::new("openai", seed, &faults, Some(Quota::openai())),
-            deepseek: Backend::new("deepseek", seed, &faults, None),
-            anthropic: Backend::new("anthropic", seed, &faults, Some(Quota::anthropic())),
+            openai: Backend::new("openai", seed, &faults, Some(Quota::openai()), None),
+            deepseek: Backend::new("deepseek", seed, &faults, None, None),
+            anthropic: Backend::new("anthropic", seed, &faults, Some(Quota::anthropic()), None),
+            faults,
+        })
+    }
+
+    /// A server that answers at once and has no quotas: for measuring the
+    /// overhead of the HTTP path, not for behaviour.
+    pub fn instant(seed: Seed, faults: Arc<FaultTable>) -> Arc<Self> {
+        let p = Some(Profile::INSTANT);
+        Arc::new(Self {
+            seed,
+            openai: Backend::new("openai", seed, &faults, None, p),
+            deepseek: Backend::new("deepseek", seed, &faults, None, p),
+            anthropic: Backend::new("anthropic", seed, &faults, None, p),
             faults,
         })
     }

@@ -21,6 +21,13 @@ pub struct Profile {
 }
 
 impl Profile {
+    /// Answers at once: no time to first token, no generation time.
+    pub const INSTANT: Profile = Profile {
+        ttft_ms: 0,
+        tokens_per_s: 1e12,
+        chars_per_token: 4.0,
+    };
+
     /// A plausible profile for a provider named like a real one.
     pub fn for_name(name: &str) -> Self {
         match name {
@@ -54,9 +61,14 @@ pub struct MockProvider {
 impl MockProvider {
     /// A mock named `name` (its faults are keyed `provider:NAME`).
     pub fn new(name: &str, seed: Seed, faults: Arc<FaultTable>) -> Self {
+        Self::with_profile(name, seed, faults, Profile::for_name(name))
+    }
+
+    /// A mock with a given speed profile (e.g. [`Profile::INSTANT`] for benchmarks).
+    pub fn with_profile(name: &str, seed: Seed, faults: Arc<FaultTable>, profile: Profile) -> Self {
         Self {
             target: format!("provider:{name}"),
-            profile: Profile::for_name(name),
+            profile,
             seed,
             faults,
         }

@@ -149,7 +149,12 @@ impl Runner {
     /// Publishes a snapshot (with the top `users` and the last `events`)
     /// every `every` (≥ 33 ms) and keeps breakers and idle-state eviction
     /// moving; ends when every receiver is gone.
-    pub fn spawn_publisher(self: &Arc<Self>, every: Duration, users: usize, events: usize) -> watch::Receiver<Arc<Snapshot>> {
+    pub fn spawn_publisher(
+        self: &Arc<Self>,
+        every: Duration,
+        users: usize,
+        events: usize,
+    ) -> watch::Receiver<Arc<Snapshot>> {
         let every = every.max(Duration::from_millis(33));
         let (tx, rx) = watch::channel(Arc::new(self.snapshot(users, events)));
         let me = self.clone();
