@@ -416,3 +416,44 @@ fn a_missing_key_names_the_variable() {
         "{err}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn slow_streams_stalls_resets_and_blowups_through_the_real_clients() {
+    let (faults, base) = server().await;
+    let mut cfg = Config::default();
+    for p in cfg.providers.values_mut() {
+        p.idle_timeout_ms = 5_000;
+    }
+    let c = clients(&cfg, &base);
+    for name in ["openai", "anthropic", "deepseek"] {
+        let target = format!("provider:{name}");
+        // Reset mid-call: a transport failure, never a success.
+        set(&faults, &target, Fault::Reset);
+        let e = c[name].complete(&request(6, false)).await.expect_err(name);
+        assert!(
+            matches!(e.kind, ErrorKind::Reset | ErrorKind::Connect | ErrorKind::Truncated),
+            "{name}: {e:?}"
+        );
+        // Slow tokens: the call succeeds but its measured rate is far below normal.
+        set(&faults, &target, Fault::SlowTokens { tokens_per_s: 20.0 });
+        let r = c[name].complete(&request(10, false)).await.unwrap();
+        let tps = r.tokens_per_s.unwrap();
+        assert!(tps < 20.0, "{name}: {tps} tokens/s");
+        // Keep-alive stall: keep-alives are not progress, so the rate collapses.
+        set(&faults, &target, Fault::KeepAliveStall { ms: 1_500 });
+        let t0 = std::time::Instant::now();
+        let r = c[name].complete(&request(6, false)).await.unwrap();
+        assert!(
+            t0.elapsed() >= Duration::from_millis(1_500),
+            "{name}: the stall happened"
+        );
+        assert!(r.tokens_per_s.unwrap() < 6.0 / 1.5, "{name}: {:?}", r.tokens_per_s);
+        // Token blow-up: usage says so, for the cost breaker to see.
+        set(&faults, &target, Fault::TokenBlowup { factor: 20 });
+        let mut req = request(6, false);
+        req.max_tokens = 4;
+        let r = c[name].complete(&req).await.unwrap();
+        assert!(r.usage.output >= 4 * 20, "{name}: {:?}", r.usage);
+        set(&faults, &target, Fault::Healthy);
+    }
+}
