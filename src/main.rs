@@ -8,6 +8,7 @@ use fusebox::mockserver::MockServer;
 use fusebox::runner::{Runner, RunnerParts};
 use fusebox::traffic::load::run_scenario;
 use fusebox::traffic::pace::Pace;
+use fusebox::traffic::record::{Content, RecordOptions, Recorder};
 use fusebox::traffic::scenario::Scenario;
 use fusebox::traffic::summary::Summary;
 use fusebox::tui::app::{Mode, Options};
@@ -90,7 +91,68 @@ struct DemoArgs {
     #[arg(long, value_parser = ["http", "mock"])]
     providers: Option<String>,
     #[command(flatten)]
+    record: RecordArgs,
+    #[command(flatten)]
     console: ConsoleArgs,
+}
+
+#[derive(clap::Args, Default)]
+struct RecordArgs {
+    /// Record the traffic to this file (traffic log v1, JSONL; see docs/traffic-log.md).
+    #[arg(long)]
+    record: Option<PathBuf>,
+    /// Message content in the recording: none (default), hash, or full.
+    #[arg(long, value_enum, default_value = "none")]
+    record_content: Content,
+    /// When the recording is synced to disk: always, os, or every N milliseconds.
+    #[arg(long, default_value = "1000")]
+    fsync: String,
+    /// Start a new recording file past this many megabytes (the old one gets a .N suffix).
+    #[arg(long)]
+    rotate_mb: Option<u64>,
+}
+
+impl RecordArgs {
+    /// Subscribes a recorder to the runner's events, if recording.
+    fn start(&self, runner: &Runner, seed: u64) -> Result<Option<Recorder>> {
+        let Some(path) = &self.record else { return Ok(None) };
+        let opts = RecordOptions {
+            fsync: self.fsync.parse().map_err(|e| anyhow::anyhow!("--fsync {e}"))?,
+            content: self.record_content,
+            rotate_bytes: self.rotate_mb.map(|mb| mb.max(1) << 20),
+        };
+        let header = fusebox::traffic::log::Header {
+            v: fusebox::traffic::log::VERSION,
+            started_at: humantime::format_rfc3339_millis(std::time::SystemTime::now()).to_string(),
+            seed,
+        };
+        let rec = Recorder::start(path, opts, header, runner.events().subscribe())
+            .with_context(|| format!("cannot record to {}", path.display()))?;
+        Ok(Some(rec))
+    }
+}
+
+/// Closes the event bus to the recorder and waits for its last flush.
+fn finish_recording(runner: &Runner, rec: Option<Recorder>, path: Option<&PathBuf>) -> Result<()> {
+    let Some(rec) = rec else { return Ok(()) };
+    runner.events().close_subscribers();
+    let stats = rec.finish().with_context(|| {
+        format!(
+            "recording to {} failed",
+            path.map(|p| p.display().to_string()).unwrap_or_default()
+        )
+    })?;
+    eprintln!(
+        "recorded {} records to {}{}",
+        stats.records,
+        path.map(|p| p.display().to_string()).unwrap_or_default(),
+        if stats.files > 1 {
+            format!(" ({} files after rotation)", stats.files)
+        } else {
+            String::new()
+        }
+    );
+    Ok(())
 }
 
 #[derive(clap::Args, Default)]
@@ -268,6 +330,8 @@ fn demo(args: DemoArgs) -> Result<()> {
         .build()?;
     let wall = std::time::Instant::now();
     let seed = Seed(args.seed);
+    let record = args.record;
+    let record_path = record.record.clone();
     let operator = args
         .console
         .operator
@@ -290,6 +354,7 @@ fn demo(args: DemoArgs) -> Result<()> {
         };
         parts.providers = fusebox::provider::http::build(&cfg, clock, mock_base.as_deref())?;
         let runner = Runner::new(cfg, parts)?;
+        let recorder = record.start(&runner, seed.0)?;
         let pace = match speed {
             Speed::Factor(f) => {
                 let p = Pace::new(f);
@@ -314,13 +379,21 @@ fn demo(args: DemoArgs) -> Result<()> {
                 let runner = runner.clone();
                 tokio::spawn(async move { run_scenario(runner, &scenario, duration, seed).await })
             };
-            let r = fusebox::tui::run(runner, opts, theme, keymap, pace).await;
+            let r = fusebox::tui::run(runner.clone(), opts, theme, keymap, pace).await;
             driver.abort();
+            finish_recording(&runner, recorder, record_path.as_ref())?;
             r?;
             return anyhow::Ok(None);
         }
         let mut events = runner.events().subscribe();
-        let run = run_scenario(runner.clone(), &scenario, duration, seed).await;
+        let run = tokio::select! {
+            run = run_scenario(runner.clone(), &scenario, duration, seed) => run,
+            _ = tokio::signal::ctrl_c() => {
+                finish_recording(&runner, recorder, record_path.as_ref())?;
+                bail!("interrupted");
+            }
+        };
+        finish_recording(&runner, recorder, record_path.as_ref())?;
         let mut seen = Vec::new();
         while let Ok(e) = events.try_recv() {
             seen.push(e);

@@ -73,6 +73,9 @@ impl Runner {
     pub async fn run(&self, req: AgentRequest) -> Outcome {
         let start = self.clock.now();
         self.totals.requests.fetch_add(1, Ordering::Relaxed);
+        if self.events.has_subscribers() {
+            self.events.emit(EventKind::Request(Box::new(req.clone())));
+        }
         self.retry_budget.deposit(start);
         let mut o = self.run_once(&req, true).await;
         o.latency_ms = self.clock.now().saturating_duration_since(start).as_millis() as u64;

@@ -107,6 +107,12 @@ impl Runner {
                 Ok(s) => s.clone(),
                 Err(e) => format!("rejected: {e}"),
             },
+            args: match cmd {
+                Command::SetFault { fault, .. } => serde_json::to_value(fault)
+                    .ok()
+                    .map(|f| serde_json::json!({ "fault": f })),
+                _ => None,
+            },
         });
         r.map(|_| ())
     }

@@ -7,7 +7,10 @@ use super::{ModelSlot, Runner};
 use crate::provider::{ErrorKind, LlmRequest, LlmResponse, Message, ProviderError, ToolSpec};
 use crate::resilience::breaker::{CallRecord, FailureKind};
 use crate::resilience::budget::BudgetExceeded;
+use crate::resilience::limiter::RateFeedback;
 use crate::resilience::retry::backoff;
+use crate::telemetry::events::{Attempt, EventKind};
+use std::collections::BTreeMap;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
@@ -287,6 +290,19 @@ impl Runner {
                     };
                     pt.breaker.record(pp, &rec, end);
                     mt.breaker.record(mp, &rec, end);
+                    self.announce_attempt(|| Attempt {
+                        request: call.request_id,
+                        target: pt.name.clone(),
+                        model: Some(m.name.to_string()),
+                        status: Some(200),
+                        transport: None,
+                        latency_ms: lat_ms,
+                        input_tokens: u.input,
+                        output_tokens: u.output,
+                        headers: rate_headers(&resp.rate),
+                        semantic_failure: semantic.clone(),
+                        tool_calls: resp.tool_calls.iter().map(|c| c.name.clone()).collect(),
+                    });
                     if let Some(why) = semantic {
                         for t in [pt, mt] {
                             t.stats.failed.inc();
@@ -325,6 +341,19 @@ impl Runner {
                     };
                     pt.breaker.record(pp, &rec, end);
                     mt.breaker.record(mp, &rec, end);
+                    self.announce_attempt(|| Attempt {
+                        request: call.request_id,
+                        target: pt.name.clone(),
+                        model: Some(m.name.to_string()),
+                        status: e.status,
+                        transport: transport_name(e.kind),
+                        latency_ms: lat_ms,
+                        input_tokens: u.input,
+                        output_tokens: u.output,
+                        headers: rate_headers(&e.rate),
+                        semantic_failure: None,
+                        tool_calls: Vec::new(),
+                    });
                     for t in [pt, mt] {
                         t.stats.failed.inc();
                         if e.kind == ErrorKind::Timeout {
@@ -352,6 +381,62 @@ impl Runner {
             }
         }
     }
+}
+
+impl Runner {
+    /// Emits an attempt record when someone (the recorder) listens.
+    pub(crate) fn announce_attempt(&self, make: impl FnOnce() -> Attempt) {
+        if self.events.has_subscribers() {
+            self.events.emit(EventKind::Attempt(Box::new(make())));
+        }
+    }
+}
+
+/// How a transport failure is named in traffic logs.
+pub(crate) fn transport_name(k: ErrorKind) -> Option<&'static str> {
+    match k {
+        ErrorKind::Timeout => Some("timeout"),
+        ErrorKind::Connect => Some("connect"),
+        ErrorKind::Reset => Some("reset"),
+        ErrorKind::Truncated => Some("truncated"),
+        _ => None,
+    }
+}
+
+/// Rate-limit feedback as the lower-case headers a log records.
+pub(crate) fn rate_headers(r: &RateFeedback) -> BTreeMap<String, String> {
+    let mut h = BTreeMap::new();
+    let mut put = |k: &str, v: Option<String>| {
+        if let Some(v) = v {
+            h.insert(k.to_string(), v);
+        }
+    };
+    put("retry-after-ms", r.retry_after.map(|d| d.as_millis().to_string()));
+    put(
+        "x-ratelimit-remaining-tokens",
+        r.remaining_tokens.map(|v| v.to_string()),
+    );
+    put(
+        "x-ratelimit-remaining-requests",
+        r.remaining_requests.map(|v| v.to_string()),
+    );
+    put(
+        "anthropic-ratelimit-input-tokens-remaining",
+        r.remaining_input_tokens.map(|v| v.to_string()),
+    );
+    put(
+        "anthropic-ratelimit-output-tokens-remaining",
+        r.remaining_output_tokens.map(|v| v.to_string()),
+    );
+    put(
+        "x-ratelimit-reset-tokens",
+        r.reset_tokens.map(|d| format!("{}ms", d.as_millis())),
+    );
+    put(
+        "x-ratelimit-reset-requests",
+        r.reset_requests.map(|d| format!("{}ms", d.as_millis())),
+    );
+    h
 }
 
 /// Awaits a provider call, bounded by `timeout`. A call that is ready at

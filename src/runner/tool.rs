@@ -1,12 +1,14 @@
 //! One tool call: drill mode → breaker → bulkhead → call with retries (only
 //! for idempotent tools) → record. Successful results feed the cache.
 
+use super::llm::transport_name;
 use super::llm::Tally;
 use super::Runner;
 use crate::clock::hash_str;
 use crate::provider::{ErrorKind, ProviderError, ToolCall};
 use crate::resilience::breaker::CallRecord;
 use crate::resilience::retry::backoff;
+use crate::telemetry::events::Attempt;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -95,6 +97,14 @@ impl Runner {
             let end = self.clock.now();
             let latency = end.saturating_duration_since(t0);
             t.stats.latency_ms_sum.add(latency.as_millis() as u64);
+            self.announce_attempt(|| Attempt {
+                request: request_id,
+                target: t.name.clone(),
+                status: Some(r.as_ref().map_or_else(|e| e.status.unwrap_or(0), |_| 200)).filter(|s| *s != 0),
+                transport: r.as_ref().err().and_then(|e| transport_name(e.kind)),
+                latency_ms: latency.as_millis() as u64,
+                ..Attempt::default()
+            });
             match r {
                 Ok(text) => {
                     t.breaker.record(

@@ -68,6 +68,9 @@ pub enum EventKind {
         by: String,
         /// Result in words (applied, or why not).
         result: String,
+        /// Arguments (the fault of `set_fault`).
+        #[serde(skip_serializing_if = "Option::is_none")]
+        args: Option<serde_json::Value>,
     },
     /// A request was deferred to the spool.
     Deferred {
@@ -85,6 +88,37 @@ pub enum EventKind {
     },
     /// The outcome record of one request (subscribers only).
     Outcome(Box<Outcome>),
+    /// A request arrived (subscribers only, for the recorder).
+    Request(Box<crate::runner::request::AgentRequest>),
+    /// One provider or tool call finished (subscribers only, for the recorder).
+    Attempt(Box<Attempt>),
+}
+
+/// One provider or tool call, as the recorder writes it.
+#[derive(Clone, Debug, Default, Serialize, PartialEq)]
+pub struct Attempt {
+    /// Request id.
+    pub request: u64,
+    /// `provider:NAME` or `tool:NAME`.
+    pub target: String,
+    /// Model, for provider calls.
+    pub model: Option<String>,
+    /// HTTP status, when there was one (200 for success).
+    pub status: Option<u16>,
+    /// `timeout`, `connect`, `reset` or `truncated`.
+    pub transport: Option<&'static str>,
+    /// Latency (ms).
+    pub latency_ms: u64,
+    /// Input tokens.
+    pub input_tokens: u32,
+    /// Output tokens.
+    pub output_tokens: u32,
+    /// Rate-limit and retry-after feedback, as lower-case header names.
+    pub headers: std::collections::BTreeMap<String, String>,
+    /// Semantic failure, in words.
+    pub semantic_failure: Option<String>,
+    /// Tool names the model asked for.
+    pub tool_calls: Vec<String>,
 }
 
 /// An event with the virtual time it happened at.
@@ -120,6 +154,13 @@ impl EventBus {
         })
     }
 
+    /// Closes every subscription (their receivers drain what is left and
+    /// end): how a recorder is told to flush and stop.
+    pub fn close_subscribers(&self) {
+        self.subs.lock().clear();
+        self.has_subs.store(false, Ordering::Release);
+    }
+
     /// Every event from now on, in order, without loss.
     pub fn subscribe(&self) -> mpsc::UnboundedReceiver<Event> {
         let (tx, rx) = mpsc::unbounded_channel();
@@ -140,7 +181,10 @@ impl EventBus {
             t_ms: self.clock.elapsed_ms(),
             kind,
         };
-        if !matches!(ev.kind, EventKind::Outcome(_)) {
+        if !matches!(
+            ev.kind,
+            EventKind::Outcome(_) | EventKind::Request(_) | EventKind::Attempt(_)
+        ) {
             self.seq.fetch_add(1, Ordering::Relaxed);
             let mut r = self.recent.lock();
             if r.len() == self.capacity {

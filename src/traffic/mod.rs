@@ -1,6 +1,8 @@
 //! Traffic sources: the demo load generator and its scenarios.
 
 pub mod load;
+pub mod log;
 pub mod pace;
+pub mod record;
 pub mod scenario;
 pub mod summary;

@@ -45,10 +45,13 @@ pub fn describe(e: &Event) -> String {
             target,
             by,
             result,
+            ..
         } => format!("operator {by}: {action} {target} — {result}"),
         EventKind::Deferred { request, reason } => format!("deferred #{request}: {reason}"),
         EventKind::DeferredDone { request, level } => format!("deferred #{request} ended: {level}"),
         EventKind::Outcome(o) => format!("#{} {}", o.request, o.level.as_str()),
+        EventKind::Request(r) => format!("#{} from {}", r.id, r.user),
+        EventKind::Attempt(a) => format!("#{} {} {:?}", a.request, a.target, a.status),
     }
 }
 

@@ -1,0 +1,288 @@
+//! Recording traffic: the runner's events become traffic-log v1 lines,
+//! written by one thread (`--record FILE`).
+//!
+//! The event subscription never drops anything; the writer batches lines,
+//! syncs to disk by policy (every write, every N ms, or when the OS likes),
+//! rotates by size, and flushes when the bus closes it. A crash leaves at
+//! most a torn last line, which readers skip. Message content is recorded
+//! only when asked (`full`), or as a hash; auth headers never are.
+
+use super::log::{AttemptRec, Header, OperatorRec, OutcomeRec, Record, RequestRec, TransitionRec, Transport};
+use crate::clock::hash_str;
+use crate::telemetry::events::{Event, EventKind};
+use std::fs::{File, OpenOptions};
+use std::io::{self, BufWriter, Write};
+use std::path::{Path, PathBuf};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+use tokio::sync::mpsc::UnboundedReceiver;
+
+/// When the log is synced to disk.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Fsync {
+    /// After every record (safest, slowest).
+    Always,
+    /// At most this long after a record was written.
+    Every(Duration),
+    /// Left to the operating system.
+    Os,
+}
+
+impl std::str::FromStr for Fsync {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "always" => Ok(Fsync::Always),
+            "os" => Ok(Fsync::Os),
+            ms => ms
+                .parse::<u64>()
+                .ok()
+                .filter(|m| *m > 0)
+                .map(|m| Fsync::Every(Duration::from_millis(m)))
+                .ok_or_else(|| format!("`{s}`: use `always`, `os` or a number of milliseconds such as 1000")),
+        }
+    }
+}
+
+/// How much message content is recorded.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum Content {
+    /// None (the default: privacy first).
+    #[default]
+    None,
+    /// A hash of the content only.
+    Hash,
+    /// The messages themselves.
+    Full,
+}
+
+/// Recording settings.
+#[derive(Clone, Debug)]
+pub struct RecordOptions {
+    /// Sync policy.
+    pub fsync: Fsync,
+    /// Content policy.
+    pub content: Content,
+    /// Start a new file past this size (the old one becomes `FILE.1`, `FILE.2`, …).
+    pub rotate_bytes: Option<u64>,
+}
+
+impl Default for RecordOptions {
+    fn default() -> Self {
+        Self {
+            fsync: Fsync::Every(Duration::from_millis(1000)),
+            content: Content::None,
+            rotate_bytes: None,
+        }
+    }
+}
+
+/// What a finished recording wrote.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RecordStats {
+    /// Records written (header lines included).
+    pub records: u64,
+    /// Files written (more than one after rotation).
+    pub files: u32,
+}
+
+/// A running recorder; [`Recorder::finish`] after closing the event bus.
+pub struct Recorder {
+    thread: JoinHandle<io::Result<RecordStats>>,
+}
+
+impl Recorder {
+    /// Starts writing `events` to `path`, beginning with `header`.
+    pub fn start(
+        path: &Path,
+        opts: RecordOptions,
+        header: Header,
+        events: UnboundedReceiver<Event>,
+    ) -> io::Result<Self> {
+        let file = Writer::create(path, header, opts.rotate_bytes)?;
+        let thread = std::thread::Builder::new()
+            .name("fusebox-recorder".into())
+            .spawn(move || run(file, opts, events))?;
+        Ok(Self { thread })
+    }
+
+    /// Waits until every event sent before the bus closed is written,
+    /// flushed and synced.
+    pub fn finish(self) -> io::Result<RecordStats> {
+        self.thread
+            .join()
+            .map_err(|_| io::Error::other("the recorder thread panicked"))?
+    }
+}
+
+struct Writer {
+    path: PathBuf,
+    out: BufWriter<File>,
+    header: Header,
+    bytes: u64,
+    rotate: Option<u64>,
+    stats: RecordStats,
+}
+
+impl Writer {
+    fn create(path: &Path, header: Header, rotate: Option<u64>) -> io::Result<Self> {
+        let file = OpenOptions::new().create(true).write(true).truncate(true).open(path)?;
+        let mut w = Self {
+            path: path.to_path_buf(),
+            out: BufWriter::with_capacity(1 << 16, file),
+            header,
+            bytes: 0,
+            rotate,
+            stats: RecordStats { records: 0, files: 1 },
+        };
+        w.line(&Record::Header(w.header.clone()))?;
+        Ok(w)
+    }
+
+    fn line(&mut self, r: &Record) -> io::Result<()> {
+        let text = r.to_line();
+        self.out.write_all(text.as_bytes())?;
+        self.out.write_all(b"\n")?;
+        self.bytes += text.len() as u64 + 1;
+        self.stats.records += 1;
+        Ok(())
+    }
+
+    fn write(&mut self, r: &Record) -> io::Result<()> {
+        if self.rotate.is_some_and(|max| self.bytes >= max) {
+            self.sync()?;
+            let n = self.stats.files;
+            let mut moved = self.path.clone().into_os_string();
+            moved.push(format!(".{n}"));
+            std::fs::rename(&self.path, PathBuf::from(moved))?;
+            let file = File::create(&self.path)?;
+            self.out = BufWriter::with_capacity(1 << 16, file);
+            self.bytes = 0;
+            self.stats.files += 1;
+            self.line(&Record::Header(self.header.clone()))?;
+        }
+        self.line(r)
+    }
+
+    fn sync(&mut self) -> io::Result<()> {
+        self.out.flush()?;
+        self.out.get_ref().sync_data()
+    }
+}
+
+fn run(mut w: Writer, opts: RecordOptions, mut events: UnboundedReceiver<Event>) -> io::Result<RecordStats> {
+    let mut last_sync = Instant::now();
+    let mut last_t = 0u64;
+    let mut dirty = false;
+    while let Some(ev) = events.blocking_recv() {
+        // Lines are non-decreasing in time even if emitters race.
+        last_t = last_t.max(ev.t_ms);
+        let Some(r) = record_of(&ev, last_t, opts.content) else {
+            continue;
+        };
+        w.write(&r)?;
+        dirty = true;
+        match opts.fsync {
+            Fsync::Always => {
+                w.sync()?;
+                dirty = false;
+            }
+            Fsync::Every(d) if last_sync.elapsed() >= d => {
+                w.sync()?;
+                last_sync = Instant::now();
+                dirty = false;
+            }
+            _ => {}
+        }
+    }
+    if dirty || opts.fsync == Fsync::Os {
+        w.sync()?;
+    }
+    Ok(w.stats)
+}
+
+/// The log record of an event, if it has one.
+pub fn record_of(ev: &Event, t_ms: u64, content: Content) -> Option<Record> {
+    Some(match &ev.kind {
+        EventKind::Request(r) => {
+            let chars: usize = r.messages.iter().map(|m| m.content.len()).sum();
+            let text = || {
+                r.messages
+                    .iter()
+                    .map(|m| format!("{}:{}", m.role, m.content))
+                    .collect::<Vec<_>>()
+                    .join("\n")
+            };
+            Record::Request(RequestRec {
+                t_ms,
+                id: r.id,
+                user: r.user.clone(),
+                session: r.session.clone(),
+                route: r.route.clone(),
+                prompt_tokens: (chars as u32).div_ceil(4),
+                max_tokens: r.max_tokens,
+                tools: r.tools.clone(),
+                critical_tools: r.critical_tools.clone(),
+                max_steps: (r.max_steps > 0).then_some(r.max_steps),
+                messages: (content == Content::Full).then(|| r.messages.clone()),
+                content_hash: (content == Content::Hash).then(|| format!("{:016x}", hash_str(&text()))),
+            })
+        }
+        EventKind::Attempt(a) => Record::Attempt(AttemptRec {
+            t_ms,
+            request: a.request,
+            target: a.target.clone(),
+            model: a.model.clone(),
+            status: a.status,
+            transport: a.transport.and_then(|t| match t {
+                "timeout" => Some(Transport::Timeout),
+                "connect" => Some(Transport::Connect),
+                "reset" => Some(Transport::Reset),
+                "truncated" => Some(Transport::Truncated),
+                _ => None,
+            }),
+            latency_ms: a.latency_ms,
+            input_tokens: a.input_tokens,
+            output_tokens: a.output_tokens,
+            headers: a.headers.clone(),
+            semantic_failure: a.semantic_failure.clone(),
+            tool_calls: a.tool_calls.clone(),
+        }),
+        EventKind::Outcome(o) => Record::Outcome(OutcomeRec {
+            t_ms,
+            request: o.request,
+            level: o.level,
+            chain: o.chain.clone(),
+            quality: o.quality,
+            tokens: o.tokens,
+            cost_usd: o.cost_usd,
+            missing: o.missing.clone(),
+        }),
+        EventKind::Transition {
+            breaker,
+            from,
+            to,
+            reason,
+        } => Record::Transition(TransitionRec {
+            t_ms,
+            breaker: breaker.clone(),
+            from: from.to_string(),
+            to: to.to_string(),
+            reason: reason.clone(),
+        }),
+        EventKind::Operator {
+            action,
+            target,
+            by,
+            args,
+            result,
+        } if !result.starts_with("rejected") => Record::Operator(OperatorRec {
+            t_ms,
+            action: action.clone(),
+            target: target.clone(),
+            args: args.as_ref().and_then(|a| a.as_object().cloned()),
+            by: by.clone(),
+        }),
+        _ => return None,
+    })
+}

@@ -1,0 +1,125 @@
+//! Recording: a demo scenario recorded to a traffic log reads back as valid
+//! log v1 — one request and one outcome per request, attempts for known
+//! requests, operator actions with their arguments — and content is only
+//! recorded when asked.
+
+use fusebox::clock::{Clock, Seed};
+use fusebox::config::Config;
+use fusebox::runner::{Runner, RunnerParts};
+use fusebox::traffic::load::run_scenario;
+use fusebox::traffic::log::{Header, LogReader, Record};
+use fusebox::traffic::record::{Content, Fsync, RecordOptions, Recorder};
+use fusebox::traffic::scenario::Scenario;
+use std::collections::HashMap;
+use std::time::Duration;
+
+async fn record(
+    content: Content,
+    rotate: Option<u64>,
+) -> (
+    tempfile::TempDir,
+    std::path::PathBuf,
+    u64,
+    fusebox::traffic::record::RecordStats,
+) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("traffic.jsonl");
+    let mut parts = RunnerParts::mock(Clock::with_wall_anchor(0), Seed(4));
+    parts.spool = Some(dir.path().join("spool.jsonl"));
+    let runner = Runner::new(Config::default(), parts).unwrap();
+    let header = Header {
+        v: 1,
+        started_at: "2026-11-29T02:00:00Z".into(),
+        seed: 4,
+    };
+    let opts = RecordOptions {
+        fsync: Fsync::Every(Duration::from_millis(50)),
+        content,
+        rotate_bytes: rotate,
+    };
+    let rec = Recorder::start(&path, opts, header, runner.events().subscribe()).unwrap();
+    let scenario = Scenario::load("2am-incident").unwrap();
+    let run = run_scenario(runner.clone(), &scenario, Duration::from_secs(150), Seed(4)).await;
+    assert_eq!(run.lost, 0);
+    runner.events().close_subscribers();
+    let stats = rec.finish().unwrap();
+    let requests = runner.totals().requests.load(std::sync::atomic::Ordering::Relaxed);
+    (dir, path, requests, stats)
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_recorded_scenario_reads_back_as_a_valid_log() {
+    let (_dir, path, requests, stats) = record(Content::None, None).await;
+    let mut reader = LogReader::open(&path, false).unwrap();
+    assert_eq!(reader.header().map(|h| h.seed), Some(4));
+    let mut per_request: HashMap<u64, (u32, u32, u32)> = HashMap::new();
+    let mut operators = Vec::new();
+    let mut lines = 1; // the header
+    while let Some(r) = reader.next_record().unwrap() {
+        lines += 1;
+        match r {
+            Record::Request(q) => {
+                assert!(
+                    q.messages.is_none() && q.content_hash.is_none(),
+                    "no content by default"
+                );
+                per_request.entry(q.id).or_default().0 += 1;
+            }
+            Record::Attempt(a) => {
+                assert!(a.headers.keys().all(|k| !k.contains("auth") && !k.contains("key")));
+                per_request.entry(a.request).or_default().1 += 1;
+            }
+            Record::Outcome(o) => per_request.entry(o.request).or_default().2 += 1,
+            Record::Operator(op) => operators.push(op),
+            _ => {}
+        }
+    }
+    assert_eq!(lines, stats.records);
+    assert_eq!(per_request.len() as u64, requests);
+    assert!(
+        per_request.values().all(|(q, _, o)| *q == 1 && *o == 1),
+        "one request and one outcome line each"
+    );
+    assert!(
+        per_request.values().map(|v| v.1).sum::<u32>() > requests as u32,
+        "attempts are recorded"
+    );
+    let op = operators
+        .iter()
+        .find(|o| o.action == "set_fault")
+        .expect("the scenario's fault change");
+    assert_eq!(op.target, "tool:get_order");
+    assert_eq!(op.args.as_ref().unwrap()["fault"]["fault"]["code"], 503);
+    assert_eq!(reader.bad_lines() + reader.torn_lines(), 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn content_is_recorded_only_when_asked() {
+    let (_d, path, _, _) = record(Content::Hash, None).await;
+    let first = LogReader::open(&path, false).unwrap().find_map(|r| match r.unwrap() {
+        Record::Request(q) => Some(q),
+        _ => None,
+    });
+    let q = first.unwrap();
+    assert!(q.messages.is_none() && q.content_hash.as_ref().is_some_and(|h| h.len() == 16));
+    let (_d, path, _, _) = record(Content::Full, None).await;
+    let q = LogReader::open(&path, false)
+        .unwrap()
+        .find_map(|r| match r.unwrap() {
+            Record::Request(q) => Some(q),
+            _ => None,
+        })
+        .unwrap();
+    assert!(q.messages.unwrap().iter().any(|m| m.content.contains("order #")));
+}
+
+#[tokio::test(start_paused = true)]
+async fn rotation_starts_new_files_each_with_a_header() {
+    let (_dir, path, _, stats) = record(Content::None, Some(64 << 10)).await;
+    assert!(stats.files > 1, "{stats:?}");
+    let rotated = std::path::PathBuf::from(format!("{}.1", path.display()));
+    let first = std::fs::read_to_string(&rotated).unwrap();
+    assert!(first.starts_with("{\"kind\":\"header\""));
+    let last = std::fs::read_to_string(&path).unwrap();
+    assert!(last.starts_with("{\"kind\":\"header\""));
+}
