@@ -16,6 +16,7 @@ use fusebox::tui::keymap::KeyMap;
 use fusebox::tui::theme::Theme;
 use std::io::IsTerminal;
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
 /// fusebox: an operator console and resilience runner for LLM agents.
@@ -30,6 +31,8 @@ struct Cli {
 enum Cmd {
     /// Drive synthetic agent traffic through the runner against the mock fleet (default).
     Demo(Box<DemoArgs>),
+    /// Re-drive a recorded traffic log through the runner (incident reproduction, what-if).
+    Replay(Box<ReplayArgs>),
     /// Validate a config file.
     CheckConfig {
         /// The TOML file.
@@ -90,6 +93,43 @@ struct DemoArgs {
     /// [default: http in real time, mock with --speed max].
     #[arg(long, value_parser = ["http", "mock"])]
     providers: Option<String>,
+    #[command(flatten)]
+    record: RecordArgs,
+    #[command(flatten)]
+    console: ConsoleArgs,
+}
+
+#[derive(clap::Args)]
+struct ReplayArgs {
+    /// The traffic log (JSONL, format v1).
+    log: PathBuf,
+    /// Config to replay under (default: the built-in config).
+    #[arg(long)]
+    config: Option<PathBuf>,
+    /// `max` (virtual time, deterministic) or a speed-up factor [default: max headless, 1 in the console].
+    #[arg(long, allow_hyphen_values = true)]
+    speed: Option<String>,
+    /// `recorded`: every provider and tool behaves as recorded; `live`: the configured providers (mock fleet by default).
+    #[arg(long, value_parser = ["recorded", "live"], default_value = "recorded")]
+    providers: String,
+    /// Do not re-apply recorded operator actions.
+    #[arg(long)]
+    no_operator: bool,
+    /// Skip malformed lines (counted in the summary as bad_lines) instead of stopping.
+    #[arg(long)]
+    skip_bad_lines: bool,
+    /// Print only the summary, no console.
+    #[arg(long)]
+    headless: bool,
+    /// Write the summary JSON here.
+    #[arg(long)]
+    summary_json: Option<PathBuf>,
+    /// Seed for jitter (default: the log's).
+    #[arg(long)]
+    seed: Option<u64>,
+    /// Spool file for deferred requests (default: a fresh file in the temp directory).
+    #[arg(long)]
+    spool: Option<PathBuf>,
     #[command(flatten)]
     record: RecordArgs,
     #[command(flatten)]
@@ -280,6 +320,7 @@ fn run(cli: Cli) -> Result<()> {
             Ok(())
         }
         Cmd::Demo(args) => demo(*args),
+        Cmd::Replay(args) => replay(*args),
         Cmd::Mock { listen, seed } => mock_server(&listen, seed),
     }
 }
@@ -406,6 +447,130 @@ fn demo(args: DemoArgs) -> Result<()> {
             virtual_ms,
             wall.elapsed().as_millis() as u64,
         )))
+    })?;
+    let Some(summary) = summary else { return Ok(()) };
+    let json = serde_json::to_string_pretty(&summary)?;
+    match &args.summary_json {
+        Some(p) => std::fs::write(p, format!("{json}\n")).with_context(|| format!("cannot write {}", p.display()))?,
+        None => println!("{json}"),
+    }
+    if summary.lost > 0 {
+        bail!("{} requests ended without an outcome", summary.lost);
+    }
+    Ok(())
+}
+
+/// `fusebox replay`: re-drives a traffic log.
+fn replay(args: ReplayArgs) -> Result<()> {
+    use fusebox::traffic::log::LogReader;
+    use fusebox::traffic::replay::{RecordedFleet, RecordedProvider, RecordedTools, ReplayOptions};
+    let console = !args.headless;
+    let speed = parse_speed(args.speed.as_deref().unwrap_or(if console { "1" } else { "max" }))?;
+    if console && matches!(speed, Speed::Max) {
+        bail!("--speed max replays in virtual time as fast as possible; use it with --headless, or give the console a factor such as 1 or 10");
+    }
+    let cfg = load_config(args.config.as_ref())?;
+    let reader = LogReader::open(&args.log, args.skip_bad_lines)?;
+    let seed = Seed(args.seed.or(reader.header().map(|h| h.seed)).unwrap_or(42));
+    let ui = if console {
+        if !std::io::stdout().is_terminal() {
+            bail!("the console needs a terminal, but stdout is not a TTY; run `fusebox replay LOG --headless` for a printed summary");
+        }
+        let theme = Theme::select(args.console.theme.as_deref(), Theme::no_color_env())?;
+        let keymap = match &args.console.keymap {
+            Some(p) => KeyMap::load(p)?,
+            None => KeyMap::defaults(),
+        };
+        Some((theme, keymap))
+    } else {
+        None
+    };
+    let spool_dir;
+    let spool = match args.spool.clone() {
+        Some(p) => p,
+        None => {
+            spool_dir = tempfile_dir()?;
+            spool_dir.join("spool.jsonl")
+        }
+    };
+    let recorded = args.providers == "recorded";
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .start_paused(true)
+        .build()?;
+    let wall = std::time::Instant::now();
+    let record = args.record;
+    let record_path = record.record.clone();
+    let operator = args
+        .console
+        .operator
+        .clone()
+        .or_else(|| std::env::var("USER").ok())
+        .unwrap_or_else(|| "operator".into());
+    let source = format!("replay {}", args.log.display());
+    let summary = rt.block_on(async move {
+        let clock = Clock::with_wall_anchor(0);
+        let mut parts = RunnerParts::mock(clock, seed);
+        parts.spool = Some(spool);
+        let fleet = recorded.then(|| Arc::new(RecordedFleet::default()));
+        if let Some(f) = &fleet {
+            for name in cfg.providers.keys() {
+                parts
+                    .providers
+                    .insert(name.clone(), Arc::new(RecordedProvider::new(name, f.clone(), clock)));
+            }
+            parts.tools = Some(Arc::new(RecordedTools::new(f.clone(), clock)));
+        } else {
+            parts.providers = fusebox::provider::http::build(&cfg, clock, None)?;
+        }
+        let runner = Runner::new(cfg, parts)?;
+        let recorder = record.start(&runner, seed.0)?;
+        let pace = match speed {
+            Speed::Factor(f) => {
+                let p = Pace::new(f);
+                tokio::spawn(p.clone().run(clock));
+                Some(p)
+            }
+            Speed::Max => None,
+        };
+        let opts = ReplayOptions {
+            operator: !args.no_operator,
+            compare: false,
+        };
+        if let Some((theme, keymap)) = ui {
+            let o = Options {
+                mode: Mode::Replay,
+                readonly: args.console.readonly,
+                yes: args.console.yes,
+                operator,
+                source,
+            };
+            let driver = {
+                let runner = runner.clone();
+                tokio::spawn(async move { fusebox::traffic::replay::replay(runner, reader, fleet, opts).await })
+            };
+            let r = fusebox::tui::run(runner.clone(), o, theme, keymap, pace).await;
+            driver.abort();
+            finish_recording(&runner, recorder, record_path.as_ref())?;
+            r?;
+            return anyhow::Ok(None);
+        }
+        let mut events = runner.events().subscribe();
+        let out = fusebox::traffic::replay::replay(runner.clone(), reader, fleet, opts).await?;
+        finish_recording(&runner, recorder, record_path.as_ref())?;
+        let mut seen = Vec::new();
+        while let Ok(e) = events.try_recv() {
+            seen.push(e);
+        }
+        let mut summary = Summary::build(
+            &runner,
+            &seen,
+            out.lost,
+            clock.elapsed_ms(),
+            wall.elapsed().as_millis() as u64,
+        );
+        summary.bad_lines = Some(out.bad_lines);
+        anyhow::Ok(Some(summary))
     })?;
     let Some(summary) = summary else { return Ok(()) };
     let json = serde_json::to_string_pretty(&summary)?;

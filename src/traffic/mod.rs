@@ -4,5 +4,6 @@ pub mod load;
 pub mod log;
 pub mod pace;
 pub mod record;
+pub mod replay;
 pub mod scenario;
 pub mod summary;

@@ -72,6 +72,9 @@ pub struct Summary {
     pub virtual_ms: u64,
     /// Real time taken (ms).
     pub wall_ms: u64,
+    /// Log lines skipped as bad (replay with --skip-bad-lines only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub bad_lines: Option<u64>,
 }
 
 impl Summary {
@@ -128,6 +131,7 @@ impl Summary {
                 .collect(),
             virtual_ms,
             wall_ms,
+            bad_lines: None,
         }
     }
 }

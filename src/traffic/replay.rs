@@ -1,0 +1,371 @@
+//! Replaying a traffic log: every recorded request is re-driven through the
+//! runner at its recorded time, against the recorded behaviour of each
+//! provider and tool (`--providers recorded`) or the configured ones
+//! (`live`). The runner decides anew, possibly under another config: that is
+//! the what-if engine.
+//!
+//! The log is streamed: the reader stays at most a horizon ahead of virtual
+//! time, attempts are indexed only until their request ends, so memory is
+//! bounded by the traffic within the horizon, not by the log's length.
+
+use super::log::{AttemptRec, LogError, LogReader, OperatorRec, Record, RequestRec, Transport};
+use crate::clock::Clock;
+use crate::provider::fault::FaultSpec;
+use crate::provider::headers::openai_feedback;
+use crate::provider::mock::{args_for, order_id};
+use crate::provider::{ErrorKind, LlmRequest, LlmResponse, Message, Provider, ProviderError, ToolCall, Usage};
+use crate::runner::command::Command;
+use crate::runner::outcome::Level;
+use crate::runner::request::AgentRequest;
+use crate::runner::Runner;
+use crate::tools::ToolExecutor;
+use parking_lot::Mutex;
+use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::task::JoinSet;
+use tokio::time::Instant;
+
+/// How far (in log time) the reader runs ahead of the replay.
+pub const HORIZON: Duration = Duration::from_secs(15 * 60);
+
+/// The recorded behaviour of every target, as far as the reader has read.
+#[derive(Default)]
+pub struct RecordedFleet {
+    inner: Mutex<Fleet>,
+}
+
+#[derive(Default)]
+struct Fleet {
+    /// Each request's own attempts per target, in recorded order.
+    own: HashMap<(u64, String), VecDeque<AttemptRec>>,
+    /// Recent attempts per target, in time order, for calls with no own record.
+    recent: HashMap<String, VecDeque<AttemptRec>>,
+}
+
+impl RecordedFleet {
+    /// Adds an attempt read from the log.
+    pub fn add(&self, a: AttemptRec) {
+        let mut f = self.inner.lock();
+        let recent = f.recent.entry(a.target.clone()).or_default();
+        recent.push_back(AttemptRec {
+            tool_calls: Vec::new(),
+            ..a.clone()
+        });
+        f.own.entry((a.request, a.target.clone())).or_default().push_back(a);
+    }
+
+    /// The attempt a call of `request` to `target` gets at `now_ms`: its own
+    /// next unused one; else the latest recorded on the target at or before
+    /// now (the earliest if none is), answering without tool calls; None if
+    /// the target never appears (healthy).
+    pub fn take(&self, request: u64, target: &str, now_ms: u64) -> Option<(AttemptRec, bool)> {
+        let mut f = self.inner.lock();
+        if let Some(a) = f
+            .own
+            .get_mut(&(request, target.to_string()))
+            .and_then(VecDeque::pop_front)
+        {
+            return Some((a, true));
+        }
+        let recent = f.recent.get_mut(target)?;
+        // Drop history older than the latest attempt at or before now.
+        while recent.len() > 1 && recent[1].t_ms <= now_ms {
+            recent.pop_front();
+        }
+        recent.front().cloned().map(|a| (a, false))
+    }
+
+    /// Forgets what is left of a finished request.
+    pub fn forget(&self, request: u64) {
+        self.inner.lock().own.retain(|(r, _), _| *r != request);
+    }
+}
+
+/// Plays one recorded attempt: its latency, then its status or answer.
+async fn play(
+    a: &AttemptRec,
+    own: bool,
+    req: Option<&LlmRequest>,
+    clock: &Clock,
+) -> Result<(Usage, Vec<ToolCall>), ProviderError> {
+    tokio::time::sleep(Duration::from_millis(a.latency_ms)).await;
+    let usage = Usage {
+        input: a.input_tokens,
+        output: a.output_tokens,
+        cached_input: 0,
+    };
+    let headers = &a.headers;
+    let get = |k: &str| headers.get(k).cloned();
+    let rate = openai_feedback(&get, clock.wall_ms());
+    let fail = |kind: ErrorKind, status: Option<u16>| {
+        let mut e = ProviderError::new(kind, status, format!("replayed {} ({})", a.target, kind.label(status)));
+        e.retry_after = rate.retry_after;
+        e.rate = rate;
+        e.usage = usage;
+        e
+    };
+    if let Some(t) = a.transport {
+        let kind = match t {
+            Transport::Timeout => ErrorKind::Timeout,
+            Transport::Connect => ErrorKind::Connect,
+            Transport::Reset => ErrorKind::Reset,
+            Transport::Truncated => ErrorKind::Truncated,
+        };
+        return Err(fail(kind, None));
+    }
+    match a.status {
+        Some(s) if s >= 400 => Err(fail(ErrorKind::from_status(s), Some(s))),
+        _ => {
+            let calls = match (own, req) {
+                (true, Some(req)) => {
+                    let order = order_id(req);
+                    a.tool_calls
+                        .iter()
+                        .map(|name| ToolCall {
+                            // A recorded semantic failure is replayed as one.
+                            name: if a.semantic_failure.is_some() {
+                                format!("{name}__unknown")
+                            } else {
+                                name.clone()
+                            },
+                            arguments: args_for(name, &order),
+                        })
+                        .collect()
+                }
+                _ => Vec::new(),
+            };
+            Ok((usage, calls))
+        }
+    }
+}
+
+/// A provider that behaves as recorded.
+pub struct RecordedProvider {
+    target: String,
+    fleet: Arc<RecordedFleet>,
+    clock: Clock,
+}
+
+impl RecordedProvider {
+    /// The recorded `provider:NAME`.
+    pub fn new(name: &str, fleet: Arc<RecordedFleet>, clock: Clock) -> Self {
+        Self {
+            target: format!("provider:{name}"),
+            fleet,
+            clock,
+        }
+    }
+}
+
+#[async_trait::async_trait]
+impl Provider for RecordedProvider {
+    async fn complete(&self, req: &LlmRequest) -> Result<LlmResponse, ProviderError> {
+        let start = self.clock.now();
+        let (usage, tool_calls) = match self.fleet.take(req.request_id, &self.target, self.clock.elapsed_ms()) {
+            Some((a, own)) => play(&a, own, Some(req), &self.clock).await?,
+            None => {
+                tokio::time::sleep(Duration::from_millis(300)).await;
+                let input = (req.prompt_chars() as u32).div_ceil(4).max(1);
+                (
+                    Usage {
+                        input,
+                        output: req.max_tokens.min(50),
+                        cached_input: 0,
+                    },
+                    Vec::new(),
+                )
+            }
+        };
+        let secs = self
+            .clock
+            .now()
+            .saturating_duration_since(start)
+            .as_secs_f64()
+            .max(1e-3);
+        Ok(LlmResponse {
+            text: "replayed answer".into(),
+            tool_calls,
+            usage,
+            tokens_per_s: Some(usage.output as f64 / secs),
+            rate: Default::default(),
+        })
+    }
+}
+
+/// Tools that behave as recorded.
+pub struct RecordedTools {
+    fleet: Arc<RecordedFleet>,
+    clock: Clock,
+}
+
+impl RecordedTools {
+    /// Tools answering from `fleet`.
+    pub fn new(fleet: Arc<RecordedFleet>, clock: Clock) -> Self {
+        Self { fleet, clock }
+    }
+}
+
+#[async_trait::async_trait]
+impl ToolExecutor for RecordedTools {
+    async fn call(&self, name: &str, args: &str, request_id: u64, _attempt: u32) -> Result<Arc<str>, ProviderError> {
+        let target = format!("tool:{name}");
+        if let Some((a, own)) = self.fleet.take(request_id, &target, self.clock.elapsed_ms()) {
+            play(&a, own, None, &self.clock).await?;
+        } else {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        Ok(format!("{{\"tool\":\"{name}\",\"args\":{args},\"status\":\"ok\",\"replayed\":true}}").into())
+    }
+}
+
+/// The agent request a recorded request line stands for.
+pub fn agent_request(q: &RequestRec) -> AgentRequest {
+    let messages = q.messages.clone().unwrap_or_else(|| {
+        // Without recorded content, a prompt of the recorded size, unique
+        // per request so no answer is served from another's cache entry.
+        let pad = "x".repeat((q.prompt_tokens as usize * 4).saturating_sub(40));
+        vec![Message::new("user", format!("replayed request {} {pad}", q.id))]
+    });
+    AgentRequest {
+        id: q.id,
+        user: q.user.clone(),
+        session: q.session.clone(),
+        route: q.route.clone(),
+        messages,
+        tools: q.tools.clone(),
+        critical_tools: q.critical_tools.clone(),
+        max_tokens: q.max_tokens,
+        max_steps: q.max_steps.unwrap_or(0),
+    }
+}
+
+/// The command a recorded operator action stands for.
+pub fn command(op: &OperatorRec) -> Option<Command> {
+    let target = op.target.clone();
+    Some(match op.action.as_str() {
+        "force_open" => Command::ForceOpen { target },
+        "force_closed" => Command::ForceClosed { target },
+        "disable" => Command::Disable { target },
+        "reset" => Command::Reset { target },
+        "freeze_refill" => Command::FreezeRefill { target },
+        "unfreeze_refill" => Command::UnfreezeRefill { target },
+        "set_fault" => {
+            let fault: FaultSpec = serde_json::from_value(op.args.as_ref()?.get("fault")?.clone()).ok()?;
+            Command::SetFault { target, fault }
+        }
+        "drill_on" => Command::DrillOn,
+        "drill_off" => Command::DrillOff,
+        _ => return None,
+    })
+}
+
+/// What a replay did.
+#[derive(Debug, Default)]
+pub struct Replayed {
+    /// Requests re-driven.
+    pub requests: u64,
+    /// Requests whose task ended without an outcome (must be 0).
+    pub lost: u64,
+    /// Lines skipped as bad (with skip-bad-lines).
+    pub bad_lines: u64,
+    /// Operator actions re-applied.
+    pub operator_actions: u64,
+    /// Recorded vs replayed level per request (kept when `compare` is on).
+    pub levels: HashMap<u64, (Option<Level>, Option<Level>)>,
+}
+
+/// Replay options.
+#[derive(Clone, Copy, Debug)]
+pub struct ReplayOptions {
+    /// Re-apply recorded operator actions.
+    pub operator: bool,
+    /// Keep recorded and replayed levels per request.
+    pub compare: bool,
+}
+
+/// Re-drives every request of `reader` through `runner` at its recorded
+/// time; `fleet` (recorded mode) is fed the attempts as they are read.
+pub async fn replay(
+    runner: Arc<Runner>,
+    mut reader: LogReader,
+    fleet: Option<Arc<RecordedFleet>>,
+    opts: ReplayOptions,
+) -> Result<Replayed, LogError> {
+    let start = Instant::now();
+    let mut out = Replayed::default();
+    let mut tasks: JoinSet<(u64, Level)> = JoinSet::new();
+    let mut spawned = 0u64;
+    while let Some(rec) = reader.next_record()? {
+        let due = start + Duration::from_millis(rec.t_ms());
+        // Stay at most a horizon ahead of the replay: bounded memory.
+        if due > Instant::now() + HORIZON {
+            tokio::time::sleep_until(due - HORIZON).await;
+        }
+        while let Some(done) = tasks.try_join_next() {
+            note(&mut out, &fleet, done, opts.compare);
+        }
+        match rec {
+            Record::Request(q) => {
+                let r = runner.clone();
+                let req = agent_request(&q);
+                spawned += 1;
+                tasks.spawn(async move {
+                    tokio::time::sleep_until(due).await;
+                    let o = r.run(req).await;
+                    (o.request, o.level)
+                });
+            }
+            Record::Attempt(a) => {
+                if let Some(f) = &fleet {
+                    f.add(a);
+                }
+            }
+            Record::Operator(op) if opts.operator => {
+                if let Some(cmd) = command(&op) {
+                    out.operator_actions += 1;
+                    let r = runner.clone();
+                    let by = format!("replay of {}", op.by);
+                    tokio::spawn(async move {
+                        tokio::time::sleep_until(due).await;
+                        if let Err(e) = r.apply(&cmd, &by) {
+                            tracing::warn!(error = %e, "recorded operator action not applied");
+                        }
+                    });
+                }
+            }
+            Record::Outcome(o) if opts.compare => out.levels.entry(o.request).or_default().0 = Some(o.level),
+            _ => {}
+        }
+    }
+    while let Some(done) = tasks.join_next().await {
+        note(&mut out, &fleet, done, opts.compare);
+    }
+    runner.redrive_deferred(false).await;
+    runner.redrive_deferred(true).await;
+    out.requests = spawned;
+    out.bad_lines = reader.bad_lines();
+    Ok(out)
+}
+
+fn note(
+    out: &mut Replayed,
+    fleet: &Option<Arc<RecordedFleet>>,
+    done: Result<(u64, Level), tokio::task::JoinError>,
+    compare: bool,
+) {
+    match done {
+        Ok((id, level)) => {
+            if let Some(f) = fleet {
+                f.forget(id);
+            }
+            if compare {
+                out.levels.entry(id).or_default().1 = Some(level);
+            }
+        }
+        Err(e) => {
+            out.lost += 1;
+            tracing::error!(error = %e, "a replayed request ended without an outcome");
+        }
+    }
+}
