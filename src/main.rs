@@ -10,7 +10,7 @@ use fusebox::traffic::load::run_scenario;
 use fusebox::traffic::pace::Pace;
 use fusebox::traffic::record::{Content, RecordOptions, Recorder};
 use fusebox::traffic::scenario::Scenario;
-use fusebox::traffic::summary::Summary;
+use fusebox::traffic::summary::{collect_transitions, Summary};
 use fusebox::tui::app::{Mode, Options};
 use fusebox::tui::keymap::KeyMap;
 use fusebox::tui::theme::Theme;
@@ -426,7 +426,7 @@ fn demo(args: DemoArgs) -> Result<()> {
             r?;
             return anyhow::Ok(None);
         }
-        let mut events = runner.events().subscribe();
+        let transitions = collect_transitions(&runner);
         let run = tokio::select! {
             run = run_scenario(runner.clone(), &scenario, duration, seed) => run,
             _ = tokio::signal::ctrl_c() => {
@@ -434,11 +434,9 @@ fn demo(args: DemoArgs) -> Result<()> {
                 bail!("interrupted");
             }
         };
+        runner.events().close_subscribers();
         finish_recording(&runner, recorder, record_path.as_ref())?;
-        let mut seen = Vec::new();
-        while let Ok(e) = events.try_recv() {
-            seen.push(e);
-        }
+        let seen = transitions.await?;
         let virtual_ms = clock.elapsed_ms();
         anyhow::Ok(Some(Summary::build(
             &runner,
@@ -555,13 +553,11 @@ fn replay(args: ReplayArgs) -> Result<()> {
             r?;
             return anyhow::Ok(None);
         }
-        let mut events = runner.events().subscribe();
+        let transitions = collect_transitions(&runner);
         let out = fusebox::traffic::replay::replay(runner.clone(), reader, fleet, opts).await?;
+        runner.events().close_subscribers();
         finish_recording(&runner, recorder, record_path.as_ref())?;
-        let mut seen = Vec::new();
-        while let Ok(e) = events.try_recv() {
-            seen.push(e);
-        }
+        let seen = transitions.await?;
         let mut summary = Summary::build(
             &runner,
             &seen,

@@ -96,46 +96,49 @@ pub async fn run_scenario(runner: Arc<Runner>, scenario: &Scenario, duration: Du
     }
     background.spawn(runner.clone().run_deferred_loop());
 
+    // Arrivals are generated as they come (two Poisson streams merged), so a
+    // long run never holds its whole future in memory.
+    let mut ordinary = seed.stream(purpose::LOAD, u64::MAX);
+    let mut next_ordinary = Some(start + gap(ordinary.f64(), scenario.rps)).filter(|t| *t < end);
+    let mut noisy_rng = seed.stream(purpose::LOAD, u64::MAX - 1);
+    let noisy_stop = scenario
+        .noisy
+        .as_ref()
+        .map(|n| (start + Duration::from_secs(n.to_s)).min(end));
+    let mut next_noisy = scenario
+        .noisy
+        .as_ref()
+        .map(|n| start + Duration::from_secs(n.from_s) + gap(noisy_rng.f64(), n.rps))
+        .filter(|t| noisy_stop.is_some_and(|stop| *t < stop));
     let mut tasks: JoinSet<(usize, Outcome)> = JoinSet::new();
-    let mut arrivals: Vec<(Instant, AgentRequest)> = Vec::new();
-    let mut rng = seed.stream(purpose::LOAD, u64::MAX);
-    let mut t = start;
-    let mut id = 0u64;
+    let mut outcomes: Vec<Option<Outcome>> = Vec::new();
+    let (mut id, mut nid) = (0u64, NOISY_IDS);
     loop {
-        t += gap(rng.f64(), scenario.rps);
-        if t >= end {
-            break;
-        }
-        id += 1;
-        arrivals.push((t, make_request(seed, id, scenario.users)));
-    }
-    if let Some(n) = &scenario.noisy {
-        let mut rng = seed.stream(purpose::LOAD, u64::MAX - 1);
-        let mut t = start + Duration::from_secs(n.from_s);
-        let stop = (start + Duration::from_secs(n.to_s)).min(end);
-        let mut nid = NOISY_IDS;
-        loop {
-            t += gap(rng.f64(), n.rps);
-            if t >= stop {
-                break;
+        let (at, req) = match (next_ordinary, next_noisy, &scenario.noisy) {
+            (Some(o), n, _) if n.is_none_or(|n| o <= n) => {
+                id += 1;
+                next_ordinary = Some(o + gap(ordinary.f64(), scenario.rps)).filter(|t| *t < end);
+                (o, make_request(seed, id, scenario.users))
             }
-            nid += 1;
-            arrivals.push((t, noisy_request(seed, nid, &n.user, n.prompt_chars)));
-        }
-        arrivals.sort_by_key(|(t, r)| (*t, r.id));
-    }
-    let total = arrivals.len();
-    for (i, (at, req)) in arrivals.into_iter().enumerate() {
+            (_, Some(n), Some(noisy)) => {
+                nid += 1;
+                next_noisy =
+                    Some(n + gap(noisy_rng.f64(), noisy.rps)).filter(|t| noisy_stop.is_some_and(|stop| *t < stop));
+                (n, noisy_request(seed, nid, &noisy.user, noisy.prompt_chars))
+            }
+            _ => break,
+        };
         tokio::time::sleep_until(at).await;
+        while let Some(done) = tasks.try_join_next() {
+            keep(&mut outcomes, done);
+        }
         let r = runner.clone();
+        let i = outcomes.len();
+        outcomes.push(None);
         tasks.spawn(async move { (i, r.run(req).await) });
     }
-    let mut outcomes: Vec<Option<Outcome>> = vec![None; total];
     while let Some(done) = tasks.join_next().await {
-        match done {
-            Ok((i, o)) => outcomes[i] = Some(o),
-            Err(e) => tracing::error!(error = %e, "request task ended without an outcome"),
-        }
+        keep(&mut outcomes, done);
     }
     background.abort_all();
     // Every deferred request ends in an outcome before we stop.
@@ -145,6 +148,13 @@ pub async fn run_scenario(runner: Arc<Runner>, scenario: &Scenario, duration: Du
     DemoRun {
         outcomes: outcomes.into_iter().flatten().collect(),
         lost,
+    }
+}
+
+fn keep(outcomes: &mut [Option<Outcome>], done: Result<(usize, Outcome), tokio::task::JoinError>) {
+    match done {
+        Ok((i, o)) => outcomes[i] = Some(o),
+        Err(e) => tracing::error!(error = %e, "request task ended without an outcome"),
     }
 }
 

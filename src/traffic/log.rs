@@ -14,7 +14,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 use std::collections::{BTreeMap, HashSet};
 use std::fs::File;
-use std::io::{self, BufRead, BufReader};
+use std::io::{self, BufRead, BufReader, Read as _};
 use std::path::{Path, PathBuf};
 
 /// The format version this module writes and reads.
@@ -385,7 +385,7 @@ impl LogReader {
                 Read::Line { .. } if is_blank(&me.buf) => continue,
                 Read::Line { newline, too_long } => {
                     if !too_long {
-                        if let Ok(Record::Header(h)) = serde_json::from_slice::<Record>(&me.buf) {
+                        if let Ok(Record::Header(h)) = parse_record(&me.buf) {
                             if h.v == VERSION {
                                 me.header = Some(h);
                                 me.started = true;
@@ -432,6 +432,7 @@ impl LogReader {
     }
 
     /// The next record; `Ok(None)` at the end of the log (and after an error).
+    /// The header is not returned here; see [`LogReader::header`].
     pub fn next_record(&mut self) -> Result<Option<Record>, LogError> {
         if self.done {
             return Ok(None);
@@ -452,10 +453,6 @@ impl LogReader {
                     Read::Line { newline, too_long } => (newline, too_long),
                 },
             };
-            if self.buf.capacity() > 1 << 20 {
-                // Don't keep a huge buffer around after one long line.
-                self.buf.shrink_to(64 << 10);
-            }
             let result = if too_long {
                 Parsed::Bad(bad("", format!("line longer than {MAX_LINE_BYTES} bytes")))
             } else if is_blank(&self.buf) {
@@ -473,8 +470,11 @@ impl LogReader {
                     }
                     Err(b) => b,
                 },
-                Parsed::UnknownKind(kind) => {
+                Parsed::UnknownKind(mut kind) => {
                     self.unknown_kinds += 1;
+                    if let Some((i, _)) = kind.char_indices().nth(64) {
+                        kind.truncate(i);
+                    }
                     if self.warned_kinds.len() < 16 && !self.warned_kinds.contains(&kind) {
                         tracing::warn!(path = %self.path.display(), line = self.line_no, kind = %kind,
                             "skipping records of unknown kind (written by a newer version?)");
@@ -557,54 +557,49 @@ impl LogReader {
     /// buffering at most [`MAX_LINE_BYTES`].
     fn read_line(&mut self) -> Result<Read, LogError> {
         self.buf.clear();
-        let mut any = false;
-        let mut too_long = false;
-        loop {
-            let chunk = match self.reader.fill_buf() {
-                Ok(c) => c,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                Err(source) => {
-                    return Err(LogError::Io {
-                        path: self.path.clone(),
-                        source,
-                    })
-                }
-            };
-            if chunk.is_empty() {
-                if !any {
-                    return Ok(Read::Eof);
-                }
-                self.line_no += 1;
-                return Ok(Read::Line {
-                    newline: false,
-                    too_long,
-                });
+        if self.buf.capacity() > 1 << 20 {
+            // Don't keep a huge buffer around after one long line.
+            self.buf.shrink_to(64 << 10);
+        }
+        // Room for the line and its newline; `read_until` finds it with memchr.
+        let limit = MAX_LINE_BYTES as u64 + 1;
+        let n = (&mut self.reader)
+            .take(limit)
+            .read_until(b'\n', &mut self.buf)
+            .map_err(|source| self.io_error(source))?;
+        if n == 0 {
+            return Ok(Read::Eof);
+        }
+        self.line_no += 1;
+        if self.buf.last() == Some(&b'\n') {
+            self.buf.pop();
+            if self.buf.last() == Some(&b'\r') {
+                self.buf.pop();
             }
-            any = true;
-            let (used, found) = match chunk.iter().position(|&b| b == b'\n') {
-                Some(i) => (i + 1, Some(i)),
-                None => (chunk.len(), None),
-            };
-            let data = &chunk[..found.unwrap_or(used)];
-            if !too_long {
-                if self.buf.len() + data.len() > MAX_LINE_BYTES {
-                    too_long = true;
-                    self.buf.clear();
-                } else {
-                    self.buf.extend_from_slice(data);
-                }
-            }
-            self.reader.consume(used);
-            if found.is_some() {
-                if self.buf.last() == Some(&b'\r') {
-                    self.buf.pop();
-                }
-                self.line_no += 1;
-                return Ok(Read::Line {
-                    newline: true,
-                    too_long,
-                });
-            }
+            return Ok(Read::Line {
+                newline: true,
+                too_long: false,
+            });
+        }
+        if n as u64 == limit {
+            // Too long: drop what was read and discard the rest of the line.
+            self.buf.clear();
+            self.reader.skip_until(b'\n').map_err(|source| self.io_error(source))?;
+            return Ok(Read::Line {
+                newline: true,
+                too_long: true,
+            });
+        }
+        Ok(Read::Line {
+            newline: false,
+            too_long: false,
+        })
+    }
+
+    fn io_error(&self, source: io::Error) -> LogError {
+        LogError::Io {
+            path: self.path.clone(),
+            source,
         }
     }
 }
@@ -624,12 +619,35 @@ fn is_blank(line: &[u8]) -> bool {
 /// Parses one non-blank line: the fast path deserializes straight into a
 /// [`Record`]; only on failure is the line re-read to say what is wrong.
 fn parse_line(line: &[u8]) -> Parsed {
-    match serde_json::from_slice::<Record>(line) {
+    match parse_record(line) {
         Ok(rec) => match validate(&rec) {
             Ok(()) => Parsed::Record(rec),
             Err(b) => Parsed::Bad(b),
         },
         Err(e) => diagnose(line, e),
+    }
+}
+
+/// Deserializes a line into a [`Record`]. Lines that start with `{"kind":"NAME"`
+/// (as written by [`Record::to_line`]) go straight into the variant's struct,
+/// which ignores the `kind` field as unknown; this skips the buffering an
+/// internally tagged enum needs and roughly halves the parse time. Anything
+/// else goes through the tagged enum.
+fn parse_record(line: &[u8]) -> Result<Record, serde_json::Error> {
+    fn direct<T: DeserializeOwned>(line: &[u8], wrap: fn(T) -> Record) -> Result<Record, serde_json::Error> {
+        serde_json::from_slice::<T>(line).map(wrap)
+    }
+    let kind = line
+        .strip_prefix(b"{\"kind\":\"")
+        .and_then(|rest| rest.iter().position(|&b| b == b'"').map(|end| &rest[..end]));
+    match kind {
+        Some(b"request") => direct(line, Record::Request),
+        Some(b"attempt") => direct(line, Record::Attempt),
+        Some(b"outcome") => direct(line, Record::Outcome),
+        Some(b"transition") => direct(line, Record::Transition),
+        Some(b"operator") => direct(line, Record::Operator),
+        Some(b"header") => direct(line, Record::Header),
+        _ => serde_json::from_slice::<Record>(line),
     }
 }
 
@@ -665,7 +683,7 @@ fn validate(rec: &Record) -> Result<(), Bad> {
 fn diagnose(line: &[u8], err: serde_json::Error) -> Parsed {
     let value: Value = match serde_json::from_slice(line) {
         Ok(v) => v,
-        Err(e) => return Parsed::NotJson(e.to_string()),
+        Err(e) => return Parsed::NotJson(describe(&e)),
     };
     let Some(obj) = value.as_object() else {
         return Parsed::Bad(bad("", "not a JSON object"));
@@ -689,7 +707,7 @@ fn diagnose(line: &[u8], err: serde_json::Error) -> Parsed {
         // Not pinned on one field (e.g. a duplicate key): serde's message,
         // naming the field when it does.
         Ok(()) => {
-            let msg = err.to_string();
+            let msg = describe(&err);
             let field = msg
                 .split_once("field `")
                 .and_then(|(_, rest)| rest.split_once('`'))
@@ -697,6 +715,20 @@ fn diagnose(line: &[u8], err: serde_json::Error) -> Parsed {
                 .to_string();
             Parsed::Bad((field, msg))
         }
+    }
+}
+
+/// serde_json's message, with its position given as a column (the line is
+/// always 1 within one log line, which reads oddly next to the file's line).
+fn describe(e: &serde_json::Error) -> String {
+    let msg = e.to_string();
+    if e.line() == 0 {
+        return msg;
+    }
+    let suffix = format!(" at line {} column {}", e.line(), e.column());
+    match msg.strip_suffix(&suffix) {
+        Some(head) => format!("{head} at column {}", e.column()),
+        None => msg,
     }
 }
 

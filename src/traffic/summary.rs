@@ -77,6 +77,22 @@ pub struct Summary {
     pub bad_lines: Option<u64>,
 }
 
+/// Keeps a run's transitions (the only events a summary needs) as they
+/// happen, so a long run does not hold every event; the task ends when the
+/// bus closes its subscribers.
+pub fn collect_transitions(runner: &Runner) -> tokio::task::JoinHandle<Vec<Event>> {
+    let mut rx = runner.events().subscribe();
+    tokio::spawn(async move {
+        let mut kept = Vec::new();
+        while let Some(e) = rx.recv().await {
+            if matches!(e.kind, EventKind::Transition { .. }) {
+                kept.push(e);
+            }
+        }
+        kept
+    })
+}
+
 impl Summary {
     /// Builds the summary from the runner and the events seen during the run.
     pub fn build(runner: &Runner, events: &[Event], lost_tasks: u64, virtual_ms: u64, wall_ms: u64) -> Self {
