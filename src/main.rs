@@ -325,6 +325,65 @@ fn run(cli: Cli) -> Result<()> {
     }
 }
 
+/// Theme and keymap for a console run, after checking there is a terminal
+/// and a real-time speed; `cmd` names the command in the hints.
+fn console_setup(c: &ConsoleArgs, speed: &Speed, cmd: &str) -> Result<(Theme, KeyMap)> {
+    if matches!(speed, Speed::Max) {
+        bail!("--speed max runs in virtual time as fast as possible; use it with --headless, or give the console a factor such as 1 or 10");
+    }
+    if !std::io::stdout().is_terminal() {
+        bail!("the console needs a terminal, but stdout is not a TTY; run `fusebox {cmd} --headless` for a printed summary");
+    }
+    let theme = Theme::select(c.theme.as_deref(), Theme::no_color_env())?;
+    let keymap = match &c.keymap {
+        Some(p) => KeyMap::load(p)?,
+        None => KeyMap::defaults(),
+    };
+    Ok((theme, keymap))
+}
+
+/// The spool file: given, configured, or fresh in a private temp directory.
+fn spool_file(given: Option<PathBuf>, cfg: &Config) -> Result<PathBuf> {
+    let configured = (!cfg.degradation.spool.is_empty()).then(|| PathBuf::from(&cfg.degradation.spool));
+    match given.or(configured) {
+        Some(p) => Ok(p),
+        None => Ok(tempfile_dir()?.join("spool.jsonl")),
+    }
+}
+
+/// Who issues console commands: `--operator`, else `$USER`.
+fn operator_name(c: &ConsoleArgs) -> String {
+    c.operator
+        .clone()
+        .or_else(|| std::env::var("USER").ok())
+        .unwrap_or_else(|| "operator".into())
+}
+
+/// Paces virtual time at a speed factor (None for `--speed max`).
+fn start_pace(speed: &Speed, clock: Clock) -> Option<Arc<Pace>> {
+    match speed {
+        Speed::Factor(f) => {
+            let p = Pace::new(*f);
+            tokio::spawn(p.clone().run(clock));
+            Some(p)
+        }
+        Speed::Max => None,
+    }
+}
+
+/// Prints or writes the summary; a request without an outcome is an error.
+fn write_summary(summary: &Summary, path: Option<&PathBuf>) -> Result<()> {
+    let json = serde_json::to_string_pretty(summary)?;
+    match path {
+        Some(p) => std::fs::write(p, format!("{json}\n")).with_context(|| format!("cannot write {}", p.display()))?,
+        None => println!("{json}"),
+    }
+    if summary.lost > 0 {
+        bail!("{} requests ended without an outcome", summary.lost);
+    }
+    Ok(())
+}
+
 fn demo(args: DemoArgs) -> Result<()> {
     let console = !args.headless;
     let default_duration = if console { "8h" } else { "10m" };
@@ -332,31 +391,10 @@ fn demo(args: DemoArgs) -> Result<()> {
     let speed = parse_speed(args.speed.as_deref().unwrap_or(if console { "1" } else { "max" }))?;
     let scenario = Scenario::load(&args.scenario)?;
     let cfg = load_config(args.config.as_ref())?;
-    let ui = if console {
-        if matches!(speed, Speed::Max) {
-            bail!("--speed max runs in virtual time as fast as possible; use it with --headless, or give the console a factor such as 1 or 10");
-        }
-        if !std::io::stdout().is_terminal() {
-            bail!("the console needs a terminal, but stdout is not a TTY; run `fusebox demo --headless` for a printed summary");
-        }
-        let theme = Theme::select(args.console.theme.as_deref(), Theme::no_color_env())?;
-        let keymap = match &args.console.keymap {
-            Some(p) => KeyMap::load(p)?,
-            None => KeyMap::defaults(),
-        };
-        Some((theme, keymap))
-    } else {
-        None
-    };
-    let configured = (!cfg.degradation.spool.is_empty()).then(|| PathBuf::from(&cfg.degradation.spool));
-    let spool_dir;
-    let spool = match args.spool.or(configured) {
-        Some(p) => p,
-        None => {
-            spool_dir = tempfile_dir()?;
-            spool_dir.join("spool.jsonl")
-        }
-    };
+    let ui = console
+        .then(|| console_setup(&args.console, &speed, "demo"))
+        .transpose()?;
+    let spool = spool_file(args.spool.clone(), &cfg)?;
     let http = match args.providers.as_deref() {
         Some("http") => true,
         Some(_) => false,
@@ -373,12 +411,7 @@ fn demo(args: DemoArgs) -> Result<()> {
     let seed = Seed(args.seed);
     let record = args.record;
     let record_path = record.record.clone();
-    let operator = args
-        .console
-        .operator
-        .clone()
-        .or_else(|| std::env::var("USER").ok())
-        .unwrap_or_else(|| "operator".into());
+    let operator = operator_name(&args.console);
     let summary = rt.block_on(async move {
         let clock = Clock::with_wall_anchor(0);
         let mut parts = RunnerParts::mock(clock, seed);
@@ -396,14 +429,7 @@ fn demo(args: DemoArgs) -> Result<()> {
         parts.providers = fusebox::provider::http::build(&cfg, clock, mock_base.as_deref())?;
         let runner = Runner::new(cfg, parts)?;
         let recorder = record.start(&runner, seed.0)?;
-        let pace = match speed {
-            Speed::Factor(f) => {
-                let p = Pace::new(f);
-                tokio::spawn(p.clone().run(clock));
-                Some(p)
-            }
-            Speed::Max => None,
-        };
+        let pace = start_pace(&speed, clock);
         if let Some((theme, keymap)) = ui {
             let opts = Options {
                 mode: Mode::Demo,
@@ -446,16 +472,10 @@ fn demo(args: DemoArgs) -> Result<()> {
             wall.elapsed().as_millis() as u64,
         )))
     })?;
-    let Some(summary) = summary else { return Ok(()) };
-    let json = serde_json::to_string_pretty(&summary)?;
-    match &args.summary_json {
-        Some(p) => std::fs::write(p, format!("{json}\n")).with_context(|| format!("cannot write {}", p.display()))?,
-        None => println!("{json}"),
+    match summary {
+        Some(summary) => write_summary(&summary, args.summary_json.as_ref()),
+        None => Ok(()),
     }
-    if summary.lost > 0 {
-        bail!("{} requests ended without an outcome", summary.lost);
-    }
-    Ok(())
 }
 
 /// `fusebox replay`: re-drives a traffic log.
@@ -464,33 +484,13 @@ fn replay(args: ReplayArgs) -> Result<()> {
     use fusebox::traffic::replay::{RecordedFleet, RecordedProvider, RecordedTools, ReplayOptions};
     let console = !args.headless;
     let speed = parse_speed(args.speed.as_deref().unwrap_or(if console { "1" } else { "max" }))?;
-    if console && matches!(speed, Speed::Max) {
-        bail!("--speed max replays in virtual time as fast as possible; use it with --headless, or give the console a factor such as 1 or 10");
-    }
     let cfg = load_config(args.config.as_ref())?;
     let reader = LogReader::open(&args.log, args.skip_bad_lines)?;
     let seed = Seed(args.seed.or(reader.header().map(|h| h.seed)).unwrap_or(42));
-    let ui = if console {
-        if !std::io::stdout().is_terminal() {
-            bail!("the console needs a terminal, but stdout is not a TTY; run `fusebox replay LOG --headless` for a printed summary");
-        }
-        let theme = Theme::select(args.console.theme.as_deref(), Theme::no_color_env())?;
-        let keymap = match &args.console.keymap {
-            Some(p) => KeyMap::load(p)?,
-            None => KeyMap::defaults(),
-        };
-        Some((theme, keymap))
-    } else {
-        None
-    };
-    let spool_dir;
-    let spool = match args.spool.clone() {
-        Some(p) => p,
-        None => {
-            spool_dir = tempfile_dir()?;
-            spool_dir.join("spool.jsonl")
-        }
-    };
+    let ui = console
+        .then(|| console_setup(&args.console, &speed, "replay LOG"))
+        .transpose()?;
+    let spool = spool_file(args.spool.clone(), &cfg)?;
     let recorded = args.providers == "recorded";
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -499,12 +499,7 @@ fn replay(args: ReplayArgs) -> Result<()> {
     let wall = std::time::Instant::now();
     let record = args.record;
     let record_path = record.record.clone();
-    let operator = args
-        .console
-        .operator
-        .clone()
-        .or_else(|| std::env::var("USER").ok())
-        .unwrap_or_else(|| "operator".into());
+    let operator = operator_name(&args.console);
     let source = format!("replay {}", args.log.display());
     let summary = rt.block_on(async move {
         let clock = Clock::with_wall_anchor(0);
@@ -523,14 +518,7 @@ fn replay(args: ReplayArgs) -> Result<()> {
         }
         let runner = Runner::new(cfg, parts)?;
         let recorder = record.start(&runner, seed.0)?;
-        let pace = match speed {
-            Speed::Factor(f) => {
-                let p = Pace::new(f);
-                tokio::spawn(p.clone().run(clock));
-                Some(p)
-            }
-            Speed::Max => None,
-        };
+        let pace = start_pace(&speed, clock);
         let opts = ReplayOptions {
             operator: !args.no_operator,
             compare: false,
@@ -568,16 +556,10 @@ fn replay(args: ReplayArgs) -> Result<()> {
         summary.bad_lines = Some(out.bad_lines);
         anyhow::Ok(Some(summary))
     })?;
-    let Some(summary) = summary else { return Ok(()) };
-    let json = serde_json::to_string_pretty(&summary)?;
-    match &args.summary_json {
-        Some(p) => std::fs::write(p, format!("{json}\n")).with_context(|| format!("cannot write {}", p.display()))?,
-        None => println!("{json}"),
+    match summary {
+        Some(summary) => write_summary(&summary, args.summary_json.as_ref()),
+        None => Ok(()),
     }
-    if summary.lost > 0 {
-        bail!("{} requests ended without an outcome", summary.lost);
-    }
-    Ok(())
 }
 
 /// `fusebox mock`: serves the mock fleet until Ctrl-C.

@@ -4,8 +4,9 @@
 //! `message_delta`, `message_stop`, in-band `event: error`).
 
 use super::headers::anthropic_feedback;
-use super::http::{header_getter, read_body, status_error, transport_error, wire_role, with_ids, Endpoint};
-use super::sse::{SseItem, SseParser};
+use super::http::{
+    header_getter, read_body, read_sse, status_error, transport_error, wire_role, with_ids, Endpoint, StreamStop,
+};
 use super::{ErrorKind, LlmRequest, LlmResponse, Message, Provider, ProviderError, ToolCall, Usage};
 use crate::clock::Clock;
 use serde_json::{json, Value};
@@ -101,13 +102,11 @@ struct Assembly {
     input: u32,
     output: u32,
     stopped: bool,
-    events: usize,
 }
 
 impl Assembly {
     /// Takes one event; an in-band `error` event ends the stream with it.
     fn event(&mut self, name: &str, v: &Value) -> Option<ProviderError> {
-        self.events += 1;
         let n = |p: &str| {
             v.pointer(p)
                 .and_then(Value::as_u64)
@@ -275,10 +274,7 @@ impl Provider for AnthropicClient {
 
 impl AnthropicClient {
     async fn read_stream(&self, resp: reqwest::Response) -> Result<(String, Vec<ToolCall>, Usage), ProviderError> {
-        use futures_util::StreamExt;
         let name = &self.ep.name;
-        let mut stream = resp.bytes_stream();
-        let mut parser = SseParser::new();
         let mut acc = Assembly::default();
         let cut = |acc: &Assembly, kind: ErrorKind, why: String| {
             let mut e = ProviderError::new(kind, None, format!("{name}: {why}"));
@@ -289,51 +285,25 @@ impl AnthropicClient {
             };
             e
         };
-        loop {
-            let next = match tokio::time::timeout(self.ep.idle, stream.next()).await {
-                Err(_) => {
-                    return Err(cut(
-                        &acc,
-                        ErrorKind::Timeout,
-                        format!("no stream data for {:?}", self.ep.idle),
-                    ))
-                }
-                Ok(n) => n,
+        let read = read_sse(name, resp, self.ep.idle, |ev| {
+            let Ok(v) = serde_json::from_str::<Value>(&ev.data) else {
+                tracing::debug!(provider = %name, "skipping a stream event that is not JSON");
+                return None;
             };
-            let bytes = match next {
-                None => break,
-                Some(Ok(b)) => b,
-                Some(Err(e)) => {
-                    let kind = if acc.events > 0 {
-                        ErrorKind::Truncated
-                    } else {
-                        transport_error(name, &e).kind
-                    };
-                    return Err(cut(&acc, kind, format!("stream broke: {e}")));
-                }
-            };
-            let items = parser
-                .feed(&bytes)
-                .map_err(|e| ProviderError::new(ErrorKind::ServerError, None, format!("{name}: {e}")))?;
-            for item in items {
-                let SseItem::Event(ev) = item else { continue };
-                let Ok(v) = serde_json::from_str::<Value>(&ev.data) else {
-                    tracing::debug!(provider = %name, "skipping a stream event that is not JSON");
-                    continue;
-                };
-                let kind = ev
-                    .event
-                    .as_deref()
-                    .or_else(|| v.get("type").and_then(Value::as_str))
-                    .unwrap_or("")
-                    .to_string();
-                if let Some(mut e) = acc.event(&kind, &v) {
-                    e.message = format!("{name}: {}", e.message);
-                    return Err(e);
-                }
-            }
+            let kind = ev
+                .event
+                .as_deref()
+                .or_else(|| v.get("type").and_then(Value::as_str))
+                .unwrap_or("")
+                .to_string();
+            acc.event(&kind, &v)
+        })
+        .await;
+        match read {
+            Err(StreamStop::Transport(kind, why)) => return Err(cut(&acc, kind, why)),
+            Err(StreamStop::Event(e)) => return Err(e),
+            Ok(()) => {}
         }
-        parser.finish();
         if !acc.stopped {
             return Err(cut(
                 &acc,

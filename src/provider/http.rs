@@ -231,3 +231,64 @@ pub fn with_ids(b: reqwest::RequestBuilder, req: &super::LlmRequest) -> reqwest:
         .header("x-fusebox-step", req.step.to_string())
         .header("x-fusebox-attempt", req.attempt.to_string())
 }
+
+/// How reading a stream ended, when not cleanly.
+pub enum StreamStop {
+    /// No bytes for the idle timeout, or the connection broke.
+    Transport(ErrorKind, String),
+    /// The event handler stopped the stream with this error.
+    Event(ProviderError),
+}
+
+/// Reads an SSE body to its end, handing every event to `on_event` (which
+/// may stop the stream with an error). `seen_events` says whether anything
+/// arrived yet, so a broken connection is a truncation rather than a
+/// transport failure once the answer had started.
+pub async fn read_sse(
+    provider: &str,
+    resp: reqwest::Response,
+    idle: Duration,
+    mut on_event: impl FnMut(super::sse::SseEvent) -> Option<ProviderError>,
+) -> Result<(), StreamStop> {
+    use futures_util::StreamExt;
+    let mut stream = resp.bytes_stream();
+    let mut parser = super::sse::SseParser::new();
+    let mut seen_events = false;
+    loop {
+        let bytes = match tokio::time::timeout(idle, stream.next()).await {
+            Err(_) => {
+                return Err(StreamStop::Transport(
+                    ErrorKind::Timeout,
+                    format!("no stream data for {idle:?}"),
+                ))
+            }
+            Ok(None) => break,
+            Ok(Some(Ok(b))) => b,
+            Ok(Some(Err(e))) => {
+                let kind = if seen_events {
+                    ErrorKind::Truncated
+                } else {
+                    transport_error(provider, &e).kind
+                };
+                return Err(StreamStop::Transport(kind, format!("stream broke: {e}")));
+            }
+        };
+        let items = parser.feed(&bytes).map_err(|e| {
+            StreamStop::Event(ProviderError::new(
+                ErrorKind::ServerError,
+                None,
+                format!("{provider}: {e}"),
+            ))
+        })?;
+        for item in items {
+            let super::sse::SseItem::Event(ev) = item else { continue };
+            seen_events = true;
+            if let Some(mut e) = on_event(ev) {
+                e.message = format!("{provider}: {}", e.message);
+                return Err(StreamStop::Event(e));
+            }
+        }
+    }
+    parser.finish();
+    Ok(())
+}

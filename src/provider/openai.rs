@@ -4,8 +4,9 @@
 //! (cached and DeepSeek cache hit/miss tokens); rate-limit headers parsed.
 
 use super::headers::{openai_feedback, retry_after};
-use super::http::{header_getter, read_body, status_error, transport_error, wire_role, with_ids, Endpoint};
-use super::sse::{SseItem, SseParser};
+use super::http::{
+    header_getter, read_body, read_sse, status_error, transport_error, wire_role, with_ids, Endpoint, StreamStop,
+};
 use super::{ErrorKind, LlmRequest, LlmResponse, Provider, ProviderError, ToolCall, Usage};
 use crate::clock::Clock;
 use crate::resilience::limiter::RateFeedback;
@@ -109,13 +110,11 @@ struct Assembly {
     calls: Vec<PartialCall>,
     usage: Option<Usage>,
     done: bool,
-    events: usize,
 }
 
 impl Assembly {
     /// Takes one chunk; an in-band error ends the stream with that error.
     fn chunk(&mut self, v: &Value) -> Option<ProviderError> {
-        self.events += 1;
         if let Some(err) = v.get("error") {
             let msg = err
                 .get("message")
@@ -251,10 +250,7 @@ impl OpenAiClient {
         resp: reqwest::Response,
         req: &LlmRequest,
     ) -> Result<(String, Vec<ToolCall>, Option<Usage>), ProviderError> {
-        use futures_util::StreamExt;
         let name = &self.ep.name;
-        let mut stream = resp.bytes_stream();
-        let mut parser = SseParser::new();
         let mut acc = Assembly::default();
         let cut = |acc: &mut Assembly, kind: ErrorKind, why: String| {
             let calls = acc.tool_calls();
@@ -266,56 +262,31 @@ impl OpenAiClient {
             });
             e
         };
-        loop {
-            let next = match tokio::time::timeout(self.ep.idle, stream.next()).await {
+        let read = read_sse(name, resp, self.ep.idle, |ev| {
+            if ev.data.trim() == "[DONE]" {
+                acc.done = true;
+                return None;
+            }
+            match serde_json::from_str::<Value>(&ev.data) {
+                Ok(v) => acc.chunk(&v),
                 Err(_) => {
-                    return Err(cut(
-                        &mut acc,
-                        ErrorKind::Timeout,
-                        format!("no stream data for {:?}", self.ep.idle),
-                    ))
-                }
-                Ok(n) => n,
-            };
-            let bytes = match next {
-                None => break,
-                Some(Ok(b)) => b,
-                Some(Err(e)) => {
-                    let kind = if acc.events > 0 {
-                        ErrorKind::Truncated
-                    } else {
-                        transport_error(name, &e).kind
-                    };
-                    return Err(cut(&mut acc, kind, format!("stream broke: {e}")));
-                }
-            };
-            let items = parser
-                .feed(&bytes)
-                .map_err(|e| ProviderError::new(ErrorKind::ServerError, None, format!("{name}: {e}")))?;
-            for item in items {
-                let SseItem::Event(ev) = item else { continue };
-                if ev.data.trim() == "[DONE]" {
-                    acc.done = true;
-                    continue;
-                }
-                match serde_json::from_str::<Value>(&ev.data) {
-                    Ok(v) => {
-                        if let Some(mut e) = acc.chunk(&v) {
-                            e.message = format!("{name}: {}", e.message);
-                            return Err(e);
-                        }
-                    }
-                    Err(_) => tracing::debug!(provider = %name, "skipping a stream event that is not JSON"),
+                    tracing::debug!(provider = %name, "skipping a stream event that is not JSON");
+                    None
                 }
             }
-        }
-        parser.finish();
-        if !acc.done {
-            return Err(cut(
-                &mut acc,
-                ErrorKind::Truncated,
-                "stream ended without [DONE]".into(),
-            ));
+        })
+        .await;
+        match read {
+            Err(StreamStop::Transport(kind, why)) => return Err(cut(&mut acc, kind, why)),
+            Err(StreamStop::Event(e)) => return Err(e),
+            Ok(()) if !acc.done => {
+                return Err(cut(
+                    &mut acc,
+                    ErrorKind::Truncated,
+                    "stream ended without [DONE]".into(),
+                ))
+            }
+            Ok(()) => {}
         }
         let calls = acc.tool_calls();
         Ok((std::mem::take(&mut acc.text), calls, acc.usage))
