@@ -151,3 +151,61 @@ fn bench_prints_one_json_line() {
         assert!(v[k].as_f64().unwrap() > 0.0, "{k}");
     }
 }
+
+#[test]
+fn replay_reports_bad_logs_by_file_line_and_field() {
+    let fixture = |f: &str| format!("{}/tests/fixtures/logs/{f}", env!("CARGO_MANIFEST_DIR"));
+    let o = fusebox(&["replay", &fixture("t_ms_backwards.jsonl"), "--headless"]);
+    assert_clean_failure(&o, &["t_ms_backwards.jsonl:", "`t_ms`"]);
+    let o = fusebox(&["replay", &fixture("empty.jsonl"), "--headless"]);
+    assert_clean_failure(&o, &["empty.jsonl"]);
+    let o = fusebox(&["replay", "/nonexistent/traffic.jsonl", "--headless"]);
+    assert_clean_failure(&o, &["/nonexistent/traffic.jsonl"]);
+}
+
+#[test]
+fn a_recorded_demo_replays_to_the_same_levels() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("traffic.jsonl");
+    let (a, b) = (dir.path().join("a.json"), dir.path().join("b.json"));
+    let spool = dir.path().join("spool.jsonl");
+    let o = fusebox(&[
+        "demo",
+        "--headless",
+        "--scenario",
+        "provider-outage",
+        "--duration",
+        "2m",
+        "--seed",
+        "5",
+        "--record",
+        log.to_str().unwrap(),
+        "--record-content",
+        "full",
+        "--spool",
+        spool.to_str().unwrap(),
+        "--summary-json",
+        a.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(stderr(&o).contains("recorded "), "{}", stderr(&o));
+    let spool2 = dir.path().join("spool2.jsonl");
+    let o = fusebox(&[
+        "replay",
+        log.to_str().unwrap(),
+        "--headless",
+        "--spool",
+        spool2.to_str().unwrap(),
+        "--summary-json",
+        b.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let read = |p: &std::path::Path| -> serde_json::Value {
+        serde_json::from_str(&std::fs::read_to_string(p).unwrap()).unwrap()
+    };
+    let (a, b) = (read(&a), read(&b));
+    assert_eq!(a["requests"], b["requests"]);
+    assert_eq!(a["by_level"], b["by_level"]);
+    assert_eq!(b["lost"], 0);
+    assert_eq!(b["bad_lines"], 0);
+}
