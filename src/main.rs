@@ -441,6 +441,7 @@ fn demo(args: DemoArgs) -> Result<()> {
                     scenario.name,
                     if http { "http" } else { "in-process" }
                 ),
+                replay_length_ms: None,
             };
             let driver = {
                 let runner = runner.clone();
@@ -501,6 +502,7 @@ fn replay(args: ReplayArgs) -> Result<()> {
     let record_path = record.record.clone();
     let operator = operator_name(&args.console);
     let source = format!("replay {}", args.log.display());
+    let log_length = fusebox::traffic::replay::log_length_ms(&args.log);
     let summary = rt.block_on(async move {
         let clock = Clock::with_wall_anchor(0);
         let mut parts = RunnerParts::mock(clock, seed);
@@ -530,6 +532,7 @@ fn replay(args: ReplayArgs) -> Result<()> {
                 yes: args.console.yes,
                 operator,
                 source,
+                replay_length_ms: log_length,
             };
             let driver = {
                 let runner = runner.clone();

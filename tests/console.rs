@@ -26,6 +26,7 @@ fn opts(readonly: bool) -> Options {
         yes: false,
         operator: "ana".into(),
         source: "scenario test".into(),
+        replay_length_ms: None,
     }
 }
 
@@ -300,4 +301,14 @@ async fn selection_follows_the_breaker_when_the_order_changes() {
         panic!("confirm expected")
     };
     assert_eq!(command, &Command::ForceOpen { target: chosen });
+}
+
+#[tokio::test(start_paused = true)]
+async fn replay_mode_shows_progress_through_the_log() {
+    let (_runner, mut app) = incident(false).await;
+    app.opts.mode = Mode::Replay;
+    app.opts.replay_length_ms = Some(254_000);
+    let h = render_pane(&app, 160, 3, ui::header::draw);
+    // The incident ran 127 s of the log's 254 s.
+    assert!(h.contains("REPLAY") && h.contains("50% of 04:14"), "{h}");
 }

@@ -369,3 +369,20 @@ fn note(
         }
     }
 }
+
+/// How long a log runs (the `t_ms` of its last record), read from its tail
+/// without scanning the whole file; None if no record is found there.
+pub fn log_length_ms(path: &std::path::Path) -> Option<u64> {
+    use std::io::{Read, Seek, SeekFrom};
+    let mut f = std::fs::File::open(path).ok()?;
+    let len = f.metadata().ok()?.len();
+    let start = len.saturating_sub(256 << 10);
+    f.seek(SeekFrom::Start(start)).ok()?;
+    let mut tail = Vec::new();
+    f.read_to_end(&mut tail).ok()?;
+    String::from_utf8_lossy(&tail)
+        .lines()
+        .rev()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .find_map(|v| v.get("t_ms").and_then(serde_json::Value::as_u64))
+}

@@ -90,6 +90,8 @@ pub struct Options {
     pub operator: String,
     /// Scenario or log name for the header.
     pub source: String,
+    /// Length of the replayed log (ms), for the progress bar.
+    pub replay_length_ms: Option<u64>,
 }
 
 /// An interaction overlay.

@@ -41,6 +41,13 @@ pub fn draw(f: &mut Frame, area: Rect, app: &App, theme: &Theme) {
         Span::raw(format!(" {} tok/min ", human(r.tokens_per_min))),
         Span::raw(format!(" ${:.2}/min ", r.usd_per_min)),
     ]);
+    if let (Mode::Replay, Some(total)) = (app.opts.mode, app.opts.replay_length_ms) {
+        let done = (s.t_ms as f64 / total.max(1) as f64).min(1.0);
+        top.push(Span::styled(
+            format!(" {} {:.0}% of {} ", bar(done, 12), done * 100.0, clock(total)),
+            theme.badge,
+        ));
+    }
     let p = s.global.pressure;
     let mut second = vec![
         Span::raw(" global budget "),
