@@ -59,6 +59,11 @@ pub fn draw(f: &mut Frame, area: Rect, app: &App, theme: &Theme) {
         )),
         Span::styled("store: in-process ", theme.dim),
     ];
+    if let (Mode::Replay, Some(total)) = (app.opts.mode, app.opts.replay_length_ms) {
+        let done = (s.t_ms as f64 / total.max(1) as f64).min(1.0);
+        let progress = format!(" replay {} {:.0}% of {} ", bar(done, 12), done * 100.0, clock(total));
+        second.insert(0, Span::styled(progress, theme.badge));
+    }
     let frozen: Vec<&str> = s
         .limiters
         .iter()
