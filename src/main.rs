@@ -7,8 +7,10 @@ use fusebox::config::Config;
 use fusebox::mockserver::MockServer;
 use fusebox::runner::{Runner, RunnerParts};
 use fusebox::traffic::load::run_scenario;
+use fusebox::traffic::log::LogReader;
 use fusebox::traffic::pace::Pace;
 use fusebox::traffic::record::{Content, RecordOptions, Recorder};
+use fusebox::traffic::replay::{RecordedFleet, RecordedProvider, RecordedTools, ReplayOptions};
 use fusebox::traffic::scenario::Scenario;
 use fusebox::traffic::summary::{collect_transitions, Summary};
 use fusebox::tui::app::{Mode, Options};
@@ -115,6 +117,9 @@ struct ReplayArgs {
     /// Do not re-apply recorded operator actions.
     #[arg(long)]
     no_operator: bool,
+    /// Replay under two configs (virtual time) and print both summaries side by side.
+    #[arg(long, num_args = 2, value_names = ["CONFIG_A", "CONFIG_B"])]
+    compare: Option<Vec<PathBuf>>,
     /// Skip malformed lines (counted in the summary as bad_lines) instead of stopping.
     #[arg(long)]
     skip_bad_lines: bool,
@@ -481,8 +486,9 @@ fn demo(args: DemoArgs) -> Result<()> {
 
 /// `fusebox replay`: re-drives a traffic log.
 fn replay(args: ReplayArgs) -> Result<()> {
-    use fusebox::traffic::log::LogReader;
-    use fusebox::traffic::replay::{RecordedFleet, RecordedProvider, RecordedTools, ReplayOptions};
+    if let Some(configs) = &args.compare {
+        return compare(&args, &configs[0], &configs[1]);
+    }
     let console = !args.headless;
     let speed = parse_speed(args.speed.as_deref().unwrap_or(if console { "1" } else { "max" }))?;
     let cfg = load_config(args.config.as_ref())?;
@@ -505,20 +511,7 @@ fn replay(args: ReplayArgs) -> Result<()> {
     let log_length = fusebox::traffic::replay::log_length_ms(&args.log);
     let summary = rt.block_on(async move {
         let clock = Clock::with_wall_anchor(0);
-        let mut parts = RunnerParts::mock(clock, seed);
-        parts.spool = Some(spool);
-        let fleet = recorded.then(|| Arc::new(RecordedFleet::default()));
-        if let Some(f) = &fleet {
-            for name in cfg.providers.keys() {
-                parts
-                    .providers
-                    .insert(name.clone(), Arc::new(RecordedProvider::new(name, f.clone(), clock)));
-            }
-            parts.tools = Some(Arc::new(RecordedTools::new(f.clone(), clock)));
-        } else {
-            parts.providers = fusebox::provider::http::build(&cfg, clock, None)?;
-        }
-        let runner = Runner::new(cfg, parts)?;
+        let (runner, fleet) = replay_runner(cfg, seed, spool, recorded, clock)?;
         let recorder = record.start(&runner, seed.0)?;
         let pace = start_pace(&speed, clock);
         let opts = ReplayOptions {
@@ -563,6 +556,131 @@ fn replay(args: ReplayArgs) -> Result<()> {
         Some(summary) => write_summary(&summary, args.summary_json.as_ref()),
         None => Ok(()),
     }
+}
+
+/// A runner for a replay: every provider and tool answering from the
+/// recorded fleet, or the configured providers (`live`).
+fn replay_runner(
+    cfg: Config,
+    seed: Seed,
+    spool: PathBuf,
+    recorded: bool,
+    clock: Clock,
+) -> Result<(Arc<Runner>, Option<Arc<RecordedFleet>>)> {
+    let mut parts = RunnerParts::mock(clock, seed);
+    parts.spool = Some(spool);
+    let fleet = recorded.then(|| Arc::new(RecordedFleet::default()));
+    if let Some(f) = &fleet {
+        for name in cfg.providers.keys() {
+            parts
+                .providers
+                .insert(name.clone(), Arc::new(RecordedProvider::new(name, f.clone(), clock)));
+        }
+        parts.tools = Some(Arc::new(RecordedTools::new(f.clone(), clock)));
+    } else {
+        parts.providers = fusebox::provider::http::build(&cfg, clock, None)?;
+    }
+    Ok((Runner::new(cfg, parts)?, fleet))
+}
+
+/// `fusebox replay LOG --compare A B`: the same log under two configs, in
+/// virtual time, side by side.
+fn compare(args: &ReplayArgs, a: &PathBuf, b: &PathBuf) -> Result<()> {
+    let mut summaries = Vec::new();
+    for path in [a, b] {
+        let cfg = Config::load(path)?;
+        let reader = LogReader::open(&args.log, args.skip_bad_lines)?;
+        let seed = Seed(args.seed.or(reader.header().map(|h| h.seed)).unwrap_or(42));
+        let spool = spool_file(None, &cfg)?;
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .start_paused(true)
+            .build()?;
+        let wall = std::time::Instant::now();
+        let opts = ReplayOptions {
+            operator: !args.no_operator,
+            compare: false,
+        };
+        let recorded = args.providers == "recorded";
+        let summary = rt.block_on(async move {
+            let clock = Clock::with_wall_anchor(0);
+            let (runner, fleet) = replay_runner(cfg, seed, spool, recorded, clock)?;
+            let transitions = collect_transitions(&runner);
+            let out = fusebox::traffic::replay::replay(runner.clone(), reader, fleet, opts).await?;
+            runner.events().close_subscribers();
+            let seen = transitions.await?;
+            let mut s = Summary::build(
+                &runner,
+                &seen,
+                out.lost,
+                clock.elapsed_ms(),
+                wall.elapsed().as_millis() as u64,
+            );
+            s.bad_lines = Some(out.bad_lines);
+            anyhow::Ok(s)
+        })?;
+        summaries.push(summary);
+    }
+    let (x, y) = (&summaries[0], &summaries[1]);
+    let rows: Vec<(&str, f64, f64)> = vec![
+        ("requests", x.requests as f64, y.requests as f64),
+        ("level none", x.by_level.none as f64, y.by_level.none as f64),
+        ("level partial", x.by_level.partial as f64, y.by_level.partial as f64),
+        ("level fallback", x.by_level.fallback as f64, y.by_level.fallback as f64),
+        ("level deferred", x.by_level.deferred as f64, y.by_level.deferred as f64),
+        ("level failed", x.by_level.failed as f64, y.by_level.failed as f64),
+        ("tokens consumed", x.tokens.consumed as f64, y.tokens.consumed as f64),
+        ("tokens wasted", x.tokens.wasted as f64, y.tokens.wasted as f64),
+        ("cost usd", x.cost_usd, y.cost_usd),
+        ("calls made", calls(x, |t| t.attempts), calls(y, |t| t.attempts)),
+        ("calls failed", calls(x, |t| t.failed), calls(y, |t| t.failed)),
+        (
+            "calls short-circuited",
+            calls(x, |t| t.rejected_open),
+            calls(y, |t| t.rejected_open),
+        ),
+        ("retries", calls(x, |t| t.retries), calls(y, |t| t.retries)),
+        ("transitions", x.transitions.len() as f64, y.transitions.len() as f64),
+        (
+            "budget rejections",
+            x.budget_rejections.values().sum::<u64>() as f64,
+            y.budget_rejections.values().sum::<u64>() as f64,
+        ),
+        ("lost", x.lost as f64, y.lost as f64),
+    ];
+    println!("{:<22} {:>14} {:>14} {:>12}", "", short(a), short(b), "difference");
+    for (name, va, vb) in rows {
+        let mark = if (va - vb).abs() > 1e-9 { "  *" } else { "" };
+        let fmt = |v: f64| {
+            if v.fract() == 0.0 {
+                format!("{v:.0}")
+            } else {
+                format!("{v:.4}")
+            }
+        };
+        println!("{name:<22} {:>14} {:>14} {:>12}{mark}", fmt(va), fmt(vb), fmt(vb - va));
+    }
+    if let Some(p) = &args.summary_json {
+        let both = serde_json::json!({ "a": { "config": a, "summary": x }, "b": { "config": b, "summary": y } });
+        std::fs::write(p, format!("{}\n", serde_json::to_string_pretty(&both)?))
+            .with_context(|| format!("cannot write {}", p.display()))?;
+    }
+    Ok(())
+}
+
+fn calls(s: &Summary, f: impl Fn(&fusebox::runner::registry::StatsView) -> u64) -> f64 {
+    // Providers and tools only: model breakers see the same calls as their provider.
+    s.targets
+        .iter()
+        .filter(|(k, _)| !k.starts_with("model:"))
+        .map(|(_, v)| f(v))
+        .sum::<u64>() as f64
+}
+
+fn short(p: &std::path::Path) -> String {
+    p.file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_else(|| p.display().to_string())
 }
 
 /// `fusebox mock`: serves the mock fleet until Ctrl-C.

@@ -209,3 +209,61 @@ fn a_recorded_demo_replays_to_the_same_levels() {
     assert_eq!(b["lost"], 0);
     assert_eq!(b["bad_lines"], 0);
 }
+
+#[test]
+fn compare_shows_what_a_stricter_breaker_changes() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("traffic.jsonl");
+    let spool = dir.path().join("spool.jsonl");
+    let o = fusebox(&[
+        "demo",
+        "--headless",
+        "--scenario",
+        "2am-incident",
+        "--duration",
+        "3m",
+        "--seed",
+        "8",
+        "--record",
+        log.to_str().unwrap(),
+        "--record-content",
+        "full",
+        "--spool",
+        spool.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let (a, b) = (dir.path().join("a.toml"), dir.path().join("b.toml"));
+    std::fs::write(&a, "").unwrap();
+    let strict = fusebox::config::Config {
+        tools: {
+            let mut t = fusebox::config::Config::default().tools;
+            t.get_mut("get_order").unwrap().breaker = Some(fusebox::config::BreakerConfig {
+                consecutive_failures: 2,
+                ..Default::default()
+            });
+            t
+        },
+        ..Default::default()
+    };
+    std::fs::write(&b, toml::to_string(&strict).unwrap()).unwrap();
+    let o = fusebox(&[
+        "replay",
+        log.to_str().unwrap(),
+        "--compare",
+        a.to_str().unwrap(),
+        b.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = String::from_utf8_lossy(&o.stdout);
+    let row = out
+        .lines()
+        .find(|l| l.starts_with("calls failed"))
+        .unwrap_or_else(|| panic!("{out}"));
+    let cols: Vec<&str> = row.split_whitespace().collect();
+    let (fa, fb): (f64, f64) = (cols[2].parse().unwrap(), cols[3].parse().unwrap());
+    assert!(fb < fa, "the stricter breaker fails fewer calls: {row}");
+    assert!(row.ends_with('*'), "differences are marked: {row}");
+    assert!(out
+        .lines()
+        .any(|l| l.starts_with("lost") && l.split_whitespace().nth(1) == Some("0")));
+}
