@@ -256,19 +256,8 @@ impl Provider for AnthropicClient {
             };
             (text, calls, usage)
         };
-        let secs = self
-            .clock
-            .now()
-            .saturating_duration_since(start)
-            .as_secs_f64()
-            .max(1e-3);
-        Ok(LlmResponse {
-            text: text.into(),
-            tool_calls,
-            usage,
-            tokens_per_s: Some(usage.output as f64 / secs),
-            rate,
-        })
+        let elapsed = self.clock.now().saturating_duration_since(start);
+        Ok(LlmResponse::measured(text.into(), tool_calls, usage, rate, elapsed))
     }
 }
 

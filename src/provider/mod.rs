@@ -106,6 +106,27 @@ pub struct LlmResponse {
     pub rate: RateFeedback,
 }
 
+impl LlmResponse {
+    /// A response whose output rate is measured over the whole call
+    /// (`elapsed`): keep-alives and stalls count as time, not progress.
+    pub fn measured(
+        text: Arc<str>,
+        tool_calls: Vec<ToolCall>,
+        usage: Usage,
+        rate: RateFeedback,
+        elapsed: Duration,
+    ) -> Self {
+        let secs = elapsed.as_secs_f64().max(1e-3);
+        Self {
+            text,
+            tool_calls,
+            usage,
+            tokens_per_s: Some(usage.output as f64 / secs),
+            rate,
+        }
+    }
+}
+
 /// What went wrong with a provider call.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]

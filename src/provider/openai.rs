@@ -228,19 +228,8 @@ impl Provider for OpenAiClient {
             output: estimate_tokens(&text, &tool_calls),
             cached_input: 0,
         });
-        let secs = self
-            .clock
-            .now()
-            .saturating_duration_since(start)
-            .as_secs_f64()
-            .max(1e-3);
-        Ok(LlmResponse {
-            text: text.into(),
-            tool_calls,
-            usage,
-            tokens_per_s: Some(usage.output as f64 / secs),
-            rate,
-        })
+        let elapsed = self.clock.now().saturating_duration_since(start);
+        Ok(LlmResponse::measured(text.into(), tool_calls, usage, rate, elapsed))
     }
 }
 

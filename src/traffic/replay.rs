@@ -177,19 +177,14 @@ impl Provider for RecordedProvider {
                 )
             }
         };
-        let secs = self
-            .clock
-            .now()
-            .saturating_duration_since(start)
-            .as_secs_f64()
-            .max(1e-3);
-        Ok(LlmResponse {
-            text: "replayed answer".into(),
+        let elapsed = self.clock.now().saturating_duration_since(start);
+        Ok(LlmResponse::measured(
+            "replayed answer".into(),
             tool_calls,
             usage,
-            tokens_per_s: Some(usage.output as f64 / secs),
-            rate: Default::default(),
-        })
+            Default::default(),
+            elapsed,
+        ))
     }
 }
 
