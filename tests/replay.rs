@@ -15,7 +15,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-async fn record(dir: &Path, scenario: &str, secs: u64) -> std::path::PathBuf {
+async fn record(dir: &Path, scenario: &str, secs: u64) -> (std::path::PathBuf, u64) {
     let path = dir.join("traffic.jsonl");
     let mut parts = RunnerParts::mock(Clock::with_wall_anchor(0), Seed(8));
     parts.spool = Some(dir.join("spool-rec.jsonl"));
@@ -41,7 +41,7 @@ async fn record(dir: &Path, scenario: &str, secs: u64) -> std::path::PathBuf {
     assert_eq!(run.lost, 0);
     runner.events().close_subscribers();
     rec.finish().unwrap();
-    path
+    (path, runner.totals().tokens.load(std::sync::atomic::Ordering::Relaxed))
 }
 
 async fn replay_with(dir: &Path, log: &Path, cfg: Config, name: &str) -> (Arc<Runner>, Replayed) {
@@ -75,8 +75,13 @@ async fn replay_with(dir: &Path, log: &Path, cfg: Config, name: &str) -> (Arc<Ru
 #[tokio::test(start_paused = true)]
 async fn replaying_a_recording_reproduces_its_outcomes() {
     let dir = tempfile::tempdir().unwrap();
-    let log = record(dir.path(), "2am-incident", 240).await;
+    let (log, tokens) = record(dir.path(), "2am-incident", 240).await;
     let (runner, out) = replay_with(dir.path(), &log, Config::default(), "same").await;
+    let replayed = runner.totals().tokens.load(std::sync::atomic::Ordering::Relaxed);
+    assert_eq!(
+        replayed, tokens,
+        "the same tokens are consumed, deferred re-drives included"
+    );
     assert!(out.requests > 500);
     assert_eq!(out.lost, 0);
     assert!(
@@ -98,7 +103,7 @@ async fn replaying_a_recording_reproduces_its_outcomes() {
 #[tokio::test(start_paused = true)]
 async fn what_if_a_stricter_breaker_would_have_tripped_earlier() {
     let dir = tempfile::tempdir().unwrap();
-    let log = record(dir.path(), "2am-incident", 240).await;
+    let (log, _) = record(dir.path(), "2am-incident", 240).await;
     let (base, _) = replay_with(dir.path(), &log, Config::default(), "base").await;
     let mut strict = Config::default();
     strict.tools.get_mut("get_order").unwrap().breaker = Some(fusebox::config::BreakerConfig {

@@ -351,7 +351,9 @@ fn note(
 ) {
     match done {
         Ok((id, level)) => {
-            if let Some(f) = fleet {
+            // A deferred request is re-driven later and needs the rest of
+            // its recorded attempts then.
+            if let (Some(f), false) = (fleet, level == Level::Deferred) {
                 f.forget(id);
             }
             if compare {
