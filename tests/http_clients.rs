@@ -29,6 +29,15 @@ fn clients(cfg: &Config, base: &str) -> HashMap<String, Arc<dyn Provider>> {
     fusebox::provider::http::build(cfg, Clock::system(), Some(base)).unwrap()
 }
 
+/// The default config with every provider streaming or not.
+fn streaming(stream: bool) -> Config {
+    let mut cfg = Config::default();
+    for p in cfg.providers.values_mut() {
+        p.stream = stream;
+    }
+    cfg
+}
+
 fn quick(cfg: &mut Config) {
     for p in cfg.providers.values_mut() {
         p.timeout_ms = 2_000;
@@ -79,10 +88,7 @@ fn set(faults: &FaultTable, target: &str, fault: Fault) {
 async fn healthy_answers_in_every_format_and_mode() {
     let (_faults, base) = server().await;
     for stream in [true, false] {
-        let mut cfg = Config::default();
-        for p in cfg.providers.values_mut() {
-            p.stream = stream;
-        }
+        let cfg = streaming(stream);
         let c = clients(&cfg, &base);
         for name in ["openai", "anthropic", "deepseek"] {
             let r = c[name]
@@ -113,10 +119,7 @@ async fn healthy_answers_in_every_format_and_mode() {
 async fn tool_calls_are_assembled_streamed_and_not() {
     let (_faults, base) = server().await;
     for stream in [true, false] {
-        let mut cfg = Config::default();
-        for p in cfg.providers.values_mut() {
-            p.stream = stream;
-        }
+        let cfg = streaming(stream);
         let c = clients(&cfg, &base);
         for name in ["openai", "anthropic"] {
             let mut req = request(64, true);
@@ -147,9 +150,8 @@ async fn tool_calls_are_assembled_streamed_and_not() {
 async fn every_fault_is_classified() {
     let (faults, base) = server().await;
     for stream in [true, false] {
-        let mut cfg = Config::default();
+        let mut cfg = streaming(stream);
         for p in cfg.providers.values_mut() {
-            p.stream = stream;
             p.idle_timeout_ms = 1_000;
         }
         let c = clients(&cfg, &base);
