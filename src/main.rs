@@ -1,5 +1,10 @@
 //! The fusebox command line.
 
+/// mimalloc: the agent loop and the replay allocate many small, short-lived
+/// objects across threads, where it is markedly faster than the system one.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 use anyhow::{bail, Context, Result};
 use clap::{Parser, Subcommand};
 use fusebox::clock::{Clock, Seed};

@@ -15,13 +15,14 @@ pub fn specs(cfg: &Config) -> Vec<ToolSpec> {
     cfg.tools
         .iter()
         .map(|(name, t)| ToolSpec {
-            name: name.clone(),
-            description: t.description.clone(),
-            schema: t
-                .schema
-                .as_ref()
-                .and_then(|s| serde_json::to_value(s).ok())
-                .unwrap_or_else(|| serde_json::json!({"type": "object"})),
+            name: name.as_str().into(),
+            description: t.description.as_str().into(),
+            schema: Arc::new(
+                t.schema
+                    .as_ref()
+                    .and_then(|s| serde_json::to_value(s).ok())
+                    .unwrap_or_else(|| serde_json::json!({"type": "object"})),
+            ),
         })
         .collect()
 }
@@ -30,7 +31,7 @@ pub fn specs(cfg: &Config) -> Vec<ToolSpec> {
 /// the name must be one of them, the arguments a JSON object matching the
 /// schema (required keys, property types). Returns the problem in words.
 pub fn validate_call(call: &ToolCall, offered: &[ToolSpec]) -> Result<(), String> {
-    let Some(spec) = offered.iter().find(|t| t.name == call.name) else {
+    let Some(spec) = offered.iter().find(|t| *t.name == *call.name) else {
         return Err(format!("hallucinated tool name `{}`", call.name));
     };
     let args: Value = serde_json::from_str(&call.arguments)

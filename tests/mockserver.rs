@@ -172,9 +172,9 @@ fn request_where(provider: &str, model: &str, fault: Fault, want: impl Fn(&[Tool
     let tools: Vec<ToolSpec> = TOOLS
         .iter()
         .map(|n| ToolSpec {
-            name: n.to_string(),
+            name: (*n).into(),
             description: "d".into(),
-            schema: json!({}),
+            schema: json!({}).into(),
         })
         .collect();
     (1..1_000)

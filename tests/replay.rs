@@ -15,7 +15,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-async fn record(dir: &Path, scenario: &str, secs: u64) -> (std::path::PathBuf, u64) {
+async fn record(dir: &Path, scenario: &str, secs: u64, content: Content) -> (std::path::PathBuf, u64) {
     let path = dir.join("traffic.jsonl");
     let mut parts = RunnerParts::mock(Clock::with_wall_anchor(0), Seed(8));
     parts.spool = Some(dir.join("spool-rec.jsonl"));
@@ -27,7 +27,7 @@ async fn record(dir: &Path, scenario: &str, secs: u64) -> (std::path::PathBuf, u
     };
     let opts = RecordOptions {
         fsync: Fsync::Os,
-        content: Content::Full,
+        content,
         rotate_bytes: None,
     };
     let rec = Recorder::start(&path, opts, header, runner.events().subscribe()).unwrap();
@@ -72,10 +72,12 @@ async fn replay_with(dir: &Path, log: &Path, cfg: Config, name: &str) -> (Arc<Ru
     (runner, out)
 }
 
+/// Exact request by request needs the recorded content: content-keyed caches
+/// (answers, tool results keyed by their arguments) hit as recorded only then.
 #[tokio::test(start_paused = true)]
 async fn replaying_a_recording_reproduces_its_outcomes() {
     let dir = tempfile::tempdir().unwrap();
-    let (log, tokens) = record(dir.path(), "2am-incident", 240).await;
+    let (log, tokens) = record(dir.path(), "2am-incident", 240, Content::Full).await;
     let (runner, out) = replay_with(dir.path(), &log, Config::default(), "same").await;
     let replayed = runner.totals().tokens.load(std::sync::atomic::Ordering::Relaxed);
     assert_eq!(
@@ -103,7 +105,7 @@ async fn replaying_a_recording_reproduces_its_outcomes() {
 #[tokio::test(start_paused = true)]
 async fn what_if_a_stricter_breaker_would_have_tripped_earlier() {
     let dir = tempfile::tempdir().unwrap();
-    let (log, _) = record(dir.path(), "2am-incident", 240).await;
+    let (log, _) = record(dir.path(), "2am-incident", 240, Content::Full).await;
     let (base, _) = replay_with(dir.path(), &log, Config::default(), "base").await;
     let mut strict = Config::default();
     strict.tools.get_mut("get_order").unwrap().breaker = Some(fusebox::config::BreakerConfig {

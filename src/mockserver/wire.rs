@@ -271,11 +271,11 @@ fn openai_tools(obj: &Obj) -> Result<Vec<ToolSpec>, BadRequest> {
             Some(_) => return Err(BadRequest::field(fpath, "expected an object")),
         };
         out.push(ToolSpec {
-            name: tool_name(f, &format!("{fpath}.name"))?.to_string(),
+            name: tool_name(f, &format!("{fpath}.name"))?.into(),
             description: opt_str(f, "description", &format!("{fpath}.description"))?
                 .unwrap_or_default()
-                .to_string(),
-            schema: schema(f, "parameters", &format!("{fpath}.parameters"))?,
+                .into(),
+            schema: schema(f, "parameters", &format!("{fpath}.parameters"))?.into(),
         });
     }
     Ok(out)
@@ -289,11 +289,11 @@ fn anthropic_tools(obj: &Obj) -> Result<Vec<ToolSpec>, BadRequest> {
             .as_object()
             .ok_or_else(|| BadRequest::field(path.as_str(), "expected an object"))?;
         out.push(ToolSpec {
-            name: tool_name(t, &format!("{path}.name"))?.to_string(),
+            name: tool_name(t, &format!("{path}.name"))?.into(),
             description: opt_str(t, "description", &format!("{path}.description"))?
                 .unwrap_or_default()
-                .to_string(),
-            schema: schema(t, "input_schema", &format!("{path}.input_schema"))?,
+                .into(),
+            schema: schema(t, "input_schema", &format!("{path}.input_schema"))?.into(),
         });
     }
     Ok(out)
@@ -321,9 +321,9 @@ mod tests {
         let Ok(c) = c else { panic!("{c:?}") };
         assert!(c.stream && c.include_usage);
         assert_eq!(c.req.max_tokens, 7);
-        assert_eq!(c.req.messages[1].content, "order #12");
-        assert_eq!(c.req.messages[2].content, "");
-        assert_eq!(c.req.tools[0].name, "get_order");
+        assert_eq!(&*c.req.messages[1].content, "order #12");
+        assert_eq!(&*c.req.messages[2].content, "");
+        assert_eq!(&*c.req.tools[0].name, "get_order");
     }
 
     #[test]
@@ -335,8 +335,8 @@ mod tests {
                 "tools":[{"name":"get_order","input_schema":{"type":"object"}}]}),
         );
         let Ok(c) = c else { panic!("{c:?}") };
-        assert_eq!(c.req.messages[0].role, "system");
-        assert_eq!(c.req.messages[1].content, "ok");
+        assert_eq!(&*c.req.messages[0].role, "system");
+        assert_eq!(&*c.req.messages[1].content, "ok");
         assert_eq!(c.req.max_tokens, 5);
     }
 

@@ -33,11 +33,11 @@ impl AnthropicClient {
         let system: Vec<&str> = req
             .messages
             .iter()
-            .filter(|m| m.role == "system")
-            .map(|m| m.content.as_str())
+            .filter(|m| &*m.role == "system")
+            .map(|m| &*m.content)
             .collect();
         let mut turns: Vec<(String, String)> = Vec::new();
-        for Message { role, content } in req.messages.iter().filter(|m| m.role != "system") {
+        for Message { role, content } in req.messages.iter().filter(|m| &*m.role != "system") {
             let role = if wire_role(role) == "assistant" {
                 "assistant"
             } else {
@@ -48,7 +48,7 @@ impl AnthropicClient {
                     c.push_str("\n\n");
                     c.push_str(content);
                 }
-                _ => turns.push((role.to_string(), content.clone())),
+                _ => turns.push((role.to_string(), content.to_string())),
             }
         }
         let messages: Vec<Value> = turns.iter().map(|(r, c)| json!({"role": r, "content": c})).collect();

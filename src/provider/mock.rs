@@ -79,7 +79,7 @@ impl MockProvider {
 pub fn order_id(req: &LlmRequest) -> String {
     req.messages
         .iter()
-        .find(|m| m.role == "user")
+        .find(|m| &*m.role == "user")
         .and_then(|m| m.content.split('#').nth(1))
         .map(|s| s.chars().take_while(char::is_ascii_digit).collect::<String>())
         .filter(|s| !s.is_empty())
@@ -162,7 +162,7 @@ impl MockProvider {
         let input = ((req.prompt_chars() as f64 / p.chars_per_token).ceil() as u32).max(1);
 
         // Decide the answer: tool calls early in the loop, then a final text.
-        let offered: Vec<&str> = req.tools.iter().map(|t| t.name.as_str()).collect();
+        let offered: Vec<&str> = req.tools.iter().map(|t| &*t.name).collect();
         let order = order_id(req);
         let mut tool_calls = Vec::new();
         let wants_tools =

@@ -15,18 +15,19 @@ use serde::{Deserialize, Serialize};
 use std::sync::Arc;
 use std::time::Duration;
 
-/// A chat message.
+/// A chat message. Shared, not copied: a conversation is passed to every
+/// step and every model of the chain.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Message {
     /// `system`, `user`, `assistant` or `tool`.
-    pub role: String,
+    pub role: Arc<str>,
     /// Text content.
-    pub content: String,
+    pub content: Arc<str>,
 }
 
 impl Message {
     /// A message with `role` and `content`.
-    pub fn new(role: &str, content: impl Into<String>) -> Self {
+    pub fn new(role: &str, content: impl Into<Arc<str>>) -> Self {
         Self {
             role: role.into(),
             content: content.into(),
@@ -34,15 +35,16 @@ impl Message {
     }
 }
 
-/// A tool offered to the model.
+/// A tool offered to the model. Shared, not copied: every request offers
+/// the same specs, so cloning one is three reference-count increments.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct ToolSpec {
     /// Name the model must use.
-    pub name: String,
+    pub name: Arc<str>,
     /// What it does.
-    pub description: String,
+    pub description: Arc<str>,
     /// JSON schema of its arguments.
-    pub schema: serde_json::Value,
+    pub schema: Arc<serde_json::Value>,
 }
 
 /// A tool call the model asked for.

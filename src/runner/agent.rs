@@ -156,8 +156,8 @@ impl Runner {
             .messages
             .iter()
             .rev()
-            .find(|m| m.role == "user")
-            .map(|m| m.content.as_str())
+            .find(|m| &*m.role == "user")
+            .map(|m| &*m.content)
             .unwrap_or("");
         hash_str(&req.route) ^ hash_str(q).rotate_left(7)
     }

@@ -458,16 +458,16 @@ async fn call_with_timeout<T>(
 /// The conversation cut down for a fallback hop: system messages and the
 /// last user turn with what followed it.
 fn trim(messages: &Arc<[Message]>) -> Arc<[Message]> {
-    let Some(last_user) = messages.iter().rposition(|m| m.role == "user") else {
+    let Some(last_user) = messages.iter().rposition(|m| &*m.role == "user") else {
         return messages.clone();
     };
-    if messages[..last_user].iter().all(|m| m.role == "system") {
+    if messages[..last_user].iter().all(|m| &*m.role == "system") {
         return messages.clone();
     }
     messages
         .iter()
         .enumerate()
-        .filter(|(i, m)| m.role == "system" || *i >= last_user)
+        .filter(|(i, m)| &*m.role == "system" || *i >= last_user)
         .map(|(_, m)| m.clone())
         .collect()
 }

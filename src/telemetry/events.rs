@@ -131,12 +131,20 @@ pub struct Event {
     pub kind: EventKind,
 }
 
+struct Sub {
+    tx: mpsc::UnboundedSender<Event>,
+    /// Wants per-request records too, not only notable events.
+    records: bool,
+}
+
 /// Fan-out of events to a recent-history ring and subscribers.
 pub struct EventBus {
     clock: Clock,
     recent: Mutex<VecDeque<Event>>,
     capacity: usize,
-    subs: Mutex<Vec<mpsc::UnboundedSender<Event>>>,
+    subs: Mutex<Vec<Sub>>,
+    /// Someone subscribed to per-request records (requests, attempts,
+    /// outcomes): only then are they built at all.
     has_subs: AtomicBool,
     seq: AtomicU64,
 }
@@ -163,13 +171,26 @@ impl EventBus {
 
     /// Every event from now on, in order, without loss.
     pub fn subscribe(&self) -> mpsc::UnboundedReceiver<Event> {
+        self.add_sub(true)
+    }
+
+    /// Notable events only (no per-request records) from now on, in order,
+    /// without loss: cheap enough to keep for a whole run.
+    pub fn subscribe_notable(&self) -> mpsc::UnboundedReceiver<Event> {
+        self.add_sub(false)
+    }
+
+    fn add_sub(&self, records: bool) -> mpsc::UnboundedReceiver<Event> {
         let (tx, rx) = mpsc::unbounded_channel();
-        self.subs.lock().push(tx);
-        self.has_subs.store(true, Ordering::Release);
+        let mut subs = self.subs.lock();
+        subs.push(Sub { tx, records });
+        if records {
+            self.has_subs.store(true, Ordering::Release);
+        }
         rx
     }
 
-    /// Whether anyone listens for outcome records.
+    /// Whether anyone listens for per-request records.
     #[inline]
     pub fn has_subscribers(&self) -> bool {
         self.has_subs.load(Ordering::Acquire)
@@ -181,10 +202,14 @@ impl EventBus {
             t_ms: self.clock.elapsed_ms(),
             kind,
         };
-        if !matches!(
+        let record = matches!(
             ev.kind,
             EventKind::Outcome(_) | EventKind::Request(_) | EventKind::Attempt(_)
-        ) {
+        );
+        if record && !self.has_subscribers() {
+            return;
+        }
+        if !record {
             self.seq.fetch_add(1, Ordering::Relaxed);
             let mut r = self.recent.lock();
             if r.len() == self.capacity {
@@ -192,12 +217,10 @@ impl EventBus {
             }
             r.push_back(ev.clone());
         }
-        if self.has_subscribers() {
-            let mut subs = self.subs.lock();
-            subs.retain(|s| s.send(ev.clone()).is_ok());
-            if subs.is_empty() {
-                self.has_subs.store(false, Ordering::Release);
-            }
+        let mut subs = self.subs.lock();
+        subs.retain(|s| (record && !s.records) || s.tx.send(ev.clone()).is_ok());
+        if record && !subs.iter().any(|s| s.records) {
+            self.has_subs.store(false, Ordering::Release);
         }
     }
 

@@ -3,6 +3,7 @@
 pub mod load;
 pub mod log;
 pub mod pace;
+pub mod prefetch;
 pub mod record;
 pub mod replay;
 pub mod scenario;

@@ -9,6 +9,7 @@
 //! bounded by the traffic within the horizon, not by the log's length.
 
 use super::log::{AttemptRec, LogError, LogReader, OperatorRec, Record, RequestRec, Transport};
+use super::prefetch::Prefetched;
 use crate::clock::Clock;
 use crate::provider::fault::FaultSpec;
 use crate::provider::headers::openai_feedback;
@@ -26,8 +27,12 @@ use std::time::Duration;
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 
-/// How far (in log time) the reader runs ahead of the replay.
-pub const HORIZON: Duration = Duration::from_secs(15 * 60);
+/// How far (in log time) the reader runs ahead of the replay. A request's
+/// own attempts follow its request line in the log; they must be read before
+/// the replay reaches them, so the horizon covers how far a replay may run
+/// ahead of its recording. Everything read ahead (scheduled requests, indexed
+/// attempts) is held in memory, so it is kept short.
+pub const HORIZON: Duration = Duration::from_secs(30);
 
 /// The recorded behaviour of every target, as far as the reader has read.
 #[derive(Default)]
@@ -37,8 +42,9 @@ pub struct RecordedFleet {
 
 #[derive(Default)]
 struct Fleet {
-    /// Each request's own attempts per target, in recorded order.
-    own: HashMap<(u64, String), VecDeque<AttemptRec>>,
+    /// Each request's own attempts, in recorded order (a request has few,
+    /// so a target's next one is found by a short scan).
+    own: HashMap<u64, VecDeque<AttemptRec>>,
     /// Recent attempts per target, in time order, for calls with no own record.
     recent: HashMap<String, VecDeque<AttemptRec>>,
 }
@@ -52,7 +58,7 @@ impl RecordedFleet {
             tool_calls: Vec::new(),
             ..a.clone()
         });
-        f.own.entry((a.request, a.target.clone())).or_default().push_back(a);
+        f.own.entry(a.request).or_default().push_back(a);
     }
 
     /// The attempt a call of `request` to `target` gets at `now_ms`: its own
@@ -61,24 +67,24 @@ impl RecordedFleet {
     /// the target never appears (healthy).
     pub fn take(&self, request: u64, target: &str, now_ms: u64) -> Option<(AttemptRec, bool)> {
         let mut f = self.inner.lock();
-        if let Some(a) = f
-            .own
-            .get_mut(&(request, target.to_string()))
-            .and_then(VecDeque::pop_front)
-        {
-            return Some((a, true));
+        // Drop history older than the latest attempt at or before now (on
+        // every call, so the history stays within the read-ahead horizon).
+        if let Some(recent) = f.recent.get_mut(target) {
+            while recent.len() > 1 && recent[1].t_ms <= now_ms {
+                recent.pop_front();
+            }
         }
-        let recent = f.recent.get_mut(target)?;
-        // Drop history older than the latest attempt at or before now.
-        while recent.len() > 1 && recent[1].t_ms <= now_ms {
-            recent.pop_front();
+        if let Some(own) = f.own.get_mut(&request) {
+            if let Some(i) = own.iter().position(|a| a.target == target) {
+                return own.remove(i).map(|a| (a, true));
+            }
         }
-        recent.front().cloned().map(|a| (a, false))
+        f.recent.get(target)?.front().cloned().map(|a| (a, false))
     }
 
     /// Forgets what is left of a finished request.
     pub fn forget(&self, request: u64) {
-        self.inner.lock().own.retain(|(r, _), _| *r != request);
+        self.inner.lock().own.remove(&request);
     }
 }
 
@@ -217,8 +223,12 @@ impl ToolExecutor for RecordedTools {
 /// The agent request a recorded request line stands for.
 pub fn agent_request(q: &RequestRec) -> AgentRequest {
     let messages = q.messages.clone().unwrap_or_else(|| {
-        // Without recorded content, a prompt of the recorded size, unique
-        // per request so no answer is served from another's cache entry.
+        // Without recorded content, a prompt of the recorded size. It names
+        // no order, so every replayed tool call has the same arguments and
+        // content-keyed tool results are shared: with recorded traffic that
+        // asks about few orders this is closer to the recording than unique
+        // prompts, which would turn every recorded cache hit into a miss
+        // (a deferral, under a fault). Exact replay needs recorded content.
         let pad = "x".repeat((q.prompt_tokens as usize * 4).saturating_sub(40));
         vec![Message::new("user", format!("replayed request {} {pad}", q.id))]
     });
@@ -283,54 +293,68 @@ pub struct ReplayOptions {
 /// time; `fleet` (recorded mode) is fed the attempts as they are read.
 pub async fn replay(
     runner: Arc<Runner>,
-    mut reader: LogReader,
+    reader: LogReader,
     fleet: Option<Arc<RecordedFleet>>,
     opts: ReplayOptions,
 ) -> Result<Replayed, LogError> {
+    let path = reader.path().to_path_buf();
+    let mut reader = Prefetched::spawn(reader).map_err(|source| LogError::Io { path, source })?;
     let start = Instant::now();
+    let due = |t_ms: u64| start + Duration::from_millis(t_ms);
     let mut out = Replayed::default();
     let mut tasks: JoinSet<(u64, Level)> = JoinSet::new();
     let mut spawned = 0u64;
-    while let Some(rec) = reader.next_record()? {
-        let due = start + Duration::from_millis(rec.t_ms());
-        // Stay at most a horizon ahead of the replay: bounded memory.
-        if due > Instant::now() + HORIZON {
-            tokio::time::sleep_until(due - HORIZON).await;
+    // Requests read but not yet due: kept as log records (small), started
+    // as tasks only at their time, so what is held ahead stays small.
+    let mut queue: VecDeque<RequestRec> = VecDeque::new();
+    let mut next = reader.next_record()?;
+    loop {
+        let now = Instant::now();
+        // Read everything within the horizon.
+        while let Some(rec) = next.take_if(|r| due(r.t_ms()) <= now + HORIZON) {
+            match rec {
+                Record::Request(q) => queue.push_back(q),
+                Record::Attempt(a) => {
+                    if let Some(f) = &fleet {
+                        f.add(a);
+                    }
+                }
+                Record::Operator(op) if opts.operator => {
+                    if let Some(cmd) = command(&op) {
+                        out.operator_actions += 1;
+                        let (r, at) = (runner.clone(), due(op.t_ms));
+                        let by = format!("replay of {}", op.by);
+                        tokio::spawn(async move {
+                            tokio::time::sleep_until(at).await;
+                            if let Err(e) = r.apply(&cmd, &by) {
+                                tracing::warn!(error = %e, "recorded operator action not applied");
+                            }
+                        });
+                    }
+                }
+                Record::Outcome(o) if opts.compare => out.levels.entry(o.request).or_default().0 = Some(o.level),
+                _ => {}
+            }
+            next = reader.next_record()?;
+        }
+        while let Some(q) = queue.pop_front_if(|q| due(q.t_ms) <= now) {
+            let (r, req) = (runner.clone(), agent_request(&q));
+            spawned += 1;
+            tasks.spawn(async move {
+                let o = r.run(req).await;
+                (o.request, o.level)
+            });
         }
         while let Some(done) = tasks.try_join_next() {
             note(&mut out, &fleet, done, opts.compare);
         }
-        match rec {
-            Record::Request(q) => {
-                let r = runner.clone();
-                let req = agent_request(&q);
-                spawned += 1;
-                tasks.spawn(async move {
-                    tokio::time::sleep_until(due).await;
-                    let o = r.run(req).await;
-                    (o.request, o.level)
-                });
-            }
-            Record::Attempt(a) => {
-                if let Some(f) = &fleet {
-                    f.add(a);
-                }
-            }
-            Record::Operator(op) if opts.operator => {
-                if let Some(cmd) = command(&op) {
-                    out.operator_actions += 1;
-                    let r = runner.clone();
-                    let by = format!("replay of {}", op.by);
-                    tokio::spawn(async move {
-                        tokio::time::sleep_until(due).await;
-                        if let Err(e) = r.apply(&cmd, &by) {
-                            tracing::warn!(error = %e, "recorded operator action not applied");
-                        }
-                    });
-                }
-            }
-            Record::Outcome(o) if opts.compare => out.levels.entry(o.request).or_default().0 = Some(o.level),
-            _ => {}
+        let wake = [
+            queue.front().map(|q| due(q.t_ms)),
+            next.as_ref().map(|r| due(r.t_ms()) - HORIZON),
+        ];
+        match wake.into_iter().flatten().min() {
+            Some(at) => tokio::time::sleep_until(at).await,
+            None => break,
         }
     }
     while let Some(done) = tasks.join_next().await {

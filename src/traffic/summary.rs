@@ -81,7 +81,7 @@ pub struct Summary {
 /// happen, so a long run does not hold every event; the task ends when the
 /// bus closes its subscribers.
 pub fn collect_transitions(runner: &Runner) -> tokio::task::JoinHandle<Vec<Event>> {
-    let mut rx = runner.events().subscribe();
+    let mut rx = runner.events().subscribe_notable();
     tokio::spawn(async move {
         let mut kept = Vec::new();
         while let Some(e) = rx.recv().await {
