@@ -40,6 +40,8 @@ enum Cmd {
     Demo(Box<DemoArgs>),
     /// Re-drive a recorded traffic log through the runner (incident reproduction, what-if).
     Replay(Box<ReplayArgs>),
+    /// Serve an OpenAI-compatible gateway: agents point their base URL here.
+    Serve(Box<ServeArgs>),
     /// Validate a config file.
     CheckConfig {
         /// The TOML file.
@@ -66,6 +68,32 @@ enum Cmd {
         #[arg(long, default_value_t = 10_000)]
         users: u64,
     },
+}
+
+#[derive(clap::Args)]
+struct ServeArgs {
+    /// Config file (default: the built-in config, routing to the mock fleet).
+    #[arg(long)]
+    config: Option<PathBuf>,
+    /// Address to listen on; beyond loopback an auth token is required.
+    #[arg(long, default_value = "127.0.0.1:8787")]
+    listen: String,
+    /// Print a status line every few seconds instead of the console.
+    #[arg(long)]
+    headless: bool,
+    /// Environment variable holding the bearer token clients must send.
+    #[arg(long)]
+    auth_token_env: Option<String>,
+    /// Largest request body accepted, in bytes (larger ones get 413).
+    #[arg(long, default_value_t = fusebox::gateway::DEFAULT_MAX_BODY)]
+    max_body_bytes: usize,
+    /// Seed for the mock fleet.
+    #[arg(long, default_value_t = 42)]
+    seed: u64,
+    #[command(flatten)]
+    record: RecordArgs,
+    #[command(flatten)]
+    console: ConsoleArgs,
 }
 
 #[derive(clap::Args, Default)]
@@ -266,6 +294,7 @@ fn main() {
     let cli = Cli::parse();
     let log_dir = match &cli.command {
         Some(Cmd::Demo(a)) => a.console.log_dir.clone(),
+        Some(Cmd::Serve(a)) => a.console.log_dir.clone(),
         _ => None,
     };
     let _log = logging(log_dir);
@@ -330,6 +359,7 @@ fn run(cli: Cli) -> Result<()> {
             Ok(())
         }
         Cmd::Demo(args) => demo(*args),
+        Cmd::Serve(args) => serve(*args),
         Cmd::Replay(args) => replay(*args),
         Cmd::Mock { listen, seed } => mock_server(&listen, seed),
     }
@@ -700,6 +730,101 @@ fn mock_server(listen: &str, seed: u64) -> Result<()> {
         tokio::signal::ctrl_c().await?;
         anyhow::Ok(())
     })
+}
+
+/// `fusebox serve`: the gateway, with the console or a status line.
+fn serve(args: ServeArgs) -> Result<()> {
+    let cfg = load_config(args.config.as_ref())?;
+    let auth_token = match &args.auth_token_env {
+        Some(var) => match std::env::var(var) {
+            Ok(t) if !t.trim().is_empty() => Some(t.trim().to_string()),
+            _ => bail!("--auth-token-env {var}: the variable {var} is not set or empty; export it with the token clients must send"),
+        },
+        None => None,
+    };
+    let ui = (!args.headless)
+        .then(|| console_setup(&args.console, &Speed::Factor(1.0), "serve"))
+        .transpose()?;
+    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    let seed = Seed(args.seed);
+    rt.block_on(async move {
+        let clock = Clock::system();
+        let mut parts = RunnerParts::mock(clock, seed);
+        // The mock fleet (mock-kind providers) answers over loopback HTTP,
+        // sharing the runner's fault table, as in the demo.
+        let mock = if cfg.providers.values().any(|p| p.kind == fusebox::config::ProviderKind::Mock) {
+            let addr = MockServer::new(seed, parts.faults.clone()).spawn("127.0.0.1:0").await?;
+            Some(format!("http://{addr}"))
+        } else {
+            None
+        };
+        parts.providers = fusebox::provider::http::build(&cfg, clock, mock.as_deref())?;
+        let runner = Runner::new(cfg, parts)?;
+        let recorder = args.record.start(&runner, seed.0)?;
+        let opts = fusebox::gateway::GatewayOptions {
+            auth_token,
+            max_body: args.max_body_bytes,
+        };
+        let addr = fusebox::gateway::spawn(runner.clone(), &args.listen, opts).await?;
+        let base = format!("http://{addr}/v1");
+        if let Some((theme, keymap)) = ui {
+            let o = Options {
+                mode: Mode::Serve,
+                readonly: args.console.readonly,
+                yes: args.console.yes,
+                operator: operator_name(&args.console),
+                source: format!("gateway {base}"),
+                replay_length_ms: None,
+            };
+            let r = fusebox::tui::run(runner.clone(), o, theme, keymap, None).await;
+            finish_recording(&runner, recorder, args.record.record.as_ref())?;
+            return Ok(r?);
+        }
+        eprintln!("fusebox serve: OpenAI-compatible gateway on {base} (POST /chat/completions, GET /models; /metrics, /healthz, /readyz at the root) · Ctrl-C to stop");
+        let mut tick = tokio::time::interval(Duration::from_secs(1));
+        let mut n = 0u64;
+        loop {
+            tokio::select! {
+                _ = tick.tick() => {
+                    runner.maintain();
+                    n += 1;
+                    if n.is_multiple_of(5) {
+                        eprintln!("{}", status_line(&runner));
+                    }
+                }
+                _ = tokio::signal::ctrl_c() => break,
+            }
+        }
+        finish_recording(&runner, recorder, args.record.record.as_ref())?;
+        eprintln!("{}", status_line(&runner));
+        anyhow::Ok(())
+    })
+}
+
+/// One line of gateway health: requests by level, open breakers, tokens.
+fn status_line(runner: &Runner) -> String {
+    let lv = runner.by_level();
+    let now = runner.clock().now();
+    let reg = runner.registry();
+    let open: Vec<&str> = (0..reg.len())
+        .map(|i| reg.get(i))
+        .filter(|t| !t.breaker.would_admit(now))
+        .map(|t| t.name.as_str())
+        .collect();
+    format!(
+        "requests {} (none {}, partial {}, fallback {}, failed {}) · open breakers: {} · tokens {}",
+        lv.iter().sum::<u64>(),
+        lv[0],
+        lv[1],
+        lv[2],
+        lv[4],
+        if open.is_empty() {
+            "none".to_string()
+        } else {
+            open.join(", ")
+        },
+        runner.totals().tokens.load(std::sync::atomic::Ordering::Relaxed)
+    )
 }
 
 /// A private temporary directory for the demo's spool.

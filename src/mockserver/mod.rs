@@ -20,10 +20,10 @@
 mod anthropic;
 mod conn;
 mod control;
-mod openai;
-mod play;
+pub(crate) mod openai;
+pub(crate) mod play;
 mod quota;
-mod wire;
+pub(crate) mod wire;
 
 use crate::clock::{mix, purpose, Seed};
 use crate::provider::fault::FaultTable;
@@ -112,6 +112,23 @@ impl Ctx {
         }
     }
 
+    /// The context of an OpenAI-format response the gateway sends: `id` is
+    /// the request id, `model` the model that answered.
+    pub(crate) fn openai(id: u64, model: &str, include_usage: bool) -> Self {
+        let key = mix(id);
+        Self {
+            flavor: Flavor::OpenAi,
+            model: model.to_string(),
+            id: format!("chatcmpl-{key:016x}"),
+            key,
+            created: SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .map(|d| d.as_secs())
+                .unwrap_or(0),
+            include_usage,
+        }
+    }
+
     /// The id of tool call `i` (`call_…` / `toolu_…`).
     fn tool_id(&self, i: usize) -> String {
         let v = mix(self.key ^ (i as u64 + 1));
@@ -129,6 +146,17 @@ pub(crate) struct Answer<'a> {
     usage: Usage,
 }
 
+impl<'a> Answer<'a> {
+    /// An answer's content.
+    pub(crate) fn new(text: &'a str, tool_calls: &'a [ToolCall], usage: Usage) -> Self {
+        Self {
+            text,
+            tool_calls,
+            usage,
+        }
+    }
+}
+
 /// When an answer's parts are due, from the request's arrival.
 pub(crate) struct Timing {
     /// Keep-alives until then.
@@ -137,6 +165,15 @@ pub(crate) struct Timing {
     start: Duration,
     /// Generation time of the whole output.
     gen: Duration,
+}
+
+impl Timing {
+    /// Everything at once (an answer already complete).
+    pub(crate) const IMMEDIATE: Timing = Timing {
+        stall: Duration::ZERO,
+        start: Duration::ZERO,
+        gen: Duration::ZERO,
+    };
 }
 
 /// One provider behind the server.

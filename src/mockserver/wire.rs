@@ -50,6 +50,8 @@ pub(crate) struct WireCall {
     pub stream: bool,
     /// `stream_options.include_usage: true` (OpenAI-style only).
     pub include_usage: bool,
+    /// The end user the caller names (OpenAI's `user` field).
+    pub user: Option<String>,
 }
 
 type Obj = Map<String, Value>;
@@ -113,6 +115,7 @@ pub(crate) fn parse(flavor: Flavor, headers: &HeaderMap, body: &[u8]) -> Result<
         },
         stream,
         include_usage,
+        user: opt_str(obj, "user", "user")?.map(str::to_string),
     })
 }
 

@@ -218,43 +218,51 @@ impl Runner {
                 mt.stats.rejected_open.inc();
                 return hop(HopResult::Open, attempt);
             };
-            let (permit, now) = match p.limiter.try_acquire(chars, req.max_tokens, now) {
-                Ok(permit) => (Some(permit), now),
+            // From here on what the attempt holds is released if the caller
+            // goes away (a gateway client disconnects) before it settles.
+            let mut held = Held {
+                runner: self,
+                targets: [pt, mt],
+                provider: p,
+                user: call.user,
+                probes: [Some(pp), Some(mp)],
+                permit: None,
+                res: None,
+            };
+            let now = match p.limiter.try_acquire(chars, req.max_tokens, now) {
+                Ok(permit) => {
+                    held.permit = Some(permit);
+                    now
+                }
                 Err(_) if !self.any_admits(rest) => {
-                    let permit = p.limiter.acquire(chars, req.max_tokens).await.ok();
-                    (permit, self.clock.now())
+                    held.permit = p.limiter.acquire(chars, req.max_tokens).await.ok();
+                    self.clock.now()
                 }
                 Err(_) => {
                     p.limiter.count_rejected();
-                    (None, now)
+                    now
                 }
             };
-            let Some(permit) = permit else {
-                pt.breaker.cancel(pp);
-                mt.breaker.cancel(mp);
+            let Some(est) = held.permit.as_ref().map(|p| p.estimate()) else {
+                drop(held);
                 pt.stats.rejected_rate.inc();
                 return hop(HopResult::Rate, attempt);
             };
-            let est = permit.estimate();
-            let res = match self.budgets.reserve(
+            match self.budgets.reserve(
                 call.user,
                 est.total(),
                 m.cost(est.input, est.output),
                 self.clock.ms_at(now),
             ) {
-                Ok(r) => r,
-                Err(e) => {
-                    pt.breaker.cancel(pp);
-                    mt.breaker.cancel(mp);
-                    p.limiter.release(permit, now);
-                    return Err(LlmFailure::Budget(e));
-                }
+                Ok(r) => held.res = Some(r),
+                Err(e) => return Err(LlmFailure::Budget(e)),
             };
             pt.stats.attempts.inc();
             mt.stats.attempts.inc();
             tally.attempts += 1;
             req.attempt = attempt;
             let result = call_with_timeout(p.client.complete(&req), p.timeout).await;
+            let (pp, mp, permit, res) = held.disarm();
             let end = self.clock.now();
             let latency = end.saturating_duration_since(now);
             let end_ms = self.clock.ms_at(end);
@@ -379,6 +387,61 @@ impl Runner {
                     attempt += 1;
                 }
             }
+        }
+    }
+}
+
+/// What one attempt holds between admission and settlement: breaker probe
+/// slots, a rate-limit reservation, a budget reservation. Dropped without
+/// [`Held::disarm`] (a refusal, or the request's future dropped mid-call),
+/// it gives everything back, so an abandoned request leaks nothing.
+struct Held<'a> {
+    runner: &'a Runner,
+    targets: [&'a super::registry::Target; 2],
+    provider: &'a super::ProviderSlot,
+    user: &'a str,
+    probes: [Option<crate::resilience::breaker::Permit>; 2],
+    permit: Option<crate::resilience::limiter::LimitPermit>,
+    res: Option<crate::resilience::budget::Reservation>,
+}
+
+impl Held<'_> {
+    /// Hands everything over for settlement with the call's actual usage.
+    #[allow(clippy::type_complexity)]
+    fn disarm(
+        mut self,
+    ) -> (
+        crate::resilience::breaker::Permit,
+        crate::resilience::breaker::Permit,
+        crate::resilience::limiter::LimitPermit,
+        crate::resilience::budget::Reservation,
+    ) {
+        let taken = (
+            self.probes[0].take(),
+            self.probes[1].take(),
+            self.permit.take(),
+            self.res.take(),
+        );
+        match taken {
+            (Some(a), Some(b), Some(c), Some(d)) => (a, b, c, d),
+            _ => unreachable!("disarm is called only once everything is held"),
+        }
+    }
+}
+
+impl Drop for Held<'_> {
+    fn drop(&mut self) {
+        for (t, probe) in self.targets.iter().zip(&mut self.probes) {
+            if let Some(p) = probe.take() {
+                t.breaker.cancel(p);
+            }
+        }
+        let r = self.runner;
+        if let Some(p) = self.permit.take() {
+            self.provider.limiter.release(p, r.clock.now());
+        }
+        if let Some(res) = self.res.take() {
+            r.budgets.settle(self.user, res, 0, 0.0, r.clock.elapsed_ms());
         }
     }
 }

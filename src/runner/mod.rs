@@ -3,6 +3,7 @@
 //! retries → degradation), emits events, and ends in exactly one outcome.
 
 pub mod agent;
+pub mod chat;
 pub mod command;
 pub mod llm;
 pub mod outcome;

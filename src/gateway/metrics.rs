@@ -1,0 +1,222 @@
+//! `GET /metrics`: the runner's state in the Prometheus (OpenMetrics) text
+//! format, read fresh from the runner on every scrape: breaker state per
+//! target, limiter levels, budget usage, requests by level, retries,
+//! fallbacks, and the gateway's request latency histogram.
+
+use super::{Gateway, Shared};
+use crate::resilience::breaker::BreakerState;
+use crate::runner::outcome::Level;
+use crate::runner::registry::StatsView;
+use axum::http::header;
+use axum::response::{IntoResponse, Response};
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
+use prometheus_client::metrics::counter::ConstCounter;
+use prometheus_client::metrics::gauge::ConstGauge;
+use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
+use prometheus_client::metrics::MetricType;
+use prometheus_client::registry::Registry;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Latency of gateway requests, from arrival to response.
+pub(super) struct Latency(Histogram);
+
+impl Default for Latency {
+    fn default() -> Self {
+        // 0.5 ms … ~65 s.
+        Self(Histogram::new(exponential_buckets(0.0005, 2.0, 18)))
+    }
+}
+
+impl Latency {
+    pub(super) fn observe(&self, d: Duration) {
+        self.0.observe(d.as_secs_f64());
+    }
+}
+
+const STATES: [(BreakerState, &str); 6] = [
+    (BreakerState::Closed, "closed"),
+    (BreakerState::Open, "open"),
+    (BreakerState::HalfOpen, "half_open"),
+    (BreakerState::ForcedOpen, "forced_open"),
+    (BreakerState::ForcedClosed, "forced_closed"),
+    (BreakerState::Disabled, "disabled"),
+];
+
+struct RunnerMetrics(Arc<Gateway>);
+
+impl std::fmt::Debug for RunnerMetrics {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("RunnerMetrics")
+    }
+}
+
+/// One metric family: its descriptor, then one sample per label set.
+fn family<M: EncodeMetric, L: prometheus_client::encoding::EncodeLabelSet>(
+    enc: &mut DescriptorEncoder,
+    name: &str,
+    help: &str,
+    ty: MetricType,
+    samples: impl IntoIterator<Item = (L, M)>,
+) -> std::fmt::Result {
+    let mut f = enc.encode_descriptor(name, help, None, ty)?;
+    for (labels, m) in samples {
+        m.encode(f.encode_family(&labels)?)?;
+    }
+    Ok(())
+}
+
+impl Collector for RunnerMetrics {
+    fn encode(&self, mut enc: DescriptorEncoder) -> std::fmt::Result {
+        let r = &self.0.runner;
+        let now = r.clock().now();
+        let targets: Vec<_> = (0..r.registry().len()).map(|i| r.registry().get(i)).collect();
+        let views: Vec<_> = targets.iter().map(|t| (t.name.as_str(), t.breaker.view(now))).collect();
+        family(
+            &mut enc,
+            "fusebox_breaker_state",
+            "Circuit breaker state per target (1 for the current state)",
+            MetricType::Gauge,
+            views.iter().flat_map(|(name, v)| {
+                STATES.iter().map(move |(s, label)| {
+                    (
+                        [("target", *name), ("state", *label)],
+                        ConstGauge::new(i64::from(v.state == Some(*s))),
+                    )
+                })
+            }),
+        )?;
+        let stats: Vec<_> = targets.iter().map(|t| (t.name.as_str(), t.stats.view())).collect();
+        for (name, help, get) in [
+            (
+                "fusebox_attempts",
+                "Calls made to a target",
+                (|s| s.attempts) as fn(&StatsView) -> u64,
+            ),
+            ("fusebox_failures", "Calls to a target that failed", |s| s.failed),
+            ("fusebox_retries", "Retries of calls to a target", |s| s.retries),
+            ("fusebox_rejected_open", "Calls refused by an open breaker", |s| {
+                s.rejected_open
+            }),
+            ("fusebox_rejected_rate", "Calls refused by the rate limiter", |s| {
+                s.rejected_rate
+            }),
+        ] {
+            family(
+                &mut enc,
+                name,
+                help,
+                MetricType::Counter,
+                stats.iter().map(|(t, s)| ([("target", *t)], ConstCounter::new(get(s)))),
+            )?;
+        }
+        let limiters: Vec<_> = r
+            .providers()
+            .iter()
+            .map(|p| (p.name.as_str(), p.limiter.view(now)))
+            .collect();
+        family(
+            &mut enc,
+            "fusebox_limiter_available_ratio",
+            "Share of a provider's token or request bucket available now",
+            MetricType::Gauge,
+            limiters.iter().flat_map(|(p, v)| {
+                [("tpm", v.tpm), ("itpm", v.itpm), ("otpm", v.otpm), ("rpm", v.rpm)]
+                    .into_iter()
+                    .filter_map(move |(bucket, b)| {
+                        b.map(|(level, cap)| {
+                            (
+                                [("provider", *p), ("bucket", bucket)],
+                                ConstGauge::new(level / cap.max(1.0)),
+                            )
+                        })
+                    })
+            }),
+        )?;
+        family(
+            &mut enc,
+            "fusebox_limiter_in_flight",
+            "Calls in flight to a provider",
+            MetricType::Gauge,
+            limiters
+                .iter()
+                .map(|(p, v)| ([("provider", *p)], ConstGauge::new(i64::from(v.concurrency.0)))),
+        )?;
+        let g = r.budgets().global_view(r.clock().elapsed_ms());
+        family(
+            &mut enc,
+            "fusebox_budget_global_tokens",
+            "Tokens spent against the global budgets in the current window",
+            MetricType::Gauge,
+            [("hour", g.tokens[0]), ("day", g.tokens[1])].map(|(w, v)| ([("window", w)], ConstGauge::new(v))),
+        )?;
+        family(
+            &mut enc,
+            "fusebox_budget_global_cost_usd",
+            "USD spent against the global budgets in the current window",
+            MetricType::Gauge,
+            [("hour", g.cost[0]), ("day", g.cost[1])].map(|(w, v)| ([("window", w)], ConstGauge::new(v))),
+        )?;
+        family(
+            &mut enc,
+            "fusebox_budget_pressure_ratio",
+            "Highest share of any global budget used",
+            MetricType::Gauge,
+            [(Vec::<(&str, &str)>::new(), ConstGauge::new(g.pressure))],
+        )?;
+        let by_level = r.by_level();
+        family(
+            &mut enc,
+            "fusebox_requests",
+            "Requests ended, by degradation level",
+            MetricType::Counter,
+            Level::ALL.map(|l| ([("level", l.as_str())], ConstCounter::new(by_level[l.index()]))),
+        )?;
+        family(
+            &mut enc,
+            "fusebox_fallbacks",
+            "Requests answered by a fallback model or the cache",
+            MetricType::Counter,
+            [(
+                Vec::<(&str, &str)>::new(),
+                ConstCounter::new(by_level[Level::Fallback.index()]),
+            )],
+        )?;
+        let t = r.totals();
+        family(
+            &mut enc,
+            "fusebox_tokens",
+            "Tokens consumed",
+            MetricType::Counter,
+            [(
+                Vec::<(&str, &str)>::new(),
+                ConstCounter::new(t.tokens.load(std::sync::atomic::Ordering::Relaxed)),
+            )],
+        )?;
+        let mut f = enc.encode_descriptor(
+            "fusebox_request_duration_seconds",
+            "Gateway request latency, arrival to response",
+            None,
+            MetricType::Histogram,
+        )?;
+        self.0.latency.0.encode(f.encode_family(&Vec::<(&str, &str)>::new())?)
+    }
+}
+
+pub(super) async fn metrics(axum::extract::State(gw): Shared) -> Response {
+    let mut reg = Registry::default();
+    reg.register_collector(Box::new(RunnerMetrics(gw)));
+    let mut out = String::new();
+    if let Err(e) = prometheus_client::encoding::text::encode(&mut out, &reg) {
+        tracing::error!(error = %e, "cannot encode metrics");
+    }
+    (
+        [(
+            header::CONTENT_TYPE,
+            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+        )],
+        out,
+    )
+        .into_response()
+}

@@ -1,0 +1,150 @@
+//! Gateway mode (`fusebox serve`): an OpenAI-compatible HTTP front door.
+//! Agents point their base URL here; every chat completion runs through the
+//! runner (budgets, limiter, breakers, retries, fallback chain) and comes back
+//! in the OpenAI wire format whatever provider answered, with the degradation
+//! metadata in `x-fusebox-*` headers.
+
+mod auth;
+mod chat;
+mod metrics;
+
+use crate::runner::Runner;
+use axum::extract::{DefaultBodyLimit, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use metrics::Latency;
+use serde_json::json;
+use std::net::SocketAddr;
+use std::sync::atomic::AtomicU64;
+use std::sync::Arc;
+
+pub use auth::needs_token;
+
+/// Request bodies larger than this are refused with 413 unless configured.
+pub const DEFAULT_MAX_BODY: usize = 4 << 20;
+
+/// Gateway settings.
+#[derive(Clone, Debug)]
+pub struct GatewayOptions {
+    /// Bearer token every request must carry (required off loopback).
+    pub auth_token: Option<String>,
+    /// Largest request body accepted (bytes).
+    pub max_body: usize,
+}
+
+impl Default for GatewayOptions {
+    fn default() -> Self {
+        Self {
+            auth_token: None,
+            max_body: DEFAULT_MAX_BODY,
+        }
+    }
+}
+
+/// What every handler shares.
+struct Gateway {
+    runner: Arc<Runner>,
+    opts: GatewayOptions,
+    /// Request ids: unique per process, starting from the wall clock so ids
+    /// of successive runs (and their recordings) do not collide.
+    next_id: AtomicU64,
+    latency: Latency,
+}
+
+type Shared = State<Arc<Gateway>>;
+
+/// The gateway's routes over `runner`.
+pub fn router(runner: Arc<Runner>, opts: GatewayOptions) -> Router {
+    let first_id = runner.clock().wall_ms() << 16;
+    let max_body = opts.max_body;
+    let gw = Arc::new(Gateway {
+        runner,
+        opts,
+        next_id: AtomicU64::new(first_id),
+        latency: Latency::default(),
+    });
+    Router::new()
+        .route("/v1/chat/completions", post(chat::completions))
+        .route("/chat/completions", post(chat::completions))
+        .route("/v1/models", get(models))
+        .route("/metrics", get(metrics::metrics))
+        .route("/healthz", get(healthz))
+        .route("/readyz", get(readyz))
+        .fallback(not_found)
+        // Bodies are read with their own limit (an OpenAI-shaped 413).
+        .layer(DefaultBodyLimit::max(max_body.saturating_add(1)))
+        .layer(axum::middleware::from_fn_with_state(gw.clone(), auth::check))
+        .with_state(gw)
+}
+
+/// Binds `addr`, serves the gateway in a spawned task and returns the bound
+/// address. A non-loopback address needs an auth token.
+pub async fn spawn(runner: Arc<Runner>, addr: &str, opts: GatewayOptions) -> anyhow::Result<SocketAddr> {
+    let listener = tokio::net::TcpListener::bind(addr)
+        .await
+        .map_err(|e| anyhow::anyhow!("cannot listen on {addr}: {e}"))?;
+    let local = listener.local_addr()?;
+    if needs_token(&local) && opts.auth_token.is_none() {
+        anyhow::bail!(
+            "{local} is not a loopback address: serving it needs an auth token (--auth-token-env VAR naming a variable that holds it)"
+        );
+    }
+    let app = router(runner, opts);
+    tokio::spawn(async move {
+        if let Err(e) = axum::serve(listener, app).await {
+            tracing::error!(error = %e, "gateway stopped");
+        }
+    });
+    tracing::info!(%local, "gateway listening");
+    Ok(local)
+}
+
+/// An OpenAI-shaped error response.
+fn error(status: StatusCode, message: &str, param: Option<&str>) -> Response {
+    let body = crate::mockserver::openai::error(status.as_u16(), message, param);
+    (status, Json(body)).into_response()
+}
+
+/// `GET /v1/models`: every route and every model, as OpenAI model objects.
+async fn models(State(gw): Shared) -> Response {
+    let mut ids: Vec<&str> = gw.runner.routes().keys().map(String::as_str).collect();
+    ids.sort_unstable();
+    ids.extend(gw.runner.models().iter().map(|m| m.name.as_ref()));
+    let data: Vec<_> = ids
+        .iter()
+        .map(|id| json!({"id": id, "object": "model", "created": 0, "owned_by": "fusebox"}))
+        .collect();
+    Json(json!({"object": "list", "data": data})).into_response()
+}
+
+/// Liveness: the process answers.
+async fn healthz() -> &'static str {
+    "ok\n"
+}
+
+/// Readiness: at least one model of some route would take a call now.
+async fn readyz(State(gw): Shared) -> Response {
+    let r = &gw.runner;
+    let now = r.clock().now();
+    if r.models().iter().any(|m| r.admits(m, now)) {
+        (StatusCode::OK, "ready\n").into_response()
+    } else {
+        (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "not ready: every model's breaker is open\n",
+        )
+            .into_response()
+    }
+}
+
+async fn not_found(uri: axum::http::Uri) -> Response {
+    error(
+        StatusCode::NOT_FOUND,
+        &format!(
+            "no route {uri}: fusebox serves POST /v1/chat/completions, GET /v1/models, /metrics, /healthz, /readyz"
+        ),
+        None,
+    )
+}

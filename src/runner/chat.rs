@@ -1,0 +1,232 @@
+//! One chat completion on behalf of an outside agent (the gateway): the
+//! agent runs its own loop and tools, fusebox runs the call through session
+//! quota, budgets, limiter, breakers, retries and the route's fallback chain,
+//! and ends it in exactly one outcome like any other request.
+
+use super::llm::{HopResult, LlmCall, LlmFailure, Tally};
+use super::outcome::{Level, Outcome};
+use super::request::AgentRequest;
+use super::Runner;
+use crate::provider::{LlmResponse, Message, ToolSpec};
+use crate::resilience::budget::BudgetExceeded;
+use crate::telemetry::events::EventKind;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// A chat completion asked for by an outside agent.
+#[derive(Clone, Debug)]
+pub struct ChatRequest {
+    /// Unique id.
+    pub id: u64,
+    /// Who pays.
+    pub user: String,
+    /// Session (quotas are per session).
+    pub session: String,
+    /// Route name (resolved from the requested model).
+    pub route: String,
+    /// The conversation.
+    pub messages: Arc<[Message]>,
+    /// Tools the model may call (its tool calls are validated against these).
+    pub tools: Arc<[ToolSpec]>,
+    /// Output cap.
+    pub max_tokens: u32,
+}
+
+/// How a chat completion ended.
+#[derive(Debug)]
+pub enum ChatEnd {
+    /// A model answered (`model` is the configured model name).
+    Answer {
+        /// The answer.
+        response: LlmResponse,
+        /// Which model of the chain answered.
+        model: String,
+    },
+    /// A budget or the session quota refused the call.
+    Refused {
+        /// What refused, in words (names the budget or quota).
+        reason: String,
+        /// When trying again may succeed.
+        retry_after: Duration,
+    },
+    /// No model had rate-limit capacity in time.
+    RateLimited {
+        /// Which limits, in words.
+        reason: String,
+        /// When trying again may succeed.
+        retry_after: Duration,
+    },
+    /// Every model was unavailable; `message` is the graceful-failure text.
+    Unavailable {
+        /// What to tell the user.
+        message: String,
+    },
+}
+
+/// A chat completion's end and its outcome.
+#[derive(Debug)]
+pub struct Chat {
+    /// How it ended.
+    pub end: ChatEnd,
+    /// The outcome (level, chain, quality, attempts), as for every request.
+    pub outcome: Outcome,
+}
+
+/// How long until a refusing budget window has room again.
+fn budget_retry_after(e: &BudgetExceeded) -> Duration {
+    let secs = if e.what.contains("minute") {
+        60
+    } else if e.what.contains("hour") {
+        3_600
+    } else {
+        86_400
+    };
+    Duration::from_secs(secs)
+}
+
+/// Leaves the session when dropped: a cancelled call frees its slot too.
+struct InSession<'a>(&'a Runner, &'a str);
+
+impl Drop for InSession<'_> {
+    fn drop(&mut self) {
+        self.0.sessions.leave(self.1, self.0.clock.elapsed_ms());
+    }
+}
+
+impl Runner {
+    /// Runs one chat completion to its end. Dropping the future (the client
+    /// went away) cancels the upstream call and releases what it reserved.
+    pub async fn chat(&self, req: ChatRequest) -> Chat {
+        let start = self.clock.now();
+        self.totals.requests.fetch_add(1, Ordering::Relaxed);
+        if self.events.has_subscribers() {
+            self.events.emit(EventKind::Request(Box::new(AgentRequest {
+                id: req.id,
+                user: req.user.clone(),
+                session: req.session.clone(),
+                route: req.route.clone(),
+                messages: req.messages.to_vec(),
+                tools: req.tools.iter().map(|t| t.name.to_string()).collect(),
+                critical_tools: Vec::new(),
+                max_tokens: req.max_tokens,
+                max_steps: 1,
+            })));
+        }
+        self.retry_budget.deposit(start);
+        let mut tally = Tally::default();
+        let end = match self.sessions.enter(&req.session, self.clock.elapsed_ms()) {
+            Err(q) => ChatEnd::Refused {
+                reason: format!("{q}"),
+                retry_after: Duration::from_secs(60),
+            },
+            Ok(()) => {
+                let _in = InSession(self, &req.session);
+                self.chat_call(&req, &mut tally).await
+            }
+        };
+        self.totals.wasted.fetch_add(tally.wasted, Ordering::Relaxed);
+        let chain: Vec<String> = tally.hops.iter().map(|h| self.hop_label(h)).collect();
+        let (level, quality, user_message) = match &end {
+            ChatEnd::Answer { model, .. } => {
+                let primary = self.routes.get(&req.route).map(|r| r.chain[0]);
+                let answered = self.models.iter().position(|m| m.name.as_ref() == model.as_str());
+                let q = match (primary, answered) {
+                    (Some(p), Some(a)) => (self.models[a].cfg.quality / self.models[p].cfg.quality.max(1e-9)).min(1.0),
+                    _ => 1.0,
+                };
+                let level = if primary == answered {
+                    Level::None
+                } else {
+                    Level::Fallback
+                };
+                (level, q, None)
+            }
+            ChatEnd::Refused { reason, .. } => (Level::Failed, 0.0, Some(format!("Request refused: {reason}."))),
+            ChatEnd::RateLimited { reason, .. } => (Level::Failed, 0.0, Some(format!("Request refused: {reason}."))),
+            ChatEnd::Unavailable { message } => (Level::Failed, 0.0, Some(message.clone())),
+        };
+        let outcome = Outcome {
+            request: req.id,
+            user: req.user.clone(),
+            level,
+            chain,
+            quality: (quality * 100.0).round() / 100.0,
+            tokens: tally.tokens,
+            cost_usd: tally.cost,
+            missing: Vec::new(),
+            user_message,
+            answer: match &end {
+                ChatEnd::Answer { response, .. } => Some(response.text.clone()),
+                _ => None,
+            },
+            stale_ms: None,
+            attempts: tally.attempts,
+            latency_ms: self.clock.now().saturating_duration_since(start).as_millis() as u64,
+        };
+        self.totals.by_level[level.index()].fetch_add(1, Ordering::Relaxed);
+        self.totals.tokens.fetch_add(outcome.tokens, Ordering::Relaxed);
+        self.totals
+            .cost_micro_usd
+            .fetch_add((outcome.cost_usd * 1e6).round() as u64, Ordering::Relaxed);
+        if self.events.has_subscribers() {
+            self.events.emit(EventKind::Outcome(Box::new(outcome.clone())));
+        }
+        Chat { end, outcome }
+    }
+
+    async fn chat_call(&self, req: &ChatRequest, tally: &mut Tally) -> ChatEnd {
+        if let Err(q) = self.sessions.step(&req.session) {
+            return ChatEnd::Refused {
+                reason: format!("{q}"),
+                retry_after: Duration::from_secs(60),
+            };
+        }
+        let call = LlmCall {
+            request_id: req.id,
+            user: &req.user,
+            route: &req.route,
+            step: 0,
+            messages: req.messages.clone(),
+            tools: req.tools.clone(),
+            max_tokens: req.max_tokens,
+        };
+        match self.call_llm(&call, tally).await {
+            Ok((response, mi)) => {
+                let u = response.usage;
+                self.sessions.add_tokens(&req.session, u64::from(u.input + u.output));
+                ChatEnd::Answer {
+                    response,
+                    model: self.models[mi].name.to_string(),
+                }
+            }
+            Err(LlmFailure::Budget(e)) => {
+                *self.totals.budget_rejections.entry(req.user.clone()).or_insert(0) += 1;
+                if e.first_in_window {
+                    self.events.emit(EventKind::BudgetRejected {
+                        user: req.user.clone(),
+                        reason: format!("{e} (further rejections this minute are counted, not listed)"),
+                    });
+                }
+                ChatEnd::Refused {
+                    retry_after: budget_retry_after(&e),
+                    reason: e.to_string(),
+                }
+            }
+            Err(LlmFailure::Exhausted)
+                if !tally.hops.is_empty() && tally.hops.iter().all(|h| h.result == HopResult::Rate) =>
+            {
+                ChatEnd::RateLimited {
+                    reason: format!(
+                        "rate limit: no model of route `{}` has capacity under its provider's limits right now",
+                        req.route
+                    ),
+                    retry_after: Duration::from_secs(1),
+                }
+            }
+            Err(LlmFailure::Exhausted) => ChatEnd::Unavailable {
+                message: self.cfg.degradation.user_message.clone(),
+            },
+        }
+    }
+}
