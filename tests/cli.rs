@@ -267,3 +267,50 @@ fn compare_shows_what_a_stricter_breaker_changes() {
         .lines()
         .any(|l| l.starts_with("lost") && l.split_whitespace().nth(1) == Some("0")));
 }
+
+#[test]
+fn serve_refuses_what_it_cannot_serve_safely() {
+    let o = fusebox(&["serve", "--headless", "--listen", "0.0.0.0:0"]);
+    assert_clean_failure(&o, &["not a loopback address", "--auth-token-env"]);
+    let o = fusebox(&["serve", "--headless", "--auth-token-env", "FUSEBOX_TEST_UNSET_TOKEN"]);
+    assert_clean_failure(&o, &["FUSEBOX_TEST_UNSET_TOKEN", "not set"]);
+    let o = fusebox(&["serve", "--headless", "--listen", "not-an-address"]);
+    assert_clean_failure(&o, &["cannot listen on not-an-address"]);
+}
+
+/// `fusebox serve` as a user starts it: the first line names the base URL,
+/// an OpenAI-style call through it is answered by the mock fleet.
+#[test]
+fn serve_answers_openai_calls_on_the_address_it_prints() {
+    use std::io::BufRead;
+    let mut child = Command::new(env!("CARGO_BIN_EXE_fusebox"))
+        .args(["serve", "--headless", "--listen", "127.0.0.1:0"])
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("run fusebox serve");
+    let mut first = String::new();
+    std::io::BufReader::new(child.stderr.take().unwrap())
+        .read_line(&mut first)
+        .unwrap();
+    let base = first
+        .split_whitespace()
+        .find(|w| w.starts_with("http://"))
+        .unwrap_or_else(|| panic!("no base URL in `{first}`"))
+        .to_string();
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let (status, level, body) = rt.block_on(async {
+        let r = reqwest::Client::new()
+            .post(format!("{base}/chat/completions"))
+            .json(&serde_json::json!({"model": "default", "messages": [{"role": "user", "content": "Where is order #38100?"}]}))
+            .send()
+            .await
+            .unwrap();
+        let level = r.headers()["x-fusebox-level"].to_str().unwrap().to_string();
+        (r.status().as_u16(), level, r.text().await.unwrap())
+    });
+    child.kill().unwrap();
+    child.wait().unwrap();
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(level, "none");
+    assert!(body.contains("chat.completion"), "{body}");
+}

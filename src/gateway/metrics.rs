@@ -67,6 +67,11 @@ fn family<M: EncodeMetric, L: prometheus_client::encoding::EncodeLabelSet>(
     Ok(())
 }
 
+/// A metric without labels.
+fn single(enc: &mut DescriptorEncoder, name: &str, help: &str, m: &impl EncodeMetric) -> std::fmt::Result {
+    m.encode(enc.encode_descriptor(name, help, None, m.metric_type())?)
+}
+
 impl Collector for RunnerMetrics {
     fn encode(&self, mut enc: DescriptorEncoder) -> std::fmt::Result {
         let r = &self.0.runner;
@@ -158,12 +163,11 @@ impl Collector for RunnerMetrics {
             MetricType::Gauge,
             [("hour", g.cost[0]), ("day", g.cost[1])].map(|(w, v)| ([("window", w)], ConstGauge::new(v))),
         )?;
-        family(
+        single(
             &mut enc,
             "fusebox_budget_pressure_ratio",
             "Highest share of any global budget used",
-            MetricType::Gauge,
-            [(Vec::<(&str, &str)>::new(), ConstGauge::new(g.pressure))],
+            &ConstGauge::new(g.pressure),
         )?;
         let by_level = r.by_level();
         family(
@@ -173,34 +177,25 @@ impl Collector for RunnerMetrics {
             MetricType::Counter,
             Level::ALL.map(|l| ([("level", l.as_str())], ConstCounter::new(by_level[l.index()]))),
         )?;
-        family(
+        single(
             &mut enc,
             "fusebox_fallbacks",
             "Requests answered by a fallback model or the cache",
-            MetricType::Counter,
-            [(
-                Vec::<(&str, &str)>::new(),
-                ConstCounter::new(by_level[Level::Fallback.index()]),
-            )],
+            &ConstCounter::new(by_level[Level::Fallback.index()]),
         )?;
         let t = r.totals();
-        family(
+        single(
             &mut enc,
             "fusebox_tokens",
             "Tokens consumed",
-            MetricType::Counter,
-            [(
-                Vec::<(&str, &str)>::new(),
-                ConstCounter::new(t.tokens.load(std::sync::atomic::Ordering::Relaxed)),
-            )],
+            &ConstCounter::new(t.tokens.load(std::sync::atomic::Ordering::Relaxed)),
         )?;
-        let mut f = enc.encode_descriptor(
+        single(
+            &mut enc,
             "fusebox_request_duration_seconds",
             "Gateway request latency, arrival to response",
-            None,
-            MetricType::Histogram,
-        )?;
-        self.0.latency.0.encode(f.encode_family(&Vec::<(&str, &str)>::new())?)
+            &self.0.latency.0,
+        )
     }
 }
 

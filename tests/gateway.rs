@@ -1,0 +1,435 @@
+//! The gateway over real loopback sockets: an OpenAI-style client (reqwest,
+//! the OpenAI wire format) → `fusebox serve`'s router → the runner → the
+//! mock fleet behind the HTTP mock server.
+
+use fusebox::clock::{Clock, Seed};
+use fusebox::config::Config;
+use fusebox::gateway::GatewayOptions;
+use fusebox::mockserver::MockServer;
+use fusebox::provider::fault::{Fault, FaultSpec, FaultTable};
+use fusebox::resilience::breaker::BreakerState;
+use fusebox::runner::{Runner, RunnerParts};
+use serde_json::{json, Value};
+use std::sync::Arc;
+use std::time::Duration;
+
+struct Fleet {
+    runner: Arc<Runner>,
+    faults: Arc<FaultTable>,
+    base: String,
+    http: reqwest::Client,
+}
+
+/// The gateway as `fusebox serve` sets it up, over an instant mock fleet.
+async fn gateway(cfg: Config, opts: GatewayOptions) -> Fleet {
+    let clock = Clock::system();
+    let mut parts = RunnerParts::mock(clock, Seed(5));
+    let mock = MockServer::instant(Seed(5), parts.faults.clone());
+    let mock_addr = mock.spawn("127.0.0.1:0").await.unwrap();
+    parts.providers = fusebox::provider::http::build(&cfg, clock, Some(&format!("http://{mock_addr}"))).unwrap();
+    let faults = parts.faults.clone();
+    let runner = Runner::new(cfg, parts).unwrap();
+    let addr = fusebox::gateway::spawn(runner.clone(), "127.0.0.1:0", opts)
+        .await
+        .unwrap();
+    Fleet {
+        runner,
+        faults,
+        base: format!("http://{addr}"),
+        http: reqwest::Client::new(),
+    }
+}
+
+fn ask(model: &str, user: &str) -> Value {
+    json!({
+        "model": model,
+        "user": user,
+        "max_tokens": 64,
+        "messages": [
+            {"role": "system", "content": "You are a support agent."},
+            {"role": "user", "content": "Where is order #38100?"}
+        ]
+    })
+}
+
+impl Fleet {
+    async fn post(&self, body: &Value) -> reqwest::Response {
+        self.http
+            .post(format!("{}/v1/chat/completions", self.base))
+            .json(body)
+            .send()
+            .await
+            .unwrap()
+    }
+
+    async fn get(&self, path: &str) -> String {
+        self.http
+            .get(format!("{}{path}", self.base))
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap()
+    }
+}
+
+fn header<'a>(r: &'a reqwest::Response, name: &str) -> &'a str {
+    r.headers().get(name).and_then(|v| v.to_str().ok()).unwrap_or("")
+}
+
+#[tokio::test]
+async fn answers_in_the_openai_format_with_degradation_headers() {
+    let f = gateway(Config::default(), GatewayOptions::default()).await;
+    let r = f.post(&ask("default", "alice")).await;
+    assert_eq!(r.status(), 200);
+    assert_eq!(header(&r, "x-fusebox-level"), "none");
+    assert_eq!(header(&r, "x-fusebox-chain"), "gpt-4o ok");
+    assert_eq!(header(&r, "x-fusebox-quality"), "1.00");
+    assert_eq!(header(&r, "x-fusebox-attempts"), "1");
+    let v: Value = r.json().await.unwrap();
+    assert_eq!(v["object"], "chat.completion");
+    assert_eq!(v["choices"][0]["message"]["role"], "assistant");
+    assert!(v["choices"][0]["message"]["content"]
+        .as_str()
+        .unwrap()
+        .contains("38100"));
+    assert!(v["usage"]["total_tokens"].as_u64().unwrap() > 0);
+    // A model name reaches the route that starts with it.
+    let r = f.post(&ask("gpt-4o", "alice")).await;
+    assert_eq!(r.status(), 200);
+    let models = f.get("/v1/models").await;
+    for id in ["default", "gpt-4o", "claude-haiku"] {
+        assert!(models.contains(&format!("\"id\":\"{id}\"")), "{models}");
+    }
+}
+
+#[tokio::test]
+async fn streams_server_sent_events_that_end_with_done() {
+    let f = gateway(Config::default(), GatewayOptions::default()).await;
+    let mut body = ask("default", "bob");
+    body["stream"] = json!(true);
+    body["stream_options"] = json!({"include_usage": true});
+    let r = f.post(&body).await;
+    assert_eq!(r.status(), 200);
+    assert_eq!(header(&r, "content-type"), "text/event-stream");
+    let text = r.text().await.unwrap();
+    let events: Vec<&str> = text.lines().filter_map(|l| l.strip_prefix("data: ")).collect();
+    assert_eq!(events.last(), Some(&"[DONE]"));
+    let mut content = String::new();
+    let mut usage = None;
+    for e in &events[..events.len() - 1] {
+        let v: Value = serde_json::from_str(e).unwrap();
+        assert_eq!(v["object"], "chat.completion.chunk");
+        if let Some(c) = v["choices"][0]["delta"]["content"].as_str() {
+            content.push_str(c);
+        }
+        if v["usage"].is_object() {
+            usage = Some(v["usage"]["total_tokens"].as_u64().unwrap());
+        }
+    }
+    assert!(content.contains("38100"), "{content}");
+    assert!(usage.unwrap() > 0);
+}
+
+#[tokio::test]
+async fn a_down_primary_falls_back_transparently() {
+    let f = gateway(Config::default(), GatewayOptions::default()).await;
+    f.faults
+        .set("provider:openai", FaultSpec::always(Fault::ConnectionRefused));
+    for stream in [false, true] {
+        let mut body = ask("default", "carol");
+        body["stream"] = json!(stream);
+        let r = f.post(&body).await;
+        assert_eq!(r.status(), 200);
+        assert_eq!(header(&r, "x-fusebox-level"), "fallback");
+        let chain = header(&r, "x-fusebox-chain").to_string();
+        assert!(
+            chain.starts_with("gpt-4o failed") && chain.ends_with("claude-haiku ok"),
+            "{chain}"
+        );
+        let text = r.text().await.unwrap();
+        assert!(text.contains("claude-haiku"), "the fallback model answered: {text}");
+    }
+}
+
+#[tokio::test]
+async fn a_hallucinated_tool_call_is_a_semantic_failure_against_the_request_tools() {
+    let f = gateway(Config::default(), GatewayOptions::default()).await;
+    f.faults.set("provider:openai", FaultSpec::always(Fault::Hallucinate));
+    let mut body = ask("default", "dan");
+    body["tools"] = json!([{"type": "function", "function": {
+        "name": "get_order", "description": "Look up an order",
+        "parameters": {"type": "object", "properties": {"order_id": {"type": "string"}}, "required": ["order_id"]}
+    }}]);
+    let r = f.post(&body).await;
+    assert_eq!(r.status(), 200);
+    assert_eq!(header(&r, "x-fusebox-level"), "fallback");
+    assert!(header(&r, "x-fusebox-chain").starts_with("gpt-4o failed semantic"));
+    let v: Value = r.json().await.unwrap();
+    for call in v["choices"][0]["message"]["tool_calls"]
+        .as_array()
+        .into_iter()
+        .flatten()
+    {
+        assert_eq!(
+            call["function"]["name"], "get_order",
+            "only offered tools reach the client"
+        );
+    }
+}
+
+#[tokio::test]
+async fn an_exhausted_user_budget_is_a_429_with_retry_after() {
+    let mut cfg = Config::default();
+    cfg.budgets.user_tokens_per_minute = 2_000;
+    let f = gateway(cfg, GatewayOptions::default()).await;
+    let mut refused = None;
+    for _ in 0..50 {
+        let r = f.post(&ask("default", "eve")).await;
+        if r.status() == 429 {
+            refused = Some(r);
+            break;
+        }
+        assert_eq!(r.status(), 200);
+    }
+    let r = refused.expect("eve's per-minute budget runs out");
+    assert_eq!(header(&r, "retry-after"), "60");
+    assert_eq!(header(&r, "x-fusebox-level"), "failed");
+    let v: Value = r.json().await.unwrap();
+    let msg = v["error"]["message"].as_str().unwrap();
+    assert!(msg.contains("eve") && msg.contains("tokens/minute"), "{msg}");
+    assert_eq!(v["error"]["type"], "rate_limit_exceeded");
+    // Someone else is not affected.
+    assert_eq!(f.post(&ask("default", "frank")).await.status(), 200);
+}
+
+#[tokio::test]
+async fn every_model_down_is_a_503_with_the_graceful_message() {
+    let f = gateway(Config::default(), GatewayOptions::default()).await;
+    for p in ["openai", "anthropic", "deepseek"] {
+        f.faults.set(
+            &format!("provider:{p}"),
+            FaultSpec::always(Fault::Status {
+                code: 503,
+                retry_after_ms: None,
+            }),
+        );
+    }
+    let r = f.post(&ask("default", "gina")).await;
+    assert_eq!(r.status(), 503);
+    let v: Value = r.json().await.unwrap();
+    assert_eq!(
+        v["error"]["message"].as_str().unwrap(),
+        f.runner.config().degradation.user_message
+    );
+}
+
+#[tokio::test]
+async fn failures_open_the_breaker_and_metrics_show_it() {
+    let f = gateway(Config::default(), GatewayOptions::default()).await;
+    f.faults.set(
+        "provider:openai",
+        FaultSpec::always(Fault::Status {
+            code: 500,
+            retry_after_ms: None,
+        }),
+    );
+    for _ in 0..20 {
+        assert_eq!(
+            f.post(&ask("default", "hal")).await.status(),
+            200,
+            "claude-haiku answers"
+        );
+    }
+    let now = f.runner.clock().now();
+    let t = f.runner.registry().find("provider:openai").unwrap();
+    assert_eq!(t.breaker.view(now).state, Some(BreakerState::Open));
+    // Short-circuited now: the open breaker is skipped without a call.
+    let r = f.post(&ask("default", "hal")).await;
+    assert!(header(&r, "x-fusebox-chain").starts_with("gpt-4o skipped open"));
+
+    let text = f.get("/metrics").await;
+    let scrape = prometheus_parse::Scrape::parse(text.lines().map(|l| Ok(l.to_string()))).unwrap();
+    let value = |name: &str, labels: &[(&str, &str)]| {
+        scrape
+            .samples
+            .iter()
+            .find(|s| s.metric == name && labels.iter().all(|(k, v)| s.labels.get(k) == Some(*v)))
+            .map(|s| match s.value {
+                // OpenMetrics counters end in `_total`, which this parser
+                // (Prometheus text format) reads as untyped samples.
+                prometheus_parse::Value::Gauge(v)
+                | prometheus_parse::Value::Counter(v)
+                | prometheus_parse::Value::Untyped(v) => v,
+                _ => f64::NAN,
+            })
+    };
+    let open = [("target", "provider:openai"), ("state", "open")];
+    assert_eq!(value("fusebox_breaker_state", &open), Some(1.0), "{text}");
+    let closed = [("target", "provider:anthropic"), ("state", "closed")];
+    assert_eq!(value("fusebox_breaker_state", &closed), Some(1.0));
+    assert_eq!(value("fusebox_requests_total", &[("level", "fallback")]), Some(21.0));
+    assert_eq!(value("fusebox_fallbacks_total", &[]), Some(21.0));
+    assert!(value("fusebox_attempts_total", &[("target", "provider:openai")]).unwrap() >= 5.0);
+    assert!(value("fusebox_retries_total", &[("target", "provider:openai")]).unwrap() >= 1.0);
+    assert!(value(
+        "fusebox_limiter_available_ratio",
+        &[("provider", "openai"), ("bucket", "tpm")]
+    )
+    .is_some());
+    assert!(scrape
+        .samples
+        .iter()
+        .any(|s| s.metric == "fusebox_request_duration_seconds"
+            && matches!(s.value, prometheus_parse::Value::Histogram(_))));
+}
+
+#[tokio::test]
+async fn two_hundred_concurrent_clients_each_get_exactly_one_answer() {
+    let f = Arc::new(gateway(Config::default(), GatewayOptions::default()).await);
+    f.faults.set(
+        "provider:openai",
+        FaultSpec {
+            fault: Fault::Status {
+                code: 503,
+                retry_after_ms: None,
+            },
+            rate: 0.3,
+        },
+    );
+    let mut set = tokio::task::JoinSet::new();
+    for i in 0..200 {
+        let f = f.clone();
+        set.spawn(async move {
+            let mut body = ask("default", &format!("user-{}", i % 40));
+            body["stream"] = json!(i % 2 == 0);
+            let r = f.post(&body).await;
+            let status = r.status().as_u16();
+            let body = r.text().await.unwrap();
+            (status, body)
+        });
+    }
+    let mut ok = 0;
+    while let Some(r) = set.join_next().await {
+        let (status, body) = r.unwrap();
+        assert!(matches!(status, 200 | 429 | 503), "{status} {body}");
+        if status == 200 {
+            ok += 1;
+        }
+    }
+    assert!(ok >= 190, "{ok} of 200 answered");
+    let by_level = f.runner.by_level();
+    assert_eq!(
+        by_level.iter().sum::<u64>(),
+        200,
+        "one outcome per request: {by_level:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_client_that_goes_away_releases_what_its_call_reserved() {
+    let f = gateway(Config::default(), GatewayOptions::default()).await;
+    f.faults
+        .set("provider:openai", FaultSpec::always(Fault::Latency { ms: 30_000 }));
+    let client = reqwest::Client::builder()
+        .timeout(Duration::from_millis(300))
+        .build()
+        .unwrap();
+    let openai = f.runner.providers().iter().position(|p| p.name == "openai").unwrap();
+    let in_flight = || {
+        f.runner.providers()[openai]
+            .limiter
+            .view(f.runner.clock().now())
+            .concurrency
+            .0
+    };
+    let reserved = || f.runner.budgets().global_view(f.runner.clock().elapsed_ms()).tokens[0];
+    let call = client
+        .post(format!("{}/v1/chat/completions", f.base))
+        .json(&ask("default", "ivan"))
+        .send();
+    // The call is in flight upstream when the client gives up.
+    let (r, _) = tokio::join!(call, async {
+        wait_for(|| in_flight() == 1).await;
+        assert!(reserved() > 0.0, "the call holds a budget reservation");
+    });
+    assert!(r.unwrap_err().is_timeout());
+    // The server notices the disconnect, drops the call, releases everything.
+    wait_for(|| in_flight() == 0).await;
+    wait_for(|| reserved() == 0.0).await;
+    let t = f.runner.registry().find("provider:openai").unwrap();
+    assert_eq!(t.breaker.view(f.runner.clock().now()).probes_in_flight, 0);
+}
+
+/// Waits (up to 10 s of real time) for something the server does on its own.
+async fn wait_for(cond: impl Fn() -> bool) {
+    for _ in 0..1_000 {
+        if cond() {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    panic!("condition not reached in 10 s");
+}
+
+#[tokio::test]
+async fn bad_requests_are_refused_with_the_field_named() {
+    let opts = GatewayOptions {
+        auth_token: None,
+        max_body: 10_000,
+    };
+    let f = gateway(Config::default(), opts).await;
+    let r = f
+        .post(&json!({"model": "default", "messages": [{"role": "user"}]}))
+        .await;
+    assert_eq!(r.status(), 400);
+    let v: Value = r.json().await.unwrap();
+    assert_eq!(v["error"]["param"], "messages[0].content");
+    let r = f.post(&ask("no-such-model", "x")).await;
+    assert_eq!(r.status(), 404);
+    let v: Value = r.json().await.unwrap();
+    assert!(v["error"]["message"].as_str().unwrap().contains("no-such-model"));
+    let mut big = ask("default", "x");
+    big["messages"][1]["content"] = json!("a".repeat(20_000));
+    let r = f.post(&big).await;
+    assert_eq!(r.status(), 413);
+    assert_eq!(f.runner.by_level().iter().sum::<u64>(), 0, "refused before the runner");
+}
+
+#[tokio::test]
+async fn with_a_token_every_call_needs_the_bearer() {
+    let opts = GatewayOptions {
+        auth_token: Some("s3cret-token".into()),
+        ..GatewayOptions::default()
+    };
+    let f = gateway(Config::default(), opts).await;
+    assert_eq!(f.post(&ask("default", "x")).await.status(), 401);
+    let wrong = f
+        .http
+        .post(format!("{}/v1/chat/completions", f.base))
+        .bearer_auth("s3cret-tokeN")
+        .json(&ask("default", "x"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(wrong.status(), 401);
+    let right = f
+        .http
+        .post(format!("{}/v1/chat/completions", f.base))
+        .bearer_auth("s3cret-token")
+        .json(&ask("default", "x"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(right.status(), 200);
+    assert_eq!(f.get("/healthz").await, "ok\n", "health probes need no token");
+}
+
+#[test]
+fn only_loopback_may_be_served_without_a_token() {
+    assert!(!fusebox::gateway::needs_token(&"127.0.0.1:8787".parse().unwrap()));
+    assert!(!fusebox::gateway::needs_token(&"[::1]:8787".parse().unwrap()));
+    assert!(fusebox::gateway::needs_token(&"0.0.0.0:8787".parse().unwrap()));
+    assert!(fusebox::gateway::needs_token(&"10.1.2.3:8787".parse().unwrap()));
+}
