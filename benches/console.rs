@@ -40,6 +40,7 @@ fn big_app(rt: &tokio::runtime::Runtime) -> App {
             operator: "bench".into(),
             source: "bench".into(),
             replay_length_ms: None,
+            recorded: None,
         };
         let mut app = App::new(opts, snap);
         for i in 0..1_000u64 {

@@ -482,6 +482,7 @@ fn demo(args: DemoArgs) -> Result<()> {
                     if http { "http" } else { "in-process" }
                 ),
                 replay_length_ms: None,
+                recorded: None,
             };
             let driver = {
                 let runner = runner.clone();
@@ -549,11 +550,13 @@ fn replay(args: ReplayArgs) -> Result<()> {
         let (runner, fleet) = replay_runner(cfg, seed, spool, recorded, clock)?;
         let recorder = record.start(&runner, seed.0)?;
         let pace = start_pace(&speed, clock);
-        let opts = ReplayOptions {
+        let mut opts = ReplayOptions {
             operator: !args.no_operator,
-            compare: false,
+            ..ReplayOptions::default()
         };
         if let Some((theme, keymap)) = ui {
+            let recorded = Arc::new(fusebox::traffic::replay::RecordedOutcomes::default());
+            opts.outcomes = Some(recorded.clone());
             let o = Options {
                 mode: Mode::Replay,
                 readonly: args.console.readonly,
@@ -561,6 +564,7 @@ fn replay(args: ReplayArgs) -> Result<()> {
                 operator,
                 source,
                 replay_length_ms: log_length,
+                recorded: Some(recorded),
             };
             let driver = {
                 let runner = runner.clone();
@@ -634,7 +638,7 @@ fn compare(args: &ReplayArgs, a: &PathBuf, b: &PathBuf) -> Result<()> {
         let wall = std::time::Instant::now();
         let opts = ReplayOptions {
             operator: !args.no_operator,
-            compare: false,
+            ..ReplayOptions::default()
         };
         let recorded = args.providers == "recorded";
         let summary = rt.block_on(async move {
@@ -775,6 +779,7 @@ fn serve(args: ServeArgs) -> Result<()> {
                 operator: operator_name(&args.console),
                 source: format!("gateway {base}"),
                 replay_length_ms: None,
+                recorded: None,
             };
             let r = fusebox::tui::run(runner.clone(), o, theme, keymap, None).await;
             finish_recording(&runner, recorder, args.record.record.as_ref())?;

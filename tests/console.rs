@@ -27,6 +27,7 @@ fn opts(readonly: bool) -> Options {
         operator: "ana".into(),
         source: "scenario test".into(),
         replay_length_ms: None,
+        recorded: None,
     }
 }
 
@@ -311,4 +312,60 @@ async fn replay_mode_shows_progress_through_the_log() {
     let h = render_pane(&app, 160, 3, ui::header::draw);
     // The incident ran 127 s of the log's 254 s.
     assert!(h.contains("REPLAY") && h.contains("50% of 04:14"), "{h}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn replay_mode_shows_the_recorded_outcome_of_the_selected_request() {
+    use fusebox::runner::outcome::Level;
+    use fusebox::traffic::log::OutcomeRec;
+    use fusebox::traffic::replay::RecordedOutcomes;
+    let (_runner, mut app) = incident(false).await;
+    let rows: Vec<(u64, Level)> = app.recent_rows().iter().map(|r| (r.id, r.level)).collect();
+    let kept = Arc::new(RecordedOutcomes::default());
+    // The first listed request was recorded differently, the second alike.
+    let (first, second) = (rows[0], rows[1]);
+    let other = if first.1 == Level::Failed {
+        Level::None
+    } else {
+        Level::Failed
+    };
+    for ((id, level), chain) in [(first.0, other), (second.0, second.1)]
+        .into_iter()
+        .zip(["gpt-4o ✓", "claude-haiku ✓"])
+    {
+        kept.add(OutcomeRec {
+            t_ms: 0,
+            request: id,
+            level,
+            chain: vec![chain.into()],
+            quality: 1.0,
+            tokens: 321,
+            cost_usd: 0.0,
+            missing: vec![],
+        });
+    }
+    app.opts.mode = Mode::Replay;
+    app.opts.recorded = Some(kept);
+    app.on_key(key('4'), &KeyMap::defaults());
+    let pane = render_pane(&app, 140, 12, ui::chains::draw);
+    let lines: Vec<&str> = pane.lines().collect();
+    let at = lines.iter().position(|l| l.contains("┃▶")).expect("a selected row");
+    assert!(
+        lines[at].contains(&format!("#{:<6}", first.0)) && lines[at].contains("≠ "),
+        "{pane}"
+    );
+    let detail = format!(
+        "recorded: {} (replayed {}) q=1.00 321 tok  gpt-4o ✓",
+        other.as_str(),
+        first.1.as_str()
+    );
+    assert!(lines[at + 1].contains(&detail), "{pane}");
+    assert!(
+        !lines[at + 2].contains("≠"),
+        "the second row was recorded alike: {pane}"
+    );
+    app.on_key(key('j'), &KeyMap::defaults());
+    let pane = render_pane(&app, 140, 12, ui::chains::draw);
+    let detail = format!("recorded: {} (same) q=1.00 321 tok  claude-haiku ✓", second.1.as_str());
+    assert!(pane.contains(&detail), "{pane}");
 }

@@ -65,6 +65,7 @@ async fn replay_with(dir: &Path, log: &Path, cfg: Config, name: &str) -> (Arc<Ru
         ReplayOptions {
             operator: true,
             compare: true,
+            outcomes: None,
         },
     )
     .await

@@ -8,7 +8,7 @@
 //! time, attempts are indexed only until their request ends, so memory is
 //! bounded by the traffic within the horizon, not by the log's length.
 
-use super::log::{AttemptRec, LogError, LogReader, OperatorRec, Record, RequestRec, Transport};
+use super::log::{AttemptRec, LogError, LogReader, OperatorRec, OutcomeRec, Record, RequestRec, Transport};
 use super::prefetch::Prefetched;
 use crate::clock::Clock;
 use crate::provider::fault::FaultSpec;
@@ -85,6 +85,42 @@ impl RecordedFleet {
     /// Forgets what is left of a finished request.
     pub fn forget(&self, request: u64) {
         self.inner.lock().own.remove(&request);
+    }
+}
+
+/// The recorded outcomes of the requests being replayed, for the console's
+/// recorded-vs-replayed view: the most recent ones, bounded.
+pub struct RecordedOutcomes {
+    inner: Mutex<lru::LruCache<u64, OutcomeRec>>,
+}
+
+impl std::fmt::Debug for RecordedOutcomes {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RecordedOutcomes")
+            .field("kept", &self.inner.lock().len())
+            .finish()
+    }
+}
+
+impl Default for RecordedOutcomes {
+    fn default() -> Self {
+        Self {
+            inner: Mutex::new(lru::LruCache::new(
+                std::num::NonZeroUsize::new(100_000).unwrap_or(std::num::NonZeroUsize::MIN),
+            )),
+        }
+    }
+}
+
+impl RecordedOutcomes {
+    /// Keeps an outcome read from the log.
+    pub fn add(&self, o: OutcomeRec) {
+        self.inner.lock().put(o.request, o);
+    }
+
+    /// The recorded outcome of `request`, if read and still kept.
+    pub fn get(&self, request: u64) -> Option<OutcomeRec> {
+        self.inner.lock().peek(&request).cloned()
     }
 }
 
@@ -281,12 +317,14 @@ pub struct Replayed {
 }
 
 /// Replay options.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Default)]
 pub struct ReplayOptions {
     /// Re-apply recorded operator actions.
     pub operator: bool,
     /// Keep recorded and replayed levels per request.
     pub compare: bool,
+    /// Keep the recorded outcomes here as they are read (for the console).
+    pub outcomes: Option<Arc<RecordedOutcomes>>,
 }
 
 /// Re-drives every request of `reader` through `runner` at its recorded
@@ -332,7 +370,14 @@ pub async fn replay(
                         });
                     }
                 }
-                Record::Outcome(o) if opts.compare => out.levels.entry(o.request).or_default().0 = Some(o.level),
+                Record::Outcome(o) => {
+                    if opts.compare {
+                        out.levels.entry(o.request).or_default().0 = Some(o.level);
+                    }
+                    if let Some(kept) = &opts.outcomes {
+                        kept.add(o);
+                    }
+                }
                 _ => {}
             }
             next = reader.next_record()?;

@@ -92,6 +92,8 @@ pub struct Options {
     pub source: String,
     /// Length of the replayed log (ms), for the progress bar.
     pub replay_length_ms: Option<u64>,
+    /// The replayed log's recorded outcomes, shown next to the replayed ones.
+    pub recorded: Option<Arc<crate::traffic::replay::RecordedOutcomes>>,
 }
 
 /// An interaction overlay.

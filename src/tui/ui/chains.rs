@@ -37,12 +37,17 @@ pub fn draw(f: &mut Frame, area: Rect, app: &App, theme: &Theme) {
     let first = scroll(sel, height);
     for (i, r) in rows.iter().enumerate().skip(first).take(height) {
         let selected = focused && i == sel;
+        // Replay: the recorded outcome, flagged up front when it differs
+        // (a long chain would push a flag at the end out of the pane).
+        let recorded = app.opts.recorded.as_ref().and_then(|k| k.get(r.id));
+        let differs = recorded.as_ref().is_some_and(|o| o.level != r.level);
         let mut spans = vec![
             Span::styled(if selected { "▶ " } else { "  " }, theme.selected),
             Span::styled(
                 format!("#{:<6} {:<13} ", r.id, r.user),
                 if selected { theme.selected } else { theme.dim },
             ),
+            Span::styled(if differs { "≠ " } else { "" }, theme.warn),
             Span::raw(r.chain.clone()),
             Span::styled(format!("  {}", r.level.as_str()), theme.level(r.level)),
             Span::raw(format!(" q={:.2}", r.quality)),
@@ -51,6 +56,25 @@ pub fn draw(f: &mut Frame, area: Rect, app: &App, theme: &Theme) {
             spans.push(Span::styled(format!(" missing {}", r.missing), theme.warn));
         }
         lines.push(Line::from(spans));
+        if selected && app.opts.recorded.is_some() {
+            lines.push(Line::from(match recorded {
+                Some(o) => vec![
+                    Span::styled("    recorded: ", theme.dim),
+                    Span::styled(o.level.as_str(), theme.level(o.level)),
+                    if differs {
+                        Span::styled(format!(" (replayed {})", r.level.as_str()), theme.warn)
+                    } else {
+                        Span::styled(" (same)", theme.dim)
+                    },
+                    Span::raw(format!(" q={:.2} {} tok  ", o.quality, o.tokens)),
+                    Span::raw(o.chain.join(" → ")),
+                ],
+                None => vec![Span::styled(
+                    "    recorded: no outcome in the log for this request",
+                    theme.dim,
+                )],
+            }));
+        }
     }
     if rows.is_empty() {
         lines.push(Line::from(Span::styled("  no requests yet", theme.dim)));
