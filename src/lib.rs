@@ -7,6 +7,7 @@
 pub mod bench;
 pub mod clock;
 pub mod config;
+pub mod fleet;
 pub mod gateway;
 pub mod mockserver;
 pub mod provider;

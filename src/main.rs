@@ -90,6 +90,10 @@ struct ServeArgs {
     /// Seed for the mock fleet.
     #[arg(long, default_value_t = 42)]
     seed: u64,
+    /// Where state shared by a fleet of instances lives: `memory` (this
+    /// instance alone) or `redis://HOST:PORT/DB`.
+    #[arg(long, default_value = "memory")]
+    state: String,
     #[command(flatten)]
     record: RecordArgs,
     #[command(flatten)]
@@ -764,6 +768,9 @@ fn serve(args: ServeArgs) -> Result<()> {
         };
         parts.providers = fusebox::provider::http::build(&cfg, clock, mock.as_deref())?;
         let runner = Runner::new(cfg, parts)?;
+        if args.state != "memory" {
+            fusebox::fleet::Fleet::start(&args.state, runner.clone()).await?;
+        }
         let recorder = args.record.start(&runner, seed.0)?;
         let opts = fusebox::gateway::GatewayOptions {
             auth_token,
@@ -794,16 +801,23 @@ fn serve(args: ServeArgs) -> Result<()> {
                     runner.maintain();
                     n += 1;
                     if n.is_multiple_of(5) {
-                        eprintln!("{}", status_line(&runner));
+                        status(&runner);
                     }
                 }
                 _ = tokio::signal::ctrl_c() => break,
             }
         }
         finish_recording(&runner, recorder, args.record.record.as_ref())?;
-        eprintln!("{}", status_line(&runner));
+        status(&runner);
         anyhow::Ok(())
     })
+}
+
+/// Prints the status line; a closed stderr (the terminal went away) is not
+/// a reason to stop serving.
+fn status(runner: &Runner) {
+    use std::io::Write;
+    let _ = writeln!(std::io::stderr(), "{}", status_line(runner));
 }
 
 /// One line of gateway health: requests by level, open breakers, tokens.
@@ -817,7 +831,7 @@ fn status_line(runner: &Runner) -> String {
         .map(|t| t.name.as_str())
         .collect();
     format!(
-        "requests {} (none {}, partial {}, fallback {}, failed {}) · open breakers: {} · tokens {}",
+        "requests {} (none {}, partial {}, fallback {}, failed {}) · open breakers: {} · tokens {} · store {}",
         lv.iter().sum::<u64>(),
         lv[0],
         lv[1],
@@ -828,7 +842,8 @@ fn status_line(runner: &Runner) -> String {
         } else {
             open.join(", ")
         },
-        runner.totals().tokens.load(std::sync::atomic::Ordering::Relaxed)
+        runner.totals().tokens.load(std::sync::atomic::Ordering::Relaxed),
+        runner.store().view().label()
     )
 }
 

@@ -169,6 +169,19 @@ impl Collector for RunnerMetrics {
             "Highest share of any global budget used",
             &ConstGauge::new(g.pressure),
         )?;
+        let store = r.store().view();
+        single(
+            &mut enc,
+            "fusebox_store_degraded",
+            "1 while the shared store (Redis) cannot be reached and limits are local",
+            &ConstGauge::new(i64::from(store.degraded)),
+        )?;
+        single(
+            &mut enc,
+            "fusebox_fleet_instances",
+            "Live fusebox instances sharing the store (by heartbeat)",
+            &ConstGauge::new(i64::from(store.instances)),
+        )?;
         let by_level = r.by_level();
         family(
             &mut enc,

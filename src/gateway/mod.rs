@@ -8,6 +8,7 @@ mod auth;
 mod chat;
 mod metrics;
 
+use crate::runner::command::Command;
 use crate::runner::Runner;
 use axum::extract::{DefaultBodyLimit, State};
 use axum::http::StatusCode;
@@ -71,6 +72,7 @@ pub fn router(runner: Arc<Runner>, opts: GatewayOptions) -> Router {
         .route("/metrics", get(metrics::metrics))
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
+        .route("/_fusebox/commands", post(command))
         .fallback(not_found)
         // Bodies are read with their own limit (an OpenAI-shaped 413).
         .layer(DefaultBodyLimit::max(max_body.saturating_add(1)))
@@ -135,6 +137,31 @@ async fn readyz(State(gw): Shared) -> Response {
             "not ready: every model's breaker is open\n",
         )
             .into_response()
+    }
+}
+
+/// `POST /_fusebox/commands`: an operator command (the console's actions as
+/// JSON, e.g. `{"action":"force_open","target":"provider:openai"}`), issued
+/// by the `x-fusebox-operator` header's name. Behind the same token as the
+/// rest of the gateway.
+async fn command(State(gw): Shared, headers: axum::http::HeaderMap, body: axum::body::Bytes) -> Response {
+    let cmd: Command = match serde_json::from_slice(&body) {
+        Ok(c) => c,
+        Err(e) => {
+            return error(
+                StatusCode::BAD_REQUEST,
+                &format!("not a command ({e}); e.g. {{\"action\":\"force_open\",\"target\":\"provider:openai\"}}"),
+                None,
+            )
+        }
+    };
+    let by = headers
+        .get("x-fusebox-operator")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("api");
+    match gw.runner.apply(&cmd, by) {
+        Ok(()) => Json(json!({"applied": cmd})).into_response(),
+        Err(e) => error(StatusCode::BAD_REQUEST, &e.to_string(), Some("target")),
     }
 }
 

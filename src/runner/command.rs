@@ -64,6 +64,28 @@ pub enum CommandError {
 }
 
 impl Command {
+    /// The command an announced or recorded operator action stands for
+    /// (its action name, target and, for `set_fault`, the fault); None if
+    /// unknown or incomplete.
+    pub fn from_parts(action: &str, target: &str, fault: Option<&serde_json::Value>) -> Option<Command> {
+        let target = target.to_string();
+        Some(match action {
+            "force_open" => Command::ForceOpen { target },
+            "force_closed" => Command::ForceClosed { target },
+            "disable" => Command::Disable { target },
+            "reset" => Command::Reset { target },
+            "freeze_refill" => Command::FreezeRefill { target },
+            "unfreeze_refill" => Command::UnfreezeRefill { target },
+            "set_fault" => {
+                let fault = serde_json::from_value(fault?.clone()).ok()?;
+                Command::SetFault { target, fault }
+            }
+            "drill_on" => Command::DrillOn,
+            "drill_off" => Command::DrillOff,
+            _ => return None,
+        })
+    }
+
     /// The action's snake_case name.
     pub fn action(&self) -> &'static str {
         match self {

@@ -169,6 +169,7 @@ pub struct Runner {
     pub(crate) faults: Arc<FaultTable>,
     pub(crate) drill: AtomicBool,
     pub(crate) totals: Totals,
+    pub(crate) store: Arc<crate::fleet::status::StoreStatus>,
 }
 
 impl Runner {
@@ -272,7 +273,13 @@ impl Runner {
             faults,
             drill: AtomicBool::new(false),
             totals: Totals::default(),
+            store: Arc::default(),
         }))
+    }
+
+    /// Where shared state lives and how it is doing.
+    pub fn store(&self) -> &Arc<crate::fleet::status::StoreStatus> {
+        &self.store
     }
 
     /// The configuration in force.

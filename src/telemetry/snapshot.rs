@@ -81,6 +81,8 @@ pub struct Snapshot {
     pub deferred_pending: usize,
     /// Recent notable events.
     pub events: Vec<Event>,
+    /// Where shared state lives (in-process or Redis) and its health.
+    pub store: crate::fleet::status::StoreView,
 }
 
 impl Runner {
@@ -143,6 +145,7 @@ impl Runner {
             drill: self.drill(),
             deferred_pending: self.spool.as_ref().map_or(0, |s| s.len()),
             events: self.events.recent(events),
+            store: self.store.view(),
         }
     }
 

@@ -11,7 +11,6 @@
 use super::log::{AttemptRec, LogError, LogReader, OperatorRec, OutcomeRec, Record, RequestRec, Transport};
 use super::prefetch::Prefetched;
 use crate::clock::Clock;
-use crate::provider::fault::FaultSpec;
 use crate::provider::headers::openai_feedback;
 use crate::provider::mock::{args_for, order_id};
 use crate::provider::{ErrorKind, LlmRequest, LlmResponse, Message, Provider, ProviderError, ToolCall, Usage};
@@ -283,22 +282,7 @@ pub fn agent_request(q: &RequestRec) -> AgentRequest {
 
 /// The command a recorded operator action stands for.
 pub fn command(op: &OperatorRec) -> Option<Command> {
-    let target = op.target.clone();
-    Some(match op.action.as_str() {
-        "force_open" => Command::ForceOpen { target },
-        "force_closed" => Command::ForceClosed { target },
-        "disable" => Command::Disable { target },
-        "reset" => Command::Reset { target },
-        "freeze_refill" => Command::FreezeRefill { target },
-        "unfreeze_refill" => Command::UnfreezeRefill { target },
-        "set_fault" => {
-            let fault: FaultSpec = serde_json::from_value(op.args.as_ref()?.get("fault")?.clone()).ok()?;
-            Command::SetFault { target, fault }
-        }
-        "drill_on" => Command::DrillOn,
-        "drill_off" => Command::DrillOff,
-        _ => return None,
-    })
+    Command::from_parts(&op.action, &op.target, op.args.as_ref().and_then(|a| a.get("fault")))
 }
 
 /// What a replay did.

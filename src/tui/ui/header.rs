@@ -57,7 +57,10 @@ pub fn draw(f: &mut Frame, area: Rect, app: &App, theme: &Theme) {
             "requests {}  tracked users {}  deferred {}  ",
             s.requests, s.tracked_users, s.deferred_pending
         )),
-        Span::styled("store: in-process ", theme.dim),
+        Span::styled(
+            format!("store: {} ", s.store.label()),
+            if s.store.degraded { theme.warn } else { theme.dim },
+        ),
     ];
     if let (Mode::Replay, Some(total)) = (app.opts.mode, app.opts.replay_length_ms) {
         let done = (s.t_ms as f64 / total.max(1) as f64).min(1.0);

@@ -1,0 +1,316 @@
+//! Fleet mode (`--state redis://HOST:PORT/DB`): several fusebox instances
+//! share state on Redis. Shared so far: operator actions (force open/closed,
+//! disable, reset, freeze/unfreeze refill, drill), stored with a TTL and
+//! announced over pub/sub so every instance applies them within a second,
+//! and instance liveness by heartbeat. When Redis cannot be reached each
+//! instance keeps working alone, shows the store as degraded, and shares
+//! what it missed when Redis returns.
+
+pub mod status;
+
+use crate::runner::command::Command;
+use crate::runner::Runner;
+use crate::telemetry::events::EventKind;
+use futures_util::StreamExt;
+use parking_lot::Mutex;
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::AsyncCommands;
+use serde::{Deserialize, Serialize};
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Pub/sub channel of operator actions.
+const OPS_CHANNEL: &str = "fusebox:ops";
+/// Key prefix of stored operator actions (one per target, the latest).
+const OP_KEY: &str = "fusebox:op:";
+/// Key prefix of instance heartbeats.
+const INSTANCE_KEY: &str = "fusebox:instance:";
+/// How long a stored operator action is applied to instances that start.
+const OP_TTL: Duration = Duration::from_secs(15 * 60);
+/// Heartbeat period, and how long an instance counts as live without one.
+const HEARTBEAT: Duration = Duration::from_millis(500);
+const INSTANCE_TTL: Duration = Duration::from_millis(2_000);
+/// Marks an action applied from the fleet (not to be shared again).
+const VIA_FLEET: &str = " via fleet";
+
+/// Why fleet mode could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum FleetError {
+    /// The URL is not a Redis URL.
+    #[error("--state {url}: not a Redis URL ({source}); expected redis://HOST:PORT/DB or `memory`")]
+    BadUrl {
+        /// The URL given.
+        url: String,
+        /// Why.
+        source: redis::RedisError,
+    },
+    /// Redis did not answer.
+    #[error("--state {url}: cannot reach Redis ({source}); start it, or run with --state memory")]
+    Unreachable {
+        /// The URL given.
+        url: String,
+        /// Why.
+        source: redis::RedisError,
+    },
+}
+
+/// An operator action as shared between instances.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+struct SharedOp {
+    /// The instance it was issued on.
+    instance: String,
+    /// Who issued it there.
+    by: String,
+    action: String,
+    target: String,
+    /// Wall time it was issued (ms), to apply only what is newer.
+    at_ms: u64,
+}
+
+/// This instance's membership of the fleet.
+pub struct Fleet {
+    client: redis::Client,
+    conn: ConnectionManager,
+    instance: String,
+    runner: Arc<Runner>,
+    /// Actions issued here while Redis was unreachable, shared on return.
+    unsent: Mutex<Vec<SharedOp>>,
+    /// The newest action applied per target (`at_ms`), local or remote.
+    applied: Mutex<HashMap<String, u64>>,
+}
+
+impl Fleet {
+    /// Connects to Redis at `url`, applies the actions stored there, and
+    /// starts sharing: heartbeats, announcing local actions, applying remote
+    /// ones. The tasks run until the runtime ends.
+    pub async fn start(url: &str, runner: Arc<Runner>) -> Result<Arc<Self>, FleetError> {
+        let client = redis::Client::open(url).map_err(|source| FleetError::BadUrl {
+            url: url.into(),
+            source,
+        })?;
+        let cfg = ConnectionManagerConfig::new()
+            .set_connection_timeout(Duration::from_millis(1_000))
+            .set_response_timeout(Duration::from_millis(500))
+            .set_number_of_retries(1)
+            .set_max_delay(1_000);
+        let conn = client
+            .get_connection_manager_with_config(cfg)
+            .await
+            .map_err(|source| FleetError::Unreachable {
+                url: url.into(),
+                source,
+            })?;
+        let instance = format!("{}-{}", std::process::id(), runner.clock().wall_ms());
+        runner.store().set_redis();
+        let me = Arc::new(Self {
+            client,
+            conn,
+            instance,
+            runner,
+            unsent: Mutex::new(Vec::new()),
+            applied: Mutex::new(HashMap::new()),
+        });
+        if let Err(e) = me.catch_up().await {
+            tracing::warn!(error = %e, "cannot read the fleet's stored actions");
+        }
+        me.heartbeat_once().await;
+        tokio::spawn(me.clone().heartbeat());
+        tokio::spawn(me.clone().announce());
+        tokio::spawn(me.clone().listen());
+        Ok(me)
+    }
+
+    /// This instance's id in the fleet.
+    pub fn instance(&self) -> &str {
+        &self.instance
+    }
+
+    /// Applies a remote action once: only if newer than what this instance
+    /// applied to the same target.
+    fn apply_remote(&self, op: &SharedOp) {
+        if op.instance == self.instance {
+            return;
+        }
+        {
+            let mut applied = self.applied.lock();
+            let seen = applied.entry(op.target.clone()).or_insert(0);
+            if op.at_ms <= *seen {
+                return;
+            }
+            *seen = op.at_ms;
+        }
+        let Some(cmd) = Command::from_parts(&op.action, &op.target, None) else {
+            return;
+        };
+        let by = format!("{}@{}{VIA_FLEET}", op.by, op.instance);
+        if let Err(e) = self.runner.apply(&cmd, &by) {
+            tracing::warn!(error = %e, "a fleet action does not apply here");
+        }
+    }
+
+    /// Applies every action stored in Redis (issued while this instance was
+    /// away), oldest first.
+    async fn catch_up(&self) -> redis::RedisResult<()> {
+        let mut conn = self.conn.clone();
+        let keys: Vec<String> = scan(&mut conn, &format!("{OP_KEY}*")).await?;
+        if keys.is_empty() {
+            return Ok(());
+        }
+        let values: Vec<Option<String>> = conn.mget(&keys).await?;
+        let mut ops: Vec<SharedOp> = values
+            .into_iter()
+            .flatten()
+            .filter_map(|v| serde_json::from_str(&v).ok())
+            .collect();
+        ops.sort_by_key(|o| o.at_ms);
+        for op in &ops {
+            self.apply_remote(op);
+        }
+        Ok(())
+    }
+
+    /// Stores and announces an action; false if Redis did not take it.
+    async fn share(&self, op: &SharedOp) -> bool {
+        let Ok(json) = serde_json::to_string(op) else {
+            return false;
+        };
+        let mut conn = self.conn.clone();
+        let key = format!("{OP_KEY}{}", op.target);
+        let r: redis::RedisResult<()> = redis::pipe()
+            .set_ex(&key, &json, OP_TTL.as_secs())
+            .ignore()
+            .publish(OPS_CHANNEL, &json)
+            .ignore()
+            .query_async(&mut conn)
+            .await;
+        r.is_ok()
+    }
+
+    /// Announces the actions operators take on this instance.
+    async fn announce(self: Arc<Self>) {
+        let mut rx = self.runner.events().subscribe_notable();
+        while let Some(e) = rx.recv().await {
+            let EventKind::Operator {
+                action,
+                target,
+                by,
+                result,
+                ..
+            } = e.kind
+            else {
+                continue;
+            };
+            if by.ends_with(VIA_FLEET) || result.starts_with("rejected") || action == "set_fault" {
+                continue;
+            }
+            let op = SharedOp {
+                instance: self.instance.clone(),
+                by,
+                action,
+                target,
+                at_ms: self.runner.clock().wall_ms(),
+            };
+            self.applied.lock().insert(op.target.clone(), op.at_ms);
+            if !self.share(&op).await {
+                tracing::warn!(action = %op.action, target = %op.target, "Redis unreachable; the action is shared when it returns");
+                self.unsent.lock().push(op);
+            }
+        }
+    }
+
+    /// Applies actions announced by other instances; resubscribes (and
+    /// catches up on what was stored meanwhile) after losing Redis.
+    async fn listen(self: Arc<Self>) {
+        loop {
+            match self.client.get_async_pubsub().await {
+                Ok(mut ps) => {
+                    if ps.subscribe(OPS_CHANNEL).await.is_ok() {
+                        if let Err(e) = self.catch_up().await {
+                            tracing::warn!(error = %e, "cannot read the fleet's stored actions");
+                        }
+                        let mut msgs = ps.on_message();
+                        while let Some(m) = msgs.next().await {
+                            let Ok(json) = m.get_payload::<String>() else { continue };
+                            if let Ok(op) = serde_json::from_str::<SharedOp>(&json) {
+                                self.apply_remote(&op);
+                            }
+                        }
+                    }
+                }
+                Err(e) => tracing::debug!(error = %e, "fleet subscription not available"),
+            }
+            tokio::time::sleep(HEARTBEAT).await;
+        }
+    }
+
+    /// One heartbeat: this instance is live; count the live ones; share what
+    /// could not be shared before. Marks the store degraded on failure.
+    async fn heartbeat_once(&self) {
+        let mut conn = self.conn.clone();
+        let key = format!("{INSTANCE_KEY}{}", self.instance);
+        let beat: redis::RedisResult<()> = redis::cmd("SET")
+            .arg(&key)
+            .arg(1)
+            .arg("PX")
+            .arg(INSTANCE_TTL.as_millis() as u64)
+            .query_async(&mut conn)
+            .await;
+        let live = match beat {
+            Ok(()) => scan(&mut conn, &format!("{INSTANCE_KEY}*")).await.map(|k| k.len()),
+            Err(e) => Err(e),
+        };
+        let status = self.runner.store();
+        match live {
+            Ok(n) => {
+                if status.view().degraded {
+                    tracing::info!("Redis is back; fleet state shared again");
+                }
+                status.set_degraded(false);
+                status.set_instances(n as u32);
+                let unsent = std::mem::take(&mut *self.unsent.lock());
+                for op in unsent {
+                    if !self.share(&op).await {
+                        self.unsent.lock().push(op);
+                    }
+                }
+            }
+            Err(e) => {
+                if !status.view().degraded {
+                    tracing::warn!(error = %e, "Redis unreachable; limits and actions are local until it returns");
+                }
+                status.set_degraded(true);
+            }
+        }
+    }
+
+    async fn heartbeat(self: Arc<Self>) {
+        let mut tick = tokio::time::interval(HEARTBEAT);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tick.tick().await;
+            self.heartbeat_once().await;
+        }
+    }
+}
+
+/// Every key matching `pattern` (SCAN, never KEYS).
+async fn scan(conn: &mut ConnectionManager, pattern: &str) -> redis::RedisResult<Vec<String>> {
+    let mut keys = Vec::new();
+    let mut cursor: u64 = 0;
+    loop {
+        let (next, batch): (u64, Vec<String>) = redis::cmd("SCAN")
+            .arg(cursor)
+            .arg("MATCH")
+            .arg(pattern)
+            .arg("COUNT")
+            .arg(500)
+            .query_async(conn)
+            .await?;
+        keys.extend(batch);
+        if next == 0 {
+            return Ok(keys);
+        }
+        cursor = next;
+    }
+}

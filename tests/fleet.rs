@@ -1,0 +1,246 @@
+//! Fleet mode with a real `redis-server` on a free loopback port and two
+//! `fusebox serve` processes sharing it. Without redis-server on PATH the
+//! tests print a notice and pass, unless FUSEBOX_REQUIRE_REDIS is set (as
+//! `.ci/run` does), where a missing server fails them.
+
+use std::io::BufRead;
+use std::net::TcpListener;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// A redis-server on a free loopback port, stopped on drop.
+struct Redis {
+    child: Child,
+    port: u16,
+}
+
+impl Redis {
+    /// Starts one, or None (with a notice) when redis-server is missing.
+    fn start() -> Option<Redis> {
+        let port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        Self::start_on(port)
+    }
+
+    fn start_on(port: u16) -> Option<Redis> {
+        let spawned = Command::new("redis-server")
+            .args([
+                "--port",
+                &port.to_string(),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+            ])
+            .stdout(Stdio::null())
+            .spawn();
+        let child = match spawned {
+            Ok(c) => c,
+            Err(e) if std::env::var_os("FUSEBOX_REQUIRE_REDIS").is_some() => {
+                panic!("FUSEBOX_REQUIRE_REDIS is set but redis-server cannot start: {e}")
+            }
+            Err(_) => {
+                eprintln!("notice: redis-server is not on PATH; the Redis (fleet) tests were skipped");
+                return None;
+            }
+        };
+        let r = Redis { child, port };
+        wait_until("redis-server accepts connections", || {
+            std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()
+        });
+        Some(r)
+    }
+
+    fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}/0", self.port)
+    }
+
+    fn stop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Redis {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// A `fusebox serve --headless` process, killed on drop.
+struct Instance {
+    child: Child,
+    base: String,
+}
+
+impl Instance {
+    fn start(state: &str) -> Instance {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_fusebox"))
+            .args(["serve", "--headless", "--listen", "127.0.0.1:0", "--state", state])
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("run fusebox serve");
+        let mut first = String::new();
+        let mut stderr = std::io::BufReader::new(child.stderr.take().unwrap());
+        stderr.read_line(&mut first).unwrap();
+        // Keep reading its status lines, as a terminal would.
+        std::thread::spawn(move || std::io::copy(&mut stderr, &mut std::io::sink()));
+        let base = first
+            .split_whitespace()
+            .find_map(|w| w.strip_prefix("http://"))
+            .and_then(|w| w.strip_suffix("/v1"))
+            .unwrap_or_else(|| panic!("no base URL in `{first}`"));
+        Instance {
+            child,
+            base: format!("http://{base}"),
+        }
+    }
+
+    fn metrics(&self) -> String {
+        block(async {
+            reqwest::get(format!("{}/metrics", self.base))
+                .await
+                .unwrap()
+                .text()
+                .await
+                .unwrap()
+        })
+    }
+
+    fn metric(&self, sample: &str) -> Option<f64> {
+        self.metrics()
+            .lines()
+            .find_map(|l| l.strip_prefix(sample)?.trim().parse().ok())
+    }
+
+    fn command(&self, json: &str) -> u16 {
+        block(async {
+            reqwest::Client::new()
+                .post(format!("{}/_fusebox/commands", self.base))
+                .header("x-fusebox-operator", "ana")
+                .body(json.to_string())
+                .send()
+                .await
+                .unwrap()
+                .status()
+                .as_u16()
+        })
+    }
+
+    fn ask(&self) -> u16 {
+        block(async {
+            reqwest::Client::new()
+                .post(format!("{}/v1/chat/completions", self.base))
+                .json(&serde_json::json!({"model": "default", "messages": [{"role": "user", "content": "hi"}]}))
+                .send()
+                .await
+                .unwrap()
+                .status()
+                .as_u16()
+        })
+    }
+}
+
+impl Drop for Instance {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn block<T>(f: impl std::future::Future<Output = T>) -> T {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+        .block_on(f)
+}
+
+/// Polls (real time, up to 10 s) for something other processes do.
+fn wait_until(what: &str, cond: impl Fn() -> bool) -> Duration {
+    let start = Instant::now();
+    while start.elapsed() < Duration::from_secs(10) {
+        if cond() {
+            return start.elapsed();
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    panic!("{what}: not within 10 s");
+}
+
+const OPENAI_FORCED_OPEN: &str = "fusebox_breaker_state{target=\"provider:openai\",state=\"forced_open\"}";
+
+#[test]
+fn an_operator_action_on_one_instance_takes_effect_on_the_other() {
+    let Some(redis) = Redis::start() else { return };
+    let (a, b) = (Instance::start(&redis.url()), Instance::start(&redis.url()));
+    wait_until("both instances see two live instances", || {
+        a.metric("fusebox_fleet_instances") == Some(2.0) && b.metric("fusebox_fleet_instances") == Some(2.0)
+    });
+    assert_eq!(b.metric(OPENAI_FORCED_OPEN), Some(0.0));
+    assert_eq!(a.command(r#"{"action":"force_open","target":"provider:openai"}"#), 200);
+    let took = wait_until("b sees a's force-open", || b.metric(OPENAI_FORCED_OPEN) == Some(1.0));
+    assert!(
+        took < Duration::from_secs(1),
+        "applied on the other instance after {took:?}"
+    );
+    // An instance that starts later applies the stored action too.
+    let c = Instance::start(&redis.url());
+    wait_until("a late instance applies the stored action", || {
+        c.metric(OPENAI_FORCED_OPEN) == Some(1.0)
+    });
+    // And a reset on b releases it everywhere.
+    assert_eq!(b.command(r#"{"action":"reset","target":"provider:openai"}"#), 200);
+    wait_until("a sees b's reset", || a.metric(OPENAI_FORCED_OPEN) == Some(0.0));
+    wait_until("c sees b's reset", || c.metric(OPENAI_FORCED_OPEN) == Some(0.0));
+}
+
+#[test]
+fn without_redis_instances_serve_alone_report_degraded_and_recover() {
+    let Some(mut redis) = Redis::start() else { return };
+    let (a, b) = (Instance::start(&redis.url()), Instance::start(&redis.url()));
+    wait_until("two live instances", || {
+        a.metric("fusebox_fleet_instances") == Some(2.0)
+    });
+    assert_eq!(a.metric("fusebox_store_degraded"), Some(0.0));
+    redis.stop();
+    wait_until("a reports degraded", || a.metric("fusebox_store_degraded") == Some(1.0));
+    wait_until("b reports degraded", || b.metric("fusebox_store_degraded") == Some(1.0));
+    assert_eq!(a.ask(), 200, "still serving with local state");
+    assert_eq!(b.ask(), 200);
+    // An action taken during the outage applies locally, and is shared once
+    // Redis is back.
+    assert_eq!(
+        a.command(r#"{"action":"force_open","target":"provider:anthropic"}"#),
+        200
+    );
+    let port = redis.port;
+    let _redis = Redis::start_on(port).expect("redis-server restarts");
+    wait_until("a recovers", || a.metric("fusebox_store_degraded") == Some(0.0));
+    wait_until("b recovers", || b.metric("fusebox_store_degraded") == Some(0.0));
+    wait_until("the outage's action reaches b", || {
+        b.metric("fusebox_breaker_state{target=\"provider:anthropic\",state=\"forced_open\"}") == Some(1.0)
+    });
+}
+
+#[test]
+fn a_bad_state_url_is_explained() {
+    let o = Command::new(env!("CARGO_BIN_EXE_fusebox"))
+        .args([
+            "serve",
+            "--headless",
+            "--listen",
+            "127.0.0.1:0",
+            "--state",
+            "postgres://nope",
+        ])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("--state postgres://nope") && err.contains("redis://"),
+        "{err}"
+    );
+}
