@@ -76,8 +76,13 @@ struct Instance {
 
 impl Instance {
     fn start(state: &str) -> Instance {
+        Self::start_with(state, &[])
+    }
+
+    fn start_with(state: &str, extra: &[&str]) -> Instance {
         let mut child = Command::new(env!("CARGO_BIN_EXE_fusebox"))
             .args(["serve", "--headless", "--listen", "127.0.0.1:0", "--state", state])
+            .args(extra)
             .stderr(Stdio::piped())
             .spawn()
             .expect("run fusebox serve");
@@ -222,6 +227,62 @@ fn without_redis_instances_serve_alone_report_degraded_and_recover() {
     wait_until("the outage's action reaches b", || {
         b.metric("fusebox_breaker_state{target=\"provider:anthropic\",state=\"forced_open\"}") == Some(1.0)
     });
+}
+
+/// Two instances under a load far above openai's TPM: together they spend
+/// what the shared bucket allows (its capacity plus its refill), not twice.
+#[test]
+fn two_instances_share_one_token_budget_per_minute() {
+    let Some(redis) = Redis::start() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("fleet.toml");
+    std::fs::write(
+        &cfg,
+        "[providers.openai]\ntpm = 6000\nrpm = 100000\n[providers.anthropic]\n[providers.deepseek]\n\
+         [routes.default]\nchain = [\"gpt-4o\"]\n\
+         [budgets]\nuser_tokens_per_minute = 100000000\nuser_tokens_per_hour = 100000000\n\
+         user_tokens_per_day = 1000000000\nuser_cost_per_day_usd = 100000.0\n",
+    )
+    .unwrap();
+    let cfg = cfg.to_str().unwrap();
+    let (a, b) = (
+        Instance::start_with(&redis.url(), &["--config", cfg]),
+        Instance::start_with(&redis.url(), &["--config", cfg]),
+    );
+    wait_until("two live instances", || {
+        a.metric("fusebox_fleet_instances") == Some(2.0)
+    });
+    let started = Instant::now();
+    let load = Duration::from_secs(8);
+    block(async {
+        let http = reqwest::Client::new();
+        let mut set = tokio::task::JoinSet::new();
+        for i in 0..48 {
+            let (http, base) = (http.clone(), if i % 2 == 0 { a.base.clone() } else { b.base.clone() });
+            set.spawn(async move {
+                while started.elapsed() < load {
+                    let body = serde_json::json!({"model": "default", "max_tokens": 64, "user": format!("u{i}"),
+                        "messages": [{"role": "user", "content": "Where is order #38100?"}]});
+                    let _ = http
+                        .post(format!("{base}/v1/chat/completions"))
+                        .json(&body)
+                        .send()
+                        .await;
+                }
+            });
+        }
+        while set.join_next().await.is_some() {}
+    });
+    let elapsed = started.elapsed().as_secs_f64();
+    let spent = a.metric("fusebox_tokens_total").unwrap() + b.metric("fusebox_tokens_total").unwrap();
+    // The shared bucket starts full (6,000) and refills 100 tokens/s.
+    let allowed = 6_000.0 + 100.0 * elapsed;
+    eprintln!("two instances spent {spent} tokens in {elapsed:.1} s; the shared limit allows {allowed:.0}");
+    assert!(spent <= allowed * 1.05, "spent {spent}, allowed {allowed:.0}");
+    assert!(
+        spent >= allowed * 0.75,
+        "the limit is used, not starved: spent {spent}, allowed {allowed:.0}"
+    );
 }
 
 #[test]

@@ -1,11 +1,13 @@
 //! Fleet mode (`--state redis://HOST:PORT/DB`): several fusebox instances
-//! share state on Redis. Shared so far: operator actions (force open/closed,
+//! share state on Redis. Shared so far: provider rate limits (leased from
+//! buckets in Redis, see [`lease`]), operator actions (force open/closed,
 //! disable, reset, freeze/unfreeze refill, drill), stored with a TTL and
 //! announced over pub/sub so every instance applies them within a second,
 //! and instance liveness by heartbeat. When Redis cannot be reached each
 //! instance keeps working alone, shows the store as degraded, and shares
 //! what it missed when Redis returns.
 
+pub mod lease;
 pub mod status;
 
 use crate::runner::command::Command;
@@ -78,6 +80,8 @@ pub struct Fleet {
     unsent: Mutex<Vec<SharedOp>>,
     /// The newest action applied per target (`at_ms`), local or remote.
     applied: Mutex<HashMap<String, u64>>,
+    /// Lease round trips.
+    leases: lease::LeaseStats,
 }
 
 impl Fleet {
@@ -110,6 +114,7 @@ impl Fleet {
             runner,
             unsent: Mutex::new(Vec::new()),
             applied: Mutex::new(HashMap::new()),
+            leases: lease::LeaseStats::default(),
         });
         if let Err(e) = me.catch_up().await {
             tracing::warn!(error = %e, "cannot read the fleet's stored actions");
@@ -118,7 +123,15 @@ impl Fleet {
         tokio::spawn(me.clone().heartbeat());
         tokio::spawn(me.clone().announce());
         tokio::spawn(me.clone().listen());
+        for p in 0..me.runner.providers().len() {
+            tokio::spawn(lease::keep_leased(me.clone(), p, None));
+        }
         Ok(me)
+    }
+
+    /// Lease round trips made so far.
+    pub fn lease_stats(&self) -> &lease::LeaseStats {
+        &self.leases
     }
 
     /// This instance's id in the fleet.

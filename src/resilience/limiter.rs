@@ -104,6 +104,12 @@ pub struct LimiterView {
     pub calibrated_ms_ago: Option<u64>,
 }
 
+/// How often a leased limiter's waiters look again for a top-up.
+const LEASE_POLL: Duration = Duration::from_millis(10);
+
+/// The buckets a lease covers, in order: tpm, itpm, otpm, rpm.
+pub const BUCKETS: [&str; 4] = ["tpm", "itpm", "otpm", "rpm"];
+
 /// One provider's limiter.
 pub struct Limiter {
     name: Arc<str>,
@@ -135,7 +141,9 @@ impl Bucket {
 
     fn refill(&mut self, dt: f64, now: Instant) {
         self.level = (self.level + dt * self.per_s).min(self.capacity);
-        if self.reset_at.is_some_and(|r| now >= r) {
+        // A provider-announced reset fills the bucket, unless it is leased
+        // (fleet mode: it fills only with capacity taken from the fleet).
+        if self.per_s > 0.0 && self.reset_at.is_some_and(|r| now >= r) {
             self.level = self.capacity;
             self.reset_at = None;
         }
@@ -150,6 +158,9 @@ impl Bucket {
         let short = self.need(n) - self.level;
         if short <= 0.0 {
             Duration::ZERO
+        } else if self.per_s <= 0.0 {
+            // Leased (fleet mode): capacity arrives with the next top-up.
+            LEASE_POLL
         } else {
             Duration::from_secs_f64(short / self.per_s)
         }
@@ -174,6 +185,9 @@ struct State {
     rejected: u64,
     rate_limited: u64,
     calibrated_at: Option<Instant>,
+    /// Largest shortfall per bucket since last read (leased mode: how much
+    /// a waiting call needs beyond the lease).
+    short: [f64; 4],
 }
 
 /// Chars-per-token estimate that corrects itself from actual usage.
@@ -241,6 +255,7 @@ impl Limiter {
                 rejected: 0,
                 rate_limited: 0,
                 calibrated_at: None,
+                short: [0.0; 4],
             }),
             cfg,
             released: Notify::new(),
@@ -301,6 +316,19 @@ impl Limiter {
                 taken: [taken[0], taken[1], taken[2]],
             });
         }
+        for (i, (b, n)) in [
+            (s.tpm, total),
+            (s.itpm, est.input as f64),
+            (s.otpm, est.output as f64),
+            (s.rpm, 1.0),
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            if let Some(b) = b {
+                s.short[i] = s.short[i].max(b.need(n) - b.level);
+            }
+        }
         if !wait.is_zero() {
             // While frozen nothing refills: the refill starts after the freeze.
             wait = wait.saturating_add(frozen_for.unwrap_or(Duration::ZERO));
@@ -337,6 +365,56 @@ impl Limiter {
                     self.waiters.fetch_sub(1, Ordering::AcqRel);
                 }
             }
+        }
+    }
+
+    /// Fleet mode: the buckets stop refilling locally and start empty; they
+    /// are filled by [`Limiter::add_lease`] with capacity leased from the
+    /// fleet's shared buckets. Returns each bucket's (capacity, refill per
+    /// second), the shared bucket's shape, or None where there is no bucket.
+    pub fn lease_mode(&self) -> [Option<(f64, f64)>; 4] {
+        let mut guard = super::lock(&self.inner);
+        let s = &mut *guard;
+        let mut shape = [None; 4];
+        for (i, b) in [&mut s.tpm, &mut s.itpm, &mut s.otpm, &mut s.rpm]
+            .into_iter()
+            .enumerate()
+        {
+            if let Some(b) = b {
+                shape[i] = Some((b.capacity, b.per_s));
+                b.per_s = 0.0;
+                b.level = 0.0;
+                b.reset_at = None;
+            }
+        }
+        shape
+    }
+
+    /// Each bucket's level now (None where there is none), the largest
+    /// shortfall a call met since the last look, and whether refills are
+    /// frozen (a frozen limiter takes no new lease).
+    pub fn levels(&self, now: Instant) -> ([Option<f64>; 4], [f64; 4], bool) {
+        let mut s = super::lock(&self.inner);
+        let levels = [s.tpm, s.itpm, s.otpm, s.rpm].map(|b| b.map(|b| b.level));
+        let short = std::mem::take(&mut s.short);
+        (levels, short, s.frozen_for(now).is_some())
+    }
+
+    /// Adds leased capacity to the buckets and wakes waiting calls.
+    pub fn add_lease(&self, grants: [f64; 4]) {
+        let mut guard = super::lock(&self.inner);
+        let s = &mut *guard;
+        for (b, g) in [&mut s.tpm, &mut s.itpm, &mut s.otpm, &mut s.rpm]
+            .into_iter()
+            .zip(grants)
+        {
+            if let Some(b) = b {
+                b.level = (b.level + g).min(b.capacity);
+            }
+        }
+        drop(guard);
+        if self.waiters.load(Ordering::Acquire) > 0 {
+            self.released.notify_waiters();
         }
     }
 
