@@ -9,6 +9,7 @@ use crate::runner::{Runner, RunnerParts};
 use hdrhistogram::Histogram;
 use serde::Serialize;
 use std::collections::HashMap;
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 /// The figures `fusebox bench` prints.
@@ -24,19 +25,30 @@ pub struct BenchResult {
     pub p50_us: f64,
     /// 99th percentile (µs).
     pub p99_us: f64,
+    /// Fleet mode: lease round trips to Redis during the run.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub round_trips: Option<u64>,
+    /// Fleet mode: round trips per decision.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub round_trip_share: Option<f64>,
 }
 
 /// A runner over instant providers whose limits are all in force but too
 /// large to bind at a million requests a second, so every bucket, budget
 /// and breaker is checked and the measured path is the decision logic.
 pub fn bench_runner() -> Arc<Runner> {
+    bench_runner_with(1 << 50)
+}
+
+/// Like [`bench_runner`], with provider buckets of `limit` per minute.
+fn bench_runner_with(limit: u64) -> Arc<Runner> {
     const HUGE: u64 = 1 << 50;
     let mut cfg = Config::default();
     for p in cfg.providers.values_mut() {
-        p.tpm = HUGE;
-        p.itpm = HUGE;
-        p.otpm = HUGE;
-        p.rpm = HUGE;
+        p.tpm = limit;
+        p.itpm = limit;
+        p.otpm = limit;
+        p.rpm = limit;
         p.concurrency = 1 << 20;
     }
     cfg.budgets.user_tokens_per_minute = HUGE;
@@ -58,9 +70,31 @@ pub fn bench_runner() -> Arc<Runner> {
 
 /// Runs `requests` decisions on `threads` OS threads (one single-threaded
 /// runtime each, so every core works), spread over `users` distinct users.
-pub fn run(requests: u64, threads: usize, users: u64) -> std::io::Result<BenchResult> {
-    let setup = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
-    let runner = setup.block_on(async { bench_runner() });
+/// With `state` (a Redis URL) the runner joins a fleet there: provider
+/// limits are leased from Redis, with buckets finite (10⁹ per minute) so
+/// leases run out and are topped up, but far above the load.
+pub fn run(requests: u64, threads: usize, users: u64, state: Option<&str>) -> anyhow::Result<BenchResult> {
+    // Fleet tasks (lease top-ups, heartbeats) run on their own runtime.
+    let setup = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()?;
+    let (runner, fleet) = setup.block_on(async {
+        let runner = match state {
+            Some(_) => bench_runner_with(1_000_000_000),
+            None => bench_runner(),
+        };
+        let fleet = match state {
+            Some(url) => Some(crate::fleet::Fleet::start(url, runner.clone()).await?),
+            None => None,
+        };
+        anyhow::Ok((runner, fleet))
+    })?;
+    if fleet.is_some() {
+        // The first leases, before the clock starts.
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+    let trips_before = fleet.as_ref().map(|f| f.lease_stats().round_trips.load(Ordering::Relaxed));
     let per = requests / threads as u64;
     let start_line = Arc::new(std::sync::Barrier::new(threads + 1));
     let workers: Vec<_> = (0..threads)
@@ -85,12 +119,18 @@ pub fn run(requests: u64, threads: usize, users: u64) -> std::io::Result<BenchRe
     }
     let wall = start.elapsed().as_secs_f64();
     let n = per * threads as u64;
+    let round_trips = fleet
+        .as_ref()
+        .zip(trips_before)
+        .map(|(f, before)| f.lease_stats().round_trips.load(Ordering::Relaxed) - before);
     Ok(BenchResult {
         requests: n,
         wall_s: wall,
         req_per_s: n as f64 / wall,
         p50_us: all.value_at_quantile(0.5) as f64 / 1000.0,
         p99_us: all.value_at_quantile(0.99) as f64 / 1000.0,
+        round_trips,
+        round_trip_share: round_trips.map(|t| t as f64 / n.max(1) as f64),
     })
 }
 

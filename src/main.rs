@@ -67,6 +67,9 @@ enum Cmd {
         /// Distinct users the requests are spread over.
         #[arg(long, default_value_t = 10_000)]
         users: u64,
+        /// Join a fleet on Redis (`redis://HOST:PORT/DB`): limits are leased.
+        #[arg(long)]
+        state: Option<String>,
     },
 }
 
@@ -348,6 +351,7 @@ fn run(cli: Cli) -> Result<()> {
             requests,
             threads,
             users,
+            state,
         } => {
             let threads = threads
                 .unwrap_or_else(|| std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1))
@@ -358,7 +362,7 @@ fn run(cli: Cli) -> Result<()> {
             if users == 0 {
                 bail!("--users must be at least 1");
             }
-            let r = fusebox::bench::run(requests, threads, users)?;
+            let r = fusebox::bench::run(requests, threads, users, state.as_deref())?;
             println!("{}", serde_json::to_string(&r)?);
             Ok(())
         }
