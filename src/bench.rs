@@ -94,7 +94,9 @@ pub fn run(requests: u64, threads: usize, users: u64, state: Option<&str>) -> an
         // The first leases, before the clock starts.
         std::thread::sleep(std::time::Duration::from_millis(200));
     }
-    let trips_before = fleet.as_ref().map(|f| f.lease_stats().round_trips.load(Ordering::Relaxed));
+    let trips_before = fleet
+        .as_ref()
+        .map(|f| f.lease_stats().round_trips.load(Ordering::Relaxed));
     let per = requests / threads as u64;
     let start_line = Arc::new(std::sync::Barrier::new(threads + 1));
     let workers: Vec<_> = (0..threads)
