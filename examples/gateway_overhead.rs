@@ -4,7 +4,11 @@
 //! mimalloc, mock-kind providers answered over loopback HTTP by a mock server
 //! sharing the runner's fault table, `maintain()` every second), except that
 //! the mock server is [`MockServer::instant`] (no artificial latency) and the
-//! budgets and rate limits are raised so that nothing is refused.
+//! budgets, rate limits and session caps are raised so that nothing is
+//! refused. As in `fusebox serve`, the gateway calls the mock with
+//! `stream: true` (the providers' default), so its upstream hop is SSE while
+//! the direct request is a plain JSON completion; that is part of what the
+//! overhead measures.
 //!
 //! It then sends a fixed arrival rate (open loop: one task per request,
 //! spawned at its scheduled time, whatever the earlier ones are doing) of a
@@ -18,7 +22,7 @@
 //! invalidate the figures.
 //!
 //! Run: `cargo run --release --example gateway_overhead -- --rps 1000`
-//! (options: `--secs 10 --rounds 3 --warmup 2`).
+//! (options: `--secs 10 --rounds 3 --warmup 2 --no-jitter`).
 
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
@@ -30,8 +34,7 @@ use fusebox::gateway::GatewayOptions;
 use fusebox::mockserver::MockServer;
 use fusebox::runner::{Runner, RunnerParts};
 use hdrhistogram::Histogram;
-use std::time::Duration;
-use tokio::time::Instant;
+use std::time::{Duration, Instant};
 
 /// Limits high enough that no request is refused at a few thousand req/s.
 const CONFIG: &str = r#"
@@ -77,6 +80,9 @@ struct Args {
     /// Warm-up seconds per target (not measured).
     #[arg(long, default_value_t = 2)]
     warmup: u64,
+    /// Send exactly on the period instead of at a random point of each slot.
+    #[arg(long)]
+    no_jitter: bool,
 }
 
 #[derive(Clone, Copy, PartialEq)]
@@ -180,22 +186,32 @@ async fn one(client: reqwest::Client, target: Target, url: String, id: u64, due:
 
 /// Sends `rps` requests per second to `url` for `secs` seconds, one task per
 /// request spawned at its due time, and waits for all of them.
-async fn phase(client: &reqwest::Client, target: Target, url: &str, rps: u32, secs: u64, first_id: u64) -> Phase {
-    let n = rps as u64 * secs;
-    let period = Duration::from_secs(1) / rps;
-    let start = Instant::now();
-    let mut tasks = Vec::with_capacity(n as usize);
-    for i in 0..n {
-        let due = start + period * i as u32;
-        tokio::time::sleep_until(due).await;
-        tasks.push(tokio::spawn(one(
-            client.clone(),
-            target,
-            url.to_string(),
-            first_id + i,
-            due,
-        )));
-    }
+///
+/// Request `i` is due at a random point of its slot `[i, i+1) / rps` (unless
+/// `no_jitter`), so that arrivals do not alias with tokio's 1 ms timer ticks:
+/// the instant mock's zero-length `sleep_until` still waits for the next tick,
+/// a large part of the direct latency. The pacing runs on a blocking-pool
+/// thread with `std::thread::sleep` (tens of µs late), not on tokio's timer,
+/// whose ticks would add up to 2 ms of send lag that varies between phases.
+async fn phase(client: &reqwest::Client, target: Target, url: &str, args: &Args, secs: u64, first_id: u64) -> Phase {
+    let n = args.rps as u64 * secs;
+    let period = Duration::from_secs(1) / args.rps;
+    let jitter = !args.no_jitter;
+    let (client, url, rt) = (client.clone(), url.to_string(), tokio::runtime::Handle::current());
+    let tasks = tokio::task::spawn_blocking(move || {
+        let mut rng = fastrand::Rng::with_seed(first_id);
+        let start = Instant::now();
+        (0..n)
+            .map(|i| {
+                let slot = if jitter { rng.f64() } else { 0.0 };
+                let due = start + period.mul_f64(i as f64 + slot);
+                std::thread::sleep(due.saturating_duration_since(Instant::now()));
+                rt.spawn(one(client.clone(), target, url.clone(), first_id + i, due))
+            })
+            .collect::<Vec<_>>()
+    })
+    .await
+    .expect("pacer panicked");
     let hist = || Histogram::<u64>::new_with_bounds(1, 60_000_000, 3).expect("histogram bounds");
     let mut p = Phase {
         latency: hist(),
@@ -261,13 +277,17 @@ async fn main() -> anyhow::Result<()> {
         ),
     ];
     println!(
-        "gateway_overhead: {} req/s, {} round(s) of {} s per target after {} s warm-up; latency from scheduled send to body end",
-        args.rps, args.rounds, args.secs, args.warmup
+        "gateway_overhead: {} req/s{}, {} round(s) of {} s per target after {} s warm-up; latency from scheduled send to body end",
+        args.rps,
+        if args.no_jitter { " (strict period)" } else { " (jittered within each slot)" },
+        args.rounds,
+        args.secs,
+        args.warmup
     );
     let mut id = 1u64 << 40;
     if args.warmup > 0 {
         for (name, target, url) in &targets {
-            let p = phase(&client, *target, url, args.rps, args.warmup, id).await;
+            let p = phase(&client, *target, url, &args, args.warmup, id).await;
             id += 1 << 24;
             println!("warm-up  {}", p.line(name));
         }
@@ -279,7 +299,7 @@ async fn main() -> anyhow::Result<()> {
         println!("round {round}");
         let mut res = Vec::new();
         for (name, target, url) in &targets {
-            let p = phase(&client, *target, url, args.rps, args.secs, id).await;
+            let p = phase(&client, *target, url, &args, args.secs, id).await;
             id += 1 << 24;
             println!("  {}", p.line(name));
             failed += p.failures();

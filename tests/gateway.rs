@@ -105,6 +105,32 @@ async fn answers_in_the_openai_format_with_degradation_headers() {
 }
 
 #[tokio::test]
+async fn session_quotas_apply_to_named_sessions_only() {
+    let f = gateway(Config::default(), GatewayOptions::default()).await;
+    let steps = f.runner.config().sessions.max_steps;
+    // Unnamed calls of one user are not one endless conversation.
+    for _ in 0..steps + 5 {
+        assert_eq!(f.post(&ask("default", "kim")).await.status(), 200);
+    }
+    // A named session is held to its step quota.
+    let mut refused = 0;
+    for _ in 0..steps + 5 {
+        let r = f
+            .http
+            .post(format!("{}/v1/chat/completions", f.base))
+            .header("x-fusebox-session", "kim/s1")
+            .json(&ask("default", "kim"))
+            .send()
+            .await
+            .unwrap();
+        if r.status() == 429 {
+            refused += 1;
+        }
+    }
+    assert_eq!(refused, 5);
+}
+
+#[tokio::test]
 async fn streams_server_sent_events_that_end_with_done() {
     let f = gateway(Config::default(), GatewayOptions::default()).await;
     let mut body = ask("default", "bob");

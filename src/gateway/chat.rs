@@ -89,9 +89,13 @@ fn chat_request(gw: &Gateway, headers: &HeaderMap, call: &WireCall, route: Strin
         .clone()
         .or_else(|| header(H_USER).map(str::to_string))
         .unwrap_or_else(|| "anonymous".to_string());
-    let session = header(H_SESSION).map_or_else(|| user.clone(), str::to_string);
+    let id = gw.next_id.fetch_add(1, Ordering::Relaxed);
+    // Session quotas (steps, concurrency, tokens per conversation) apply to
+    // the conversations an agent names; an unnamed call is a session of its
+    // own, or every call of a user would add up to one endless conversation.
+    let session = header(H_SESSION).map_or_else(|| format!("{user}/call-{id}"), str::to_string);
     ChatRequest {
-        id: gw.next_id.fetch_add(1, Ordering::Relaxed),
+        id,
         user,
         session,
         route,

@@ -79,6 +79,12 @@ impl Runner {
         self.retry_budget.deposit(start);
         let mut o = self.run_once(&req, true).await;
         o.latency_ms = self.clock.now().saturating_duration_since(start).as_millis() as u64;
+        self.count_outcome(&o);
+        o
+    }
+
+    /// Counts a request's one outcome in the totals and announces it.
+    pub(crate) fn count_outcome(&self, o: &Outcome) {
         self.totals.by_level[o.level.index()].fetch_add(1, Ordering::Relaxed);
         self.totals.tokens.fetch_add(o.tokens, Ordering::Relaxed);
         self.totals
@@ -87,7 +93,6 @@ impl Runner {
         if self.events.has_subscribers() {
             self.events.emit(EventKind::Outcome(Box::new(o.clone())));
         }
-        o
     }
 
     /// Runs the loop once; `may_defer` is false when re-driving the spool.

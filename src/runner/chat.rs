@@ -164,14 +164,7 @@ impl Runner {
             attempts: tally.attempts,
             latency_ms: self.clock.now().saturating_duration_since(start).as_millis() as u64,
         };
-        self.totals.by_level[level.index()].fetch_add(1, Ordering::Relaxed);
-        self.totals.tokens.fetch_add(outcome.tokens, Ordering::Relaxed);
-        self.totals
-            .cost_micro_usd
-            .fetch_add((outcome.cost_usd * 1e6).round() as u64, Ordering::Relaxed);
-        if self.events.has_subscribers() {
-            self.events.emit(EventKind::Outcome(Box::new(outcome.clone())));
-        }
+        self.count_outcome(&outcome);
         Chat { end, outcome }
     }
 
