@@ -9,7 +9,6 @@ use crate::runner::{Runner, RunnerParts};
 use hdrhistogram::Histogram;
 use serde::Serialize;
 use std::collections::HashMap;
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 /// The figures `fusebox bench` prints.
@@ -25,7 +24,7 @@ pub struct BenchResult {
     pub p50_us: f64,
     /// 99th percentile (µs).
     pub p99_us: f64,
-    /// Fleet mode: lease round trips to Redis during the run.
+    /// Fleet mode: round trips to Redis for limits and budgets during the run.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub round_trips: Option<u64>,
     /// Fleet mode: round trips per decision.
@@ -52,6 +51,9 @@ fn bench_runner_with(limit: u64) -> Arc<Runner> {
         p.concurrency = 1 << 20;
     }
     cfg.budgets.user_tokens_per_minute = HUGE;
+    cfg.budgets.user_tokens_per_hour = HUGE;
+    cfg.budgets.user_tokens_per_day = HUGE;
+    cfg.budgets.user_cost_per_day_usd = 1e12;
     cfg.budgets.global_tokens_per_hour = HUGE;
     cfg.budgets.global_tokens_per_day = HUGE;
     cfg.budgets.global_cost_per_hour_usd = 1e12;
@@ -94,9 +96,7 @@ pub fn run(requests: u64, threads: usize, users: u64, state: Option<&str>) -> an
         // The first leases, before the clock starts.
         std::thread::sleep(std::time::Duration::from_millis(200));
     }
-    let trips_before = fleet
-        .as_ref()
-        .map(|f| f.lease_stats().round_trips.load(Ordering::Relaxed));
+    let trips_before = fleet.as_ref().map(|f| f.round_trips());
     let per = requests / threads as u64;
     let start_line = Arc::new(std::sync::Barrier::new(threads + 1));
     let workers: Vec<_> = (0..threads)
@@ -124,7 +124,7 @@ pub fn run(requests: u64, threads: usize, users: u64, state: Option<&str>) -> an
     let round_trips = fleet
         .as_ref()
         .zip(trips_before)
-        .map(|(f, before)| f.lease_stats().round_trips.load(Ordering::Relaxed) - before);
+        .map(|(f, before)| f.round_trips() - before);
     Ok(BenchResult {
         requests: n,
         wall_s: wall,

@@ -285,6 +285,65 @@ fn two_instances_share_one_token_budget_per_minute() {
     );
 }
 
+/// One user hammering both instances gets the minute budget once, not
+/// once per instance.
+#[test]
+fn a_users_budget_holds_across_instances() {
+    let Some(redis) = Redis::start() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("fleet.toml");
+    std::fs::write(&cfg, "[budgets]\nuser_tokens_per_minute = 3000\n").unwrap();
+    let cfg = cfg.to_str().unwrap();
+    let (a, b) = (
+        Instance::start_with(&redis.url(), &["--config", cfg]),
+        Instance::start_with(&redis.url(), &["--config", cfg]),
+    );
+    wait_until("two live instances", || {
+        a.metric("fusebox_fleet_instances") == Some(2.0)
+    });
+    let minute = |t: std::time::SystemTime| t.duration_since(std::time::UNIX_EPOCH).unwrap().as_secs() / 60;
+    let first = std::time::SystemTime::now();
+    let (ok, refused) = block(async {
+        let http = reqwest::Client::new();
+        let mut set = tokio::task::JoinSet::new();
+        for i in 0..12 {
+            let (http, base) = (http.clone(), if i % 2 == 0 { a.base.clone() } else { b.base.clone() });
+            set.spawn(async move {
+                let mut statuses = Vec::new();
+                for _ in 0..5 {
+                    let body = serde_json::json!({"model": "default", "max_tokens": 64, "user": "carol",
+                        "messages": [{"role": "user", "content": "Where is order #38100?"}]});
+                    let r = http
+                        .post(format!("{base}/v1/chat/completions"))
+                        .json(&body)
+                        .send()
+                        .await
+                        .unwrap();
+                    statuses.push(r.status().as_u16());
+                }
+                statuses
+            });
+        }
+        let (mut ok, mut refused) = (0, 0);
+        while let Some(s) = set.join_next().await {
+            for s in s.unwrap() {
+                match s {
+                    200 => ok += 1,
+                    429 => refused += 1,
+                    s => panic!("unexpected {s}"),
+                }
+            }
+        }
+        (ok, refused)
+    });
+    let windows = minute(std::time::SystemTime::now()) - minute(first) + 1;
+    let spent = a.metric("fusebox_tokens_total").unwrap() + b.metric("fusebox_tokens_total").unwrap();
+    let allowed = 3_000.0 * windows as f64;
+    eprintln!("carol: {ok} answered, {refused} refused, {spent} tokens over two instances; budget {allowed}");
+    assert!(refused > 0, "the budget ran out");
+    assert!(spent <= allowed * 1.05, "spent {spent} of {allowed}");
+}
+
 #[test]
 fn a_bad_state_url_is_explained() {
     let o = Command::new(env!("CARGO_BIN_EXE_fusebox"))

@@ -1,12 +1,14 @@
 //! Fleet mode (`--state redis://HOST:PORT/DB`): several fusebox instances
 //! share state on Redis. Shared so far: provider rate limits (leased from
-//! buckets in Redis, see [`lease`]), operator actions (force open/closed,
+//! buckets in Redis, see [`lease`]), users' token budgets (allowances, see
+//! [`allowance`]), operator actions (force open/closed,
 //! disable, reset, freeze/unfreeze refill, drill), stored with a TTL and
 //! announced over pub/sub so every instance applies them within a second,
 //! and instance liveness by heartbeat. When Redis cannot be reached each
 //! instance keeps working alone, shows the store as degraded, and shares
 //! what it missed when Redis returns.
 
+pub mod allowance;
 pub mod lease;
 pub mod status;
 
@@ -107,6 +109,8 @@ impl Fleet {
             })?;
         let instance = format!("{}-{}", std::process::id(), runner.clock().wall_ms());
         runner.store().set_redis();
+        let allowances = Arc::new(allowance::Allowances::new(conn.clone(), &runner.config().budgets));
+        let _ = runner.allowances.set(allowances);
         let me = Arc::new(Self {
             client,
             conn,
@@ -129,9 +133,14 @@ impl Fleet {
         Ok(me)
     }
 
-    /// Lease round trips made so far.
-    pub fn lease_stats(&self) -> &lease::LeaseStats {
-        &self.leases
+    /// Round trips made so far for rate-limit leases and user allowances.
+    pub fn round_trips(&self) -> u64 {
+        let allowances = self
+            .runner
+            .allowances
+            .get()
+            .map_or(0, |a| a.round_trips.load(std::sync::atomic::Ordering::Relaxed));
+        self.leases.round_trips.load(std::sync::atomic::Ordering::Relaxed) + allowances
     }
 
     /// This instance's id in the fleet.
@@ -274,6 +283,9 @@ impl Fleet {
             Err(e) => Err(e),
         };
         let status = self.runner.store();
+        if let Some(a) = self.runner.allowances.get() {
+            a.forget_idle(self.runner.clock().wall_ms());
+        }
         match live {
             Ok(n) => {
                 if status.view().degraded {

@@ -228,6 +228,7 @@ impl Runner {
                 probes: [Some(pp), Some(mp)],
                 permit: None,
                 res: None,
+                allowance: None,
             };
             let now = match p.limiter.try_acquire(chars, req.max_tokens, now) {
                 Ok(permit) => {
@@ -257,11 +258,19 @@ impl Runner {
                 Ok(r) => held.res = Some(r),
                 Err(e) => return Err(LlmFailure::Budget(e)),
             };
+            // Fleet mode: the user's budget as the whole fleet has spent it.
+            if let Some(a) = self.allowances.get() {
+                a.reserve(call.user, est.total(), self.clock.wall_ms())
+                    .await
+                    .map_err(LlmFailure::Budget)?;
+                held.allowance = Some(est.total());
+            }
             pt.stats.attempts.inc();
             mt.stats.attempts.inc();
             tally.attempts += 1;
             req.attempt = attempt;
             let result = call_with_timeout(p.client.complete(&req), p.timeout).await;
+            let allowance = held.allowance.take();
             let (pp, mp, permit, res) = held.disarm();
             let end = self.clock.now();
             let latency = end.saturating_duration_since(now);
@@ -283,6 +292,7 @@ impl Runner {
                     p.limiter.settle(permit, u.input, u.output, end);
                     p.limiter.calibrate(&resp.rate, end);
                     self.budgets.settle(call.user, res, tokens, cost, end_ms);
+                    self.settle_allowance(call.user, allowance, tokens);
                     tally.tokens += tokens as u64;
                     tally.cost += cost;
                     let semantic = resp
@@ -338,6 +348,7 @@ impl Runner {
                     }
                     p.limiter.calibrate(&e.rate, end);
                     self.budgets.settle(call.user, res, tokens, cost, end_ms);
+                    self.settle_allowance(call.user, allowance, tokens);
                     tally.tokens += tokens as u64;
                     tally.wasted += tokens as u64;
                     tally.cost += cost;
@@ -403,6 +414,8 @@ struct Held<'a> {
     probes: [Option<crate::resilience::breaker::Permit>; 2],
     permit: Option<crate::resilience::limiter::LimitPermit>,
     res: Option<crate::resilience::budget::Reservation>,
+    /// Tokens taken from the user's fleet allowance (fleet mode).
+    allowance: Option<u32>,
 }
 
 impl Held<'_> {
@@ -443,10 +456,18 @@ impl Drop for Held<'_> {
         if let Some(res) = self.res.take() {
             r.budgets.settle(self.user, res, 0, 0.0, r.clock.elapsed_ms());
         }
+        r.settle_allowance(self.user, self.allowance.take(), 0);
     }
 }
 
 impl Runner {
+    /// Fleet mode: gives what a call did not use back to the user's allowance.
+    fn settle_allowance(&self, user: &str, reserved: Option<u32>, used: u32) {
+        if let (Some(a), Some(n)) = (self.allowances.get(), reserved) {
+            a.settle(user, n, used);
+        }
+    }
+
     /// Emits an attempt record when someone (the recorder) listens.
     pub(crate) fn announce_attempt(&self, make: impl FnOnce() -> Attempt) {
         if self.events.has_subscribers() {

@@ -170,6 +170,8 @@ pub struct Runner {
     pub(crate) drill: AtomicBool,
     pub(crate) totals: Totals,
     pub(crate) store: Arc<crate::fleet::status::StoreStatus>,
+    /// Fleet mode: users' budgets shared through Redis.
+    pub(crate) allowances: std::sync::OnceLock<Arc<crate::fleet::allowance::Allowances>>,
 }
 
 impl Runner {
@@ -274,6 +276,7 @@ impl Runner {
             drill: AtomicBool::new(false),
             totals: Totals::default(),
             store: Arc::default(),
+            allowances: std::sync::OnceLock::new(),
         }))
     }
 
