@@ -386,6 +386,8 @@ async fn a_client_that_goes_away_releases_what_its_call_reserved() {
     wait_for(|| reserved() == 0.0).await;
     let t = f.runner.registry().find("provider:openai").unwrap();
     assert_eq!(t.breaker.view(f.runner.clock().now()).probes_in_flight, 0);
+    // The abandoned request still has its one outcome.
+    assert_eq!(f.runner.by_level(), [0, 0, 0, 0, 1]);
 }
 
 /// Waits (up to 10 s of real time) for something the server does on its own.

@@ -94,6 +94,37 @@ impl Drop for InSession<'_> {
     }
 }
 
+/// Ends a chat whose future is dropped (the client went away) in a failed
+/// outcome, so every request still has exactly one.
+struct Abandoned<'a> {
+    runner: &'a Runner,
+    req: &'a ChatRequest,
+    armed: bool,
+}
+
+impl Drop for Abandoned<'_> {
+    fn drop(&mut self) {
+        if self.armed {
+            let o = Outcome {
+                request: self.req.id,
+                user: self.req.user.clone(),
+                level: Level::Failed,
+                chain: Vec::new(),
+                quality: 0.0,
+                tokens: 0,
+                cost_usd: 0.0,
+                missing: Vec::new(),
+                user_message: Some("The client went away before the answer.".into()),
+                answer: None,
+                stale_ms: None,
+                attempts: 0,
+                latency_ms: 0,
+            };
+            self.runner.count_outcome(&o);
+        }
+    }
+}
+
 impl Runner {
     /// Runs one chat completion to its end. Dropping the future (the client
     /// went away) cancels the upstream call and releases what it reserved.
@@ -114,6 +145,11 @@ impl Runner {
             })));
         }
         self.retry_budget.deposit(start);
+        let mut abandoned = Abandoned {
+            runner: self,
+            req: &req,
+            armed: true,
+        };
         let mut tally = Tally::default();
         let end = match self.sessions.enter(&req.session, self.clock.elapsed_ms()) {
             Err(q) => ChatEnd::Refused {
@@ -164,6 +200,7 @@ impl Runner {
             attempts: tally.attempts,
             latency_ms: self.clock.now().saturating_duration_since(start).as_millis() as u64,
         };
+        abandoned.armed = false;
         self.count_outcome(&outcome);
         Chat { end, outcome }
     }
