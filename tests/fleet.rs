@@ -174,6 +174,22 @@ fn wait_until(what: &str, cond: impl Fn() -> bool) -> Duration {
     panic!("{what}: not within 10 s");
 }
 
+/// Two instances on `redis` with the config `toml`, once both see each other.
+fn two_instances(redis: &Redis, toml: &str) -> (Instance, Instance, tempfile::TempDir) {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("fleet.toml");
+    std::fs::write(&cfg, toml).unwrap();
+    let cfg = cfg.to_str().unwrap();
+    let (a, b) = (
+        Instance::start_with(&redis.url(), &["--config", cfg]),
+        Instance::start_with(&redis.url(), &["--config", cfg]),
+    );
+    wait_until("two live instances", || {
+        a.metric("fusebox_fleet_instances") == Some(2.0) && b.metric("fusebox_fleet_instances") == Some(2.0)
+    });
+    (a, b, dir)
+}
+
 const OPENAI_FORCED_OPEN: &str = "fusebox_breaker_state{target=\"provider:openai\",state=\"forced_open\"}";
 
 #[test]
@@ -234,24 +250,13 @@ fn without_redis_instances_serve_alone_report_degraded_and_recover() {
 #[test]
 fn two_instances_share_one_token_budget_per_minute() {
     let Some(redis) = Redis::start() else { return };
-    let dir = tempfile::tempdir().unwrap();
-    let cfg = dir.path().join("fleet.toml");
-    std::fs::write(
-        &cfg,
+    let (a, b, _dir) = two_instances(
+        &redis,
         "[providers.openai]\ntpm = 6000\nrpm = 100000\n[providers.anthropic]\n[providers.deepseek]\n\
          [routes.default]\nchain = [\"gpt-4o\"]\n\
          [budgets]\nuser_tokens_per_minute = 100000000\nuser_tokens_per_hour = 100000000\n\
          user_tokens_per_day = 1000000000\nuser_cost_per_day_usd = 100000.0\n",
-    )
-    .unwrap();
-    let cfg = cfg.to_str().unwrap();
-    let (a, b) = (
-        Instance::start_with(&redis.url(), &["--config", cfg]),
-        Instance::start_with(&redis.url(), &["--config", cfg]),
     );
-    wait_until("two live instances", || {
-        a.metric("fusebox_fleet_instances") == Some(2.0)
-    });
     let started = Instant::now();
     let load = Duration::from_secs(8);
     block(async {
@@ -290,17 +295,7 @@ fn two_instances_share_one_token_budget_per_minute() {
 #[test]
 fn a_users_budget_holds_across_instances() {
     let Some(redis) = Redis::start() else { return };
-    let dir = tempfile::tempdir().unwrap();
-    let cfg = dir.path().join("fleet.toml");
-    std::fs::write(&cfg, "[budgets]\nuser_tokens_per_minute = 3000\n").unwrap();
-    let cfg = cfg.to_str().unwrap();
-    let (a, b) = (
-        Instance::start_with(&redis.url(), &["--config", cfg]),
-        Instance::start_with(&redis.url(), &["--config", cfg]),
-    );
-    wait_until("two live instances", || {
-        a.metric("fusebox_fleet_instances") == Some(2.0)
-    });
+    let (a, b, _dir) = two_instances(&redis, "[budgets]\nuser_tokens_per_minute = 3000\n");
     let minute = |t: std::time::SystemTime| t.duration_since(std::time::UNIX_EPOCH).unwrap().as_secs() / 60;
     let first = std::time::SystemTime::now();
     let (ok, refused) = block(async {
