@@ -61,6 +61,47 @@ pub struct Config {
     pub retry: RetryConfig,
     /// Degradation settings.
     pub degradation: DegradationConfig,
+    /// Where state shared by a fleet of instances lives.
+    pub state: StateConfig,
+}
+
+/// Where state shared by a fleet of instances lives (`--state` overrides
+/// the URL).
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct StateConfig {
+    /// `memory` (this instance alone) or `redis://HOST:PORT/DB`.
+    pub url: String,
+    /// What the fleet's budgets do while Redis is unreachable.
+    pub budgets_fail: FailMode,
+}
+
+impl Default for StateConfig {
+    fn default() -> Self {
+        Self {
+            url: "memory".into(),
+            budgets_fail: FailMode::Open,
+        }
+    }
+}
+
+impl StateConfig {
+    /// Whether `url` names a store `--state` accepts.
+    pub fn accepts(url: &str) -> bool {
+        url == "memory" || url.starts_with("redis://") || url.starts_with("rediss://")
+    }
+}
+
+/// What shared budgets do while their store is unreachable.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FailMode {
+    /// Each instance keeps to its share of every budget (the limit divided
+    /// by the live instances last seen).
+    #[default]
+    Open,
+    /// Refuse what the allowances already granted do not cover.
+    Closed,
 }
 
 /// How a provider is reached.
@@ -595,6 +636,7 @@ impl Default for Config {
             sessions: SessionConfig::default(),
             retry: RetryConfig::default(),
             degradation: DegradationConfig::default(),
+            state: StateConfig::default(),
         }
     }
 }
@@ -644,6 +686,15 @@ impl Config {
         };
         if self.providers.is_empty() {
             return Err(bad("providers".into(), "at least one provider is required".into()));
+        }
+        if !StateConfig::accepts(&self.state.url) {
+            return Err(bad(
+                "state.url".into(),
+                format!(
+                    "`{}` is not a store; use \"memory\" or \"redis://HOST:PORT/DB\"",
+                    self.state.url
+                ),
+            ));
         }
         for (name, p) in &self.providers {
             if !(p.chars_per_token.is_finite() && p.chars_per_token > 0.0) {

@@ -93,10 +93,8 @@ struct ServeArgs {
     /// Seed for the mock fleet.
     #[arg(long, default_value_t = 42)]
     seed: u64,
-    /// Where state shared by a fleet of instances lives: `memory` (this
-    /// instance alone) or `redis://HOST:PORT/DB`.
-    #[arg(long, default_value = "memory")]
-    state: String,
+    #[command(flatten)]
+    state: StateArgs,
     #[command(flatten)]
     record: RecordArgs,
     #[command(flatten)]
@@ -135,6 +133,8 @@ struct DemoArgs {
     /// [default: http in real time, mock with --speed max].
     #[arg(long, value_parser = ["http", "mock"])]
     providers: Option<String>,
+    #[command(flatten)]
+    state: StateArgs,
     #[command(flatten)]
     record: RecordArgs,
     #[command(flatten)]
@@ -176,9 +176,53 @@ struct ReplayArgs {
     #[arg(long)]
     spool: Option<PathBuf>,
     #[command(flatten)]
+    state: StateArgs,
+    #[command(flatten)]
     record: RecordArgs,
     #[command(flatten)]
     console: ConsoleArgs,
+}
+
+#[derive(clap::Args, Default)]
+struct StateArgs {
+    /// Where state shared by a fleet of instances lives: `memory` (this
+    /// instance alone) or `redis://HOST:PORT/DB` [default: the config's
+    /// `[state] url`, else memory].
+    #[arg(long)]
+    state: Option<String>,
+}
+
+impl StateArgs {
+    /// The Redis URL to join, if any: the flag, else the config. A fleet
+    /// shares limits in real time, so it needs a speed factor.
+    fn redis(&self, cfg: &Config, speed: &Speed) -> Result<Option<String>> {
+        let url = self.state.clone().unwrap_or_else(|| cfg.state.url.clone());
+        if url == "memory" {
+            return Ok(None);
+        }
+        if matches!(speed, Speed::Max) {
+            bail!("--state {url}: a fleet shares limits in real time; use a speed factor (e.g. --speed 1) or --state memory");
+        }
+        Ok(Some(url))
+    }
+
+    /// Joins the fleet at `url`, if any.
+    async fn join(url: Option<&String>, runner: &Arc<Runner>) -> Result<Option<Arc<fusebox::fleet::Fleet>>> {
+        match url {
+            Some(url) => Ok(Some(fusebox::fleet::Fleet::start(url, runner.clone()).await?)),
+            None => Ok(None),
+        }
+    }
+}
+
+/// The run's clock: virtual time from 0 (deterministic), or anchored at the
+/// system's wall time when sharing state with a fleet (Redis time is real).
+fn run_clock(fleet: bool) -> Clock {
+    if fleet {
+        Clock::system()
+    } else {
+        Clock::with_wall_anchor(0)
+    }
 }
 
 #[derive(clap::Args, Default)]
@@ -443,6 +487,7 @@ fn demo(args: DemoArgs) -> Result<()> {
         .then(|| console_setup(&args.console, &speed, "demo"))
         .transpose()?;
     let spool = spool_file(args.spool.clone(), &cfg)?;
+    let state = args.state.redis(&cfg, &speed)?;
     let http = match args.providers.as_deref() {
         Some("http") => true,
         Some(_) => false,
@@ -461,7 +506,7 @@ fn demo(args: DemoArgs) -> Result<()> {
     let record_path = record.record.clone();
     let operator = operator_name(&args.console);
     let summary = rt.block_on(async move {
-        let clock = Clock::with_wall_anchor(0);
+        let clock = run_clock(state.is_some());
         let mut parts = RunnerParts::mock(clock, seed);
         parts.spool = Some(spool);
         // Real providers from the config, and (with --providers http) the
@@ -476,6 +521,7 @@ fn demo(args: DemoArgs) -> Result<()> {
         };
         parts.providers = fusebox::provider::http::build(&cfg, clock, mock_base.as_deref())?;
         let runner = Runner::new(cfg, parts)?;
+        let fleet = StateArgs::join(state.as_ref(), &runner).await?;
         let recorder = record.start(&runner, seed.0)?;
         let pace = start_pace(&speed, clock);
         if let Some((theme, keymap)) = ui {
@@ -514,13 +560,9 @@ fn demo(args: DemoArgs) -> Result<()> {
         finish_recording(&runner, recorder, record_path.as_ref())?;
         let seen = transitions.await?;
         let virtual_ms = clock.elapsed_ms();
-        anyhow::Ok(Some(Summary::build(
-            &runner,
-            &seen,
-            run.lost,
-            virtual_ms,
-            wall.elapsed().as_millis() as u64,
-        )))
+        let mut summary = Summary::build(&runner, &seen, run.lost, virtual_ms, wall.elapsed().as_millis() as u64);
+        summary.fleet = fleet.map(|f| f.summary());
+        anyhow::Ok(Some(summary))
     })?;
     match summary {
         Some(summary) => write_summary(&summary, args.summary_json.as_ref()),
@@ -542,6 +584,7 @@ fn replay(args: ReplayArgs) -> Result<()> {
         .then(|| console_setup(&args.console, &speed, "replay LOG"))
         .transpose()?;
     let spool = spool_file(args.spool.clone(), &cfg)?;
+    let state = args.state.redis(&cfg, &speed)?;
     let recorded = args.providers == "recorded";
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -554,8 +597,9 @@ fn replay(args: ReplayArgs) -> Result<()> {
     let source = format!("replay {}", args.log.display());
     let log_length = fusebox::traffic::replay::log_length_ms(&args.log);
     let summary = rt.block_on(async move {
-        let clock = Clock::with_wall_anchor(0);
+        let clock = run_clock(state.is_some());
         let (runner, fleet) = replay_runner(cfg, seed, spool, recorded, clock)?;
+        let shared = StateArgs::join(state.as_ref(), &runner).await?;
         let recorder = record.start(&runner, seed.0)?;
         let pace = start_pace(&speed, clock);
         let mut opts = ReplayOptions {
@@ -597,6 +641,7 @@ fn replay(args: ReplayArgs) -> Result<()> {
             wall.elapsed().as_millis() as u64,
         );
         summary.bad_lines = Some(out.bad_lines);
+        summary.fleet = shared.map(|f| f.summary());
         anyhow::Ok(Some(summary))
     })?;
     match summary {
@@ -754,6 +799,7 @@ fn serve(args: ServeArgs) -> Result<()> {
         },
         None => None,
     };
+    let state = args.state.redis(&cfg, &Speed::Factor(1.0))?;
     let ui = (!args.headless)
         .then(|| console_setup(&args.console, &Speed::Factor(1.0), "serve"))
         .transpose()?;
@@ -772,9 +818,7 @@ fn serve(args: ServeArgs) -> Result<()> {
         };
         parts.providers = fusebox::provider::http::build(&cfg, clock, mock.as_deref())?;
         let runner = Runner::new(cfg, parts)?;
-        if args.state != "memory" {
-            fusebox::fleet::Fleet::start(&args.state, runner.clone()).await?;
-        }
+        StateArgs::join(state.as_ref(), &runner).await?;
         let recorder = args.record.start(&runner, seed.0)?;
         let opts = fusebox::gateway::GatewayOptions {
             auth_token,

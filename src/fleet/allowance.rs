@@ -1,114 +1,220 @@
-//! Per-user token budgets held by the fleet: each user's minute, hour and
-//! day usage lives in one Redis hash (windows from Redis's clock, one atomic
-//! Lua script). An instance takes a user's tokens in chunks (an allowance,
-//! a tenth of the minute limit) and spends them locally; it asks Redis again
-//! only when the allowance runs out, and near the limit Redis grants only
-//! what is left. What an instance spends was granted first, so the fleet
-//! together stays within each user's budget.
+//! Budgets held by the fleet, not per instance: each user's tokens (minute,
+//! hour, day) and cost (day), and the global tokens and cost (hour, day),
+//! are counted in the shared store (see [`super::store::Store::grant`]).
+//! An instance takes a budget in chunks (an allowance) and spends it
+//! locally; it asks the store again only when the allowance runs out, and
+//! near the limit the store grants only what is left. What an instance
+//! spends was granted first, so the fleet together stays within each
+//! budget. Unused reservations go back to the allowance.
 //!
-//! Without Redis an instance keeps to its own (local) budgets only: fail
-//! open, as the local budgets still bound each instance.
+//! While the store is unreachable an instance keeps to its share of each
+//! budget (the limit divided by the live instances last seen), counted in
+//! process: fail open. With `budgets_fail = "closed"` it refuses what its
+//! allowances do not cover instead.
 
-use crate::config::BudgetConfig;
+use super::status::StoreStatus;
+use super::store::{MemoryStore, Store, WINDOWS_MS};
+use crate::clock::Clock;
+use crate::config::{BudgetConfig, FailMode};
 use crate::resilience::budget::BudgetExceeded;
 use parking_lot::Mutex;
-use redis::aio::ConnectionManager;
-use redis::Script;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 
-/// Grants up to ARGV[1] tokens of KEYS[1]'s user within the minute, hour
-/// and day limits (ARGV[2..4]; 0 = none); ARGV[5] is an optional `now` in
-/// ms (tests), else Redis TIME. Returns the grant and which window bound
-/// it (0 = none), as strings.
-const GRANT: &str = r#"
-local now
-if ARGV[5] and ARGV[5] ~= '' then
-  now = tonumber(ARGV[5])
-else
-  local t = redis.call('TIME')
-  now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-end
-local lens = {60000, 3600000, 86400000}
-local grant = tonumber(ARGV[1])
-local bound = 0
-local used = {}
-local idx = {}
-for i = 1, 3 do
-  idx[i] = math.floor(now / lens[i])
-  local cur = tonumber(redis.call('HGET', KEYS[1], 'i' .. i))
-  used[i] = tonumber(redis.call('HGET', KEYS[1], 'u' .. i)) or 0
-  if cur ~= idx[i] then used[i] = 0 end
-  local lim = tonumber(ARGV[1 + i])
-  if lim > 0 and lim - used[i] < grant then
-    grant = math.max(0, lim - used[i])
-    bound = i
-  end
-end
-for i = 1, 3 do
-  redis.call('HSET', KEYS[1], 'i' .. i, idx[i], 'u' .. i, tostring(used[i] + grant))
-end
-redis.call('PEXPIRE', KEYS[1], 86400000)
-return {tostring(grant), tostring(bound)}
-"#;
+/// What a budget counts.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Unit {
+    Tokens,
+    Cost,
+}
 
-const WINDOWS: [(&str, u64); 3] = [
-    ("tokens/minute", 60_000),
-    ("tokens/hour", 3_600_000),
-    ("tokens/day", 86_400_000),
-];
+/// One budget the fleet shares.
+#[derive(Clone, Debug)]
+struct Scope {
+    per_user: bool,
+    unit: Unit,
+    /// Minute, hour, day (0 = none).
+    limits: [f64; 3],
+    /// Taken from the store at a time.
+    chunk: f64,
+    /// The shortest window with a limit: an allowance belongs to one of its
+    /// periods (a new period starts from nothing).
+    period_ms: u64,
+}
 
-/// A user's tokens granted to this instance and not spent yet.
+impl Scope {
+    fn new(per_user: bool, unit: Unit, limits: [f64; 3], share: f64) -> Option<Self> {
+        let first = limits.iter().position(|l| *l > 0.0)?;
+        Some(Self {
+            per_user,
+            unit,
+            limits,
+            chunk: limits[first] * share,
+            period_ms: WINDOWS_MS[first],
+        })
+    }
+
+    /// The store key; the hash tag keeps one user's keys in one Redis
+    /// Cluster slot.
+    fn key(&self, user: &str) -> String {
+        let unit = match self.unit {
+            Unit::Tokens => "tokens",
+            Unit::Cost => "cost",
+        };
+        if self.per_user {
+            format!("fusebox:{{user:{user}}}:{unit}")
+        } else {
+            format!("fusebox:{{global}}:{unit}")
+        }
+    }
+
+    fn refusal(&self, user: &str, window: usize, want: f64, left: f64) -> BudgetExceeded {
+        let what = match (self.unit, window) {
+            (Unit::Tokens, 0) => "tokens/minute",
+            (Unit::Tokens, 1) => "tokens/hour",
+            (Unit::Tokens, _) => "tokens/day",
+            (Unit::Cost, 1) => "cost/hour (USD)",
+            (Unit::Cost, _) => "cost/day (USD)",
+        };
+        let limit = self.limits[window];
+        BudgetExceeded {
+            scope: if self.per_user {
+                format!("user {user} (fleet)")
+            } else {
+                "global (fleet)".into()
+            },
+            what,
+            would: limit - left + want,
+            limit,
+            first_in_window: false,
+        }
+    }
+}
+
+/// A budget's chunk granted to this instance and not spent yet.
 #[derive(Clone, Debug, Default)]
 struct Allowance {
-    /// The minute the grant belongs to (a new minute starts from nothing).
-    minute: u64,
+    /// The period the grant belongs to, and when it ends (ms).
+    period: u64,
+    ends_ms: u64,
     left: f64,
-    /// Redis refused more this minute (the budget ran out): further calls
-    /// beyond the allowance are refused here, without a round trip each.
+    /// The store refused more this period (the budget ran out): further
+    /// calls beyond the allowance are refused here, without a round trip.
     spent: Option<BudgetExceeded>,
 }
 
-/// Users' allowances on this instance.
+/// What a call took from the allowances; settle it with
+/// [`Allowances::settle`].
+#[derive(Clone, Copy, Debug, Default)]
+#[must_use = "an allowance reservation must be settled"]
+pub struct Reserved {
+    tokens: f64,
+    cost: f64,
+}
+
+/// The fleet's budgets on this instance.
 pub struct Allowances {
-    conn: ConnectionManager,
-    script: Script,
-    limits: [u64; 3],
-    users: Mutex<HashMap<String, Allowance>>,
+    store: Arc<dyn Store>,
+    /// Counts this instance's share while the store is unreachable.
+    fallback: MemoryStore,
+    status: Arc<StoreStatus>,
+    scopes: Vec<Scope>,
+    fail: FailMode,
+    clock: Clock,
+    held: Mutex<HashMap<String, Allowance>>,
     /// Round trips made for allowances.
     pub round_trips: AtomicU64,
 }
 
 impl Allowances {
-    pub(super) fn new(conn: ConnectionManager, cfg: &BudgetConfig) -> Self {
+    /// The budgets of `cfg` on `store`.
+    pub fn new(
+        store: Arc<dyn Store>,
+        status: Arc<StoreStatus>,
+        cfg: &BudgetConfig,
+        fail: FailMode,
+        clock: Clock,
+    ) -> Self {
+        let t = |v: u64| v as f64;
+        let scopes = [
+            Scope::new(
+                true,
+                Unit::Tokens,
+                [
+                    t(cfg.user_tokens_per_minute),
+                    t(cfg.user_tokens_per_hour),
+                    t(cfg.user_tokens_per_day),
+                ],
+                0.1,
+            ),
+            Scope::new(true, Unit::Cost, [0.0, 0.0, cfg.user_cost_per_day_usd], 0.01),
+            Scope::new(
+                false,
+                Unit::Tokens,
+                [0.0, t(cfg.global_tokens_per_hour), t(cfg.global_tokens_per_day)],
+                0.01,
+            ),
+            Scope::new(
+                false,
+                Unit::Cost,
+                [0.0, cfg.global_cost_per_hour_usd, cfg.global_cost_per_day_usd],
+                0.01,
+            ),
+        ];
         Self {
-            conn,
-            script: Script::new(GRANT),
-            limits: [
-                cfg.user_tokens_per_minute,
-                cfg.user_tokens_per_hour,
-                cfg.user_tokens_per_day,
-            ],
-            users: Mutex::new(HashMap::new()),
+            store,
+            fallback: MemoryStore::new(clock),
+            status,
+            scopes: scopes.into_iter().flatten().collect(),
+            fail,
+            clock,
+            held: Mutex::new(HashMap::new()),
             round_trips: AtomicU64::new(0),
         }
     }
 
-    /// Takes `tokens` of `user`'s budgets for a call: from the allowance when
-    /// it has them, else after a round trip for another chunk. Redis being
-    /// unreachable lets the call go (the local budgets still apply).
-    pub async fn reserve(&self, user: &str, tokens: u32, now_ms: u64) -> Result<(), BudgetExceeded> {
-        let minute = now_ms / 60_000;
-        let want = f64::from(tokens);
-        let short = {
-            let mut users = self.users.lock();
-            let a = users.entry(user.to_string()).or_default();
-            if a.minute != minute {
-                *a = Allowance {
-                    minute,
-                    ..Allowance::default()
-                };
+    /// Takes `tokens` and `cost` of every budget `user` is under, from the
+    /// allowances when they have them, else after a round trip for another
+    /// chunk. All or nothing: a refusal gives back what was taken.
+    pub async fn reserve(&self, user: &str, tokens: u32, cost: f64) -> Result<Reserved, BudgetExceeded> {
+        let now_ms = self.clock.wall_ms();
+        let mut taken: Vec<(String, u64, f64)> = Vec::new();
+        for s in &self.scopes {
+            let want = match s.unit {
+                Unit::Tokens => f64::from(tokens),
+                Unit::Cost => cost,
+            };
+            let key = s.key(user);
+            let period = now_ms / s.period_ms;
+            match self.take(s, user, &key, period, want, now_ms).await {
+                Ok(()) => taken.push((key, period, want)),
+                Err(e) => {
+                    for (key, period, n) in taken {
+                        self.give_back(&key, period, n);
+                    }
+                    return Err(e);
+                }
             }
+        }
+        Ok(Reserved {
+            tokens: f64::from(tokens),
+            cost,
+        })
+    }
+
+    async fn take(
+        &self,
+        s: &Scope,
+        user: &str,
+        key: &str,
+        period: u64,
+        want: f64,
+        now_ms: u64,
+    ) -> Result<(), BudgetExceeded> {
+        let short = {
+            let mut held = self.held.lock();
+            let a = allowance(&mut held, key, period, s.period_ms);
             if a.left >= want {
                 a.left -= want;
                 return Ok(());
@@ -118,62 +224,98 @@ impl Allowances {
             }
             want - a.left
         };
-        let chunk = short.max(self.limits[0] as f64 / 10.0).ceil();
-        self.round_trips.fetch_add(1, Ordering::Relaxed);
-        let mut conn = self.conn.clone();
-        let mut inv = self.script.prepare_invoke();
-        inv.key(format!("fusebox:{{user:{user}}}:tokens")).arg(chunk);
-        for l in self.limits {
-            inv.arg(l);
-        }
-        inv.arg("");
-        let (grant, bound) = match inv.invoke_async::<(String, String)>(&mut conn).await {
-            Ok((g, b)) => (g.parse::<f64>().unwrap_or(0.0), b.parse::<usize>().unwrap_or(0)),
-            Err(e) => {
-                tracing::debug!(error = %e, "allowance round trip failed; local budgets only");
-                return Ok(());
+        let chunk = short.max(s.chunk);
+        let granted = if self.status.view().degraded {
+            None
+        } else {
+            self.round_trips.fetch_add(1, Ordering::Relaxed);
+            match self.store.grant(key, chunk, s.limits, None).await {
+                Ok(g) => Some(g),
+                Err(e) => {
+                    tracing::debug!(error = %e, "budget round trip failed");
+                    self.status.set_degraded(true);
+                    None
+                }
             }
         };
-        let mut users = self.users.lock();
-        let a = users.entry(user.to_string()).or_default();
-        if a.minute != minute {
-            *a = Allowance {
-                minute,
-                ..Allowance::default()
-            };
-        }
-        a.left += grant;
+        let g = match granted {
+            Some(g) => g,
+            None if self.fail == FailMode::Closed => {
+                return Err(BudgetExceeded::store_unreachable(if s.per_user {
+                    format!("user {user} (fleet)")
+                } else {
+                    "global (fleet)".into()
+                }))
+            }
+            None => {
+                // This instance's share of the budget, counted here.
+                let n = f64::from(self.status.view().instances.max(1));
+                let share = s.limits.map(|l| l / n);
+                self.fallback
+                    .grant(key, chunk, share, Some(now_ms))
+                    .await
+                    .unwrap_or_default()
+            }
+        };
+        let mut held = self.held.lock();
+        let a = allowance(&mut held, key, period, s.period_ms);
+        a.left += g.grant;
         if a.left >= want {
             a.left -= want;
             return Ok(());
         }
-        let (what, limit) = match bound {
-            2 | 3 => (WINDOWS[bound - 1].0, self.limits[bound - 1]),
-            _ => (WINDOWS[0].0, self.limits[0]),
-        };
-        let e = BudgetExceeded {
-            scope: format!("user {user} (fleet)"),
-            what,
-            would: limit as f64 - a.left + want,
-            limit: limit as f64,
-            first_in_window: false,
-        };
+        let e = s.refusal(user, g.bound.unwrap_or(0), want, a.left);
         a.spent = Some(e.clone());
         Err(e)
     }
 
-    /// Settles a call that reserved `reserved` tokens and used `used`: the
-    /// difference goes back to (or comes out of) the allowance.
-    pub fn settle(&self, user: &str, reserved: u32, used: u32) {
-        if let Some(a) = self.users.lock().get_mut(user) {
-            a.left += f64::from(reserved) - f64::from(used);
+    fn give_back(&self, key: &str, period: u64, n: f64) {
+        if let Some(a) = self.held.lock().get_mut(key) {
+            if a.period == period {
+                a.left += n;
+            }
         }
     }
 
-    /// Drops the allowances of past minutes (what is kept is bounded by the
-    /// users seen this minute).
-    pub fn forget_idle(&self, now_ms: u64) {
-        let minute = now_ms / 60_000;
-        self.users.lock().retain(|_, a| a.minute == minute);
+    /// Settles a call that reserved `r` and used `tokens` and `cost`: the
+    /// difference goes back to (or comes out of) the allowances.
+    pub fn settle(&self, user: &str, r: Reserved, tokens: u32, cost: f64) {
+        let mut held = self.held.lock();
+        for s in &self.scopes {
+            let diff = match s.unit {
+                Unit::Tokens => r.tokens - f64::from(tokens),
+                Unit::Cost => r.cost - cost,
+            };
+            if let Some(a) = held.get_mut(&s.key(user)) {
+                a.left += diff;
+            }
+        }
     }
+
+    /// Drops the allowances of past periods (what is kept is bounded by
+    /// the users seen in the current ones).
+    pub fn forget_idle(&self) {
+        let now_ms = self.clock.wall_ms();
+        self.held.lock().retain(|_, a| a.ends_ms > now_ms);
+        self.fallback.forget_idle(now_ms);
+    }
+}
+
+/// The allowance of `key` in `period` of `period_ms` (a new period starts
+/// from nothing).
+fn allowance<'a>(
+    held: &'a mut HashMap<String, Allowance>,
+    key: &str,
+    period: u64,
+    period_ms: u64,
+) -> &'a mut Allowance {
+    let a = held.entry(key.to_string()).or_default();
+    if a.period != period || a.ends_ms == 0 {
+        *a = Allowance {
+            period,
+            ends_ms: (period + 1) * period_ms,
+            ..Allowance::default()
+        };
+    }
+    a
 }

@@ -10,52 +10,13 @@
 //! rate (the limit divided by the live instances last seen): fail open,
 //! without multiplying the limit.
 
+use super::store::Take;
 use super::Fleet;
 use crate::resilience::limiter::{Limiter, BUCKETS};
-use redis::Script;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::time::Instant;
-
-/// Takes up to `want` from each bucket (KEYS[i]; ARGV: capacity, refill per
-/// second, want, per bucket; then an optional `now` in µs that tests
-/// inject, else Redis TIME). A missing bucket starts full. Returns grant and
-/// level left per bucket, as strings (Lua numbers are doubles).
-const TAKE: &str = r#"
-local now
-local n = #KEYS
-if ARGV[3 * n + 1] and ARGV[3 * n + 1] ~= '' then
-  now = tonumber(ARGV[3 * n + 1])
-else
-  local t = redis.call('TIME')
-  now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-end
-local out = {}
-for i = 1, n do
-  local cap = tonumber(ARGV[3 * i - 2])
-  local rate = tonumber(ARGV[3 * i - 1])
-  local want = tonumber(ARGV[3 * i])
-  local b = redis.call('HMGET', KEYS[i], 'level', 'ts')
-  local level = tonumber(b[1])
-  local ts = tonumber(b[2])
-  if level == nil or ts == nil then
-    level = cap
-    ts = now
-  end
-  if now > ts then
-    level = math.min(cap, level + (now - ts) / 1000000 * rate)
-    ts = now
-  end
-  local grant = math.max(0, math.min(want, level))
-  level = level - grant
-  redis.call('HSET', KEYS[i], 'level', tostring(level), 'ts', tostring(ts))
-  redis.call('PEXPIRE', KEYS[i], 3600000)
-  out[2 * i - 1] = tostring(grant)
-  out[2 * i] = tostring(level)
-end
-return out
-"#;
 
 /// Share of a bucket's capacity one lease takes at most.
 const LEASE_SHARE: f64 = 0.1;
@@ -78,7 +39,7 @@ fn key(provider: &str, bucket: &str) -> String {
 }
 
 /// Keeps one provider's leases topped up, for as long as the runtime runs.
-pub(super) async fn keep_leased(fleet: Arc<Fleet>, provider: usize, now_us: Option<Arc<AtomicU64>>) {
+pub(super) async fn keep_leased(fleet: Arc<Fleet>, provider: usize) {
     let limiter: &Limiter = &fleet.runner.providers()[provider].limiter;
     let name = fleet.runner.providers()[provider].name.clone();
     let shape = limiter.lease_mode();
@@ -87,7 +48,6 @@ pub(super) async fn keep_leased(fleet: Arc<Fleet>, provider: usize, now_us: Opti
         return;
     }
     let keys: Vec<String> = present.iter().map(|&i| key(&name, BUCKETS[i])).collect();
-    let script = Script::new(TAKE);
     // The shared levels last seen (a new bucket starts full).
     let mut shared: [f64; 4] = shape.map(|s| s.map_or(0.0, |(cap, _)| cap));
     let mut tick = tokio::time::interval(TICK);
@@ -122,24 +82,26 @@ pub(super) async fn keep_leased(fleet: Arc<Fleet>, provider: usize, now_us: Opti
             limiter.add_lease(grants);
             continue;
         }
-        let mut inv = script.prepare_invoke();
-        for (k, &i) in keys.iter().zip(&present) {
-            let (cap, per_s) = shape[i].unwrap_or_default();
-            inv.key(k).arg(cap).arg(per_s).arg(want[i]);
-        }
-        inv.arg(
-            now_us
-                .as_ref()
-                .map_or(String::new(), |t| t.load(Ordering::Relaxed).to_string()),
-        );
-        let mut conn = fleet.conn.clone();
+        let takes: Vec<Take> = keys
+            .iter()
+            .zip(&present)
+            .map(|(k, &i)| {
+                let (capacity, per_s) = shape[i].unwrap_or_default();
+                Take {
+                    key: k.clone(),
+                    capacity,
+                    per_s,
+                    want: want[i],
+                }
+            })
+            .collect();
         fleet.leases.round_trips.fetch_add(1, Ordering::Relaxed);
-        match inv.invoke_async::<Vec<String>>(&mut conn).await {
+        match fleet.store.take(&takes, None).await {
             Ok(out) => {
                 let mut grants = [0.0; 4];
-                for (j, &i) in present.iter().enumerate() {
-                    grants[i] = out.get(2 * j).and_then(|g| g.parse().ok()).unwrap_or(0.0);
-                    shared[i] = out.get(2 * j + 1).and_then(|l| l.parse().ok()).unwrap_or(shared[i]);
+                for (t, &i) in out.iter().zip(&present) {
+                    grants[i] = t.grant;
+                    shared[i] = t.level;
                 }
                 limiter.add_lease(grants);
             }

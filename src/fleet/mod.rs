@@ -9,8 +9,10 @@
 //! what it missed when Redis returns.
 
 pub mod allowance;
+pub mod deferred;
 pub mod lease;
 pub mod status;
+pub mod store;
 
 use crate::runner::command::Command;
 use crate::runner::Runner;
@@ -76,6 +78,8 @@ struct SharedOp {
 pub struct Fleet {
     client: redis::Client,
     conn: ConnectionManager,
+    /// Limits and budgets.
+    store: Arc<dyn store::Store>,
     instance: String,
     runner: Arc<Runner>,
     /// Actions issued here while Redis was unreachable, shared on return.
@@ -84,6 +88,23 @@ pub struct Fleet {
     applied: Mutex<HashMap<String, u64>>,
     /// Lease round trips.
     leases: lease::LeaseStats,
+    /// Deferred requests on the shared stream.
+    queue: Arc<deferred::SharedQueue>,
+}
+
+/// What fleet mode did in a run, for the headless summary.
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct FleetSummary {
+    /// Live instances last seen.
+    pub instances: u32,
+    /// Whether Redis was unreachable at the end.
+    pub degraded: bool,
+    /// Round trips for rate-limit leases and budget allowances.
+    pub round_trips: u64,
+    /// Deferred requests this instance put on the shared stream.
+    pub deferred_shared: u64,
+    /// Deferred requests from the stream (any instance's) re-driven here.
+    pub deferred_redriven: u64,
 }
 
 impl Fleet {
@@ -109,16 +130,30 @@ impl Fleet {
             })?;
         let instance = format!("{}-{}", std::process::id(), runner.clock().wall_ms());
         runner.store().set_redis();
-        let allowances = Arc::new(allowance::Allowances::new(conn.clone(), &runner.config().budgets));
+        let store: Arc<dyn store::Store> = Arc::new(store::RedisStore::new(conn.clone()));
+        let cfg = runner.config();
+        let allowances = Arc::new(allowance::Allowances::new(
+            store.clone(),
+            runner.store().clone(),
+            &cfg.budgets,
+            cfg.state.budgets_fail,
+            *runner.clock(),
+        ));
         let _ = runner.allowances.set(allowances);
         let me = Arc::new(Self {
             client,
-            conn,
-            instance,
-            runner,
+            conn: conn.clone(),
+            store,
+            instance: instance.clone(),
+            runner: runner.clone(),
             unsent: Mutex::new(Vec::new()),
             applied: Mutex::new(HashMap::new()),
             leases: lease::LeaseStats::default(),
+            queue: Arc::new(deferred::SharedQueue::new(
+                conn.clone(),
+                instance.clone(),
+                runner.store().clone(),
+            )),
         });
         if let Err(e) = me.catch_up().await {
             tracing::warn!(error = %e, "cannot read the fleet's stored actions");
@@ -127,8 +162,10 @@ impl Fleet {
         tokio::spawn(me.clone().heartbeat());
         tokio::spawn(me.clone().announce());
         tokio::spawn(me.clone().listen());
+        let _ = me.runner.shared_defer.set(me.queue.clone());
+        tokio::spawn(me.queue.clone().run(me.runner.clone()));
         for p in 0..me.runner.providers().len() {
-            tokio::spawn(lease::keep_leased(me.clone(), p, None));
+            tokio::spawn(lease::keep_leased(me.clone(), p));
         }
         Ok(me)
     }
@@ -141,6 +178,18 @@ impl Fleet {
             .get()
             .map_or(0, |a| a.round_trips.load(std::sync::atomic::Ordering::Relaxed));
         self.leases.round_trips.load(std::sync::atomic::Ordering::Relaxed) + allowances
+    }
+
+    /// What fleet mode did so far.
+    pub fn summary(&self) -> FleetSummary {
+        let view = self.runner.store().view();
+        FleetSummary {
+            instances: view.instances,
+            degraded: view.degraded,
+            round_trips: self.round_trips(),
+            deferred_shared: self.queue.added.load(std::sync::atomic::Ordering::Relaxed),
+            deferred_redriven: self.queue.redriven.load(std::sync::atomic::Ordering::Relaxed),
+        }
     }
 
     /// This instance's id in the fleet.
@@ -284,7 +333,7 @@ impl Fleet {
         };
         let status = self.runner.store();
         if let Some(a) = self.runner.allowances.get() {
-            a.forget_idle(self.runner.clock().wall_ms());
+            a.forget_idle();
         }
         match live {
             Ok(n) => {

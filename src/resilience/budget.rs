@@ -20,8 +20,7 @@ const HOUR: u64 = 3_600_000;
 const DAY: u64 = 86_400_000;
 
 /// A refused reservation, naming the budget.
-#[derive(Clone, Debug, PartialEq, thiserror::Error)]
-#[error("{scope} budget exceeded: {what} would reach {would:.0} of {limit:.0}")]
+#[derive(Clone, Debug, PartialEq)]
 pub struct BudgetExceeded {
     /// `user NAME` or `global`.
     pub scope: String,
@@ -34,6 +33,42 @@ pub struct BudgetExceeded {
     /// The first refusal of this user in this minute (worth announcing).
     pub first_in_window: bool,
 }
+
+/// `what` of a budget that cannot be checked (fleet, failing closed).
+const UNREACHABLE: &str = "store unreachable";
+
+impl BudgetExceeded {
+    /// A fleet budget that cannot be checked because its store is
+    /// unreachable, with budgets failing closed.
+    pub fn store_unreachable(scope: String) -> Self {
+        Self {
+            scope,
+            what: UNREACHABLE,
+            would: 0.0,
+            limit: 0.0,
+            first_in_window: false,
+        }
+    }
+}
+
+impl std::fmt::Display for BudgetExceeded {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.what == UNREACHABLE {
+            return write!(
+                f,
+                "{} budget cannot be checked: the fleet's store is unreachable and budgets fail closed",
+                self.scope
+            );
+        }
+        write!(
+            f,
+            "{} budget exceeded: {} would reach {:.0} of {:.0}",
+            self.scope, self.what, self.would, self.limit
+        )
+    }
+}
+
+impl std::error::Error for BudgetExceeded {}
 
 /// What a request reserved; settle it with [`Budgets::settle`].
 #[derive(Clone, Copy, Debug, Default)]

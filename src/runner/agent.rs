@@ -236,7 +236,7 @@ impl Runner {
                     return End::Failed(format!("Request refused: {e}."));
                 }
                 Err(LlmFailure::Exhausted) if step == 0 => {
-                    return self.no_model(req, route.cfg.defer && may_defer, trail);
+                    return self.no_model(req, route.cfg.defer && may_defer, trail).await;
                 }
                 Err(LlmFailure::Exhausted) => {
                     // Feature degradation: answer with what the tools gave.
@@ -279,9 +279,10 @@ impl Runner {
                                     trail.quality *= self.cfg.degradation.cache_quality;
                                     trail.stale_ms = Some(trail.stale_ms.unwrap_or(0).max(age.as_millis() as u64));
                                     messages.push(Message::new("tool", &*text));
-                                } else if critical && route.cfg.defer && may_defer && self.spool.is_some() {
+                                } else if critical && route.cfg.defer && may_defer && self.can_defer() {
                                     return self
-                                        .defer(req, format!("critical tool {} unavailable ({})", tc.name, f.label()));
+                                        .defer(req, format!("critical tool {} unavailable ({})", tc.name, f.label()))
+                                        .await;
                                 } else {
                                     trail.quality *= if critical {
                                         0.5
@@ -330,7 +331,7 @@ impl Runner {
     }
 
     /// No model answered the first step: cached answer, defer, or fail.
-    fn no_model(&self, req: &AgentRequest, may_defer: bool, trail: &mut Trail) -> End {
+    async fn no_model(&self, req: &AgentRequest, may_defer: bool, trail: &mut Trail) -> End {
         let ttl = std::time::Duration::from_secs(self.cfg.degradation.answer_cache_ttl_s);
         if let Some((text, age)) = self.cache.get(Self::answer_key(req), ttl, self.clock.now()) {
             trail.push(format!("cache (age {}s)", age.as_secs()));
@@ -339,24 +340,37 @@ impl Runner {
             trail.stale_ms = Some(age.as_millis() as u64);
             return End::Answer(text);
         }
-        if may_defer && self.spool.is_some() {
-            return self.defer(req, "every model in the chain is unavailable".into());
+        if may_defer && self.can_defer() {
+            return self.defer(req, "every model in the chain is unavailable".into()).await;
         }
         End::Failed(self.cfg.degradation.user_message.clone())
     }
 
-    fn defer(&self, req: &AgentRequest, reason: String) -> End {
-        let Some(spool) = &self.spool else {
-            return End::Failed(self.cfg.degradation.user_message.clone());
-        };
+    /// Whether deferred requests have somewhere to go.
+    fn can_defer(&self) -> bool {
+        self.spool.is_some() || self.shared_defer.get().is_some()
+    }
+
+    /// Queues a request for later: on the fleet's stream in fleet mode,
+    /// else (or while the fleet's store is unreachable) in the local spool.
+    async fn defer(&self, req: &AgentRequest, reason: String) -> End {
         let d = Deferred {
             request: req.clone(),
             deferred_at_ms: self.clock.wall_ms(),
             reason: reason.clone(),
         };
-        if let Err(e) = spool.add(d) {
-            tracing::error!(error = %e, "cannot write to the spool; failing the request instead");
-            return End::Failed(self.cfg.degradation.user_message.clone());
+        let shared = match self.shared_defer.get() {
+            Some(q) => q.add(&d).await,
+            None => false,
+        };
+        if !shared {
+            let Some(spool) = &self.spool else {
+                return End::Failed(self.cfg.degradation.user_message.clone());
+            };
+            if let Err(e) = spool.add(d) {
+                tracing::error!(error = %e, "cannot write to the spool; failing the request instead");
+                return End::Failed(self.cfg.degradation.user_message.clone());
+            }
         }
         self.events.emit(EventKind::Deferred {
             request: req.id,
@@ -389,52 +403,28 @@ impl Runner {
         model_ok && tools_ok
     }
 
-    /// One pass over the spool: re-drives requests whose dependencies
-    /// recovered, up to 32 at a time; `force` ends every request (the last
-    /// pass before exit). Returns how many requests ended.
-    pub async fn redrive_deferred(self: &Arc<Self>, force: bool) -> usize {
-        let Some(spool) = &self.spool else { return 0 };
-        let mut due = Vec::new();
-        for d in spool.pending() {
-            let age = self.clock.wall_ms().saturating_sub(d.deferred_at_ms);
-            let expired = age >= self.cfg.degradation.defer_max_age_ms;
-            let ready = self.ready(&d.request);
-            if force || expired || ready {
-                due.push((d, expired && !ready && !force));
-            }
-        }
-        let mut ended = 0;
-        let mut set = tokio::task::JoinSet::new();
-        let mut due = due.into_iter();
-        loop {
-            while set.len() < 32 {
-                let Some((d, give_up)) = due.next() else { break };
-                let me = self.clone();
-                set.spawn(async move {
-                    let o = if give_up {
-                        None
-                    } else {
-                        Some(me.run_once(&d.request, false).await)
-                    };
-                    me.end_deferred(&d, o, force)
-                });
-            }
-            match set.join_next().await {
-                Some(Ok(true)) => ended += 1,
-                Some(_) => {}
-                None => break,
-            }
-        }
-        ended
+    /// Whether a deferred request is due for a re-drive: Some(give_up)
+    /// when its dependencies recovered, it expired (give up if still not
+    /// ready) or `force` (the last pass before exit).
+    pub(crate) fn due(&self, d: &Deferred, force: bool) -> Option<bool> {
+        let age = self.clock.wall_ms().saturating_sub(d.deferred_at_ms);
+        let expired = age >= self.cfg.degradation.defer_max_age_ms;
+        let ready = self.ready(&d.request);
+        (force || expired || ready).then_some(expired && !ready && !force)
     }
 
-    /// Records how a re-driven request went; false if it stays queued.
-    fn end_deferred(&self, d: &Deferred, o: Option<Outcome>, force: bool) -> bool {
-        let Some(spool) = &self.spool else { return false };
+    /// Re-drives one deferred request (or gives up on it); the level it
+    /// ended with, or None if it stays queued.
+    pub(crate) async fn redrive(&self, d: &Deferred, give_up: bool, force: bool) -> Option<Level> {
+        let o = if give_up {
+            None
+        } else {
+            Some(self.run_once(&d.request, false).await)
+        };
         let level = o.as_ref().map(|o| o.level).unwrap_or(Level::Failed);
         let age = self.clock.wall_ms().saturating_sub(d.deferred_at_ms);
         if level == Level::Failed && !force && age < self.cfg.degradation.defer_max_age_ms {
-            return false;
+            return None;
         }
         if let Some(o) = &o {
             self.totals.tokens.fetch_add(o.tokens, Ordering::Relaxed);
@@ -442,15 +432,48 @@ impl Runner {
                 .cost_micro_usd
                 .fetch_add((o.cost_usd * 1e6).round() as u64, Ordering::Relaxed);
         }
-        if let Err(e) = spool.done(d.request.id, level.as_str()) {
-            tracing::error!(error = %e, "cannot record a deferred request's end");
-        }
         self.totals.deferred_done[level.index()].fetch_add(1, Ordering::Relaxed);
         self.events.emit(EventKind::DeferredDone {
             request: d.request.id,
             level: level.as_str(),
         });
-        true
+        Some(level)
+    }
+
+    /// One pass over the spool: re-drives requests whose dependencies
+    /// recovered, up to 32 at a time; `force` ends every request (the last
+    /// pass before exit). Returns how many requests ended.
+    pub async fn redrive_deferred(self: &Arc<Self>, force: bool) -> usize {
+        let Some(spool) = &self.spool else { return 0 };
+        let due: Vec<_> = spool
+            .pending()
+            .into_iter()
+            .filter_map(|d| Some((self.due(&d, force)?, d)))
+            .collect();
+        let mut ended = 0;
+        let mut set = tokio::task::JoinSet::new();
+        let mut due = due.into_iter();
+        loop {
+            while set.len() < 32 {
+                let Some((give_up, d)) = due.next() else { break };
+                let me = self.clone();
+                set.spawn(async move {
+                    let level = me.redrive(&d, give_up, force).await?;
+                    if let Some(spool) = &me.spool {
+                        if let Err(e) = spool.done(d.request.id, level.as_str()) {
+                            tracing::error!(error = %e, "cannot record a deferred request's end");
+                        }
+                    }
+                    Some(level)
+                });
+            }
+            match set.join_next().await {
+                Some(Ok(Some(_))) => ended += 1,
+                Some(_) => {}
+                None => break,
+            }
+        }
+        ended
     }
 
     /// Re-drives the spool every `degradation.defer_retry_ms`, forever.

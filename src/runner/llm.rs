@@ -260,10 +260,11 @@ impl Runner {
             };
             // Fleet mode: the user's budget as the whole fleet has spent it.
             if let Some(a) = self.allowances.get() {
-                a.reserve(call.user, est.total(), self.clock.wall_ms())
+                let r = a
+                    .reserve(call.user, est.total(), m.cost(est.input, est.output))
                     .await
                     .map_err(LlmFailure::Budget)?;
-                held.allowance = Some(est.total());
+                held.allowance = Some(r);
             }
             pt.stats.attempts.inc();
             mt.stats.attempts.inc();
@@ -292,7 +293,7 @@ impl Runner {
                     p.limiter.settle(permit, u.input, u.output, end);
                     p.limiter.calibrate(&resp.rate, end);
                     self.budgets.settle(call.user, res, tokens, cost, end_ms);
-                    self.settle_allowance(call.user, allowance, tokens);
+                    self.settle_allowance(call.user, allowance, tokens, cost);
                     tally.tokens += tokens as u64;
                     tally.cost += cost;
                     let semantic = resp
@@ -348,7 +349,7 @@ impl Runner {
                     }
                     p.limiter.calibrate(&e.rate, end);
                     self.budgets.settle(call.user, res, tokens, cost, end_ms);
-                    self.settle_allowance(call.user, allowance, tokens);
+                    self.settle_allowance(call.user, allowance, tokens, cost);
                     tally.tokens += tokens as u64;
                     tally.wasted += tokens as u64;
                     tally.cost += cost;
@@ -414,8 +415,8 @@ struct Held<'a> {
     probes: [Option<crate::resilience::breaker::Permit>; 2],
     permit: Option<crate::resilience::limiter::LimitPermit>,
     res: Option<crate::resilience::budget::Reservation>,
-    /// Tokens taken from the user's fleet allowance (fleet mode).
-    allowance: Option<u32>,
+    /// Taken from the fleet's budget allowances (fleet mode).
+    allowance: Option<crate::fleet::allowance::Reserved>,
 }
 
 impl Held<'_> {
@@ -456,15 +457,21 @@ impl Drop for Held<'_> {
         if let Some(res) = self.res.take() {
             r.budgets.settle(self.user, res, 0, 0.0, r.clock.elapsed_ms());
         }
-        r.settle_allowance(self.user, self.allowance.take(), 0);
+        r.settle_allowance(self.user, self.allowance.take(), 0, 0.0);
     }
 }
 
 impl Runner {
-    /// Fleet mode: gives what a call did not use back to the user's allowance.
-    fn settle_allowance(&self, user: &str, reserved: Option<u32>, used: u32) {
-        if let (Some(a), Some(n)) = (self.allowances.get(), reserved) {
-            a.settle(user, n, used);
+    /// Fleet mode: gives what a call did not use back to the allowances.
+    fn settle_allowance(
+        &self,
+        user: &str,
+        reserved: Option<crate::fleet::allowance::Reserved>,
+        tokens: u32,
+        cost: f64,
+    ) {
+        if let (Some(a), Some(r)) = (self.allowances.get(), reserved) {
+            a.settle(user, r, tokens, cost);
         }
     }
 

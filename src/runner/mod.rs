@@ -172,6 +172,8 @@ pub struct Runner {
     pub(crate) store: Arc<crate::fleet::status::StoreStatus>,
     /// Fleet mode: users' budgets shared through Redis.
     pub(crate) allowances: std::sync::OnceLock<Arc<crate::fleet::allowance::Allowances>>,
+    /// Fleet mode: deferred requests go to a shared stream.
+    pub(crate) shared_defer: std::sync::OnceLock<Arc<crate::fleet::deferred::SharedQueue>>,
 }
 
 impl Runner {
@@ -277,6 +279,7 @@ impl Runner {
             totals: Totals::default(),
             store: Arc::default(),
             allowances: std::sync::OnceLock::new(),
+            shared_defer: std::sync::OnceLock::new(),
         }))
     }
 

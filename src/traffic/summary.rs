@@ -75,6 +75,9 @@ pub struct Summary {
     /// Log lines skipped as bad (replay with --skip-bad-lines only).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub bad_lines: Option<u64>,
+    /// Fleet mode only (`--state redis://…`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fleet: Option<crate::fleet::FleetSummary>,
 }
 
 /// Keeps a run's transitions (the only events a summary needs) as they
@@ -148,6 +151,7 @@ impl Summary {
             virtual_ms,
             wall_ms,
             bad_lines: None,
+            fleet: None,
         }
     }
 }

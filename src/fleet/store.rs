@@ -1,0 +1,276 @@
+//! The shared-state store: the two atomic operations fleet limits and
+//! budgets are built on, behind one interface with two implementations.
+//!
+//! - [`Store::take`] takes from token buckets (provider rate limits).
+//! - [`Store::grant`] grants usage within minute/hour/day windows (budgets).
+//!
+//! [`RedisStore`] runs each as one Lua script (EVALSHA) reading time from
+//! Redis `TIME`; [`MemoryStore`] does the same in-process, and is what an
+//! instance falls back to while Redis is unreachable. Both take an optional
+//! `now` so tests drive time; the same property tests run against both.
+
+use crate::clock::Clock;
+use parking_lot::Mutex;
+use redis::aio::ConnectionManager;
+use redis::Script;
+use std::collections::HashMap;
+
+/// One bucket to take from.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Take {
+    /// Its key (e.g. `fusebox:{provider:openai}:tpm`).
+    pub key: String,
+    /// Capacity (a missing bucket starts full).
+    pub capacity: f64,
+    /// Refill per second.
+    pub per_s: f64,
+    /// How much is wanted.
+    pub want: f64,
+}
+
+/// What a take got from one bucket.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct Taken {
+    /// Granted (at most the want, at most the level).
+    pub grant: f64,
+    /// Level left in the shared bucket.
+    pub level: f64,
+}
+
+/// Budget windows: minute, hour, day (ms).
+pub const WINDOWS_MS: [u64; 3] = [60_000, 3_600_000, 86_400_000];
+
+/// What a grant got.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct Granted {
+    /// Granted (at most the want, at most what every window has left).
+    pub grant: f64,
+    /// The window (index into [`WINDOWS_MS`]) that cut the grant short.
+    pub bound: Option<usize>,
+}
+
+/// The store could not be reached.
+#[derive(Debug, thiserror::Error)]
+#[error("shared store unreachable: {0}")]
+pub struct StoreError(pub String);
+
+/// The shared state's atomic operations.
+#[async_trait::async_trait]
+pub trait Store: Send + Sync {
+    /// Takes up to each bucket's want, refilling it first at its rate since
+    /// it was last touched; `now_us` (µs) is the store's own clock if None.
+    async fn take(&self, buckets: &[Take], now_us: Option<u64>) -> Result<Vec<Taken>, StoreError>;
+
+    /// Grants up to `want` of `key`'s usage within the minute, hour and day
+    /// `limits` (0 = none), counting what it grants; `now_ms` is the store's
+    /// own clock if None.
+    async fn grant(&self, key: &str, want: f64, limits: [f64; 3], now_ms: Option<u64>) -> Result<Granted, StoreError>;
+}
+
+/// The Lua script of [`Store::take`]. KEYS: buckets; ARGV: capacity, refill
+/// per second, want, per bucket; then `now` in µs or ''. Levels are kept as
+/// strings (Lua numbers are doubles).
+const TAKE: &str = r#"
+local now
+local n = #KEYS
+if ARGV[3 * n + 1] and ARGV[3 * n + 1] ~= '' then
+  now = tonumber(ARGV[3 * n + 1])
+else
+  local t = redis.call('TIME')
+  now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+end
+local out = {}
+for i = 1, n do
+  local cap = tonumber(ARGV[3 * i - 2])
+  local rate = tonumber(ARGV[3 * i - 1])
+  local want = tonumber(ARGV[3 * i])
+  local b = redis.call('HMGET', KEYS[i], 'level', 'ts')
+  local level = tonumber(b[1])
+  local ts = tonumber(b[2])
+  if level == nil or ts == nil then
+    level = cap
+    ts = now
+  end
+  if now > ts then
+    level = math.min(cap, level + (now - ts) / 1000000 * rate)
+    ts = now
+  end
+  local grant = math.max(0, math.min(want, level))
+  level = level - grant
+  redis.call('HSET', KEYS[i], 'level', string.format('%.17g', level), 'ts', string.format('%.17g', ts))
+  redis.call('PEXPIRE', KEYS[i], 3600000)
+  out[2 * i - 1] = string.format('%.17g', grant)
+  out[2 * i] = string.format('%.17g', level)
+end
+return out
+"#;
+
+/// The Lua script of [`Store::grant`]. KEYS[1]: the usage hash; ARGV: want,
+/// minute, hour and day limits (0 = none), `now` in ms or ''. Returns the
+/// grant and the bounding window (0 = none, else 1..3), as strings.
+const GRANT: &str = r#"
+local now
+if ARGV[5] and ARGV[5] ~= '' then
+  now = tonumber(ARGV[5])
+else
+  local t = redis.call('TIME')
+  now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+local lens = {60000, 3600000, 86400000}
+local grant = tonumber(ARGV[1])
+local bound = 0
+local used = {}
+local idx = {}
+for i = 1, 3 do
+  idx[i] = math.floor(now / lens[i])
+  local cur = tonumber(redis.call('HGET', KEYS[1], 'i' .. i))
+  used[i] = tonumber(redis.call('HGET', KEYS[1], 'u' .. i)) or 0
+  if cur ~= idx[i] then used[i] = 0 end
+  local lim = tonumber(ARGV[1 + i])
+  if lim > 0 and lim - used[i] < grant then
+    grant = math.max(0, lim - used[i])
+    bound = i
+  end
+end
+for i = 1, 3 do
+  redis.call('HSET', KEYS[1], 'i' .. i, idx[i], 'u' .. i, string.format('%.17g', used[i] + grant))
+end
+redis.call('PEXPIRE', KEYS[1], 86400000)
+return {string.format('%.17g', grant), tostring(bound)}
+"#;
+
+/// The store on Redis: each operation is one atomic script.
+#[derive(Clone)]
+pub struct RedisStore {
+    conn: ConnectionManager,
+    take: Script,
+    grant: Script,
+}
+
+impl RedisStore {
+    /// The store on `conn`.
+    pub fn new(conn: ConnectionManager) -> Self {
+        Self {
+            conn,
+            take: Script::new(TAKE),
+            grant: Script::new(GRANT),
+        }
+    }
+}
+
+fn num(s: Option<&String>) -> f64 {
+    s.and_then(|s| s.parse().ok()).unwrap_or(0.0)
+}
+
+#[async_trait::async_trait]
+impl Store for RedisStore {
+    async fn take(&self, buckets: &[Take], now_us: Option<u64>) -> Result<Vec<Taken>, StoreError> {
+        let mut inv = self.take.prepare_invoke();
+        for b in buckets {
+            inv.key(&b.key).arg(b.capacity).arg(b.per_s).arg(b.want);
+        }
+        inv.arg(now_us.map_or(String::new(), |t| t.to_string()));
+        let out: Vec<String> = inv
+            .invoke_async(&mut self.conn.clone())
+            .await
+            .map_err(|e| StoreError(e.to_string()))?;
+        Ok((0..buckets.len())
+            .map(|i| Taken {
+                grant: num(out.get(2 * i)),
+                level: num(out.get(2 * i + 1)),
+            })
+            .collect())
+    }
+
+    async fn grant(&self, key: &str, want: f64, limits: [f64; 3], now_ms: Option<u64>) -> Result<Granted, StoreError> {
+        let mut inv = self.grant.prepare_invoke();
+        inv.key(key).arg(want);
+        for l in limits {
+            inv.arg(l);
+        }
+        inv.arg(now_ms.map_or(String::new(), |t| t.to_string()));
+        let (grant, bound): (String, String) = inv
+            .invoke_async(&mut self.conn.clone())
+            .await
+            .map_err(|e| StoreError(e.to_string()))?;
+        Ok(Granted {
+            grant: grant.parse().unwrap_or(0.0),
+            bound: bound.parse::<usize>().ok().filter(|b| *b > 0).map(|b| b - 1),
+        })
+    }
+}
+
+/// The store in this process: the same operations on local maps, on the
+/// runner's clock.
+pub struct MemoryStore {
+    clock: Clock,
+    /// Bucket level and when it was last refilled (µs).
+    buckets: Mutex<HashMap<String, (f64, u64)>>,
+    /// Per key and window: the window's index and its usage.
+    usage: Mutex<HashMap<String, [(u64, f64); 3]>>,
+}
+
+impl MemoryStore {
+    /// An empty store on `clock`.
+    pub fn new(clock: Clock) -> Self {
+        Self {
+            clock,
+            buckets: Mutex::new(HashMap::new()),
+            usage: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// Forgets usage whose windows all ended before `now_ms` (bounded memory).
+    pub fn forget_idle(&self, now_ms: u64) {
+        self.usage
+            .lock()
+            .retain(|_, w| w[2].0 == now_ms / WINDOWS_MS[2] && w.iter().any(|(_, u)| *u > 0.0));
+    }
+}
+
+#[async_trait::async_trait]
+impl Store for MemoryStore {
+    async fn take(&self, buckets: &[Take], now_us: Option<u64>) -> Result<Vec<Taken>, StoreError> {
+        let now = now_us.unwrap_or_else(|| self.clock.wall_ms() * 1_000);
+        let mut map = self.buckets.lock();
+        Ok(buckets
+            .iter()
+            .map(|b| {
+                let (level, ts) = map.entry(b.key.clone()).or_insert((b.capacity, now));
+                if now > *ts {
+                    *level = b.capacity.min(*level + (now - *ts) as f64 / 1_000_000.0 * b.per_s);
+                    *ts = now;
+                }
+                let grant = b.want.min(*level).max(0.0);
+                *level -= grant;
+                Taken { grant, level: *level }
+            })
+            .collect())
+    }
+
+    async fn grant(&self, key: &str, want: f64, limits: [f64; 3], now_ms: Option<u64>) -> Result<Granted, StoreError> {
+        let now = now_ms.unwrap_or_else(|| self.clock.wall_ms());
+        let mut map = self.usage.lock();
+        let windows = map.entry(key.to_string()).or_default();
+        let mut g = Granted {
+            grant: want,
+            bound: None,
+        };
+        for (i, w) in windows.iter_mut().enumerate() {
+            let idx = now / WINDOWS_MS[i];
+            if w.0 != idx {
+                *w = (idx, 0.0);
+            }
+            if limits[i] > 0.0 && limits[i] - w.1 < g.grant {
+                g = Granted {
+                    grant: (limits[i] - w.1).max(0.0),
+                    bound: Some(i),
+                };
+            }
+        }
+        for w in windows.iter_mut() {
+            w.1 += g.grant;
+        }
+        Ok(g)
+    }
+}
