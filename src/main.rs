@@ -521,9 +521,11 @@ fn demo(args: DemoArgs) -> Result<()> {
         };
         parts.providers = fusebox::provider::http::build(&cfg, clock, mock_base.as_deref())?;
         let runner = Runner::new(cfg, parts)?;
-        let fleet = StateArgs::join(state.as_ref(), &runner).await?;
         let recorder = record.start(&runner, seed.0)?;
+        // Pacing keeps the paused clock in step with real time; start it
+        // before talking to Redis so its timeouts are real.
         let pace = start_pace(&speed, clock);
+        let fleet = StateArgs::join(state.as_ref(), &runner).await?;
         if let Some((theme, keymap)) = ui {
             let opts = Options {
                 mode: Mode::Demo,
@@ -599,9 +601,9 @@ fn replay(args: ReplayArgs) -> Result<()> {
     let summary = rt.block_on(async move {
         let clock = run_clock(state.is_some());
         let (runner, fleet) = replay_runner(cfg, seed, spool, recorded, clock)?;
-        let shared = StateArgs::join(state.as_ref(), &runner).await?;
         let recorder = record.start(&runner, seed.0)?;
         let pace = start_pace(&speed, clock);
+        let shared = StateArgs::join(state.as_ref(), &runner).await?;
         let mut opts = ReplayOptions {
             operator: !args.no_operator,
             ..ReplayOptions::default()

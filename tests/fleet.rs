@@ -359,3 +359,87 @@ fn a_bad_state_url_is_explained() {
         "{err}"
     );
 }
+
+/// Every provider of this scenario answers 503 from the start: each
+/// request is deferred.
+const ALL_DOWN: &str = r#"name = "all-down"
+rps = 20.0
+users = 50
+[[timeline]]
+at_s = 0
+target = "provider:openai"
+fault = { type = "status", code = 503 }
+[[timeline]]
+at_s = 0
+target = "provider:anthropic"
+fault = { type = "status", code = 503 }
+[[timeline]]
+at_s = 0
+target = "provider:deepseek"
+fault = { type = "status", code = 503 }
+"#;
+
+fn redis_u64(url: &str, cmd: &mut redis::Cmd) -> u64 {
+    let mut con = redis::Client::open(url).unwrap().get_connection().unwrap();
+    cmd.query::<u64>(&mut con).unwrap()
+}
+
+/// Instance A defers requests to the fleet's stream and is killed while it
+/// holds them; instance B takes them over and re-drives every one.
+#[test]
+fn killing_an_instance_loses_no_deferred_request() {
+    let Some(redis) = Redis::start() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let write = |name: &str, text: &str| {
+        let p = dir.path().join(name);
+        std::fs::write(&p, text).unwrap();
+        p.to_str().unwrap().to_string()
+    };
+    let down = write("down.toml", ALL_DOWN);
+    let calm = write("calm.toml", "name = \"calm\"\nrps = 2.0\nusers = 10\n");
+    let cfg = write("cfg.toml", "[degradation]\ndefer_retry_ms = 1000\n");
+    let demo = |scenario: &str, duration: &str, summary: Option<&str>| {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_fusebox"));
+        c.args(["demo", "--headless", "--speed", "1", "--duration", duration])
+            .args(["--scenario", scenario, "--config", &cfg, "--state", &redis.url()])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        if let Some(s) = summary {
+            c.args(["--summary-json", s]);
+        }
+        c
+    };
+    let mut a = demo(&down, "120s", None).spawn().expect("run fusebox demo");
+    let url = redis.url();
+    let xlen = || redis_u64(&url, redis::cmd("XLEN").arg("fusebox:deferred"));
+    wait_until("a defers to the stream", || xlen() >= 30);
+    a.kill().unwrap();
+    a.wait().unwrap();
+    let deferred = xlen();
+    let pending = || {
+        let mut con = redis::Client::open(url.as_str()).unwrap().get_connection().unwrap();
+        let v: redis::Value = redis::cmd("XPENDING")
+            .arg("fusebox:deferred")
+            .arg("fusebox")
+            .query(&mut con)
+            .unwrap();
+        match v {
+            redis::Value::Array(items) => match items.first() {
+                Some(redis::Value::Int(n)) => *n as u64,
+                other => panic!("XPENDING count: {other:?}"),
+            },
+            other => panic!("XPENDING: {other:?}"),
+        }
+    };
+    assert!(pending() > 0, "a held some of them when it died");
+    let summary = dir.path().join("b.json");
+    let b = demo(&calm, "14s", Some(summary.to_str().unwrap()))
+        .output()
+        .expect("run fusebox demo");
+    assert!(b.status.success());
+    let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&summary).unwrap()).unwrap();
+    eprintln!("a deferred {deferred}; b: {}", v["fleet"]);
+    assert_eq!(v["fleet"]["deferred_redriven"], deferred, "b re-drove every one");
+    assert_eq!(xlen(), 0, "the stream is empty");
+    assert_eq!(pending(), 0, "nothing is left claimed");
+}
