@@ -443,3 +443,113 @@ fn killing_an_instance_loses_no_deferred_request() {
     assert_eq!(xlen(), 0, "the stream is empty");
     assert_eq!(pending(), 0, "nothing is left claimed");
 }
+
+impl Instance {
+    /// A handle on a running instance's address (not owning the process).
+    fn at(base: String) -> Base {
+        Base { base }
+    }
+
+    fn ask_model(&self, model: &str) -> u16 {
+        Base {
+            base: self.base.clone(),
+        }
+        .ask_model(model)
+    }
+
+    fn breaker_is(&self, target: &str, state: &str) -> bool {
+        self.metric(&format!(
+            "fusebox_breaker_state{{target=\"{target}\",state=\"{state}\"}}"
+        )) == Some(1.0)
+    }
+}
+
+/// An instance's address, for threads that call it.
+#[derive(Clone)]
+struct Base {
+    base: String,
+}
+
+impl Base {
+    fn ask_model(&self, model: &str) -> u16 {
+        block(async {
+            reqwest::Client::new()
+                .post(format!("{}/v1/chat/completions", self.base))
+                .json(&serde_json::json!({"model": model, "messages": [{"role": "user", "content": "hi"}]}))
+                .send()
+                .await
+                .unwrap()
+                .status()
+                .as_u16()
+        })
+    }
+}
+
+/// Twelve calls of `model` at once, from threads.
+fn asks(base: &str, model: &'static str) -> std::thread::JoinHandle<Vec<u16>> {
+    let a = Instance::at(base.to_string());
+    std::thread::spawn(move || {
+        let calls: Vec<_> = (0..12)
+            .map(|_| {
+                let a = a.clone();
+                std::thread::spawn(move || a.ask_model(model))
+            })
+            .collect();
+        calls.into_iter().map(|t| t.join().unwrap()).collect()
+    })
+}
+
+/// A breaker tripped by what the provider said (503s) opens on every
+/// instance within a second; one tripped by this host's connection errors
+/// stays local.
+#[test]
+fn provider_signalled_trips_are_shared_and_transport_trips_stay_local() {
+    let Some(redis) = Redis::start() else { return };
+    let (a, b, _dir) = two_instances(
+        &redis,
+        "[routes.default]\nchain = [\"gpt-4o\", \"deepseek-chat\"]\n\
+         [routes.haiku]\nchain = [\"claude-haiku\", \"deepseek-chat\"]\n\
+         [retry]\nmax_retries = 0\n",
+    );
+    let fault = |target: &str, fault: &str| {
+        let cmd = format!(r#"{{"action":"set_fault","target":"{target}","fault":{{"fault":{fault}}}}}"#);
+        assert_eq!(a.command(&cmd), 200, "{cmd}");
+    };
+    // a's connections to anthropic are refused: a trips, b does not.
+    fault("provider:anthropic", r#"{"type":"connection_refused"}"#);
+    // Answered by deepseek, or refused while its bulkhead is full.
+    let answered = |s: Vec<u16>| s.iter().all(|s| [200, 429, 503].contains(s));
+    for _ in 0..5 {
+        assert!(answered(asks(&a.base, "haiku").join().unwrap()));
+        if a.breaker_is("provider:anthropic", "open") {
+            break;
+        }
+    }
+    assert!(
+        a.breaker_is("provider:anthropic", "open"),
+        "a trips on refused connections"
+    );
+    std::thread::sleep(Duration::from_millis(1_500));
+    assert!(
+        b.breaker_is("provider:anthropic", "closed"),
+        "a transport trip stays on its instance"
+    );
+    // openai answers a with 503s: the trip reaches b within a second.
+    fault("provider:openai", r#"{"type":"status","code":503}"#);
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let load = {
+        let (stop, base) = (stop.clone(), a.base.clone());
+        std::thread::spawn(move || {
+            let mut ok = true;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                ok &= answered(asks(&base, "default").join().unwrap());
+            }
+            ok
+        })
+    };
+    wait_until("a's openai breaker trips", || a.breaker_is("provider:openai", "open"));
+    let took = wait_until("b sees a's trip", || b.breaker_is("provider:openai", "open"));
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    assert!(took < Duration::from_secs(1), "shared after {took:?}");
+    assert!(load.join().unwrap(), "every call answered or refused");
+}

@@ -14,6 +14,7 @@ pub mod lease;
 pub mod status;
 pub mod store;
 
+use crate::resilience::breaker::BreakerState;
 use crate::runner::command::Command;
 use crate::runner::Runner;
 use crate::telemetry::events::EventKind;
@@ -30,6 +31,10 @@ use std::time::Duration;
 const OPS_CHANNEL: &str = "fusebox:ops";
 /// Key prefix of stored operator actions (one per target, the latest).
 const OP_KEY: &str = "fusebox:op:";
+/// Key prefix of shared breaker trips (one per target, while it is open).
+const TRIP_KEY: &str = "fusebox:trip:";
+/// The action name of a shared trip.
+const TRIP: &str = "trip";
 /// Key prefix of instance heartbeats.
 const INSTANCE_KEY: &str = "fusebox:instance:";
 /// How long a stored operator action is applied to instances that start.
@@ -162,6 +167,9 @@ impl Fleet {
         tokio::spawn(me.clone().heartbeat());
         tokio::spawn(me.clone().announce());
         tokio::spawn(me.clone().listen());
+        let (trips, rx) = tokio::sync::mpsc::unbounded_channel();
+        let _ = me.runner.shared_trips.set(trips);
+        tokio::spawn(me.clone().share_trips(rx));
         let _ = me.runner.shared_defer.set(me.queue.clone());
         tokio::spawn(me.queue.clone().run(me.runner.clone()));
         for p in 0..me.runner.providers().len() {
@@ -211,6 +219,10 @@ impl Fleet {
             }
             *seen = op.at_ms;
         }
+        if op.action == TRIP {
+            self.trip_here(op);
+            return;
+        }
         let Some(cmd) = Command::from_parts(&op.action, &op.target, None) else {
             return;
         };
@@ -220,11 +232,61 @@ impl Fleet {
         }
     }
 
+    /// Opens this instance's breaker on a trip another instance shared,
+    /// unless an operator holds the breaker or it is open already.
+    fn trip_here(&self, op: &SharedOp) {
+        let Some(t) = self.runner.registry().find(&op.target) else {
+            return;
+        };
+        if matches!(t.breaker.state(), BreakerState::Closed | BreakerState::HalfOpen) {
+            let reason = format!("{} on instance {} (provider-signalled){VIA_FLEET}", op.by, op.instance);
+            t.breaker
+                .set_state(BreakerState::Open, &reason, self.runner.clock().now());
+        }
+    }
+
+    /// Shares the trips of this instance's breakers that the provider
+    /// signalled (429, 5xx, 529): stored while the breaker stays open, so
+    /// instances that start meanwhile apply them too, and announced.
+    async fn share_trips(self: Arc<Self>, mut rx: tokio::sync::mpsc::UnboundedReceiver<(String, String)>) {
+        while let Some((target, reason)) = rx.recv().await {
+            let now = self.runner.clock().now();
+            let open_ms = self
+                .runner
+                .registry()
+                .find(&target)
+                .and_then(|t| t.breaker.view(now).next_probe_ms)
+                .unwrap_or(0)
+                .max(1_000);
+            let op = SharedOp {
+                instance: self.instance.clone(),
+                by: reason,
+                action: TRIP.into(),
+                target,
+                at_ms: self.runner.clock().wall_ms(),
+            };
+            self.applied.lock().insert(op.target.clone(), op.at_ms);
+            let Ok(json) = serde_json::to_string(&op) else { continue };
+            let mut conn = self.conn.clone();
+            let r: redis::RedisResult<()> = redis::pipe()
+                .pset_ex(format!("{TRIP_KEY}{}", op.target), &json, open_ms)
+                .ignore()
+                .publish(OPS_CHANNEL, &json)
+                .ignore()
+                .query_async(&mut conn)
+                .await;
+            if let Err(e) = r {
+                tracing::debug!(error = %e, target = %op.target, "trip not shared (Redis unreachable)");
+            }
+        }
+    }
+
     /// Applies every action stored in Redis (issued while this instance was
     /// away), oldest first.
     async fn catch_up(&self) -> redis::RedisResult<()> {
         let mut conn = self.conn.clone();
-        let keys: Vec<String> = scan(&mut conn, &format!("{OP_KEY}*")).await?;
+        let mut keys: Vec<String> = scan(&mut conn, &format!("{OP_KEY}*")).await?;
+        keys.extend(scan(&mut conn, &format!("{TRIP_KEY}*")).await?);
         if keys.is_empty() {
             return Ok(());
         }

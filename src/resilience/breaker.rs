@@ -256,12 +256,18 @@ impl Breaker {
     }
 
     /// Reports how a call admitted by `permit` went.
-    pub fn record(&self, permit: Permit, call: &CallRecord, now: Instant) {
+    /// Returns the reason if this call tripped the breaker open.
+    pub fn record(&self, permit: Permit, call: &CallRecord, now: Instant) -> Option<String> {
         let mut g = super::lock(&self.inner);
         let fired = g.record(permit, call, now);
         self.publish(&g);
         drop(g);
+        let tripped = match &fired {
+            Some((_, BreakerState::Open, reason)) => Some(reason.clone()),
+            _ => None,
+        };
         self.emit(fired);
+        tripped
     }
 
     /// Mirrors state and generation into the lock-free word (under the lock).

@@ -359,8 +359,16 @@ impl Runner {
                         tokens,
                         tokens_per_s: None,
                     };
-                    pt.breaker.record(pp, &rec, end);
-                    mt.breaker.record(mp, &rec, end);
+                    let tripped = [pt.breaker.record(pp, &rec, end), mt.breaker.record(mp, &rec, end)];
+                    // The provider itself said so (429, 5xx, 529): the fleet
+                    // is told. Transport errors may be this host's network.
+                    if let (Some(share), Some(_)) = (self.shared_trips.get(), e.status) {
+                        for (t, why) in [pt, mt].into_iter().zip(tripped) {
+                            if let Some(why) = why {
+                                let _ = share.send((t.name.clone(), why));
+                            }
+                        }
+                    }
                     self.announce_attempt(|| Attempt {
                         request: call.request_id,
                         target: pt.name.clone(),

@@ -174,6 +174,8 @@ pub struct Runner {
     pub(crate) allowances: std::sync::OnceLock<Arc<crate::fleet::allowance::Allowances>>,
     /// Fleet mode: deferred requests go to a shared stream.
     pub(crate) shared_defer: std::sync::OnceLock<Arc<crate::fleet::deferred::SharedQueue>>,
+    /// Fleet mode: breaker trips the providers signalled (target, reason).
+    pub(crate) shared_trips: std::sync::OnceLock<tokio::sync::mpsc::UnboundedSender<(String, String)>>,
 }
 
 impl Runner {
@@ -280,6 +282,7 @@ impl Runner {
             store: Arc::default(),
             allowances: std::sync::OnceLock::new(),
             shared_defer: std::sync::OnceLock::new(),
+            shared_trips: std::sync::OnceLock::new(),
         }))
     }
 
