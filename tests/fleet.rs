@@ -450,13 +450,6 @@ impl Instance {
         Base { base }
     }
 
-    fn ask_model(&self, model: &str) -> u16 {
-        Base {
-            base: self.base.clone(),
-        }
-        .ask_model(model)
-    }
-
     fn breaker_is(&self, target: &str, state: &str) -> bool {
         self.metric(&format!(
             "fusebox_breaker_state{{target=\"{target}\",state=\"{state}\"}}"
