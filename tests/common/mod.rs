@@ -1,6 +1,8 @@
 //! Shared test helpers: a scripted provider and runner builders.
 #![allow(dead_code)]
 
+pub mod redis;
+
 use fusebox::clock::{Clock, Seed};
 use fusebox::config::Config;
 use fusebox::provider::{ErrorKind, LlmRequest, LlmResponse, Message, Provider, ProviderError, ToolCall, Usage};
