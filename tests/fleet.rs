@@ -476,3 +476,29 @@ fn provider_signalled_trips_are_shared_and_transport_trips_stay_local() {
     assert!(took < Duration::from_secs(1), "shared after {took:?}");
     assert!(load.join().unwrap(), "every call answered or refused");
 }
+
+/// With `budgets_fail = "closed"`, a call the allowances do not cover is
+/// refused while Redis is away, naming why.
+#[test]
+fn budgets_can_fail_closed_while_redis_is_away() {
+    let Some(mut redis) = Redis::start() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("closed.toml");
+    std::fs::write(&cfg, "[state]\nbudgets_fail = \"closed\"\n").unwrap();
+    let a = Instance::start_with(&redis.url(), &["--config", cfg.to_str().unwrap()]);
+    wait_until("a joined", || a.metric("fusebox_fleet_instances") == Some(1.0));
+    redis.stop();
+    wait_until("a reports degraded", || a.metric("fusebox_store_degraded") == Some(1.0));
+    let (status, body) = block(async {
+        let r = reqwest::Client::new()
+            .post(format!("{}/v1/chat/completions", a.base))
+            .json(&serde_json::json!({"model": "default", "user": "dora",
+                "messages": [{"role": "user", "content": "hi"}]}))
+            .send()
+            .await
+            .unwrap();
+        (r.status().as_u16(), r.text().await.unwrap())
+    });
+    assert_eq!(status, 429, "{body}");
+    assert!(body.contains("user dora (fleet) budget cannot be checked"), "{body}");
+}
