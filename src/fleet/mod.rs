@@ -1,12 +1,12 @@
 //! Fleet mode (`--state redis://HOST:PORT/DB`): several fusebox instances
-//! share state on Redis. Shared so far: provider rate limits (leased from
-//! buckets in Redis, see [`lease`]), users' token budgets (allowances, see
-//! [`allowance`]), operator actions (force open/closed,
-//! disable, reset, freeze/unfreeze refill, drill), stored with a TTL and
-//! announced over pub/sub so every instance applies them within a second,
-//! and instance liveness by heartbeat. When Redis cannot be reached each
-//! instance keeps working alone, shows the store as degraded, and shares
-//! what it missed when Redis returns.
+//! share state on Redis, behind the [`store::Store`] interface where it is
+//! limits and budgets: provider rate limits (leased, see [`lease`]), user
+//! and global budgets (allowances, see [`allowance`]); deferred requests on
+//! a stream ([`deferred`]); operator actions and the breaker trips providers
+//! signalled, stored with a TTL and announced over pub/sub so every instance
+//! applies them within a second; instance liveness by heartbeat. When Redis
+//! cannot be reached each instance keeps working at its share, shows the
+//! store as degraded, and shares what it did when Redis returns.
 
 pub mod allowance;
 pub mod deferred;
