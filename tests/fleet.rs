@@ -290,23 +290,24 @@ fn a_bad_state_url_is_explained() {
     );
 }
 
-/// Every provider of this scenario answers 503 from the start: each
-/// request is deferred.
+/// Every provider of this scenario refuses connections from the start:
+/// each request is deferred. (Refused connections stay local; 503s would
+/// be shared as trips, and the other instance would wait for recovery.)
 const ALL_DOWN: &str = r#"name = "all-down"
 rps = 20.0
 users = 50
 [[timeline]]
 at_s = 0
 target = "provider:openai"
-fault = { type = "status", code = 503 }
+fault = { type = "connection_refused" }
 [[timeline]]
 at_s = 0
 target = "provider:anthropic"
-fault = { type = "status", code = 503 }
+fault = { type = "connection_refused" }
 [[timeline]]
 at_s = 0
 target = "provider:deepseek"
-fault = { type = "status", code = 503 }
+fault = { type = "connection_refused" }
 "#;
 
 fn redis_u64(url: &str, cmd: &mut redis::Cmd) -> u64 {
@@ -326,7 +327,7 @@ fn killing_an_instance_loses_no_deferred_request() {
         p.to_str().unwrap().to_string()
     };
     let down = write("down.toml", ALL_DOWN);
-    let calm = write("calm.toml", "name = \"calm\"\nrps = 2.0\nusers = 10\n");
+    let calm = write("calm.toml", "name = \"calm\"\nrps = 1.0\nusers = 10\n");
     let cfg = write("cfg.toml", "[degradation]\ndefer_retry_ms = 1000\n");
     let demo = |scenario: &str, duration: &str, summary: Option<&str>| {
         let mut c = Command::new(env!("CARGO_BIN_EXE_fusebox"));

@@ -29,8 +29,8 @@ enum Unit {
     Cost,
 }
 
-/// One budget the fleet shares.
-#[derive(Clone, Debug)]
+/// One budget the fleet shares, and this instance's allowances of it.
+#[derive(Debug)]
 struct Scope {
     per_user: bool,
     unit: Unit,
@@ -41,6 +41,8 @@ struct Scope {
     /// The shortest window with a limit: an allowance belongs to one of its
     /// periods (a new period starts from nothing).
     period_ms: u64,
+    /// Allowances by user (one, under "", for a global budget).
+    held: Mutex<HashMap<String, Allowance>>,
 }
 
 impl Scope {
@@ -52,7 +54,42 @@ impl Scope {
             limits,
             chunk: limits[first] * share,
             period_ms: WINDOWS_MS[first],
+            held: Mutex::new(HashMap::new()),
         })
+    }
+
+    /// Whose allowance a call of `user` spends.
+    fn who<'a>(&self, user: &'a str) -> &'a str {
+        if self.per_user {
+            user
+        } else {
+            ""
+        }
+    }
+
+    /// `user`'s allowance in `period` (a new period starts from nothing).
+    fn allowance<'a>(&self, held: &'a mut HashMap<String, Allowance>, user: &str, period: u64) -> &'a mut Allowance {
+        let who = self.who(user);
+        if !held.contains_key(who) {
+            held.insert(who.to_string(), Allowance::default());
+        }
+        let a = held.get_mut(who).expect("inserted above");
+        if a.period != period || a.ends_ms == 0 {
+            *a = Allowance {
+                period,
+                ends_ms: (period + 1) * self.period_ms,
+                ..Allowance::default()
+            };
+        }
+        a
+    }
+
+    /// What a call of `tokens` and `cost` takes of this budget.
+    fn want(&self, tokens: u32, cost: f64) -> f64 {
+        match self.unit {
+            Unit::Tokens => f64::from(tokens),
+            Unit::Cost => cost,
+        }
     }
 
     /// The store key; the hash tag keeps one user's keys in one Redis
@@ -122,7 +159,6 @@ pub struct Allowances {
     scopes: Vec<Scope>,
     fail: FailMode,
     clock: Clock,
-    held: Mutex<HashMap<String, Allowance>>,
     /// Round trips made for allowances.
     pub round_trips: AtomicU64,
 }
@@ -169,7 +205,6 @@ impl Allowances {
             scopes: scopes.into_iter().flatten().collect(),
             fail,
             clock,
-            held: Mutex::new(HashMap::new()),
             round_trips: AtomicU64::new(0),
         }
     }
@@ -179,22 +214,18 @@ impl Allowances {
     /// chunk. All or nothing: a refusal gives back what was taken.
     pub async fn reserve(&self, user: &str, tokens: u32, cost: f64) -> Result<Reserved, BudgetExceeded> {
         let now_ms = self.clock.wall_ms();
-        let mut taken: Vec<(String, u64, f64)> = Vec::new();
-        for s in &self.scopes {
-            let want = match s.unit {
-                Unit::Tokens => f64::from(tokens),
-                Unit::Cost => cost,
-            };
-            let key = s.key(user);
+        for (i, s) in self.scopes.iter().enumerate() {
+            let want = s.want(tokens, cost);
             let period = now_ms / s.period_ms;
-            match self.take(s, user, &key, period, want, now_ms).await {
-                Ok(()) => taken.push((key, period, want)),
-                Err(e) => {
-                    for (key, period, n) in taken {
-                        self.give_back(&key, period, n);
+            if let Err(e) = self.take(s, user, period, want, now_ms).await {
+                for s in &self.scopes[..i] {
+                    if let Some(a) = s.held.lock().get_mut(s.who(user)) {
+                        if a.period == now_ms / s.period_ms {
+                            a.left += s.want(tokens, cost);
+                        }
                     }
-                    return Err(e);
                 }
+                return Err(e);
             }
         }
         Ok(Reserved {
@@ -203,18 +234,10 @@ impl Allowances {
         })
     }
 
-    async fn take(
-        &self,
-        s: &Scope,
-        user: &str,
-        key: &str,
-        period: u64,
-        want: f64,
-        now_ms: u64,
-    ) -> Result<(), BudgetExceeded> {
+    async fn take(&self, s: &Scope, user: &str, period: u64, want: f64, now_ms: u64) -> Result<(), BudgetExceeded> {
         let short = {
-            let mut held = self.held.lock();
-            let a = allowance(&mut held, key, period, s.period_ms);
+            let mut held = s.held.lock();
+            let a = s.allowance(&mut held, user, period);
             if a.left >= want {
                 a.left -= want;
                 return Ok(());
@@ -225,11 +248,12 @@ impl Allowances {
             want - a.left
         };
         let chunk = short.max(s.chunk);
+        let key = s.key(user);
         let granted = if self.status.view().degraded {
             None
         } else {
             self.round_trips.fetch_add(1, Ordering::Relaxed);
-            match self.store.grant(key, chunk, s.limits, None).await {
+            match self.store.grant(&key, chunk, s.limits, None).await {
                 Ok(g) => Some(g),
                 Err(e) => {
                     tracing::debug!(error = %e, "budget round trip failed");
@@ -252,13 +276,13 @@ impl Allowances {
                 let n = f64::from(self.status.view().instances.max(1));
                 let share = s.limits.map(|l| l / n);
                 self.fallback
-                    .grant(key, chunk, share, Some(now_ms))
+                    .grant(&key, chunk, share, Some(now_ms))
                     .await
                     .unwrap_or_default()
             }
         };
-        let mut held = self.held.lock();
-        let a = allowance(&mut held, key, period, s.period_ms);
+        let mut held = s.held.lock();
+        let a = s.allowance(&mut held, user, period);
         a.left += g.grant;
         if a.left >= want {
             a.left -= want;
@@ -269,24 +293,15 @@ impl Allowances {
         Err(e)
     }
 
-    fn give_back(&self, key: &str, period: u64, n: f64) {
-        if let Some(a) = self.held.lock().get_mut(key) {
-            if a.period == period {
-                a.left += n;
-            }
-        }
-    }
-
     /// Settles a call that reserved `r` and used `tokens` and `cost`: the
     /// difference goes back to (or comes out of) the allowances.
     pub fn settle(&self, user: &str, r: Reserved, tokens: u32, cost: f64) {
-        let mut held = self.held.lock();
         for s in &self.scopes {
             let diff = match s.unit {
                 Unit::Tokens => r.tokens - f64::from(tokens),
                 Unit::Cost => r.cost - cost,
             };
-            if let Some(a) = held.get_mut(&s.key(user)) {
+            if let Some(a) = s.held.lock().get_mut(s.who(user)) {
                 a.left += diff;
             }
         }
@@ -296,26 +311,79 @@ impl Allowances {
     /// the users seen in the current ones).
     pub fn forget_idle(&self) {
         let now_ms = self.clock.wall_ms();
-        self.held.lock().retain(|_, a| a.ends_ms > now_ms);
+        for s in &self.scopes {
+            s.held.lock().retain(|_, a| a.ends_ms > now_ms);
+        }
         self.fallback.forget_idle(now_ms);
     }
 }
 
-/// The allowance of `key` in `period` of `period_ms` (a new period starts
-/// from nothing).
-fn allowance<'a>(
-    held: &'a mut HashMap<String, Allowance>,
-    key: &str,
-    period: u64,
-    period_ms: u64,
-) -> &'a mut Allowance {
-    let a = held.entry(key.to_string()).or_default();
-    if a.period != period || a.ends_ms == 0 {
-        *a = Allowance {
-            period,
-            ends_ms: (period + 1) * period_ms,
-            ..Allowance::default()
-        };
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn allowances(cfg: BudgetConfig, fail: FailMode) -> (Allowances, Arc<StoreStatus>) {
+        let clock = Clock::with_wall_anchor(1_800_000_000_000);
+        let store: Arc<dyn Store> = Arc::new(MemoryStore::new(clock));
+        let status = Arc::new(StoreStatus::default());
+        status.set_redis();
+        (Allowances::new(store, status.clone(), &cfg, fail, clock), status)
     }
-    a
+
+    fn budgets() -> BudgetConfig {
+        BudgetConfig {
+            user_tokens_per_minute: 1_000,
+            user_tokens_per_hour: 0,
+            user_tokens_per_day: 0,
+            user_cost_per_day_usd: 0.0,
+            global_tokens_per_hour: 0,
+            global_tokens_per_day: 2_500,
+            global_cost_per_hour_usd: 0.0,
+            global_cost_per_day_usd: 0.0,
+            ..BudgetConfig::default()
+        }
+    }
+
+    #[tokio::test]
+    async fn a_users_minute_and_the_global_day_hold_with_refunds() {
+        let (a, _) = allowances(budgets(), FailMode::Open);
+        for _ in 0..3 {
+            a.reserve("ann", 300, 0.0).await.unwrap();
+        }
+        let e = a.reserve("ann", 300, 0.0).await.unwrap_err();
+        assert_eq!((e.scope.as_str(), e.what), ("user ann (fleet)", "tokens/minute"));
+        // What a call did not use goes back: 3 × 300 reserved, 3 × 100 used.
+        let r = Reserved {
+            tokens: 300.0,
+            cost: 0.0,
+        };
+        for _ in 0..3 {
+            a.settle("ann", r, 100, 0.0);
+        }
+        a.reserve("ann", 300, 0.0).await.unwrap();
+        // The global day (2,500) binds other users too; a refused global
+        // reservation gives the user's share back.
+        for u in ["bob", "cy", "dee", "fay"] {
+            a.reserve(u, 400, 0.0).await.unwrap();
+        }
+        let e = a.reserve("eve", 400, 0.0).await.unwrap_err();
+        assert_eq!((e.scope.as_str(), e.what), ("global (fleet)", "tokens/day"));
+        let eve = a.scopes[0].held.lock().get("eve").map(|x| x.left);
+        assert_eq!(eve, Some(400.0), "eve's user allowance got its 400 back");
+    }
+
+    #[tokio::test]
+    async fn without_the_store_budgets_fail_open_at_a_share_or_closed() {
+        let (a, status) = allowances(budgets(), FailMode::Open);
+        status.set_degraded(true);
+        status.set_instances(2);
+        // Half of ann's 1,000 a minute, counted here.
+        a.reserve("ann", 500, 0.0).await.unwrap();
+        assert!(a.reserve("ann", 100, 0.0).await.is_err());
+        let (a, status) = allowances(budgets(), FailMode::Closed);
+        status.set_degraded(true);
+        let e = a.reserve("ann", 10, 0.0).await.unwrap_err();
+        assert!(e.to_string().contains("fail closed"), "{e}");
+        assert_eq!(a.round_trips.load(Ordering::Relaxed), 0);
+    }
 }
