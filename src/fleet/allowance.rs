@@ -347,24 +347,21 @@ mod tests {
     #[tokio::test]
     async fn a_users_minute_and_the_global_day_hold_with_refunds() {
         let (a, _) = allowances(budgets(), FailMode::Open);
-        for _ in 0..3 {
-            a.reserve("ann", 300, 0.0).await.unwrap();
+        let r = a.reserve("ann", 300, 0.0).await.unwrap();
+        for _ in 0..2 {
+            let _ = a.reserve("ann", 300, 0.0).await.unwrap();
         }
         let e = a.reserve("ann", 300, 0.0).await.unwrap_err();
         assert_eq!((e.scope.as_str(), e.what), ("user ann (fleet)", "tokens/minute"));
         // What a call did not use goes back: 3 × 300 reserved, 3 × 100 used.
-        let r = Reserved {
-            tokens: 300.0,
-            cost: 0.0,
-        };
         for _ in 0..3 {
             a.settle("ann", r, 100, 0.0);
         }
-        a.reserve("ann", 300, 0.0).await.unwrap();
+        let _ = a.reserve("ann", 300, 0.0).await.unwrap();
         // The global day (2,500) binds other users too; a refused global
         // reservation gives the user's share back.
         for u in ["bob", "cy", "dee", "fay"] {
-            a.reserve(u, 400, 0.0).await.unwrap();
+            let _ = a.reserve(u, 400, 0.0).await.unwrap();
         }
         let e = a.reserve("eve", 400, 0.0).await.unwrap_err();
         assert_eq!((e.scope.as_str(), e.what), ("global (fleet)", "tokens/day"));
@@ -378,7 +375,7 @@ mod tests {
         status.set_degraded(true);
         status.set_instances(2);
         // Half of ann's 1,000 a minute, counted here.
-        a.reserve("ann", 500, 0.0).await.unwrap();
+        let _ = a.reserve("ann", 500, 0.0).await.unwrap();
         assert!(a.reserve("ann", 100, 0.0).await.is_err());
         let (a, status) = allowances(budgets(), FailMode::Closed);
         status.set_degraded(true);
