@@ -310,45 +310,74 @@ target = "provider:deepseek"
 fault = { type = "connection_refused" }
 "#;
 
-fn redis_u64(url: &str, cmd: &mut redis::Cmd) -> u64 {
-    let mut con = redis::Client::open(url).unwrap().get_connection().unwrap();
-    cmd.query::<u64>(&mut con).unwrap()
+/// The order service answers 503: requests that need it are deferred,
+/// while the models stay healthy.
+const ORDERS_DOWN: &str = r#"name = "orders-down"
+rps = 20.0
+users = 50
+[[timeline]]
+at_s = 0
+target = "tool:get_order"
+fault = { type = "status", code = 503 }
+"#;
+
+/// Files for the deferred-stream tests, and `fusebox demo` commands on
+/// `redis` in real time.
+struct Demos {
+    dir: tempfile::TempDir,
+    url: String,
 }
 
-/// Instance A defers requests to the fleet's stream and is killed while it
-/// holds them; instance B takes them over and re-drives every one.
-#[test]
-fn killing_an_instance_loses_no_deferred_request() {
-    let Some(redis) = Redis::start() else { return };
-    let dir = tempfile::tempdir().unwrap();
-    let write = |name: &str, text: &str| {
-        let p = dir.path().join(name);
+impl Demos {
+    fn new(redis: &Redis) -> Demos {
+        let d = Demos {
+            dir: tempfile::tempdir().unwrap(),
+            url: redis.url(),
+        };
+        d.write("down.toml", ALL_DOWN);
+        d.write("orders.toml", ORDERS_DOWN);
+        d.write("calm.toml", "name = \"calm\"\nrps = 1.0\nusers = 10\n");
+        d.write("cfg.toml", "[degradation]\ndefer_retry_ms = 1000\n");
+        d
+    }
+
+    fn write(&self, name: &str, text: &str) -> String {
+        let p = self.dir.path().join(name);
         std::fs::write(&p, text).unwrap();
         p.to_str().unwrap().to_string()
-    };
-    let down = write("down.toml", ALL_DOWN);
-    let calm = write("calm.toml", "name = \"calm\"\nrps = 1.0\nusers = 10\n");
-    let cfg = write("cfg.toml", "[degradation]\ndefer_retry_ms = 1000\n");
-    let demo = |scenario: &str, duration: &str, summary: Option<&str>| {
+    }
+
+    fn path(&self, name: &str) -> String {
+        self.dir.path().join(name).to_str().unwrap().to_string()
+    }
+
+    /// A headless demo of `scenario` for `duration`, writing its summary
+    /// to `NAME.json` under the scenario's name.
+    fn demo(&self, scenario: &str, duration: &str, summary: &str) -> Command {
         let mut c = Command::new(env!("CARGO_BIN_EXE_fusebox"));
         c.args(["demo", "--headless", "--speed", "1", "--duration", duration])
-            .args(["--scenario", scenario, "--config", &cfg, "--state", &redis.url()])
+            .args(["--scenario", &self.path(scenario), "--config", &self.path("cfg.toml")])
+            .args(["--state", &self.url, "--summary-json", &self.path(summary)])
             .stdout(Stdio::null())
             .stderr(Stdio::null());
-        if let Some(s) = summary {
-            c.args(["--summary-json", s]);
-        }
         c
-    };
-    let mut a = demo(&down, "120s", None).spawn().expect("run fusebox demo");
-    let url = redis.url();
-    let xlen = || redis_u64(&url, redis::cmd("XLEN").arg("fusebox:deferred"));
-    wait_until("a defers to the stream", || xlen() >= 30);
-    a.kill().unwrap();
-    a.wait().unwrap();
-    let deferred = xlen();
-    let pending = || {
-        let mut con = redis::Client::open(url.as_str()).unwrap().get_connection().unwrap();
+    }
+
+    fn fleet(&self, summary: &str) -> serde_json::Value {
+        let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(self.path(summary)).unwrap()).unwrap();
+        v["fleet"].clone()
+    }
+
+    fn xlen(&self) -> u64 {
+        redis_u64(&self.url, redis::cmd("XLEN").arg("fusebox:deferred"))
+    }
+
+    /// Entries claimed and not acknowledged.
+    fn pending(&self) -> u64 {
+        let mut con = redis::Client::open(self.url.as_str())
+            .unwrap()
+            .get_connection()
+            .unwrap();
         let v: redis::Value = redis::cmd("XPENDING")
             .arg("fusebox:deferred")
             .arg("fusebox")
@@ -361,18 +390,54 @@ fn killing_an_instance_loses_no_deferred_request() {
             },
             other => panic!("XPENDING: {other:?}"),
         }
-    };
-    assert!(pending() > 0, "a held some of them when it died");
-    let summary = dir.path().join("b.json");
-    let b = demo(&calm, "14s", Some(summary.to_str().unwrap()))
-        .output()
+    }
+}
+
+fn redis_u64(url: &str, cmd: &mut redis::Cmd) -> u64 {
+    let mut con = redis::Client::open(url).unwrap().get_connection().unwrap();
+    cmd.query::<u64>(&mut con).unwrap()
+}
+
+/// Instance A defers requests to the fleet's stream and is killed while it
+/// holds them; instance B takes them over and re-drives every one.
+#[test]
+fn killing_an_instance_loses_no_deferred_request() {
+    let Some(redis) = Redis::start() else { return };
+    let d = Demos::new(&redis);
+    let mut a = d
+        .demo("orders.toml", "120s", "a.json")
+        .spawn()
         .expect("run fusebox demo");
+    wait_until("a defers to the stream", || d.xlen() >= 30);
+    a.kill().unwrap();
+    a.wait().unwrap();
+    let deferred = d.xlen();
+    assert!(d.pending() > 0, "a held some of them when it died");
+    let b = d.demo("calm.toml", "14s", "b.json").output().expect("run fusebox demo");
     assert!(b.status.success());
-    let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&summary).unwrap()).unwrap();
-    eprintln!("a deferred {deferred}; b: {}", v["fleet"]);
-    assert_eq!(v["fleet"]["deferred_redriven"], deferred, "b re-drove every one");
-    assert_eq!(xlen(), 0, "the stream is empty");
-    assert_eq!(pending(), 0, "nothing is left claimed");
+    let fleet = d.fleet("b.json");
+    eprintln!("a deferred {deferred}; b: {fleet}");
+    assert_eq!(fleet["deferred_redriven"], deferred, "b re-drove every one");
+    assert_eq!(d.xlen(), 0, "the stream is empty");
+    assert_eq!(d.pending(), 0, "nothing is left claimed");
+}
+
+/// An instance where no model admits calls hands its deferred requests to
+/// the fleet instead of holding them; a healthy one re-drives them at once.
+#[test]
+fn an_instance_that_cannot_re_drive_leaves_deferred_requests_to_others() {
+    let Some(redis) = Redis::start() else { return };
+    let d = Demos::new(&redis);
+    let a = d.demo("down.toml", "6s", "a.json").output().expect("run fusebox demo");
+    assert!(a.status.success());
+    let shared = d.fleet("a.json")["deferred_shared"].as_u64().unwrap();
+    assert!(shared >= 30, "a deferred {shared}");
+    assert_eq!(d.xlen(), shared, "all of them wait on the stream");
+    assert_eq!(d.pending(), 0, "a holds none of them");
+    let b = d.demo("calm.toml", "15s", "b.json").output().expect("run fusebox demo");
+    assert!(b.status.success());
+    assert_eq!(d.fleet("b.json")["deferred_redriven"], shared, "b re-drove every one");
+    assert_eq!(d.xlen(), 0);
 }
 
 impl Instance {

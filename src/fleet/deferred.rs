@@ -6,7 +6,9 @@
 //!
 //! An instance refreshes its claims on every pass. Entries whose claim was
 //! not refreshed for [`STEAL_AFTER`] belong to an instance that died; the
-//! next instance to look takes them over (XAUTOCLAIM). Nothing is lost: an
+//! next instance to look takes them over (XAUTOCLAIM). An instance where no
+//! model admits calls hands the entries it holds back to the stream and
+//! claims none until one does, so healthier instances re-drive them. Nothing is lost: an
 //! entry leaves the stream only when acknowledged, and while Redis is
 //! unreachable deferred requests go to the local spool as before.
 
@@ -111,6 +113,10 @@ impl SharedQueue {
             }
         }
         self.acknowledge(&mut conn).await?;
+        let accepting = runner.any_model_admits();
+        if !accepting {
+            self.release(&mut conn).await?;
+        }
         let held: Vec<String> = self.held.lock().keys().cloned().collect();
         if !held.is_empty() {
             // Resets the entries' idle time: they are still owned here.
@@ -124,7 +130,7 @@ impl SharedQueue {
                 .query_async(&mut conn)
                 .await?;
         }
-        let room = HOLD.saturating_sub(held.len());
+        let room = if accepting { HOLD.saturating_sub(held.len()) } else { 0 };
         if room > 0 {
             let stolen: StreamAutoClaimReply = conn
                 .xautoclaim_options(
@@ -144,7 +150,11 @@ impl SharedQueue {
             }
             self.hold(&mut conn, stolen.claimed).await?;
         }
-        let room = HOLD.saturating_sub(self.held.lock().len());
+        let room = if accepting {
+            HOLD.saturating_sub(self.held.lock().len())
+        } else {
+            0
+        };
         if room > 0 {
             let opts = StreamReadOptions::default().group(GROUP, &self.consumer).count(room);
             let new: StreamReadReply = conn.xread_options(&[STREAM], &[">"], &opts).await?;
@@ -174,6 +184,45 @@ impl SharedQueue {
                 me.busy.lock().remove(&id);
             });
         }
+        Ok(())
+    }
+
+    /// Nothing could be re-driven here now: hands the entries held (and not
+    /// being re-driven) back to the fleet. Each is put back on the stream
+    /// and its claimed copy acknowledged, atomically, so any instance can
+    /// take it at once.
+    async fn release(&self, conn: &mut ConnectionManager) -> redis::RedisResult<()> {
+        let idle: Vec<(String, Deferred)> = {
+            let held = self.held.lock();
+            let (ended, busy) = (self.ended.lock(), self.busy.lock());
+            held.iter()
+                .filter(|(id, _)| !busy.contains(*id) && !ended.contains(*id))
+                .map(|(id, d)| (id.clone(), d.clone()))
+                .collect()
+        };
+        if idle.is_empty() {
+            return Ok(());
+        }
+        let mut pipe = redis::pipe();
+        pipe.atomic();
+        for (id, d) in &idle {
+            let json = serde_json::to_string(d).unwrap_or_default();
+            pipe.xadd(STREAM, "*", &[("request", json)])
+                .ignore()
+                .xack(STREAM, GROUP, &[id])
+                .ignore()
+                .xdel(STREAM, &[id])
+                .ignore();
+        }
+        let () = pipe.query_async(conn).await?;
+        let mut held = self.held.lock();
+        for (id, _) in &idle {
+            held.remove(id);
+        }
+        tracing::info!(
+            n = idle.len(),
+            "no model admits calls here; deferred requests handed back to the fleet"
+        );
         Ok(())
     }
 

@@ -382,6 +382,19 @@ impl Runner {
         ))
     }
 
+    /// Whether any model could take a call now (its and its provider's
+    /// breakers admit): where none can, deferred requests wait elsewhere.
+    pub(crate) fn any_model_admits(&self) -> bool {
+        let now = self.clock.now();
+        self.models.iter().any(|m| {
+            self.registry
+                .get(self.providers[m.provider].target)
+                .breaker
+                .would_admit(now)
+                && self.registry.get(m.target).breaker.would_admit(now)
+        })
+    }
+
     /// Whether a deferred request's dependencies look available again.
     fn ready(&self, req: &AgentRequest) -> bool {
         let now = self.clock.now();
