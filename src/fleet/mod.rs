@@ -49,20 +49,20 @@ const VIA_FLEET: &str = " via fleet";
 #[derive(Debug, thiserror::Error)]
 pub enum FleetError {
     /// The URL is not a Redis URL.
-    #[error("--state {url}: not a Redis URL ({source}); expected redis://HOST:PORT/DB or `memory`")]
+    #[error("--state {url}: not a Redis URL ({why}); expected redis://HOST:PORT/DB or `memory`")]
     BadUrl {
         /// The URL given.
         url: String,
         /// Why.
-        source: redis::RedisError,
+        why: redis::RedisError,
     },
     /// Redis did not answer.
-    #[error("--state {url}: cannot reach Redis ({source}); start it, or run with --state memory")]
+    #[error("--state {url}: cannot reach Redis ({why}); start it, or run with --state memory")]
     Unreachable {
         /// The URL given.
         url: String,
         /// Why.
-        source: redis::RedisError,
+        why: redis::RedisError,
     },
 }
 
@@ -117,10 +117,7 @@ impl Fleet {
     /// starts sharing: heartbeats, announcing local actions, applying remote
     /// ones. The tasks run until the runtime ends.
     pub async fn start(url: &str, runner: Arc<Runner>) -> Result<Arc<Self>, FleetError> {
-        let client = redis::Client::open(url).map_err(|source| FleetError::BadUrl {
-            url: url.into(),
-            source,
-        })?;
+        let client = redis::Client::open(url).map_err(|why| FleetError::BadUrl { url: url.into(), why })?;
         let cfg = ConnectionManagerConfig::new()
             .set_connection_timeout(Duration::from_millis(1_000))
             .set_response_timeout(Duration::from_millis(500))
@@ -129,10 +126,7 @@ impl Fleet {
         let conn = client
             .get_connection_manager_with_config(cfg)
             .await
-            .map_err(|source| FleetError::Unreachable {
-                url: url.into(),
-                source,
-            })?;
+            .map_err(|why| FleetError::Unreachable { url: url.into(), why })?;
         let instance = format!("{}-{}", std::process::id(), runner.clock().wall_ms());
         runner.store().set_redis();
         let store: Arc<dyn store::Store> = Arc::new(store::RedisStore::new(conn.clone()));
