@@ -197,6 +197,8 @@ pub struct RecordedProvider {
     target: String,
     fleet: Arc<RecordedFleet>,
     clock: Clock,
+    /// The text of every answer, shared.
+    text: Arc<str>,
 }
 
 impl RecordedProvider {
@@ -206,6 +208,7 @@ impl RecordedProvider {
             target: format!("provider:{name}"),
             fleet,
             clock,
+            text: "replayed answer".into(),
         }
     }
 }
@@ -231,7 +234,7 @@ impl Provider for RecordedProvider {
         };
         let elapsed = self.clock.now().saturating_duration_since(start);
         Ok(LlmResponse::measured(
-            "replayed answer".into(),
+            self.text.clone(),
             tool_calls,
             usage,
             Default::default(),
