@@ -48,8 +48,9 @@ struct Fleet {
     /// Each request's own attempts with their target's index, in recorded
     /// order (a request has few, so a target's next one is found by a short scan).
     own: HashMap<u64, Vec<(usize, Arc<AttemptRec>)>, ahash::RandomState>,
-    /// Recent attempts per target, in time order, for calls with no own record.
-    recent: Vec<VecDeque<Arc<AttemptRec>>>,
+    /// Recent attempts per target with their times, in time order, for
+    /// calls with no own record.
+    recent: Vec<VecDeque<(u64, Arc<AttemptRec>)>>,
 }
 
 impl RecordedFleet {
@@ -66,7 +67,7 @@ impl RecordedFleet {
             }
         };
         let a = Arc::new(a);
-        f.recent[t].push_back(a.clone());
+        f.recent[t].push_back((a.t_ms, a.clone()));
         f.own.entry(a.request).or_default().push((t, a));
     }
 
@@ -81,15 +82,19 @@ impl RecordedFleet {
         // Drop history older than the latest attempt at or before now (on
         // every call, so the history stays within the read-ahead horizon).
         let recent = &mut f.recent[t];
-        while recent.len() > 1 && recent[1].t_ms <= now_ms {
+        while recent.len() > 1 && recent[1].0 <= now_ms {
             recent.pop_front();
         }
         if let Some(own) = f.own.get_mut(&request) {
             if let Some(i) = own.iter().position(|&(at, _)| at == t) {
-                return Some((own.remove(i).1, true));
+                let (_, a) = own.remove(i);
+                if own.is_empty() {
+                    f.own.remove(&request);
+                }
+                return Some((a, true));
             }
         }
-        recent.front().cloned().map(|a| (a, false))
+        recent.front().map(|(_, a)| (a.clone(), false))
     }
 
     /// Forgets what is left of a finished request.
