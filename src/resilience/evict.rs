@@ -3,8 +3,10 @@
 
 use dashmap::DashMap;
 
-/// Per-key state (users, sessions) with a fast keyed hasher.
-pub type KeyMap<V> = DashMap<Box<str>, V, ahash::RandomState>;
+/// Per-key state (users, sessions) with a fast keyed hasher. Keys of up to
+/// 24 bytes are stored inline, so a lookup compares them without chasing a
+/// pointer (a cache miss per lookup in a large map).
+pub type KeyMap<V> = DashMap<compact_str::CompactString, V, ahash::RandomState>;
 
 /// An empty [`KeyMap`].
 pub fn key_map<V>() -> KeyMap<V> {

@@ -35,6 +35,10 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+/// Routes and tools by name, looked up on every call (ahash: SipHash showed
+/// in profiles).
+pub type NameMap<V> = HashMap<String, V, ahash::RandomState>;
+
 /// A provider as the runner holds it.
 pub struct ProviderSlot {
     /// Name (`openai`).
@@ -157,9 +161,9 @@ pub struct Runner {
     pub(crate) registry: Registry,
     pub(crate) providers: Vec<ProviderSlot>,
     pub(crate) models: Vec<ModelSlot>,
-    pub(crate) routes: HashMap<String, RouteSlot>,
+    pub(crate) routes: NameMap<RouteSlot>,
     pub(crate) tools: Vec<ToolSlot>,
-    pub(crate) tool_index: HashMap<String, usize>,
+    pub(crate) tool_index: NameMap<usize>,
     pub(crate) executor: Arc<dyn ToolExecutor>,
     pub(crate) budgets: Budgets,
     pub(crate) sessions: Sessions,
@@ -246,7 +250,7 @@ impl Runner {
             .collect();
         let specs = crate::tools::specs(&cfg);
         let mut tool_slots = Vec::new();
-        let mut tool_index = HashMap::new();
+        let mut tool_index = NameMap::default();
         for ((name, t), spec) in cfg.tools.iter().zip(specs) {
             let target = breaker(&mut registry, format!("tool:{name}"));
             tool_index.insert(name.clone(), tool_slots.len());
@@ -322,7 +326,7 @@ impl Runner {
     }
 
     /// The routes.
-    pub fn routes(&self) -> &HashMap<String, RouteSlot> {
+    pub fn routes(&self) -> &NameMap<RouteSlot> {
         &self.routes
     }
 

@@ -39,46 +39,62 @@ pub struct RecordedFleet {
     inner: Mutex<Fleet>,
 }
 
+/// Attempts are shared between a request's own list and its target's
+/// history, so indexing one costs no copy.
 #[derive(Default)]
 struct Fleet {
-    /// Each request's own attempts, in recorded order (a request has few,
-    /// so a target's next one is found by a short scan).
-    own: HashMap<u64, VecDeque<AttemptRec>>,
-    /// Recent attempts per target, in time order, for calls with no own record.
-    recent: HashMap<String, VecDeque<AttemptRec>>,
+    /// Index of each target's history in `recent`.
+    targets: HashMap<Box<str>, usize, ahash::RandomState>,
+    /// Each request's own attempts with their target's index, in recorded
+    /// order (a request has few, so a target's next one is found by a short scan).
+    own: HashMap<u64, Vec<(usize, Arc<AttemptRec>)>, ahash::RandomState>,
+    /// Recent attempts per target with their times, in time order, for
+    /// calls with no own record.
+    recent: Vec<VecDeque<(u64, Arc<AttemptRec>)>>,
 }
 
 impl RecordedFleet {
     /// Adds an attempt read from the log.
     pub fn add(&self, a: AttemptRec) {
         let mut f = self.inner.lock();
-        let recent = f.recent.entry(a.target.clone()).or_default();
-        recent.push_back(AttemptRec {
-            tool_calls: Vec::new(),
-            ..a.clone()
-        });
-        f.own.entry(a.request).or_default().push_back(a);
+        let f = &mut *f;
+        let t = match f.targets.get(a.target.as_str()) {
+            Some(&t) => t,
+            None => {
+                f.targets.insert(a.target.as_str().into(), f.recent.len());
+                f.recent.push(VecDeque::new());
+                f.recent.len() - 1
+            }
+        };
+        let a = Arc::new(a);
+        f.recent[t].push_back((a.t_ms, a.clone()));
+        f.own.entry(a.request).or_default().push((t, a));
     }
 
     /// The attempt a call of `request` to `target` gets at `now_ms`: its own
     /// next unused one; else the latest recorded on the target at or before
-    /// now (the earliest if none is), answering without tool calls; None if
-    /// the target never appears (healthy).
-    pub fn take(&self, request: u64, target: &str, now_ms: u64) -> Option<(AttemptRec, bool)> {
+    /// now (the earliest if none is), answering without tool calls (`false`:
+    /// not its own); None if the target never appears (healthy).
+    pub fn take(&self, request: u64, target: &str, now_ms: u64) -> Option<(Arc<AttemptRec>, bool)> {
         let mut f = self.inner.lock();
+        let f = &mut *f;
+        let t = *f.targets.get(target)?;
         // Drop history older than the latest attempt at or before now (on
         // every call, so the history stays within the read-ahead horizon).
-        if let Some(recent) = f.recent.get_mut(target) {
-            while recent.len() > 1 && recent[1].t_ms <= now_ms {
-                recent.pop_front();
-            }
+        let recent = &mut f.recent[t];
+        while recent.len() > 1 && recent[1].0 <= now_ms {
+            recent.pop_front();
         }
         if let Some(own) = f.own.get_mut(&request) {
-            if let Some(i) = own.iter().position(|a| a.target == target) {
-                return own.remove(i).map(|a| (a, true));
+            if let Some(i) = own.iter().position(|&(at, _)| at == t) {
+                let (_, a) = own.remove(i);
+                if own.is_empty() {
+                    f.own.remove(&request);
+                }
+                return Some((a, true));
             }
         }
-        f.recent.get(target)?.front().cloned().map(|a| (a, false))
+        recent.front().map(|(_, a)| (a.clone(), false))
     }
 
     /// Forgets what is left of a finished request.
@@ -159,7 +175,7 @@ async fn play(
         Some(s) if s >= 400 => Err(fail(ErrorKind::from_status(s), Some(s))),
         _ => {
             let calls = match (own, req) {
-                (true, Some(req)) => {
+                (true, Some(req)) if !a.tool_calls.is_empty() => {
                     let order = order_id(req);
                     a.tool_calls
                         .iter()
@@ -186,6 +202,8 @@ pub struct RecordedProvider {
     target: String,
     fleet: Arc<RecordedFleet>,
     clock: Clock,
+    /// The text of every answer, shared.
+    text: Arc<str>,
 }
 
 impl RecordedProvider {
@@ -195,6 +213,7 @@ impl RecordedProvider {
             target: format!("provider:{name}"),
             fleet,
             clock,
+            text: "replayed answer".into(),
         }
     }
 }
@@ -220,7 +239,7 @@ impl Provider for RecordedProvider {
         };
         let elapsed = self.clock.now().saturating_duration_since(start);
         Ok(LlmResponse::measured(
-            "replayed answer".into(),
+            self.text.clone(),
             tool_calls,
             usage,
             Default::default(),
@@ -256,8 +275,8 @@ impl ToolExecutor for RecordedTools {
 }
 
 /// The agent request a recorded request line stands for.
-pub fn agent_request(q: &RequestRec) -> AgentRequest {
-    let messages = q.messages.clone().unwrap_or_else(|| {
+pub fn agent_request(q: RequestRec) -> AgentRequest {
+    let messages = q.messages.unwrap_or_else(|| {
         // Without recorded content, a prompt of the recorded size. It names
         // no order, so every replayed tool call has the same arguments and
         // content-keyed tool results are shared: with recorded traffic that
@@ -269,12 +288,12 @@ pub fn agent_request(q: &RequestRec) -> AgentRequest {
     });
     AgentRequest {
         id: q.id,
-        user: q.user.clone(),
-        session: q.session.clone(),
-        route: q.route.clone(),
+        user: q.user,
+        session: q.session,
+        route: q.route,
         messages,
-        tools: q.tools.clone(),
-        critical_tools: q.critical_tools.clone(),
+        tools: q.tools,
+        critical_tools: q.critical_tools,
         max_tokens: q.max_tokens,
         max_steps: q.max_steps.unwrap_or(0),
     }
@@ -367,12 +386,14 @@ pub async fn replay(
             next = reader.next_record()?;
         }
         while let Some(q) = queue.pop_front_if(|q| due(q.t_ms) <= now) {
-            let (r, req) = (runner.clone(), agent_request(&q));
+            let (r, req) = (runner.clone(), agent_request(q));
             spawned += 1;
-            tasks.spawn(async move {
+            // Boxed: the request's future is large, and a task moves its
+            // future (and takes its output) by value.
+            tasks.spawn(Box::pin(async move {
                 let o = r.run(req).await;
                 (o.request, o.level)
-            });
+            }));
         }
         while let Some(done) = tasks.try_join_next() {
             note(&mut out, &fleet, done, opts.compare);
