@@ -106,6 +106,15 @@ impl Scope {
         }
     }
 
+    /// How refusals name the budget's scope.
+    fn name(&self, user: &str) -> String {
+        if self.per_user {
+            format!("user {user} (fleet)")
+        } else {
+            "global (fleet)".into()
+        }
+    }
+
     fn refusal(&self, user: &str, window: usize, want: f64, left: f64) -> BudgetExceeded {
         let what = match (self.unit, window) {
             (Unit::Tokens, 0) => "tokens/minute",
@@ -116,11 +125,7 @@ impl Scope {
         };
         let limit = self.limits[window];
         BudgetExceeded {
-            scope: if self.per_user {
-                format!("user {user} (fleet)")
-            } else {
-                "global (fleet)".into()
-            },
+            scope: self.name(user),
             what,
             would: limit - left + want,
             limit,
@@ -264,13 +269,7 @@ impl Allowances {
         };
         let g = match granted {
             Some(g) => g,
-            None if self.fail == FailMode::Closed => {
-                return Err(BudgetExceeded::store_unreachable(if s.per_user {
-                    format!("user {user} (fleet)")
-                } else {
-                    "global (fleet)".into()
-                }))
-            }
+            None if self.fail == FailMode::Closed => return Err(BudgetExceeded::store_unreachable(s.name(user))),
             None => {
                 // This instance's share of the budget, counted here.
                 let n = f64::from(self.status.view().instances.max(1));

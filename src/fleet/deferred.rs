@@ -239,13 +239,7 @@ impl SharedQueue {
                 }
                 None => {
                     tracing::error!(id = %e.id, "unreadable deferred request on the fleet's stream; dropping it");
-                    let _: () = redis::pipe()
-                        .xack(STREAM, GROUP, &[&e.id])
-                        .ignore()
-                        .xdel(STREAM, &[&e.id])
-                        .ignore()
-                        .query_async(conn)
-                        .await?;
+                    remove(conn, std::slice::from_ref(&e.id)).await?;
                 }
             }
         }
@@ -259,14 +253,7 @@ impl SharedQueue {
         if ids.is_empty() {
             return Ok(());
         }
-        let r: redis::RedisResult<()> = redis::pipe()
-            .xack(STREAM, GROUP, &ids)
-            .ignore()
-            .xdel(STREAM, &ids)
-            .ignore()
-            .query_async(conn)
-            .await;
-        match r {
+        match remove(conn, &ids).await {
             Ok(()) => {
                 let mut held = self.held.lock();
                 for id in &ids {
@@ -281,4 +268,15 @@ impl SharedQueue {
             }
         }
     }
+}
+
+/// Acknowledges and deletes stream entries.
+async fn remove(conn: &mut ConnectionManager, ids: &[String]) -> redis::RedisResult<()> {
+    redis::pipe()
+        .xack(STREAM, GROUP, ids)
+        .ignore()
+        .xdel(STREAM, ids)
+        .ignore()
+        .query_async(conn)
+        .await
 }

@@ -260,17 +260,8 @@ impl Fleet {
                 at_ms: self.runner.clock().wall_ms(),
             };
             self.applied.lock().insert(op.target.clone(), op.at_ms);
-            let Ok(json) = serde_json::to_string(&op) else { continue };
-            let mut conn = self.conn.clone();
-            let r: redis::RedisResult<()> = redis::pipe()
-                .pset_ex(format!("{TRIP_KEY}{}", op.target), &json, open_ms)
-                .ignore()
-                .publish(OPS_CHANNEL, &json)
-                .ignore()
-                .query_async(&mut conn)
-                .await;
-            if let Err(e) = r {
-                tracing::debug!(error = %e, target = %op.target, "trip not shared (Redis unreachable)");
+            if !self.share(TRIP_KEY, open_ms, &op).await {
+                tracing::debug!(target = %op.target, "trip not shared (Redis unreachable)");
             }
         }
     }
@@ -297,15 +288,15 @@ impl Fleet {
         Ok(())
     }
 
-    /// Stores and announces an action; false if Redis did not take it.
-    async fn share(&self, op: &SharedOp) -> bool {
+    /// Stores an action under `prefix` + its target for `ttl_ms` and
+    /// announces it; false if Redis did not take it.
+    async fn share(&self, prefix: &str, ttl_ms: u64, op: &SharedOp) -> bool {
         let Ok(json) = serde_json::to_string(op) else {
             return false;
         };
         let mut conn = self.conn.clone();
-        let key = format!("{OP_KEY}{}", op.target);
         let r: redis::RedisResult<()> = redis::pipe()
-            .set_ex(&key, &json, OP_TTL.as_secs())
+            .pset_ex(format!("{prefix}{}", op.target), &json, ttl_ms)
             .ignore()
             .publish(OPS_CHANNEL, &json)
             .ignore()
@@ -339,7 +330,7 @@ impl Fleet {
                 at_ms: self.runner.clock().wall_ms(),
             };
             self.applied.lock().insert(op.target.clone(), op.at_ms);
-            if !self.share(&op).await {
+            if !self.share(OP_KEY, OP_TTL.as_millis() as u64, &op).await {
                 tracing::warn!(action = %op.action, target = %op.target, "Redis unreachable; the action is shared when it returns");
                 self.unsent.lock().push(op);
             }
@@ -400,7 +391,7 @@ impl Fleet {
                 status.set_instances(n as u32);
                 let unsent = std::mem::take(&mut *self.unsent.lock());
                 for op in unsent {
-                    if !self.share(&op).await {
+                    if !self.share(OP_KEY, OP_TTL.as_millis() as u64, &op).await {
                         self.unsent.lock().push(op);
                     }
                 }
