@@ -21,9 +21,10 @@ use crate::runner::Runner;
 use crate::tools::ToolExecutor;
 use parking_lot::Mutex;
 use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
-use tokio::task::JoinSet;
+use tokio::sync::Notify;
 use tokio::time::Instant;
 
 /// How far (in log time) the reader runs ahead of the replay. A request's
@@ -330,6 +331,51 @@ pub struct ReplayOptions {
     pub outcomes: Option<Arc<RecordedOutcomes>>,
 }
 
+/// The replayed requests still running, counted in and out, so the driver
+/// is woken only when the last one ends, not as each one does.
+#[derive(Default)]
+struct InFlight {
+    running: AtomicU64,
+    /// Tasks that ended without an outcome (a panic).
+    lost: AtomicU64,
+    /// Replayed levels per request (with `compare`).
+    levels: Mutex<HashMap<u64, Level>>,
+    all_done: Notify,
+}
+
+/// One request's task: counted out when dropped, and as lost unless it
+/// reached its outcome.
+struct Running {
+    inflight: Arc<InFlight>,
+    ended: bool,
+}
+
+impl Running {
+    fn start(inflight: &Arc<InFlight>) -> Self {
+        inflight.running.fetch_add(1, Ordering::Relaxed);
+        Self {
+            inflight: inflight.clone(),
+            ended: false,
+        }
+    }
+
+    /// The request reached its outcome.
+    fn end(mut self) {
+        self.ended = true;
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        if !self.ended {
+            self.inflight.lost.fetch_add(1, Ordering::Relaxed);
+        }
+        if self.inflight.running.fetch_sub(1, Ordering::AcqRel) == 1 {
+            self.inflight.all_done.notify_one();
+        }
+    }
+}
+
 /// Re-drives every request of `reader` through `runner` at its recorded
 /// time; `fleet` (recorded mode) is fed the attempts as they are read.
 pub async fn replay(
@@ -343,7 +389,7 @@ pub async fn replay(
     let start = Instant::now();
     let due = |t_ms: u64| start + Duration::from_millis(t_ms);
     let mut out = Replayed::default();
-    let mut tasks: JoinSet<(u64, Level)> = JoinSet::new();
+    let inflight = Arc::new(InFlight::default());
     let mut spawned = 0u64;
     // Requests read but not yet due: kept as log records (small), started
     // as tasks only at their time, so what is held ahead stays small.
@@ -386,17 +432,24 @@ pub async fn replay(
             next = reader.next_record()?;
         }
         while let Some(q) = queue.pop_front_if(|q| due(q.t_ms) <= now) {
-            let (r, req) = (runner.clone(), agent_request(q));
+            let (r, req, fleet) = (runner.clone(), agent_request(q), fleet.clone());
+            let (inflight, compare) = (inflight.clone(), opts.compare);
+            let running = Running::start(&inflight);
             spawned += 1;
             // Boxed: the request's future is large, and a task moves its
-            // future (and takes its output) by value.
-            tasks.spawn(Box::pin(async move {
+            // future by value.
+            tokio::spawn(Box::pin(async move {
                 let o = r.run(req).await;
-                (o.request, o.level)
+                // A deferred request is re-driven later and needs the rest
+                // of its recorded attempts then.
+                if let (Some(f), false) = (fleet, o.level == Level::Deferred) {
+                    f.forget(o.request);
+                }
+                if compare {
+                    inflight.levels.lock().insert(o.request, o.level);
+                }
+                running.end();
             }));
-        }
-        while let Some(done) = tasks.try_join_next() {
-            note(&mut out, &fleet, done, opts.compare);
         }
         let wake = [
             queue.front().map(|q| due(q.t_ms)),
@@ -407,38 +460,21 @@ pub async fn replay(
             None => break,
         }
     }
-    while let Some(done) = tasks.join_next().await {
-        note(&mut out, &fleet, done, opts.compare);
+    while inflight.running.load(Ordering::Acquire) > 0 {
+        inflight.all_done.notified().await;
     }
     runner.redrive_deferred(false).await;
     runner.redrive_deferred(true).await;
     out.requests = spawned;
+    out.lost = inflight.lost.load(Ordering::Relaxed);
+    if out.lost > 0 {
+        tracing::error!(lost = out.lost, "replayed requests ended without an outcome");
+    }
+    for (id, level) in inflight.levels.lock().drain() {
+        out.levels.entry(id).or_default().1 = Some(level);
+    }
     out.bad_lines = reader.bad_lines();
     Ok(out)
-}
-
-fn note(
-    out: &mut Replayed,
-    fleet: &Option<Arc<RecordedFleet>>,
-    done: Result<(u64, Level), tokio::task::JoinError>,
-    compare: bool,
-) {
-    match done {
-        Ok((id, level)) => {
-            // A deferred request is re-driven later and needs the rest of
-            // its recorded attempts then.
-            if let (Some(f), false) = (fleet, level == Level::Deferred) {
-                f.forget(id);
-            }
-            if compare {
-                out.levels.entry(id).or_default().1 = Some(level);
-            }
-        }
-        Err(e) => {
-            out.lost += 1;
-            tracing::error!(error = %e, "a replayed request ended without an outcome");
-        }
-    }
 }
 
 /// How long a log runs (the `t_ms` of its last record), read from its tail
