@@ -27,8 +27,10 @@ pub struct Prefetched {
 }
 
 impl Prefetched {
-    /// Starts reading `reader` on a new thread.
-    pub fn spawn(mut reader: LogReader) -> std::io::Result<Self> {
+    /// Starts reading `reader` on a new thread. Without `outcomes`, recorded
+    /// outcomes are checked but dropped there: nobody downstream needs them,
+    /// and handing them over and freeing them would cost the replay's thread.
+    pub fn spawn(mut reader: LogReader, outcomes: bool) -> std::io::Result<Self> {
         let (tx, rx) = sync_channel(AHEAD);
         std::thread::Builder::new()
             .name("log-reader".into())
@@ -36,6 +38,7 @@ impl Prefetched {
                 let mut batch = Vec::with_capacity(BATCH);
                 let end = loop {
                     match reader.next_record() {
+                        Ok(Some(Record::Outcome(_))) if !outcomes => {}
                         Ok(Some(r)) => {
                             batch.push(r);
                             if batch.len() == BATCH {

@@ -21,6 +21,7 @@ use crate::runner::Runner;
 use crate::tools::ToolExecutor;
 use parking_lot::Mutex;
 use std::collections::{HashMap, VecDeque};
+use std::fmt::Write;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -284,8 +285,11 @@ pub fn agent_request(q: RequestRec) -> AgentRequest {
         // asks about few orders this is closer to the recording than unique
         // prompts, which would turn every recorded cache hit into a miss
         // (a deferral, under a fault). Exact replay needs recorded content.
-        let pad = "x".repeat((q.prompt_tokens as usize * 4).saturating_sub(40));
-        vec![Message::new("user", format!("replayed request {} {pad}", q.id))]
+        let pad = (q.prompt_tokens as usize * 4).saturating_sub(40);
+        let mut text = String::with_capacity(pad + 40);
+        let _ = write!(text, "replayed request {} ", q.id);
+        text.extend(std::iter::repeat_n('x', pad));
+        vec![Message::new("user", text)]
     });
     AgentRequest {
         id: q.id,
@@ -385,7 +389,8 @@ pub async fn replay(
     opts: ReplayOptions,
 ) -> Result<Replayed, LogError> {
     let path = reader.path().to_path_buf();
-    let mut reader = Prefetched::spawn(reader).map_err(|source| LogError::Io { path, source })?;
+    let outcomes = opts.compare || opts.outcomes.is_some();
+    let mut reader = Prefetched::spawn(reader, outcomes).map_err(|source| LogError::Io { path, source })?;
     let start = Instant::now();
     let due = |t_ms: u64| start + Duration::from_millis(t_ms);
     let mut out = Replayed::default();
