@@ -3,9 +3,6 @@
 
 use super::evict;
 use crate::config::SessionConfig;
-use compact_str::CompactString;
-use parking_lot::Mutex;
-use std::sync::Arc;
 
 /// A session quota that was hit.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -33,37 +30,10 @@ struct SessionState {
     last_seen_ms: u64,
 }
 
-/// A session's state, shared by the map and the requests in it.
-type Shared = Arc<Mutex<SessionState>>;
-
 /// All sessions' quotas.
 pub struct Sessions {
     cfg: SessionConfig,
-    map: evict::KeyMap<Shared>,
-}
-
-/// One request's stay in its session, from [`Sessions::enter`] to
-/// [`InSession::leave`]: its steps and tokens are counted through it without
-/// looking the session up again. Dropped without `leave` (a cancelled
-/// request), it still frees its concurrency slot.
-#[must_use = "the session's slot is freed when this is dropped"]
-pub struct InSession {
-    name: CompactString,
-    state: Shared,
-}
-
-impl InSession {
-    /// Ends the request's stay at `now_ms`.
-    pub fn leave(self, now_ms: u64) {
-        self.state.lock().last_seen_ms = now_ms;
-    }
-}
-
-impl Drop for InSession {
-    fn drop(&mut self) {
-        let mut s = self.state.lock();
-        s.in_flight = s.in_flight.saturating_sub(1);
-    }
+    map: evict::KeyMap<SessionState>,
 }
 
 impl Sessions {
@@ -75,22 +45,19 @@ impl Sessions {
         }
     }
 
-    /// Admits one request of `session`.
-    pub fn enter(&self, session: &str, now_ms: u64) -> Result<InSession, QuotaExceeded> {
-        let (name, state) = match self.map.get(session) {
-            Some(e) => (e.key().clone(), e.value().clone()),
+    /// Admits one request of `session`; pair with [`Sessions::leave`].
+    pub fn enter(&self, session: &str, now_ms: u64) -> Result<(), QuotaExceeded> {
+        let mut e = match self.map.get_mut(session) {
+            Some(e) => e,
             None => {
                 evict::make_room(&self.map, self.cfg.max_tracked, now_ms, self.cfg.idle_evict_s * 1000);
-                let e = self.map.entry(session.into()).or_insert_with(|| {
-                    Arc::new(Mutex::new(SessionState {
-                        started_ms: now_ms,
-                        ..SessionState::default()
-                    }))
-                });
-                (e.key().clone(), e.value().clone())
+                self.map.entry(session.into()).or_insert_with(|| SessionState {
+                    started_ms: now_ms,
+                    ..SessionState::default()
+                })
             }
         };
-        let mut s = state.lock();
+        let s = e.value_mut();
         s.last_seen_ms = now_ms;
         let c = &self.cfg;
         if c.deadline_s > 0 && now_ms.saturating_sub(s.started_ms) > c.deadline_s * 1000 {
@@ -100,27 +67,42 @@ impl Sessions {
             return Err(QuotaExceeded::Concurrency(session.into(), c.max_concurrent));
         }
         s.in_flight += 1;
-        drop(s);
-        Ok(InSession { name, state })
-    }
-
-    /// Takes one LLM step of the session's quota.
-    pub fn step(&self, at: &InSession) -> Result<(), QuotaExceeded> {
-        let c = &self.cfg;
-        let mut s = at.state.lock();
-        if s.steps >= c.max_steps {
-            return Err(QuotaExceeded::Steps(at.name.to_string(), c.max_steps));
-        }
-        if s.tokens >= c.max_tokens {
-            return Err(QuotaExceeded::Tokens(at.name.to_string(), c.max_tokens));
-        }
-        s.steps += 1;
         Ok(())
     }
 
+    /// Takes one LLM step of the session's quota.
+    pub fn step(&self, session: &str) -> Result<(), QuotaExceeded> {
+        let c = &self.cfg;
+        match self.map.get_mut(session) {
+            Some(mut e) => {
+                let s = e.value_mut();
+                if s.steps >= c.max_steps {
+                    return Err(QuotaExceeded::Steps(session.into(), c.max_steps));
+                }
+                if s.tokens >= c.max_tokens {
+                    return Err(QuotaExceeded::Tokens(session.into(), c.max_tokens));
+                }
+                s.steps += 1;
+                Ok(())
+            }
+            None => Ok(()),
+        }
+    }
+
     /// Adds tokens used by the session.
-    pub fn add_tokens(&self, at: &InSession, tokens: u64) {
-        at.state.lock().tokens += tokens;
+    pub fn add_tokens(&self, session: &str, tokens: u64) {
+        if let Some(mut e) = self.map.get_mut(session) {
+            e.value_mut().tokens += tokens;
+        }
+    }
+
+    /// Ends one request of the session.
+    pub fn leave(&self, session: &str, now_ms: u64) {
+        if let Some(mut e) = self.map.get_mut(session) {
+            let s = e.value_mut();
+            s.in_flight = s.in_flight.saturating_sub(1);
+            s.last_seen_ms = now_ms;
+        }
     }
 
     /// Forgets sessions idle for `idle_evict_s` with nothing in flight.
@@ -139,12 +121,12 @@ impl Sessions {
     }
 }
 
-impl evict::Idle for Shared {
+impl evict::Idle for SessionState {
     fn busy(&self) -> bool {
-        self.lock().in_flight > 0
+        self.in_flight > 0
     }
     fn last_seen_ms(&self) -> u64 {
-        self.lock().last_seen_ms
+        self.last_seen_ms
     }
 }
 
@@ -162,27 +144,15 @@ mod tests {
             idle_evict_s: 1,
             max_tracked: 100,
         });
-        let a = s.enter("a", 0).unwrap();
+        s.enter("a", 0).unwrap();
         assert!(matches!(s.enter("a", 0), Err(QuotaExceeded::Concurrency(..))));
-        s.step(&a).unwrap();
-        s.step(&a).unwrap();
-        assert!(matches!(s.step(&a), Err(QuotaExceeded::Steps(..))));
-        a.leave(5);
+        s.step("a").unwrap();
+        s.step("a").unwrap();
+        assert!(matches!(s.step("a"), Err(QuotaExceeded::Steps(..))));
+        s.leave("a", 5);
         assert!(matches!(s.enter("a", 20_000), Err(QuotaExceeded::Deadline(..))));
         s.evict_idle(40_000);
         assert!(s.is_empty());
-    }
-
-    #[test]
-    fn a_request_dropped_mid_session_frees_its_slot() {
-        let s = Sessions::new(SessionConfig {
-            max_concurrent: 1,
-            ..SessionConfig::default()
-        });
-        let a = s.enter("a", 0).unwrap();
-        assert!(matches!(s.enter("a", 0), Err(QuotaExceeded::Concurrency(..))));
-        drop(a);
-        s.enter("a", 1).unwrap().leave(1);
     }
 
     #[test]
@@ -193,7 +163,8 @@ mod tests {
         });
         for i in 0..50_000u64 {
             let name = format!("s{i}");
-            s.enter(&name, i).unwrap().leave(i);
+            s.enter(&name, i).unwrap();
+            s.leave(&name, i);
         }
         assert!(s.len() <= 1_000, "{}", s.len());
     }

@@ -9,7 +9,6 @@ use super::request::AgentRequest;
 use super::Runner;
 use crate::provider::{Message, ToolSpec};
 use crate::resilience::defer::Deferred;
-use crate::resilience::session::InSession;
 use crate::telemetry::events::EventKind;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -105,9 +104,9 @@ impl Runner {
         let now_ms = self.clock.elapsed_ms();
         let end = match self.sessions.enter(&req.session, now_ms) {
             Err(q) => End::Failed(format!("Request refused: {q}.")),
-            Ok(session) => {
-                let end = self.agent_loop(req, &session, may_defer, &mut trail).await;
-                session.leave(self.clock.elapsed_ms());
+            Ok(()) => {
+                let end = self.agent_loop(req, may_defer, &mut trail).await;
+                self.sessions.leave(&req.session, self.clock.elapsed_ms());
                 end
             }
         };
@@ -171,7 +170,7 @@ impl Runner {
         ANSWER_KEYS.hash_one((&*req.route, q))
     }
 
-    async fn agent_loop(&self, req: &AgentRequest, session: &InSession, may_defer: bool, trail: &mut Trail) -> End {
+    async fn agent_loop(&self, req: &AgentRequest, may_defer: bool, trail: &mut Trail) -> End {
         let Some(route) = self.routes.get(&req.route) else {
             let mut known: Vec<&str> = self.routes.keys().map(String::as_str).collect();
             known.sort_unstable();
@@ -210,7 +209,7 @@ impl Runner {
         let mut last_text: Option<Arc<str>> = None;
 
         for step in 0..max_steps {
-            if let Err(q) = self.sessions.step(session) {
+            if let Err(q) = self.sessions.step(&req.session) {
                 if step == 0 {
                     return End::Failed(format!("Request refused: {q}."));
                 }
@@ -252,7 +251,7 @@ impl Runner {
                 }
                 Ok((resp, mi)) => {
                     self.sessions
-                        .add_tokens(session, (resp.usage.input + resp.usage.output) as u64);
+                        .add_tokens(&req.session, (resp.usage.input + resp.usage.output) as u64);
                     if mi != primary {
                         trail.fallback = true;
                     }
