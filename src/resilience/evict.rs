@@ -29,20 +29,85 @@ pub fn evict_idle<V: Idle>(map: &KeyMap<V>, now_ms: u64, idle_ms: u64) -> usize 
 }
 
 /// Before inserting into a full map (`len ≥ max`): evicts idle entries, then
-/// ever more recently used ones, until a tenth of the room is free.
-/// Returns how many entries went.
+/// the least recently used ones, until a tenth of the room is free. Returns
+/// how many entries went. Three passes over the map at most: one for the
+/// idle, one to find the last-seen time that frees enough, one to evict.
 pub fn make_room<V: Idle>(map: &KeyMap<V>, max: usize, now_ms: u64, idle_ms: u64) -> usize {
     if map.len() < max {
         return 0;
     }
     let target = max - max / 10;
-    let mut idle = idle_ms;
-    let mut gone = 0;
-    loop {
-        gone += evict_idle(map, now_ms, idle);
-        if map.len() <= target || idle == 0 {
-            return gone;
+    let mut gone = evict_idle(map, now_ms, idle_ms);
+    let before = map.len();
+    if before <= target {
+        return gone;
+    }
+    let mut seen: Vec<u64> = map
+        .iter()
+        .filter(|e| !e.value().busy())
+        .map(|e| e.value().last_seen_ms())
+        .collect();
+    let excess = (before - target).min(seen.len());
+    if excess == 0 {
+        return gone;
+    }
+    let (_, &mut cutoff, _) = seen.select_nth_unstable(excess - 1);
+    map.retain(|_, v| v.busy() || v.last_seen_ms() > cutoff);
+    gone += before.saturating_sub(map.len());
+    gone
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    struct Entry {
+        busy: bool,
+        seen: u64,
+    }
+
+    impl Idle for Entry {
+        fn busy(&self) -> bool {
+            self.busy
         }
-        idle /= 2;
+        fn last_seen_ms(&self) -> u64 {
+            self.seen
+        }
+    }
+
+    #[test]
+    fn a_full_map_loses_its_least_recently_used_idle_entries() {
+        let map = key_map();
+        for i in 0..100u64 {
+            // Every tenth entry is busy, and busy entries are the oldest.
+            let busy = i % 10 == 0;
+            map.insert(format!("k{i}").into(), Entry { busy, seen: i });
+        }
+        let gone = make_room(&map, 100, 100, 1_000);
+        assert_eq!(gone, 10);
+        assert_eq!(map.len(), 90);
+        for i in 0..100u64 {
+            let kept = map.contains_key(format!("k{i}").as_str());
+            let oldest_idle = i % 10 != 0 && i <= 11;
+            assert_eq!(kept, !oldest_idle, "k{i}");
+        }
+    }
+
+    #[test]
+    fn idle_entries_go_first_and_a_map_with_room_is_left_alone() {
+        let map = key_map();
+        for i in 0..10u64 {
+            map.insert(
+                format!("k{i}").into(),
+                Entry {
+                    busy: false,
+                    seen: i * 100,
+                },
+            );
+        }
+        assert_eq!(make_room(&map, 11, 1_000, 500), 0);
+        // Full: entries idle for 500 ms or more (seen at 0..=500) go, which is enough.
+        assert_eq!(make_room(&map, 10, 1_000, 500), 6);
+        assert_eq!(map.len(), 4);
     }
 }

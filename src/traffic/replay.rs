@@ -285,10 +285,15 @@ pub fn agent_request(q: RequestRec) -> AgentRequest {
         // asks about few orders this is closer to the recording than unique
         // prompts, which would turn every recorded cache hit into a miss
         // (a deferral, under a fault). Exact replay needs recorded content.
-        let pad = (q.prompt_tokens as usize * 4).saturating_sub(40);
+        const XS: &str = "xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx";
+        let mut pad = (q.prompt_tokens as usize * 4).saturating_sub(40);
         let mut text = String::with_capacity(pad + 40);
         let _ = write!(text, "replayed request {} ", q.id);
-        text.extend(std::iter::repeat_n('x', pad));
+        while pad > 0 {
+            let n = pad.min(XS.len());
+            text.push_str(&XS[..n]);
+            pad -= n;
+        }
         vec![Message::new("user", text)]
     });
     AgentRequest {
