@@ -20,6 +20,7 @@ use crate::runner::request::AgentRequest;
 use crate::runner::Runner;
 use crate::tools::ToolExecutor;
 use parking_lot::Mutex;
+use smallvec::SmallVec;
 use std::collections::{HashMap, VecDeque};
 use std::fmt::Write;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -41,6 +42,9 @@ pub struct RecordedFleet {
     inner: Mutex<Fleet>,
 }
 
+/// A request's attempts not yet taken, with their targets' indexes.
+type OwnAttempts = SmallVec<[(usize, Arc<AttemptRec>); 2]>;
+
 /// Attempts are shared between a request's own list and its target's
 /// history, so indexing one costs no copy.
 #[derive(Default)]
@@ -48,11 +52,26 @@ struct Fleet {
     /// Index of each target's history in `recent`.
     targets: HashMap<Box<str>, usize, ahash::RandomState>,
     /// Each request's own attempts with their target's index, in recorded
-    /// order (a request has few, so a target's next one is found by a short scan).
-    own: HashMap<u64, Vec<(usize, Arc<AttemptRec>)>, ahash::RandomState>,
+    /// order (a request has few, so a target's next one is found by a short
+    /// scan, and the first two are held inline).
+    own: HashMap<u64, OwnAttempts, ahash::RandomState>,
     /// Recent attempts per target with their times, in time order, for
     /// calls with no own record.
     recent: Vec<VecDeque<(u64, Arc<AttemptRec>)>>,
+}
+
+impl Fleet {
+    /// The index of `target`'s history, added empty if new.
+    fn target(&mut self, target: &str) -> usize {
+        match self.targets.get(target) {
+            Some(&t) => t,
+            None => {
+                self.targets.insert(target.into(), self.recent.len());
+                self.recent.push(VecDeque::new());
+                self.recent.len() - 1
+            }
+        }
+    }
 }
 
 impl RecordedFleet {
@@ -60,27 +79,30 @@ impl RecordedFleet {
     pub fn add(&self, a: AttemptRec) {
         let mut f = self.inner.lock();
         let f = &mut *f;
-        let t = match f.targets.get(a.target.as_str()) {
-            Some(&t) => t,
-            None => {
-                f.targets.insert(a.target.as_str().into(), f.recent.len());
-                f.recent.push(VecDeque::new());
-                f.recent.len() - 1
-            }
-        };
+        let t = f.target(&a.target);
         let a = Arc::new(a);
         f.recent[t].push_back((a.t_ms, a.clone()));
         f.own.entry(a.request).or_default().push((t, a));
     }
 
-    /// The attempt a call of `request` to `target` gets at `now_ms`: its own
+    /// The index a target's calls are taken under ([`RecordedFleet::take_at`]).
+    pub fn target(&self, target: &str) -> usize {
+        self.inner.lock().target(target)
+    }
+
+    /// [`RecordedFleet::take_at`] by the target's name.
+    pub fn take(&self, request: u64, target: &str, now_ms: u64) -> Option<(Arc<AttemptRec>, bool)> {
+        let t = *self.inner.lock().targets.get(target)?;
+        self.take_at(request, t, now_ms)
+    }
+
+    /// The attempt a call of `request` to target `t` gets at `now_ms`: its own
     /// next unused one; else the latest recorded on the target at or before
     /// now (the earliest if none is), answering without tool calls (`false`:
-    /// not its own); None if the target never appears (healthy).
-    pub fn take(&self, request: u64, target: &str, now_ms: u64) -> Option<(Arc<AttemptRec>, bool)> {
+    /// not its own); None if the target has no recorded attempt (healthy).
+    pub fn take_at(&self, request: u64, t: usize, now_ms: u64) -> Option<(Arc<AttemptRec>, bool)> {
         let mut f = self.inner.lock();
         let f = &mut *f;
-        let t = *f.targets.get(target)?;
         // Drop history older than the latest attempt at or before now (on
         // every call, so the history stays within the read-ahead horizon).
         let recent = &mut f.recent[t];
@@ -201,7 +223,8 @@ async fn play(
 
 /// A provider that behaves as recorded.
 pub struct RecordedProvider {
-    target: String,
+    /// Its target's index in the fleet.
+    target: usize,
     fleet: Arc<RecordedFleet>,
     clock: Clock,
     /// The text of every answer, shared.
@@ -212,7 +235,7 @@ impl RecordedProvider {
     /// The recorded `provider:NAME`.
     pub fn new(name: &str, fleet: Arc<RecordedFleet>, clock: Clock) -> Self {
         Self {
-            target: format!("provider:{name}"),
+            target: fleet.target(&format!("provider:{name}")),
             fleet,
             clock,
             text: "replayed answer".into(),
@@ -224,7 +247,7 @@ impl RecordedProvider {
 impl Provider for RecordedProvider {
     async fn complete(&self, req: &LlmRequest) -> Result<LlmResponse, ProviderError> {
         let start = self.clock.now();
-        let (usage, tool_calls) = match self.fleet.take(req.request_id, &self.target, self.clock.elapsed_ms()) {
+        let (usage, tool_calls) = match self.fleet.take_at(req.request_id, self.target, self.clock.elapsed_ms()) {
             Some((a, own)) => play(&a, own, Some(req), &self.clock).await?,
             None => {
                 tokio::time::sleep(Duration::from_millis(300)).await;
