@@ -61,6 +61,26 @@ struct Fleet {
 }
 
 impl Fleet {
+    /// See [`RecordedFleet::take_at`].
+    fn take(&mut self, request: u64, t: usize, now_ms: u64) -> Option<(Arc<AttemptRec>, bool)> {
+        // Drop history older than the latest attempt at or before now (on
+        // every call, so the history stays within the read-ahead horizon).
+        let recent = &mut self.recent[t];
+        while recent.len() > 1 && recent[1].0 <= now_ms {
+            recent.pop_front();
+        }
+        if let Some(own) = self.own.get_mut(&request) {
+            if let Some(i) = own.iter().position(|&(at, _)| at == t) {
+                let (_, a) = own.remove(i);
+                if own.is_empty() {
+                    self.own.remove(&request);
+                }
+                return Some((a, true));
+            }
+        }
+        recent.front().map(|(_, a)| (a.clone(), false))
+    }
+
     /// The index of `target`'s history, added empty if new.
     fn target(&mut self, target: &str) -> usize {
         match self.targets.get(target) {
@@ -92,8 +112,9 @@ impl RecordedFleet {
 
     /// [`RecordedFleet::take_at`] by the target's name.
     pub fn take(&self, request: u64, target: &str, now_ms: u64) -> Option<(Arc<AttemptRec>, bool)> {
-        let t = *self.inner.lock().targets.get(target)?;
-        self.take_at(request, t, now_ms)
+        let mut f = self.inner.lock();
+        let t = *f.targets.get(target)?;
+        f.take(request, t, now_ms)
     }
 
     /// The attempt a call of `request` to target `t` gets at `now_ms`: its own
@@ -101,24 +122,7 @@ impl RecordedFleet {
     /// now (the earliest if none is), answering without tool calls (`false`:
     /// not its own); None if the target has no recorded attempt (healthy).
     pub fn take_at(&self, request: u64, t: usize, now_ms: u64) -> Option<(Arc<AttemptRec>, bool)> {
-        let mut f = self.inner.lock();
-        let f = &mut *f;
-        // Drop history older than the latest attempt at or before now (on
-        // every call, so the history stays within the read-ahead horizon).
-        let recent = &mut f.recent[t];
-        while recent.len() > 1 && recent[1].0 <= now_ms {
-            recent.pop_front();
-        }
-        if let Some(own) = f.own.get_mut(&request) {
-            if let Some(i) = own.iter().position(|&(at, _)| at == t) {
-                let (_, a) = own.remove(i);
-                if own.is_empty() {
-                    f.own.remove(&request);
-                }
-                return Some((a, true));
-            }
-        }
-        recent.front().map(|(_, a)| (a.clone(), false))
+        self.inner.lock().take(request, t, now_ms)
     }
 
     /// Forgets what is left of a finished request.
