@@ -389,13 +389,7 @@ impl Runner {
     /// breakers admit): where none can, deferred requests wait elsewhere.
     pub(crate) fn any_model_admits(&self) -> bool {
         let now = self.clock.now();
-        self.models.iter().any(|m| {
-            self.registry
-                .get(self.providers[m.provider].target)
-                .breaker
-                .would_admit(now)
-                && self.registry.get(m.target).breaker.would_admit(now)
-        })
+        self.models.iter().any(|m| self.admits(m, now))
     }
 
     /// Whether a deferred request's dependencies look available again.
@@ -404,14 +398,7 @@ impl Runner {
         let Some(route) = self.routes.get(&req.route) else {
             return true;
         };
-        let model_ok = route.chain.iter().any(|&m| {
-            let m = &self.models[m];
-            self.registry
-                .get(self.providers[m.provider].target)
-                .breaker
-                .would_admit(now)
-                && self.registry.get(m.target).breaker.would_admit(now)
-        });
+        let model_ok = route.chain.iter().any(|&m| self.admits(&self.models[m], now));
         let tools_ok = req.tools.iter().filter_map(|n| self.tool_index.get(n)).all(|&ti| {
             !self.is_critical(ti, &req.critical_tools)
                 || self.registry.get(self.tools[ti].target).breaker.would_admit(now)
