@@ -434,12 +434,20 @@ fn console_setup(c: &ConsoleArgs, speed: &Speed, cmd: &str) -> Result<(Theme, Ke
     Ok((theme, keymap))
 }
 
-/// The spool file: given, configured, or fresh in a private temp directory.
-fn spool_file(given: Option<PathBuf>, cfg: &Config) -> Result<PathBuf> {
+/// The spool file: given, configured, or fresh in a private temporary
+/// directory, which is removed when the returned guard is dropped (at exit:
+/// nobody else knows its name).
+fn spool_file(given: Option<PathBuf>, cfg: &Config) -> Result<(PathBuf, Option<tempfile::TempDir>)> {
     let configured = (!cfg.degradation.spool.is_empty()).then(|| PathBuf::from(&cfg.degradation.spool));
     match given.or(configured) {
-        Some(p) => Ok(p),
-        None => Ok(tempfile_dir()?.join("spool.jsonl")),
+        Some(p) => Ok((p, None)),
+        None => {
+            let dir = tempfile::Builder::new()
+                .prefix("fusebox-")
+                .tempdir()
+                .context("cannot create a temporary directory for the spool (set --spool FILE)")?;
+            Ok((dir.path().join("spool.jsonl"), Some(dir)))
+        }
     }
 }
 
@@ -486,7 +494,7 @@ fn demo(args: DemoArgs) -> Result<()> {
     let ui = console
         .then(|| console_setup(&args.console, &speed, "demo"))
         .transpose()?;
-    let spool = spool_file(args.spool.clone(), &cfg)?;
+    let (spool, _spool_dir) = spool_file(args.spool.clone(), &cfg)?;
     let state = args.state.redis(&cfg, &speed)?;
     let http = match args.providers.as_deref() {
         Some("http") => true,
@@ -556,7 +564,7 @@ fn demo(args: DemoArgs) -> Result<()> {
         let transitions = collect_transitions(&runner);
         let run = tokio::select! {
             run = run_scenario(runner.clone(), &scenario, duration, seed) => run,
-            _ = tokio::signal::ctrl_c() => {
+            _ = interrupted() => {
                 finish_recording(&runner, recorder, record_path.as_ref())?;
                 bail!("interrupted");
             }
@@ -588,16 +596,13 @@ fn replay(args: ReplayArgs) -> Result<()> {
     let ui = console
         .then(|| console_setup(&args.console, &speed, "replay LOG"))
         .transpose()?;
-    let spool = spool_file(args.spool.clone(), &cfg)?;
+    let (spool, _spool_dir) = spool_file(args.spool.clone(), &cfg)?;
     let state = args.state.redis(&cfg, &speed)?;
     let recorded = args.providers == "recorded";
     if matches!(speed, Speed::Max) {
         keep_freed_memory();
     }
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .start_paused(true)
-        .build()?;
+    let rt = replay_runtime(!recorded || state.is_some() || ui.is_some())?;
     let wall = std::time::Instant::now();
     let record = args.record;
     let record_path = record.record.clone();
@@ -637,7 +642,13 @@ fn replay(args: ReplayArgs) -> Result<()> {
             return anyhow::Ok(None);
         }
         let transitions = collect_transitions(&runner);
-        let out = fusebox::traffic::replay::replay(runner.clone(), reader, fleet, opts).await?;
+        let out = tokio::select! {
+            out = fusebox::traffic::replay::replay(runner.clone(), reader, fleet, opts) => out?,
+            _ = interrupted() => {
+                finish_recording(&runner, recorder, record_path.as_ref())?;
+                bail!("interrupted");
+            }
+        };
         runner.events().close_subscribers();
         finish_recording(&runner, recorder, record_path.as_ref())?;
         let seen = transitions.await?;
@@ -656,6 +667,19 @@ fn replay(args: ReplayArgs) -> Result<()> {
         Some(summary) => write_summary(&summary, args.summary_json.as_ref()),
         None => Ok(()),
     }
+}
+
+/// The replay's runtime, in virtual time, with tokio's I/O driver only when
+/// something does I/O (live providers, a fleet's store, the console): on
+/// timers alone, each step of virtual time saves a poll syscall.
+fn replay_runtime(io: bool) -> Result<tokio::runtime::Runtime> {
+    let mut b = tokio::runtime::Builder::new_current_thread();
+    if io {
+        b.enable_all();
+    } else {
+        b.enable_time();
+    }
+    Ok(b.start_paused(true).build()?)
 }
 
 /// Keeps freed memory in the process instead of returning it to the OS 10 ms
@@ -705,17 +729,14 @@ fn compare(args: &ReplayArgs, a: &PathBuf, b: &PathBuf) -> Result<()> {
         let cfg = Config::load(path)?;
         let reader = LogReader::open(&args.log, args.skip_bad_lines)?;
         let seed = Seed(args.seed.or(reader.header().map(|h| h.seed)).unwrap_or(42));
-        let spool = spool_file(None, &cfg)?;
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .start_paused(true)
-            .build()?;
+        let (spool, _spool_dir) = spool_file(None, &cfg)?;
+        let recorded = args.providers == "recorded";
+        let rt = replay_runtime(!recorded)?;
         let wall = std::time::Instant::now();
         let opts = ReplayOptions {
             operator: !args.no_operator,
             ..ReplayOptions::default()
         };
-        let recorded = args.providers == "recorded";
         let summary = rt.block_on(async move {
             let clock = Clock::with_wall_anchor(0);
             let (runner, fleet) = replay_runner(cfg, seed, spool, recorded, clock)?;
@@ -806,7 +827,7 @@ fn mock_server(listen: &str, seed: u64) -> Result<()> {
         let addr = server.spawn(listen).await.with_context(|| format!("cannot listen on {listen}"))?;
         eprintln!("fusebox mock: serving OpenAI (/v1/chat/completions), DeepSeek (/chat/completions) and Anthropic (/v1/messages) on http://{addr}");
         eprintln!("faults: GET/PUT http://{addr}/_fusebox/faults · Ctrl-C to stop");
-        tokio::signal::ctrl_c().await?;
+        interrupted().await;
         anyhow::Ok(())
     })
 }
@@ -865,6 +886,9 @@ fn serve(args: ServeArgs) -> Result<()> {
         eprintln!("fusebox serve: OpenAI-compatible gateway on {base} (POST /chat/completions, GET /models; /metrics, /healthz, /readyz at the root) · Ctrl-C to stop");
         let mut tick = tokio::time::interval(Duration::from_secs(1));
         let mut n = 0u64;
+        // Created once, so a Ctrl-C during a tick is not missed.
+        let stop = interrupted();
+        tokio::pin!(stop);
         loop {
             tokio::select! {
                 _ = tick.tick() => {
@@ -874,7 +898,7 @@ fn serve(args: ServeArgs) -> Result<()> {
                         status(&runner);
                     }
                 }
-                _ = tokio::signal::ctrl_c() => break,
+                _ = &mut stop => break,
             }
         }
         finish_recording(&runner, recorder, args.record.record.as_ref())?;
@@ -917,9 +941,27 @@ fn status_line(runner: &Runner) -> String {
     )
 }
 
-/// A private temporary directory for the demo's spool.
-fn tempfile_dir() -> Result<PathBuf> {
-    let dir = std::env::temp_dir().join(format!("fusebox-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
-    Ok(dir)
+/// Resolves at the first Ctrl-C (SIGINT). A thread waits for the signal, so
+/// it works on a runtime without tokio's I/O driver (a recorded replay runs
+/// on timers alone). Pends forever if the handler cannot be installed.
+fn interrupted() -> impl std::future::Future<Output = ()> {
+    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+    match signal_hook::iterator::Signals::new([signal_hook::consts::SIGINT]) {
+        Ok(mut signals) => {
+            let spawned = std::thread::Builder::new().name("sigint".into()).spawn(move || {
+                if signals.forever().next().is_some() {
+                    let _ = tx.send(());
+                }
+            });
+            if let Err(e) = spawned {
+                tracing::warn!(error = %e, "Ctrl-C will not be handled");
+            }
+        }
+        Err(e) => tracing::warn!(error = %e, "Ctrl-C will not be handled"),
+    }
+    async move {
+        if rx.await.is_err() {
+            std::future::pending::<()>().await;
+        }
+    }
 }

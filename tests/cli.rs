@@ -314,3 +314,65 @@ fn serve_answers_openai_calls_on_the_address_it_prints() {
     assert_eq!(level, "none");
     assert!(body.contains("chat.completion"), "{body}");
 }
+
+/// Ctrl-C during a headless replay that records: the recording is flushed
+/// whole (every line complete, as many as reported), and the exit says why.
+#[test]
+fn an_interrupted_replay_flushes_its_recording() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("in.jsonl");
+    let out = dir.path().join("out.jsonl");
+    // A minute of requests, replayed in real time: still running when interrupted.
+    let mut text = String::from("{\"kind\":\"header\",\"v\":1,\"started_at\":\"2026-11-29T00:00:00Z\",\"seed\":1}\n");
+    for id in 1..=600u64 {
+        text.push_str(&format!(
+            "{{\"kind\":\"request\",\"t_ms\":{},\"id\":{id},\"user\":\"u{}\",\"session\":\"s{id}\",\"route\":\"default\",\"prompt_tokens\":50,\"max_tokens\":100,\"tools\":[]}}\n",
+            id * 100,
+            id % 7
+        ));
+    }
+    std::fs::write(&log, text).unwrap();
+    let child = Command::new(env!("CARGO_BIN_EXE_fusebox"))
+        .args([
+            "replay",
+            log.to_str().unwrap(),
+            "--headless",
+            "--speed",
+            "1",
+            "--record",
+        ])
+        .arg(&out)
+        .stderr(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .expect("run fusebox replay");
+    // Wait until some requests were recorded (the writer flushes every few ms).
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while std::fs::read_to_string(&out).map_or(0, |t| t.lines().count()) < 5 {
+        assert!(std::time::Instant::now() < deadline, "nothing recorded");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let kill = Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(kill.success());
+    let o = child.wait_with_output().unwrap();
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(err.contains("interrupted"), "{err}");
+    let recorded: usize = err
+        .split("recorded ")
+        .nth(1)
+        .and_then(|r| r.split_whitespace().next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no record count in: {err}"));
+    let written = std::fs::read_to_string(&out).unwrap();
+    assert_eq!(written.lines().count(), recorded, "{err}");
+    assert!(written.ends_with('\n'));
+    for line in written.lines() {
+        serde_json::from_str::<serde_json::Value>(line).unwrap_or_else(|e| panic!("{e}: {line}"));
+    }
+    // Interrupted well before the minute was over.
+    assert!(!written.contains("\"id\":600,"), "not interrupted");
+}
