@@ -91,6 +91,20 @@ fn kind(v: &Value) -> &'static str {
 pub trait ToolExecutor: Send + Sync {
     /// Calls `name` with JSON `args`; the result is the tool's text output.
     async fn call(&self, name: &str, args: &str, request_id: u64, attempt: u32) -> Result<Arc<str>, ProviderError>;
+
+    /// [`ToolExecutor::call`], failing as timed out after `timeout`. Tools
+    /// that know their latency up front (recorded ones) answer this without
+    /// a second timer.
+    async fn call_within(
+        &self,
+        name: &str,
+        args: &str,
+        request_id: u64,
+        attempt: u32,
+        timeout: Duration,
+    ) -> Result<Arc<str>, ProviderError> {
+        crate::provider::within(timeout, "tool call", self.call(name, args, request_id, attempt)).await
+    }
 }
 
 /// Mock tools with realistic latency and the shared fault model

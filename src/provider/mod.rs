@@ -29,9 +29,20 @@ impl Message {
     /// A message with `role` and `content`.
     pub fn new(role: &str, content: impl Into<Arc<str>>) -> Self {
         Self {
-            role: role.into(),
+            role: shared_role(role),
             content: content.into(),
         }
+    }
+}
+
+/// The usual roles are allocated once and shared: a new message's role is a
+/// reference count, not an allocation.
+fn shared_role(role: &str) -> Arc<str> {
+    static ROLES: std::sync::LazyLock<[Arc<str>; 4]> =
+        std::sync::LazyLock::new(|| ["system", "user", "assistant", "tool"].map(Arc::from));
+    match ROLES.iter().find(|r| &***r == role) {
+        Some(r) => r.clone(),
+        None => role.into(),
     }
 }
 
@@ -234,6 +245,12 @@ pub struct ProviderError {
 }
 
 impl ProviderError {
+    /// A call (`what`: `provider call`, `tool call`) that took longer than
+    /// its timeout.
+    pub fn timed_out(what: &str) -> Self {
+        Self::new(ErrorKind::Timeout, None, format!("{what} timed out"))
+    }
+
     /// An error of `kind` with a message.
     pub fn new(kind: ErrorKind, status: Option<u16>, message: impl Into<String>) -> Self {
         Self {
@@ -252,6 +269,32 @@ impl ProviderError {
 pub trait Provider: Send + Sync {
     /// Makes one call.
     async fn complete(&self, req: &LlmRequest) -> Result<LlmResponse, ProviderError>;
+
+    /// Makes one call that fails as timed out after `timeout`. A provider
+    /// that knows its latency up front (a recorded one) answers this
+    /// without a second timer.
+    async fn complete_within(&self, req: &LlmRequest, timeout: Duration) -> Result<LlmResponse, ProviderError> {
+        within(timeout, "provider call", self.complete(req)).await
+    }
+}
+
+/// Awaits `call`, failing it as timed out (`what` says which call) after
+/// `timeout`. A call that is ready at once (an in-process provider) never
+/// touches the timer wheel.
+pub async fn within<T>(
+    timeout: Duration,
+    what: &str,
+    call: impl std::future::Future<Output = Result<T, ProviderError>>,
+) -> Result<T, ProviderError> {
+    use std::task::Poll;
+    let mut call = std::pin::pin!(call);
+    if let Poll::Ready(r) = std::future::poll_fn(|cx| Poll::Ready(call.as_mut().poll(cx))).await {
+        return r;
+    }
+    match tokio::time::timeout(timeout, call).await {
+        Ok(r) => r,
+        Err(_) => Err(ProviderError::timed_out(what)),
+    }
 }
 
 /// A provider that answers at once with a fixed text (benchmarks, tests).

@@ -28,33 +28,31 @@ pub fn evict_idle<V: Idle>(map: &KeyMap<V>, now_ms: u64, idle_ms: u64) -> usize 
     before.saturating_sub(map.len())
 }
 
-/// Before inserting into a full map (`len ≥ max`): evicts idle entries, then
-/// the least recently used ones, until a tenth of the room is free. Returns
-/// how many entries went. Three passes over the map at most: one for the
-/// idle, one to find the last-seen time that frees enough, one to evict.
+/// Before inserting into a full map (`len ≥ max`): evicts idle entries and
+/// then the least recently used ones, until a tenth of the room is free.
+/// Returns how many entries went. Two passes over the map: one to find the
+/// last-seen time that frees enough, one to evict. Idle entries are the
+/// least recently seen, so evicting "all idle, then the oldest of the rest"
+/// is one cutoff on the last-seen time.
 pub fn make_room<V: Idle>(map: &KeyMap<V>, max: usize, now_ms: u64, idle_ms: u64) -> usize {
-    if map.len() < max {
+    let before = map.len();
+    if before < max {
         return 0;
     }
     let target = max - max / 10;
-    let mut gone = evict_idle(map, now_ms, idle_ms);
-    let before = map.len();
-    if before <= target {
-        return gone;
-    }
     let mut seen: Vec<u64> = map
         .iter()
         .filter(|e| !e.value().busy())
         .map(|e| e.value().last_seen_ms())
         .collect();
     let excess = (before - target).min(seen.len());
-    if excess == 0 {
-        return gone;
-    }
-    let (_, &mut cutoff, _) = seen.select_nth_unstable(excess - 1);
-    map.retain(|_, v| v.busy() || v.last_seen_ms() > cutoff);
-    gone += before.saturating_sub(map.len());
-    gone
+    // Entries seen at or before the cutoff go (None: only the idle ones).
+    let lru = (excess > 0).then(|| *seen.select_nth_unstable(excess - 1).1);
+    map.retain(|_, v| {
+        let seen = v.last_seen_ms();
+        v.busy() || (now_ms.saturating_sub(seen) < idle_ms && lru.is_none_or(|c| seen > c))
+    });
+    before.saturating_sub(map.len())
 }
 
 #[cfg(test)]

@@ -47,17 +47,27 @@ impl Sessions {
 
     /// Admits one request of `session`; pair with [`Sessions::leave`].
     pub fn enter(&self, session: &str, now_ms: u64) -> Result<(), QuotaExceeded> {
-        let mut e = match self.map.get_mut(session) {
-            Some(e) => e,
-            None => {
-                evict::make_room(&self.map, self.cfg.max_tracked, now_ms, self.cfg.idle_evict_s * 1000);
-                self.map.entry(session.into()).or_insert_with(|| SessionState {
+        // One lookup finds or adds the session (most are new at a gateway);
+        // room is made after adding, when no shard is held any more. The new
+        // session is busy by then, so it stays.
+        let mut added = false;
+        let admitted = {
+            let mut e = self.map.entry(session.into()).or_insert_with(|| {
+                added = true;
+                SessionState {
                     started_ms: now_ms,
                     ..SessionState::default()
-                })
-            }
+                }
+            });
+            self.admit(session, e.value_mut(), now_ms)
         };
-        let s = e.value_mut();
+        if added && self.map.len() > self.cfg.max_tracked {
+            evict::make_room(&self.map, self.cfg.max_tracked, now_ms, self.cfg.idle_evict_s * 1000);
+        }
+        admitted
+    }
+
+    fn admit(&self, session: &str, s: &mut SessionState, now_ms: u64) -> Result<(), QuotaExceeded> {
         s.last_seen_ms = now_ms;
         let c = &self.cfg;
         if c.deadline_s > 0 && now_ms.saturating_sub(s.started_ms) > c.deadline_s * 1000 {

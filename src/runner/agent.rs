@@ -80,7 +80,7 @@ impl Runner {
             self.events.emit(EventKind::Request(Box::new(req.clone())));
         }
         self.retry_budget.deposit(start);
-        let mut o = self.run_once(&req, true).await;
+        let mut o = self.run_once(&req, true, start).await;
         o.latency_ms = self.clock.now().saturating_duration_since(start).as_millis() as u64;
         self.count_outcome(&o);
         o
@@ -98,14 +98,15 @@ impl Runner {
         }
     }
 
-    /// Runs the loop once; `may_defer` is false when re-driving the spool.
-    async fn run_once(&self, req: &AgentRequest, may_defer: bool) -> Outcome {
+    /// Runs the loop once, starting `now`; `may_defer` is false when
+    /// re-driving the spool.
+    async fn run_once(&self, req: &AgentRequest, may_defer: bool, now: tokio::time::Instant) -> Outcome {
         let mut trail = Trail::new();
-        let now_ms = self.clock.elapsed_ms();
+        let now_ms = self.clock.ms_at(now);
         let end = match self.sessions.enter(&req.session, now_ms) {
             Err(q) => End::Failed(format!("Request refused: {q}.")),
             Ok(()) => {
-                let end = self.agent_loop(req, may_defer, &mut trail).await;
+                let end = self.agent_loop(req, may_defer, now, &mut trail).await;
                 self.sessions.leave(&req.session, self.clock.elapsed_ms());
                 end
             }
@@ -170,7 +171,13 @@ impl Runner {
         ANSWER_KEYS.hash_one((&*req.route, q))
     }
 
-    async fn agent_loop(&self, req: &AgentRequest, may_defer: bool, trail: &mut Trail) -> End {
+    async fn agent_loop(
+        &self,
+        req: &AgentRequest,
+        may_defer: bool,
+        now: tokio::time::Instant,
+        trail: &mut Trail,
+    ) -> End {
         let Some(route) = self.routes.get(&req.route) else {
             let mut known: Vec<&str> = self.routes.keys().map(String::as_str).collect();
             known.sort_unstable();
@@ -181,7 +188,6 @@ impl Runner {
             ));
         };
         let primary = route.chain[0];
-        let now = self.clock.now();
 
         // Plan: offer only tools that can be used; skip non-critical tools
         // whose breaker is open (or all of them in drill mode).
@@ -323,13 +329,10 @@ impl Runner {
     }
 
     fn push_hops(&self, trail: &mut Trail) {
-        let new: Vec<String> = trail.tally.hops[trail.hops_seen..]
-            .iter()
-            .map(|h| self.hop_label(h))
-            .collect();
-        trail.hops_seen = trail.tally.hops.len();
-        for l in new {
-            trail.push(l);
+        while trail.hops_seen < trail.tally.hops.len() {
+            let label = self.hop_label(&trail.tally.hops[trail.hops_seen]);
+            trail.hops_seen += 1;
+            trail.push(label);
         }
     }
 
@@ -422,7 +425,7 @@ impl Runner {
         let o = if give_up {
             None
         } else {
-            Some(self.run_once(&d.request, false).await)
+            Some(self.run_once(&d.request, false, self.clock.now()).await)
         };
         let level = o.as_ref().map(|o| o.level).unwrap_or(Level::Failed);
         let age = self.clock.wall_ms().saturating_sub(d.deferred_at_ms);

@@ -4,7 +4,7 @@
 //! → provider call with retries → settle and calibrate.
 
 use super::{ModelSlot, Runner};
-use crate::provider::{ErrorKind, LlmRequest, LlmResponse, Message, ProviderError, ToolSpec};
+use crate::provider::{ErrorKind, LlmRequest, LlmResponse, Message, ToolSpec};
 use crate::resilience::breaker::{CallRecord, FailureKind};
 use crate::resilience::budget::BudgetExceeded;
 use crate::resilience::limiter::RateFeedback;
@@ -89,6 +89,9 @@ pub enum LlmFailure {
 impl Runner {
     /// The display name of a hop, e.g. `gpt-4o ✗503×3`.
     pub fn hop_label(&self, h: &Hop) -> String {
+        if h.result == HopResult::Ok && h.tries <= 1 {
+            return self.models[h.model].answered_label.to_string();
+        }
         let m = &self.models[h.model].name;
         let tries = if h.tries > 1 {
             format!("×{}", h.tries)
@@ -270,7 +273,7 @@ impl Runner {
             mt.stats.attempts.inc();
             tally.attempts += 1;
             req.attempt = attempt;
-            let result = call_with_timeout(p.client.complete(&req), p.timeout).await;
+            let result = p.client.complete_within(&req, p.timeout).await;
             let allowance = held.allowance.take();
             let (pp, mp, permit, res) = held.disarm();
             let end = self.clock.now();
@@ -536,22 +539,6 @@ pub(crate) fn rate_headers(r: &RateFeedback) -> BTreeMap<String, String> {
         r.reset_requests.map(|d| format!("{}ms", d.as_millis())),
     );
     h
-}
-
-/// Awaits a provider call, bounded by `timeout`. A call that is ready at
-/// once (an in-process provider) never touches the timer wheel.
-async fn call_with_timeout<T>(
-    mut fut: std::pin::Pin<Box<dyn std::future::Future<Output = Result<T, ProviderError>> + Send + '_>>,
-    timeout: Duration,
-) -> Result<T, ProviderError> {
-    use std::task::Poll;
-    if let Poll::Ready(r) = std::future::poll_fn(|cx| Poll::Ready(fut.as_mut().poll(cx))).await {
-        return r;
-    }
-    match tokio::time::timeout(timeout, fut).await {
-        Ok(r) => r,
-        Err(_) => Err(ProviderError::new(ErrorKind::Timeout, None, "provider call timed out")),
-    }
 }
 
 /// The conversation cut down for a fallback hop: system messages and the

@@ -69,6 +69,9 @@ pub struct ModelSlot {
     pub latency_ms: AtomicU64,
     /// Output tokens/s under which a call counts as failed (its breaker's floor).
     pub min_tokens_per_s: f64,
+    /// Its hop label when it answered at the first try (`gpt-4o ✓`), the
+    /// most common one, made once instead of formatted per request.
+    pub answered_label: Box<str>,
 }
 
 impl ModelSlot {
@@ -231,6 +234,7 @@ impl Runner {
                 cfg: m.clone(),
                 latency_ms: AtomicU64::new(0),
                 min_tokens_per_s,
+                answered_label: format!("{name} ✓").into(),
             });
         }
         let routes = cfg

@@ -5,7 +5,7 @@ use super::llm::transport_name;
 use super::llm::Tally;
 use super::Runner;
 use crate::clock::hash_str;
-use crate::provider::{ErrorKind, ProviderError, ToolCall};
+use crate::provider::{ErrorKind, ToolCall};
 use crate::resilience::breaker::CallRecord;
 use crate::resilience::retry::backoff;
 use crate::telemetry::events::Attempt;
@@ -84,15 +84,10 @@ impl Runner {
             t.stats.attempts.inc();
             tally.attempts += 1;
             let t0 = self.clock.now();
-            let r = match tokio::time::timeout(
-                timeout,
-                self.executor.call(&slot.name, &call.arguments, request_id, attempt),
-            )
-            .await
-            {
-                Ok(r) => r,
-                Err(_) => Err(ProviderError::new(ErrorKind::Timeout, None, "tool call timed out")),
-            };
+            let r = self
+                .executor
+                .call_within(&slot.name, &call.arguments, request_id, attempt, timeout)
+                .await;
             drop(slot_guard);
             let end = self.clock.now();
             let latency = end.saturating_duration_since(t0);

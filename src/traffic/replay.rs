@@ -167,14 +167,29 @@ impl RecordedOutcomes {
     }
 }
 
-/// Plays one recorded attempt: its latency, then its status or answer.
+/// Takes `latency`, or fails as timed out at `timeout` if that comes first,
+/// as the timer of a live call would (`what` says which call). Ties go to
+/// the answer, as with a timer around the call.
+async fn take_time(latency: Duration, timeout: Duration, what: &str) -> Result<(), ProviderError> {
+    if latency > timeout {
+        tokio::time::sleep(timeout).await;
+        return Err(ProviderError::timed_out(what));
+    }
+    tokio::time::sleep(latency).await;
+    Ok(())
+}
+
+/// Plays one recorded attempt: its latency (bounded by `timeout`), then its
+/// status or answer.
 async fn play(
     a: &AttemptRec,
     own: bool,
     req: Option<&LlmRequest>,
     clock: &Clock,
+    timeout: Duration,
 ) -> Result<(Usage, Vec<ToolCall>), ProviderError> {
-    tokio::time::sleep(Duration::from_millis(a.latency_ms)).await;
+    let what = if req.is_some() { "provider call" } else { "tool call" };
+    take_time(Duration::from_millis(a.latency_ms), timeout, what).await?;
     let usage = Usage {
         input: a.input_tokens,
         output: a.output_tokens,
@@ -250,11 +265,15 @@ impl RecordedProvider {
 #[async_trait::async_trait]
 impl Provider for RecordedProvider {
     async fn complete(&self, req: &LlmRequest) -> Result<LlmResponse, ProviderError> {
+        self.complete_within(req, Duration::MAX).await
+    }
+
+    async fn complete_within(&self, req: &LlmRequest, timeout: Duration) -> Result<LlmResponse, ProviderError> {
         let start = self.clock.now();
-        let (usage, tool_calls) = match self.fleet.take_at(req.request_id, self.target, self.clock.elapsed_ms()) {
-            Some((a, own)) => play(&a, own, Some(req), &self.clock).await?,
+        let (usage, tool_calls) = match self.fleet.take_at(req.request_id, self.target, self.clock.ms_at(start)) {
+            Some((a, own)) => play(&a, own, Some(req), &self.clock, timeout).await?,
             None => {
-                tokio::time::sleep(Duration::from_millis(300)).await;
+                take_time(Duration::from_millis(300), timeout, "provider call").await?;
                 let input = (req.prompt_chars() as u32).div_ceil(4).max(1);
                 (
                     Usage {
@@ -292,12 +311,23 @@ impl RecordedTools {
 
 #[async_trait::async_trait]
 impl ToolExecutor for RecordedTools {
-    async fn call(&self, name: &str, args: &str, request_id: u64, _attempt: u32) -> Result<Arc<str>, ProviderError> {
+    async fn call(&self, name: &str, args: &str, request_id: u64, attempt: u32) -> Result<Arc<str>, ProviderError> {
+        self.call_within(name, args, request_id, attempt, Duration::MAX).await
+    }
+
+    async fn call_within(
+        &self,
+        name: &str,
+        args: &str,
+        request_id: u64,
+        _attempt: u32,
+        timeout: Duration,
+    ) -> Result<Arc<str>, ProviderError> {
         let target = format!("tool:{name}");
         if let Some((a, own)) = self.fleet.take(request_id, &target, self.clock.elapsed_ms()) {
-            play(&a, own, None, &self.clock).await?;
+            play(&a, own, None, &self.clock, timeout).await?;
         } else {
-            tokio::time::sleep(Duration::from_millis(100)).await;
+            take_time(Duration::from_millis(100), timeout, "tool call").await?;
         }
         Ok(format!("{{\"tool\":\"{name}\",\"args\":{args},\"status\":\"ok\",\"replayed\":true}}").into())
     }
@@ -421,8 +451,16 @@ pub async fn replay(
     opts: ReplayOptions,
 ) -> Result<Replayed, LogError> {
     let path = reader.path().to_path_buf();
-    let outcomes = opts.compare || opts.outcomes.is_some();
-    let mut reader = Prefetched::spawn(reader, outcomes).map_err(|source| LogError::Io { path, source })?;
+    // Only what the replay uses is handed over; the rest is dropped on the
+    // reader's thread.
+    let (outcomes, operator) = (opts.compare || opts.outcomes.is_some(), opts.operator);
+    let mut reader = Prefetched::spawn(reader, move |r| match r {
+        Record::Request(_) | Record::Attempt(_) => Some(r),
+        Record::Outcome(_) if outcomes => Some(r),
+        Record::Operator(_) if operator => Some(r),
+        _ => None,
+    })
+    .map_err(|source| LogError::Io { path, source })?;
     let start = Instant::now();
     let due = |t_ms: u64| start + Duration::from_millis(t_ms);
     let mut out = Replayed::default();
@@ -431,7 +469,7 @@ pub async fn replay(
     // Requests read but not yet due: kept as log records (small), started
     // as tasks only at their time, so what is held ahead stays small.
     let mut queue: VecDeque<RequestRec> = VecDeque::new();
-    let mut next = reader.next_record()?;
+    let mut next = reader.next_item()?;
     loop {
         let now = Instant::now();
         // Read everything within the horizon.
@@ -443,7 +481,7 @@ pub async fn replay(
                         f.add(a);
                     }
                 }
-                Record::Operator(op) if opts.operator => {
+                Record::Operator(op) => {
                     if let Some(cmd) = command(&op) {
                         out.operator_actions += 1;
                         let (r, at) = (runner.clone(), due(op.t_ms));
@@ -466,7 +504,7 @@ pub async fn replay(
                 }
                 _ => {}
             }
-            next = reader.next_record()?;
+            next = reader.next_item()?;
         }
         while let Some(q) = queue.pop_front_if(|q| due(q.t_ms) <= now) {
             let (r, req, fleet) = (runner.clone(), agent_request(q), fleet.clone());
