@@ -7,7 +7,7 @@ use super::llm::{HopResult, LlmCall, LlmFailure, Tally};
 use super::outcome::{Level, Outcome};
 use super::request::AgentRequest;
 use super::Runner;
-use crate::provider::{Message, ToolSpec};
+use crate::provider::{Message, ToolCall, ToolSpec};
 use crate::resilience::defer::Deferred;
 use crate::telemetry::events::EventKind;
 use std::sync::atomic::Ordering;
@@ -61,6 +61,29 @@ impl Trail {
             self.missing.push(what.to_string());
         }
         self.partial = true;
+    }
+}
+
+/// `prefix` followed by the names of `calls`, comma-separated.
+fn listed(prefix: &str, calls: &[ToolCall]) -> String {
+    let mut s = String::with_capacity(prefix.len() + calls.iter().map(|c| c.name.len() + 2).sum::<usize>());
+    s.push_str(prefix);
+    for (i, c) in calls.iter().enumerate() {
+        if i > 0 {
+            s.push_str(", ");
+        }
+        s.push_str(&c.name);
+    }
+    s
+}
+
+/// The answer when the model fails after tool calls: what the tools gave,
+/// named (`otherwise` when no tool was called).
+fn partial(calls: &[ToolCall], otherwise: &str) -> Arc<str> {
+    if calls.is_empty() {
+        otherwise.into()
+    } else {
+        listed("Partial result from tools: ", calls).into()
     }
 }
 
@@ -212,7 +235,8 @@ impl Runner {
             DEFAULT_STEPS
         };
         let max_tokens = if req.max_tokens > 0 { req.max_tokens } else { 1024 };
-        let mut last_text: Option<Arc<str>> = None;
+        // The tool calls of the last step, for a partial answer if the model fails later.
+        let mut last_calls: Vec<ToolCall> = Vec::new();
 
         for step in 0..max_steps {
             if let Err(q) = self.sessions.step(&req.session) {
@@ -251,9 +275,10 @@ impl Runner {
                     // Feature degradation: answer with what the tools gave.
                     trail.miss("llm");
                     trail.quality *= 0.5;
-                    let text = last_text
-                        .unwrap_or_else(|| "Partial result: the assistant could not finish this request.".into());
-                    return End::Answer(text);
+                    return End::Answer(partial(
+                        &last_calls,
+                        "Partial result: the assistant could not finish this request.",
+                    ));
                 }
                 Ok((resp, mi)) => {
                     self.sessions
@@ -270,8 +295,7 @@ impl Runner {
                         }
                         return End::Answer(resp.text);
                     }
-                    let names: Vec<&str> = resp.tool_calls.iter().map(|c| c.name.as_str()).collect();
-                    messages.push(Message::new("assistant", format!("calling {}", names.join(", "))));
+                    messages.push(Message::new("assistant", listed("calling ", &resp.tool_calls)));
                     for tc in &resp.tool_calls {
                         let Some(&ti) = self.tool_index.get(&tc.name) else {
                             continue;
@@ -304,7 +328,7 @@ impl Runner {
                             }
                         }
                     }
-                    last_text = Some(format!("Partial result from tools: {}", names.join(", ")).into());
+                    last_calls = resp.tool_calls;
                 }
             }
         }
@@ -324,7 +348,7 @@ impl Runner {
         self.push_hops(trail);
         match r {
             Ok((resp, _)) => End::Answer(resp.text),
-            Err(_) => End::Answer(last_text.unwrap_or_else(|| "Partial result unavailable.".into())),
+            Err(_) => End::Answer(partial(&last_calls, "Partial result unavailable.")),
         }
     }
 
