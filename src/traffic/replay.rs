@@ -22,7 +22,6 @@ use crate::tools::ToolExecutor;
 use parking_lot::Mutex;
 use smallvec::SmallVec;
 use std::collections::{HashMap, VecDeque};
-use std::fmt::Write;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -345,7 +344,9 @@ pub fn agent_request(q: RequestRec) -> AgentRequest {
         const XS: &str = "xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx";
         let mut pad = (q.prompt_tokens as usize * 4).saturating_sub(40);
         let mut text = String::with_capacity(pad + 40);
-        let _ = write!(text, "replayed request {} ", q.id);
+        text.push_str("replayed request ");
+        text.push_str(itoa::Buffer::new().format(q.id));
+        text.push(' ');
         while pad > 0 {
             let n = pad.min(XS.len());
             text.push_str(&XS[..n]);
