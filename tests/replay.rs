@@ -124,3 +124,46 @@ async fn what_if_a_stricter_breaker_would_have_tripped_earlier() {
     );
     assert!(w.rejected_open >= b.rejected_open);
 }
+
+/// A recorded attempt slower than the configured timeout replays as a
+/// timeout (the request falls back); one exactly as slow as the timeout
+/// still answers, as it would with a timer around the call.
+#[tokio::test(start_paused = true)]
+async fn recorded_latency_beyond_the_timeout_replays_as_a_timeout() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("slow.jsonl");
+    // (t_ms, line), written in time order: attempts are logged when they end.
+    let mut lines = Vec::new();
+    for (id, latency) in [(1u64, 900u64), (2, 1_000), (3, 1_500)] {
+        let t = id * 10;
+        lines.push((t, format!(
+            "{{\"kind\":\"request\",\"t_ms\":{t},\"id\":{id},\"user\":\"u{id}\",\"session\":\"s{id}\",\"route\":\"default\",\"prompt_tokens\":50,\"max_tokens\":100,\"tools\":[],\"max_steps\":1}}"
+        )));
+        lines.push((t + latency, format!(
+            "{{\"kind\":\"attempt\",\"t_ms\":{},\"request\":{id},\"target\":\"provider:openai\",\"model\":\"gpt-4o\",\"status\":200,\"transport\":null,\"latency_ms\":{latency},\"input_tokens\":50,\"output_tokens\":20}}",
+            t + latency
+        )));
+    }
+    lines.sort_by_key(|(t, _)| *t);
+    let mut text = String::from("{\"kind\":\"header\",\"v\":1,\"started_at\":\"2026-11-29T02:00:00Z\",\"seed\":8}\n");
+    for (_, line) in lines {
+        text.push_str(&line);
+        text.push('\n');
+    }
+    std::fs::write(&log, text).unwrap();
+    let mut cfg = Config::default();
+    cfg.providers.get_mut("openai").unwrap().timeout_ms = 1_000;
+    cfg.retry.max_retries = 0;
+    let (runner, out) = replay_with(dir.path(), &log, cfg, "slow").await;
+    let level = |id: u64| out.levels[&id].1;
+    use fusebox::runner::outcome::Level;
+    assert_eq!(level(1), Some(Level::None));
+    assert_eq!(level(2), Some(Level::None), "a tie goes to the answer");
+    assert_eq!(
+        level(3),
+        Some(Level::Fallback),
+        "timed out on openai, answered by the next model"
+    );
+    let openai = runner.registry().find("provider:openai").unwrap().stats.view();
+    assert_eq!((openai.ok, openai.failed, openai.timeouts), (2, 1, 1));
+}

@@ -1,6 +1,5 @@
 //! Reading a traffic log on its own thread, a few batches ahead, so parsing
-//! (and whatever the consumer can have done per record beforehand) runs on
-//! the second core while the replay drives the runner on the first.
+//! runs on the second core while the replay drives the runner on the first.
 //!
 //! The consumer blocks (it does not `.await`) when the reader falls behind:
 //! a replay in virtual time must not let the runtime go idle, or the paused
@@ -14,28 +13,24 @@ const BATCH: usize = 1024;
 /// Batches buffered ahead of the consumer.
 const AHEAD: usize = 8;
 
-enum Msg<T> {
-    Items(Vec<T>),
+enum Msg {
+    Records(Vec<Record>),
     /// The end of the log or its first error, with the reader (for its counts).
     End(Result<(), LogError>, Box<LogReader>),
 }
 
-/// A [`LogReader`] running on a thread of its own, handing over its records
-/// as `T`s.
-pub struct Prefetched<T> {
-    rx: Receiver<Msg<T>>,
-    batch: std::vec::IntoIter<T>,
+/// A [`LogReader`] running on a thread of its own.
+pub struct Prefetched {
+    rx: Receiver<Msg>,
+    batch: std::vec::IntoIter<Record>,
     reader: Option<Box<LogReader>>,
 }
 
-impl<T: Send + 'static> Prefetched<T> {
-    /// Starts reading `reader` on a new thread, turning each record into a
-    /// `T` there with `prepare` (None: nobody downstream needs it, so it is
-    /// dropped there rather than handed over and freed by the consumer).
-    pub fn spawn(
-        mut reader: LogReader,
-        mut prepare: impl FnMut(Record) -> Option<T> + Send + 'static,
-    ) -> std::io::Result<Self> {
+impl Prefetched {
+    /// Starts reading `reader` on a new thread, handing over the records
+    /// `keep` accepts. The others are checked but dropped there: handing
+    /// them over and freeing them would cost the consumer's thread.
+    pub fn spawn(mut reader: LogReader, keep: impl Fn(&Record) -> bool + Send + 'static) -> std::io::Result<Self> {
         let (tx, rx) = sync_channel(AHEAD);
         std::thread::Builder::new()
             .name("log-reader".into())
@@ -43,8 +38,9 @@ impl<T: Send + 'static> Prefetched<T> {
                 let mut batch = Vec::with_capacity(BATCH);
                 let end = loop {
                     match reader.next_record() {
+                        Ok(Some(r)) if !keep(&r) => {}
                         Ok(Some(r)) => {
-                            batch.extend(prepare(r));
+                            batch.push(r);
                             if batch.len() == BATCH {
                                 break None;
                             }
@@ -54,7 +50,7 @@ impl<T: Send + 'static> Prefetched<T> {
                     }
                 };
                 // A send fails only when the replay was dropped: stop reading.
-                if tx.send(Msg::Items(batch)).is_err() {
+                if tx.send(Msg::Records(batch)).is_err() {
                     return;
                 }
                 if let Some(end) = end {
@@ -69,8 +65,8 @@ impl<T: Send + 'static> Prefetched<T> {
         })
     }
 
-    /// The next item; `Ok(None)` at the end of the log.
-    pub fn next_item(&mut self) -> Result<Option<T>, LogError> {
+    /// The next record; `Ok(None)` at the end of the log.
+    pub fn next_record(&mut self) -> Result<Option<Record>, LogError> {
         loop {
             if let Some(r) = self.batch.next() {
                 return Ok(Some(r));
@@ -79,7 +75,7 @@ impl<T: Send + 'static> Prefetched<T> {
                 return Ok(None);
             }
             match self.rx.recv() {
-                Ok(Msg::Items(b)) => self.batch = b.into_iter(),
+                Ok(Msg::Records(b)) => self.batch = b.into_iter(),
                 Ok(Msg::End(end, reader)) => {
                     self.reader = Some(reader);
                     end?;

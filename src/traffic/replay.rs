@@ -456,10 +456,10 @@ pub async fn replay(
     // reader's thread.
     let (outcomes, operator) = (opts.compare || opts.outcomes.is_some(), opts.operator);
     let mut reader = Prefetched::spawn(reader, move |r| match r {
-        Record::Request(_) | Record::Attempt(_) => Some(r),
-        Record::Outcome(_) if outcomes => Some(r),
-        Record::Operator(_) if operator => Some(r),
-        _ => None,
+        Record::Request(_) | Record::Attempt(_) => true,
+        Record::Outcome(_) => outcomes,
+        Record::Operator(_) => operator,
+        Record::Header(_) | Record::Transition(_) => false,
     })
     .map_err(|source| LogError::Io { path, source })?;
     let start = Instant::now();
@@ -470,7 +470,7 @@ pub async fn replay(
     // Requests read but not yet due: kept as log records (small), started
     // as tasks only at their time, so what is held ahead stays small.
     let mut queue: VecDeque<RequestRec> = VecDeque::new();
-    let mut next = reader.next_item()?;
+    let mut next = reader.next_record()?;
     loop {
         let now = Instant::now();
         // Read everything within the horizon.
@@ -505,7 +505,7 @@ pub async fn replay(
                 }
                 _ => {}
             }
-            next = reader.next_item()?;
+            next = reader.next_record()?;
         }
         while let Some(q) = queue.pop_front_if(|q| due(q.t_ms) <= now) {
             let (r, req, fleet) = (runner.clone(), agent_request(q), fleet.clone());
