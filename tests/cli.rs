@@ -376,3 +376,23 @@ fn an_interrupted_replay_flushes_its_recording() {
     // Interrupted well before the minute was over.
     assert!(!written.contains("\"id\":600,"), "not interrupted");
 }
+
+/// A run without `--spool` keeps deferred requests in a private temporary
+/// directory, and removes it when it ends: nothing is left in the temp dir.
+#[test]
+fn the_default_spool_directory_is_removed_at_exit() {
+    let tmp = tempfile::tempdir().unwrap();
+    let o = Command::new(env!("CARGO_BIN_EXE_fusebox"))
+        .args(["demo", "--headless", "--duration", "30s"])
+        .env("TMPDIR", tmp.path())
+        .env("FUSEBOX_LOG_DIR", tmp.path().join("logs"))
+        .output()
+        .expect("run fusebox demo");
+    assert!(o.status.success(), "{}", stderr(&o));
+    let left: Vec<_> = std::fs::read_dir(tmp.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n != "logs")
+        .collect();
+    assert!(left.is_empty(), "left behind: {left:?}");
+}
