@@ -1,13 +1,21 @@
 //! Traffic log throughput: reading (parse + validate) and recording
-//! (events → lines on disk), 100,000 records per iteration.
+//! (events → lines on disk), 100,000 records per iteration; replaying a
+//! gateway-shaped log at `--speed max` against its recorded providers.
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
-use fusebox::clock::Clock;
+use fusebox::clock::{Clock, Seed};
+use fusebox::config::Config;
 use fusebox::runner::request::AgentRequest;
+use fusebox::runner::Runner;
 use fusebox::telemetry::events::{Attempt, Event, EventKind};
 use fusebox::traffic::log::{Header, LogReader};
 use fusebox::traffic::record::{Content, Fsync, RecordOptions, Recorder};
+use fusebox::traffic::replay::{recorded_parts, replay, ReplayOptions};
 use std::io::Write;
+
+/// The binary's allocator, so the figures are the binary's.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 const N: u64 = 100_000;
 
@@ -112,5 +120,46 @@ fn traffic(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, traffic);
+/// Requests per replay iteration (about 3 lines each).
+const REPLAYED: u64 = 50_000;
+
+fn replaying(c: &mut Criterion) {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("gateway.jsonl");
+    let file = std::fs::File::create(&log).unwrap();
+    fusebox::traffic::synth::gateway_log(REPLAYED, 2_000, &mut std::io::BufWriter::new(file)).unwrap();
+    let cfg =
+        Config::load(&std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/replay-bench.toml")).unwrap();
+    // As the binary does for runs at --speed max.
+    fusebox::keep_freed_memory();
+    let mut g = c.benchmark_group("replay");
+    g.throughput(Throughput::Elements(REPLAYED));
+    g.sample_size(10);
+    g.bench_function("50k gateway requests at --speed max, recorded providers", |b| {
+        b.iter(|| {
+            // As `fusebox replay --headless --speed max` runs it: virtual
+            // time on one thread, timers only.
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_time()
+                .start_paused(true)
+                .build()
+                .unwrap();
+            rt.block_on(async {
+                let (mut parts, fleet) = recorded_parts(&cfg, Clock::with_wall_anchor(0), Seed(42));
+                parts.spool = Some(dir.path().join("spool.jsonl"));
+                let runner = Runner::new(cfg.clone(), parts).unwrap();
+                let reader = LogReader::open(&log, false).unwrap();
+                let opts = ReplayOptions {
+                    operator: true,
+                    ..ReplayOptions::default()
+                };
+                let out = replay(runner, reader, Some(fleet), opts).await.unwrap();
+                assert_eq!((out.requests, out.lost), (REPLAYED, 0));
+            })
+        })
+    });
+    g.finish();
+}
+
+criterion_group!(benches, traffic, replaying);
 criterion_main!(benches);

@@ -15,7 +15,7 @@ use fusebox::traffic::load::run_scenario;
 use fusebox::traffic::log::LogReader;
 use fusebox::traffic::pace::Pace;
 use fusebox::traffic::record::{Content, RecordOptions, Recorder};
-use fusebox::traffic::replay::{RecordedFleet, RecordedProvider, RecordedTools, ReplayOptions};
+use fusebox::traffic::replay::{RecordedFleet, ReplayOptions};
 use fusebox::traffic::scenario::Scenario;
 use fusebox::traffic::summary::{collect_transitions, Summary};
 use fusebox::tui::app::{Mode, Options};
@@ -505,7 +505,7 @@ fn demo(args: DemoArgs) -> Result<()> {
         bail!("--providers http runs over real sockets in real time; use a speed factor (e.g. --speed 1) or --providers mock with --speed max");
     }
     if matches!(speed, Speed::Max) {
-        keep_freed_memory();
+        fusebox::keep_freed_memory();
     }
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -600,7 +600,7 @@ fn replay(args: ReplayArgs) -> Result<()> {
     let state = args.state.redis(&cfg, &speed)?;
     let recorded = args.providers == "recorded";
     if matches!(speed, Speed::Max) {
-        keep_freed_memory();
+        fusebox::keep_freed_memory();
     }
     let rt = replay_runtime(!recorded || state.is_some() || ui.is_some())?;
     let wall = std::time::Instant::now();
@@ -682,19 +682,6 @@ fn replay_runtime(io: bool) -> Result<tokio::runtime::Runtime> {
     Ok(b.start_paused(true).build()?)
 }
 
-/// Keeps freed memory in the process instead of returning it to the OS 10 ms
-/// after it is freed (mimalloc's default). A run in virtual time frees and
-/// reallocates at a high rate, and each page handed back was faulted in and
-/// zeroed again (2 MiB at a time with huge pages): a 1M-request replay took
-/// about 4,000 page faults, now about 450. Peak memory is what it was; it is
-/// just not handed back early.
-fn keep_freed_memory() {
-    /// `mi_option_purge_delay` in mimalloc.h (the same in v2 and v3).
-    const PURGE_DELAY: libmimalloc_sys::mi_option_t = 15;
-    // SAFETY: sets a plain option value; called before the runtime starts.
-    unsafe { libmimalloc_sys::mi_option_set(PURGE_DELAY, -1) }
-}
-
 /// A runner for a replay: every provider and tool answering from the
 /// recorded fleet, or the configured providers (`live`).
 fn replay_runner(
@@ -704,26 +691,22 @@ fn replay_runner(
     recorded: bool,
     clock: Clock,
 ) -> Result<(Arc<Runner>, Option<Arc<RecordedFleet>>)> {
-    let mut parts = RunnerParts::mock(clock, seed);
-    parts.spool = Some(spool);
-    let fleet = recorded.then(|| Arc::new(RecordedFleet::default()));
-    if let Some(f) = &fleet {
-        for name in cfg.providers.keys() {
-            parts
-                .providers
-                .insert(name.clone(), Arc::new(RecordedProvider::new(name, f.clone(), clock)));
-        }
-        parts.tools = Some(Arc::new(RecordedTools::new(f.clone(), clock)));
+    let (mut parts, fleet) = if recorded {
+        let (parts, fleet) = fusebox::traffic::replay::recorded_parts(&cfg, clock, seed);
+        (parts, Some(fleet))
     } else {
+        let mut parts = RunnerParts::mock(clock, seed);
         parts.providers = fusebox::provider::http::build(&cfg, clock, None)?;
-    }
+        (parts, None)
+    };
+    parts.spool = Some(spool);
     Ok((Runner::new(cfg, parts)?, fleet))
 }
 
 /// `fusebox replay LOG --compare A B`: the same log under two configs, in
 /// virtual time, side by side.
 fn compare(args: &ReplayArgs, a: &PathBuf, b: &PathBuf) -> Result<()> {
-    keep_freed_memory();
+    fusebox::keep_freed_memory();
     let mut summaries = Vec::new();
     for path in [a, b] {
         let cfg = Config::load(path)?;

@@ -4,12 +4,11 @@
 
 use fusebox::clock::{Clock, Seed};
 use fusebox::config::Config;
-use fusebox::provider::Provider;
 use fusebox::runner::{Runner, RunnerParts};
 use fusebox::traffic::load::run_scenario;
 use fusebox::traffic::log::{Header, LogReader};
 use fusebox::traffic::record::{Content, Fsync, RecordOptions, Recorder};
-use fusebox::traffic::replay::{replay, RecordedFleet, RecordedProvider, RecordedTools, ReplayOptions, Replayed};
+use fusebox::traffic::replay::{recorded_parts, replay, ReplayOptions, Replayed};
 use fusebox::traffic::scenario::Scenario;
 use std::path::Path;
 use std::sync::Arc;
@@ -45,17 +44,8 @@ async fn record(dir: &Path, scenario: &str, secs: u64, content: Content) -> (std
 }
 
 async fn replay_with(dir: &Path, log: &Path, cfg: Config, name: &str) -> (Arc<Runner>, Replayed) {
-    let clock = Clock::with_wall_anchor(0);
-    let fleet = Arc::new(RecordedFleet::default());
-    let mut parts = RunnerParts::mock(clock, Seed(8));
+    let (mut parts, fleet) = recorded_parts(&cfg, Clock::with_wall_anchor(0), Seed(8));
     parts.spool = Some(dir.join(format!("spool-{name}.jsonl")));
-    for p in cfg.providers.keys() {
-        parts.providers.insert(
-            p.clone(),
-            Arc::new(RecordedProvider::new(p, fleet.clone(), clock)) as Arc<dyn Provider>,
-        );
-    }
-    parts.tools = Some(Arc::new(RecordedTools::new(fleet.clone(), clock)));
     let runner = Runner::new(cfg, parts).unwrap();
     let reader = LogReader::open(log, false).unwrap();
     let out = replay(

@@ -8,3 +8,4 @@ pub mod record;
 pub mod replay;
 pub mod scenario;
 pub mod summary;
+pub mod synth;

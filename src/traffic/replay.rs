@@ -10,14 +10,15 @@
 
 use super::log::{AttemptRec, LogError, LogReader, OperatorRec, OutcomeRec, Record, RequestRec, Transport};
 use super::prefetch::Prefetched;
-use crate::clock::Clock;
+use crate::clock::{Clock, Seed};
+use crate::config::Config;
 use crate::provider::headers::openai_feedback;
 use crate::provider::mock::{args_for, order_id};
 use crate::provider::{ErrorKind, LlmRequest, LlmResponse, Message, Provider, ProviderError, ToolCall, Usage};
 use crate::runner::command::Command;
 use crate::runner::outcome::Level;
 use crate::runner::request::AgentRequest;
-use crate::runner::Runner;
+use crate::runner::{Runner, RunnerParts};
 use crate::tools::ToolExecutor;
 use parking_lot::Mutex;
 use smallvec::SmallVec;
@@ -330,6 +331,19 @@ impl ToolExecutor for RecordedTools {
         }
         Ok(format!("{{\"tool\":\"{name}\",\"args\":{args},\"status\":\"ok\",\"replayed\":true}}").into())
     }
+}
+
+/// Runner parts for `--providers recorded`: every configured provider and
+/// every tool answer from one recorded fleet, which [`replay`] feeds.
+pub fn recorded_parts(cfg: &Config, clock: Clock, seed: Seed) -> (RunnerParts, Arc<RecordedFleet>) {
+    let fleet = Arc::new(RecordedFleet::default());
+    let mut parts = RunnerParts::mock(clock, seed);
+    for name in cfg.providers.keys() {
+        let provider: Arc<dyn Provider> = Arc::new(RecordedProvider::new(name, fleet.clone(), clock));
+        parts.providers.insert(name.clone(), provider);
+    }
+    parts.tools = Some(Arc::new(RecordedTools::new(fleet.clone(), clock)));
+    (parts, fleet)
 }
 
 /// The agent request a recorded request line stands for.
