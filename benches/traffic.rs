@@ -137,13 +137,8 @@ fn replaying(c: &mut Criterion) {
     g.sample_size(10);
     g.bench_function("50k gateway requests at --speed max, recorded providers", |b| {
         b.iter(|| {
-            // As `fusebox replay --headless --speed max` runs it: virtual
-            // time on one thread, timers only.
-            let rt = tokio::runtime::Builder::new_current_thread()
-                .enable_time()
-                .start_paused(true)
-                .build()
-                .unwrap();
+            // As `fusebox replay --headless --speed max` runs it.
+            let rt = fusebox::traffic::replay::runtime(false).unwrap();
             rt.block_on(async {
                 let (mut parts, fleet) = recorded_parts(&cfg, Clock::with_wall_anchor(0), Seed(42));
                 parts.spool = Some(dir.path().join("spool.jsonl"));

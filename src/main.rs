@@ -602,7 +602,7 @@ fn replay(args: ReplayArgs) -> Result<()> {
     if matches!(speed, Speed::Max) {
         fusebox::keep_freed_memory();
     }
-    let rt = replay_runtime(!recorded || state.is_some() || ui.is_some())?;
+    let rt = fusebox::traffic::replay::runtime(!recorded || state.is_some() || ui.is_some())?;
     let wall = std::time::Instant::now();
     let record = args.record;
     let record_path = record.record.clone();
@@ -669,19 +669,6 @@ fn replay(args: ReplayArgs) -> Result<()> {
     }
 }
 
-/// The replay's runtime, in virtual time, with tokio's I/O driver only when
-/// something does I/O (live providers, a fleet's store, the console): on
-/// timers alone, each step of virtual time saves a poll syscall.
-fn replay_runtime(io: bool) -> Result<tokio::runtime::Runtime> {
-    let mut b = tokio::runtime::Builder::new_current_thread();
-    if io {
-        b.enable_all();
-    } else {
-        b.enable_time();
-    }
-    Ok(b.start_paused(true).build()?)
-}
-
 /// A runner for a replay: every provider and tool answering from the
 /// recorded fleet, or the configured providers (`live`).
 fn replay_runner(
@@ -714,7 +701,7 @@ fn compare(args: &ReplayArgs, a: &PathBuf, b: &PathBuf) -> Result<()> {
         let seed = Seed(args.seed.or(reader.header().map(|h| h.seed)).unwrap_or(42));
         let (spool, _spool_dir) = spool_file(None, &cfg)?;
         let recorded = args.providers == "recorded";
-        let rt = replay_runtime(!recorded)?;
+        let rt = fusebox::traffic::replay::runtime(!recorded)?;
         let wall = std::time::Instant::now();
         let opts = ReplayOptions {
             operator: !args.no_operator,

@@ -21,10 +21,16 @@ pub trait Idle {
     fn last_seen_ms(&self) -> u64;
 }
 
+/// Whether an entry has nothing in flight and was last used `idle_ms` or
+/// more before `now_ms`.
+fn is_idle<V: Idle>(v: &V, now_ms: u64, idle_ms: u64) -> bool {
+    !v.busy() && now_ms.saturating_sub(v.last_seen_ms()) >= idle_ms
+}
+
 /// Removes entries idle for at least `idle_ms`; returns how many went.
 pub fn evict_idle<V: Idle>(map: &KeyMap<V>, now_ms: u64, idle_ms: u64) -> usize {
     let before = map.len();
-    map.retain(|_, v| v.busy() || now_ms.saturating_sub(v.last_seen_ms()) < idle_ms);
+    map.retain(|_, v| !is_idle(v, now_ms, idle_ms));
     before.saturating_sub(map.len())
 }
 
@@ -48,10 +54,7 @@ pub fn make_room<V: Idle>(map: &KeyMap<V>, max: usize, now_ms: u64, idle_ms: u64
     let excess = (before - target).min(seen.len());
     // Entries seen at or before the cutoff go (None: only the idle ones).
     let lru = (excess > 0).then(|| *seen.select_nth_unstable(excess - 1).1);
-    map.retain(|_, v| {
-        let seen = v.last_seen_ms();
-        v.busy() || (now_ms.saturating_sub(seen) < idle_ms && lru.is_none_or(|c| seen > c))
-    });
+    map.retain(|_, v| !is_idle(v, now_ms, idle_ms) && (v.busy() || lru.is_none_or(|c| v.last_seen_ms() > c)));
     before.saturating_sub(map.len())
 }
 

@@ -333,6 +333,19 @@ impl ToolExecutor for RecordedTools {
     }
 }
 
+/// The replay's runtime, in virtual time, with tokio's I/O driver only when
+/// something does I/O (live providers, a fleet's store, the console): on
+/// timers alone, each step of virtual time saves a poll syscall.
+pub fn runtime(io: bool) -> std::io::Result<tokio::runtime::Runtime> {
+    let mut b = tokio::runtime::Builder::new_current_thread();
+    if io {
+        b.enable_all();
+    } else {
+        b.enable_time();
+    }
+    b.start_paused(true).build()
+}
+
 /// Runner parts for `--providers recorded`: every configured provider and
 /// every tool answer from one recorded fleet, which [`replay`] feeds.
 pub fn recorded_parts(cfg: &Config, clock: Clock, seed: Seed) -> (RunnerParts, Arc<RecordedFleet>) {
