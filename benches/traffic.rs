@@ -15,7 +15,7 @@ use std::io::Write;
 
 /// The binary's allocator, so the figures are the binary's.
 #[global_allocator]
-static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+static GLOBAL: fusebox::alloc::Mimalloc = fusebox::alloc::Mimalloc;
 
 const N: u64 = 100_000;
 
@@ -131,7 +131,7 @@ fn replaying(c: &mut Criterion) {
     let cfg =
         Config::load(&std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/replay-bench.toml")).unwrap();
     // As the binary does for runs at --speed max.
-    fusebox::keep_freed_memory();
+    fusebox::alloc::keep_freed_memory();
     let mut g = c.benchmark_group("replay");
     g.throughput(Throughput::Elements(REPLAYED));
     g.sample_size(10);

@@ -25,7 +25,7 @@
 //! (options: `--secs 10 --rounds 3 --warmup 2 --no-jitter`).
 
 #[global_allocator]
-static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+static GLOBAL: fusebox::alloc::Mimalloc = fusebox::alloc::Mimalloc;
 
 use clap::Parser;
 use fusebox::clock::{Clock, Seed};

@@ -4,6 +4,7 @@
 
 #![warn(missing_docs)]
 
+pub mod alloc;
 pub mod bench;
 pub mod clock;
 pub mod config;
@@ -33,17 +34,4 @@ pub fn log_dir() -> std::path::PathBuf {
         Some(s) => s.join("fusebox/logs"),
         None => std::env::temp_dir().join("fusebox/logs"),
     }
-}
-
-/// Keeps freed memory in the process instead of returning it to the OS 10 ms
-/// after it is freed (mimalloc's default). A run in virtual time frees and
-/// reallocates at a high rate, and each page handed back was faulted in and
-/// zeroed again (2 MiB at a time with huge pages): a 1M-request replay took
-/// about 4,000 page faults, now about 450. Peak memory is what it was; it is
-/// just not handed back early.
-pub fn keep_freed_memory() {
-    /// `mi_option_purge_delay` in mimalloc.h (the same in v2 and v3).
-    const PURGE_DELAY: libmimalloc_sys::mi_option_t = 15;
-    // SAFETY: sets a plain option value; call it before the work starts.
-    unsafe { libmimalloc_sys::mi_option_set(PURGE_DELAY, -1) }
 }

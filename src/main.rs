@@ -3,7 +3,7 @@
 /// mimalloc: the agent loop and the replay allocate many small, short-lived
 /// objects across threads, where it is markedly faster than the system one.
 #[global_allocator]
-static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+static GLOBAL: fusebox::alloc::Mimalloc = fusebox::alloc::Mimalloc;
 
 use anyhow::{bail, Context, Result};
 use clap::{Parser, Subcommand};
@@ -505,7 +505,7 @@ fn demo(args: DemoArgs) -> Result<()> {
         bail!("--providers http runs over real sockets in real time; use a speed factor (e.g. --speed 1) or --providers mock with --speed max");
     }
     if matches!(speed, Speed::Max) {
-        fusebox::keep_freed_memory();
+        fusebox::alloc::keep_freed_memory();
     }
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -600,7 +600,7 @@ fn replay(args: ReplayArgs) -> Result<()> {
     let state = args.state.redis(&cfg, &speed)?;
     let recorded = args.providers == "recorded";
     if matches!(speed, Speed::Max) {
-        fusebox::keep_freed_memory();
+        fusebox::alloc::keep_freed_memory();
     }
     let rt = fusebox::traffic::replay::runtime(!recorded || state.is_some() || ui.is_some())?;
     let wall = std::time::Instant::now();
@@ -693,7 +693,7 @@ fn replay_runner(
 /// `fusebox replay LOG --compare A B`: the same log under two configs, in
 /// virtual time, side by side.
 fn compare(args: &ReplayArgs, a: &PathBuf, b: &PathBuf) -> Result<()> {
-    fusebox::keep_freed_memory();
+    fusebox::alloc::keep_freed_memory();
     let mut summaries = Vec::new();
     for path in [a, b] {
         let cfg = Config::load(path)?;
