@@ -1,5 +1,6 @@
 //! Reading a traffic log on its own thread, a few batches ahead, so parsing
-//! runs on the second core while the replay drives the runner on the first.
+//! (and whatever the consumer can prepare from a record alone) runs on the
+//! second core while the replay drives the runner on the first.
 //!
 //! The consumer blocks (it does not `.await`) when the reader falls behind:
 //! a replay in virtual time must not let the runtime go idle, or the paused
@@ -13,24 +14,29 @@ const BATCH: usize = 1024;
 /// Batches buffered ahead of the consumer.
 const AHEAD: usize = 8;
 
-enum Msg {
-    Records(Vec<Record>),
+enum Msg<T> {
+    Records(Vec<T>),
     /// The end of the log or its first error, with the reader (for its counts).
     End(Result<(), LogError>, Box<LogReader>),
 }
 
-/// A [`LogReader`] running on a thread of its own.
-pub struct Prefetched {
-    rx: Receiver<Msg>,
-    batch: std::vec::IntoIter<Record>,
+/// A [`LogReader`] running on a thread of its own, handing over what it
+/// makes of each record.
+pub struct Prefetched<T> {
+    rx: Receiver<Msg<T>>,
+    batch: std::vec::IntoIter<T>,
     reader: Option<Box<LogReader>>,
 }
 
-impl Prefetched {
-    /// Starts reading `reader` on a new thread, handing over the records
-    /// `keep` accepts. The others are checked but dropped there: handing
-    /// them over and freeing them would cost the consumer's thread.
-    pub fn spawn(mut reader: LogReader, keep: impl Fn(&Record) -> bool + Send + 'static) -> std::io::Result<Self> {
+impl<T: Send + 'static> Prefetched<T> {
+    /// Starts reading `reader` on a new thread, handing over what `prepare`
+    /// makes of each record. Records it turns into None are checked but
+    /// dropped there: handing them over and freeing them would cost the
+    /// consumer's thread.
+    pub fn spawn(
+        mut reader: LogReader,
+        prepare: impl Fn(Record) -> Option<T> + Send + 'static,
+    ) -> std::io::Result<Self> {
         let (tx, rx) = sync_channel(AHEAD);
         std::thread::Builder::new()
             .name("log-reader".into())
@@ -38,11 +44,12 @@ impl Prefetched {
                 let mut batch = Vec::with_capacity(BATCH);
                 let end = loop {
                     match reader.next_record() {
-                        Ok(Some(r)) if !keep(&r) => {}
                         Ok(Some(r)) => {
-                            batch.push(r);
-                            if batch.len() == BATCH {
-                                break None;
+                            if let Some(item) = prepare(r) {
+                                batch.push(item);
+                                if batch.len() == BATCH {
+                                    break None;
+                                }
                             }
                         }
                         Ok(None) => break Some(Ok(())),
@@ -65,8 +72,8 @@ impl Prefetched {
         })
     }
 
-    /// The next record; `Ok(None)` at the end of the log.
-    pub fn next_record(&mut self) -> Result<Option<Record>, LogError> {
+    /// The next item; `Ok(None)` at the end of the log.
+    pub fn next_item(&mut self) -> Result<Option<T>, LogError> {
         loop {
             if let Some(r) = self.batch.next() {
                 return Ok(Some(r));

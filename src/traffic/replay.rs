@@ -96,11 +96,10 @@ impl Fleet {
 
 impl RecordedFleet {
     /// Adds an attempt read from the log.
-    pub fn add(&self, a: AttemptRec) {
+    pub fn add(&self, a: Arc<AttemptRec>) {
         let mut f = self.inner.lock();
         let f = &mut *f;
         let t = f.target(&a.target);
-        let a = Arc::new(a);
         f.recent[t].push_back((a.t_ms, a.clone()));
         f.own.entry(a.request).or_default().push((t, a));
     }
@@ -470,6 +469,27 @@ impl Drop for Running {
     }
 }
 
+/// A record as the replay takes it, made ready on the reader's thread.
+enum Ahead {
+    /// A request due at `t_ms`, as the agent request it stands for.
+    Request(u64, AgentRequest),
+    /// An attempt, shared as the recorded fleet keeps it.
+    Attempt(Arc<AttemptRec>),
+    Outcome(OutcomeRec),
+    Operator(OperatorRec),
+}
+
+impl Ahead {
+    fn t_ms(&self) -> u64 {
+        match self {
+            Ahead::Request(t_ms, _) => *t_ms,
+            Ahead::Attempt(a) => a.t_ms,
+            Ahead::Outcome(o) => o.t_ms,
+            Ahead::Operator(op) => op.t_ms,
+        }
+    }
+}
+
 /// Re-drives every request of `reader` through `runner` at its recorded
 /// time; `fleet` (recorded mode) is fed the attempts as they are read.
 pub async fn replay(
@@ -479,14 +499,16 @@ pub async fn replay(
     opts: ReplayOptions,
 ) -> Result<Replayed, LogError> {
     let path = reader.path().to_path_buf();
-    // Only what the replay uses is handed over; the rest is dropped on the
-    // reader's thread.
+    // Only what the replay uses is handed over, made ready on the reader's
+    // thread; the rest is dropped there.
     let (outcomes, operator) = (opts.compare || opts.outcomes.is_some(), opts.operator);
+    let recorded = fleet.is_some();
     let mut reader = Prefetched::spawn(reader, move |r| match r {
-        Record::Request(_) | Record::Attempt(_) => true,
-        Record::Outcome(_) => outcomes,
-        Record::Operator(_) => operator,
-        Record::Header(_) | Record::Transition(_) => false,
+        Record::Request(q) => Some(Ahead::Request(q.t_ms, agent_request(q))),
+        Record::Attempt(a) if recorded => Some(Ahead::Attempt(Arc::new(a))),
+        Record::Outcome(o) if outcomes => Some(Ahead::Outcome(o)),
+        Record::Operator(op) if operator => Some(Ahead::Operator(op)),
+        _ => None,
     })
     .map_err(|source| LogError::Io { path, source })?;
     let start = Instant::now();
@@ -496,20 +518,20 @@ pub async fn replay(
     let mut spawned = 0u64;
     // Requests read but not yet due: kept as log records (small), started
     // as tasks only at their time, so what is held ahead stays small.
-    let mut queue: VecDeque<RequestRec> = VecDeque::new();
-    let mut next = reader.next_record()?;
+    let mut queue: VecDeque<(u64, AgentRequest)> = VecDeque::new();
+    let mut next = reader.next_item()?;
     loop {
         let now = Instant::now();
         // Read everything within the horizon.
         while let Some(rec) = next.take_if(|r| due(r.t_ms()) <= now + HORIZON) {
             match rec {
-                Record::Request(q) => queue.push_back(q),
-                Record::Attempt(a) => {
+                Ahead::Request(t_ms, req) => queue.push_back((t_ms, req)),
+                Ahead::Attempt(a) => {
                     if let Some(f) = &fleet {
                         f.add(a);
                     }
                 }
-                Record::Operator(op) => {
+                Ahead::Operator(op) => {
                     if let Some(cmd) = command(&op) {
                         out.operator_actions += 1;
                         let (r, at) = (runner.clone(), due(op.t_ms));
@@ -522,7 +544,7 @@ pub async fn replay(
                         });
                     }
                 }
-                Record::Outcome(o) => {
+                Ahead::Outcome(o) => {
                     if opts.compare {
                         out.levels.entry(o.request).or_default().0 = Some(o.level);
                     }
@@ -530,12 +552,11 @@ pub async fn replay(
                         kept.add(o);
                     }
                 }
-                _ => {}
             }
-            next = reader.next_record()?;
+            next = reader.next_item()?;
         }
-        while let Some(q) = queue.pop_front_if(|q| due(q.t_ms) <= now) {
-            let (r, req, fleet) = (runner.clone(), agent_request(q), fleet.clone());
+        while let Some((_, req)) = queue.pop_front_if(|(t_ms, _)| due(*t_ms) <= now) {
+            let (r, fleet) = (runner.clone(), fleet.clone());
             let (inflight, compare) = (inflight.clone(), opts.compare);
             let running = Running::start(&inflight);
             spawned += 1;
@@ -555,7 +576,7 @@ pub async fn replay(
             }));
         }
         let wake = [
-            queue.front().map(|q| due(q.t_ms)),
+            queue.front().map(|(t_ms, _)| due(*t_ms)),
             next.as_ref().map(|r| due(r.t_ms()) - HORIZON),
         ];
         match wake.into_iter().flatten().min() {
