@@ -61,7 +61,7 @@ async fn incident(readonly: bool) -> (Arc<Runner>, App) {
             req.user = "tenant-big".into();
             req.messages[1].content = "Summarise this contract clause by clause. ".repeat(150).into();
         }
-        runner.run(req).await;
+        runner.run(&req).await;
         tokio::time::advance(Duration::from_millis(700)).await;
         app.on_snapshot(Arc::new(runner.snapshot(SNAPSHOT_USERS, SNAPSHOT_EVENTS)));
         while let Ok(e) = events.try_recv() {
@@ -73,7 +73,7 @@ async fn incident(readonly: bool) -> (Arc<Runner>, App) {
         let mut req = make_request(Seed(5), i, 6);
         req.user = "tenant-big".into();
         req.messages[1].content = "Summarise this contract clause by clause. ".repeat(150).into();
-        runner.run(req).await;
+        runner.run(&req).await;
     }
     while let Ok(e) = events.try_recv() {
         app.on_event(&e);

@@ -237,14 +237,14 @@ async fn semantic_faults_reach_the_runner_as_semantic_failures() {
     let mut req = ask(1);
     req.tools = vec!["get_order".into()];
     req.max_tokens = 64;
-    let o = r.run(req).await;
+    let o = r.run(&req).await;
     assert_eq!(o.chain[0], "gpt-4o ✗semantic", "{:?}", o.chain);
     assert!(r.registry().find("model:gpt-4o").unwrap().stats.view().semantic >= 1);
     set(&faults, "provider:openai", Fault::BadArguments);
     let mut req = ask(2);
     req.tools = vec!["get_order".into()];
     req.max_tokens = 64;
-    let o = r.run(req).await;
+    let o = r.run(&req).await;
     assert_eq!(o.chain[0], "gpt-4o ✗semantic", "{:?}", o.chain);
 }
 
@@ -259,7 +259,7 @@ async fn retry_after_keeps_traffic_off_the_provider_and_headers_lower_the_bucket
     let r = Runner::new(cfg, parts).unwrap();
     let openai = |r: &Runner| r.registry().find("provider:openai").unwrap().stats.view().attempts;
     // Remaining-token headers lower the local bucket.
-    let o = r.run(ask(1)).await;
+    let o = r.run(&ask(1)).await;
     assert_eq!(o.level, Level::None, "{:?}", o.chain);
     let lim = &r.providers().iter().find(|p| p.name == "openai").unwrap().limiter;
     let v = lim.view(tokio::time::Instant::now());
@@ -277,19 +277,19 @@ async fn retry_after_keeps_traffic_off_the_provider_and_headers_lower_the_bucket
             retry_after_ms: Some(2_000),
         },
     );
-    let o = r.run(ask(2)).await;
+    let o = r.run(&ask(2)).await;
     assert_eq!(o.level, Level::Fallback, "{:?}", o.chain);
     set(&faults, "provider:openai", Fault::Healthy);
     let before = openai(&r);
     let t0 = std::time::Instant::now();
     while t0.elapsed() < Duration::from_millis(1_500) {
-        let o = r.run(ask(3)).await;
+        let o = r.run(&ask(3)).await;
         assert_ne!(o.level, Level::Failed);
         assert_eq!(o.chain[0], "gpt-4o ⏳rate", "{:?}", o.chain);
     }
     assert_eq!(openai(&r), before, "no call reached openai during its Retry-After");
     tokio::time::sleep(Duration::from_millis(700)).await;
-    let o = r.run(ask(4)).await;
+    let o = r.run(&ask(4)).await;
     assert_eq!(
         o.chain[0], "gpt-4o ✓",
         "after the Retry-After openai is used again: {:?}",
@@ -318,7 +318,7 @@ async fn failure_before_the_first_byte_falls_back() {
         (Fault::Truncated, "gpt-4o ✗truncated"),
     ] {
         set(&faults, "provider:openai", fault);
-        let o = r.run(ask(9)).await;
+        let o = r.run(&ask(9)).await;
         assert_eq!(o.level, Level::Fallback, "{:?}", o.chain);
         assert!(o.chain[0].starts_with(label), "{:?}", o.chain);
         assert_eq!(o.chain[1], "claude-haiku ✓");
@@ -371,7 +371,7 @@ async fn openai_compatible_server_streamed_and_not_and_no_key_leaks() {
             .extend(clients(&cfg, &base).into_iter().filter(|(k, _)| k != "local"));
         let r = Runner::new(cfg, parts).unwrap();
         let mut rx = r.events().subscribe();
-        let o = r.run(ask(1)).await;
+        let o = r.run(&ask(1)).await;
         assert_eq!(o.level, Level::None, "stream={stream}: {:?}", o.chain);
         assert_eq!(o.chain, vec!["llama ✓".to_string()]);
         // The openai-compatible path is the mock's /v1/chat/completions: fail it too.
@@ -383,7 +383,7 @@ async fn openai_compatible_server_streamed_and_not_and_no_key_leaks() {
                 retry_after_ms: None,
             },
         );
-        let o = r.run(ask(2)).await;
+        let o = r.run(&ask(2)).await;
         set(&faults, "provider:openai", Fault::Healthy);
         seen.push(format!("{o:?}"));
         while let Ok(e) = rx.try_recv() {

@@ -27,7 +27,7 @@ async fn failed_primary_falls_back_with_metadata() {
         vec![("openai", openai.clone() as Arc<dyn Provider>)],
         None,
     );
-    let o = r.run(ask(1, "alice")).await;
+    let o = r.run(&ask(1, "alice")).await;
     assert_eq!(o.level, Level::Fallback);
     // 1 attempt + 2 retries on gpt-4o, then claude-haiku answers.
     assert_eq!(openai.calls(), 3);
@@ -50,7 +50,7 @@ async fn fallback_hops_reduce_max_tokens() {
         ],
         None,
     );
-    let o = r.run(ask(1, "alice")).await;
+    let o = r.run(&ask(1, "alice")).await;
     assert_eq!(o.level, Level::Fallback);
     assert_eq!(openai.seen.lock().clone(), vec![(0, 256)], "400 is never retried");
     assert_eq!(
@@ -69,7 +69,7 @@ async fn never_retries_client_errors() {
             vec![("openai", openai.clone() as Arc<dyn Provider>)],
             None,
         );
-        let o = r.run(ask(1, "alice")).await;
+        let o = r.run(&ask(1, "alice")).await;
         assert_eq!(openai.calls(), 1, "HTTP {code} must not be retried");
         assert_eq!(o.level, Level::Fallback, "HTTP {code}");
         // Client errors do not count against the provider's breaker.
@@ -105,7 +105,7 @@ async fn retry_honours_retry_after() {
         None,
     );
     let t0 = tokio::time::Instant::now();
-    let o = r.run(ask(1, "alice")).await;
+    let o = r.run(&ask(1, "alice")).await;
     assert_eq!(o.level, Level::None);
     assert_eq!(o.chain, vec!["gpt-4o ✓×2".to_string()]);
     assert_eq!(
@@ -138,7 +138,7 @@ async fn retry_budget_caps_retries_during_an_outage() {
     let mut set = tokio::task::JoinSet::new();
     for i in 0..50 {
         let r = r.clone();
-        set.spawn(async move { r.run(ask(i, &format!("u{i}"))).await });
+        set.spawn(async move { r.run(&ask(i, &format!("u{i}"))).await });
     }
     while set.join_next().await.is_some() {}
     let s = stats(&r, "model:gpt-4o");
@@ -162,7 +162,7 @@ async fn open_breaker_skips_the_model_and_its_retries() {
         "tester",
     )
     .unwrap();
-    let o = r.run(ask(1, "alice")).await;
+    let o = r.run(&ask(1, "alice")).await;
     assert_eq!(openai.calls(), 0);
     assert_eq!(o.chain[0], "gpt-4o ⊘open");
     assert_eq!(o.level, Level::Fallback);
@@ -176,12 +176,12 @@ async fn breaker_opens_after_consecutive_failures_then_recovers_with_a_ramp() {
     cfg.retry.max_retries = 0;
     let r = runner(cfg, vec![("openai", openai.clone() as Arc<dyn Provider>)], None);
     for i in 0..5 {
-        r.run(ask(i, "alice")).await;
+        r.run(&ask(i, "alice")).await;
     }
     let b = &r.registry().find("provider:openai").unwrap().breaker;
     assert_eq!(b.state(), BreakerState::Open);
     let before = openai.calls();
-    r.run(ask(10, "alice")).await;
+    r.run(&ask(10, "alice")).await;
     assert_eq!(openai.calls(), before, "no call while open");
     tokio::time::advance(Duration::from_secs(31)).await;
     b.tick(tokio::time::Instant::now());
@@ -207,7 +207,7 @@ async fn hallucinated_tool_is_a_semantic_failure_and_falls_back() {
         vec![("openai", openai.clone() as Arc<dyn Provider>)],
         None,
     );
-    let o = r.run(ask_with_tools(1, "alice")).await;
+    let o = r.run(&ask_with_tools(1, "alice")).await;
     assert!(o.chain[0] == "gpt-4o ✗semantic", "{:?}", o.chain);
     assert_eq!(stats(&r, "model:gpt-4o").semantic, 1);
     assert_eq!(openai.calls(), 1, "semantic failures are not retried on the same model");
@@ -220,7 +220,7 @@ async fn budget_rejection_names_the_budget_and_costs_nothing() {
     cfg.budgets.user_tokens_per_minute = 100;
     let openai = Scripted::new(vec![], Step::ok());
     let r = runner(cfg, vec![("openai", openai.clone() as Arc<dyn Provider>)], None);
-    let o = r.run(ask(1, "alice")).await;
+    let o = r.run(&ask(1, "alice")).await;
     assert_eq!(o.level, Level::Failed);
     let msg = o.user_message.unwrap();
     assert!(msg.contains("user alice budget exceeded: tokens/minute"), "{msg}");
@@ -247,7 +247,7 @@ async fn concurrent_requests_cannot_overshoot_a_budget() {
         let r = r.clone();
         let mut req = ask(i, "alice");
         req.session = format!("alice/{i}");
-        set.spawn(async move { r.run(req).await });
+        set.spawn(async move { r.run(&req).await });
     }
     let mut admitted = 0;
     while let Some(o) = set.join_next().await {
@@ -294,7 +294,7 @@ async fn failing_optional_tool_is_skipped_and_critical_tool_uses_the_cache() {
         None,
     );
     // First request fills the cache.
-    let o = r.run(ask_with_tools(1, "alice")).await;
+    let o = r.run(&ask_with_tools(1, "alice")).await;
     assert_eq!(o.level, Level::None, "{:?}", o.chain);
     // Then both tools fail.
     for t in ["tool:get_order", "tool:search_docs"] {
@@ -311,7 +311,7 @@ async fn failing_optional_tool_is_skipped_and_critical_tool_uses_the_cache() {
         .unwrap();
     }
     tokio::time::advance(Duration::from_secs(60)).await;
-    let o = r.run(ask_with_tools(2, "alice")).await;
+    let o = r.run(&ask_with_tools(2, "alice")).await;
     assert!(o.chain.contains(&"tool:get_order cache".to_string()), "{:?}", o.chain);
     assert!(o.stale_ms.unwrap() >= 60_000);
     // search_docs was cached too (cache_ttl_s = 3600), so nothing is missing.
@@ -342,7 +342,7 @@ async fn critical_tool_down_defers_and_the_request_survives_a_restart() {
         "t",
     )
     .unwrap();
-    let o = r.run(ask_with_tools(1, "alice")).await;
+    let o = r.run(&ask_with_tools(1, "alice")).await;
     assert_eq!(o.level, Level::Deferred);
     assert!(o.user_message.unwrap().contains("queued"));
     assert_eq!(r.spool().unwrap().len(), 1);
@@ -378,7 +378,7 @@ async fn all_models_down_without_cache_defers_or_fails_gracefully() {
         vec![("openai", down()), ("anthropic", down()), ("deepseek", down())],
         None,
     );
-    let o = r.run(ask(1, "alice")).await;
+    let o = r.run(&ask(1, "alice")).await;
     assert_eq!(o.level, Level::Failed);
     assert_eq!(o.user_message.as_deref(), Some(cfg.degradation.user_message.as_str()));
     assert_eq!(o.chain.len(), 3);
@@ -397,7 +397,7 @@ async fn drill_mode_sends_optional_tools_down_their_degradation_branch() {
     );
     let r = runner(Config::default(), vec![("openai", openai as Arc<dyn Provider>)], None);
     r.apply(&Command::DrillOn, "tester").unwrap();
-    let o = r.run(ask_with_tools(1, "alice")).await;
+    let o = r.run(&ask_with_tools(1, "alice")).await;
     assert_eq!(o.level, Level::Partial);
     assert_eq!(o.missing, vec!["lookup_shipping", "search_docs", "send_notification"]);
     assert_eq!(stats(&r, "tool:get_order").ok, 1, "the critical tool still runs");
@@ -500,11 +500,11 @@ async fn exhausted_limiter_waits_then_degrades() {
         vec![("openai", Scripted::new(vec![], Step::ok()) as Arc<dyn Provider>)],
         None,
     );
-    assert_eq!(r.run(ask(1, "a")).await.level, Level::None);
+    assert_eq!(r.run(&ask(1, "a")).await.level, Level::None);
     let t0 = tokio::time::Instant::now();
     let mut second = ask(2, "b");
     second.messages[1].content = "A different question, so no cached answer".into();
-    let o = r.run(second).await;
+    let o = r.run(&second).await;
     assert_eq!(o.level, Level::Failed);
     assert_eq!(o.chain, vec!["gpt-4o ⏳rate".to_string()]);
     assert_eq!(
@@ -535,8 +535,8 @@ async fn slow_model_is_skipped_under_a_latency_sla() {
         ],
         None,
     );
-    assert_eq!(r.run(ask(1, "a")).await.level, Level::None, "no latency known yet");
-    let o = r.run(ask(2, "b")).await;
+    assert_eq!(r.run(&ask(1, "a")).await.level, Level::None, "no latency known yet");
+    let o = r.run(&ask(2, "b")).await;
     assert_eq!(o.chain, vec!["gpt-4o ⌛sla".to_string(), "claude-haiku ✓".to_string()]);
     assert_eq!((openai.calls(), anthropic.calls()), (1, 1));
 }
@@ -568,7 +568,7 @@ async fn budget_pressure_prefers_the_cheapest_tier() {
     for i in 0..36 {
         let mut req = ask(i, &format!("u{i}"));
         req.max_tokens = 16;
-        first.push(r.run(req).await.chain[0].clone());
+        first.push(r.run(&req).await.chain[0].clone());
     }
     // Each call uses 25 tokens; past 80 % of 1000 the budget tier goes first.
     assert!(first[..30].iter().all(|c| c == "gpt-4o ✓"), "{first:?}");
@@ -593,7 +593,7 @@ async fn endless_tool_loop_degrades_to_a_direct_answer() {
     );
     let mut req = ask_with_tools(1, "alice");
     req.max_steps = 3;
-    let o = r.run(req).await;
+    let o = r.run(&req).await;
     assert_eq!(o.level, Level::Partial);
     assert_eq!(o.missing, vec!["multi_step"]);
     assert_eq!(openai.calls(), 4, "3 tool-using steps, then one direct answer");

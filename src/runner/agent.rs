@@ -96,14 +96,14 @@ enum End {
 
 impl Runner {
     /// Runs one agent request to its outcome.
-    pub async fn run(&self, req: AgentRequest) -> Outcome {
+    pub async fn run(&self, req: &AgentRequest) -> Outcome {
         let start = self.clock.now();
         self.totals.requests.fetch_add(1, Ordering::Relaxed);
         if self.events.has_subscribers() {
             self.events.emit(EventKind::Request(Box::new(req.clone())));
         }
         self.retry_budget.deposit(start);
-        let mut o = self.run_once(&req, true, start).await;
+        let mut o = self.run_once(req, true, start).await;
         o.latency_ms = self.clock.now().saturating_duration_since(start).as_millis() as u64;
         self.count_outcome(&o);
         o

@@ -135,7 +135,7 @@ pub async fn run_scenario(runner: Arc<Runner>, scenario: &Scenario, duration: Du
         let r = runner.clone();
         let i = outcomes.len();
         outcomes.push(None);
-        tasks.spawn(async move { (i, r.run(req).await) });
+        tasks.spawn(async move { (i, r.run(&req).await) });
     }
     while let Some(done) = tasks.join_next().await {
         keep(&mut outcomes, done);

@@ -7,7 +7,7 @@
 //! clock would jump ahead while the next records are still being parsed.
 
 use super::log::{LogError, LogReader, Record};
-use std::sync::mpsc::{sync_channel, Receiver};
+use crossbeam_channel::{bounded, select, unbounded, Receiver, Sender};
 
 /// Records per batch handed over.
 const BATCH: usize = 1024;
@@ -20,10 +20,14 @@ enum Msg<T> {
     End(Result<(), LogError>, Box<LogReader>),
 }
 
+/// Something the consumer is done with, handed back to be dropped.
+type Garbage = Box<dyn Send>;
+
 /// A [`LogReader`] running on a thread of its own, handing over what it
 /// makes of each record.
 pub struct Prefetched<T> {
     rx: Receiver<Msg<T>>,
+    back: Sender<Garbage>,
     batch: std::vec::IntoIter<T>,
     reader: Option<Box<LogReader>>,
 }
@@ -37,10 +41,21 @@ impl<T: Send + 'static> Prefetched<T> {
         mut reader: LogReader,
         prepare: impl Fn(Record) -> Option<T> + Send + 'static,
     ) -> std::io::Result<Self> {
-        let (tx, rx) = sync_channel(AHEAD);
-        std::thread::Builder::new()
-            .name("log-reader".into())
-            .spawn(move || loop {
+        let (tx, rx) = bounded(AHEAD);
+        let (back, garbage) = unbounded::<Garbage>();
+        std::thread::Builder::new().name("log-reader".into()).spawn(move || {
+            // Sends `msg`, freeing garbage while the consumer is not ready
+            // for it; false once the consumer is gone.
+            let send = |msg: Msg<T>| {
+                let mut msg = Some(msg);
+                loop {
+                    select! {
+                        send(tx, msg.take().expect("sent once")) -> sent => return sent.is_ok(),
+                        recv(garbage) -> g => drop(g),
+                    }
+                }
+            };
+            loop {
                 let mut batch = Vec::with_capacity(BATCH);
                 let end = loop {
                     match reader.next_record() {
@@ -56,20 +71,31 @@ impl<T: Send + 'static> Prefetched<T> {
                         Err(e) => break Some(Err(e)),
                     }
                 };
-                // A send fails only when the replay was dropped: stop reading.
-                if tx.send(Msg::Records(batch)).is_err() {
+                if !send(Msg::Records(batch)) {
                     return;
                 }
                 if let Some(end) = end {
-                    let _ = tx.send(Msg::End(end, Box::new(reader)));
+                    if send(Msg::End(end, Box::new(reader))) {
+                        // Free what the consumer hands back until it is gone.
+                        garbage.iter().for_each(drop);
+                    }
                     return;
                 }
-            })?;
+            }
+        })?;
         Ok(Self {
             rx,
+            back,
             batch: Vec::new().into_iter(),
             reader: None,
         })
+    }
+
+    /// Hands `garbage` back to the reader's thread to be dropped there. What
+    /// was allocated there (the records' strings) is freed faster there, and
+    /// off the consumer's core; once the reader has stopped it is dropped here.
+    pub fn give_back(&self, garbage: Garbage) {
+        let _ = self.back.send(garbage);
     }
 
     /// The next item; `Ok(None)` at the end of the log.

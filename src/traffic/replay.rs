@@ -58,6 +58,8 @@ struct Fleet {
     /// Recent attempts per target with their times, in time order, for
     /// calls with no own record.
     recent: Vec<VecDeque<(u64, Arc<AttemptRec>)>>,
+    /// History dropped from `recent`, to be freed on the log reader's thread.
+    spent: Vec<Arc<AttemptRec>>,
 }
 
 impl Fleet {
@@ -67,7 +69,7 @@ impl Fleet {
         // every call, so the history stays within the read-ahead horizon).
         let recent = &mut self.recent[t];
         while recent.len() > 1 && recent[1].0 <= now_ms {
-            recent.pop_front();
+            self.spent.extend(recent.pop_front().map(|(_, a)| a));
         }
         if let Some(own) = self.own.get_mut(&request) {
             if let Some(i) = own.iter().position(|&(at, _)| at == t) {
@@ -127,6 +129,12 @@ impl RecordedFleet {
     /// Forgets what is left of a finished request.
     pub fn forget(&self, request: u64) {
         self.inner.lock().own.remove(&request);
+    }
+
+    /// The attempts dropped from the history, once there are at least `n`.
+    fn spent(&self, n: usize) -> Option<Vec<Arc<AttemptRec>>> {
+        let mut f = self.inner.lock();
+        (f.spent.len() >= n).then(|| std::mem::replace(&mut f.spent, Vec::with_capacity(n)))
     }
 }
 
@@ -434,7 +442,13 @@ struct InFlight {
     /// Replayed levels per request (with `compare`).
     levels: Mutex<HashMap<u64, Level>>,
     all_done: Notify,
+    /// Requests that ended, to be freed on the reader's thread.
+    finished: Mutex<Vec<AgentRequest>>,
 }
+
+/// Finished requests (or spent attempts) handed back to the reader's thread
+/// at a time.
+const GIVE_BACK: usize = 256;
 
 /// One request's task: counted out when dropped, and as lost unless it
 /// reached its outcome.
@@ -563,7 +577,8 @@ pub async fn replay(
             // Boxed: the request's future is large, and a task moves its
             // future by value.
             tokio::spawn(Box::pin(async move {
-                let o = r.run(req).await;
+                let o = r.run(&req).await;
+                inflight.finished.lock().push(req);
                 // A deferred request is re-driven later and needs the rest
                 // of its recorded attempts then.
                 if let (Some(f), false) = (fleet, o.level == Level::Deferred) {
@@ -574,6 +589,17 @@ pub async fn replay(
                 }
                 running.end();
             }));
+        }
+        // What was read on the reader's thread is freed there.
+        {
+            let mut finished = inflight.finished.lock();
+            if finished.len() >= GIVE_BACK {
+                let batch = std::mem::replace(&mut *finished, Vec::with_capacity(GIVE_BACK));
+                reader.give_back(Box::new(batch));
+            }
+        }
+        if let Some(spent) = fleet.as_ref().and_then(|f| f.spent(GIVE_BACK)) {
+            reader.give_back(Box::new(spent));
         }
         let wake = [
             queue.front().map(|(t_ms, _)| due(*t_ms)),
