@@ -23,6 +23,27 @@ enum Msg<T> {
 /// Something the consumer is done with, handed back to be dropped.
 type Garbage = Box<dyn Send>;
 
+/// Things handed back to the reader's thread at a time.
+const GIVE_BACK: usize = 256;
+
+/// Hands things the consumer is done with back to the reader's thread, to be
+/// dropped there, [`GIVE_BACK`] at a time ([`Prefetched::give_back`]).
+pub struct GiveBack<G> {
+    tx: Sender<Garbage>,
+    pending: Vec<G>,
+}
+
+impl<G: Send + 'static> GiveBack<G> {
+    /// Queues `g` to be dropped on the reader's thread.
+    pub fn put(&mut self, g: G) {
+        self.pending.push(g);
+        if self.pending.len() == GIVE_BACK {
+            let batch = std::mem::replace(&mut self.pending, Vec::with_capacity(GIVE_BACK));
+            let _ = self.tx.send(Box::new(batch));
+        }
+    }
+}
+
 /// A [`LogReader`] running on a thread of its own, handing over what it
 /// makes of each record.
 pub struct Prefetched<T> {
@@ -91,11 +112,15 @@ impl<T: Send + 'static> Prefetched<T> {
         })
     }
 
-    /// Hands `garbage` back to the reader's thread to be dropped there. What
-    /// was allocated there (the records' strings) is freed faster there, and
-    /// off the consumer's core; once the reader has stopped it is dropped here.
-    pub fn give_back(&self, garbage: Garbage) {
-        let _ = self.back.send(garbage);
+    /// A handle that hands things back to the reader's thread to be
+    /// dropped there. What was allocated there (the records' strings) is
+    /// freed faster there, and off the consumer's core; once the reader has
+    /// stopped it is dropped where it is.
+    pub fn give_back<G: Send + 'static>(&self) -> GiveBack<G> {
+        GiveBack {
+            tx: self.back.clone(),
+            pending: Vec::with_capacity(GIVE_BACK),
+        }
     }
 
     /// The next item; `Ok(None)` at the end of the log.

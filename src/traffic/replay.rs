@@ -9,7 +9,7 @@
 //! bounded by the traffic within the horizon, not by the log's length.
 
 use super::log::{AttemptRec, LogError, LogReader, OperatorRec, OutcomeRec, Record, RequestRec, Transport};
-use super::prefetch::Prefetched;
+use super::prefetch::{GiveBack, Prefetched};
 use crate::clock::{Clock, Seed};
 use crate::config::Config;
 use crate::provider::headers::openai_feedback;
@@ -58,8 +58,9 @@ struct Fleet {
     /// Recent attempts per target with their times, in time order, for
     /// calls with no own record.
     recent: Vec<VecDeque<(u64, Arc<AttemptRec>)>>,
-    /// History dropped from `recent`, to be freed on the log reader's thread.
-    spent: Vec<Arc<AttemptRec>>,
+    /// Where history dropped from `recent` goes, to be freed on the log
+    /// reader's thread (dropped here until the replay sets it).
+    spent: Option<GiveBack<Arc<AttemptRec>>>,
 }
 
 impl Fleet {
@@ -69,7 +70,9 @@ impl Fleet {
         // every call, so the history stays within the read-ahead horizon).
         let recent = &mut self.recent[t];
         while recent.len() > 1 && recent[1].0 <= now_ms {
-            self.spent.extend(recent.pop_front().map(|(_, a)| a));
+            if let (Some((_, a)), Some(spent)) = (recent.pop_front(), &mut self.spent) {
+                spent.put(a);
+            }
         }
         if let Some(own) = self.own.get_mut(&request) {
             if let Some(i) = own.iter().position(|&(at, _)| at == t) {
@@ -131,10 +134,9 @@ impl RecordedFleet {
         self.inner.lock().own.remove(&request);
     }
 
-    /// The attempts dropped from the history, once there are at least `n`.
-    fn spent(&self, n: usize) -> Option<Vec<Arc<AttemptRec>>> {
-        let mut f = self.inner.lock();
-        (f.spent.len() >= n).then(|| std::mem::replace(&mut f.spent, Vec::with_capacity(n)))
+    /// Hands the attempts the history drops to `spent` (None: drops them).
+    fn give_back(&self, spent: Option<GiveBack<Arc<AttemptRec>>>) {
+        self.inner.lock().spent = spent;
     }
 }
 
@@ -442,13 +444,9 @@ struct InFlight {
     /// Replayed levels per request (with `compare`).
     levels: Mutex<HashMap<u64, Level>>,
     all_done: Notify,
-    /// Requests that ended, to be freed on the reader's thread.
-    finished: Mutex<Vec<AgentRequest>>,
+    /// Requests that ended, to be freed on the log reader's thread.
+    finished: Mutex<Option<GiveBack<AgentRequest>>>,
 }
-
-/// Finished requests (or spent attempts) handed back to the reader's thread
-/// at a time.
-const GIVE_BACK: usize = 256;
 
 /// One request's task: counted out when dropped, and as lost unless it
 /// reached its outcome.
@@ -504,6 +502,22 @@ impl Ahead {
     }
 }
 
+/// Stops handing things back to the log reader's thread when the replay
+/// ends, however it ends: that thread ends once nothing can.
+struct GivingBack<'a> {
+    inflight: &'a InFlight,
+    fleet: Option<&'a RecordedFleet>,
+}
+
+impl Drop for GivingBack<'_> {
+    fn drop(&mut self) {
+        *self.inflight.finished.lock() = None;
+        if let Some(f) = self.fleet {
+            f.give_back(None);
+        }
+    }
+}
+
 /// Re-drives every request of `reader` through `runner` at its recorded
 /// time; `fleet` (recorded mode) is fed the attempts as they are read.
 pub async fn replay(
@@ -529,6 +543,15 @@ pub async fn replay(
     let due = |t_ms: u64| start + Duration::from_millis(t_ms);
     let mut out = Replayed::default();
     let inflight = Arc::new(InFlight::default());
+    // What was read on the reader's thread is freed there.
+    *inflight.finished.lock() = Some(reader.give_back());
+    if let Some(f) = &fleet {
+        f.give_back(Some(reader.give_back()));
+    }
+    let giving_back = GivingBack {
+        inflight: &inflight,
+        fleet: fleet.as_deref(),
+    };
     let mut spawned = 0u64;
     // Requests read but not yet due: kept as log records (small), started
     // as tasks only at their time, so what is held ahead stays small.
@@ -578,7 +601,9 @@ pub async fn replay(
             // future by value.
             tokio::spawn(Box::pin(async move {
                 let o = r.run(&req).await;
-                inflight.finished.lock().push(req);
+                if let Some(finished) = &mut *inflight.finished.lock() {
+                    finished.put(req);
+                }
                 // A deferred request is re-driven later and needs the rest
                 // of its recorded attempts then.
                 if let (Some(f), false) = (fleet, o.level == Level::Deferred) {
@@ -589,17 +614,6 @@ pub async fn replay(
                 }
                 running.end();
             }));
-        }
-        // What was read on the reader's thread is freed there.
-        {
-            let mut finished = inflight.finished.lock();
-            if finished.len() >= GIVE_BACK {
-                let batch = std::mem::replace(&mut *finished, Vec::with_capacity(GIVE_BACK));
-                reader.give_back(Box::new(batch));
-            }
-        }
-        if let Some(spent) = fleet.as_ref().and_then(|f| f.spent(GIVE_BACK)) {
-            reader.give_back(Box::new(spent));
         }
         let wake = [
             queue.front().map(|(t_ms, _)| due(*t_ms)),
@@ -613,6 +627,7 @@ pub async fn replay(
     while inflight.running.load(Ordering::Acquire) > 0 {
         inflight.all_done.notified().await;
     }
+    drop(giving_back);
     runner.redrive_deferred(false).await;
     runner.redrive_deferred(true).await;
     out.requests = spawned;
