@@ -15,6 +15,7 @@ use crate::config::Config;
 use crate::provider::headers::openai_feedback;
 use crate::provider::mock::{args_for, order_id};
 use crate::provider::{ErrorKind, LlmRequest, LlmResponse, Message, Provider, ProviderError, ToolCall, Usage};
+use crate::resilience::limiter::RateFeedback;
 use crate::runner::command::Command;
 use crate::runner::outcome::Level;
 use crate::runner::request::AgentRequest;
@@ -204,9 +205,13 @@ async fn play(
         output: a.output_tokens,
         cached_input: 0,
     };
-    let headers = &a.headers;
-    let get = |k: &str| headers.get(k).cloned();
-    let rate = openai_feedback(&get, clock.wall_ms());
+    // Most attempts carry no rate-limit headers: nothing to read then.
+    let rate = if a.headers.is_empty() {
+        RateFeedback::default()
+    } else {
+        let headers = &a.headers;
+        openai_feedback(&|k| headers.get(k).cloned(), clock.wall_ms())
+    };
     let fail = |kind: ErrorKind, status: Option<u16>| {
         let mut e = ProviderError::new(kind, status, format!("replayed {} ({})", a.target, kind.label(status)));
         e.retry_after = rate.retry_after;
