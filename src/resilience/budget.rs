@@ -87,6 +87,7 @@ struct Win {
 }
 
 impl Win {
+    #[inline]
     fn roll(&mut self, now_ms: u64, len: u64) {
         let p = now_ms / len;
         if p != self.period {
@@ -166,6 +167,7 @@ struct Check<'a> {
 }
 
 impl Check<'_> {
+    #[inline]
     fn over(&self, w: &Win, add: f64, limit: f64, what: &'static str) -> Result<(), BudgetExceeded> {
         if limit > 0.0 && w.used + add > limit {
             return Err(BudgetExceeded {
@@ -179,16 +181,24 @@ impl Check<'_> {
         Ok(())
     }
 
+    /// Warns once per window at the soft ratio (checked inline on every
+    /// reservation; the warning itself is rare).
+    #[inline]
     fn warn(&self, w: &mut Win, limit: f64, what: &str) {
         if limit > 0.0 && !w.warned && w.used >= self.soft * limit {
-            w.warned = true;
-            self.events.emit(EventKind::BudgetWarning {
-                user: self.user.to_string(),
-                budget: what.to_string(),
-                used: w.used,
-                limit,
-            });
+            self.announce(w, limit, what);
         }
+    }
+
+    #[cold]
+    fn announce(&self, w: &mut Win, limit: f64, what: &str) {
+        w.warned = true;
+        self.events.emit(EventKind::BudgetWarning {
+            user: self.user.to_string(),
+            budget: what.to_string(),
+            used: w.used,
+            limit,
+        });
     }
 }
 
