@@ -558,8 +558,8 @@ pub async fn replay(
         fleet: fleet.as_deref(),
     };
     let mut spawned = 0u64;
-    // Requests read but not yet due: kept as log records (small), started
-    // as tasks only at their time, so what is held ahead stays small.
+    // Requests read but not yet due: kept as agent requests, started as
+    // tasks only at their time, so what is held ahead stays small.
     let mut queue: VecDeque<(u64, AgentRequest)> = VecDeque::new();
     let mut next = reader.next_item()?;
     loop {
