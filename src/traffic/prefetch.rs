@@ -154,3 +154,66 @@ impl<T: Send + 'static> Prefetched<T> {
         self.reader.as_ref().map_or(0, |r| r.bad_lines())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A log of `n` requests, one per millisecond.
+    fn log(n: u64) -> LogReader {
+        let text: String = (1..=n)
+            .map(|i| {
+                format!(
+                    "{{\"kind\":\"request\",\"t_ms\":{i},\"id\":{i},\"user\":\"u\",\"session\":\"s\",\
+                     \"route\":\"default\",\"prompt_tokens\":10,\"max_tokens\":10,\"tools\":[]}}\n"
+                )
+            })
+            .collect();
+        LogReader::from_reader("test.jsonl", std::io::Cursor::new(text), false).unwrap()
+    }
+
+    /// Reports the name of the thread it is dropped on.
+    struct Noted(std::sync::mpsc::Sender<String>);
+
+    impl Drop for Noted {
+        fn drop(&mut self) {
+            let _ = self.0.send(std::thread::current().name().unwrap_or("?").to_string());
+        }
+    }
+
+    #[test]
+    fn hands_over_what_prepare_makes_in_order() {
+        let mut p = Prefetched::spawn(log(3000), |r| match r {
+            Record::Request(q) if q.id % 2 == 0 => Some(q.id),
+            _ => None,
+        })
+        .unwrap();
+        let mut got = Vec::new();
+        while let Some(id) = p.next_item().unwrap() {
+            got.push(id);
+        }
+        assert_eq!(got, (1..=1500).map(|i| i * 2).collect::<Vec<_>>());
+    }
+
+    #[test]
+    fn what_is_given_back_is_dropped_on_the_reader_thread() {
+        let (tx, dropped_on) = std::sync::mpsc::channel();
+        let mut p = Prefetched::spawn(log(10), Some).unwrap();
+        let mut back = p.give_back();
+        // A full batch is sent at once; the rest waits in the handle.
+        for _ in 0..GIVE_BACK + 3 {
+            back.put(Noted(tx.clone()));
+        }
+        while p.next_item().unwrap().is_some() {}
+        drop(back);
+        let threads: Vec<String> = (0..GIVE_BACK + 3)
+            .map(|_| dropped_on.recv_timeout(std::time::Duration::from_secs(10)).unwrap())
+            .collect();
+        let on_reader = threads.iter().filter(|t| *t == "log-reader").count();
+        assert_eq!(
+            on_reader, GIVE_BACK,
+            "the full batch is freed on the reader's thread: {threads:?}"
+        );
+        drop(p);
+    }
+}
