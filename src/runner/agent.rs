@@ -87,6 +87,12 @@ fn partial(calls: &[ToolCall], otherwise: &str) -> Arc<str> {
     }
 }
 
+/// The conversation so far: the request's messages, then those the agent
+/// loop added (one allocation; nothing is copied until a step adds some).
+fn conversation(req: &AgentRequest, added: &[Message]) -> Arc<[Message]> {
+    req.messages.iter().chain(added).cloned().collect()
+}
+
 /// How the loop ended.
 enum End {
     Answer(Arc<str>),
@@ -228,7 +234,9 @@ impl Runner {
             offered.push(self.tools[ti].spec.clone());
         }
         let offered: Arc<[ToolSpec]> = offered.into();
-        let mut messages: Vec<Message> = req.messages.clone();
+        // What the loop adds to the request's own messages (tool calls and
+        // results); the conversation sent is both.
+        let mut added: Vec<Message> = Vec::new();
         let max_steps = if req.max_steps > 0 {
             req.max_steps
         } else {
@@ -251,7 +259,7 @@ impl Runner {
                 user: &req.user,
                 route: &req.route,
                 step,
-                messages: messages.as_slice().into(),
+                messages: conversation(req, &added),
                 tools: offered.clone(),
                 max_tokens,
             };
@@ -295,14 +303,14 @@ impl Runner {
                         }
                         return End::Answer(resp.text);
                     }
-                    messages.push(Message::new("assistant", listed("calling ", &resp.tool_calls)));
+                    added.push(Message::new("assistant", listed("calling ", &resp.tool_calls)));
                     for tc in &resp.tool_calls {
                         let Some(&ti) = self.tool_index.get(&tc.name) else {
                             continue;
                         };
                         let critical = self.is_critical(ti, &req.critical_tools);
                         match self.call_tool(req.id, ti, tc, critical, &mut trail.tally).await {
-                            Ok(text) => messages.push(Message::new("tool", &*text)),
+                            Ok(text) => added.push(Message::new("tool", &*text)),
                             Err(f) => {
                                 let label = format!("tool:{} {}", tc.name, f.label());
                                 trail.push(label);
@@ -311,7 +319,7 @@ impl Runner {
                                     trail.fallback = true;
                                     trail.quality *= self.cfg.degradation.cache_quality;
                                     trail.stale_ms = Some(trail.stale_ms.unwrap_or(0).max(age.as_millis() as u64));
-                                    messages.push(Message::new("tool", &*text));
+                                    added.push(Message::new("tool", &*text));
                                 } else if critical && route.cfg.defer && may_defer && self.can_defer() {
                                     return self
                                         .defer(req, format!("critical tool {} unavailable ({})", tc.name, f.label()))
@@ -323,7 +331,7 @@ impl Runner {
                                         self.cfg.degradation.skip_quality
                                     };
                                     trail.miss(&tc.name);
-                                    messages.push(Message::new("tool", format!("{} is unavailable", tc.name)));
+                                    added.push(Message::new("tool", format!("{} is unavailable", tc.name)));
                                 }
                             }
                         }
@@ -334,13 +342,13 @@ impl Runner {
         }
         // Out of steps: feature degradation to one direct answer, no tools.
         trail.miss("multi_step");
-        messages.push(Message::new("system", "Answer directly now, without tools."));
+        added.push(Message::new("system", "Answer directly now, without tools."));
         let call = LlmCall {
             request_id: req.id,
             user: &req.user,
             route: &req.route,
             step: max_steps,
-            messages: messages.into(),
+            messages: conversation(req, &added),
             tools: Arc::from(Vec::new()),
             max_tokens,
         };

@@ -90,7 +90,9 @@ impl Runner {
     /// The display name of a hop, e.g. `gpt-4o ✗503×3`.
     pub fn hop_label(&self, h: &Hop) -> String {
         if h.result == HopResult::Ok && h.tries <= 1 {
-            return self.models[h.model].answered_label.to_string();
+            // Copied as a str: `to_string` on the Box would go through
+            // the formatting machinery.
+            return String::from(&*self.models[h.model].answered_label);
         }
         let m = &self.models[h.model].name;
         let tries = if h.tries > 1 {
