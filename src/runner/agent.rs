@@ -88,7 +88,7 @@ fn partial(calls: &[ToolCall], otherwise: &str) -> Arc<str> {
 }
 
 /// The conversation so far: the request's messages, then those the agent
-/// loop added (one allocation; nothing is copied until a step adds some).
+/// loop added, in one allocation (messages are shared, not copied).
 fn conversation(req: &AgentRequest, added: &[Message]) -> Arc<[Message]> {
     req.messages.iter().chain(added).cloned().collect()
 }
