@@ -241,7 +241,7 @@ impl Runner {
                     now
                 }
                 Err(_) if !self.any_admits(rest) => {
-                    held.permit = p.limiter.acquire(chars, req.max_tokens).await.ok();
+                    held.permit = Box::pin(p.limiter.acquire(chars, req.max_tokens)).await.ok();
                     self.clock.now()
                 }
                 Err(_) => {
@@ -265,8 +265,7 @@ impl Runner {
             };
             // Fleet mode: the user's budget as the whole fleet has spent it.
             if let Some(a) = self.allowances.get() {
-                let r = a
-                    .reserve(call.user, est.total(), m.cost(est.input, est.output))
+                let r = Box::pin(a.reserve(call.user, est.total(), m.cost(est.input, est.output)))
                     .await
                     .map_err(LlmFailure::Budget)?;
                 held.allowance = Some(r);
@@ -408,7 +407,14 @@ impl Runner {
                     pt.stats.retries.inc();
                     mt.stats.retries.inc();
                     let key = call.request_id ^ ((call.step as u64) << 40);
-                    tokio::time::sleep(backoff(&self.cfg.retry, self.seed, key, attempt, e.retry_after)).await;
+                    Box::pin(tokio::time::sleep(backoff(
+                        &self.cfg.retry,
+                        self.seed,
+                        key,
+                        attempt,
+                        e.retry_after,
+                    )))
+                    .await;
                     attempt += 1;
                 }
             }

@@ -5,14 +5,39 @@
 //! The consumer blocks (it does not `.await`) when the reader falls behind:
 //! a replay in virtual time must not let the runtime go idle, or the paused
 //! clock would jump ahead while the next records are still being parsed.
+//!
+//! A record the consumer needs only later (a request, due when virtual time
+//! reaches it) can be split: a small item handed over in order at once, and
+//! a body kept on the reader's thread and made ready just before the
+//! consumer asks for it. What the consumer touches is then freshly made, in
+//! a cache, instead of read seconds ahead and long since evicted to memory.
 
 use super::log::{LogError, LogReader, Record};
-use crossbeam_channel::{bounded, select, unbounded, Receiver, Sender};
+use crossbeam_channel::{bounded, unbounded, Receiver, Select, Sender, TrySendError};
+use std::collections::VecDeque;
 
 /// Records per batch handed over.
 const BATCH: usize = 1024;
 /// Batches buffered ahead of the consumer.
 const AHEAD: usize = 8;
+/// Bodies per batch handed over.
+const BODIES: usize = 64;
+/// Batches of bodies buffered ahead of the consumer (one more is made
+/// ready): bodies are made a few hundred requests before they are needed.
+const BODY_BATCHES_AHEAD: usize = 3;
+/// Records read between two top-ups of the bodies.
+const TOP_UP_EVERY: usize = 16;
+
+/// What the reader makes of a record.
+pub enum Split<T, P> {
+    /// An item, handed over in order.
+    Now(T),
+    /// An item handed over in order, and a part kept on the reader's thread
+    /// until the consumer is about to ask for its body ([`Prefetched::next_body`]).
+    Later(T, P),
+    /// Nothing: the record is checked, then dropped on the reader's thread.
+    Skip,
+}
 
 enum Msg<T> {
     Records(Vec<T>),
@@ -45,73 +70,91 @@ impl<G: Send + 'static> GiveBack<G> {
 }
 
 /// A [`LogReader`] running on a thread of its own, handing over what it
-/// makes of each record.
-pub struct Prefetched<T> {
+/// makes of each record: items in order, and bodies, made just in time.
+pub struct Prefetched<T, B> {
     rx: Receiver<Msg<T>>,
+    bodies_rx: Receiver<Vec<B>>,
     back: Sender<Garbage>,
     batch: std::vec::IntoIter<T>,
+    bodies: std::vec::IntoIter<B>,
     reader: Option<Box<LogReader>>,
 }
 
-impl<T: Send + 'static> Prefetched<T> {
-    /// Starts reading `reader` on a new thread, handing over what `prepare`
-    /// makes of each record. Records it turns into None are checked but
-    /// dropped there: handing them over and freeing them would cost the
-    /// consumer's thread.
-    pub fn spawn(
-        mut reader: LogReader,
-        prepare: impl Fn(Record) -> Option<T> + Send + 'static,
+impl<T: Send + 'static, B: Send + 'static> Prefetched<T, B> {
+    /// Starts reading `reader` on a new thread. `split` says what each
+    /// record becomes ([`Split`]); `finish` makes a kept part into the body
+    /// the consumer takes, in the order the parts were kept.
+    pub fn spawn<P: Send + 'static>(
+        reader: LogReader,
+        split: impl Fn(Record) -> Split<T, P> + Send + 'static,
+        finish: impl FnMut(P) -> B + Send + 'static,
     ) -> std::io::Result<Self> {
         let (tx, rx) = bounded(AHEAD);
+        let (bodies_tx, bodies_rx) = bounded(BODY_BATCHES_AHEAD);
         let (back, garbage) = unbounded::<Garbage>();
         std::thread::Builder::new().name("log-reader".into()).spawn(move || {
-            // Sends `msg`, freeing garbage while the consumer is not ready
-            // for it; false once the consumer is gone.
-            let send = |msg: Msg<T>| {
-                let mut msg = Some(msg);
-                loop {
-                    select! {
-                        send(tx, msg.take().expect("sent once")) -> sent => return sent.is_ok(),
-                        recv(garbage) -> g => drop(g),
-                    }
-                }
+            let mut reader = Some(reader);
+            // Item messages not yet handed over: a batch, and the end.
+            let mut outbox: VecDeque<Msg<T>> = VecDeque::new();
+            let mut bodies = Bodies {
+                kept: VecDeque::new(),
+                made: Vec::new(),
+                finish,
+                tx: bodies_tx,
             };
             loop {
-                let mut batch = Vec::with_capacity(BATCH);
-                let end = loop {
-                    match reader.next_record() {
-                        Ok(Some(r)) => {
-                            if let Some(item) = prepare(r) {
-                                batch.push(item);
-                                if batch.len() == BATCH {
-                                    break None;
-                                }
-                            }
+                if outbox.is_empty() {
+                    if let Some(mut r) = reader.take() {
+                        let Some((batch, end)) = read_batch(&mut r, &split, &mut bodies) else {
+                            return;
+                        };
+                        outbox.push_back(Msg::Records(batch));
+                        match end {
+                            Some(end) => outbox.push_back(Msg::End(end, Box::new(r))),
+                            None => reader = Some(r),
                         }
-                        Ok(None) => break Some(Ok(())),
-                        Err(e) => break Some(Err(e)),
                     }
-                };
-                if !send(Msg::Records(batch)) {
+                }
+                if !bodies.top_up() {
                     return;
                 }
-                if let Some(end) = end {
-                    if send(Msg::End(end, Box::new(reader))) {
-                        // Free what the consumer hands back until it is gone.
-                        garbage.iter().for_each(drop);
-                    }
+                if outbox.is_empty() && bodies.made.is_empty() {
+                    // All handed over: no more bodies come (a consumer
+                    // asking for one learns so), and what the consumer
+                    // hands back is freed until it is gone.
+                    drop(bodies);
+                    garbage.iter().for_each(drop);
+                    return;
+                }
+                // Hand over whichever the consumer takes first, freeing
+                // garbage meanwhile; stop once the consumer is gone.
+                let mut sel = Select::new();
+                let items = (!outbox.is_empty()).then(|| sel.send(&tx));
+                let made = (!bodies.made.is_empty()).then(|| sel.send(&bodies.tx));
+                sel.recv(&garbage);
+                let op = sel.select();
+                let gone = if Some(op.index()) == items {
+                    let msg = outbox.pop_front().expect("an item message is ready");
+                    op.send(&tx, msg).is_err()
+                } else if Some(op.index()) == made {
+                    op.send(&bodies.tx, std::mem::take(&mut bodies.made)).is_err()
+                } else {
+                    op.recv(&garbage).is_err()
+                };
+                if gone {
                     return;
                 }
             }
         })?;
         Ok(Self {
             rx,
+            bodies_rx,
             back,
             batch: Vec::new().into_iter(),
+            bodies: Vec::new().into_iter(),
             reader: None,
         })
     }
-
     /// A handle that hands things back to the reader's thread to be
     /// dropped there. What was allocated there (the records' strings) is
     /// freed faster there, and off the consumer's core; once the reader has
@@ -139,13 +182,19 @@ impl<T: Send + 'static> Prefetched<T> {
                     end?;
                 }
                 // The thread died without an end message (it panicked).
-                Err(_) => {
-                    return Err(LogError::Io {
-                        path: "traffic log".into(),
-                        source: std::io::Error::other("the log reader thread stopped unexpectedly"),
-                    })
-                }
+                Err(_) => return Err(stopped()),
             }
+        }
+    }
+
+    /// The body of the next [`Split::Later`] item, in order (an error if
+    /// the reader's thread stopped, or was asked for more than it kept).
+    pub fn next_body(&mut self) -> Result<B, LogError> {
+        loop {
+            if let Some(b) = self.bodies.next() {
+                return Ok(b);
+            }
+            self.bodies = self.bodies_rx.recv().map_err(|_| stopped())?.into_iter();
         }
     }
 
@@ -153,6 +202,81 @@ impl<T: Send + 'static> Prefetched<T> {
     pub fn bad_lines(&self) -> u64 {
         self.reader.as_ref().map_or(0, |r| r.bad_lines())
     }
+}
+
+/// The reader's thread stopped without handing over what was asked of it.
+fn stopped() -> LogError {
+    LogError::Io {
+        path: "traffic log".into(),
+        source: std::io::Error::other("the log reader thread stopped unexpectedly"),
+    }
+}
+
+/// The kept parts, and the bodies made from them, on the reader's thread.
+struct Bodies<P, B, F> {
+    kept: VecDeque<P>,
+    /// The next batch, made and not yet handed over.
+    made: Vec<B>,
+    finish: F,
+    tx: Sender<Vec<B>>,
+}
+
+impl<P, B, F: FnMut(P) -> B> Bodies<P, B, F> {
+    /// Makes and hands over bodies while the consumer has room for them,
+    /// keeping the next batch made; false once the consumer is gone.
+    fn top_up(&mut self) -> bool {
+        loop {
+            if self.made.is_empty() {
+                let n = self.kept.len().min(BODIES);
+                self.made = self.kept.drain(..n).map(&mut self.finish).collect();
+            }
+            if self.made.is_empty() {
+                return true;
+            }
+            match self.tx.try_send(std::mem::take(&mut self.made)) {
+                Ok(()) => {}
+                Err(TrySendError::Full(made)) => {
+                    self.made = made;
+                    return true;
+                }
+                Err(TrySendError::Disconnected(_)) => return false,
+            }
+        }
+    }
+}
+
+/// Reads records until a batch of items is full, keeping the parts `split`
+/// keeps; the end of the log or its first error ends the batch early.
+/// Bodies are topped up as it goes, so parsing a batch never keeps the
+/// consumer waiting for one. None once the consumer is gone.
+#[allow(clippy::type_complexity)]
+fn read_batch<T, P, B>(
+    reader: &mut LogReader,
+    split: &impl Fn(Record) -> Split<T, P>,
+    bodies: &mut Bodies<P, B, impl FnMut(P) -> B>,
+) -> Option<(Vec<T>, Option<Result<(), LogError>>)> {
+    let mut batch = Vec::with_capacity(BATCH);
+    for n in 1.. {
+        match reader.next_record() {
+            Ok(Some(r)) => match split(r) {
+                Split::Now(t) => batch.push(t),
+                Split::Later(t, p) => {
+                    batch.push(t);
+                    bodies.kept.push_back(p);
+                }
+                Split::Skip => {}
+            },
+            Ok(None) => return Some((batch, Some(Ok(())))),
+            Err(e) => return Some((batch, Some(Err(e)))),
+        }
+        if batch.len() == BATCH {
+            break;
+        }
+        if n % TOP_UP_EVERY == 0 && !bodies.top_up() {
+            return None;
+        }
+    }
+    Some((batch, None))
 }
 
 #[cfg(test)]
@@ -183,10 +307,14 @@ mod tests {
 
     #[test]
     fn hands_over_what_prepare_makes_in_order() {
-        let mut p = Prefetched::spawn(log(3000), |r| match r {
-            Record::Request(q) if q.id % 2 == 0 => Some(q.id),
-            _ => None,
-        })
+        let mut p = Prefetched::spawn(
+            log(3000),
+            |r| match r {
+                Record::Request(q) if q.id % 2 == 0 => Split::Now(q.id),
+                _ => Split::Skip,
+            },
+            |()| (),
+        )
         .unwrap();
         let mut got = Vec::new();
         while let Some(id) = p.next_item().unwrap() {
@@ -196,9 +324,40 @@ mod tests {
     }
 
     #[test]
+    fn bodies_come_in_order_and_are_made_only_shortly_before_they_are_asked_for() {
+        let made = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let counted = made.clone();
+        let mut p = Prefetched::spawn(
+            log(3000),
+            |r| match r {
+                Record::Request(q) if q.id % 3 == 0 => Split::Later(q.id, q.id * 10),
+                Record::Request(q) => Split::Now(q.id),
+                _ => Split::Skip,
+            },
+            move |part: u64| {
+                counted.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                part + 1
+            },
+        )
+        .unwrap();
+        // Every item can be taken before any body: the reader never waits
+        // for the consumer to take bodies.
+        let items: Vec<u64> = std::iter::from_fn(|| p.next_item().unwrap()).collect();
+        assert_eq!(items, (1..=3000).collect::<Vec<_>>());
+        let early = made.load(std::sync::atomic::Ordering::Relaxed);
+        assert!(
+            early <= (BODY_BATCHES_AHEAD + 1) * BODIES,
+            "{early} bodies made before any was asked for"
+        );
+        let bodies: Vec<u64> = (0..1000).map(|_| p.next_body().unwrap()).collect();
+        assert_eq!(bodies, (1..=1000).map(|i| i * 30 + 1).collect::<Vec<_>>());
+        assert!(p.next_body().is_err(), "no body is left");
+    }
+
+    #[test]
     fn what_is_given_back_is_dropped_on_the_reader_thread() {
         let (tx, dropped_on) = std::sync::mpsc::channel();
-        let mut p = Prefetched::spawn(log(10), Some).unwrap();
+        let mut p = Prefetched::spawn(log(10), Split::<_, ()>::Now, |()| ()).unwrap();
         let mut back = p.give_back();
         // A full batch is sent at once; the rest waits in the handle.
         for _ in 0..GIVE_BACK + 3 {

@@ -9,7 +9,7 @@
 //! bounded by the traffic within the horizon, not by the log's length.
 
 use super::log::{AttemptRec, LogError, LogReader, OperatorRec, OutcomeRec, Record, RequestRec, Transport};
-use super::prefetch::{GiveBack, Prefetched};
+use super::prefetch::{GiveBack, Prefetched, Split};
 use crate::clock::{Clock, Seed};
 use crate::config::Config;
 use crate::provider::headers::openai_feedback;
@@ -488,8 +488,9 @@ impl Drop for Running {
 
 /// A record as the replay takes it, made ready on the reader's thread.
 enum Ahead {
-    /// A request due at `t_ms`, as the agent request it stands for.
-    Request(u64, AgentRequest),
+    /// A request due at `t_ms`; the agent request it stands for is made
+    /// just before it is due ([`Prefetched::next_body`]).
+    Request(u64),
     /// An attempt, shared as the recorded fleet keeps it.
     Attempt(Arc<AttemptRec>),
     Outcome(OutcomeRec),
@@ -499,7 +500,7 @@ enum Ahead {
 impl Ahead {
     fn t_ms(&self) -> u64 {
         match self {
-            Ahead::Request(t_ms, _) => *t_ms,
+            Ahead::Request(t_ms) => *t_ms,
             Ahead::Attempt(a) => a.t_ms,
             Ahead::Outcome(o) => o.t_ms,
             Ahead::Operator(op) => op.t_ms,
@@ -536,13 +537,17 @@ pub async fn replay(
     // thread; the rest is dropped there.
     let (outcomes, operator) = (opts.compare || opts.outcomes.is_some(), opts.operator);
     let recorded = fleet.is_some();
-    let mut reader = Prefetched::spawn(reader, move |r| match r {
-        Record::Request(q) => Some(Ahead::Request(q.t_ms, agent_request(q))),
-        Record::Attempt(a) if recorded => Some(Ahead::Attempt(Arc::new(a))),
-        Record::Outcome(o) if outcomes => Some(Ahead::Outcome(o)),
-        Record::Operator(op) if operator => Some(Ahead::Operator(op)),
-        _ => None,
-    })
+    let mut reader = Prefetched::spawn(
+        reader,
+        move |r| match r {
+            Record::Request(q) => Split::Later(Ahead::Request(q.t_ms), q),
+            Record::Attempt(a) if recorded => Split::Now(Ahead::Attempt(Arc::new(a))),
+            Record::Outcome(o) if outcomes => Split::Now(Ahead::Outcome(o)),
+            Record::Operator(op) if operator => Split::Now(Ahead::Operator(op)),
+            _ => Split::Skip,
+        },
+        agent_request,
+    )
     .map_err(|source| LogError::Io { path, source })?;
     let start = Instant::now();
     let due = |t_ms: u64| start + Duration::from_millis(t_ms);
@@ -558,16 +563,16 @@ pub async fn replay(
         fleet: fleet.as_deref(),
     };
     let mut spawned = 0u64;
-    // Requests read but not yet due: kept as agent requests, started as
-    // tasks only at their time, so what is held ahead stays small.
-    let mut queue: VecDeque<(u64, AgentRequest)> = VecDeque::new();
+    // When the requests read but not yet due are due: each is started as a
+    // task only at its time, so what is held ahead stays small.
+    let mut queue: VecDeque<u64> = VecDeque::new();
     let mut next = reader.next_item()?;
     loop {
         let now = Instant::now();
         // Read everything within the horizon.
         while let Some(rec) = next.take_if(|r| due(r.t_ms()) <= now + HORIZON) {
             match rec {
-                Ahead::Request(t_ms, req) => queue.push_back((t_ms, req)),
+                Ahead::Request(t_ms) => queue.push_back(t_ms),
                 Ahead::Attempt(a) => {
                     if let Some(f) = &fleet {
                         f.add(a);
@@ -597,7 +602,8 @@ pub async fn replay(
             }
             next = reader.next_item()?;
         }
-        while let Some((_, req)) = queue.pop_front_if(|(t_ms, _)| due(*t_ms) <= now) {
+        while queue.pop_front_if(|t_ms| due(*t_ms) <= now).is_some() {
+            let req = reader.next_body()?;
             let (r, fleet) = (runner.clone(), fleet.clone());
             let (inflight, compare) = (inflight.clone(), opts.compare);
             let running = Running::start(&inflight);
@@ -621,7 +627,7 @@ pub async fn replay(
             }));
         }
         let wake = [
-            queue.front().map(|(t_ms, _)| due(*t_ms)),
+            queue.front().map(|t_ms| due(*t_ms)),
             next.as_ref().map(|r| due(r.t_ms()) - HORIZON),
         ];
         match wake.into_iter().flatten().min() {
