@@ -610,7 +610,7 @@ pub async fn replay(
             spawned += 1;
             // Boxed: the request's future is large, and a task moves its
             // future by value.
-            tokio::spawn(Box::pin(async move {
+            tokio::spawn(boxed(|| async move {
                 let o = r.run(&req).await;
                 if let Some(finished) = &mut *inflight.finished.lock() {
                     finished.put(req);
@@ -651,6 +651,13 @@ pub async fn replay(
     }
     out.bad_lines = reader.bad_lines();
     Ok(out)
+}
+
+/// The future `make` returns, built in its box. Boxing a future built
+/// first copies all of it, though most of a request's few kilobytes are
+/// not in use before it first runs.
+fn boxed<F: std::future::Future>(make: impl FnOnce() -> F) -> std::pin::Pin<Box<F>> {
+    Box::into_pin(Box::write(Box::new_uninit(), make()))
 }
 
 /// How long a log runs (the `t_ms` of its last record), read from its tail
