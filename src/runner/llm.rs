@@ -192,6 +192,8 @@ impl Runner {
     /// Order per attempt: breakers (the cheapest refusal; retries live inside
     /// them) → limiter (waits only when no later model could take the call)
     /// → budget reservation → call → settle everything with actual usage.
+    /// The rare waits (the limiter, a fleet's allowance, a retry's backoff)
+    /// are boxed, so their futures do not enlarge every request's.
     async fn try_model(
         &self,
         call: &LlmCall<'_>,

@@ -9,8 +9,8 @@
 //! A record the consumer needs only later (a request, due when virtual time
 //! reaches it) can be split: a small item handed over in order at once, and
 //! a body kept on the reader's thread and made ready just before the
-//! consumer asks for it. What the consumer touches is then freshly made, in
-//! a cache, instead of read seconds ahead and long since evicted to memory.
+//! consumer asks for it. What is made then is still in a cache when the
+//! consumer uses it, instead of made seconds ahead and evicted since.
 
 use super::log::{LogError, LogReader, Record};
 use crossbeam_channel::{bounded, unbounded, Receiver, Select, Sender, TrySendError};
@@ -155,6 +155,7 @@ impl<T: Send + 'static, B: Send + 'static> Prefetched<T, B> {
             reader: None,
         })
     }
+
     /// A handle that hands things back to the reader's thread to be
     /// dropped there. What was allocated there (the records' strings) is
     /// freed faster there, and off the consumer's core; once the reader has
@@ -306,7 +307,7 @@ mod tests {
     }
 
     #[test]
-    fn hands_over_what_prepare_makes_in_order() {
+    fn hands_over_what_split_makes_in_order() {
         let mut p = Prefetched::spawn(
             log(3000),
             |r| match r {
