@@ -409,14 +409,8 @@ impl Runner {
                     pt.stats.retries.inc();
                     mt.stats.retries.inc();
                     let key = call.request_id ^ ((call.step as u64) << 40);
-                    Box::pin(tokio::time::sleep(backoff(
-                        &self.cfg.retry,
-                        self.seed,
-                        key,
-                        attempt,
-                        e.retry_after,
-                    )))
-                    .await;
+                    let wait = backoff(&self.cfg.retry, self.seed, key, attempt, e.retry_after);
+                    Box::pin(tokio::time::sleep(wait)).await;
                     attempt += 1;
                 }
             }

@@ -246,16 +246,19 @@ impl<P, B, F: FnMut(P) -> B> Bodies<P, B, F> {
     }
 }
 
+/// A batch of items, and the end of the log (or its first error) if the
+/// batch reached it.
+type Batch<T> = (Vec<T>, Option<Result<(), LogError>>);
+
 /// Reads records until a batch of items is full, keeping the parts `split`
 /// keeps; the end of the log or its first error ends the batch early.
 /// Bodies are topped up as it goes, so parsing a batch never keeps the
 /// consumer waiting for one. None once the consumer is gone.
-#[allow(clippy::type_complexity)]
 fn read_batch<T, P, B>(
     reader: &mut LogReader,
     split: &impl Fn(Record) -> Split<T, P>,
     bodies: &mut Bodies<P, B, impl FnMut(P) -> B>,
-) -> Option<(Vec<T>, Option<Result<(), LogError>>)> {
+) -> Option<Batch<T>> {
     let mut batch = Vec::with_capacity(BATCH);
     for n in 1.. {
         match reader.next_record() {
