@@ -3,7 +3,7 @@
 //! tests print a notice and pass, unless FUSEBOX_REQUIRE_REDIS is set (as
 //! `.ci/run` does), where a missing server fails them.
 
-mod common;
+use crate::common;
 
 use common::redis::{wait_until, Redis};
 use std::io::BufRead;

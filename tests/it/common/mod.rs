@@ -1,5 +1,4 @@
 //! Shared test helpers: a scripted provider and runner builders.
-#![allow(dead_code)]
 
 pub mod redis;
 

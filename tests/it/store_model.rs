@@ -4,7 +4,7 @@
 //! notice when it is not installed). Each random sequence of takes, grants
 //! and clock steps must give what a small reference model gives.
 
-mod common;
+use crate::common;
 
 use common::redis::Redis;
 use fusebox::clock::Clock;

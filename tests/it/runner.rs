@@ -2,7 +2,7 @@
 //! retries, retry budget, open breakers, semantic failures, budgets, tool
 //! degradation, defer and restart, drill mode and operator commands.
 
-mod common;
+use crate::common;
 
 use common::{ask, ask_with_tools, get_order_call, runner, Scripted, Step};
 use fusebox::config::Config;

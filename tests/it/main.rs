@@ -1,0 +1,23 @@
+//! The integration tests, linked into one binary: each test file used to be
+//! its own binary carrying all of fusebox and its dependencies (about 145 MB
+//! each in a debug build), which filled a CI machine's disk.
+//! `tests/http_clients.rs` stays apart because it sets a process environment
+//! variable, which is only sound while no other test runs in the process.
+
+mod breaker_props;
+mod cli;
+mod common;
+mod console;
+mod fleet;
+mod gateway;
+mod keymap;
+mod limiter_props;
+mod mockserver;
+mod record;
+mod replay;
+mod runner;
+mod scenarios;
+mod store_model;
+mod theme;
+mod traffic_log;
+mod wire_parsers;
