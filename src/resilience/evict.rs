@@ -27,6 +27,23 @@ fn is_idle<V: Idle>(v: &V, now_ms: u64, idle_ms: u64) -> bool {
     !v.busy() && now_ms.saturating_sub(v.last_seen_ms()) >= idle_ms
 }
 
+/// Whether an entry goes when room is made: it is idle, or it is not busy
+/// and was last seen at or before the `lru` cutoff ([`lru_cutoff`]).
+pub(crate) fn goes<V: Idle>(v: &V, now_ms: u64, idle_ms: u64, lru: Option<u64>) -> bool {
+    is_idle(v, now_ms, idle_ms) || (!v.busy() && lru.is_some_and(|c| v.last_seen_ms() <= c))
+}
+
+/// The last-seen time at or before which entries not busy go, so that a
+/// full map of `len` entries drops to a tenth below `max`; `seen` holds the
+/// last-seen times of the entries not busy. None: only idle entries go.
+/// Idle entries are the least recently seen, so evicting "all idle, then
+/// the oldest of the rest" is this one cutoff.
+pub(crate) fn lru_cutoff(mut seen: Vec<u64>, len: usize, max: usize) -> Option<u64> {
+    let target = max - max / 10;
+    let excess = len.saturating_sub(target).min(seen.len());
+    (excess > 0).then(|| *seen.select_nth_unstable(excess - 1).1)
+}
+
 /// Removes entries idle for at least `idle_ms`; returns how many went.
 pub fn evict_idle<V: Idle>(map: &KeyMap<V>, now_ms: u64, idle_ms: u64) -> usize {
     let before = map.len();
@@ -37,24 +54,19 @@ pub fn evict_idle<V: Idle>(map: &KeyMap<V>, now_ms: u64, idle_ms: u64) -> usize 
 /// Before inserting into a full map (`len ≥ max`): evicts idle entries and
 /// then the least recently used ones, until a tenth of the room is free.
 /// Returns how many entries went. Two passes over the map: one to find the
-/// last-seen time that frees enough, one to evict. Idle entries are the
-/// least recently seen, so evicting "all idle, then the oldest of the rest"
-/// is one cutoff on the last-seen time.
+/// cutoff ([`lru_cutoff`]), one to evict.
 pub fn make_room<V: Idle>(map: &KeyMap<V>, max: usize, now_ms: u64, idle_ms: u64) -> usize {
     let before = map.len();
     if before < max {
         return 0;
     }
-    let target = max - max / 10;
-    let mut seen: Vec<u64> = map
+    let seen: Vec<u64> = map
         .iter()
         .filter(|e| !e.value().busy())
         .map(|e| e.value().last_seen_ms())
         .collect();
-    let excess = (before - target).min(seen.len());
-    // Entries seen at or before the cutoff go (None: only the idle ones).
-    let lru = (excess > 0).then(|| *seen.select_nth_unstable(excess - 1).1);
-    map.retain(|_, v| !is_idle(v, now_ms, idle_ms) && (v.busy() || lru.is_none_or(|c| v.last_seen_ms() > c)));
+    let lru = lru_cutoff(seen, before, max);
+    map.retain(|_, v| !goes(v, now_ms, idle_ms, lru));
     before.saturating_sub(map.len())
 }
 

@@ -3,6 +3,9 @@
 
 use super::evict;
 use crate::config::SessionConfig;
+use compact_str::CompactString;
+use hashbrown::HashTable;
+use parking_lot::Mutex;
 
 /// A session quota that was hit.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -30,10 +33,107 @@ struct SessionState {
     last_seen_ms: u64,
 }
 
+impl evict::Idle for SessionState {
+    fn busy(&self) -> bool {
+        self.in_flight > 0
+    }
+    fn last_seen_ms(&self) -> u64 {
+        self.last_seen_ms
+    }
+}
+
 /// All sessions' quotas.
 pub struct Sessions {
     cfg: SessionConfig,
-    map: evict::KeyMap<SessionState>,
+    table: Mutex<Table>,
+}
+
+/// Sessions in slots, found by name through an index of slot numbers. A
+/// request holds its slot's number ([`InSession`]), so its steps, tokens
+/// and leaving need no lookup; the index (4 bytes a session) stays small
+/// enough to stay in cache, and making room scans the slots in order.
+#[derive(Default)]
+struct Table {
+    index: HashTable<u32>,
+    slots: Vec<Slot>,
+    /// Slots no session holds.
+    free: Vec<u32>,
+    hasher: ahash::RandomState,
+}
+
+#[derive(Default)]
+struct Slot {
+    /// Whether a session holds the slot.
+    live: bool,
+    name: CompactString,
+    /// The name's hash, to find the slot's index entry when it is evicted.
+    hash: u64,
+    state: SessionState,
+}
+
+impl Table {
+    /// The slot of `name`, added with `add` if the session is new (true).
+    fn find_or_add(&mut self, name: &str, add: impl FnOnce() -> SessionState) -> (u32, bool) {
+        let Table {
+            index,
+            slots,
+            free,
+            hasher,
+        } = self;
+        let hash = hasher.hash_one(name);
+        if let Some(&i) = index.find(hash, |&i| slots[i as usize].name == name) {
+            return (i, false);
+        }
+        let slot = Slot {
+            live: true,
+            name: name.into(),
+            hash,
+            state: add(),
+        };
+        let i = match free.pop() {
+            Some(i) => {
+                slots[i as usize] = slot;
+                i
+            }
+            None => {
+                slots.push(slot);
+                (slots.len() - 1) as u32
+            }
+        };
+        index.insert_unique(hash, i, |&j| slots[j as usize].hash);
+        (i, true)
+    }
+
+    /// Frees the slots of the sessions that `goes`; returns how many went.
+    fn evict(&mut self, goes: impl Fn(&SessionState) -> bool) -> usize {
+        let mut gone = 0;
+        for (i, s) in self.slots.iter_mut().enumerate() {
+            if s.live && goes(&s.state) {
+                if let Ok(e) = self.index.find_entry(s.hash, |&j| j as usize == i) {
+                    e.remove();
+                }
+                *s = Slot::default();
+                self.free.push(i as u32);
+                gone += 1;
+            }
+        }
+        gone
+    }
+
+    /// Before adding to a full table: evicts idle sessions, then the least
+    /// recently seen, until a tenth of the room is free.
+    fn make_room(&mut self, max: usize, now_ms: u64, idle_ms: u64) {
+        let len = self.index.len();
+        if len < max {
+            return;
+        }
+        let seen = (self.slots.iter())
+            .filter(|s| s.live && !evict::Idle::busy(&s.state))
+            .map(|s| s.state.last_seen_ms)
+            .collect();
+        let lru = evict::lru_cutoff(seen, len, max);
+        self.evict(|s| evict::goes(s, now_ms, idle_ms, lru));
+    }
 }
 
 impl Sessions {
@@ -41,30 +141,29 @@ impl Sessions {
     pub fn new(cfg: SessionConfig) -> Self {
         Self {
             cfg,
-            map: evict::key_map(),
+            table: Mutex::default(),
         }
     }
 
-    /// Admits one request of `session`; pair with [`Sessions::leave`].
-    pub fn enter(&self, session: &str, now_ms: u64) -> Result<(), QuotaExceeded> {
-        // One lookup finds or adds the session (most are new at a gateway);
-        // room is made after adding, when no shard is held any more. The new
-        // session is busy by then, so it stays.
-        let mut added = false;
-        let admitted = {
-            let mut e = self.map.entry(session.into()).or_insert_with(|| {
-                added = true;
-                SessionState {
-                    started_ms: now_ms,
-                    ..SessionState::default()
-                }
-            });
-            self.admit(session, e.value_mut(), now_ms)
-        };
-        if added && self.map.len() > self.cfg.max_tracked {
-            evict::make_room(&self.map, self.cfg.max_tracked, now_ms, self.cfg.idle_evict_s * 1000);
+    /// Admits one request of `session`; it leaves the session when the
+    /// returned [`InSession`] is dropped.
+    pub fn enter<'a>(&'a self, session: &'a str, now_ms: u64) -> Result<InSession<'a>, QuotaExceeded> {
+        let mut t = self.table.lock();
+        let (slot, added) = t.find_or_add(session, || SessionState {
+            started_ms: now_ms,
+            ..SessionState::default()
+        });
+        self.admit(session, &mut t.slots[slot as usize].state, now_ms)?;
+        // Room is made after adding: the new session is busy by then, so it stays.
+        if added && t.index.len() > self.cfg.max_tracked {
+            t.make_room(self.cfg.max_tracked, now_ms, self.cfg.idle_evict_s * 1000);
         }
-        admitted
+        Ok(InSession {
+            sessions: self,
+            name: session,
+            slot,
+            left_ms: None,
+        })
     }
 
     fn admit(&self, session: &str, s: &mut SessionState, now_ms: u64) -> Result<(), QuotaExceeded> {
@@ -80,63 +179,69 @@ impl Sessions {
         Ok(())
     }
 
-    /// Takes one LLM step of the session's quota.
-    pub fn step(&self, session: &str) -> Result<(), QuotaExceeded> {
-        let c = &self.cfg;
-        match self.map.get_mut(session) {
-            Some(mut e) => {
-                let s = e.value_mut();
-                if s.steps >= c.max_steps {
-                    return Err(QuotaExceeded::Steps(session.into(), c.max_steps));
-                }
-                if s.tokens >= c.max_tokens {
-                    return Err(QuotaExceeded::Tokens(session.into(), c.max_tokens));
-                }
-                s.steps += 1;
-                Ok(())
-            }
-            None => Ok(()),
-        }
-    }
-
-    /// Adds tokens used by the session.
-    pub fn add_tokens(&self, session: &str, tokens: u64) {
-        if let Some(mut e) = self.map.get_mut(session) {
-            e.value_mut().tokens += tokens;
-        }
-    }
-
-    /// Ends one request of the session.
-    pub fn leave(&self, session: &str, now_ms: u64) {
-        if let Some(mut e) = self.map.get_mut(session) {
-            let s = e.value_mut();
-            s.in_flight = s.in_flight.saturating_sub(1);
-            s.last_seen_ms = now_ms;
-        }
-    }
-
     /// Forgets sessions idle for `idle_evict_s` with nothing in flight.
     pub fn evict_idle(&self, now_ms: u64) {
-        evict::evict_idle(&self.map, now_ms, self.cfg.idle_evict_s * 1000);
+        let idle_ms = self.cfg.idle_evict_s * 1000;
+        self.table.lock().evict(|s| evict::goes(s, now_ms, idle_ms, None));
     }
 
     /// Sessions currently tracked.
     pub fn len(&self) -> usize {
-        self.map.len()
+        self.table.lock().index.len()
     }
 
     /// Whether no session is tracked.
     pub fn is_empty(&self) -> bool {
-        self.map.is_empty()
+        self.len() == 0
     }
 }
 
-impl evict::Idle for SessionState {
-    fn busy(&self) -> bool {
-        self.in_flight > 0
+/// One request admitted to its session ([`Sessions::enter`]). A session
+/// with a request in flight is never evicted, so its slot stays its own.
+pub struct InSession<'a> {
+    sessions: &'a Sessions,
+    name: &'a str,
+    slot: u32,
+    /// When the request left (None: dropped before it said, as when a
+    /// gateway client goes away; the session was last seen at entry then).
+    left_ms: Option<u64>,
+}
+
+impl InSession<'_> {
+    /// Takes one LLM step of the session's quota.
+    pub fn step(&self) -> Result<(), QuotaExceeded> {
+        let c = &self.sessions.cfg;
+        let mut t = self.sessions.table.lock();
+        let s = &mut t.slots[self.slot as usize].state;
+        if s.steps >= c.max_steps {
+            return Err(QuotaExceeded::Steps(self.name.into(), c.max_steps));
+        }
+        if s.tokens >= c.max_tokens {
+            return Err(QuotaExceeded::Tokens(self.name.into(), c.max_tokens));
+        }
+        s.steps += 1;
+        Ok(())
     }
-    fn last_seen_ms(&self) -> u64 {
-        self.last_seen_ms
+
+    /// Adds tokens used by the session.
+    pub fn add_tokens(&self, tokens: u64) {
+        self.sessions.table.lock().slots[self.slot as usize].state.tokens += tokens;
+    }
+
+    /// Ends the request at `now_ms`.
+    pub fn leave(mut self, now_ms: u64) {
+        self.left_ms = Some(now_ms);
+    }
+}
+
+impl Drop for InSession<'_> {
+    fn drop(&mut self) {
+        let mut t = self.sessions.table.lock();
+        let s = &mut t.slots[self.slot as usize].state;
+        s.in_flight = s.in_flight.saturating_sub(1);
+        if let Some(ms) = self.left_ms {
+            s.last_seen_ms = ms;
+        }
     }
 }
 
@@ -154,12 +259,12 @@ mod tests {
             idle_evict_s: 1,
             max_tracked: 100,
         });
-        s.enter("a", 0).unwrap();
+        let a = s.enter("a", 0).unwrap();
         assert!(matches!(s.enter("a", 0), Err(QuotaExceeded::Concurrency(..))));
-        s.step("a").unwrap();
-        s.step("a").unwrap();
-        assert!(matches!(s.step("a"), Err(QuotaExceeded::Steps(..))));
-        s.leave("a", 5);
+        a.step().unwrap();
+        a.step().unwrap();
+        assert!(matches!(a.step(), Err(QuotaExceeded::Steps(..))));
+        a.leave(5);
         assert!(matches!(s.enter("a", 20_000), Err(QuotaExceeded::Deadline(..))));
         s.evict_idle(40_000);
         assert!(s.is_empty());
@@ -173,9 +278,34 @@ mod tests {
         });
         for i in 0..50_000u64 {
             let name = format!("s{i}");
-            s.enter(&name, i).unwrap();
-            s.leave(&name, i);
+            s.enter(&name, i).unwrap().leave(i);
         }
         assert!(s.len() <= 1_000, "{}", s.len());
+    }
+
+    #[test]
+    fn a_dropped_request_leaves_and_a_busy_session_outlives_making_room() {
+        let s = Sessions::new(SessionConfig {
+            max_concurrent: 1,
+            max_steps: 1,
+            max_tracked: 10,
+            ..SessionConfig::default()
+        });
+        // Dropped without leaving (a cancelled call): the slot is free again.
+        drop(s.enter("a", 0).unwrap());
+        let busy = s.enter("a", 1).unwrap();
+        busy.step().unwrap();
+        for i in 0..100u64 {
+            s.enter(&format!("s{i}"), 2 + i).unwrap().leave(2 + i);
+        }
+        assert!(s.len() <= 10, "{}", s.len());
+        // "a" kept its slot and its quota through every eviction.
+        assert!(matches!(busy.step(), Err(QuotaExceeded::Steps(..))));
+        busy.leave(200);
+        // Evicted sessions come back fresh, in reused slots.
+        s.evict_idle(200 + 600_000);
+        assert!(s.is_empty());
+        let again = s.enter("a", 200 + 600_000).unwrap();
+        again.step().unwrap();
     }
 }

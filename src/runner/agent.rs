@@ -9,6 +9,7 @@ use super::request::AgentRequest;
 use super::Runner;
 use crate::provider::{Message, ToolCall, ToolSpec};
 use crate::resilience::defer::Deferred;
+use crate::resilience::session::InSession;
 use crate::telemetry::events::EventKind;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -134,9 +135,9 @@ impl Runner {
         let now_ms = self.clock.ms_at(now);
         let end = match self.sessions.enter(&req.session, now_ms) {
             Err(q) => End::Failed(format!("Request refused: {q}.")),
-            Ok(()) => {
-                let end = self.agent_loop(req, may_defer, now, &mut trail).await;
-                self.sessions.leave(&req.session, self.clock.elapsed_ms());
+            Ok(session) => {
+                let end = self.agent_loop(req, &session, may_defer, now, &mut trail).await;
+                session.leave(self.clock.elapsed_ms());
                 end
             }
         };
@@ -203,6 +204,7 @@ impl Runner {
     async fn agent_loop(
         &self,
         req: &AgentRequest,
+        session: &InSession<'_>,
         may_defer: bool,
         now: tokio::time::Instant,
         trail: &mut Trail,
@@ -247,7 +249,7 @@ impl Runner {
         let mut last_calls: Vec<ToolCall> = Vec::new();
 
         for step in 0..max_steps {
-            if let Err(q) = self.sessions.step(&req.session) {
+            if let Err(q) = session.step() {
                 if step == 0 {
                     return End::Failed(format!("Request refused: {q}."));
                 }
@@ -289,8 +291,7 @@ impl Runner {
                     ));
                 }
                 Ok((resp, mi)) => {
-                    self.sessions
-                        .add_tokens(&req.session, (resp.usage.input + resp.usage.output) as u64);
+                    session.add_tokens((resp.usage.input + resp.usage.output) as u64);
                     if mi != primary {
                         trail.fallback = true;
                     }

@@ -9,6 +9,7 @@ use super::request::AgentRequest;
 use super::Runner;
 use crate::provider::{LlmResponse, Message, ToolSpec};
 use crate::resilience::budget::BudgetExceeded;
+use crate::resilience::session::InSession;
 use crate::telemetry::events::EventKind;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -85,15 +86,6 @@ fn budget_retry_after(e: &BudgetExceeded) -> Duration {
     Duration::from_secs(secs)
 }
 
-/// Leaves the session when dropped: a cancelled call frees its slot too.
-struct InSession<'a>(&'a Runner, &'a str);
-
-impl Drop for InSession<'_> {
-    fn drop(&mut self) {
-        self.0.sessions.leave(self.1, self.0.clock.elapsed_ms());
-    }
-}
-
 /// Ends a chat whose future is dropped (the client went away) in a failed
 /// outcome, so every request still has exactly one.
 struct Abandoned<'a> {
@@ -156,9 +148,11 @@ impl Runner {
                 reason: format!("{q}"),
                 retry_after: Duration::from_secs(60),
             },
-            Ok(()) => {
-                let _in = InSession(self, &req.session);
-                self.chat_call(&req, &mut tally).await
+            // A cancelled call leaves the session too, when `session` drops.
+            Ok(session) => {
+                let end = self.chat_call(&req, &session, &mut tally).await;
+                session.leave(self.clock.elapsed_ms());
+                end
             }
         };
         self.totals.wasted.fetch_add(tally.wasted, Ordering::Relaxed);
@@ -205,8 +199,8 @@ impl Runner {
         Chat { end, outcome }
     }
 
-    async fn chat_call(&self, req: &ChatRequest, tally: &mut Tally) -> ChatEnd {
-        if let Err(q) = self.sessions.step(&req.session) {
+    async fn chat_call(&self, req: &ChatRequest, session: &InSession<'_>, tally: &mut Tally) -> ChatEnd {
+        if let Err(q) = session.step() {
             return ChatEnd::Refused {
                 reason: format!("{q}"),
                 retry_after: Duration::from_secs(60),
@@ -224,7 +218,7 @@ impl Runner {
         match self.call_llm(&call, tally).await {
             Ok((response, mi)) => {
                 let u = response.usage;
-                self.sessions.add_tokens(&req.session, u64::from(u.input + u.output));
+                session.add_tokens(u64::from(u.input + u.output));
                 ChatEnd::Answer {
                     response,
                     model: self.models[mi].name.to_string(),
