@@ -29,7 +29,7 @@ fn big_app(rt: &tokio::runtime::Runtime) -> App {
         for i in 0..10_000u32 {
             let user = format!("user-{i:05}");
             let r = runner.budgets().reserve(&user, 100 + i % 5_000, 0.001, 1_000).unwrap();
-            runner.budgets().settle(&user, r, 100 + i % 5_000, 0.001, 1_000);
+            runner.budgets().settle(r, 100 + i % 5_000, 0.001, 1_000);
         }
         let snap = Arc::new(runner.snapshot(10_000, 300));
         assert_eq!(snap.top_users.len(), 10_000);

@@ -71,9 +71,11 @@ impl std::fmt::Display for BudgetExceeded {
 impl std::error::Error for BudgetExceeded {}
 
 /// What a request reserved; settle it with [`Budgets::settle`].
-#[derive(Clone, Copy, Debug, Default)]
+#[derive(Clone, Copy, Debug)]
 #[must_use = "a reservation must be settled"]
 pub struct Reservation {
+    /// The user's slot: a user with a reservation is busy, so it is kept.
+    user: u32,
     tokens: f64,
     cost: f64,
 }
@@ -152,7 +154,7 @@ pub struct GlobalView {
 pub struct Budgets {
     cfg: BudgetConfig,
     events: Arc<EventBus>,
-    users: evict::KeyMap<UserState>,
+    users: Mutex<evict::Slots<UserState>>,
     global: Mutex<GlobalState>,
     /// The last computed global pressure (f64 bits), read without the lock.
     pressure: AtomicU64,
@@ -208,7 +210,7 @@ impl Budgets {
         Self {
             cfg,
             events,
-            users: evict::key_map(),
+            users: Mutex::default(),
             global: Mutex::new(GlobalState::default()),
             pressure: AtomicU64::new(0),
             evictions: AtomicU64::new(0),
@@ -219,17 +221,18 @@ impl Budgets {
     pub fn reserve(&self, user: &str, tokens: u32, cost: f64, now_ms: u64) -> Result<Reservation, BudgetExceeded> {
         let c = &self.cfg;
         let t = tokens as f64;
-        // The user's shard first (eviction may sweep the map, so no global
-        // lock is held yet); then the global lock, nested, so the check and
-        // the reservation are one step for both.
-        let mut entry = match self.users.get_mut(user) {
-            Some(e) => e,
+        // The users' lock first, then the global lock, nested, so the check
+        // and the reservation are one step for both.
+        let mut users = super::lock(&self.users);
+        let slot = match users.find(user) {
+            Some(slot) => slot,
             None => {
-                self.make_room(now_ms);
-                self.users.entry(user.into()).or_default()
+                let gone = users.make_room(self.cfg.max_tracked_users, now_ms, self.cfg.idle_evict_s * 1000);
+                self.evictions.fetch_add(gone as u64, Ordering::Relaxed);
+                users.find_or_add(user, UserState::default).0
             }
         };
-        let u = entry.value_mut();
+        let u = users.get_mut(slot);
         u.last_seen_ms = now_ms;
         u.minute.roll(now_ms, MINUTE);
         u.hour.roll(now_ms, HOUR);
@@ -300,7 +303,11 @@ impl Budgets {
         uc.warn(&mut u.hour, c.user_tokens_per_hour as f64, "user tokens/hour");
         uc.warn(&mut u.day, c.user_tokens_per_day as f64, "user tokens/day");
         uc.warn(&mut u.cost_day, c.user_cost_per_day_usd, "user cost/day (USD)");
-        Ok(Reservation { tokens: t, cost })
+        Ok(Reservation {
+            user: slot,
+            tokens: t,
+            cost,
+        })
     }
 
     fn refused(u: &mut UserState, mut e: BudgetExceeded, now_ms: u64) -> BudgetExceeded {
@@ -312,7 +319,7 @@ impl Budgets {
     }
 
     /// Settles a reservation with actual usage (may be more or less).
-    pub fn settle(&self, user: &str, r: Reservation, tokens: u32, cost: f64, now_ms: u64) {
+    pub fn settle(&self, r: Reservation, tokens: u32, cost: f64, now_ms: u64) {
         let dt = tokens as f64 - r.tokens;
         let dc = cost - r.cost;
         {
@@ -328,19 +335,18 @@ impl Budgets {
                 w.used = (w.used + d).max(0.0);
             }
         }
-        if let Some(mut u) = self.users.get_mut(user) {
-            let u = u.value_mut();
-            u.in_flight = u.in_flight.saturating_sub(1);
-            u.last_seen_ms = now_ms;
-            for (w, len, d) in [
-                (&mut u.minute, MINUTE, dt),
-                (&mut u.hour, HOUR, dt),
-                (&mut u.day, DAY, dt),
-                (&mut u.cost_day, DAY, dc),
-            ] {
-                w.roll(now_ms, len);
-                w.used = (w.used + d).max(0.0);
-            }
+        let mut users = super::lock(&self.users);
+        let u = users.get_mut(r.user);
+        u.in_flight = u.in_flight.saturating_sub(1);
+        u.last_seen_ms = now_ms;
+        for (w, len, d) in [
+            (&mut u.minute, MINUTE, dt),
+            (&mut u.hour, HOUR, dt),
+            (&mut u.day, DAY, dt),
+            (&mut u.cost_day, DAY, dc),
+        ] {
+            w.roll(now_ms, len);
+            w.used = (w.used + d).max(0.0);
         }
     }
 
@@ -380,11 +386,9 @@ impl Budgets {
         let c = &self.cfg;
         let share = |used: f64, limit: f64| if limit > 0.0 { used / limit } else { 0.0 };
         let cur = |w: &Win, len: u64| if w.period == now_ms / len { w.used } else { 0.0 };
-        let mut all: Vec<UserView> = self
-            .users
+        let mut all: Vec<UserView> = super::lock(&self.users)
             .iter()
-            .map(|e| {
-                let u = e.value();
+            .map(|(user, u)| {
                 let tokens = [cur(&u.minute, MINUTE), cur(&u.hour, HOUR), cur(&u.day, DAY)];
                 let cost_day = cur(&u.cost_day, DAY);
                 let shares = [
@@ -394,7 +398,7 @@ impl Budgets {
                     share(cost_day, c.user_cost_per_day_usd),
                 ];
                 UserView {
-                    user: e.key().to_string(),
+                    user: user.to_string(),
                     tokens,
                     cost_day,
                     shares,
@@ -415,7 +419,7 @@ impl Budgets {
 
     /// Users currently tracked.
     pub fn tracked_users(&self) -> usize {
-        self.users.len()
+        super::lock(&self.users).len()
     }
 
     /// Users evicted so far.
@@ -425,18 +429,7 @@ impl Budgets {
 
     /// Forgets users idle for `idle_evict_s` with nothing in flight.
     pub fn evict_idle(&self, now_ms: u64) {
-        let gone = evict::evict_idle(&self.users, now_ms, self.cfg.idle_evict_s * 1000);
-        self.evictions.fetch_add(gone as u64, Ordering::Relaxed);
-    }
-
-    /// Keeps the map under `max_tracked_users`, idlest users first.
-    fn make_room(&self, now_ms: u64) {
-        let gone = evict::make_room(
-            &self.users,
-            self.cfg.max_tracked_users,
-            now_ms,
-            self.cfg.idle_evict_s * 1000,
-        );
+        let gone = super::lock(&self.users).evict_idle(now_ms, self.cfg.idle_evict_s * 1000);
         self.evictions.fetch_add(gone as u64, Ordering::Relaxed);
     }
 }
@@ -473,7 +466,7 @@ mod tests {
         // Others are unaffected.
         let _ = b.reserve("bob", 600, 0.0, 10).unwrap();
         // Settling with less frees room.
-        b.settle("alice", r, 100, 0.0, 20);
+        b.settle(r, 100, 0.0, 20);
         let _ = b.reserve("alice", 600, 0.0, 30).unwrap();
         // The next minute starts fresh.
         let _ = b.reserve("alice", 900, 0.0, MINUTE + 1).unwrap();
@@ -518,7 +511,7 @@ mod tests {
         for i in 0..20_000u64 {
             let user = format!("u{i}");
             let r = b.reserve(&user, 10, 0.0, i).unwrap();
-            b.settle(&user, r, 10, 0.0, i);
+            b.settle(r, 10, 0.0, i);
         }
         assert!(b.tracked_users() <= 1000, "{}", b.tracked_users());
         assert!(b.evictions() >= 19_000);

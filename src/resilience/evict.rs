@@ -1,17 +1,8 @@
 //! Bounded per-key state: idle users and sessions are forgotten so memory
 //! stays flat however many distinct keys pass through.
 
-use dashmap::DashMap;
-
-/// Per-key state (users, sessions) with a fast keyed hasher. Keys of up to
-/// 24 bytes are stored inline, so a lookup compares them without chasing a
-/// pointer (a cache miss per lookup in a large map).
-pub type KeyMap<V> = DashMap<compact_str::CompactString, V, ahash::RandomState>;
-
-/// An empty [`KeyMap`].
-pub fn key_map<V>() -> KeyMap<V> {
-    DashMap::with_hasher(ahash::RandomState::new())
-}
+use compact_str::CompactString;
+use hashbrown::HashTable;
 
 /// What eviction needs to know about an entry.
 pub trait Idle {
@@ -21,53 +12,148 @@ pub trait Idle {
     fn last_seen_ms(&self) -> u64;
 }
 
+/// Per-key state (users, sessions) in slots, found by key through an index
+/// of slot numbers. The index (4 bytes a key) stays small enough to stay in
+/// cache however many keys there are, and a caller holds on to a slot's
+/// number while its entry is busy (busy entries are never evicted), so the
+/// entry's later updates need no lookup. Making room scans the slots in
+/// order. Not synchronised: its owner puts it behind a lock.
+pub struct Slots<V> {
+    index: HashTable<u32>,
+    slots: Vec<Slot<V>>,
+    /// Slots no key holds.
+    free: Vec<u32>,
+    hasher: ahash::RandomState,
+}
+
+struct Slot<V> {
+    /// Whether a key holds the slot.
+    live: bool,
+    key: CompactString,
+    /// The key's hash, to find the slot's index entry when it is evicted.
+    hash: u64,
+    value: V,
+}
+
+impl<V> Default for Slots<V> {
+    fn default() -> Self {
+        Self {
+            index: HashTable::new(),
+            slots: Vec::new(),
+            free: Vec::new(),
+            hasher: ahash::RandomState::new(),
+        }
+    }
+}
+
+impl<V: Idle> Slots<V> {
+    /// The slot of `key`, if tracked.
+    pub fn find(&self, key: &str) -> Option<u32> {
+        let hash = self.hasher.hash_one(key);
+        self.index.find(hash, |&i| self.slots[i as usize].key == key).copied()
+    }
+
+    /// The slot of `key`, added with the value `add` makes if the key is
+    /// new (then true).
+    pub fn find_or_add(&mut self, key: &str, add: impl FnOnce() -> V) -> (u32, bool) {
+        let Slots {
+            index,
+            slots,
+            free,
+            hasher,
+        } = self;
+        let hash = hasher.hash_one(key);
+        if let Some(&i) = index.find(hash, |&i| slots[i as usize].key == key) {
+            return (i, false);
+        }
+        let slot = Slot {
+            live: true,
+            key: key.into(),
+            hash,
+            value: add(),
+        };
+        let i = match free.pop() {
+            Some(i) => {
+                slots[i as usize] = slot;
+                i
+            }
+            None => {
+                slots.push(slot);
+                (slots.len() - 1) as u32
+            }
+        };
+        index.insert_unique(hash, i, |&j| slots[j as usize].hash);
+        (i, true)
+    }
+
+    /// The entry in slot `i`, from [`Slots::find`] or [`Slots::find_or_add`]
+    /// while the entry was kept (busy).
+    pub fn get_mut(&mut self, i: u32) -> &mut V {
+        &mut self.slots[i as usize].value
+    }
+
+    /// Keys tracked.
+    pub fn len(&self) -> usize {
+        self.index.len()
+    }
+
+    /// Whether no key is tracked.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Every tracked key and its entry, in no particular order.
+    pub fn iter(&self) -> impl Iterator<Item = (&str, &V)> {
+        self.slots.iter().filter(|s| s.live).map(|s| (s.key.as_str(), &s.value))
+    }
+
+    /// Frees the slots of the entries that `goes`; returns how many went.
+    fn evict(&mut self, goes: impl Fn(&V) -> bool) -> usize {
+        let mut gone = 0;
+        for (i, s) in self.slots.iter_mut().enumerate() {
+            if s.live && goes(&s.value) {
+                if let Ok(e) = self.index.find_entry(s.hash, |&j| j as usize == i) {
+                    e.remove();
+                }
+                s.live = false;
+                s.key = CompactString::default();
+                self.free.push(i as u32);
+                gone += 1;
+            }
+        }
+        gone
+    }
+
+    /// Removes entries idle for at least `idle_ms`; returns how many went.
+    pub fn evict_idle(&mut self, now_ms: u64, idle_ms: u64) -> usize {
+        self.evict(|v| is_idle(v, now_ms, idle_ms))
+    }
+
+    /// When full (`len ≥ max`): evicts idle entries and then the least
+    /// recently used ones, until a tenth of the room is free. Returns how
+    /// many entries went. Idle entries are the least recently seen, so
+    /// evicting "all idle, then the oldest of the rest" is one cutoff on
+    /// the last-seen time: one pass finds it, one evicts.
+    pub fn make_room(&mut self, max: usize, now_ms: u64, idle_ms: u64) -> usize {
+        let len = self.len();
+        if len < max {
+            return 0;
+        }
+        let mut seen: Vec<u64> = self
+            .iter()
+            .filter(|(_, v)| !v.busy())
+            .map(|(_, v)| v.last_seen_ms())
+            .collect();
+        let excess = (len - (max - max / 10)).min(seen.len());
+        let lru = (excess > 0).then(|| *seen.select_nth_unstable(excess - 1).1);
+        self.evict(|v| is_idle(v, now_ms, idle_ms) || (!v.busy() && lru.is_some_and(|c| v.last_seen_ms() <= c)))
+    }
+}
+
 /// Whether an entry has nothing in flight and was last used `idle_ms` or
 /// more before `now_ms`.
 fn is_idle<V: Idle>(v: &V, now_ms: u64, idle_ms: u64) -> bool {
     !v.busy() && now_ms.saturating_sub(v.last_seen_ms()) >= idle_ms
-}
-
-/// Whether an entry goes when room is made: it is idle, or it is not busy
-/// and was last seen at or before the `lru` cutoff ([`lru_cutoff`]).
-pub(crate) fn goes<V: Idle>(v: &V, now_ms: u64, idle_ms: u64, lru: Option<u64>) -> bool {
-    is_idle(v, now_ms, idle_ms) || (!v.busy() && lru.is_some_and(|c| v.last_seen_ms() <= c))
-}
-
-/// The last-seen time at or before which entries not busy go, so that a
-/// full map of `len` entries drops to a tenth below `max`; `seen` holds the
-/// last-seen times of the entries not busy. None: only idle entries go.
-/// Idle entries are the least recently seen, so evicting "all idle, then
-/// the oldest of the rest" is this one cutoff.
-pub(crate) fn lru_cutoff(mut seen: Vec<u64>, len: usize, max: usize) -> Option<u64> {
-    let target = max - max / 10;
-    let excess = len.saturating_sub(target).min(seen.len());
-    (excess > 0).then(|| *seen.select_nth_unstable(excess - 1).1)
-}
-
-/// Removes entries idle for at least `idle_ms`; returns how many went.
-pub fn evict_idle<V: Idle>(map: &KeyMap<V>, now_ms: u64, idle_ms: u64) -> usize {
-    let before = map.len();
-    map.retain(|_, v| !is_idle(v, now_ms, idle_ms));
-    before.saturating_sub(map.len())
-}
-
-/// Before inserting into a full map (`len ≥ max`): evicts idle entries and
-/// then the least recently used ones, until a tenth of the room is free.
-/// Returns how many entries went. Two passes over the map: one to find the
-/// cutoff ([`lru_cutoff`]), one to evict.
-pub fn make_room<V: Idle>(map: &KeyMap<V>, max: usize, now_ms: u64, idle_ms: u64) -> usize {
-    let before = map.len();
-    if before < max {
-        return 0;
-    }
-    let seen: Vec<u64> = map
-        .iter()
-        .filter(|e| !e.value().busy())
-        .map(|e| e.value().last_seen_ms())
-        .collect();
-    let lru = lru_cutoff(seen, before, max);
-    map.retain(|_, v| !goes(v, now_ms, idle_ms, lru));
-    before.saturating_sub(map.len())
 }
 
 #[cfg(test)]
@@ -90,17 +176,17 @@ mod tests {
 
     #[test]
     fn a_full_map_loses_its_least_recently_used_idle_entries() {
-        let map = key_map();
+        let mut map = Slots::default();
         for i in 0..100u64 {
             // Every tenth entry is busy, and busy entries are the oldest.
             let busy = i % 10 == 0;
-            map.insert(format!("k{i}").into(), Entry { busy, seen: i });
+            map.find_or_add(&format!("k{i}"), || Entry { busy, seen: i });
         }
-        let gone = make_room(&map, 100, 100, 1_000);
+        let gone = map.make_room(100, 100, 1_000);
         assert_eq!(gone, 10);
         assert_eq!(map.len(), 90);
         for i in 0..100u64 {
-            let kept = map.contains_key(format!("k{i}").as_str());
+            let kept = map.find(&format!("k{i}")).is_some();
             let oldest_idle = i % 10 != 0 && i <= 11;
             assert_eq!(kept, !oldest_idle, "k{i}");
         }
@@ -108,19 +194,24 @@ mod tests {
 
     #[test]
     fn idle_entries_go_first_and_a_map_with_room_is_left_alone() {
-        let map = key_map();
+        let mut map = Slots::default();
         for i in 0..10u64 {
-            map.insert(
-                format!("k{i}").into(),
-                Entry {
-                    busy: false,
-                    seen: i * 100,
-                },
-            );
+            map.find_or_add(&format!("k{i}"), || Entry {
+                busy: false,
+                seen: i * 100,
+            });
         }
-        assert_eq!(make_room(&map, 11, 1_000, 500), 0);
+        assert_eq!(map.make_room(11, 1_000, 500), 0);
         // Full: entries idle for 500 ms or more (seen at 0..=500) go, which is enough.
-        assert_eq!(make_room(&map, 10, 1_000, 500), 6);
+        assert_eq!(map.make_room(10, 1_000, 500), 6);
         assert_eq!(map.len(), 4);
+        // Freed slots are reused, and the kept entries are still found.
+        let (_, added) = map.find_or_add("new", || Entry {
+            busy: false,
+            seen: 1_000,
+        });
+        assert!(added);
+        assert_eq!(map.slots.len(), 10);
+        assert!((6..10).all(|i| map.find(&format!("k{i}")).is_some()));
     }
 }

@@ -3,8 +3,6 @@
 
 use super::evict;
 use crate::config::SessionConfig;
-use compact_str::CompactString;
-use hashbrown::HashTable;
 use parking_lot::Mutex;
 
 /// A session quota that was hit.
@@ -45,95 +43,7 @@ impl evict::Idle for SessionState {
 /// All sessions' quotas.
 pub struct Sessions {
     cfg: SessionConfig,
-    table: Mutex<Table>,
-}
-
-/// Sessions in slots, found by name through an index of slot numbers. A
-/// request holds its slot's number ([`InSession`]), so its steps, tokens
-/// and leaving need no lookup; the index (4 bytes a session) stays small
-/// enough to stay in cache, and making room scans the slots in order.
-#[derive(Default)]
-struct Table {
-    index: HashTable<u32>,
-    slots: Vec<Slot>,
-    /// Slots no session holds.
-    free: Vec<u32>,
-    hasher: ahash::RandomState,
-}
-
-#[derive(Default)]
-struct Slot {
-    /// Whether a session holds the slot.
-    live: bool,
-    name: CompactString,
-    /// The name's hash, to find the slot's index entry when it is evicted.
-    hash: u64,
-    state: SessionState,
-}
-
-impl Table {
-    /// The slot of `name`, added with `add` if the session is new (true).
-    fn find_or_add(&mut self, name: &str, add: impl FnOnce() -> SessionState) -> (u32, bool) {
-        let Table {
-            index,
-            slots,
-            free,
-            hasher,
-        } = self;
-        let hash = hasher.hash_one(name);
-        if let Some(&i) = index.find(hash, |&i| slots[i as usize].name == name) {
-            return (i, false);
-        }
-        let slot = Slot {
-            live: true,
-            name: name.into(),
-            hash,
-            state: add(),
-        };
-        let i = match free.pop() {
-            Some(i) => {
-                slots[i as usize] = slot;
-                i
-            }
-            None => {
-                slots.push(slot);
-                (slots.len() - 1) as u32
-            }
-        };
-        index.insert_unique(hash, i, |&j| slots[j as usize].hash);
-        (i, true)
-    }
-
-    /// Frees the slots of the sessions that `goes`; returns how many went.
-    fn evict(&mut self, goes: impl Fn(&SessionState) -> bool) -> usize {
-        let mut gone = 0;
-        for (i, s) in self.slots.iter_mut().enumerate() {
-            if s.live && goes(&s.state) {
-                if let Ok(e) = self.index.find_entry(s.hash, |&j| j as usize == i) {
-                    e.remove();
-                }
-                *s = Slot::default();
-                self.free.push(i as u32);
-                gone += 1;
-            }
-        }
-        gone
-    }
-
-    /// Before adding to a full table: evicts idle sessions, then the least
-    /// recently seen, until a tenth of the room is free.
-    fn make_room(&mut self, max: usize, now_ms: u64, idle_ms: u64) {
-        let len = self.index.len();
-        if len < max {
-            return;
-        }
-        let seen = (self.slots.iter())
-            .filter(|s| s.live && !evict::Idle::busy(&s.state))
-            .map(|s| s.state.last_seen_ms)
-            .collect();
-        let lru = evict::lru_cutoff(seen, len, max);
-        self.evict(|s| evict::goes(s, now_ms, idle_ms, lru));
-    }
+    table: Mutex<evict::Slots<SessionState>>,
 }
 
 impl Sessions {
@@ -153,9 +63,9 @@ impl Sessions {
             started_ms: now_ms,
             ..SessionState::default()
         });
-        self.admit(session, &mut t.slots[slot as usize].state, now_ms)?;
+        self.admit(session, t.get_mut(slot), now_ms)?;
         // Room is made after adding: the new session is busy by then, so it stays.
-        if added && t.index.len() > self.cfg.max_tracked {
+        if added && t.len() > self.cfg.max_tracked {
             t.make_room(self.cfg.max_tracked, now_ms, self.cfg.idle_evict_s * 1000);
         }
         Ok(InSession {
@@ -181,13 +91,12 @@ impl Sessions {
 
     /// Forgets sessions idle for `idle_evict_s` with nothing in flight.
     pub fn evict_idle(&self, now_ms: u64) {
-        let idle_ms = self.cfg.idle_evict_s * 1000;
-        self.table.lock().evict(|s| evict::goes(s, now_ms, idle_ms, None));
+        self.table.lock().evict_idle(now_ms, self.cfg.idle_evict_s * 1000);
     }
 
     /// Sessions currently tracked.
     pub fn len(&self) -> usize {
-        self.table.lock().index.len()
+        self.table.lock().len()
     }
 
     /// Whether no session is tracked.
@@ -212,7 +121,7 @@ impl InSession<'_> {
     pub fn step(&self) -> Result<(), QuotaExceeded> {
         let c = &self.sessions.cfg;
         let mut t = self.sessions.table.lock();
-        let s = &mut t.slots[self.slot as usize].state;
+        let s = t.get_mut(self.slot);
         if s.steps >= c.max_steps {
             return Err(QuotaExceeded::Steps(self.name.into(), c.max_steps));
         }
@@ -225,7 +134,7 @@ impl InSession<'_> {
 
     /// Adds tokens used by the session.
     pub fn add_tokens(&self, tokens: u64) {
-        self.sessions.table.lock().slots[self.slot as usize].state.tokens += tokens;
+        self.sessions.table.lock().get_mut(self.slot).tokens += tokens;
     }
 
     /// Ends the request at `now_ms`.
@@ -237,7 +146,7 @@ impl InSession<'_> {
 impl Drop for InSession<'_> {
     fn drop(&mut self) {
         let mut t = self.sessions.table.lock();
-        let s = &mut t.slots[self.slot as usize].state;
+        let s = t.get_mut(self.slot);
         s.in_flight = s.in_flight.saturating_sub(1);
         if let Some(ms) = self.left_ms {
             s.last_seen_ms = ms;

@@ -298,7 +298,7 @@ impl Runner {
                     let cost = m.cost(u.input, u.output);
                     p.limiter.settle(permit, u.input, u.output, end);
                     p.limiter.calibrate(&resp.rate, end);
-                    self.budgets.settle(call.user, res, tokens, cost, end_ms);
+                    self.budgets.settle(res, tokens, cost, end_ms);
                     self.settle_allowance(call.user, allowance, tokens, cost);
                     tally.tokens += tokens as u64;
                     tally.cost += cost;
@@ -354,7 +354,7 @@ impl Runner {
                         p.limiter.count_rate_limited();
                     }
                     p.limiter.calibrate(&e.rate, end);
-                    self.budgets.settle(call.user, res, tokens, cost, end_ms);
+                    self.budgets.settle(res, tokens, cost, end_ms);
                     self.settle_allowance(call.user, allowance, tokens, cost);
                     tally.tokens += tokens as u64;
                     tally.wasted += tokens as u64;
@@ -470,7 +470,7 @@ impl Drop for Held<'_> {
             self.provider.limiter.release(p, r.clock.now());
         }
         if let Some(res) = self.res.take() {
-            r.budgets.settle(self.user, res, 0, 0.0, r.clock.elapsed_ms());
+            r.budgets.settle(res, 0, 0.0, r.clock.elapsed_ms());
         }
         r.settle_allowance(self.user, self.allowance.take(), 0, 0.0);
     }
