@@ -83,11 +83,13 @@ pub struct Prefetched<T, B> {
 impl<T: Send + 'static, B: Send + 'static> Prefetched<T, B> {
     /// Starts reading `reader` on a new thread. `split` says what each
     /// record becomes ([`Split`]); `finish` makes a kept part into the body
-    /// the consumer takes, in the order the parts were kept.
-    pub fn spawn<P: Send + 'static>(
+    /// the consumer takes, in the order the parts were kept. Both may keep
+    /// what they share in `state`, which lives on the reader's thread.
+    pub fn spawn<S: Send + 'static, P: Send + 'static>(
         reader: LogReader,
-        split: impl Fn(Record) -> Split<T, P> + Send + 'static,
-        finish: impl FnMut(P) -> B + Send + 'static,
+        state: S,
+        split: impl Fn(&mut S, Record) -> Split<T, P> + Send + 'static,
+        finish: impl FnMut(&mut S, P) -> B + Send + 'static,
     ) -> std::io::Result<Self> {
         let (tx, rx) = bounded(AHEAD);
         let (bodies_tx, bodies_rx) = bounded(BODY_BATCHES_AHEAD);
@@ -97,6 +99,7 @@ impl<T: Send + 'static, B: Send + 'static> Prefetched<T, B> {
             // Item messages not yet handed over: a batch, and the end.
             let mut outbox: VecDeque<Msg<T>> = VecDeque::new();
             let mut bodies = Bodies {
+                state,
                 kept: VecDeque::new(),
                 made: Vec::new(),
                 finish,
@@ -214,7 +217,9 @@ fn stopped() -> LogError {
 }
 
 /// The kept parts, and the bodies made from them, on the reader's thread.
-struct Bodies<P, B, F> {
+struct Bodies<S, P, B, F> {
+    /// What `split` and `finish` share.
+    state: S,
     kept: VecDeque<P>,
     /// The next batch, made and not yet handed over.
     made: Vec<B>,
@@ -222,14 +227,15 @@ struct Bodies<P, B, F> {
     tx: Sender<Vec<B>>,
 }
 
-impl<P, B, F: FnMut(P) -> B> Bodies<P, B, F> {
+impl<S, P, B, F: FnMut(&mut S, P) -> B> Bodies<S, P, B, F> {
     /// Makes and hands over bodies while the consumer has room for them,
     /// keeping the next batch made; false once the consumer is gone.
     fn top_up(&mut self) -> bool {
         loop {
             if self.made.is_empty() {
                 let n = self.kept.len().min(BODIES);
-                self.made = self.kept.drain(..n).map(&mut self.finish).collect();
+                let (state, finish) = (&mut self.state, &mut self.finish);
+                self.made = self.kept.drain(..n).map(|p| finish(state, p)).collect();
             }
             if self.made.is_empty() {
                 return true;
@@ -254,15 +260,15 @@ type Batch<T> = (Vec<T>, Option<Result<(), LogError>>);
 /// keeps; the end of the log or its first error ends the batch early.
 /// Bodies are topped up as it goes, so parsing a batch never keeps the
 /// consumer waiting for one. None once the consumer is gone.
-fn read_batch<T, P, B>(
+fn read_batch<S, T, P, B>(
     reader: &mut LogReader,
-    split: &impl Fn(Record) -> Split<T, P>,
-    bodies: &mut Bodies<P, B, impl FnMut(P) -> B>,
+    split: &impl Fn(&mut S, Record) -> Split<T, P>,
+    bodies: &mut Bodies<S, P, B, impl FnMut(&mut S, P) -> B>,
 ) -> Option<Batch<T>> {
     let mut batch = Vec::with_capacity(BATCH);
     for n in 1.. {
         match reader.next_record() {
-            Ok(Some(r)) => match split(r) {
+            Ok(Some(r)) => match split(&mut bodies.state, r) {
                 Split::Now(t) => batch.push(t),
                 Split::Later(t, p) => {
                     batch.push(t);
@@ -313,11 +319,12 @@ mod tests {
     fn hands_over_what_split_makes_in_order() {
         let mut p = Prefetched::spawn(
             log(3000),
-            |r| match r {
+            (),
+            |_, r| match r {
                 Record::Request(q) if q.id % 2 == 0 => Split::Now(q.id),
                 _ => Split::Skip,
             },
-            |()| (),
+            |_, ()| (),
         )
         .unwrap();
         let mut got = Vec::new();
@@ -333,13 +340,16 @@ mod tests {
         let counted = made.clone();
         let mut p = Prefetched::spawn(
             log(3000),
-            |r| match r {
+            0u64,
+            |_, r| match r {
                 Record::Request(q) if q.id % 3 == 0 => Split::Later(q.id, q.id * 10),
                 Record::Request(q) => Split::Now(q.id),
                 _ => Split::Skip,
             },
-            move |part: u64| {
-                counted.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            // The state shared with `split` lives on: it counts the bodies.
+            move |finished: &mut u64, part: u64| {
+                *finished += 1;
+                counted.store(*finished as usize, std::sync::atomic::Ordering::Relaxed);
                 part + 1
             },
         )
@@ -361,7 +371,7 @@ mod tests {
     #[test]
     fn what_is_given_back_is_dropped_on_the_reader_thread() {
         let (tx, dropped_on) = std::sync::mpsc::channel();
-        let mut p = Prefetched::spawn(log(10), Split::<_, ()>::Now, |()| ()).unwrap();
+        let mut p = Prefetched::spawn(log(10), (), |_, r| Split::<_, ()>::Now(r), |_, ()| ()).unwrap();
         let mut back = p.give_back();
         // A full batch is sent at once; the rest waits in the handle.
         for _ in 0..GIVE_BACK + 3 {

@@ -43,8 +43,9 @@ pub struct RecordedFleet {
     inner: Mutex<Fleet>,
 }
 
-/// A request's attempts not yet taken, with their targets' indexes.
-type OwnAttempts = SmallVec<[(usize, Arc<AttemptRec>); 2]>;
+/// A request's recorded attempts not yet taken, in recorded order (a
+/// request has few: the first two are held inline).
+type OwnAttempts = SmallVec<[Arc<AttemptRec>; 2]>;
 
 /// Attempts are shared between a request's own list and its target's
 /// history, so indexing one costs no copy.
@@ -52,13 +53,18 @@ type OwnAttempts = SmallVec<[(usize, Arc<AttemptRec>); 2]>;
 struct Fleet {
     /// Index of each target's history in `recent`.
     targets: HashMap<Box<str>, usize, ahash::RandomState>,
-    /// Each request's own attempts with their target's index, in recorded
-    /// order (a request has few, so a target's next one is found by a short
-    /// scan, and the first two are held inline).
+    /// The own attempts of the requests under way (and of deferred ones).
+    /// Those read before a request's body was made come with it
+    /// ([`RecordedFleet::start`]); later ones as the replay reads them.
+    /// Only requests under way are here, so the map stays small and cached.
     own: HashMap<u64, OwnAttempts, ahash::RandomState>,
     /// Recent attempts per target with their times, in time order, for
     /// calls with no own record.
     recent: Vec<VecDeque<(u64, Arc<AttemptRec>)>>,
+    /// The time of the latest attempt the replay has read. An own attempt
+    /// that came early with its request's body is used only once the replay
+    /// has read that far, as if it had come on its own.
+    read_ms: u64,
     /// Where history dropped from `recent` goes, to be freed on the log
     /// reader's thread (dropped here until the replay sets it).
     spent: Option<GiveBack<Arc<AttemptRec>>>,
@@ -66,7 +72,7 @@ struct Fleet {
 
 impl Fleet {
     /// See [`RecordedFleet::take_at`].
-    fn take(&mut self, request: u64, t: usize, now_ms: u64) -> Option<(Arc<AttemptRec>, bool)> {
+    fn take(&mut self, request: u64, t: usize, target: &str, now_ms: u64) -> Option<(Arc<AttemptRec>, bool)> {
         // Drop history older than the latest attempt at or before now (on
         // every call, so the history stays within the read-ahead horizon).
         let recent = &mut self.recent[t];
@@ -76,8 +82,9 @@ impl Fleet {
             }
         }
         if let Some(own) = self.own.get_mut(&request) {
-            if let Some(i) = own.iter().position(|&(at, _)| at == t) {
-                let (_, a) = own.remove(i);
+            let read_ms = self.read_ms;
+            if let Some(i) = own.iter().position(|a| *a.target == *target && a.t_ms <= read_ms) {
+                let a = own.remove(i);
                 if own.is_empty() {
                     self.own.remove(&request);
                 }
@@ -101,13 +108,29 @@ impl Fleet {
 }
 
 impl RecordedFleet {
-    /// Adds an attempt read from the log.
-    pub fn add(&self, a: Arc<AttemptRec>) {
+    /// Adds an attempt read from the log; `late` if it came after its
+    /// request's body was made (else it came with the body).
+    pub fn add(&self, a: Arc<AttemptRec>, late: bool) {
         let mut f = self.inner.lock();
         let f = &mut *f;
         let t = f.target(&a.target);
+        f.read_ms = a.t_ms;
         f.recent[t].push_back((a.t_ms, a.clone()));
-        f.own.entry(a.request).or_default().push((t, a));
+        if late {
+            f.own.entry(a.request).or_default().push(a);
+        }
+    }
+
+    /// A request is under way, with the own attempts read before its body
+    /// was made (they come before any read since).
+    pub fn start(&self, request: u64, mut own: OwnAttempts) {
+        if own.is_empty() {
+            return;
+        }
+        let mut f = self.inner.lock();
+        let kept = f.own.entry(request).or_default();
+        own.extend(kept.drain(..));
+        *kept = own;
     }
 
     /// The index a target's calls are taken under ([`RecordedFleet::take_at`]).
@@ -119,15 +142,16 @@ impl RecordedFleet {
     pub fn take(&self, request: u64, target: &str, now_ms: u64) -> Option<(Arc<AttemptRec>, bool)> {
         let mut f = self.inner.lock();
         let t = *f.targets.get(target)?;
-        f.take(request, t, now_ms)
+        f.take(request, t, target, now_ms)
     }
 
-    /// The attempt a call of `request` to target `t` gets at `now_ms`: its own
-    /// next unused one; else the latest recorded on the target at or before
-    /// now (the earliest if none is), answering without tool calls (`false`:
-    /// not its own); None if the target has no recorded attempt (healthy).
-    pub fn take_at(&self, request: u64, t: usize, now_ms: u64) -> Option<(Arc<AttemptRec>, bool)> {
-        self.inner.lock().take(request, t, now_ms)
+    /// The attempt a call of `request` to `target` (its history's index
+    /// `t`) gets at `now_ms`: its own next unused one; else the latest
+    /// recorded on the target at or before now (the earliest if none is),
+    /// answering without tool calls (`false`: not its own); None if the
+    /// target has no recorded attempt (healthy).
+    pub fn take_at(&self, request: u64, t: usize, target: &str, now_ms: u64) -> Option<(Arc<AttemptRec>, bool)> {
+        self.inner.lock().take(request, t, target, now_ms)
     }
 
     /// Forgets what is left of a finished request.
@@ -256,7 +280,8 @@ async fn play(
 
 /// A provider that behaves as recorded.
 pub struct RecordedProvider {
-    /// Its target's index in the fleet.
+    /// Its target, `provider:NAME`, and its index in the fleet.
+    name: Box<str>,
     target: usize,
     fleet: Arc<RecordedFleet>,
     clock: Clock,
@@ -267,8 +292,10 @@ pub struct RecordedProvider {
 impl RecordedProvider {
     /// The recorded `provider:NAME`.
     pub fn new(name: &str, fleet: Arc<RecordedFleet>, clock: Clock) -> Self {
+        let name: Box<str> = format!("provider:{name}").into();
         Self {
-            target: fleet.target(&format!("provider:{name}")),
+            target: fleet.target(&name),
+            name,
             fleet,
             clock,
             text: "replayed answer".into(),
@@ -284,21 +311,25 @@ impl Provider for RecordedProvider {
 
     async fn complete_within(&self, req: &LlmRequest, timeout: Duration) -> Result<LlmResponse, ProviderError> {
         let start = self.clock.now();
-        let (usage, tool_calls) = match self.fleet.take_at(req.request_id, self.target, self.clock.ms_at(start)) {
-            Some((a, own)) => play(&a, own, Some(req), &self.clock, timeout).await?,
-            None => {
-                take_time(Duration::from_millis(300), timeout, "provider call").await?;
-                let input = (req.prompt_chars() as u32).div_ceil(4).max(1);
-                (
-                    Usage {
-                        input,
-                        output: req.max_tokens.min(50),
-                        cached_input: 0,
-                    },
-                    Vec::new(),
-                )
-            }
-        };
+        let (usage, tool_calls) =
+            match self
+                .fleet
+                .take_at(req.request_id, self.target, &self.name, self.clock.ms_at(start))
+            {
+                Some((a, own)) => play(&a, own, Some(req), &self.clock, timeout).await?,
+                None => {
+                    take_time(Duration::from_millis(300), timeout, "provider call").await?;
+                    let input = (req.prompt_chars() as u32).div_ceil(4).max(1);
+                    (
+                        Usage {
+                            input,
+                            output: req.max_tokens.min(50),
+                            cached_input: 0,
+                        },
+                        Vec::new(),
+                    )
+                }
+            };
         let elapsed = self.clock.now().saturating_duration_since(start);
         Ok(LlmResponse::measured(
             self.text.clone(),
@@ -491,8 +522,9 @@ enum Ahead {
     /// A request due at `t_ms`; the agent request it stands for is made
     /// just before it is due ([`Prefetched::next_body`]).
     Request(u64),
-    /// An attempt, shared as the recorded fleet keeps it.
-    Attempt(Arc<AttemptRec>),
+    /// An attempt, shared as the recorded fleet keeps it; true if it came
+    /// after its request's body was made.
+    Attempt(Arc<AttemptRec>, bool),
     Outcome(OutcomeRec),
     Operator(OperatorRec),
 }
@@ -501,7 +533,7 @@ impl Ahead {
     fn t_ms(&self) -> u64 {
         match self {
             Ahead::Request(t_ms) => *t_ms,
-            Ahead::Attempt(a) => a.t_ms,
+            Ahead::Attempt(a, _) => a.t_ms,
             Ahead::Outcome(o) => o.t_ms,
             Ahead::Operator(op) => op.t_ms,
         }
@@ -537,16 +569,38 @@ pub async fn replay(
     // thread; the rest is dropped there.
     let (outcomes, operator) = (opts.compare || opts.outcomes.is_some(), opts.operator);
     let recorded = fleet.is_some();
+    // On the reader's thread, the attempts of each request whose body is
+    // not made yet go with the body: the replay's own index of attempts
+    // then holds only the requests under way.
     let mut reader = Prefetched::spawn(
         reader,
-        move |r| match r {
-            Record::Request(q) => Split::Later(Ahead::Request(q.t_ms), q),
-            Record::Attempt(a) if recorded => Split::Now(Ahead::Attempt(Arc::new(a))),
+        HashMap::<u64, OwnAttempts, ahash::RandomState>::default(),
+        move |unmade, r| match r {
+            Record::Request(q) => {
+                if recorded {
+                    unmade.entry(q.id).or_default();
+                }
+                Split::Later(Ahead::Request(q.t_ms), q)
+            }
+            Record::Attempt(a) if recorded => {
+                let a = Arc::new(a);
+                let late = match unmade.get_mut(&a.request) {
+                    Some(own) => {
+                        own.push(a.clone());
+                        false
+                    }
+                    None => true,
+                };
+                Split::Now(Ahead::Attempt(a, late))
+            }
             Record::Outcome(o) if outcomes => Split::Now(Ahead::Outcome(o)),
             Record::Operator(op) if operator => Split::Now(Ahead::Operator(op)),
             _ => Split::Skip,
         },
-        agent_request,
+        |unmade, q| {
+            let own = unmade.remove(&q.id).unwrap_or_default();
+            (agent_request(q), own)
+        },
     )
     .map_err(|source| LogError::Io { path, source })?;
     let start = Instant::now();
@@ -573,9 +627,9 @@ pub async fn replay(
         while let Some(rec) = next.take_if(|r| due(r.t_ms()) <= now + HORIZON) {
             match rec {
                 Ahead::Request(t_ms) => queue.push_back(t_ms),
-                Ahead::Attempt(a) => {
+                Ahead::Attempt(a, late) => {
                     if let Some(f) = &fleet {
-                        f.add(a);
+                        f.add(a, late);
                     }
                 }
                 Ahead::Operator(op) => {
@@ -603,7 +657,10 @@ pub async fn replay(
             next = reader.next_item()?;
         }
         while queue.pop_front_if(|t_ms| due(*t_ms) <= now).is_some() {
-            let req = reader.next_body()?;
+            let (req, own) = reader.next_body()?;
+            if let Some(f) = &fleet {
+                f.start(req.id, own);
+            }
             let (r, fleet) = (runner.clone(), fleet.clone());
             let (inflight, compare) = (inflight.clone(), opts.compare);
             let running = Running::start(&inflight);
@@ -675,4 +732,64 @@ pub fn log_length_ms(path: &std::path::Path) -> Option<u64> {
         .rev()
         .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
         .find_map(|v| v.get("t_ms").and_then(serde_json::Value::as_u64))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn attempt(t_ms: u64, request: u64, status: u16) -> Arc<AttemptRec> {
+        Arc::new(AttemptRec {
+            t_ms,
+            request,
+            target: "provider:p".into(),
+            model: None,
+            status: Some(status),
+            transport: None,
+            latency_ms: 10,
+            input_tokens: 1,
+            output_tokens: 1,
+            headers: Default::default(),
+            semantic_failure: None,
+            tool_calls: Vec::new(),
+        })
+    }
+
+    #[test]
+    fn own_attempts_that_came_with_the_body_wait_until_the_replay_reads_them() {
+        let fleet = RecordedFleet::default();
+        let t = fleet.target("provider:p");
+        // Another request's attempt has been read; request 1's own attempt
+        // (at 100 ms) came early, with its body.
+        fleet.add(attempt(0, 9, 503), true);
+        let own = attempt(100, 1, 429);
+        fleet.start(1, SmallVec::from_iter([own.clone()]));
+        let (a, is_own) = fleet.take_at(1, t, "provider:p", 0).unwrap();
+        assert_eq!(
+            (a.status, is_own),
+            (Some(503), false),
+            "not read yet: the target's history answers"
+        );
+        // Once read, it is request 1's own.
+        fleet.add(own, false);
+        let (a, is_own) = fleet.take_at(1, t, "provider:p", 0).unwrap();
+        assert_eq!((a.status, is_own), (Some(429), true));
+        // Used once.
+        assert!(!fleet.take_at(1, t, "provider:p", 0).unwrap().1);
+    }
+
+    #[test]
+    fn attempts_read_after_the_body_follow_those_that_came_with_it() {
+        let fleet = RecordedFleet::default();
+        let t = fleet.target("provider:p");
+        let (first, second) = (attempt(10, 1, 500), attempt(20, 1, 200));
+        fleet.add(first.clone(), false);
+        // The later attempt is read (late) before the request starts.
+        fleet.add(second, true);
+        fleet.start(1, SmallVec::from_iter([first]));
+        let statuses: Vec<_> = (0..2)
+            .map(|_| fleet.take_at(1, t, "provider:p", 30).unwrap().0.status)
+            .collect();
+        assert_eq!(statuses, [Some(500), Some(200)]);
+    }
 }
