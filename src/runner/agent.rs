@@ -23,6 +23,8 @@ const DEFAULT_STEPS: u32 = 4;
 
 /// The degradation metadata being built for one request.
 struct Trail {
+    /// The request's key in the answer cache ([`Runner::answer_key`]).
+    answer_key: u64,
     tally: Tally,
     chain: Vec<String>,
     hops_seen: usize,
@@ -35,8 +37,9 @@ struct Trail {
 }
 
 impl Trail {
-    fn new() -> Self {
+    fn new(answer_key: u64) -> Self {
         Self {
+            answer_key,
             tally: Tally::default(),
             chain: Vec::new(),
             hops_seen: 0,
@@ -104,13 +107,20 @@ enum End {
 impl Runner {
     /// Runs one agent request to its outcome.
     pub async fn run(&self, req: &AgentRequest) -> Outcome {
+        self.run_keyed(req, Self::answer_key(req)).await
+    }
+
+    /// [`Runner::run`], with the request's [`Runner::answer_key`] computed
+    /// beforehand (a replay computes it on its log reader's thread, which
+    /// has just written the prompt it hashes).
+    pub async fn run_keyed(&self, req: &AgentRequest, answer_key: u64) -> Outcome {
         let start = self.clock.now();
         self.totals.requests.fetch_add(1, Ordering::Relaxed);
         if self.events.has_subscribers() {
             self.events.emit(EventKind::Request(Box::new(req.clone())));
         }
         self.retry_budget.deposit(start);
-        let mut o = self.run_once(req, true, start).await;
+        let mut o = self.run_once(req, true, start, answer_key).await;
         o.latency_ms = self.clock.now().saturating_duration_since(start).as_millis() as u64;
         self.count_outcome(&o);
         o
@@ -130,8 +140,14 @@ impl Runner {
 
     /// Runs the loop once, starting `now`; `may_defer` is false when
     /// re-driving the spool.
-    async fn run_once(&self, req: &AgentRequest, may_defer: bool, now: tokio::time::Instant) -> Outcome {
-        let mut trail = Trail::new();
+    async fn run_once(
+        &self,
+        req: &AgentRequest,
+        may_defer: bool,
+        now: tokio::time::Instant,
+        answer_key: u64,
+    ) -> Outcome {
+        let mut trail = Trail::new(answer_key);
         let now_ms = self.clock.ms_at(now);
         let end = match self.sessions.enter(&req.session, now_ms) {
             Err(q) => End::Failed(format!("Request refused: {q}.")),
@@ -190,7 +206,8 @@ impl Runner {
         }
     }
 
-    fn answer_key(req: &AgentRequest) -> u64 {
+    /// A request's key in the answer cache: its route and last user message.
+    pub fn answer_key(req: &AgentRequest) -> u64 {
         let q = req
             .messages
             .iter()
@@ -299,8 +316,7 @@ impl Runner {
                     trail.model_q = trail.model_q.min(q.min(1.0));
                     if resp.tool_calls.is_empty() {
                         if !trail.partial && trail.stale_ms.is_none() {
-                            self.cache
-                                .put(Self::answer_key(req), resp.text.clone(), self.clock.now());
+                            self.cache.put(trail.answer_key, resp.text.clone(), self.clock.now());
                         }
                         return End::Answer(resp.text);
                     }
@@ -372,7 +388,7 @@ impl Runner {
     /// No model answered the first step: cached answer, defer, or fail.
     async fn no_model(&self, req: &AgentRequest, may_defer: bool, trail: &mut Trail) -> End {
         let ttl = std::time::Duration::from_secs(self.cfg.degradation.answer_cache_ttl_s);
-        if let Some((text, age)) = self.cache.get(Self::answer_key(req), ttl, self.clock.now()) {
+        if let Some((text, age)) = self.cache.get(trail.answer_key, ttl, self.clock.now()) {
             trail.push(format!("cache (age {}s)", age.as_secs()));
             trail.fallback = true;
             trail.quality *= self.cfg.degradation.cache_quality;
@@ -458,7 +474,8 @@ impl Runner {
         let o = if give_up {
             None
         } else {
-            Some(self.run_once(&d.request, false, self.clock.now()).await)
+            let key = Self::answer_key(&d.request);
+            Some(self.run_once(&d.request, false, self.clock.now(), key).await)
         };
         let level = o.as_ref().map(|o| o.level).unwrap_or(Level::Failed);
         let age = self.clock.wall_ms().saturating_sub(d.deferred_at_ms);

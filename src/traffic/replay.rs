@@ -599,7 +599,9 @@ pub async fn replay(
         },
         |unmade, q| {
             let own = unmade.remove(&q.id).unwrap_or_default();
-            (agent_request(q), own)
+            let req = agent_request(q);
+            let key = Runner::answer_key(&req);
+            (req, own, key)
         },
     )
     .map_err(|source| LogError::Io { path, source })?;
@@ -657,7 +659,7 @@ pub async fn replay(
             next = reader.next_item()?;
         }
         while queue.pop_front_if(|t_ms| due(*t_ms) <= now).is_some() {
-            let (req, own) = reader.next_body()?;
+            let (req, own, key) = reader.next_body()?;
             if let Some(f) = &fleet {
                 f.start(req.id, own);
             }
@@ -668,7 +670,7 @@ pub async fn replay(
             // Boxed: the request's future is large, and a task moves its
             // future by value.
             tokio::spawn(boxed(|| async move {
-                let o = r.run(&req).await;
+                let o = r.run_keyed(&req, key).await;
                 if let Some(finished) = &mut *inflight.finished.lock() {
                     finished.put(req);
                 }
