@@ -58,7 +58,7 @@ impl Sessions {
     /// Admits one request of `session`; it leaves the session when the
     /// returned [`InSession`] is dropped.
     pub fn enter<'a>(&'a self, session: &'a str, now_ms: u64) -> Result<InSession<'a>, QuotaExceeded> {
-        let mut t = self.table.lock();
+        let mut t = super::lock(&self.table);
         let (slot, added) = t.find_or_add(session, || SessionState {
             started_ms: now_ms,
             ..SessionState::default()
@@ -91,12 +91,12 @@ impl Sessions {
 
     /// Forgets sessions idle for `idle_evict_s` with nothing in flight.
     pub fn evict_idle(&self, now_ms: u64) {
-        self.table.lock().evict_idle(now_ms, self.cfg.idle_evict_s * 1000);
+        super::lock(&self.table).evict_idle(now_ms, self.cfg.idle_evict_s * 1000);
     }
 
     /// Sessions currently tracked.
     pub fn len(&self) -> usize {
-        self.table.lock().len()
+        super::lock(&self.table).len()
     }
 
     /// Whether no session is tracked.
@@ -120,7 +120,7 @@ impl InSession<'_> {
     /// Takes one LLM step of the session's quota.
     pub fn step(&self) -> Result<(), QuotaExceeded> {
         let c = &self.sessions.cfg;
-        let mut t = self.sessions.table.lock();
+        let mut t = super::lock(&self.sessions.table);
         let s = t.get_mut(self.slot);
         if s.steps >= c.max_steps {
             return Err(QuotaExceeded::Steps(self.name.into(), c.max_steps));
@@ -134,7 +134,7 @@ impl InSession<'_> {
 
     /// Adds tokens used by the session.
     pub fn add_tokens(&self, tokens: u64) {
-        self.sessions.table.lock().get_mut(self.slot).tokens += tokens;
+        super::lock(&self.sessions.table).get_mut(self.slot).tokens += tokens;
     }
 
     /// Ends the request at `now_ms`.
@@ -145,7 +145,7 @@ impl InSession<'_> {
 
 impl Drop for InSession<'_> {
     fn drop(&mut self) {
-        let mut t = self.sessions.table.lock();
+        let mut t = super::lock(&self.sessions.table);
         let s = t.get_mut(self.slot);
         s.in_flight = s.in_flight.saturating_sub(1);
         if let Some(ms) = self.left_ms {
