@@ -517,6 +517,73 @@ impl Drop for Running {
     }
 }
 
+/// On the log reader's thread: the requests whose body is not made yet, in
+/// log order (the order bodies are made in), with their attempts so far.
+/// A request is found by its place in that order: its id less the first
+/// id while ids run consecutively, as fusebox writes them; else through a
+/// map of places by id.
+#[derive(Default)]
+struct Unmade {
+    queue: VecDeque<(u64, OwnAttempts)>,
+    /// Requests taken from the queue's front so far.
+    taken: u64,
+    first_id: Option<u64>,
+    /// Places by id, once ids stopped running consecutively (the first
+    /// request of an id keeps its place).
+    places: Option<HashMap<u64, u64, ahash::RandomState>>,
+}
+
+impl Unmade {
+    /// The next request read.
+    fn push(&mut self, id: u64) {
+        let place = self.taken + self.queue.len() as u64;
+        match (&mut self.places, self.first_id) {
+            (Some(places), _) => {
+                places.entry(id).or_insert(place);
+            }
+            (None, None) => self.first_id = Some(id),
+            (None, Some(first)) if first.checked_add(place) == Some(id) => {}
+            (None, Some(_)) => {
+                let mut places: HashMap<u64, u64, ahash::RandomState> = HashMap::default();
+                for (i, (queued, _)) in self.queue.iter().enumerate() {
+                    places.entry(*queued).or_insert(self.taken + i as u64);
+                }
+                places.entry(id).or_insert(place);
+                self.places = Some(places);
+            }
+        }
+        self.queue.push_back((id, OwnAttempts::new()));
+    }
+
+    /// The attempts so far of request `id`; None if its body was made.
+    fn get_mut(&mut self, id: u64) -> Option<&mut OwnAttempts> {
+        let place = match &self.places {
+            Some(places) => *places.get(&id)?,
+            None => id.checked_sub(self.first_id?)?,
+        };
+        let i = usize::try_from(place.checked_sub(self.taken)?).ok()?;
+        let (queued, own) = self.queue.get_mut(i)?;
+        (*queued == id).then_some(own)
+    }
+
+    /// The attempts of the next request in log order, `id`, whose body is
+    /// being made.
+    fn take_next(&mut self, id: u64) -> OwnAttempts {
+        let Some((queued, own)) = self.queue.pop_front() else {
+            return OwnAttempts::new();
+        };
+        debug_assert_eq!(queued, id, "bodies are made in log order");
+        let place = self.taken;
+        self.taken += 1;
+        if let Some(places) = &mut self.places {
+            if places.get(&queued) == Some(&place) {
+                places.remove(&queued);
+            }
+        }
+        own
+    }
+}
+
 /// A record as the replay takes it, made ready on the reader's thread.
 enum Ahead {
     /// A request due at `t_ms`; the agent request it stands for is made
@@ -574,17 +641,15 @@ pub async fn replay(
     // then holds only the requests under way.
     let mut reader = Prefetched::spawn(
         reader,
-        HashMap::<u64, OwnAttempts, ahash::RandomState>::default(),
+        Unmade::default(),
         move |unmade, r| match r {
             Record::Request(q) => {
-                if recorded {
-                    unmade.entry(q.id).or_default();
-                }
+                unmade.push(q.id);
                 Split::Later(Ahead::Request(q.t_ms), q)
             }
             Record::Attempt(a) if recorded => {
                 let a = Arc::new(a);
-                let late = match unmade.get_mut(&a.request) {
+                let late = match unmade.get_mut(a.request) {
                     Some(own) => {
                         own.push(a.clone());
                         false
@@ -598,7 +663,7 @@ pub async fn replay(
             _ => Split::Skip,
         },
         |unmade, q| {
-            let own = unmade.remove(&q.id).unwrap_or_default();
+            let own = unmade.take_next(q.id);
             let req = agent_request(q);
             let key = Runner::answer_key(&req);
             (req, own, key)
@@ -793,5 +858,27 @@ mod tests {
             .map(|_| fleet.take_at(1, t, "provider:p", 30).unwrap().0.status)
             .collect();
         assert_eq!(statuses, [Some(500), Some(200)]);
+    }
+
+    #[test]
+    fn unmade_requests_are_found_by_place_with_consecutive_ids_or_not() {
+        for ids in [vec![5, 6, 7, 8], vec![5, 6, 9, 6]] {
+            let mut u = Unmade::default();
+            for &id in &ids {
+                u.push(id);
+            }
+            u.get_mut(6).unwrap().push(attempt(1, 6, 200));
+            if let Some(own) = u.get_mut(9) {
+                own.push(attempt(2, 9, 200));
+            }
+            assert!(u.get_mut(4).is_none() && u.get_mut(10).is_none());
+            assert!(u.take_next(5).is_empty());
+            assert_eq!(u.take_next(6).len(), 1, "{ids:?}");
+            // Once made, a request's later attempts go on their own.
+            assert!(u.get_mut(6).is_none(), "{ids:?}");
+            assert_eq!(u.take_next(ids[2]).len(), usize::from(ids[2] == 9));
+            // A repeated id is found while its first request waits, not after.
+            assert_eq!(u.get_mut(ids[3]).is_some(), ids[3] == 8, "{ids:?}");
+        }
     }
 }
