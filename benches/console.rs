@@ -46,7 +46,7 @@ fn big_app(rt: &tokio::runtime::Runtime) -> App {
         for i in 0..1_000u64 {
             let o = Outcome {
                 request: i,
-                user: format!("user-{:05}", i * 7 % 10_000),
+                user: format!("user-{:05}", i * 7 % 10_000).into(),
                 level: if i % 3 == 0 { Level::Fallback } else { Level::None },
                 chain: vec!["gpt-4o ✗503×3".into(), "claude-haiku ✓".into()],
                 quality: 0.85,

@@ -24,8 +24,8 @@ fn events() -> Vec<Event> {
         .flat_map(|i| {
             let req = AgentRequest {
                 id: i,
-                user: format!("user-{}", i % 1000),
-                session: format!("s{}", i % 3000),
+                user: format!("user-{}", i % 1000).into(),
+                session: format!("s{}", i % 3000).into(),
                 route: "default".into(),
                 tools: vec!["get_order".into()],
                 max_tokens: 512,

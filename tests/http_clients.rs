@@ -70,8 +70,8 @@ fn request(max_tokens: u32, tools: bool) -> LlmRequest {
 fn ask(id: u64) -> AgentRequest {
     AgentRequest {
         id,
-        user: format!("u{id}"),
-        session: format!("s{id}"),
+        user: format!("u{id}").into(),
+        session: format!("s{id}").into(),
         route: "default".into(),
         messages: vec![Message::new("user", format!("Where is order #381{id:02}?"))],
         max_tokens: 8,

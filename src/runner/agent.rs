@@ -226,7 +226,7 @@ impl Runner {
         now: tokio::time::Instant,
         trail: &mut Trail,
     ) -> End {
-        let Some(route) = self.routes.get(&req.route) else {
+        let Some(route) = self.routes.get(req.route.as_str()) else {
             let mut known: Vec<&str> = self.routes.keys().map(String::as_str).collect();
             known.sort_unstable();
             return End::Failed(format!(
@@ -286,10 +286,10 @@ impl Runner {
             self.push_hops(trail);
             match r {
                 Err(LlmFailure::Budget(e)) => {
-                    *self.totals.budget_rejections.entry(req.user.clone()).or_insert(0) += 1;
+                    *self.totals.budget_rejections.entry(req.user.to_string()).or_insert(0) += 1;
                     if e.first_in_window {
                         self.events.emit(EventKind::BudgetRejected {
-                            user: req.user.clone(),
+                            user: req.user.to_string(),
                             reason: format!("{e} (further rejections this minute are counted, not listed)"),
                         });
                     }
@@ -447,7 +447,7 @@ impl Runner {
     /// Whether a deferred request's dependencies look available again.
     fn ready(&self, req: &AgentRequest) -> bool {
         let now = self.clock.now();
-        let Some(route) = self.routes.get(&req.route) else {
+        let Some(route) = self.routes.get(req.route.as_str()) else {
             return true;
         };
         let model_ok = route.chain.iter().any(|&m| self.admits(&self.models[m], now));

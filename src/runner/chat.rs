@@ -99,7 +99,7 @@ impl Drop for Abandoned<'_> {
         if self.armed {
             let o = Outcome {
                 request: self.req.id,
-                user: self.req.user.clone(),
+                user: self.req.user.as_str().into(),
                 level: Level::Failed,
                 chain: Vec::new(),
                 quality: 0.0,
@@ -126,9 +126,9 @@ impl Runner {
         if self.events.has_subscribers() {
             self.events.emit(EventKind::Request(Box::new(AgentRequest {
                 id: req.id,
-                user: req.user.clone(),
-                session: req.session.clone(),
-                route: req.route.clone(),
+                user: req.user.as_str().into(),
+                session: req.session.as_str().into(),
+                route: req.route.as_str().into(),
                 messages: req.messages.to_vec(),
                 tools: req.tools.iter().map(|t| t.name.to_string()).collect(),
                 critical_tools: Vec::new(),
@@ -178,7 +178,7 @@ impl Runner {
         };
         let outcome = Outcome {
             request: req.id,
-            user: req.user.clone(),
+            user: req.user.as_str().into(),
             level,
             chain,
             quality: (quality * 100.0).round() / 100.0,

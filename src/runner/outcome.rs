@@ -1,6 +1,7 @@
 //! What comes out of the runner: exactly one outcome per request, with its
 //! degradation metadata.
 
+use compact_str::CompactString;
 use serde::{Deserialize, Serialize};
 use std::sync::Arc;
 
@@ -53,7 +54,7 @@ pub struct Outcome {
     /// Request id.
     pub request: u64,
     /// User.
-    pub user: String,
+    pub user: CompactString,
     /// Degradation level.
     pub level: Level,
     /// The path actually walked, e.g. `["gpt-4o ✗503", "claude-haiku ✓"]`.

@@ -1,6 +1,7 @@
 //! What comes into the runner: an agent request.
 
 use crate::provider::Message;
+use compact_str::CompactString;
 use serde::{Deserialize, Serialize};
 
 /// One agent request: a user's question run through the agent loop.
@@ -10,11 +11,11 @@ pub struct AgentRequest {
     /// Unique id.
     pub id: u64,
     /// Who asked (budgets are per user).
-    pub user: String,
+    pub user: CompactString,
     /// Conversation/session (quotas are per session).
-    pub session: String,
+    pub session: CompactString,
     /// Route name (which chain of models).
-    pub route: String,
+    pub route: CompactString,
     /// The conversation so far.
     pub messages: Vec<Message>,
     /// Names of the tools the agent may use.

@@ -10,6 +10,7 @@ use crate::runner::command::Command;
 use crate::runner::outcome::Outcome;
 use crate::runner::request::AgentRequest;
 use crate::runner::Runner;
+use compact_str::format_compact;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::task::JoinSet;
@@ -38,8 +39,8 @@ pub fn make_request(seed: Seed, id: u64, users: u32) -> AgentRequest {
     let q = QUESTIONS[rng.usize(..QUESTIONS.len())].replace("{}", &order.to_string());
     AgentRequest {
         id,
-        user: format!("user-{user:04}"),
-        session: format!("user-{user:04}/s{}", rng.u32(0..3)),
+        user: format_compact!("user-{user:04}"),
+        session: format_compact!("user-{user:04}/s{}", rng.u32(0..3)),
         route: "default".into(),
         messages: vec![Message::new("system", SYSTEM_PROMPT), Message::new("user", q)],
         tools: vec![
@@ -60,7 +61,7 @@ fn noisy_request(seed: Seed, id: u64, user: &str, chars: usize) -> AgentRequest 
     AgentRequest {
         id,
         user: user.into(),
-        session: format!("{user}/s{}", rng.u32(0..50)),
+        session: format_compact!("{user}/s{}", rng.u32(0..50)),
         route: "default".into(),
         messages: vec![Message::new("system", SYSTEM_PROMPT), Message::new("user", doc)],
         tools: vec!["search_docs".into()],

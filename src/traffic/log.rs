@@ -10,6 +10,7 @@
 
 use crate::provider::Message;
 use crate::runner::outcome::Level;
+use compact_str::CompactString;
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
@@ -109,11 +110,11 @@ pub struct RequestRec {
     /// Request id, unique within the log.
     pub id: u64,
     /// User.
-    pub user: String,
+    pub user: CompactString,
     /// Session.
-    pub session: String,
+    pub session: CompactString,
     /// Route.
-    pub route: String,
+    pub route: CompactString,
     /// Prompt size (tokens).
     pub prompt_tokens: u32,
     /// Output cap (tokens).
@@ -168,10 +169,10 @@ pub struct AttemptRec {
     /// The request's id.
     pub request: u64,
     /// `provider:NAME` or `tool:NAME`.
-    pub target: String,
+    pub target: CompactString,
     /// Model, for provider attempts.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub model: Option<String>,
+    pub model: Option<CompactString>,
     /// HTTP status, or `None` when there was no response.
     pub status: Option<u16>,
     /// Transport failure, if any.
@@ -330,6 +331,8 @@ pub struct LogReader {
     unknown_kinds: u64,
     torn_lines: u64,
     warned_kinds: Vec<String>,
+    /// Outcome lines are checked but not built or returned.
+    check_only_outcomes: bool,
     done: bool,
 }
 
@@ -380,6 +383,7 @@ impl LogReader {
             unknown_kinds: 0,
             torn_lines: 0,
             warned_kinds: Vec::new(),
+            check_only_outcomes: false,
             done: false,
         };
         loop {
@@ -402,6 +406,13 @@ impl LogReader {
                 }
             }
         }
+    }
+
+    /// Outcome lines are still checked (a bad one is reported as ever) but
+    /// not built or returned: a consumer that does not use them saves most
+    /// of their cost, a third of a typical log's lines.
+    pub fn check_only_outcomes(&mut self) {
+        self.check_only_outcomes = true;
     }
 
     /// The header, if the log has one.
@@ -460,6 +471,9 @@ impl LogReader {
                 Parsed::Bad(bad("", format!("line longer than {MAX_LINE_BYTES} bytes")))
             } else if is_blank(&self.buf) {
                 continue;
+            } else if self.check_only_outcomes && self.outcome_checks_out() {
+                self.started = true;
+                continue;
             } else {
                 parse_line(&self.buf)
             };
@@ -508,6 +522,28 @@ impl LogReader {
                 message: problem.1,
             });
         }
+    }
+
+    /// Whether the line read is a good outcome line (then accepted). When
+    /// not, the line goes the usual way, which says what is wrong with it.
+    fn outcome_checks_out(&mut self) -> bool {
+        let Some(rest) = self.buf.strip_prefix(b"{\"kind\":\"outcome\"") else {
+            return false;
+        };
+        if !rest.starts_with(b",") {
+            return false;
+        }
+        let Some(o) = std::str::from_utf8(&self.buf)
+            .ok()
+            .and_then(|text| serde_json::from_str::<OutcomeCheck>(text).ok())
+        else {
+            return false;
+        };
+        if o.t_ms < self.last_t_ms || !self.seen_requests.contains(o.request) {
+            return false;
+        }
+        self.last_t_ms = o.t_ms;
+        true
     }
 
     /// Checks that need the reader's state: ordering, known requests, header placement.
@@ -656,6 +692,65 @@ fn parse_record(line: &[u8]) -> Result<Record, serde_json::Error> {
         Some(b"operator") => direct(line, Record::Operator),
         Some(b"header") => direct(line, Record::Header),
         _ => serde_json::from_slice::<Record>(line),
+    }
+}
+
+/// An outcome line read as [`OutcomeRec`] would be (same fields, same
+/// types) without building it: strings are checked, not kept.
+#[derive(Deserialize)]
+struct OutcomeCheck {
+    t_ms: u64,
+    request: u64,
+    #[serde(rename = "level")]
+    _level: Level,
+    #[serde(rename = "chain")]
+    _chain: Strings,
+    #[serde(rename = "quality")]
+    _quality: f64,
+    #[serde(rename = "tokens")]
+    _tokens: u64,
+    #[serde(rename = "cost_usd")]
+    _cost_usd: f64,
+    #[serde(rename = "missing")]
+    _missing: Strings,
+}
+
+/// A list of strings, checked and dropped as it is read.
+struct Strings;
+
+impl<'de> Deserialize<'de> for Strings {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Seq;
+        impl<'de> serde::de::Visitor<'de> for Seq {
+            type Value = Strings;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a list of strings")
+            }
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Strings, A::Error> {
+                while seq.next_element::<Str>()?.is_some() {}
+                Ok(Strings)
+            }
+        }
+        d.deserialize_seq(Seq)
+    }
+}
+
+/// A string, checked and dropped.
+struct Str;
+
+impl<'de> Deserialize<'de> for Str {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Text;
+        impl serde::de::Visitor<'_> for Text {
+            type Value = Str;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a string")
+            }
+            fn visit_str<E>(self, _: &str) -> Result<Str, E> {
+                Ok(Str)
+            }
+        }
+        d.deserialize_str(Text)
     }
 }
 

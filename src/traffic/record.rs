@@ -231,8 +231,8 @@ pub fn record_of(ev: &Event, t_ms: u64, content: Content) -> Option<Record> {
         EventKind::Attempt(a) => Record::Attempt(AttemptRec {
             t_ms,
             request: a.request,
-            target: a.target.clone(),
-            model: a.model.clone(),
+            target: a.target.as_str().into(),
+            model: a.model.as_deref().map(Into::into),
             status: a.status,
             transport: a.transport.and_then(|t| match t {
                 "timeout" => Some(Transport::Timeout),

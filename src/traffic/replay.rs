@@ -627,7 +627,7 @@ impl Drop for GivingBack<'_> {
 /// time; `fleet` (recorded mode) is fed the attempts as they are read.
 pub async fn replay(
     runner: Arc<Runner>,
-    reader: LogReader,
+    mut reader: LogReader,
     fleet: Option<Arc<RecordedFleet>>,
     opts: ReplayOptions,
 ) -> Result<Replayed, LogError> {
@@ -635,6 +635,9 @@ pub async fn replay(
     // Only what the replay uses is handed over, made ready on the reader's
     // thread; the rest is dropped there.
     let (outcomes, operator) = (opts.compare || opts.outcomes.is_some(), opts.operator);
+    if !outcomes {
+        reader.check_only_outcomes();
+    }
     let recorded = fleet.is_some();
     // On the reader's thread, the attempts of each request whose body is
     // not made yet go with the body: the replay's own index of attempts

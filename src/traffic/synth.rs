@@ -3,6 +3,7 @@
 
 use super::log::{AttemptRec, Header, OutcomeRec, Record, RequestRec, VERSION};
 use crate::runner::outcome::Level;
+use compact_str::format_compact;
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 use std::io::Write;
@@ -29,11 +30,11 @@ pub fn gateway_log(n: u64, rps: u64, out: &mut impl Write) -> std::io::Result<()
                 writeln!(out, "{line}")?;
             }
         }
-        let user = format!("user-{}", rng.u32(..20_000));
+        let user = format_compact!("user-{}", rng.u32(..20_000));
         let request = Record::Request(RequestRec {
             t_ms: t,
             id,
-            session: format!("{user}/call-{id}"),
+            session: format_compact!("{user}/call-{id}"),
             user,
             route: "default".into(),
             prompt_tokens: 60 + rng.u32(..20),

@@ -159,7 +159,7 @@ impl From<&Outcome> for Recent {
     fn from(o: &Outcome) -> Self {
         Self {
             id: o.request,
-            user: o.user.clone(),
+            user: o.user.to_string(),
             chain: o.chain.join(" → "),
             level: o.level,
             quality: o.quality,

@@ -246,7 +246,7 @@ async fn concurrent_requests_cannot_overshoot_a_budget() {
     for i in 0..40 {
         let r = r.clone();
         let mut req = ask(i, "alice");
-        req.session = format!("alice/{i}");
+        req.session = format!("alice/{i}").into();
         set.spawn(async move { r.run(&req).await });
     }
     let mut admitted = 0;

@@ -37,7 +37,7 @@ fn request(t_ms: u64, id: u64, user: &str) -> RequestRec {
         t_ms,
         id,
         user: user.into(),
-        session: format!("s-{id}"),
+        session: format!("s-{id}").into(),
         route: "chat".into(),
         prompt_tokens: 10,
         max_tokens: 10,
@@ -329,6 +329,88 @@ fn the_iterator_yields_records_then_the_error_then_stops() {
     assert!(matches!(&items[2], Err(LogError::BadLine { line: 4, .. })));
 }
 
+/// What a reader makes of `bytes`: the records (outcomes left out), the
+/// first error, and the counts of bad, unknown and torn lines; with
+/// `check_only`, outcome lines are only checked.
+fn read_less_outcomes(bytes: &[u8], skip: bool, check_only: bool) -> (Vec<Record>, Option<String>, [u64; 3]) {
+    let mut f = tempfile::NamedTempFile::new().unwrap();
+    f.write_all(bytes).unwrap();
+    f.flush().unwrap();
+    let mut reader = match LogReader::open(f.path(), skip) {
+        Ok(r) => r,
+        Err(e) => {
+            return (
+                Vec::new(),
+                Some(e.to_string().replace(&*f.path().to_string_lossy(), "LOG")),
+                [0; 3],
+            )
+        }
+    };
+    if check_only {
+        reader.check_only_outcomes();
+    }
+    let mut recs = Vec::new();
+    let err = loop {
+        match reader.next_record() {
+            Ok(Some(Record::Outcome(_))) => assert!(!check_only, "an outcome was returned"),
+            Ok(Some(r)) => recs.push(r),
+            Ok(None) => break None,
+            Err(e) => break Some(e.to_string().replace(&*f.path().to_string_lossy(), "LOG")),
+        }
+    };
+    (
+        recs,
+        err,
+        [reader.bad_lines(), reader.unknown_kinds(), reader.torn_lines()],
+    )
+}
+
+#[test]
+fn outcome_lines_only_checked_fail_as_they_do_when_read() {
+    let outcome = |rest: &str| format!(r#"{{"kind":"outcome","t_ms":5,"request":1{rest}}}"#);
+    let good = outcome(r#","level":"none","chain":["m ✓","a\"b"],"quality":1,"tokens":3,"cost_usd":0.5,"missing":[]"#);
+    let cases = [
+        (good.clone(), None),
+        (good.replace(r#""t_ms":5"#, r#""t_ms":0"#), Some("field `t_ms`")),
+        (
+            good.replace(r#""request":1"#, r#""request":7"#),
+            Some("field `request`"),
+        ),
+        (good.replace(r#"["m ✓","a\"b"]"#, r#"["m",2]"#), Some("field `chain`")),
+        (
+            good.replace(r#""missing":[]"#, r#""missing":"x""#),
+            Some("field `missing`"),
+        ),
+        (good.replace(r#","quality":1"#, ""), Some("field `quality`: missing")),
+        (
+            good.replace(r#""level":"none""#, r#""level":"odd""#),
+            Some("field `level`"),
+        ),
+        (good.replace('}', ",}"), Some("not JSON")),
+    ];
+    for (line, problem) in cases {
+        // Requests 1 and 2 (at 1 ms), the outcome line, request 3.
+        let text = format!(
+            "{HDR}\n{REQ1}\n{}\n{line}\n{}\n",
+            Record::Request(request(1, 2, "bob")).to_line(),
+            Record::Request(request(9, 3, "eve")).to_line()
+        );
+        for skip in [false, true] {
+            let read = read_less_outcomes(text.as_bytes(), skip, false);
+            let checked = read_less_outcomes(text.as_bytes(), skip, true);
+            assert_eq!(checked, read, "{line}");
+            match (problem, &read.1) {
+                (None, None) => assert_eq!(read.0.len(), 3, "{line}"),
+                (Some(p), Some(err)) => {
+                    assert!(!skip && err.starts_with("LOG:4: ") && err.contains(p), "{line}: {err}")
+                }
+                (Some(_), None) => assert!(skip && read.2[0] == 1, "{line}: {read:?}"),
+                (None, Some(err)) => panic!("{line}: {err}"),
+            }
+        }
+    }
+}
+
 /// Writes `text` to a temp file and reads it.
 fn read_text(text: &str, skip: bool) -> (tempfile::NamedTempFile, Result<(LogReader, Vec<Record>), LogError>) {
     let mut f = tempfile::NamedTempFile::new().unwrap();
@@ -537,9 +619,9 @@ fn arb_record() -> impl Strategy<Value = Record> {
                 Record::Request(RequestRec {
                     t_ms,
                     id,
-                    user,
-                    session,
-                    route,
+                    user: user.into(),
+                    session: session.into(),
+                    route: route.into(),
                     prompt_tokens,
                     max_tokens,
                     tools,
@@ -576,8 +658,8 @@ fn arb_record() -> impl Strategy<Value = Record> {
                 Record::Attempt(AttemptRec {
                     t_ms,
                     request,
-                    target,
-                    model,
+                    target: target.into(),
+                    model: model.map(Into::into),
                     status,
                     transport,
                     latency_ms,
@@ -695,7 +777,7 @@ proptest! {
             match &mut rec {
                 Record::Header(_) => continue,
                 Record::Request(r) => { r.t_ms = t; r.id = id; }
-                Record::Attempt(a) => { a.t_ms = t; a.request = u64::MAX; a.target = format!("tool:x{}", a.target); }
+                Record::Attempt(a) => { a.t_ms = t; a.request = u64::MAX; a.target = format!("tool:x{}", a.target).into(); }
                 Record::Outcome(o) => { o.t_ms = t; o.request = u64::MAX; }
                 Record::Transition(x) => x.t_ms = t,
                 Record::Operator(x) => x.t_ms = t,
@@ -745,6 +827,14 @@ proptest! {
         prop_assert!(reader.line_no() <= physical);
         prop_assert!(records + reader.bad_lines() + reader.unknown_kinds() + reader.torn_lines() <= physical);
         prop_assert!(reader.torn_lines() <= 1);
+    }
+    #[test]
+    fn outcome_lines_only_checked_read_as_the_rest_of_the_log(lines in prop::collection::vec(fuzz_line(), 0..12), newline_at_end: bool, skip: bool) {
+        let mut bytes = lines.join(&b'\n');
+        if newline_at_end {
+            bytes.push(b'\n');
+        }
+        prop_assert_eq!(read_less_outcomes(&bytes, skip, true), read_less_outcomes(&bytes, skip, false));
     }
 }
 

@@ -128,7 +128,7 @@ pub fn ask(id: u64, user: &str) -> AgentRequest {
     AgentRequest {
         id,
         user: user.into(),
-        session: format!("{user}/s"),
+        session: format!("{user}/s").into(),
         route: "default".into(),
         messages: vec![
             Message::new("system", "be brief"),
