@@ -23,6 +23,7 @@ use crate::runner::{Runner, RunnerParts};
 use crate::tools::ToolExecutor;
 use parking_lot::Mutex;
 use smallvec::SmallVec;
+use std::cell::RefCell;
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -47,16 +48,28 @@ pub struct RecordedFleet {
 /// request has few: the first two are held inline).
 type OwnAttempts = SmallVec<[Arc<AttemptRec>; 2]>;
 
+tokio::task_local! {
+    /// In a replayed request's task: its own attempts read before its body
+    /// was made, which came with the body. They are the task's, so they
+    /// need no index by request; those read later wait in the fleet's.
+    static OWN: RefCell<OwnAttempts>;
+}
+
+/// Takes the first of `own` on `target` that the replay has read (by `read_ms`).
+fn take_own(own: &mut OwnAttempts, target: &str, read_ms: u64) -> Option<Arc<AttemptRec>> {
+    let i = own.iter().position(|a| *a.target == *target && a.t_ms <= read_ms)?;
+    Some(own.remove(i))
+}
+
 /// Attempts are shared between a request's own list and its target's
 /// history, so indexing one costs no copy.
 #[derive(Default)]
 struct Fleet {
     /// Index of each target's history in `recent`.
     targets: HashMap<Box<str>, usize, ahash::RandomState>,
-    /// The own attempts of the requests under way (and of deferred ones).
-    /// Those read before a request's body was made come with it
-    /// ([`RecordedFleet::start`]); later ones as the replay reads them.
-    /// Only requests under way are here, so the map stays small and cached.
+    /// The own attempts of requests under way read after their bodies
+    /// were made (those read before are in the request's task, [`OWN`]),
+    /// and what a deferred request left of its own for its re-drive.
     own: HashMap<u64, OwnAttempts, ahash::RandomState>,
     /// Recent attempts per target with their times, in time order, for
     /// calls with no own record.
@@ -81,10 +94,14 @@ impl Fleet {
                 spent.put(a);
             }
         }
+        // The request's own attempts in recorded order: those that came
+        // with its body, then those read since.
+        let read_ms = self.read_ms;
+        if let Ok(Some(a)) = OWN.try_with(|own| take_own(&mut own.borrow_mut(), target, read_ms)) {
+            return Some((a, true));
+        }
         if let Some(own) = self.own.get_mut(&request) {
-            let read_ms = self.read_ms;
-            if let Some(i) = own.iter().position(|a| *a.target == *target && a.t_ms <= read_ms) {
-                let a = own.remove(i);
+            if let Some(a) = take_own(own, target, read_ms) {
                 if own.is_empty() {
                     self.own.remove(&request);
                 }
@@ -121,9 +138,9 @@ impl RecordedFleet {
         }
     }
 
-    /// A request is under way, with the own attempts read before its body
-    /// was made (they come before any read since).
-    pub fn start(&self, request: u64, mut own: OwnAttempts) {
+    /// Keeps what a deferred request left of the own attempts that came
+    /// with its body, for its re-drive (they come before any read since).
+    fn keep(&self, request: u64, mut own: OwnAttempts) {
         if own.is_empty() {
             return;
         }
@@ -648,7 +665,10 @@ pub async fn replay(
         move |unmade, r| match r {
             Record::Request(q) => {
                 unmade.push(q.id);
-                Split::Later(Ahead::Request(q.t_ms), q)
+                // Boxed: a request waits here for as long as the reader is
+                // ahead, and a box (reused as soon as it is freed) is cheaper
+                // to write than a place in a long queue.
+                Split::Later(Ahead::Request(q.t_ms), Box::new(q))
             }
             Record::Attempt(a) if recorded => {
                 let a = Arc::new(a);
@@ -665,9 +685,9 @@ pub async fn replay(
             Record::Operator(op) if operator => Split::Now(Ahead::Operator(op)),
             _ => Split::Skip,
         },
-        |unmade, q| {
+        |unmade, q: Box<RequestRec>| {
             let own = unmade.take_next(q.id);
-            let req = agent_request(q);
+            let req = agent_request(*q);
             let key = Runner::answer_key(&req);
             (req, own, key)
         },
@@ -728,29 +748,32 @@ pub async fn replay(
         }
         while queue.pop_front_if(|t_ms| due(*t_ms) <= now).is_some() {
             let (req, own, key) = reader.next_body()?;
-            if let Some(f) = &fleet {
-                f.start(req.id, own);
-            }
             let (r, fleet) = (runner.clone(), fleet.clone());
             let (inflight, compare) = (inflight.clone(), opts.compare);
             let running = Running::start(&inflight);
             spawned += 1;
             // Boxed: the request's future is large, and a task moves its
             // future by value.
-            tokio::spawn(boxed(|| async move {
-                let o = r.run_keyed(&req, key).await;
-                if let Some(finished) = &mut *inflight.finished.lock() {
-                    finished.put(req);
-                }
-                // A deferred request is re-driven later and needs the rest
-                // of its recorded attempts then.
-                if let (Some(f), false) = (fleet, o.level == Level::Deferred) {
-                    f.forget(o.request);
-                }
-                if compare {
-                    inflight.levels.lock().insert(o.request, o.level);
-                }
-                running.end();
+            tokio::spawn(boxed(|| {
+                OWN.scope(RefCell::new(own), async move {
+                    let o = r.run_keyed(&req, key).await;
+                    if let Some(finished) = &mut *inflight.finished.lock() {
+                        finished.put(req);
+                    }
+                    // A deferred request is re-driven later (in another
+                    // task) and needs the rest of its recorded attempts then.
+                    if let Some(f) = fleet {
+                        if o.level == Level::Deferred {
+                            f.keep(o.request, OWN.with(RefCell::take));
+                        } else {
+                            f.forget(o.request);
+                        }
+                    }
+                    if compare {
+                        inflight.levels.lock().insert(o.request, o.level);
+                    }
+                    running.end();
+                })
             }));
         }
         let wake = [
@@ -833,19 +856,20 @@ mod tests {
         // (at 100 ms) came early, with its body.
         fleet.add(attempt(0, 9, 503), true);
         let own = attempt(100, 1, 429);
-        fleet.start(1, SmallVec::from_iter([own.clone()]));
-        let (a, is_own) = fleet.take_at(1, t, "provider:p", 0).unwrap();
-        assert_eq!(
-            (a.status, is_own),
-            (Some(503), false),
-            "not read yet: the target's history answers"
-        );
-        // Once read, it is request 1's own.
-        fleet.add(own, false);
-        let (a, is_own) = fleet.take_at(1, t, "provider:p", 0).unwrap();
-        assert_eq!((a.status, is_own), (Some(429), true));
-        // Used once.
-        assert!(!fleet.take_at(1, t, "provider:p", 0).unwrap().1);
+        OWN.sync_scope(RefCell::new(SmallVec::from_iter([own.clone()])), || {
+            let (a, is_own) = fleet.take_at(1, t, "provider:p", 0).unwrap();
+            assert_eq!(
+                (a.status, is_own),
+                (Some(503), false),
+                "not read yet: the target's history answers"
+            );
+            // Once read, it is request 1's own.
+            fleet.add(own, false);
+            let (a, is_own) = fleet.take_at(1, t, "provider:p", 0).unwrap();
+            assert_eq!((a.status, is_own), (Some(429), true));
+            // Used once.
+            assert!(!fleet.take_at(1, t, "provider:p", 0).unwrap().1);
+        });
     }
 
     #[test]
@@ -856,11 +880,32 @@ mod tests {
         fleet.add(first.clone(), false);
         // The later attempt is read (late) before the request starts.
         fleet.add(second, true);
-        fleet.start(1, SmallVec::from_iter([first]));
-        let statuses: Vec<_> = (0..2)
-            .map(|_| fleet.take_at(1, t, "provider:p", 30).unwrap().0.status)
-            .collect();
+        let statuses: Vec<_> = OWN.sync_scope(RefCell::new(SmallVec::from_iter([first])), || {
+            (0..2)
+                .map(|_| fleet.take_at(1, t, "provider:p", 30).unwrap().0.status)
+                .collect()
+        });
         assert_eq!(statuses, [Some(500), Some(200)]);
+    }
+
+    #[test]
+    fn a_deferred_request_keeps_the_rest_of_its_own_attempts_for_its_redrive() {
+        let fleet = RecordedFleet::default();
+        let t = fleet.target("provider:p");
+        let body = [attempt(10, 1, 500), attempt(20, 1, 503)];
+        for a in &body {
+            fleet.add(a.clone(), false);
+        }
+        fleet.add(attempt(30, 1, 429), true);
+        OWN.sync_scope(RefCell::new(SmallVec::from_iter(body)), || {
+            assert_eq!(fleet.take_at(1, t, "provider:p", 40).unwrap().0.status, Some(500));
+            // Deferred: what is left goes to the fleet with the task's end.
+            fleet.keep(1, OWN.with(RefCell::take));
+        });
+        // The re-drive runs in another task, with no own attempts of its own.
+        let taken: Vec<_> = (0..3).map(|_| fleet.take_at(1, t, "provider:p", 40).unwrap()).collect();
+        let taken: Vec<_> = taken.iter().map(|(a, own)| (a.status, *own)).collect();
+        assert_eq!(taken, [(Some(503), true), (Some(429), true), (Some(429), false)]);
     }
 
     #[test]
