@@ -24,6 +24,10 @@ pub struct Slots<V> {
     /// Slots no key holds.
     free: Vec<u32>,
     hasher: ahash::RandomState,
+    /// Room reused by every eviction: last-seen times, then the bitset of
+    /// slots that go. Allocated afresh, a map's worth each time came from
+    /// new pages the kernel had to zero.
+    scratch: Vec<u64>,
 }
 
 struct Slot<V> {
@@ -42,6 +46,7 @@ impl<V> Default for Slots<V> {
             slots: Vec::new(),
             free: Vec::new(),
             hasher: ahash::RandomState::new(),
+            scratch: Vec::new(),
         }
     }
 }
@@ -61,6 +66,7 @@ impl<V: Idle> Slots<V> {
             slots,
             free,
             hasher,
+            ..
         } = self;
         let hash = hasher.hash_one(key);
         if let Some(&i) = index.find(hash, |&i| slots[i as usize].key == key) {
@@ -111,7 +117,9 @@ impl<V: Idle> Slots<V> {
     /// Their index entries go in one pass over the index, in order, rather
     /// than one lookup (two cache misses) each.
     fn evict(&mut self, goes: impl Fn(&V) -> bool) -> usize {
-        let mut gone = vec![0u64; self.slots.len().div_ceil(64)];
+        let mut gone = std::mem::take(&mut self.scratch);
+        gone.clear();
+        gone.resize(self.slots.len().div_ceil(64), 0);
         let mut n = 0;
         for (i, s) in self.slots.iter_mut().enumerate() {
             if s.live && goes(&s.value) {
@@ -125,6 +133,7 @@ impl<V: Idle> Slots<V> {
         if n > 0 {
             self.index.retain(|&mut i| gone[i as usize / 64] & (1 << (i % 64)) == 0);
         }
+        self.scratch = gone;
         n
     }
 
@@ -143,13 +152,12 @@ impl<V: Idle> Slots<V> {
         if len < max {
             return 0;
         }
-        let mut seen: Vec<u64> = self
-            .iter()
-            .filter(|(_, v)| !v.busy())
-            .map(|(_, v)| v.last_seen_ms())
-            .collect();
+        let mut seen = std::mem::take(&mut self.scratch);
+        seen.clear();
+        seen.extend(self.iter().filter(|(_, v)| !v.busy()).map(|(_, v)| v.last_seen_ms()));
         let excess = (len - (max - max / 10)).min(seen.len());
         let lru = (excess > 0).then(|| *seen.select_nth_unstable(excess - 1).1);
+        self.scratch = seen;
         self.evict(|v| is_idle(v, now_ms, idle_ms) || (!v.busy() && lru.is_some_and(|c| v.last_seen_ms() <= c)))
     }
 }
