@@ -252,7 +252,11 @@ impl Runner {
             }
             offered.push(self.tools[ti].spec.clone());
         }
-        let offered: Arc<[ToolSpec]> = offered.into();
+        let offered: Arc<[ToolSpec]> = if offered.is_empty() {
+            self.no_tools.clone()
+        } else {
+            offered.into()
+        };
         // What the loop adds to the request's own messages (tool calls and
         // results); the conversation sent is both.
         let mut added: Vec<Message> = Vec::new();
@@ -366,7 +370,7 @@ impl Runner {
             route: &req.route,
             step: max_steps,
             messages: conversation(req, &added),
-            tools: Arc::from(Vec::new()),
+            tools: self.no_tools.clone(),
             max_tokens,
         };
         let r = self.call_llm(&call, &mut trail.tally).await;

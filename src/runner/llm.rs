@@ -10,6 +10,7 @@ use crate::resilience::budget::BudgetExceeded;
 use crate::resilience::limiter::RateFeedback;
 use crate::resilience::retry::backoff;
 use crate::telemetry::events::{Attempt, EventKind};
+use smallvec::SmallVec;
 use std::collections::BTreeMap;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -65,8 +66,8 @@ pub struct Hop {
 /// Accounting for one agent request across all its calls.
 #[derive(Clone, Debug, Default)]
 pub struct Tally {
-    /// Chain steps walked, in order.
-    pub hops: Vec<Hop>,
+    /// Chain steps walked, in order (most requests walk one or two).
+    pub hops: SmallVec<[Hop; 2]>,
     /// Tokens consumed.
     pub tokens: u64,
     /// Tokens consumed by failed calls.

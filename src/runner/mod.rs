@@ -172,6 +172,8 @@ pub struct Runner {
     pub(crate) sessions: Sessions,
     pub(crate) retry_budget: RetryBudget,
     pub(crate) cache: ResultCache,
+    /// An empty tool list, shared by every call that offers no tools.
+    pub(crate) no_tools: Arc<[ToolSpec]>,
     pub(crate) spool: Option<Spool>,
     pub(crate) faults: Arc<FaultTable>,
     pub(crate) drill: AtomicBool,
@@ -273,6 +275,7 @@ impl Runner {
             sessions: Sessions::new(cfg.sessions.clone()),
             retry_budget: RetryBudget::new(&cfg.retry, now),
             cache: ResultCache::new(cfg.degradation.cache_capacity),
+            no_tools: Arc::from(Vec::new()),
             cfg,
             clock,
             seed,
