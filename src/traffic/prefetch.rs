@@ -20,11 +20,12 @@ use std::collections::VecDeque;
 const BATCH: usize = 1024;
 /// Batches buffered ahead of the consumer.
 const AHEAD: usize = 8;
-/// Bodies per batch handed over.
-const BODIES: usize = 64;
+/// Bodies per batch handed over: each hand-over may wake the other thread,
+/// which costs more than a few more bodies made early.
+const BODIES: usize = 256;
 /// Batches of bodies buffered ahead of the consumer (one more is made
-/// ready): bodies are made a few hundred requests before they are needed.
-const BODY_BATCHES_AHEAD: usize = 3;
+/// ready): bodies are made some hundreds of requests before they are needed.
+const BODY_BATCHES_AHEAD: usize = 2;
 /// Records read between two top-ups of the bodies.
 const TOP_UP_EVERY: usize = 16;
 
@@ -49,7 +50,7 @@ enum Msg<T> {
 type Garbage = Box<dyn Send>;
 
 /// Things handed back to the reader's thread at a time.
-const GIVE_BACK: usize = 256;
+const GIVE_BACK: usize = 1024;
 
 /// Hands things the consumer is done with back to the reader's thread, to be
 /// dropped there, [`GIVE_BACK`] at a time ([`Prefetched::give_back`]).

@@ -25,7 +25,7 @@ use parking_lot::Mutex;
 use smallvec::SmallVec;
 use std::cell::RefCell;
 use std::collections::{HashMap, VecDeque};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::Notify;
@@ -42,6 +42,10 @@ pub const HORIZON: Duration = Duration::from_secs(30);
 #[derive(Default)]
 pub struct RecordedFleet {
     inner: Mutex<Fleet>,
+    /// At least the number of requests with own attempts in the fleet's
+    /// index (`Fleet::own`; set as they are added): most requests end with
+    /// none there, and then need not take the lock to forget them.
+    indexed: AtomicUsize,
 }
 
 /// A request's recorded attempts not yet taken, in recorded order (a
@@ -135,6 +139,7 @@ impl RecordedFleet {
         f.recent[t].push_back((a.t_ms, a.clone()));
         if late {
             f.own.entry(a.request).or_default().push(a);
+            self.indexed.store(f.own.len(), Ordering::Relaxed);
         }
     }
 
@@ -148,6 +153,7 @@ impl RecordedFleet {
         let kept = f.own.entry(request).or_default();
         own.extend(kept.drain(..));
         *kept = own;
+        self.indexed.store(f.own.len(), Ordering::Relaxed);
     }
 
     /// The index a target's calls are taken under ([`RecordedFleet::take_at`]).
@@ -173,7 +179,12 @@ impl RecordedFleet {
 
     /// Forgets what is left of a finished request.
     pub fn forget(&self, request: u64) {
-        self.inner.lock().own.remove(&request);
+        if self.indexed.load(Ordering::Relaxed) == 0 {
+            return;
+        }
+        let mut f = self.inner.lock();
+        f.own.remove(&request);
+        self.indexed.store(f.own.len(), Ordering::Relaxed);
     }
 
     /// Hands the attempts the history drops to `spent` (None: drops them).
