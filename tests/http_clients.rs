@@ -73,7 +73,7 @@ fn ask(id: u64) -> AgentRequest {
         user: format!("u{id}").into(),
         session: format!("s{id}").into(),
         route: "default".into(),
-        messages: vec![Message::new("user", format!("Where is order #381{id:02}?"))],
+        messages: [Message::new("user", format!("Where is order #381{id:02}?"))].into(),
         max_tokens: 8,
         max_steps: 1,
         ..AgentRequest::default()

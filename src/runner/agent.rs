@@ -94,6 +94,9 @@ fn partial(calls: &[ToolCall], otherwise: &str) -> Arc<str> {
 /// The conversation so far: the request's messages, then those the agent
 /// loop added, in one allocation (messages are shared, not copied).
 fn conversation(req: &AgentRequest, added: &[Message]) -> Arc<[Message]> {
+    if added.is_empty() {
+        return req.messages.clone();
+    }
     req.messages.iter().chain(added).cloned().collect()
 }
 

@@ -129,7 +129,7 @@ impl Runner {
                 user: req.user.as_str().into(),
                 session: req.session.as_str().into(),
                 route: req.route.as_str().into(),
-                messages: req.messages.to_vec(),
+                messages: req.messages.clone(),
                 tools: req.tools.iter().map(|t| t.name.to_string()).collect(),
                 critical_tools: Vec::new(),
                 max_tokens: req.max_tokens,

@@ -3,6 +3,7 @@
 use crate::provider::Message;
 use compact_str::CompactString;
 use serde::{Deserialize, Serialize};
+use std::sync::Arc;
 
 /// One agent request: a user's question run through the agent loop.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -16,8 +17,9 @@ pub struct AgentRequest {
     pub session: CompactString,
     /// Route name (which chain of models).
     pub route: CompactString,
-    /// The conversation so far.
-    pub messages: Vec<Message>,
+    /// The conversation so far (shared: the first LLM call of a request
+    /// sends it as it is).
+    pub messages: Arc<[Message]>,
     /// Names of the tools the agent may use.
     pub tools: Vec<String>,
     /// Tools this request cannot do without (in addition to configured ones).

@@ -224,7 +224,7 @@ pub fn record_of(ev: &Event, t_ms: u64, content: Content) -> Option<Record> {
                 tools: r.tools.clone(),
                 critical_tools: r.critical_tools.clone(),
                 max_steps: (r.max_steps > 0).then_some(r.max_steps),
-                messages: (content == Content::Full).then(|| r.messages.clone()),
+                messages: (content == Content::Full).then(|| r.messages.to_vec()),
                 content_hash: (content == Content::Hash).then(|| format!("{:016x}", hash_str(&text()))),
             })
         }

@@ -434,26 +434,29 @@ pub fn recorded_parts(cfg: &Config, clock: Clock, seed: Seed) -> (RunnerParts, A
 
 /// The agent request a recorded request line stands for.
 pub fn agent_request(q: RequestRec) -> AgentRequest {
-    let messages = q.messages.unwrap_or_else(|| {
-        // Without recorded content, a prompt of the recorded size. It names
-        // no order, so every replayed tool call has the same arguments and
-        // content-keyed tool results are shared: with recorded traffic that
-        // asks about few orders this is closer to the recording than unique
-        // prompts, which would turn every recorded cache hit into a miss
-        // (a deferral, under a fault). Exact replay needs recorded content.
-        const XS: &str = "xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx";
-        let mut pad = (q.prompt_tokens as usize * 4).saturating_sub(40);
-        let mut text = String::with_capacity(pad + 40);
-        text.push_str("replayed request ");
-        text.push_str(itoa::Buffer::new().format(q.id));
-        text.push(' ');
-        while pad > 0 {
-            let n = pad.min(XS.len());
-            text.push_str(&XS[..n]);
-            pad -= n;
-        }
-        vec![Message::new("user", text)]
-    });
+    let messages = q.messages.map_or_else(
+        || {
+            // Without recorded content, a prompt of the recorded size. It names
+            // no order, so every replayed tool call has the same arguments and
+            // content-keyed tool results are shared: with recorded traffic that
+            // asks about few orders this is closer to the recording than unique
+            // prompts, which would turn every recorded cache hit into a miss
+            // (a deferral, under a fault). Exact replay needs recorded content.
+            const XS: &str = "xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx";
+            let mut pad = (q.prompt_tokens as usize * 4).saturating_sub(40);
+            let mut text = String::with_capacity(pad + 40);
+            text.push_str("replayed request ");
+            text.push_str(itoa::Buffer::new().format(q.id));
+            text.push(' ');
+            while pad > 0 {
+                let n = pad.min(XS.len());
+                text.push_str(&XS[..n]);
+                pad -= n;
+            }
+            Arc::from([Message::new("user", text)])
+        },
+        Arc::from,
+    );
     AgentRequest {
         id: q.id,
         user: q.user,
@@ -722,6 +725,9 @@ pub async fn replay(
     // task only at its time, so what is held ahead stays small.
     let mut queue: VecDeque<u64> = VecDeque::new();
     let mut next = reader.next_item()?;
+    // One timer, reset for each wait, rather than a new one each time.
+    let wait = tokio::time::sleep_until(start);
+    tokio::pin!(wait);
     loop {
         let now = Instant::now();
         // Read everything within the horizon.
@@ -792,7 +798,10 @@ pub async fn replay(
             next.as_ref().map(|r| due(r.t_ms()) - HORIZON),
         ];
         match wake.into_iter().flatten().min() {
-            Some(at) => tokio::time::sleep_until(at).await,
+            Some(at) => {
+                wait.as_mut().reset(at);
+                wait.as_mut().await;
+            }
             None => break,
         }
     }

@@ -59,7 +59,8 @@ async fn incident(readonly: bool) -> (Arc<Runner>, App) {
         let mut req: AgentRequest = make_request(Seed(5), i, 6);
         if i % 4 == 0 {
             req.user = "tenant-big".into();
-            req.messages[1].content = "Summarise this contract clause by clause. ".repeat(150).into();
+            Arc::make_mut(&mut req.messages)[1].content =
+                "Summarise this contract clause by clause. ".repeat(150).into();
         }
         runner.run(&req).await;
         tokio::time::advance(Duration::from_millis(700)).await;
@@ -72,7 +73,7 @@ async fn incident(readonly: bool) -> (Arc<Runner>, App) {
     for i in 41..=44u64 {
         let mut req = make_request(Seed(5), i, 6);
         req.user = "tenant-big".into();
-        req.messages[1].content = "Summarise this contract clause by clause. ".repeat(150).into();
+        Arc::make_mut(&mut req.messages)[1].content = "Summarise this contract clause by clause. ".repeat(150).into();
         runner.run(&req).await;
     }
     while let Ok(e) = events.try_recv() {

@@ -503,7 +503,7 @@ async fn exhausted_limiter_waits_then_degrades() {
     assert_eq!(r.run(&ask(1, "a")).await.level, Level::None);
     let t0 = tokio::time::Instant::now();
     let mut second = ask(2, "b");
-    second.messages[1].content = "A different question, so no cached answer".into();
+    Arc::make_mut(&mut second.messages)[1].content = "A different question, so no cached answer".into();
     let o = r.run(&second).await;
     assert_eq!(o.level, Level::Failed);
     assert_eq!(o.chain, vec!["gpt-4o ⏳rate".to_string()]);

@@ -130,10 +130,11 @@ pub fn ask(id: u64, user: &str) -> AgentRequest {
         user: user.into(),
         session: format!("{user}/s").into(),
         route: "default".into(),
-        messages: vec![
+        messages: [
             Message::new("system", "be brief"),
             Message::new("user", "Where is order #38291?"),
-        ],
+        ]
+        .into(),
         tools: vec![],
         critical_tools: vec![],
         max_tokens: 256,
