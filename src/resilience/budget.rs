@@ -208,9 +208,9 @@ impl Budgets {
     /// Budgets with the given limits.
     pub fn new(cfg: BudgetConfig, events: Arc<EventBus>) -> Self {
         Self {
+            users: Mutex::new(evict::Slots::with_room(cfg.max_tracked_users)),
             cfg,
             events,
-            users: Mutex::default(),
             global: Mutex::new(GlobalState::default()),
             pressure: AtomicU64::new(0),
             evictions: AtomicU64::new(0),

@@ -140,15 +140,19 @@ impl Lru {
 impl ResultCache {
     /// A cache holding at most `capacity` entries.
     pub fn new(capacity: usize) -> Self {
+        // Slot numbers are u32, and NIL is not one.
+        let capacity = capacity.clamp(1, NIL as usize - 1);
+        // Room set aside up front (it costs nothing until used) spares the
+        // copies of a growing table.
+        let room = capacity.min(1 << 16);
         Self {
             inner: Mutex::new(Lru {
-                index: HashTable::new(),
-                slots: Vec::new(),
+                index: HashTable::with_capacity(room),
+                slots: Vec::with_capacity(room),
                 free: Vec::new(),
                 head: NIL,
                 tail: NIL,
-                // Slot numbers are u32, and NIL is not one.
-                capacity: capacity.clamp(1, NIL as usize - 1),
+                capacity,
             }),
         }
     }

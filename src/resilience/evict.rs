@@ -51,7 +51,23 @@ impl<V> Default for Slots<V> {
     }
 }
 
+/// The most slots [`Slots::with_room`] sets aside.
+const MAX_ROOM: usize = 1 << 17;
+
 impl<V: Idle> Slots<V> {
+    /// Slots with room set aside for `max` keys (up to [`MAX_ROOM`]): a
+    /// table that grows by doubling copies itself each time into memory
+    /// the kernel must first zero, which was most of a replay's start.
+    /// Room set aside costs nothing until a key uses it.
+    pub fn with_room(max: usize) -> Self {
+        let room = max.min(MAX_ROOM);
+        Self {
+            index: HashTable::with_capacity(room),
+            slots: Vec::with_capacity(room),
+            ..Self::default()
+        }
+    }
+
     /// The slot of `key`, if tracked.
     pub fn find(&self, key: &str) -> Option<u32> {
         let hash = self.hasher.hash_one(key);

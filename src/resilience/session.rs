@@ -50,8 +50,8 @@ impl Sessions {
     /// Quotas with the given limits.
     pub fn new(cfg: SessionConfig) -> Self {
         Self {
+            table: Mutex::new(evict::Slots::with_room(cfg.max_tracked)),
             cfg,
-            table: Mutex::default(),
         }
     }
 
