@@ -55,15 +55,15 @@ impl<V> Default for Slots<V> {
 const MAX_ROOM: usize = 1 << 17;
 
 impl<V: Idle> Slots<V> {
-    /// Slots with room set aside for `max` keys (up to [`MAX_ROOM`]): a
-    /// table that grows by doubling copies itself each time into memory
-    /// the kernel must first zero, which was most of a replay's start.
-    /// Room set aside costs nothing until a key uses it.
+    /// Slots with room set aside for `max` keys (up to [`MAX_ROOM`]): slots
+    /// that grow by doubling copy themselves each time into memory the
+    /// kernel must first zero, which was most of a replay's start. Room
+    /// set aside costs nothing until a key uses it. The index still grows
+    /// with the keys: it is small to copy, and a sparse one spreads
+    /// lookups over more cache lines.
     pub fn with_room(max: usize) -> Self {
-        let room = max.min(MAX_ROOM);
         Self {
-            index: HashTable::with_capacity(room),
-            slots: Vec::with_capacity(room),
+            slots: Vec::with_capacity(max.min(MAX_ROOM)),
             ..Self::default()
         }
     }
