@@ -92,7 +92,8 @@ fn partial(calls: &[ToolCall], otherwise: &str) -> Arc<str> {
 }
 
 /// The conversation so far: the request's messages, then those the agent
-/// loop added, in one allocation (messages are shared, not copied).
+/// loop added (messages are shared, not copied); the request's own list
+/// while the loop has added none.
 fn conversation(req: &AgentRequest, added: &[Message]) -> Arc<[Message]> {
     if added.is_empty() {
         return req.messages.clone();
