@@ -101,6 +101,15 @@ impl Win {
     }
 }
 
+/// Adds each delta to its window (rolled to `now_ms` first), never going
+/// below zero: how a settled reservation corrects what it reserved.
+fn adjust(windows: [(&mut Win, u64, f64); 4], now_ms: u64) {
+    for (w, len, d) in windows {
+        w.roll(now_ms, len);
+        w.used = (w.used + d).max(0.0);
+    }
+}
+
 #[derive(Default)]
 struct UserState {
     minute: Win,
@@ -325,29 +334,29 @@ impl Budgets {
         {
             let mut guard = super::lock(&self.global);
             let g = &mut *guard;
-            for (w, len, d) in [
-                (&mut g.tokens_hour, HOUR, dt),
-                (&mut g.tokens_day, DAY, dt),
-                (&mut g.cost_hour, HOUR, dc),
-                (&mut g.cost_day, DAY, dc),
-            ] {
-                w.roll(now_ms, len);
-                w.used = (w.used + d).max(0.0);
-            }
+            adjust(
+                [
+                    (&mut g.tokens_hour, HOUR, dt),
+                    (&mut g.tokens_day, DAY, dt),
+                    (&mut g.cost_hour, HOUR, dc),
+                    (&mut g.cost_day, DAY, dc),
+                ],
+                now_ms,
+            );
         }
         let mut users = super::lock(&self.users);
         let u = users.get_mut(r.user);
         u.in_flight = u.in_flight.saturating_sub(1);
         u.last_seen_ms = now_ms;
-        for (w, len, d) in [
-            (&mut u.minute, MINUTE, dt),
-            (&mut u.hour, HOUR, dt),
-            (&mut u.day, DAY, dt),
-            (&mut u.cost_day, DAY, dc),
-        ] {
-            w.roll(now_ms, len);
-            w.used = (w.used + d).max(0.0);
-        }
+        adjust(
+            [
+                (&mut u.minute, MINUTE, dt),
+                (&mut u.hour, HOUR, dt),
+                (&mut u.day, DAY, dt),
+                (&mut u.cost_day, DAY, dc),
+            ],
+            now_ms,
+        );
     }
 
     /// Highest share of any global limit in use as of the last reservation
