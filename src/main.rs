@@ -363,7 +363,11 @@ fn logging(dir: Option<PathBuf>) -> Option<tracing_appender::non_blocking::Worke
         return None;
     }
     let appender = tracing_appender::rolling::daily(&dir, "fusebox.log");
-    let (writer, guard) = tracing_appender::non_blocking(appender);
+    // Lines waiting for the writer thread: the default, 128,000, is a 4 MB
+    // queue set up (and its pages touched) before any work starts.
+    let (writer, guard) = tracing_appender::non_blocking::NonBlockingBuilder::default()
+        .buffered_lines_limit(8_192)
+        .finish(appender);
     let filter = tracing_subscriber::EnvFilter::try_from_env("FUSEBOX_LOG").unwrap_or_else(|_| "info".into());
     let ok = tracing_subscriber::fmt()
         .with_writer(writer)

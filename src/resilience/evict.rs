@@ -60,10 +60,11 @@ impl<V: Idle> Slots<V> {
     /// kernel must first zero, which was most of a replay's start. Room
     /// set aside costs nothing until a key uses it. The index still grows
     /// with the keys: it is small to copy, and a sparse one spreads
-    /// lookups over more cache lines.
+    /// lookups over more cache lines. One more slot than `max` is set
+    /// aside, for a key added before room is made.
     pub fn with_room(max: usize) -> Self {
         Self {
-            slots: Vec::with_capacity(max.min(MAX_ROOM)),
+            slots: Vec::with_capacity(max.saturating_add(1).min(MAX_ROOM)),
             ..Self::default()
         }
     }

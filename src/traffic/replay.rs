@@ -52,6 +52,30 @@ pub struct RecordedFleet {
 /// request has few: the first two are held inline).
 type OwnAttempts = SmallVec<[Arc<AttemptRec>; 2]>;
 
+/// An attempt as the log reader hands it over, with what indexing it
+/// needs copied out of the record.
+pub struct ReadAttempt {
+    attempt: Arc<AttemptRec>,
+    t_ms: u64,
+    /// Its target's index in the fleet ([`RecordedFleet::target`]).
+    target: usize,
+    /// Whether it came after its request's body was made (else it came
+    /// with the body).
+    late: bool,
+}
+
+impl ReadAttempt {
+    /// `attempt`, on the target of index `target`.
+    pub fn new(attempt: Arc<AttemptRec>, target: usize, late: bool) -> Self {
+        Self {
+            t_ms: attempt.t_ms,
+            attempt,
+            target,
+            late,
+        }
+    }
+}
+
 tokio::task_local! {
     /// In a replayed request's task: its own attempts read before its body
     /// was made, which came with the body. They are the task's, so they
@@ -129,18 +153,25 @@ impl Fleet {
 }
 
 impl RecordedFleet {
-    /// Adds an attempt read from the log; `late` if it came after its
-    /// request's body was made (else it came with the body).
-    pub fn add(&self, a: Arc<AttemptRec>, late: bool) {
+    /// Adds an attempt read from the log. Only a late one (read after its
+    /// request's body was made) is read here, for its request's id: the
+    /// rest of the record, made on the reader's thread, stays in that
+    /// core's cache until a call plays it.
+    pub fn add(&self, read: ReadAttempt) {
+        let ReadAttempt {
+            attempt,
+            t_ms,
+            target,
+            late,
+        } = read;
         let mut f = self.inner.lock();
         let f = &mut *f;
-        let t = f.target(&a.target);
-        f.read_ms = a.t_ms;
-        f.recent[t].push_back((a.t_ms, a.clone()));
+        f.read_ms = t_ms;
         if late {
-            f.own.entry(a.request).or_default().push(a);
+            f.own.entry(attempt.request).or_default().push(attempt.clone());
             self.indexed.store(f.own.len(), Ordering::Relaxed);
         }
+        f.recent[target].push_back((t_ms, attempt));
     }
 
     /// Keeps what a deferred request left of the own attempts that came
@@ -615,23 +646,57 @@ impl Unmade {
     }
 }
 
+/// What the log reader's thread keeps while it reads.
+struct Reading {
+    unmade: Unmade,
+    /// In recorded mode, where attempts are indexed.
+    targets: Option<KnownTargets>,
+}
+
+/// On the log reader's thread: the recorded fleet's index of each target
+/// seen, so attempts are handed over indexed without taking its lock.
+struct KnownTargets {
+    fleet: Arc<RecordedFleet>,
+    known: HashMap<Box<str>, usize, ahash::RandomState>,
+}
+
+impl KnownTargets {
+    fn new(fleet: Arc<RecordedFleet>) -> Self {
+        Self {
+            fleet,
+            known: HashMap::default(),
+        }
+    }
+
+    /// The fleet's index of `target`.
+    fn index(&mut self, target: &str) -> usize {
+        if let Some(&t) = self.known.get(target) {
+            return t;
+        }
+        let t = self.fleet.target(target);
+        self.known.insert(target.into(), t);
+        t
+    }
+}
+
 /// A record as the replay takes it, made ready on the reader's thread.
 enum Ahead {
     /// A request due at `t_ms`; the agent request it stands for is made
     /// just before it is due ([`Prefetched::next_body`]).
     Request(u64),
-    /// An attempt, shared as the recorded fleet keeps it; true if it came
-    /// after its request's body was made.
-    Attempt(Arc<AttemptRec>, bool),
-    Outcome(OutcomeRec),
-    Operator(OperatorRec),
+    /// An attempt, shared as the recorded fleet keeps it.
+    Attempt(ReadAttempt),
+    /// Outcomes and operator actions are boxed: every item takes the room
+    /// of the largest, and most are requests and attempts.
+    Outcome(Box<OutcomeRec>),
+    Operator(Box<OperatorRec>),
 }
 
 impl Ahead {
     fn t_ms(&self) -> u64 {
         match self {
             Ahead::Request(t_ms) => *t_ms,
-            Ahead::Attempt(a, _) => a.t_ms,
+            Ahead::Attempt(a) => a.t_ms,
             Ahead::Outcome(o) => o.t_ms,
             Ahead::Operator(op) => op.t_ms,
         }
@@ -669,38 +734,44 @@ pub async fn replay(
     if !outcomes {
         reader.check_only_outcomes();
     }
-    let recorded = fleet.is_some();
     // On the reader's thread, the attempts of each request whose body is
     // not made yet go with the body: the replay's own index of attempts
     // then holds only the requests under way.
     let mut reader = Prefetched::spawn(
         reader,
-        Unmade::default(),
-        move |unmade, r| match r {
+        Reading {
+            unmade: Unmade::default(),
+            targets: fleet.clone().map(KnownTargets::new),
+        },
+        move |state, r| match r {
             Record::Request(q) => {
-                unmade.push(q.id);
+                state.unmade.push(q.id);
                 // Boxed: a request waits here for as long as the reader is
                 // ahead, and a box (reused as soon as it is freed) is cheaper
                 // to write than a place in a long queue.
                 Split::Later(Ahead::Request(q.t_ms), Box::new(q))
             }
-            Record::Attempt(a) if recorded => {
-                let a = Arc::new(a);
-                let late = match unmade.get_mut(a.request) {
-                    Some(own) => {
-                        own.push(a.clone());
-                        false
-                    }
-                    None => true,
-                };
-                Split::Now(Ahead::Attempt(a, late))
-            }
-            Record::Outcome(o) if outcomes => Split::Now(Ahead::Outcome(o)),
-            Record::Operator(op) if operator => Split::Now(Ahead::Operator(op)),
+            Record::Attempt(a) => match &mut state.targets {
+                Some(targets) => {
+                    let a = Arc::new(a);
+                    let target = targets.index(&a.target);
+                    let late = match state.unmade.get_mut(a.request) {
+                        Some(own) => {
+                            own.push(a.clone());
+                            false
+                        }
+                        None => true,
+                    };
+                    Split::Now(Ahead::Attempt(ReadAttempt::new(a, target, late)))
+                }
+                None => Split::Skip,
+            },
+            Record::Outcome(o) if outcomes => Split::Now(Ahead::Outcome(Box::new(o))),
+            Record::Operator(op) if operator => Split::Now(Ahead::Operator(Box::new(op))),
             _ => Split::Skip,
         },
-        |unmade, q: Box<RequestRec>| {
-            let own = unmade.take_next(q.id);
+        |state, q: Box<RequestRec>| {
+            let own = state.unmade.take_next(q.id);
             let req = agent_request(*q);
             let key = Runner::answer_key(&req);
             (req, own, key)
@@ -734,9 +805,9 @@ pub async fn replay(
         while let Some(rec) = next.take_if(|r| due(r.t_ms()) <= now + HORIZON) {
             match rec {
                 Ahead::Request(t_ms) => queue.push_back(t_ms),
-                Ahead::Attempt(a, late) => {
+                Ahead::Attempt(a) => {
                     if let Some(f) = &fleet {
-                        f.add(a, late);
+                        f.add(a);
                     }
                 }
                 Ahead::Operator(op) => {
@@ -757,7 +828,7 @@ pub async fn replay(
                         out.levels.entry(o.request).or_default().0 = Some(o.level);
                     }
                     if let Some(kept) = &opts.outcomes {
-                        kept.add(o);
+                        kept.add(*o);
                     }
                 }
             }
@@ -868,13 +939,19 @@ mod tests {
         })
     }
 
+    /// Adds `a` to `fleet` as the log reader hands it over.
+    fn add(fleet: &RecordedFleet, a: Arc<AttemptRec>, late: bool) {
+        let t = fleet.target(&a.target);
+        fleet.add(ReadAttempt::new(a, t, late));
+    }
+
     #[test]
     fn own_attempts_that_came_with_the_body_wait_until_the_replay_reads_them() {
         let fleet = RecordedFleet::default();
         let t = fleet.target("provider:p");
         // Another request's attempt has been read; request 1's own attempt
         // (at 100 ms) came early, with its body.
-        fleet.add(attempt(0, 9, 503), true);
+        add(&fleet, attempt(0, 9, 503), true);
         let own = attempt(100, 1, 429);
         OWN.sync_scope(RefCell::new(SmallVec::from_iter([own.clone()])), || {
             let (a, is_own) = fleet.take_at(1, t, "provider:p", 0).unwrap();
@@ -884,7 +961,7 @@ mod tests {
                 "not read yet: the target's history answers"
             );
             // Once read, it is request 1's own.
-            fleet.add(own, false);
+            add(&fleet, own, false);
             let (a, is_own) = fleet.take_at(1, t, "provider:p", 0).unwrap();
             assert_eq!((a.status, is_own), (Some(429), true));
             // Used once.
@@ -897,9 +974,9 @@ mod tests {
         let fleet = RecordedFleet::default();
         let t = fleet.target("provider:p");
         let (first, second) = (attempt(10, 1, 500), attempt(20, 1, 200));
-        fleet.add(first.clone(), false);
+        add(&fleet, first.clone(), false);
         // The later attempt is read (late) before the request starts.
-        fleet.add(second, true);
+        add(&fleet, second, true);
         let statuses: Vec<_> = OWN.sync_scope(RefCell::new(SmallVec::from_iter([first])), || {
             (0..2)
                 .map(|_| fleet.take_at(1, t, "provider:p", 30).unwrap().0.status)
@@ -914,9 +991,9 @@ mod tests {
         let t = fleet.target("provider:p");
         let body = [attempt(10, 1, 500), attempt(20, 1, 503)];
         for a in &body {
-            fleet.add(a.clone(), false);
+            add(&fleet, a.clone(), false);
         }
-        fleet.add(attempt(30, 1, 429), true);
+        add(&fleet, attempt(30, 1, 429), true);
         OWN.sync_scope(RefCell::new(SmallVec::from_iter(body)), || {
             assert_eq!(fleet.take_at(1, t, "provider:p", 40).unwrap().0.status, Some(500));
             // Deferred: what is left goes to the fleet with the task's end.
