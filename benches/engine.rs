@@ -63,6 +63,7 @@ fn runner(c: &mut Criterion) {
     let messages: Arc<[Message]> = vec![Message::new("user", "Where is order #38291?")].into();
     let tools: Arc<[ToolSpec]> = Vec::new().into();
     let users: Vec<String> = (0..1000).map(|i| format!("user-{i}")).collect();
+    let route = runner.route("default").unwrap();
     let mut i = 0usize;
     c.bench_function("runner call_llm decision path", |bench| {
         bench.iter(|| {
@@ -70,7 +71,7 @@ fn runner(c: &mut Criterion) {
             let call = LlmCall {
                 request_id: i as u64,
                 user: &users[i % users.len()],
-                route: "default",
+                route,
                 step: 0,
                 messages: messages.clone(),
                 tools: tools.clone(),

@@ -76,13 +76,14 @@ fn http(c: &mut Criterion) {
         parts.providers = fusebox::provider::http::build(&cfg, clock, Some(&base)).unwrap();
         Runner::new(cfg, parts).unwrap()
     });
+    let route = runner.route("default").unwrap();
     c.bench_function("http: fusebox client + runner, streamed completion", |b| {
         b.iter(|| {
             rt.block_on(async {
                 let call = LlmCall {
                     request_id: 1,
                     user: "bench",
-                    route: "default",
+                    route,
                     step: 1,
                     messages: messages.clone(),
                     tools: tools.clone(),

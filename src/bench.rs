@@ -146,6 +146,9 @@ async fn worker(runner: Arc<Runner>, w: u64, threads: u64, per: u64, users: u64)
     .into();
     let tools: Arc<[ToolSpec]> = Vec::new().into();
     let mut h = Histogram::<u64>::new_with_bounds(1, 60_000_000_000, 3).expect("valid bounds");
+    let route = runner
+        .route("default")
+        .expect("the built-in config has a default route");
     let mut tally = Tally::default();
     let mut user = String::with_capacity(32);
     for i in 0..per {
@@ -154,7 +157,7 @@ async fn worker(runner: Arc<Runner>, w: u64, threads: u64, per: u64, users: u64)
         let call = LlmCall {
             request_id: i,
             user: &user,
-            route: "default",
+            route,
             step: 0,
             messages: messages.clone(),
             tools: tools.clone(),

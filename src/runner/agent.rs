@@ -124,8 +124,7 @@ impl Runner {
             self.events.emit(EventKind::Request(Box::new(req.clone())));
         }
         self.retry_budget.deposit(start);
-        let mut o = self.run_once(req, true, start, answer_key).await;
-        o.latency_ms = self.clock.now().saturating_duration_since(start).as_millis() as u64;
+        let o = self.run_once(req, true, start, answer_key).await;
         self.count_outcome(&o);
         o
     }
@@ -143,7 +142,8 @@ impl Runner {
     }
 
     /// Runs the loop once, starting `now`; `may_defer` is false when
-    /// re-driving the spool.
+    /// re-driving the spool. The outcome's latency runs from `now` to when
+    /// the request left its session.
     async fn run_once(
         &self,
         req: &AgentRequest,
@@ -153,12 +153,13 @@ impl Runner {
     ) -> Outcome {
         let mut trail = Trail::new(answer_key);
         let now_ms = self.clock.ms_at(now);
-        let end = match self.sessions.enter(&req.session, now_ms) {
-            Err(q) => End::Failed(format!("Request refused: {q}.")),
+        let (end, left) = match self.sessions.enter(&req.session, now_ms) {
+            Err(q) => (End::Failed(format!("Request refused: {q}.")), now),
             Ok(session) => {
                 let end = self.agent_loop(req, &session, may_defer, now, &mut trail).await;
-                session.leave(self.clock.elapsed_ms());
-                end
+                let left = self.clock.now();
+                session.leave(self.clock.ms_at(left));
+                (end, left)
             }
         };
         self.totals.wasted.fetch_add(trail.tally.wasted, Ordering::Relaxed);
@@ -206,7 +207,7 @@ impl Runner {
             answer,
             stale_ms: trail.stale_ms,
             attempts: trail.tally.attempts,
-            latency_ms: 0,
+            latency_ms: left.saturating_duration_since(now).as_millis() as u64,
         }
     }
 
@@ -284,7 +285,7 @@ impl Runner {
             let call = LlmCall {
                 request_id: req.id,
                 user: &req.user,
-                route: &req.route,
+                route,
                 step,
                 messages: conversation(req, &added),
                 tools: offered.clone(),
@@ -371,7 +372,7 @@ impl Runner {
         let call = LlmCall {
             request_id: req.id,
             user: &req.user,
-            route: &req.route,
+            route,
             step: max_steps,
             messages: conversation(req, &added),
             tools: self.no_tools.clone(),

@@ -206,10 +206,15 @@ impl Runner {
                 retry_after: Duration::from_secs(60),
             };
         }
+        let Some(route) = self.routes.get(&req.route) else {
+            return ChatEnd::Unavailable {
+                message: self.cfg.degradation.user_message.clone(),
+            };
+        };
         let call = LlmCall {
             request_id: req.id,
             user: &req.user,
-            route: &req.route,
+            route,
             step: 0,
             messages: req.messages.clone(),
             tools: req.tools.clone(),

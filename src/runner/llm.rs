@@ -23,8 +23,8 @@ pub struct LlmCall<'a> {
     pub request_id: u64,
     /// Who pays.
     pub user: &'a str,
-    /// Route name.
-    pub route: &'a str,
+    /// The route, found once per request.
+    pub route: &'a super::RouteSlot,
     /// Step of the agent loop.
     pub step: u32,
     /// The conversation.
@@ -131,9 +131,7 @@ impl Runner {
 
     /// Runs one LLM call through the chain.
     pub async fn call_llm(&self, call: &LlmCall<'_>, tally: &mut Tally) -> Result<(LlmResponse, usize), LlmFailure> {
-        let Some(route) = self.routes.get(call.route) else {
-            return Err(LlmFailure::Exhausted);
-        };
+        let route = call.route;
         let order = self.plan(route);
         let factor = route.cfg.max_tokens_factor;
         let sla = route.cfg.latency_sla_ms;

@@ -83,6 +83,7 @@ impl ModelSlot {
 }
 
 /// A route as the runner holds it.
+#[derive(Debug)]
 pub struct RouteSlot {
     /// Name.
     pub name: String,
@@ -300,6 +301,11 @@ impl Runner {
     /// Where shared state lives and how it is doing.
     pub fn store(&self) -> &Arc<crate::fleet::status::StoreStatus> {
         &self.store
+    }
+
+    /// The route called `name`, for an [`LlmCall`](llm::LlmCall).
+    pub fn route(&self, name: &str) -> Option<&RouteSlot> {
+        self.routes.get(name)
     }
 
     /// The configuration in force.

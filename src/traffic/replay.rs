@@ -369,36 +369,37 @@ impl Provider for RecordedProvider {
     }
 
     async fn complete_within(&self, req: &LlmRequest, timeout: Duration) -> Result<LlmResponse, ProviderError> {
-        let start = self.clock.now();
-        let (usage, tool_calls) =
-            match self
-                .fleet
-                .take_at(req.request_id, self.target, &self.name, self.clock.ms_at(start))
-            {
-                Some((a, own)) => play(&a, own, Some(req), &self.clock, timeout).await?,
-                None => {
-                    take_time(Duration::from_millis(300), timeout, "provider call").await?;
-                    let input = (req.prompt_chars() as u32).div_ceil(4).max(1);
-                    (
-                        Usage {
-                            input,
-                            output: req.max_tokens.min(50),
-                            cached_input: 0,
-                        },
-                        Vec::new(),
-                    )
-                }
-            };
-        let elapsed = self.clock.now().saturating_duration_since(start);
+        // Replays run in virtual time, where a call takes exactly the
+        // latency it plays: that is its time taken, with no clock to read.
+        let now_ms = self.clock.elapsed_ms();
+        let (usage, tool_calls, took) = match self.fleet.take_at(req.request_id, self.target, &self.name, now_ms) {
+            Some((a, own)) => {
+                let (usage, calls) = play(&a, own, Some(req), &self.clock, timeout).await?;
+                (usage, calls, Duration::from_millis(a.latency_ms))
+            }
+            None => {
+                take_time(UNRECORDED_CALL, timeout, "provider call").await?;
+                let input = (req.prompt_chars() as u32).div_ceil(4).max(1);
+                let usage = Usage {
+                    input,
+                    output: req.max_tokens.min(50),
+                    cached_input: 0,
+                };
+                (usage, Vec::new(), UNRECORDED_CALL)
+            }
+        };
         Ok(LlmResponse::measured(
             self.text.clone(),
             tool_calls,
             usage,
             Default::default(),
-            elapsed,
+            took,
         ))
     }
 }
+
+/// How long a call to a provider the log never shows takes (it is healthy).
+const UNRECORDED_CALL: Duration = Duration::from_millis(300);
 
 /// Tools that behave as recorded.
 pub struct RecordedTools {
