@@ -260,29 +260,30 @@ impl RecordedOutcomes {
     }
 }
 
-/// Takes `latency`, or fails as timed out at `timeout` if that comes first,
-/// as the timer of a live call would (`what` says which call). Ties go to
-/// the answer, as with a timer around the call.
-async fn take_time(latency: Duration, timeout: Duration, what: &str) -> Result<(), ProviderError> {
+/// Takes `latency` from `start` (now), or fails as timed out at `timeout`
+/// if that comes first, as the timer of a live call would (`what` says
+/// which call). Ties go to the answer, as with a timer around the call.
+async fn take_time(start: Instant, latency: Duration, timeout: Duration, what: &str) -> Result<(), ProviderError> {
     if latency > timeout {
-        tokio::time::sleep(timeout).await;
+        tokio::time::sleep_until(start + timeout).await;
         return Err(ProviderError::timed_out(what));
     }
-    tokio::time::sleep(latency).await;
+    tokio::time::sleep_until(start + latency).await;
     Ok(())
 }
 
-/// Plays one recorded attempt: its latency (bounded by `timeout`), then its
-/// status or answer.
+/// Plays one recorded attempt from `start` (now): its latency (bounded by
+/// `timeout`), then its status or answer.
 async fn play(
     a: &AttemptRec,
     own: bool,
     req: Option<&LlmRequest>,
     clock: &Clock,
+    start: Instant,
     timeout: Duration,
 ) -> Result<(Usage, Vec<ToolCall>), ProviderError> {
     let what = if req.is_some() { "provider call" } else { "tool call" };
-    take_time(Duration::from_millis(a.latency_ms), timeout, what).await?;
+    take_time(start, Duration::from_millis(a.latency_ms), timeout, what).await?;
     let usage = Usage {
         input: a.input_tokens,
         output: a.output_tokens,
@@ -371,14 +372,15 @@ impl Provider for RecordedProvider {
     async fn complete_within(&self, req: &LlmRequest, timeout: Duration) -> Result<LlmResponse, ProviderError> {
         // Replays run in virtual time, where a call takes exactly the
         // latency it plays: that is its time taken, with no clock to read.
-        let now_ms = self.clock.elapsed_ms();
+        let start = self.clock.now();
+        let now_ms = self.clock.ms_at(start);
         let (usage, tool_calls, took) = match self.fleet.take_at(req.request_id, self.target, &self.name, now_ms) {
             Some((a, own)) => {
-                let (usage, calls) = play(&a, own, Some(req), &self.clock, timeout).await?;
+                let (usage, calls) = play(&a, own, Some(req), &self.clock, start, timeout).await?;
                 (usage, calls, Duration::from_millis(a.latency_ms))
             }
             None => {
-                take_time(UNRECORDED_CALL, timeout, "provider call").await?;
+                take_time(start, UNRECORDED_CALL, timeout, "provider call").await?;
                 let input = (req.prompt_chars() as u32).div_ceil(4).max(1);
                 let usage = Usage {
                     input,
@@ -429,10 +431,11 @@ impl ToolExecutor for RecordedTools {
         timeout: Duration,
     ) -> Result<Arc<str>, ProviderError> {
         let target = format!("tool:{name}");
-        if let Some((a, own)) = self.fleet.take(request_id, &target, self.clock.elapsed_ms()) {
-            play(&a, own, None, &self.clock, timeout).await?;
+        let start = self.clock.now();
+        if let Some((a, own)) = self.fleet.take(request_id, &target, self.clock.ms_at(start)) {
+            play(&a, own, None, &self.clock, start, timeout).await?;
         } else {
-            take_time(Duration::from_millis(100), timeout, "tool call").await?;
+            take_time(start, Duration::from_millis(100), timeout, "tool call").await?;
         }
         Ok(format!("{{\"tool\":\"{name}\",\"args\":{args},\"status\":\"ok\",\"replayed\":true}}").into())
     }
@@ -533,10 +536,15 @@ pub struct ReplayOptions {
     pub outcomes: Option<Arc<RecordedOutcomes>>,
 }
 
-/// The replayed requests still running, counted in and out, so the driver
-/// is woken only when the last one ends, not as each one does.
-#[derive(Default)]
+/// What the replayed requests' tasks share with the driver, one reference
+/// per task: what they run on, and the count of those still running,
+/// counted in and out, so the driver is woken only when the last one ends,
+/// not as each one does.
 struct InFlight {
+    runner: Arc<Runner>,
+    fleet: Option<Arc<RecordedFleet>>,
+    /// Keep replayed levels (`ReplayOptions::compare`).
+    compare: bool,
     running: AtomicU64,
     /// Tasks that ended without an outcome (a panic).
     lost: AtomicU64,
@@ -782,7 +790,16 @@ pub async fn replay(
     let start = Instant::now();
     let due = |t_ms: u64| start + Duration::from_millis(t_ms);
     let mut out = Replayed::default();
-    let inflight = Arc::new(InFlight::default());
+    let inflight = Arc::new(InFlight {
+        runner: runner.clone(),
+        fleet: fleet.clone(),
+        compare: opts.compare,
+        running: AtomicU64::new(0),
+        lost: AtomicU64::new(0),
+        levels: Mutex::default(),
+        all_done: Notify::new(),
+        finished: Mutex::default(),
+    });
     // What was read on the reader's thread is freed there.
     *inflight.finished.lock() = Some(reader.give_back());
     if let Some(f) = &fleet {
@@ -837,29 +854,28 @@ pub async fn replay(
         }
         while queue.pop_front_if(|t_ms| due(*t_ms) <= now).is_some() {
             let (req, own, key) = reader.next_body()?;
-            let (r, fleet) = (runner.clone(), fleet.clone());
-            let (inflight, compare) = (inflight.clone(), opts.compare);
             let running = Running::start(&inflight);
             spawned += 1;
             // Boxed: the request's future is large, and a task moves its
             // future by value.
             tokio::spawn(boxed(|| {
                 OWN.scope(RefCell::new(own), async move {
-                    let o = r.run_keyed(&req, key).await;
-                    if let Some(finished) = &mut *inflight.finished.lock() {
+                    let shared = &*running.inflight;
+                    let o = shared.runner.run_keyed(&req, key).await;
+                    if let Some(finished) = &mut *shared.finished.lock() {
                         finished.put(req);
                     }
                     // A deferred request is re-driven later (in another
                     // task) and needs the rest of its recorded attempts then.
-                    if let Some(f) = fleet {
+                    if let Some(f) = &shared.fleet {
                         if o.level == Level::Deferred {
                             f.keep(o.request, OWN.with(RefCell::take));
                         } else {
                             f.forget(o.request);
                         }
                     }
-                    if compare {
-                        inflight.levels.lock().insert(o.request, o.level);
+                    if shared.compare {
+                        shared.levels.lock().insert(o.request, o.level);
                     }
                     running.end();
                 })
