@@ -138,7 +138,7 @@ fn replaying(c: &mut Criterion) {
     g.bench_function("50k gateway requests at --speed max, recorded providers", |b| {
         b.iter(|| {
             // As `fusebox replay --headless --speed max` runs it.
-            let rt = fusebox::traffic::replay::runtime(false).unwrap();
+            let rt = fusebox::traffic::replay::runtime(false, true).unwrap();
             rt.block_on(async {
                 let (mut parts, fleet) = recorded_parts(&cfg, Clock::with_wall_anchor(0), Seed(42));
                 parts.spool = Some(dir.path().join("spool.jsonl"));

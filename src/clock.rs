@@ -6,8 +6,51 @@
 //! an independent stream per purpose and key: decisions then do not depend on
 //! the order in which concurrent tasks happen to draw numbers.
 
+use std::cell::Cell;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use tokio::time::Instant;
+
+thread_local! {
+    /// While [`Steps`] are on for this thread: virtual time as of its
+    /// runtime's last wake-up ([`note_step`]).
+    static STEPPED: Cell<Option<Instant>> = const { Cell::new(None) };
+    static STEPS_ON: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Virtual time read once per step. In a paused runtime that advances on
+/// its own, time moves only while the runtime parks: between wake-ups
+/// every read gives the same instant. A read of tokio's clock takes its
+/// lock through the runtime's thread-local context, several times per
+/// request in a replay; so a replay's runtime calls [`note_step`] at each
+/// wake-up (`on_thread_unpark`), and while [`Steps`] are on, [`Clock::now`]
+/// on that thread returns the time noted. Nothing may call
+/// `tokio::time::advance` on such a runtime.
+#[must_use = "steps are on while this lives"]
+pub struct Steps(());
+
+impl Steps {
+    /// Turns steps on for this thread (around its runtime's `block_on`).
+    pub fn on() -> Self {
+        STEPPED.set(None);
+        STEPS_ON.set(true);
+        Self(())
+    }
+}
+
+impl Drop for Steps {
+    /// The noted time was the runtime's, and this thread may run another.
+    fn drop(&mut self) {
+        STEPS_ON.set(false);
+        STEPPED.set(None);
+    }
+}
+
+/// Notes the time at a runtime's wake-up, if steps are on for this thread.
+pub fn note_step() {
+    if STEPS_ON.get() {
+        STEPPED.set(Some(Instant::now()));
+    }
+}
 
 /// The injected clock: a monotonic origin plus the wall time it corresponds to.
 #[derive(Clone, Copy, Debug)]
@@ -37,7 +80,7 @@ impl Clock {
     /// The current monotonic instant.
     #[inline]
     pub fn now(&self) -> Instant {
-        Instant::now()
+        STEPPED.get().unwrap_or_else(Instant::now)
     }
 
     /// The instant the clock started.
@@ -48,7 +91,7 @@ impl Clock {
     /// Time since the clock started.
     #[inline]
     pub fn elapsed(&self) -> Duration {
-        Instant::now().saturating_duration_since(self.origin)
+        self.now().saturating_duration_since(self.origin)
     }
 
     /// Milliseconds since the clock started.

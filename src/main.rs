@@ -606,7 +606,8 @@ fn replay(args: ReplayArgs) -> Result<()> {
     if matches!(speed, Speed::Max) {
         fusebox::alloc::keep_freed_memory();
     }
-    let rt = fusebox::traffic::replay::runtime(!recorded || state.is_some() || ui.is_some())?;
+    let io = !recorded || state.is_some() || ui.is_some();
+    let rt = fusebox::traffic::replay::runtime(io, matches!(speed, Speed::Max) && ui.is_none())?;
     let wall = std::time::Instant::now();
     let record = args.record;
     let record_path = record.record.clone();
@@ -705,7 +706,7 @@ fn compare(args: &ReplayArgs, a: &PathBuf, b: &PathBuf) -> Result<()> {
         let seed = Seed(args.seed.or(reader.header().map(|h| h.seed)).unwrap_or(42));
         let (spool, _spool_dir) = spool_file(None, &cfg)?;
         let recorded = args.providers == "recorded";
-        let rt = fusebox::traffic::replay::runtime(!recorded)?;
+        let rt = fusebox::traffic::replay::runtime(!recorded, true)?;
         let wall = std::time::Instant::now();
         let opts = ReplayOptions {
             operator: !args.no_operator,

@@ -10,7 +10,7 @@
 
 use super::log::{AttemptRec, LogError, LogReader, OperatorRec, OutcomeRec, Record, RequestRec, Transport};
 use super::prefetch::{GiveBack, Prefetched, Split};
-use crate::clock::{Clock, Seed};
+use crate::clock::{note_step, Clock, Seed, Steps};
 use crate::config::Config;
 use crate::provider::headers::openai_feedback;
 use crate::provider::mock::{args_for, order_id};
@@ -443,15 +443,37 @@ impl ToolExecutor for RecordedTools {
 
 /// The replay's runtime, in virtual time, with tokio's I/O driver only when
 /// something does I/O (live providers, a fleet's store, the console): on
-/// timers alone, each step of virtual time saves a poll syscall.
-pub fn runtime(io: bool) -> std::io::Result<tokio::runtime::Runtime> {
+/// timers alone, each step of virtual time saves a poll syscall. When
+/// `stepped` (at `--speed max`, where nothing but the runtime moves time),
+/// the clock is read once per step ([`Steps`]).
+pub fn runtime(io: bool, stepped: bool) -> std::io::Result<VirtualRuntime> {
     let mut b = tokio::runtime::Builder::new_current_thread();
     if io {
         b.enable_all();
     } else {
         b.enable_time();
     }
-    b.start_paused(true).build()
+    if stepped {
+        b.on_thread_unpark(note_step);
+    }
+    Ok(VirtualRuntime {
+        rt: b.start_paused(true).build()?,
+        stepped,
+    })
+}
+
+/// A replay's runtime ([`runtime`]).
+pub struct VirtualRuntime {
+    rt: tokio::runtime::Runtime,
+    stepped: bool,
+}
+
+impl VirtualRuntime {
+    /// Runs `f` to its end on this thread.
+    pub fn block_on<F: std::future::Future>(&self, f: F) -> F::Output {
+        let _steps = self.stepped.then(Steps::on);
+        self.rt.block_on(f)
+    }
 }
 
 /// Runner parts for `--providers recorded`: every configured provider and
@@ -817,8 +839,9 @@ pub async fn replay(
     // One timer, reset for each wait, rather than a new one each time.
     let wait = tokio::time::sleep_until(start);
     tokio::pin!(wait);
+    let clock = *runner.clock();
     loop {
-        let now = Instant::now();
+        let now = clock.now();
         // Read everything within the horizon.
         while let Some(rec) = next.take_if(|r| due(r.t_ms()) <= now + HORIZON) {
             match rec {
@@ -960,6 +983,38 @@ mod tests {
     fn add(fleet: &RecordedFleet, a: Arc<AttemptRec>, late: bool) {
         let t = fleet.target(&a.target);
         fleet.add(ReadAttempt::new(a, t, late));
+    }
+
+    /// Runs 50 tasks sleeping different times on a stepped runtime; every
+    /// read of the clock gives tokio's time. Returns the virtual time taken.
+    fn sleepers(rt: &VirtualRuntime) -> u64 {
+        rt.block_on(async {
+            let clock = Clock::with_wall_anchor(0);
+            assert_eq!(clock.now(), Instant::now(), "before the first step");
+            let tasks: Vec<_> = (0..50u64)
+                .map(|i| {
+                    tokio::spawn(async move {
+                        for k in 0..5u64 {
+                            tokio::time::sleep(Duration::from_millis((i * 7 + k * 13) % 40 + 1)).await;
+                            assert_eq!(clock.now(), Instant::now(), "task {i}, sleep {k}");
+                        }
+                    })
+                })
+                .collect();
+            for t in tasks {
+                t.await.unwrap();
+            }
+            clock.elapsed_ms()
+        })
+    }
+
+    #[test]
+    fn a_stepped_clock_reads_tokio_s_time_and_forgets_it_with_its_runtime() {
+        let first = sleepers(&runtime(false, true).unwrap());
+        assert!(first >= 40, "{first}");
+        // A second runtime on this thread starts at its own time, not at
+        // the first one's last step.
+        assert_eq!(sleepers(&runtime(false, true).unwrap()), first);
     }
 
     #[test]

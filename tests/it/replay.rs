@@ -8,7 +8,7 @@ use fusebox::runner::{Runner, RunnerParts};
 use fusebox::traffic::load::run_scenario;
 use fusebox::traffic::log::{Header, LogReader};
 use fusebox::traffic::record::{Content, Fsync, RecordOptions, Recorder};
-use fusebox::traffic::replay::{recorded_parts, replay, ReplayOptions, Replayed};
+use fusebox::traffic::replay::{recorded_parts, replay, runtime, ReplayOptions, Replayed};
 use fusebox::traffic::scenario::Scenario;
 use std::path::Path;
 use std::sync::Arc;
@@ -91,6 +91,35 @@ async fn replaying_a_recording_reproduces_its_outcomes() {
     // The incident happens again: get_order's breaker opens.
     let t = runner.registry().find("tool:get_order").unwrap().stats.view();
     assert!(t.rejected_open > 0, "{t:?}");
+}
+
+/// At `--speed max` the replay reads the clock once per step of virtual
+/// time (`fusebox::clock::Steps`); it decides exactly as one reading
+/// tokio's clock every time does.
+#[test]
+fn a_replay_reading_the_clock_once_per_step_decides_the_same() {
+    let dir = tempfile::tempdir().unwrap();
+    let (log, _) = runtime(false, false)
+        .unwrap()
+        .block_on(record(dir.path(), "2am-incident", 120, Content::Full));
+    let run = |stepped: bool| {
+        runtime(false, stepped).unwrap().block_on(async {
+            let (runner, out) = replay_with(dir.path(), &log, Config::default(), &format!("{stepped}")).await;
+            let mut levels: Vec<_> = out.levels.into_iter().collect();
+            levels.sort_by_key(|(id, _)| *id);
+            let tool = runner.registry().find("tool:get_order").unwrap().stats.view();
+            let totals = runner.totals();
+            (
+                levels,
+                totals.tokens.load(std::sync::atomic::Ordering::Relaxed),
+                totals.wasted.load(std::sync::atomic::Ordering::Relaxed),
+                (tool.failed, tool.rejected_open),
+            )
+        })
+    };
+    let (stepped, plain) = (run(true), run(false));
+    assert!(stepped.0.len() > 200 && stepped.3 .1 > 0, "the incident replays");
+    assert_eq!(stepped, plain);
 }
 
 #[tokio::test(start_paused = true)]
