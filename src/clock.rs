@@ -15,6 +15,10 @@ thread_local! {
     /// runtime's last wake-up ([`note_step`]).
     static STEPPED: Cell<Option<Instant>> = const { Cell::new(None) };
     static STEPS_ON: Cell<bool> = const { Cell::new(false) };
+    /// The last instant [`Clock::ms_at`] converted, from which origin, and
+    /// its result: every task woken at a step of virtual time converts that
+    /// same instant, several times.
+    static LAST_MS: Cell<Option<(Instant, Instant, u64)>> = const { Cell::new(None) };
 }
 
 /// Virtual time read once per step. In a paused runtime that advances on
@@ -97,13 +101,20 @@ impl Clock {
     /// Milliseconds since the clock started.
     #[inline]
     pub fn elapsed_ms(&self) -> u64 {
-        self.elapsed().as_millis() as u64
+        self.ms_at(self.now())
     }
 
     /// Milliseconds from the clock's origin to `at`.
     #[inline]
     pub fn ms_at(&self, at: Instant) -> u64 {
-        at.saturating_duration_since(self.origin).as_millis() as u64
+        if let Some((last, origin, ms)) = LAST_MS.get() {
+            if last == at && origin == self.origin {
+                return ms;
+            }
+        }
+        let ms = at.saturating_duration_since(self.origin).as_millis() as u64;
+        LAST_MS.set(Some((at, self.origin, ms)));
+        ms
     }
 
     /// Wall time now, in ms since the Unix epoch (anchor + monotonic elapsed).
@@ -174,6 +185,17 @@ mod tests {
         tokio::time::advance(Duration::from_millis(1500)).await;
         assert_eq!(c.elapsed_ms(), 1500);
         assert_eq!(c.wall_ms(), 2500);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn ms_at_converts_from_each_clock_s_own_origin() {
+        let a = Clock::with_wall_anchor(0);
+        tokio::time::advance(Duration::from_millis(250)).await;
+        let b = Clock::with_wall_anchor(0);
+        tokio::time::advance(Duration::from_millis(100)).await;
+        let now = Instant::now();
+        assert_eq!((a.ms_at(now), b.ms_at(now), a.ms_at(now)), (350, 100, 350));
+        assert_eq!((a.ms_at(a.origin()), b.elapsed_ms()), (0, 100));
     }
 
     #[test]

@@ -80,21 +80,28 @@ pub struct Reservation {
     cost: f64,
 }
 
-/// A fixed window: usage in the current period.
+/// A fixed window: usage in the current period, `[start_ms, start_ms + len)`
+/// for a multiple of the window's length. Kept by its start, so that
+/// checking the period on every reservation takes no division.
 #[derive(Clone, Copy, Debug, Default)]
 struct Win {
-    period: u64,
+    start_ms: u64,
     used: f64,
     warned: bool,
 }
 
 impl Win {
+    /// Whether `now_ms` falls in this window's period.
+    #[inline]
+    fn holds(&self, now_ms: u64, len: u64) -> bool {
+        now_ms.wrapping_sub(self.start_ms) < len
+    }
+
     #[inline]
     fn roll(&mut self, now_ms: u64, len: u64) {
-        let p = now_ms / len;
-        if p != self.period {
+        if !self.holds(now_ms, len) {
             *self = Win {
-                period: p,
+                start_ms: now_ms - now_ms % len,
                 ..Win::default()
             };
         }
@@ -394,7 +401,7 @@ impl Budgets {
     pub fn top_users(&self, n: usize, now_ms: u64) -> Vec<UserView> {
         let c = &self.cfg;
         let share = |used: f64, limit: f64| if limit > 0.0 { used / limit } else { 0.0 };
-        let cur = |w: &Win, len: u64| if w.period == now_ms / len { w.used } else { 0.0 };
+        let cur = |w: &Win, len: u64| if w.holds(now_ms, len) { w.used } else { 0.0 };
         let mut all: Vec<UserView> = super::lock(&self.users)
             .iter()
             .map(|(user, u)| {

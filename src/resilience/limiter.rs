@@ -606,7 +606,13 @@ impl State {
             }
             None => self.last,
         };
-        let dt = now.saturating_duration_since(from).as_secs_f64();
+        // Most refills come at the time of the last one (every request
+        // started or ended at one step of virtual time).
+        let dt = if now == from {
+            0.0
+        } else {
+            now.saturating_duration_since(from).as_secs_f64()
+        };
         self.last = now;
         for b in [&mut self.tpm, &mut self.itpm, &mut self.otpm, &mut self.rpm]
             .into_iter()
