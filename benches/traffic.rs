@@ -8,7 +8,7 @@ use fusebox::clock::{Clock, Seed};
 use fusebox::config::Config;
 use fusebox::runner::request::AgentRequest;
 use fusebox::runner::Runner;
-use fusebox::telemetry::events::{Attempt, Event, EventKind};
+use fusebox::telemetry::events::{Attempt, EventBus, EventKind};
 use fusebox::traffic::log::{Header, LogReader};
 use fusebox::traffic::record::{Content, Fsync, RecordOptions, Recorder};
 use fusebox::traffic::replay::{recorded_parts, replay, ReplayOptions};
@@ -20,7 +20,7 @@ static GLOBAL: fusebox::alloc::Mimalloc = fusebox::alloc::Mimalloc;
 
 const N: u64 = 100_000;
 
-fn events() -> Vec<Event> {
+fn events() -> Vec<EventKind> {
     (0..N / 2)
         .flat_map(|i| {
             let req = AgentRequest {
@@ -43,16 +43,7 @@ fn events() -> Vec<Event> {
                 output_tokens: 80,
                 ..Attempt::default()
             };
-            [
-                Event {
-                    t_ms: i,
-                    kind: EventKind::Request(Box::new(req)),
-                },
-                Event {
-                    t_ms: i,
-                    kind: EventKind::Attempt(Box::new(att)),
-                },
-            ]
+            [EventKind::Request(Box::new(req)), EventKind::Attempt(Box::new(att))]
         })
         .collect()
 }
@@ -63,7 +54,7 @@ fn traffic(c: &mut Criterion) {
         .build()
         .unwrap();
     let _g = rt.enter();
-    let _clock = Clock::system();
+    let clock = Clock::system();
     let dir = tempfile::tempdir().unwrap();
     let evs = events();
     let mut g = c.benchmark_group("traffic log");
@@ -71,7 +62,8 @@ fn traffic(c: &mut Criterion) {
     g.sample_size(10);
     g.bench_function("record 100k records (fsync every 1000 ms)", |b| {
         b.iter(|| {
-            let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+            // Through the bus and its bounded channel, as a run records.
+            let bus = EventBus::new(clock, 16);
             let header = Header {
                 v: 1,
                 started_at: "2026-11-29T00:00:00Z".into(),
@@ -82,28 +74,30 @@ fn traffic(c: &mut Criterion) {
                 content: Content::None,
                 rotate_bytes: None,
             };
-            let rec = Recorder::start(&dir.path().join("rec.jsonl"), opts, header, rx).unwrap();
+            let rec = Recorder::start(&dir.path().join("rec.jsonl"), opts, header, &bus).unwrap();
             for e in &evs {
-                tx.send(e.clone()).unwrap();
+                bus.emit(e.clone());
             }
-            drop(tx);
-            rec.finish().unwrap()
+            bus.close_subscribers();
+            let stats = rec.finish().unwrap();
+            assert_eq!(stats.records, N + 1, "every record and the header");
+            stats
         })
     });
     // A log to read: the one just recorded.
     let path = dir.path().join("read.jsonl");
     {
-        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+        let bus = EventBus::new(clock, 16);
         let header = Header {
             v: 1,
             started_at: "2026-11-29T00:00:00Z".into(),
             seed: 1,
         };
-        let rec = Recorder::start(&path, RecordOptions::default(), header, rx).unwrap();
+        let rec = Recorder::start(&path, RecordOptions::default(), header, &bus).unwrap();
         for e in &evs {
-            tx.send(e.clone()).unwrap();
+            bus.emit(e.clone());
         }
-        drop(tx);
+        bus.close_subscribers();
         rec.finish().unwrap();
         std::fs::OpenOptions::new()
             .append(true)

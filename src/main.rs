@@ -255,7 +255,7 @@ impl RecordArgs {
             started_at: humantime::format_rfc3339_millis(std::time::SystemTime::now()).to_string(),
             seed,
         };
-        let rec = Recorder::start(path, opts, header, runner.events().subscribe())
+        let rec = Recorder::start(path, opts, header, runner.events())
             .with_context(|| format!("cannot record to {}", path.display()))?;
         Ok(Some(rec))
     }

@@ -86,6 +86,14 @@ pub enum EventKind {
         /// Its final level.
         level: &'static str,
     },
+    /// The recorder stopped on an I/O error: the rest of the run is not
+    /// recorded (the error is also the run's exit error).
+    RecordingFailed {
+        /// The log being written.
+        path: String,
+        /// What failed.
+        error: String,
+    },
     /// The outcome record of one request (subscribers only).
     Outcome(Box<Outcome>),
     /// A request arrived (subscribers only, for the recorder).
@@ -132,9 +140,28 @@ pub struct Event {
 }
 
 struct Sub {
-    tx: mpsc::UnboundedSender<Event>,
+    tx: SubTx,
     /// Wants per-request records too, not only notable events.
     records: bool,
+}
+
+enum SubTx {
+    /// A consumer on the runtime (console, summary): never blocks.
+    Async(mpsc::UnboundedSender<Event>),
+    /// A consumer on its own thread (the recorder): a full channel blocks
+    /// the emitter until the consumer catches up. That is back-pressure,
+    /// and it cannot deadlock: the consumer never waits on the runtime.
+    Bounded(std::sync::mpsc::SyncSender<Event>),
+}
+
+impl SubTx {
+    /// Sends, false once the receiver is gone.
+    fn send(&self, ev: Event) -> bool {
+        match self {
+            SubTx::Async(tx) => tx.send(ev).is_ok(),
+            SubTx::Bounded(tx) => tx.send(ev).is_ok(),
+        }
+    }
 }
 
 /// Fan-out of events to a recent-history ring and subscribers.
@@ -180,14 +207,26 @@ impl EventBus {
         self.add_sub(false)
     }
 
+    /// Every event from now on, in order, without loss, through a channel
+    /// of `capacity` events to a consumer on its own thread: emitters wait
+    /// while it is full.
+    pub fn subscribe_bounded(&self, capacity: usize) -> std::sync::mpsc::Receiver<Event> {
+        let (tx, rx) = std::sync::mpsc::sync_channel(capacity);
+        self.push_sub(SubTx::Bounded(tx), true);
+        rx
+    }
+
     fn add_sub(&self, records: bool) -> mpsc::UnboundedReceiver<Event> {
         let (tx, rx) = mpsc::unbounded_channel();
-        let mut subs = self.subs.lock();
-        subs.push(Sub { tx, records });
+        self.push_sub(SubTx::Async(tx), records);
+        rx
+    }
+
+    fn push_sub(&self, tx: SubTx, records: bool) {
+        self.subs.lock().push(Sub { tx, records });
         if records {
             self.has_subs.store(true, Ordering::Release);
         }
-        rx
     }
 
     /// Whether anyone listens for per-request records.
@@ -218,7 +257,7 @@ impl EventBus {
             r.push_back(ev.clone());
         }
         let mut subs = self.subs.lock();
-        subs.retain(|s| (record && !s.records) || s.tx.send(ev.clone()).is_ok());
+        subs.retain(|s| (record && !s.records) || s.tx.send(ev.clone()));
         if record && !subs.iter().any(|s| s.records) {
             self.has_subs.store(false, Ordering::Release);
         }

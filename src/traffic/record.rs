@@ -1,21 +1,33 @@
 //! Recording traffic: the runner's events become traffic-log v1 lines,
 //! written by one thread (`--record FILE`).
 //!
-//! The event subscription never drops anything; the writer batches lines,
-//! syncs to disk by policy (every write, every N ms, or when the OS likes),
-//! rotates by size, and flushes when the bus closes it. A crash leaves at
-//! most a torn last line, which readers skip. Message content is recorded
-//! only when asked (`full`), or as a hash; auth headers never are.
+//! The event subscription is bounded and never drops anything: when the
+//! writer falls behind, emitters wait (back-pressure). The writer batches
+//! lines, syncs to disk by policy (every write, at most N ms after a write,
+//! or when the OS likes, lines reaching the OS within a second), rotates by
+//! size, and flushes when the bus closes it. A crash leaves at most a torn
+//! last line, which readers skip. A write error stops the recording with a
+//! [`EventKind::RecordingFailed`] event at once, and is the run's error at
+//! its end. Message content is recorded only when asked (`full`), or as a
+//! hash; auth headers never are.
 
 use super::log::{AttemptRec, Header, OperatorRec, OutcomeRec, Record, RequestRec, TransitionRec, Transport};
 use crate::clock::hash_str;
-use crate::telemetry::events::{Event, EventKind};
+use crate::telemetry::events::{Event, EventBus, EventKind};
 use std::fs::{File, OpenOptions};
 use std::io::{self, BufWriter, Write};
 use std::path::{Path, PathBuf};
+use std::sync::mpsc::{Receiver, RecvTimeoutError};
+use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
-use tokio::sync::mpsc::UnboundedReceiver;
+
+/// Events the recorder's channel holds before emitters wait for it.
+pub const CHANNEL: usize = 1 << 16;
+
+/// How long written lines wait in the buffer under `--fsync os` at most
+/// before they are handed to the OS.
+const OS_FLUSH: Duration = Duration::from_secs(1);
 
 /// When the log is synced to disk.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -92,17 +104,28 @@ pub struct Recorder {
 }
 
 impl Recorder {
-    /// Starts writing `events` to `path`, beginning with `header`.
-    pub fn start(
-        path: &Path,
-        opts: RecordOptions,
-        header: Header,
-        events: UnboundedReceiver<Event>,
-    ) -> io::Result<Self> {
+    /// Starts writing every event of `bus` from now on to `path`,
+    /// beginning with `header`.
+    pub fn start(path: &Path, opts: RecordOptions, header: Header, bus: &Arc<EventBus>) -> io::Result<Self> {
         let file = Writer::create(path, header, opts.rotate_bytes)?;
+        let events = bus.subscribe_bounded(CHANNEL);
+        let bus = bus.clone();
         let thread = std::thread::Builder::new()
             .name("fusebox-recorder".into())
-            .spawn(move || run(file, opts, events))?;
+            .spawn(move || {
+                let shown = file.path.display().to_string();
+                // `run` drops the receiver as it returns, so emitters
+                // waiting on a full channel go on before this is emitted.
+                let done = run(file, opts, events);
+                if let Err(e) = &done {
+                    tracing::error!(path = %shown, "recording stopped: {e}");
+                    bus.emit(EventKind::RecordingFailed {
+                        path: shown,
+                        error: e.to_string(),
+                    });
+                }
+                done
+            })?;
         Ok(Self { thread })
     }
 
@@ -168,36 +191,83 @@ impl Writer {
         self.out.flush()?;
         self.out.get_ref().sync_data()
     }
+
+    /// Pushes buffered lines out as `fsync` asks: to the disk, or to the OS.
+    fn push(&mut self, fsync: Fsync) -> io::Result<()> {
+        match fsync {
+            Fsync::Os => self.out.flush(),
+            _ => self.sync(),
+        }
+    }
 }
 
-fn run(mut w: Writer, opts: RecordOptions, mut events: UnboundedReceiver<Event>) -> io::Result<RecordStats> {
-    let mut last_sync = Instant::now();
+/// When buffered lines are due to be pushed out: the fsync policy as a
+/// deadline that starts at the first line written since the last push
+/// (apart from the clock, so it is tested without waiting).
+#[derive(Debug)]
+struct Due {
+    fsync: Fsync,
+    at: Option<Instant>,
+}
+
+impl Due {
+    fn new(fsync: Fsync) -> Self {
+        Self { fsync, at: None }
+    }
+
+    /// A line was written at `now`: whether the lines are due now.
+    fn wrote(&mut self, now: Instant) -> bool {
+        let within = match self.fsync {
+            Fsync::Always => return true,
+            Fsync::Every(d) => d,
+            Fsync::Os => OS_FLUSH,
+        };
+        now >= *self.at.get_or_insert(now + within)
+    }
+
+    /// How long the writer may wait for more before the lines are due
+    /// (None: nothing is waiting).
+    fn wait(&self, now: Instant) -> Option<Duration> {
+        self.at.map(|at| at.saturating_duration_since(now))
+    }
+
+    /// The lines were pushed out.
+    fn pushed(&mut self) {
+        self.at = None;
+    }
+}
+
+fn run(mut w: Writer, opts: RecordOptions, events: Receiver<Event>) -> io::Result<RecordStats> {
+    let mut due = Due::new(opts.fsync);
     let mut last_t = 0u64;
-    let mut dirty = false;
-    while let Some(ev) = events.blocking_recv() {
+    loop {
+        let ev = match due.wait(Instant::now()) {
+            None => events.recv().ok(),
+            Some(wait) => match events.recv_timeout(wait) {
+                Ok(ev) => Some(ev),
+                Err(RecvTimeoutError::Timeout) => {
+                    w.push(opts.fsync)?;
+                    due.pushed();
+                    continue;
+                }
+                Err(RecvTimeoutError::Disconnected) => None,
+            },
+        };
+        // None: the bus closed the subscription.
+        let Some(ev) = ev else { break };
         // Lines are non-decreasing in time even if emitters race.
         last_t = last_t.max(ev.t_ms);
         let Some(r) = record_of(&ev, last_t, opts.content) else {
             continue;
         };
         w.write(&r)?;
-        dirty = true;
-        match opts.fsync {
-            Fsync::Always => {
-                w.sync()?;
-                dirty = false;
-            }
-            Fsync::Every(d) if last_sync.elapsed() >= d => {
-                w.sync()?;
-                last_sync = Instant::now();
-                dirty = false;
-            }
-            _ => {}
+        if due.wrote(Instant::now()) {
+            w.push(opts.fsync)?;
+            due.pushed();
         }
     }
-    if dirty || opts.fsync == Fsync::Os {
-        w.sync()?;
-    }
+    // A clean end: everything on disk, whatever the policy.
+    w.sync()?;
     Ok(w.stats)
 }
 
@@ -285,4 +355,33 @@ pub fn record_of(ev: &Event, t_ms: u64, content: Content) -> Option<Record> {
         }),
         _ => return None,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lines_are_due_by_policy_from_the_first_unpushed_write() {
+        let t0 = Instant::now();
+        let ms = |n| t0 + Duration::from_millis(n);
+        let mut every = Due::new(Fsync::Every(Duration::from_millis(100)));
+        assert_eq!(every.wait(t0), None, "nothing written, nothing due");
+        assert!(!every.wrote(ms(0)));
+        assert!(!every.wrote(ms(60)), "the deadline runs from the first write");
+        assert_eq!(every.wait(ms(60)), Some(Duration::from_millis(40)));
+        assert_eq!(every.wait(ms(150)), Some(Duration::ZERO), "overdue while idle");
+        assert!(every.wrote(ms(100)));
+        every.pushed();
+        assert_eq!(every.wait(ms(100)), None);
+        assert!(!every.wrote(ms(120)));
+        assert_eq!(every.wait(ms(120)), Some(Duration::from_millis(100)));
+
+        let mut always = Due::new(Fsync::Always);
+        assert!(always.wrote(t0));
+
+        let mut os = Due::new(Fsync::Os);
+        assert!(!os.wrote(t0));
+        assert_eq!(os.wait(t0), Some(OS_FLUSH), "reaches the OS within a second");
+    }
 }

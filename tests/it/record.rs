@@ -1,11 +1,14 @@
 //! Recording: a demo scenario recorded to a traffic log reads back as valid
 //! log v1 — one request and one outcome per request, attempts for known
 //! requests, operator actions with their arguments — and content is only
-//! recorded when asked.
+//! recorded when asked. The recorder's channel is bounded and loses
+//! nothing, and a write error is announced when it happens.
 
 use fusebox::clock::{Clock, Seed};
 use fusebox::config::Config;
+use fusebox::runner::request::AgentRequest;
 use fusebox::runner::{Runner, RunnerParts};
+use fusebox::telemetry::events::EventKind;
 use fusebox::traffic::load::run_scenario;
 use fusebox::traffic::log::{Header, LogReader, Record};
 use fusebox::traffic::record::{Content, Fsync, RecordOptions, Recorder};
@@ -37,7 +40,7 @@ async fn record(
         content,
         rotate_bytes: rotate,
     };
-    let rec = Recorder::start(&path, opts, header, runner.events().subscribe()).unwrap();
+    let rec = Recorder::start(&path, opts, header, runner.events()).unwrap();
     let scenario = Scenario::load("2am-incident").unwrap();
     let run = run_scenario(runner.clone(), &scenario, Duration::from_secs(150), Seed(4)).await;
     assert_eq!(run.lost, 0);
@@ -122,4 +125,74 @@ async fn rotation_starts_new_files_each_with_a_header() {
     assert!(first.starts_with("{\"kind\":\"header\""));
     let last = std::fs::read_to_string(&path).unwrap();
     assert!(last.starts_with("{\"kind\":\"header\""));
+}
+
+#[test]
+fn a_bounded_subscription_makes_emitters_wait_and_loses_nothing() {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let _g = rt.enter();
+    let bus = fusebox::telemetry::events::EventBus::new(Clock::with_wall_anchor(0), 16);
+    let rx = bus.subscribe_bounded(4);
+    let emitter = {
+        let bus = bus.clone();
+        std::thread::spawn(move || {
+            for id in 0..10_000 {
+                bus.emit(EventKind::Request(Box::new(AgentRequest {
+                    id,
+                    ..AgentRequest::default()
+                })));
+            }
+            bus.close_subscribers();
+        })
+    };
+    let ids: Vec<u64> = rx
+        .iter()
+        .map(|e| match e.kind {
+            EventKind::Request(r) => r.id,
+            other => panic!("unexpected {other:?}"),
+        })
+        .collect();
+    emitter.join().unwrap();
+    assert_eq!(ids, (0..10_000).collect::<Vec<_>>(), "all, in order, through 4 slots");
+}
+
+#[test]
+fn a_write_error_stops_the_recording_with_an_event_at_once() {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let _g = rt.enter();
+    let bus = fusebox::telemetry::events::EventBus::new(Clock::with_wall_anchor(0), 16);
+    let header = Header {
+        v: 1,
+        started_at: "2026-11-29T02:00:00Z".into(),
+        seed: 4,
+    };
+    let opts = RecordOptions {
+        fsync: Fsync::Always,
+        ..RecordOptions::default()
+    };
+    // Every write to /dev/full fails with "no space left on device".
+    let rec = Recorder::start(std::path::Path::new("/dev/full"), opts, header, &bus).unwrap();
+    bus.emit(EventKind::Request(Box::default()));
+    let err = rec.finish().expect_err("the disk is full");
+    assert_eq!(err.raw_os_error(), Some(28), "{err}");
+    let failed: Vec<_> = bus
+        .recent(16)
+        .into_iter()
+        .filter_map(|e| match e.kind {
+            EventKind::RecordingFailed { path, .. } => Some(path),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(failed, ["/dev/full"]);
+    // Later events go on without the recorder (nothing waits for it).
+    for _ in 0..10 {
+        bus.emit(EventKind::Request(Box::default()));
+    }
+    assert!(!bus.has_subscribers());
 }

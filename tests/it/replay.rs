@@ -29,7 +29,7 @@ async fn record(dir: &Path, scenario: &str, secs: u64, content: Content) -> (std
         content,
         rotate_bytes: None,
     };
-    let rec = Recorder::start(&path, opts, header, runner.events().subscribe()).unwrap();
+    let rec = Recorder::start(&path, opts, header, runner.events()).unwrap();
     let run = run_scenario(
         runner.clone(),
         &Scenario::load(scenario).unwrap(),

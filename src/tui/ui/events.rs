@@ -49,6 +49,7 @@ pub fn describe(e: &Event) -> String {
         } => format!("operator {by}: {action} {target} — {result}"),
         EventKind::Deferred { request, reason } => format!("deferred #{request}: {reason}"),
         EventKind::DeferredDone { request, level } => format!("deferred #{request} ended: {level}"),
+        EventKind::RecordingFailed { path, error } => format!("recording to {path} stopped: {error}"),
         EventKind::Outcome(o) => format!("#{} {}", o.request, o.level.as_str()),
         EventKind::Request(r) => format!("#{} from {}", r.id, r.user),
         EventKind::Attempt(a) => format!("#{} {} {:?}", a.request, a.target, a.status),
@@ -62,7 +63,7 @@ fn style(theme: &Theme, e: &Event) -> Style {
         EventKind::Transition { .. } => theme.state_half_open,
         EventKind::Operator { .. } => theme.badge,
         EventKind::BudgetWarning { .. } | EventKind::RefillFrozen { .. } => theme.warn,
-        EventKind::BudgetRejected { .. } => theme.error,
+        EventKind::BudgetRejected { .. } | EventKind::RecordingFailed { .. } => theme.error,
         _ => theme.dim,
     }
 }
