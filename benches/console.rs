@@ -41,6 +41,7 @@ fn big_app(rt: &tokio::runtime::Runtime) -> App {
             source: "bench".into(),
             replay_length_ms: None,
             recorded: None,
+            replay_end: None,
         };
         let mut app = App::new(opts, snap);
         for i in 0..1_000u64 {

@@ -554,6 +554,7 @@ fn demo(args: DemoArgs) -> Result<()> {
                 ),
                 replay_length_ms: None,
                 recorded: None,
+                replay_end: None,
             };
             let driver = {
                 let runner = runner.clone();
@@ -626,6 +627,7 @@ fn replay(args: ReplayArgs) -> Result<()> {
         };
         if let Some((theme, keymap)) = ui {
             let recorded = Arc::new(fusebox::traffic::replay::RecordedOutcomes::default());
+            let end = Arc::new(fusebox::traffic::replay::ReplayEnd::default());
             opts.outcomes = Some(recorded.clone());
             let o = Options {
                 mode: Mode::Replay,
@@ -635,27 +637,39 @@ fn replay(args: ReplayArgs) -> Result<()> {
                 source,
                 replay_length_ms: log_length,
                 recorded: Some(recorded),
+                replay_end: Some(end.clone()),
             };
             let driver = {
                 let runner = runner.clone();
-                tokio::spawn(async move { fusebox::traffic::replay::replay(runner, reader, fleet, opts).await })
+                tokio::spawn(async move {
+                    let out = fusebox::traffic::replay::replay(runner, reader, fleet, opts).await;
+                    end.set(&out);
+                    out
+                })
             };
             let r = fusebox::tui::run(runner.clone(), o, theme, keymap, pace).await;
             driver.abort();
             finish_recording(&runner, recorder, record_path.as_ref())?;
             r?;
+            // A replay that stopped on a bad line says where, once the
+            // terminal is back.
+            if let Ok(Err(e)) = driver.await {
+                return Err(e.into());
+            }
             return anyhow::Ok(None);
         }
         let transitions = collect_transitions(&runner);
         let out = tokio::select! {
-            out = fusebox::traffic::replay::replay(runner.clone(), reader, fleet, opts) => out?,
+            out = fusebox::traffic::replay::replay(runner.clone(), reader, fleet, opts) => out,
             _ = interrupted() => {
                 finish_recording(&runner, recorder, record_path.as_ref())?;
                 bail!("interrupted");
             }
         };
+        // What was recorded up to a bad line is kept whole.
         runner.events().close_subscribers();
         finish_recording(&runner, recorder, record_path.as_ref())?;
+        let out = out?;
         let seen = transitions.await?;
         let mut summary = Summary::build(
             &runner,
@@ -853,6 +867,7 @@ fn serve(args: ServeArgs) -> Result<()> {
                 source: format!("gateway {base}"),
                 replay_length_ms: None,
                 recorded: None,
+                replay_end: None,
             };
             let r = fusebox::tui::run(runner.clone(), o, theme, keymap, None).await;
             finish_recording(&runner, recorder, args.record.record.as_ref())?;
@@ -916,12 +931,13 @@ fn status_line(runner: &Runner) -> String {
     )
 }
 
-/// Resolves at the first Ctrl-C (SIGINT). A thread waits for the signal, so
+/// Resolves at the first Ctrl-C (SIGINT) or SIGTERM (how a service manager
+/// stops `serve`), so a recording ends whole. A thread waits for the signal, so
 /// it works on a runtime without tokio's I/O driver (a recorded replay runs
 /// on timers alone). Pends forever if the handler cannot be installed.
 fn interrupted() -> impl std::future::Future<Output = ()> {
     let (tx, rx) = tokio::sync::oneshot::channel::<()>();
-    match signal_hook::iterator::Signals::new([signal_hook::consts::SIGINT]) {
+    match signal_hook::iterator::Signals::new([signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM]) {
         Ok(mut signals) => {
             let spawned = std::thread::Builder::new().name("sigint".into()).spawn(move || {
                 if signals.forever().next().is_some() {
@@ -929,10 +945,10 @@ fn interrupted() -> impl std::future::Future<Output = ()> {
                 }
             });
             if let Err(e) = spawned {
-                tracing::warn!(error = %e, "Ctrl-C will not be handled");
+                tracing::warn!(error = %e, "Ctrl-C and SIGTERM will not be handled");
             }
         }
-        Err(e) => tracing::warn!(error = %e, "Ctrl-C will not be handled"),
+        Err(e) => tracing::warn!(error = %e, "Ctrl-C and SIGTERM will not be handled"),
     }
     async move {
         if rx.await.is_err() {

@@ -224,6 +224,29 @@ impl RecordedFleet {
     }
 }
 
+/// How a replay under the console ended, for its header: what it did, or
+/// why it stopped.
+#[derive(Debug, Default)]
+pub struct ReplayEnd(Mutex<Option<Result<String, String>>>);
+
+impl ReplayEnd {
+    /// Notes the replay's result.
+    pub fn set(&self, result: &Result<Replayed, LogError>) {
+        *self.0.lock() = Some(match result {
+            Ok(r) => Ok(format!(
+                "{} requests, {} lost, {} bad lines skipped",
+                r.requests, r.lost, r.bad_lines
+            )),
+            Err(e) => Err(e.to_string()),
+        });
+    }
+
+    /// The result, once the replay ended.
+    pub fn get(&self) -> Option<Result<String, String>> {
+        self.0.lock().clone()
+    }
+}
+
 /// The recorded outcomes of the requests being replayed, for the console's
 /// recorded-vs-replayed view: the most recent ones, bounded.
 pub struct RecordedOutcomes {

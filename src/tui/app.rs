@@ -94,6 +94,8 @@ pub struct Options {
     pub replay_length_ms: Option<u64>,
     /// The replayed log's recorded outcomes, shown next to the replayed ones.
     pub recorded: Option<Arc<crate::traffic::replay::RecordedOutcomes>>,
+    /// How the replay ended, once it has.
+    pub replay_end: Option<Arc<crate::traffic::replay::ReplayEnd>>,
 }
 
 /// An interaction overlay.

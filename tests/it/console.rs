@@ -28,6 +28,7 @@ fn opts(readonly: bool) -> Options {
         source: "scenario test".into(),
         replay_length_ms: None,
         recorded: None,
+        replay_end: None,
     }
 }
 
@@ -313,6 +314,40 @@ async fn replay_mode_shows_progress_through_the_log() {
     let h = render_pane(&app, 160, 3, ui::header::draw);
     // The incident ran 127 s of the log's 254 s.
     assert!(h.contains("REPLAY") && h.contains("50% of 04:14"), "{h}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn replay_mode_shows_how_the_replay_ended() {
+    use fusebox::traffic::log::LogError;
+    use fusebox::traffic::replay::{ReplayEnd, Replayed};
+    let (_runner, mut app) = incident(false).await;
+    app.opts.mode = Mode::Replay;
+    app.opts.replay_length_ms = Some(254_000);
+    let end = Arc::new(ReplayEnd::default());
+    app.opts.replay_end = Some(end.clone());
+    end.set(&Err(LogError::BadLine {
+        path: "night.jsonl".into(),
+        line: 7,
+        field: "t_ms".into(),
+        message: "goes backwards".into(),
+    }));
+    let h = render_pane(&app, 160, 3, ui::header::draw);
+    assert!(
+        h.contains("replay stopped: night.jsonl:7: field `t_ms`: goes backwards") && !h.contains("50%"),
+        "{h}"
+    );
+    end.set(&Ok(Replayed {
+        requests: 631,
+        lost: 0,
+        bad_lines: 2,
+        operator_actions: 1,
+        levels: Default::default(),
+    }));
+    let h = render_pane(&app, 160, 3, ui::header::draw);
+    assert!(
+        h.contains("replay done: 631 requests, 0 lost, 2 bad lines skipped"),
+        "{h}"
+    );
 }
 
 #[tokio::test(start_paused = true)]

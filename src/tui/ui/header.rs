@@ -41,13 +41,6 @@ pub fn draw(f: &mut Frame, area: Rect, app: &App, theme: &Theme) {
         Span::raw(format!(" {} tok/min ", human(r.tokens_per_min))),
         Span::raw(format!(" ${:.2}/min ", r.usd_per_min)),
     ]);
-    if let (Mode::Replay, Some(total)) = (app.opts.mode, app.opts.replay_length_ms) {
-        let done = (s.t_ms as f64 / total.max(1) as f64).min(1.0);
-        top.push(Span::styled(
-            format!(" {} {:.0}% of {} ", bar(done, 12), done * 100.0, clock(total)),
-            theme.badge,
-        ));
-    }
     let p = s.global.pressure;
     let mut second = vec![
         Span::raw(" global budget "),
@@ -62,10 +55,19 @@ pub fn draw(f: &mut Frame, area: Rect, app: &App, theme: &Theme) {
             if s.store.degraded { theme.warn } else { theme.dim },
         ),
     ];
-    if let (Mode::Replay, Some(total)) = (app.opts.mode, app.opts.replay_length_ms) {
-        let done = (s.t_ms as f64 / total.max(1) as f64).min(1.0);
-        let progress = format!(" replay {} {:.0}% of {} ", bar(done, 12), done * 100.0, clock(total));
-        second.insert(0, Span::styled(progress, theme.badge));
+    if app.opts.mode == Mode::Replay {
+        let ended = app.opts.replay_end.as_ref().and_then(|e| e.get());
+        let badge = match (ended, app.opts.replay_length_ms) {
+            (Some(Ok(done)), _) => Span::styled(format!(" replay done: {done} "), theme.badge),
+            (Some(Err(e)), _) => Span::styled(format!(" replay stopped: {e} "), theme.error),
+            (None, Some(total)) => {
+                let done = (s.t_ms as f64 / total.max(1) as f64).min(1.0);
+                let progress = format!(" replay {} {:.0}% of {} ", bar(done, 12), done * 100.0, clock(total));
+                Span::styled(progress, theme.badge)
+            }
+            (None, None) => Span::raw(""),
+        };
+        second.insert(0, badge);
     }
     let frozen: Vec<&str> = s
         .limiters
