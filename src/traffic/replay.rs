@@ -114,14 +114,7 @@ struct Fleet {
 impl Fleet {
     /// See [`RecordedFleet::take_at`].
     fn take(&mut self, request: u64, t: usize, target: &str, now_ms: u64) -> Option<(Arc<AttemptRec>, bool)> {
-        // Drop history older than the latest attempt at or before now (on
-        // every call, so the history stays within the read-ahead horizon).
-        let recent = &mut self.recent[t];
-        while recent.len() > 1 && recent[1].0 <= now_ms {
-            if let (Some((_, a)), Some(spent)) = (recent.pop_front(), &mut self.spent) {
-                spent.put(a);
-            }
-        }
+        self.prune(t, now_ms);
         // The request's own attempts in recorded order: those that came
         // with its body, then those read since.
         let read_ms = self.read_ms;
@@ -136,7 +129,20 @@ impl Fleet {
                 return Some((a, true));
             }
         }
-        recent.front().map(|(_, a)| (a.clone(), false))
+        self.recent[t].front().map(|(_, a)| (a.clone(), false))
+    }
+
+    /// Drops target `t`'s history older than its latest attempt at or
+    /// before `now_ms`, which no call can get any more (on every call and
+    /// every attempt read, so the history stays within the read-ahead
+    /// horizon also for targets the replay never calls).
+    fn prune(&mut self, t: usize, now_ms: u64) {
+        let recent = &mut self.recent[t];
+        while recent.len() > 1 && recent[1].0 <= now_ms {
+            if let (Some((_, a)), Some(spent)) = (recent.pop_front(), &mut self.spent) {
+                spent.put(a);
+            }
+        }
     }
 
     /// The index of `target`'s history, added empty if new.
@@ -157,7 +163,7 @@ impl RecordedFleet {
     /// request's body was made) is read here, for its request's id: the
     /// rest of the record, made on the reader's thread, stays in that
     /// core's cache until a call plays it.
-    pub fn add(&self, read: ReadAttempt) {
+    pub fn add(&self, read: ReadAttempt, now_ms: u64) {
         let ReadAttempt {
             attempt,
             t_ms,
@@ -172,6 +178,7 @@ impl RecordedFleet {
             self.indexed.store(f.own.len(), Ordering::Relaxed);
         }
         f.recent[target].push_back((t_ms, attempt));
+        f.prune(target, now_ms);
     }
 
     /// Keeps what a deferred request left of the own attempts that came
@@ -871,7 +878,7 @@ pub async fn replay(
                 Ahead::Request(t_ms) => queue.push_back(t_ms),
                 Ahead::Attempt(a) => {
                     if let Some(f) = &fleet {
-                        f.add(a);
+                        f.add(a, clock.ms_at(now));
                     }
                 }
                 Ahead::Operator(op) => {
@@ -1002,10 +1009,10 @@ mod tests {
         })
     }
 
-    /// Adds `a` to `fleet` as the log reader hands it over.
+    /// Adds `a` to `fleet` as the log reader hands it over at time 0.
     fn add(fleet: &RecordedFleet, a: Arc<AttemptRec>, late: bool) {
         let t = fleet.target(&a.target);
-        fleet.add(ReadAttempt::new(a, t, late));
+        fleet.add(ReadAttempt::new(a, t, late), 0);
     }
 
     /// Runs 50 tasks sleeping different times on a stepped runtime; every
@@ -1062,6 +1069,21 @@ mod tests {
             // Used once.
             assert!(!fleet.take_at(1, t, "provider:p", 0).unwrap().1);
         });
+    }
+
+    #[test]
+    fn a_target_never_called_keeps_only_the_history_a_call_could_get() {
+        let fleet = RecordedFleet::default();
+        let t = fleet.target("provider:p");
+        // Read 30 s ahead of the replay, which never calls the target.
+        for i in 0..100_000u64 {
+            let a = attempt(i * 10, i, 200);
+            fleet.add(ReadAttempt::new(a, t, false), (i * 10).saturating_sub(30_000));
+        }
+        let f = fleet.inner.lock();
+        // From the latest at or before now to the horizon: 3,001 of 100,000.
+        assert_eq!(f.recent[t].len(), 3_001);
+        assert_eq!(f.recent[t].front().map(|(t_ms, _)| *t_ms), Some(969_990));
     }
 
     #[test]
