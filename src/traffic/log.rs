@@ -71,6 +71,19 @@ impl Record {
         }
     }
 
+    /// Moves the record `by` milliseconds earlier (the header stays).
+    fn shift_back(&mut self, by: u64) {
+        let t = match self {
+            Record::Header(_) => return,
+            Record::Request(r) => &mut r.t_ms,
+            Record::Attempt(r) => &mut r.t_ms,
+            Record::Outcome(r) => &mut r.t_ms,
+            Record::Transition(r) => &mut r.t_ms,
+            Record::Operator(r) => &mut r.t_ms,
+        };
+        *t -= by;
+    }
+
     /// The `kind` written on the line.
     pub fn kind(&self) -> &'static str {
         match self {
@@ -324,6 +337,10 @@ pub struct LogReader {
     started: bool,
     line_no: u64,
     last_t_ms: u64,
+    /// Where the log's time starts: 0 with a header, else the first
+    /// record's `t_ms` (None until it is read). Records are returned with
+    /// times since then; checks use the times as written.
+    origin_ms: Option<u64>,
     /// Request ids read so far: compressed, so sequential ids take a few
     /// bytes per thousand and a lookup stays in cache.
     seen_requests: roaring::RoaringTreemap,
@@ -378,6 +395,7 @@ impl LogReader {
             started: false,
             line_no: 0,
             last_t_ms: 0,
+            origin_ms: None,
             seen_requests: roaring::RoaringTreemap::new(),
             bad_lines: 0,
             unknown_kinds: 0,
@@ -395,6 +413,7 @@ impl LogReader {
                         if let Ok(Record::Header(h)) = parse_record(&me.buf) {
                             if h.v == VERSION {
                                 me.header = Some(h);
+                                me.origin_ms = Some(0);
                                 me.started = true;
                                 return Ok(me);
                             }
@@ -480,9 +499,13 @@ impl LogReader {
             let first = !self.started;
             self.started = true;
             let problem = match result {
-                Parsed::Record(rec) => match self.check(&rec, first) {
+                Parsed::Record(mut rec) => match self.check(&rec, first) {
                     Ok(()) => {
                         self.accept(&rec, first);
+                        let origin = *self.origin_ms.get_or_insert(rec.t_ms());
+                        if origin > 0 {
+                            rec.shift_back(origin);
+                        }
                         return Ok(Some(rec));
                     }
                     Err(b) => b,

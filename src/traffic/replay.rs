@@ -971,11 +971,21 @@ fn boxed<F: std::future::Future>(make: impl FnOnce() -> F) -> std::pin::Pin<Box<
     Box::into_pin(Box::write(Box::new_uninit(), make()))
 }
 
-/// How long a log runs (the `t_ms` of its last record), read from its tail
-/// without scanning the whole file; None if no record is found there.
+/// How long a log runs (the `t_ms` of its last record, from its first in a
+/// log without a header), read from its ends without scanning the whole
+/// file; None if no record is found there.
 pub fn log_length_ms(path: &std::path::Path) -> Option<u64> {
-    use std::io::{Read, Seek, SeekFrom};
+    use std::io::{BufRead, Read, Seek, SeekFrom};
     let mut f = std::fs::File::open(path).ok()?;
+    let first = std::io::BufReader::new(&mut f)
+        .lines()
+        .map_while(Result::ok)
+        .find(|l| !l.trim().is_empty())
+        .and_then(|l| serde_json::from_str::<serde_json::Value>(&l).ok())?;
+    let origin = match first.get("kind").and_then(serde_json::Value::as_str) {
+        Some("header") => 0,
+        _ => first.get("t_ms").and_then(serde_json::Value::as_u64)?,
+    };
     let len = f.metadata().ok()?.len();
     let start = len.saturating_sub(256 << 10);
     f.seek(SeekFrom::Start(start)).ok()?;
@@ -986,6 +996,7 @@ pub fn log_length_ms(path: &std::path::Path) -> Option<u64> {
         .rev()
         .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
         .find_map(|v| v.get("t_ms").and_then(serde_json::Value::as_u64))
+        .map(|last| last.saturating_sub(origin))
 }
 
 #[cfg(test)]

@@ -182,11 +182,21 @@ fn all_kinds_reads_every_kind_and_skips_unknown_ones() {
 }
 
 #[test]
-fn a_log_without_header_is_accepted() {
+fn a_log_without_header_is_accepted_with_times_from_its_first_record() {
     let (reader, recs) = read_all(&fixture("no_header.jsonl"), false).unwrap();
     assert_eq!(reader.header(), None);
+    // Written at 1000, 1010 and 1030 ms.
     let kinds: Vec<_> = recs.iter().map(|r| (r.kind(), r.t_ms())).collect();
-    assert_eq!(kinds, [("request", 1000), ("attempt", 1010), ("outcome", 1030)]);
+    assert_eq!(kinds, [("request", 0), ("attempt", 10), ("outcome", 30)]);
+    assert_eq!(
+        fusebox::traffic::replay::log_length_ms(&fixture("no_header.jsonl")),
+        Some(30)
+    );
+    assert_eq!(
+        fusebox::traffic::replay::log_length_ms(&fixture("all_kinds.jsonl")),
+        Some(3200),
+        "with a header, times are as written"
+    );
     assert_eq!(
         recs[0],
         Record::Request(RequestRec {
@@ -194,7 +204,7 @@ fn a_log_without_header_is_accepted() {
             prompt_tokens: 50,
             max_tokens: 20,
             tools: strings(&["calc"]),
-            ..request(1000, 7, "carol")
+            ..request(0, 7, "carol")
         })
     );
 }
