@@ -678,13 +678,23 @@ fn replay(args: ReplayArgs) -> Result<()> {
             clock.elapsed_ms(),
             wall.elapsed().as_millis() as u64,
         );
-        summary.bad_lines = Some(out.bad_lines);
+        skipped(&mut summary, &out, &args.log);
         summary.fleet = shared.map(|f| f.summary());
         anyhow::Ok(Some(summary))
     })?;
     match summary {
         Some(summary) => write_summary(&summary, args.summary_json.as_ref()),
         None => Ok(()),
+    }
+}
+
+/// Notes the log lines a replay skipped in its summary, and says so.
+fn skipped(summary: &mut Summary, out: &fusebox::traffic::replay::Replayed, log: &std::path::Path) {
+    summary.bad_lines = Some(out.bad_lines);
+    summary.unknown_kinds = Some(out.unknown_kinds);
+    summary.torn_lines = Some(out.torn_lines);
+    if let Some(lines) = out.skipped().strip_prefix(", ") {
+        eprintln!("warning: {}: {lines}", log.display());
     }
 }
 
@@ -740,7 +750,7 @@ fn compare(args: &ReplayArgs, a: &PathBuf, b: &PathBuf) -> Result<()> {
                 clock.elapsed_ms(),
                 wall.elapsed().as_millis() as u64,
             );
-            s.bad_lines = Some(out.bad_lines);
+            skipped(&mut s, &out, &args.log);
             anyhow::Ok(s)
         })?;
         summaries.push(summary);

@@ -203,9 +203,10 @@ impl<T: Send + 'static, B: Send + 'static> Prefetched<T, B> {
         }
     }
 
-    /// Bad lines skipped so far (final once the end was reached).
-    pub fn bad_lines(&self) -> u64 {
-        self.reader.as_ref().map_or(0, |r| r.bad_lines())
+    /// The log reader, back from its thread once the end was reached (for
+    /// its counts of lines skipped).
+    pub fn finished(&self) -> Option<&LogReader> {
+        self.reader.as_deref()
     }
 }
 

@@ -240,10 +240,7 @@ impl ReplayEnd {
     /// Notes the replay's result.
     pub fn set(&self, result: &Result<Replayed, LogError>) {
         *self.0.lock() = Some(match result {
-            Ok(r) => Ok(format!(
-                "{} requests, {} lost, {} bad lines skipped",
-                r.requests, r.lost, r.bad_lines
-            )),
+            Ok(r) => Ok(format!("{} requests, {} lost{}", r.requests, r.lost, r.skipped())),
             Err(e) => Err(e.to_string()),
         });
     }
@@ -571,10 +568,36 @@ pub struct Replayed {
     pub lost: u64,
     /// Lines skipped as bad (with skip-bad-lines).
     pub bad_lines: u64,
+    /// Lines of a kind this version does not know, skipped.
+    pub unknown_kinds: u64,
+    /// A torn last line (a crash mid-write), skipped: 0 or 1.
+    pub torn_lines: u64,
     /// Operator actions re-applied.
     pub operator_actions: u64,
     /// Recorded vs replayed level per request (kept when `compare` is on).
     pub levels: HashMap<u64, (Option<Level>, Option<Level>)>,
+}
+
+impl Replayed {
+    /// The lines skipped, in words: empty, or `, N bad lines, … skipped`.
+    pub fn skipped(&self) -> String {
+        let parts: Vec<String> = [
+            (self.bad_lines, "bad line"),
+            (self.unknown_kinds, "line of unknown kind"),
+            (self.torn_lines, "torn last line"),
+        ]
+        .into_iter()
+        .filter(|(n, _)| *n > 0)
+        .map(|(n, what)| match n {
+            1 => format!("1 {what}"),
+            _ => format!("{n} {}", what.replacen("line", "lines", 1)),
+        })
+        .collect();
+        match parts.is_empty() {
+            true => String::new(),
+            false => format!(", {} skipped", parts.join(", ")),
+        }
+    }
 }
 
 /// Replay options.
@@ -960,7 +983,9 @@ pub async fn replay(
     for (id, level) in inflight.levels.lock().drain() {
         out.levels.entry(id).or_default().1 = Some(level);
     }
-    out.bad_lines = reader.bad_lines();
+    if let Some(r) = reader.finished() {
+        (out.bad_lines, out.unknown_kinds, out.torn_lines) = (r.bad_lines(), r.unknown_kinds(), r.torn_lines());
+    }
     Ok(out)
 }
 

@@ -75,6 +75,12 @@ pub struct Summary {
     /// Log lines skipped as bad (replay with --skip-bad-lines only).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub bad_lines: Option<u64>,
+    /// Log lines of an unknown kind, skipped (replay only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub unknown_kinds: Option<u64>,
+    /// A torn last line, skipped (replay only: 0 or 1).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub torn_lines: Option<u64>,
     /// Fleet mode only (`--state redis://…`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub fleet: Option<crate::fleet::FleetSummary>,
@@ -151,6 +157,8 @@ impl Summary {
             virtual_ms,
             wall_ms,
             bad_lines: None,
+            unknown_kinds: None,
+            torn_lines: None,
             fleet: None,
         }
     }

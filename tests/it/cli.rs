@@ -164,6 +164,39 @@ fn replay_reports_bad_logs_by_file_line_and_field() {
 }
 
 #[test]
+fn lines_a_replay_skips_are_counted_in_its_summary_and_said() {
+    let fixture = |f: &str| format!("{}/tests/fixtures/logs/{f}", env!("CARGO_MANIFEST_DIR"));
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("s.json");
+    let cases: &[(&str, &[&str], [u64; 4], &str)] = &[
+        // (log, flags, [requests, bad, unknown kinds, torn], said)
+        (
+            "not_json.jsonl",
+            &["--skip-bad-lines"],
+            [2, 1, 0, 0],
+            "1 bad line skipped",
+        ),
+        ("torn_last_line.jsonl", &[], [1, 0, 0, 1], "1 torn last line skipped"),
+        ("all_kinds.jsonl", &[], [2, 0, 1, 0], "1 line of unknown kind skipped"),
+    ];
+    for (log, flags, [requests, bad, unknown, torn], said) in cases {
+        let path = fixture(log);
+        let mut args = vec!["replay", &path, "--headless", "--summary-json", out.to_str().unwrap()];
+        args.extend_from_slice(flags);
+        let o = fusebox(&args);
+        assert!(o.status.success(), "{log}: {}", stderr(&o));
+        assert!(
+            stderr(&o).contains(&format!("warning: {path}: {said}")),
+            "{log}: {}",
+            stderr(&o)
+        );
+        let s: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
+        let got = ["requests", "bad_lines", "unknown_kinds", "torn_lines"].map(|k| s[k].as_u64());
+        assert_eq!(got, [requests, bad, unknown, torn].map(|n| Some(*n)), "{log}");
+    }
+}
+
+#[test]
 fn a_recorded_demo_replays_to_the_same_levels() {
     let dir = tempfile::tempdir().unwrap();
     let log = dir.path().join("traffic.jsonl");

@@ -340,12 +340,14 @@ async fn replay_mode_shows_how_the_replay_ended() {
         requests: 631,
         lost: 0,
         bad_lines: 2,
+        unknown_kinds: 0,
+        torn_lines: 1,
         operator_actions: 1,
         levels: Default::default(),
     }));
     let h = render_pane(&app, 160, 3, ui::header::draw);
     assert!(
-        h.contains("replay done: 631 requests, 0 lost, 2 bad lines skipped"),
+        h.contains("replay done: 631 requests, 0 lost, 2 bad lines, 1 torn last line skipped"),
         "{h}"
     );
 }
