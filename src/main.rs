@@ -151,9 +151,9 @@ struct ReplayArgs {
     /// `max` (virtual time, deterministic) or a speed-up factor [default: max headless, 1 in the console].
     #[arg(long, allow_hyphen_values = true)]
     speed: Option<String>,
-    /// `recorded`: every provider and tool behaves as recorded; `live`: the configured providers (mock fleet by default).
-    #[arg(long, value_parser = ["recorded", "live"], default_value = "recorded")]
-    providers: String,
+    /// `recorded`: every provider and tool behaves as recorded; `live`: the configured providers (mock fleet by default) [default: recorded when the log has attempts, else live].
+    #[arg(long, value_parser = ["recorded", "live"])]
+    providers: Option<String>,
     /// Do not re-apply recorded operator actions.
     #[arg(long)]
     no_operator: bool,
@@ -603,7 +603,7 @@ fn replay(args: ReplayArgs) -> Result<()> {
         .transpose()?;
     let (spool, _spool_dir) = spool_file(args.spool.clone(), &cfg)?;
     let state = args.state.redis(&cfg, &speed)?;
-    let recorded = args.providers == "recorded";
+    let recorded = recorded_providers(&args)?;
     if matches!(speed, Speed::Max) {
         fusebox::alloc::keep_freed_memory();
     }
@@ -613,7 +613,11 @@ fn replay(args: ReplayArgs) -> Result<()> {
     let record = args.record;
     let record_path = record.record.clone();
     let operator = operator_name(&args.console);
-    let source = format!("replay {}", args.log.display());
+    let source = format!(
+        "replay {} · providers {}",
+        args.log.display(),
+        if recorded { "recorded" } else { "live" }
+    );
     let log_length = fusebox::traffic::replay::log_length_ms(&args.log);
     let summary = rt.block_on(async move {
         let clock = run_clock(state.is_some());
@@ -698,6 +702,15 @@ fn skipped(summary: &mut Summary, out: &fusebox::traffic::replay::Replayed, log:
     }
 }
 
+/// Whether a replay's providers answer as recorded: as `--providers` says,
+/// else when the log has attempts to answer with.
+fn recorded_providers(args: &ReplayArgs) -> Result<bool> {
+    Ok(match args.providers.as_deref() {
+        Some(p) => p == "recorded",
+        None => fusebox::traffic::replay::has_attempts(&args.log, args.skip_bad_lines)?,
+    })
+}
+
 /// A runner for a replay: every provider and tool answering from the
 /// recorded fleet, or the configured providers (`live`).
 fn replay_runner(
@@ -723,13 +736,13 @@ fn replay_runner(
 /// virtual time, side by side.
 fn compare(args: &ReplayArgs, a: &PathBuf, b: &PathBuf) -> Result<()> {
     fusebox::alloc::keep_freed_memory();
+    let recorded = recorded_providers(args)?;
     let mut summaries = Vec::new();
     for path in [a, b] {
         let cfg = Config::load(path)?;
         let reader = LogReader::open(&args.log, args.skip_bad_lines)?;
         let seed = Seed(args.seed.or(reader.header().map(|h| h.seed)).unwrap_or(42));
         let (spool, _spool_dir) = spool_file(None, &cfg)?;
-        let recorded = args.providers == "recorded";
         let rt = fusebox::traffic::replay::runtime(!recorded, true)?;
         let wall = std::time::Instant::now();
         let opts = ReplayOptions {

@@ -996,6 +996,19 @@ fn boxed<F: std::future::Future>(make: impl FnOnce() -> F) -> std::pin::Pin<Box<
     Box::into_pin(Box::write(Box::new_uninit(), make()))
 }
 
+/// Whether the log at `path` has an attempt record: read up to the first
+/// one, so a recorded log answers at once.
+pub fn has_attempts(path: &std::path::Path, skip_bad_lines: bool) -> Result<bool, LogError> {
+    let mut reader = LogReader::open(path, skip_bad_lines)?;
+    reader.check_only_outcomes();
+    while let Some(r) = reader.next_record()? {
+        if matches!(r, Record::Attempt(_)) {
+            return Ok(true);
+        }
+    }
+    Ok(false)
+}
+
 /// How long a log runs (the `t_ms` of its last record, from its first in a
 /// log without a header), read from its ends without scanning the whole
 /// file; None if no record is found there.

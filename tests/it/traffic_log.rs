@@ -881,3 +881,15 @@ fn streams_200_000_requests() {
     assert_eq!(reader.line_no(), N + 1);
     assert_eq!(reader.bad_lines() + reader.unknown_kinds() + reader.torn_lines(), 0);
 }
+
+#[test]
+fn replay_answers_as_recorded_by_default_only_when_the_log_has_attempts() {
+    use fusebox::traffic::replay::has_attempts;
+    assert!(has_attempts(&fixture("no_header.jsonl"), false).unwrap());
+    // Two requests and a bad line, no attempt: live providers by default.
+    assert!(!has_attempts(&fixture("not_json.jsonl"), true).unwrap());
+    assert!(matches!(
+        has_attempts(&fixture("not_json.jsonl"), false),
+        Err(LogError::BadLine { line: 3, .. })
+    ));
+}
