@@ -158,7 +158,8 @@ struct ReplayArgs {
     #[arg(long)]
     no_operator: bool,
     /// Replay under two configs (virtual time) and print both summaries side by side.
-    #[arg(long, num_args = 2, value_names = ["CONFIG_A", "CONFIG_B"])]
+    #[arg(long, num_args = 2, value_names = ["CONFIG_A", "CONFIG_B"],
+          conflicts_with_all = ["config", "speed", "spool", "state", "record"])]
     compare: Option<Vec<PathBuf>>,
     /// Skip malformed lines (counted in the summary as bad_lines) instead of stopping.
     #[arg(long)]
@@ -604,6 +605,7 @@ fn replay(args: ReplayArgs) -> Result<()> {
     let (spool, _spool_dir) = spool_file(args.spool.clone(), &cfg)?;
     let state = args.state.redis(&cfg, &speed)?;
     let recorded = recorded_providers(&args)?;
+    check_replay(&args, &cfg, recorded, &speed)?;
     if matches!(speed, Speed::Max) {
         fusebox::alloc::keep_freed_memory();
     }
@@ -702,6 +704,36 @@ fn skipped(summary: &mut Summary, out: &fusebox::traffic::replay::Replayed, log:
     }
 }
 
+/// Refuses what a replay cannot do safely: live HTTP providers in virtual
+/// time (every call would time out as the clock leaps), or recording over
+/// the log being replayed.
+fn check_replay(args: &ReplayArgs, cfg: &Config, recorded: bool, speed: &Speed) -> Result<()> {
+    if !recorded && matches!(speed, Speed::Max) {
+        let http: Vec<&str> = cfg
+            .providers
+            .iter()
+            .filter(|(_, p)| p.kind != fusebox::config::ProviderKind::Mock)
+            .map(|(name, _)| name.as_str())
+            .collect();
+        if !http.is_empty() {
+            bail!(
+                "live providers over HTTP ({}) answer in real time, not at --speed max; use a speed factor (e.g. --speed 1), or --providers recorded",
+                http.join(", ")
+            );
+        }
+    }
+    if let Some(out) = &args.record.record {
+        let same = |p: &std::path::Path| std::fs::canonicalize(p).ok();
+        if same(out).is_some() && same(out) == same(&args.log) {
+            bail!(
+                "--record {}: that is the log being replayed, and recording would overwrite it; record to another file",
+                out.display()
+            );
+        }
+    }
+    Ok(())
+}
+
 /// Whether a replay's providers answer as recorded: as `--providers` says,
 /// else when the log has attempts to answer with.
 fn recorded_providers(args: &ReplayArgs) -> Result<bool> {
@@ -740,6 +772,7 @@ fn compare(args: &ReplayArgs, a: &PathBuf, b: &PathBuf) -> Result<()> {
     let mut summaries = Vec::new();
     for path in [a, b] {
         let cfg = Config::load(path)?;
+        check_replay(args, &cfg, recorded, &Speed::Max)?;
         let reader = LogReader::open(&args.log, args.skip_bad_lines)?;
         let seed = Seed(args.seed.or(reader.header().map(|h| h.seed)).unwrap_or(42));
         let (spool, _spool_dir) = spool_file(None, &cfg)?;

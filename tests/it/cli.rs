@@ -197,6 +197,35 @@ fn lines_a_replay_skips_are_counted_in_its_summary_and_said() {
 }
 
 #[test]
+fn replay_refuses_what_it_cannot_do_safely() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("night.jsonl");
+    let fixture = format!("{}/tests/fixtures/logs/no_header.jsonl", env!("CARGO_MANIFEST_DIR"));
+    std::fs::copy(&fixture, &log).unwrap();
+    let log = log.to_str().unwrap();
+    // Recording over the log being replayed would destroy it.
+    let o = fusebox(&["replay", log, "--headless", "--record", log]);
+    assert_clean_failure(&o, &["that is the log being replayed"]);
+    assert_eq!(std::fs::read(log).unwrap(), std::fs::read(&fixture).unwrap());
+    // Real providers cannot answer in virtual time.
+    let cfg = dir.path().join("http.toml");
+    std::fs::write(
+        &cfg,
+        "[providers.openai]\nkind = \"openai-compatible\"\nbase_url = \"http://127.0.0.1:9/v1\"\n\
+         [providers.anthropic]\n[providers.deepseek]\n",
+    )
+    .unwrap();
+    let cfg = cfg.to_str().unwrap();
+    let o = fusebox(&["replay", log, "--headless", "--providers", "live", "--config", cfg]);
+    assert_clean_failure(&o, &["live providers over HTTP (openai)", "--speed 1"]);
+    let o = fusebox(&["replay", log, "--providers", "live", "--compare", cfg, cfg]);
+    assert_clean_failure(&o, &["live providers over HTTP (openai)"]);
+    // --compare runs its two configs in virtual time, and nothing else.
+    let o = fusebox(&["replay", log, "--compare", cfg, cfg, "--speed", "2"]);
+    assert_clean_failure(&o, &["--speed"]);
+}
+
+#[test]
 fn a_recorded_demo_replays_to_the_same_levels() {
     let dir = tempfile::tempdir().unwrap();
     let log = dir.path().join("traffic.jsonl");
