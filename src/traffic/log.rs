@@ -788,6 +788,17 @@ fn validate(rec: &Record) -> Result<(), Bad> {
                 OPERATOR_ACTIONS.join(", ")
             ),
         )),
+        Record::Operator(op) if op.action == "set_fault" => {
+            let spec = op.args.as_ref().and_then(|a| a.get("fault"));
+            match spec.map(crate::provider::fault::FaultSpec::deserialize) {
+                Some(Ok(_)) => Ok(()),
+                Some(Err(e)) => Err(bad("args.fault", format!("not a fault: {e}"))),
+                None => Err(bad(
+                    "args.fault",
+                    r#"set_fault needs its fault, e.g. {"fault":{"fault":{"type":"status","code":503},"rate":0.5}}"#,
+                )),
+            }
+        }
         Record::Attempt(a) => {
             let name = a
                 .target

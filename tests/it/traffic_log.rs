@@ -61,7 +61,10 @@ fn all_kinds_reads_every_kind_and_skips_unknown_ones() {
         })
     );
     let mut args = serde_json::Map::new();
-    args.insert("error_rate".into(), serde_json::json!(0.5));
+    args.insert(
+        "fault".into(),
+        serde_json::json!({"fault": {"type": "status", "code": 503}, "rate": 0.5}),
+    );
     let expected = vec![
         Record::Request(RequestRec {
             t_ms: 0,
@@ -261,6 +264,12 @@ const BAD: &[(&str, u64, &str, &str)] = &[
         "action",
         "unknown action `explode`, expected one of force_open, force_closed, disable, reset, freeze_refill, \
          unfreeze_refill, set_fault, drill_on, drill_off",
+    ),
+    (
+        "bad_fault.jsonl",
+        3,
+        "args.fault",
+        "set_fault needs its fault, e.g. {\"fault\":{\"fault\":{\"type\":\"status\",\"code\":503},\"rate\":0.5}}",
     ),
     (
         "bad_transport.jsonl",
@@ -722,11 +731,19 @@ fn arb_record() -> impl Strategy<Value = Record> {
         text(),
     )
         .prop_map(|(t_ms, action, target, args, by)| {
+            // set_fault carries its fault; the other actions any arguments.
+            let args = match action {
+                "set_fault" => {
+                    let spec = serde_json::json!({"fault": {"type": "latency", "ms": t_ms % 10_000}, "rate": 1.0});
+                    Some(serde_json::Map::from_iter([("fault".to_string(), spec)]))
+                }
+                _ => args.map(|m| m.into_iter().map(|(k, v)| (k, serde_json::json!(v))).collect()),
+            };
             Record::Operator(OperatorRec {
                 t_ms,
                 action: action.to_string(),
                 target,
-                args: args.map(|m| m.into_iter().map(|(k, v)| (k, serde_json::json!(v))).collect()),
+                args,
                 by,
             })
         });
