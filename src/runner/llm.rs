@@ -544,6 +544,19 @@ pub(crate) fn rate_headers(r: &RateFeedback) -> BTreeMap<String, String> {
     h
 }
 
+/// The rate-limit feedback in a log's recorded headers: the inverse of
+/// [`rate_headers`] (OpenAI's names and relative times, with Anthropic's
+/// separate input and output limits), also reading a hand-written
+/// `retry-after` (an HTTP date relative to `now_unix_ms`).
+pub(crate) fn recorded_rate(h: &BTreeMap<String, String>, now_unix_ms: u64) -> RateFeedback {
+    let count = |k: &str| h.get(k).and_then(|v| v.trim().parse().ok());
+    RateFeedback {
+        remaining_input_tokens: count("anthropic-ratelimit-input-tokens-remaining"),
+        remaining_output_tokens: count("anthropic-ratelimit-output-tokens-remaining"),
+        ..crate::provider::headers::openai_feedback(&|k| h.get(k).cloned(), now_unix_ms)
+    }
+}
+
 /// The conversation cut down for a fallback hop: system messages and the
 /// last user turn with what followed it.
 fn trim(messages: &Arc<[Message]>) -> Arc<[Message]> {
@@ -559,4 +572,30 @@ fn trim(messages: &Arc<[Message]>) -> Arc<[Message]> {
         .filter(|(i, m)| &*m.role == "system" || *i >= last_user)
         .map(|(_, m)| m.clone())
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[test]
+    fn recorded_headers_give_back_the_feedback_they_were_written_from() {
+        let full = RateFeedback {
+            remaining_tokens: Some(1_000),
+            remaining_input_tokens: Some(700),
+            remaining_output_tokens: Some(300),
+            remaining_requests: Some(9),
+            reset_tokens: Some(Duration::from_millis(1_500)),
+            reset_requests: Some(Duration::from_millis(250)),
+            retry_after: Some(Duration::from_millis(4_000)),
+        };
+        let anthropic = RateFeedback {
+            remaining_input_tokens: Some(5),
+            ..RateFeedback::default()
+        };
+        for r in [full, anthropic, RateFeedback::default()] {
+            assert_eq!(recorded_rate(&rate_headers(&r), 0), r);
+        }
+    }
 }

@@ -12,11 +12,11 @@ use super::log::{AttemptRec, LogError, LogReader, OperatorRec, OutcomeRec, Recor
 use super::prefetch::{GiveBack, Prefetched, Split};
 use crate::clock::{note_step, Clock, Seed, Steps};
 use crate::config::Config;
-use crate::provider::headers::openai_feedback;
 use crate::provider::mock::{args_for, order_id};
 use crate::provider::{ErrorKind, LlmRequest, LlmResponse, Message, Provider, ProviderError, ToolCall, Usage};
 use crate::resilience::limiter::RateFeedback;
 use crate::runner::command::Command;
+use crate::runner::llm::recorded_rate;
 use crate::runner::outcome::Level;
 use crate::runner::request::AgentRequest;
 use crate::runner::{Runner, RunnerParts};
@@ -320,8 +320,7 @@ async fn play(
     let rate = if a.headers.is_empty() {
         RateFeedback::default()
     } else {
-        let headers = &a.headers;
-        openai_feedback(&|k| headers.get(k).cloned(), clock.wall_ms())
+        recorded_rate(&a.headers, clock.wall_ms())
     };
     let fail = |kind: ErrorKind, status: Option<u16>| {
         let mut e = ProviderError::new(kind, status, format!("replayed {} ({})", a.target, kind.label(status)));
@@ -358,6 +357,13 @@ async fn play(
                         })
                         .collect()
                 }
+                // A semantic failure recorded without the calls it was
+                // about: a call of a tool that does not exist, so it is
+                // judged a semantic failure again.
+                (true, Some(_)) if a.semantic_failure.is_some() => vec![ToolCall {
+                    name: "recorded_semantic_failure__unknown".into(),
+                    arguments: "{}".into(),
+                }],
                 _ => Vec::new(),
             };
             Ok((usage, calls))

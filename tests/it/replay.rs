@@ -186,3 +186,93 @@ async fn recorded_latency_beyond_the_timeout_replays_as_a_timeout() {
     let openai = runner.registry().find("provider:openai").unwrap().stats.view();
     assert_eq!((openai.ok, openai.failed, openai.timeouts), (2, 1, 1));
 }
+
+/// A log of the given lines (without `t_ms` order checks: give them in
+/// order) after a header.
+fn write_log(path: &Path, lines: &[String]) {
+    let mut text = String::from("{\"kind\":\"header\",\"v\":1,\"started_at\":\"2026-11-29T02:00:00Z\",\"seed\":8}\n");
+    for line in lines {
+        text.push_str(line);
+        text.push('\n');
+    }
+    std::fs::write(path, text).unwrap();
+}
+
+fn request_line(t: u64, id: u64) -> String {
+    format!(
+        "{{\"kind\":\"request\",\"t_ms\":{t},\"id\":{id},\"user\":\"u{id}\",\"session\":\"s{id}\",\"route\":\"default\",\"prompt_tokens\":50,\"max_tokens\":100,\"tools\":[],\"max_steps\":1}}"
+    )
+}
+
+fn attempt_line(t: u64, id: u64, status: u16, extra: &str) -> String {
+    format!(
+        "{{\"kind\":\"attempt\",\"t_ms\":{t},\"request\":{id},\"target\":\"provider:openai\",\"model\":\"gpt-4o\",\"status\":{status},\"transport\":null,\"latency_ms\":100,\"input_tokens\":50,\"output_tokens\":20{extra}}}"
+    )
+}
+
+/// Calls with no recorded attempt of their own get the target's latest
+/// recorded behaviour at or before their time, the earliest if none is;
+/// a target the log never shows is healthy.
+#[tokio::test(start_paused = true)]
+async fn calls_without_their_own_record_get_the_target_s_recorded_behaviour() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("fallback.jsonl");
+    // Request 1 has no attempt; request 2's openai call failed with 503
+    // after request 1 came; request 3 comes a minute later, with none.
+    write_log(
+        &log,
+        &[
+            request_line(0, 1),
+            request_line(5_000, 2),
+            attempt_line(5_100, 2, 503, ""),
+            request_line(60_000, 3),
+        ],
+    );
+    let mut cfg = Config::default();
+    cfg.retry.max_retries = 0;
+    let (runner, out) = replay_with(dir.path(), &log, cfg, "fallback").await;
+    use fusebox::runner::outcome::Level;
+    for id in 1..=3 {
+        assert_eq!(out.levels[&id].1, Some(Level::Fallback), "request {id}");
+    }
+    let view = |t: &str| runner.registry().find(t).unwrap().stats.view();
+    let (openai, anthropic) = (view("provider:openai"), view("provider:anthropic"));
+    assert_eq!(
+        (openai.attempts, openai.failed),
+        (3, 3),
+        "the earliest, its own, the latest"
+    );
+    assert_eq!((anthropic.attempts, anthropic.ok), (3, 3), "never in the log: healthy");
+}
+
+/// A semantic failure recorded without the tool calls it was about is
+/// replayed as one, and recorded rate-limit headers reach the limiter.
+#[tokio::test(start_paused = true)]
+async fn recorded_semantic_failures_and_rate_headers_are_replayed() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("semantic.jsonl");
+    write_log(
+        &log,
+        &[
+            request_line(0, 1),
+            attempt_line(100, 1, 200, ",\"semantic_failure\":\"hallucinated tool\""),
+            request_line(1_000, 2),
+            attempt_line(1_100, 2, 429, ",\"headers\":{\"retry-after-ms\":\"7000\"}"),
+        ],
+    );
+    let mut cfg = Config::default();
+    cfg.retry.max_retries = 0;
+    let (runner, _out) = replay_with(dir.path(), &log, cfg, "semantic").await;
+    let openai = runner.registry().find("provider:openai").unwrap().stats.view();
+    assert_eq!((openai.attempts, openai.semantic, openai.failed), (2, 1, 2));
+    let frozen: Vec<_> = runner
+        .events()
+        .recent(100)
+        .into_iter()
+        .filter_map(|e| match e.kind {
+            fusebox::telemetry::events::EventKind::RefillFrozen { provider, for_ms, .. } => Some((provider, for_ms)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(frozen, [("openai".to_string(), Some(7_000))]);
+}
