@@ -143,8 +143,9 @@ struct DemoArgs {
 
 #[derive(clap::Args)]
 struct ReplayArgs {
-    /// The traffic log (JSONL, format v1).
-    log: PathBuf,
+    /// The traffic log (JSONL, format v1); a log rotated by --rotate-mb as its segments in order (FILE.1 FILE.2 … FILE).
+    #[arg(required = true, value_name = "LOG")]
+    logs: Vec<PathBuf>,
     /// Config to replay under (default: the built-in config).
     #[arg(long)]
     config: Option<PathBuf>,
@@ -597,7 +598,7 @@ fn replay(args: ReplayArgs) -> Result<()> {
     let console = !args.headless;
     let speed = parse_speed(args.speed.as_deref().unwrap_or(if console { "1" } else { "max" }))?;
     let cfg = load_config(args.config.as_ref())?;
-    let reader = LogReader::open(&args.log, args.skip_bad_lines)?;
+    let reader = LogReader::open_all(&args.logs, args.skip_bad_lines)?;
     let seed = Seed(args.seed.or(reader.header().map(|h| h.seed)).unwrap_or(42));
     let ui = console
         .then(|| console_setup(&args.console, &speed, "replay LOG"))
@@ -617,10 +618,10 @@ fn replay(args: ReplayArgs) -> Result<()> {
     let operator = operator_name(&args.console);
     let source = format!(
         "replay {} · providers {}",
-        args.log.display(),
+        shown(&args.logs),
         if recorded { "recorded" } else { "live" }
     );
-    let log_length = fusebox::traffic::replay::log_length_ms(&args.log);
+    let log_length = fusebox::traffic::replay::log_length_ms(&args.logs);
     let summary = rt.block_on(async move {
         let clock = run_clock(state.is_some());
         let (runner, fleet) = replay_runner(cfg, seed, spool, recorded, clock)?;
@@ -684,7 +685,7 @@ fn replay(args: ReplayArgs) -> Result<()> {
             clock.elapsed_ms(),
             wall.elapsed().as_millis() as u64,
         );
-        skipped(&mut summary, &out, &args.log);
+        skipped(&mut summary, &out, &args.logs);
         summary.fleet = shared.map(|f| f.summary());
         anyhow::Ok(Some(summary))
     })?;
@@ -694,13 +695,22 @@ fn replay(args: ReplayArgs) -> Result<()> {
     }
 }
 
+/// The replayed log for messages: its first segment, and how many follow.
+fn shown(logs: &[PathBuf]) -> String {
+    let first = logs.first().map(|p| p.display().to_string()).unwrap_or_default();
+    match logs.len() {
+        0 | 1 => first,
+        n => format!("{first} (+{} segments)", n - 1),
+    }
+}
+
 /// Notes the log lines a replay skipped in its summary, and says so.
-fn skipped(summary: &mut Summary, out: &fusebox::traffic::replay::Replayed, log: &std::path::Path) {
+fn skipped(summary: &mut Summary, out: &fusebox::traffic::replay::Replayed, logs: &[PathBuf]) {
     summary.bad_lines = Some(out.bad_lines);
     summary.unknown_kinds = Some(out.unknown_kinds);
     summary.torn_lines = Some(out.torn_lines);
     if let Some(lines) = out.skipped().strip_prefix(", ") {
-        eprintln!("warning: {}: {lines}", log.display());
+        eprintln!("warning: {}: {lines}", shown(logs));
     }
 }
 
@@ -724,7 +734,7 @@ fn check_replay(args: &ReplayArgs, cfg: &Config, recorded: bool, speed: &Speed) 
     }
     if let Some(out) = &args.record.record {
         let same = |p: &std::path::Path| std::fs::canonicalize(p).ok();
-        if same(out).is_some() && same(out) == same(&args.log) {
+        if same(out).is_some() && args.logs.iter().any(|log| same(out) == same(log)) {
             bail!(
                 "--record {}: that is the log being replayed, and recording would overwrite it; record to another file",
                 out.display()
@@ -739,7 +749,7 @@ fn check_replay(args: &ReplayArgs, cfg: &Config, recorded: bool, speed: &Speed) 
 fn recorded_providers(args: &ReplayArgs) -> Result<bool> {
     Ok(match args.providers.as_deref() {
         Some(p) => p == "recorded",
-        None => fusebox::traffic::replay::has_attempts(&args.log, args.skip_bad_lines)?,
+        None => fusebox::traffic::replay::has_attempts(&args.logs, args.skip_bad_lines)?,
     })
 }
 
@@ -773,7 +783,7 @@ fn compare(args: &ReplayArgs, a: &PathBuf, b: &PathBuf) -> Result<()> {
     for path in [a, b] {
         let cfg = Config::load(path)?;
         check_replay(args, &cfg, recorded, &Speed::Max)?;
-        let reader = LogReader::open(&args.log, args.skip_bad_lines)?;
+        let reader = LogReader::open_all(&args.logs, args.skip_bad_lines)?;
         let seed = Seed(args.seed.or(reader.header().map(|h| h.seed)).unwrap_or(42));
         let (spool, _spool_dir) = spool_file(None, &cfg)?;
         let rt = fusebox::traffic::replay::runtime(!recorded, true)?;
@@ -796,7 +806,7 @@ fn compare(args: &ReplayArgs, a: &PathBuf, b: &PathBuf) -> Result<()> {
                 clock.elapsed_ms(),
                 wall.elapsed().as_millis() as u64,
             );
-            skipped(&mut s, &out, &args.log);
+            skipped(&mut s, &out, &args.logs);
             anyhow::Ok(s)
         })?;
         summaries.push(summary);

@@ -14,7 +14,7 @@ use compact_str::CompactString;
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 use std::fs::File;
 use std::io::{self, BufRead, BufReader, Read as _};
 use std::path::{Path, PathBuf};
@@ -351,6 +351,12 @@ pub struct LogReader {
     /// Outcome lines are checked but not built or returned.
     check_only_outcomes: bool,
     done: bool,
+    /// Segments of the same recording still to read, in order
+    /// ([`LogReader::open_all`]).
+    more: VecDeque<PathBuf>,
+    /// No line of the current segment (after the first) was read yet: its
+    /// header, a copy of the first segment's, is skipped.
+    segment_start: bool,
 }
 
 impl std::fmt::Debug for LogReader {
@@ -378,6 +384,35 @@ impl LogReader {
         Self::from_reader(path, BufReader::with_capacity(64 << 10, file), skip_bad_lines)
     }
 
+    /// Opens the segments of one recording and reads them as one log, in
+    /// the order given: `FILE.1 FILE.2 … FILE`, as `--rotate-mb` leaves
+    /// them (a request's attempts may be in the segment after its own).
+    /// Errors name the segment and its line.
+    pub fn open_all(paths: &[PathBuf], skip_bad_lines: bool) -> Result<Self, LogError> {
+        let Some((first, rest)) = paths.split_first() else {
+            return Err(LogError::Empty { path: PathBuf::new() });
+        };
+        let mut me = Self::open(first, skip_bad_lines)?;
+        me.more = rest.iter().cloned().collect();
+        Ok(me)
+    }
+
+    /// At the end of a segment: goes on to the next, if any is left.
+    fn next_segment(&mut self) -> Result<bool, LogError> {
+        let Some(path) = self.more.pop_front() else {
+            return Ok(false);
+        };
+        let file = File::open(&path).map_err(|source| LogError::Io {
+            path: path.clone(),
+            source,
+        })?;
+        self.reader = Box::new(BufReader::with_capacity(64 << 10, file));
+        self.path = path;
+        self.line_no = 0;
+        self.segment_start = true;
+        Ok(true)
+    }
+
     /// Like [`LogReader::open`] over any buffered reader; `name` is used in
     /// error messages.
     pub fn from_reader(
@@ -403,6 +438,8 @@ impl LogReader {
             warned_kinds: Vec::new(),
             check_only_outcomes: false,
             done: false,
+            more: VecDeque::new(),
+            segment_start: false,
         };
         loop {
             match me.read_line()? {
@@ -482,6 +519,12 @@ impl LogReader {
             let (newline, too_long) = match self.pending.take() {
                 Some(p) => p,
                 None => match self.read_line()? {
+                    Read::Eof if self.segment_start => {
+                        return Err(LogError::Empty {
+                            path: self.path.clone(),
+                        })
+                    }
+                    Read::Eof if self.next_segment()? => continue,
                     Read::Eof => return Ok(None),
                     Read::Line { newline, too_long } => (newline, too_long),
                 },
@@ -492,13 +535,16 @@ impl LogReader {
                 continue;
             } else if self.check_only_outcomes && self.outcome_checks_out() {
                 self.started = true;
+                self.segment_start = false;
                 continue;
             } else {
                 parse_line(&self.buf)
             };
             let first = !self.started;
             self.started = true;
+            let segment_first = std::mem::take(&mut self.segment_start);
             let problem = match result {
+                Parsed::Record(Record::Header(h)) if segment_first && h.v == VERSION => continue,
                 Parsed::Record(mut rec) => match self.check(&rec, first) {
                     Ok(()) => {
                         self.accept(&rec, first);
@@ -527,6 +573,9 @@ impl LogReader {
                     self.torn_lines += 1;
                     tracing::warn!(path = %self.path.display(), line = self.line_no, error = %msg,
                         "skipping torn last line");
+                    if self.next_segment()? {
+                        continue;
+                    }
                     return Ok(None);
                 }
                 Parsed::NotJson(msg) => bad("", format!("not JSON: {msg}")),

@@ -1004,8 +1004,8 @@ fn boxed<F: std::future::Future>(make: impl FnOnce() -> F) -> std::pin::Pin<Box<
 
 /// Whether the log at `path` has an attempt record: read up to the first
 /// one, so a recorded log answers at once.
-pub fn has_attempts(path: &std::path::Path, skip_bad_lines: bool) -> Result<bool, LogError> {
-    let mut reader = LogReader::open(path, skip_bad_lines)?;
+pub fn has_attempts(paths: &[std::path::PathBuf], skip_bad_lines: bool) -> Result<bool, LogError> {
+    let mut reader = LogReader::open_all(paths, skip_bad_lines)?;
     reader.check_only_outcomes();
     while let Some(r) = reader.next_record()? {
         if matches!(r, Record::Attempt(_)) {
@@ -1016,11 +1016,12 @@ pub fn has_attempts(path: &std::path::Path, skip_bad_lines: bool) -> Result<bool
 }
 
 /// How long a log runs (the `t_ms` of its last record, from its first in a
-/// log without a header), read from its ends without scanning the whole
-/// file; None if no record is found there.
-pub fn log_length_ms(path: &std::path::Path) -> Option<u64> {
+/// log without a header), read from its ends (the first segment's head,
+/// the last one's tail) without scanning the whole log; None if no record
+/// is found there.
+pub fn log_length_ms(paths: &[std::path::PathBuf]) -> Option<u64> {
     use std::io::{BufRead, Read, Seek, SeekFrom};
-    let mut f = std::fs::File::open(path).ok()?;
+    let mut f = std::fs::File::open(paths.first()?).ok()?;
     let first = std::io::BufReader::new(&mut f)
         .lines()
         .map_while(Result::ok)
@@ -1030,6 +1031,9 @@ pub fn log_length_ms(path: &std::path::Path) -> Option<u64> {
         Some("header") => 0,
         _ => first.get("t_ms").and_then(serde_json::Value::as_u64)?,
     };
+    if paths.len() > 1 {
+        f = std::fs::File::open(paths.last()?).ok()?;
+    }
     let len = f.metadata().ok()?.len();
     let start = len.saturating_sub(256 << 10);
     f.seek(SeekFrom::Start(start)).ok()?;

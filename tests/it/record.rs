@@ -117,14 +117,38 @@ async fn content_is_recorded_only_when_asked() {
 }
 
 #[tokio::test(start_paused = true)]
-async fn rotation_starts_new_files_each_with_a_header() {
-    let (_dir, path, _, stats) = record(Content::None, Some(64 << 10)).await;
-    assert!(stats.files > 1, "{stats:?}");
-    let rotated = std::path::PathBuf::from(format!("{}.1", path.display()));
-    let first = std::fs::read_to_string(&rotated).unwrap();
-    assert!(first.starts_with("{\"kind\":\"header\""));
-    let last = std::fs::read_to_string(&path).unwrap();
-    assert!(last.starts_with("{\"kind\":\"header\""));
+async fn rotation_starts_new_files_each_with_a_header_and_they_read_as_one_log() {
+    let (_dir, path, requests, stats) = record(Content::None, Some(64 << 10)).await;
+    assert!(stats.files > 2, "{stats:?}");
+    // FILE.1, FILE.2, …, FILE: oldest first.
+    let mut segments: Vec<std::path::PathBuf> = (1..stats.files)
+        .map(|n| format!("{}.{n}", path.display()).into())
+        .collect();
+    segments.push(path.clone());
+    for s in &segments {
+        let text = std::fs::read_to_string(s).unwrap();
+        assert!(text.starts_with("{\"kind\":\"header\""), "{}", s.display());
+    }
+    let mut reader = LogReader::open_all(&segments, false).unwrap();
+    let (mut lines, mut ids, mut last_t) = (1u64, 0u64, 0u64);
+    while let Some(r) = reader.next_record().unwrap() {
+        lines += 1;
+        ids += matches!(r, Record::Request(_)) as u64;
+        assert!(r.t_ms() >= last_t);
+        last_t = r.t_ms();
+    }
+    // Every line but the later segments' headers, every request once.
+    assert_eq!(lines, stats.records - (stats.files as u64 - 1));
+    assert_eq!(ids, requests);
+    assert_eq!(reader.path(), path.as_path(), "read through to the current file");
+    // Out of order (a later segment first), the error names the segment
+    // and line where the log stops making sense.
+    segments.swap(0, 1);
+    let err = LogReader::open_all(&segments, false)
+        .unwrap()
+        .find_map(Result::err)
+        .expect("out of order");
+    assert!(err.to_string().starts_with(&format!("{}.2:", path.display())), "{err}");
 }
 
 #[test]

@@ -192,11 +192,11 @@ fn a_log_without_header_is_accepted_with_times_from_its_first_record() {
     let kinds: Vec<_> = recs.iter().map(|r| (r.kind(), r.t_ms())).collect();
     assert_eq!(kinds, [("request", 0), ("attempt", 10), ("outcome", 30)]);
     assert_eq!(
-        fusebox::traffic::replay::log_length_ms(&fixture("no_header.jsonl")),
+        fusebox::traffic::replay::log_length_ms(&[fixture("no_header.jsonl")]),
         Some(30)
     );
     assert_eq!(
-        fusebox::traffic::replay::log_length_ms(&fixture("all_kinds.jsonl")),
+        fusebox::traffic::replay::log_length_ms(&[fixture("all_kinds.jsonl")]),
         Some(3200),
         "with a header, times are as written"
     );
@@ -902,11 +902,11 @@ fn streams_200_000_requests() {
 #[test]
 fn replay_answers_as_recorded_by_default_only_when_the_log_has_attempts() {
     use fusebox::traffic::replay::has_attempts;
-    assert!(has_attempts(&fixture("no_header.jsonl"), false).unwrap());
+    assert!(has_attempts(&[fixture("no_header.jsonl")], false).unwrap());
     // Two requests and a bad line, no attempt: live providers by default.
-    assert!(!has_attempts(&fixture("not_json.jsonl"), true).unwrap());
+    assert!(!has_attempts(&[fixture("not_json.jsonl")], true).unwrap());
     assert!(matches!(
-        has_attempts(&fixture("not_json.jsonl"), false),
+        has_attempts(&[fixture("not_json.jsonl")], false),
         Err(LogError::BadLine { line: 3, .. })
     ));
 }
