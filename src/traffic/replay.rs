@@ -25,7 +25,7 @@ use parking_lot::Mutex;
 use smallvec::SmallVec;
 use std::cell::RefCell;
 use std::collections::{HashMap, VecDeque};
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::Notify;
@@ -42,10 +42,6 @@ pub const HORIZON: Duration = Duration::from_secs(30);
 #[derive(Default)]
 pub struct RecordedFleet {
     inner: Mutex<Fleet>,
-    /// At least the number of requests with own attempts in the fleet's
-    /// index (`Fleet::own`; set as they are added): most requests end with
-    /// none there, and then need not take the lock to forget them.
-    indexed: AtomicUsize,
 }
 
 /// A request's recorded attempts not yet taken, in recorded order (a
@@ -109,6 +105,12 @@ struct Fleet {
     /// Where history dropped from `recent` goes, to be freed on the log
     /// reader's thread (dropped here until the replay sets it).
     spent: Option<GiveBack<Arc<AttemptRec>>>,
+    /// Requests that ended (deferred ones only once re-driven): an own
+    /// attempt of theirs read later (the replay ended them earlier than
+    /// the recording did) goes to the target's history only, not to `own`,
+    /// where nothing would take it. Compressed: ids numbered in order take
+    /// a few bytes per thousand.
+    ended: roaring::RoaringTreemap,
 }
 
 impl Fleet {
@@ -173,9 +175,8 @@ impl RecordedFleet {
         let mut f = self.inner.lock();
         let f = &mut *f;
         f.read_ms = t_ms;
-        if late {
+        if late && !f.ended.contains(attempt.request) {
             f.own.entry(attempt.request).or_default().push(attempt.clone());
-            self.indexed.store(f.own.len(), Ordering::Relaxed);
         }
         f.recent[target].push_back((t_ms, attempt));
         f.prune(target, now_ms);
@@ -191,7 +192,6 @@ impl RecordedFleet {
         let kept = f.own.entry(request).or_default();
         own.extend(kept.drain(..));
         *kept = own;
-        self.indexed.store(f.own.len(), Ordering::Relaxed);
     }
 
     /// The index a target's calls are taken under ([`RecordedFleet::take_at`]).
@@ -215,14 +215,14 @@ impl RecordedFleet {
         self.inner.lock().take(request, t, target, now_ms)
     }
 
-    /// Forgets what is left of a finished request.
+    /// Forgets what is left of a finished request, and what is read of it
+    /// from now on.
     pub fn forget(&self, request: u64) {
-        if self.indexed.load(Ordering::Relaxed) == 0 {
-            return;
-        }
         let mut f = self.inner.lock();
-        f.own.remove(&request);
-        self.indexed.store(f.own.len(), Ordering::Relaxed);
+        f.ended.insert(request);
+        if !f.own.is_empty() {
+            f.own.remove(&request);
+        }
     }
 
     /// Hands the attempts the history drops to `spent` (None: drops them).
@@ -1143,6 +1143,18 @@ mod tests {
         // From the latest at or before now to the horizon: 3,001 of 100,000.
         assert_eq!(f.recent[t].len(), 3_001);
         assert_eq!(f.recent[t].front().map(|(t_ms, _)| *t_ms), Some(969_990));
+    }
+
+    #[test]
+    fn an_own_attempt_read_after_its_request_ended_is_history_only() {
+        let fleet = RecordedFleet::default();
+        let t = fleet.target("provider:p");
+        // The replay ended request 1 before its recorded attempt is read.
+        fleet.forget(1);
+        add(&fleet, attempt(100, 1, 503), true);
+        assert!(fleet.inner.lock().own.is_empty(), "nothing waits for it");
+        let taken = fleet.take_at(2, t, "provider:p", 100).map(|(a, own)| (a.status, own));
+        assert_eq!(taken, Some((Some(503), false)), "the target's history has it");
     }
 
     #[test]
