@@ -890,6 +890,10 @@ pub async fn replay(
         inflight: &inflight,
         fleet: fleet.as_deref(),
     };
+    // Deferred requests are re-driven as the run goes, as they were when
+    // recorded (a set, so an error return stops it too).
+    let mut background = tokio::task::JoinSet::new();
+    background.spawn(runner.clone().run_deferred_loop());
     let mut spawned = 0u64;
     // When the requests read but not yet due are due: each is started as a
     // task only at its time, so what is held ahead stays small.
@@ -979,6 +983,8 @@ pub async fn replay(
         inflight.all_done.notified().await;
     }
     drop(giving_back);
+    // As a demo ends: every deferred request ends in an outcome.
+    background.abort_all();
     runner.redrive_deferred(false).await;
     runner.redrive_deferred(true).await;
     out.requests = spawned;

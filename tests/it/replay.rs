@@ -14,15 +14,18 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
+/// The seed of every recording and replay here.
+const SEED: u64 = 1;
+
 async fn record(dir: &Path, scenario: &str, secs: u64, content: Content) -> (std::path::PathBuf, u64) {
     let path = dir.join("traffic.jsonl");
-    let mut parts = RunnerParts::mock(Clock::with_wall_anchor(0), Seed(8));
+    let mut parts = RunnerParts::mock(Clock::with_wall_anchor(0), Seed(SEED));
     parts.spool = Some(dir.join("spool-rec.jsonl"));
     let runner = Runner::new(Config::default(), parts).unwrap();
     let header = Header {
         v: 1,
         started_at: "2026-11-29T02:00:00Z".into(),
-        seed: 8,
+        seed: SEED,
     };
     let opts = RecordOptions {
         fsync: Fsync::Os,
@@ -34,7 +37,7 @@ async fn record(dir: &Path, scenario: &str, secs: u64, content: Content) -> (std
         runner.clone(),
         &Scenario::load(scenario).unwrap(),
         Duration::from_secs(secs),
-        Seed(8),
+        Seed(SEED),
     )
     .await;
     assert_eq!(run.lost, 0);
@@ -44,7 +47,7 @@ async fn record(dir: &Path, scenario: &str, secs: u64, content: Content) -> (std
 }
 
 async fn replay_with(dir: &Path, log: &Path, cfg: Config, name: &str) -> (Arc<Runner>, Replayed) {
-    let (mut parts, fleet) = recorded_parts(&cfg, Clock::with_wall_anchor(0), Seed(8));
+    let (mut parts, fleet) = recorded_parts(&cfg, Clock::with_wall_anchor(0), Seed(SEED));
     parts.spool = Some(dir.join(format!("spool-{name}.jsonl")));
     let runner = Runner::new(cfg, parts).unwrap();
     let reader = LogReader::open(log, false).unwrap();
@@ -65,10 +68,12 @@ async fn replay_with(dir: &Path, log: &Path, cfg: Config, name: &str) -> (Arc<Ru
 
 /// Exact request by request needs the recorded content: content-keyed caches
 /// (answers, tool results keyed by their arguments) hit as recorded only then.
+/// The tour's first four minutes defer requests while get_order is down and
+/// re-drive them once it is back, before the run ends.
 #[tokio::test(start_paused = true)]
 async fn replaying_a_recording_reproduces_its_outcomes() {
     let dir = tempfile::tempdir().unwrap();
-    let (log, tokens) = record(dir.path(), "2am-incident", 240, Content::Full).await;
+    let (log, tokens) = record(dir.path(), "tour", 240, Content::Full).await;
     let (runner, out) = replay_with(dir.path(), &log, Config::default(), "same").await;
     let replayed = runner.totals().tokens.load(std::sync::atomic::Ordering::Relaxed);
     assert_eq!(
