@@ -105,11 +105,11 @@ struct Fleet {
     /// Where history dropped from `recent` goes, to be freed on the log
     /// reader's thread (dropped here until the replay sets it).
     spent: Option<GiveBack<Arc<AttemptRec>>>,
-    /// Requests that ended (deferred ones only once re-driven): an own
-    /// attempt of theirs read later (the replay ended them earlier than
-    /// the recording did) goes to the target's history only, not to `own`,
-    /// where nothing would take it. Compressed: ids numbered in order take
-    /// a few bytes per thousand.
+    /// Requests that ended (not those deferred, whose re-drive takes their
+    /// own attempts): an own attempt of theirs read later (the replay
+    /// ended them earlier than the recording did) goes to the target's
+    /// history only, not to `own`, where nothing would take it.
+    /// Compressed: ids numbered in order take a few bytes per thousand.
     ended: roaring::RoaringTreemap,
 }
 
@@ -599,9 +599,10 @@ impl Replayed {
             _ => format!("{n} {}", what.replacen("line", "lines", 1)),
         })
         .collect();
-        match parts.is_empty() {
-            true => String::new(),
-            false => format!(", {} skipped", parts.join(", ")),
+        if parts.is_empty() {
+            String::new()
+        } else {
+            format!(", {} skipped", parts.join(", "))
         }
     }
 }
@@ -1008,8 +1009,8 @@ fn boxed<F: std::future::Future>(make: impl FnOnce() -> F) -> std::pin::Pin<Box<
     Box::into_pin(Box::write(Box::new_uninit(), make()))
 }
 
-/// Whether the log at `path` has an attempt record: read up to the first
-/// one, so a recorded log answers at once.
+/// Whether the log (its segments, in order) has an attempt record: read up
+/// to the first one, so a recorded log answers at once.
 pub fn has_attempts(paths: &[std::path::PathBuf], skip_bad_lines: bool) -> Result<bool, LogError> {
     let mut reader = LogReader::open_all(paths, skip_bad_lines)?;
     reader.check_only_outcomes();
