@@ -623,7 +623,12 @@ fn replay(args: ReplayArgs) -> Result<()> {
     );
     let log_length = fusebox::traffic::replay::log_length_ms(&args.logs);
     let summary = rt.block_on(async move {
-        let clock = run_clock(state.is_some());
+        // Made in the runtime, whose paused clock it reads.
+        let clock = if state.is_some() {
+            run_clock(true)
+        } else {
+            fusebox::traffic::replay::replay_clock(reader.header())
+        };
         let (runner, fleet) = replay_runner(cfg, seed, spool, recorded, clock)?;
         let recorder = record.start(&runner, seed.0)?;
         let pace = start_pace(&speed, clock);
@@ -793,7 +798,7 @@ fn compare(args: &ReplayArgs, a: &PathBuf, b: &PathBuf) -> Result<()> {
             ..ReplayOptions::default()
         };
         let summary = rt.block_on(async move {
-            let clock = Clock::with_wall_anchor(0);
+            let clock = fusebox::traffic::replay::replay_clock(reader.header());
             let (runner, fleet) = replay_runner(cfg, seed, spool, recorded, clock)?;
             let transitions = collect_transitions(&runner);
             let out = fusebox::traffic::replay::replay(runner.clone(), reader, fleet, opts).await?;

@@ -115,6 +115,14 @@ pub struct Header {
     pub seed: u64,
 }
 
+impl Header {
+    /// `started_at` in ms since the Unix epoch (None if it does not parse).
+    pub fn started_ms(&self) -> Option<u64> {
+        let t = humantime::parse_rfc3339_weak(&self.started_at).ok()?;
+        Some(t.duration_since(std::time::UNIX_EPOCH).ok()?.as_millis() as u64)
+    }
+}
+
 /// A request line.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct RequestRec {

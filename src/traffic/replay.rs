@@ -1009,6 +1009,14 @@ fn boxed<F: std::future::Future>(make: impl FnOnce() -> F) -> std::pin::Pin<Box<
     Box::into_pin(Box::write(Box::new_uninit(), make()))
 }
 
+/// The clock a replay of a log with `header` runs on (outside a fleet): its
+/// wall time is the recording's, so times written as dates in recorded
+/// headers (an HTTP-date `retry-after`) mean what they meant then. Made
+/// in the replay's runtime, like any clock.
+pub fn replay_clock(header: Option<&super::log::Header>) -> Clock {
+    Clock::with_wall_anchor(header.and_then(super::log::Header::started_ms).unwrap_or(0))
+}
+
 /// Whether the log (its segments, in order) has an attempt record: read up
 /// to the first one, so a recorded log answers at once.
 pub fn has_attempts(paths: &[std::path::PathBuf], skip_bad_lines: bool) -> Result<bool, LogError> {

@@ -153,11 +153,6 @@ async fn rotation_starts_new_files_each_with_a_header_and_they_read_as_one_log()
 
 #[test]
 fn a_bounded_subscription_makes_emitters_wait_and_loses_nothing() {
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    let _g = rt.enter();
     let bus = fusebox::telemetry::events::EventBus::new(Clock::with_wall_anchor(0), 16);
     let rx = bus.subscribe_bounded(4);
     let emitter = {
@@ -185,11 +180,6 @@ fn a_bounded_subscription_makes_emitters_wait_and_loses_nothing() {
 
 #[test]
 fn a_write_error_stops_the_recording_with_an_event_at_once() {
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    let _g = rt.enter();
     let bus = fusebox::telemetry::events::EventBus::new(Clock::with_wall_anchor(0), 16);
     let header = Header {
         v: 1,

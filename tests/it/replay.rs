@@ -8,7 +8,7 @@ use fusebox::runner::{Runner, RunnerParts};
 use fusebox::traffic::load::run_scenario;
 use fusebox::traffic::log::{Header, LogReader};
 use fusebox::traffic::record::{Content, Fsync, RecordOptions, Recorder};
-use fusebox::traffic::replay::{recorded_parts, replay, runtime, ReplayOptions, Replayed};
+use fusebox::traffic::replay::{recorded_parts, replay, replay_clock, runtime, ReplayOptions, Replayed};
 use fusebox::traffic::scenario::Scenario;
 use std::path::Path;
 use std::sync::Arc;
@@ -49,10 +49,10 @@ async fn record(dir: &Path, scenario: &str, secs: u64, content: Content) -> (std
 }
 
 async fn replay_with(dir: &Path, log: &Path, cfg: Config, name: &str) -> (Arc<Runner>, Replayed) {
-    let (mut parts, fleet) = recorded_parts(&cfg, Clock::with_wall_anchor(0), Seed(SEED));
+    let reader = LogReader::open(log, false).unwrap();
+    let (mut parts, fleet) = recorded_parts(&cfg, replay_clock(reader.header()), Seed(SEED));
     parts.spool = Some(dir.join(format!("spool-{name}.jsonl")));
     let runner = Runner::new(cfg, parts).unwrap();
-    let reader = LogReader::open(log, false).unwrap();
     let out = replay(
         runner.clone(),
         reader,
@@ -194,15 +194,20 @@ async fn recorded_latency_beyond_the_timeout_replays_as_a_timeout() {
     assert_eq!((openai.ok, openai.failed, openai.timeouts), (2, 1, 1));
 }
 
-/// A log of the given lines (without `t_ms` order checks: give them in
-/// order) after a header.
-fn write_log(path: &Path, lines: &[String]) {
-    let mut text = String::from("{\"kind\":\"header\",\"v\":1,\"started_at\":\"2026-11-29T02:00:00Z\",\"seed\":8}\n");
+/// Replays the given lines (in time order) after a header, without
+/// retries, so each call is one attempt.
+async fn replay_lines(lines: &[String]) -> (Arc<Runner>, Replayed) {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("lines.jsonl");
+    let mut text = String::from("{\"kind\":\"header\",\"v\":1,\"started_at\":\"2026-11-29T02:00:00Z\",\"seed\":1}\n");
     for line in lines {
         text.push_str(line);
         text.push('\n');
     }
-    std::fs::write(path, text).unwrap();
+    std::fs::write(&log, text).unwrap();
+    let mut cfg = Config::default();
+    cfg.retry.max_retries = 0;
+    replay_with(dir.path(), &log, cfg, "lines").await
 }
 
 fn request_line(t: u64, id: u64) -> String {
@@ -222,22 +227,15 @@ fn attempt_line(t: u64, id: u64, status: u16, extra: &str) -> String {
 /// a target the log never shows is healthy.
 #[tokio::test(start_paused = true)]
 async fn calls_without_their_own_record_get_the_target_s_recorded_behaviour() {
-    let dir = tempfile::tempdir().unwrap();
-    let log = dir.path().join("fallback.jsonl");
     // Request 1 has no attempt; request 2's openai call failed with 503
     // after request 1 came; request 3 comes a minute later, with none.
-    write_log(
-        &log,
-        &[
-            request_line(0, 1),
-            request_line(5_000, 2),
-            attempt_line(5_100, 2, 503, ""),
-            request_line(60_000, 3),
-        ],
-    );
-    let mut cfg = Config::default();
-    cfg.retry.max_retries = 0;
-    let (runner, out) = replay_with(dir.path(), &log, cfg, "fallback").await;
+    let (runner, out) = replay_lines(&[
+        request_line(0, 1),
+        request_line(5_000, 2),
+        attempt_line(5_100, 2, 503, ""),
+        request_line(60_000, 3),
+    ])
+    .await;
     use fusebox::runner::outcome::Level;
     for id in 1..=3 {
         assert_eq!(out.levels[&id].1, Some(Level::Fallback), "request {id}");
@@ -253,25 +251,26 @@ async fn calls_without_their_own_record_get_the_target_s_recorded_behaviour() {
 }
 
 /// A semantic failure recorded without the tool calls it was about is
-/// replayed as one, and recorded rate-limit headers reach the limiter.
+/// replayed as one, and recorded rate-limit headers reach the limiter, a
+/// date in them read against the recording's wall time (the header's).
 #[tokio::test(start_paused = true)]
 async fn recorded_semantic_failures_and_rate_headers_are_replayed() {
-    let dir = tempfile::tempdir().unwrap();
-    let log = dir.path().join("semantic.jsonl");
-    write_log(
-        &log,
-        &[
-            request_line(0, 1),
-            attempt_line(100, 1, 200, ",\"semantic_failure\":\"hallucinated tool\""),
-            request_line(1_000, 2),
-            attempt_line(1_100, 2, 429, ",\"headers\":{\"retry-after-ms\":\"7000\"}"),
-        ],
-    );
-    let mut cfg = Config::default();
-    cfg.retry.max_retries = 0;
-    let (runner, _out) = replay_with(dir.path(), &log, cfg, "semantic").await;
+    let (runner, _out) = replay_lines(&[
+        request_line(0, 1),
+        attempt_line(100, 1, 200, ",\"semantic_failure\":\"hallucinated tool\""),
+        request_line(1_000, 2),
+        attempt_line(1_100, 2, 429, ",\"headers\":{\"retry-after-ms\":\"7000\"}"),
+        request_line(20_000, 3),
+        attempt_line(
+            20_100,
+            3,
+            429,
+            ",\"headers\":{\"retry-after\":\"Sun, 29 Nov 2026 02:00:24 GMT\"}",
+        ),
+    ])
+    .await;
     let openai = runner.registry().find("provider:openai").unwrap().stats.view();
-    assert_eq!((openai.attempts, openai.semantic, openai.failed), (2, 1, 2));
+    assert_eq!((openai.attempts, openai.semantic, openai.failed), (3, 1, 3));
     let frozen: Vec<_> = runner
         .events()
         .recent(100)
@@ -281,5 +280,9 @@ async fn recorded_semantic_failures_and_rate_headers_are_replayed() {
             _ => None,
         })
         .collect();
-    assert_eq!(frozen, [("openai".to_string(), Some(7_000))]);
+    // The last 429 came back at 02:00:20.100, to be retried at 02:00:24.
+    assert_eq!(
+        frozen,
+        [("openai".to_string(), Some(7_000)), ("openai".to_string(), Some(3_900))]
+    );
 }
