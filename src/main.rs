@@ -690,7 +690,7 @@ fn replay(args: ReplayArgs) -> Result<()> {
             clock.elapsed_ms(),
             wall.elapsed().as_millis() as u64,
         );
-        skipped(&mut summary, &out, &args.logs);
+        skipped(&mut summary, &out, &args.logs, true);
         summary.fleet = shared.map(|f| f.summary());
         anyhow::Ok(Some(summary))
     })?;
@@ -709,12 +709,13 @@ fn shown(logs: &[PathBuf]) -> String {
     }
 }
 
-/// Notes the log lines a replay skipped in its summary, and says so.
-fn skipped(summary: &mut Summary, out: &fusebox::traffic::replay::Replayed, logs: &[PathBuf]) {
+/// Notes the log lines a replay skipped in its summary, and says so
+/// (`say`: once per log read).
+fn skipped(summary: &mut Summary, out: &fusebox::traffic::replay::Replayed, logs: &[PathBuf], say: bool) {
     summary.bad_lines = Some(out.bad_lines);
     summary.unknown_kinds = Some(out.unknown_kinds);
     summary.torn_lines = Some(out.torn_lines);
-    if let Some(lines) = out.skipped().strip_prefix(", ") {
+    if let Some(lines) = out.skipped().strip_prefix(", ").filter(|_| say) {
         eprintln!("warning: {}: {lines}", shown(logs));
     }
 }
@@ -785,7 +786,7 @@ fn compare(args: &ReplayArgs, a: &PathBuf, b: &PathBuf) -> Result<()> {
     fusebox::alloc::keep_freed_memory();
     let recorded = recorded_providers(args)?;
     let mut summaries = Vec::new();
-    for path in [a, b] {
+    for (i, path) in [a, b].into_iter().enumerate() {
         let cfg = Config::load(path)?;
         check_replay(args, &cfg, recorded, &Speed::Max)?;
         let reader = LogReader::open_all(&args.logs, args.skip_bad_lines)?;
@@ -811,7 +812,8 @@ fn compare(args: &ReplayArgs, a: &PathBuf, b: &PathBuf) -> Result<()> {
                 clock.elapsed_ms(),
                 wall.elapsed().as_millis() as u64,
             );
-            skipped(&mut s, &out, &args.logs);
+            // Both configs read the same log: its skipped lines are said once.
+            skipped(&mut s, &out, &args.logs, i == 0);
             anyhow::Ok(s)
         })?;
         summaries.push(summary);

@@ -194,6 +194,13 @@ fn lines_a_replay_skips_are_counted_in_its_summary_and_said() {
         let got = ["requests", "bad_lines", "unknown_kinds", "torn_lines"].map(|k| s[k].as_u64());
         assert_eq!(got, [requests, bad, unknown, torn].map(|n| Some(*n)), "{log}");
     }
+    // --compare reads the log twice and says so once.
+    let cfg = dir.path().join("default.toml");
+    std::fs::write(&cfg, "").unwrap();
+    let (path, cfg) = (fixture("not_json.jsonl"), cfg.to_str().unwrap());
+    let o = fusebox(&["replay", &path, "--skip-bad-lines", "--compare", cfg, cfg]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(stderr(&o).matches("1 bad line skipped").count(), 1, "{}", stderr(&o));
 }
 
 #[test]
