@@ -549,11 +549,13 @@ pub(crate) fn rate_headers(r: &RateFeedback) -> BTreeMap<String, String> {
 /// separate input and output limits), also reading a hand-written
 /// `retry-after` (an HTTP date relative to `now_unix_ms`).
 pub(crate) fn recorded_rate(h: &BTreeMap<String, String>, now_unix_ms: u64) -> RateFeedback {
-    let count = |k: &str| h.get(k).and_then(|v| v.trim().parse().ok());
+    use crate::provider::headers::{anthropic_feedback, openai_feedback};
+    let get = |k: &str| h.get(k).cloned();
+    let anthropic = anthropic_feedback(&get, now_unix_ms);
     RateFeedback {
-        remaining_input_tokens: count("anthropic-ratelimit-input-tokens-remaining"),
-        remaining_output_tokens: count("anthropic-ratelimit-output-tokens-remaining"),
-        ..crate::provider::headers::openai_feedback(&|k| h.get(k).cloned(), now_unix_ms)
+        remaining_input_tokens: anthropic.remaining_input_tokens,
+        remaining_output_tokens: anthropic.remaining_output_tokens,
+        ..openai_feedback(&get, now_unix_ms)
     }
 }
 
