@@ -60,7 +60,7 @@ fn runner(c: &mut Criterion) {
         .build()
         .unwrap();
     let runner = rt.block_on(async { fusebox::bench::bench_runner() });
-    let messages: Arc<[Message]> = vec![Message::new("user", "Where is order #38291?")].into();
+    let messages: Arc<[Message]> = vec![Message::user("Where is order #38291?")].into();
     let tools: Arc<[ToolSpec]> = Vec::new().into();
     let users: Vec<String> = (0..1000).map(|i| format!("user-{i}")).collect();
     let route = runner.route("default").unwrap();
@@ -68,15 +68,15 @@ fn runner(c: &mut Criterion) {
     c.bench_function("runner call_llm decision path", |bench| {
         bench.iter(|| {
             i += 1;
-            let call = LlmCall {
-                request_id: i as u64,
-                user: &users[i % users.len()],
+            let call = LlmCall::new(
+                i as u64,
+                &users[i % users.len()],
                 route,
-                step: 0,
-                messages: messages.clone(),
-                tools: tools.clone(),
-                max_tokens: 64,
-            };
+                0,
+                messages.clone(),
+                tools.clone(),
+                64,
+            );
             let mut tally = Tally::default();
             rt.block_on(runner.call_llm(&call, &mut tally)).unwrap();
         })

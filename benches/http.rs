@@ -8,7 +8,6 @@ use fusebox::clock::{Clock, Seed};
 use fusebox::config::Config;
 use fusebox::mockserver::MockServer;
 use fusebox::provider::fault::FaultTable;
-use fusebox::provider::openai::OpenAiClient;
 use fusebox::provider::{LlmRequest, Message, ToolSpec};
 use fusebox::runner::llm::{LlmCall, Tally};
 use fusebox::runner::{Runner, RunnerParts};
@@ -24,11 +23,7 @@ fn http(c: &mut Criterion) {
         let s = MockServer::instant(Seed(1), Arc::new(FaultTable::default()));
         format!("http://{}", s.spawn("127.0.0.1:0").await.unwrap())
     });
-    let messages: Arc<[Message]> = vec![
-        Message::new("system", "be brief"),
-        Message::new("user", "Where is order #38291?"),
-    ]
-    .into();
+    let messages: Arc<[Message]> = vec![Message::system("be brief"), Message::user("Where is order #38291?")].into();
     let tools: Arc<[ToolSpec]> = Vec::new().into();
     let req = LlmRequest {
         request_id: 1,
@@ -38,8 +33,10 @@ fn http(c: &mut Criterion) {
         messages: messages.clone(),
         tools: tools.clone(),
         max_tokens: 16,
+        ..LlmRequest::default()
     };
-    let body = OpenAiClient::body(&req, true);
+    let body = fusebox::wire::openai::render_request(&req.outgoing(true), fusebox::wire::openai::Dialect::OpenAi)
+        .expect("a plain request renders");
     let client = reqwest::Client::new();
     let url = format!("{base}/v1/chat/completions");
     c.bench_function("http: bare reqwest, streamed completion", |b| {
@@ -80,15 +77,7 @@ fn http(c: &mut Criterion) {
     c.bench_function("http: fusebox client + runner, streamed completion", |b| {
         b.iter(|| {
             rt.block_on(async {
-                let call = LlmCall {
-                    request_id: 1,
-                    user: "bench",
-                    route,
-                    step: 1,
-                    messages: messages.clone(),
-                    tools: tools.clone(),
-                    max_tokens: 16,
-                };
+                let call = LlmCall::new(1, "bench", route, 1, messages.clone(), tools.clone(), 16);
                 let mut tally = Tally::default();
                 runner.call_llm(&call, &mut tally).await.unwrap()
             })

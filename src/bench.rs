@@ -140,8 +140,8 @@ pub fn run(requests: u64, threads: usize, users: u64, state: Option<&str>) -> an
 async fn worker(runner: Arc<Runner>, w: u64, threads: u64, per: u64, users: u64) -> Histogram<u64> {
     use std::fmt::Write;
     let messages: Arc<[Message]> = vec![
-        Message::new("system", "You are terse."),
-        Message::new("user", "Where is order #38291?"),
+        Message::system("You are terse."),
+        Message::user("Where is order #38291?"),
     ]
     .into();
     let tools: Arc<[ToolSpec]> = Vec::new().into();
@@ -154,15 +154,7 @@ async fn worker(runner: Arc<Runner>, w: u64, threads: u64, per: u64, users: u64)
     for i in 0..per {
         user.clear();
         let _ = write!(user, "user-{}", (i * threads + w) % users);
-        let call = LlmCall {
-            request_id: i,
-            user: &user,
-            route,
-            step: 0,
-            messages: messages.clone(),
-            tools: tools.clone(),
-            max_tokens: 64,
-        };
+        let call = LlmCall::new(i, &user, route, 0, messages.clone(), tools.clone(), 64);
         let t0 = std::time::Instant::now();
         let r = runner.call_llm(&call, &mut tally).await;
         h.saturating_record((t0.elapsed().as_nanos() as u64).max(1));

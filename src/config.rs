@@ -245,6 +245,14 @@ pub struct RouteConfig {
     /// Defer the request to the spool when every model fails.
     #[serde(default = "yes")]
     pub defer: bool,
+    /// A gateway client naming one of this route's models may fall back to
+    /// the models after it in the chain (`false`: that model only).
+    #[serde(default = "yes")]
+    pub named_fallback: bool,
+    /// A streamed text answer cut mid-stream is continued by the next
+    /// model of the chain, so the client sees one stream.
+    #[serde(default)]
+    pub stream_resume: bool,
 }
 
 fn half() -> f64 {
@@ -610,6 +618,8 @@ impl Default for Config {
                 trim_prompt_on_fallback: true,
                 latency_sla_ms: 0,
                 defer: true,
+                named_fallback: true,
+                stream_resume: false,
             },
         )]);
         let order = "type = \"object\"\nrequired = [\"order_id\"]\n[properties.order_id]\ntype = \"string\"";

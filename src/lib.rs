@@ -18,6 +18,7 @@ pub mod telemetry;
 pub mod tools;
 pub mod traffic;
 pub mod tui;
+pub mod wire;
 
 /// Where diagnostic logs go: `$FUSEBOX_LOG_DIR`, else
 /// `$XDG_STATE_HOME/fusebox/logs`, else `~/.local/state/fusebox/logs`, else

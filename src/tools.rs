@@ -186,10 +186,7 @@ mod tests {
     #[test]
     fn validation_catches_hallucinated_names_and_bad_arguments() {
         let offered = specs(&Config::default());
-        let call = |name: &str, args: &str| ToolCall {
-            name: name.into(),
-            arguments: args.into(),
-        };
+        let call = |name: &str, args: &str| ToolCall::new("call_1", name, args);
         assert!(validate_call(&call("get_order", r#"{"order_id":"1"}"#), &offered).is_ok());
         let e = validate_call(&call("get_odrer", r#"{"order_id":"1"}"#), &offered).unwrap_err();
         assert!(e.contains("hallucinated tool name `get_odrer`"), "{e}");

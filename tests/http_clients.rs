@@ -57,13 +57,10 @@ fn request(max_tokens: u32, tools: bool) -> LlmRequest {
         step: 1,
         attempt: 0,
         model: "gpt-4o".into(),
-        messages: vec![
-            Message::new("system", "be brief"),
-            Message::new("user", "Where is order #38100?"),
-        ]
-        .into(),
+        messages: vec![Message::system("be brief"), Message::user("Where is order #38100?")].into(),
         tools: tools.into(),
         max_tokens,
+        ..LlmRequest::default()
     }
 }
 
@@ -73,7 +70,7 @@ fn ask(id: u64) -> AgentRequest {
         user: format!("u{id}").into(),
         session: format!("s{id}").into(),
         route: "default".into(),
-        messages: [Message::new("user", format!("Where is order #381{id:02}?"))].into(),
+        messages: [Message::user(format!("Where is order #381{id:02}?"))].into(),
         max_tokens: 8,
         max_steps: 1,
         ..AgentRequest::default()

@@ -1,23 +1,18 @@
-//! `POST /v1/chat/completions`: parse, resolve the route, run the call
-//! through the runner, answer in the OpenAI wire format (JSON or SSE).
-//!
-//! The answer is complete before the first byte goes out: a provider that
-//! fails mid-stream is retried or replaced by the next model of the chain
-//! without the client noticing, and the status code and `x-fusebox-*`
-//! headers always describe what really happened.
+//! `POST /v1/chat/completions` and `POST /v1/messages`: read the client's
+//! request in its API, find what its `model` names, run the call through
+//! the runner, and answer in the client's API: the upstream's own body
+//! when a model of the client's API answered, a translation otherwise.
 
-use super::{error, Gateway, Shared};
-use crate::mockserver::openai;
-use crate::mockserver::wire::{self, WireCall};
-use crate::mockserver::{Answer, Ctx, Flavor, Timing};
+use super::{Gateway, Shared};
 use crate::runner::chat::{Chat, ChatEnd, ChatRequest};
+use crate::wire::{anthropic, openai, BadRequest, Request, WireKind};
 use axum::body::Body;
-use axum::extract::Request;
+use axum::extract::State;
 use axum::http::{header, HeaderMap, HeaderName, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
-use axum::Json;
 use std::sync::atomic::Ordering;
-use std::time::Instant;
+use std::sync::Arc;
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 pub(super) const H_LEVEL: &str = "x-fusebox-level";
 pub(super) const H_CHAIN: &str = "x-fusebox-chain";
@@ -25,66 +20,97 @@ pub(super) const H_QUALITY: &str = "x-fusebox-quality";
 pub(super) const H_ATTEMPTS: &str = "x-fusebox-attempts";
 const H_USER: &str = "x-fusebox-user";
 const H_SESSION: &str = "x-fusebox-session";
+const H_FALLBACK: &str = "x-fusebox-fallback";
 
-pub(super) async fn completions(axum::extract::State(gw): Shared, req: Request) -> Response {
+/// The API a client speaks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Api {
+    /// OpenAI chat completions.
+    Chat,
+    /// Anthropic messages.
+    Messages,
+}
+
+impl Api {
+    fn wire(self) -> WireKind {
+        match self {
+            Api::Chat => WireKind::OpenAi,
+            Api::Messages => WireKind::Anthropic,
+        }
+    }
+
+    fn parse(self, body: &[u8]) -> Result<Request, BadRequest> {
+        match self {
+            Api::Chat => openai::parse_request(body),
+            Api::Messages => anthropic::parse_request(body),
+        }
+    }
+
+    /// An error in this API's shape.
+    pub(super) fn error(self, status: StatusCode, message: &str, param: Option<&str>) -> Response {
+        let body = match self {
+            Api::Chat => openai::error(status.as_u16(), message, param),
+            Api::Messages => anthropic::error(status.as_u16(), message),
+        };
+        (status, axum::Json(body)).into_response()
+    }
+}
+
+pub(super) async fn completions(State(gw): Shared, req: axum::extract::Request) -> Response {
+    handle(gw, Api::Chat, req).await
+}
+
+pub(super) async fn messages(State(gw): Shared, req: axum::extract::Request) -> Response {
+    handle(gw, Api::Messages, req).await
+}
+
+async fn handle(gw: Arc<Gateway>, api: Api, req: axum::extract::Request) -> Response {
     let arrived = Instant::now();
     let (parts, body) = req.into_parts();
     let body = match axum::body::to_bytes(body, gw.opts.max_body).await {
         Ok(b) => b,
         Err(_) => {
-            return error(
+            return api.error(
                 StatusCode::PAYLOAD_TOO_LARGE,
                 &format!("request body is larger than {} bytes", gw.opts.max_body),
                 None,
             )
         }
     };
-    let call = match wire::parse(Flavor::OpenAi, &parts.headers, &body) {
-        Ok(c) => c,
-        Err(e) => return error(StatusCode::BAD_REQUEST, &e.message, e.field.as_deref()),
+    let asked = match api.parse(&body) {
+        Ok(r) => r,
+        Err(e) => return api.error(StatusCode::BAD_REQUEST, &e.message, e.field.as_deref()),
     };
-    let Some(route) = resolve(&gw, &call.req.model) else {
-        let mut known: Vec<&str> = gw.runner.routes().keys().map(String::as_str).collect();
-        known.sort_unstable();
-        return error(
-            StatusCode::NOT_FOUND,
-            &format!(
-                "model `{}` is neither a route nor a model of one; routes: {} (GET /v1/models lists all)",
-                call.req.model,
-                known.join(", ")
-            ),
-            Some("model"),
-        );
-    };
-    let req = chat_request(&gw, &parts.headers, &call, route);
-    let (id, stream, include_usage) = (req.id, call.stream, call.include_usage);
+    if gw.runner.route_for(&asked.model).is_none() {
+        return unknown_model(&gw, api, &asked.model);
+    }
+    let (stream, include_usage) = (asked.stream, asked.include_usage);
+    let req = chat_request(&gw, &parts.headers, asked);
+    let id = req.id;
     // Dropped with this handler when the client disconnects: the upstream
     // call is cancelled and its reservations released (see `Runner::chat`).
     let chat = gw.runner.chat(req).await;
     gw.latency.observe(arrived.elapsed());
-    respond(id, chat, stream, include_usage)
+    respond(api, id, chat, stream, include_usage)
 }
 
-/// The route a requested model names: a route by name, else the first route
-/// (by name) whose chain starts with that model, else one that contains it.
-fn resolve(gw: &Gateway, model: &str) -> Option<String> {
-    let r = &gw.runner;
-    if r.routes().contains_key(model) {
-        return Some(model.to_string());
-    }
-    let mi = r.models().iter().position(|m| m.name.as_ref() == model)?;
-    let mut routes: Vec<(&String, usize)> = r
-        .routes()
-        .iter()
-        .filter_map(|(name, route)| route.chain.iter().position(|&m| m == mi).map(|pos| (name, pos)))
-        .collect();
-    routes.sort_by_key(|&(name, pos)| (pos, name.clone()));
-    routes.first().map(|(name, _)| name.to_string())
+fn unknown_model(gw: &Gateway, api: Api, model: &str) -> Response {
+    let mut known: Vec<&str> = gw.runner.routes().keys().map(String::as_str).collect();
+    known.sort_unstable();
+    api.error(
+        StatusCode::NOT_FOUND,
+        &format!(
+            "model `{model}` is neither a route nor a configured model; routes: {} (GET /v1/models lists all)",
+            known.join(", ")
+        ),
+        Some("model"),
+    )
 }
 
-fn chat_request(gw: &Gateway, headers: &HeaderMap, call: &WireCall, route: String) -> ChatRequest {
+fn chat_request(gw: &Gateway, headers: &HeaderMap, asked: Request) -> ChatRequest {
     let header = |name| headers.get(name).and_then(|v: &HeaderValue| v.to_str().ok());
-    let user = call
+    let user = asked
+        .params
         .user
         .clone()
         .or_else(|| header(H_USER).map(str::to_string))
@@ -94,16 +120,24 @@ fn chat_request(gw: &Gateway, headers: &HeaderMap, call: &WireCall, route: Strin
     // the conversations an agent names; an unnamed call is a session of its
     // own, or every call of a user would add up to one endless conversation.
     let session = header(H_SESSION).map_or_else(|| format!("{user}/call-{id}"), str::to_string);
+    let fallback = !header(H_FALLBACK).is_some_and(|v| v.trim().eq_ignore_ascii_case("none"));
     ChatRequest {
         id,
         user,
         session,
-        route,
-        messages: call.req.messages.clone(),
-        tools: call.req.tools.clone(),
-        max_tokens: call.req.max_tokens,
+        route: asked.model,
+        messages: asked.messages.into(),
+        tools: asked.tools.into(),
+        // The estimate when the client set no cap; then none is sent.
+        max_tokens: asked.params.max_tokens.unwrap_or(DEFAULT_ESTIMATE),
+        params: Arc::new(asked.params),
+        stream: asked.stream,
+        fallback,
     }
 }
+
+/// Output tokens reserved for a call whose client set no cap.
+const DEFAULT_ESTIMATE: u32 = 4_096;
 
 /// Header-safe text: hop labels use symbols (✓ ✗ ⊘ …) that HTTP header
 /// values cannot carry as such.
@@ -120,7 +154,15 @@ fn ascii_hop(label: &str) -> String {
         .collect()
 }
 
-fn respond(id: u64, chat: Chat, stream: bool, include_usage: bool) -> Response {
+/// Unix seconds now (the `created` of an answer fusebox writes).
+fn unix_now() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0)
+}
+
+fn respond(api: Api, id: u64, chat: Chat, stream: bool, include_usage: bool) -> Response {
     let o = &chat.outcome;
     let mut meta = HeaderMap::new();
     let chain: Vec<String> = o.chain.iter().map(|l| ascii_hop(l)).collect();
@@ -136,34 +178,125 @@ fn respond(id: u64, chat: Chat, stream: bool, include_usage: bool) -> Response {
     }
     let mut resp = match chat.end {
         ChatEnd::Answer { response, model } => {
-            let ctx = Ctx::openai(id, &model, include_usage);
-            let answer = Answer::new(&response.text, &response.tool_calls, response.usage);
-            if stream {
-                let sse: Vec<u8> = openai::stream(&ctx, &answer, &Timing::IMMEDIATE)
-                    .into_iter()
-                    .flat_map(|b| b.data)
-                    .collect();
-                (
-                    [
-                        (header::CONTENT_TYPE, "text/event-stream"),
-                        (header::CACHE_CONTROL, "no-cache"),
-                    ],
-                    Body::from(sse),
-                )
-                    .into_response()
+            let wire = response.wire.as_deref();
+            if let Some(body) = wire
+                .filter(|w| w.kind == api.wire() && !stream)
+                .and_then(|w| w.body.clone())
+            {
+                // The upstream's own answer, as it sent it.
+                ([(header::CONTENT_TYPE, "application/json")], Body::from(body)).into_response()
             } else {
-                Json(openai::completion(&ctx, &answer)).into_response()
+                let mut reply = response.reply();
+                if reply.id.is_empty() {
+                    reply.id = match api {
+                        Api::Chat => format!("chatcmpl-{:016x}", crate::clock::mix(id)),
+                        Api::Messages => format!("msg_{:016x}", crate::clock::mix(id)),
+                    };
+                }
+                if reply.model.is_empty() {
+                    reply.model = model;
+                }
+                if stream {
+                    sse(written(api, &reply, include_usage))
+                } else {
+                    let body = match api {
+                        Api::Chat => openai::render_reply(&frame(&reply), &reply),
+                        Api::Messages => anthropic::render_reply(&reply.id, &reply.model, &reply),
+                    };
+                    axum::Json(body).into_response()
+                }
             }
         }
         ChatEnd::Refused { reason, retry_after } | ChatEnd::RateLimited { reason, retry_after } => {
-            let mut r = error(StatusCode::TOO_MANY_REQUESTS, &reason, None);
+            let mut r = api.error(StatusCode::TOO_MANY_REQUESTS, &reason, None);
             if let Ok(v) = HeaderValue::from_str(&retry_after.as_secs().max(1).to_string()) {
                 r.headers_mut().insert(header::RETRY_AFTER, v);
             }
             r
         }
-        ChatEnd::Unavailable { message } => error(StatusCode::SERVICE_UNAVAILABLE, &message, None),
+        ChatEnd::Unavailable { message } => api.error(StatusCode::SERVICE_UNAVAILABLE, &message, None),
+        ChatEnd::Upstream(e) => upstream_error(api, &e),
     };
     resp.headers_mut().extend(meta);
     resp
+}
+
+/// The upstream's refusal of the client's request: its status and, in the
+/// client's API, its own body.
+fn upstream_error(api: Api, e: &crate::provider::ProviderError) -> Response {
+    let status = e
+        .status
+        .and_then(|s| StatusCode::from_u16(s).ok())
+        .unwrap_or(StatusCode::BAD_REQUEST);
+    match &e.body {
+        Some((kind, body)) if *kind == api.wire() => (
+            status,
+            [(header::CONTENT_TYPE, "application/json")],
+            Body::from(body.clone()),
+        )
+            .into_response(),
+        _ => api.error(status, &e.message, None),
+    }
+}
+
+fn frame(reply: &crate::wire::Reply) -> openai::Frame {
+    openai::Frame {
+        id: reply.id.clone(),
+        model: reply.model.clone(),
+        created: unix_now(),
+        dialect: openai::Dialect::OpenAi,
+    }
+}
+
+/// A whole answer written as a stream in `api`.
+fn written(api: Api, reply: &crate::wire::Reply, include_usage: bool) -> Vec<u8> {
+    use crate::wire::Delta;
+    let mut deltas = vec![Delta::Start {
+        id: reply.id.clone(),
+        model: reply.model.clone(),
+    }];
+    if !reply.text.is_empty() {
+        deltas.push(Delta::Text(reply.text.clone()));
+    }
+    for (i, c) in reply.tool_calls.iter().enumerate() {
+        deltas.push(Delta::ToolStart {
+            index: i as u32,
+            id: c.id.clone(),
+            name: c.name.clone(),
+        });
+        deltas.push(Delta::ToolArgs {
+            index: i as u32,
+            fragment: c.arguments.clone(),
+        });
+    }
+    if let Some(f) = reply.finish {
+        deltas.push(Delta::Finish(f));
+    }
+    if let Some(u) = reply.usage {
+        deltas.push(Delta::Usage(u));
+    }
+    deltas.push(Delta::Done);
+    let mut out = Vec::new();
+    match api {
+        Api::Chat => {
+            let mut w = openai::ChunkWriter::new(frame(reply), include_usage);
+            deltas.iter().for_each(|d| w.write(d, &mut out));
+        }
+        Api::Messages => {
+            let mut w = anthropic::EventWriter::new(reply.id.clone(), reply.model.clone());
+            deltas.iter().for_each(|d| w.write(d, &mut out));
+        }
+    }
+    out
+}
+
+fn sse(body: impl Into<Body>) -> Response {
+    (
+        [
+            (header::CONTENT_TYPE, "text/event-stream"),
+            (header::CACHE_CONTROL, "no-cache"),
+        ],
+        body.into(),
+    )
+        .into_response()
 }

@@ -68,6 +68,7 @@ pub fn router(runner: Arc<Runner>, opts: GatewayOptions) -> Router {
     Router::new()
         .route("/v1/chat/completions", post(chat::completions))
         .route("/chat/completions", post(chat::completions))
+        .route("/v1/messages", post(chat::messages))
         .route("/v1/models", get(models))
         .route("/metrics", get(metrics::metrics))
         .route("/healthz", get(healthz))
@@ -104,19 +105,43 @@ pub async fn spawn(runner: Arc<Runner>, addr: &str, opts: GatewayOptions) -> any
 
 /// An OpenAI-shaped error response.
 fn error(status: StatusCode, message: &str, param: Option<&str>) -> Response {
-    let body = crate::mockserver::openai::error(status.as_u16(), message, param);
-    (status, Json(body)).into_response()
+    chat::Api::Chat.error(status, message, param)
 }
 
-/// `GET /v1/models`: every route and every model, as OpenAI model objects.
+/// `GET /v1/models`: every route and every model, as OpenAI model objects;
+/// `fusebox.kind` says which each id is (`route` with its chain, `model`
+/// with its provider and the models it falls back to when named).
 async fn models(State(gw): Shared) -> Response {
-    let mut ids: Vec<&str> = gw.runner.routes().keys().map(String::as_str).collect();
-    ids.sort_unstable();
-    ids.extend(gw.runner.models().iter().map(|m| m.name.as_ref()));
-    let data: Vec<_> = ids
+    let r = &gw.runner;
+    let names = |chain: &[usize]| {
+        chain
+            .iter()
+            .map(|&m| r.models()[m].name.to_string())
+            .collect::<Vec<_>>()
+    };
+    let mut routes: Vec<_> = r.routes().values().collect();
+    routes.sort_by(|a, b| a.name.cmp(&b.name));
+    let mut data: Vec<_> = routes
         .iter()
-        .map(|id| json!({"id": id, "object": "model", "created": 0, "owned_by": "fusebox"}))
+        .map(|route| {
+            json!({"id": route.name, "object": "model", "created": 0, "owned_by": "fusebox",
+                   "fusebox": {"kind": "route", "chain": names(&route.chain)}})
+        })
         .collect();
+    for m in r.models() {
+        let Some(route) = r.model_routes().get(&*m.name) else {
+            continue;
+        };
+        if r.routes().contains_key(&*m.name) {
+            continue;
+        }
+        let provider = &r.providers()[m.provider].name;
+        data.push(
+            json!({"id": m.name, "object": "model", "created": 0, "owned_by": provider,
+                         "fusebox": {"kind": "model", "provider": provider, "api_name": m.api_name,
+                                     "fallbacks": names(&route.chain[1..])}}),
+        );
+    }
     Json(json!({"object": "list", "data": data})).into_response()
 }
 
@@ -169,7 +194,7 @@ async fn not_found(uri: axum::http::Uri) -> Response {
     error(
         StatusCode::NOT_FOUND,
         &format!(
-            "no route {uri}: fusebox serves POST /v1/chat/completions, GET /v1/models, /metrics, /healthz, /readyz"
+            "no route {uri}: fusebox serves POST /v1/chat/completions, POST /v1/messages, GET /v1/models, /metrics, /healthz, /readyz"
         ),
         None,
     )

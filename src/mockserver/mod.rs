@@ -20,7 +20,7 @@
 mod anthropic;
 mod conn;
 mod control;
-pub(crate) mod openai;
+mod openai;
 pub(crate) mod play;
 mod quota;
 pub(crate) mod wire;
@@ -112,20 +112,39 @@ impl Ctx {
         }
     }
 
-    /// The context of an OpenAI-format response the gateway sends: `id` is
-    /// the request id, `model` the model that answered.
-    pub(crate) fn openai(id: u64, model: &str, include_usage: bool) -> Self {
-        let key = mix(id);
-        Self {
-            flavor: Flavor::OpenAi,
-            model: model.to_string(),
-            id: format!("chatcmpl-{key:016x}"),
-            key,
-            created: SystemTime::now()
-                .duration_since(UNIX_EPOCH)
-                .map(|d| d.as_secs())
-                .unwrap_or(0),
-            include_usage,
+    /// The frame of an OpenAI-format answer.
+    fn openai_frame(&self) -> crate::wire::openai::Frame {
+        crate::wire::openai::Frame {
+            id: self.id.clone(),
+            model: self.model.clone(),
+            created: self.created,
+            dialect: match self.flavor {
+                Flavor::DeepSeek => crate::wire::openai::Dialect::DeepSeek,
+                _ => crate::wire::openai::Dialect::OpenAi,
+            },
+        }
+    }
+
+    /// An answer's content as a reply, its tool calls with this server's ids.
+    fn reply(&self, a: &Answer) -> crate::wire::Reply {
+        let tool_calls: Vec<ToolCall> = a
+            .tool_calls
+            .iter()
+            .enumerate()
+            .map(|(i, c)| ToolCall::new(self.tool_id(i), c.name.as_str(), c.arguments.as_str()))
+            .collect();
+        crate::wire::Reply {
+            id: self.id.clone(),
+            model: self.model.clone(),
+            text: a.text.to_string(),
+            finish: Some(if tool_calls.is_empty() {
+                crate::wire::Finish::Stop
+            } else {
+                crate::wire::Finish::ToolCalls
+            }),
+            tool_calls,
+            usage: Some(a.usage),
+            ..Default::default()
         }
     }
 
@@ -146,17 +165,6 @@ pub(crate) struct Answer<'a> {
     usage: Usage,
 }
 
-impl<'a> Answer<'a> {
-    /// An answer's content.
-    pub(crate) fn new(text: &'a str, tool_calls: &'a [ToolCall], usage: Usage) -> Self {
-        Self {
-            text,
-            tool_calls,
-            usage,
-        }
-    }
-}
-
 /// When an answer's parts are due, from the request's arrival.
 pub(crate) struct Timing {
     /// Keep-alives until then.
@@ -165,15 +173,6 @@ pub(crate) struct Timing {
     start: Duration,
     /// Generation time of the whole output.
     gen: Duration,
-}
-
-impl Timing {
-    /// Everything at once (an answer already complete).
-    pub(crate) const IMMEDIATE: Timing = Timing {
-        stall: Duration::ZERO,
-        start: Duration::ZERO,
-        gen: Duration::ZERO,
-    };
 }
 
 /// One provider behind the server.
@@ -515,7 +514,7 @@ fn error_response(flavor: Flavor, code: u16, message: &str, param: Option<&str>,
     let status = StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
     let body = match flavor {
         Flavor::Anthropic => anthropic::error(code, message),
-        _ => openai::error(code, message, param),
+        _ => crate::wire::openai::error(code, message, param),
     };
     (status, headers, Json(body)).into_response()
 }
@@ -596,7 +595,8 @@ fn check_auth(flavor: Flavor, headers: &HeaderMap) -> Option<Response> {
             None
         }
         Flavor::Anthropic => {
-            if !has_api_key(headers) {
+            // The current SDKs send the key as a bearer token; older ones as x-api-key.
+            if !has_api_key(headers) && !has_bearer(headers) {
                 return fail(401, "x-api-key header is required");
             }
             match header_str(headers, "anthropic-version") {

@@ -126,10 +126,11 @@ pub fn header_getter(h: &reqwest::header::HeaderMap) -> impl Fn(&str) -> Option<
 pub fn status_error(
     provider: &str,
     status: u16,
-    body: &[u8],
+    body: Vec<u8>,
+    wire: crate::wire::WireKind,
     rate: crate::resilience::limiter::RateFeedback,
 ) -> ProviderError {
-    let v: Option<serde_json::Value> = serde_json::from_slice(body).ok();
+    let v: Option<serde_json::Value> = serde_json::from_slice(&body).ok();
     let msg = v
         .as_ref()
         .and_then(|v| v.pointer("/error/message").and_then(|m| m.as_str()).map(str::to_string))
@@ -146,6 +147,7 @@ pub fn status_error(
     let mut e = ProviderError::new(kind, Some(status), format!("{provider}: HTTP {status}: {msg}"));
     e.retry_after = rate.retry_after;
     e.rate = rate;
+    e.body = Some((wire, body.into()));
     e
 }
 
@@ -215,15 +217,6 @@ pub fn build(
     Ok(out)
 }
 
-/// The messages as the OpenAI and Anthropic APIs accept them: tool results
-/// (which carry no tool-call id here) become user turns.
-pub fn wire_role(role: &str) -> &str {
-    match role {
-        "tool" => "user",
-        r => r,
-    }
-}
-
 /// Sends the request with the ids the mock server uses for determinism
 /// (real providers ignore unknown headers).
 pub fn with_ids(b: reqwest::RequestBuilder, req: &super::LlmRequest) -> reqwest::RequestBuilder {
@@ -232,63 +225,184 @@ pub fn with_ids(b: reqwest::RequestBuilder, req: &super::LlmRequest) -> reqwest:
         .header("x-fusebox-attempt", req.attempt.to_string())
 }
 
-/// How reading a stream ended, when not cleanly.
-pub enum StreamStop {
-    /// No bytes for the idle timeout, or the connection broke.
-    Transport(ErrorKind, String),
-    /// The event handler stopped the stream with this error.
-    Event(ProviderError),
+/// The error kind of an in-band stream error's type.
+pub fn stream_error_kind(t: &str) -> ErrorKind {
+    match t {
+        "overloaded_error" => ErrorKind::Overloaded,
+        "rate_limit_error" | "rate_limit_exceeded" => ErrorKind::RateLimited,
+        "invalid_request_error" => ErrorKind::BadRequest,
+        "authentication_error" | "permission_error" => ErrorKind::Auth,
+        "not_found_error" => ErrorKind::NotFound,
+        "request_too_large" => ErrorKind::TooLarge,
+        _ => ErrorKind::ServerError,
+    }
 }
 
-/// Reads an SSE body to its end, handing every event to `on_event` (which
-/// may stop the stream with an error). `seen_events` says whether anything
-/// arrived yet, so a broken connection is a truncation rather than a
-/// transport failure once the answer had started.
-pub async fn read_sse(
-    provider: &str,
-    resp: reqwest::Response,
+/// How the events of a stream are read.
+enum Reader {
+    OpenAi,
+    Anthropic(crate::wire::anthropic::EventReader),
+}
+
+/// An SSE response body read as pieces: each event re-framed as it came
+/// (`event:` and `data:` lines), what it says decoded; a keep-alive comment
+/// is a piece without deltas. No bytes for the idle time is a timeout; a
+/// broken connection after the first event a truncation.
+pub struct SseStream {
+    provider: String,
+    body: std::pin::Pin<Box<dyn futures_util::Stream<Item = reqwest::Result<bytes::Bytes>> + Send>>,
+    parser: crate::wire::sse::SseParser,
+    pending: std::collections::VecDeque<crate::wire::sse::SseItem>,
     idle: Duration,
-    mut on_event: impl FnMut(super::sse::SseEvent) -> Option<ProviderError>,
-) -> Result<(), StreamStop> {
-    use futures_util::StreamExt;
-    let mut stream = resp.bytes_stream();
-    let mut parser = super::sse::SseParser::new();
-    let mut seen_events = false;
-    loop {
-        let bytes = match tokio::time::timeout(idle, stream.next()).await {
-            Err(_) => {
-                return Err(StreamStop::Transport(
-                    ErrorKind::Timeout,
-                    format!("no stream data for {idle:?}"),
-                ))
+    reader: Reader,
+    kind: crate::wire::WireKind,
+    seen_events: bool,
+    ended: bool,
+}
+
+impl SseStream {
+    /// Reads `resp` as a stream of `kind`.
+    pub fn new(provider: &str, resp: reqwest::Response, idle: Duration, kind: crate::wire::WireKind) -> Self {
+        Self {
+            provider: provider.to_string(),
+            body: Box::pin(resp.bytes_stream()),
+            parser: crate::wire::sse::SseParser::new(),
+            pending: Default::default(),
+            idle,
+            reader: match kind {
+                crate::wire::WireKind::OpenAi => Reader::OpenAi,
+                crate::wire::WireKind::Anthropic => Reader::Anthropic(Default::default()),
+            },
+            kind,
+            seen_events: false,
+            ended: false,
+        }
+    }
+
+    fn piece(&mut self, item: crate::wire::sse::SseItem) -> Result<super::Piece, Box<ProviderError>> {
+        use crate::wire::sse::SseItem;
+        let ev = match item {
+            SseItem::Comment(c) => {
+                return Ok(super::Piece {
+                    raw: format!(": {c}\n\n").into(),
+                    deltas: Default::default(),
+                })
             }
-            Ok(None) => break,
-            Ok(Some(Ok(b))) => b,
-            Ok(Some(Err(e))) => {
-                let kind = if seen_events {
-                    ErrorKind::Truncated
-                } else {
-                    transport_error(provider, &e).kind
-                };
-                return Err(StreamStop::Transport(kind, format!("stream broke: {e}")));
-            }
+            SseItem::Event(ev) => ev,
         };
-        let items = parser.feed(&bytes).map_err(|e| {
-            StreamStop::Event(ProviderError::new(
-                ErrorKind::ServerError,
+        self.seen_events = true;
+        let mut raw = Vec::with_capacity(ev.data.len() + 32);
+        if let Some(name) = &ev.event {
+            raw.extend_from_slice(b"event: ");
+            raw.extend_from_slice(name.as_bytes());
+            raw.push(b'\n');
+        }
+        for line in ev.data.split('\n') {
+            raw.extend_from_slice(b"data: ");
+            raw.extend_from_slice(line.as_bytes());
+            raw.push(b'\n');
+        }
+        raw.push(b'\n');
+        let deltas = match &mut self.reader {
+            Reader::OpenAi => crate::wire::openai::decode_chunk(&ev.data),
+            Reader::Anthropic(r) => r.read(ev.event.as_deref().unwrap_or(""), &ev.data),
+        };
+        match deltas {
+            Ok(deltas) => Ok(super::Piece {
+                raw: raw.into(),
+                deltas,
+            }),
+            Err(e) => Err(Box::new(ProviderError::new(
+                stream_error_kind(&e.kind),
                 None,
-                format!("{provider}: {e}"),
-            ))
-        })?;
-        for item in items {
-            let super::sse::SseItem::Event(ev) = item else { continue };
-            seen_events = true;
-            if let Some(mut e) = on_event(ev) {
-                e.message = format!("{provider}: {}", e.message);
-                return Err(StreamStop::Event(e));
+                format!("{}: {}: {}", self.provider, e.kind, e.message),
+            ))),
+        }
+    }
+}
+
+#[async_trait::async_trait]
+impl super::PieceStream for SseStream {
+    async fn next(&mut self) -> Option<Result<super::Piece, ProviderError>> {
+        use futures_util::StreamExt;
+        loop {
+            if let Some(item) = self.pending.pop_front() {
+                return Some(self.piece(item).map_err(|e| *e));
+            }
+            if self.ended {
+                return None;
+            }
+            let bytes = match tokio::time::timeout(self.idle, self.body.next()).await {
+                Err(_) => {
+                    self.ended = true;
+                    let msg = format!("{}: no stream data for {:?}", self.provider, self.idle);
+                    return Some(Err(ProviderError::new(ErrorKind::Timeout, None, msg)));
+                }
+                Ok(None) => {
+                    self.ended = true;
+                    self.pending.extend(self.parser.finish());
+                    continue;
+                }
+                Ok(Some(Ok(b))) => b,
+                Ok(Some(Err(e))) => {
+                    self.ended = true;
+                    let kind = if self.seen_events {
+                        ErrorKind::Truncated
+                    } else {
+                        transport_error(&self.provider, &e).kind
+                    };
+                    let msg = format!("{}: stream broke: {e}", self.provider);
+                    return Some(Err(ProviderError::new(kind, None, msg)));
+                }
+            };
+            match self.parser.feed(&bytes) {
+                Ok(items) => self.pending.extend(items),
+                Err(e) => {
+                    self.ended = true;
+                    let msg = format!("{}: {e}", self.provider);
+                    return Some(Err(ProviderError::new(ErrorKind::ServerError, None, msg)));
+                }
             }
         }
     }
-    parser.finish();
-    Ok(())
+}
+
+/// Reads a streamed response up to its first content: the stream, live;
+/// or, when it ends first (an empty answer, an error), drained whole.
+pub async fn open_stream(
+    mut stream: SseStream,
+    rate: crate::resilience::limiter::RateFeedback,
+    req: &super::LlmRequest,
+    clock: &Clock,
+    started: tokio::time::Instant,
+) -> Result<super::Opened, ProviderError> {
+    use super::PieceStream;
+    let kind = stream.kind;
+    let mut head = Vec::new();
+    loop {
+        match stream.next().await {
+            Some(Ok(p)) => {
+                let content = p.has_content();
+                head.push(p);
+                if content {
+                    break;
+                }
+            }
+            Some(Err(e)) => return Err(e),
+            None => break,
+        }
+    }
+    let live = super::stream::Live {
+        kind,
+        rate,
+        head,
+        rest: Box::new(stream),
+        started,
+        prompt_chars: req.prompt_chars(),
+    };
+    if live.head.last().is_some_and(super::Piece::has_content) {
+        Ok(super::Opened::Live(live))
+    } else {
+        live.drain(clock).await.map(super::Opened::Whole)
+    }
 }

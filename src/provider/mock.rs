@@ -79,9 +79,12 @@ impl MockProvider {
 pub fn order_id(req: &LlmRequest) -> String {
     req.messages
         .iter()
-        .find(|m| &*m.role == "user")
-        .and_then(|m| m.content.split('#').nth(1))
-        .map(|s| s.chars().take_while(char::is_ascii_digit).collect::<String>())
+        .find(|m| m.role == super::Role::User)
+        .and_then(|m| {
+            let text = m.content.text();
+            let after = text.split('#').nth(1)?;
+            Some(after.chars().take_while(char::is_ascii_digit).collect::<String>())
+        })
         .filter(|s| !s.is_empty())
         .unwrap_or_else(|| "38291".into())
 }
@@ -162,7 +165,8 @@ impl MockProvider {
         let input = ((req.prompt_chars() as f64 / p.chars_per_token).ceil() as u32).max(1);
 
         // Decide the answer: tool calls early in the loop, then a final text.
-        let offered: Vec<&str> = req.tools.iter().map(|t| &*t.name).collect();
+        let may_call = req.params.tool_choice != Some(crate::wire::ToolChoice::None);
+        let offered: Vec<&str> = req.tools.iter().filter(|_| may_call).map(|t| &*t.name).collect();
         let order = order_id(req);
         let mut tool_calls = Vec::new();
         let wants_tools =
@@ -173,16 +177,11 @@ impl MockProvider {
             } else {
                 offered[rng.usize(..offered.len())]
             };
-            tool_calls.push(ToolCall {
-                name: first.into(),
-                arguments: args_for(first, &order),
-            });
+            tool_calls.push(ToolCall::new(call_id(key, 0), first, args_for(first, &order)));
             for extra in ["lookup_shipping", "search_docs", "send_notification"] {
                 if extra != first && offered.contains(&extra) && rng.f64() < 0.3 {
-                    tool_calls.push(ToolCall {
-                        name: extra.into(),
-                        arguments: args_for(extra, &order),
-                    });
+                    let id = call_id(key, tool_calls.len());
+                    tool_calls.push(ToolCall::new(id, extra, args_for(extra, &order)));
                 }
             }
         }
@@ -239,10 +238,7 @@ impl MockProvider {
                     .first()
                     .map(|n| misspell(n))
                     .unwrap_or_else(|| "get_odrer".into());
-                tool_calls = vec![ToolCall {
-                    name,
-                    arguments: args_for("get_order", &order),
-                }];
+                tool_calls = vec![ToolCall::new(call_id(key, 0), name, args_for("get_order", &order))];
             }
             Fault::BadArguments => {
                 let name = offered
@@ -254,7 +250,7 @@ impl MockProvider {
                 } else {
                     format!(r#"{{"order_id": {order}}}"#)
                 };
-                tool_calls = vec![ToolCall { name, arguments }];
+                tool_calls = vec![ToolCall::new(call_id(key, 0), name, arguments)];
             }
             Fault::TokenBlowup { factor } => output = output.saturating_mul(factor.max(1)),
             Fault::KeepAliveStall { ms } => stall = Duration::from_millis(ms),
@@ -300,6 +296,7 @@ impl Provider for MockProvider {
                     usage,
                     tokens_per_s: Some(measured),
                     rate: RateFeedback::default(),
+                    wire: None,
                 })
             }
             MockReply::Status {
@@ -335,6 +332,15 @@ impl Provider for MockProvider {
             }
         }
     }
+}
+
+/// The id of a call's tool call `i`: `call_` and 16 hex digits, as
+/// deterministic as the plan.
+pub fn call_id(key: u64, i: usize) -> String {
+    format!(
+        "call_{:016x}",
+        mix(key ^ (i as u64 + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15))
+    )
 }
 
 fn misspell(name: &str) -> String {

@@ -3,69 +3,20 @@
 
 pub mod anthropic;
 pub mod fault;
-pub mod headers;
 pub mod http;
 pub mod mock;
 pub mod openai;
-pub mod sse;
+pub mod stream;
 
 use crate::resilience::breaker::FailureKind;
 use crate::resilience::limiter::RateFeedback;
+use crate::wire::{Finish, Params, WireKind};
 use serde::{Deserialize, Serialize};
 use std::sync::Arc;
 use std::time::Duration;
 
-/// A chat message. Shared, not copied: a conversation is passed to every
-/// step and every model of the chain.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Message {
-    /// `system`, `user`, `assistant` or `tool`.
-    pub role: Arc<str>,
-    /// Text content.
-    pub content: Arc<str>,
-}
-
-impl Message {
-    /// A message with `role` and `content`.
-    pub fn new(role: &str, content: impl Into<Arc<str>>) -> Self {
-        Self {
-            role: shared_role(role),
-            content: content.into(),
-        }
-    }
-}
-
-/// The usual roles are allocated once and shared: a new message's role is a
-/// reference count, not an allocation.
-fn shared_role(role: &str) -> Arc<str> {
-    static ROLES: std::sync::LazyLock<[Arc<str>; 4]> =
-        std::sync::LazyLock::new(|| ["system", "user", "assistant", "tool"].map(Arc::from));
-    match ROLES.iter().find(|r| &***r == role) {
-        Some(r) => r.clone(),
-        None => role.into(),
-    }
-}
-
-/// A tool offered to the model. Shared, not copied: every request offers
-/// the same specs, so cloning one is three reference-count increments.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct ToolSpec {
-    /// Name the model must use.
-    pub name: Arc<str>,
-    /// What it does.
-    pub description: Arc<str>,
-    /// JSON schema of its arguments.
-    pub schema: Arc<serde_json::Value>,
-}
-
-/// A tool call the model asked for.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ToolCall {
-    /// Tool name as the model wrote it.
-    pub name: String,
-    /// Arguments as the model wrote them (should be a JSON object).
-    pub arguments: String,
-}
+pub use crate::wire::{Content, Message, Part, Role, ToolCall, ToolSpec, Usage};
+pub use stream::{Opened, Piece, PieceStream};
 
 /// One LLM call.
 #[derive(Clone, Debug)]
@@ -82,30 +33,59 @@ pub struct LlmRequest {
     pub messages: Arc<[Message]>,
     /// Tools the model may call.
     pub tools: Arc<[ToolSpec]>,
-    /// Output cap.
+    /// Output cap (for the estimates; sent where the client set one or
+    /// the API requires it).
     pub max_tokens: u32,
+    /// What the client asked besides the conversation, and its own body
+    /// for an upstream of its API.
+    pub params: Arc<Params>,
+    /// Whether `messages` are the client's own (a body passed through
+    /// keeps its messages as sent).
+    pub own_messages: bool,
+    /// Stream the answer: `None` follows the provider's setting.
+    pub stream: Option<bool>,
+}
+
+impl Default for LlmRequest {
+    fn default() -> Self {
+        Self {
+            request_id: 0,
+            step: 0,
+            attempt: 0,
+            model: "".into(),
+            messages: Arc::from(Vec::new()),
+            tools: Arc::from(Vec::new()),
+            max_tokens: 1024,
+            params: Arc::new(Params::default()),
+            own_messages: true,
+            stream: None,
+        }
+    }
 }
 
 impl LlmRequest {
     /// Characters of prompt, for the token estimate.
     pub fn prompt_chars(&self) -> usize {
-        self.messages.iter().map(|m| m.content.len()).sum()
+        self.messages.iter().map(Message::weight).sum()
+    }
+
+    /// The call as the wire formats render it; `stream` is the provider's
+    /// setting unless the request says.
+    pub fn outgoing(&self, stream: bool) -> crate::wire::Outgoing<'_> {
+        crate::wire::Outgoing {
+            model: &self.model,
+            messages: &self.messages,
+            own_messages: self.own_messages,
+            tools: &self.tools,
+            params: &self.params,
+            max_tokens: self.max_tokens,
+            stream: self.stream.unwrap_or(stream),
+        }
     }
 }
 
-/// Token usage of a call.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Usage {
-    /// Prompt tokens.
-    pub input: u32,
-    /// Completion tokens.
-    pub output: u32,
-    /// Prompt tokens served from the provider's cache.
-    pub cached_input: u32,
-}
-
 /// A successful LLM response.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, Default)]
 pub struct LlmResponse {
     /// Text answer (may be empty when the model calls tools).
     pub text: Arc<str>,
@@ -117,6 +97,45 @@ pub struct LlmResponse {
     pub tokens_per_s: Option<f64>,
     /// Rate-limit feedback from headers.
     pub rate: RateFeedback,
+    /// What an answer over the wire said besides text and tool calls, and
+    /// the upstream's own body.
+    pub wire: Option<Box<WireAnswer>>,
+}
+
+/// What an upstream answered, beyond the text and tool calls.
+#[derive(Clone, Debug, Default)]
+pub struct WireAnswer {
+    /// The API it answered in.
+    pub kind: WireKind,
+    /// Its id of the answer.
+    pub id: String,
+    /// The model it names.
+    pub model: String,
+    /// Why the model stopped.
+    pub finish: Option<Finish>,
+    /// Reasoning text, where it returns it.
+    pub reasoning: String,
+    /// A refusal.
+    pub refusal: String,
+    /// Its body as sent (a whole answer, not a stream).
+    pub body: Option<bytes::Bytes>,
+}
+
+impl LlmResponse {
+    /// The answer in typed form, for rendering in another API.
+    pub fn reply(&self) -> crate::wire::Reply {
+        let w = self.wire.as_deref();
+        crate::wire::Reply {
+            id: w.map(|w| w.id.clone()).unwrap_or_default(),
+            model: w.map(|w| w.model.clone()).unwrap_or_default(),
+            text: self.text.to_string(),
+            reasoning: w.map(|w| w.reasoning.clone()).unwrap_or_default(),
+            refusal: w.map(|w| w.refusal.clone()).unwrap_or_default(),
+            tool_calls: self.tool_calls.clone(),
+            finish: w.and_then(|w| w.finish),
+            usage: Some(self.usage),
+        }
+    }
 }
 
 impl LlmResponse {
@@ -136,6 +155,7 @@ impl LlmResponse {
             usage,
             tokens_per_s: Some(usage.output as f64 / secs),
             rate,
+            wire: None,
         }
     }
 }
@@ -170,6 +190,9 @@ pub enum ErrorKind {
     Unprocessable,
     /// 413 or a "request too large" error.
     TooLarge,
+    /// The request cannot be put in this provider's API (something only
+    /// the client's API can express): the model is skipped, not blamed.
+    Unsupported,
 }
 
 impl ErrorKind {
@@ -221,6 +244,7 @@ impl ErrorKind {
             (Self::Connect, _) => "refused".into(),
             (Self::Reset, _) => "reset".into(),
             (Self::Truncated, _) => "truncated".into(),
+            (Self::Unsupported, _) => "unsupported".into(),
             (k, None) => format!("{k:?}").to_lowercase(),
         }
     }
@@ -242,6 +266,9 @@ pub struct ProviderError {
     pub rate: RateFeedback,
     /// Tokens consumed before the failure (e.g. a truncated stream).
     pub usage: Usage,
+    /// The upstream's error body as it sent it, and its API (an HTTP
+    /// error answer), for passing a client's own mistake back to it.
+    pub body: Option<(WireKind, bytes::Bytes)>,
 }
 
 impl ProviderError {
@@ -260,15 +287,38 @@ impl ProviderError {
             retry_after: None,
             rate: RateFeedback::default(),
             usage: Usage::default(),
+            body: None,
         }
+    }
+
+    /// Whether the request itself was wrong (400 that is not about size,
+    /// 404, 422): the client's mistake, not the provider's.
+    pub fn client_fault(&self) -> bool {
+        matches!(
+            self.kind,
+            ErrorKind::BadRequest | ErrorKind::NotFound | ErrorKind::Unprocessable
+        )
     }
 }
 
 /// An LLM provider.
 #[async_trait::async_trait]
 pub trait Provider: Send + Sync {
-    /// Makes one call.
+    /// The API it speaks, when it answers over the wire (a client's body
+    /// of this API is passed through to it).
+    fn wire(&self) -> Option<WireKind> {
+        None
+    }
+
+    /// Makes one call and reads the whole answer.
     async fn complete(&self, req: &LlmRequest) -> Result<LlmResponse, ProviderError>;
+
+    /// Makes one streamed call, returning once the answer's first content
+    /// has arrived, with the rest to read; a provider that cannot stream
+    /// answers whole.
+    async fn open(&self, req: &LlmRequest) -> Result<Opened, ProviderError> {
+        self.complete(req).await.map(Opened::Whole)
+    }
 
     /// Makes one call that fails as timed out after `timeout`. A provider
     /// that knows its latency up front (a recorded one) answers this
@@ -321,6 +371,7 @@ impl Provider for InstantProvider {
             },
             tokens_per_s: None,
             rate: RateFeedback::default(),
+            wire: None,
         })
     }
 }

@@ -51,24 +51,7 @@ impl LimitPermit {
     }
 }
 
-/// What a provider told us about its limits (from response headers).
-#[derive(Clone, Copy, Debug, Default, PartialEq)]
-pub struct RateFeedback {
-    /// Tokens left in the provider's window.
-    pub remaining_tokens: Option<u64>,
-    /// Input tokens left (Anthropic's separate input limit).
-    pub remaining_input_tokens: Option<u64>,
-    /// Output tokens left (Anthropic's separate output limit).
-    pub remaining_output_tokens: Option<u64>,
-    /// Requests left in the provider's window.
-    pub remaining_requests: Option<u64>,
-    /// Time until the token window is full again.
-    pub reset_tokens: Option<Duration>,
-    /// Time until the request window is full again.
-    pub reset_requests: Option<Duration>,
-    /// Retry-After of a 429/503.
-    pub retry_after: Option<Duration>,
-}
+pub use crate::wire::headers::RateFeedback;
 
 /// Why capacity was not granted.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -7,10 +7,11 @@ use super::llm::{HopResult, LlmCall, LlmFailure, Tally};
 use super::outcome::{Level, Outcome};
 use super::request::AgentRequest;
 use super::Runner;
-use crate::provider::{Message, ToolCall, ToolSpec};
+use crate::provider::{Message, Role, ToolCall, ToolSpec};
 use crate::resilience::defer::Deferred;
 use crate::resilience::session::InSession;
 use crate::telemetry::events::EventKind;
+use crate::wire::{Params, ToolChoice};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
@@ -66,6 +67,17 @@ impl Trail {
         }
         self.partial = true;
     }
+}
+
+/// The parameters of the agent loop's last call: no more tool calls.
+fn no_more_tools() -> Arc<Params> {
+    static NONE: std::sync::LazyLock<Arc<Params>> = std::sync::LazyLock::new(|| {
+        Arc::new(Params {
+            tool_choice: Some(ToolChoice::None),
+            ..Params::default()
+        })
+    });
+    NONE.clone()
 }
 
 /// `prefix` followed by the names of `calls`, comma-separated.
@@ -217,10 +229,10 @@ impl Runner {
             .messages
             .iter()
             .rev()
-            .find(|m| &*m.role == "user")
-            .map(|m| &*m.content)
-            .unwrap_or("");
-        ANSWER_KEYS.hash_one((&*req.route, q))
+            .find(|m| m.role == Role::User)
+            .map(|m| m.content.text())
+            .unwrap_or_default();
+        ANSWER_KEYS.hash_one((&*req.route, &*q))
     }
 
     async fn agent_loop(
@@ -231,7 +243,7 @@ impl Runner {
         now: tokio::time::Instant,
         trail: &mut Trail,
     ) -> End {
-        let Some(route) = self.routes.get(req.route.as_str()) else {
+        let Some(route) = self.route_for(req.route.as_str()) else {
             let mut known: Vec<&str> = self.routes.keys().map(String::as_str).collect();
             known.sort_unstable();
             return End::Failed(format!(
@@ -282,15 +294,15 @@ impl Runner {
                 trail.miss("steps");
                 break;
             }
-            let call = LlmCall {
-                request_id: req.id,
-                user: &req.user,
+            let call = LlmCall::new(
+                req.id,
+                &req.user,
                 route,
                 step,
-                messages: conversation(req, &added),
-                tools: offered.clone(),
+                conversation(req, &added),
+                offered.clone(),
                 max_tokens,
-            };
+            );
             let r = self.call_llm(&call, &mut trail.tally).await;
             self.push_hops(trail);
             match r {
@@ -304,10 +316,10 @@ impl Runner {
                     }
                     return End::Failed(format!("Request refused: {e}."));
                 }
-                Err(LlmFailure::Exhausted) if step == 0 => {
+                Err(LlmFailure::Exhausted | LlmFailure::Upstream(_)) if step == 0 => {
                     return self.no_model(req, route.cfg.defer && may_defer, trail).await;
                 }
-                Err(LlmFailure::Exhausted) => {
+                Err(LlmFailure::Exhausted | LlmFailure::Upstream(_)) => {
                     // Feature degradation: answer with what the tools gave.
                     trail.miss("llm");
                     trail.quality *= 0.5;
@@ -329,14 +341,17 @@ impl Runner {
                         }
                         return End::Answer(resp.text);
                     }
-                    added.push(Message::new("assistant", listed("calling ", &resp.tool_calls)));
+                    // The model's turn as it was, then a result answering each call.
+                    added.push(Message::assistant(resp.text.clone(), resp.tool_calls.clone()));
                     for tc in &resp.tool_calls {
                         let Some(&ti) = self.tool_index.get(&tc.name) else {
+                            let text = format!("{} is not a tool of this agent", tc.name);
+                            added.push(Message::tool_result(tc, text, true));
                             continue;
                         };
                         let critical = self.is_critical(ti, &req.critical_tools);
                         match self.call_tool(req.id, ti, tc, critical, &mut trail.tally).await {
-                            Ok(text) => added.push(Message::new("tool", &*text)),
+                            Ok(text) => added.push(Message::tool_result(tc, text, false)),
                             Err(f) => {
                                 let label = format!("tool:{} {}", tc.name, f.label());
                                 trail.push(label);
@@ -345,7 +360,7 @@ impl Runner {
                                     trail.fallback = true;
                                     trail.quality *= self.cfg.degradation.cache_quality;
                                     trail.stale_ms = Some(trail.stale_ms.unwrap_or(0).max(age.as_millis() as u64));
-                                    added.push(Message::new("tool", &*text));
+                                    added.push(Message::tool_result(tc, text, false));
                                 } else if critical && route.cfg.defer && may_defer && self.can_defer() {
                                     return self
                                         .defer(req, format!("critical tool {} unavailable ({})", tc.name, f.label()))
@@ -357,7 +372,7 @@ impl Runner {
                                         self.cfg.degradation.skip_quality
                                     };
                                     trail.miss(&tc.name);
-                                    added.push(Message::new("tool", format!("{} is unavailable", tc.name)));
+                                    added.push(Message::tool_result(tc, format!("{} is unavailable", tc.name), true));
                                 }
                             }
                         }
@@ -366,18 +381,21 @@ impl Runner {
                 }
             }
         }
-        // Out of steps: feature degradation to one direct answer, no tools.
+        // Out of steps: feature degradation to one direct answer. The tools
+        // stay offered (APIs refuse tool turns without them) but may not be
+        // called.
         trail.miss("multi_step");
-        added.push(Message::new("system", "Answer directly now, without tools."));
-        let call = LlmCall {
-            request_id: req.id,
-            user: &req.user,
+        added.push(Message::system("Answer directly now, without tools."));
+        let mut call = LlmCall::new(
+            req.id,
+            &req.user,
             route,
-            step: max_steps,
-            messages: conversation(req, &added),
-            tools: self.no_tools.clone(),
+            max_steps,
+            conversation(req, &added),
+            offered.clone(),
             max_tokens,
-        };
+        );
+        call.params = no_more_tools();
         let r = self.call_llm(&call, &mut trail.tally).await;
         self.push_hops(trail);
         match r {
@@ -456,7 +474,7 @@ impl Runner {
     /// Whether a deferred request's dependencies look available again.
     fn ready(&self, req: &AgentRequest) -> bool {
         let now = self.clock.now();
-        let Some(route) = self.routes.get(req.route.as_str()) else {
+        let Some(route) = self.route_for(req.route.as_str()) else {
             return true;
         };
         let model_ok = route.chain.iter().any(|&m| self.admits(&self.models[m], now));

@@ -32,6 +32,12 @@ pub struct ChatRequest {
     pub tools: Arc<[ToolSpec]>,
     /// Output cap.
     pub max_tokens: u32,
+    /// What the client asked besides the conversation, and its own body.
+    pub params: Arc<crate::wire::Params>,
+    /// The client asked for a stream.
+    pub stream: bool,
+    /// Models after the first may answer (`x-fusebox-fallback: none` forbids).
+    pub fallback: bool,
 }
 
 /// How a chat completion ended.
@@ -63,6 +69,9 @@ pub enum ChatEnd {
         /// What to tell the user.
         message: String,
     },
+    /// The upstream refused the client's request as malformed; its error
+    /// goes back to the client as it was.
+    Upstream(Box<crate::provider::ProviderError>),
 }
 
 /// A chat completion's end and its outcome.
@@ -159,7 +168,7 @@ impl Runner {
         let chain: Vec<String> = tally.hops.iter().map(|h| self.hop_label(h)).collect();
         let (level, quality, user_message) = match &end {
             ChatEnd::Answer { model, .. } => {
-                let primary = self.routes.get(&req.route).map(|r| r.chain[0]);
+                let primary = self.route_for(&req.route).map(|r| r.chain[0]);
                 let answered = self.models.iter().position(|m| m.name.as_ref() == model.as_str());
                 let q = match (primary, answered) {
                     (Some(p), Some(a)) => (self.models[a].cfg.quality / self.models[p].cfg.quality.max(1e-9)).min(1.0),
@@ -175,6 +184,11 @@ impl Runner {
             ChatEnd::Refused { reason, .. } => (Level::Failed, 0.0, Some(format!("Request refused: {reason}."))),
             ChatEnd::RateLimited { reason, .. } => (Level::Failed, 0.0, Some(format!("Request refused: {reason}."))),
             ChatEnd::Unavailable { message } => (Level::Failed, 0.0, Some(message.clone())),
+            ChatEnd::Upstream(e) => (
+                Level::Failed,
+                0.0,
+                Some(format!("The provider refused the request: {}", e.message)),
+            ),
         };
         let outcome = Outcome {
             request: req.id,
@@ -206,20 +220,23 @@ impl Runner {
                 retry_after: Duration::from_secs(60),
             };
         }
-        let Some(route) = self.routes.get(&req.route) else {
+        let Some(route) = self.route_for(&req.route) else {
             return ChatEnd::Unavailable {
                 message: self.cfg.degradation.user_message.clone(),
             };
         };
-        let call = LlmCall {
-            request_id: req.id,
-            user: &req.user,
+        let mut call = LlmCall::new(
+            req.id,
+            &req.user,
             route,
-            step: 0,
-            messages: req.messages.clone(),
-            tools: req.tools.clone(),
-            max_tokens: req.max_tokens,
-        };
+            0,
+            req.messages.clone(),
+            req.tools.clone(),
+            req.max_tokens,
+        );
+        call.params = req.params.clone();
+        call.stream = Some(req.stream);
+        call.only_first = !req.fallback;
         match self.call_llm(&call, tally).await {
             Ok((response, mi)) => {
                 let u = response.usage;
@@ -256,6 +273,7 @@ impl Runner {
             Err(LlmFailure::Exhausted) => ChatEnd::Unavailable {
                 message: self.cfg.degradation.user_message.clone(),
             },
+            Err(LlmFailure::Upstream(e)) => ChatEnd::Upstream(e),
         }
     }
 }

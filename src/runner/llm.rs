@@ -4,12 +4,13 @@
 //! → provider call with retries → settle and calibrate.
 
 use super::{ModelSlot, Runner};
-use crate::provider::{ErrorKind, LlmRequest, LlmResponse, Message, ToolSpec};
+use crate::provider::{ErrorKind, LlmRequest, LlmResponse, Message, Role, ToolSpec};
 use crate::resilience::breaker::{CallRecord, FailureKind};
 use crate::resilience::budget::BudgetExceeded;
 use crate::resilience::limiter::RateFeedback;
 use crate::resilience::retry::backoff;
 use crate::telemetry::events::{Attempt, EventKind};
+use crate::wire::Params;
 use smallvec::SmallVec;
 use std::collections::BTreeMap;
 use std::sync::atomic::Ordering;
@@ -33,6 +34,46 @@ pub struct LlmCall<'a> {
     pub tools: Arc<[ToolSpec]>,
     /// Output cap on the preferred model.
     pub max_tokens: u32,
+    /// What the client asked besides the conversation (a gateway call), or
+    /// the runner's own defaults.
+    pub params: Arc<Params>,
+    /// Stream the answer (`None`: as the provider is configured).
+    pub stream: Option<bool>,
+    /// Try only the route's first model (the client forbade fallback).
+    pub only_first: bool,
+}
+
+impl<'a> LlmCall<'a> {
+    /// Step `step` of request `request_id` for `user` on `route`, with the
+    /// runner's own parameters.
+    pub fn new(
+        request_id: u64,
+        user: &'a str,
+        route: &'a super::RouteSlot,
+        step: u32,
+        messages: Arc<[Message]>,
+        tools: Arc<[ToolSpec]>,
+        max_tokens: u32,
+    ) -> Self {
+        Self {
+            request_id,
+            user,
+            route,
+            step,
+            messages,
+            tools,
+            max_tokens,
+            params: own_params(),
+            stream: None,
+            only_first: false,
+        }
+    }
+}
+
+/// The parameters of the calls the runner makes itself, shared.
+pub fn own_params() -> Arc<Params> {
+    static OWN: std::sync::LazyLock<Arc<Params>> = std::sync::LazyLock::new(Arc::default);
+    OWN.clone()
 }
 
 /// What happened at one model of the chain.
@@ -85,6 +126,10 @@ pub enum LlmFailure {
     Budget(BudgetExceeded),
     /// Every model was skipped or failed.
     Exhausted,
+    /// The upstream refused the client's own request as malformed (400,
+    /// 404, 422 to a body passed through): the client's mistake, passed
+    /// back to it rather than tried elsewhere.
+    Upstream(Box<crate::provider::ProviderError>),
 }
 
 impl Runner {
@@ -113,7 +158,11 @@ impl Runner {
 
     /// The order in which the route's models are tried now: cheaper tiers
     /// first under global budget pressure.
-    fn plan<'a>(&self, route: &'a super::RouteSlot) -> std::borrow::Cow<'a, [usize]> {
+    fn plan<'a>(&self, call: &LlmCall<'a>) -> std::borrow::Cow<'a, [usize]> {
+        let route = call.route;
+        if call.only_first {
+            return std::borrow::Cow::Borrowed(&route.chain[..1]);
+        }
         if self.budgets.pressure() > self.cfg.budgets.soft_ratio {
             let mut order = route.chain.clone();
             order.sort_by_key(|&m| self.models[m].cfg.tier);
@@ -132,7 +181,7 @@ impl Runner {
     /// Runs one LLM call through the chain.
     pub async fn call_llm(&self, call: &LlmCall<'_>, tally: &mut Tally) -> Result<(LlmResponse, usize), LlmFailure> {
         let route = call.route;
-        let order = self.plan(route);
+        let order = self.plan(call);
         let factor = route.cfg.max_tokens_factor;
         let sla = route.cfg.latency_sla_ms;
         let mut hop_no = 0i32;
@@ -148,7 +197,8 @@ impl Runner {
                 continue;
             }
             let max_tokens = ((call.max_tokens as f64 * factor.powi(hop_no)).round() as u32).max(16);
-            let messages = if hop_no > 0 && route.cfg.trim_prompt_on_fallback {
+            let trimmed = hop_no > 0 && route.cfg.trim_prompt_on_fallback;
+            let messages = if trimmed {
                 trim(&call.messages)
             } else {
                 call.messages.clone()
@@ -158,9 +208,12 @@ impl Runner {
                 step: call.step,
                 attempt: 0,
                 model: m.api_name.clone(),
+                own_messages: !trimmed || Arc::ptr_eq(&messages, &call.messages),
                 messages,
                 tools: call.tools.clone(),
                 max_tokens,
+                params: call.params.clone(),
+                stream: call.stream,
             };
             match self.try_model(call, mi, req, rest, tally).await? {
                 Ok((resp, tries)) => {
@@ -396,6 +449,16 @@ impl Runner {
                             t.stats.bad_request.inc();
                         }
                     }
+                    // The client's own body refused as malformed goes back to it.
+                    let passed_through = call.params.raw.is_some() && p.client.wire() == Some(call.params.wire);
+                    if e.client_fault() && passed_through {
+                        tally.hops.push(Hop {
+                            model: mi,
+                            result: HopResult::Failed(e.kind, e.status),
+                            tries: attempt + 1,
+                        });
+                        return Err(LlmFailure::Upstream(Box::new(e)));
+                    }
                     let retry = e.kind.retryable()
                         && attempt < self.cfg.retry.max_retries
                         && e.retry_after
@@ -549,7 +612,7 @@ pub(crate) fn rate_headers(r: &RateFeedback) -> BTreeMap<String, String> {
 /// separate input and output limits), also reading a hand-written
 /// `retry-after` (an HTTP date relative to `now_unix_ms`).
 pub(crate) fn recorded_rate(h: &BTreeMap<String, String>, now_unix_ms: u64) -> RateFeedback {
-    use crate::provider::headers::{anthropic_feedback, openai_feedback};
+    use crate::wire::headers::{anthropic_feedback, openai_feedback};
     let get = |k: &str| h.get(k).cloned();
     let anthropic = anthropic_feedback(&get, now_unix_ms);
     RateFeedback {
@@ -562,16 +625,16 @@ pub(crate) fn recorded_rate(h: &BTreeMap<String, String>, now_unix_ms: u64) -> R
 /// The conversation cut down for a fallback hop: system messages and the
 /// last user turn with what followed it.
 fn trim(messages: &Arc<[Message]>) -> Arc<[Message]> {
-    let Some(last_user) = messages.iter().rposition(|m| &*m.role == "user") else {
+    let Some(last_user) = messages.iter().rposition(|m| m.role == Role::User) else {
         return messages.clone();
     };
-    if messages[..last_user].iter().all(|m| &*m.role == "system") {
+    if messages[..last_user].iter().all(|m| m.role.instructs()) {
         return messages.clone();
     }
     messages
         .iter()
         .enumerate()
-        .filter(|(i, m)| &*m.role == "system" || *i >= last_user)
+        .filter(|(i, m)| m.role.instructs() || *i >= last_user)
         .map(|(_, m)| m.clone())
         .collect()
 }

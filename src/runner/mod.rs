@@ -166,6 +166,9 @@ pub struct Runner {
     pub(crate) providers: Vec<ProviderSlot>,
     pub(crate) models: Vec<ModelSlot>,
     pub(crate) routes: NameMap<RouteSlot>,
+    /// What serves a client naming a model rather than a route, by the
+    /// model's name and its `api_name` ([`model_routes`]).
+    pub(crate) model_routes: NameMap<RouteSlot>,
     pub(crate) tools: Vec<ToolSlot>,
     pub(crate) tool_index: NameMap<usize>,
     pub(crate) executor: Arc<dyn ToolExecutor>,
@@ -186,6 +189,50 @@ pub struct Runner {
     pub(crate) shared_defer: std::sync::OnceLock<Arc<crate::fleet::deferred::SharedQueue>>,
     /// Fleet mode: breaker trips the providers signalled (target, reason).
     pub(crate) shared_trips: std::sync::OnceLock<tokio::sync::mpsc::UnboundedSender<(String, String)>>,
+}
+
+/// For each model, what serves a client that names it: the model first,
+/// then the models after it in its home route's chain (the route called
+/// `default` when it holds the model, else the first by name that does),
+/// with that route's settings; only the model itself where the route says
+/// `named_fallback = false` or no route holds it. Keyed by name, and by
+/// `api_name` where that names nothing else.
+fn model_routes(routes: &NameMap<RouteSlot>, models: &[ModelSlot]) -> NameMap<RouteSlot> {
+    let mut homes: Vec<&RouteSlot> = routes.values().collect();
+    homes.sort_by_key(|r| (r.name != "default", r.name.clone()));
+    let mut out = NameMap::default();
+    for (mi, m) in models.iter().enumerate() {
+        let home = homes
+            .iter()
+            .find_map(|r| r.chain.iter().position(|&c| c == mi).map(|at| (*r, at)));
+        let (chain, cfg) = match home {
+            Some((r, at)) if r.cfg.named_fallback => (r.chain[at..].to_vec(), r.cfg.clone()),
+            Some((r, _)) => (vec![mi], r.cfg.clone()),
+            None => (
+                vec![mi],
+                RouteConfig {
+                    chain: Vec::new(),
+                    max_tokens_factor: 1.0,
+                    trim_prompt_on_fallback: false,
+                    latency_sla_ms: 0,
+                    defer: false,
+                    named_fallback: false,
+                    stream_resume: false,
+                },
+            ),
+        };
+        let slot = |name: &str| RouteSlot {
+            name: name.to_string(),
+            chain: chain.clone(),
+            cfg: cfg.clone(),
+        };
+        out.insert(m.name.to_string(), slot(&m.name));
+        let api = &*m.api_name;
+        if api != &*m.name && !routes.contains_key(api) && !models.iter().any(|o| &*o.name == api) {
+            out.entry(api.to_string()).or_insert_with(|| slot(api));
+        }
+    }
+    out
 }
 
 impl Runner {
@@ -255,6 +302,7 @@ impl Runner {
                 )
             })
             .collect();
+        let model_routes = model_routes(&routes, &models);
         let specs = crate::tools::specs(&cfg);
         let mut tool_slots = Vec::new();
         let mut tool_index = NameMap::default();
@@ -285,6 +333,7 @@ impl Runner {
             providers: provider_slots,
             models,
             routes,
+            model_routes,
             tools: tool_slots,
             tool_index,
             spool,
@@ -306,6 +355,18 @@ impl Runner {
     /// The route called `name`, for an [`LlmCall`](llm::LlmCall).
     pub fn route(&self, name: &str) -> Option<&RouteSlot> {
         self.routes.get(name)
+    }
+
+    /// What a client's `model` asks for: the route of that name, else the
+    /// model of that name (or `api_name`) first, then the models after it
+    /// in its route's chain.
+    pub fn route_for(&self, name: &str) -> Option<&RouteSlot> {
+        self.routes.get(name).or_else(|| self.model_routes.get(name))
+    }
+
+    /// The routes serving clients that name a model.
+    pub fn model_routes(&self) -> &NameMap<RouteSlot> {
+        &self.model_routes
     }
 
     /// The configuration in force.

@@ -42,7 +42,7 @@ pub fn make_request(seed: Seed, id: u64, users: u32) -> AgentRequest {
         user: format_compact!("user-{user:04}"),
         session: format_compact!("user-{user:04}/s{}", rng.u32(0..3)),
         route: "default".into(),
-        messages: [Message::new("system", SYSTEM_PROMPT), Message::new("user", q)].into(),
+        messages: [Message::system(SYSTEM_PROMPT), Message::user(q)].into(),
         tools: vec![
             "get_order".into(),
             "lookup_shipping".into(),
@@ -63,7 +63,7 @@ fn noisy_request(seed: Seed, id: u64, user: &str, chars: usize) -> AgentRequest 
         user: user.into(),
         session: format_compact!("{user}/s{}", rng.u32(0..50)),
         route: "default".into(),
-        messages: [Message::new("system", SYSTEM_PROMPT), Message::new("user", doc)].into(),
+        messages: [Message::system(SYSTEM_PROMPT), Message::user(doc)].into(),
         tools: vec!["search_docs".into()],
         critical_tools: Vec::new(),
         max_tokens: 1024,

@@ -275,11 +275,11 @@ fn run(mut w: Writer, opts: RecordOptions, events: Receiver<Event>) -> io::Resul
 pub fn record_of(ev: &Event, t_ms: u64, content: Content) -> Option<Record> {
     Some(match &ev.kind {
         EventKind::Request(r) => {
-            let chars: usize = r.messages.iter().map(|m| m.content.len()).sum();
+            let chars: usize = r.messages.iter().map(|m| m.weight()).sum();
             let text = || {
                 r.messages
                     .iter()
-                    .map(|m| format!("{}:{}", m.role, m.content))
+                    .map(|m| format!("{}:{}", m.role, m.content.text()))
                     .collect::<Vec<_>>()
                     .join("\n")
             };

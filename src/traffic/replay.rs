@@ -12,7 +12,7 @@ use super::log::{AttemptRec, LogError, LogReader, OperatorRec, OutcomeRec, Recor
 use super::prefetch::{GiveBack, Prefetched, Split};
 use crate::clock::{note_step, Clock, Seed, Steps};
 use crate::config::Config;
-use crate::provider::mock::{args_for, order_id};
+use crate::provider::mock::{args_for, call_id, order_id};
 use crate::provider::{ErrorKind, LlmRequest, LlmResponse, Message, Provider, ProviderError, ToolCall, Usage};
 use crate::resilience::limiter::RateFeedback;
 use crate::runner::command::Command;
@@ -344,9 +344,12 @@ async fn play(
             let calls = match (own, req) {
                 (true, Some(req)) if !a.tool_calls.is_empty() => {
                     let order = order_id(req);
+                    let key = crate::clock::mix(req.request_id) ^ u64::from(req.step);
                     a.tool_calls
                         .iter()
-                        .map(|name| ToolCall {
+                        .enumerate()
+                        .map(|(i, name)| ToolCall {
+                            id: call_id(key, i),
                             // A recorded semantic failure is replayed as one.
                             name: if a.semantic_failure.is_some() {
                                 format!("{name}__unknown")
@@ -360,10 +363,11 @@ async fn play(
                 // A semantic failure recorded without the calls it was
                 // about: a call of a tool that does not exist, so it is
                 // judged a semantic failure again.
-                (true, Some(_)) if a.semantic_failure.is_some() => vec![ToolCall {
-                    name: "recorded_semantic_failure__unknown".into(),
-                    arguments: "{}".into(),
-                }],
+                (true, Some(req)) if a.semantic_failure.is_some() => vec![ToolCall::new(
+                    call_id(crate::clock::mix(req.request_id) ^ u64::from(req.step), 0),
+                    "recorded_semantic_failure__unknown",
+                    "{}",
+                )],
                 _ => Vec::new(),
             };
             Ok((usage, calls))
@@ -543,7 +547,7 @@ pub fn agent_request(q: RequestRec) -> AgentRequest {
                 text.push_str(&XS[..n]);
                 pad -= n;
             }
-            Arc::from([Message::new("user", text)])
+            Arc::from([Message::user(text)])
         },
         Arc::from,
     );

@@ -113,7 +113,7 @@ async fn content_is_recorded_only_when_asked() {
             _ => None,
         })
         .unwrap();
-    assert!(q.messages.unwrap().iter().any(|m| m.content.contains("order #")));
+    assert!(q.messages.unwrap().iter().any(|m| m.content.text().contains("order #")));
 }
 
 #[tokio::test(start_paused = true)]

@@ -190,10 +190,7 @@ async fn breaker_opens_after_consecutive_failures_then_recovers_with_a_ramp() {
 
 #[tokio::test(start_paused = true)]
 async fn hallucinated_tool_is_a_semantic_failure_and_falls_back() {
-    let bad = ToolCall {
-        name: "get_odrer".into(),
-        arguments: r#"{"order_id":"1"}"#.into(),
-    };
+    let bad = ToolCall::new("call_bad", "get_odrer", r#"{"order_id":"1"}"#);
     let openai = Scripted::new(
         vec![],
         Step::Ok {
@@ -267,10 +264,7 @@ async fn concurrent_requests_cannot_overshoot_a_budget() {
 async fn failing_optional_tool_is_skipped_and_critical_tool_uses_the_cache() {
     let calls = vec![
         get_order_call(),
-        ToolCall {
-            name: "search_docs".into(),
-            arguments: r#"{"query":"x"}"#.into(),
-        },
+        ToolCall::new("call_search", "search_docs", r#"{"query":"x"}"#),
     ];
     let openai = Scripted::new(
         vec![

@@ -152,7 +152,7 @@ fn all_kinds_reads_every_kind_and_skips_unknown_ones() {
         Record::Request(RequestRec {
             prompt_tokens: 300,
             max_tokens: 200,
-            messages: Some(vec![Message::new("user", "hi")]),
+            messages: Some(vec![Message::user("hi")]),
             ..request(3000, 2, "bob")
         }),
         Record::Attempt(AttemptRec {
@@ -615,6 +615,17 @@ fn text() -> impl Strategy<Value = String> {
     "(?s).{0,12}"
 }
 
+fn role() -> impl Strategy<Value = fusebox::wire::Role> {
+    use fusebox::wire::Role;
+    prop_oneof![
+        Just(Role::System),
+        Just(Role::Developer),
+        Just(Role::User),
+        Just(Role::Assistant),
+        Just(Role::Tool)
+    ]
+}
+
 /// Floats that print and parse back exactly.
 fn exact_f64() -> impl Strategy<Value = f64> {
     (0u32..=1_000_000).prop_map(|n| f64::from(n) / 1000.0)
@@ -629,7 +640,7 @@ fn arb_record() -> impl Strategy<Value = Record> {
         (
             prop::collection::vec(name(), 0..2),
             any::<Option<u32>>(),
-            prop::option::of(prop::collection::vec((name(), text()), 0..2)),
+            prop::option::of(prop::collection::vec((role(), text()), 0..2)),
             prop::option::of(text()),
         ),
     )
@@ -646,7 +657,7 @@ fn arb_record() -> impl Strategy<Value = Record> {
                     tools,
                     critical_tools: crit,
                     max_steps,
-                    messages: msgs.map(|m| m.into_iter().map(|(r, c)| Message::new(&r, c)).collect()),
+                    messages: msgs.map(|m| m.into_iter().map(|(r, c)| Message::new(r, c)).collect()),
                     content_hash: hash,
                 })
             },

@@ -4,9 +4,9 @@
 //! (Go durations, HTTP dates, OpenAI and Anthropic header sets), plus
 //! property tests that nothing panics and chunking never changes the result.
 
-use fusebox::provider::headers::{anthropic_feedback, go_duration, openai_feedback, retry_after};
-use fusebox::provider::sse::{SseError, SseEvent, SseItem, SseParser};
 use fusebox::resilience::limiter::RateFeedback;
+use fusebox::wire::headers::{anthropic_feedback, go_duration, openai_feedback, retry_after};
+use fusebox::wire::sse::{SseError, SseEvent, SseItem, SseParser};
 use proptest::prelude::*;
 use std::time::Duration;
 

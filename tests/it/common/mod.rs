@@ -97,6 +97,7 @@ impl Provider for Scripted {
                     },
                     tokens_per_s: None,
                     rate: RateFeedback::default(),
+                    wire: None,
                 })
             }
             Step::Status {
@@ -130,11 +131,7 @@ pub fn ask(id: u64, user: &str) -> AgentRequest {
         user: user.into(),
         session: format!("{user}/s").into(),
         route: "default".into(),
-        messages: [
-            Message::new("system", "be brief"),
-            Message::new("user", "Where is order #38291?"),
-        ]
-        .into(),
+        messages: [Message::system("be brief"), Message::user("Where is order #38291?")].into(),
         tools: vec![],
         critical_tools: vec![],
         max_tokens: 256,
@@ -158,8 +155,5 @@ pub fn ask_with_tools(id: u64, user: &str) -> AgentRequest {
 
 /// The tool call a model makes for get_order.
 pub fn get_order_call() -> ToolCall {
-    ToolCall {
-        name: "get_order".into(),
-        arguments: r#"{"order_id":"38291"}"#.into(),
-    }
+    ToolCall::new("call_get_order", "get_order", r#"{"order_id":"38291"}"#)
 }

@@ -5,8 +5,26 @@
 //! caller adapts whatever header map it has. Malformed values are ignored
 //! (logged at debug level), never fatal.
 
-use crate::resilience::limiter::RateFeedback;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+/// What a provider told us about its limits (from response headers).
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct RateFeedback {
+    /// Tokens left in the provider's window.
+    pub remaining_tokens: Option<u64>,
+    /// Input tokens left (Anthropic's separate input limit).
+    pub remaining_input_tokens: Option<u64>,
+    /// Output tokens left (Anthropic's separate output limit).
+    pub remaining_output_tokens: Option<u64>,
+    /// Requests left in the provider's window.
+    pub remaining_requests: Option<u64>,
+    /// Time until the token window is full again.
+    pub reset_tokens: Option<Duration>,
+    /// Time until the request window is full again.
+    pub reset_requests: Option<Duration>,
+    /// Retry-After of a 429/503.
+    pub retry_after: Option<Duration>,
+}
 
 const NS_PER_SEC: u128 = 1_000_000_000;
 /// Fractional digits kept (more are accepted and truncated).

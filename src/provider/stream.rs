@@ -1,0 +1,122 @@
+//! A streamed answer as the runner reads it: pieces carrying the bytes the
+//! upstream sent and what they say, so the gateway can pass them on as
+//! they are (or translate them) while the runner counts and checks them.
+
+use super::{ErrorKind, LlmResponse, ProviderError, WireAnswer};
+use crate::resilience::limiter::RateFeedback;
+use crate::wire::{Assembler, Delta, WireKind};
+use smallvec::SmallVec;
+use std::sync::Arc;
+
+/// One piece of a stream: an SSE event (or keep-alive comment).
+#[derive(Clone, Debug, Default)]
+pub struct Piece {
+    /// The event as the upstream sent it (its SSE framing normalised).
+    pub raw: bytes::Bytes,
+    /// What it says (nothing for a keep-alive).
+    pub deltas: SmallVec<[Delta; 2]>,
+}
+
+impl Piece {
+    /// Whether it carries content a client waits for.
+    pub fn has_content(&self) -> bool {
+        self.deltas.iter().any(Delta::is_content)
+    }
+}
+
+/// The rest of a stream.
+#[async_trait::async_trait]
+pub trait PieceStream: Send {
+    /// The next piece; `None` once the body has ended (whether it ended
+    /// whole is for the reader to tell, from the terminator).
+    async fn next(&mut self) -> Option<Result<Piece, ProviderError>>;
+}
+
+/// An answer streaming in: what arrived up to its first content, and the
+/// rest to read.
+pub struct Live {
+    /// The API the pieces are in.
+    pub kind: WireKind,
+    /// Rate-limit feedback from the response headers.
+    pub rate: RateFeedback,
+    /// Pieces read so far: up to and including the first with content.
+    pub head: Vec<Piece>,
+    /// The rest.
+    pub rest: Box<dyn PieceStream>,
+    /// When the call started (the output rate is measured from it).
+    pub started: tokio::time::Instant,
+    /// Prompt characters, for a usage estimate when the stream has none.
+    pub prompt_chars: usize,
+}
+
+/// What opening a streamed call gives.
+pub enum Opened {
+    /// The whole answer.
+    Whole(LlmResponse),
+    /// The answer is streaming.
+    Live(Live),
+}
+
+impl Live {
+    /// Reads the rest of the stream into a whole answer.
+    pub async fn drain(mut self, clock: &crate::clock::Clock) -> Result<LlmResponse, ProviderError> {
+        let mut acc = Assembler::default();
+        for p in std::mem::take(&mut self.head) {
+            p.deltas.iter().for_each(|d| acc.take(d));
+        }
+        loop {
+            match self.rest.next().await {
+                Some(Ok(p)) => p.deltas.iter().for_each(|d| acc.take(d)),
+                Some(Err(mut e)) => {
+                    e.usage = self.usage_so_far(&acc);
+                    return Err(e);
+                }
+                None => break,
+            }
+        }
+        if !acc.done {
+            let mut e = ProviderError::new(ErrorKind::Truncated, None, "stream ended without its terminator");
+            e.usage = self.usage_so_far(&acc);
+            return Err(e);
+        }
+        Ok(self.answer(acc, clock))
+    }
+
+    /// Usage as far as the stream went: what it said, else estimated.
+    pub fn usage_so_far(&self, acc: &Assembler) -> crate::wire::Usage {
+        let said = acc.reply().usage.unwrap_or_default();
+        crate::wire::Usage {
+            input: if said.input > 0 {
+                said.input
+            } else {
+                (self.prompt_chars as u32).div_ceil(4)
+            },
+            // What a finished stream says is what was used; a cut one is
+            // counted from what arrived.
+            output: if acc.done && said.output > 0 {
+                said.output
+            } else {
+                said.output.max((acc.chars() as u32).div_ceil(4))
+            },
+            cached_input: said.cached_input,
+        }
+    }
+
+    /// The whole answer from what was assembled.
+    pub fn answer(&self, acc: Assembler, clock: &crate::clock::Clock) -> LlmResponse {
+        let usage = self.usage_so_far(&acc);
+        let elapsed = clock.now().saturating_duration_since(self.started);
+        let r = acc.finish();
+        let mut resp = LlmResponse::measured(Arc::from(r.text), r.tool_calls, usage, self.rate, elapsed);
+        resp.wire = Some(Box::new(WireAnswer {
+            kind: self.kind,
+            id: r.id,
+            model: r.model,
+            finish: r.finish,
+            reasoning: r.reasoning,
+            refusal: r.refusal,
+            body: None,
+        }));
+        resp
+    }
+}

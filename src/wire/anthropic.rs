@@ -1,0 +1,851 @@
+//! Anthropic messages: requests read and written, answers and stream
+//! events read and written, error bodies.
+
+use super::message::{Content, ImageSource, Message, Part, Role, ToolCall, ToolSpec};
+use super::raw::{to_raw, RawBody};
+use super::reply::{Delta, Finish, Reply, Usage};
+use super::request::{self as rq, BadRequest, Obj, Outgoing, Params, Request, ToolChoice};
+use super::WireKind;
+use serde_json::value::RawValue;
+use serde_json::{json, Value};
+use smallvec::SmallVec;
+use std::sync::Arc;
+
+/// The API version fusebox speaks.
+pub const VERSION: &str = "2023-06-01";
+
+/// Reads a messages request body.
+pub fn parse_request(bytes: &[u8]) -> Result<Request, BadRequest> {
+    let (raw, obj) = rq::body(bytes)?;
+    let model = rq::model(&obj)?;
+    let stream = rq::opt_bool(&obj, "stream", "stream")?.unwrap_or(false);
+    let max_tokens = rq::opt_u32(&obj, "max_tokens", "max_tokens")?
+        .ok_or_else(|| BadRequest::field("max_tokens", "field required"))?;
+    let mut messages = Vec::new();
+    match obj.get("system") {
+        None | Some(Value::Null) => {}
+        Some(Value::String(s)) => messages.push(Message::system(s.as_str())),
+        Some(Value::Array(blocks)) => {
+            let mut text = Vec::new();
+            for (i, b) in blocks.iter().enumerate() {
+                let b = rq::object(b, &format!("system[{i}]"))?;
+                text.push(rq::required_str(b, "text", &format!("system[{i}].text"))?);
+            }
+            messages.push(Message::system(text.join("\n")));
+        }
+        Some(_) => {
+            return Err(BadRequest::field(
+                "system",
+                "expected a string or an array of text blocks",
+            ))
+        }
+    }
+    read_messages(&obj, &mut messages)?;
+    let (tools, server_tools) = tools(&obj)?;
+    let mut needs = Vec::new();
+    if server_tools {
+        needs.push("server tools");
+    }
+    if let Some(t) = rq::opt_obj(&obj, "thinking", "thinking")? {
+        if rq::opt_str(t, "type", "thinking.type")? == Some("enabled") {
+            needs.push("thinking");
+        }
+    }
+    if messages.iter().any(|m| {
+        m.content
+            .parts()
+            .iter()
+            .any(|p| matches!(p, Part::Opaque { .. }) && !p.droppable())
+    }) {
+        needs.push("document content");
+    }
+    let (tool_choice, parallel_tool_calls) = tool_choice(&obj)?;
+    let user = match rq::opt_obj(&obj, "metadata", "metadata")? {
+        Some(m) => rq::opt_str(m, "user_id", "metadata.user_id")?.map(str::to_string),
+        None => None,
+    };
+    let params = Params {
+        wire: WireKind::Anthropic,
+        tool_choice,
+        parallel_tool_calls,
+        temperature: rq::opt_f64(&obj, "temperature", "temperature")?,
+        top_p: rq::opt_f64(&obj, "top_p", "top_p")?,
+        stop: rq::stop_list(&obj, "stop_sequences")?,
+        max_tokens: Some(max_tokens),
+        completion_tokens_key: false,
+        user,
+        needs,
+        raw: Some(Arc::new(raw)),
+    };
+    Ok(Request {
+        model,
+        messages,
+        tools,
+        stream,
+        include_usage: false,
+        params,
+    })
+}
+
+/// Reads `messages`: a user turn's `tool_result` blocks become tool
+/// messages (before what else the turn says), an assistant's `tool_use`
+/// blocks its tool calls.
+fn read_messages(obj: &Obj, out: &mut Vec<Message>) -> Result<(), BadRequest> {
+    for (i, m) in rq::messages_array(obj)?.iter().enumerate() {
+        let path = format!("messages[{i}]");
+        let m = rq::object(m, &path)?;
+        let role_path = format!("{path}.role");
+        let role = match rq::required_str(m, "role", &role_path)? {
+            "user" => Role::User,
+            "assistant" => Role::Assistant,
+            _ => {
+                return Err(BadRequest::field(
+                    role_path,
+                    "unsupported role; expected one of user, assistant",
+                ))
+            }
+        };
+        let cpath = format!("{path}.content");
+        let blocks = match m.get("content") {
+            None | Some(Value::Null) => return Err(BadRequest::field(cpath, "field required")),
+            Some(Value::String(s)) => {
+                out.push(Message::new(role, s.as_str()));
+                continue;
+            }
+            Some(Value::Array(b)) => b,
+            Some(_) => {
+                return Err(BadRequest::field(
+                    cpath,
+                    "expected a string or an array of content parts",
+                ))
+            }
+        };
+        let mut parts = Vec::new();
+        let mut calls = Vec::new();
+        let mut reasoning = String::new();
+        for (j, b) in blocks.iter().enumerate() {
+            let bp = format!("{cpath}[{j}]");
+            let block = b
+                .as_object()
+                .ok_or_else(|| BadRequest::field(bp.as_str(), "expected a content part object"))?;
+            match rq::required_str(block, "type", &format!("{bp}.type"))? {
+                "tool_result" => {
+                    let id = rq::required_str(block, "tool_use_id", &format!("{bp}.tool_use_id"))?;
+                    let content = match block.get("content") {
+                        None | Some(Value::Null) => Content::default(),
+                        Some(Value::String(s)) => Content::Text(s.as_str().into()),
+                        Some(Value::Array(inner)) => Content::Parts(
+                            inner
+                                .iter()
+                                .enumerate()
+                                .map(|(k, p)| part(p, &format!("{bp}.content[{k}]")))
+                                .collect::<Result<Vec<_>, _>>()?
+                                .into(),
+                        ),
+                        Some(_) => {
+                            return Err(BadRequest::field(
+                                format!("{bp}.content"),
+                                "expected a string or blocks",
+                            ))
+                        }
+                    };
+                    let mut msg = Message::new(Role::Tool, content);
+                    msg.tool_call_id = Some(id.into());
+                    msg.is_error = rq::opt_bool(block, "is_error", &format!("{bp}.is_error"))?.unwrap_or(false);
+                    out.push(msg);
+                }
+                "tool_use" if role == Role::Assistant => calls.push(ToolCall {
+                    id: rq::required_str(block, "id", &format!("{bp}.id"))?.to_string(),
+                    name: rq::required_str(block, "name", &format!("{bp}.name"))?.to_string(),
+                    arguments: match block.get("input") {
+                        Some(v @ Value::Object(_)) => v.to_string(),
+                        Some(Value::String(s)) => s.clone(),
+                        _ => "{}".into(),
+                    },
+                }),
+                "thinking" => {
+                    if let Some(t) = block.get("thinking").and_then(Value::as_str) {
+                        reasoning.push_str(t);
+                    }
+                    parts.push(part(b, &bp)?);
+                }
+                _ => parts.push(part(b, &bp)?),
+            }
+        }
+        if parts.is_empty() && calls.is_empty() {
+            continue;
+        }
+        let content = match parts.as_slice() {
+            [] => Content::default(),
+            [Part::Text { text }] => Content::Text(text.clone()),
+            _ => Content::Parts(parts.into()),
+        };
+        let mut msg = Message::assistant(content, calls);
+        msg.role = role;
+        if !reasoning.is_empty() {
+            msg.reasoning = Some(reasoning.into());
+        }
+        out.push(msg);
+    }
+    Ok(())
+}
+
+/// One content block: `text`, `image` (base64 or URL), or kept as sent.
+fn part(v: &Value, path: &str) -> Result<Part, BadRequest> {
+    let b = v
+        .as_object()
+        .ok_or_else(|| BadRequest::field(path, "expected a content part object"))?;
+    Ok(match rq::required_str(b, "type", &format!("{path}.type"))? {
+        "text" => Part::text(rq::required_str(b, "text", &format!("{path}.text"))?),
+        "image" => {
+            let sp = format!("{path}.source");
+            let s = rq::opt_obj(b, "source", &sp)?.ok_or_else(|| BadRequest::field(sp.as_str(), "field required"))?;
+            let source = match rq::required_str(s, "type", &format!("{sp}.type"))? {
+                "base64" => ImageSource::Base64 {
+                    media_type: rq::required_str(s, "media_type", &format!("{sp}.media_type"))?.into(),
+                    data: rq::required_str(s, "data", &format!("{sp}.data"))?.into(),
+                },
+                "url" => ImageSource::Url(rq::required_str(s, "url", &format!("{sp}.url"))?.into()),
+                _ => {
+                    return Ok(Part::Opaque {
+                        wire: WireKind::Anthropic,
+                        value: Arc::new(v.clone()),
+                    })
+                }
+            };
+            Part::Image { source, detail: None }
+        }
+        _ => Part::Opaque {
+            wire: WireKind::Anthropic,
+            value: Arc::new(v.clone()),
+        },
+    })
+}
+
+/// Custom tools, and whether server tools (web search, …) were offered too.
+fn tools(obj: &Obj) -> Result<(Vec<ToolSpec>, bool), BadRequest> {
+    let mut out = Vec::new();
+    let mut server = false;
+    for (i, t) in rq::array(obj, "tools", "tools")?.iter().enumerate() {
+        let path = format!("tools[{i}]");
+        let t = rq::object(t, &path)?;
+        if rq::opt_str(t, "type", &format!("{path}.type"))?.is_some_and(|ty| ty != "custom") {
+            server = true;
+            continue;
+        }
+        out.push(ToolSpec {
+            name: rq::tool_name(t, &format!("{path}.name"))?.into(),
+            description: rq::opt_str(t, "description", &format!("{path}.description"))?
+                .unwrap_or_default()
+                .into(),
+            schema: rq::schema(t, "input_schema", &format!("{path}.input_schema"))?.into(),
+        });
+    }
+    Ok((out, server))
+}
+
+fn tool_choice(obj: &Obj) -> Result<(Option<ToolChoice>, Option<bool>), BadRequest> {
+    let Some(c) = rq::opt_obj(obj, "tool_choice", "tool_choice")? else {
+        return Ok((None, None));
+    };
+    let choice = match rq::required_str(c, "type", "tool_choice.type")? {
+        "auto" => ToolChoice::Auto,
+        "any" => ToolChoice::Required,
+        "none" => ToolChoice::None,
+        "tool" => ToolChoice::Tool(rq::required_str(c, "name", "tool_choice.name")?.to_string()),
+        _ => {
+            return Err(BadRequest::field(
+                "tool_choice.type",
+                "expected auto, any, tool or none",
+            ))
+        }
+    };
+    let parallel = rq::opt_bool(c, "disable_parallel_tool_use", "tool_choice.disable_parallel_tool_use")?.map(|d| !d);
+    Ok((Some(choice), parallel))
+}
+
+/// Renders a call as a messages body: the client's own body when it speaks
+/// this API (only `model`, a lowered `max_tokens`, `stream`, and the
+/// conversation where fusebox changed it, replaced), else the typed call.
+/// `Err` names what this API cannot honour.
+pub fn render_request(o: &Outgoing) -> Result<Vec<u8>, String> {
+    if let Some(raw) = o.passthrough(WireKind::Anthropic) {
+        return passthrough(raw, o);
+    }
+    if let Some(why) = o.params.cannot_honour(WireKind::Anthropic) {
+        return Err(why);
+    }
+    let (system, messages) = render_messages(o.messages)?;
+    let p = o.params;
+    let mut b = Obj::new();
+    b.insert("model".into(), json!(o.model));
+    b.insert("max_tokens".into(), json!(o.max_tokens));
+    if let Some(s) = system {
+        b.insert("system".into(), json!(s));
+    }
+    b.insert("messages".into(), Value::Array(messages));
+    let history_has_tools = o
+        .messages
+        .iter()
+        .any(|m| !m.tool_calls.is_empty() || m.role == Role::Tool);
+    if o.tools.is_empty() && history_has_tools {
+        return Err("cannot honour tool calls in the conversation without tools offered".into());
+    }
+    if !o.tools.is_empty() {
+        let tools: Vec<Value> = o
+            .tools
+            .iter()
+            .map(|t| json!({"name": t.name, "description": t.description, "input_schema": t.schema}))
+            .collect();
+        b.insert("tools".into(), Value::Array(tools));
+        let mut choice = match &p.tool_choice {
+            None => None,
+            Some(ToolChoice::Auto) => Some(json!({"type": "auto"})),
+            Some(ToolChoice::None) => Some(json!({"type": "none"})),
+            Some(ToolChoice::Required) => Some(json!({"type": "any"})),
+            Some(ToolChoice::Tool(name)) => Some(json!({"type": "tool", "name": name})),
+        };
+        if p.parallel_tool_calls == Some(false) && p.tool_choice != Some(ToolChoice::None) {
+            choice.get_or_insert_with(|| json!({"type": "auto"}))["disable_parallel_tool_use"] = json!(true);
+        }
+        if let Some(c) = choice {
+            b.insert("tool_choice".into(), c);
+        }
+    }
+    // Anthropic's range is 0..1 where OpenAI's is 0..2.
+    if let Some(t) = p.temperature {
+        b.insert("temperature".into(), json!(t.clamp(0.0, 1.0)));
+    }
+    if let Some(t) = p.top_p {
+        b.insert("top_p".into(), json!(t));
+    }
+    if !p.stop.is_empty() {
+        b.insert("stop_sequences".into(), json!(p.stop));
+    }
+    if let Some(u) = &p.user {
+        b.insert("metadata".into(), json!({"user_id": u}));
+    }
+    b.insert("stream".into(), json!(o.stream));
+    Ok(Value::Object(b).to_string().into_bytes())
+}
+
+fn passthrough(raw: &RawBody, o: &Outgoing) -> Result<Vec<u8>, String> {
+    let mut set: SmallVec<[(&str, Box<RawValue>); 5]> = SmallVec::new();
+    set.push(("model", to_raw(&o.model)));
+    let mut remove: SmallVec<[&str; 1]> = SmallVec::new();
+    if !o.own_messages {
+        let (system, messages) = render_messages(o.messages)?;
+        set.push(("messages", to_raw(&messages)));
+        match system {
+            Some(s) if raw.get("system").is_some() || !s.is_empty() => set.push(("system", to_raw(&s))),
+            _ => remove.push("system"),
+        }
+    }
+    if o.params.max_tokens.is_some_and(|cap| o.max_tokens < cap) {
+        set.push(("max_tokens", to_raw(&o.max_tokens)));
+    }
+    let client_streams = raw.read::<bool>("stream").and_then(Result::ok).unwrap_or(false);
+    if client_streams != o.stream {
+        set.push(("stream", to_raw(&o.stream)));
+    }
+    let set: SmallVec<[(&str, &RawValue); 5]> = set.iter().map(|(k, v)| (*k, &**v)).collect();
+    Ok(raw.render(&set, &remove))
+}
+
+fn block_of(p: &Part) -> Result<Option<Value>, String> {
+    Ok(Some(match p {
+        Part::Text { text } if text.is_empty() => return Ok(None),
+        Part::Text { text } => json!({"type": "text", "text": text}),
+        Part::Image { source, .. } => {
+            let source = match source {
+                ImageSource::Url(url) => json!({"type": "url", "url": url}),
+                ImageSource::Base64 { media_type, data } => {
+                    json!({"type": "base64", "media_type": media_type, "data": data})
+                }
+            };
+            json!({"type": "image", "source": source})
+        }
+        Part::Opaque {
+            wire: WireKind::Anthropic,
+            value,
+        } => (**value).clone(),
+        p if p.droppable() => return Ok(None),
+        p => return Err(format!("cannot honour {} content", p.kind())),
+    }))
+}
+
+/// Typed messages as `system` text and alternating turns of blocks: tool
+/// results are user turns of `tool_result` blocks, tool calls `tool_use`
+/// blocks, and consecutive turns of one role are merged. `Err` names a
+/// part this API cannot carry.
+pub fn render_messages(messages: &[Message]) -> Result<(Option<String>, Vec<Value>), String> {
+    let mut system: Vec<String> = Vec::new();
+    let mut turns: Vec<(&str, Vec<Value>)> = Vec::new();
+    for m in messages {
+        let (role, mut blocks) = match m.role {
+            Role::System | Role::Developer => {
+                system.push(m.content.text().into_owned());
+                continue;
+            }
+            Role::User => ("user", Vec::new()),
+            Role::Assistant => ("assistant", Vec::new()),
+            Role::Tool => {
+                let mut inner = Vec::new();
+                for p in m.content.parts().iter() {
+                    inner.extend(block_of(p)?);
+                }
+                let mut r = json!({
+                    "type": "tool_result",
+                    "tool_use_id": m.tool_call_id.as_deref().unwrap_or(""),
+                    "content": inner,
+                });
+                if m.is_error {
+                    r["is_error"] = json!(true);
+                }
+                ("user", vec![r])
+            }
+        };
+        if m.role != Role::Tool {
+            for p in m.content.parts().iter() {
+                blocks.extend(block_of(p)?);
+            }
+            for c in m.tool_calls.iter() {
+                let input = match serde_json::from_str::<Value>(&c.arguments) {
+                    Ok(v @ Value::Object(_)) => v,
+                    _ if c.arguments.trim().is_empty() => json!({}),
+                    _ => {
+                        return Err(format!(
+                            "cannot honour arguments of {} that are not a JSON object",
+                            c.name
+                        ))
+                    }
+                };
+                blocks.push(json!({"type": "tool_use", "id": c.id, "name": c.name, "input": input}));
+            }
+        }
+        if blocks.is_empty() {
+            continue;
+        }
+        match turns.last_mut() {
+            // Tool results lead their turn, as the API wants them.
+            Some((r, b)) if *r == role => {
+                if m.role == Role::Tool {
+                    let at = b.iter().take_while(|x| x["type"] == "tool_result").count();
+                    b.splice(at..at, blocks);
+                } else {
+                    b.extend(blocks);
+                }
+            }
+            _ => turns.push((role, blocks)),
+        }
+    }
+    // A prefilled answer (the last turn the assistant's) may not end in whitespace.
+    if let Some(("assistant", blocks)) = turns.last_mut() {
+        if let Some(Value::String(t)) = blocks.last_mut().and_then(|b| b.get_mut("text")) {
+            let trimmed = t.trim_end().len();
+            t.truncate(trimmed);
+        }
+    }
+    let messages = turns
+        .into_iter()
+        .map(|(role, blocks)| json!({"role": role, "content": blocks}))
+        .collect();
+    let system = (!system.is_empty()).then(|| system.join("\n\n"));
+    Ok((system, messages))
+}
+
+fn n(v: &Value, p: &str) -> Option<u32> {
+    v.pointer(p)
+        .and_then(Value::as_u64)
+        .map(|x| x.min(u32::MAX as u64) as u32)
+}
+
+fn usage_of(u: &Value) -> Usage {
+    Usage {
+        input: n(u, "/input_tokens").unwrap_or(0),
+        output: n(u, "/output_tokens").unwrap_or(0),
+        cached_input: n(u, "/cache_read_input_tokens").unwrap_or(0),
+    }
+}
+
+/// Reads a `message` body.
+pub fn parse_reply(v: &Value) -> Reply {
+    let mut r = Reply {
+        id: v.get("id").and_then(Value::as_str).unwrap_or("").to_string(),
+        model: v.get("model").and_then(Value::as_str).unwrap_or("").to_string(),
+        finish: v.get("stop_reason").and_then(Value::as_str).map(Finish::from_anthropic),
+        usage: v.get("usage").map(usage_of),
+        ..Reply::default()
+    };
+    for block in v.get("content").and_then(Value::as_array).into_iter().flatten() {
+        let s = |k: &str| block.get(k).and_then(Value::as_str).unwrap_or("");
+        match s("type") {
+            "text" => r.text.push_str(s("text")),
+            "thinking" => r.reasoning.push_str(s("thinking")),
+            "tool_use" => r.tool_calls.push(ToolCall {
+                id: s("id").to_string(),
+                name: s("name").to_string(),
+                arguments: match block.get("input") {
+                    Some(Value::String(a)) => a.clone(),
+                    Some(other) => other.to_string(),
+                    None => "{}".into(),
+                },
+            }),
+            _ => {}
+        }
+    }
+    r
+}
+
+/// A tool call's `input`: the arguments object, or (when the model wrote
+/// something that is not a JSON object) the raw string, so the client sees
+/// the schema violation.
+fn input_of(c: &ToolCall) -> Value {
+    match serde_json::from_str::<Value>(&c.arguments) {
+        Ok(v @ Value::Object(_)) => v,
+        _ => Value::String(c.arguments.clone()),
+    }
+}
+
+fn usage(u: Usage) -> Value {
+    json!({
+        "input_tokens": u.input,
+        "output_tokens": u.output,
+        "cache_creation_input_tokens": 0,
+        "cache_read_input_tokens": u.cached_input,
+    })
+}
+
+/// A `message` body for `r`, with `id` and `model`.
+pub fn render_reply(id: &str, model: &str, r: &Reply) -> Value {
+    let mut content = Vec::new();
+    if !r.text.is_empty() {
+        content.push(json!({"type": "text", "text": r.text}));
+    }
+    if !r.refusal.is_empty() {
+        content.push(json!({"type": "text", "text": r.refusal}));
+    }
+    for c in &r.tool_calls {
+        content.push(json!({"type": "tool_use", "id": c.id, "name": c.name, "input": input_of(c)}));
+    }
+    let finish = r.finish.unwrap_or(if r.tool_calls.is_empty() {
+        Finish::Stop
+    } else {
+        Finish::ToolCalls
+    });
+    json!({
+        "id": id,
+        "type": "message",
+        "role": "assistant",
+        "model": model,
+        "content": content,
+        "stop_reason": finish.anthropic(),
+        "stop_sequence": null,
+        "usage": usage(r.usage.unwrap_or_default()),
+    })
+}
+
+/// An in-band stream error (`event: error`).
+pub use super::openai::StreamError;
+
+/// What a content block of a stream being read is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Block {
+    Text,
+    Tool(u32),
+    Other,
+}
+
+/// Reads stream events into pieces, remembering which block is which.
+#[derive(Debug, Default)]
+pub struct EventReader {
+    blocks: Vec<Block>,
+    tools: u32,
+}
+
+/// More blocks than this in one answer are not tracked.
+const MAX_BLOCKS: usize = 1024;
+
+impl EventReader {
+    /// Reads event `name` with JSON `data`; an `error` event is `Err`.
+    pub fn read(&mut self, name: &str, data: &str) -> Result<SmallVec<[Delta; 2]>, StreamError> {
+        let mut out = SmallVec::new();
+        let Ok(v) = serde_json::from_str::<Value>(data) else {
+            tracing::debug!("skipping a stream event that is not JSON");
+            return Ok(out);
+        };
+        let name = if name.is_empty() {
+            v.get("type").and_then(Value::as_str).unwrap_or("")
+        } else {
+            name
+        };
+        let index = n(&v, "/index").unwrap_or(0) as usize;
+        match name {
+            "message_start" => {
+                let m = v.get("message").unwrap_or(&Value::Null);
+                out.push(Delta::Start {
+                    id: m.get("id").and_then(Value::as_str).unwrap_or("").to_string(),
+                    model: m.get("model").and_then(Value::as_str).unwrap_or("").to_string(),
+                });
+                if let Some(u) = m.get("usage") {
+                    out.push(Delta::Usage(usage_of(u)));
+                }
+            }
+            "content_block_start" if index < MAX_BLOCKS => {
+                let b = v.get("content_block").unwrap_or(&Value::Null);
+                let kind = match b.get("type").and_then(Value::as_str) {
+                    Some("text") => {
+                        if let Some(t) = b.get("text").and_then(Value::as_str).filter(|t| !t.is_empty()) {
+                            out.push(Delta::Text(t.to_string()));
+                        }
+                        Block::Text
+                    }
+                    Some("tool_use") => {
+                        let i = self.tools;
+                        self.tools += 1;
+                        out.push(Delta::ToolStart {
+                            index: i,
+                            id: b.get("id").and_then(Value::as_str).unwrap_or("").to_string(),
+                            name: b.get("name").and_then(Value::as_str).unwrap_or("").to_string(),
+                        });
+                        // Input normally arrives as deltas; a complete input here is kept.
+                        if let Some(input) = b.get("input").filter(|x| x.as_object().is_some_and(|o| !o.is_empty())) {
+                            out.push(Delta::ToolArgs {
+                                index: i,
+                                fragment: input.to_string(),
+                            });
+                        }
+                        Block::Tool(i)
+                    }
+                    _ => Block::Other,
+                };
+                while self.blocks.len() <= index {
+                    self.blocks.push(Block::Other);
+                }
+                self.blocks[index] = kind;
+            }
+            "content_block_delta" => {
+                let d = v.get("delta").unwrap_or(&Value::Null);
+                let s = |k: &str| d.get(k).and_then(Value::as_str).unwrap_or("").to_string();
+                match d.get("type").and_then(Value::as_str) {
+                    Some("text_delta") => out.push(Delta::Text(s("text"))),
+                    Some("thinking_delta") => out.push(Delta::Reasoning(s("thinking"))),
+                    Some("input_json_delta") => {
+                        if let Some(Block::Tool(i)) = self.blocks.get(index) {
+                            out.push(Delta::ToolArgs {
+                                index: *i,
+                                fragment: s("partial_json"),
+                            });
+                        }
+                    }
+                    _ => {}
+                }
+            }
+            "message_delta" => {
+                if let Some(f) = v.pointer("/delta/stop_reason").and_then(Value::as_str) {
+                    out.push(Delta::Finish(Finish::from_anthropic(f)));
+                }
+                if let Some(u) = v.get("usage") {
+                    out.push(Delta::Usage(usage_of(u)));
+                }
+            }
+            "message_stop" => out.push(Delta::Done),
+            "error" => {
+                return Err(StreamError {
+                    kind: v
+                        .pointer("/error/type")
+                        .and_then(Value::as_str)
+                        .unwrap_or("api_error")
+                        .to_string(),
+                    message: v
+                        .pointer("/error/message")
+                        .and_then(Value::as_str)
+                        .unwrap_or("error event in stream")
+                        .to_string(),
+                })
+            }
+            _ => {}
+        }
+        Ok(out)
+    }
+}
+
+/// Writes pieces as stream events, opening and closing content blocks.
+#[derive(Debug)]
+pub struct EventWriter {
+    id: String,
+    model: String,
+    started: bool,
+    /// The open block and its index.
+    open: Option<(Block, usize)>,
+    next: usize,
+    /// Block index of each tool call.
+    tool_blocks: Vec<usize>,
+    usage: Usage,
+    finish: Option<Finish>,
+}
+
+/// `event: NAME` with `data` as one SSE event.
+pub fn event(name: &str, data: &Value, out: &mut Vec<u8>) {
+    out.extend_from_slice(b"event: ");
+    out.extend_from_slice(name.as_bytes());
+    out.extend_from_slice(b"\ndata: ");
+    // Writing a Value to memory cannot fail.
+    let _ = serde_json::to_writer(&mut *out, data);
+    out.extend_from_slice(b"\n\n");
+}
+
+/// The `ping` event.
+pub const PING: &[u8] = b"event: ping\ndata: {\"type\": \"ping\"}\n\n";
+
+impl EventWriter {
+    /// A writer of a message with `id` and `model`.
+    pub fn new(id: impl Into<String>, model: impl Into<String>) -> Self {
+        Self {
+            id: id.into(),
+            model: model.into(),
+            started: false,
+            open: None,
+            next: 0,
+            tool_blocks: Vec::new(),
+            usage: Usage::default(),
+            finish: None,
+        }
+    }
+
+    fn start(&mut self, out: &mut Vec<u8>) {
+        if self.started {
+            return;
+        }
+        self.started = true;
+        let m = json!({
+            "id": self.id,
+            "type": "message",
+            "role": "assistant",
+            "model": self.model,
+            "content": [],
+            "stop_reason": null,
+            "stop_sequence": null,
+            "usage": {"input_tokens": self.usage.input, "output_tokens": self.usage.output.max(1),
+                      "cache_creation_input_tokens": 0, "cache_read_input_tokens": self.usage.cached_input},
+        });
+        event("message_start", &json!({"type": "message_start", "message": m}), out);
+    }
+
+    fn close(&mut self, out: &mut Vec<u8>) {
+        if let Some((_, i)) = self.open.take() {
+            event(
+                "content_block_stop",
+                &json!({"type": "content_block_stop", "index": i}),
+                out,
+            );
+        }
+    }
+
+    fn open(&mut self, kind: Block, block: Value, out: &mut Vec<u8>) -> usize {
+        self.close(out);
+        let i = self.next;
+        self.next += 1;
+        event(
+            "content_block_start",
+            &json!({"type": "content_block_start", "index": i, "content_block": block}),
+            out,
+        );
+        if i == 0 {
+            out.extend_from_slice(PING);
+        }
+        self.open = Some((kind, i));
+        i
+    }
+
+    fn text(&mut self, t: &str, out: &mut Vec<u8>) {
+        let i = match self.open {
+            Some((Block::Text, i)) => i,
+            _ => self.open(Block::Text, json!({"type": "text", "text": ""}), out),
+        };
+        let d = json!({"type": "content_block_delta", "index": i, "delta": {"type": "text_delta", "text": t}});
+        event("content_block_delta", &d, out);
+    }
+
+    /// Writes `d` to `out`.
+    pub fn write(&mut self, d: &Delta, out: &mut Vec<u8>) {
+        if let Delta::Usage(u) = d {
+            self.usage.input = self.usage.input.max(u.input);
+            self.usage.output = self.usage.output.max(u.output);
+            self.usage.cached_input = self.usage.cached_input.max(u.cached_input);
+            return;
+        }
+        self.start(out);
+        match d {
+            Delta::Start { .. } | Delta::Usage(_) | Delta::Reasoning(_) => {}
+            Delta::Text(t) | Delta::Refusal(t) => self.text(t, out),
+            Delta::ToolStart { index, id, name } => {
+                let block = json!({"type": "tool_use", "id": id, "name": name, "input": {}});
+                let b = self.open(Block::Tool(*index), block, out);
+                let i = *index as usize;
+                if i < MAX_BLOCKS {
+                    self.tool_blocks.resize(self.tool_blocks.len().max(i + 1), usize::MAX);
+                    self.tool_blocks[i] = b;
+                }
+            }
+            Delta::ToolArgs { index, fragment } => {
+                let Some(&b) = self.tool_blocks.get(*index as usize).filter(|&&b| b != usize::MAX) else {
+                    return;
+                };
+                let d = json!({"type": "content_block_delta", "index": b,
+                               "delta": {"type": "input_json_delta", "partial_json": fragment}});
+                event("content_block_delta", &d, out);
+            }
+            Delta::Finish(f) => self.finish = Some(*f),
+            Delta::Done => {
+                self.close(out);
+                if self.next == 0 {
+                    out.extend_from_slice(PING);
+                }
+                let finish = self.finish.unwrap_or(if self.tool_blocks.is_empty() {
+                    Finish::Stop
+                } else {
+                    Finish::ToolCalls
+                });
+                let delta = json!({
+                    "type": "message_delta",
+                    "delta": {"stop_reason": finish.anthropic(), "stop_sequence": null},
+                    "usage": {"input_tokens": self.usage.input, "output_tokens": self.usage.output},
+                });
+                event("message_delta", &delta, out);
+                event("message_stop", &json!({"type": "message_stop"}), out);
+            }
+        }
+    }
+}
+
+/// The error type for an HTTP status.
+pub fn error_type(code: u16) -> &'static str {
+    match code {
+        400 => "invalid_request_error",
+        401 => "authentication_error",
+        402 => "billing_error",
+        403 => "permission_error",
+        404 => "not_found_error",
+        413 => "request_too_large",
+        429 => "rate_limit_error",
+        503 | 529 => "overloaded_error",
+        504 => "timeout_error",
+        500..=599 => "api_error",
+        _ => "invalid_request_error",
+    }
+}
+
+/// The error body for an HTTP status: `{"type":"error","error":{"type","message"}}`.
+pub fn error(code: u16, message: &str) -> Value {
+    json!({"type": "error", "error": {"type": error_type(code), "message": message}})
+}
+
+/// An in-band `error` event ending a stream that had started.
+pub fn error_event(kind: &str, message: &str, out: &mut Vec<u8>) {
+    event(
+        "error",
+        &json!({"type": "error", "error": {"type": kind, "message": message}}),
+        out,
+    );
+}

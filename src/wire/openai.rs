@@ -1,0 +1,772 @@
+//! OpenAI chat completions (also DeepSeek's and other OpenAI-compatible
+//! servers'): requests read and written, answers and stream chunks read
+//! and written, error bodies.
+
+use super::message::{Content, ImageSource, Message, Part, Role, ToolCall, ToolSpec};
+use super::raw::{to_raw, RawBody};
+use super::reply::{Delta, Finish, Reply, Usage};
+use super::request::{self as rq, BadRequest, Obj, Outgoing, Params, Request, ToolChoice};
+use super::WireKind;
+use serde_json::value::RawValue;
+use serde_json::{json, Value};
+use smallvec::SmallVec;
+use std::sync::Arc;
+
+/// Which OpenAI-compatible server.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Dialect {
+    /// OpenAI and generic OpenAI-compatible servers.
+    OpenAi,
+    /// DeepSeek: prompt-cache hit/miss counts in usage, `reasoning_content`,
+    /// no `developer` role.
+    DeepSeek,
+}
+
+const ROLES: [&str; 6] = ["system", "developer", "user", "assistant", "tool", "function"];
+
+/// Reads a chat-completions request body.
+pub fn parse_request(bytes: &[u8]) -> Result<Request, BadRequest> {
+    let (raw, obj) = rq::body(bytes)?;
+    let model = rq::model(&obj)?;
+    let stream = rq::opt_bool(&obj, "stream", "stream")?.unwrap_or(false);
+    let messages = messages(&obj)?;
+    let tools = tools(&obj)?;
+    let (max_tokens, completion_tokens_key) = match rq::opt_u32(&obj, "max_completion_tokens", "max_completion_tokens")?
+    {
+        Some(m) => (Some(m), true),
+        None => (rq::opt_u32(&obj, "max_tokens", "max_tokens")?, false),
+    };
+    let include_usage = match rq::opt_obj(&obj, "stream_options", "stream_options")? {
+        Some(o) => rq::opt_bool(o, "include_usage", "stream_options.include_usage")?.unwrap_or(false),
+        None => false,
+    };
+    let mut needs = Vec::new();
+    if rq::opt_u32(&obj, "n", "n")?.is_some_and(|n| n > 1) {
+        needs.push("n > 1");
+    }
+    if rq::opt_bool(&obj, "logprobs", "logprobs")? == Some(true) {
+        needs.push("logprobs");
+    }
+    if let Some(f) = rq::opt_obj(&obj, "response_format", "response_format")? {
+        if rq::opt_str(f, "type", "response_format.type")?.is_some_and(|t| t != "text") {
+            needs.push("response_format");
+        }
+    }
+    if obj.get("audio").is_some_and(|a| !a.is_null()) {
+        needs.push("audio output");
+    }
+    if messages
+        .iter()
+        .any(|m| m.content.parts().iter().any(|p| matches!(p, Part::Opaque { .. })))
+    {
+        needs.push("audio or file content");
+    }
+    let params = Params {
+        wire: WireKind::OpenAi,
+        tool_choice: tool_choice(&obj)?,
+        parallel_tool_calls: rq::opt_bool(&obj, "parallel_tool_calls", "parallel_tool_calls")?,
+        temperature: rq::opt_f64(&obj, "temperature", "temperature")?,
+        top_p: rq::opt_f64(&obj, "top_p", "top_p")?,
+        stop: rq::stop_list(&obj, "stop")?,
+        max_tokens,
+        completion_tokens_key,
+        user: rq::opt_str(&obj, "user", "user")?.map(str::to_string),
+        needs,
+        raw: Some(Arc::new(raw)),
+    };
+    Ok(Request {
+        model,
+        messages,
+        tools,
+        stream,
+        include_usage,
+        params,
+    })
+}
+
+fn messages(obj: &Obj) -> Result<Vec<Message>, BadRequest> {
+    let arr = rq::messages_array(obj)?;
+    let mut out = Vec::with_capacity(arr.len());
+    for (i, m) in arr.iter().enumerate() {
+        let path = format!("messages[{i}]");
+        let m = rq::object(m, &path)?;
+        let role_path = format!("{path}.role");
+        let role = match rq::required_str(m, "role", &role_path)? {
+            "system" => Role::System,
+            "developer" => Role::Developer,
+            "user" => Role::User,
+            "assistant" => Role::Assistant,
+            "tool" | "function" => Role::Tool,
+            _ => {
+                let expected = format!("unsupported role; expected one of {}", ROLES.join(", "));
+                return Err(BadRequest::field(role_path, &expected));
+            }
+        };
+        let content_path = format!("{path}.content");
+        let tool_calls = match role {
+            Role::Assistant => calls(m, &format!("{path}.tool_calls"))?,
+            _ => Vec::new(),
+        };
+        let mut refusal = rq::opt_str(m, "refusal", &format!("{path}.refusal"))?.map(Arc::from);
+        let content = match m.get("content") {
+            None | Some(Value::Null) if role == Role::Assistant => Content::default(),
+            None | Some(Value::Null) => return Err(BadRequest::field(content_path, "field required")),
+            Some(c) => content(c, &content_path, &mut refusal)?,
+        };
+        let mut msg = Message::assistant(content, tool_calls);
+        msg.role = role;
+        msg.refusal = refusal;
+        msg.name = rq::opt_str(m, "name", &format!("{path}.name"))?.map(Arc::from);
+        if role == Role::Tool {
+            msg.tool_call_id = rq::opt_str(m, "tool_call_id", &format!("{path}.tool_call_id"))?.map(Arc::from);
+        }
+        msg.reasoning = rq::opt_str(m, "reasoning_content", &format!("{path}.reasoning_content"))?.map(Arc::from);
+        out.push(msg);
+    }
+    Ok(out)
+}
+
+/// A message's content: a string, or parts (`text`, `image_url`; a
+/// `refusal` part goes to `refusal`; others are kept as they are).
+fn content(v: &Value, path: &str, refusal: &mut Option<Arc<str>>) -> Result<Content, BadRequest> {
+    let parts = match v {
+        Value::String(s) => return Ok(Content::Text(s.as_str().into())),
+        Value::Array(parts) => parts,
+        _ => {
+            return Err(BadRequest::field(
+                path,
+                "expected a string or an array of content parts",
+            ))
+        }
+    };
+    let mut out = Vec::with_capacity(parts.len());
+    for (j, p) in parts.iter().enumerate() {
+        let pp = format!("{path}[{j}]");
+        let part = p
+            .as_object()
+            .ok_or_else(|| BadRequest::field(pp.as_str(), "expected a content part object"))?;
+        match rq::required_str(part, "type", &format!("{pp}.type"))? {
+            "text" => out.push(Part::text(rq::required_str(part, "text", &format!("{pp}.text"))?)),
+            "image_url" => {
+                let ipath = format!("{pp}.image_url");
+                let image = match part.get("image_url") {
+                    Some(Value::String(url)) => (url.as_str(), None),
+                    Some(Value::Object(o)) => (
+                        rq::required_str(o, "url", &format!("{ipath}.url"))?,
+                        rq::opt_str(o, "detail", &format!("{ipath}.detail"))?,
+                    ),
+                    _ => return Err(BadRequest::field(ipath, "expected an object with a url")),
+                };
+                out.push(Part::Image {
+                    source: ImageSource::from_url(image.0),
+                    detail: image.1.map(Arc::from),
+                });
+            }
+            "refusal" => {
+                *refusal = Some(rq::required_str(part, "refusal", &format!("{pp}.refusal"))?.into());
+            }
+            _ => out.push(Part::Opaque {
+                wire: WireKind::OpenAi,
+                value: Arc::new(p.clone()),
+            }),
+        }
+    }
+    Ok(Content::Parts(out.into()))
+}
+
+fn calls(m: &Obj, path: &str) -> Result<Vec<ToolCall>, BadRequest> {
+    let mut out = Vec::new();
+    for (i, c) in rq::array(m, "tool_calls", path)?.iter().enumerate() {
+        let cp = format!("{path}[{i}]");
+        let c = rq::object(c, &cp)?;
+        let f = rq::opt_obj(c, "function", &format!("{cp}.function"))?
+            .ok_or_else(|| BadRequest::field(format!("{cp}.function"), "field required"))?;
+        out.push(ToolCall {
+            id: rq::opt_str(c, "id", &format!("{cp}.id"))?
+                .unwrap_or_default()
+                .to_string(),
+            name: rq::required_str(f, "name", &format!("{cp}.function.name"))?.to_string(),
+            arguments: match f.get("arguments") {
+                Some(Value::String(s)) => s.clone(),
+                None | Some(Value::Null) => String::new(),
+                Some(other) => other.to_string(),
+            },
+        });
+    }
+    Ok(out)
+}
+
+fn tools(obj: &Obj) -> Result<Vec<ToolSpec>, BadRequest> {
+    let mut out = Vec::new();
+    for (i, t) in rq::array(obj, "tools", "tools")?.iter().enumerate() {
+        let path = format!("tools[{i}]");
+        let t = rq::object(t, &path)?;
+        if let Some(ty) = rq::opt_str(t, "type", &format!("{path}.type"))? {
+            if ty != "function" {
+                return Err(BadRequest::field(
+                    format!("{path}.type"),
+                    "unsupported tool type; expected function",
+                ));
+            }
+        }
+        let fpath = format!("{path}.function");
+        let f =
+            rq::opt_obj(t, "function", &fpath)?.ok_or_else(|| BadRequest::field(fpath.as_str(), "field required"))?;
+        out.push(ToolSpec {
+            name: rq::tool_name(f, &format!("{fpath}.name"))?.into(),
+            description: rq::opt_str(f, "description", &format!("{fpath}.description"))?
+                .unwrap_or_default()
+                .into(),
+            schema: rq::schema(f, "parameters", &format!("{fpath}.parameters"))?.into(),
+        });
+    }
+    Ok(out)
+}
+
+fn tool_choice(obj: &Obj) -> Result<Option<ToolChoice>, BadRequest> {
+    Ok(match obj.get("tool_choice") {
+        None | Some(Value::Null) => None,
+        Some(Value::String(s)) => Some(match s.as_str() {
+            "auto" => ToolChoice::Auto,
+            "none" => ToolChoice::None,
+            "required" => ToolChoice::Required,
+            _ => {
+                return Err(BadRequest::field(
+                    "tool_choice",
+                    "expected auto, none, required or a function",
+                ))
+            }
+        }),
+        Some(Value::Object(o)) => {
+            let name = o
+                .get("function")
+                .and_then(|f| f.get("name"))
+                .and_then(Value::as_str)
+                .ok_or_else(|| BadRequest::field("tool_choice.function.name", "field required"))?;
+            Some(ToolChoice::Tool(name.to_string()))
+        }
+        Some(_) => return Err(BadRequest::field("tool_choice", "expected a string or an object")),
+    })
+}
+
+/// Renders a call as a chat-completions body: the client's own body when it
+/// speaks this API (only `model`, a lowered output cap, `stream` and
+/// `stream_options.include_usage` replaced, and the messages where fusebox
+/// changed them), else the typed call. `Err` names what this API cannot
+/// honour.
+pub fn render_request(o: &Outgoing, dialect: Dialect) -> Result<Vec<u8>, String> {
+    if let Some(raw) = o.passthrough(WireKind::OpenAi) {
+        return Ok(passthrough(raw, o, dialect));
+    }
+    if let Some(why) = o.params.cannot_honour(WireKind::OpenAi) {
+        return Err(why);
+    }
+    let mut b = Obj::new();
+    b.insert("model".into(), json!(o.model));
+    b.insert("messages".into(), Value::Array(render_messages(o.messages, dialect)?));
+    let p = o.params;
+    if !o.tools.is_empty() {
+        let tools: Vec<Value> = o
+            .tools
+            .iter()
+            .map(|t| json!({"type": "function", "function": {"name": t.name, "description": t.description, "parameters": t.schema}}))
+            .collect();
+        b.insert("tools".into(), Value::Array(tools));
+        if let Some(c) = &p.tool_choice {
+            b.insert("tool_choice".into(), render_choice(c));
+        }
+        if let Some(par) = p.parallel_tool_calls {
+            b.insert("parallel_tool_calls".into(), json!(par));
+        }
+    }
+    if p.sends_cap() {
+        let key = if p.completion_tokens_key {
+            "max_completion_tokens"
+        } else {
+            "max_tokens"
+        };
+        b.insert(key.into(), json!(o.max_tokens));
+    }
+    if let Some(t) = p.temperature {
+        b.insert("temperature".into(), json!(t));
+    }
+    if let Some(t) = p.top_p {
+        b.insert("top_p".into(), json!(t));
+    }
+    if !p.stop.is_empty() {
+        b.insert("stop".into(), json!(p.stop));
+    }
+    if let Some(u) = &p.user {
+        b.insert("user".into(), json!(u));
+    }
+    b.insert("stream".into(), json!(o.stream));
+    if o.stream {
+        b.insert("stream_options".into(), json!({"include_usage": true}));
+    }
+    Ok(Value::Object(b).to_string().into_bytes())
+}
+
+/// The client's body, with what fusebox must change replaced.
+fn passthrough(raw: &RawBody, o: &Outgoing, dialect: Dialect) -> Vec<u8> {
+    let mut set: SmallVec<[(&str, Box<RawValue>); 5]> = SmallVec::new();
+    set.push(("model", to_raw(&o.model)));
+    if !o.own_messages {
+        // Typed messages of this API render without loss.
+        let messages = render_messages(o.messages, dialect).unwrap_or_default();
+        set.push(("messages", to_raw(&messages)));
+    }
+    if o.params.max_tokens.is_some_and(|cap| o.max_tokens < cap) {
+        let key = if o.params.completion_tokens_key {
+            "max_completion_tokens"
+        } else {
+            "max_tokens"
+        };
+        set.push((key, to_raw(&o.max_tokens)));
+    }
+    let client_streams = raw.read::<bool>("stream").and_then(Result::ok).unwrap_or(false);
+    if client_streams != o.stream {
+        set.push(("stream", to_raw(&o.stream)));
+    }
+    if o.stream {
+        // Usage is settled from the stream's last chunk: ask for it,
+        // keeping whatever else the client put in `stream_options`.
+        let mut so = raw
+            .read::<Obj>("stream_options")
+            .and_then(Result::ok)
+            .unwrap_or_default();
+        if so.get("include_usage") != Some(&Value::Bool(true)) {
+            so.insert("include_usage".into(), Value::Bool(true));
+            set.push(("stream_options", to_raw(&so)));
+        }
+    }
+    let set: SmallVec<[(&str, &RawValue); 5]> = set.iter().map(|(k, v)| (*k, &**v)).collect();
+    raw.render(&set, &[])
+}
+
+fn render_choice(c: &ToolChoice) -> Value {
+    match c {
+        ToolChoice::Auto => json!("auto"),
+        ToolChoice::None => json!("none"),
+        ToolChoice::Required => json!("required"),
+        ToolChoice::Tool(name) => json!({"type": "function", "function": {"name": name}}),
+    }
+}
+
+/// Typed messages as chat-completions messages. `Err` names a part this API
+/// cannot carry.
+pub fn render_messages(messages: &[Message], dialect: Dialect) -> Result<Vec<Value>, String> {
+    messages.iter().map(|m| render_message(m, dialect)).collect()
+}
+
+fn render_message(m: &Message, dialect: Dialect) -> Result<Value, String> {
+    let role = match (m.role, dialect) {
+        (Role::Developer, Dialect::DeepSeek) => "system",
+        (r, _) => r.as_str(),
+    };
+    let mut v = Obj::new();
+    v.insert("role".into(), json!(role));
+    let content = match (&m.content, m.role) {
+        (c, Role::Assistant) if c.is_empty() && !m.tool_calls.is_empty() => Value::Null,
+        (Content::Text(t), _) => json!(t),
+        (Content::Parts(parts), role) => {
+            let mut out = Vec::with_capacity(parts.len());
+            for p in parts.iter() {
+                match p {
+                    Part::Text { text } => out.push(json!({"type": "text", "text": text})),
+                    Part::Image { .. } if role == Role::Tool => {
+                        return Err("cannot honour an image in a tool result".into())
+                    }
+                    Part::Image { source, detail } => {
+                        let mut image = json!({"url": source.to_url()});
+                        if let Some(d) = detail {
+                            image["detail"] = json!(d);
+                        }
+                        out.push(json!({"type": "image_url", "image_url": image}));
+                    }
+                    Part::Opaque {
+                        wire: WireKind::OpenAi,
+                        value,
+                    } => out.push((**value).clone()),
+                    p if p.droppable() => {}
+                    p => return Err(format!("cannot honour {} content", p.kind())),
+                }
+            }
+            if m.role == Role::Assistant && out.iter().all(|p| p["type"] == "text") {
+                // Assistant content as text: the form every compatible server reads.
+                json!(m.content.text())
+            } else {
+                Value::Array(out)
+            }
+        }
+    };
+    v.insert("content".into(), content);
+    if !m.tool_calls.is_empty() {
+        let calls: Vec<Value> = m
+            .tool_calls
+            .iter()
+            .map(|c| json!({"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}))
+            .collect();
+        v.insert("tool_calls".into(), Value::Array(calls));
+    }
+    if let Some(id) = &m.tool_call_id {
+        v.insert("tool_call_id".into(), json!(id));
+    }
+    if let Some(name) = m.name.as_ref().filter(|_| m.role != Role::Tool) {
+        v.insert("name".into(), json!(name));
+    }
+    if let Some(r) = &m.refusal {
+        v.insert("refusal".into(), json!(r));
+    }
+    Ok(Value::Object(v))
+}
+
+/// Usage from a `usage` object (cached counts of OpenAI and DeepSeek).
+pub fn usage_of(u: &Value) -> Option<Usage> {
+    let n = |p: &str| {
+        u.pointer(p)
+            .and_then(Value::as_u64)
+            .map(|v| v.min(u32::MAX as u64) as u32)
+    };
+    Some(Usage {
+        input: n("/prompt_tokens")?,
+        output: n("/completion_tokens").unwrap_or(0),
+        cached_input: n("/prompt_tokens_details/cached_tokens")
+            .or_else(|| n("/prompt_cache_hit_tokens"))
+            .unwrap_or(0),
+    })
+}
+
+/// `usage` of a completion in `dialect`.
+pub fn usage(u: Usage, dialect: Dialect) -> Value {
+    let (input, output, cached) = (u64::from(u.input), u64::from(u.output), u64::from(u.cached_input));
+    let mut v = json!({
+        "prompt_tokens": input,
+        "completion_tokens": output,
+        "total_tokens": input + output,
+    });
+    if dialect == Dialect::DeepSeek {
+        v["prompt_cache_hit_tokens"] = json!(cached);
+        v["prompt_cache_miss_tokens"] = json!(input.saturating_sub(cached));
+    } else {
+        v["prompt_tokens_details"] = json!({"cached_tokens": cached});
+    }
+    v
+}
+
+fn text_of(v: Option<&Value>) -> String {
+    match v {
+        Some(Value::String(s)) => s.clone(),
+        Some(Value::Array(parts)) => parts
+            .iter()
+            .filter_map(|p| p.get("text").and_then(Value::as_str))
+            .collect(),
+        _ => String::new(),
+    }
+}
+
+fn calls_of(m: &Value) -> Vec<ToolCall> {
+    m.get("tool_calls")
+        .and_then(Value::as_array)
+        .map(|a| {
+            a.iter()
+                .map(|c| ToolCall {
+                    id: c.get("id").and_then(Value::as_str).unwrap_or("").to_string(),
+                    name: c
+                        .pointer("/function/name")
+                        .and_then(Value::as_str)
+                        .unwrap_or("")
+                        .to_string(),
+                    arguments: match c.pointer("/function/arguments") {
+                        Some(Value::String(s)) => s.clone(),
+                        Some(other) => other.to_string(),
+                        None => String::new(),
+                    },
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Reads a `chat.completion` body (its first choice).
+pub fn parse_reply(v: &Value) -> Reply {
+    let m = v.pointer("/choices/0/message").unwrap_or(&Value::Null);
+    Reply {
+        id: v.get("id").and_then(Value::as_str).unwrap_or("").to_string(),
+        model: v.get("model").and_then(Value::as_str).unwrap_or("").to_string(),
+        text: text_of(m.get("content")),
+        reasoning: text_of(m.get("reasoning_content")),
+        refusal: text_of(m.get("refusal")),
+        tool_calls: calls_of(m),
+        finish: v
+            .pointer("/choices/0/finish_reason")
+            .and_then(Value::as_str)
+            .map(Finish::from_openai),
+        usage: v.get("usage").and_then(usage_of),
+    }
+}
+
+/// What a response needs besides the answer.
+#[derive(Clone, Debug)]
+pub struct Frame {
+    /// The answer's id.
+    pub id: String,
+    /// The model named in it.
+    pub model: String,
+    /// Unix seconds.
+    pub created: u64,
+    /// Which server's format.
+    pub dialect: Dialect,
+}
+
+/// A `chat.completion` body for `r`.
+pub fn render_reply(f: &Frame, r: &Reply) -> Value {
+    let mut message = json!({
+        "role": "assistant",
+        "content": if r.text.is_empty() && (!r.tool_calls.is_empty() || !r.refusal.is_empty()) { Value::Null } else { json!(r.text) },
+    });
+    if !r.tool_calls.is_empty() {
+        let calls: Vec<Value> = r
+            .tool_calls
+            .iter()
+            .map(|c| json!({"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}))
+            .collect();
+        message["tool_calls"] = Value::Array(calls);
+    }
+    message["refusal"] = if r.refusal.is_empty() {
+        Value::Null
+    } else {
+        json!(r.refusal)
+    };
+    if !r.reasoning.is_empty() {
+        message["reasoning_content"] = json!(r.reasoning);
+    }
+    let finish = r.finish.unwrap_or(if r.tool_calls.is_empty() {
+        Finish::Stop
+    } else {
+        Finish::ToolCalls
+    });
+    let mut v = json!({
+        "id": f.id,
+        "object": "chat.completion",
+        "created": f.created,
+        "model": f.model,
+        "choices": [{"index": 0, "message": message, "logprobs": null, "finish_reason": finish.openai()}],
+    });
+    if let Some(u) = r.usage {
+        v["usage"] = usage(u, f.dialect);
+    }
+    v
+}
+
+/// An in-band stream error: the message and the error's type.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StreamError {
+    /// The error's type or code (`server_error`, `overloaded_error`, …).
+    pub kind: String,
+    /// What the upstream said.
+    pub message: String,
+}
+
+/// Reads one stream chunk (`data:` of an SSE event) into pieces; an
+/// in-band error chunk is `Err`.
+pub fn decode_chunk(data: &str) -> Result<SmallVec<[Delta; 2]>, StreamError> {
+    let mut out = SmallVec::new();
+    if data.trim() == "[DONE]" {
+        out.push(Delta::Done);
+        return Ok(out);
+    }
+    let Ok(v) = serde_json::from_str::<Value>(data) else {
+        tracing::debug!("skipping a stream chunk that is not JSON");
+        return Ok(out);
+    };
+    if let Some(err) = v.get("error").filter(|e| !e.is_null()) {
+        return Err(StreamError {
+            kind: err
+                .get("type")
+                .or_else(|| err.get("code"))
+                .and_then(Value::as_str)
+                .unwrap_or("server_error")
+                .to_string(),
+            message: err
+                .get("message")
+                .and_then(Value::as_str)
+                .unwrap_or("error event in stream")
+                .to_string(),
+        });
+    }
+    let choice = v.pointer("/choices/0");
+    if let Some(d) = choice.and_then(|c| c.get("delta")) {
+        if d.get("role").is_some() {
+            out.push(Delta::Start {
+                id: v.get("id").and_then(Value::as_str).unwrap_or("").to_string(),
+                model: v.get("model").and_then(Value::as_str).unwrap_or("").to_string(),
+            });
+        }
+        for (key, make) in [
+            ("content", Delta::Text as fn(String) -> Delta),
+            ("reasoning_content", Delta::Reasoning),
+            ("refusal", Delta::Refusal),
+        ] {
+            if let Some(t) = d.get(key).and_then(Value::as_str).filter(|t| !t.is_empty()) {
+                out.push(make(t.to_string()));
+            }
+        }
+        for (n, c) in d
+            .get("tool_calls")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .enumerate()
+        {
+            let index = c
+                .get("index")
+                .and_then(Value::as_u64)
+                .unwrap_or(n as u64)
+                .min(u32::MAX as u64) as u32;
+            let id = c.get("id").and_then(Value::as_str);
+            let name = c.pointer("/function/name").and_then(Value::as_str);
+            if id.is_some() || name.is_some() {
+                out.push(Delta::ToolStart {
+                    index,
+                    id: id.unwrap_or("").to_string(),
+                    name: name.unwrap_or("").to_string(),
+                });
+            }
+            if let Some(a) = c
+                .pointer("/function/arguments")
+                .and_then(Value::as_str)
+                .filter(|a| !a.is_empty())
+            {
+                out.push(Delta::ToolArgs {
+                    index,
+                    fragment: a.to_string(),
+                });
+            }
+        }
+    }
+    if let Some(f) = choice.and_then(|c| c.get("finish_reason")).and_then(Value::as_str) {
+        out.push(Delta::Finish(Finish::from_openai(f)));
+    }
+    if let Some(u) = v.get("usage").filter(|u| !u.is_null()).and_then(usage_of) {
+        out.push(Delta::Usage(u));
+    }
+    Ok(out)
+}
+
+/// Writes pieces as chat-completion chunks (SSE events).
+#[derive(Clone, Debug)]
+pub struct ChunkWriter {
+    frame: Frame,
+    /// Send the usage chunk (the client asked for it).
+    pub include_usage: bool,
+    usage: Option<Usage>,
+    started: bool,
+}
+
+impl ChunkWriter {
+    /// A writer of chunks with `frame`'s id and model.
+    pub fn new(frame: Frame, include_usage: bool) -> Self {
+        Self {
+            frame,
+            include_usage,
+            usage: None,
+            started: false,
+        }
+    }
+
+    fn chunk(&self, delta: Value, finish: Option<Finish>, out: &mut Vec<u8>) {
+        let v = json!({
+            "id": self.frame.id,
+            "object": "chat.completion.chunk",
+            "created": self.frame.created,
+            "model": self.frame.model,
+            "choices": [{"index": 0, "delta": delta, "logprobs": null, "finish_reason": finish.map(Finish::openai)}],
+        });
+        event(&v, out);
+    }
+
+    /// Writes `d` to `out` (the usage chunk is written before `[DONE]`).
+    pub fn write(&mut self, d: &Delta, out: &mut Vec<u8>) {
+        if !self.started && !matches!(d, Delta::Done | Delta::Usage(_)) {
+            self.started = true;
+            self.chunk(json!({"role": "assistant", "content": ""}), None, out);
+        }
+        match d {
+            Delta::Start { .. } => {}
+            Delta::Text(t) => self.chunk(json!({"content": t}), None, out),
+            Delta::Reasoning(t) => self.chunk(json!({"reasoning_content": t}), None, out),
+            Delta::Refusal(t) => self.chunk(json!({"refusal": t}), None, out),
+            Delta::ToolStart { index, id, name } => self.chunk(
+                json!({"tool_calls": [{"index": index, "id": id, "type": "function", "function": {"name": name, "arguments": ""}}]}),
+                None,
+                out,
+            ),
+            Delta::ToolArgs { index, fragment } => self.chunk(
+                json!({"tool_calls": [{"index": index, "function": {"arguments": fragment}}]}),
+                None,
+                out,
+            ),
+            Delta::Usage(u) => self.usage = Some(*u),
+            Delta::Finish(f) => self.chunk(json!({}), Some(*f), out),
+            Delta::Done => {
+                if let (true, Some(u)) = (self.include_usage, self.usage) {
+                    let v = json!({
+                        "id": self.frame.id,
+                        "object": "chat.completion.chunk",
+                        "created": self.frame.created,
+                        "model": self.frame.model,
+                        "choices": [],
+                        "usage": usage(u, self.frame.dialect),
+                    });
+                    event(&v, out);
+                }
+                out.extend_from_slice(DONE);
+            }
+        }
+    }
+}
+
+/// The stream's terminator.
+pub const DONE: &[u8] = b"data: [DONE]\n\n";
+
+/// SSE comment a server sends while the model stalls.
+pub const KEEPALIVE: &[u8] = b": keep-alive\n\n";
+
+/// `v` as one SSE `data:` event.
+pub fn event(v: &Value, out: &mut Vec<u8>) {
+    out.extend_from_slice(b"data: ");
+    // Writing a Value to memory cannot fail.
+    let _ = serde_json::to_writer(&mut *out, v);
+    out.extend_from_slice(b"\n\n");
+}
+
+/// The error `type` and `code` for an HTTP status.
+fn error_kind(code: u16) -> (&'static str, Option<&'static str>) {
+    match code {
+        400 => ("invalid_request_error", None),
+        401 => ("invalid_request_error", Some("invalid_api_key")),
+        402 => ("invalid_request_error", Some("insufficient_balance")),
+        403 => ("invalid_request_error", Some("permission_denied")),
+        404 => ("invalid_request_error", Some("not_found")),
+        413 => ("invalid_request_error", Some("request_too_large")),
+        422 => ("invalid_request_error", Some("invalid_parameters")),
+        429 => ("rate_limit_exceeded", Some("rate_limit_exceeded")),
+        500..=599 => ("server_error", None),
+        _ => ("invalid_request_error", None),
+    }
+}
+
+/// The error body for an HTTP status: `{"error":{"message","type","param","code"}}`.
+pub fn error(code: u16, message: &str, param: Option<&str>) -> Value {
+    let (ty, c) = error_kind(code);
+    json!({"error": {"message": message, "type": ty, "param": param, "code": c}})
+}
+
+/// An in-band error chunk ending a stream that had started: OpenAI sends
+/// `data: {"error": {...}}` and no `[DONE]`.
+pub fn error_chunk(kind: &str, message: &str, out: &mut Vec<u8>) {
+    event(
+        &json!({"error": {"message": message, "type": kind, "param": null, "code": kind}}),
+        out,
+    );
+}

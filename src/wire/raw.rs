@@ -1,0 +1,151 @@
+//! A JSON object as a client sent it: its members in their order, each
+//! value's text untouched. A request of the same API as the upstream is
+//! passed on as this, with only the members fusebox must change replaced.
+
+use serde::de::{Deserializer, MapAccess, Visitor};
+use serde::Deserialize;
+use serde_json::value::RawValue;
+use std::fmt;
+
+/// A JSON object's members, in order, with their values as written.
+#[derive(Clone, Debug, Default)]
+pub struct RawBody {
+    members: Vec<(Box<str>, Box<RawValue>)>,
+}
+
+impl RawBody {
+    /// Reads a JSON object; anything else is an error.
+    pub fn parse(bytes: &[u8]) -> Result<Self, serde_json::Error> {
+        serde_json::from_slice(bytes)
+    }
+
+    /// The value of `key` as written (the last one, if the key repeats).
+    pub fn get(&self, key: &str) -> Option<&RawValue> {
+        self.members.iter().rev().find(|(k, _)| &**k == key).map(|(_, v)| &**v)
+    }
+
+    /// The value of `key` read as `T`; `None` when absent.
+    pub fn read<'a, T: Deserialize<'a>>(&'a self, key: &str) -> Option<Result<T, serde_json::Error>> {
+        self.get(key).map(|v| serde_json::from_str(v.get()))
+    }
+
+    /// The members' names, in order.
+    pub fn keys(&self) -> impl Iterator<Item = &str> {
+        self.members.iter().map(|(k, _)| &**k)
+    }
+
+    /// The object written out with `set` members replaced where present
+    /// (the first occurrence; later repeats are dropped) or appended, and
+    /// `remove` members left out. Untouched members keep their bytes.
+    pub fn render(&self, set: &[(&str, &RawValue)], remove: &[&str]) -> Vec<u8> {
+        let size = self
+            .members
+            .iter()
+            .map(|(k, v)| k.len() + v.get().len() + 4)
+            .sum::<usize>()
+            + set.iter().map(|(k, v)| k.len() + v.get().len() + 4).sum::<usize>();
+        let mut out = Vec::with_capacity(size + 2);
+        out.push(b'{');
+        let mut first = true;
+        let mut put = |out: &mut Vec<u8>, k: &str, v: &str| {
+            if !first {
+                out.push(b',');
+            }
+            first = false;
+            // A key is a JSON string; writing one cannot fail.
+            let _ = serde_json::to_writer(&mut *out, k);
+            out.push(b':');
+            out.extend_from_slice(v.as_bytes());
+        };
+        let mut done = vec![false; set.len()];
+        for (i, (k, v)) in self.members.iter().enumerate() {
+            if remove.contains(&&**k) {
+                continue;
+            }
+            match set.iter().position(|(sk, _)| *sk == &**k) {
+                Some(j) if done[j] => {}
+                Some(j) => {
+                    done[j] = true;
+                    put(&mut out, k, set[j].1.get());
+                }
+                // A repeated key keeps only its last value, as JSON readers do.
+                None if self.members[i + 1..].iter().any(|(k2, _)| k2 == k) => {}
+                None => put(&mut out, k, v.get()),
+            }
+        }
+        for ((k, v), done) in set.iter().zip(done) {
+            if !done {
+                put(&mut out, k, v.get());
+            }
+        }
+        out.push(b'}');
+        out
+    }
+}
+
+impl<'de> Deserialize<'de> for RawBody {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Members;
+        impl<'de> Visitor<'de> for Members {
+            type Value = RawBody;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a JSON object")
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<RawBody, A::Error> {
+                let mut members = Vec::with_capacity(map.size_hint().unwrap_or(8));
+                while let Some((k, v)) = map.next_entry::<String, Box<RawValue>>()? {
+                    members.push((k.into_boxed_str(), v));
+                }
+                Ok(RawBody { members })
+            }
+        }
+        d.deserialize_map(Members)
+    }
+}
+
+/// `v` as raw JSON text.
+pub fn to_raw(v: &impl serde::Serialize) -> Box<RawValue> {
+    // Serialising a `serde_json::Value` or plain data cannot fail.
+    serde_json::value::to_raw_value(v).unwrap_or_else(|_| raw_null())
+}
+
+/// `null`, as raw JSON.
+pub fn raw_null() -> Box<RawValue> {
+    RawValue::from_string("null".into()).unwrap_or_else(|_| unreachable!("null is JSON"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn untouched_members_keep_their_bytes_and_order() {
+        let b = RawBody::parse(br#"{"z": 1.50, "model":"a","messages":[ {"role":"user"} ],"x":{"k":[1,2]}}"#).unwrap();
+        assert_eq!(b.keys().collect::<Vec<_>>(), ["z", "model", "messages", "x"]);
+        let model = to_raw(&"b");
+        let extra = to_raw(&serde_json::json!({"include_usage": true}));
+        let out = b.render(&[("model", &model), ("stream_options", &extra)], &["x"]);
+        assert_eq!(
+            String::from_utf8(out).unwrap(),
+            r#"{"z":1.50,"model":"b","messages":[ {"role":"user"} ],"stream_options":{"include_usage":true}}"#
+        );
+    }
+
+    #[test]
+    fn a_repeated_key_keeps_its_last_value() {
+        let b = RawBody::parse(br#"{"a":1,"a":2,"b":3}"#).unwrap();
+        assert_eq!(b.get("a").map(|v| v.get()), Some("2"));
+        assert_eq!(String::from_utf8(b.render(&[], &[])).unwrap(), r#"{"a":2,"b":3}"#);
+        let one = to_raw(&9);
+        assert_eq!(
+            String::from_utf8(b.render(&[("a", &one)], &[])).unwrap(),
+            r#"{"a":9,"b":3}"#
+        );
+    }
+
+    #[test]
+    fn only_objects_are_bodies() {
+        assert!(RawBody::parse(b"[1]").is_err());
+        assert!(RawBody::parse(b"{\"a\":").is_err());
+    }
+}

@@ -1,0 +1,240 @@
+//! An answer in typed form, whichever API it came in, and the streamed
+//! pieces it is made of: what the clients read, the mock server writes and
+//! the gateway translates when a model of another API answers.
+
+use super::message::ToolCall;
+use serde::{Deserialize, Serialize};
+
+/// Token usage of a call.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Usage {
+    /// Prompt tokens.
+    pub input: u32,
+    /// Completion tokens.
+    pub output: u32,
+    /// Prompt tokens served from the provider's cache.
+    pub cached_input: u32,
+}
+
+/// Why the model stopped.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Finish {
+    /// It finished (OpenAI `stop`, Anthropic `end_turn` / `stop_sequence`).
+    #[default]
+    Stop,
+    /// It hit the output cap (`length` / `max_tokens`).
+    Length,
+    /// It called tools (`tool_calls` / `tool_use`).
+    ToolCalls,
+    /// It refused or was filtered (`content_filter` / `refusal`).
+    Filtered,
+}
+
+impl Finish {
+    /// OpenAI's `finish_reason`.
+    pub fn openai(self) -> &'static str {
+        match self {
+            Finish::Stop => "stop",
+            Finish::Length => "length",
+            Finish::ToolCalls => "tool_calls",
+            Finish::Filtered => "content_filter",
+        }
+    }
+
+    /// From OpenAI's `finish_reason`.
+    pub fn from_openai(s: &str) -> Self {
+        match s {
+            "length" => Finish::Length,
+            "tool_calls" | "function_call" => Finish::ToolCalls,
+            "content_filter" => Finish::Filtered,
+            _ => Finish::Stop,
+        }
+    }
+
+    /// Anthropic's `stop_reason`.
+    pub fn anthropic(self) -> &'static str {
+        match self {
+            Finish::Stop => "end_turn",
+            Finish::Length => "max_tokens",
+            Finish::ToolCalls => "tool_use",
+            Finish::Filtered => "refusal",
+        }
+    }
+
+    /// From Anthropic's `stop_reason`.
+    pub fn from_anthropic(s: &str) -> Self {
+        match s {
+            "max_tokens" => Finish::Length,
+            "tool_use" => Finish::ToolCalls,
+            "refusal" => Finish::Filtered,
+            _ => Finish::Stop,
+        }
+    }
+}
+
+/// A whole answer.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Reply {
+    /// The upstream's id of the answer (`chatcmpl-…`, `msg_…`).
+    pub id: String,
+    /// The model that answered, as the upstream names it.
+    pub model: String,
+    /// Text.
+    pub text: String,
+    /// Reasoning text, where the provider returns it.
+    pub reasoning: String,
+    /// A refusal.
+    pub refusal: String,
+    /// Tool calls.
+    pub tool_calls: Vec<ToolCall>,
+    /// Why it stopped (absent: not said).
+    pub finish: Option<Finish>,
+    /// Usage, when the upstream said.
+    pub usage: Option<Usage>,
+}
+
+/// One piece of a streamed answer, in neither API's format.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Delta {
+    /// The answer begins: its id and model.
+    Start {
+        /// The upstream's id.
+        id: String,
+        /// The model, as the upstream names it.
+        model: String,
+    },
+    /// Text.
+    Text(String),
+    /// Reasoning text.
+    Reasoning(String),
+    /// Refusal text.
+    Refusal(String),
+    /// Tool call `index` begins.
+    ToolStart {
+        /// Its place among the answer's tool calls.
+        index: u32,
+        /// The id its result must answer.
+        id: String,
+        /// The tool.
+        name: String,
+    },
+    /// More of tool call `index`'s arguments.
+    ToolArgs {
+        /// Its place among the answer's tool calls.
+        index: u32,
+        /// The next piece of JSON.
+        fragment: String,
+    },
+    /// Usage so far (Anthropic sends input first and output at the end;
+    /// OpenAI all of it at the end).
+    Usage(Usage),
+    /// Why it stopped.
+    Finish(Finish),
+    /// The stream's terminator (`[DONE]`, `message_stop`).
+    Done,
+}
+
+impl Delta {
+    /// Whether this piece is content a client waits for (text, reasoning,
+    /// a refusal or a tool call): the first such piece is the stream's
+    /// first byte.
+    pub fn is_content(&self) -> bool {
+        matches!(
+            self,
+            Delta::Text(_) | Delta::Reasoning(_) | Delta::Refusal(_) | Delta::ToolStart { .. } | Delta::ToolArgs { .. }
+        )
+    }
+}
+
+/// Builds a [`Reply`] from streamed pieces.
+#[derive(Debug, Default)]
+pub struct Assembler {
+    reply: Reply,
+    /// Output characters so far (text, reasoning, tool names and arguments).
+    chars: usize,
+    /// Whether the terminator arrived.
+    pub done: bool,
+}
+
+/// Most tool calls one answer may make (a bound on what a stream can make us hold).
+const MAX_CALLS: u32 = 1024;
+
+impl Assembler {
+    /// Takes one piece.
+    pub fn take(&mut self, d: &Delta) {
+        let r = &mut self.reply;
+        match d {
+            Delta::Start { id, model } => {
+                if r.id.is_empty() {
+                    r.id.clone_from(id);
+                }
+                if r.model.is_empty() {
+                    r.model.clone_from(model);
+                }
+            }
+            Delta::Text(t) => {
+                self.chars += t.len();
+                r.text.push_str(t);
+            }
+            Delta::Reasoning(t) => {
+                self.chars += t.len();
+                r.reasoning.push_str(t);
+            }
+            Delta::Refusal(t) => {
+                self.chars += t.len();
+                r.refusal.push_str(t);
+            }
+            Delta::ToolStart { index, id, name } if *index < MAX_CALLS => {
+                self.chars += name.len();
+                let c = Self::call(&mut r.tool_calls, *index);
+                c.id.push_str(id);
+                c.name.push_str(name);
+            }
+            Delta::ToolArgs { index, fragment } if *index < MAX_CALLS => {
+                self.chars += fragment.len();
+                Self::call(&mut r.tool_calls, *index).arguments.push_str(fragment);
+            }
+            Delta::ToolStart { .. } | Delta::ToolArgs { .. } => {}
+            Delta::Usage(u) => {
+                let mut merged = r.usage.unwrap_or_default();
+                merged.input = merged.input.max(u.input);
+                merged.output = merged.output.max(u.output);
+                merged.cached_input = merged.cached_input.max(u.cached_input);
+                r.usage = Some(merged);
+            }
+            Delta::Finish(f) => r.finish = Some(*f),
+            Delta::Done => self.done = true,
+        }
+    }
+
+    fn call(calls: &mut Vec<ToolCall>, index: u32) -> &mut ToolCall {
+        let i = index as usize;
+        while calls.len() <= i {
+            calls.push(ToolCall::default());
+        }
+        &mut calls[i]
+    }
+
+    /// The answer so far.
+    pub fn reply(&self) -> &Reply {
+        &self.reply
+    }
+
+    /// Output characters so far.
+    pub fn chars(&self) -> usize {
+        self.chars
+    }
+
+    /// The answer.
+    pub fn finish(self) -> Reply {
+        let mut r = self.reply;
+        // An argument-less call streams no arguments at all.
+        for c in &mut r.tool_calls {
+            if c.arguments.is_empty() {
+                c.arguments.push_str("{}");
+            }
+        }
+        r.tool_calls.retain(|c| !c.name.is_empty());
+        r
+    }
+}

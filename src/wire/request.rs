@@ -1,0 +1,293 @@
+//! A request as a client sent it, read into typed values: the conversation,
+//! the tools, and the parameters fusebox must understand to render the call
+//! for another API, next to the client's own body for an upstream of the
+//! same API. Errors name the offending field.
+
+use super::message::{Message, ToolSpec};
+use super::raw::RawBody;
+use super::WireKind;
+use serde_json::{Map, Value};
+use std::sync::Arc;
+
+/// Which tool the model must (or must not) call.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ToolChoice {
+    /// The model decides.
+    Auto,
+    /// No tool calls.
+    None,
+    /// Some tool call (OpenAI `required`, Anthropic `any`).
+    Required,
+    /// This tool.
+    Tool(String),
+}
+
+/// What a client asked for besides the conversation and tools.
+#[derive(Clone, Debug, Default)]
+pub struct Params {
+    /// The API the client speaks.
+    pub wire: WireKind,
+    /// Tool choice.
+    pub tool_choice: Option<ToolChoice>,
+    /// `parallel_tool_calls` (Anthropic: the inverse of `disable_parallel_tool_use`).
+    pub parallel_tool_calls: Option<bool>,
+    /// Sampling temperature.
+    pub temperature: Option<f64>,
+    /// Nucleus sampling.
+    pub top_p: Option<f64>,
+    /// Stop sequences.
+    pub stop: Vec<String>,
+    /// The client's output cap, when it set one.
+    pub max_tokens: Option<u32>,
+    /// The client's cap was `max_completion_tokens` (OpenAI's newer name).
+    pub completion_tokens_key: bool,
+    /// The end user the client names (OpenAI `user`, Anthropic `metadata.user_id`).
+    pub user: Option<String>,
+    /// What only the client's API can do, named (`response_format`,
+    /// `n > 1`, `logprobs`, `thinking`): a model of another API cannot
+    /// honour the request and is skipped.
+    pub needs: Vec<&'static str>,
+    /// The client's body: what an upstream of the client's API is sent,
+    /// with only the members fusebox must change replaced.
+    pub raw: Option<Arc<RawBody>>,
+}
+
+impl Params {
+    /// Whether the output cap is sent: where the client set one, and on
+    /// the calls fusebox makes itself (no client body).
+    pub fn sends_cap(&self) -> bool {
+        self.max_tokens.is_some() || self.raw.is_none()
+    }
+
+    /// Why a model of API `to` cannot serve this request, if it cannot.
+    pub fn cannot_honour(&self, to: WireKind) -> Option<String> {
+        if to == self.wire {
+            return None;
+        }
+        self.needs.first().map(|n| format!("cannot honour {n}"))
+    }
+}
+
+/// A client's request, read.
+#[derive(Clone, Debug)]
+pub struct Request {
+    /// The model (or route) asked for.
+    pub model: String,
+    /// The conversation, instructions included, in order.
+    pub messages: Vec<Message>,
+    /// Tools offered (function tools).
+    pub tools: Vec<ToolSpec>,
+    /// `stream: true`.
+    pub stream: bool,
+    /// The client asked for usage in the stream (OpenAI `stream_options.include_usage`).
+    pub include_usage: bool,
+    /// Everything else.
+    pub params: Params,
+}
+
+/// A malformed request: which field, and what is wrong with it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BadRequest {
+    /// Field path (`messages[2].content`, `max_tokens`, a header name), if one is to blame.
+    pub field: Option<String>,
+    /// Human-readable message (names the field).
+    pub message: String,
+}
+
+impl BadRequest {
+    /// `field` has `problem`.
+    pub fn field(field: impl Into<String>, problem: &str) -> Self {
+        let field = field.into();
+        Self {
+            message: format!("{field}: {problem}"),
+            field: Some(field),
+        }
+    }
+
+    /// The body as a whole is wrong.
+    pub fn body(message: String) -> Self {
+        Self { field: None, message }
+    }
+}
+
+impl std::fmt::Display for BadRequest {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+/// A JSON object.
+pub(crate) type Obj = Map<String, Value>;
+
+/// Reads a request body: a JSON object, as members (for pass-through) and
+/// as a value (for reading).
+pub(crate) fn body(bytes: &[u8]) -> Result<(RawBody, Obj), BadRequest> {
+    let raw = RawBody::parse(bytes).map_err(|e| {
+        if e.is_data() {
+            BadRequest::body("request body must be a JSON object".into())
+        } else {
+            BadRequest::body(format!("request body is not valid JSON: {e}"))
+        }
+    })?;
+    let mut obj = Obj::new();
+    for key in raw.keys() {
+        if let Some(Ok(v)) = raw.read::<Value>(key) {
+            obj.insert(key.to_string(), v);
+        }
+    }
+    Ok((raw, obj))
+}
+
+pub(crate) fn required_str<'a>(obj: &'a Obj, key: &str, path: &str) -> Result<&'a str, BadRequest> {
+    match obj.get(key) {
+        None | Some(Value::Null) => Err(BadRequest::field(path, "field required")),
+        Some(Value::String(s)) => Ok(s),
+        Some(_) => Err(BadRequest::field(path, "expected a string")),
+    }
+}
+
+pub(crate) fn opt_str<'a>(obj: &'a Obj, key: &str, path: &str) -> Result<Option<&'a str>, BadRequest> {
+    match obj.get(key) {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::String(s)) => Ok(Some(s)),
+        Some(_) => Err(BadRequest::field(path, "expected a string")),
+    }
+}
+
+pub(crate) fn opt_bool(obj: &Obj, key: &str, path: &str) -> Result<Option<bool>, BadRequest> {
+    match obj.get(key) {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::Bool(b)) => Ok(Some(*b)),
+        Some(_) => Err(BadRequest::field(path, "expected a boolean")),
+    }
+}
+
+pub(crate) fn opt_u32(obj: &Obj, key: &str, path: &str) -> Result<Option<u32>, BadRequest> {
+    match obj.get(key) {
+        None | Some(Value::Null) => Ok(None),
+        Some(v) => match v.as_u64().and_then(|n| u32::try_from(n).ok()) {
+            Some(0) => Err(BadRequest::field(path, "must be at least 1")),
+            Some(n) => Ok(Some(n)),
+            None => Err(BadRequest::field(path, "expected a positive integer")),
+        },
+    }
+}
+
+pub(crate) fn opt_f64(obj: &Obj, key: &str, path: &str) -> Result<Option<f64>, BadRequest> {
+    match obj.get(key) {
+        None | Some(Value::Null) => Ok(None),
+        Some(v) => v
+            .as_f64()
+            .filter(|x| x.is_finite())
+            .map(Some)
+            .ok_or_else(|| BadRequest::field(path, "expected a number")),
+    }
+}
+
+pub(crate) fn opt_obj<'a>(obj: &'a Obj, key: &str, path: &str) -> Result<Option<&'a Obj>, BadRequest> {
+    match obj.get(key) {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::Object(o)) => Ok(Some(o)),
+        Some(_) => Err(BadRequest::field(path, "expected an object")),
+    }
+}
+
+pub(crate) fn array<'a>(obj: &'a Obj, key: &str, path: &str) -> Result<&'a [Value], BadRequest> {
+    match obj.get(key) {
+        None | Some(Value::Null) => Ok(&[]),
+        Some(Value::Array(a)) => Ok(a),
+        Some(_) => Err(BadRequest::field(path, "expected an array")),
+    }
+}
+
+pub(crate) fn object<'a>(v: &'a Value, path: &str) -> Result<&'a Obj, BadRequest> {
+    v.as_object()
+        .ok_or_else(|| BadRequest::field(path, "expected an object"))
+}
+
+/// A stop parameter: a string or an array of strings.
+pub(crate) fn stop_list(obj: &Obj, key: &str) -> Result<Vec<String>, BadRequest> {
+    match obj.get(key) {
+        None | Some(Value::Null) => Ok(Vec::new()),
+        Some(Value::String(s)) => Ok(vec![s.clone()]),
+        Some(Value::Array(a)) => a
+            .iter()
+            .enumerate()
+            .map(|(i, s)| {
+                s.as_str()
+                    .map(str::to_string)
+                    .ok_or_else(|| BadRequest::field(format!("{key}[{i}]"), "expected a string"))
+            })
+            .collect(),
+        Some(_) => Err(BadRequest::field(key, "expected a string or an array of strings")),
+    }
+}
+
+/// A tool's JSON schema (an empty object schema when absent).
+pub(crate) fn schema(obj: &Obj, key: &str, path: &str) -> Result<Value, BadRequest> {
+    match obj.get(key) {
+        None | Some(Value::Null) => Ok(serde_json::json!({"type": "object", "properties": {}})),
+        Some(v @ Value::Object(_)) => Ok(v.clone()),
+        Some(_) => Err(BadRequest::field(path, "expected a JSON schema object")),
+    }
+}
+
+/// A tool's name: a non-empty string.
+pub(crate) fn tool_name<'a>(obj: &'a Obj, path: &str) -> Result<&'a str, BadRequest> {
+    let name = required_str(obj, "name", path)?;
+    if name.is_empty() {
+        return Err(BadRequest::field(path, "must not be empty"));
+    }
+    Ok(name)
+}
+
+/// The conversation's messages array: present and not empty.
+pub(crate) fn messages_array(obj: &Obj) -> Result<&[Value], BadRequest> {
+    match obj.get("messages") {
+        None | Some(Value::Null) => Err(BadRequest::field("messages", "field required")),
+        Some(Value::Array(a)) if a.is_empty() => {
+            Err(BadRequest::field("messages", "must contain at least one message"))
+        }
+        Some(Value::Array(a)) => Ok(a),
+        Some(_) => Err(BadRequest::field("messages", "expected an array")),
+    }
+}
+
+/// The model asked for: a non-empty string.
+pub(crate) fn model(obj: &Obj) -> Result<String, BadRequest> {
+    let model = required_str(obj, "model", "model")?;
+    if model.is_empty() {
+        return Err(BadRequest::field("model", "must not be empty"));
+    }
+    Ok(model.to_string())
+}
+
+/// One call as a provider client renders it for its API.
+#[derive(Clone, Copy, Debug)]
+pub struct Outgoing<'a> {
+    /// The model, as the provider names it.
+    pub model: &'a str,
+    /// The conversation.
+    pub messages: &'a [Message],
+    /// Whether `messages` are the client's own, as its body has them (so a
+    /// body passed through keeps its messages as sent).
+    pub own_messages: bool,
+    /// Tools offered.
+    pub tools: &'a [ToolSpec],
+    /// The client's parameters.
+    pub params: &'a Params,
+    /// Output cap of this call (the client's, or lowered by the route's
+    /// degradation on a fallback hop).
+    pub max_tokens: u32,
+    /// Stream the answer.
+    pub stream: bool,
+}
+
+impl Outgoing<'_> {
+    /// The client's body, when it may be passed on to an upstream of `wire`.
+    pub fn passthrough(&self, wire: WireKind) -> Option<&RawBody> {
+        (self.params.wire == wire)
+            .then_some(self.params.raw.as_deref())
+            .flatten()
+    }
+}
