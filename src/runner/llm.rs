@@ -91,6 +91,8 @@ pub enum HopResult {
     Failed(ErrorKind, Option<u16>),
     /// Answered with an invalid tool call.
     Semantic(String),
+    /// Skipped: the model's API cannot carry the request (the reason).
+    Unsupported(String),
 }
 
 /// One model of the chain and how it went.
@@ -153,6 +155,7 @@ impl Runner {
             HopResult::Sla => format!("{m} ⌛sla"),
             HopResult::Failed(k, s) => format!("{m} ✗{}{tries}", k.label(*s)),
             HopResult::Semantic(_) => format!("{m} ✗semantic"),
+            HopResult::Unsupported(why) => format!("{m} skipped: {why}"),
         }
     }
 
@@ -188,6 +191,17 @@ impl Runner {
         for (pos, &mi) in order.iter().enumerate() {
             let m = &self.models[mi];
             let rest = &order[pos + 1..];
+            // A model of another API than the client's, asked for what only
+            // the client's API can do, is not tried.
+            let api = self.providers[m.provider].client.wire().unwrap_or(call.params.wire);
+            if let Some(why) = call.params.cannot_honour(api) {
+                tally.hops.push(Hop {
+                    model: mi,
+                    result: HopResult::Unsupported(why),
+                    tries: 0,
+                });
+                continue;
+            }
             if sla > 0 && m.latency_ms.load(Ordering::Relaxed) > sla && self.any_admits(rest) {
                 tally.hops.push(Hop {
                     model: mi,
@@ -448,6 +462,9 @@ impl Runner {
                         if rec.failure == Some(FailureKind::Client) {
                             t.stats.bad_request.inc();
                         }
+                    }
+                    if e.kind == ErrorKind::Unsupported {
+                        return hop(HopResult::Unsupported(e.message), attempt);
                     }
                     // The client's own body refused as malformed goes back to it.
                     let passed_through = call.params.raw.is_some() && p.client.wire() == Some(call.params.wire);

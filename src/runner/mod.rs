@@ -192,19 +192,18 @@ pub struct Runner {
 }
 
 /// For each model, what serves a client that names it: the model first,
-/// then the models after it in its home route's chain (the route called
-/// `default` when it holds the model, else the first by name that does),
-/// with that route's settings; only the model itself where the route says
+/// then the models after it in its home route's chain (the route where it
+/// comes earliest; of those, `default`, else the first by name), with that
+/// route's settings; only the model itself where the route says
 /// `named_fallback = false` or no route holds it. Keyed by name, and by
 /// `api_name` where that names nothing else.
 fn model_routes(routes: &NameMap<RouteSlot>, models: &[ModelSlot]) -> NameMap<RouteSlot> {
-    let mut homes: Vec<&RouteSlot> = routes.values().collect();
-    homes.sort_by_key(|r| (r.name != "default", r.name.clone()));
     let mut out = NameMap::default();
     for (mi, m) in models.iter().enumerate() {
-        let home = homes
-            .iter()
-            .find_map(|r| r.chain.iter().position(|&c| c == mi).map(|at| (*r, at)));
+        let home = routes
+            .values()
+            .filter_map(|r| r.chain.iter().position(|&c| c == mi).map(|at| (r, at)))
+            .min_by_key(|(r, at)| (*at, r.name != "default", r.name.clone()));
         let (chain, cfg) = match home {
             Some((r, at)) if r.cfg.named_fallback => (r.chain[at..].to_vec(), r.cfg.clone()),
             Some((r, _)) => (vec![mi], r.cfg.clone()),

@@ -1,6 +1,7 @@
 //! Shared test helpers: a scripted provider and runner builders.
 
 pub mod redis;
+pub mod strict;
 
 use fusebox::clock::{Clock, Seed};
 use fusebox::config::Config;

@@ -1,0 +1,586 @@
+//! A strict fake upstream: the OpenAI and Anthropic endpoints, refusing
+//! what the real APIs refuse (tool results that answer no tool call, tool
+//! calls left unanswered, `stream_options` without `stream`, both output
+//! caps at once, Anthropic turns that do not alternate, tool blocks
+//! without tools, …) with the status and error body the real API sends,
+//! and recording every body it receives. Written apart from fusebox's own
+//! wire code, so a mistake there cannot hide behind the same mistake here.
+//!
+//! It answers as a model in a tool loop would: a call of `get_order` when
+//! tools are offered and the conversation ends in a user turn, the text of
+//! the tool's result once it ends in one, text otherwise; whole or as a
+//! stream of chunks.
+
+use axum::body::Body;
+use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::post;
+use axum::{Json, Router};
+use parking_lot::Mutex;
+use serde_json::{json, Value};
+use std::collections::HashSet;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::Notify;
+
+/// The two APIs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Api {
+    OpenAi,
+    Anthropic,
+}
+
+/// One request the fake received.
+#[derive(Clone, Debug)]
+pub struct Received {
+    pub api: Api,
+    pub body: Value,
+    pub status: u16,
+}
+
+/// How streams are sent.
+#[derive(Default)]
+pub struct StreamPlan {
+    /// Between content chunks.
+    pub gap: Duration,
+    /// Cut the connection after this many content chunks.
+    pub reset_after: Option<usize>,
+    /// After the first content chunk, wait for this before sending more.
+    pub hold: Option<Arc<Notify>>,
+}
+
+#[derive(Default)]
+pub struct StrictState {
+    pub received: Mutex<Vec<Received>>,
+    /// APIs answering 503.
+    pub down: Mutex<HashSet<Api>>,
+    pub stream: Mutex<StreamPlan>,
+    /// The text answer (split on spaces into stream chunks).
+    pub text: Mutex<String>,
+    /// Continue a prefilled answer: answer only the part of `text` after
+    /// the assistant's last turn.
+    pub continues: Mutex<bool>,
+}
+
+pub struct Strict {
+    pub addr: SocketAddr,
+    pub state: Arc<StrictState>,
+}
+
+pub const ANSWER: &str = "Order 38100 is in transit and should arrive within two days.";
+
+impl Strict {
+    pub async fn start() -> Strict {
+        let state = Arc::new(StrictState::default());
+        *state.text.lock() = ANSWER.to_string();
+        let app = Router::new()
+            .route("/v1/chat/completions", post(openai))
+            .route("/v1/messages", post(anthropic))
+            .with_state(state.clone());
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+        Strict { addr, state }
+    }
+
+    pub fn base(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// The bodies received from `api`, in order.
+    pub fn bodies(&self, api: Api) -> Vec<Value> {
+        self.state
+            .received
+            .lock()
+            .iter()
+            .filter(|r| r.api == api)
+            .map(|r| r.body.clone())
+            .collect()
+    }
+
+    /// Every request received.
+    pub fn received(&self) -> Vec<Received> {
+        self.state.received.lock().clone()
+    }
+
+    pub fn set_down(&self, api: Api, down: bool) {
+        let mut d = self.state.down.lock();
+        if down {
+            d.insert(api);
+        } else {
+            d.remove(&api);
+        }
+    }
+}
+
+fn openai_error(status: u16, message: &str, param: Option<&str>) -> Response {
+    let body = json!({"error": {"message": message, "type": "invalid_request_error", "param": param, "code": null}});
+    (StatusCode::from_u16(status).unwrap(), Json(body)).into_response()
+}
+
+fn anthropic_error(status: u16, ty: &str, message: &str) -> Response {
+    let body = json!({"type": "error", "error": {"type": ty, "message": message}});
+    (StatusCode::from_u16(status).unwrap(), Json(body)).into_response()
+}
+
+/// OpenAI's checks, the ones its API makes; `Err` is (param, message).
+fn check_openai(b: &Value) -> Result<(), (String, String)> {
+    let bad = |p: &str, m: &str| Err((p.to_string(), m.to_string()));
+    if !b["model"].is_string() {
+        return bad("model", "you must provide a model parameter");
+    }
+    let Some(messages) = b["messages"].as_array().filter(|m| !m.is_empty()) else {
+        return bad("messages", "messages must be a non-empty array");
+    };
+    if b.get("max_tokens").is_some() && b.get("max_completion_tokens").is_some() {
+        return bad("max_tokens", "max_tokens and max_completion_tokens cannot both be set");
+    }
+    if b.get("stream_options").is_some() && b["stream"] != json!(true) {
+        return bad(
+            "stream_options",
+            "The 'stream_options' parameter is only allowed when 'stream' is enabled.",
+        );
+    }
+    let mut open: Option<Vec<String>> = None;
+    for (i, m) in messages.iter().enumerate() {
+        let role = m["role"].as_str().unwrap_or("");
+        if !["system", "developer", "user", "assistant", "tool"].contains(&role) {
+            return bad(&format!("messages[{i}].role"), "invalid role");
+        }
+        if let Some(parts) = m["content"].as_array() {
+            for (j, p) in parts.iter().enumerate() {
+                let ok = match p["type"].as_str() {
+                    Some("text") => p["text"].is_string(),
+                    Some("image_url") => p["image_url"]["url"].is_string(),
+                    Some("input_audio") | Some("file") | Some("refusal") => true,
+                    _ => false,
+                };
+                if !ok {
+                    return bad(&format!("messages[{i}].content[{j}]"), "invalid content part");
+                }
+            }
+        } else if !(m["content"].is_string() || (role == "assistant" && m["content"].is_null())) {
+            return bad(&format!("messages[{i}].content"), "invalid content");
+        }
+        if role == "tool" {
+            let id = m["tool_call_id"].as_str().unwrap_or("");
+            match open.as_mut() {
+                Some(ids) if ids.iter().any(|x| x == id) => ids.retain(|x| x != id),
+                _ => {
+                    return bad(
+                        &format!("messages[{i}].role"),
+                        "Invalid parameter: messages with role 'tool' must be a response to a preceeding message with 'tool_calls'.",
+                    )
+                }
+            }
+            continue;
+        }
+        if let Some(ids) = open.take().filter(|ids| !ids.is_empty()) {
+            return bad(
+                "messages",
+                &format!("An assistant message with 'tool_calls' must be followed by tool messages responding to each 'tool_call_id'. The following tool_call_ids did not have response messages: {}", ids.join(", ")),
+            );
+        }
+        if let Some(calls) = m["tool_calls"].as_array() {
+            let mut ids = Vec::new();
+            for c in calls {
+                if c["type"] != "function"
+                    || !c["function"]["name"].is_string()
+                    || !c["function"]["arguments"].is_string()
+                {
+                    return bad(&format!("messages[{i}].tool_calls"), "invalid tool call");
+                }
+                ids.push(c["id"].as_str().unwrap_or("").to_string());
+            }
+            open = Some(ids);
+        }
+    }
+    if open.is_some_and(|ids| !ids.is_empty()) {
+        return bad("messages", "tool_calls without tool messages responding to them");
+    }
+    for (i, t) in b["tools"].as_array().into_iter().flatten().enumerate() {
+        if t["type"] != "function" || !t["function"]["name"].is_string() {
+            return bad(&format!("tools[{i}]"), "invalid tool");
+        }
+    }
+    Ok(())
+}
+
+/// Anthropic's checks; `Err` is the message.
+fn check_anthropic(h: &HeaderMap, b: &Value) -> Result<(), String> {
+    if h.get("anthropic-version").is_none() {
+        return Err("anthropic-version: header is required".into());
+    }
+    if !b["max_tokens"].is_u64() {
+        return Err("max_tokens: Field required".into());
+    }
+    if b["temperature"].as_f64().is_some_and(|t| !(0.0..=1.0).contains(&t)) {
+        return Err("temperature: Input should be less than or equal to 1".into());
+    }
+    let Some(messages) = b["messages"].as_array().filter(|m| !m.is_empty()) else {
+        return Err("messages: at least one message is required".into());
+    };
+    let has_tools = b["tools"].as_array().is_some_and(|t| !t.is_empty());
+    let mut prev_role = "";
+    let mut open: Vec<String> = Vec::new();
+    for (i, m) in messages.iter().enumerate() {
+        let role = m["role"].as_str().unwrap_or("");
+        if role != "user" && role != "assistant" {
+            return Err(format!("messages.{i}.role: Input should be 'user' or 'assistant'"));
+        }
+        if i == 0 && role != "user" {
+            return Err("messages: first message must use the \"user\" role".into());
+        }
+        if role == prev_role {
+            return Err(format!("messages: roles must alternate between \"user\" and \"assistant\", but found multiple \"{role}\" roles in a row"));
+        }
+        prev_role = role;
+        let blocks: Vec<Value> = match &m["content"] {
+            Value::String(s) if !s.is_empty() => vec![json!({"type": "text", "text": s})],
+            Value::Array(a) if !a.is_empty() => a.clone(),
+            _ => return Err(format!("messages.{i}.content: must be a non-empty string or array")),
+        };
+        let mut answered = Vec::new();
+        let mut calls = Vec::new();
+        for (j, bl) in blocks.iter().enumerate() {
+            match bl["type"].as_str() {
+                Some("text") if bl["text"].as_str().is_some_and(|t| !t.is_empty()) => {}
+                Some("text") => {
+                    return Err(format!(
+                        "messages.{i}.content.{j}.text: text content blocks must be non-empty"
+                    ))
+                }
+                Some("image") if bl["source"]["type"].is_string() => {}
+                Some("tool_use") if role == "assistant" => calls.push(bl["id"].as_str().unwrap_or("").to_string()),
+                Some("tool_result") if role == "user" => {
+                    answered.push(bl["tool_use_id"].as_str().unwrap_or("").to_string())
+                }
+                Some("thinking") | Some("document") => {}
+                other => return Err(format!("messages.{i}.content.{j}: unexpected block {other:?}")),
+            }
+        }
+        if (!calls.is_empty() || !answered.is_empty()) && !has_tools {
+            return Err("Requests which include `tool_use` or `tool_result` blocks must define tools.".into());
+        }
+        if role == "user" {
+            for id in &answered {
+                if !open.contains(id) {
+                    return Err(format!("messages.{i}.content: unexpected `tool_use_id` found in `tool_result` blocks: {id}. Each `tool_result` block must have a corresponding `tool_use` block in the previous message."));
+                }
+            }
+            if let Some(missing) = open.iter().find(|id| !answered.contains(id)) {
+                return Err(format!(
+                    "messages.{i}: `tool_use` ids were found without `tool_result` blocks immediately after: {missing}"
+                ));
+            }
+            open.clear();
+        } else {
+            open = calls;
+        }
+        if role == "assistant" && i + 1 == messages.len() {
+            if let Some(t) = blocks.last().and_then(|b| b["text"].as_str()) {
+                if t.ends_with(char::is_whitespace) {
+                    return Err("final assistant content cannot end with trailing whitespace".into());
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// What the model does with a conversation: `(tool call?, text)`.
+fn decide(state: &StrictState, api: Api, b: &Value) -> (bool, String) {
+    let messages = b["messages"].as_array().cloned().unwrap_or_default();
+    let last = messages.last().cloned().unwrap_or(Value::Null);
+    let tool_result = match api {
+        Api::OpenAi => (last["role"] == "tool").then(|| last["content"].as_str().unwrap_or("").to_string()),
+        Api::Anthropic => last["content"].as_array().and_then(|bl| {
+            bl.iter()
+                .find(|x| x["type"] == "tool_result")
+                .map(|x| match &x["content"] {
+                    Value::String(s) => s.clone(),
+                    Value::Array(a) => a.iter().filter_map(|p| p["text"].as_str()).collect(),
+                    _ => String::new(),
+                })
+        }),
+    };
+    if let Some(result) = tool_result {
+        return (false, format!("The order service says: {result}"));
+    }
+    let choice_none = match api {
+        Api::OpenAi => b["tool_choice"] == "none",
+        Api::Anthropic => b["tool_choice"]["type"] == "none",
+    };
+    let tools = b["tools"].as_array().is_some_and(|t| !t.is_empty());
+    let text = state.text.lock().clone();
+    if *state.continues.lock() {
+        let prefix = match api {
+            Api::Anthropic if last["role"] == "assistant" => match &last["content"] {
+                Value::String(s) => s.clone(),
+                Value::Array(a) => a.iter().filter_map(|p| p["text"].as_str()).collect(),
+                _ => String::new(),
+            },
+            _ => messages
+                .iter()
+                .rev()
+                .find(|m| m["role"] == "assistant")
+                .and_then(|m| m["content"].as_str())
+                .unwrap_or("")
+                .to_string(),
+        };
+        if let Some(rest) = text.strip_prefix(prefix.trim_end()) {
+            return (false, rest.to_string());
+        }
+    }
+    (tools && !choice_none, text)
+}
+
+fn words(text: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut cur = String::new();
+    for c in text.chars() {
+        cur.push(c);
+        if c == ' ' {
+            out.push(std::mem::take(&mut cur));
+        }
+    }
+    if !cur.is_empty() {
+        out.push(cur);
+    }
+    out
+}
+
+const CALL_ARGS: &str = r#"{"order_id":"38100"}"#;
+
+async fn openai(State(state): State<Arc<StrictState>>, headers: HeaderMap, body: String) -> Response {
+    let b: Value = match serde_json::from_str(&body) {
+        Ok(b) => b,
+        Err(_) => return openai_error(400, "We could not parse the JSON body of your request.", None),
+    };
+    let record = |status: u16| {
+        state.received.lock().push(Received {
+            api: Api::OpenAi,
+            body: b.clone(),
+            status,
+        })
+    };
+    if !headers
+        .get("authorization")
+        .is_some_and(|v| v.to_str().unwrap_or("").starts_with("Bearer "))
+    {
+        record(401);
+        return openai_error(401, "You didn't provide an API key.", None);
+    }
+    if let Err((param, msg)) = check_openai(&b) {
+        record(400);
+        return openai_error(400, &msg, Some(&param));
+    }
+    if state.down.lock().contains(&Api::OpenAi) {
+        record(503);
+        return openai_error(503, "The server is overloaded.", None);
+    }
+    record(200);
+    let (call, text) = decide(&state, Api::OpenAi, &b);
+    let model = b["model"].as_str().unwrap_or("").to_string();
+    let usage = json!({"prompt_tokens": 25, "completion_tokens": 12, "total_tokens": 37,
+                       "prompt_tokens_details": {"cached_tokens": 0}});
+    if b["stream"] != json!(true) {
+        let message = if call {
+            json!({"role": "assistant", "content": null, "refusal": null, "tool_calls": [
+                {"id": "call_abc123", "type": "function", "function": {"name": "get_order", "arguments": CALL_ARGS}}]})
+        } else {
+            json!({"role": "assistant", "content": text, "refusal": null})
+        };
+        return Json(json!({
+            "id": "chatcmpl-strict1", "object": "chat.completion", "created": 1_700_000_000, "model": model,
+            "system_fingerprint": "fp_strict",
+            "choices": [{"index": 0, "message": message, "logprobs": null,
+                         "finish_reason": if call { "tool_calls" } else { "stop" }}],
+            "usage": usage, "service_tier": "default",
+        }))
+        .into_response();
+    }
+    let chunk = |delta: Value, finish: Value| {
+        let v = json!({"id": "chatcmpl-strict1", "object": "chat.completion.chunk", "created": 1_700_000_000,
+                       "model": model, "system_fingerprint": "fp_strict",
+                       "choices": [{"index": 0, "delta": delta, "logprobs": null, "finish_reason": finish}]});
+        format!("data: {v}\n\n")
+    };
+    let mut head = vec![chunk(
+        json!({"role": "assistant", "content": "", "refusal": null}),
+        Value::Null,
+    )];
+    let mut content = Vec::new();
+    if call {
+        head.push(chunk(
+            json!({"tool_calls": [{"index": 0, "id": "call_abc123", "type": "function",
+                                   "function": {"name": "get_order", "arguments": ""}}]}),
+            Value::Null,
+        ));
+        content.push(chunk(
+            json!({"tool_calls": [{"index": 0, "function": {"arguments": CALL_ARGS}}]}),
+            Value::Null,
+        ));
+    } else {
+        for w in words(&text) {
+            content.push(chunk(json!({"content": w}), Value::Null));
+        }
+    }
+    let mut tail = vec![chunk(json!({}), json!(if call { "tool_calls" } else { "stop" }))];
+    if b["stream_options"]["include_usage"] == json!(true) {
+        let v = json!({"id": "chatcmpl-strict1", "object": "chat.completion.chunk", "created": 1_700_000_000,
+                       "model": model, "choices": [], "usage": usage});
+        tail.push(format!("data: {v}\n\n"));
+    }
+    tail.push("data: [DONE]\n\n".into());
+    stream_body(&state, head, content, tail)
+}
+
+/// A stream: `head` at once, `content` one chunk per gap (held or cut as
+/// the plan says), then `tail`.
+fn stream_body(state: &StrictState, head: Vec<String>, content: Vec<String>, tail: Vec<String>) -> Response {
+    let plan = state.stream.lock();
+    let (gap, reset_after, hold) = (plan.gap, plan.reset_after, plan.hold.clone());
+    let stream = async_stream(head, content, tail, gap, reset_after, hold);
+    ([("content-type", "text/event-stream")], Body::from_stream(stream)).into_response()
+}
+
+fn async_stream(
+    head: Vec<String>,
+    content: Vec<String>,
+    tail: Vec<String>,
+    gap: Duration,
+    reset_after: Option<usize>,
+    hold: Option<Arc<Notify>>,
+) -> impl futures_util::Stream<Item = Result<String, std::io::Error>> + Send {
+    enum Next {
+        Head(Vec<String>),
+        Content(usize),
+        Tail,
+        Done,
+    }
+    let content = Arc::new(content);
+    let tail = Arc::new(tail);
+    futures_util::stream::unfold(Next::Head(head), move |next| {
+        let (content, tail, hold) = (content.clone(), tail.clone(), hold.clone());
+        async move {
+            match next {
+                Next::Head(h) => Some((Ok(h.concat()), Next::Content(0))),
+                Next::Content(i) if i < content.len() => {
+                    if reset_after == Some(i) {
+                        return Some((Err(std::io::Error::other("cut")), Next::Done));
+                    }
+                    if i == 1 {
+                        if let Some(h) = &hold {
+                            h.notified().await;
+                        }
+                    }
+                    if i > 0 && !gap.is_zero() {
+                        tokio::time::sleep(gap).await;
+                    }
+                    Some((Ok(content[i].clone()), Next::Content(i + 1)))
+                }
+                Next::Content(_) => {
+                    if reset_after.is_some() {
+                        return Some((Err(std::io::Error::other("cut")), Next::Done));
+                    }
+                    Some((Ok(tail.concat()), Next::Tail))
+                }
+                Next::Tail | Next::Done => None,
+            }
+        }
+    })
+}
+
+async fn anthropic(State(state): State<Arc<StrictState>>, headers: HeaderMap, body: String) -> Response {
+    let b: Value = match serde_json::from_str(&body) {
+        Ok(b) => b,
+        Err(_) => return anthropic_error(400, "invalid_request_error", "invalid JSON"),
+    };
+    let record = |status: u16| {
+        state.received.lock().push(Received {
+            api: Api::Anthropic,
+            body: b.clone(),
+            status,
+        })
+    };
+    let key = headers.get("x-api-key").is_some()
+        || headers
+            .get("authorization")
+            .is_some_and(|v| v.to_str().unwrap_or("").starts_with("Bearer "));
+    if !key {
+        record(401);
+        return anthropic_error(401, "authentication_error", "x-api-key header is required");
+    }
+    if let Err(msg) = check_anthropic(&headers, &b) {
+        record(400);
+        return anthropic_error(400, "invalid_request_error", &msg);
+    }
+    if state.down.lock().contains(&Api::Anthropic) {
+        record(529);
+        return anthropic_error(529, "overloaded_error", "Overloaded");
+    }
+    record(200);
+    let (call, text) = decide(&state, Api::Anthropic, &b);
+    let model = b["model"].as_str().unwrap_or("").to_string();
+    let stop = if call { "tool_use" } else { "end_turn" };
+    if b["stream"] != json!(true) {
+        let content = if call {
+            json!([{"type": "tool_use", "id": "toolu_abc123", "name": "get_order", "input": {"order_id": "38100"}}])
+        } else {
+            json!([{"type": "text", "text": text}])
+        };
+        return Json(json!({
+            "id": "msg_strict1", "type": "message", "role": "assistant", "model": model, "content": content,
+            "stop_reason": stop, "stop_sequence": null,
+            "usage": {"input_tokens": 25, "output_tokens": 12, "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0},
+        }))
+        .into_response();
+    }
+    let ev = |name: &str, v: Value| format!("event: {name}\ndata: {v}\n\n");
+    let mut head = vec![ev(
+        "message_start",
+        json!({"type": "message_start", "message": {"id": "msg_strict1", "type": "message", "role": "assistant",
+               "model": model, "content": [], "stop_reason": null, "stop_sequence": null,
+               "usage": {"input_tokens": 25, "output_tokens": 1}}}),
+    )];
+    let mut content = Vec::new();
+    if call {
+        head.push(ev(
+            "content_block_start",
+            json!({"type": "content_block_start", "index": 0,
+            "content_block": {"type": "tool_use", "id": "toolu_abc123", "name": "get_order", "input": {}}}),
+        ));
+        content.push(ev(
+            "content_block_delta",
+            json!({"type": "content_block_delta", "index": 0,
+            "delta": {"type": "input_json_delta", "partial_json": CALL_ARGS}}),
+        ));
+    } else {
+        head.push(ev(
+            "content_block_start",
+            json!({"type": "content_block_start", "index": 0,
+            "content_block": {"type": "text", "text": ""}}),
+        ));
+        head.push("event: ping\ndata: {\"type\": \"ping\"}\n\n".into());
+        for w in words(&text) {
+            content.push(ev(
+                "content_block_delta",
+                json!({"type": "content_block_delta", "index": 0,
+                "delta": {"type": "text_delta", "text": w}}),
+            ));
+        }
+    }
+    let tail = vec![
+        ev("content_block_stop", json!({"type": "content_block_stop", "index": 0})),
+        ev(
+            "message_delta",
+            json!({"type": "message_delta", "delta": {"stop_reason": stop, "stop_sequence": null},
+                                   "usage": {"output_tokens": 12}}),
+        ),
+        ev("message_stop", json!({"type": "message_stop"})),
+    ];
+    stream_body(&state, head, content, tail)
+}

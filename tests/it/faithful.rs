@@ -1,0 +1,548 @@
+//! The gateway as a faithful proxy, against a strict upstream (see
+//! `common::strict`): what a client sends reaches the provider unchanged
+//! but for the documented rewrites, what the provider answers reaches the
+//! client unchanged, tool loops keep their ids, and a fallback to the other
+//! API is translated so the conversation still holds.
+
+use crate::common::strict::{Api, Strict};
+use fusebox::clock::{Clock, Seed};
+use fusebox::config::Config;
+use fusebox::gateway::GatewayOptions;
+use fusebox::provider::anthropic::AnthropicClient;
+use fusebox::provider::http::{Endpoint, Secret};
+use fusebox::provider::openai::{Flavor, OpenAiClient};
+use fusebox::provider::Provider;
+use fusebox::runner::{Runner, RunnerParts};
+use proptest::prelude::*;
+use serde_json::{json, Value};
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// A gateway over two providers at the strict upstream: `openai` (OpenAI
+/// API, model gpt-4o) and `anthropic` (model claude-haiku).
+pub struct Proxy {
+    pub upstream: Strict,
+    pub runner: Arc<Runner>,
+    pub base: String,
+    pub http: reqwest::Client,
+}
+
+pub fn config(toml_routes: &str) -> Config {
+    let text = format!(
+        r#"
+[providers.openai]
+kind = "openai-compatible"
+base_url = "http://unused"
+[providers.anthropic]
+kind = "anthropic"
+[models.gpt-4o]
+provider = "openai"
+input_per_m = 2.5
+output_per_m = 10.0
+[models.claude-haiku]
+provider = "anthropic"
+api_name = "claude-3-5-haiku-latest"
+input_per_m = 0.8
+output_per_m = 4.0
+quality = 0.85
+[retry]
+max_retries = 0
+{toml_routes}
+"#
+    );
+    Config::parse(&text, "test.toml").expect("test config")
+}
+
+pub const ROUTES: &str = r#"
+[routes.default]
+chain = ["gpt-4o", "claude-haiku"]
+[routes.claude-first]
+chain = ["claude-haiku", "gpt-4o"]
+"#;
+
+/// The HTTP clients of `cfg`'s providers, pointed at `base`.
+pub fn clients(cfg: &Config, base: &str, clock: Clock) -> HashMap<String, Arc<dyn Provider>> {
+    let http = fusebox::provider::http::client().unwrap();
+    let mut out: HashMap<String, Arc<dyn Provider>> = HashMap::new();
+    for (name, p) in &cfg.providers {
+        let anthropic = name == "anthropic";
+        let ep = Endpoint {
+            name: name.clone(),
+            url: format!(
+                "{base}{}",
+                if anthropic {
+                    "/v1/messages"
+                } else {
+                    "/v1/chat/completions"
+                }
+            ),
+            key: Some(Secret::new("test-key".into())),
+            stream: p.stream,
+            idle: Duration::from_secs(10),
+        };
+        let c: Arc<dyn Provider> = if anthropic {
+            Arc::new(AnthropicClient::new(http.clone(), ep, clock))
+        } else {
+            Arc::new(OpenAiClient::new(http.clone(), ep, Flavor::OpenAi, clock))
+        };
+        out.insert(name.clone(), c);
+    }
+    out
+}
+
+impl Proxy {
+    pub async fn start(cfg: Config) -> Proxy {
+        let upstream = Strict::start().await;
+        let clock = Clock::system();
+        let mut parts = RunnerParts::mock(clock, Seed(3));
+        parts.providers = clients(&cfg, &upstream.base(), clock);
+        let runner = Runner::new(cfg, parts).unwrap();
+        let addr = fusebox::gateway::spawn(runner.clone(), "127.0.0.1:0", GatewayOptions::default())
+            .await
+            .unwrap();
+        Proxy {
+            upstream,
+            runner,
+            base: format!("http://{addr}"),
+            http: reqwest::Client::new(),
+        }
+    }
+
+    pub async fn post(&self, path: &str, body: &Value) -> reqwest::Response {
+        self.post_with(path, body, &[]).await
+    }
+
+    pub async fn post_with(&self, path: &str, body: &Value, headers: &[(&str, &str)]) -> reqwest::Response {
+        let mut b = self.http.post(format!("{}{path}", self.base)).json(body);
+        for (k, v) in headers {
+            b = b.header(*k, *v);
+        }
+        b.send().await.unwrap()
+    }
+}
+
+pub fn header<'a>(r: &'a reqwest::Response, name: &str) -> &'a str {
+    r.headers().get(name).and_then(|v| v.to_str().ok()).unwrap_or("")
+}
+
+pub fn get_order_tool() -> Value {
+    json!({"type": "function", "function": {
+        "name": "get_order", "description": "Look up an order",
+        "parameters": {"type": "object", "properties": {"order_id": {"type": "string"}}, "required": ["order_id"]}}})
+}
+
+fn anthropic_tool() -> Value {
+    json!({"name": "get_order", "description": "Look up an order",
+           "input_schema": {"type": "object", "properties": {"order_id": {"type": "string"}}, "required": ["order_id"]}})
+}
+
+/// The first turn of an OpenAI tool loop.
+pub fn openai_turn1(model: &str) -> Value {
+    json!({
+        "model": model,
+        "messages": [
+            {"role": "system", "content": "You are a support agent."},
+            {"role": "user", "content": "Where is order #38100?"}
+        ],
+        "tools": [get_order_tool()],
+    })
+}
+
+/// Runs an OpenAI client's two-turn tool loop; the final answer's body.
+pub async fn openai_tool_loop(p: &Proxy, model: &str) -> (reqwest::header::HeaderMap, Value) {
+    let mut body = openai_turn1(model);
+    let r = p.post("/v1/chat/completions", &body).await;
+    assert_eq!(r.status(), 200, "{}", r.text().await.unwrap());
+    let v: Value = r.json().await.unwrap();
+    let msg = v["choices"][0]["message"].clone();
+    assert_eq!(v["choices"][0]["finish_reason"], "tool_calls", "{v}");
+    let call = msg["tool_calls"][0].clone();
+    assert_eq!(call["function"]["name"], "get_order");
+    let id = call["id"].as_str().unwrap().to_string();
+    body["messages"].as_array_mut().unwrap().push(msg);
+    body["messages"].as_array_mut().unwrap().push(json!({
+        "role": "tool", "tool_call_id": id, "content": "shipped on Monday"
+    }));
+    let r = p.post("/v1/chat/completions", &body).await;
+    let headers = r.headers().clone();
+    assert_eq!(r.status(), 200, "{}", r.text().await.unwrap());
+    (headers, r.json().await.unwrap())
+}
+
+#[tokio::test]
+async fn an_openai_tool_loop_keeps_the_upstream_ids_and_its_answer_as_sent() {
+    let p = Proxy::start(config(ROUTES)).await;
+    let (h, v) = openai_tool_loop(&p, "default").await;
+    assert_eq!(h["x-fusebox-level"], "none");
+    assert_eq!(
+        v["choices"][0]["message"]["content"],
+        "The order service says: shipped on Monday"
+    );
+    // The upstream's answer as it sent it: its id, fingerprint and extra fields.
+    assert_eq!(v["id"], "chatcmpl-strict1");
+    assert_eq!(v["system_fingerprint"], "fp_strict");
+    assert_eq!(v["service_tier"], "default");
+    let bodies = p.upstream.bodies(Api::OpenAi);
+    assert_eq!(bodies.len(), 2);
+    let second = &bodies[1]["messages"];
+    assert_eq!(second[2]["tool_calls"][0]["id"], "call_abc123");
+    assert_eq!(second[3]["role"], "tool");
+    assert_eq!(second[3]["tool_call_id"], "call_abc123");
+}
+
+#[tokio::test]
+async fn every_field_reaches_the_upstream_unchanged_but_the_model() {
+    let p = Proxy::start(config(ROUTES)).await;
+    let body = json!({
+        "model": "default",
+        "messages": [
+            {"role": "developer", "content": "Answer in JSON."},
+            {"role": "user", "name": "alice", "content": [
+                {"type": "text", "text": "What is in this picture?"},
+                {"type": "image_url", "image_url": {"url": "https://example.com/cat.png", "detail": "high"}},
+                {"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBORw0KGgo="}}
+            ]}
+        ],
+        "temperature": 0.3, "top_p": 0.9, "seed": 42, "stop": ["\n\n", "END"],
+        "response_format": {"type": "json_schema", "json_schema": {"name": "a", "schema": {"type": "object"}}},
+        "tools": [get_order_tool()], "tool_choice": "none", "parallel_tool_calls": false,
+        "presence_penalty": 0.5, "frequency_penalty": 0.25, "logit_bias": {"50256": -100},
+        "metadata": {"team": "support"}, "store": false, "user": "alice",
+        "x_vendor_extension": {"keep": [1, 2, 3]},
+    });
+    let r = p.post("/v1/chat/completions", &body).await;
+    assert_eq!(r.status(), 200, "{}", r.text().await.unwrap());
+    let got = p.upstream.bodies(Api::OpenAi).pop().unwrap();
+    let mut want = body.clone();
+    want["model"] = json!("gpt-4o");
+    assert_eq!(got, want, "only the model is rewritten; no max_tokens is added");
+}
+
+#[tokio::test]
+async fn an_anthropic_tool_loop_through_v1_messages() {
+    let p = Proxy::start(config(ROUTES)).await;
+    let mut body = json!({
+        "model": "claude-haiku",
+        "max_tokens": 300,
+        "system": [{"type": "text", "text": "You are a support agent.", "cache_control": {"type": "ephemeral"}}],
+        "messages": [{"role": "user", "content": [
+            {"type": "text", "text": "Where is order #38100?"},
+            {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "iVBORw0KGgo="}}
+        ]}],
+        "tools": [anthropic_tool()],
+        "temperature": 0.2, "top_k": 5, "stop_sequences": ["END"], "metadata": {"user_id": "alice"},
+    });
+    let r = p.post("/v1/messages", &body).await;
+    assert_eq!(r.status(), 200, "{}", r.text().await.unwrap());
+    assert_eq!(header(&r, "x-fusebox-level"), "none");
+    let v: Value = r.json().await.unwrap();
+    assert_eq!(v["id"], "msg_strict1", "the upstream's own answer");
+    assert_eq!(v["stop_reason"], "tool_use");
+    let call = v["content"][0].clone();
+    assert_eq!(call["id"], "toolu_abc123");
+    let first = p.upstream.bodies(Api::Anthropic).pop().unwrap();
+    let mut want = body.clone();
+    want["model"] = json!("claude-3-5-haiku-latest");
+    assert_eq!(first, want, "only the model is rewritten (to its api_name)");
+    body["messages"]
+        .as_array_mut()
+        .unwrap()
+        .push(json!({"role": "assistant", "content": v["content"]}));
+    body["messages"]
+        .as_array_mut()
+        .unwrap()
+        .push(json!({"role": "user", "content": [
+            {"type": "tool_result", "tool_use_id": "toolu_abc123", "content": "shipped on Monday"}
+        ]}));
+    let r = p.post("/v1/messages", &body).await;
+    assert_eq!(r.status(), 200, "{}", r.text().await.unwrap());
+    let v: Value = r.json().await.unwrap();
+    assert_eq!(v["content"][0]["text"], "The order service says: shipped on Monday");
+    let second = p.upstream.bodies(Api::Anthropic).pop().unwrap();
+    assert_eq!(second["messages"][2]["content"][0]["tool_use_id"], "toolu_abc123");
+}
+
+#[tokio::test]
+async fn a_named_model_answers_and_a_header_forbids_falling_back() {
+    let p = Proxy::start(config(ROUTES)).await;
+    let r = p.post("/v1/chat/completions", &openai_turn1("claude-haiku")).await;
+    assert_eq!(r.status(), 200);
+    assert_eq!(header(&r, "x-fusebox-chain"), "claude-haiku ok");
+    assert_eq!(header(&r, "x-fusebox-level"), "none");
+    assert!(p.upstream.bodies(Api::OpenAi).is_empty(), "gpt-4o was not asked");
+    // Down, it falls back to what follows it in its route...
+    p.upstream.set_down(Api::Anthropic, true);
+    let r = p.post("/v1/chat/completions", &openai_turn1("claude-haiku")).await;
+    assert_eq!(r.status(), 200);
+    assert_eq!(header(&r, "x-fusebox-level"), "fallback");
+    assert!(
+        header(&r, "x-fusebox-chain").ends_with("gpt-4o ok"),
+        "{}",
+        header(&r, "x-fusebox-chain")
+    );
+    // ...unless the client says none.
+    let r = p
+        .post_with(
+            "/v1/chat/completions",
+            &openai_turn1("claude-haiku"),
+            &[("x-fusebox-fallback", "none")],
+        )
+        .await;
+    assert_eq!(r.status(), 503);
+    assert!(!header(&r, "x-fusebox-chain").contains("gpt-4o"));
+    let models: Value = p
+        .http
+        .get(format!("{}/v1/models", p.base))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let kind = |id: &str| {
+        models["data"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|m| m["id"] == id)
+            .map(|m| m["fusebox"]["kind"].clone())
+    };
+    assert_eq!(kind("default"), Some(json!("route")));
+    assert_eq!(kind("claude-haiku"), Some(json!("model")));
+}
+
+#[tokio::test]
+async fn a_route_can_forbid_named_models_to_fall_back() {
+    let routes = r#"
+[routes.default]
+chain = ["claude-haiku", "gpt-4o"]
+named_fallback = false
+"#;
+    let p = Proxy::start(config(routes)).await;
+    p.upstream.set_down(Api::Anthropic, true);
+    let r = p.post("/v1/chat/completions", &openai_turn1("claude-haiku")).await;
+    assert_eq!(r.status(), 503);
+    assert!(p.upstream.bodies(Api::OpenAi).is_empty());
+}
+
+#[tokio::test]
+async fn a_tool_loop_falls_back_across_apis_both_ways() {
+    // OpenAI client, OpenAI primary down: Anthropic answers both turns.
+    let p = Proxy::start(config(ROUTES)).await;
+    p.upstream.set_down(Api::OpenAi, true);
+    let (h, v) = openai_tool_loop(&p, "default").await;
+    assert_eq!(h["x-fusebox-level"], "fallback");
+    assert_eq!(
+        v["choices"][0]["message"]["content"],
+        "The order service says: shipped on Monday"
+    );
+    let second = p.upstream.bodies(Api::Anthropic).pop().unwrap();
+    assert_eq!(second["system"], "You are a support agent.");
+    assert_eq!(second["messages"][1]["content"][0]["type"], "tool_use");
+    assert_eq!(second["messages"][1]["content"][0]["id"], "toolu_abc123");
+    assert_eq!(second["messages"][2]["content"][0]["tool_use_id"], "toolu_abc123");
+
+    // Anthropic client, Anthropic primary down: OpenAI answers both turns.
+    let p = Proxy::start(config(ROUTES)).await;
+    p.upstream.set_down(Api::Anthropic, true);
+    let mut body = json!({
+        "model": "claude-first", "max_tokens": 200, "system": "You are a support agent.",
+        "messages": [{"role": "user", "content": "Where is order #38100?"}],
+        "tools": [anthropic_tool()],
+    });
+    let r = p.post("/v1/messages", &body).await;
+    assert_eq!(r.status(), 200, "{}", r.text().await.unwrap());
+    let v: Value = r.json().await.unwrap();
+    assert_eq!(v["type"], "message");
+    assert_eq!(v["stop_reason"], "tool_use");
+    assert_eq!(v["content"][0]["type"], "tool_use");
+    assert_eq!(v["content"][0]["id"], "call_abc123");
+    assert_eq!(v["content"][0]["input"], json!({"order_id": "38100"}));
+    body["messages"]
+        .as_array_mut()
+        .unwrap()
+        .push(json!({"role": "assistant", "content": v["content"]}));
+    body["messages"]
+        .as_array_mut()
+        .unwrap()
+        .push(json!({"role": "user", "content": [
+            {"type": "tool_result", "tool_use_id": "call_abc123", "content": "shipped on Monday"}
+        ]}));
+    let r = p.post("/v1/messages", &body).await;
+    assert_eq!(r.status(), 200, "{}", r.text().await.unwrap());
+    assert_eq!(header(&r, "x-fusebox-level"), "fallback");
+    let v: Value = r.json().await.unwrap();
+    assert_eq!(v["content"][0]["text"], "The order service says: shipped on Monday");
+    let second = p.upstream.bodies(Api::OpenAi).pop().unwrap();
+    assert_eq!(
+        second["messages"][0],
+        json!({"role": "system", "content": "You are a support agent."})
+    );
+    assert_eq!(second["messages"][2]["tool_calls"][0]["id"], "call_abc123");
+    assert_eq!(second["messages"][3]["tool_call_id"], "call_abc123");
+    // The route lowers the cap on a fallback hop (max_tokens_factor 0.5).
+    assert_eq!(second["max_tokens"], 100);
+}
+
+#[tokio::test]
+async fn a_request_the_other_api_cannot_honour_skips_it_with_the_reason() {
+    let p = Proxy::start(config(ROUTES)).await;
+    p.upstream.set_down(Api::OpenAi, true);
+    let mut body = openai_turn1("default");
+    body["response_format"] =
+        json!({"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "object"}}});
+    let r = p.post("/v1/chat/completions", &body).await;
+    assert_eq!(r.status(), 503);
+    let chain = header(&r, "x-fusebox-chain").to_string();
+    assert!(
+        chain.contains("claude-haiku skipped: cannot honour response_format"),
+        "{chain}"
+    );
+    assert!(p.upstream.bodies(Api::Anthropic).is_empty());
+}
+
+#[tokio::test]
+async fn the_clients_own_mistake_comes_back_as_the_upstream_said_and_is_not_retried() {
+    let p = Proxy::start(config(ROUTES)).await;
+    let mut body = openai_turn1("default");
+    body["stream_options"] = json!({"include_usage": true});
+    let r = p.post("/v1/chat/completions", &body).await;
+    assert_eq!(r.status(), 400);
+    let v: Value = r.json().await.unwrap();
+    assert_eq!(v["error"]["param"], "stream_options");
+    assert_eq!(p.upstream.received().len(), 1, "not retried, no fallback");
+    let t = p.runner.registry().find("provider:openai").unwrap();
+    let view = t.breaker.view(p.runner.clock().now());
+    assert_eq!(view.calls_in_window, 0, "not counted against the breaker");
+}
+
+/// A random valid chat-completions request: messages of every role, tool
+/// loops with matching ids, content parts, sampling parameters and
+/// unknown fields.
+fn arb_request() -> impl Strategy<Value = Value> {
+    let text = "[a-zA-Z0-9 #?.,é]{0,40}";
+    let user = prop_oneof![
+        text.prop_map(|t| json!({"role": "user", "content": t})),
+        (text, "[a-z]{1,8}").prop_map(|(t, f)| json!({"role": "user", "content": [
+            {"type": "text", "text": t},
+            {"type": "image_url", "image_url": {"url": format!("https://example.com/{f}.png")}}
+        ]})),
+    ];
+    let turn = prop_oneof![
+        user.clone().prop_map(|u| vec![u]),
+        (text, "[a-z0-9]{4,12}", user.clone()).prop_map(|(t, id, u)| vec![
+            json!({"role": "assistant", "content": null, "tool_calls": [
+                {"id": format!("call_{id}"), "type": "function", "function": {"name": "get_order", "arguments": "{\"order_id\":\"1\"}"}}]}),
+            json!({"role": "tool", "tool_call_id": format!("call_{id}"), "content": t}),
+            u,
+        ]),
+        (text, user).prop_map(|(t, u)| vec![json!({"role": "assistant", "content": t}), u]),
+    ];
+    let options = (
+        prop::option::of(0.0f64..2.0),
+        prop::option::of(0.0f64..1.0),
+        prop::option::of(any::<u32>()),
+        prop::option::of(1u32..4096),
+        prop::option::of(prop::collection::vec("[a-z]{1,4}", 1..4)),
+        prop::option::of(any::<bool>()),
+        prop::option::of("[a-z]{1,10}"),
+        any::<bool>(),
+    );
+    (
+        prop::option::of(text.prop_map(|t| json!({"role": "system", "content": t}))),
+        prop::collection::vec(turn, 1..4),
+        options,
+    )
+        .prop_map(
+            |(system, turns, (temp, top_p, seed, max, stop, parallel, extra, tools))| {
+                let mut messages: Vec<Value> = system.into_iter().collect();
+                messages.push(json!({"role": "user", "content": "start"}));
+                messages.extend(turns.into_iter().flatten());
+                let mut b = json!({"model": "default", "messages": messages});
+                let o = b.as_object_mut().unwrap();
+                let mut put = |k: &str, v: Option<Value>| {
+                    if let Some(v) = v {
+                        o.insert(k.into(), v);
+                    }
+                };
+                put("temperature", temp.map(|t| json!((t * 100.0).round() / 100.0)));
+                put("top_p", top_p.map(|t| json!((t * 100.0).round() / 100.0)));
+                put("seed", seed.map(|s| json!(s)));
+                put("max_completion_tokens", max.map(|m| json!(m)));
+                put("stop", stop.map(|s| json!(s)));
+                put("parallel_tool_calls", parallel.map(|p| json!(p)));
+                put("x_extra", extra.map(|e| json!({"v": e})));
+                if tools {
+                    o.insert("tools".into(), json!([get_order_tool()]));
+                    o.insert("tool_choice".into(), json!("auto"));
+                }
+                b
+            },
+        )
+}
+
+#[test]
+fn any_valid_request_reaches_the_upstream_as_sent_but_its_model() {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let p = rt.block_on(Proxy::start(config(ROUTES)));
+    let cfg = ProptestConfig {
+        cases: 64,
+        ..ProptestConfig::default()
+    };
+    proptest!(cfg, |(body in arb_request())| {
+        let status = rt.block_on(async { p.post("/v1/chat/completions", &body).await.status() });
+        prop_assert_eq!(status, 200);
+        let got = p.upstream.bodies(Api::OpenAi).pop().unwrap();
+        let mut want = body.clone();
+        want["model"] = json!("gpt-4o");
+        prop_assert_eq!(got, want);
+    });
+}
+
+#[tokio::test]
+async fn the_agent_loop_converses_with_real_apis_as_an_agent_does() {
+    use fusebox::runner::outcome::Level;
+    use fusebox::runner::request::AgentRequest;
+    for (route, api) in [("default", Api::OpenAi), ("claude-first", Api::Anthropic)] {
+        let p = Proxy::start(config(ROUTES)).await;
+        let req = AgentRequest {
+            id: 1,
+            user: "alice".into(),
+            session: "alice/s".into(),
+            route: route.into(),
+            messages: [
+                fusebox::provider::Message::system("You are a support agent."),
+                fusebox::provider::Message::user("Where is order #38100?"),
+            ]
+            .into(),
+            tools: vec!["get_order".into()],
+            max_tokens: 256,
+            max_steps: 4,
+            ..AgentRequest::default()
+        };
+        let o = p.runner.run(&req).await;
+        assert_eq!(o.level, Level::None, "{route}: {:?}", o);
+        let answer = o.answer.unwrap();
+        assert!(answer.starts_with("The order service says: "), "{answer}");
+        let received = p.upstream.received();
+        assert!(received.iter().all(|r| r.status == 200), "{received:?}");
+        let bodies = p.upstream.bodies(api);
+        assert_eq!(bodies.len(), 2, "one tool call, then the answer");
+        let second = bodies[1]["messages"].as_array().unwrap();
+        match api {
+            Api::OpenAi => {
+                assert_eq!(second[2]["tool_calls"][0]["id"], "call_abc123");
+                assert_eq!(second[3]["tool_call_id"], "call_abc123");
+            }
+            Api::Anthropic => {
+                assert_eq!(second[1]["content"][0]["id"], "toolu_abc123");
+                assert_eq!(second[2]["content"][0]["tool_use_id"], "toolu_abc123");
+            }
+        }
+    }
+}
