@@ -32,7 +32,7 @@ pub(super) enum Api {
 }
 
 impl Api {
-    fn wire(self) -> WireKind {
+    pub(super) fn wire(self) -> WireKind {
         match self {
             Api::Chat => WireKind::OpenAi,
             Api::Messages => WireKind::Anthropic,
@@ -86,12 +86,15 @@ async fn handle(gw: Arc<Gateway>, api: Api, req: axum::extract::Request) -> Resp
     }
     let (stream, include_usage) = (asked.stream, asked.include_usage);
     let req = chat_request(&gw, &parts.headers, asked);
+    if stream {
+        return super::stream::streamed(gw, api, req, include_usage).await;
+    }
     let id = req.id;
     // Dropped with this handler when the client disconnects: the upstream
     // call is cancelled and its reservations released (see `Runner::chat`).
-    let chat = gw.runner.chat(req).await;
+    let chat = gw.runner.chat(req, None).await;
     gw.latency.observe(arrived.elapsed());
-    respond(api, id, chat, stream, include_usage)
+    respond(api, id, chat, false, include_usage)
 }
 
 fn unknown_model(gw: &Gateway, api: Api, model: &str) -> Response {
@@ -141,7 +144,7 @@ const DEFAULT_ESTIMATE: u32 = 4_096;
 
 /// Header-safe text: hop labels use symbols (✓ ✗ ⊘ …) that HTTP header
 /// values cannot carry as such.
-fn ascii_hop(label: &str) -> String {
+pub(super) fn ascii_hop(label: &str) -> String {
     label
         .replace(" ✓", " ok")
         .replace(" ✗", " failed ")
@@ -155,14 +158,16 @@ fn ascii_hop(label: &str) -> String {
 }
 
 /// Unix seconds now (the `created` of an answer fusebox writes).
-fn unix_now() -> u64 {
+pub(super) fn unix_now() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map(|d| d.as_secs())
         .unwrap_or(0)
 }
 
-fn respond(api: Api, id: u64, chat: Chat, stream: bool, include_usage: bool) -> Response {
+/// The whole response for a call whose client's stream (if it asked for
+/// one) never started.
+pub(super) fn respond(api: Api, id: u64, chat: Chat, stream: bool, include_usage: bool) -> Response {
     let o = &chat.outcome;
     let mut meta = HeaderMap::new();
     let chain: Vec<String> = o.chain.iter().map(|l| ascii_hop(l)).collect();
@@ -177,7 +182,7 @@ fn respond(api: Api, id: u64, chat: Chat, stream: bool, include_usage: bool) -> 
         }
     }
     let mut resp = match chat.end {
-        ChatEnd::Answer { response, model } => {
+        ChatEnd::Answer { response, model } | ChatEnd::Streamed { response, model, .. } => {
             let wire = response.wire.as_deref();
             if let Some(body) = wire
                 .filter(|w| w.kind == api.wire() && !stream)
@@ -216,6 +221,8 @@ fn respond(api: Api, id: u64, chat: Chat, stream: bool, include_usage: bool) -> 
         }
         ChatEnd::Unavailable { message } => api.error(StatusCode::SERVICE_UNAVAILABLE, &message, None),
         ChatEnd::Upstream(e) => upstream_error(api, &e),
+        ChatEnd::Cut { reason, .. } => api.error(StatusCode::BAD_GATEWAY, &reason, None),
+        ChatEnd::Gone => api.error(StatusCode::BAD_GATEWAY, "the client went away", None),
     };
     resp.headers_mut().extend(meta);
     resp

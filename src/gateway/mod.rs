@@ -7,6 +7,7 @@
 mod auth;
 mod chat;
 mod metrics;
+mod stream;
 
 use crate::runner::command::Command;
 use crate::runner::Runner;

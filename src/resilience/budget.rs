@@ -366,6 +366,46 @@ impl Budgets {
         );
     }
 
+    /// How many tokens the call holding `r` may use in all before a hard
+    /// token budget (the user's minute, hour or day, the global hour or
+    /// day) would be exceeded, counting what others use meanwhile: the
+    /// tightest budget's room plus what `r` reserved. `None` when no token
+    /// budget is set. A stream is cut where it would pass this.
+    pub fn room(&self, user: &str, r: &Reservation, now_ms: u64) -> Option<(u64, BudgetExceeded)> {
+        let c = &self.cfg;
+        let mut tightest: Option<(f64, BudgetExceeded)> = None;
+        let mut consider = |w: &Win, len: u64, limit: u64, scope: &dyn Fn() -> String, what: &'static str| {
+            if limit == 0 {
+                return;
+            }
+            let used = if w.holds(now_ms, len) { w.used } else { 0.0 };
+            let room = limit as f64 - used + r.tokens;
+            if tightest.as_ref().is_none_or(|(t, _)| room < *t) {
+                let e = BudgetExceeded {
+                    scope: scope(),
+                    what,
+                    would: limit as f64 + 1.0,
+                    limit: limit as f64,
+                    first_in_window: false,
+                };
+                tightest = Some((room, e));
+            }
+        };
+        {
+            let mut users = super::lock(&self.users);
+            let u = users.get_mut(r.user);
+            let name = || format!("user {user}");
+            consider(&u.minute, MINUTE, c.user_tokens_per_minute, &name, "tokens/minute");
+            consider(&u.hour, HOUR, c.user_tokens_per_hour, &name, "tokens/hour");
+            consider(&u.day, DAY, c.user_tokens_per_day, &name, "tokens/day");
+        }
+        let g = super::lock(&self.global);
+        let global = || "global".to_string();
+        consider(&g.tokens_hour, HOUR, c.global_tokens_per_hour, &global, "tokens/hour");
+        consider(&g.tokens_day, DAY, c.global_tokens_per_day, &global, "tokens/day");
+        tightest.map(|(room, e)| (room.max(0.0) as u64, e))
+    }
+
     /// Highest share of any global limit in use as of the last reservation
     /// (drives cheaper routing; read without locking).
     pub fn pressure(&self) -> f64 {

@@ -307,19 +307,13 @@ impl Runner {
             self.push_hops(trail);
             match r {
                 Err(LlmFailure::Budget(e)) => {
-                    *self.totals.budget_rejections.entry(req.user.to_string()).or_insert(0) += 1;
-                    if e.first_in_window {
-                        self.events.emit(EventKind::BudgetRejected {
-                            user: req.user.to_string(),
-                            reason: format!("{e} (further rejections this minute are counted, not listed)"),
-                        });
-                    }
+                    self.note_budget_rejection(&req.user, &e);
                     return End::Failed(format!("Request refused: {e}."));
                 }
-                Err(LlmFailure::Exhausted | LlmFailure::Upstream(_)) if step == 0 => {
+                Err(_) if step == 0 => {
                     return self.no_model(req, route.cfg.defer && may_defer, trail).await;
                 }
-                Err(LlmFailure::Exhausted | LlmFailure::Upstream(_)) => {
+                Err(_) => {
                     // Feature degradation: answer with what the tools gave.
                     trail.miss("llm");
                     trail.quality *= 0.5;

@@ -1,16 +1,19 @@
 //! One chat completion on behalf of an outside agent (the gateway): the
 //! agent runs its own loop and tools, fusebox runs the call through session
 //! quota, budgets, limiter, breakers, retries and the route's fallback chain,
+//! streams the answer on as it arrives when the client asked for a stream,
 //! and ends it in exactly one outcome like any other request.
 
 use super::llm::{HopResult, LlmCall, LlmFailure, Tally};
 use super::outcome::{Level, Outcome};
 use super::request::AgentRequest;
+use super::stream::{StreamSink, Streaming};
 use super::Runner;
-use crate::provider::{LlmResponse, Message, ToolSpec};
+use crate::provider::{LlmResponse, Message, Piece, ProviderError, ToolSpec};
 use crate::resilience::budget::BudgetExceeded;
 use crate::resilience::session::InSession;
 use crate::telemetry::events::EventKind;
+use crate::wire::WireKind;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
@@ -24,7 +27,8 @@ pub struct ChatRequest {
     pub user: String,
     /// Session (quotas are per session).
     pub session: String,
-    /// Route name (resolved from the requested model).
+    /// What the client's `model` names: a route, or a model (see
+    /// [`Runner::route_for`]).
     pub route: String,
     /// The conversation.
     pub messages: Arc<[Message]>,
@@ -43,12 +47,30 @@ pub struct ChatRequest {
 /// How a chat completion ended.
 #[derive(Debug)]
 pub enum ChatEnd {
-    /// A model answered (`model` is the configured model name).
+    /// A model answered, whole (`model` is the configured model name).
     Answer {
         /// The answer.
         response: LlmResponse,
         /// Which model of the chain answered.
         model: String,
+    },
+    /// The answer streamed to the client and ended whole; `tail` (the
+    /// finish and terminator, `(API, piece, own)`) is still to be written.
+    Streamed {
+        /// The answer.
+        response: LlmResponse,
+        /// Which model of the chain answered.
+        model: String,
+        /// The end of the stream.
+        tail: Vec<(WireKind, Piece, bool)>,
+    },
+    /// The client's stream broke after its first byte: it ends on an error.
+    Cut {
+        /// What to tell the client (names the budget, for a budget cut).
+        reason: String,
+        /// The error's type in the client's API (`server_error`,
+        /// `overloaded_error`, `budget_exceeded`, …).
+        kind: &'static str,
     },
     /// A budget or the session quota refused the call.
     Refused {
@@ -71,7 +93,9 @@ pub enum ChatEnd {
     },
     /// The upstream refused the client's request as malformed; its error
     /// goes back to the client as it was.
-    Upstream(Box<crate::provider::ProviderError>),
+    Upstream(Box<ProviderError>),
+    /// The client went away mid-stream.
+    Gone,
 }
 
 /// A chat completion's end and its outcome.
@@ -126,10 +150,22 @@ impl Drop for Abandoned<'_> {
     }
 }
 
+/// The error type a stream cut by `e` ends with, in the client's words.
+fn cut_kind(e: &ProviderError) -> &'static str {
+    use crate::provider::ErrorKind;
+    match e.kind {
+        ErrorKind::Overloaded => "overloaded_error",
+        ErrorKind::RateLimited => "rate_limit_error",
+        ErrorKind::Timeout => "timeout_error",
+        _ => "server_error",
+    }
+}
+
 impl Runner {
-    /// Runs one chat completion to its end. Dropping the future (the client
+    /// Runs one chat completion to its end, streaming the answer to `sink`
+    /// as it arrives when one is given. Dropping the future (the client
     /// went away) cancels the upstream call and releases what it reserved.
-    pub async fn chat(&self, req: ChatRequest) -> Chat {
+    pub async fn chat(&self, req: ChatRequest, sink: Option<&mut dyn StreamSink>) -> Chat {
         let start = self.clock.now();
         self.totals.requests.fetch_add(1, Ordering::Relaxed);
         if self.events.has_subscribers() {
@@ -152,6 +188,7 @@ impl Runner {
             armed: true,
         };
         let mut tally = Tally::default();
+        let mut streaming = sink.map(Streaming::new);
         let end = match self.sessions.enter(&req.session, self.clock.elapsed_ms()) {
             Err(q) => ChatEnd::Refused {
                 reason: format!("{q}"),
@@ -159,7 +196,7 @@ impl Runner {
             },
             // A cancelled call leaves the session too, when `session` drops.
             Ok(session) => {
-                let end = self.chat_call(&req, &session, &mut tally).await;
+                let end = self.chat_call(&req, &session, &mut tally, streaming.as_mut()).await;
                 session.leave(self.clock.elapsed_ms());
                 end
             }
@@ -167,28 +204,41 @@ impl Runner {
         self.totals.wasted.fetch_add(tally.wasted, Ordering::Relaxed);
         let chain: Vec<String> = tally.hops.iter().map(|h| self.hop_label(h)).collect();
         let (level, quality, user_message) = match &end {
-            ChatEnd::Answer { model, .. } => {
+            ChatEnd::Answer { model, .. } | ChatEnd::Streamed { model, .. } => {
                 let primary = self.route_for(&req.route).map(|r| r.chain[0]);
                 let answered = self.models.iter().position(|m| m.name.as_ref() == model.as_str());
                 let q = match (primary, answered) {
                     (Some(p), Some(a)) => (self.models[a].cfg.quality / self.models[p].cfg.quality.max(1e-9)).min(1.0),
                     _ => 1.0,
                 };
-                let level = if primary == answered {
+                let resumed = tally.hops.iter().any(|h| h.result == HopResult::Resumed);
+                let level = if primary == answered && !resumed {
                     Level::None
                 } else {
                     Level::Fallback
                 };
                 (level, q, None)
             }
-            ChatEnd::Refused { reason, .. } => (Level::Failed, 0.0, Some(format!("Request refused: {reason}."))),
-            ChatEnd::RateLimited { reason, .. } => (Level::Failed, 0.0, Some(format!("Request refused: {reason}."))),
+            ChatEnd::Cut { reason, .. } => (Level::Partial, 0.5, Some(format!("The answer was cut off: {reason}."))),
+            ChatEnd::Refused { reason, .. } | ChatEnd::RateLimited { reason, .. } => {
+                (Level::Failed, 0.0, Some(format!("Request refused: {reason}.")))
+            }
             ChatEnd::Unavailable { message } => (Level::Failed, 0.0, Some(message.clone())),
             ChatEnd::Upstream(e) => (
                 Level::Failed,
                 0.0,
                 Some(format!("The provider refused the request: {}", e.message)),
             ),
+            ChatEnd::Gone => (
+                Level::Failed,
+                0.0,
+                Some("The client went away before the answer ended.".into()),
+            ),
+        };
+        let answer = match &end {
+            ChatEnd::Answer { response, .. } | ChatEnd::Streamed { response, .. } => Some(response.text.clone()),
+            ChatEnd::Cut { .. } => streaming.as_ref().map(|s| Arc::from(s.sent_text.as_str())),
+            _ => None,
         };
         let outcome = Outcome {
             request: req.id,
@@ -198,12 +248,13 @@ impl Runner {
             quality: (quality * 100.0).round() / 100.0,
             tokens: tally.tokens,
             cost_usd: tally.cost,
-            missing: Vec::new(),
-            user_message,
-            answer: match &end {
-                ChatEnd::Answer { response, .. } => Some(response.text.clone()),
-                _ => None,
+            missing: if level == Level::Partial {
+                vec!["rest of the answer".into()]
+            } else {
+                Vec::new()
             },
+            user_message,
+            answer,
             stale_ms: None,
             attempts: tally.attempts,
             latency_ms: self.clock.now().saturating_duration_since(start).as_millis() as u64,
@@ -213,7 +264,13 @@ impl Runner {
         Chat { end, outcome }
     }
 
-    async fn chat_call(&self, req: &ChatRequest, session: &InSession<'_>, tally: &mut Tally) -> ChatEnd {
+    async fn chat_call(
+        &self,
+        req: &ChatRequest,
+        session: &InSession<'_>,
+        tally: &mut Tally,
+        mut streaming: Option<&mut Streaming<'_>>,
+    ) -> ChatEnd {
         if let Err(q) = session.step() {
             return ChatEnd::Refused {
                 reason: format!("{q}"),
@@ -237,28 +294,44 @@ impl Runner {
         call.params = req.params.clone();
         call.stream = Some(req.stream);
         call.only_first = !req.fallback;
-        match self.call_llm(&call, tally).await {
+        let result = self.call_llm_streamed(&call, tally, streaming.as_deref_mut()).await;
+        let started = streaming.as_ref().is_some_and(|s| s.started);
+        match result {
             Ok((response, mi)) => {
                 let u = response.usage;
                 session.add_tokens(u64::from(u.input + u.output));
-                ChatEnd::Answer {
-                    response,
-                    model: self.models[mi].name.to_string(),
+                let model = self.models[mi].name.to_string();
+                match streaming.filter(|s| s.started) {
+                    Some(s) => ChatEnd::Streamed {
+                        response,
+                        model,
+                        tail: std::mem::take(&mut s.tail),
+                    },
+                    None => ChatEnd::Answer { response, model },
                 }
             }
-            Err(LlmFailure::Budget(e)) => {
-                *self.totals.budget_rejections.entry(req.user.clone()).or_insert(0) += 1;
-                if e.first_in_window {
-                    self.events.emit(EventKind::BudgetRejected {
-                        user: req.user.clone(),
-                        reason: format!("{e} (further rejections this minute are counted, not listed)"),
-                    });
+            Err(LlmFailure::Cut(e)) => ChatEnd::Cut {
+                reason: e.message.clone(),
+                kind: cut_kind(&e),
+            },
+            Err(LlmFailure::OverBudget(e)) if started => {
+                self.note_budget_rejection(&req.user, &e);
+                ChatEnd::Cut {
+                    reason: format!(
+                        "the stream was cut at the {} budget ({} limit {:.0})",
+                        e.scope, e.what, e.limit
+                    ),
+                    kind: "budget_exceeded",
                 }
+            }
+            Err(LlmFailure::Budget(e) | LlmFailure::OverBudget(e)) => {
+                self.note_budget_rejection(&req.user, &e);
                 ChatEnd::Refused {
                     retry_after: budget_retry_after(&e),
                     reason: e.to_string(),
                 }
             }
+            Err(LlmFailure::Gone) => ChatEnd::Gone,
             Err(LlmFailure::Exhausted)
                 if !tally.hops.is_empty() && tally.hops.iter().all(|h| h.result == HopResult::Rate) =>
             {
@@ -274,6 +347,17 @@ impl Runner {
                 message: self.cfg.degradation.user_message.clone(),
             },
             Err(LlmFailure::Upstream(e)) => ChatEnd::Upstream(e),
+        }
+    }
+
+    /// Counts a budget's refusal of `user`, announcing the first of a window.
+    pub(crate) fn note_budget_rejection(&self, user: &str, e: &BudgetExceeded) {
+        *self.totals.budget_rejections.entry(user.to_string()).or_insert(0) += 1;
+        if e.first_in_window {
+            self.events.emit(EventKind::BudgetRejected {
+                user: user.to_string(),
+                reason: format!("{e} (further rejections this minute are counted, not listed)"),
+            });
         }
     }
 }

@@ -3,8 +3,10 @@
 //! budget pressure), then per model: budget reservation → limiter → breakers
 //! → provider call with retries → settle and calibrate.
 
+use super::outcome::Level;
+use super::stream::{Pumped, StreamHead, Streaming};
 use super::{ModelSlot, Runner};
-use crate::provider::{ErrorKind, LlmRequest, LlmResponse, Message, Role, ToolSpec};
+use crate::provider::{ErrorKind, LlmRequest, LlmResponse, Message, ProviderError, Role, ToolSpec};
 use crate::resilience::breaker::{CallRecord, FailureKind};
 use crate::resilience::budget::BudgetExceeded;
 use crate::resilience::limiter::RateFeedback;
@@ -91,6 +93,10 @@ pub enum HopResult {
     Failed(ErrorKind, Option<u16>),
     /// Answered with an invalid tool call.
     Semantic(String),
+    /// Its stream broke after the client's had started.
+    Cut(Box<ProviderError>),
+    /// Answered, continuing the answer a model before it cut off.
+    Resumed,
     /// Skipped: the model's API cannot carry the request (the reason).
     Unsupported(String),
 }
@@ -132,6 +138,12 @@ pub enum LlmFailure {
     /// 404, 422 to a body passed through): the client's mistake, passed
     /// back to it rather than tried elsewhere.
     Upstream(Box<crate::provider::ProviderError>),
+    /// The client's stream broke after its first byte and was not resumed.
+    Cut(Box<ProviderError>),
+    /// The user's hard budget ran out mid-stream: the stream was cut there.
+    OverBudget(BudgetExceeded),
+    /// The client went away mid-stream.
+    Gone,
 }
 
 impl Runner {
@@ -155,6 +167,8 @@ impl Runner {
             HopResult::Sla => format!("{m} ⌛sla"),
             HopResult::Failed(k, s) => format!("{m} ✗{}{tries}", k.label(*s)),
             HopResult::Semantic(_) => format!("{m} ✗semantic"),
+            HopResult::Cut(e) => format!("{m} ✗cut {}", e.kind.label(e.status)),
+            HopResult::Resumed => format!("{m} ✓ resumed"),
             HopResult::Unsupported(why) => format!("{m} skipped: {why}"),
         }
     }
@@ -183,11 +197,26 @@ impl Runner {
 
     /// Runs one LLM call through the chain.
     pub async fn call_llm(&self, call: &LlmCall<'_>, tally: &mut Tally) -> Result<(LlmResponse, usize), LlmFailure> {
+        self.call_llm_streamed(call, tally, None).await
+    }
+
+    /// Runs one LLM call through the chain, streaming the answer to
+    /// `streaming` as it arrives when there is one (retries and fallback
+    /// happen before its first byte; after it, a cut answer is continued
+    /// by the next model where the route says `stream_resume`).
+    pub async fn call_llm_streamed(
+        &self,
+        call: &LlmCall<'_>,
+        tally: &mut Tally,
+        mut streaming: Option<&mut Streaming<'_>>,
+    ) -> Result<(LlmResponse, usize), LlmFailure> {
         let route = call.route;
         let order = self.plan(call);
         let factor = route.cfg.max_tokens_factor;
         let sla = route.cfg.latency_sla_ms;
         let mut hop_no = 0i32;
+        // The answer cut mid-stream being continued, and how it was cut.
+        let mut cut: Option<ProviderError> = None;
         for (pos, &mi) in order.iter().enumerate() {
             let m = &self.models[mi];
             let rest = &order[pos + 1..];
@@ -212,28 +241,42 @@ impl Runner {
             }
             let max_tokens = ((call.max_tokens as f64 * factor.powi(hop_no)).round() as u32).max(16);
             let trimmed = hop_no > 0 && route.cfg.trim_prompt_on_fallback;
-            let messages = if trimmed {
+            let mut messages = if trimmed {
                 trim(&call.messages)
             } else {
                 call.messages.clone()
             };
+            let mut own_messages = !trimmed || Arc::ptr_eq(&messages, &call.messages);
+            if let Some(s) = streaming.as_deref_mut().filter(|_| cut.is_some()) {
+                // Continue the cut answer: the conversation, then what was sent.
+                let prefix = Message::assistant(s.resume(), Vec::new());
+                messages = messages.iter().cloned().chain([prefix]).collect();
+                own_messages = false;
+            }
             let req = LlmRequest {
                 request_id: call.request_id,
                 step: call.step,
                 attempt: 0,
                 model: m.api_name.clone(),
-                own_messages: !trimmed || Arc::ptr_eq(&messages, &call.messages),
+                own_messages,
                 messages,
                 tools: call.tools.clone(),
                 max_tokens,
                 params: call.params.clone(),
                 stream: call.stream,
             };
-            match self.try_model(call, mi, req, rest, tally).await? {
+            match self
+                .try_model(call, mi, req, rest, tally, streaming.as_deref_mut())
+                .await?
+            {
                 Ok((resp, tries)) => {
                     tally.hops.push(Hop {
                         model: mi,
-                        result: HopResult::Ok,
+                        result: if cut.is_some() {
+                            HopResult::Resumed
+                        } else {
+                            HopResult::Ok
+                        },
                         tries,
                     });
                     return Ok((resp, mi));
@@ -242,11 +285,25 @@ impl Runner {
                     if hop.tries > 0 {
                         hop_no += 1;
                     }
-                    tally.hops.push(hop)
+                    let broke = match &hop.result {
+                        HopResult::Cut(e) => Some(e.clone()),
+                        _ => None,
+                    };
+                    tally.hops.push(hop);
+                    let Some(e) = broke else { continue };
+                    let s = streaming.as_deref_mut();
+                    match s {
+                        // A text answer cut mid-stream: the next model continues it.
+                        Some(s) if route.cfg.stream_resume && s.only_text && self.any_admits(rest) => cut = Some(*e),
+                        _ => return Err(LlmFailure::Cut(e)),
+                    }
                 }
             }
         }
-        Err(LlmFailure::Exhausted)
+        match cut {
+            Some(e) => Err(LlmFailure::Cut(Box::new(e))),
+            None => Err(LlmFailure::Exhausted),
+        }
     }
 
     fn any_admits(&self, models: &[usize]) -> bool {
@@ -267,6 +324,7 @@ impl Runner {
         mut req: LlmRequest,
         rest: &[usize],
         tally: &mut Tally,
+        mut streaming: Option<&mut Streaming<'_>>,
     ) -> Result<Result<(LlmResponse, u32), Hop>, LlmFailure> {
         let m = &self.models[mi];
         let p = &self.providers[m.provider];
@@ -342,45 +400,54 @@ impl Runner {
             mt.stats.attempts.inc();
             tally.attempts += 1;
             req.attempt = attempt;
-            let result = p.client.complete_within(&req, p.timeout).await;
+            let result = match streaming.as_deref_mut() {
+                Some(s) if req.stream == Some(true) => {
+                    let room = held
+                        .res
+                        .as_ref()
+                        .and_then(|r| self.budgets.room(call.user, r, self.clock.ms_at(now)));
+                    Box::pin(self.stream_attempt(call, mi, &req, s, room, tally)).await
+                }
+                _ => match p.client.complete_within(&req, p.timeout).await {
+                    Ok(resp) => Attempted::Answer(resp, Vec::new()),
+                    Err(e) => Attempted::Failed(e),
+                },
+            };
             let allowance = held.allowance.take();
-            let (pp, mp, permit, res) = held.disarm();
+            let permits = held.disarm();
             let end = self.clock.now();
             let latency = end.saturating_duration_since(now);
-            let end_ms = self.clock.ms_at(end);
             let lat_ms = latency.as_millis() as u64;
-            for t in [pt, mt] {
-                t.stats.latency_ms_sum.add(lat_ms);
-            }
             let old = m.latency_ms.load(Ordering::Relaxed);
             m.latency_ms.store(
                 if old == 0 { lat_ms } else { (old * 4 + lat_ms) / 5 },
                 Ordering::Relaxed,
             );
+            let settle = |usage, rate: &RateFeedback, failure, tokens_per_s, tally: &mut Tally| {
+                self.settle(
+                    call,
+                    mi,
+                    permits,
+                    allowance,
+                    Spent {
+                        usage,
+                        rate,
+                        failure,
+                        tokens_per_s,
+                        latency,
+                        end,
+                    },
+                    tally,
+                )
+            };
             match result {
-                Ok(resp) => {
-                    let u = resp.usage;
-                    let tokens = u.input + u.output;
-                    let cost = m.cost(u.input, u.output);
-                    p.limiter.settle(permit, u.input, u.output, end);
-                    p.limiter.calibrate(&resp.rate, end);
-                    self.budgets.settle(res, tokens, cost, end_ms);
-                    self.settle_allowance(call.user, allowance, tokens, cost);
-                    tally.tokens += tokens as u64;
-                    tally.cost += cost;
+                Attempted::Answer(resp, pieces) => {
                     let semantic = resp
                         .tool_calls
                         .iter()
                         .find_map(|c| crate::tools::validate_call(c, &req.tools).err());
-                    let slow_tokens = resp.tokens_per_s.is_some_and(|t| t < m.min_tokens_per_s);
-                    let rec = CallRecord {
-                        failure: semantic.as_ref().map(|_| FailureKind::Semantic),
-                        latency,
-                        tokens,
-                        tokens_per_s: resp.tokens_per_s,
-                    };
-                    pt.breaker.record(pp, &rec, end);
-                    mt.breaker.record(mp, &rec, end);
+                    let failure = semantic.as_ref().map(|_| FailureKind::Semantic);
+                    settle(resp.usage, &resp.rate, failure, resp.tokens_per_s, tally);
                     self.announce_attempt(|| Attempt {
                         request: call.request_id,
                         target: pt.name.clone(),
@@ -388,18 +455,25 @@ impl Runner {
                         status: Some(200),
                         transport: None,
                         latency_ms: lat_ms,
-                        input_tokens: u.input,
-                        output_tokens: u.output,
+                        input_tokens: resp.usage.input,
+                        output_tokens: resp.usage.output,
                         headers: rate_headers(&resp.rate),
                         semantic_failure: semantic.clone(),
                         tool_calls: resp.tool_calls.iter().map(|c| c.name.clone()).collect(),
                     });
+                    let slow_tokens = resp.tokens_per_s.is_some_and(|t| t < m.min_tokens_per_s);
                     if let Some(why) = semantic {
                         for t in [pt, mt] {
                             t.stats.failed.inc();
                             t.stats.semantic.inc();
                         }
-                        tally.wasted += tokens as u64;
+                        tally.wasted += u64::from(resp.usage.input + resp.usage.output);
+                        // Once the client's stream has started, a bad tool
+                        // call cannot be taken back: the stream ends on it.
+                        if streaming.as_ref().is_some_and(|s| s.started) {
+                            let e = ProviderError::new(ErrorKind::ServerError, Some(200), why);
+                            return hop(HopResult::Cut(Box::new(e)), attempt + 1);
+                        }
                         return hop(HopResult::Semantic(why), attempt + 1);
                     }
                     for t in [pt, mt] {
@@ -409,29 +483,32 @@ impl Runner {
                             t.stats.ok.inc()
                         }
                     }
+                    if let Some(s) = streaming.as_deref_mut().filter(|_| req.stream == Some(true)) {
+                        let kind = resp.wire.as_ref().map_or(call.params.wire, |w| w.kind);
+                        if !pieces.is_empty() || !s.started {
+                            let head = self.stream_head(call, mi, tally, &resp);
+                            if !s.flush(kind, pieces, head).await {
+                                return Err(LlmFailure::Gone);
+                            }
+                        }
+                    }
                     return Ok(Ok((resp, attempt + 1)));
                 }
-                Err(e) => {
-                    let u = e.usage;
-                    let tokens = u.input + u.output;
-                    let cost = m.cost(u.input, u.output);
-                    p.limiter.settle(permit, u.input, u.output, end);
+                Attempted::OverBudget(usage, why) => {
+                    settle(usage, &RateFeedback::default(), Some(FailureKind::Client), None, tally);
+                    return Err(LlmFailure::OverBudget(why));
+                }
+                Attempted::Gone(usage) => {
+                    settle(usage, &RateFeedback::default(), Some(FailureKind::Client), None, tally);
+                    return Err(LlmFailure::Gone);
+                }
+                Attempted::Failed(e) => {
+                    let failure = e.kind.failure();
+                    let tripped = settle(e.usage, &e.rate, Some(failure), None, tally);
+                    tally.wasted += u64::from(e.usage.input + e.usage.output);
                     if e.kind == ErrorKind::RateLimited {
                         p.limiter.count_rate_limited();
                     }
-                    p.limiter.calibrate(&e.rate, end);
-                    self.budgets.settle(res, tokens, cost, end_ms);
-                    self.settle_allowance(call.user, allowance, tokens, cost);
-                    tally.tokens += tokens as u64;
-                    tally.wasted += tokens as u64;
-                    tally.cost += cost;
-                    let rec = CallRecord {
-                        failure: Some(e.kind.failure()),
-                        latency,
-                        tokens,
-                        tokens_per_s: None,
-                    };
-                    let tripped = [pt.breaker.record(pp, &rec, end), mt.breaker.record(mp, &rec, end)];
                     // The provider itself said so (429, 5xx, 529): the fleet
                     // is told. Transport errors may be this host's network.
                     if let (Some(share), Some(_)) = (self.shared_trips.get(), e.status) {
@@ -448,8 +525,8 @@ impl Runner {
                         status: e.status,
                         transport: transport_name(e.kind),
                         latency_ms: lat_ms,
-                        input_tokens: u.input,
-                        output_tokens: u.output,
+                        input_tokens: e.usage.input,
+                        output_tokens: e.usage.output,
                         headers: rate_headers(&e.rate),
                         semantic_failure: None,
                         tool_calls: Vec::new(),
@@ -459,9 +536,13 @@ impl Runner {
                         if e.kind == ErrorKind::Timeout {
                             t.stats.timeouts.inc();
                         }
-                        if rec.failure == Some(FailureKind::Client) {
+                        if failure == FailureKind::Client {
                             t.stats.bad_request.inc();
                         }
+                    }
+                    if streaming.as_ref().is_some_and(|s| s.started) {
+                        // After the first byte nothing is retried.
+                        return hop(HopResult::Cut(Box::new(e)), attempt + 1);
                     }
                     if e.kind == ErrorKind::Unsupported {
                         return hop(HopResult::Unsupported(e.message), attempt);
@@ -495,6 +576,146 @@ impl Runner {
             }
         }
     }
+
+    /// Settles one attempt: the limiter, the budgets and the fleet's
+    /// allowances with what it used, the request's tally, and both
+    /// breakers with how it went (a client-side failure is neutral to
+    /// them). Returns the trips it caused, per breaker.
+    fn settle(
+        &self,
+        call: &LlmCall<'_>,
+        mi: usize,
+        permits: Permits,
+        allowance: Option<crate::fleet::allowance::Reserved>,
+        spent: Spent<'_>,
+        tally: &mut Tally,
+    ) -> [Option<String>; 2] {
+        let m = &self.models[mi];
+        let p = &self.providers[m.provider];
+        let (pp, mp, permit, res) = permits;
+        let u = spent.usage;
+        let tokens = u.input + u.output;
+        let cost = m.cost(u.input, u.output);
+        p.limiter.settle(permit, u.input, u.output, spent.end);
+        p.limiter.calibrate(spent.rate, spent.end);
+        self.budgets.settle(res, tokens, cost, self.clock.ms_at(spent.end));
+        self.settle_allowance(call.user, allowance, tokens, cost);
+        tally.tokens += u64::from(tokens);
+        tally.cost += cost;
+        let lat_ms = spent.latency.as_millis() as u64;
+        let (pt, mt) = (self.registry.get(p.target), self.registry.get(m.target));
+        for t in [pt, mt] {
+            t.stats.latency_ms_sum.add(lat_ms);
+        }
+        let rec = CallRecord {
+            failure: spent.failure,
+            latency: spent.latency,
+            tokens,
+            tokens_per_s: spent.tokens_per_s,
+        };
+        [
+            pt.breaker.record(pp, &rec, spent.end),
+            mt.breaker.record(mp, &rec, spent.end),
+        ]
+    }
+
+    /// One streamed attempt: opened within the provider's timeout, then
+    /// read to its end by the client's stream.
+    async fn stream_attempt(
+        &self,
+        call: &LlmCall<'_>,
+        mi: usize,
+        req: &LlmRequest,
+        s: &mut Streaming<'_>,
+        room: Option<(u64, crate::resilience::budget::BudgetExceeded)>,
+        tally: &Tally,
+    ) -> Attempted {
+        let p = &self.providers[self.models[mi].provider];
+        let opened = crate::provider::within(p.timeout, "provider call", p.client.open(req)).await;
+        let live = match opened {
+            Ok(crate::provider::Opened::Whole(resp)) => return Attempted::Answer(resp, Vec::new()),
+            Ok(crate::provider::Opened::Live(live)) => live,
+            Err(e) => return Attempted::Failed(e),
+        };
+        let head = |acc: &crate::wire::Assembler| {
+            let r = acc.reply();
+            let mut h = self.stream_head_of(call, mi, tally);
+            h.id.clone_from(&r.id);
+            if !r.model.is_empty() {
+                h.model.clone_from(&r.model);
+            }
+            h
+        };
+        match s.pump(live, room, head, &self.clock).await {
+            Pumped::Whole(resp, held) => Attempted::Answer(resp, held),
+            Pumped::Broke(e) => Attempted::Failed(e),
+            Pumped::OverBudget(u, why) => Attempted::OverBudget(u, why),
+            Pumped::Gone(u) => Attempted::Gone(u),
+        }
+    }
+
+    /// What a client is told as model `mi`'s answer starts streaming.
+    fn stream_head_of(&self, call: &LlmCall<'_>, mi: usize, tally: &Tally) -> StreamHead {
+        let primary = call.route.chain[0];
+        let mut chain: Vec<String> = tally.hops.iter().map(|h| self.hop_label(h)).collect();
+        chain.push(self.models[mi].answered_label.to_string());
+        let q = self.models[mi].cfg.quality / self.models[primary].cfg.quality.max(1e-9);
+        StreamHead {
+            level: if mi == primary && tally.hops.is_empty() {
+                Level::None
+            } else {
+                Level::Fallback
+            },
+            chain,
+            quality: (q.min(1.0) * 100.0).round() / 100.0,
+            attempts: tally.attempts,
+            id: String::new(),
+            model: self.models[mi].name.to_string(),
+        }
+    }
+
+    /// [`Runner::stream_head_of`] for a whole answer.
+    fn stream_head(&self, call: &LlmCall<'_>, mi: usize, tally: &Tally, resp: &LlmResponse) -> StreamHead {
+        let mut h = self.stream_head_of(call, mi, tally);
+        if let Some(w) = &resp.wire {
+            h.id.clone_from(&w.id);
+            if !w.model.is_empty() {
+                h.model.clone_from(&w.model);
+            }
+        }
+        h
+    }
+}
+
+/// Breaker probes, a rate-limit reservation and a budget reservation, to settle.
+type Permits = (
+    crate::resilience::breaker::Permit,
+    crate::resilience::breaker::Permit,
+    crate::resilience::limiter::LimitPermit,
+    crate::resilience::budget::Reservation,
+);
+
+/// What one attempt spent, and how it went.
+struct Spent<'r> {
+    usage: crate::provider::Usage,
+    rate: &'r RateFeedback,
+    /// How it failed (`None`: it did not).
+    failure: Option<FailureKind>,
+    tokens_per_s: Option<f64>,
+    latency: Duration,
+    end: tokio::time::Instant,
+}
+
+/// How one attempt ended.
+enum Attempted {
+    /// An answer (and, streamed, the pieces still to send).
+    Answer(LlmResponse, Vec<crate::provider::Piece>),
+    /// A failure.
+    Failed(ProviderError),
+    /// Cut at the user's hard budget.
+    OverBudget(crate::provider::Usage, crate::resilience::budget::BudgetExceeded),
+    /// The client went away mid-stream.
+    Gone(crate::provider::Usage),
 }
 
 /// What one attempt holds between admission and settlement: breaker probe
@@ -515,15 +736,7 @@ struct Held<'a> {
 
 impl Held<'_> {
     /// Hands everything over for settlement with the call's actual usage.
-    #[allow(clippy::type_complexity)]
-    fn disarm(
-        mut self,
-    ) -> (
-        crate::resilience::breaker::Permit,
-        crate::resilience::breaker::Permit,
-        crate::resilience::limiter::LimitPermit,
-        crate::resilience::budget::Reservation,
-    ) {
+    fn disarm(mut self) -> Permits {
         let taken = (
             self.probes[0].take(),
             self.probes[1].take(),

@@ -9,6 +9,7 @@ pub mod llm;
 pub mod outcome;
 pub mod registry;
 pub mod request;
+pub mod stream;
 pub mod tool;
 
 use crate::clock::{Clock, Seed};

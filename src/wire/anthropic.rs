@@ -767,6 +767,14 @@ impl EventWriter {
         event("content_block_delta", &d, out);
     }
 
+    /// Takes `d` as written elsewhere (an event passed on as the upstream
+    /// sent it), so what this writer writes next follows on from it: its
+    /// blocks are numbered after those, its text continues an open block.
+    pub fn observe(&mut self, d: &Delta) {
+        let mut scratch = Vec::new();
+        self.write(d, &mut scratch);
+    }
+
     /// Writes `d` to `out`.
     pub fn write(&mut self, d: &Delta, out: &mut Vec<u8>) {
         if let Delta::Usage(u) = d {
@@ -777,7 +785,15 @@ impl EventWriter {
         }
         self.start(out);
         match d {
-            Delta::Start { .. } | Delta::Usage(_) | Delta::Reasoning(_) => {}
+            Delta::Start { .. } | Delta::Usage(_) => {}
+            Delta::Reasoning(t) => {
+                let i = match self.open {
+                    Some((Block::Other, i)) => i,
+                    _ => self.open(Block::Other, json!({"type": "thinking", "thinking": ""}), out),
+                };
+                let d = json!({"type": "content_block_delta", "index": i, "delta": {"type": "thinking_delta", "thinking": t}});
+                event("content_block_delta", &d, out);
+            }
             Delta::Text(t) | Delta::Refusal(t) => self.text(t, out),
             Delta::ToolStart { index, id, name } => {
                 let block = json!({"type": "tool_use", "id": id, "name": name, "input": {}});

@@ -674,6 +674,16 @@ impl ChunkWriter {
         }
     }
 
+    /// Usage as the stream said it so far (Anthropic says input and output
+    /// in different events).
+    fn add_usage(&mut self, u: &Usage) {
+        let mut m = self.usage.unwrap_or_default();
+        m.input = m.input.max(u.input);
+        m.output = m.output.max(u.output);
+        m.cached_input = m.cached_input.max(u.cached_input);
+        self.usage = Some(m);
+    }
+
     fn chunk(&self, delta: Value, finish: Option<Finish>, out: &mut Vec<u8>) {
         let v = json!({
             "id": self.frame.id,
@@ -683,6 +693,16 @@ impl ChunkWriter {
             "choices": [{"index": 0, "delta": delta, "logprobs": null, "finish_reason": finish.map(Finish::openai)}],
         });
         event(&v, out);
+    }
+
+    /// Takes `d` as written elsewhere (a chunk passed on as the upstream
+    /// sent it), so what this writer writes next follows on from it.
+    pub fn observe(&mut self, d: &Delta) {
+        match d {
+            Delta::Usage(u) => self.add_usage(u),
+            Delta::Done => {}
+            _ => self.started = true,
+        }
     }
 
     /// Writes `d` to `out` (the usage chunk is written before `[DONE]`).
@@ -706,7 +726,7 @@ impl ChunkWriter {
                 None,
                 out,
             ),
-            Delta::Usage(u) => self.usage = Some(*u),
+            Delta::Usage(u) => self.add_usage(u),
             Delta::Finish(f) => self.chunk(json!({}), Some(*f), out),
             Delta::Done => {
                 if let (true, Some(u)) = (self.include_usage, self.usage) {

@@ -19,6 +19,7 @@ mod replay;
 mod runner;
 mod scenarios;
 mod store_model;
+mod streaming;
 mod theme;
 mod traffic_log;
 mod wire_parsers;

@@ -45,8 +45,8 @@ pub struct Received {
 pub struct StreamPlan {
     /// Between content chunks.
     pub gap: Duration,
-    /// Cut the connection after this many content chunks.
-    pub reset_after: Option<usize>,
+    /// Cut the connection of this API's streams after this many content chunks.
+    pub reset_after: Option<(Api, usize)>,
     /// After the first content chunk, wait for this before sending more.
     pub hold: Option<Arc<Notify>>,
 }
@@ -435,14 +435,15 @@ async fn openai(State(state): State<Arc<StrictState>>, headers: HeaderMap, body:
         tail.push(format!("data: {v}\n\n"));
     }
     tail.push("data: [DONE]\n\n".into());
-    stream_body(&state, head, content, tail)
+    stream_body(&state, Api::OpenAi, head, content, tail)
 }
 
 /// A stream: `head` at once, `content` one chunk per gap (held or cut as
 /// the plan says), then `tail`.
-fn stream_body(state: &StrictState, head: Vec<String>, content: Vec<String>, tail: Vec<String>) -> Response {
+fn stream_body(state: &StrictState, api: Api, head: Vec<String>, content: Vec<String>, tail: Vec<String>) -> Response {
     let plan = state.stream.lock();
-    let (gap, reset_after, hold) = (plan.gap, plan.reset_after, plan.hold.clone());
+    let reset_after = plan.reset_after.filter(|(a, _)| *a == api).map(|(_, n)| n);
+    let (gap, hold) = (plan.gap, plan.hold.clone());
     let stream = async_stream(head, content, tail, gap, reset_after, hold);
     ([("content-type", "text/event-stream")], Body::from_stream(stream)).into_response()
 }
@@ -470,6 +471,8 @@ fn async_stream(
                 Next::Head(h) => Some((Ok(h.concat()), Next::Content(0))),
                 Next::Content(i) if i < content.len() => {
                     if reset_after == Some(i) {
+                        // Let what was sent reach the client before the cut.
+                        tokio::time::sleep(gap).await;
                         return Some((Err(std::io::Error::other("cut")), Next::Done));
                     }
                     if i == 1 {
@@ -582,5 +585,5 @@ async fn anthropic(State(state): State<Arc<StrictState>>, headers: HeaderMap, bo
         ),
         ev("message_stop", json!({"type": "message_stop"})),
     ];
-    stream_body(&state, head, content, tail)
+    stream_body(&state, Api::Anthropic, head, content, tail)
 }

@@ -1,0 +1,276 @@
+//! A streamed answer on its way to the client. The call runs in a task of
+//! its own; the client's response starts (status, `x-fusebox-*` headers)
+//! when the answer's first content arrives, and each piece follows as the
+//! upstream sends it: as sent when the upstream speaks the client's API,
+//! translated otherwise. The stream ends with the upstream's own end, its
+//! last chunk carrying `fusebox: {level, chain, quality}`, or, cut, with an
+//! error event in the client's API (never a clean end).
+
+use super::chat::{ascii_hop, respond, Api, H_ATTEMPTS, H_CHAIN, H_LEVEL, H_QUALITY};
+use super::Gateway;
+use crate::provider::Piece;
+use crate::runner::chat::{Chat, ChatEnd, ChatRequest};
+use crate::runner::outcome::Outcome;
+use crate::runner::stream::{StreamHead, StreamSink};
+use crate::wire::{anthropic, openai, Delta, WireKind};
+use axum::body::Body;
+use axum::http::{header, HeaderName, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use bytes::Bytes;
+use serde_json::{json, Value};
+use std::sync::Arc;
+use tokio::sync::{mpsc, oneshot};
+
+/// How the client's response begins.
+enum First {
+    /// Streaming: what is known at the first byte.
+    Head(StreamHead),
+    /// A whole response (an answer that arrived whole, a refusal, an error).
+    Whole(Response),
+}
+
+/// Writes pieces in the client's API.
+enum Writer {
+    Chat(openai::ChunkWriter),
+    Messages(anthropic::EventWriter),
+}
+
+impl Writer {
+    fn new(api: Api, head: &StreamHead, include_usage: bool) -> Self {
+        match api {
+            Api::Chat => Writer::Chat(openai::ChunkWriter::new(
+                openai::Frame {
+                    id: if head.id.is_empty() {
+                        "chatcmpl-fusebox".into()
+                    } else {
+                        head.id.clone()
+                    },
+                    model: head.model.clone(),
+                    created: super::chat::unix_now(),
+                    dialect: openai::Dialect::OpenAi,
+                },
+                include_usage,
+            )),
+            Api::Messages => Writer::Messages(anthropic::EventWriter::new(head.id.clone(), head.model.clone())),
+        }
+    }
+
+    fn write(&mut self, d: &Delta, out: &mut Vec<u8>) {
+        match self {
+            Writer::Chat(w) => w.write(d, out),
+            Writer::Messages(w) => w.write(d, out),
+        }
+    }
+
+    fn observe(&mut self, d: &Delta) {
+        match self {
+            Writer::Chat(w) => w.observe(d),
+            Writer::Messages(w) => w.observe(d),
+        }
+    }
+}
+
+/// The client's end of a streamed call.
+struct ClientSink {
+    api: Api,
+    include_usage: bool,
+    first: Option<oneshot::Sender<First>>,
+    tx: mpsc::Sender<Bytes>,
+    writer: Option<Writer>,
+}
+
+impl ClientSink {
+    /// `p` in the client's API: as the upstream sent it when that is the
+    /// client's API (bar the usage chunk fusebox asked for and the client
+    /// did not), else written anew.
+    fn encode(&mut self, kind: WireKind, p: &Piece, own: bool, out: &mut Vec<u8>) {
+        if p.raw.starts_with(b":") {
+            // A keep-alive comment means the same in either API.
+            out.extend_from_slice(&p.raw);
+            return;
+        }
+        let Some(w) = self.writer.as_mut() else { return };
+        if own && kind == self.api.wire() {
+            p.deltas.iter().for_each(|d| w.observe(d));
+            let usage_only = p.deltas.iter().all(|d| matches!(d, Delta::Usage(_)));
+            if !(self.api == Api::Chat && usage_only && !self.include_usage) {
+                out.extend_from_slice(&p.raw);
+            }
+            return;
+        }
+        p.deltas.iter().for_each(|d| w.write(d, out));
+    }
+
+    /// Writes how the call ended: the held end with the outcome in its last
+    /// chunk, or an error event; or, when the client's stream never
+    /// started, the whole response.
+    async fn finish(mut self, chat: Chat, id: u64) {
+        if let Some(first) = self.first.take() {
+            let _ = first.send(First::Whole(respond(self.api, id, chat, true, self.include_usage)));
+            return;
+        }
+        let mut out = Vec::new();
+        match chat.end {
+            ChatEnd::Streamed { tail, .. } => {
+                for (kind, p, own) in &tail {
+                    self.encode(*kind, p, *own, &mut out);
+                }
+                out = with_meta(&out, &meta(&chat.outcome));
+            }
+            ChatEnd::Gone => return,
+            ChatEnd::Cut { reason, kind } => self.error(kind, &reason, &mut out),
+            _ => {
+                let why = chat
+                    .outcome
+                    .user_message
+                    .clone()
+                    .unwrap_or_else(|| "the answer ended early".into());
+                self.error("server_error", &why, &mut out);
+            }
+        }
+        let _ = self.tx.send(out.into()).await;
+    }
+
+    fn error(&self, kind: &str, message: &str, out: &mut Vec<u8>) {
+        match self.api {
+            Api::Chat => openai::error_chunk(kind, message, out),
+            Api::Messages => anthropic::error_event(kind, message, out),
+        }
+    }
+}
+
+#[async_trait::async_trait]
+impl StreamSink for ClientSink {
+    async fn start(&mut self, head: StreamHead) -> bool {
+        self.writer = Some(Writer::new(self.api, &head, self.include_usage));
+        match self.first.take() {
+            Some(first) => first.send(First::Head(head)).is_ok(),
+            None => true,
+        }
+    }
+
+    async fn piece(&mut self, kind: WireKind, piece: &Piece, own: bool) -> bool {
+        let mut out = Vec::with_capacity(piece.raw.len());
+        self.encode(kind, piece, own, &mut out);
+        out.is_empty() || self.tx.send(out.into()).await.is_ok()
+    }
+}
+
+/// The outcome as the last chunk carries it.
+fn meta(o: &Outcome) -> Value {
+    json!({"level": o.level.as_str(), "chain": o.chain.iter().map(|l| ascii_hop(l)).collect::<Vec<_>>(), "quality": o.quality})
+}
+
+/// `events` with `fusebox: meta` added to the last event whose data is a
+/// JSON object (the usage or finish chunk; `message_stop`).
+fn with_meta(events: &[u8], meta: &Value) -> Vec<u8> {
+    let text = String::from_utf8_lossy(events);
+    let mut parts: Vec<String> = text.split_inclusive("\n\n").map(str::to_string).collect();
+    for part in parts.iter_mut().rev() {
+        let Some(at) = part.find("data: {") else { continue };
+        let data_end = part[at..].find('\n').map_or(part.len(), |e| at + e);
+        let Ok(Value::Object(mut v)) = serde_json::from_str::<Value>(&part[at + 6..data_end]) else {
+            continue;
+        };
+        v.insert("fusebox".into(), meta.clone());
+        let data = Value::Object(v).to_string();
+        part.replace_range(at + 6..data_end, &data);
+        break;
+    }
+    parts.concat().into_bytes()
+}
+
+/// Ends the task if the client leaves before its stream started.
+struct AbortOnDrop(Option<tokio::task::JoinHandle<()>>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        if let Some(t) = self.0.take() {
+            t.abort();
+        }
+    }
+}
+
+/// Runs `req` in a task of its own, answering with a stream that starts
+/// at the answer's first content.
+pub(super) async fn streamed(gw: Arc<Gateway>, api: Api, req: ChatRequest, include_usage: bool) -> Response {
+    let arrived = std::time::Instant::now();
+    let (tx, rx) = mpsc::channel::<Bytes>(64);
+    let (first_tx, first_rx) = oneshot::channel();
+    let runner = gw.runner.clone();
+    let id = req.id;
+    let mut task = AbortOnDrop(Some(tokio::spawn(async move {
+        let mut sink = ClientSink {
+            api,
+            include_usage,
+            first: Some(first_tx),
+            tx,
+            writer: None,
+        };
+        let chat = runner.chat(req, Some(&mut sink)).await;
+        sink.finish(chat, id).await;
+    })));
+    let head = match first_rx.await {
+        Ok(First::Whole(r)) => return r,
+        Ok(First::Head(h)) => h,
+        Err(_) => {
+            return api.error(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "the call ended without an answer",
+                None,
+            )
+        }
+    };
+    gw.latency.observe(arrived.elapsed());
+    // Streaming: the call ends by itself, seeing the client go when a send fails.
+    task.0.take();
+    let body = Body::from_stream(futures_util::stream::unfold(rx, |mut rx| async move {
+        rx.recv().await.map(|b| (Ok::<_, std::io::Error>(b), rx))
+    }));
+    let mut resp = (
+        [
+            (header::CONTENT_TYPE, "text/event-stream"),
+            (header::CACHE_CONTROL, "no-cache"),
+        ],
+        body,
+    )
+        .into_response();
+    let h = resp.headers_mut();
+    h.insert(
+        HeaderName::from_static("x-accel-buffering"),
+        HeaderValue::from_static("no"),
+    );
+    let chain: Vec<String> = head.chain.iter().map(|l| ascii_hop(l)).collect();
+    for (name, value) in [
+        (H_LEVEL, head.level.as_str().to_string()),
+        (H_CHAIN, chain.join(", ")),
+        (H_QUALITY, format!("{:.2}", head.quality)),
+        (H_ATTEMPTS, head.attempts.to_string()),
+    ] {
+        if let Ok(v) = HeaderValue::from_str(&value) {
+            h.insert(HeaderName::from_static(name), v);
+        }
+    }
+    resp
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_outcome_goes_in_the_last_json_chunk() {
+        let events = b"data: {\"a\":1}\n\ndata: {\"b\":2}\n\ndata: [DONE]\n\n";
+        let out = String::from_utf8(with_meta(events, &json!({"level": "none"}))).unwrap();
+        assert_eq!(
+            out,
+            "data: {\"a\":1}\n\ndata: {\"b\":2,\"fusebox\":{\"level\":\"none\"}}\n\ndata: [DONE]\n\n"
+        );
+        let events = b"event: message_delta\ndata: {\"type\":\"message_delta\"}\n\nevent: message_stop\ndata: {\"type\":\"message_stop\"}\n\n";
+        let out = String::from_utf8(with_meta(events, &json!(1))).unwrap();
+        assert!(
+            out.ends_with("event: message_stop\ndata: {\"fusebox\":1,\"type\":\"message_stop\"}\n\n"),
+            "{out}"
+        );
+    }
+}

@@ -1,0 +1,224 @@
+//! A streamed answer passed on as it arrives (the gateway's streaming
+//! clients). The answer's first content opens the client's stream; text
+//! goes out at once; tool calls are held until they are whole and checked;
+//! the finish and terminator are held so the client's last chunk can carry
+//! the outcome; output is counted against the user's hard token budgets as
+//! it streams, and the stream is cut where it would pass one.
+
+use super::outcome::Level;
+use crate::provider::stream::Live;
+use crate::provider::{ErrorKind, LlmResponse, Piece, ProviderError, Usage};
+use crate::resilience::budget::BudgetExceeded;
+use crate::wire::{Assembler, Delta, WireKind};
+
+/// What a client is told when its answer starts streaming.
+#[derive(Clone, Debug)]
+pub struct StreamHead {
+    /// Level so far (`none`, or `fallback` when a later model answers).
+    pub level: Level,
+    /// The chain walked so far, the answering model last.
+    pub chain: Vec<String>,
+    /// Quality of the answering model relative to the first.
+    pub quality: f64,
+    /// Attempts so far.
+    pub attempts: u32,
+    /// The upstream's id of the answer.
+    pub id: String,
+    /// The model, as the upstream names it (else as configured).
+    pub model: String,
+}
+
+/// Where a streamed answer goes.
+#[async_trait::async_trait]
+pub trait StreamSink: Send {
+    /// The answer starts streaming. `false`: the client is gone.
+    async fn start(&mut self, head: StreamHead) -> bool;
+    /// One piece of the answer, in `kind`'s format; `own` when it comes
+    /// from the first upstream that streamed (so, of the client's API, it
+    /// may go as sent). `false`: the client is gone.
+    async fn piece(&mut self, kind: WireKind, piece: &Piece, own: bool) -> bool;
+}
+
+/// A client's stream as the runner drives it.
+pub struct Streaming<'s> {
+    sink: &'s mut dyn StreamSink,
+    /// The client's stream has started.
+    pub started: bool,
+    /// The text the client was sent (to resume a cut answer from).
+    pub sent_text: String,
+    /// Nothing but text went out.
+    pub only_text: bool,
+    /// The upstream now streaming continues another's cut answer.
+    pub resumed: bool,
+    /// Whitespace the client was sent at the cut that a continuation,
+    /// given the answer without it, sends again.
+    skip: String,
+    /// The held end of the answer (its finish and terminator), for the
+    /// client's last chunk: `(API, piece, own)`.
+    pub tail: Vec<(WireKind, Piece, bool)>,
+}
+
+/// How a streamed attempt went.
+pub(crate) enum Pumped {
+    /// The stream ended whole; pieces not yet sent (held tool calls, the
+    /// end) are given with the answer.
+    Whole(LlmResponse, Vec<Piece>),
+    /// It broke (before or after the client's stream started).
+    Broke(ProviderError),
+    /// The user's hard budget would be passed: cut there.
+    OverBudget(Usage, BudgetExceeded),
+    /// The client went away.
+    Gone(Usage),
+}
+
+fn holds(d: &Delta) -> bool {
+    matches!(
+        d,
+        Delta::ToolStart { .. } | Delta::ToolArgs { .. } | Delta::Finish(_) | Delta::Done
+    )
+}
+
+impl<'s> Streaming<'s> {
+    /// A stream to `sink`, not started.
+    pub fn new(sink: &'s mut dyn StreamSink) -> Self {
+        Self {
+            sink,
+            started: false,
+            sent_text: String::new(),
+            only_text: true,
+            resumed: false,
+            skip: String::new(),
+            tail: Vec::new(),
+        }
+    }
+
+    /// The answer so far, for the next model to continue: without its
+    /// trailing whitespace, which APIs refuse at the end of a prefill (and
+    /// which the continuation's first text is not sent again).
+    pub fn resume(&mut self) -> &str {
+        self.resumed = true;
+        let kept = self.sent_text.trim_end().len();
+        self.skip = self.sent_text[kept..].to_string();
+        &self.sent_text[..kept]
+    }
+
+    async fn open(&mut self, head: StreamHead) -> bool {
+        self.started = true;
+        self.sink.start(head).await
+    }
+
+    /// Sends `p`, noting what it says. `false`: the client is gone.
+    async fn send(&mut self, kind: WireKind, p: &Piece) -> bool {
+        if !self.skip.is_empty() && p.deltas.iter().any(|d| matches!(d, Delta::Text(_))) {
+            let mut p = p.clone();
+            for d in &mut p.deltas {
+                if let Delta::Text(t) = d {
+                    *t = t.strip_prefix(self.skip.as_str()).unwrap_or(t).to_string();
+                    break;
+                }
+            }
+            self.skip.clear();
+            return Box::pin(self.send(kind, &p)).await;
+        }
+        for d in &p.deltas {
+            match d {
+                Delta::Text(t) => self.sent_text.push_str(t),
+                d if d.is_content() => self.only_text = false,
+                _ => {}
+            }
+        }
+        self.sink.piece(kind, p, !self.resumed).await
+    }
+
+    /// Reads `live` to its end, passing text on as it comes (opening the
+    /// client's stream with `head` at the first piece sent), holding tool
+    /// calls and the end, and cutting at `room` tokens.
+    pub(crate) async fn pump(
+        &mut self,
+        mut live: Live,
+        room: Option<(u64, BudgetExceeded)>,
+        head: impl FnOnce(&Assembler) -> StreamHead,
+        clock: &crate::clock::Clock,
+    ) -> Pumped {
+        let kind = live.kind;
+        let mut acc = Assembler::default();
+        let mut held: Vec<Piece> = Vec::new();
+        let mut head = Some(head);
+        // An answer that begins with a tool call is held whole: it is
+        // checked before anything reaches the client, so a bad call can
+        // still fall back.
+        let tools_first = live
+            .head
+            .iter()
+            .flat_map(|p| p.deltas.iter())
+            .find(|d| d.is_content())
+            .is_some_and(|d| matches!(d, Delta::ToolStart { .. } | Delta::ToolArgs { .. }));
+        let mut holding = tools_first && !self.started;
+        let mut first = std::mem::take(&mut live.head).into_iter();
+        loop {
+            let p = match first.next() {
+                Some(p) => p,
+                None => match live.rest.next().await {
+                    Some(Ok(p)) => p,
+                    Some(Err(mut e)) => {
+                        e.usage = live.usage_so_far(&acc);
+                        return Pumped::Broke(e);
+                    }
+                    None => break,
+                },
+            };
+            p.deltas.iter().for_each(|d| acc.take(d));
+            if let Some((limit, why)) = &room {
+                let u = live.usage_so_far(&acc);
+                if u64::from(u.input) + u64::from(u.output) > *limit {
+                    return Pumped::OverBudget(u, why.clone());
+                }
+            }
+            holding |= p.deltas.iter().any(holds);
+            if holding {
+                held.push(p);
+                continue;
+            }
+            if !self.started {
+                let h = head.take().map(|f| f(&acc));
+                if let Some(h) = h {
+                    if !self.open(h).await {
+                        return Pumped::Gone(live.usage_so_far(&acc));
+                    }
+                }
+            }
+            if !self.send(kind, &p).await {
+                return Pumped::Gone(live.usage_so_far(&acc));
+            }
+        }
+        if !acc.done {
+            let mut e = ProviderError::new(ErrorKind::Truncated, None, "stream ended without its terminator");
+            e.usage = live.usage_so_far(&acc);
+            return Pumped::Broke(e);
+        }
+        let resp = live.answer(acc, clock);
+        Pumped::Whole(resp, held)
+    }
+
+    /// Sends held pieces of a checked answer: up to its finish, opening the
+    /// client's stream first if need be; the finish and what follows are
+    /// kept as the tail. `false`: the client is gone.
+    pub(crate) async fn flush(&mut self, kind: WireKind, held: Vec<Piece>, head: StreamHead) -> bool {
+        if !self.started && !self.open(head).await {
+            return false;
+        }
+        let mut pieces = held.into_iter();
+        for p in pieces.by_ref() {
+            if p.deltas.iter().any(|d| matches!(d, Delta::Finish(_) | Delta::Done)) {
+                self.tail.push((kind, p, !self.resumed));
+                break;
+            }
+            if !self.send(kind, &p).await {
+                return false;
+            }
+        }
+        let own = !self.resumed;
+        self.tail.extend(pieces.map(|p| (kind, p, own)));
+        true
+    }
+}

@@ -1,0 +1,322 @@
+//! Streams through the gateway over real sockets, against the strict
+//! upstream: the client's first content leaves before the upstream's second
+//! chunk, a cut stream ends on an error event (never a clean end), a cut
+//! answer is resumed by the next model where the route says so, and a user
+//! at the edge of a hard budget is cut at the budget.
+
+use crate::common::strict::{Api, ANSWER};
+use crate::faithful::{config, get_order_tool, header, Proxy, ROUTES};
+use fusebox::runner::outcome::Level;
+use fusebox::telemetry::events::EventKind;
+use serde_json::{json, Value};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::Notify;
+
+/// Bounds a step that must happen, so a broken gateway fails the test
+/// instead of hanging it.
+async fn soon<T>(what: &str, f: impl std::future::Future<Output = T>) -> T {
+    tokio::time::timeout(Duration::from_secs(20), f)
+        .await
+        .unwrap_or_else(|_| panic!("{what} did not happen"))
+}
+
+/// A client reading a stream as it comes.
+struct Reader {
+    resp: reqwest::Response,
+    buf: String,
+}
+
+impl Reader {
+    /// Reads until `buf` holds a complete event for which `want` holds.
+    async fn until(&mut self, want: impl Fn(&str) -> bool) -> bool {
+        loop {
+            if events(&self.buf).iter().any(|e| want(e)) {
+                return true;
+            }
+            match self.resp.chunk().await {
+                Ok(Some(b)) => self.buf.push_str(&String::from_utf8_lossy(&b)),
+                _ => return false,
+            }
+        }
+    }
+
+    /// Reads to the end of the body.
+    async fn rest(mut self) -> String {
+        while let Ok(Some(b)) = self.resp.chunk().await {
+            self.buf.push_str(&String::from_utf8_lossy(&b));
+        }
+        self.buf
+    }
+}
+
+/// The complete events of an SSE text.
+fn events(text: &str) -> Vec<&str> {
+    let mut out: Vec<&str> = text.split("\n\n").collect();
+    out.pop(); // what follows the last blank line is not complete
+    out
+}
+
+fn data(event: &str) -> Option<Value> {
+    let line = event.lines().find_map(|l| l.strip_prefix("data: "))?;
+    serde_json::from_str(line).ok()
+}
+
+/// The text an OpenAI stream carried.
+fn openai_text(text: &str) -> String {
+    events(text)
+        .iter()
+        .filter_map(|e| data(e))
+        .filter_map(|v| v["choices"][0]["delta"]["content"].as_str().map(str::to_string))
+        .collect()
+}
+
+fn ask(stream_usage: bool) -> Value {
+    let mut b = json!({
+        "model": "default", "stream": true,
+        "messages": [{"role": "user", "content": "Where is order #38100?"}],
+    });
+    if stream_usage {
+        b["stream_options"] = json!({"include_usage": true});
+    }
+    b
+}
+
+async fn open(p: &Proxy, body: &Value) -> Reader {
+    let resp = p.post("/v1/chat/completions", body).await;
+    assert_eq!(resp.status(), 200);
+    assert_eq!(header(&resp, "content-type"), "text/event-stream");
+    Reader {
+        resp,
+        buf: String::new(),
+    }
+}
+
+#[tokio::test]
+async fn the_first_content_leaves_before_the_upstream_sends_its_second_chunk() {
+    let p = Proxy::start(config(ROUTES)).await;
+    let hold = Arc::new(Notify::new());
+    {
+        let mut plan = p.upstream.state.stream.lock();
+        plan.gap = Duration::from_millis(100);
+        plan.hold = Some(hold.clone());
+    }
+    let mut r = soon("the response head", open(&p, &ask(false))).await;
+    assert_eq!(header(&r.resp, "x-fusebox-level"), "none");
+    assert_eq!(header(&r.resp, "x-fusebox-chain"), "gpt-4o ok");
+    // The upstream holds its second chunk until the client has the first.
+    let first = soon(
+        "the first content",
+        r.until(|e| {
+            data(e).is_some_and(|v| {
+                v["choices"][0]["delta"]["content"]
+                    .as_str()
+                    .is_some_and(|c| !c.is_empty())
+            })
+        }),
+    )
+    .await;
+    assert!(first);
+    assert_eq!(openai_text(&r.buf), "Order ", "only the first chunk so far");
+    hold.notify_one();
+    let text = soon("the end", r.rest()).await;
+    assert_eq!(openai_text(&text), ANSWER);
+    let evs = events(&text);
+    assert_eq!(*evs.last().unwrap(), "data: [DONE]");
+    // The upstream's own chunks, passed on: its id and fingerprint.
+    let chunks: Vec<Value> = evs.iter().filter_map(|e| data(e)).collect();
+    assert!(chunks
+        .iter()
+        .all(|c| c["id"] == "chatcmpl-strict1" && c["system_fingerprint"] == "fp_strict"));
+    // The usage chunk fusebox asked for is not shown to a client that did not.
+    assert!(chunks.iter().all(|c| c["usage"].is_null()), "{text}");
+    let last = chunks.last().unwrap();
+    assert_eq!(last["choices"][0]["finish_reason"], "stop");
+    assert_eq!(last["fusebox"]["level"], "none");
+    assert_eq!(last["fusebox"]["chain"], json!(["gpt-4o ok"]));
+    // The upstream was asked for usage, so what was used is settled.
+    let sent = p.upstream.bodies(Api::OpenAi).pop().unwrap();
+    assert_eq!(sent["stream_options"], json!({"include_usage": true}));
+    assert_eq!(p.runner.totals().tokens.load(std::sync::atomic::Ordering::Relaxed), 37);
+}
+
+#[tokio::test]
+async fn a_client_that_asked_for_usage_gets_it_with_the_outcome() {
+    let p = Proxy::start(config(ROUTES)).await;
+    let text = soon("the stream", open(&p, &ask(true)).await.rest()).await;
+    let chunks: Vec<Value> = events(&text).iter().filter_map(|e| data(e)).collect();
+    let last = chunks.last().unwrap();
+    assert_eq!(last["usage"]["total_tokens"], 37);
+    assert_eq!(last["fusebox"]["level"], "none");
+}
+
+#[tokio::test]
+async fn a_reset_after_three_chunks_ends_the_stream_with_an_error_event() {
+    let p = Proxy::start(config(ROUTES)).await;
+    {
+        let mut plan = p.upstream.state.stream.lock();
+        plan.gap = Duration::from_millis(100);
+        plan.reset_after = Some((Api::OpenAi, 3));
+    }
+    let mut events_rx = p.runner.events().subscribe();
+    let text = soon("the stream", open(&p, &ask(false)).await.rest()).await;
+    assert_eq!(openai_text(&text), "Order 38100 is ", "the three chunks sent");
+    let evs = events(&text);
+    assert!(!text.contains("[DONE]"), "never a clean end: {text}");
+    let last = data(evs.last().unwrap()).unwrap();
+    assert!(
+        last["error"]["message"].as_str().unwrap().contains("stream broke"),
+        "{last}"
+    );
+    // One outcome: partial, with what was sent.
+    let o = soon("the outcome", async {
+        loop {
+            if let Some(ev) = events_rx.recv().await {
+                if let EventKind::Outcome(o) = ev.kind {
+                    return o;
+                }
+            }
+        }
+    })
+    .await;
+    assert_eq!(o.level, Level::Partial);
+    assert_eq!(o.answer.as_deref(), Some("Order 38100 is "));
+    assert!(o.chain[0].starts_with("gpt-4o ✗cut"), "{:?}", o.chain);
+    let t = p.runner.registry().find("model:gpt-4o").unwrap();
+    assert_eq!(t.breaker.view(p.runner.clock().now()).calls_in_window, 1);
+    assert_eq!(t.stats.view().failed, 1, "the cut counts as a failure");
+}
+
+#[tokio::test]
+async fn a_cut_answer_is_resumed_by_the_next_model_as_one_stream() {
+    let routes = r#"
+[routes.default]
+chain = ["gpt-4o", "claude-haiku"]
+stream_resume = true
+"#;
+    let p = Proxy::start(config(routes)).await;
+    // The OpenAI upstream's stream is cut; Anthropic continues it.
+    {
+        let mut plan = p.upstream.state.stream.lock();
+        plan.gap = Duration::from_millis(100);
+        plan.reset_after = Some((Api::OpenAi, 3));
+    }
+    *p.upstream.state.continues.lock() = true;
+    let text = soon("the stream", open(&p, &ask(false)).await.rest()).await;
+    assert_eq!(openai_text(&text), ANSWER, "one uninterrupted answer: {text}");
+    let evs = events(&text);
+    assert_eq!(*evs.last().unwrap(), "data: [DONE]");
+    let chunks: Vec<Value> = evs.iter().filter_map(|e| data(e)).collect();
+    assert!(chunks.iter().all(|c| c["object"] == "chat.completion.chunk"));
+    assert_eq!(
+        chunks
+            .iter()
+            .filter(|c| c["choices"][0]["delta"]["role"].is_string())
+            .count(),
+        1
+    );
+    let meta = &chunks.last().unwrap()["fusebox"];
+    assert_eq!(meta["level"], "fallback");
+    let chain: Vec<&str> = meta["chain"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c.as_str().unwrap())
+        .collect();
+    assert!(chain[0].starts_with("gpt-4o failed cut"), "{chain:?}");
+    assert_eq!(chain[1], "claude-haiku ok resumed");
+    // Anthropic was given the conversation and the text already sent.
+    let resumed = p.upstream.bodies(Api::Anthropic).pop().unwrap();
+    let last = resumed["messages"].as_array().unwrap().last().unwrap().clone();
+    assert_eq!(last["role"], "assistant");
+    assert_eq!(last["content"][0]["text"], "Order 38100 is");
+}
+
+#[tokio::test]
+async fn a_user_at_the_edge_of_a_hard_budget_is_cut_at_the_budget() {
+    let mut cfg = config(ROUTES);
+    cfg.budgets.user_tokens_per_minute = 150;
+    let p = Proxy::start(cfg).await;
+    *p.upstream.state.text.lock() = "word ".repeat(400);
+    let mut body = ask(false);
+    body["max_tokens"] = json!(100);
+    body["user"] = json!("ivy");
+    let text = soon("the stream", open(&p, &body).await.rest()).await;
+    let evs = events(&text);
+    assert!(!text.contains("[DONE]"));
+    let last = data(evs.last().unwrap()).unwrap();
+    let msg = last["error"]["message"].as_str().unwrap();
+    assert!(msg.contains("user ivy") && msg.contains("tokens/minute"), "{msg}");
+    assert_eq!(last["error"]["type"], "budget_exceeded");
+    let sent = openai_text(&text);
+    assert!(
+        !sent.is_empty() && sent.len() < 2_000,
+        "cut part way: {} chars",
+        sent.len()
+    );
+    // What was produced is settled: the user stands at the limit, not past it.
+    let used = p.runner.budgets().top_users(1, p.runner.clock().elapsed_ms())[0].tokens[0];
+    assert!((145.0..=152.0).contains(&used), "{used}");
+}
+
+#[tokio::test]
+async fn an_anthropic_stream_passes_through_and_carries_the_outcome() {
+    let p = Proxy::start(config(ROUTES)).await;
+    let body = json!({
+        "model": "claude-haiku", "max_tokens": 200, "stream": true,
+        "messages": [{"role": "user", "content": "Where is order #38100?"}],
+    });
+    let resp = p.post("/v1/messages", &body).await;
+    assert_eq!(resp.status(), 200);
+    let text = soon(
+        "the stream",
+        Reader {
+            resp,
+            buf: String::new(),
+        }
+        .rest(),
+    )
+    .await;
+    let evs = events(&text);
+    let names: Vec<&str> = evs
+        .iter()
+        .filter_map(|e| e.lines().next()?.strip_prefix("event: "))
+        .collect();
+    assert_eq!(names.first(), Some(&"message_start"));
+    assert_eq!(names.last(), Some(&"message_stop"));
+    let streamed: String = evs
+        .iter()
+        .filter_map(|e| data(e))
+        .filter_map(|v| v["delta"]["text"].as_str().map(str::to_string))
+        .collect();
+    assert_eq!(streamed, ANSWER);
+    let stop = data(evs.last().unwrap()).unwrap();
+    assert_eq!(stop["fusebox"]["level"], "none");
+    assert_eq!(data(evs[0]).unwrap()["message"]["id"], "msg_strict1");
+}
+
+#[tokio::test]
+async fn a_stream_from_the_other_api_is_translated() {
+    let p = Proxy::start(config(ROUTES)).await;
+    p.upstream.set_down(Api::OpenAi, true);
+    let mut body = ask(true);
+    body["tools"] = json!([get_order_tool()]);
+    let text = soon("the stream", open(&p, &body).await.rest()).await;
+    let chunks: Vec<Value> = events(&text).iter().filter_map(|e| data(e)).collect();
+    assert!(chunks.iter().all(|c| c["object"] == "chat.completion.chunk"), "{text}");
+    let call = chunks
+        .iter()
+        .find_map(|c| c["choices"][0]["delta"]["tool_calls"][0]["id"].as_str())
+        .unwrap();
+    assert_eq!(call, "toolu_abc123");
+    let args: String = chunks
+        .iter()
+        .filter_map(|c| c["choices"][0]["delta"]["tool_calls"][0]["function"]["arguments"].as_str())
+        .collect();
+    assert_eq!(args, r#"{"order_id":"38100"}"#);
+    assert!(chunks.iter().any(|c| c["choices"][0]["finish_reason"] == "tool_calls"));
+    let last = chunks.last().unwrap();
+    assert_eq!(last["usage"]["prompt_tokens"], 25);
+    assert_eq!(last["fusebox"]["level"], "fallback");
+    assert!(text.ends_with("data: [DONE]\n\n"));
+}
