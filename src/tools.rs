@@ -27,62 +27,95 @@ pub fn specs(cfg: &Config) -> Vec<ToolSpec> {
         .collect()
 }
 
-/// Checks a model's tool call against the tools offered in the request:
-/// the name must be one of them, the arguments a JSON object matching the
-/// schema (required keys, property types). Returns the problem in words.
-pub fn validate_call(call: &ToolCall, offered: &[ToolSpec]) -> Result<(), String> {
-    let Some(spec) = offered.iter().find(|t| *t.name == *call.name) else {
-        return Err(format!("hallucinated tool name `{}`", call.name));
-    };
-    let args: Value = serde_json::from_str(&call.arguments)
-        .map_err(|e| format!("arguments of `{}` are not valid JSON: {e}", call.name))?;
-    check_schema(&args, &spec.schema).map_err(|e| format!("arguments of `{}` do not match the schema: {e}", call.name))
+/// Argument schemas compiled to validators, by the schema's text: a tool's
+/// schema is compiled once, however many requests offer it (a gateway's
+/// clients send theirs with every request). Bounded; a schema that does
+/// not compile is remembered as such and only the JSON is checked.
+pub struct Schemas {
+    compiled: parking_lot::Mutex<lru::LruCache<u64, Compiled>>,
+    /// The same by the schema's allocation, which the configured tools'
+    /// specs share: found without writing the schema out.
+    by_ptr: parking_lot::Mutex<lru::LruCache<usize, (std::sync::Weak<Value>, Compiled)>>,
 }
 
-/// A JSON-schema subset: `type`, `required`, `properties`.
-fn check_schema(v: &Value, schema: &Value) -> Result<(), String> {
-    if let Some(ty) = schema.get("type").and_then(Value::as_str) {
-        let ok = match ty {
-            "object" => v.is_object(),
-            "string" => v.is_string(),
-            "integer" => v.is_i64() || v.is_u64(),
-            "number" => v.is_number(),
-            "boolean" => v.is_boolean(),
-            "array" => v.is_array(),
-            "null" => v.is_null(),
-            _ => true,
+/// A compiled schema (`None`: it does not compile).
+type Compiled = Option<Arc<jsonschema::Validator>>;
+
+/// Hashes schema texts (fixed keys: the hashes live only in this process).
+static SCHEMA_KEYS: ahash::RandomState = ahash::RandomState::with_seeds(5, 6, 7, 8);
+
+impl Default for Schemas {
+    fn default() -> Self {
+        Self::new(512)
+    }
+}
+
+impl Schemas {
+    /// A cache of at most `capacity` compiled schemas.
+    pub fn new(capacity: usize) -> Self {
+        let cap = std::num::NonZeroUsize::new(capacity.max(1)).unwrap_or(std::num::NonZeroUsize::MIN);
+        Self {
+            compiled: parking_lot::Mutex::new(lru::LruCache::new(cap)),
+            by_ptr: parking_lot::Mutex::new(lru::LruCache::new(cap)),
+        }
+    }
+
+    fn validator(&self, schema: &Arc<Value>) -> Compiled {
+        let ptr = Arc::as_ptr(schema) as usize;
+        if let Some((weak, v)) = self.by_ptr.lock().get(&ptr) {
+            if weak.upgrade().is_some_and(|s| Arc::ptr_eq(&s, schema)) {
+                return v.clone();
+            }
+        }
+        let v = self.compile(schema);
+        self.by_ptr.lock().put(ptr, (Arc::downgrade(schema), v.clone()));
+        v
+    }
+
+    fn compile(&self, schema: &Value) -> Compiled {
+        let key = SCHEMA_KEYS.hash_one(schema.to_string());
+        let mut cache = self.compiled.lock();
+        if let Some(v) = cache.get(&key) {
+            return v.clone();
+        }
+        let v = match jsonschema::options().should_validate_formats(true).build(schema) {
+            Ok(v) => Some(Arc::new(v)),
+            Err(e) => {
+                tracing::debug!(error = %e, "a tool schema does not compile; its arguments are checked as JSON only");
+                None
+            }
         };
-        if !ok {
-            return Err(format!("expected {ty}, got {}", kind(v)));
-        }
+        cache.put(key, v.clone());
+        v
     }
-    if let Some(obj) = v.as_object() {
-        if let Some(req) = schema.get("required").and_then(Value::as_array) {
-            for k in req.iter().filter_map(Value::as_str) {
-                if !obj.contains_key(k) {
-                    return Err(format!("missing required `{k}`"));
-                }
-            }
-        }
-        if let Some(props) = schema.get("properties").and_then(Value::as_object) {
-            for (k, sub) in props {
-                if let Some(val) = obj.get(k) {
-                    check_schema(val, sub).map_err(|e| format!("`{k}`: {e}"))?;
-                }
-            }
-        }
-    }
-    Ok(())
-}
 
-fn kind(v: &Value) -> &'static str {
-    match v {
-        Value::Null => "null",
-        Value::Bool(_) => "boolean",
-        Value::Number(_) => "number",
-        Value::String(_) => "string",
-        Value::Array(_) => "array",
-        Value::Object(_) => "object",
+    /// Checks a model's tool call against the tools offered in the request:
+    /// the name must be one of them, the arguments a JSON object valid
+    /// under the tool's full JSON Schema (types, required keys, enums,
+    /// nested objects, array items, `anyOf`, formats). The problem, in
+    /// words, naming where in the arguments it is.
+    pub fn check(&self, call: &ToolCall, offered: &[ToolSpec]) -> Result<(), String> {
+        let Some(spec) = offered.iter().find(|t| *t.name == *call.name) else {
+            return Err(format!("hallucinated tool name `{}`", call.name));
+        };
+        let args: Value = serde_json::from_str(&call.arguments)
+            .map_err(|e| format!("arguments of `{}` are not valid JSON: {e}", call.name))?;
+        if !args.is_object() {
+            return Err(format!("arguments of `{}` are not a JSON object", call.name));
+        }
+        let Some(v) = self.validator(&spec.schema) else {
+            return Ok(());
+        };
+        let first = v.iter_errors(&args).next().map(|e| {
+            let at = e.instance_path().to_string();
+            let at = if at.is_empty() {
+                String::new()
+            } else {
+                format!("{at}: ")
+            };
+            format!("arguments of `{}` do not match the schema: {at}{e}", call.name)
+        });
+        first.map_or(Ok(()), Err)
     }
 }
 
@@ -186,15 +219,53 @@ mod tests {
     #[test]
     fn validation_catches_hallucinated_names_and_bad_arguments() {
         let offered = specs(&Config::default());
-        let call = |name: &str, args: &str| ToolCall::new("call_1", name, args);
-        assert!(validate_call(&call("get_order", r#"{"order_id":"1"}"#), &offered).is_ok());
-        let e = validate_call(&call("get_odrer", r#"{"order_id":"1"}"#), &offered).unwrap_err();
+        let schemas = Schemas::default();
+        let check = |name: &str, args: &str| schemas.check(&ToolCall::new("call_1", name, args), &offered);
+        assert!(check("get_order", r#"{"order_id":"1"}"#).is_ok());
+        let e = check("get_odrer", r#"{"order_id":"1"}"#).unwrap_err();
         assert!(e.contains("hallucinated tool name `get_odrer`"), "{e}");
-        let e = validate_call(&call("get_order", r#"{"order_id": 1"#), &offered).unwrap_err();
+        let e = check("get_order", r#"{"order_id": 1"#).unwrap_err();
         assert!(e.contains("not valid JSON"), "{e}");
-        let e = validate_call(&call("get_order", r#"{"order_id": 1}"#), &offered).unwrap_err();
-        assert!(e.contains("`order_id`: expected string, got number"), "{e}");
-        let e = validate_call(&call("get_order", r#"{}"#), &offered).unwrap_err();
-        assert!(e.contains("missing required `order_id`"), "{e}");
+        let e = check("get_order", r#"{"order_id": 1}"#).unwrap_err();
+        assert!(e.contains("/order_id: 1 is not of type \"string\""), "{e}");
+        let e = check("get_order", r#"{}"#).unwrap_err();
+        assert!(e.contains("\"order_id\" is a required property"), "{e}");
+        assert!(check("get_order", "[1]").unwrap_err().contains("not a JSON object"));
+    }
+
+    #[test]
+    fn arguments_are_checked_against_the_whole_schema() {
+        let schema = serde_json::json!({
+            "type": "object",
+            "properties": {
+                "status": {"enum": ["open", "shipped"]},
+                "address": {"type": "object", "properties": {"zip": {"type": "string", "pattern": "^[0-9]{5}$"}},
+                            "required": ["zip"]},
+                "items": {"type": "array", "items": {"type": "integer", "minimum": 1}},
+                "contact": {"anyOf": [{"type": "string", "format": "email"}, {"type": "integer"}]}
+            },
+            "additionalProperties": false
+        });
+        let offered = [ToolSpec {
+            name: "update".into(),
+            description: "".into(),
+            schema: Arc::new(schema),
+        }];
+        let schemas = Schemas::default();
+        let check = |args: &str| schemas.check(&ToolCall::new("c", "update", args), &offered);
+        assert!(check(r#"{"status":"open","address":{"zip":"12345"},"items":[1,2],"contact":"a@b.co"}"#).is_ok());
+        for (args, at) in [
+            (r#"{"status":"lost"}"#, "/status"),
+            (r#"{"address":{"zip":"12"}}"#, "/address/zip"),
+            (r#"{"address":{}}"#, "/address"),
+            (r#"{"items":[1,0]}"#, "/items/1"),
+            (r#"{"contact":"not an address"}"#, "/contact"),
+            (r#"{"extra":1}"#, ""),
+        ] {
+            let e = check(args).unwrap_err();
+            assert!(e.contains(&format!("schema: {at}")), "{args}: {e}");
+        }
+        // Compiled once, then served from the cache.
+        assert_eq!(schemas.compiled.lock().len(), 1);
     }
 }

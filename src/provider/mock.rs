@@ -169,8 +169,12 @@ impl MockProvider {
         let offered: Vec<&str> = req.tools.iter().filter(|_| may_call).map(|t| &*t.name).collect();
         let order = order_id(req);
         let mut tool_calls = Vec::new();
-        let wants_tools =
-            !offered.is_empty() && (req.step == 0 && rng.f64() < 0.85 || req.step == 1 && rng.f64() < 0.2);
+        // A model calls tools early in a conversation and answers once it
+        // has their results: its step is the tool rounds the conversation
+        // already holds (an outside agent's calls all come as step 0).
+        let rounds = req.messages.iter().filter(|m| !m.tool_calls.is_empty()).count() as u32;
+        let step = req.step.max(rounds);
+        let wants_tools = !offered.is_empty() && (step == 0 && rng.f64() < 0.85 || step == 1 && rng.f64() < 0.2);
         if wants_tools {
             let first = if offered.contains(&"get_order") {
                 "get_order"

@@ -445,7 +445,7 @@ impl Runner {
                     let semantic = resp
                         .tool_calls
                         .iter()
-                        .find_map(|c| crate::tools::validate_call(c, &req.tools).err());
+                        .find_map(|c| self.schemas.check(c, &req.tools).err());
                     let failure = semantic.as_ref().map(|_| FailureKind::Semantic);
                     settle(resp.usage, &resp.rate, failure, resp.tokens_per_s, tally);
                     self.announce_attempt(|| Attempt {

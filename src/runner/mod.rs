@@ -177,6 +177,8 @@ pub struct Runner {
     pub(crate) sessions: Sessions,
     pub(crate) retry_budget: RetryBudget,
     pub(crate) cache: ResultCache,
+    /// Tool argument schemas, compiled once each.
+    pub(crate) schemas: crate::tools::Schemas,
     /// An empty tool list, shared by every call that offers no tools.
     pub(crate) no_tools: Arc<[ToolSpec]>,
     pub(crate) spool: Option<Spool>,
@@ -324,6 +326,7 @@ impl Runner {
             sessions: Sessions::new(cfg.sessions.clone()),
             retry_budget: RetryBudget::new(&cfg.retry, now),
             cache: ResultCache::new(cfg.degradation.cache_capacity),
+            schemas: crate::tools::Schemas::default(),
             no_tools: Arc::from(Vec::new()),
             cfg,
             clock,
