@@ -1,11 +1,12 @@
-//! `POST /v1/chat/completions` and `POST /v1/messages`: read the client's
-//! request in its API, find what its `model` names, run the call through
-//! the runner, and answer in the client's API: the upstream's own body
-//! when a model of the client's API answered, a translation otherwise.
+//! `POST /v1/chat/completions`, `POST /v1/messages` and `POST
+//! /v1/responses`: read the client's request in its API, find what its
+//! `model` names, run the call through the runner, and answer in the
+//! client's API: the upstream's own body when a model of the client's API
+//! answered, a translation otherwise.
 
 use super::{Gateway, Shared};
 use crate::runner::chat::{Chat, ChatEnd, ChatRequest};
-use crate::wire::{anthropic, openai, BadRequest, Request, WireKind};
+use crate::wire::{anthropic, openai, responses, BadRequest, Request, WireKind};
 use axum::body::Body;
 use axum::extract::State;
 use axum::http::{header, HeaderMap, HeaderName, HeaderValue, StatusCode};
@@ -29,13 +30,17 @@ pub(super) enum Api {
     Chat,
     /// Anthropic messages.
     Messages,
+    /// OpenAI responses (no upstream speaks it: always translated).
+    Responses,
 }
 
 impl Api {
-    pub(super) fn wire(self) -> WireKind {
+    /// The upstream API whose answers this client takes as sent.
+    pub(super) fn wire(self) -> Option<WireKind> {
         match self {
-            Api::Chat => WireKind::OpenAi,
-            Api::Messages => WireKind::Anthropic,
+            Api::Chat => Some(WireKind::OpenAi),
+            Api::Messages => Some(WireKind::Anthropic),
+            Api::Responses => None,
         }
     }
 
@@ -43,17 +48,28 @@ impl Api {
         match self {
             Api::Chat => openai::parse_request(body),
             Api::Messages => anthropic::parse_request(body),
+            Api::Responses => responses::parse_request(body),
         }
     }
 
     /// An error in this API's shape.
     pub(super) fn error(self, status: StatusCode, message: &str, param: Option<&str>) -> Response {
         let body = match self {
-            Api::Chat => openai::error(status.as_u16(), message, param),
+            Api::Chat | Api::Responses => openai::error(status.as_u16(), message, param),
             Api::Messages => anthropic::error(status.as_u16(), message),
         };
         (status, axum::Json(body)).into_response()
     }
+}
+
+/// A client: its API and what its answer's form depends on.
+#[derive(Clone, Debug)]
+pub(super) struct Client {
+    pub api: Api,
+    /// It asked for usage in its stream (chat completions).
+    pub include_usage: bool,
+    /// What a Responses answer echoes of the request.
+    pub echo: Option<responses::Echo>,
 }
 
 pub(super) async fn completions(State(gw): Shared, req: axum::extract::Request) -> Response {
@@ -62,6 +78,10 @@ pub(super) async fn completions(State(gw): Shared, req: axum::extract::Request) 
 
 pub(super) async fn messages(State(gw): Shared, req: axum::extract::Request) -> Response {
     handle(gw, Api::Messages, req).await
+}
+
+pub(super) async fn responses(State(gw): Shared, req: axum::extract::Request) -> Response {
+    handle(gw, Api::Responses, req).await
 }
 
 async fn handle(gw: Arc<Gateway>, api: Api, req: axum::extract::Request) -> Response {
@@ -84,17 +104,22 @@ async fn handle(gw: Arc<Gateway>, api: Api, req: axum::extract::Request) -> Resp
     if gw.runner.route_for(&asked.model).is_none() {
         return unknown_model(&gw, api, &asked.model);
     }
-    let (stream, include_usage) = (asked.stream, asked.include_usage);
+    let stream = asked.stream;
+    let client = Client {
+        api,
+        include_usage: asked.include_usage,
+        echo: (api == Api::Responses).then(|| responses::Echo::of(&body)),
+    };
     let req = chat_request(&gw, &parts.headers, asked);
     if stream {
-        return super::stream::streamed(gw, api, req, include_usage).await;
+        return super::stream::streamed(gw, client, req).await;
     }
     let id = req.id;
     // Dropped with this handler when the client disconnects: the upstream
     // call is cancelled and its reservations released (see `Runner::chat`).
     let chat = gw.runner.chat(req, None).await;
     gw.latency.observe(arrived.elapsed());
-    respond(api, id, chat, false, include_usage)
+    respond(&client, id, chat, false)
 }
 
 fn unknown_model(gw: &Gateway, api: Api, model: &str) -> Response {
@@ -167,7 +192,8 @@ pub(super) fn unix_now() -> u64 {
 
 /// The whole response for a call whose client's stream (if it asked for
 /// one) never started.
-pub(super) fn respond(api: Api, id: u64, chat: Chat, stream: bool, include_usage: bool) -> Response {
+pub(super) fn respond(client: &Client, id: u64, chat: Chat, stream: bool) -> Response {
+    let api = client.api;
     let o = &chat.outcome;
     let mut meta = HeaderMap::new();
     let chain: Vec<String> = o.chain.iter().map(|l| ascii_hop(l)).collect();
@@ -185,7 +211,7 @@ pub(super) fn respond(api: Api, id: u64, chat: Chat, stream: bool, include_usage
         ChatEnd::Answer { response, model } | ChatEnd::Streamed { response, model, .. } => {
             let wire = response.wire.as_deref();
             if let Some(body) = wire
-                .filter(|w| w.kind == api.wire() && !stream)
+                .filter(|w| Some(w.kind) == api.wire() && !stream)
                 .and_then(|w| w.body.clone())
             {
                 // The upstream's own answer, as it sent it.
@@ -195,18 +221,24 @@ pub(super) fn respond(api: Api, id: u64, chat: Chat, stream: bool, include_usage
                 if reply.id.is_empty() {
                     reply.id = match api {
                         Api::Chat => format!("chatcmpl-{:016x}", crate::clock::mix(id)),
-                        Api::Messages => format!("msg_{:016x}", crate::clock::mix(id)),
+                        Api::Messages | Api::Responses => format!("msg_{:016x}", crate::clock::mix(id)),
                     };
                 }
                 if reply.model.is_empty() {
                     reply.model = model;
                 }
                 if stream {
-                    sse(written(api, &reply, include_usage))
+                    sse(written(client, id, &reply))
                 } else {
                     let body = match api {
                         Api::Chat => openai::render_reply(&frame(&reply), &reply),
                         Api::Messages => anthropic::render_reply(&reply.id, &reply.model, &reply),
+                        Api::Responses => responses::render_reply(
+                            &responses::Ids::new(crate::clock::mix(id)),
+                            client.echo.as_ref().unwrap_or(&responses::Echo::default()),
+                            unix_now(),
+                            &reply,
+                        ),
                     };
                     axum::Json(body).into_response()
                 }
@@ -236,7 +268,7 @@ fn upstream_error(api: Api, e: &crate::provider::ProviderError) -> Response {
         .and_then(|s| StatusCode::from_u16(s).ok())
         .unwrap_or(StatusCode::BAD_REQUEST);
     match &e.body {
-        Some((kind, body)) if *kind == api.wire() => (
+        Some((kind, body)) if Some(*kind) == api.wire() => (
             status,
             [(header::CONTENT_TYPE, "application/json")],
             Body::from(body.clone()),
@@ -255,8 +287,8 @@ fn frame(reply: &crate::wire::Reply) -> openai::Frame {
     }
 }
 
-/// A whole answer written as a stream in `api`.
-fn written(api: Api, reply: &crate::wire::Reply, include_usage: bool) -> Vec<u8> {
+/// A whole answer written as a stream in the client's API.
+fn written(client: &Client, id: u64, reply: &crate::wire::Reply) -> Vec<u8> {
     use crate::wire::Delta;
     let mut deltas = vec![Delta::Start {
         id: reply.id.clone(),
@@ -284,16 +316,8 @@ fn written(api: Api, reply: &crate::wire::Reply, include_usage: bool) -> Vec<u8>
     }
     deltas.push(Delta::Done);
     let mut out = Vec::new();
-    match api {
-        Api::Chat => {
-            let mut w = openai::ChunkWriter::new(frame(reply), include_usage);
-            deltas.iter().for_each(|d| w.write(d, &mut out));
-        }
-        Api::Messages => {
-            let mut w = anthropic::EventWriter::new(reply.id.clone(), reply.model.clone());
-            deltas.iter().for_each(|d| w.write(d, &mut out));
-        }
-    }
+    let mut w = super::stream::Writer::new(client, id, &reply.id, &reply.model);
+    deltas.iter().for_each(|d| w.write(d, &mut out));
     out
 }
 

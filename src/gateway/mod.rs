@@ -70,6 +70,7 @@ pub fn router(runner: Arc<Runner>, opts: GatewayOptions) -> Router {
         .route("/v1/chat/completions", post(chat::completions))
         .route("/chat/completions", post(chat::completions))
         .route("/v1/messages", post(chat::messages))
+        .route("/v1/responses", post(chat::responses))
         .route("/v1/models", get(models))
         .route("/metrics", get(metrics::metrics))
         .route("/healthz", get(healthz))
@@ -195,7 +196,7 @@ async fn not_found(uri: axum::http::Uri) -> Response {
     error(
         StatusCode::NOT_FOUND,
         &format!(
-            "no route {uri}: fusebox serves POST /v1/chat/completions, POST /v1/messages, GET /v1/models, /metrics, /healthz, /readyz"
+            "no route {uri}: fusebox serves POST /v1/chat/completions, POST /v1/messages, POST /v1/responses, GET /v1/models, /metrics, /healthz, /readyz"
         ),
         None,
     )

@@ -6,13 +6,13 @@
 //! last chunk carrying `fusebox: {level, chain, quality}`, or, cut, with an
 //! error event in the client's API (never a clean end).
 
-use super::chat::{ascii_hop, respond, Api, H_ATTEMPTS, H_CHAIN, H_LEVEL, H_QUALITY};
+use super::chat::{ascii_hop, respond, Api, Client, H_ATTEMPTS, H_CHAIN, H_LEVEL, H_QUALITY};
 use super::Gateway;
 use crate::provider::Piece;
 use crate::runner::chat::{Chat, ChatEnd, ChatRequest};
 use crate::runner::outcome::Outcome;
 use crate::runner::stream::{StreamHead, StreamSink};
-use crate::wire::{anthropic, openai, Delta, WireKind};
+use crate::wire::{anthropic, openai, responses, Delta, WireKind};
 use axum::body::Body;
 use axum::http::{header, HeaderName, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -30,35 +30,45 @@ enum First {
 }
 
 /// Writes pieces in the client's API.
-enum Writer {
+pub(super) enum Writer {
     Chat(openai::ChunkWriter),
     Messages(anthropic::EventWriter),
+    Responses(Box<responses::EventWriter>),
 }
 
 impl Writer {
-    fn new(api: Api, head: &StreamHead, include_usage: bool) -> Self {
-        match api {
+    /// A writer of request `n`'s answer `id` from `model` for `client`.
+    pub(super) fn new(client: &Client, n: u64, id: &str, model: &str) -> Self {
+        let created = super::chat::unix_now();
+        match client.api {
             Api::Chat => Writer::Chat(openai::ChunkWriter::new(
                 openai::Frame {
-                    id: if head.id.is_empty() {
-                        "chatcmpl-fusebox".into()
+                    id: if id.is_empty() {
+                        format!("chatcmpl-{:016x}", crate::clock::mix(n))
                     } else {
-                        head.id.clone()
+                        id.to_string()
                     },
-                    model: head.model.clone(),
-                    created: super::chat::unix_now(),
+                    model: model.to_string(),
+                    created,
                     dialect: openai::Dialect::OpenAi,
                 },
-                include_usage,
+                client.include_usage,
             )),
-            Api::Messages => Writer::Messages(anthropic::EventWriter::new(head.id.clone(), head.model.clone())),
+            Api::Messages => Writer::Messages(anthropic::EventWriter::new(id, model)),
+            Api::Responses => Writer::Responses(Box::new(responses::EventWriter::new(
+                responses::Ids::new(crate::clock::mix(n)),
+                client.echo.clone().unwrap_or_default(),
+                model,
+                created,
+            ))),
         }
     }
 
-    fn write(&mut self, d: &Delta, out: &mut Vec<u8>) {
+    pub(super) fn write(&mut self, d: &Delta, out: &mut Vec<u8>) {
         match self {
             Writer::Chat(w) => w.write(d, out),
             Writer::Messages(w) => w.write(d, out),
+            Writer::Responses(w) => w.write(d, out),
         }
     }
 
@@ -66,14 +76,24 @@ impl Writer {
         match self {
             Writer::Chat(w) => w.observe(d),
             Writer::Messages(w) => w.observe(d),
+            Writer::Responses(w) => w.write(d, &mut Vec::new()),
+        }
+    }
+
+    /// An error event ending a stream cut short.
+    fn fail(&mut self, kind: &str, message: &str, out: &mut Vec<u8>) {
+        match self {
+            Writer::Chat(_) => openai::error_chunk(kind, message, out),
+            Writer::Messages(_) => anthropic::error_event(kind, message, out),
+            Writer::Responses(w) => w.fail(kind, message, out),
         }
     }
 }
 
 /// The client's end of a streamed call.
 struct ClientSink {
-    api: Api,
-    include_usage: bool,
+    client: Client,
+    n: u64,
     first: Option<oneshot::Sender<First>>,
     tx: mpsc::Sender<Bytes>,
     writer: Option<Writer>,
@@ -90,10 +110,11 @@ impl ClientSink {
             return;
         }
         let Some(w) = self.writer.as_mut() else { return };
-        if own && kind == self.api.wire() {
+        let api = self.client.api;
+        if own && Some(kind) == api.wire() {
             p.deltas.iter().for_each(|d| w.observe(d));
             let usage_only = p.deltas.iter().all(|d| matches!(d, Delta::Usage(_)));
-            if !(self.api == Api::Chat && usage_only && !self.include_usage) {
+            if !(api == Api::Chat && usage_only && !self.client.include_usage) {
                 out.extend_from_slice(&p.raw);
             }
             return;
@@ -104,9 +125,9 @@ impl ClientSink {
     /// Writes how the call ended: the held end with the outcome in its last
     /// chunk, or an error event; or, when the client's stream never
     /// started, the whole response.
-    async fn finish(mut self, chat: Chat, id: u64) {
+    async fn finish(mut self, chat: Chat) {
         if let Some(first) = self.first.take() {
-            let _ = first.send(First::Whole(respond(self.api, id, chat, true, self.include_usage)));
+            let _ = first.send(First::Whole(respond(&self.client, self.n, chat, true)));
             return;
         }
         let mut out = Vec::new();
@@ -131,10 +152,9 @@ impl ClientSink {
         let _ = self.tx.send(out.into()).await;
     }
 
-    fn error(&self, kind: &str, message: &str, out: &mut Vec<u8>) {
-        match self.api {
-            Api::Chat => openai::error_chunk(kind, message, out),
-            Api::Messages => anthropic::error_event(kind, message, out),
+    fn error(&mut self, kind: &str, message: &str, out: &mut Vec<u8>) {
+        if let Some(w) = self.writer.as_mut() {
+            w.fail(kind, message, out);
         }
     }
 }
@@ -142,7 +162,7 @@ impl ClientSink {
 #[async_trait::async_trait]
 impl StreamSink for ClientSink {
     async fn start(&mut self, head: StreamHead) -> bool {
-        self.writer = Some(Writer::new(self.api, &head, self.include_usage));
+        self.writer = Some(Writer::new(&self.client, self.n, &head.id, &head.model));
         match self.first.take() {
             Some(first) => first.send(First::Head(head)).is_ok(),
             None => true,
@@ -193,22 +213,22 @@ impl Drop for AbortOnDrop {
 
 /// Runs `req` in a task of its own, answering with a stream that starts
 /// at the answer's first content.
-pub(super) async fn streamed(gw: Arc<Gateway>, api: Api, req: ChatRequest, include_usage: bool) -> Response {
+pub(super) async fn streamed(gw: Arc<Gateway>, client: Client, req: ChatRequest) -> Response {
     let arrived = std::time::Instant::now();
     let (tx, rx) = mpsc::channel::<Bytes>(64);
     let (first_tx, first_rx) = oneshot::channel();
     let runner = gw.runner.clone();
-    let id = req.id;
+    let api = client.api;
     let mut task = AbortOnDrop(Some(tokio::spawn(async move {
         let mut sink = ClientSink {
-            api,
-            include_usage,
+            client,
+            n: req.id,
             first: Some(first_tx),
             tx,
             writer: None,
         };
         let chat = runner.chat(req, Some(&mut sink)).await;
-        sink.finish(chat, id).await;
+        sink.finish(chat).await;
     })));
     let head = match first_rx.await {
         Ok(First::Whole(r)) => return r,

@@ -44,11 +44,11 @@ pub fn parse_request(bytes: &[u8]) -> Result<Request, BadRequest> {
     let (tools, server_tools) = tools(&obj)?;
     let mut needs = Vec::new();
     if server_tools {
-        needs.push("server tools");
+        needs.push(("server tools", WireKind::Anthropic));
     }
     if let Some(t) = rq::opt_obj(&obj, "thinking", "thinking")? {
         if rq::opt_str(t, "type", "thinking.type")? == Some("enabled") {
-            needs.push("thinking");
+            needs.push(("thinking", WireKind::Anthropic));
         }
     }
     if messages.iter().any(|m| {
@@ -57,7 +57,7 @@ pub fn parse_request(bytes: &[u8]) -> Result<Request, BadRequest> {
             .iter()
             .any(|p| matches!(p, Part::Opaque { .. }) && !p.droppable())
     }) {
-        needs.push("document content");
+        needs.push(("document content", WireKind::Anthropic));
     }
     let (tool_choice, parallel_tool_calls) = tool_choice(&obj)?;
     let user = match rq::opt_obj(&obj, "metadata", "metadata")? {
@@ -75,6 +75,8 @@ pub fn parse_request(bytes: &[u8]) -> Result<Request, BadRequest> {
         completion_tokens_key: false,
         user,
         needs,
+        response_format: None,
+        reasoning_effort: None,
         raw: Some(Arc::new(raw)),
     };
     Ok(Request {

@@ -16,6 +16,7 @@ pub mod openai;
 pub mod raw;
 pub mod reply;
 pub mod request;
+pub mod responses;
 pub mod sse;
 
 pub use message::{Content, ImageSource, Message, Part, Role, ToolCall, ToolSpec};

@@ -42,24 +42,24 @@ pub fn parse_request(bytes: &[u8]) -> Result<Request, BadRequest> {
     };
     let mut needs = Vec::new();
     if rq::opt_u32(&obj, "n", "n")?.is_some_and(|n| n > 1) {
-        needs.push("n > 1");
+        needs.push(("n > 1", WireKind::OpenAi));
     }
     if rq::opt_bool(&obj, "logprobs", "logprobs")? == Some(true) {
-        needs.push("logprobs");
+        needs.push(("logprobs", WireKind::OpenAi));
     }
     if let Some(f) = rq::opt_obj(&obj, "response_format", "response_format")? {
         if rq::opt_str(f, "type", "response_format.type")?.is_some_and(|t| t != "text") {
-            needs.push("response_format");
+            needs.push(("response_format", WireKind::OpenAi));
         }
     }
     if obj.get("audio").is_some_and(|a| !a.is_null()) {
-        needs.push("audio output");
+        needs.push(("audio output", WireKind::OpenAi));
     }
     if messages
         .iter()
         .any(|m| m.content.parts().iter().any(|p| matches!(p, Part::Opaque { .. })))
     {
-        needs.push("audio or file content");
+        needs.push(("audio or file content", WireKind::OpenAi));
     }
     let params = Params {
         wire: WireKind::OpenAi,
@@ -72,6 +72,8 @@ pub fn parse_request(bytes: &[u8]) -> Result<Request, BadRequest> {
         completion_tokens_key,
         user: rq::opt_str(&obj, "user", "user")?.map(str::to_string),
         needs,
+        response_format: obj.get("response_format").filter(|f| !f.is_null()).cloned(),
+        reasoning_effort: rq::opt_str(&obj, "reasoning_effort", "reasoning_effort")?.map(str::to_string),
         raw: Some(Arc::new(raw)),
     };
     Ok(Request {
@@ -298,6 +300,12 @@ pub fn render_request(o: &Outgoing, dialect: Dialect) -> Result<Vec<u8>, String>
     }
     if let Some(u) = &p.user {
         b.insert("user".into(), json!(u));
+    }
+    if let Some(f) = &p.response_format {
+        b.insert("response_format".into(), f.clone());
+    }
+    if let Some(e) = &p.reasoning_effort {
+        b.insert("reasoning_effort".into(), json!(e));
     }
     b.insert("stream".into(), json!(o.stream));
     if o.stream {

@@ -43,10 +43,15 @@ pub struct Params {
     pub completion_tokens_key: bool,
     /// The end user the client names (OpenAI `user`, Anthropic `metadata.user_id`).
     pub user: Option<String>,
-    /// What only the client's API can do, named (`response_format`,
-    /// `n > 1`, `logprobs`, `thinking`): a model of another API cannot
-    /// honour the request and is skipped.
-    pub needs: Vec<&'static str>,
+    /// What only one API can do, named (`response_format`, `n > 1`,
+    /// `logprobs` only OpenAI's; `thinking` only Anthropic's): a model of
+    /// another API cannot honour the request and is skipped.
+    pub needs: Vec<(&'static str, WireKind)>,
+    /// OpenAI's `response_format` (read from the client's request, for a
+    /// translated call to an OpenAI model).
+    pub response_format: Option<Value>,
+    /// OpenAI's `reasoning_effort`.
+    pub reasoning_effort: Option<String>,
     /// The client's body: what an upstream of the client's API is sent,
     /// with only the members fusebox must change replaced.
     pub raw: Option<Arc<RawBody>>,
@@ -61,10 +66,10 @@ impl Params {
 
     /// Why a model of API `to` cannot serve this request, if it cannot.
     pub fn cannot_honour(&self, to: WireKind) -> Option<String> {
-        if to == self.wire {
-            return None;
-        }
-        self.needs.first().map(|n| format!("cannot honour {n}"))
+        self.needs
+            .iter()
+            .find(|(_, only)| *only != to)
+            .map(|(n, _)| format!("cannot honour {n}"))
     }
 }
 

@@ -546,3 +546,108 @@ async fn the_agent_loop_converses_with_real_apis_as_an_agent_does() {
         }
     }
 }
+
+fn responses_tool() -> Value {
+    json!({"type": "function", "name": "get_order", "description": "Look up an order", "strict": false,
+           "parameters": {"type": "object", "properties": {"order_id": {"type": "string"}}, "required": ["order_id"]}})
+}
+
+#[tokio::test]
+async fn a_responses_api_tool_loop_is_served_by_chat_models() {
+    let p = Proxy::start(config(ROUTES)).await;
+    let mut body = json!({
+        "model": "default", "instructions": "You are a support agent.",
+        "input": "Where is order #38100?", "tools": [responses_tool()], "store": false,
+    });
+    let r = p.post("/v1/responses", &body).await;
+    assert_eq!(r.status(), 200, "{}", r.text().await.unwrap());
+    let v: Value = r.json().await.unwrap();
+    assert_eq!(v["object"], "response");
+    assert_eq!(v["status"], "completed");
+    let call = v["output"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|i| i["type"] == "function_call")
+        .unwrap()
+        .clone();
+    assert_eq!(call["call_id"], "call_abc123");
+    assert_eq!(call["name"], "get_order");
+    assert_eq!(v["usage"]["total_tokens"], 37);
+    body["input"] = json!([
+        {"role": "user", "content": "Where is order #38100?"},
+        call,
+        {"type": "function_call_output", "call_id": "call_abc123", "output": "shipped on Monday"}
+    ]);
+    let r = p.post("/v1/responses", &body).await;
+    assert_eq!(r.status(), 200, "{}", r.text().await.unwrap());
+    let v: Value = r.json().await.unwrap();
+    let msg = &v["output"][0];
+    assert_eq!(msg["type"], "message");
+    assert_eq!(msg["content"][0]["type"], "output_text");
+    assert_eq!(msg["content"][0]["text"], "The order service says: shipped on Monday");
+    let second = p.upstream.bodies(Api::OpenAi).pop().unwrap();
+    let m = second["messages"].as_array().unwrap();
+    assert_eq!(m[0], json!({"role": "system", "content": "You are a support agent."}));
+    assert_eq!(m[2]["tool_calls"][0]["id"], "call_abc123");
+    assert_eq!(m[3]["tool_call_id"], "call_abc123");
+    assert_eq!(second["tools"][0]["function"]["name"], "get_order");
+}
+
+#[tokio::test]
+async fn a_streamed_response_is_a_stream_of_semantic_events() {
+    let p = Proxy::start(config(ROUTES)).await;
+    let body = json!({"model": "claude-haiku", "input": "Where is order #38100?", "stream": true});
+    let r = p.post("/v1/responses", &body).await;
+    assert_eq!(r.status(), 200);
+    assert_eq!(header(&r, "content-type"), "text/event-stream");
+    let text = r.text().await.unwrap();
+    let events: Vec<Value> = text
+        .split("\n\n")
+        .filter_map(|e| e.lines().find_map(|l| l.strip_prefix("data: ")))
+        .map(|d| serde_json::from_str(d).unwrap())
+        .collect();
+    let types: Vec<&str> = events.iter().map(|e| e["type"].as_str().unwrap()).collect();
+    assert_eq!(types.first(), Some(&"response.created"));
+    assert_eq!(types.last(), Some(&"response.completed"));
+    for want in [
+        "response.output_item.added",
+        "response.content_part.added",
+        "response.output_text.delta",
+        "response.output_text.done",
+        "response.output_item.done",
+    ] {
+        assert!(types.contains(&want), "{want}: {types:?}");
+    }
+    let seq: Vec<u64> = events.iter().map(|e| e["sequence_number"].as_u64().unwrap()).collect();
+    assert!(seq.windows(2).all(|w| w[1] == w[0] + 1), "{seq:?}");
+    let deltas: String = events
+        .iter()
+        .filter(|e| e["type"] == "response.output_text.delta")
+        .map(|e| e["delta"].as_str().unwrap())
+        .collect();
+    assert_eq!(deltas, crate::common::strict::ANSWER);
+    let done = events.last().unwrap();
+    assert_eq!(
+        done["response"]["output"][0]["content"][0]["text"],
+        crate::common::strict::ANSWER
+    );
+    assert_eq!(done["response"]["usage"]["output_tokens"], 12);
+    assert_eq!(done["fusebox"]["level"], "none");
+}
+
+#[tokio::test]
+async fn the_responses_api_without_server_state_says_so() {
+    let p = Proxy::start(config(ROUTES)).await;
+    let r = p
+        .post(
+            "/v1/responses",
+            &json!({"model": "default", "input": "hi", "previous_response_id": "resp_1"}),
+        )
+        .await;
+    assert_eq!(r.status(), 400);
+    let v: Value = r.json().await.unwrap();
+    assert_eq!(v["error"]["param"], "previous_response_id");
+    assert!(v["error"]["message"].as_str().unwrap().contains("whole conversation"));
+    assert!(p.upstream.received().is_empty());
+}

@@ -1,6 +1,6 @@
 """Drive `fusebox serve` with the official `openai` Python SDK (chat completions).
 
-Checks: plain completion + fusebox headers, streaming with usage, a tool offer,
+Checks: /v1/models lists `default`, plain completion + fusebox headers, streaming with usage, a tool offer,
 a real multi-turn tool loop, and a streamed tool call.
 Env: FUSEBOX_BASE_URL (e.g. http://127.0.0.1:8787). Prints `ok <check>` per pass.
 """
@@ -29,6 +29,12 @@ def check_tool_call(name, arguments):
     assert name == "get_order", f"tool call names {name!r}, not get_order"
     args = json.loads(arguments)  # raises if the arguments are not JSON
     assert "order_id" in args, f"tool arguments lack order_id: {arguments!r}"
+
+
+def models_list():
+    ids = [m.id for m in client.models.list()]
+    assert "default" in ids, f"route `default` not in /v1/models: {ids}"
+    print(f"   models={ids}")
 
 
 def plain():
@@ -99,6 +105,7 @@ def stream_tool_call():
 
 
 run_checks([
+    ("models list", models_list),
     ("plain completion + headers", plain),
     ("stream with usage", stream_with_usage),
     ("tool offer", tool_offer),

@@ -1,0 +1,628 @@
+//! OpenAI's Responses API as agents use it without server-side state:
+//! `input` items (messages, `function_call`, `function_call_output`),
+//! `instructions`, function tools, whole or streamed answers. No upstream
+//! speaks it here: a request is read into the typed conversation and served
+//! by chat-completions or messages models; the answer is written back as a
+//! `response` object or its stream of semantic events.
+
+use super::message::{Content, ImageSource, Message, Part, Role, ToolCall, ToolSpec};
+use super::reply::{Delta, Finish, Reply, Usage};
+use super::request::{self as rq, BadRequest, Obj, Params, Request, ToolChoice};
+use super::WireKind;
+use serde_json::{json, Value};
+use std::sync::Arc;
+
+/// Reads a `POST /v1/responses` body.
+pub fn parse_request(bytes: &[u8]) -> Result<Request, BadRequest> {
+    let (_, obj) = rq::body(bytes)?;
+    let model = rq::model(&obj)?;
+    if obj.get("previous_response_id").is_some_and(|v| !v.is_null()) {
+        return Err(BadRequest::field(
+            "previous_response_id",
+            "fusebox keeps no responses: send the whole conversation in `input` instead",
+        ));
+    }
+    if obj.get("conversation").is_some_and(|v| !v.is_null()) {
+        return Err(BadRequest::field(
+            "conversation",
+            "fusebox keeps no conversations: send the whole conversation in `input` instead",
+        ));
+    }
+    let mut messages = Vec::new();
+    if let Some(i) = rq::opt_str(&obj, "instructions", "instructions")? {
+        messages.push(Message::system(i));
+    }
+    match obj.get("input") {
+        None | Some(Value::Null) => return Err(BadRequest::field("input", "field required")),
+        Some(Value::String(s)) => messages.push(Message::user(s.as_str())),
+        Some(Value::Array(items)) => read_items(items, &mut messages)?,
+        Some(_) => return Err(BadRequest::field("input", "expected a string or an array of items")),
+    }
+    if messages.iter().all(|m| m.role.instructs()) {
+        return Err(BadRequest::field("input", "must contain at least one item"));
+    }
+    let tools = tools(&obj)?;
+    let mut needs = Vec::new();
+    let response_format = match rq::opt_obj(&obj, "text", "text")?.and_then(|t| t.get("format")) {
+        Some(f) if f.get("type").and_then(Value::as_str).is_some_and(|t| t != "text") => {
+            needs.push(("text.format", WireKind::OpenAi));
+            Some(format_of(f))
+        }
+        _ => None,
+    };
+    let reasoning_effort = rq::opt_obj(&obj, "reasoning", "reasoning")?
+        .and_then(|r| r.get("effort"))
+        .and_then(Value::as_str)
+        .map(str::to_string);
+    let params = Params {
+        wire: WireKind::OpenAi,
+        tool_choice: tool_choice(&obj)?,
+        parallel_tool_calls: rq::opt_bool(&obj, "parallel_tool_calls", "parallel_tool_calls")?,
+        temperature: rq::opt_f64(&obj, "temperature", "temperature")?,
+        top_p: rq::opt_f64(&obj, "top_p", "top_p")?,
+        stop: Vec::new(),
+        max_tokens: rq::opt_u32(&obj, "max_output_tokens", "max_output_tokens")?,
+        completion_tokens_key: false,
+        user: rq::opt_str(&obj, "user", "user")?
+            .or(rq::opt_str(&obj, "safety_identifier", "safety_identifier")?)
+            .map(str::to_string),
+        needs,
+        response_format,
+        reasoning_effort,
+        raw: None,
+    };
+    Ok(Request {
+        model,
+        messages,
+        tools,
+        stream: rq::opt_bool(&obj, "stream", "stream")?.unwrap_or(false),
+        include_usage: true,
+        params,
+    })
+}
+
+/// `text.format` as chat completions' `response_format`.
+fn format_of(f: &Value) -> Value {
+    match f.get("type").and_then(Value::as_str) {
+        Some("json_schema") => {
+            let mut schema = Obj::new();
+            for k in ["name", "schema", "strict", "description"] {
+                if let Some(v) = f.get(k) {
+                    schema.insert(k.into(), v.clone());
+                }
+            }
+            json!({"type": "json_schema", "json_schema": schema})
+        }
+        _ => json!({"type": "json_object"}),
+    }
+}
+
+fn content(v: &Value, path: &str) -> Result<Content, BadRequest> {
+    let parts = match v {
+        Value::String(s) => return Ok(Content::Text(s.as_str().into())),
+        Value::Array(p) => p,
+        _ => {
+            return Err(BadRequest::field(
+                path,
+                "expected a string or an array of content parts",
+            ))
+        }
+    };
+    let mut out = Vec::with_capacity(parts.len());
+    for (j, p) in parts.iter().enumerate() {
+        let pp = format!("{path}[{j}]");
+        let part = rq::object(p, &pp)?;
+        match rq::required_str(part, "type", &format!("{pp}.type"))? {
+            "input_text" | "output_text" | "text" => {
+                out.push(Part::text(rq::required_str(part, "text", &format!("{pp}.text"))?))
+            }
+            "input_image" => {
+                let url = rq::opt_str(part, "image_url", &format!("{pp}.image_url"))?.ok_or_else(|| {
+                    BadRequest::field(
+                        format!("{pp}.image_url"),
+                        "field required (fusebox keeps no files: send images by URL or as a data: URL)",
+                    )
+                })?;
+                out.push(Part::Image {
+                    source: ImageSource::from_url(url),
+                    detail: rq::opt_str(part, "detail", &format!("{pp}.detail"))?.map(Arc::from),
+                });
+            }
+            "refusal" => {}
+            other => {
+                return Err(BadRequest::field(
+                    format!("{pp}.type"),
+                    &format!("unsupported content type `{other}`; fusebox reads input_text and input_image"),
+                ))
+            }
+        }
+    }
+    Ok(match out.as_slice() {
+        [Part::Text { text }] => Content::Text(text.clone()),
+        _ => Content::Parts(out.into()),
+    })
+}
+
+/// Reads `input` items: messages in order, a run of `function_call`
+/// items as the assistant turn that made them (with the text before them),
+/// each `function_call_output` as a tool result.
+fn read_items(items: &[Value], out: &mut Vec<Message>) -> Result<(), BadRequest> {
+    for (i, item) in items.iter().enumerate() {
+        let path = format!("input[{i}]");
+        let it = rq::object(item, &path)?;
+        let ty = rq::opt_str(it, "type", &format!("{path}.type"))?.unwrap_or("message");
+        match ty {
+            "message" => {
+                let role = match rq::required_str(it, "role", &format!("{path}.role"))? {
+                    "user" => Role::User,
+                    "assistant" => Role::Assistant,
+                    "system" => Role::System,
+                    "developer" => Role::Developer,
+                    _ => {
+                        return Err(BadRequest::field(
+                            format!("{path}.role"),
+                            "unsupported role; expected one of user, assistant, system, developer",
+                        ))
+                    }
+                };
+                let c = it
+                    .get("content")
+                    .ok_or_else(|| BadRequest::field(format!("{path}.content"), "field required"))?;
+                out.push(Message::new(role, content(c, &format!("{path}.content"))?));
+            }
+            "function_call" => {
+                let call = ToolCall {
+                    id: rq::required_str(it, "call_id", &format!("{path}.call_id"))?.to_string(),
+                    name: rq::required_str(it, "name", &format!("{path}.name"))?.to_string(),
+                    arguments: rq::opt_str(it, "arguments", &format!("{path}.arguments"))?
+                        .unwrap_or("{}")
+                        .to_string(),
+                };
+                match out.last_mut() {
+                    Some(m) if m.role == Role::Assistant => {
+                        let mut calls = m.tool_calls.to_vec();
+                        calls.push(call);
+                        m.tool_calls = calls.into();
+                    }
+                    _ => out.push(Message::assistant("", vec![call])),
+                }
+            }
+            "function_call_output" => {
+                let id = rq::required_str(it, "call_id", &format!("{path}.call_id"))?;
+                let c = it
+                    .get("output")
+                    .ok_or_else(|| BadRequest::field(format!("{path}.output"), "field required"))?;
+                let mut m = Message::new(Role::Tool, content(c, &format!("{path}.output"))?);
+                m.tool_call_id = Some(id.into());
+                out.push(m);
+            }
+            // A reasoning model's own notes, of use to it alone.
+            "reasoning" => {}
+            "item_reference" => {
+                return Err(BadRequest::field(
+                    format!("{path}.type"),
+                    "fusebox keeps no responses: send the item itself, not a reference to it",
+                ))
+            }
+            other => {
+                return Err(BadRequest::field(
+                    format!("{path}.type"),
+                    &format!(
+                    "unsupported item type `{other}`; fusebox reads message, function_call and function_call_output"
+                ),
+                ))
+            }
+        }
+    }
+    Ok(())
+}
+
+fn tools(obj: &Obj) -> Result<Vec<ToolSpec>, BadRequest> {
+    let mut out = Vec::new();
+    for (i, t) in rq::array(obj, "tools", "tools")?.iter().enumerate() {
+        let path = format!("tools[{i}]");
+        let t = rq::object(t, &path)?;
+        match rq::required_str(t, "type", &format!("{path}.type"))? {
+            "function" => out.push(ToolSpec {
+                name: rq::tool_name(t, &format!("{path}.name"))?.into(),
+                description: rq::opt_str(t, "description", &format!("{path}.description"))?
+                    .unwrap_or_default()
+                    .into(),
+                schema: rq::schema(t, "parameters", &format!("{path}.parameters"))?.into(),
+            }),
+            other => {
+                return Err(BadRequest::field(
+                    format!("{path}.type"),
+                    &format!("unsupported tool type `{other}`: fusebox serves function tools (hosted tools need OpenAI's own Responses API)"),
+                ))
+            }
+        }
+    }
+    Ok(out)
+}
+
+fn tool_choice(obj: &Obj) -> Result<Option<ToolChoice>, BadRequest> {
+    Ok(match obj.get("tool_choice") {
+        None | Some(Value::Null) => None,
+        Some(Value::String(s)) => Some(match s.as_str() {
+            "auto" => ToolChoice::Auto,
+            "none" => ToolChoice::None,
+            "required" => ToolChoice::Required,
+            _ => {
+                return Err(BadRequest::field(
+                    "tool_choice",
+                    "expected auto, none, required or a function",
+                ))
+            }
+        }),
+        Some(Value::Object(o)) => match o.get("name").and_then(Value::as_str) {
+            Some(name) => Some(ToolChoice::Tool(name.to_string())),
+            None => return Err(BadRequest::field("tool_choice.name", "field required")),
+        },
+        Some(_) => return Err(BadRequest::field("tool_choice", "expected a string or an object")),
+    })
+}
+
+/// What a `response` object echoes of its request.
+#[derive(Clone, Debug, Default)]
+pub struct Echo {
+    /// `tools`, as sent.
+    pub tools: Value,
+    /// `tool_choice`, as sent (`auto` when absent).
+    pub tool_choice: Value,
+    /// `parallel_tool_calls` (true when absent).
+    pub parallel_tool_calls: bool,
+    /// `instructions`.
+    pub instructions: Value,
+    /// `max_output_tokens`.
+    pub max_output_tokens: Value,
+    /// `temperature`, `top_p`.
+    pub temperature: Value,
+    /// `top_p`.
+    pub top_p: Value,
+    /// `metadata`.
+    pub metadata: Value,
+}
+
+impl Echo {
+    /// What `bytes` (a request body already read) asked for.
+    pub fn of(bytes: &[u8]) -> Self {
+        let v: Value = serde_json::from_slice(bytes).unwrap_or(Value::Null);
+        let get = |k: &str| v.get(k).cloned().unwrap_or(Value::Null);
+        Self {
+            tools: v.get("tools").cloned().unwrap_or_else(|| json!([])),
+            tool_choice: v.get("tool_choice").cloned().unwrap_or_else(|| json!("auto")),
+            parallel_tool_calls: v.get("parallel_tool_calls").and_then(Value::as_bool).unwrap_or(true),
+            instructions: get("instructions"),
+            max_output_tokens: get("max_output_tokens"),
+            temperature: get("temperature"),
+            top_p: get("top_p"),
+            metadata: v.get("metadata").cloned().unwrap_or_else(|| json!({})),
+        }
+    }
+}
+
+/// The ids of a response and its items.
+#[derive(Clone, Debug)]
+pub struct Ids {
+    /// `resp_…`.
+    pub response: String,
+    /// A stem for item ids.
+    pub stem: String,
+}
+
+impl Ids {
+    /// Ids derived from `n`.
+    pub fn new(n: u64) -> Self {
+        Self {
+            response: format!("resp_{n:016x}"),
+            stem: format!("{n:016x}"),
+        }
+    }
+
+    fn message(&self, i: usize) -> String {
+        format!("msg_{}{i:02}", self.stem)
+    }
+
+    fn call(&self, i: usize) -> String {
+        format!("fc_{}{i:02}", self.stem)
+    }
+}
+
+fn usage(u: Usage) -> Value {
+    json!({
+        "input_tokens": u.input,
+        "input_tokens_details": {"cached_tokens": u.cached_input},
+        "output_tokens": u.output,
+        "output_tokens_details": {"reasoning_tokens": 0},
+        "total_tokens": u.input + u.output,
+    })
+}
+
+fn message_item(id: &str, text: &str, status: &str) -> Value {
+    let content = if text.is_empty() && status == "in_progress" {
+        json!([])
+    } else {
+        json!([{"type": "output_text", "text": text, "annotations": [], "logprobs": []}])
+    };
+    json!({"id": id, "type": "message", "status": status, "role": "assistant", "content": content})
+}
+
+fn call_item(id: &str, c: &ToolCall, status: &str) -> Value {
+    json!({"id": id, "type": "function_call", "status": status, "call_id": c.id, "name": c.name, "arguments": c.arguments})
+}
+
+/// The output items of an answer: its text as a message, each tool call
+/// as a `function_call`.
+fn output(ids: &Ids, r: &Reply) -> Vec<Value> {
+    let mut out = Vec::new();
+    let text = if r.text.is_empty() { &r.refusal } else { &r.text };
+    if !text.is_empty() || r.tool_calls.is_empty() {
+        out.push(message_item(&ids.message(0), text, "completed"));
+    }
+    for (i, c) in r.tool_calls.iter().enumerate() {
+        out.push(call_item(&ids.call(i), c, "completed"));
+    }
+    out
+}
+
+/// A `response` object for `r` (`status`: `completed`, `in_progress`,
+/// `failed`, `incomplete`).
+fn object(
+    ids: &Ids,
+    echo: &Echo,
+    model: &str,
+    created: u64,
+    status: &str,
+    output: Vec<Value>,
+    u: Option<Usage>,
+) -> Value {
+    json!({
+        "id": ids.response,
+        "object": "response",
+        "created_at": created,
+        "status": status,
+        "error": null,
+        "incomplete_details": if status == "incomplete" { json!({"reason": "max_output_tokens"}) } else { Value::Null },
+        "instructions": echo.instructions,
+        "max_output_tokens": echo.max_output_tokens,
+        "model": model,
+        "output": output,
+        "parallel_tool_calls": echo.parallel_tool_calls,
+        "previous_response_id": null,
+        "reasoning": {"effort": null, "summary": null},
+        "store": false,
+        "temperature": echo.temperature,
+        "text": {"format": {"type": "text"}},
+        "tool_choice": echo.tool_choice,
+        "tools": echo.tools,
+        "top_p": echo.top_p,
+        "truncation": "disabled",
+        "usage": u.map(usage),
+        "user": null,
+        "metadata": echo.metadata,
+    })
+}
+
+fn status_of(r: &Reply) -> &'static str {
+    if r.finish == Some(Finish::Length) {
+        "incomplete"
+    } else {
+        "completed"
+    }
+}
+
+/// A whole `response` object for `r`.
+pub fn render_reply(ids: &Ids, echo: &Echo, created: u64, r: &Reply) -> Value {
+    object(ids, echo, &r.model, created, status_of(r), output(ids, r), r.usage)
+}
+
+/// Writes pieces as the Responses API's semantic stream events.
+#[derive(Debug)]
+pub struct EventWriter {
+    ids: Ids,
+    echo: Echo,
+    model: String,
+    created: u64,
+    seq: u64,
+    started: bool,
+    /// The answer so far.
+    reply: Reply,
+    /// Output items written so far (done ones as they ended).
+    items: Vec<Value>,
+    /// The open item: a message (its index) or a tool call (its index and call index).
+    open: Option<Open>,
+    usage: Usage,
+}
+
+#[derive(Clone, Copy, Debug)]
+enum Open {
+    Message(usize),
+    Call(usize, usize),
+}
+
+impl EventWriter {
+    /// A writer of the response `ids` (echoing `echo`) for `model`.
+    pub fn new(ids: Ids, echo: Echo, model: impl Into<String>, created: u64) -> Self {
+        Self {
+            ids,
+            echo,
+            model: model.into(),
+            created,
+            seq: 0,
+            started: false,
+            reply: Reply::default(),
+            items: Vec::new(),
+            open: None,
+            usage: Usage::default(),
+        }
+    }
+
+    fn event(&mut self, name: &str, mut data: Value, out: &mut Vec<u8>) {
+        data["type"] = json!(name);
+        data["sequence_number"] = json!(self.seq);
+        self.seq += 1;
+        super::anthropic::event(name, &data, out);
+    }
+
+    fn snapshot(&self, status: &str) -> Value {
+        let u = (status != "in_progress").then_some(self.usage);
+        object(
+            &self.ids,
+            &self.echo,
+            &self.model,
+            self.created,
+            status,
+            self.items.clone(),
+            u,
+        )
+    }
+
+    fn start(&mut self, out: &mut Vec<u8>) {
+        if self.started {
+            return;
+        }
+        self.started = true;
+        let r = self.snapshot("in_progress");
+        self.event("response.created", json!({"response": r}), out);
+        self.event("response.in_progress", json!({"response": r}), out);
+    }
+
+    fn close(&mut self, out: &mut Vec<u8>) {
+        match self.open.take() {
+            Some(Open::Message(at)) => {
+                let id = self.ids.message(0);
+                let text = self.reply.text.clone();
+                self.event(
+                    "response.output_text.done",
+                    json!({"item_id": id, "output_index": at, "content_index": 0, "text": text, "logprobs": []}),
+                    out,
+                );
+                let part = json!({"type": "output_text", "text": text, "annotations": [], "logprobs": []});
+                self.event(
+                    "response.content_part.done",
+                    json!({"item_id": id, "output_index": at, "content_index": 0, "part": part}),
+                    out,
+                );
+                self.items[at] = message_item(&id, &text, "completed");
+                let item = self.items[at].clone();
+                self.event(
+                    "response.output_item.done",
+                    json!({"output_index": at, "item": item}),
+                    out,
+                );
+            }
+            Some(Open::Call(at, c)) => {
+                let id = self.ids.call(c);
+                let call = self.reply.tool_calls[c].clone();
+                self.event(
+                    "response.function_call_arguments.done",
+                    json!({"item_id": id, "output_index": at, "arguments": call.arguments}),
+                    out,
+                );
+                self.items[at] = call_item(&id, &call, "completed");
+                let item = self.items[at].clone();
+                self.event(
+                    "response.output_item.done",
+                    json!({"output_index": at, "item": item}),
+                    out,
+                );
+            }
+            None => {}
+        }
+    }
+
+    /// Writes `d` to `out`.
+    pub fn write(&mut self, d: &Delta, out: &mut Vec<u8>) {
+        match d {
+            Delta::Usage(u) => {
+                self.usage.input = self.usage.input.max(u.input);
+                self.usage.output = self.usage.output.max(u.output);
+                self.usage.cached_input = self.usage.cached_input.max(u.cached_input);
+                return;
+            }
+            Delta::Start { model, .. } if !model.is_empty() && !self.started => self.model.clone_from(model),
+            _ => {}
+        }
+        self.start(out);
+        match d {
+            Delta::Start { .. } | Delta::Usage(_) | Delta::Reasoning(_) => {}
+            Delta::Text(t) | Delta::Refusal(t) => {
+                let at = match self.open {
+                    Some(Open::Message(at)) => at,
+                    _ => {
+                        self.close(out);
+                        let at = self.items.len();
+                        let item = message_item(&self.ids.message(0), "", "in_progress");
+                        self.items.push(item.clone());
+                        self.event(
+                            "response.output_item.added",
+                            json!({"output_index": at, "item": item}),
+                            out,
+                        );
+                        let part = json!({"type": "output_text", "text": "", "annotations": [], "logprobs": []});
+                        self.event(
+                            "response.content_part.added",
+                            json!({"item_id": self.ids.message(0), "output_index": at, "content_index": 0, "part": part}),
+                            out,
+                        );
+                        self.open = Some(Open::Message(at));
+                        at
+                    }
+                };
+                self.reply.text.push_str(t);
+                self.event(
+                    "response.output_text.delta",
+                    json!({"item_id": self.ids.message(0), "output_index": at, "content_index": 0, "delta": t, "logprobs": []}),
+                    out,
+                );
+            }
+            Delta::ToolStart { id, name, .. } => {
+                self.close(out);
+                let c = self.reply.tool_calls.len();
+                let call = ToolCall::new(id.as_str(), name.as_str(), "");
+                self.reply.tool_calls.push(call.clone());
+                let at = self.items.len();
+                let item = call_item(&self.ids.call(c), &call, "in_progress");
+                self.items.push(item.clone());
+                self.event(
+                    "response.output_item.added",
+                    json!({"output_index": at, "item": item}),
+                    out,
+                );
+                self.open = Some(Open::Call(at, c));
+            }
+            Delta::ToolArgs { fragment, .. } => {
+                if let Some(Open::Call(at, c)) = self.open {
+                    self.reply.tool_calls[c].arguments.push_str(fragment);
+                    self.event(
+                        "response.function_call_arguments.delta",
+                        json!({"item_id": self.ids.call(c), "output_index": at, "delta": fragment}),
+                        out,
+                    );
+                }
+            }
+            Delta::Finish(f) => self.reply.finish = Some(*f),
+            Delta::Done => {
+                self.close(out);
+                let status = status_of(&self.reply);
+                let r = self.snapshot(status);
+                let name = if status == "incomplete" {
+                    "response.incomplete"
+                } else {
+                    "response.completed"
+                };
+                self.event(name, json!({"response": r}), out);
+            }
+        }
+    }
+
+    /// Ends a stream cut short: an `error` event, then `response.failed`.
+    pub fn fail(&mut self, code: &str, message: &str, out: &mut Vec<u8>) {
+        self.start(out);
+        self.event("error", json!({"code": code, "message": message, "param": null}), out);
+        let mut r = self.snapshot("failed");
+        r["error"] = json!({"code": code, "message": message});
+        self.event("response.failed", json!({"response": r}), out);
+    }
+}
