@@ -6,6 +6,7 @@
 
 mod auth;
 mod chat;
+mod embeddings;
 mod metrics;
 mod stream;
 
@@ -71,6 +72,7 @@ pub fn router(runner: Arc<Runner>, opts: GatewayOptions) -> Router {
         .route("/chat/completions", post(chat::completions))
         .route("/v1/messages", post(chat::messages))
         .route("/v1/responses", post(chat::responses))
+        .route("/v1/embeddings", post(embeddings::embeddings))
         .route("/v1/models", get(models))
         .route("/metrics", get(metrics::metrics))
         .route("/healthz", get(healthz))
@@ -196,7 +198,7 @@ async fn not_found(uri: axum::http::Uri) -> Response {
     error(
         StatusCode::NOT_FOUND,
         &format!(
-            "no route {uri}: fusebox serves POST /v1/chat/completions, POST /v1/messages, POST /v1/responses, GET /v1/models, /metrics, /healthz, /readyz"
+            "no route {uri}: fusebox serves POST /v1/chat/completions, POST /v1/messages, POST /v1/responses, POST /v1/embeddings, GET /v1/models, /metrics, /healthz, /readyz"
         ),
         None,
     )

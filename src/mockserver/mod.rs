@@ -20,6 +20,7 @@
 mod anthropic;
 mod conn;
 mod control;
+mod embeddings;
 mod openai;
 pub(crate) mod play;
 mod quota;
@@ -259,6 +260,7 @@ impl MockServer {
             .route("/chat/completions", post(deepseek_chat))
             .route("/deepseek/chat/completions", post(deepseek_chat))
             .route("/v1/messages", post(anthropic_messages))
+            .route("/v1/embeddings", post(embeddings))
             .route("/v1/models", get(models))
             .route("/_fusebox/faults", get(control::get_faults).put(control::put_faults))
             .fallback(not_found)
@@ -609,6 +611,17 @@ fn check_auth(flavor: Flavor, headers: &HeaderMap) -> Option<Response> {
             }
         }
     }
+}
+
+async fn embeddings(State(server): State<Arc<MockServer>>, req: Request) -> Response {
+    server.embeddings(req).await
+}
+
+/// The request id a call's plan is keyed by: the header's, else a hash of the body.
+fn wire_request_id(headers: &HeaderMap, body: &[u8]) -> u64 {
+    header_str(headers, REQUEST_HEADER)
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| crate::clock::hash_str(&String::from_utf8_lossy(body)))
 }
 
 async fn openai_chat(State(server): State<Arc<MockServer>>, req: Request) -> Response {

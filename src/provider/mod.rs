@@ -84,6 +84,31 @@ impl LlmRequest {
     }
 }
 
+/// One embeddings call: the client's body, passed on with its model
+/// replaced.
+#[derive(Clone, Debug)]
+pub struct EmbedRequest {
+    /// The request it belongs to.
+    pub request_id: u64,
+    /// The model, as the provider names it.
+    pub model: Arc<str>,
+    /// The client's body.
+    pub body: Arc<crate::wire::RawBody>,
+    /// Characters to embed, for a usage estimate.
+    pub chars: usize,
+}
+
+/// An embeddings answer.
+#[derive(Clone, Debug)]
+pub struct Embedded {
+    /// The upstream's body as it sent it.
+    pub body: bytes::Bytes,
+    /// Tokens it counted.
+    pub usage: Usage,
+    /// Rate-limit feedback from headers.
+    pub rate: RateFeedback,
+}
+
 /// A successful LLM response.
 #[derive(Clone, Debug, Default)]
 pub struct LlmResponse {
@@ -318,6 +343,17 @@ pub trait Provider: Send + Sync {
     /// answers whole.
     async fn open(&self, req: &LlmRequest) -> Result<Opened, ProviderError> {
         self.complete(req).await.map(Opened::Whole)
+    }
+
+    /// Embeds `req.input`: the upstream's answer as it sent it, with the
+    /// tokens it counted. Only OpenAI-compatible providers embed.
+    async fn embed(&self, req: &EmbedRequest) -> Result<Embedded, ProviderError> {
+        let _ = req;
+        Err(ProviderError::new(
+            ErrorKind::Unsupported,
+            None,
+            "this provider has no embeddings endpoint",
+        ))
     }
 
     /// Makes one call that fails as timed out after `timeout`. A provider

@@ -6,7 +6,9 @@
 use super::http::{
     header_getter, open_stream, read_body, status_error, transport_error, with_ids, Endpoint, SseStream,
 };
-use super::{ErrorKind, LlmRequest, LlmResponse, Opened, Provider, ProviderError, Usage, WireAnswer};
+use super::{
+    EmbedRequest, Embedded, ErrorKind, LlmRequest, LlmResponse, Opened, Provider, ProviderError, Usage, WireAnswer,
+};
 use crate::clock::Clock;
 use crate::resilience::limiter::RateFeedback;
 use crate::wire::headers::{openai_feedback, retry_after};
@@ -60,6 +62,59 @@ impl Provider for OpenAiClient {
             Opened::Whole(r) => Ok(r),
             Opened::Live(live) => live.drain(&self.clock).await,
         }
+    }
+
+    async fn embed(&self, req: &EmbedRequest) -> Result<Embedded, ProviderError> {
+        let name = &self.ep.name;
+        let Some(url) = self
+            .ep
+            .url
+            .strip_suffix("/chat/completions")
+            .filter(|_| self.flavor == Flavor::OpenAi)
+        else {
+            return Err(ProviderError::new(
+                ErrorKind::Unsupported,
+                None,
+                format!("{name} has no embeddings endpoint"),
+            ));
+        };
+        let model = crate::wire::raw::to_raw(&&*req.model);
+        let body = req.body.render(&[("model", &model)], &[]);
+        let mut b = self
+            .http
+            .post(format!("{url}/embeddings"))
+            .header("x-fusebox-request", req.request_id.to_string())
+            .header(reqwest::header::CONTENT_TYPE, "application/json")
+            .body(body);
+        if let Some(k) = &self.ep.key {
+            b = b.bearer_auth(k.expose());
+        }
+        let resp = b.send().await.map_err(|e| transport_error(name, &e))?;
+        let status = resp.status().as_u16();
+        let rate = self.feedback(resp.headers());
+        let body = read_body(name, resp).await?;
+        if !(200..300).contains(&status) {
+            return Err(status_error(name, status, body, WireKind::OpenAi, rate));
+        }
+        let v: Value = serde_json::from_slice(&body).map_err(|e| {
+            ProviderError::new(
+                ErrorKind::Truncated,
+                None,
+                format!("{name}: unreadable response body: {e}"),
+            )
+        })?;
+        let input = v
+            .pointer("/usage/prompt_tokens")
+            .and_then(Value::as_u64)
+            .map_or((req.chars as u32).div_ceil(4), |t| t.min(u64::from(u32::MAX)) as u32);
+        Ok(Embedded {
+            body: body.into(),
+            usage: Usage {
+                input,
+                ..Usage::default()
+            },
+            rate,
+        })
     }
 
     async fn open(&self, req: &LlmRequest) -> Result<Opened, ProviderError> {

@@ -119,20 +119,21 @@ fn budget_retry_after(e: &BudgetExceeded) -> Duration {
     Duration::from_secs(secs)
 }
 
-/// Ends a chat whose future is dropped (the client went away) in a failed
+/// Ends a call whose future is dropped (the client went away) in a failed
 /// outcome, so every request still has exactly one.
-struct Abandoned<'a> {
-    runner: &'a Runner,
-    req: &'a ChatRequest,
-    armed: bool,
+pub(super) struct Abandoned<'a> {
+    pub runner: &'a Runner,
+    pub request: u64,
+    pub user: &'a str,
+    pub armed: bool,
 }
 
 impl Drop for Abandoned<'_> {
     fn drop(&mut self) {
         if self.armed {
             let o = Outcome {
-                request: self.req.id,
-                user: self.req.user.as_str().into(),
+                request: self.request,
+                user: self.user.into(),
                 level: Level::Failed,
                 chain: Vec::new(),
                 quality: 0.0,
@@ -184,7 +185,8 @@ impl Runner {
         self.retry_budget.deposit(start);
         let mut abandoned = Abandoned {
             runner: self,
-            req: &req,
+            request: req.id,
+            user: &req.user,
             armed: true,
         };
         let mut tally = Tally::default();

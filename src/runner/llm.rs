@@ -339,63 +339,15 @@ impl Runner {
             }))
         };
         loop {
-            let now = self.clock.now();
-            let Ok(pp) = pt.breaker.try_acquire(now) else {
-                pt.stats.rejected_open.inc();
-                return hop(HopResult::Open, attempt);
+            let admitted = self
+                .admit(call.user, mi, chars, req.max_tokens, || !self.any_admits(rest))
+                .await;
+            let (mut held, now) = match admitted {
+                Ok(h) => h,
+                Err(Refusal::Open) => return hop(HopResult::Open, attempt),
+                Err(Refusal::Rate) => return hop(HopResult::Rate, attempt),
+                Err(Refusal::Budget(e)) => return Err(LlmFailure::Budget(e)),
             };
-            let Ok(mp) = mt.breaker.try_acquire(now) else {
-                pt.breaker.cancel(pp);
-                mt.stats.rejected_open.inc();
-                return hop(HopResult::Open, attempt);
-            };
-            // From here on what the attempt holds is released if the caller
-            // goes away (a gateway client disconnects) before it settles.
-            let mut held = Held {
-                runner: self,
-                targets: [pt, mt],
-                provider: p,
-                user: call.user,
-                probes: [Some(pp), Some(mp)],
-                permit: None,
-                res: None,
-                allowance: None,
-            };
-            let now = match p.limiter.try_acquire(chars, req.max_tokens, now) {
-                Ok(permit) => {
-                    held.permit = Some(permit);
-                    now
-                }
-                Err(_) if !self.any_admits(rest) => {
-                    held.permit = Box::pin(p.limiter.acquire(chars, req.max_tokens)).await.ok();
-                    self.clock.now()
-                }
-                Err(_) => {
-                    p.limiter.count_rejected();
-                    now
-                }
-            };
-            let Some(est) = held.permit.as_ref().map(|p| p.estimate()) else {
-                drop(held);
-                pt.stats.rejected_rate.inc();
-                return hop(HopResult::Rate, attempt);
-            };
-            match self.budgets.reserve(
-                call.user,
-                est.total(),
-                m.cost(est.input, est.output),
-                self.clock.ms_at(now),
-            ) {
-                Ok(r) => held.res = Some(r),
-                Err(e) => return Err(LlmFailure::Budget(e)),
-            };
-            // Fleet mode: the user's budget as the whole fleet has spent it.
-            if let Some(a) = self.allowances.get() {
-                let r = Box::pin(a.reserve(call.user, est.total(), m.cost(est.input, est.output)))
-                    .await
-                    .map_err(LlmFailure::Budget)?;
-                held.allowance = Some(r);
-            }
             pt.stats.attempts.inc();
             mt.stats.attempts.inc();
             tally.attempts += 1;
@@ -425,7 +377,7 @@ impl Runner {
             );
             let settle = |usage, rate: &RateFeedback, failure, tokens_per_s, tally: &mut Tally| {
                 self.settle(
-                    call,
+                    call.user,
                     mi,
                     permits,
                     allowance,
@@ -577,13 +529,86 @@ impl Runner {
         }
     }
 
+    /// Admits one attempt on model `mi` for `user`: both breakers (the
+    /// cheapest refusal), the provider's limiter (waiting for capacity
+    /// only when `may_wait` says no later model could take the call), the
+    /// user's budgets and, in a fleet, its allowances. What the attempt
+    /// holds and when it was admitted, or why not.
+    pub(super) async fn admit<'a>(
+        &'a self,
+        user: &'a str,
+        mi: usize,
+        chars: usize,
+        max_tokens: u32,
+        may_wait: impl FnOnce() -> bool,
+    ) -> Result<(Held<'a>, tokio::time::Instant), Refusal> {
+        let m = &self.models[mi];
+        let p = &self.providers[m.provider];
+        let (pt, mt) = (self.registry.get(p.target), self.registry.get(m.target));
+        let now = self.clock.now();
+        let Ok(pp) = pt.breaker.try_acquire(now) else {
+            pt.stats.rejected_open.inc();
+            return Err(Refusal::Open);
+        };
+        let Ok(mp) = mt.breaker.try_acquire(now) else {
+            pt.breaker.cancel(pp);
+            mt.stats.rejected_open.inc();
+            return Err(Refusal::Open);
+        };
+        // From here on what the attempt holds is released if the caller
+        // goes away (a gateway client disconnects) before it settles.
+        let mut held = Held {
+            runner: self,
+            targets: [pt, mt],
+            provider: p,
+            user,
+            probes: [Some(pp), Some(mp)],
+            permit: None,
+            res: None,
+            allowance: None,
+        };
+        let now = match p.limiter.try_acquire(chars, max_tokens, now) {
+            Ok(permit) => {
+                held.permit = Some(permit);
+                now
+            }
+            Err(_) if may_wait() => {
+                held.permit = Box::pin(p.limiter.acquire(chars, max_tokens)).await.ok();
+                self.clock.now()
+            }
+            Err(_) => {
+                p.limiter.count_rejected();
+                now
+            }
+        };
+        let Some(est) = held.permit.as_ref().map(|p| p.estimate()) else {
+            drop(held);
+            pt.stats.rejected_rate.inc();
+            return Err(Refusal::Rate);
+        };
+        let cost = m.cost(est.input, est.output);
+        held.res = Some(
+            self.budgets
+                .reserve(user, est.total(), cost, self.clock.ms_at(now))
+                .map_err(Refusal::Budget)?,
+        );
+        // Fleet mode: the user's budget as the whole fleet has spent it.
+        if let Some(a) = self.allowances.get() {
+            let r = Box::pin(a.reserve(user, est.total(), cost))
+                .await
+                .map_err(Refusal::Budget)?;
+            held.allowance = Some(r);
+        }
+        Ok((held, now))
+    }
+
     /// Settles one attempt: the limiter, the budgets and the fleet's
     /// allowances with what it used, the request's tally, and both
     /// breakers with how it went (a client-side failure is neutral to
     /// them). Returns the trips it caused, per breaker.
-    fn settle(
+    pub(super) fn settle(
         &self,
-        call: &LlmCall<'_>,
+        user: &str,
         mi: usize,
         permits: Permits,
         allowance: Option<crate::fleet::allowance::Reserved>,
@@ -599,7 +624,7 @@ impl Runner {
         p.limiter.settle(permit, u.input, u.output, spent.end);
         p.limiter.calibrate(spent.rate, spent.end);
         self.budgets.settle(res, tokens, cost, self.clock.ms_at(spent.end));
-        self.settle_allowance(call.user, allowance, tokens, cost);
+        self.settle_allowance(user, allowance, tokens, cost);
         tally.tokens += u64::from(tokens);
         tally.cost += cost;
         let lat_ms = spent.latency.as_millis() as u64;
@@ -687,8 +712,18 @@ impl Runner {
     }
 }
 
+/// Why an attempt was not admitted.
+pub(super) enum Refusal {
+    /// A breaker is open.
+    Open,
+    /// No rate-limit capacity in time.
+    Rate,
+    /// A budget refused.
+    Budget(BudgetExceeded),
+}
+
 /// Breaker probes, a rate-limit reservation and a budget reservation, to settle.
-type Permits = (
+pub(super) type Permits = (
     crate::resilience::breaker::Permit,
     crate::resilience::breaker::Permit,
     crate::resilience::limiter::LimitPermit,
@@ -696,14 +731,14 @@ type Permits = (
 );
 
 /// What one attempt spent, and how it went.
-struct Spent<'r> {
-    usage: crate::provider::Usage,
-    rate: &'r RateFeedback,
+pub(super) struct Spent<'r> {
+    pub usage: crate::provider::Usage,
+    pub rate: &'r RateFeedback,
     /// How it failed (`None`: it did not).
-    failure: Option<FailureKind>,
-    tokens_per_s: Option<f64>,
-    latency: Duration,
-    end: tokio::time::Instant,
+    pub failure: Option<FailureKind>,
+    pub tokens_per_s: Option<f64>,
+    pub latency: Duration,
+    pub end: tokio::time::Instant,
 }
 
 /// How one attempt ended.
@@ -722,7 +757,7 @@ enum Attempted {
 /// slots, a rate-limit reservation, a budget reservation. Dropped without
 /// [`Held::disarm`] (a refusal, or the request's future dropped mid-call),
 /// it gives everything back, so an abandoned request leaks nothing.
-struct Held<'a> {
+pub(super) struct Held<'a> {
     runner: &'a Runner,
     targets: [&'a super::registry::Target; 2],
     provider: &'a super::ProviderSlot,
@@ -736,7 +771,7 @@ struct Held<'a> {
 
 impl Held<'_> {
     /// Hands everything over for settlement with the call's actual usage.
-    fn disarm(mut self) -> Permits {
+    pub(super) fn disarm(mut self) -> Permits {
         let taken = (
             self.probes[0].take(),
             self.probes[1].take(),

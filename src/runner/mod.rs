@@ -5,6 +5,7 @@
 pub mod agent;
 pub mod chat;
 pub mod command;
+pub mod embed;
 pub mod llm;
 pub mod outcome;
 pub mod registry;

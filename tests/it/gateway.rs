@@ -461,3 +461,48 @@ fn only_loopback_may_be_served_without_a_token() {
     assert!(fusebox::gateway::needs_token(&"0.0.0.0:8787".parse().unwrap()));
     assert!(fusebox::gateway::needs_token(&"10.1.2.3:8787".parse().unwrap()));
 }
+
+#[tokio::test]
+async fn embeddings_pass_through_the_named_models_breaker_limiter_and_budget() {
+    let f = gateway(Config::default(), GatewayOptions::default()).await;
+    let post = |body: Value| f.http.post(format!("{}/v1/embeddings", f.base)).json(&body).send();
+    let r = post(json!({"model": "gpt-4o", "input": ["where is my order", "refund policy"], "user": "jo"}))
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    assert_eq!(header(&r, "x-fusebox-level"), "none");
+    assert_eq!(header(&r, "x-fusebox-chain"), "gpt-4o ok");
+    let v: Value = r.json().await.unwrap();
+    assert_eq!(v["object"], "list");
+    assert_eq!(v["data"].as_array().unwrap().len(), 2);
+    assert_eq!(v["data"][1]["index"], 1);
+    assert_eq!(v["data"][0]["embedding"].as_array().unwrap().len(), 16);
+    let tokens = v["usage"]["prompt_tokens"].as_u64().unwrap();
+    assert!(tokens > 0);
+    let jo = f.runner.budgets().top_users(5, f.runner.clock().elapsed_ms());
+    let jo = jo.iter().find(|u| u.user == "jo").unwrap();
+    assert_eq!(
+        jo.tokens[0] as u64, tokens,
+        "the user is charged what the upstream counted"
+    );
+    // A model whose provider has no embeddings endpoint fails; an open breaker refuses at once.
+    let r = post(json!({"model": "claude-haiku", "input": "x"})).await.unwrap();
+    assert_eq!(r.status(), 502);
+    f.runner
+        .apply(
+            &serde_json::from_value(json!({"action": "force_open", "target": "provider:openai"})).unwrap(),
+            "test",
+        )
+        .unwrap();
+    let r = post(json!({"model": "gpt-4o", "input": "x"})).await.unwrap();
+    assert_eq!(r.status(), 503);
+    assert_eq!(header(&r, "x-fusebox-chain"), "gpt-4o skipped open");
+    // Bad input names the field; an unknown model is a 404.
+    let r = post(json!({"model": "gpt-4o", "input": 5.5})).await.unwrap();
+    assert_eq!(r.status(), 400);
+    assert_eq!(r.json::<Value>().await.unwrap()["error"]["param"], "input");
+    let r = post(json!({"model": "nope", "input": "x"})).await.unwrap();
+    assert_eq!(r.status(), 404);
+    let [none, .., failed] = f.runner.by_level();
+    assert_eq!((none, failed), (1, 2), "one outcome per call that reached the runner");
+}

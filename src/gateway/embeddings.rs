@@ -1,0 +1,109 @@
+//! `POST /v1/embeddings`: the client's body, passed on with its model
+//! replaced, through the named model's breakers, its provider's limiter and
+//! the user's budgets (one attempt; no fallback, as another model's vectors
+//! would not compare). The upstream's answer comes back as it sent it.
+
+use super::chat::{ascii_hop, Api, H_CHAIN, H_LEVEL};
+use super::Shared;
+use crate::runner::embed::{EmbedCall, EmbedEnd};
+use crate::wire::RawBody;
+use axum::body::Body;
+use axum::extract::State;
+use axum::http::{header, HeaderName, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use serde_json::Value;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+/// Characters to embed in an `input`, or why it is not one.
+fn chars(input: Option<&Value>) -> Result<usize, &'static str> {
+    let count = |v: &Value| match v {
+        Value::String(s) => Some(s.len()),
+        // Token ids: about four characters each.
+        Value::Number(n) if n.is_u64() => Some(4),
+        Value::Array(tokens) if tokens.iter().all(Value::is_u64) => Some(tokens.len() * 4),
+        _ => None,
+    };
+    match input {
+        None | Some(Value::Null) => Err("field required"),
+        Some(Value::Array(items)) if items.is_empty() => Err("must not be empty"),
+        Some(Value::Array(items)) if items.iter().all(Value::is_u64) => Ok(items.len() * 4),
+        Some(Value::Array(items)) => items
+            .iter()
+            .map(count)
+            .sum::<Option<usize>>()
+            .ok_or("expected a string, an array of strings or of token arrays"),
+        Some(v) => count(v).ok_or("expected a string, an array of strings or of token arrays"),
+    }
+}
+
+pub(super) async fn embeddings(State(gw): Shared, req: axum::extract::Request) -> Response {
+    let api = Api::Chat;
+    let (parts, body) = req.into_parts();
+    let Ok(bytes) = axum::body::to_bytes(body, gw.opts.max_body).await else {
+        let msg = format!("request body is larger than {} bytes", gw.opts.max_body);
+        return api.error(StatusCode::PAYLOAD_TOO_LARGE, &msg, None);
+    };
+    let Ok(raw) = RawBody::parse(&bytes) else {
+        return api.error(StatusCode::BAD_REQUEST, "request body must be a JSON object", None);
+    };
+    let model = match raw.read::<Value>("model") {
+        Some(Ok(Value::String(m))) if !m.is_empty() => m,
+        _ => return api.error(StatusCode::BAD_REQUEST, "model: field required", Some("model")),
+    };
+    let input = raw.read::<Value>("input").and_then(Result::ok);
+    let chars = match chars(input.as_ref()) {
+        Ok(c) => c,
+        Err(why) => return api.error(StatusCode::BAD_REQUEST, &format!("input: {why}"), Some("input")),
+    };
+    if gw.runner.route_for(&model).is_none() {
+        let msg = format!("model `{model}` is neither a route nor a configured model (GET /v1/models lists all)");
+        return api.error(StatusCode::NOT_FOUND, &msg, Some("model"));
+    }
+    let user = match raw.read::<Value>("user") {
+        Some(Ok(Value::String(u))) => u,
+        _ => parts
+            .headers
+            .get("x-fusebox-user")
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("anonymous")
+            .to_string(),
+    };
+    let call = EmbedCall {
+        id: gw.next_id.fetch_add(1, Ordering::Relaxed),
+        user,
+        model,
+        body: Arc::new(raw),
+        chars,
+    };
+    let done = gw.runner.embed(call).await;
+    let mut resp = match done.end {
+        EmbedEnd::Answer(e) => ([(header::CONTENT_TYPE, "application/json")], Body::from(e.body)).into_response(),
+        EmbedEnd::Refused(e) => {
+            let mut r = api.error(StatusCode::TOO_MANY_REQUESTS, &e.to_string(), None);
+            r.headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from_static("60"));
+            r
+        }
+        EmbedEnd::Unavailable(why) => api.error(StatusCode::SERVICE_UNAVAILABLE, &why, None),
+        EmbedEnd::Failed(e) => match (&e.body, e.status) {
+            (Some((_, body)), Some(s)) if e.client_fault() => (
+                StatusCode::from_u16(s).unwrap_or(StatusCode::BAD_REQUEST),
+                [(header::CONTENT_TYPE, "application/json")],
+                Body::from(body.clone()),
+            )
+                .into_response(),
+            _ => api.error(StatusCode::BAD_GATEWAY, &e.message, None),
+        },
+    };
+    let chain: Vec<String> = done.outcome.chain.iter().map(|l| ascii_hop(l)).collect();
+    for (name, value) in [
+        (H_LEVEL, done.outcome.level.as_str().to_string()),
+        (H_CHAIN, chain.join(", ")),
+    ] {
+        if let Ok(v) = HeaderValue::from_str(&value) {
+            resp.headers_mut().insert(HeaderName::from_static(name), v);
+        }
+    }
+    resp
+}

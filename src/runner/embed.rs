@@ -1,0 +1,194 @@
+//! One embeddings call on behalf of an outside client (the gateway):
+//! through the named model's breakers, its provider's limiter and the
+//! user's budgets, one attempt, no fallback (another model's vectors would
+//! not be comparable), ending in exactly one outcome.
+
+use super::chat::Abandoned;
+use super::llm::{Refusal, Spent, Tally};
+use super::outcome::{Level, Outcome};
+use super::request::AgentRequest;
+use super::Runner;
+use crate::provider::{EmbedRequest, Embedded, ProviderError};
+use crate::resilience::breaker::FailureKind;
+use crate::telemetry::events::{Attempt, EventKind};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+/// An embeddings call asked for by an outside client.
+#[derive(Clone, Debug)]
+pub struct EmbedCall {
+    /// Unique id.
+    pub id: u64,
+    /// Who pays.
+    pub user: String,
+    /// The model (or route, whose first model serves) the client named.
+    pub model: String,
+    /// The client's body.
+    pub body: Arc<crate::wire::RawBody>,
+    /// Characters to embed.
+    pub chars: usize,
+}
+
+/// How an embeddings call ended.
+#[derive(Debug)]
+pub enum EmbedEnd {
+    /// The upstream's answer.
+    Answer(Embedded),
+    /// A budget refused.
+    Refused(crate::resilience::budget::BudgetExceeded),
+    /// The model's breaker is open or its provider has no capacity.
+    Unavailable(String),
+    /// The upstream failed.
+    Failed(Box<ProviderError>),
+}
+
+/// An embeddings call's end and its outcome.
+#[derive(Debug)]
+pub struct Embedding {
+    /// How it ended.
+    pub end: EmbedEnd,
+    /// Its outcome.
+    pub outcome: Outcome,
+}
+
+impl Runner {
+    /// Runs one embeddings call to its end.
+    pub async fn embed(&self, call: EmbedCall) -> Embedding {
+        let start = self.clock.now();
+        self.totals.requests.fetch_add(1, Ordering::Relaxed);
+        if self.events.has_subscribers() {
+            self.events.emit(EventKind::Request(Box::new(AgentRequest {
+                id: call.id,
+                user: call.user.as_str().into(),
+                session: format!("{}/call-{}", call.user, call.id).into(),
+                route: call.model.as_str().into(),
+                max_steps: 1,
+                ..AgentRequest::default()
+            })));
+        }
+        let mut abandoned = Abandoned {
+            runner: self,
+            request: call.id,
+            user: &call.user,
+            armed: true,
+        };
+        let mut tally = Tally::default();
+        let (end, chain) = match self.route_for(&call.model).map(|r| r.chain[0]) {
+            None => (EmbedEnd::Unavailable(format!("no model `{}`", call.model)), Vec::new()),
+            Some(mi) => self.embed_on(&call, mi, &mut tally).await,
+        };
+        let level = if matches!(end, EmbedEnd::Answer(_)) {
+            Level::None
+        } else {
+            Level::Failed
+        };
+        let outcome = Outcome {
+            request: call.id,
+            user: call.user.as_str().into(),
+            level,
+            chain,
+            quality: if level == Level::None { 1.0 } else { 0.0 },
+            tokens: tally.tokens,
+            cost_usd: tally.cost,
+            missing: Vec::new(),
+            user_message: match &end {
+                EmbedEnd::Answer(_) => None,
+                EmbedEnd::Refused(e) => Some(format!("Request refused: {e}.")),
+                EmbedEnd::Unavailable(why) => Some(why.clone()),
+                EmbedEnd::Failed(e) => Some(e.message.clone()),
+            },
+            answer: None,
+            stale_ms: None,
+            attempts: tally.attempts,
+            latency_ms: self.clock.now().saturating_duration_since(start).as_millis() as u64,
+        };
+        abandoned.armed = false;
+        self.count_outcome(&outcome);
+        Embedding { end, outcome }
+    }
+
+    async fn embed_on(&self, call: &EmbedCall, mi: usize, tally: &mut Tally) -> (EmbedEnd, Vec<String>) {
+        let m = &self.models[mi];
+        let p = &self.providers[m.provider];
+        let pt = self.registry.get(p.target);
+        let (held, now) = match self.admit(&call.user, mi, call.chars, 0, || false).await {
+            Ok(h) => h,
+            Err(Refusal::Open) => {
+                return (
+                    EmbedEnd::Unavailable(format!("{} is unavailable (breaker open)", m.name)),
+                    vec![format!("{} ⊘open", m.name)],
+                )
+            }
+            Err(Refusal::Rate) => {
+                return (
+                    EmbedEnd::Unavailable(format!("{} has no rate-limit capacity now", m.name)),
+                    vec![format!("{} ⏳rate", m.name)],
+                )
+            }
+            Err(Refusal::Budget(e)) => {
+                self.note_budget_rejection(&call.user, &e);
+                return (EmbedEnd::Refused(e), Vec::new());
+            }
+        };
+        let mt = self.registry.get(m.target);
+        for t in [pt, mt] {
+            t.stats.attempts.inc();
+        }
+        tally.attempts += 1;
+        let req = EmbedRequest {
+            request_id: call.id,
+            model: m.api_name.clone(),
+            body: call.body.clone(),
+            chars: call.chars,
+        };
+        let result = crate::provider::within(p.timeout, "embeddings call", p.client.embed(&req)).await;
+        let permits = held.disarm();
+        let end = self.clock.now();
+        let latency = end.saturating_duration_since(now);
+        let (usage, rate, failure) = match &result {
+            Ok(e) => (e.usage, e.rate, None),
+            Err(e) => (e.usage, e.rate, Some(e.kind.failure())),
+        };
+        let spent = Spent {
+            usage,
+            rate: &rate,
+            failure,
+            tokens_per_s: None,
+            latency,
+            end,
+        };
+        self.settle(&call.user, mi, permits, None, spent, tally);
+        let failed = result.as_ref().err();
+        self.announce_attempt(|| Attempt {
+            request: call.id,
+            target: pt.name.clone(),
+            model: Some(m.name.to_string()),
+            status: failed.map_or(Some(200), |e| e.status),
+            transport: failed.and_then(|e| super::llm::transport_name(e.kind)),
+            latency_ms: latency.as_millis() as u64,
+            input_tokens: usage.input,
+            output_tokens: 0,
+            headers: super::llm::rate_headers(&rate),
+            semantic_failure: None,
+            tool_calls: Vec::new(),
+        });
+        for t in [pt, mt] {
+            match failure {
+                None => t.stats.ok.inc(),
+                Some(f) => {
+                    t.stats.failed.inc();
+                    if f == FailureKind::Client {
+                        t.stats.bad_request.inc();
+                    }
+                }
+            }
+        }
+        match result {
+            Ok(e) => (EmbedEnd::Answer(e), vec![self.models[mi].answered_label.to_string()]),
+            Err(e) => {
+                let label = format!("{} ✗{}", m.name, e.kind.label(e.status));
+                (EmbedEnd::Failed(Box::new(e)), vec![label])
+            }
+        }
+    }
+}
