@@ -18,6 +18,7 @@ mod record;
 mod replay;
 mod runner;
 mod scenarios;
+mod sdk;
 mod store_model;
 mod streaming;
 mod theme;

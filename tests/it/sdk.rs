@@ -1,0 +1,98 @@
+//! The official Python SDKs against the gateway, as agents use them: the
+//! scripts in `tests/sdk/` (OpenAI: plain, streaming, tools, a tool loop;
+//! Anthropic: plain, streaming, a tool loop; the OpenAI Agents SDK running
+//! an agent with a function tool to completion in its Responses and chat
+//! completions modes) against `fusebox serve`'s routes over the mock fleet.
+//!
+//! The Python comes from FUSEBOX_SDK_PYTHON (`.ci/run` makes a venv with
+//! `tests/sdk/requirements.txt` and sets it); without it the test prints a
+//! notice and passes, unless FUSEBOX_REQUIRE_SDK is set, as in CI.
+
+use fusebox::clock::{Clock, Seed};
+use fusebox::config::Config;
+use fusebox::gateway::GatewayOptions;
+use fusebox::mockserver::MockServer;
+use fusebox::runner::{Runner, RunnerParts};
+use std::path::Path;
+use std::process::Command;
+
+fn python() -> Option<String> {
+    match std::env::var("FUSEBOX_SDK_PYTHON") {
+        Ok(p) if !p.is_empty() => Some(p),
+        _ if std::env::var_os("FUSEBOX_REQUIRE_SDK").is_some() => {
+            panic!("FUSEBOX_REQUIRE_SDK is set but FUSEBOX_SDK_PYTHON names no Python")
+        }
+        _ => {
+            eprintln!("notice: FUSEBOX_SDK_PYTHON is not set; the Python SDK checks were skipped");
+            None
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_official_sdks_run_their_agents_through_the_gateway() {
+    let Some(python) = python() else { return };
+    let clock = Clock::system();
+    let cfg = Config::default();
+    let mut parts = RunnerParts::mock(clock, Seed(11));
+    let mock = MockServer::instant(Seed(11), parts.faults.clone());
+    let mock_addr = mock.spawn("127.0.0.1:0").await.unwrap();
+    parts.providers = fusebox::provider::http::build(&cfg, clock, Some(&format!("http://{mock_addr}"))).unwrap();
+    let runner = Runner::new(cfg, parts).unwrap();
+    let addr = fusebox::gateway::spawn(runner.clone(), "127.0.0.1:0", GatewayOptions::default())
+        .await
+        .unwrap();
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/sdk");
+    for (script, checks) in [
+        (
+            "openai_sdk.py",
+            &[
+                "plain completion + headers",
+                "stream with usage",
+                "tool loop",
+                "streamed tool call",
+            ][..],
+        ),
+        (
+            "anthropic_sdk.py",
+            &[
+                "plain message",
+                "streamed message",
+                "tool_use loop",
+                "streamed tool_use",
+            ],
+        ),
+        (
+            "agents_sdk.py",
+            &[
+                "agent run (responses)",
+                "agent run (responses, streamed)",
+                "agent run (chat_completions)",
+            ],
+        ),
+    ] {
+        let (python, dir) = (python.clone(), dir.clone());
+        let base = format!("http://{addr}");
+        let out = tokio::task::spawn_blocking(move || {
+            Command::new(&python)
+                .arg(dir.join(script))
+                .env("FUSEBOX_BASE_URL", base)
+                .current_dir(&dir)
+                .output()
+                .unwrap_or_else(|e| panic!("cannot run {python}: {e}"))
+        })
+        .await
+        .unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{script} failed:\n{stdout}\n{stderr}");
+        for c in checks {
+            assert!(
+                stdout.lines().any(|l| l == format!("ok {c}")),
+                "{script}: no `ok {c}` in\n{stdout}"
+            );
+        }
+    }
+    let [.., failed] = runner.by_level();
+    assert_eq!(failed, 0, "every SDK call was answered");
+}
