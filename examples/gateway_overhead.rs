@@ -1,52 +1,57 @@
-//! Open-loop overhead benchmark for the OpenAI-compatible gateway.
+//! Open-loop overhead benchmark for the gateway: the same chat completion
+//! sent at a fixed rate straight to a mock provider and through `fusebox
+//! serve` (and, where given, LiteLLM's proxy) in alternating rounds, whole
+//! or streamed, measuring time to first byte, whole-answer latency and the
+//! gateway process's own CPU per request.
 //!
-//! Sets up the gateway exactly as `fusebox serve` does (multi-thread runtime,
-//! mimalloc, mock-kind providers answered over loopback HTTP by a mock server
-//! sharing the runner's fault table, `maintain()` every second), except that
-//! the mock server is [`MockServer::instant`] (no artificial latency) and the
-//! budgets, rate limits and session caps are raised so that nothing is
-//! refused. As in `fusebox serve`, the gateway calls the mock with
-//! `stream: true` (the providers' default), so its upstream hop is SSE while
-//! the direct request is a plain JSON completion; that is part of what the
-//! overhead measures.
+//! The mock provider is [`MockServer::instant`] (no artificial latency),
+//! served from this process; the gateway runs as its own process (`fusebox
+//! serve --headless`, the release binary), configured with one
+//! OpenAI-compatible provider at the mock and limits raised so nothing is
+//! refused, so its CPU time (from `/proc/PID/stat`) is its own. LiteLLM's
+//! proxy, when `--litellm PATH` is given, is set up the same way (one model
+//! at the mock) and measured in the same rounds as the side-by-side anchor.
 //!
-//! It then sends a fixed arrival rate (open loop: one task per request,
-//! spawned at its scheduled time, whatever the earlier ones are doing) of a
-//! small non-streamed chat completion, alternately straight to the mock
-//! server and through the gateway, for several rounds, so that machine noise
-//! affects both targets alike. A request's latency runs from its *scheduled*
-//! send time to the end of its body, so a stalled sender is not hidden
-//! (no coordinated omission). The overhead is gateway minus direct, at p50
-//! and p99, per round and as the median over rounds. Every gateway answer
-//! must be a 200 with `x-fusebox-level: none`; other answers are counted and
-//! invalidate the figures.
+//! Each request is its own task spawned at its scheduled time (open loop);
+//! latencies run from the scheduled send time (no coordinated omission), to
+//! the first body bytes (TTFB) and to the end of the body. The overhead is
+//! target minus direct, at p50 and p99, per round and as the median over
+//! rounds. A gateway answer must be a 200 with `x-fusebox-level: none`;
+//! anything else is counted and invalidates the figures.
 //!
-//! Run: `cargo run --release --example gateway_overhead -- --rps 1000`
-//! (options: `--secs 10 --rounds 3 --warmup 2 --no-jitter`).
+//! Run: `cargo build --release && cargo run --release --example
+//! gateway_overhead -- --rps 1000 [--stream] [--litellm PATH]` (options:
+//! `--secs 10 --rounds 3 --warmup 2 --fusebox target/release/fusebox`).
 
 #[global_allocator]
 static GLOBAL: fusebox::alloc::Mimalloc = fusebox::alloc::Mimalloc;
 
 use clap::Parser;
-use fusebox::clock::{Clock, Seed};
-use fusebox::config::Config;
-use fusebox::gateway::GatewayOptions;
+use fusebox::clock::Seed;
 use fusebox::mockserver::MockServer;
-use fusebox::runner::{Runner, RunnerParts};
+use futures_util::StreamExt;
 use hdrhistogram::Histogram;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-/// Limits high enough that no request is refused at a few thousand req/s.
-const CONFIG: &str = r#"
+/// The gateway's config: one provider at the mock, nothing refused at
+/// thousands of requests a second.
+fn fusebox_config(mock: &str) -> String {
+    format!(
+        r#"
 [providers.openai]
+kind = "openai-compatible"
+base_url = "http://{mock}/v1"
+api_key_env = "FUSEBOX_BENCH_KEY"
 tpm = 1000000000
 rpm = 10000000
-[providers.anthropic]
-itpm = 1000000000
-otpm = 1000000000
-rpm = 10000000
-[providers.deepseek]
-concurrency = 100000
+[models.gpt-4o]
+provider = "openai"
+input_per_m = 2.5
+output_per_m = 10.0
+[routes.default]
+chain = ["gpt-4o"]
 [budgets]
 user_tokens_per_minute = 100000000
 user_tokens_per_hour = 100000000
@@ -61,104 +66,119 @@ global_cost_per_day_usd = 100000000.0
 max_concurrent = 1000000
 max_steps = 4000000000
 max_tokens = 1000000000000
-"#;
+"#
+    )
+}
 
-const BODY: &str =
-    r#"{"model":"gpt-4o","messages":[{"role":"user","content":"Where is order #38100?"}],"max_tokens":64}"#;
+fn litellm_config(mock: &str) -> String {
+    format!(
+        "model_list:\n  - model_name: gpt-4o\n    litellm_params:\n      model: openai/gpt-4o\n      api_base: http://{mock}/v1\n      api_key: mock-key\n"
+    )
+}
+
+fn body(stream: bool) -> String {
+    format!(
+        r#"{{"model":"gpt-4o","messages":[{{"role":"user","content":"Where is order #38100?"}}],"max_tokens":64,"stream":{stream}}}"#
+    )
+}
 
 #[derive(Parser)]
 struct Args {
     /// Requests per second (fixed arrival rate).
     #[arg(long, default_value_t = 1000)]
     rps: u32,
+    /// Stream the answers.
+    #[arg(long)]
+    stream: bool,
     /// Seconds per measured phase.
     #[arg(long, default_value_t = 10)]
     secs: u64,
-    /// Rounds (each: one direct phase, one gateway phase).
+    /// Rounds (each: one phase per target).
     #[arg(long, default_value_t = 3)]
     rounds: usize,
     /// Warm-up seconds per target (not measured).
     #[arg(long, default_value_t = 2)]
     warmup: u64,
+    /// The fusebox binary to run as the gateway.
+    #[arg(long, default_value = "target/release/fusebox")]
+    fusebox: PathBuf,
+    /// LiteLLM's `litellm` executable, to measure its proxy alongside.
+    #[arg(long)]
+    litellm: Option<PathBuf>,
     /// Send exactly on the period instead of at a random point of each slot.
     #[arg(long)]
     no_jitter: bool,
 }
 
-#[derive(Clone, Copy, PartialEq)]
-enum Target {
-    Direct,
-    Gateway,
+/// What is measured.
+struct Target {
+    name: &'static str,
+    url: String,
+    /// The process serving it, whose CPU time is counted.
+    pid: Option<u32>,
+    /// Its answers must say `x-fusebox-level: none`.
+    fusebox: bool,
 }
 
 /// One phase's latencies (µs) and failures.
 struct Phase {
-    latency: Histogram<u64>,
+    ttfb: Histogram<u64>,
+    whole: Histogram<u64>,
     /// Scheduled send time to task start: the sender's own lag (µs).
     lag: Histogram<u64>,
-    /// Transport errors and timeouts.
-    errors: u64,
-    /// Non-200 answers.
-    non_200: u64,
-    /// Gateway 200s whose `x-fusebox-level` is not `none`.
-    not_none: u64,
-    /// The first failure, for diagnosis.
+    failed: u64,
     first_failure: Option<String>,
+    /// The serving process's CPU time over the phase (µs), when known.
+    cpu_us: Option<u64>,
 }
 
 impl Phase {
-    fn failures(&self) -> u64 {
-        self.errors + self.non_200 + self.not_none
-    }
-
-    fn fail(&mut self, count: impl Fn(&mut Self) -> &mut u64, what: String) {
-        *count(self) += 1;
-        self.first_failure.get_or_insert(what);
-    }
-
-    fn ms(&self, q: f64) -> f64 {
-        self.latency.value_at_quantile(q) as f64 / 1000.0
+    fn ms(h: &Histogram<u64>, q: f64) -> f64 {
+        h.value_at_quantile(q) as f64 / 1000.0
     }
 
     fn line(&self, name: &str) -> String {
+        let cpu = match self.cpu_us {
+            Some(us) if !self.whole.is_empty() => format!("  cpu {:6.1} µs/req", us as f64 / self.whole.len() as f64),
+            _ => String::new(),
+        };
         format!(
-            "{name:<8} p50 {:7.3}  p90 {:7.3}  p99 {:7.3}  max {:8.3} ms  n {:6}  (send lag p50 {:.3} p99 {:.3} ms)  failed {} (transport {}, non-200 {}, level≠none {})",
-            self.ms(0.5),
-            self.ms(0.9),
-            self.ms(0.99),
-            self.latency.max() as f64 / 1000.0,
-            self.latency.len(),
-            self.lag.value_at_quantile(0.5) as f64 / 1000.0,
-            self.lag.value_at_quantile(0.99) as f64 / 1000.0,
-            self.failures(),
-            self.errors,
-            self.non_200,
-            self.not_none,
+            "{name:<8} ttfb p50 {:7.3} p99 {:7.3}  whole p50 {:7.3} p99 {:7.3} ms  n {:6}  (send lag p99 {:.3} ms){cpu}  failed {}",
+            Self::ms(&self.ttfb, 0.5),
+            Self::ms(&self.ttfb, 0.99),
+            Self::ms(&self.whole, 0.5),
+            Self::ms(&self.whole, 0.99),
+            self.whole.len(),
+            Self::ms(&self.lag, 0.99),
+            self.failed,
         ) + &self.first_failure.as_ref().map(|f| format!("\n           first failure: {f}")).unwrap_or_default()
     }
 }
 
 enum Outcome {
-    Ok { latency: Duration, lag: Duration },
-    Transport(String),
-    Status(String),
-    Level(String),
+    Ok {
+        ttfb: Duration,
+        whole: Duration,
+        lag: Duration,
+    },
+    Failed(String),
 }
 
-async fn one(client: reqwest::Client, target: Target, url: String, id: u64, due: Instant) -> Outcome {
+async fn one(client: reqwest::Client, url: String, body: String, fusebox: bool, id: u64, due: Instant) -> Outcome {
     let lag = due.elapsed();
-    let mut b = client
+    let resp = client
         .post(&url)
         .header("content-type", "application/json")
+        // What the gateway's provider client sends upstream (others ignore it).
+        .bearer_auth("mock-key")
+        .header("x-fusebox-request", id.to_string())
         .timeout(Duration::from_secs(10))
-        .body(BODY);
-    if target == Target::Direct {
-        // What the gateway's provider client sends upstream.
-        b = b.bearer_auth("mock-key").header("x-fusebox-request", id.to_string());
-    }
-    let resp = match b.send().await {
+        .body(body)
+        .send()
+        .await;
+    let resp = match resp {
         Ok(r) => r,
-        Err(e) => return Outcome::Transport(e.to_string()),
+        Err(e) => return Outcome::Failed(e.to_string()),
     };
     let status = resp.status().as_u16();
     let level = resp
@@ -166,38 +186,65 @@ async fn one(client: reqwest::Client, target: Target, url: String, id: u64, due:
         .get("x-fusebox-level")
         .and_then(|v| v.to_str().ok())
         .map(str::to_string);
-    let body = match resp.bytes().await {
-        Ok(b) => b,
-        Err(e) => return Outcome::Transport(e.to_string()),
-    };
-    let latency = due.elapsed();
-    let what = || {
-        format!(
+    let mut chunks = resp.bytes_stream();
+    let mut ttfb = None;
+    let mut head = Vec::new();
+    while let Some(c) = chunks.next().await {
+        match c {
+            Ok(b) => {
+                ttfb.get_or_insert_with(|| due.elapsed());
+                if head.len() < 200 {
+                    head.extend_from_slice(&b[..b.len().min(200)]);
+                }
+            }
+            Err(e) => return Outcome::Failed(e.to_string()),
+        }
+    }
+    let whole = due.elapsed();
+    if status != 200 || (fusebox && level.as_deref() != Some("none")) {
+        return Outcome::Failed(format!(
             "HTTP {status}, level {level:?}: {}",
-            String::from_utf8_lossy(&body[..body.len().min(200)])
-        )
-    };
-    match (status, target == Target::Direct || level.as_deref() == Some("none")) {
-        (200, true) => Outcome::Ok { latency, lag },
-        (200, false) => Outcome::Level(what()),
-        _ => Outcome::Status(what()),
+            String::from_utf8_lossy(&head)
+        ));
+    }
+    Outcome::Ok {
+        ttfb: ttfb.unwrap_or(whole),
+        whole,
+        lag,
     }
 }
 
-/// Sends `rps` requests per second to `url` for `secs` seconds, one task per
+/// CPU time (user + system, µs) of process `pid` so far.
+fn cpu_us(pid: u32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // Fields after the command name (which may hold spaces) in parentheses.
+    let rest = &stat[stat.rfind(')')? + 2..];
+    let f: Vec<&str> = rest.split(' ').collect();
+    let ticks: u64 = f.get(11)?.parse::<u64>().ok()? + f.get(12)?.parse::<u64>().ok()?;
+    // Linux reports 100 ticks a second to user space.
+    Some(ticks * 10_000)
+}
+
+/// Sends `rps` requests per second to `t` for `secs` seconds, one task per
 /// request spawned at its due time, and waits for all of them.
 ///
 /// Request `i` is due at a random point of its slot `[i, i+1) / rps` (unless
-/// `no_jitter`), so that arrivals do not alias with tokio's 1 ms timer ticks:
-/// the instant mock's zero-length `sleep_until` still waits for the next tick,
-/// a large part of the direct latency. The pacing runs on a blocking-pool
-/// thread with `std::thread::sleep` (tens of µs late), not on tokio's timer,
-/// whose ticks would add up to 2 ms of send lag that varies between phases.
-async fn phase(client: &reqwest::Client, target: Target, url: &str, args: &Args, secs: u64, first_id: u64) -> Phase {
+/// `no_jitter`), so that arrivals do not alias with tokio's 1 ms timer ticks.
+/// The pacing runs on a blocking-pool thread with `std::thread::sleep` (tens
+/// of µs late), not on tokio's timer, whose ticks would add up to 2 ms of
+/// send lag that varies between phases.
+async fn phase(client: &reqwest::Client, t: &Target, args: &Args, secs: u64, first_id: u64) -> Phase {
     let n = args.rps as u64 * secs;
     let period = Duration::from_secs(1) / args.rps;
     let jitter = !args.no_jitter;
-    let (client, url, rt) = (client.clone(), url.to_string(), tokio::runtime::Handle::current());
+    let (client, url, fusebox, rt) = (
+        client.clone(),
+        t.url.clone(),
+        t.fusebox,
+        tokio::runtime::Handle::current(),
+    );
+    let body = body(args.stream);
+    let cpu_before = t.pid.and_then(cpu_us);
     let tasks = tokio::task::spawn_blocking(move || {
         let mut rng = fastrand::Rng::with_seed(first_id);
         let start = Instant::now();
@@ -206,7 +253,14 @@ async fn phase(client: &reqwest::Client, target: Target, url: &str, args: &Args,
                 let slot = if jitter { rng.f64() } else { 0.0 };
                 let due = start + period.mul_f64(i as f64 + slot);
                 std::thread::sleep(due.saturating_duration_since(Instant::now()));
-                rt.spawn(one(client.clone(), target, url.clone(), first_id + i, due))
+                rt.spawn(one(
+                    client.clone(),
+                    url.clone(),
+                    body.clone(),
+                    fusebox,
+                    first_id + i,
+                    due,
+                ))
             })
             .collect::<Vec<_>>()
     })
@@ -214,30 +268,63 @@ async fn phase(client: &reqwest::Client, target: Target, url: &str, args: &Args,
     .expect("pacer panicked");
     let hist = || Histogram::<u64>::new_with_bounds(1, 60_000_000, 3).expect("histogram bounds");
     let mut p = Phase {
-        latency: hist(),
+        ttfb: hist(),
+        whole: hist(),
         lag: hist(),
-        errors: 0,
-        non_200: 0,
-        not_none: 0,
+        failed: 0,
         first_failure: None,
+        cpu_us: None,
     };
-    for t in tasks {
-        match t.await.expect("request task panicked") {
-            Outcome::Ok { latency, lag } => {
-                p.latency.saturating_record(latency.as_micros() as u64);
+    for task in tasks {
+        match task.await.expect("request task panicked") {
+            Outcome::Ok { ttfb, whole, lag } => {
+                p.ttfb.saturating_record(ttfb.as_micros() as u64);
+                p.whole.saturating_record(whole.as_micros() as u64);
                 p.lag.saturating_record(lag.as_micros() as u64);
             }
-            Outcome::Transport(f) => p.fail(|p| &mut p.errors, f),
-            Outcome::Status(f) => p.fail(|p| &mut p.non_200, f),
-            Outcome::Level(f) => p.fail(|p| &mut p.not_none, f),
+            Outcome::Failed(f) => {
+                p.failed += 1;
+                p.first_failure.get_or_insert(f);
+            }
         }
     }
+    p.cpu_us = match (cpu_before, t.pid.and_then(cpu_us)) {
+        (Some(a), Some(b)) => Some(b.saturating_sub(a)),
+        _ => None,
+    };
     p
 }
 
 fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(f64::total_cmp);
     v[v.len() / 2]
+}
+
+/// A free loopback port.
+fn free_port() -> anyhow::Result<u16> {
+    Ok(std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+}
+
+/// A child process, killed on drop.
+struct Server(Child);
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Waits until `url` answers 200.
+async fn ready(client: &reqwest::Client, what: &str, url: &str, within: Duration) -> anyhow::Result<()> {
+    let start = Instant::now();
+    while start.elapsed() < within {
+        if client.get(url).send().await.is_ok_and(|r| r.status().is_success()) {
+            return Ok(());
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    anyhow::bail!("{what} did not come up at {url} within {within:?}")
 }
 
 #[tokio::main]
@@ -247,85 +334,169 @@ async fn main() -> anyhow::Result<()> {
         args.rps > 0 && args.secs > 0 && args.rounds > 0,
         "--rps, --secs and --rounds must be positive"
     );
-
-    // The gateway, set up as `fusebox serve` does, with an instant mock fleet.
-    let cfg = Config::parse(CONFIG, "gateway_overhead")?;
-    let clock = Clock::system();
-    let seed = Seed(1);
-    let mut parts = RunnerParts::mock(clock, seed);
-    let mock = MockServer::instant(seed, parts.faults.clone())
+    let dir = tempfile::tempdir()?;
+    let client = reqwest::Client::new();
+    let mock = MockServer::instant(Seed(1), Default::default())
         .spawn("127.0.0.1:0")
         .await?;
-    parts.providers = fusebox::provider::http::build(&cfg, clock, Some(&format!("http://{mock}")))?;
-    let runner = Runner::new(cfg, parts)?;
-    let gateway = fusebox::gateway::spawn(runner.clone(), "127.0.0.1:0", GatewayOptions::default()).await?;
-    tokio::spawn(async move {
-        let mut tick = tokio::time::interval(Duration::from_secs(1));
-        loop {
-            tick.tick().await;
-            runner.maintain();
-        }
+    let mut targets = vec![Target {
+        name: "direct",
+        url: format!("http://{mock}/v1/chat/completions"),
+        pid: None,
+        fusebox: false,
+    }];
+
+    let cfg = dir.path().join("fusebox.toml");
+    std::fs::write(&cfg, fusebox_config(&mock.to_string()))?;
+    let port = free_port()?;
+    let gw = Server(
+        Command::new(&args.fusebox)
+            .args([
+                "serve",
+                "--headless",
+                "--listen",
+                &format!("127.0.0.1:{port}"),
+                "--config",
+            ])
+            .arg(&cfg)
+            .env("FUSEBOX_LOG_DIR", dir.path())
+            .env("FUSEBOX_BENCH_KEY", "mock-key")
+            .envs(
+                std::env::var("BENCH_GW_THREADS")
+                    .ok()
+                    .map(|t| ("TOKIO_WORKER_THREADS", t)),
+            )
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .map_err(|e| {
+                anyhow::anyhow!(
+                    "cannot start {}: {e} (build it: cargo build --release)",
+                    args.fusebox.display()
+                )
+            })?,
+    );
+    ready(
+        &client,
+        "fusebox serve",
+        &format!("http://127.0.0.1:{port}/healthz"),
+        Duration::from_secs(20),
+    )
+    .await?;
+    targets.push(Target {
+        name: "fusebox",
+        url: format!("http://127.0.0.1:{port}/v1/chat/completions"),
+        pid: Some(gw.0.id()),
+        fusebox: true,
     });
 
-    let client = reqwest::Client::new();
-    let targets = [
-        ("direct", Target::Direct, format!("http://{mock}/v1/chat/completions")),
-        (
-            "gateway",
-            Target::Gateway,
-            format!("http://{gateway}/v1/chat/completions"),
-        ),
-    ];
+    let _litellm = match &args.litellm {
+        None => None,
+        Some(bin) => {
+            let cfg = dir.path().join("litellm.yaml");
+            std::fs::write(&cfg, litellm_config(&mock.to_string()))?;
+            let port = free_port()?;
+            let child = Server(
+                Command::new(bin)
+                    .args([
+                        "--port",
+                        &port.to_string(),
+                        "--host",
+                        "127.0.0.1",
+                        "--num_workers",
+                        "1",
+                        "--config",
+                    ])
+                    .arg(&cfg)
+                    .env("LITELLM_LOG", "ERROR")
+                    .env("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+                    .stdout(Stdio::null())
+                    .stderr(Stdio::null())
+                    .spawn()
+                    .map_err(|e| anyhow::anyhow!("cannot start {}: {e}", bin.display()))?,
+            );
+            let health = format!("http://127.0.0.1:{port}/health/liveliness");
+            ready(&client, "litellm", &health, Duration::from_secs(120)).await?;
+            targets.push(Target {
+                name: "litellm",
+                url: format!("http://127.0.0.1:{port}/v1/chat/completions"),
+                pid: Some(child.0.id()),
+                fusebox: false,
+            });
+            Some(child)
+        }
+    };
+
     println!(
-        "gateway_overhead: {} req/s{}, {} round(s) of {} s per target after {} s warm-up; latency from scheduled send to body end",
+        "gateway_overhead: {} req/s, {}, {} round(s) of {} s per target after {} s warm-up; latency from scheduled send",
         args.rps,
-        if args.no_jitter { " (strict period)" } else { " (jittered within each slot)" },
+        if args.stream { "streamed" } else { "whole answers" },
         args.rounds,
         args.secs,
         args.warmup
     );
     let mut id = 1u64 << 40;
     if args.warmup > 0 {
-        for (name, target, url) in &targets {
-            let p = phase(&client, *target, url, &args, args.warmup, id).await;
+        for t in &targets {
+            let p = phase(&client, t, &args, args.warmup, id).await;
             id += 1 << 24;
-            println!("warm-up  {}", p.line(name));
+            println!("warm-up  {}", p.line(t.name));
         }
     }
-
-    let (mut d50, mut d99, mut g50, mut g99) = (vec![], vec![], vec![], vec![]);
+    // Per target: ttfb p50, ttfb p99, whole p50, whole p99, cpu µs/req.
+    let mut figures: Vec<[Vec<f64>; 5]> = targets.iter().map(|_| Default::default()).collect();
     let mut failed = 0;
     for round in 1..=args.rounds {
         println!("round {round}");
-        let mut res = Vec::new();
-        for (name, target, url) in &targets {
-            let p = phase(&client, *target, url, &args, args.secs, id).await;
+        for (t, f) in targets.iter().zip(&mut figures) {
+            let p = phase(&client, t, &args, args.secs, id).await;
             id += 1 << 24;
-            println!("  {}", p.line(name));
-            failed += p.failures();
-            res.push(p);
+            println!("  {}", p.line(t.name));
+            failed += p.failed;
+            f[0].push(Phase::ms(&p.ttfb, 0.5));
+            f[1].push(Phase::ms(&p.ttfb, 0.99));
+            f[2].push(Phase::ms(&p.whole, 0.5));
+            f[3].push(Phase::ms(&p.whole, 0.99));
+            if let Some(us) = p.cpu_us.filter(|_| !p.whole.is_empty()) {
+                f[4].push(us as f64 / p.whole.len() as f64);
+            }
         }
-        let (d, g) = (&res[0], &res[1]);
-        println!(
-            "  overhead p50 {:+.3} ms  p99 {:+.3} ms",
-            g.ms(0.5) - d.ms(0.5),
-            g.ms(0.99) - d.ms(0.99)
-        );
-        d50.push(d.ms(0.5));
-        d99.push(d.ms(0.99));
-        g50.push(g.ms(0.5));
-        g99.push(g.ms(0.99));
     }
-    let over50: Vec<f64> = g50.iter().zip(&d50).map(|(g, d)| g - d).collect();
-    let over99: Vec<f64> = g99.iter().zip(&d99).map(|(g, d)| g - d).collect();
     println!("median over {} round(s)", args.rounds);
-    println!("  direct   p50 {:7.3}  p99 {:7.3} ms", median(d50), median(d99));
-    println!("  gateway  p50 {:7.3}  p99 {:7.3} ms", median(g50), median(g99));
-    println!(
-        "  overhead p50 {:+.3} ms  p99 {:+.3} ms (target ≤ 1 ms, ≤ 5 ms)",
-        median(over50),
-        median(over99)
-    );
+    let med: Vec<[f64; 5]> = figures
+        .into_iter()
+        .map(|f| f.map(|v| if v.is_empty() { f64::NAN } else { median(v) }))
+        .collect();
+    for (t, m) in targets.iter().zip(&med) {
+        let cpu = if m[4].is_nan() {
+            String::new()
+        } else {
+            format!("  cpu {:.1} µs/req", m[4])
+        };
+        println!(
+            "  {:<8} ttfb p50 {:7.3} p99 {:7.3}  whole p50 {:7.3} p99 {:7.3} ms{cpu}",
+            t.name, m[0], m[1], m[2], m[3]
+        );
+    }
+    for (t, m) in targets.iter().zip(&med).skip(1) {
+        let d = &med[0];
+        println!(
+            "  {} added: ttfb p50 {:+.3} p99 {:+.3}  whole p50 {:+.3} p99 {:+.3} ms",
+            t.name,
+            m[0] - d[0],
+            m[1] - d[1],
+            m[2] - d[2],
+            m[3] - d[3]
+        );
+    }
+    if med.len() > 2 {
+        let (f, l) = (&med[1], &med[2]);
+        println!(
+            "  litellm / fusebox: added whole p50 {:.1}×, cpu per request {:.1}×",
+            (l[2] - med[0][2]) / (f[2] - med[0][2]).max(1e-3),
+            l[4] / f[4]
+        );
+    }
     println!(
         "failed requests in measured rounds: {failed}{}",
         if failed > 0 { " (figures invalid)" } else { "" }

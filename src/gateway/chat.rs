@@ -145,9 +145,9 @@ fn chat_request(gw: &Gateway, headers: &HeaderMap, asked: Request) -> ChatReques
         .unwrap_or_else(|| "anonymous".to_string());
     let id = gw.next_id.fetch_add(1, Ordering::Relaxed);
     // Session quotas (steps, concurrency, tokens per conversation) apply to
-    // the conversations an agent names; an unnamed call is a session of its
-    // own, or every call of a user would add up to one endless conversation.
-    let session = header(H_SESSION).map_or_else(|| format!("{user}/call-{id}"), str::to_string);
+    // the conversations an agent names; an unnamed call is a conversation of
+    // its own, or every call of a user would add up to one endless one.
+    let session = header(H_SESSION).map(str::to_string);
     let fallback = !header(H_FALLBACK).is_some_and(|v| v.trim().eq_ignore_ascii_case("none"));
     ChatRequest {
         id,

@@ -97,6 +97,8 @@ struct ClientSink {
     first: Option<oneshot::Sender<First>>,
     tx: mpsc::Sender<Bytes>,
     writer: Option<Writer>,
+    /// What was written since the last flush.
+    buf: Vec<u8>,
 }
 
 impl ClientSink {
@@ -130,13 +132,14 @@ impl ClientSink {
             let _ = first.send(First::Whole(respond(&self.client, self.n, chat, true)));
             return;
         }
-        let mut out = Vec::new();
+        let mut out = std::mem::take(&mut self.buf);
         match chat.end {
             ChatEnd::Streamed { tail, .. } => {
+                let mut end = Vec::new();
                 for (kind, p, own) in &tail {
-                    self.encode(*kind, p, *own, &mut out);
+                    self.encode(*kind, p, *own, &mut end);
                 }
-                out = with_meta(&out, &meta(&chat.outcome));
+                out.extend_from_slice(&with_meta(&end, &meta(&chat.outcome)));
             }
             ChatEnd::Gone => return,
             ChatEnd::Cut { reason, kind } => self.error(kind, &reason, &mut out),
@@ -170,9 +173,19 @@ impl StreamSink for ClientSink {
     }
 
     async fn piece(&mut self, kind: WireKind, piece: &Piece, own: bool) -> bool {
-        let mut out = Vec::with_capacity(piece.raw.len());
+        let mut out = std::mem::take(&mut self.buf);
         self.encode(kind, piece, own, &mut out);
-        out.is_empty() || self.tx.send(out.into()).await.is_ok()
+        self.buf = out;
+        // A long run of pieces is not held without end.
+        self.buf.len() < 64 << 10 || self.flush().await
+    }
+
+    async fn flush(&mut self) -> bool {
+        if self.buf.is_empty() {
+            return true;
+        }
+        let out = std::mem::take(&mut self.buf);
+        self.tx.send(out.into()).await.is_ok()
     }
 }
 
@@ -226,6 +239,7 @@ pub(super) async fn streamed(gw: Arc<Gateway>, client: Client, req: ChatRequest)
             first: Some(first_tx),
             tx,
             writer: None,
+            buf: Vec::new(),
         };
         let chat = runner.chat(req, Some(&mut sink)).await;
         sink.finish(chat).await;
@@ -244,8 +258,20 @@ pub(super) async fn streamed(gw: Arc<Gateway>, client: Client, req: ChatRequest)
     gw.latency.observe(arrived.elapsed());
     // Streaming: the call ends by itself, seeing the client go when a send fails.
     task.0.take();
+    // What the call wrote meanwhile goes out as one write: pieces the
+    // upstream sent together leave together.
     let body = Body::from_stream(futures_util::stream::unfold(rx, |mut rx| async move {
-        rx.recv().await.map(|b| (Ok::<_, std::io::Error>(b), rx))
+        let first = rx.recv().await?;
+        let Ok(next) = rx.try_recv() else {
+            return Some((Ok::<_, std::io::Error>(first), rx));
+        };
+        let mut out = Vec::with_capacity(first.len() + next.len() + 256);
+        out.extend_from_slice(&first);
+        out.extend_from_slice(&next);
+        while let Ok(more) = rx.try_recv() {
+            out.extend_from_slice(&more);
+        }
+        Some((Ok(Bytes::from(out)), rx))
     }));
     let mut resp = (
         [

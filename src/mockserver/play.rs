@@ -69,7 +69,10 @@ pub(crate) fn script_body(t0: Instant, beats: Vec<Beat>, end: Option<Duration>) 
     let stream = futures_util::stream::unfold((beats.into_iter(), end), move |(mut it, end)| async move {
         match it.next() {
             Some(b) => {
-                tokio::time::sleep_until(t0 + b.at).await;
+                // What is due already goes at once, not at the timer's next tick.
+                if Instant::now() < t0 + b.at {
+                    tokio::time::sleep_until(t0 + b.at).await;
+                }
                 Some((Ok::<Bytes, io::Error>(b.data), (it, end)))
             }
             None => {

@@ -3,7 +3,7 @@
 //! [`crate::wire::headers`].
 
 use super::http::{
-    header_getter, open_stream, read_body, status_error, transport_error, with_ids, Endpoint, SseStream,
+    header_getter, open_stream, post, read_body, status_error, transport_error, with_ids, Endpoint, SseStream,
 };
 use super::{ErrorKind, LlmRequest, LlmResponse, Opened, Provider, ProviderError, WireAnswer};
 use crate::clock::Clock;
@@ -19,13 +19,19 @@ pub use crate::wire::anthropic::VERSION;
 pub struct AnthropicClient {
     http: reqwest::Client,
     ep: Endpoint,
+    url: Option<reqwest::Url>,
     clock: Clock,
 }
 
 impl AnthropicClient {
     /// A client for `ep`.
     pub fn new(http: reqwest::Client, ep: Endpoint, clock: Clock) -> Self {
-        Self { http, ep, clock }
+        Self {
+            url: reqwest::Url::parse(&ep.url).ok(),
+            http,
+            ep,
+            clock,
+        }
     }
 }
 
@@ -52,7 +58,7 @@ impl Provider for AnthropicClient {
         let start = self.clock.now();
         let out = req.outgoing(self.ep.stream);
         let body = render_request(&out).map_err(|why| ProviderError::new(ErrorKind::Unsupported, None, why))?;
-        let mut b = with_ids(self.http.post(&self.ep.url), req)
+        let mut b = with_ids(post(&self.http, &self.ep, self.url.as_ref()), req)
             .header("anthropic-version", VERSION)
             .header(reqwest::header::CONTENT_TYPE, "application/json")
             .body(body);

@@ -69,6 +69,8 @@ impl std::fmt::Debug for Secret {
 /// The shared client: one connection pool for every provider.
 pub fn client() -> Result<reqwest::Client, SetupError> {
     reqwest::Client::builder()
+        // A provider's redirect is passed back as it came, not followed.
+        .redirect(reqwest::redirect::Policy::none())
         .connect_timeout(Duration::from_secs(10))
         .pool_idle_timeout(Duration::from_secs(90))
         .tcp_nodelay(true)
@@ -220,9 +222,18 @@ pub fn build(
 /// Sends the request with the ids the mock server uses for determinism
 /// (real providers ignore unknown headers).
 pub fn with_ids(b: reqwest::RequestBuilder, req: &super::LlmRequest) -> reqwest::RequestBuilder {
-    b.header("x-fusebox-request", req.request_id.to_string())
-        .header("x-fusebox-step", req.step.to_string())
-        .header("x-fusebox-attempt", req.attempt.to_string())
+    use reqwest::header::HeaderValue;
+    b.header("x-fusebox-request", HeaderValue::from(req.request_id))
+        .header("x-fusebox-step", HeaderValue::from(req.step))
+        .header("x-fusebox-attempt", HeaderValue::from(req.attempt))
+}
+
+/// A POST to `ep`: its URL parsed once, when the client was made.
+pub fn post(http: &reqwest::Client, ep: &Endpoint, parsed: Option<&reqwest::Url>) -> reqwest::RequestBuilder {
+    match parsed {
+        Some(u) => http.post(u.clone()),
+        None => http.post(&ep.url),
+    }
 }
 
 /// The error kind of an in-band stream error's type.

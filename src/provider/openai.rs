@@ -4,7 +4,7 @@
 //! [`crate::wire::openai`], rate-limit headers by [`crate::wire::headers`].
 
 use super::http::{
-    header_getter, open_stream, read_body, status_error, transport_error, with_ids, Endpoint, SseStream,
+    header_getter, open_stream, post, read_body, status_error, transport_error, with_ids, Endpoint, SseStream,
 };
 use super::{
     EmbedRequest, Embedded, ErrorKind, LlmRequest, LlmResponse, Opened, Provider, ProviderError, Usage, WireAnswer,
@@ -24,6 +24,7 @@ pub type Flavor = Dialect;
 pub struct OpenAiClient {
     http: reqwest::Client,
     ep: Endpoint,
+    url: Option<reqwest::Url>,
     flavor: Flavor,
     clock: Clock,
 }
@@ -32,6 +33,7 @@ impl OpenAiClient {
     /// A client for `ep`.
     pub fn new(http: reqwest::Client, ep: Endpoint, flavor: Flavor, clock: Clock) -> Self {
         Self {
+            url: reqwest::Url::parse(&ep.url).ok(),
             http,
             ep,
             flavor,
@@ -123,7 +125,7 @@ impl Provider for OpenAiClient {
         let out = req.outgoing(self.ep.stream);
         let body =
             render_request(&out, self.flavor).map_err(|why| ProviderError::new(ErrorKind::Unsupported, None, why))?;
-        let mut b = with_ids(self.http.post(&self.ep.url), req)
+        let mut b = with_ids(post(&self.http, &self.ep, self.url.as_ref()), req)
             .header(reqwest::header::CONTENT_TYPE, "application/json")
             .body(body);
         if let Some(k) = &self.ep.key {

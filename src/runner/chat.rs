@@ -25,8 +25,9 @@ pub struct ChatRequest {
     pub id: u64,
     /// Who pays.
     pub user: String,
-    /// Session (quotas are per session).
-    pub session: String,
+    /// The conversation the client names (session quotas apply to it); a
+    /// call without one is a conversation of its own, under no quota.
+    pub session: Option<String>,
     /// What the client's `model` names: a route, or a model (see
     /// [`Runner::route_for`]).
     pub route: String,
@@ -173,7 +174,10 @@ impl Runner {
             self.events.emit(EventKind::Request(Box::new(AgentRequest {
                 id: req.id,
                 user: req.user.as_str().into(),
-                session: req.session.as_str().into(),
+                session: match &req.session {
+                    Some(s) => s.as_str().into(),
+                    None => format!("{}/call-{}", req.user, req.id).into(),
+                },
                 route: req.route.as_str().into(),
                 messages: req.messages.clone(),
                 tools: req.tools.iter().map(|t| t.name.to_string()).collect(),
@@ -191,17 +195,24 @@ impl Runner {
         };
         let mut tally = Tally::default();
         let mut streaming = sink.map(Streaming::new);
-        let end = match self.sessions.enter(&req.session, self.clock.elapsed_ms()) {
-            Err(q) => ChatEnd::Refused {
+        let entered = req
+            .session
+            .as_ref()
+            .map(|s| self.sessions.enter(s, self.clock.elapsed_ms()));
+        let end = match entered {
+            Some(Err(q)) => ChatEnd::Refused {
                 reason: format!("{q}"),
                 retry_after: Duration::from_secs(60),
             },
             // A cancelled call leaves the session too, when `session` drops.
-            Ok(session) => {
-                let end = self.chat_call(&req, &session, &mut tally, streaming.as_mut()).await;
+            Some(Ok(session)) => {
+                let end = self
+                    .chat_call(&req, Some(&session), &mut tally, streaming.as_mut())
+                    .await;
                 session.leave(self.clock.elapsed_ms());
                 end
             }
+            None => self.chat_call(&req, None, &mut tally, streaming.as_mut()).await,
         };
         self.totals.wasted.fetch_add(tally.wasted, Ordering::Relaxed);
         let chain: Vec<String> = tally.hops.iter().map(|h| self.hop_label(h)).collect();
@@ -269,11 +280,11 @@ impl Runner {
     async fn chat_call(
         &self,
         req: &ChatRequest,
-        session: &InSession<'_>,
+        session: Option<&InSession<'_>>,
         tally: &mut Tally,
         mut streaming: Option<&mut Streaming<'_>>,
     ) -> ChatEnd {
-        if let Err(q) = session.step() {
+        if let Some(Err(q)) = session.map(InSession::step) {
             return ChatEnd::Refused {
                 reason: format!("{q}"),
                 retry_after: Duration::from_secs(60),
@@ -301,7 +312,9 @@ impl Runner {
         match result {
             Ok((response, mi)) => {
                 let u = response.usage;
-                session.add_tokens(u64::from(u.input + u.output));
+                if let Some(s) = session {
+                    s.add_tokens(u64::from(u.input + u.output));
+                }
                 let model = self.models[mi].name.to_string();
                 match streaming.filter(|s| s.started) {
                     Some(s) => ChatEnd::Streamed {
