@@ -410,6 +410,8 @@ async fn main() -> anyhow::Result<()> {
                     .arg(&cfg)
                     .env("LITELLM_LOG", "ERROR")
                     .env("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+                    // Loopback only: it refuses to start without a master key otherwise.
+                    .env("LITELLM_DANGEROUSLY_PERMIT_WEAK_OR_UNSET_MASTER_KEY", "true")
                     .stdout(Stdio::null())
                     .stderr(Stdio::null())
                     .spawn()
