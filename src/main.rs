@@ -958,7 +958,7 @@ fn serve(args: ServeArgs) -> Result<()> {
             finish_recording(&runner, recorder, args.record.record.as_ref())?;
             return Ok(r?);
         }
-        eprintln!("fusebox serve: OpenAI-compatible gateway on {base} (POST /chat/completions, GET /models; /metrics, /healthz, /readyz at the root) · Ctrl-C to stop");
+        eprintln!("fusebox serve: gateway on {base} (POST /chat/completions, /messages, /responses, /embeddings; GET /models; /metrics, /healthz, /readyz at the root) · Ctrl-C to stop");
         let mut tick = tokio::time::interval(Duration::from_secs(1));
         let mut n = 0u64;
         // Created once, so a Ctrl-C during a tick is not missed.

@@ -1,10 +1,13 @@
-//! A streamed answer on its way to the client. The call runs in a task of
-//! its own; the client's response starts (status, `x-fusebox-*` headers)
-//! when the answer's first content arrives, and each piece follows as the
-//! upstream sends it: as sent when the upstream speaks the client's API,
+//! A streamed answer on its way to the client. The response body drives
+//! the call itself: the handler runs it until the answer's first content
+//! arrives (then the response starts: status, `x-fusebox-*` headers), and
+//! each time the client's connection wants more, the call runs on until it
+//! waits for the upstream, and what it wrote meanwhile goes out in one
+//! write: as the upstream sent it when that is the client's API,
 //! translated otherwise. The stream ends with the upstream's own end, its
 //! last chunk carrying `fusebox: {level, chain, quality}`, or, cut, with an
-//! error event in the client's API (never a clean end).
+//! error event in the client's API (never a clean end). A client that goes
+//! away drops the body, and with it the call.
 
 use super::chat::{ascii_hop, respond, Api, Client, H_ATTEMPTS, H_CHAIN, H_LEVEL, H_QUALITY};
 use super::Gateway;
@@ -19,15 +22,19 @@ use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 use serde_json::{json, Value};
 use std::sync::Arc;
-use tokio::sync::{mpsc, oneshot};
 
-/// How the client's response begins.
-enum First {
-    /// Streaming: what is known at the first byte.
-    Head(StreamHead),
-    /// A whole response (an answer that arrived whole, a refusal, an error).
-    Whole(Response),
+/// What the call has written for the client and not yet sent.
+#[derive(Default)]
+struct Out {
+    /// Bytes of the stream, in order.
+    bytes: Vec<u8>,
+    /// What was known at the first byte, once the stream started.
+    head: Option<StreamHead>,
+    /// The whole response, when the client's stream never started.
+    whole: Option<Response>,
 }
+
+type SharedOut = Arc<parking_lot::Mutex<Out>>;
 
 /// Writes pieces in the client's API.
 pub(super) enum Writer {
@@ -94,11 +101,8 @@ impl Writer {
 struct ClientSink {
     client: Client,
     n: u64,
-    first: Option<oneshot::Sender<First>>,
-    tx: mpsc::Sender<Bytes>,
+    out: SharedOut,
     writer: Option<Writer>,
-    /// What was written since the last flush.
-    buf: Vec<u8>,
 }
 
 impl ClientSink {
@@ -127,19 +131,20 @@ impl ClientSink {
     /// Writes how the call ended: the held end with the outcome in its last
     /// chunk, or an error event; or, when the client's stream never
     /// started, the whole response.
-    async fn finish(mut self, chat: Chat) {
-        if let Some(first) = self.first.take() {
-            let _ = first.send(First::Whole(respond(&self.client, self.n, chat, true)));
+    fn finish(mut self, chat: Chat) {
+        // The writer is made when the client's stream starts.
+        if self.writer.is_none() {
+            self.out.lock().whole = Some(respond(&self.client, self.n, chat, true));
             return;
         }
-        let mut out = std::mem::take(&mut self.buf);
+        let mut out = Vec::new();
         match chat.end {
             ChatEnd::Streamed { tail, .. } => {
                 let mut end = Vec::new();
                 for (kind, p, own) in &tail {
                     self.encode(*kind, p, *own, &mut end);
                 }
-                out.extend_from_slice(&with_meta(&end, &meta(&chat.outcome)));
+                out = with_meta(&end, &meta(&chat.outcome));
             }
             ChatEnd::Gone => return,
             ChatEnd::Cut { reason, kind } => self.error(kind, &reason, &mut out),
@@ -152,7 +157,7 @@ impl ClientSink {
                 self.error("server_error", &why, &mut out);
             }
         }
-        let _ = self.tx.send(out.into()).await;
+        self.out.lock().bytes.extend_from_slice(&out);
     }
 
     fn error(&mut self, kind: &str, message: &str, out: &mut Vec<u8>) {
@@ -166,27 +171,21 @@ impl ClientSink {
 impl StreamSink for ClientSink {
     async fn start(&mut self, head: StreamHead) -> bool {
         self.writer = Some(Writer::new(&self.client, self.n, &head.id, &head.model));
-        match self.first.take() {
-            Some(first) => first.send(First::Head(head)).is_ok(),
-            None => true,
-        }
+        self.out.lock().head = Some(head);
+        true
     }
 
     async fn piece(&mut self, kind: WireKind, piece: &Piece, own: bool) -> bool {
-        let mut out = std::mem::take(&mut self.buf);
-        self.encode(kind, piece, own, &mut out);
-        self.buf = out;
-        // A long run of pieces is not held without end.
-        self.buf.len() < 64 << 10 || self.flush().await
+        let mut bytes = std::mem::take(&mut self.out.lock().bytes);
+        self.encode(kind, piece, own, &mut bytes);
+        self.out.lock().bytes = bytes;
+        true
     }
+}
 
-    async fn flush(&mut self) -> bool {
-        if self.buf.is_empty() {
-            return true;
-        }
-        let out = std::mem::take(&mut self.buf);
-        self.tx.send(out.into()).await.is_ok()
-    }
+/// A 500 for a call that ended with neither a stream nor a response.
+fn client_error(_gw: &Gateway, why: &str) -> Response {
+    Api::Chat.error(StatusCode::INTERNAL_SERVER_ERROR, why, None)
 }
 
 /// The outcome as the last chunk carries it.
@@ -213,66 +212,77 @@ fn with_meta(events: &[u8], meta: &Value) -> Vec<u8> {
     parts.concat().into_bytes()
 }
 
-/// Ends the task if the client leaves before its stream started.
-struct AbortOnDrop(Option<tokio::task::JoinHandle<()>>);
+/// The call, boxed: what the body drives.
+type Call = std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>;
 
-impl Drop for AbortOnDrop {
-    fn drop(&mut self) {
-        if let Some(t) = self.0.take() {
-            t.abort();
+/// The client's stream: runs the call whenever the connection wants more,
+/// and hands over what it wrote meanwhile.
+struct Drive {
+    call: Option<Call>,
+    out: SharedOut,
+}
+
+impl futures_util::Stream for Drive {
+    type Item = Result<Bytes, std::io::Error>;
+
+    fn poll_next(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Self::Item>> {
+        use std::task::Poll;
+        if let Some(call) = self.call.as_mut() {
+            if call.as_mut().poll(cx).is_ready() {
+                self.call = None;
+            }
+        }
+        let bytes = std::mem::take(&mut self.out.lock().bytes);
+        match (bytes.is_empty(), self.call.is_some()) {
+            (false, _) => Poll::Ready(Some(Ok(bytes.into()))),
+            (true, true) => Poll::Pending,
+            (true, false) => Poll::Ready(None),
         }
     }
 }
 
-/// Runs `req` in a task of its own, answering with a stream that starts
-/// at the answer's first content.
+/// Runs `req`, answering with a stream that starts at the answer's first
+/// content (or, when none comes, with the whole response).
 pub(super) async fn streamed(gw: Arc<Gateway>, client: Client, req: ChatRequest) -> Response {
     let arrived = std::time::Instant::now();
-    let (tx, rx) = mpsc::channel::<Bytes>(64);
-    let (first_tx, first_rx) = oneshot::channel();
+    let out = SharedOut::default();
+    let sink = ClientSink {
+        client,
+        n: req.id,
+        out: out.clone(),
+        writer: None,
+    };
     let runner = gw.runner.clone();
-    let api = client.api;
-    let mut task = AbortOnDrop(Some(tokio::spawn(async move {
-        let mut sink = ClientSink {
-            client,
-            n: req.id,
-            first: Some(first_tx),
-            tx,
-            writer: None,
-            buf: Vec::new(),
-        };
+    let mut call: Call = Box::pin(async move {
+        let mut sink = sink;
         let chat = runner.chat(req, Some(&mut sink)).await;
-        sink.finish(chat).await;
-    })));
-    let head = match first_rx.await {
-        Ok(First::Whole(r)) => return r,
-        Ok(First::Head(h)) => h,
-        Err(_) => {
-            return api.error(
-                StatusCode::INTERNAL_SERVER_ERROR,
-                "the call ended without an answer",
-                None,
-            )
+        sink.finish(chat);
+    });
+    // Run the call until the stream starts or the call ends.
+    let done = std::future::poll_fn(|cx| match call.as_mut().poll(cx) {
+        std::task::Poll::Ready(()) => std::task::Poll::Ready(true),
+        std::task::Poll::Pending if out.lock().head.is_some() => std::task::Poll::Ready(false),
+        std::task::Poll::Pending => std::task::Poll::Pending,
+    })
+    .await;
+    let head = {
+        let mut o = out.lock();
+        if let Some(whole) = o.whole.take() {
+            return whole;
         }
+        o.head.take()
+    };
+    let Some(head) = head else {
+        return client_error(&gw, "the call ended without an answer");
     };
     gw.latency.observe(arrived.elapsed());
-    // Streaming: the call ends by itself, seeing the client go when a send fails.
-    task.0.take();
-    // What the call wrote meanwhile goes out as one write: pieces the
-    // upstream sent together leave together.
-    let body = Body::from_stream(futures_util::stream::unfold(rx, |mut rx| async move {
-        let first = rx.recv().await?;
-        let Ok(next) = rx.try_recv() else {
-            return Some((Ok::<_, std::io::Error>(first), rx));
-        };
-        let mut out = Vec::with_capacity(first.len() + next.len() + 256);
-        out.extend_from_slice(&first);
-        out.extend_from_slice(&next);
-        while let Ok(more) = rx.try_recv() {
-            out.extend_from_slice(&more);
-        }
-        Some((Ok(Bytes::from(out)), rx))
-    }));
+    let body = Body::from_stream(Drive {
+        call: (!done).then_some(call),
+        out,
+    });
     let mut resp = (
         [
             (header::CONTENT_TYPE, "text/event-stream"),

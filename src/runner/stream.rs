@@ -37,13 +37,6 @@ pub trait StreamSink: Send {
     /// from the first upstream that streamed (so, of the client's API, it
     /// may go as sent). `false`: the client is gone.
     async fn piece(&mut self, kind: WireKind, piece: &Piece, own: bool) -> bool;
-
-    /// The upstream has nothing more for now: send on what the pieces so
-    /// far wrote (a sink may hold them meanwhile, so that pieces the
-    /// upstream sent together leave together). `false`: the client is gone.
-    async fn flush(&mut self) -> bool {
-        true
-    }
 }
 
 /// A client's stream as the runner drives it.
@@ -165,34 +158,14 @@ impl<'s> Streaming<'s> {
         loop {
             let p = match first.next() {
                 Some(p) => p,
-                None => {
-                    let next = {
-                        let mut next = live.rest.next();
-                        let mut ready = futures_util::poll!(&mut next);
-                        if ready.is_pending() && self.started {
-                            // The connection may hold more already: let it
-                            // hand that over before writing, so pieces the
-                            // upstream sent together leave together.
-                            tokio::task::yield_now().await;
-                            ready = futures_util::poll!(&mut next);
-                        }
-                        match ready {
-                            std::task::Poll::Ready(got) => Some(got),
-                            // Nothing more for now: what was written goes out.
-                            std::task::Poll::Pending if self.started && !self.sink.flush().await => None,
-                            std::task::Poll::Pending => Some(next.await),
-                        }
-                    };
-                    match next {
-                        None => return Pumped::Gone(live.usage_so_far(&acc)),
-                        Some(Some(Ok(p))) => p,
-                        Some(Some(Err(mut e))) => {
-                            e.usage = live.usage_so_far(&acc);
-                            return Pumped::Broke(e);
-                        }
-                        Some(None) => break,
+                None => match live.rest.next().await {
+                    Some(Ok(p)) => p,
+                    Some(Err(mut e)) => {
+                        e.usage = live.usage_so_far(&acc);
+                        return Pumped::Broke(e);
                     }
-                }
+                    None => break,
+                },
             };
             p.deltas.iter().for_each(|d| acc.take(d));
             if let Some((limit, why)) = &room {

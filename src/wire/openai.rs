@@ -10,6 +10,7 @@ use super::WireKind;
 use serde_json::value::RawValue;
 use serde_json::{json, Value};
 use smallvec::SmallVec;
+use std::borrow::Cow;
 use std::sync::Arc;
 
 /// Which OpenAI-compatible server.
@@ -575,6 +576,61 @@ pub struct StreamError {
     pub message: String,
 }
 
+/// A stream chunk, as much of it as is read (the rest is skipped unparsed).
+#[derive(serde::Deserialize)]
+struct ChunkIn<'a> {
+    #[serde(default, borrow)]
+    id: Option<Cow<'a, str>>,
+    #[serde(default, borrow)]
+    model: Option<Cow<'a, str>>,
+    #[serde(default, borrow)]
+    choices: Option<Vec<ChoiceIn<'a>>>,
+    #[serde(default)]
+    usage: Option<Value>,
+    #[serde(default)]
+    error: Option<Value>,
+}
+
+#[derive(serde::Deserialize)]
+struct ChoiceIn<'a> {
+    #[serde(default, borrow)]
+    delta: Option<DeltaIn<'a>>,
+    #[serde(default, borrow)]
+    finish_reason: Option<Cow<'a, str>>,
+}
+
+#[derive(serde::Deserialize)]
+struct DeltaIn<'a> {
+    #[serde(default, borrow)]
+    role: Option<Cow<'a, str>>,
+    #[serde(default, borrow)]
+    content: Option<Cow<'a, str>>,
+    #[serde(default, borrow)]
+    reasoning_content: Option<Cow<'a, str>>,
+    #[serde(default, borrow)]
+    refusal: Option<Cow<'a, str>>,
+    #[serde(default, borrow)]
+    tool_calls: Option<Vec<CallIn<'a>>>,
+}
+
+#[derive(serde::Deserialize)]
+struct CallIn<'a> {
+    #[serde(default)]
+    index: Option<u64>,
+    #[serde(default, borrow)]
+    id: Option<Cow<'a, str>>,
+    #[serde(default, borrow)]
+    function: Option<FunctionIn<'a>>,
+}
+
+#[derive(serde::Deserialize)]
+struct FunctionIn<'a> {
+    #[serde(default, borrow)]
+    name: Option<Cow<'a, str>>,
+    #[serde(default, borrow)]
+    arguments: Option<Cow<'a, str>>,
+}
+
 /// Reads one stream chunk (`data:` of an SSE event) into pieces; an
 /// in-band error chunk is `Err`.
 pub fn decode_chunk(data: &str) -> Result<SmallVec<[Delta; 2]>, StreamError> {
@@ -583,11 +639,11 @@ pub fn decode_chunk(data: &str) -> Result<SmallVec<[Delta; 2]>, StreamError> {
         out.push(Delta::Done);
         return Ok(out);
     }
-    let Ok(v) = serde_json::from_str::<Value>(data) else {
-        tracing::debug!("skipping a stream chunk that is not JSON");
+    let Ok(c) = serde_json::from_str::<ChunkIn>(data) else {
+        tracing::debug!("skipping a stream chunk that is not a chat-completion chunk");
         return Ok(out);
     };
-    if let Some(err) = v.get("error").filter(|e| !e.is_null()) {
+    if let Some(err) = c.error.filter(|e| !e.is_null()) {
         return Err(StreamError {
             kind: err
                 .get("type")
@@ -602,60 +658,52 @@ pub fn decode_chunk(data: &str) -> Result<SmallVec<[Delta; 2]>, StreamError> {
                 .to_string(),
         });
     }
-    let choice = v.pointer("/choices/0");
-    if let Some(d) = choice.and_then(|c| c.get("delta")) {
-        if d.get("role").is_some() {
+    let choice = c.choices.and_then(|ch| ch.into_iter().next());
+    let (delta, finish) = match choice {
+        Some(ch) => (ch.delta, ch.finish_reason),
+        None => (None, None),
+    };
+    if let Some(d) = delta {
+        if d.role.is_some() {
             out.push(Delta::Start {
-                id: v.get("id").and_then(Value::as_str).unwrap_or("").to_string(),
-                model: v.get("model").and_then(Value::as_str).unwrap_or("").to_string(),
+                id: c.id.unwrap_or_default().into_owned(),
+                model: c.model.unwrap_or_default().into_owned(),
             });
         }
-        for (key, make) in [
-            ("content", Delta::Text as fn(String) -> Delta),
-            ("reasoning_content", Delta::Reasoning),
-            ("refusal", Delta::Refusal),
+        for (t, make) in [
+            (d.content, Delta::Text as fn(String) -> Delta),
+            (d.reasoning_content, Delta::Reasoning),
+            (d.refusal, Delta::Refusal),
         ] {
-            if let Some(t) = d.get(key).and_then(Value::as_str).filter(|t| !t.is_empty()) {
-                out.push(make(t.to_string()));
+            if let Some(t) = t.filter(|t| !t.is_empty()) {
+                out.push(make(t.into_owned()));
             }
         }
-        for (n, c) in d
-            .get("tool_calls")
-            .and_then(Value::as_array)
-            .into_iter()
-            .flatten()
-            .enumerate()
-        {
-            let index = c
-                .get("index")
-                .and_then(Value::as_u64)
-                .unwrap_or(n as u64)
-                .min(u32::MAX as u64) as u32;
-            let id = c.get("id").and_then(Value::as_str);
-            let name = c.pointer("/function/name").and_then(Value::as_str);
-            if id.is_some() || name.is_some() {
+        for (n, call) in d.tool_calls.into_iter().flatten().enumerate() {
+            let index = call.index.unwrap_or(n as u64).min(u32::MAX as u64) as u32;
+            let (name, arguments) = match call.function {
+                Some(f) => (f.name, f.arguments),
+                None => (None, None),
+            };
+            if call.id.is_some() || name.is_some() {
                 out.push(Delta::ToolStart {
                     index,
-                    id: id.unwrap_or("").to_string(),
-                    name: name.unwrap_or("").to_string(),
+                    id: call.id.unwrap_or_default().into_owned(),
+                    name: name.unwrap_or_default().into_owned(),
                 });
             }
-            if let Some(a) = c
-                .pointer("/function/arguments")
-                .and_then(Value::as_str)
-                .filter(|a| !a.is_empty())
-            {
+            if let Some(a) = arguments.filter(|a| !a.is_empty()) {
                 out.push(Delta::ToolArgs {
                     index,
-                    fragment: a.to_string(),
+                    fragment: a.into_owned(),
                 });
             }
         }
     }
-    if let Some(f) = choice.and_then(|c| c.get("finish_reason")).and_then(Value::as_str) {
-        out.push(Delta::Finish(Finish::from_openai(f)));
+    if let Some(f) = finish {
+        out.push(Delta::Finish(Finish::from_openai(&f)));
     }
-    if let Some(u) = v.get("usage").filter(|u| !u.is_null()).and_then(usage_of) {
+    if let Some(u) = c.usage.as_ref().filter(|u| !u.is_null()).and_then(usage_of) {
         out.push(Delta::Usage(u));
     }
     Ok(out)
