@@ -170,16 +170,18 @@ const DEFAULT_ESTIMATE: u32 = 4_096;
 /// Header-safe text: hop labels use symbols (✓ ✗ ⊘ …) that HTTP header
 /// values cannot carry as such.
 pub(super) fn ascii_hop(label: &str) -> String {
-    label
-        .replace(" ✓", " ok")
-        .replace(" ✗", " failed ")
-        .replace(" ⊘", " skipped ")
-        .replace(" ⏳", " skipped ")
-        .replace(" ⌛", " skipped ")
-        .replace('×', " x")
-        .chars()
-        .filter(|c| c.is_ascii() && !c.is_ascii_control())
-        .collect()
+    let mut out = String::with_capacity(label.len() + 8);
+    for c in label.chars() {
+        match c {
+            '✓' => out.push_str("ok"),
+            '✗' => out.push_str("failed "),
+            '⊘' | '⏳' | '⌛' => out.push_str("skipped "),
+            '×' => out.push_str(" x"),
+            c if c.is_ascii() && !c.is_ascii_control() => out.push(c),
+            _ => {}
+        }
+    }
+    out
 }
 
 /// Unix seconds now (the `created` of an answer fusebox writes).

@@ -104,7 +104,7 @@ impl Provider for AnthropicClient {
             finish: r.finish,
             reasoning: r.reasoning,
             refusal: r.refusal,
-            body: Some(body.into()),
+            body: Some(body),
         }));
         Ok(Opened::Whole(resp))
     }

@@ -100,8 +100,12 @@ fn without_query(s: &str) -> String {
 }
 
 /// Reads a whole body, at most [`MAX_BODY`] bytes.
-pub async fn read_body(provider: &str, resp: reqwest::Response) -> Result<Vec<u8>, ProviderError> {
+pub async fn read_body(provider: &str, resp: reqwest::Response) -> Result<bytes::Bytes, ProviderError> {
     use futures_util::StreamExt;
+    if resp.content_length().is_some_and(|n| n <= MAX_BODY as u64) {
+        // Its size is known and bounded: read as it came, without copying.
+        return resp.bytes().await.map_err(|e| transport_error(provider, &e));
+    }
     let mut out = Vec::new();
     let mut stream = resp.bytes_stream();
     while let Some(chunk) = stream.next().await {
@@ -115,7 +119,7 @@ pub async fn read_body(provider: &str, resp: reqwest::Response) -> Result<Vec<u8
         }
         out.extend_from_slice(&chunk);
     }
-    Ok(out)
+    Ok(out.into())
 }
 
 /// A header lookup over reqwest's map, for the header parsers.
@@ -128,7 +132,7 @@ pub fn header_getter(h: &reqwest::header::HeaderMap) -> impl Fn(&str) -> Option<
 pub fn status_error(
     provider: &str,
     status: u16,
-    body: Vec<u8>,
+    body: bytes::Bytes,
     wire: crate::wire::WireKind,
     rate: crate::resilience::limiter::RateFeedback,
 ) -> ProviderError {
@@ -149,7 +153,7 @@ pub fn status_error(
     let mut e = ProviderError::new(kind, Some(status), format!("{provider}: HTTP {status}: {msg}"));
     e.retry_after = rate.retry_after;
     e.rate = rate;
-    e.body = Some((wire, body.into()));
+    e.body = Some((wire, body));
     e
 }
 

@@ -110,7 +110,7 @@ impl Provider for OpenAiClient {
             .and_then(Value::as_u64)
             .map_or((req.chars as u32).div_ceil(4), |t| t.min(u64::from(u32::MAX)) as u32);
         Ok(Embedded {
-            body: body.into(),
+            body,
             usage: Usage {
                 input,
                 ..Usage::default()
@@ -165,7 +165,9 @@ impl Provider for OpenAiClient {
         });
         let elapsed = self.clock.now().saturating_duration_since(start);
         let mut resp = LlmResponse::measured(Arc::from(r.text), r.tool_calls, usage, rate, elapsed);
-        let body = body.trim_ascii().to_vec();
+        // DeepSeek's keep-alive lines are not part of the answer.
+        let start = body.len() - body.trim_ascii_start().len();
+        let body = body.slice(start..start + body.trim_ascii().len());
         resp.wire = Some(Box::new(WireAnswer {
             kind: WireKind::OpenAi,
             id: r.id,
@@ -173,7 +175,7 @@ impl Provider for OpenAiClient {
             finish: r.finish,
             reasoning: r.reasoning,
             refusal: r.refusal,
-            body: Some(body.into()),
+            body: Some(body),
         }));
         Ok(Opened::Whole(resp))
     }

@@ -991,6 +991,17 @@ async fn missing_auth_is_401_in_each_shape() {
         text.contains("anthropic-version") && !text.contains("sk-ant-secret-value"),
         "{text}"
     );
+    // The current Anthropic SDK sends its key as a bearer token.
+    let r = m
+        .http
+        .post(format!("{}/v1/messages", m.base))
+        .header("anthropic-version", "2023-06-01")
+        .bearer_auth("sk-ant-test")
+        .json(&body(Api::Anthropic, false, false))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
 }
 
 #[tokio::test]
