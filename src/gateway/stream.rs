@@ -194,22 +194,40 @@ fn meta(o: &Outcome) -> Value {
 }
 
 /// `events` with `fusebox: meta` added to the last event whose data is a
-/// JSON object (the usage or finish chunk; `message_stop`).
+/// JSON object (the usage or finish chunk; `message_stop`): written in
+/// before the object's closing brace, the rest left as it was.
 fn with_meta(events: &[u8], meta: &Value) -> Vec<u8> {
-    let text = String::from_utf8_lossy(events);
-    let mut parts: Vec<String> = text.split_inclusive("\n\n").map(str::to_string).collect();
-    for part in parts.iter_mut().rev() {
-        let Some(at) = part.find("data: {") else { continue };
-        let data_end = part[at..].find('\n').map_or(part.len(), |e| at + e);
-        let Ok(Value::Object(mut v)) = serde_json::from_str::<Value>(&part[at + 6..data_end]) else {
-            continue;
-        };
-        v.insert("fusebox".into(), meta.clone());
-        let data = Value::Object(v).to_string();
-        part.replace_range(at + 6..data_end, &data);
-        break;
+    // The last `data: {…}` line: its closing brace.
+    let close = events
+        .split(|&b| b == b'\n')
+        .scan(0usize, |at, line| {
+            let start = *at;
+            *at += line.len() + 1;
+            Some((start, line))
+        })
+        .filter(|(_, line)| line.starts_with(b"data: {"))
+        .last()
+        .and_then(|(start, line)| {
+            let end = line.iter().rposition(|&b| b == b'}')?;
+            Some((
+                start + end,
+                line.get(6..end)
+                    .is_some_and(|inner| inner.iter().any(|b| !b.is_ascii_whitespace() && *b != b'{')),
+            ))
+        });
+    let Some((brace, has_members)) = close else {
+        return events.to_vec();
+    };
+    let mut out = Vec::with_capacity(events.len() + 128);
+    out.extend_from_slice(&events[..brace]);
+    if has_members {
+        out.push(b',');
     }
-    parts.concat().into_bytes()
+    out.extend_from_slice(b"\"fusebox\":");
+    // Writing a Value to memory cannot fail.
+    let _ = serde_json::to_writer(&mut out, meta);
+    out.extend_from_slice(&events[brace..]);
+    out
 }
 
 /// The call, boxed: what the body drives.
@@ -325,8 +343,10 @@ mod tests {
         let events = b"event: message_delta\ndata: {\"type\":\"message_delta\"}\n\nevent: message_stop\ndata: {\"type\":\"message_stop\"}\n\n";
         let out = String::from_utf8(with_meta(events, &json!(1))).unwrap();
         assert!(
-            out.ends_with("event: message_stop\ndata: {\"fusebox\":1,\"type\":\"message_stop\"}\n\n"),
+            out.ends_with("event: message_stop\ndata: {\"type\":\"message_stop\",\"fusebox\":1}\n\n"),
             "{out}"
         );
+        let out = String::from_utf8(with_meta(b"data: {}\n\n", &json!(2))).unwrap();
+        assert_eq!(out, "data: {\"fusebox\":2}\n\n");
     }
 }

@@ -64,16 +64,27 @@ pub(crate) fn keepalives(stall: Duration, line: &'static [u8]) -> Vec<Beat> {
     beats
 }
 
-/// A body playing `beats` relative to `t0`, then ending (cleanly) at `end` if given.
+/// A body playing `beats` relative to `t0`, then ending (cleanly) at `end` if
+/// given. Beats already due when one is sent go with it, in one chunk, as a
+/// server that has them all at hand writes them.
 pub(crate) fn script_body(t0: Instant, beats: Vec<Beat>, end: Option<Duration>) -> Body {
-    let stream = futures_util::stream::unfold((beats.into_iter(), end), move |(mut it, end)| async move {
+    let stream = futures_util::stream::unfold((beats.into_iter().peekable(), end), move |(mut it, end)| async move {
         match it.next() {
             Some(b) => {
                 // What is due already goes at once, not at the timer's next tick.
                 if Instant::now() < t0 + b.at {
                     tokio::time::sleep_until(t0 + b.at).await;
                 }
-                Some((Ok::<Bytes, io::Error>(b.data), (it, end)))
+                let due = Instant::now().saturating_duration_since(t0);
+                let mut data = b.data;
+                if it.peek().is_some_and(|n| n.at <= due) {
+                    let mut joined = data.to_vec();
+                    while let Some(n) = it.next_if(|n| n.at <= due) {
+                        joined.extend_from_slice(&n.data);
+                    }
+                    data = joined.into();
+                }
+                Some((Ok::<Bytes, io::Error>(data), (it, end)))
             }
             None => {
                 if let Some(e) = end {

@@ -586,9 +586,41 @@ struct ChunkIn<'a> {
     #[serde(default, borrow)]
     choices: Option<Vec<ChoiceIn<'a>>>,
     #[serde(default)]
-    usage: Option<Value>,
+    usage: Option<UsageIn>,
     #[serde(default)]
     error: Option<Value>,
+}
+
+#[derive(serde::Deserialize)]
+struct UsageIn {
+    #[serde(default)]
+    prompt_tokens: Option<u64>,
+    #[serde(default)]
+    completion_tokens: Option<u64>,
+    #[serde(default)]
+    prompt_tokens_details: Option<CachedIn>,
+    /// DeepSeek's count of prompt tokens served from its cache.
+    #[serde(default)]
+    prompt_cache_hit_tokens: Option<u64>,
+}
+
+#[derive(serde::Deserialize)]
+struct CachedIn {
+    #[serde(default)]
+    cached_tokens: Option<u64>,
+}
+
+impl UsageIn {
+    fn usage(&self) -> Option<Usage> {
+        let n = |v: Option<u64>| v.map(|v| v.min(u64::from(u32::MAX)) as u32);
+        Some(Usage {
+            input: n(self.prompt_tokens)?,
+            output: n(self.completion_tokens).unwrap_or(0),
+            cached_input: n(self.prompt_tokens_details.as_ref().and_then(|d| d.cached_tokens))
+                .or(n(self.prompt_cache_hit_tokens))
+                .unwrap_or(0),
+        })
+    }
 }
 
 #[derive(serde::Deserialize)]
@@ -703,7 +735,7 @@ pub fn decode_chunk(data: &str) -> Result<SmallVec<[Delta; 2]>, StreamError> {
     if let Some(f) = finish {
         out.push(Delta::Finish(Finish::from_openai(&f)));
     }
-    if let Some(u) = c.usage.as_ref().filter(|u| !u.is_null()).and_then(usage_of) {
+    if let Some(u) = c.usage.as_ref().and_then(UsageIn::usage) {
         out.push(Delta::Usage(u));
     }
     Ok(out)
