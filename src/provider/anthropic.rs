@@ -47,10 +47,7 @@ impl Provider for AnthropicClient {
     }
 
     async fn complete(&self, req: &LlmRequest) -> Result<LlmResponse, ProviderError> {
-        match self.open(req).await? {
-            Opened::Whole(r) => Ok(r),
-            Opened::Live(live) => live.drain(&self.clock).await,
-        }
+        self.open(req).await?.whole().await
     }
 
     async fn open(&self, req: &LlmRequest) -> Result<Opened, ProviderError> {

@@ -413,11 +413,12 @@ pub async fn open_stream(
         head,
         rest: Box::new(stream),
         started,
+        clock: *clock,
         prompt_chars: req.prompt_chars(),
     };
     if live.head.last().is_some_and(super::Piece::has_content) {
         Ok(super::Opened::Live(live))
     } else {
-        live.drain(clock).await.map(super::Opened::Whole)
+        live.drain().await.map(super::Opened::Whole)
     }
 }

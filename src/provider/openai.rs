@@ -60,10 +60,7 @@ impl Provider for OpenAiClient {
     }
 
     async fn complete(&self, req: &LlmRequest) -> Result<LlmResponse, ProviderError> {
-        match self.open(req).await? {
-            Opened::Whole(r) => Ok(r),
-            Opened::Live(live) => live.drain(&self.clock).await,
-        }
+        self.open(req).await?.whole().await
     }
 
     async fn embed(&self, req: &EmbedRequest) -> Result<Embedded, ProviderError> {

@@ -45,6 +45,8 @@ pub struct Live {
     pub rest: Box<dyn PieceStream>,
     /// When the call started (the output rate is measured from it).
     pub started: tokio::time::Instant,
+    /// The clock the rate is measured on.
+    pub clock: crate::clock::Clock,
     /// Prompt characters, for a usage estimate when the stream has none.
     pub prompt_chars: usize,
 }
@@ -57,9 +59,19 @@ pub enum Opened {
     Live(Live),
 }
 
+impl Opened {
+    /// The whole answer: as it came, or read to the end of its stream.
+    pub async fn whole(self) -> Result<LlmResponse, ProviderError> {
+        match self {
+            Opened::Whole(r) => Ok(r),
+            Opened::Live(live) => live.drain().await,
+        }
+    }
+}
+
 impl Live {
     /// Reads the rest of the stream into a whole answer.
-    pub async fn drain(mut self, clock: &crate::clock::Clock) -> Result<LlmResponse, ProviderError> {
+    pub async fn drain(mut self) -> Result<LlmResponse, ProviderError> {
         let mut acc = Assembler::default();
         for p in std::mem::take(&mut self.head) {
             p.deltas.iter().for_each(|d| acc.take(d));
@@ -79,7 +91,7 @@ impl Live {
             e.usage = self.usage_so_far(&acc);
             return Err(e);
         }
-        Ok(self.answer(acc, clock))
+        Ok(self.answer(acc))
     }
 
     /// Usage as far as the stream went: what it said, else estimated.
@@ -103,9 +115,9 @@ impl Live {
     }
 
     /// The whole answer from what was assembled.
-    pub fn answer(&self, acc: Assembler, clock: &crate::clock::Clock) -> LlmResponse {
+    pub fn answer(&self, acc: Assembler) -> LlmResponse {
         let usage = self.usage_so_far(&acc);
-        let elapsed = clock.now().saturating_duration_since(self.started);
+        let elapsed = self.clock.now().saturating_duration_since(self.started);
         let r = acc.finish();
         let mut resp = LlmResponse::measured(Arc::from(r.text), r.tool_calls, usage, self.rate, elapsed);
         resp.wire = Some(Box::new(WireAnswer {

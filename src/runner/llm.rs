@@ -671,7 +671,7 @@ impl Runner {
             }
             h
         };
-        match s.pump(live, room, head, &self.clock).await {
+        match s.pump(live, room, head).await {
             Pumped::Whole(resp, held) => Attempted::Answer(resp, held),
             Pumped::Broke(e) => Attempted::Failed(e),
             Pumped::OverBudget(u, why) => Attempted::OverBudget(u, why),

@@ -138,7 +138,6 @@ impl<'s> Streaming<'s> {
         mut live: Live,
         room: Option<(u64, BudgetExceeded)>,
         head: impl FnOnce(&Assembler) -> StreamHead,
-        clock: &crate::clock::Clock,
     ) -> Pumped {
         let kind = live.kind;
         let mut acc = Assembler::default();
@@ -196,7 +195,7 @@ impl<'s> Streaming<'s> {
             e.usage = live.usage_so_far(&acc);
             return Pumped::Broke(e);
         }
-        let resp = live.answer(acc, clock);
+        let resp = live.answer(acc);
         Pumped::Whole(resp, held)
     }
 

@@ -64,7 +64,7 @@ pub fn parse_request(bytes: &[u8]) -> Result<Request, BadRequest> {
     }
     let params = Params {
         wire: WireKind::OpenAi,
-        tool_choice: tool_choice(&obj)?,
+        tool_choice: rq::tool_choice(&obj)?,
         parallel_tool_calls: rq::opt_bool(&obj, "parallel_tool_calls", "parallel_tool_calls")?,
         temperature: rq::opt_f64(&obj, "temperature", "temperature")?,
         top_p: rq::opt_f64(&obj, "top_p", "top_p")?,
@@ -224,32 +224,6 @@ fn tools(obj: &Obj) -> Result<Vec<ToolSpec>, BadRequest> {
         });
     }
     Ok(out)
-}
-
-fn tool_choice(obj: &Obj) -> Result<Option<ToolChoice>, BadRequest> {
-    Ok(match obj.get("tool_choice") {
-        None | Some(Value::Null) => None,
-        Some(Value::String(s)) => Some(match s.as_str() {
-            "auto" => ToolChoice::Auto,
-            "none" => ToolChoice::None,
-            "required" => ToolChoice::Required,
-            _ => {
-                return Err(BadRequest::field(
-                    "tool_choice",
-                    "expected auto, none, required or a function",
-                ))
-            }
-        }),
-        Some(Value::Object(o)) => {
-            let name = o
-                .get("function")
-                .and_then(|f| f.get("name"))
-                .and_then(Value::as_str)
-                .ok_or_else(|| BadRequest::field("tool_choice.function.name", "field required"))?;
-            Some(ToolChoice::Tool(name.to_string()))
-        }
-        Some(_) => return Err(BadRequest::field("tool_choice", "expected a string or an object")),
-    })
 }
 
 /// Renders a call as a chat-completions body: the client's own body when it

@@ -228,6 +228,36 @@ pub(crate) fn stop_list(obj: &Obj, key: &str) -> Result<Vec<String>, BadRequest>
     }
 }
 
+/// OpenAI's `tool_choice`: `auto`, `none`, `required`, or a function by
+/// name (`{"type": "function", "function": {"name"}}` in chat completions,
+/// `{"type": "function", "name"}` in responses).
+pub(crate) fn tool_choice(obj: &Obj) -> Result<Option<ToolChoice>, BadRequest> {
+    Ok(match obj.get("tool_choice") {
+        None | Some(Value::Null) => None,
+        Some(Value::String(s)) => Some(match s.as_str() {
+            "auto" => ToolChoice::Auto,
+            "none" => ToolChoice::None,
+            "required" => ToolChoice::Required,
+            _ => {
+                return Err(BadRequest::field(
+                    "tool_choice",
+                    "expected auto, none, required or a function",
+                ))
+            }
+        }),
+        Some(Value::Object(o)) => {
+            let name = o
+                .get("function")
+                .and_then(|f| f.get("name"))
+                .or_else(|| o.get("name"))
+                .and_then(Value::as_str)
+                .ok_or_else(|| BadRequest::field("tool_choice.function.name", "field required"))?;
+            Some(ToolChoice::Tool(name.to_string()))
+        }
+        Some(_) => return Err(BadRequest::field("tool_choice", "expected a string or an object")),
+    })
+}
+
 /// A tool's JSON schema (an empty object schema when absent).
 pub(crate) fn schema(obj: &Obj, key: &str, path: &str) -> Result<Value, BadRequest> {
     match obj.get(key) {

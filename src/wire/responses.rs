@@ -7,7 +7,7 @@
 
 use super::message::{Content, ImageSource, Message, Part, Role, ToolCall, ToolSpec};
 use super::reply::{Delta, Finish, Reply, Usage};
-use super::request::{self as rq, BadRequest, Obj, Params, Request, ToolChoice};
+use super::request::{self as rq, BadRequest, Obj, Params, Request};
 use super::WireKind;
 use serde_json::{json, Value};
 use std::sync::Arc;
@@ -56,7 +56,7 @@ pub fn parse_request(bytes: &[u8]) -> Result<Request, BadRequest> {
         .map(str::to_string);
     let params = Params {
         wire: WireKind::OpenAi,
-        tool_choice: tool_choice(&obj)?,
+        tool_choice: rq::tool_choice(&obj)?,
         parallel_tool_calls: rq::opt_bool(&obj, "parallel_tool_calls", "parallel_tool_calls")?,
         temperature: rq::opt_f64(&obj, "temperature", "temperature")?,
         top_p: rq::opt_f64(&obj, "top_p", "top_p")?,
@@ -239,28 +239,6 @@ fn tools(obj: &Obj) -> Result<Vec<ToolSpec>, BadRequest> {
         }
     }
     Ok(out)
-}
-
-fn tool_choice(obj: &Obj) -> Result<Option<ToolChoice>, BadRequest> {
-    Ok(match obj.get("tool_choice") {
-        None | Some(Value::Null) => None,
-        Some(Value::String(s)) => Some(match s.as_str() {
-            "auto" => ToolChoice::Auto,
-            "none" => ToolChoice::None,
-            "required" => ToolChoice::Required,
-            _ => {
-                return Err(BadRequest::field(
-                    "tool_choice",
-                    "expected auto, none, required or a function",
-                ))
-            }
-        }),
-        Some(Value::Object(o)) => match o.get("name").and_then(Value::as_str) {
-            Some(name) => Some(ToolChoice::Tool(name.to_string())),
-            None => return Err(BadRequest::field("tool_choice.name", "field required")),
-        },
-        Some(_) => return Err(BadRequest::field("tool_choice", "expected a string or an object")),
-    })
 }
 
 /// What a `response` object echoes of its request.
