@@ -34,6 +34,11 @@ impl RawBody {
         self.members.iter().map(|(k, _)| &**k)
     }
 
+    /// The members, in order (a repeated key as often as it was written).
+    pub fn members(&self) -> impl Iterator<Item = (&str, &RawValue)> {
+        self.members.iter().map(|(k, v)| (&**k, &**v))
+    }
+
     /// The object written out with `set` members replaced where present
     /// (the first occurrence; later repeats are dropped) or appended, and
     /// `remove` members left out. Untouched members keep their bytes.
@@ -58,6 +63,13 @@ impl RawBody {
             out.extend_from_slice(v.as_bytes());
         };
         let mut done = vec![false; set.len()];
+        // Where each key is written last: a repeated key keeps only its
+        // last value, as JSON readers do. Counted once, not per member.
+        let mut last: std::collections::HashMap<&str, usize> =
+            std::collections::HashMap::with_capacity(self.members.len());
+        for (i, (k, _)) in self.members.iter().enumerate() {
+            last.insert(k, i);
+        }
         for (i, (k, v)) in self.members.iter().enumerate() {
             if remove.contains(&&**k) {
                 continue;
@@ -68,8 +80,7 @@ impl RawBody {
                     done[j] = true;
                     put(&mut out, k, set[j].1.get());
                 }
-                // A repeated key keeps only its last value, as JSON readers do.
-                None if self.members[i + 1..].iter().any(|(k2, _)| k2 == k) => {}
+                None if last.get(&**k) != Some(&i) => {}
                 None => put(&mut out, k, v.get()),
             }
         }

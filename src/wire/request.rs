@@ -135,8 +135,9 @@ pub(crate) fn body(bytes: &[u8]) -> Result<(RawBody, Obj), BadRequest> {
         }
     })?;
     let mut obj = Obj::new();
-    for key in raw.keys() {
-        if let Some(Ok(v)) = raw.read::<Value>(key) {
+    // One pass; a repeated key's last value stands, as in the raw body.
+    for (key, v) in raw.members() {
+        if let Ok(v) = serde_json::from_str::<Value>(v.get()) {
             obj.insert(key.to_string(), v);
         }
     }
