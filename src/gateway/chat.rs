@@ -291,35 +291,9 @@ fn frame(reply: &crate::wire::Reply) -> openai::Frame {
 
 /// A whole answer written as a stream in the client's API.
 fn written(client: &Client, id: u64, reply: &crate::wire::Reply) -> Vec<u8> {
-    use crate::wire::Delta;
-    let mut deltas = vec![Delta::Start {
-        id: reply.id.clone(),
-        model: reply.model.clone(),
-    }];
-    if !reply.text.is_empty() {
-        deltas.push(Delta::Text(reply.text.clone()));
-    }
-    for (i, c) in reply.tool_calls.iter().enumerate() {
-        deltas.push(Delta::ToolStart {
-            index: i as u32,
-            id: c.id.clone(),
-            name: c.name.clone(),
-        });
-        deltas.push(Delta::ToolArgs {
-            index: i as u32,
-            fragment: c.arguments.clone(),
-        });
-    }
-    if let Some(f) = reply.finish {
-        deltas.push(Delta::Finish(f));
-    }
-    if let Some(u) = reply.usage {
-        deltas.push(Delta::Usage(u));
-    }
-    deltas.push(Delta::Done);
     let mut out = Vec::new();
     let mut w = super::stream::Writer::new(client, id, &reply.id, &reply.model);
-    deltas.iter().for_each(|d| w.write(d, &mut out));
+    reply.deltas().iter().for_each(|d| w.write(d, &mut out));
     out
 }
 

@@ -108,7 +108,7 @@ struct ClientSink {
 impl ClientSink {
     /// `p` in the client's API: as the upstream sent it when that is the
     /// client's API (bar the usage chunk fusebox asked for and the client
-    /// did not), else written anew.
+    /// did not), else (or when it has no bytes of its own) written anew.
     fn encode(&mut self, kind: WireKind, p: &Piece, own: bool, out: &mut Vec<u8>) {
         if p.raw.starts_with(b":") {
             // A keep-alive comment means the same in either API.
@@ -117,9 +117,9 @@ impl ClientSink {
         }
         let Some(w) = self.writer.as_mut() else { return };
         let api = self.client.api;
-        if own && Some(kind) == api.wire() {
+        if own && !p.raw.is_empty() && Some(kind) == api.wire() {
             p.deltas.iter().for_each(|d| w.observe(d));
-            let usage_only = p.deltas.iter().all(|d| matches!(d, Delta::Usage(_)));
+            let usage_only = !p.deltas.is_empty() && p.deltas.iter().all(|d| matches!(d, Delta::Usage(_)));
             if !(api == Api::Chat && usage_only && !self.client.include_usage) {
                 out.extend_from_slice(&p.raw);
             }

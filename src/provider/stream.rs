@@ -18,6 +18,15 @@ pub struct Piece {
 }
 
 impl Piece {
+    /// A piece written from what it says, with no bytes of an upstream's
+    /// (so it is always written anew in the client's API).
+    pub fn said(d: Delta) -> Self {
+        Self {
+            raw: bytes::Bytes::new(),
+            deltas: smallvec::smallvec![d],
+        }
+    }
+
     /// Whether it carries content a client waits for.
     pub fn has_content(&self) -> bool {
         self.deltas.iter().any(Delta::is_content)

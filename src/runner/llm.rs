@@ -6,7 +6,7 @@
 use super::outcome::Level;
 use super::stream::{Pumped, StreamHead, Streaming};
 use super::{ModelSlot, Runner};
-use crate::provider::{ErrorKind, LlmRequest, LlmResponse, Message, ProviderError, Role, ToolSpec};
+use crate::provider::{ErrorKind, LlmRequest, LlmResponse, Message, Piece, ProviderError, Role, ToolSpec};
 use crate::resilience::breaker::{CallRecord, FailureKind};
 use crate::resilience::budget::BudgetExceeded;
 use crate::resilience::limiter::RateFeedback;
@@ -437,11 +437,9 @@ impl Runner {
                     }
                     if let Some(s) = streaming.as_deref_mut().filter(|_| req.stream == Some(true)) {
                         let kind = resp.wire.as_ref().map_or(call.params.wire, |w| w.kind);
-                        if !pieces.is_empty() || !s.started {
-                            let head = self.stream_head(call, mi, tally, &resp);
-                            if !s.flush(kind, pieces, head).await {
-                                return Err(LlmFailure::Gone);
-                            }
+                        let head = self.stream_head(call, mi, tally, &resp);
+                        if !s.flush(kind, pieces, head).await {
+                            return Err(LlmFailure::Gone);
                         }
                     }
                     return Ok(Ok((resp, attempt + 1)));
@@ -658,7 +656,12 @@ impl Runner {
         let p = &self.providers[self.models[mi].provider];
         let opened = crate::provider::within(p.timeout, "provider call", p.client.open(req)).await;
         let live = match opened {
-            Ok(crate::provider::Opened::Whole(resp)) => return Attempted::Answer(resp, Vec::new()),
+            // Answered whole (no content to stream, or a model that does
+            // not stream): its pieces are written from the answer.
+            Ok(crate::provider::Opened::Whole(resp)) => {
+                let pieces = resp.reply().deltas().into_iter().map(Piece::said).collect();
+                return Attempted::Answer(resp, pieces);
+            }
             Ok(crate::provider::Opened::Live(live)) => live,
             Err(e) => return Attempted::Failed(e),
         };

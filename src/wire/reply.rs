@@ -93,6 +93,41 @@ pub struct Reply {
     pub usage: Option<Usage>,
 }
 
+impl Reply {
+    /// The answer as a stream says it: start, content, finish, usage, end.
+    pub fn deltas(&self) -> Vec<Delta> {
+        let mut out = vec![Delta::Start {
+            id: self.id.clone(),
+            model: self.model.clone(),
+        }];
+        for (text, d) in [
+            (&self.reasoning, Delta::Reasoning as fn(String) -> Delta),
+            (&self.text, Delta::Text),
+            (&self.refusal, Delta::Refusal),
+        ] {
+            if !text.is_empty() {
+                out.push(d(text.clone()));
+            }
+        }
+        for (i, c) in self.tool_calls.iter().enumerate() {
+            let index = i as u32;
+            out.push(Delta::ToolStart {
+                index,
+                id: c.id.clone(),
+                name: c.name.clone(),
+            });
+            out.push(Delta::ToolArgs {
+                index,
+                fragment: c.arguments.clone(),
+            });
+        }
+        out.extend(self.finish.map(Delta::Finish));
+        out.extend(self.usage.map(Delta::Usage));
+        out.push(Delta::Done);
+        out
+    }
+}
+
 /// One piece of a streamed answer, in neither API's format.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Delta {

@@ -320,3 +320,44 @@ async fn a_stream_from_the_other_api_is_translated() {
     assert_eq!(last["fusebox"]["level"], "fallback");
     assert!(text.ends_with("data: [DONE]\n\n"));
 }
+
+#[tokio::test]
+async fn an_answer_without_content_still_streams_to_its_end() {
+    let p = Proxy::start(config(ROUTES)).await;
+    *p.upstream.state.text.lock() = String::new();
+    let text = soon("the stream", open(&p, &ask(true)).await.rest()).await;
+    let evs = events(&text);
+    assert_eq!(evs.last(), Some(&"data: [DONE]"), "{text}");
+    let chunks: Vec<Value> = evs.iter().filter_map(|e| data(e)).collect();
+    assert!(chunks.iter().all(|c| c["object"] == "chat.completion.chunk"), "{text}");
+    assert!(
+        chunks.iter().any(|c| c["choices"][0]["finish_reason"] == "stop"),
+        "{text}"
+    );
+    let last = chunks.last().unwrap();
+    assert_eq!(last["fusebox"]["level"], "none", "{text}");
+    assert!(last["usage"]["prompt_tokens"].is_u64(), "{text}");
+    // The same for an Anthropic client.
+    let body = json!({
+        "model": "claude-haiku", "max_tokens": 200, "stream": true,
+        "messages": [{"role": "user", "content": "Say nothing."}],
+    });
+    let resp = p.post("/v1/messages", &body).await;
+    assert_eq!(resp.status(), 200);
+    let text = soon(
+        "the stream",
+        Reader {
+            resp,
+            buf: String::new(),
+        }
+        .rest(),
+    )
+    .await;
+    let names: Vec<&str> = events(&text)
+        .iter()
+        .filter_map(|e| e.lines().next()?.strip_prefix("event: "))
+        .collect();
+    assert_eq!(names.first(), Some(&"message_start"), "{text}");
+    assert_eq!(names.last(), Some(&"message_stop"), "{text}");
+    assert!(names.contains(&"message_delta"), "{text}");
+}
