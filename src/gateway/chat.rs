@@ -256,7 +256,6 @@ pub(super) fn respond(client: &Client, id: u64, chat: Chat, stream: bool) -> Res
         ChatEnd::Unavailable { message } => api.error(StatusCode::SERVICE_UNAVAILABLE, &message, None),
         ChatEnd::Upstream(e) => upstream_error(api, &e),
         ChatEnd::Cut { reason, .. } => api.error(StatusCode::BAD_GATEWAY, &reason, None),
-        ChatEnd::Gone => api.error(StatusCode::BAD_GATEWAY, "the client went away", None),
     };
     resp.headers_mut().extend(meta);
     resp

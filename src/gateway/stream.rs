@@ -146,7 +146,6 @@ impl ClientSink {
                 }
                 out = with_meta(&end, &meta(&chat.outcome));
             }
-            ChatEnd::Gone => return,
             ChatEnd::Cut { reason, kind } => self.error(kind, &reason, &mut out),
             _ => {
                 let why = chat
@@ -167,19 +166,16 @@ impl ClientSink {
     }
 }
 
-#[async_trait::async_trait]
 impl StreamSink for ClientSink {
-    async fn start(&mut self, head: StreamHead) -> bool {
+    fn start(&mut self, head: StreamHead) {
         self.writer = Some(Writer::new(&self.client, self.n, &head.id, &head.model));
         self.out.lock().head = Some(head);
-        true
     }
 
-    async fn piece(&mut self, kind: WireKind, piece: &Piece, own: bool) -> bool {
+    fn piece(&mut self, kind: WireKind, piece: &Piece, own: bool) {
         let mut bytes = std::mem::take(&mut self.out.lock().bytes);
         self.encode(kind, piece, own, &mut bytes);
         self.out.lock().bytes = bytes;
-        true
     }
 }
 

@@ -95,8 +95,6 @@ pub enum ChatEnd {
     /// The upstream refused the client's request as malformed; its error
     /// goes back to the client as it was.
     Upstream(Box<ProviderError>),
-    /// The client went away mid-stream.
-    Gone,
 }
 
 /// A chat completion's end and its outcome.
@@ -242,11 +240,6 @@ impl Runner {
                 0.0,
                 Some(format!("The provider refused the request: {}", e.message)),
             ),
-            ChatEnd::Gone => (
-                Level::Failed,
-                0.0,
-                Some("The client went away before the answer ended.".into()),
-            ),
         };
         let answer = match &end {
             ChatEnd::Answer { response, .. } | ChatEnd::Streamed { response, .. } => Some(response.text.clone()),
@@ -346,7 +339,6 @@ impl Runner {
                     reason: e.to_string(),
                 }
             }
-            Err(LlmFailure::Gone) => ChatEnd::Gone,
             Err(LlmFailure::Exhausted)
                 if !tally.hops.is_empty() && tally.hops.iter().all(|h| h.result == HopResult::Rate) =>
             {

@@ -111,7 +111,8 @@ impl Runner {
         let m = &self.models[mi];
         let p = &self.providers[m.provider];
         let pt = self.registry.get(p.target);
-        let (held, now) = match self.admit(&call.user, mi, call.chars, 0, || false).await {
+        let spend = super::stream::Spend::default();
+        let (mut held, now) = match self.admit(&call.user, mi, call.chars, 0, || false).await {
             Ok(h) => h,
             Err(Refusal::Open) => {
                 return (
@@ -135,6 +136,7 @@ impl Runner {
             t.stats.attempts.inc();
         }
         tally.attempts += 1;
+        held.calling = Some(&spend);
         let req = EmbedRequest {
             request_id: call.id,
             model: m.api_name.clone(),

@@ -4,7 +4,7 @@
 //! → provider call with retries → settle and calibrate.
 
 use super::outcome::Level;
-use super::stream::{Pumped, StreamHead, Streaming};
+use super::stream::{Pumped, Spend, StreamHead, Streaming};
 use super::{ModelSlot, Runner};
 use crate::provider::{ErrorKind, LlmRequest, LlmResponse, Message, Piece, ProviderError, Role, ToolSpec};
 use crate::resilience::breaker::{CallRecord, FailureKind};
@@ -142,8 +142,6 @@ pub enum LlmFailure {
     Cut(Box<ProviderError>),
     /// The user's hard budget ran out mid-stream: the stream was cut there.
     OverBudget(BudgetExceeded),
-    /// The client went away mid-stream.
-    Gone,
 }
 
 impl Runner {
@@ -331,6 +329,7 @@ impl Runner {
         let (pt, mt) = (self.registry.get(p.target), self.registry.get(m.target));
         let chars = req.prompt_chars();
         let mut attempt = 0u32;
+        let spend = Spend::default();
         let hop = |result, tries| {
             Ok(Err(Hop {
                 model: mi,
@@ -352,13 +351,16 @@ impl Runner {
             mt.stats.attempts.inc();
             tally.attempts += 1;
             req.attempt = attempt;
+            spend.clear();
+            held.calling = Some(&spend);
             let result = match streaming.as_deref_mut() {
                 Some(s) if req.stream == Some(true) => {
                     let room = held
                         .res
                         .as_ref()
                         .and_then(|r| self.budgets.room(call.user, r, self.clock.ms_at(now)));
-                    Box::pin(self.stream_attempt(call, mi, &req, s, room, tally)).await
+                    let head = self.stream_head_of(call, mi, tally);
+                    Box::pin(self.stream_attempt(mi, &req, s, room, &spend, head)).await
                 }
                 _ => match p.client.complete_within(&req, p.timeout).await {
                     Ok(resp) => Attempted::Answer(resp, Vec::new()),
@@ -438,19 +440,13 @@ impl Runner {
                     if let Some(s) = streaming.as_deref_mut().filter(|_| req.stream == Some(true)) {
                         let kind = resp.wire.as_ref().map_or(call.params.wire, |w| w.kind);
                         let head = self.stream_head(call, mi, tally, &resp);
-                        if !s.flush(kind, pieces, head).await {
-                            return Err(LlmFailure::Gone);
-                        }
+                        s.flush(kind, pieces, head);
                     }
                     return Ok(Ok((resp, attempt + 1)));
                 }
                 Attempted::OverBudget(usage, why) => {
                     settle(usage, &RateFeedback::default(), Some(FailureKind::Client), None, tally);
                     return Err(LlmFailure::OverBudget(why));
-                }
-                Attempted::Gone(usage) => {
-                    settle(usage, &RateFeedback::default(), Some(FailureKind::Client), None, tally);
-                    return Err(LlmFailure::Gone);
                 }
                 Attempted::Failed(e) => {
                     let failure = e.kind.failure();
@@ -559,6 +555,8 @@ impl Runner {
             runner: self,
             targets: [pt, mt],
             provider: p,
+            model: m,
+            calling: None,
             user,
             probes: [Some(pp), Some(mp)],
             permit: None,
@@ -646,12 +644,12 @@ impl Runner {
     /// read to its end by the client's stream.
     async fn stream_attempt(
         &self,
-        call: &LlmCall<'_>,
         mi: usize,
         req: &LlmRequest,
         s: &mut Streaming<'_>,
         room: Option<(u64, crate::resilience::budget::BudgetExceeded)>,
-        tally: &Tally,
+        spend: &Spend,
+        mut head: StreamHead,
     ) -> Attempted {
         let p = &self.providers[self.models[mi].provider];
         let opened = crate::provider::within(p.timeout, "provider call", p.client.open(req)).await;
@@ -667,18 +665,16 @@ impl Runner {
         };
         let head = |acc: &crate::wire::Assembler| {
             let r = acc.reply();
-            let mut h = self.stream_head_of(call, mi, tally);
-            h.id.clone_from(&r.id);
+            head.id.clone_from(&r.id);
             if !r.model.is_empty() {
-                h.model.clone_from(&r.model);
+                head.model.clone_from(&r.model);
             }
-            h
+            head
         };
-        match s.pump(live, room, head).await {
+        match s.pump(live, room, spend, head).await {
             Pumped::Whole(resp, held) => Attempted::Answer(resp, held),
             Pumped::Broke(e) => Attempted::Failed(e),
             Pumped::OverBudget(u, why) => Attempted::OverBudget(u, why),
-            Pumped::Gone(u) => Attempted::Gone(u),
         }
     }
 
@@ -752,18 +748,22 @@ enum Attempted {
     Failed(ProviderError),
     /// Cut at the user's hard budget.
     OverBudget(crate::provider::Usage, crate::resilience::budget::BudgetExceeded),
-    /// The client went away mid-stream.
-    Gone(crate::provider::Usage),
 }
 
 /// What one attempt holds between admission and settlement: breaker probe
 /// slots, a rate-limit reservation, a budget reservation. Dropped without
-/// [`Held::disarm`] (a refusal, or the request's future dropped mid-call),
-/// it gives everything back, so an abandoned request leaks nothing.
+/// [`Held::disarm`] it settles: refused before the call, everything is
+/// given back; dropped mid-call (the client went away), the breakers'
+/// probes are given back (the upstream did not fail) but the tokens are
+/// charged: what the stream had used, else what was reserved (the
+/// provider may bill the whole answer), so leaving early dodges no budget.
 pub(super) struct Held<'a> {
     runner: &'a Runner,
     targets: [&'a super::registry::Target; 2],
     provider: &'a super::ProviderSlot,
+    model: &'a ModelSlot,
+    /// Set once the call is made: what it has used so far.
+    pub(super) calling: Option<&'a Spend>,
     user: &'a str,
     probes: [Option<crate::resilience::breaker::Permit>; 2],
     permit: Option<crate::resilience::limiter::LimitPermit>,
@@ -796,13 +796,28 @@ impl Drop for Held<'_> {
             }
         }
         let r = self.runner;
+        let Some(spend) = self.calling else {
+            if let Some(p) = self.permit.take() {
+                self.provider.limiter.release(p, r.clock.now());
+            }
+            if let Some(res) = self.res.take() {
+                r.budgets.settle(res, 0, 0.0, r.clock.elapsed_ms());
+            }
+            r.settle_allowance(self.user, self.allowance.take(), 0, 0.0);
+            return;
+        };
+        let (input, output) = spend.get().unwrap_or_else(|| {
+            let est = self.permit.as_ref().map(|p| p.estimate()).unwrap_or_default();
+            (est.input, est.output)
+        });
+        let (tokens, cost) = (input.saturating_add(output), self.model.cost(input, output));
         if let Some(p) = self.permit.take() {
-            self.provider.limiter.release(p, r.clock.now());
+            self.provider.limiter.settle(p, input, output, r.clock.now());
         }
         if let Some(res) = self.res.take() {
-            r.budgets.settle(res, 0, 0.0, r.clock.elapsed_ms());
+            r.budgets.settle(res, tokens, cost, r.clock.elapsed_ms());
         }
-        r.settle_allowance(self.user, self.allowance.take(), 0, 0.0);
+        r.settle_allowance(self.user, self.allowance.take(), tokens, cost);
     }
 }
 

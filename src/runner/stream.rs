@@ -28,15 +28,15 @@ pub struct StreamHead {
     pub model: String,
 }
 
-/// Where a streamed answer goes.
-#[async_trait::async_trait]
+/// Where a streamed answer goes. A client that goes away drops the call
+/// (and with it the sink), so writing to it cannot fail.
 pub trait StreamSink: Send {
-    /// The answer starts streaming. `false`: the client is gone.
-    async fn start(&mut self, head: StreamHead) -> bool;
+    /// The answer starts streaming.
+    fn start(&mut self, head: StreamHead);
     /// One piece of the answer, in `kind`'s format; `own` when it comes
     /// from the first upstream that streamed (so, of the client's API, it
-    /// may go as sent). `false`: the client is gone.
-    async fn piece(&mut self, kind: WireKind, piece: &Piece, own: bool) -> bool;
+    /// may go as sent).
+    fn piece(&mut self, kind: WireKind, piece: &Piece, own: bool);
 }
 
 /// A client's stream as the runner drives it.
@@ -67,8 +67,6 @@ pub(crate) enum Pumped {
     Broke(ProviderError),
     /// The user's hard budget would be passed: cut there.
     OverBudget(Usage, BudgetExceeded),
-    /// The client went away.
-    Gone(Usage),
 }
 
 fn holds(d: &Delta) -> bool {
@@ -102,13 +100,13 @@ impl<'s> Streaming<'s> {
         &self.sent_text[..kept]
     }
 
-    async fn open(&mut self, head: StreamHead) -> bool {
+    fn open(&mut self, head: StreamHead) {
         self.started = true;
-        self.sink.start(head).await
+        self.sink.start(head);
     }
 
-    /// Sends `p`, noting what it says. `false`: the client is gone.
-    async fn send(&mut self, kind: WireKind, p: &Piece) -> bool {
+    /// Sends `p`, noting what it says.
+    fn send(&mut self, kind: WireKind, p: &Piece) {
         if !self.skip.is_empty() && p.deltas.iter().any(|d| matches!(d, Delta::Text(_))) {
             let mut p = p.clone();
             for d in &mut p.deltas {
@@ -118,7 +116,7 @@ impl<'s> Streaming<'s> {
                 }
             }
             self.skip.clear();
-            return Box::pin(self.send(kind, &p)).await;
+            return self.send(kind, &p);
         }
         for d in &p.deltas {
             match d {
@@ -127,16 +125,18 @@ impl<'s> Streaming<'s> {
                 _ => {}
             }
         }
-        self.sink.piece(kind, p, !self.resumed).await
+        self.sink.piece(kind, p, !self.resumed);
     }
 
     /// Reads `live` to its end, passing text on as it comes (opening the
     /// client's stream with `head` at the first piece sent), holding tool
-    /// calls and the end, and cutting at `room` tokens.
+    /// calls and the end, and cutting at `room` tokens. What it has used
+    /// so far is kept in `spend` (charged if the call is dropped).
     pub(crate) async fn pump(
         &mut self,
         mut live: Live,
         room: Option<(u64, BudgetExceeded)>,
+        spend: &Spend,
         head: impl FnOnce(&Assembler) -> StreamHead,
     ) -> Pumped {
         let kind = live.kind;
@@ -167,8 +167,9 @@ impl<'s> Streaming<'s> {
                 },
             };
             p.deltas.iter().for_each(|d| acc.take(d));
+            let u = live.usage_so_far(&acc);
+            spend.set(u);
             if let Some((limit, why)) = &room {
-                let u = live.usage_so_far(&acc);
                 if u64::from(u.input) + u64::from(u.output) > *limit {
                     return Pumped::OverBudget(u, why.clone());
                 }
@@ -181,14 +182,10 @@ impl<'s> Streaming<'s> {
             if !self.started {
                 let h = head.take().map(|f| f(&acc));
                 if let Some(h) = h {
-                    if !self.open(h).await {
-                        return Pumped::Gone(live.usage_so_far(&acc));
-                    }
+                    self.open(h);
                 }
             }
-            if !self.send(kind, &p).await {
-                return Pumped::Gone(live.usage_so_far(&acc));
-            }
+            self.send(kind, &p);
         }
         if !acc.done {
             let mut e = ProviderError::new(ErrorKind::Truncated, None, "stream ended without its terminator");
@@ -201,10 +198,10 @@ impl<'s> Streaming<'s> {
 
     /// Sends held pieces of a checked answer: up to its finish, opening the
     /// client's stream first if need be; the finish and what follows are
-    /// kept as the tail. `false`: the client is gone.
-    pub(crate) async fn flush(&mut self, kind: WireKind, held: Vec<Piece>, head: StreamHead) -> bool {
-        if !self.started && !self.open(head).await {
-            return false;
+    /// kept as the tail.
+    pub(crate) fn flush(&mut self, kind: WireKind, held: Vec<Piece>, head: StreamHead) {
+        if !self.started {
+            self.open(head);
         }
         let mut pieces = held.into_iter();
         for p in pieces.by_ref() {
@@ -212,12 +209,39 @@ impl<'s> Streaming<'s> {
                 self.tail.push((kind, p, !self.resumed));
                 break;
             }
-            if !self.send(kind, &p).await {
-                return false;
-            }
+            self.send(kind, &p);
         }
         let own = !self.resumed;
         self.tail.extend(pieces.map(|p| (kind, p, own)));
-        true
+    }
+}
+
+/// What an attempt in flight has used so far, as its stream reports it:
+/// what it is charged if the call is dropped midway (the client went
+/// away). Unmeasured (a whole answer awaited), it is charged as reserved.
+#[derive(Debug)]
+pub(crate) struct Spend(std::sync::atomic::AtomicU64);
+
+impl Default for Spend {
+    fn default() -> Self {
+        Self(std::sync::atomic::AtomicU64::new(u64::MAX))
+    }
+}
+
+impl Spend {
+    pub(crate) fn set(&self, u: Usage) {
+        let packed = (u64::from(u.input) << 32) | u64::from(u.output.min(u32::MAX - 1));
+        self.0.store(packed, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Input and output tokens, once measured.
+    pub(crate) fn get(&self) -> Option<(u32, u32)> {
+        let v = self.0.load(std::sync::atomic::Ordering::Relaxed);
+        (v != u64::MAX).then_some(((v >> 32) as u32, v as u32))
+    }
+
+    /// Unmeasured again (a new attempt).
+    pub(crate) fn clear(&self) {
+        self.0.store(u64::MAX, std::sync::atomic::Ordering::Relaxed);
     }
 }

@@ -361,3 +361,72 @@ async fn an_answer_without_content_still_streams_to_its_end() {
     assert_eq!(names.last(), Some(&"message_stop"), "{text}");
     assert!(names.contains(&"message_delta"), "{text}");
 }
+
+#[tokio::test]
+async fn a_client_that_leaves_mid_stream_is_charged_what_it_was_sent() {
+    let p = Proxy::start(config(ROUTES)).await;
+    let hold = Arc::new(Notify::new());
+    p.upstream.state.stream.lock().hold = Some(hold.clone());
+    let mut body = ask(false);
+    body["user"] = json!("leaver");
+    let mut r = soon("the response head", open(&p, &body)).await;
+    assert!(soon("the first content", r.until(|e| e.contains("Order "))).await);
+    drop(r);
+    // The call is dropped with the connection: its outcome is counted and
+    // the user is charged the prompt and what streamed, not nothing.
+    let failed = fusebox::runner::outcome::Level::Failed.index();
+    soon("the abandoned outcome", async {
+        while p.runner.by_level()[failed] == 0 {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    })
+    .await;
+    let now = p.runner.clock().elapsed_ms();
+    let user = p
+        .runner
+        .budgets()
+        .top_users(4, now)
+        .into_iter()
+        .find(|u| u.user == "leaver")
+        .unwrap();
+    assert!((5.0..100.0).contains(&user.tokens[0]), "{:?}", user.tokens);
+    hold.notify_one();
+}
+
+#[tokio::test]
+async fn a_client_that_leaves_before_a_whole_answer_is_charged_what_was_reserved() {
+    let p = Proxy::start(config(ROUTES)).await;
+    let hold = Arc::new(Notify::new());
+    p.upstream.state.stream.lock().hold = Some(hold.clone());
+    let body = json!({
+        "model": "default", "max_tokens": 50, "user": "leaver",
+        "messages": [{"role": "user", "content": "Where is order #38100?"}],
+    });
+    let url = format!("{}/v1/chat/completions", p.base);
+    let call = tokio::spawn(async move { reqwest::Client::new().post(url).json(&body).send().await });
+    soon("the upstream call", async {
+        while p.upstream.received().is_empty() {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    })
+    .await;
+    call.abort();
+    let failed = fusebox::runner::outcome::Level::Failed.index();
+    soon("the abandoned outcome", async {
+        while p.runner.by_level()[failed] == 0 {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    })
+    .await;
+    let now = p.runner.clock().elapsed_ms();
+    let user = p
+        .runner
+        .budgets()
+        .top_users(4, now)
+        .into_iter()
+        .find(|u| u.user == "leaver")
+        .unwrap();
+    // The prompt's estimate and the 50 output tokens it may be billed for.
+    assert!((50.0..80.0).contains(&user.tokens[0]), "{:?}", user.tokens);
+    hold.notify_one();
+}

@@ -47,7 +47,8 @@ pub struct StreamPlan {
     pub gap: Duration,
     /// Cut the connection of this API's streams after this many content chunks.
     pub reset_after: Option<(Api, usize)>,
-    /// After the first content chunk, wait for this before sending more.
+    /// After the first content chunk, wait for this before sending more
+    /// (a whole answer waits for it before it is sent).
     pub hold: Option<Arc<Notify>>,
 }
 
@@ -382,6 +383,10 @@ async fn openai(State(state): State<Arc<StrictState>>, headers: HeaderMap, body:
         return openai_error(503, "The server is overloaded.", None);
     }
     record(200);
+    let hold = state.stream.lock().hold.clone();
+    if let (Some(h), false) = (hold, b["stream"] == json!(true)) {
+        h.notified().await;
+    }
     let (call, text) = decide(&state, Api::OpenAi, &b);
     let model = b["model"].as_str().unwrap_or("").to_string();
     let usage = json!({"prompt_tokens": 25, "completion_tokens": 12, "total_tokens": 37,
