@@ -2,10 +2,11 @@
 //! classification, bounded body reads, and building the configured clients.
 
 use super::anthropic::AnthropicClient;
-use super::openai::{Flavor, OpenAiClient};
+use super::openai::OpenAiClient;
 use super::{ErrorKind, Provider, ProviderError};
 use crate::clock::Clock;
 use crate::config::{Config, ProviderKind};
+use crate::wire::openai::Dialect;
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
@@ -215,8 +216,9 @@ pub fn build(
         };
         let provider: Arc<dyn Provider> = match kind {
             ProviderKind::Anthropic => Arc::new(AnthropicClient::new(http.clone(), ep, clock)),
-            ProviderKind::Deepseek => Arc::new(OpenAiClient::new(http.clone(), ep, Flavor::DeepSeek, clock)),
-            _ => Arc::new(OpenAiClient::new(http.clone(), ep, Flavor::OpenAi, clock)),
+            ProviderKind::Deepseek => Arc::new(OpenAiClient::new(http.clone(), ep, Dialect::DeepSeek, clock)),
+            ProviderKind::Openai => Arc::new(OpenAiClient::new(http.clone(), ep, Dialect::OpenAi, clock)),
+            _ => Arc::new(OpenAiClient::new(http.clone(), ep, Dialect::Compatible, clock)),
         };
         out.insert(name.clone(), provider);
     }

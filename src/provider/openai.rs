@@ -17,35 +17,32 @@ use crate::wire::WireKind;
 use serde_json::Value;
 use std::sync::Arc;
 
-/// Which dialect.
-pub type Flavor = Dialect;
-
 /// An OpenAI-compatible provider.
 pub struct OpenAiClient {
     http: reqwest::Client,
     ep: Endpoint,
     url: Option<reqwest::Url>,
-    flavor: Flavor,
+    dialect: Dialect,
     clock: Clock,
 }
 
 impl OpenAiClient {
     /// A client for `ep`.
-    pub fn new(http: reqwest::Client, ep: Endpoint, flavor: Flavor, clock: Clock) -> Self {
+    pub fn new(http: reqwest::Client, ep: Endpoint, dialect: Dialect, clock: Clock) -> Self {
         Self {
             url: reqwest::Url::parse(&ep.url).ok(),
             http,
             ep,
-            flavor,
+            dialect,
             clock,
         }
     }
 
     fn feedback(&self, h: &reqwest::header::HeaderMap) -> RateFeedback {
         let get = header_getter(h);
-        match self.flavor {
-            Flavor::OpenAi => openai_feedback(&get, self.clock.wall_ms()),
-            Flavor::DeepSeek => RateFeedback {
+        match self.dialect {
+            Dialect::OpenAi | Dialect::Compatible => openai_feedback(&get, self.clock.wall_ms()),
+            Dialect::DeepSeek => RateFeedback {
                 retry_after: retry_after(&get, self.clock.wall_ms()),
                 ..RateFeedback::default()
             },
@@ -69,7 +66,7 @@ impl Provider for OpenAiClient {
             .ep
             .url
             .strip_suffix("/chat/completions")
-            .filter(|_| self.flavor == Flavor::OpenAi)
+            .filter(|_| self.dialect != Dialect::DeepSeek)
         else {
             return Err(ProviderError::new(
                 ErrorKind::Unsupported,
@@ -121,7 +118,7 @@ impl Provider for OpenAiClient {
         let start = self.clock.now();
         let out = req.outgoing(self.ep.stream);
         let body =
-            render_request(&out, self.flavor).map_err(|why| ProviderError::new(ErrorKind::Unsupported, None, why))?;
+            render_request(&out, self.dialect).map_err(|why| ProviderError::new(ErrorKind::Unsupported, None, why))?;
         let mut b = with_ids(post(&self.http, &self.ep, self.url.as_ref()), req)
             .header(reqwest::header::CONTENT_TYPE, "application/json")
             .body(body);

@@ -78,6 +78,7 @@ pub fn parse_request(bytes: &[u8]) -> Result<Request, BadRequest> {
         response_format: None,
         reasoning_effort: None,
         raw: Some(Arc::new(raw)),
+        from_client: true,
     };
     Ok(Request {
         model,

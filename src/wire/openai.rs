@@ -16,11 +16,28 @@ use std::sync::Arc;
 /// Which OpenAI-compatible server.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Dialect {
-    /// OpenAI and generic OpenAI-compatible servers.
+    /// OpenAI itself: the output cap fusebox writes is
+    /// `max_completion_tokens` (its reasoning models refuse `max_tokens`).
     OpenAi,
+    /// Other OpenAI-compatible servers (vLLM, llama.cpp, Ollama, …): the
+    /// long-standing `max_tokens`, and `system` for the `developer` role
+    /// OpenAI introduced.
+    Compatible,
     /// DeepSeek: prompt-cache hit/miss counts in usage, `reasoning_content`,
-    /// no `developer` role.
+    /// `max_tokens`, no `developer` role.
     DeepSeek,
+}
+
+impl Dialect {
+    /// The output cap's name when fusebox writes the request itself (the
+    /// client wrote `max_completion_tokens`, or the server is OpenAI's).
+    fn cap_key(self, client_wrote_completion: bool) -> &'static str {
+        if client_wrote_completion || self == Dialect::OpenAi {
+            "max_completion_tokens"
+        } else {
+            "max_tokens"
+        }
+    }
 }
 
 const ROLES: [&str; 6] = ["system", "developer", "user", "assistant", "tool", "function"];
@@ -76,6 +93,7 @@ pub fn parse_request(bytes: &[u8]) -> Result<Request, BadRequest> {
         response_format: obj.get("response_format").filter(|f| !f.is_null()).cloned(),
         reasoning_effort: rq::opt_str(&obj, "reasoning_effort", "reasoning_effort")?.map(str::to_string),
         raw: Some(Arc::new(raw)),
+        from_client: true,
     };
     Ok(Request {
         model,
@@ -257,12 +275,7 @@ pub fn render_request(o: &Outgoing, dialect: Dialect) -> Result<Vec<u8>, String>
         }
     }
     if p.sends_cap() {
-        let key = if p.completion_tokens_key {
-            "max_completion_tokens"
-        } else {
-            "max_tokens"
-        };
-        b.insert(key.into(), json!(o.max_tokens));
+        b.insert(dialect.cap_key(p.completion_tokens_key).into(), json!(o.max_tokens));
     }
     if let Some(t) = p.temperature {
         b.insert("temperature".into(), json!(t));
@@ -343,7 +356,7 @@ pub fn render_messages(messages: &[Message], dialect: Dialect) -> Result<Vec<Val
 
 fn render_message(m: &Message, dialect: Dialect) -> Result<Value, String> {
     let role = match (m.role, dialect) {
-        (Role::Developer, Dialect::DeepSeek) => "system",
+        (Role::Developer, Dialect::DeepSeek | Dialect::Compatible) => "system",
         (r, _) => r.as_str(),
     };
     let mut v = Obj::new();
@@ -851,4 +864,49 @@ pub fn error_chunk(kind: &str, message: &str, out: &mut Vec<u8>) {
         &json!({"error": {"message": message, "type": kind, "param": null, "code": kind}}),
         out,
     );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The body fusebox writes for `messages` with `params`, as JSON.
+    fn written(params: &Params, dialect: Dialect) -> Value {
+        let messages = [Message::new(Role::Developer, Content::Text("Be brief.".into()))];
+        let o = Outgoing {
+            model: "m",
+            messages: &messages,
+            own_messages: false,
+            tools: &[],
+            params,
+            max_tokens: 300,
+            stream: false,
+        };
+        serde_json::from_slice(&render_request(&o, dialect).unwrap()).unwrap()
+    }
+
+    #[test]
+    fn the_cap_and_roles_fusebox_writes_are_the_servers_own() {
+        let own = Params::default();
+        let openai = written(&own, Dialect::OpenAi);
+        assert_eq!(openai["max_completion_tokens"], 300);
+        assert!(openai.get("max_tokens").is_none());
+        assert_eq!(openai["messages"][0]["role"], "developer");
+        for d in [Dialect::Compatible, Dialect::DeepSeek] {
+            let v = written(&own, d);
+            assert_eq!(v["max_tokens"], 300, "{d:?}");
+            assert!(v.get("max_completion_tokens").is_none(), "{d:?}");
+            assert_eq!(v["messages"][0]["role"], "system", "{d:?}");
+        }
+        // A client's call without a cap (the Responses API's, or another
+        // API's where it is optional) is sent without one.
+        let client = Params {
+            from_client: true,
+            ..Params::default()
+        };
+        for d in [Dialect::OpenAi, Dialect::Compatible] {
+            let v = written(&client, d);
+            assert!(v.get("max_tokens").is_none() && v.get("max_completion_tokens").is_none());
+        }
+    }
 }

@@ -55,13 +55,15 @@ pub struct Params {
     /// The client's body: what an upstream of the client's API is sent,
     /// with only the members fusebox must change replaced.
     pub raw: Option<Arc<RawBody>>,
+    /// A client wrote the request (not fusebox's own agent loop).
+    pub from_client: bool,
 }
 
 impl Params {
-    /// Whether the output cap is sent: where the client set one, and on
-    /// the calls fusebox makes itself (no client body).
+    /// Whether the output cap is sent (to an API where it is optional):
+    /// where the client set one, and on the calls fusebox makes itself.
     pub fn sends_cap(&self) -> bool {
-        self.max_tokens.is_some() || self.raw.is_none()
+        self.max_tokens.is_some() || !self.from_client
     }
 
     /// Why a model of API `to` cannot serve this request, if it cannot.

@@ -70,6 +70,7 @@ pub fn parse_request(bytes: &[u8]) -> Result<Request, BadRequest> {
         response_format,
         reasoning_effort,
         raw: None,
+        from_client: true,
     };
     Ok(Request {
         model,

@@ -10,9 +10,10 @@ use fusebox::config::Config;
 use fusebox::gateway::GatewayOptions;
 use fusebox::provider::anthropic::AnthropicClient;
 use fusebox::provider::http::{Endpoint, Secret};
-use fusebox::provider::openai::{Flavor, OpenAiClient};
+use fusebox::provider::openai::OpenAiClient;
 use fusebox::provider::Provider;
 use fusebox::runner::{Runner, RunnerParts};
+use fusebox::wire::openai::Dialect;
 use proptest::prelude::*;
 use serde_json::{json, Value};
 use std::collections::HashMap;
@@ -84,7 +85,7 @@ pub fn clients(cfg: &Config, base: &str, clock: Clock) -> HashMap<String, Arc<dy
         let c: Arc<dyn Provider> = if anthropic {
             Arc::new(AnthropicClient::new(http.clone(), ep, clock))
         } else {
-            Arc::new(OpenAiClient::new(http.clone(), ep, Flavor::OpenAi, clock))
+            Arc::new(OpenAiClient::new(http.clone(), ep, Dialect::Compatible, clock))
         };
         out.insert(name.clone(), c);
     }
@@ -592,6 +593,9 @@ async fn a_responses_api_tool_loop_is_served_by_chat_models() {
     assert_eq!(m[2]["tool_calls"][0]["id"], "call_abc123");
     assert_eq!(m[3]["tool_call_id"], "call_abc123");
     assert_eq!(second["tools"][0]["function"]["name"], "get_order");
+    for cap in ["max_tokens", "max_completion_tokens"] {
+        assert!(second.get(cap).is_none(), "{cap}: the client set no cap");
+    }
 }
 
 #[tokio::test]
