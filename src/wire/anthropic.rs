@@ -41,10 +41,13 @@ pub fn parse_request(bytes: &[u8]) -> Result<Request, BadRequest> {
         }
     }
     read_messages(&obj, &mut messages)?;
-    let (tools, server_tools) = tools(&obj)?;
+    let (tools, offered) = tools(&obj)?;
     let mut needs = Vec::new();
-    if server_tools {
+    if offered.server {
         needs.push(("server tools", WireKind::Anthropic));
+    }
+    if offered.defined {
+        needs.push(("Anthropic-defined tools", WireKind::Anthropic));
     }
     if let Some(t) = rq::opt_obj(&obj, "thinking", "thinking")? {
         if rq::opt_str(t, "type", "thinking.type")? == Some("enabled") {
@@ -225,16 +228,44 @@ fn part(v: &Value, path: &str) -> Result<Part, BadRequest> {
     })
 }
 
-/// Custom tools, and whether server tools (web search, …) were offered too.
-fn tools(obj: &Obj) -> Result<(Vec<ToolSpec>, bool), BadRequest> {
+/// Which of Anthropic's own tools a request offers besides custom ones.
+#[derive(Default)]
+struct Offered {
+    /// Tools Anthropic runs (web search, code execution, …): their calls
+    /// and results come back as blocks of their own, not as `tool_use`.
+    server: bool,
+    /// Tools Anthropic defines and the client runs (bash, the text
+    /// editor, computer use, memory): the model calls them by name.
+    defined: bool,
+}
+
+/// Anthropic-defined tools the client runs, by their type's prefix.
+const CLIENT_RUN: [&str; 4] = ["bash_", "text_editor_", "computer_", "memory_"];
+
+/// The tools the model may call as `tool_use` (custom ones and
+/// Anthropic-defined ones, whose arguments Anthropic's schema governs), and
+/// which of Anthropic's own tools were offered.
+fn tools(obj: &Obj) -> Result<(Vec<ToolSpec>, Offered), BadRequest> {
     let mut out = Vec::new();
-    let mut server = false;
+    let mut offered = Offered::default();
     for (i, t) in rq::array(obj, "tools", "tools")?.iter().enumerate() {
         let path = format!("tools[{i}]");
         let t = rq::object(t, &path)?;
-        if rq::opt_str(t, "type", &format!("{path}.type"))?.is_some_and(|ty| ty != "custom") {
-            server = true;
-            continue;
+        match rq::opt_str(t, "type", &format!("{path}.type"))? {
+            None | Some("custom") => {}
+            Some(ty) if CLIENT_RUN.iter().any(|p| ty.starts_with(p)) => {
+                offered.defined = true;
+                out.push(ToolSpec {
+                    name: rq::tool_name(t, &format!("{path}.name"))?.into(),
+                    description: "".into(),
+                    schema: Arc::new(json!({"type": "object"})),
+                });
+                continue;
+            }
+            Some(_) => {
+                offered.server = true;
+                continue;
+            }
         }
         out.push(ToolSpec {
             name: rq::tool_name(t, &format!("{path}.name"))?.into(),
@@ -244,7 +275,7 @@ fn tools(obj: &Obj) -> Result<(Vec<ToolSpec>, bool), BadRequest> {
             schema: rq::schema(t, "input_schema", &format!("{path}.input_schema"))?.into(),
         });
     }
-    Ok((out, server))
+    Ok((out, offered))
 }
 
 fn tool_choice(obj: &Obj) -> Result<(Option<ToolChoice>, Option<bool>), BadRequest> {

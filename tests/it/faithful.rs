@@ -387,6 +387,31 @@ async fn a_tool_loop_falls_back_across_apis_both_ways() {
 }
 
 #[tokio::test]
+async fn a_call_of_an_anthropic_defined_tool_is_the_clients_to_run() {
+    let p = Proxy::start(config(ROUTES)).await;
+    let body = json!({
+        "model": "claude-first", "max_tokens": 300,
+        "messages": [{"role": "user", "content": "List the files."}],
+        "tools": [{"type": "bash_20250124", "name": "bash"}, anthropic_tool()],
+    });
+    let r = p.post("/v1/messages", &body).await;
+    assert_eq!(r.status(), 200, "{}", r.text().await.unwrap());
+    assert_eq!(header(&r, "x-fusebox-level"), "none", "not a hallucinated tool");
+    let v: Value = r.json().await.unwrap();
+    assert_eq!(v["content"][0]["name"], "bash");
+    assert_eq!(p.upstream.bodies(Api::Anthropic).pop().unwrap()["tools"], body["tools"]);
+    // An OpenAI model cannot run Anthropic's tools: it is skipped, saying so.
+    p.upstream.set_down(Api::Anthropic, true);
+    let r = p.post("/v1/messages", &body).await;
+    let chain = header(&r, "x-fusebox-chain").to_string();
+    assert!(
+        chain.contains("gpt-4o skipped: cannot honour Anthropic-defined tools"),
+        "{chain}"
+    );
+    assert!(p.upstream.bodies(Api::OpenAi).is_empty());
+}
+
+#[tokio::test]
 async fn a_request_the_other_api_cannot_honour_skips_it_with_the_reason() {
     let p = Proxy::start(config(ROUTES)).await;
     p.upstream.set_down(Api::OpenAi, true);

@@ -6,7 +6,7 @@
 //! and recording every body it receives. Written apart from fusebox's own
 //! wire code, so a mistake there cannot hide behind the same mistake here.
 //!
-//! It answers as a model in a tool loop would: a call of `get_order` when
+//! It answers as a model in a tool loop would: a call of the first tool when
 //! tools are offered and the conversation ends in a user turn, the text of
 //! the tool's result once it ends in one, text otherwise; whole or as a
 //! stream of chunks.
@@ -292,6 +292,16 @@ fn check_anthropic(h: &HeaderMap, b: &Value) -> Result<(), String> {
 }
 
 /// What the model does with a conversation: `(tool call?, text)`.
+/// The tool the model calls: the first one offered.
+fn called(api: Api, b: &Value) -> String {
+    let t = &b["tools"][0];
+    let name = match api {
+        Api::OpenAi => &t["function"]["name"],
+        Api::Anthropic => &t["name"],
+    };
+    name.as_str().unwrap_or("get_order").to_string()
+}
+
 fn decide(state: &StrictState, api: Api, b: &Value) -> (bool, String) {
     let messages = b["messages"].as_array().cloned().unwrap_or_default();
     let last = messages.last().cloned().unwrap_or(Value::Null);
@@ -394,7 +404,7 @@ async fn openai(State(state): State<Arc<StrictState>>, headers: HeaderMap, body:
     if b["stream"] != json!(true) {
         let message = if call {
             json!({"role": "assistant", "content": null, "refusal": null, "tool_calls": [
-                {"id": "call_abc123", "type": "function", "function": {"name": "get_order", "arguments": CALL_ARGS}}]})
+                {"id": "call_abc123", "type": "function", "function": {"name": called(Api::OpenAi, &b), "arguments": CALL_ARGS}}]})
         } else {
             json!({"role": "assistant", "content": text, "refusal": null})
         };
@@ -421,7 +431,7 @@ async fn openai(State(state): State<Arc<StrictState>>, headers: HeaderMap, body:
     if call {
         head.push(chunk(
             json!({"tool_calls": [{"index": 0, "id": "call_abc123", "type": "function",
-                                   "function": {"name": "get_order", "arguments": ""}}]}),
+                                   "function": {"name": called(Api::OpenAi, &b), "arguments": ""}}]}),
             Value::Null,
         ));
         content.push(chunk(
@@ -536,7 +546,7 @@ async fn anthropic(State(state): State<Arc<StrictState>>, headers: HeaderMap, bo
     let stop = if call { "tool_use" } else { "end_turn" };
     if b["stream"] != json!(true) {
         let content = if call {
-            json!([{"type": "tool_use", "id": "toolu_abc123", "name": "get_order", "input": {"order_id": "38100"}}])
+            json!([{"type": "tool_use", "id": "toolu_abc123", "name": called(Api::Anthropic, &b), "input": {"order_id": "38100"}}])
         } else {
             json!([{"type": "text", "text": text}])
         };
@@ -559,7 +569,7 @@ async fn anthropic(State(state): State<Arc<StrictState>>, headers: HeaderMap, bo
         head.push(ev(
             "content_block_start",
             json!({"type": "content_block_start", "index": 0,
-            "content_block": {"type": "tool_use", "id": "toolu_abc123", "name": "get_order", "input": {}}}),
+            "content_block": {"type": "tool_use", "id": "toolu_abc123", "name": called(Api::Anthropic, &b), "input": {}}}),
         ));
         content.push(ev(
             "content_block_delta",
