@@ -52,6 +52,20 @@ impl Api {
         }
     }
 
+    /// The client's headers that only this API reads, to send on with its
+    /// body (every value of each, in order).
+    fn own_headers(self, headers: &HeaderMap) -> Vec<(&'static str, HeaderValue)> {
+        let names: &[&'static str] = match self {
+            Api::Chat => &["openai-beta"],
+            Api::Messages => &["anthropic-version", "anthropic-beta"],
+            Api::Responses => &[],
+        };
+        names
+            .iter()
+            .flat_map(|&n| headers.get_all(n).iter().map(move |v| (n, v.clone())))
+            .collect()
+    }
+
     /// An error in this API's shape.
     pub(super) fn error(self, status: StatusCode, message: &str, param: Option<&str>) -> Response {
         let body = match self {
@@ -97,10 +111,11 @@ async fn handle(gw: Arc<Gateway>, api: Api, req: axum::extract::Request) -> Resp
             )
         }
     };
-    let asked = match api.parse(&body) {
+    let mut asked = match api.parse(&body) {
         Ok(r) => r,
         Err(e) => return api.error(StatusCode::BAD_REQUEST, &e.message, e.field.as_deref()),
     };
+    asked.params.headers = api.own_headers(&parts.headers);
     if gw.runner.route_for(&asked.model).is_none() {
         return unknown_model(&gw, api, &asked.model);
     }

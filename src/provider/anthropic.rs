@@ -56,9 +56,16 @@ impl Provider for AnthropicClient {
         let out = req.outgoing(self.ep.stream);
         let body = render_request(&out).map_err(|why| ProviderError::new(ErrorKind::Unsupported, None, why))?;
         let mut b = with_ids(post(&self.http, &self.ep, self.url.as_ref()), req)
-            .header("anthropic-version", VERSION)
             .header(reqwest::header::CONTENT_TYPE, "application/json")
             .body(body);
+        // The client's `anthropic-version` stands in for fusebox's own.
+        let theirs = out.client_headers(WireKind::Anthropic);
+        if !theirs.iter().any(|(k, _)| *k == "anthropic-version") {
+            b = b.header("anthropic-version", VERSION);
+        }
+        for (k, v) in theirs {
+            b = b.header(*k, v.clone());
+        }
         if let Some(k) = &self.ep.key {
             b = b.header("x-api-key", k.expose());
         }

@@ -122,6 +122,9 @@ impl Provider for OpenAiClient {
         let mut b = with_ids(post(&self.http, &self.ep, self.url.as_ref()), req)
             .header(reqwest::header::CONTENT_TYPE, "application/json")
             .body(body);
+        for (k, v) in out.client_headers(WireKind::OpenAi) {
+            b = b.header(*k, v.clone());
+        }
         if let Some(k) = &self.ep.key {
             b = b.bearer_auth(k.expose());
         }

@@ -493,8 +493,11 @@ impl Runner {
                     if e.kind == ErrorKind::Unsupported {
                         return hop(HopResult::Unsupported(e.message), attempt);
                     }
-                    // The client's own body refused as malformed goes back to it.
-                    let passed_through = call.params.raw.is_some() && p.client.wire() == Some(call.params.wire);
+                    // The client's own body (its messages as sent, too)
+                    // refused as malformed goes back to it; a body fusebox
+                    // changed (trimmed, resumed) falls back instead.
+                    let passed_through =
+                        req.own_messages && call.params.raw.is_some() && p.client.wire() == Some(call.params.wire);
                     if e.client_fault() && passed_through {
                         tally.hops.push(Hop {
                             model: mi,

@@ -82,6 +82,7 @@ pub fn parse_request(bytes: &[u8]) -> Result<Request, BadRequest> {
         reasoning_effort: None,
         raw: Some(Arc::new(raw)),
         from_client: true,
+        headers: Vec::new(),
     };
     Ok(Request {
         model,

@@ -94,6 +94,7 @@ pub fn parse_request(bytes: &[u8]) -> Result<Request, BadRequest> {
         reasoning_effort: rq::opt_str(&obj, "reasoning_effort", "reasoning_effort")?.map(str::to_string),
         raw: Some(Arc::new(raw)),
         from_client: true,
+        headers: Vec::new(),
     };
     Ok(Request {
         model,

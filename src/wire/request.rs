@@ -57,6 +57,9 @@ pub struct Params {
     pub raw: Option<Arc<RawBody>>,
     /// A client wrote the request (not fusebox's own agent loop).
     pub from_client: bool,
+    /// The client's headers that only its API reads (`anthropic-beta`,
+    /// `anthropic-version`, `openai-beta`): sent on with its body.
+    pub headers: Vec<(&'static str, http::HeaderValue)>,
 }
 
 impl Params {
@@ -327,5 +330,15 @@ impl Outgoing<'_> {
         (self.params.wire == wire)
             .then_some(self.params.raw.as_deref())
             .flatten()
+    }
+
+    /// The client's own headers for an upstream of `wire`: those of its
+    /// API, when its body is passed on (a body fusebox wrote anew may not
+    /// do what a beta header says it does).
+    pub fn client_headers(&self, wire: WireKind) -> &[(&'static str, http::HeaderValue)] {
+        match self.passthrough(wire) {
+            Some(_) => &self.params.headers,
+            None => &[],
+        }
     }
 }

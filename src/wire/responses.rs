@@ -71,6 +71,7 @@ pub fn parse_request(bytes: &[u8]) -> Result<Request, BadRequest> {
         reasoning_effort,
         raw: None,
         from_client: true,
+        headers: Vec::new(),
     };
     Ok(Request {
         model,

@@ -412,6 +412,64 @@ async fn a_call_of_an_anthropic_defined_tool_is_the_clients_to_run() {
 }
 
 #[tokio::test]
+async fn the_clients_api_headers_go_on_with_its_body_and_only_with_it() {
+    let p = Proxy::start(config(ROUTES)).await;
+    let body = json!({
+        "model": "claude-first", "max_tokens": 300,
+        "messages": [{"role": "user", "content": "Hello"}],
+    });
+    let r = p
+        .http
+        .post(format!("{}/v1/messages", p.base))
+        .header("anthropic-version", "2023-01-01")
+        .header("anthropic-beta", "context-1m-2025-08-07")
+        .header("anthropic-beta", "fine-grained-tool-streaming-2025-05-14")
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let got = p.upstream.received().pop().unwrap().headers;
+    let all = |n: &str| {
+        got.get_all(n)
+            .iter()
+            .map(|v| v.to_str().unwrap().to_string())
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(all("anthropic-version"), ["2023-01-01"]);
+    assert_eq!(
+        all("anthropic-beta"),
+        ["context-1m-2025-08-07", "fine-grained-tool-streaming-2025-05-14"]
+    );
+    // Translated for the other API, the call carries none of them.
+    p.upstream.set_down(Api::Anthropic, true);
+    let r = p
+        .http
+        .post(format!("{}/v1/messages", p.base))
+        .header("anthropic-beta", "context-1m-2025-08-07")
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let got = p.upstream.received().pop().unwrap();
+    assert_eq!(got.api, Api::OpenAi);
+    assert!(got.headers.get("anthropic-beta").is_none());
+    // An OpenAI client's beta header goes on with its body.
+    let r = p
+        .http
+        .post(format!("{}/v1/chat/completions", p.base))
+        .header("openai-beta", "assistants=v2")
+        .json(&openai_turn1("default"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let got = p.upstream.received().pop().unwrap().headers;
+    assert_eq!(got.get("openai-beta").unwrap(), "assistants=v2");
+}
+
+#[tokio::test]
 async fn a_request_the_other_api_cannot_honour_skips_it_with_the_reason() {
     let p = Proxy::start(config(ROUTES)).await;
     p.upstream.set_down(Api::OpenAi, true);

@@ -38,6 +38,7 @@ pub struct Received {
     pub api: Api,
     pub body: Value,
     pub status: u16,
+    pub headers: HeaderMap,
 }
 
 /// How streams are sent.
@@ -375,6 +376,7 @@ async fn openai(State(state): State<Arc<StrictState>>, headers: HeaderMap, body:
             api: Api::OpenAi,
             body: b.clone(),
             status,
+            headers: headers.clone(),
         })
     };
     if !headers
@@ -522,6 +524,7 @@ async fn anthropic(State(state): State<Arc<StrictState>>, headers: HeaderMap, bo
             api: Api::Anthropic,
             body: b.clone(),
             status,
+            headers: headers.clone(),
         })
     };
     let key = headers.get("x-api-key").is_some()
