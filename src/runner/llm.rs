@@ -237,7 +237,10 @@ impl Runner {
                 });
                 continue;
             }
-            let max_tokens = ((call.max_tokens as f64 * factor.powi(hop_no)).round() as u32).max(16);
+            // Lowered on each hop, to no less than 16 and no more than asked.
+            let max_tokens = ((call.max_tokens as f64 * factor.powi(hop_no)).round() as u32)
+                .max(16)
+                .min(call.max_tokens);
             let trimmed = hop_no > 0 && route.cfg.trim_prompt_on_fallback;
             let mut messages = if trimmed {
                 trim(&call.messages)

@@ -48,7 +48,7 @@ pub fn parse_request(bytes: &[u8]) -> Result<Request, BadRequest> {
     let model = rq::model(&obj)?;
     let stream = rq::opt_bool(&obj, "stream", "stream")?.unwrap_or(false);
     let messages = messages(&obj)?;
-    let tools = tools(&obj)?;
+    let tools = rq::allowed_tools(&obj, tools(&obj)?);
     let (max_tokens, completion_tokens_key) = match rq::opt_u32(&obj, "max_completion_tokens", "max_completion_tokens")?
     {
         Some(m) => (Some(m), true),
@@ -252,7 +252,7 @@ fn tools(obj: &Obj) -> Result<Vec<ToolSpec>, BadRequest> {
 /// honour.
 pub fn render_request(o: &Outgoing, dialect: Dialect) -> Result<Vec<u8>, String> {
     if let Some(raw) = o.passthrough(WireKind::OpenAi) {
-        return Ok(passthrough(raw, o, dialect));
+        return passthrough(raw, o, dialect);
     }
     if let Some(why) = o.params.cannot_honour(WireKind::OpenAi) {
         return Err(why);
@@ -304,13 +304,11 @@ pub fn render_request(o: &Outgoing, dialect: Dialect) -> Result<Vec<u8>, String>
 }
 
 /// The client's body, with what fusebox must change replaced.
-fn passthrough(raw: &RawBody, o: &Outgoing, dialect: Dialect) -> Vec<u8> {
+fn passthrough(raw: &RawBody, o: &Outgoing, dialect: Dialect) -> Result<Vec<u8>, String> {
     let mut set: SmallVec<[(&str, Box<RawValue>); 5]> = SmallVec::new();
     set.push(("model", to_raw(&o.model)));
     if !o.own_messages {
-        // Typed messages of this API render without loss.
-        let messages = render_messages(o.messages, dialect).unwrap_or_default();
-        set.push(("messages", to_raw(&messages)));
+        set.push(("messages", to_raw(&render_messages(o.messages, dialect)?)));
     }
     if o.params.max_tokens.is_some_and(|cap| o.max_tokens < cap) {
         let key = if o.params.completion_tokens_key {
@@ -337,7 +335,7 @@ fn passthrough(raw: &RawBody, o: &Outgoing, dialect: Dialect) -> Vec<u8> {
         }
     }
     let set: SmallVec<[(&str, &RawValue); 5]> = set.iter().map(|(k, v)| (*k, &**v)).collect();
-    raw.render(&set, &[])
+    Ok(raw.render(&set, &[]))
 }
 
 fn render_choice(c: &ToolChoice) -> Value {

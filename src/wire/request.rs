@@ -234,10 +234,18 @@ pub(crate) fn stop_list(obj: &Obj, key: &str) -> Result<Vec<String>, BadRequest>
     }
 }
 
-/// OpenAI's `tool_choice`: `auto`, `none`, `required`, or a function by
-/// name (`{"type": "function", "function": {"name"}}` in chat completions,
-/// `{"type": "function", "name"}` in responses).
+/// OpenAI's `tool_choice`: `auto`, `none`, `required`, a function by name
+/// (`{"type": "function", "function": {"name"}}` in chat completions,
+/// `{"type": "function", "name"}` in responses), or `allowed_tools` (its
+/// mode; the tools it allows are [`allowed_tools`]).
 pub(crate) fn tool_choice(obj: &Obj) -> Result<Option<ToolChoice>, BadRequest> {
+    if let Some(a) = allowed_of(obj) {
+        return Ok(Some(match a.get("mode").and_then(Value::as_str) {
+            Some("required") => ToolChoice::Required,
+            Some("auto") | None => ToolChoice::Auto,
+            Some(_) => return Err(BadRequest::field("tool_choice.mode", "expected auto or required")),
+        }));
+    }
     Ok(match obj.get("tool_choice") {
         None | Some(Value::Null) => None,
         Some(Value::String(s)) => Some(match s.as_str() {
@@ -262,6 +270,28 @@ pub(crate) fn tool_choice(obj: &Obj) -> Result<Option<ToolChoice>, BadRequest> {
         }
         Some(_) => return Err(BadRequest::field("tool_choice", "expected a string or an object")),
     })
+}
+
+/// `tool_choice: {"type": "allowed_tools", …}`: the object holding its
+/// `mode` and `tools` (nested under `allowed_tools` in chat completions).
+fn allowed_of(obj: &Obj) -> Option<&Obj> {
+    let c = obj.get("tool_choice")?.as_object()?;
+    (c.get("type")?.as_str()? == "allowed_tools")
+        .then(|| c.get("allowed_tools").and_then(Value::as_object).unwrap_or(c))
+}
+
+/// `tools` cut to the functions an `allowed_tools` choice allows: what the
+/// model may call, and what a model of the other API is offered.
+pub(crate) fn allowed_tools(obj: &Obj, tools: Vec<ToolSpec>) -> Vec<ToolSpec> {
+    let Some(list) = allowed_of(obj).and_then(|a| a.get("tools")).and_then(Value::as_array) else {
+        return tools;
+    };
+    let names: Vec<&str> = list
+        .iter()
+        .filter_map(|t| t.get("function").and_then(|f| f.get("name")).or_else(|| t.get("name")))
+        .filter_map(Value::as_str)
+        .collect();
+    tools.into_iter().filter(|t| names.contains(&&*t.name)).collect()
 }
 
 /// A tool's JSON schema (an empty object schema when absent).

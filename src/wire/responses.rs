@@ -41,7 +41,7 @@ pub fn parse_request(bytes: &[u8]) -> Result<Request, BadRequest> {
     if messages.iter().all(|m| m.role.instructs()) {
         return Err(BadRequest::field("input", "must contain at least one item"));
     }
-    let tools = tools(&obj)?;
+    let tools = rq::allowed_tools(&obj, tools(&obj)?);
     let mut needs = Vec::new();
     let response_format = match rq::opt_obj(&obj, "text", "text")?.and_then(|t| t.get("format")) {
         Some(f) if f.get("type").and_then(Value::as_str).is_some_and(|t| t != "text") => {

@@ -470,6 +470,34 @@ async fn the_clients_api_headers_go_on_with_its_body_and_only_with_it() {
 }
 
 #[tokio::test]
+async fn allowed_tools_are_what_the_model_may_call_in_either_api() {
+    let p = Proxy::start(config(ROUTES)).await;
+    let mut body = openai_turn1("default");
+    let refund = json!({"type": "function", "function": {"name": "refund", "parameters": {"type": "object"}}});
+    // The first tool offered is the one the fake calls: `refund`, which the
+    // choice does not allow.
+    body["tools"] = json!([refund, get_order_tool()]);
+    body["tool_choice"] = json!({"type": "allowed_tools", "allowed_tools": {
+        "mode": "required", "tools": [{"type": "function", "function": {"name": "get_order"}}]}});
+    let r = p.post("/v1/chat/completions", &body).await;
+    assert_eq!(r.status(), 200, "{}", r.text().await.unwrap());
+    // The OpenAI model got the body as sent; its call of `refund` is not
+    // allowed, so the Anthropic model was asked, offered `get_order` only.
+    assert_eq!(p.upstream.bodies(Api::OpenAi)[0]["tool_choice"], body["tool_choice"]);
+    let chain = header(&r, "x-fusebox-chain").to_string();
+    assert!(chain.starts_with("gpt-4o failed semantic"), "{chain}");
+    let sent = p.upstream.bodies(Api::Anthropic).pop().unwrap();
+    let names: Vec<&str> = sent["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["get_order"]);
+    assert_eq!(sent["tool_choice"]["type"], "any");
+}
+
+#[tokio::test]
 async fn a_request_the_other_api_cannot_honour_skips_it_with_the_reason() {
     let p = Proxy::start(config(ROUTES)).await;
     p.upstream.set_down(Api::OpenAi, true);
