@@ -179,11 +179,6 @@ impl StreamSink for ClientSink {
     }
 }
 
-/// A 500 for a call that ended with neither a stream nor a response.
-fn client_error(_gw: &Gateway, why: &str) -> Response {
-    Api::Chat.error(StatusCode::INTERNAL_SERVER_ERROR, why, None)
-}
-
 /// The outcome as the last chunk carries it.
 fn meta(o: &Outcome) -> Value {
     json!({"level": o.level.as_str(), "chain": o.chain.iter().map(|l| ascii_hop(l)).collect::<Vec<_>>(), "quality": o.quality})
@@ -262,6 +257,7 @@ impl futures_util::Stream for Drive {
 /// content (or, when none comes, with the whole response).
 pub(super) async fn streamed(gw: Arc<Gateway>, client: Client, req: ChatRequest) -> Response {
     let arrived = std::time::Instant::now();
+    let api = client.api;
     let out = SharedOut::default();
     let sink = ClientSink {
         client,
@@ -290,7 +286,12 @@ pub(super) async fn streamed(gw: Arc<Gateway>, client: Client, req: ChatRequest)
         o.head.take()
     };
     let Some(head) = head else {
-        return client_error(&gw, "the call ended without an answer");
+        // Every end writes a stream or a response; this is a bug, said so.
+        return api.error(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "the call ended without an answer",
+            None,
+        );
     };
     gw.latency.observe(arrived.elapsed());
     let body = Body::from_stream(Drive {

@@ -323,7 +323,7 @@ impl Runner {
                     ));
                 }
                 Ok((resp, mi)) => {
-                    session.add_tokens((resp.usage.input + resp.usage.output) as u64);
+                    session.add_tokens(u64::from(resp.usage.total()));
                     if mi != primary {
                         trail.fallback = true;
                     }

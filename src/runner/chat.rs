@@ -306,7 +306,7 @@ impl Runner {
             Ok((response, mi)) => {
                 let u = response.usage;
                 if let Some(s) = session {
-                    s.add_tokens(u64::from(u.input + u.output));
+                    s.add_tokens(u64::from(u.total()));
                 }
                 let model = self.models[mi].name.to_string();
                 match streaming.filter(|s| s.started) {

@@ -424,7 +424,7 @@ impl Runner {
                             t.stats.failed.inc();
                             t.stats.semantic.inc();
                         }
-                        tally.wasted += u64::from(resp.usage.input + resp.usage.output);
+                        tally.wasted += u64::from(resp.usage.total());
                         // Once the client's stream has started, a bad tool
                         // call cannot be taken back: the stream ends on it.
                         if streaming.as_ref().is_some_and(|s| s.started) {
@@ -454,7 +454,7 @@ impl Runner {
                 Attempted::Failed(e) => {
                     let failure = e.kind.failure();
                     let tripped = settle(e.usage, &e.rate, Some(failure), None, tally);
-                    tally.wasted += u64::from(e.usage.input + e.usage.output);
+                    tally.wasted += u64::from(e.usage.total());
                     if e.kind == ErrorKind::RateLimited {
                         p.limiter.count_rate_limited();
                     }
@@ -621,7 +621,7 @@ impl Runner {
         let p = &self.providers[m.provider];
         let (pp, mp, permit, res) = permits;
         let u = spent.usage;
-        let tokens = u.input + u.output;
+        let tokens = u.total();
         let cost = m.cost(u.input, u.output);
         p.limiter.settle(permit, u.input, u.output, spent.end);
         p.limiter.calibrate(spent.rate, spent.end);

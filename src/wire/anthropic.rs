@@ -830,6 +830,10 @@ impl EventWriter {
                 event("content_block_delta", &d, out);
             }
             Delta::Text(t) | Delta::Refusal(t) => self.text(t, out),
+            // A call's start said again (some servers repeat it in every
+            // chunk) opens no second block.
+            Delta::ToolStart { index, .. }
+                if self.tool_blocks.get(*index as usize).is_some_and(|&b| b != usize::MAX) => {}
             Delta::ToolStart { index, id, name } => {
                 let block = json!({"type": "tool_use", "id": id, "name": name, "input": {}});
                 let b = self.open(Block::Tool(*index), block, out);

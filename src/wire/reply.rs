@@ -16,6 +16,13 @@ pub struct Usage {
     pub cached_input: u32,
 }
 
+impl Usage {
+    /// Input and output (saturating: the counts are the upstream's word).
+    pub fn total(self) -> u32 {
+        self.input.saturating_add(self.output)
+    }
+}
+
 /// Why the model stopped.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum Finish {
@@ -64,7 +71,7 @@ impl Finish {
     /// From Anthropic's `stop_reason`.
     pub fn from_anthropic(s: &str) -> Self {
         match s {
-            "max_tokens" => Finish::Length,
+            "max_tokens" | "model_context_window_exceeded" => Finish::Length,
             "tool_use" => Finish::ToolCalls,
             "refusal" => Finish::Filtered,
             _ => Finish::Stop,
@@ -221,9 +228,15 @@ impl Assembler {
             }
             Delta::ToolStart { index, id, name } if *index < MAX_CALLS => {
                 self.chars += name.len();
+                // Some servers repeat the id and name in every chunk of a
+                // call: the first ones stand.
                 let c = Self::call(&mut r.tool_calls, *index);
-                c.id.push_str(id);
-                c.name.push_str(name);
+                if c.id.is_empty() {
+                    c.id.clone_from(id);
+                }
+                if c.name.is_empty() {
+                    c.name.clone_from(name);
+                }
             }
             Delta::ToolArgs { index, fragment } if *index < MAX_CALLS => {
                 self.chars += fragment.len();

@@ -315,7 +315,7 @@ fn usage(u: Usage) -> Value {
         "input_tokens_details": {"cached_tokens": u.cached_input},
         "output_tokens": u.output,
         "output_tokens_details": {"reasoning_tokens": 0},
-        "total_tokens": u.input + u.output,
+        "total_tokens": u.total(),
     })
 }
 
@@ -412,6 +412,8 @@ pub struct EventWriter {
     items: Vec<Value>,
     /// The open item: a message (its index) or a tool call (its index and call index).
     open: Option<Open>,
+    /// The stream's index of the tool call last started.
+    call_at: Option<u32>,
     usage: Usage,
 }
 
@@ -434,6 +436,7 @@ impl EventWriter {
             reply: Reply::default(),
             items: Vec::new(),
             open: None,
+            call_at: None,
             usage: Usage::default(),
         }
     }
@@ -557,7 +560,11 @@ impl EventWriter {
                     out,
                 );
             }
-            Delta::ToolStart { id, name, .. } => {
+            // A call's start said again (some servers repeat it in every
+            // chunk) starts no second call.
+            Delta::ToolStart { index, .. } if self.call_at == Some(*index) => {}
+            Delta::ToolStart { index, id, name } => {
+                self.call_at = Some(*index);
                 self.close(out);
                 let c = self.reply.tool_calls.len();
                 let call = ToolCall::new(id.as_str(), name.as_str(), "");

@@ -716,3 +716,34 @@ proptest! {
         let _ = anthropic_feedback(&h, now);
     }
 }
+
+// ------------------------------------------------ repeated tool-call starts
+
+/// Some OpenAI-compatible servers repeat a call's id and name in every
+/// chunk: the call is one call, named once, in every API it is written in.
+#[test]
+fn a_tool_call_start_said_again_is_one_call() {
+    use fusebox::wire::{anthropic, openai, Assembler};
+    let chunk = |args: &str| {
+        format!(
+            r#"{{"choices":[{{"index":0,"delta":{{"tool_calls":[{{"index":0,"id":"call_1","type":"function","function":{{"name":"get_order","arguments":"{args}"}}}}]}}}}]}}"#
+        )
+    };
+    let deltas: Vec<_> = [chunk(r#"{\"order"#), chunk(r#"_id\":\"7\"}"#)]
+        .iter()
+        .flat_map(|c| openai::decode_chunk(c).unwrap())
+        .collect();
+    let mut acc = Assembler::default();
+    deltas.iter().for_each(|d| acc.take(d));
+    let reply = acc.finish();
+    assert_eq!(reply.tool_calls.len(), 1);
+    assert_eq!(reply.tool_calls[0].name, "get_order");
+    assert_eq!(reply.tool_calls[0].id, "call_1");
+    assert_eq!(reply.tool_calls[0].arguments, r#"{"order_id":"7"}"#);
+    let mut w = anthropic::EventWriter::new("msg_1", "m");
+    let mut out = Vec::new();
+    deltas.iter().for_each(|d| w.write(d, &mut out));
+    let text = String::from_utf8(out).unwrap();
+    assert_eq!(text.matches("event: content_block_start").count(), 1, "{text}");
+    assert!(text.contains(r#""partial_json":"_id\"#), "{text}");
+}
