@@ -32,17 +32,19 @@ pub fn specs(cfg: &Config) -> Vec<ToolSpec> {
 /// clients send theirs with every request). Bounded; a schema that does
 /// not compile is remembered as such and only the JSON is checked.
 pub struct Schemas {
-    compiled: parking_lot::Mutex<lru::LruCache<u64, Compiled>>,
+    /// By the schema's text (its hash, the text kept to tell collisions).
+    compiled: parking_lot::Mutex<lru::LruCache<u64, (Box<str>, Compiled)>>,
     /// The same by the schema's allocation, which the configured tools'
     /// specs share: found without writing the schema out.
     by_ptr: parking_lot::Mutex<lru::LruCache<usize, (std::sync::Weak<Value>, Compiled)>>,
+    keys: ahash::RandomState,
 }
 
 /// A compiled schema (`None`: it does not compile).
 type Compiled = Option<Arc<jsonschema::Validator>>;
 
-/// Hashes schema texts (fixed keys: the hashes live only in this process).
-static SCHEMA_KEYS: ahash::RandomState = ahash::RandomState::with_seeds(5, 6, 7, 8);
+/// Schemas longer than this are compiled each time rather than kept.
+const MAX_CACHED_TEXT: usize = 64 * 1024;
 
 impl Default for Schemas {
     fn default() -> Self {
@@ -57,6 +59,7 @@ impl Schemas {
         Self {
             compiled: parking_lot::Mutex::new(lru::LruCache::new(cap)),
             by_ptr: parking_lot::Mutex::new(lru::LruCache::new(cap)),
+            keys: ahash::RandomState::new(),
         }
     }
 
@@ -73,10 +76,13 @@ impl Schemas {
     }
 
     fn compile(&self, schema: &Value) -> Compiled {
-        let key = SCHEMA_KEYS.hash_one(schema.to_string());
+        let text = schema.to_string();
+        let key = self.keys.hash_one(&text);
         let mut cache = self.compiled.lock();
-        if let Some(v) = cache.get(&key) {
-            return v.clone();
+        if let Some((t, v)) = cache.get(&key) {
+            if **t == *text {
+                return v.clone();
+            }
         }
         let v = match jsonschema::options().should_validate_formats(true).build(schema) {
             Ok(v) => Some(Arc::new(v)),
@@ -85,7 +91,9 @@ impl Schemas {
                 None
             }
         };
-        cache.put(key, v.clone());
+        if text.len() <= MAX_CACHED_TEXT {
+            cache.put(key, (text.into_boxed_str(), v.clone()));
+        }
         v
     }
 

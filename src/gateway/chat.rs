@@ -15,10 +15,10 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
-pub(super) const H_LEVEL: &str = "x-fusebox-level";
-pub(super) const H_CHAIN: &str = "x-fusebox-chain";
-pub(super) const H_QUALITY: &str = "x-fusebox-quality";
-pub(super) const H_ATTEMPTS: &str = "x-fusebox-attempts";
+const H_LEVEL: &str = "x-fusebox-level";
+const H_CHAIN: &str = "x-fusebox-chain";
+const H_QUALITY: &str = "x-fusebox-quality";
+const H_ATTEMPTS: &str = "x-fusebox-attempts";
 const H_USER: &str = "x-fusebox-user";
 const H_SESSION: &str = "x-fusebox-session";
 const H_FALLBACK: &str = "x-fusebox-fallback";
@@ -207,23 +207,35 @@ pub(super) fn unix_now() -> u64 {
         .unwrap_or(0)
 }
 
+/// Writes the outcome as the `x-fusebox-*` headers say it: level and
+/// chain, and quality and attempts where given.
+pub(super) fn outcome_headers(
+    h: &mut HeaderMap,
+    level: crate::runner::outcome::Level,
+    chain: &[String],
+    more: Option<(f64, u32)>,
+) {
+    let chain: Vec<String> = chain.iter().map(|l| ascii_hop(l)).collect();
+    let mut put = |name: &'static str, value: String| {
+        if let Ok(v) = HeaderValue::from_str(&value) {
+            h.insert(HeaderName::from_static(name), v);
+        }
+    };
+    put(H_LEVEL, level.as_str().to_string());
+    put(H_CHAIN, chain.join(", "));
+    if let Some((quality, attempts)) = more {
+        put(H_QUALITY, format!("{quality:.2}"));
+        put(H_ATTEMPTS, attempts.to_string());
+    }
+}
+
 /// The whole response for a call whose client's stream (if it asked for
 /// one) never started.
 pub(super) fn respond(client: &Client, id: u64, chat: Chat, stream: bool) -> Response {
     let api = client.api;
     let o = &chat.outcome;
     let mut meta = HeaderMap::new();
-    let chain: Vec<String> = o.chain.iter().map(|l| ascii_hop(l)).collect();
-    for (name, value) in [
-        (H_LEVEL, o.level.as_str().to_string()),
-        (H_CHAIN, chain.join(", ")),
-        (H_QUALITY, format!("{:.2}", o.quality)),
-        (H_ATTEMPTS, o.attempts.to_string()),
-    ] {
-        if let Ok(v) = HeaderValue::from_str(&value) {
-            meta.insert(HeaderName::from_static(name), v);
-        }
-    }
+    outcome_headers(&mut meta, o.level, &o.chain, Some((o.quality, o.attempts)));
     let mut resp = match chat.end {
         ChatEnd::Answer { response, model } | ChatEnd::Streamed { response, model, .. } => {
             let wire = response.wire.as_deref();

@@ -3,13 +3,13 @@
 //! the user's budgets (one attempt; no fallback, as another model's vectors
 //! would not compare). The upstream's answer comes back as it sent it.
 
-use super::chat::{ascii_hop, Api, H_CHAIN, H_LEVEL};
+use super::chat::{outcome_headers, Api};
 use super::Shared;
 use crate::runner::embed::{EmbedCall, EmbedEnd};
 use crate::wire::RawBody;
 use axum::body::Body;
 use axum::extract::State;
-use axum::http::{header, HeaderName, HeaderValue, StatusCode};
+use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde_json::Value;
 use std::sync::atomic::Ordering;
@@ -82,7 +82,7 @@ pub(super) async fn embeddings(State(gw): Shared, req: axum::extract::Request) -
         EmbedEnd::Refused(e) => {
             let mut r = api.error(StatusCode::TOO_MANY_REQUESTS, &e.to_string(), None);
             r.headers_mut()
-                .insert(header::RETRY_AFTER, HeaderValue::from_static("60"));
+                .insert(header::RETRY_AFTER, HeaderValue::from(e.retry_after().as_secs()));
             r
         }
         EmbedEnd::Unavailable(why) => api.error(StatusCode::SERVICE_UNAVAILABLE, &why, None),
@@ -96,14 +96,7 @@ pub(super) async fn embeddings(State(gw): Shared, req: axum::extract::Request) -
             _ => api.error(StatusCode::BAD_GATEWAY, &e.message, None),
         },
     };
-    let chain: Vec<String> = done.outcome.chain.iter().map(|l| ascii_hop(l)).collect();
-    for (name, value) in [
-        (H_LEVEL, done.outcome.level.as_str().to_string()),
-        (H_CHAIN, chain.join(", ")),
-    ] {
-        if let Ok(v) = HeaderValue::from_str(&value) {
-            resp.headers_mut().insert(HeaderName::from_static(name), v);
-        }
-    }
+    let o = &done.outcome;
+    outcome_headers(resp.headers_mut(), o.level, &o.chain, None);
     resp
 }

@@ -1,8 +1,10 @@
-//! Gateway mode (`fusebox serve`): an OpenAI-compatible HTTP front door.
-//! Agents point their base URL here; every chat completion runs through the
-//! runner (budgets, limiter, breakers, retries, fallback chain) and comes back
-//! in the OpenAI wire format whatever provider answered, with the degradation
-//! metadata in `x-fusebox-*` headers.
+//! Gateway mode (`fusebox serve`): the HTTP front door agents point their
+//! base URL at. OpenAI chat completions, Anthropic messages and OpenAI
+//! responses (and embeddings) run through the runner (budgets, limiter,
+//! breakers, retries, fallback chain); a call to a model of the client's
+//! own API passes its body and the upstream's answer through, a call to
+//! the other API is translated both ways, and the degradation metadata
+//! comes in `x-fusebox-*` headers and the stream's last chunk.
 
 mod auth;
 mod chat;

@@ -9,7 +9,7 @@
 //! error event in the client's API (never a clean end). A client that goes
 //! away drops the body, and with it the call.
 
-use super::chat::{ascii_hop, respond, Api, Client, H_ATTEMPTS, H_CHAIN, H_LEVEL, H_QUALITY};
+use super::chat::{ascii_hop, outcome_headers, respond, Api, Client};
 use super::Gateway;
 use crate::provider::Piece;
 use crate::runner::chat::{Chat, ChatEnd, ChatRequest};
@@ -311,17 +311,7 @@ pub(super) async fn streamed(gw: Arc<Gateway>, client: Client, req: ChatRequest)
         HeaderName::from_static("x-accel-buffering"),
         HeaderValue::from_static("no"),
     );
-    let chain: Vec<String> = head.chain.iter().map(|l| ascii_hop(l)).collect();
-    for (name, value) in [
-        (H_LEVEL, head.level.as_str().to_string()),
-        (H_CHAIN, chain.join(", ")),
-        (H_QUALITY, format!("{:.2}", head.quality)),
-        (H_ATTEMPTS, head.attempts.to_string()),
-    ] {
-        if let Ok(v) = HeaderValue::from_str(&value) {
-            h.insert(HeaderName::from_static(name), v);
-        }
-    }
+    outcome_headers(h, head.level, &head.chain, Some((head.quality, head.attempts)));
     resp
 }
 

@@ -35,11 +35,6 @@ impl AnthropicClient {
     }
 }
 
-/// The error kind of an Anthropic error type (in-band or in a body).
-fn error_kind(t: &str) -> ErrorKind {
-    super::http::stream_error_kind(t)
-}
-
 #[async_trait::async_trait]
 impl Provider for AnthropicClient {
     fn wire(&self) -> Option<WireKind> {
@@ -74,9 +69,11 @@ impl Provider for AnthropicClient {
         let rate = anthropic_feedback(&header_getter(resp.headers()), self.clock.wall_ms());
         if !(200..300).contains(&status) {
             let body = read_body(name, resp).await.unwrap_or_default();
-            let named = serde_json::from_slice::<Value>(&body)
-                .ok()
-                .and_then(|v| v.pointer("/error/type").and_then(Value::as_str).map(error_kind));
+            let named = serde_json::from_slice::<Value>(&body).ok().and_then(|v| {
+                v.pointer("/error/type")
+                    .and_then(Value::as_str)
+                    .map(super::http::stream_error_kind)
+            });
             let mut e = status_error(name, status, body, WireKind::Anthropic, rate);
             // A client error keeps its status's kind unless the body names
             // a more specific one (`request_too_large`).

@@ -38,6 +38,21 @@ pub struct BudgetExceeded {
 const UNREACHABLE: &str = "store unreachable";
 
 impl BudgetExceeded {
+    /// When to try again: the refusing window's length (at most that until
+    /// it has room again), or a few seconds for a store that is unreachable.
+    pub fn retry_after(&self) -> std::time::Duration {
+        let secs = if self.what == UNREACHABLE {
+            5
+        } else if self.what.contains("minute") {
+            60
+        } else if self.what.contains("hour") {
+            3_600
+        } else {
+            86_400
+        };
+        std::time::Duration::from_secs(secs)
+    }
+
     /// A fleet budget that cannot be checked because its store is
     /// unreachable, with budgets failing closed.
     pub fn store_unreachable(scope: String) -> Self {
@@ -368,9 +383,10 @@ impl Budgets {
 
     /// How many tokens the call holding `r` may use in all before a hard
     /// token budget (the user's minute, hour or day, the global hour or
-    /// day) would be exceeded, counting what others use meanwhile: the
-    /// tightest budget's room plus what `r` reserved. `None` when no token
-    /// budget is set. A stream is cut where it would pass this.
+    /// day) would be exceeded, as the budgets stand now (what others use
+    /// meanwhile is settled against them later): the tightest budget's room
+    /// plus what `r` reserved. `None` when no token budget is set. A stream
+    /// is cut where it would pass this.
     pub fn room(&self, user: &str, r: &Reservation, now_ms: u64) -> Option<(u64, BudgetExceeded)> {
         let c = &self.cfg;
         let mut tightest: Option<(f64, BudgetExceeded)> = None;

@@ -106,18 +106,6 @@ pub struct Chat {
     pub outcome: Outcome,
 }
 
-/// How long until a refusing budget window has room again.
-fn budget_retry_after(e: &BudgetExceeded) -> Duration {
-    let secs = if e.what.contains("minute") {
-        60
-    } else if e.what.contains("hour") {
-        3_600
-    } else {
-        86_400
-    };
-    Duration::from_secs(secs)
-}
-
 /// Ends a call whose future is dropped (the client went away) in a failed
 /// outcome, so every request still has exactly one.
 pub(super) struct Abandoned<'a> {
@@ -335,7 +323,7 @@ impl Runner {
             Err(LlmFailure::Budget(e) | LlmFailure::OverBudget(e)) => {
                 self.note_budget_rejection(&req.user, &e);
                 ChatEnd::Refused {
-                    retry_after: budget_retry_after(&e),
+                    retry_after: e.retry_after(),
                     reason: e.to_string(),
                 }
             }

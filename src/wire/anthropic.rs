@@ -813,9 +813,7 @@ impl EventWriter {
     /// Writes `d` to `out`.
     pub fn write(&mut self, d: &Delta, out: &mut Vec<u8>) {
         if let Delta::Usage(u) = d {
-            self.usage.input = self.usage.input.max(u.input);
-            self.usage.output = self.usage.output.max(u.output);
-            self.usage.cached_input = self.usage.cached_input.max(u.cached_input);
+            self.usage.merge(u);
             return;
         }
         self.start(out);

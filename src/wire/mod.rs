@@ -1,5 +1,6 @@
-//! The providers' wire formats: OpenAI chat completions, Anthropic
-//! messages, Server-Sent Events and rate-limit headers, read and written.
+//! The providers' wire formats: OpenAI chat completions and responses,
+//! Anthropic messages, Server-Sent Events and rate-limit headers, read and
+//! written.
 //! The HTTP clients, the mock server and the gateway all speak through this
 //! module, so what one writes the others read.
 //!

@@ -396,11 +396,7 @@ fn render_message(m: &Message, dialect: Dialect) -> Result<Value, String> {
     };
     v.insert("content".into(), content);
     if !m.tool_calls.is_empty() {
-        let calls: Vec<Value> = m
-            .tool_calls
-            .iter()
-            .map(|c| json!({"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}))
-            .collect();
+        let calls: Vec<Value> = m.tool_calls.iter().map(call_json).collect();
         v.insert("tool_calls".into(), Value::Array(calls));
     }
     if let Some(id) = &m.tool_call_id {
@@ -429,6 +425,11 @@ pub fn usage_of(u: &Value) -> Option<Usage> {
             .or_else(|| n("/prompt_cache_hit_tokens"))
             .unwrap_or(0),
     })
+}
+
+/// A tool call as chat completions write it.
+fn call_json(c: &ToolCall) -> Value {
+    json!({"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}})
 }
 
 /// `usage` of a completion in `dialect`.
@@ -520,11 +521,7 @@ pub fn render_reply(f: &Frame, r: &Reply) -> Value {
         "content": if r.text.is_empty() && (!r.tool_calls.is_empty() || !r.refusal.is_empty()) { Value::Null } else { json!(r.text) },
     });
     if !r.tool_calls.is_empty() {
-        let calls: Vec<Value> = r
-            .tool_calls
-            .iter()
-            .map(|c| json!({"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}))
-            .collect();
+        let calls: Vec<Value> = r.tool_calls.iter().map(call_json).collect();
         message["tool_calls"] = Value::Array(calls);
     }
     message["refusal"] = if r.refusal.is_empty() {
@@ -748,14 +745,9 @@ impl ChunkWriter {
         }
     }
 
-    /// Usage as the stream said it so far (Anthropic says input and output
-    /// in different events).
+    /// Usage as the stream said it so far.
     fn add_usage(&mut self, u: &Usage) {
-        let mut m = self.usage.unwrap_or_default();
-        m.input = m.input.max(u.input);
-        m.output = m.output.max(u.output);
-        m.cached_input = m.cached_input.max(u.cached_input);
-        self.usage = Some(m);
+        self.usage.get_or_insert_default().merge(u);
     }
 
     fn chunk(&self, delta: Value, finish: Option<Finish>, out: &mut Vec<u8>) {

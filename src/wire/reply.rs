@@ -17,6 +17,14 @@ pub struct Usage {
 }
 
 impl Usage {
+    /// Takes in what a stream says of its usage so far: each count is the
+    /// largest said (Anthropic says input and output in different events).
+    pub fn merge(&mut self, u: &Usage) {
+        self.input = self.input.max(u.input);
+        self.output = self.output.max(u.output);
+        self.cached_input = self.cached_input.max(u.cached_input);
+    }
+
     /// Input and output (saturating: the counts are the upstream's word).
     pub fn total(self) -> u32 {
         self.input.saturating_add(self.output)
@@ -243,13 +251,7 @@ impl Assembler {
                 Self::call(&mut r.tool_calls, *index).arguments.push_str(fragment);
             }
             Delta::ToolStart { .. } | Delta::ToolArgs { .. } => {}
-            Delta::Usage(u) => {
-                let mut merged = r.usage.unwrap_or_default();
-                merged.input = merged.input.max(u.input);
-                merged.output = merged.output.max(u.output);
-                merged.cached_input = merged.cached_input.max(u.cached_input);
-                r.usage = Some(merged);
-            }
+            Delta::Usage(u) => r.usage.get_or_insert_default().merge(u),
             Delta::Finish(f) => r.finish = Some(*f),
             Delta::Done => self.done = true,
         }

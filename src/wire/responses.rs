@@ -519,9 +519,7 @@ impl EventWriter {
     pub fn write(&mut self, d: &Delta, out: &mut Vec<u8>) {
         match d {
             Delta::Usage(u) => {
-                self.usage.input = self.usage.input.max(u.input);
-                self.usage.output = self.usage.output.max(u.output);
-                self.usage.cached_input = self.usage.cached_input.max(u.cached_input);
+                self.usage.merge(u);
                 return;
             }
             Delta::Start { model, .. } if !model.is_empty() && !self.started => self.model.clone_from(model),
