@@ -230,6 +230,11 @@ impl Runner {
             ),
         };
         let answer = match &end {
+            // A resumed stream's answer is what the client was sent, begun
+            // by one model and finished by another.
+            ChatEnd::Streamed { .. } if streaming.as_ref().is_some_and(|s| s.resumed) => {
+                streaming.as_ref().map(|s| Arc::from(s.sent_text.as_str()))
+            }
             ChatEnd::Answer { response, .. } | ChatEnd::Streamed { response, .. } => Some(response.text.clone()),
             ChatEnd::Cut { .. } => streaming.as_ref().map(|s| Arc::from(s.sent_text.as_str())),
             _ => None,

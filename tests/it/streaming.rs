@@ -21,6 +21,19 @@ async fn soon<T>(what: &str, f: impl std::future::Future<Output = T>) -> T {
         .unwrap_or_else(|_| panic!("{what} did not happen"))
 }
 
+/// The next outcome announced.
+async fn outcome(
+    rx: &mut tokio::sync::mpsc::UnboundedReceiver<fusebox::telemetry::events::Event>,
+) -> Box<fusebox::runner::outcome::Outcome> {
+    loop {
+        if let Some(ev) = rx.recv().await {
+            if let EventKind::Outcome(o) = ev.kind {
+                return o;
+            }
+        }
+    }
+}
+
 /// A client reading a stream as it comes.
 struct Reader {
     resp: reqwest::Response,
@@ -169,16 +182,7 @@ async fn a_reset_after_three_chunks_ends_the_stream_with_an_error_event() {
         "{last}"
     );
     // One outcome: partial, with what was sent.
-    let o = soon("the outcome", async {
-        loop {
-            if let Some(ev) = events_rx.recv().await {
-                if let EventKind::Outcome(o) = ev.kind {
-                    return o;
-                }
-            }
-        }
-    })
-    .await;
+    let o = soon("the outcome", outcome(&mut events_rx)).await;
     assert_eq!(o.level, Level::Partial);
     assert_eq!(o.answer.as_deref(), Some("Order 38100 is "));
     assert!(o.chain[0].starts_with("gpt-4o ✗cut"), "{:?}", o.chain);
@@ -202,8 +206,15 @@ stream_resume = true
         plan.reset_after = Some((Api::OpenAi, 3));
     }
     *p.upstream.state.continues.lock() = true;
+    let mut events_rx = p.runner.events().subscribe();
     let text = soon("the stream", open(&p, &ask(false)).await.rest()).await;
     assert_eq!(openai_text(&text), ANSWER, "one uninterrupted answer: {text}");
+    let o = soon("the outcome", outcome(&mut events_rx)).await;
+    assert_eq!(
+        o.answer.as_deref(),
+        Some(ANSWER),
+        "the outcome's answer is what was sent"
+    );
     let evs = events(&text);
     assert_eq!(*evs.last().unwrap(), "data: [DONE]");
     let chunks: Vec<Value> = evs.iter().filter_map(|e| data(e)).collect();
