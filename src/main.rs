@@ -917,10 +917,19 @@ fn serve(args: ServeArgs) -> Result<()> {
         .threads
         .filter(|&t| t > 0)
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get() / 2).max(1));
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(threads)
-        .enable_all()
-        .build()?;
+    // One thread and no console: a current-thread runtime, which wakes and
+    // schedules with less work than a one-worker multi-thread one. (The
+    // console draws on the main thread, so it keeps the requests apart on
+    // a worker.)
+    let mut rt = match threads {
+        1 if ui.is_none() => tokio::runtime::Builder::new_current_thread(),
+        n => {
+            let mut b = tokio::runtime::Builder::new_multi_thread();
+            b.worker_threads(n);
+            b
+        }
+    };
+    let rt = rt.enable_all().build()?;
     let seed = Seed(args.seed);
     rt.block_on(async move {
         let clock = Clock::system();
