@@ -949,6 +949,7 @@ fn serve(args: ServeArgs) -> Result<()> {
         let opts = fusebox::gateway::GatewayOptions {
             auth_token,
             max_body: args.max_body_bytes,
+            readonly: args.console.readonly,
         };
         let addr = fusebox::gateway::spawn(runner.clone(), &args.listen, opts).await?;
         let base = format!("http://{addr}/v1");

@@ -37,6 +37,8 @@ pub struct GatewayOptions {
     pub auth_token: Option<String>,
     /// Largest request body accepted (bytes).
     pub max_body: usize,
+    /// Operator commands are refused (`serve --readonly`).
+    pub readonly: bool,
 }
 
 impl Default for GatewayOptions {
@@ -44,6 +46,7 @@ impl Default for GatewayOptions {
         Self {
             auth_token: None,
             max_body: DEFAULT_MAX_BODY,
+            readonly: false,
         }
     }
 }
@@ -187,6 +190,13 @@ async fn readyz(State(gw): Shared) -> Response {
 /// by the `x-fusebox-operator` header's name. Behind the same token as the
 /// rest of the gateway.
 async fn command(State(gw): Shared, headers: axum::http::HeaderMap, body: axum::body::Bytes) -> Response {
+    if gw.opts.readonly {
+        return error(
+            StatusCode::FORBIDDEN,
+            "this gateway runs --readonly: operator commands are refused (restart it without --readonly to allow them)",
+            None,
+        );
+    }
     let cmd: Command = match serde_json::from_slice(&body) {
         Ok(c) => c,
         Err(e) => {
@@ -203,7 +213,7 @@ async fn command(State(gw): Shared, headers: axum::http::HeaderMap, body: axum::
         .unwrap_or("api");
     match gw.runner.apply(&cmd, by) {
         Ok(()) => Json(json!({"applied": cmd})).into_response(),
-        Err(e) => error(StatusCode::BAD_REQUEST, &e.to_string(), Some("target")),
+        Err(e) => error(StatusCode::BAD_REQUEST, &e.to_string(), Some(&e.field())),
     }
 }
 

@@ -5,7 +5,7 @@
 //! sets each target (a `healthy` fault clears it), answering the new table.
 
 use super::MockServer;
-use crate::provider::fault::{Fault, FaultSpec};
+use crate::provider::fault::FaultSpec;
 use axum::body::Bytes;
 use axum::extract::State;
 use axum::http::StatusCode;
@@ -27,21 +27,8 @@ fn bad(message: String) -> Response {
 
 /// Checks one entry; the message names the target and field.
 fn validate(target: &str, spec: &FaultSpec) -> Result<(), String> {
-    if target.trim().is_empty() {
-        return Err("fault target must not be empty (e.g. \"provider:openai\")".into());
-    }
-    if !(spec.rate.is_finite() && (0.0..=1.0).contains(&spec.rate)) {
-        return Err(format!("{target}.rate: must be between 0 and 1"));
-    }
-    match spec.fault {
-        Fault::Status { code, .. } if !(400..=599).contains(&code) => {
-            Err(format!("{target}.fault.code: must be an HTTP error status (400..=599)"))
-        }
-        Fault::SlowTokens { tokens_per_s } if !(tokens_per_s.is_finite() && tokens_per_s > 0.0) => {
-            Err(format!("{target}.fault.tokens_per_s: must be a positive number"))
-        }
-        _ => Ok(()),
-    }
+    crate::provider::fault::check_target(target)?;
+    spec.check().map_err(|e| format!("{}.{e}", target.escape_debug()))
 }
 
 /// `PUT /_fusebox/faults`.

@@ -126,6 +126,79 @@ impl FaultSpec {
     pub fn always(fault: Fault) -> Self {
         Self { fault, rate: 1.0 }
     }
+
+    /// Checks the spec against the bounds every way of setting a fault
+    /// shares (the commands endpoint, the mock's fault API, scenario files,
+    /// replayed `set_fault` lines). `Err` names the field (`rate`,
+    /// `fault.ms`, …) and the bound.
+    pub fn check(&self) -> Result<(), FaultError> {
+        let bad = |field: &'static str, bound: String| Err(FaultError { field, bound });
+        if !(self.rate.is_finite() && (0.0..=1.0).contains(&self.rate)) {
+            return bad("rate", "must be between 0 and 1".into());
+        }
+        match self.fault {
+            Fault::Status { code, .. } if !(400..=599).contains(&code) => {
+                bad("fault.code", "must be an HTTP error status (400..=599)".into())
+            }
+            Fault::Status {
+                retry_after_ms: Some(ms),
+                ..
+            } if ms > MAX_FAULT_MS => bad("fault.retry_after_ms", format!("must be at most {MAX_FAULT_MS}")),
+            Fault::Latency { ms } if ms > MAX_FAULT_MS => bad("fault.ms", format!("must be at most {MAX_FAULT_MS}")),
+            Fault::KeepAliveStall { ms } if ms > MAX_FAULT_MS => {
+                bad("fault.ms", format!("must be at most {MAX_FAULT_MS}"))
+            }
+            Fault::SlowTokens { tokens_per_s }
+                if !(tokens_per_s.is_finite() && (MIN_TOKENS_PER_S..=1e6).contains(&tokens_per_s)) =>
+            {
+                bad(
+                    "fault.tokens_per_s",
+                    format!("must be between {MIN_TOKENS_PER_S} and 1000000"),
+                )
+            }
+            Fault::TokenBlowup { factor } if !(1..=MAX_BLOWUP).contains(&factor) => {
+                bad("fault.factor", format!("must be between 1 and {MAX_BLOWUP}"))
+            }
+            _ => Ok(()),
+        }
+    }
+}
+
+/// The longest a fault may delay or stall a call, and the longest
+/// Retry-After it may send: 10 minutes.
+pub const MAX_FAULT_MS: u64 = 600_000;
+/// The slowest a `slow_tokens` fault may stream.
+pub const MIN_TOKENS_PER_S: f64 = 0.1;
+/// The largest `token_blowup` factor.
+pub const MAX_BLOWUP: u32 = 1_000;
+
+/// The longest target name (`provider:NAME`, `tool:NAME`) accepted.
+pub const MAX_TARGET_LEN: usize = 128;
+
+/// Checks a target's name as given by an operator or a file: not empty, not
+/// longer than [`MAX_TARGET_LEN`], no control characters (a newline would
+/// forge a log line).
+pub fn check_target(target: &str) -> Result<(), String> {
+    if target.trim().is_empty() {
+        return Err("fault target must not be empty (e.g. \"provider:openai\")".into());
+    }
+    if target.len() > MAX_TARGET_LEN {
+        return Err(format!("target is longer than {MAX_TARGET_LEN} bytes"));
+    }
+    if target.chars().any(char::is_control) {
+        return Err(format!("target {:?} contains control characters", target));
+    }
+    Ok(())
+}
+
+/// A fault spec out of bounds: the field and what it must be.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{field}: {bound}")]
+pub struct FaultError {
+    /// `rate`, `fault.ms`, …
+    pub field: &'static str,
+    /// What it must be.
+    pub bound: String,
 }
 
 /// The current fault per target (`provider:openai`, `tool:get_order`).

@@ -61,6 +61,32 @@ pub enum CommandError {
     /// No such breaker, provider or mock target.
     #[error("unknown target `{0}`; expected one of: {1}")]
     UnknownTarget(String, String),
+    /// A target name no target can have (empty, too long, control characters).
+    #[error("{0}")]
+    BadTarget(String),
+    /// A fault out of bounds (the field and its bound).
+    #[error("fault {0}")]
+    BadFault(crate::provider::fault::FaultError),
+}
+
+impl CommandError {
+    /// The field of the command at fault (`target`, `fault.fault.ms`, …).
+    pub fn field(&self) -> String {
+        match self {
+            CommandError::BadFault(e) => format!("fault.{}", e.field),
+            _ => "target".into(),
+        }
+    }
+}
+
+/// `s` cut to at most [`crate::provider::fault::MAX_TARGET_LEN`] bytes (on a
+/// character boundary), so what an event keeps of a caller's text is bounded.
+fn bounded(s: &str) -> &str {
+    let mut end = s.len().min(crate::provider::fault::MAX_TARGET_LEN);
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    &s[..end]
 }
 
 impl Command {
@@ -120,11 +146,19 @@ impl Runner {
     /// Applies an operator command issued by `by`; the result is announced
     /// as an event either way.
     pub fn apply(&self, cmd: &Command, by: &str) -> Result<(), CommandError> {
-        let r = self.apply_inner(cmd, by);
+        let r = match cmd {
+            Command::DrillOn | Command::DrillOff => Ok(()),
+            _ => crate::provider::fault::check_target(cmd.target()).map_err(CommandError::BadTarget),
+        }
+        .and_then(|()| match cmd {
+            Command::SetFault { fault, .. } => fault.check().map_err(CommandError::BadFault),
+            _ => Ok(()),
+        })
+        .and_then(|()| self.apply_inner(cmd, bounded(by)));
         self.events.emit(EventKind::Operator {
             action: cmd.action().into(),
-            target: cmd.target().into(),
-            by: by.into(),
+            target: bounded(cmd.target()).into(),
+            by: bounded(by).into(),
             result: match &r {
                 Ok(s) => s.clone(),
                 Err(e) => format!("rejected: {e}"),

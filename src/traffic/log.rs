@@ -848,7 +848,10 @@ fn validate(rec: &Record) -> Result<(), Bad> {
         Record::Operator(op) if op.action == "set_fault" => {
             let spec = op.args.as_ref().and_then(|a| a.get("fault"));
             match spec.map(crate::provider::fault::FaultSpec::deserialize) {
-                Some(Ok(_)) => Ok(()),
+                Some(Ok(f)) => match f.check() {
+                    Ok(()) => Ok(()),
+                    Err(e) => Err(bad("args.fault", e.to_string())),
+                },
                 Some(Err(e)) => Err(bad("args.fault", format!("not a fault: {e}"))),
                 None => Err(bad(
                     "args.fault",

@@ -159,8 +159,8 @@ impl Scenario {
             }
         }
         for (i, st) in s.timeline.iter().enumerate() {
-            if !(st.rate.is_finite() && (0.0..=1.0).contains(&st.rate)) {
-                return bad(&format!("timeline[{i}].rate"), "must be between 0 and 1");
+            if let Err(e) = st.spec().check() {
+                return bad(&format!("timeline[{i}].{}", e.field), &e.bound);
             }
             if !(st.target.starts_with("provider:") || st.target.starts_with("tool:")) {
                 return bad(

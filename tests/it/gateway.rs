@@ -13,15 +13,15 @@ use serde_json::{json, Value};
 use std::sync::Arc;
 use std::time::Duration;
 
-struct Fleet {
-    runner: Arc<Runner>,
-    faults: Arc<FaultTable>,
-    base: String,
-    http: reqwest::Client,
+pub struct Fleet {
+    pub runner: Arc<Runner>,
+    pub faults: Arc<FaultTable>,
+    pub base: String,
+    pub http: reqwest::Client,
 }
 
 /// The gateway as `fusebox serve` sets it up, over an instant mock fleet.
-async fn gateway(cfg: Config, opts: GatewayOptions) -> Fleet {
+pub async fn gateway(cfg: Config, opts: GatewayOptions) -> Fleet {
     let clock = Clock::system();
     let mut parts = RunnerParts::mock(clock, Seed(5));
     let mock = MockServer::instant(Seed(5), parts.faults.clone());
@@ -40,7 +40,7 @@ async fn gateway(cfg: Config, opts: GatewayOptions) -> Fleet {
     }
 }
 
-fn ask(model: &str, user: &str) -> Value {
+pub fn ask(model: &str, user: &str) -> Value {
     json!({
         "model": model,
         "user": user,
@@ -53,7 +53,7 @@ fn ask(model: &str, user: &str) -> Value {
 }
 
 impl Fleet {
-    async fn post(&self, body: &Value) -> reqwest::Response {
+    pub async fn post(&self, body: &Value) -> reqwest::Response {
         self.http
             .post(format!("{}/v1/chat/completions", self.base))
             .json(body)
@@ -406,8 +406,8 @@ async fn wait_for(cond: impl Fn() -> bool) {
 #[tokio::test]
 async fn bad_requests_are_refused_with_the_field_named() {
     let opts = GatewayOptions {
-        auth_token: None,
         max_body: 10_000,
+        ..GatewayOptions::default()
     };
     let f = gateway(Config::default(), opts).await;
     let r = f

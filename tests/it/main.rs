@@ -11,6 +11,7 @@ mod console;
 mod faithful;
 mod fleet;
 mod gateway;
+mod hardening;
 mod keymap;
 mod limiter_props;
 mod mockserver;
