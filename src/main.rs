@@ -640,6 +640,7 @@ fn replay(args: ReplayArgs) -> Result<()> {
         let shared = StateArgs::join(state.as_ref(), &runner).await?;
         let mut opts = ReplayOptions {
             operator: !args.no_operator,
+            jump_idle: matches!(speed, Speed::Max) && shared.is_none(),
             ..ReplayOptions::default()
         };
         if let Some((theme, keymap)) = ui {
@@ -801,6 +802,7 @@ fn compare(args: &ReplayArgs, a: &PathBuf, b: &PathBuf) -> Result<()> {
         let wall = std::time::Instant::now();
         let opts = ReplayOptions {
             operator: !args.no_operator,
+            jump_idle: true,
             ..ReplayOptions::default()
         };
         let summary = rt.block_on(async move {

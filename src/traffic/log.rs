@@ -644,6 +644,18 @@ impl LogReader {
         if t < self.last_t_ms {
             return Err(bad("t_ms", format!("goes backwards ({t} after {})", self.last_t_ms)));
         }
+        // Times run from the header's start (0), else from the first record.
+        let origin = self.origin_ms.unwrap_or(if self.header.is_some() { 0 } else { t });
+        if t - origin > MAX_SPAN_MS {
+            return Err(bad(
+                "t_ms",
+                format!(
+                    "{t} is {} days after the log's start; a log spans at most {} days (an epoch timestamp where milliseconds since the start belong?)",
+                    (t - origin) / 86_400_000,
+                    MAX_SPAN_MS / 86_400_000
+                ),
+            ));
+        }
         match rec {
             Record::Request(r) if self.seen_requests.contains(r.id) => {
                 Err(bad("id", format!("duplicate request id {}", r.id)))
@@ -834,9 +846,31 @@ impl<'de> Deserialize<'de> for Str {
     }
 }
 
+/// The longest a log may span: ten years.
+pub const MAX_SPAN_MS: u64 = 10 * 365 * 86_400_000;
+/// The largest replayed prompt and output cap (tokens): beyond any model's
+/// context window.
+pub const MAX_TOKENS: u32 = 2_000_000;
+/// The longest user, session or route name.
+pub const MAX_NAME_LEN: usize = 256;
+
 /// Checks on one record alone that serde does not make.
 fn validate(rec: &Record) -> Result<(), Bad> {
     match rec {
+        Record::Request(r) if r.prompt_tokens > MAX_TOKENS => Err(bad(
+            "prompt_tokens",
+            format!("{} is more than {MAX_TOKENS}", r.prompt_tokens),
+        )),
+        Record::Request(r) if r.max_tokens > MAX_TOKENS => {
+            Err(bad("max_tokens", format!("{} is more than {MAX_TOKENS}", r.max_tokens)))
+        }
+        Record::Request(r) if [&r.user, &r.session, &r.route].iter().any(|n| n.len() > MAX_NAME_LEN) => {
+            let field = [("user", &r.user), ("session", &r.session), ("route", &r.route)]
+                .into_iter()
+                .find(|(_, n)| n.len() > MAX_NAME_LEN)
+                .map_or("user", |(f, _)| f);
+            Err(bad(field, format!("longer than {MAX_NAME_LEN} bytes")))
+        }
         Record::Operator(op) if !OPERATOR_ACTIONS.contains(&op.action.as_str()) => Err(bad(
             "action",
             format!(

@@ -38,6 +38,9 @@ use tokio::time::Instant;
 /// attempts) is held in memory, so it is kept short.
 pub const HORIZON: Duration = Duration::from_secs(30);
 
+/// Idle gaps longer than this are jumped over at `--speed max`.
+const JUMP_OVER: Duration = Duration::from_secs(60);
+
 /// The recorded behaviour of every target, as far as the reader has read.
 #[derive(Default)]
 pub struct RecordedFleet {
@@ -620,6 +623,10 @@ pub struct ReplayOptions {
     pub compare: bool,
     /// Keep the recorded outcomes here as they are read (for the console).
     pub outcomes: Option<Arc<RecordedOutcomes>>,
+    /// At `--speed max` on a paused clock: jump the clock across a gap in
+    /// which nothing runs, so a sparse log replays in time proportional to
+    /// its records, not its span (timers still fire, once, after the jump).
+    pub jump_idle: bool,
 }
 
 /// What the replayed requests' tasks share with the driver, one reference
@@ -908,6 +915,8 @@ pub async fn replay(
     let wait = tokio::time::sleep_until(start);
     tokio::pin!(wait);
     let clock = *runner.clock();
+    // The latest operator action waiting to be applied: no jump over it.
+    let mut ops_due = start;
     loop {
         let now = clock.now();
         // Read everything within the horizon.
@@ -923,6 +932,7 @@ pub async fn replay(
                     if let Some(cmd) = command(&op) {
                         out.operator_actions += 1;
                         let (r, at) = (runner.clone(), due(op.t_ms));
+                        ops_due = ops_due.max(at);
                         let by = format!("replay of {}", op.by);
                         tokio::spawn(async move {
                             tokio::time::sleep_until(at).await;
@@ -978,7 +988,25 @@ pub async fn replay(
         ];
         match wake.into_iter().flatten().min() {
             Some(at) => {
+                let now = clock.now();
+                let idle = at.saturating_duration_since(now);
                 wait.as_mut().reset(at);
+                if opts.jump_idle && idle > JUMP_OVER && ops_due <= now {
+                    if inflight.running.load(Ordering::Acquire) == 0 {
+                        tokio::time::advance(idle).await;
+                        // The clock's reading of this step, moved on too.
+                        crate::clock::note_step();
+                    } else {
+                        // Requests still run: wait for them to end (then
+                        // jump what is left) or for the time, whichever
+                        // comes first.
+                        tokio::select! {
+                            () = inflight.all_done.notified() => continue,
+                            () = wait.as_mut() => {}
+                        }
+                        continue;
+                    }
+                }
                 wait.as_mut().await;
             }
             None => break,

@@ -465,3 +465,43 @@ fn the_default_spool_directory_is_removed_at_exit() {
         .collect();
     assert!(left.is_empty(), "left behind: {left:?}");
 }
+
+/// Logs a careless writer makes: a prompt no model takes, an epoch
+/// timestamp where milliseconds since the start belong. Refused at once,
+/// with file:line and the bound; a sparse log's idle year is jumped over.
+#[test]
+fn replay_refuses_implausible_logs_and_jumps_over_idle_time() {
+    let dir = tempfile::tempdir().unwrap();
+    let header = r#"{"kind":"header","v":1,"started_at":"2025-11-29T14:00:00Z","seed":42,"writer":"test"}"#;
+    let request = |t_ms: u64, id: u64, prompt_tokens: u64| {
+        format!(
+            r#"{{"kind":"request","t_ms":{t_ms},"id":{id},"user":"u","session":"s","route":"default","prompt_tokens":{prompt_tokens},"max_tokens":64,"tools":[]}}"#
+        )
+    };
+    let write = |name: &str, lines: &[String]| {
+        let p = dir.path().join(name);
+        std::fs::write(&p, lines.join("\n") + "\n").unwrap();
+        p.to_str().unwrap().to_string()
+    };
+    let huge = write("huge.jsonl", &[header.into(), request(0, 1, 4_294_967_295)]);
+    let o = fusebox(&["replay", &huge, "--headless"]);
+    assert_clean_failure(&o, &["huge.jsonl:2", "prompt_tokens", "2000000"]);
+    let epoch = write(
+        "epoch.jsonl",
+        &[header.into(), request(0, 1, 10), request(1_000_000_000_000, 2, 10)],
+    );
+    let o = fusebox(&["replay", &epoch, "--headless"]);
+    assert_clean_failure(&o, &["epoch.jsonl:3", "t_ms", "3650 days"]);
+    // A year between two requests: both replay, and the run ends (the
+    // year is jumped, not stepped through).
+    let year = 365 * 86_400_000u64;
+    let sparse = write(
+        "sparse.jsonl",
+        &[header.into(), request(0, 1, 10), request(year, 2, 10)],
+    );
+    let out = dir.path().join("s.json");
+    let o = fusebox(&["replay", &sparse, "--headless", "--summary-json", out.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let s: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
+    assert_eq!(s["requests"], 2, "{s}");
+}

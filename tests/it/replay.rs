@@ -61,6 +61,7 @@ async fn replay_with(dir: &Path, log: &Path, cfg: Config, name: &str) -> (Arc<Ru
             operator: true,
             compare: true,
             outcomes: None,
+            jump_idle: false,
         },
     )
     .await

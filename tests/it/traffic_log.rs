@@ -807,14 +807,20 @@ proptest! {
 
     #[test]
     fn round_tripped_logs_read_back_through_the_reader(recs in prop::collection::vec(arb_record(), 1..20)) {
-        // Make the records a valid log: no header, non-decreasing time, known requests.
+        // Make the records a valid log: no header, non-decreasing time, known
+        // requests, sizes within the reader's bounds.
         let mut log = Vec::new();
         let mut t = 0u64;
         for (i, mut rec) in recs.into_iter().enumerate() {
             let id = i as u64;
             match &mut rec {
                 Record::Header(_) => continue,
-                Record::Request(r) => { r.t_ms = t; r.id = id; }
+                Record::Request(r) => {
+                    r.t_ms = t;
+                    r.id = id;
+                    r.prompt_tokens %= fusebox::traffic::log::MAX_TOKENS;
+                    r.max_tokens %= fusebox::traffic::log::MAX_TOKENS;
+                }
                 Record::Attempt(a) => { a.t_ms = t; a.request = u64::MAX; a.target = format!("tool:x{}", a.target).into(); }
                 Record::Outcome(o) => { o.t_ms = t; o.request = u64::MAX; }
                 Record::Transition(x) => x.t_ms = t,

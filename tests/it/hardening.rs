@@ -1,0 +1,148 @@
+//! Hostile and careless input: faults out of bounds, names no target can
+//! have, commands on a read-only gateway. Each is refused with the field
+//! named, and nothing of it is kept.
+
+use crate::gateway::{gateway, Fleet};
+use fusebox::config::Config;
+use fusebox::gateway::GatewayOptions;
+use fusebox::provider::fault::FaultSpec;
+use serde_json::{json, Value};
+
+impl Fleet {
+    async fn command(&self, body: &Value) -> (u16, Value) {
+        let r = self
+            .http
+            .post(format!("{}/_fusebox/commands", self.base))
+            .json(body)
+            .send()
+            .await
+            .unwrap();
+        (r.status().as_u16(), r.json().await.unwrap())
+    }
+}
+
+fn set_fault(fault: Value, rate: f64) -> Value {
+    json!({"action": "set_fault", "target": "provider:openai", "fault": {"fault": fault, "rate": rate}})
+}
+
+#[tokio::test]
+async fn faults_out_of_bounds_are_refused_naming_the_field() {
+    let f = gateway(Config::default(), GatewayOptions::default()).await;
+    let cases = [
+        (
+            json!({"type": "keep_alive_stall", "ms": u64::MAX}),
+            1.0,
+            "fault.fault.ms",
+        ),
+        (
+            json!({"type": "latency", "ms": 1_000_000_000u64}),
+            1.0,
+            "fault.fault.ms",
+        ),
+        (json!({"type": "status", "code": 0}), 1.0, "fault.fault.code"),
+        (json!({"type": "status", "code": 200}), 1.0, "fault.fault.code"),
+        (json!({"type": "status", "code": 999}), 1.0, "fault.fault.code"),
+        (json!({"type": "status", "code": 503}), -1.0, "fault.rate"),
+        (json!({"type": "status", "code": 503}), 2.0, "fault.rate"),
+        (json!({"type": "status", "code": 503}), 1e308, "fault.rate"),
+        (
+            json!({"type": "slow_tokens", "tokens_per_s": 0.0}),
+            1.0,
+            "fault.fault.tokens_per_s",
+        ),
+        (
+            json!({"type": "slow_tokens", "tokens_per_s": -1.0}),
+            1.0,
+            "fault.fault.tokens_per_s",
+        ),
+        (
+            json!({"type": "token_blowup", "factor": 4_000_000_000u32}),
+            1.0,
+            "fault.fault.factor",
+        ),
+    ];
+    for (fault, rate, field) in cases {
+        let (status, v) = f.command(&set_fault(fault.clone(), rate)).await;
+        assert_eq!(status, 400, "{fault} at {rate}: {v}");
+        assert_eq!(v["error"]["param"], field, "{fault}: {v}");
+    }
+    assert!(f.faults.all().is_empty(), "nothing was set: {:?}", f.faults.all());
+    // In bounds, it applies.
+    let (status, _) = f
+        .command(&set_fault(json!({"type": "keep_alive_stall", "ms": 2_000}), 0.5))
+        .await;
+    assert_eq!(status, 200);
+    assert_eq!(f.faults.all().len(), 1);
+}
+
+#[tokio::test]
+async fn a_target_no_target_can_have_is_refused_and_not_kept() {
+    let f = gateway(Config::default(), GatewayOptions::default()).await;
+    let mut events = f.runner.events().subscribe();
+    let huge = "x".repeat(3 << 20);
+    for target in [huge.as_str(), "provider:open\nai", ""] {
+        let (status, v) = f.command(&json!({"action": "force_open", "target": target})).await;
+        assert_eq!(status, 400, "{v}");
+        assert_eq!(v["error"]["param"], "target");
+        assert!(
+            v["error"]["message"].as_str().unwrap().len() < 400,
+            "the message is bounded"
+        );
+    }
+    // What the events keep of it is bounded too.
+    let mut kept = 0;
+    while let Ok(ev) = events.try_recv() {
+        if let fusebox::telemetry::events::EventKind::Operator { target, result, .. } = ev.kind {
+            assert!(
+                target.len() <= 128 && result.len() < 400,
+                "{} {}",
+                target.len(),
+                result.len()
+            );
+            kept += 1;
+        }
+    }
+    assert_eq!(kept, 3, "each refusal is still on the audit trail");
+}
+
+#[tokio::test]
+async fn a_readonly_gateway_refuses_commands() {
+    let opts = GatewayOptions {
+        readonly: true,
+        ..GatewayOptions::default()
+    };
+    let f = gateway(Config::default(), opts).await;
+    let (status, v) = f
+        .command(&json!({"action": "force_open", "target": "provider:openai"}))
+        .await;
+    assert_eq!(status, 403);
+    assert!(v["error"]["message"].as_str().unwrap().contains("--readonly"), "{v}");
+    let t = f.runner.registry().find("provider:openai").unwrap();
+    assert_ne!(
+        t.breaker.view(f.runner.clock().now()).state,
+        Some(fusebox::resilience::breaker::BreakerState::ForcedOpen)
+    );
+}
+
+#[test]
+fn every_way_of_setting_a_fault_shares_one_check() {
+    let spec: FaultSpec =
+        serde_json::from_value(json!({"fault": {"type": "keep_alive_stall", "ms": u64::MAX}})).unwrap();
+    let e = spec.check().unwrap_err();
+    assert_eq!(e.field, "fault.ms");
+    // A scenario file with it is refused at load, naming the step.
+    let text = r#"
+name = "x"
+description = "x"
+rps = 1.0
+users = 1
+[[timeline]]
+at_s = 1
+target = "provider:openai"
+fault = { type = "latency", ms = 99999999999 }
+"#;
+    let e = fusebox::traffic::scenario::Scenario::parse(text, "x.toml")
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("timeline[0].fault.ms"), "{e}");
+}
