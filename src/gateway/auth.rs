@@ -24,11 +24,13 @@ pub(super) async fn check(State(gw): State<Arc<Gateway>>, req: Request, next: Ne
     if matches!(req.uri().path(), "/healthz" | "/readyz") {
         return next.run(req).await;
     }
+    // The scheme is case-insensitive (RFC 7235).
     let given = req
         .headers()
         .get(header::AUTHORIZATION)
-        .and_then(|v| v.as_bytes().strip_prefix(b"Bearer "))
-        .unwrap_or_default();
+        .map(|v| v.as_bytes())
+        .filter(|v| v.len() > 7 && v[..7].eq_ignore_ascii_case(b"bearer "))
+        .map_or(&[][..], |v| &v[7..]);
     if bool::from(given.ct_eq(token.as_bytes())) {
         next.run(req).await
     } else {

@@ -101,21 +101,19 @@ pub(super) async fn responses(State(gw): Shared, req: axum::extract::Request) ->
 async fn handle(gw: Arc<Gateway>, api: Api, req: axum::extract::Request) -> Response {
     let arrived = Instant::now();
     let (parts, body) = req.into_parts();
-    let body = match axum::body::to_bytes(body, gw.opts.max_body).await {
+    let body = match super::read_body(body, gw.opts.max_body).await {
         Ok(b) => b,
-        Err(_) => {
-            return api.error(
-                StatusCode::PAYLOAD_TOO_LARGE,
-                &format!("request body is larger than {} bytes", gw.opts.max_body),
-                None,
-            )
-        }
+        Err((status, why)) => return api.error(status, &why, None),
     };
     let mut asked = match api.parse(&body) {
         Ok(r) => r,
         Err(e) => return api.error(StatusCode::BAD_REQUEST, &e.message, e.field.as_deref()),
     };
     asked.params.headers = api.own_headers(&parts.headers);
+    if asked.model.len() > MAX_NAME_LEN {
+        let why = format!("model is longer than {MAX_NAME_LEN} bytes");
+        return api.error(StatusCode::BAD_REQUEST, &why, Some("model"));
+    }
     if gw.runner.route_for(&asked.model).is_none() {
         return unknown_model(&gw, api, &asked.model);
     }
@@ -125,7 +123,10 @@ async fn handle(gw: Arc<Gateway>, api: Api, req: axum::extract::Request) -> Resp
         include_usage: asked.include_usage,
         echo: (api == Api::Responses).then(|| responses::Echo::of(&body)),
     };
-    let req = chat_request(&gw, &parts.headers, asked);
+    let req = match chat_request(&gw, &parts.headers, asked) {
+        Ok(r) => r,
+        Err((field, why)) => return api.error(StatusCode::BAD_REQUEST, &why, Some(field)),
+    };
     if stream {
         return super::stream::streamed(gw, client, req).await;
     }
@@ -150,21 +151,37 @@ fn unknown_model(gw: &Gateway, api: Api, model: &str) -> Response {
     )
 }
 
-fn chat_request(gw: &Gateway, headers: &HeaderMap, asked: Request) -> ChatRequest {
-    let header = |name| headers.get(name).and_then(|v: &HeaderValue| v.to_str().ok());
-    let user = asked
-        .params
-        .user
-        .clone()
-        .or_else(|| header(H_USER).map(str::to_string))
-        .unwrap_or_else(|| "anonymous".to_string());
-    let id = gw.next_id.fetch_add(1, Ordering::Relaxed);
+/// The longest user or session name a client may give: names are kept as
+/// budget and session keys, so their length bounds what a caller can make
+/// fusebox hold.
+pub(super) const MAX_NAME_LEN: usize = 256;
+
+/// A name a client gives (user, session): text of at most [`MAX_NAME_LEN`]
+/// bytes; `Err` names the field and why not.
+pub(super) fn name_in(field: &'static str, value: Option<&[u8]>) -> Result<Option<String>, (&'static str, String)> {
+    let Some(v) = value else { return Ok(None) };
+    let Ok(s) = std::str::from_utf8(v) else {
+        return Err((field, format!("{field} is not UTF-8 text")));
+    };
+    if s.len() > MAX_NAME_LEN {
+        return Err((field, format!("{field} is longer than {MAX_NAME_LEN} bytes")));
+    }
+    Ok(Some(s.to_string()))
+}
+
+fn chat_request(gw: &Gateway, headers: &HeaderMap, asked: Request) -> Result<ChatRequest, (&'static str, String)> {
+    let header = |name| headers.get(name).map(HeaderValue::as_bytes);
+    let user = match name_in("user", asked.params.user.as_deref().map(str::as_bytes))? {
+        Some(u) => u,
+        None => name_in(H_USER, header(H_USER))?.unwrap_or_else(|| "anonymous".to_string()),
+    };
     // Session quotas (steps, concurrency, tokens per conversation) apply to
     // the conversations an agent names; an unnamed call is a conversation of
     // its own, or every call of a user would add up to one endless one.
-    let session = header(H_SESSION).map(str::to_string);
-    let fallback = !header(H_FALLBACK).is_some_and(|v| v.trim().eq_ignore_ascii_case("none"));
-    ChatRequest {
+    let session = name_in(H_SESSION, header(H_SESSION))?;
+    let fallback = !header(H_FALLBACK).is_some_and(|v| v.trim_ascii().eq_ignore_ascii_case(b"none"));
+    let id = gw.next_id.fetch_add(1, Ordering::Relaxed);
+    Ok(ChatRequest {
         id,
         user,
         session,
@@ -176,7 +193,7 @@ fn chat_request(gw: &Gateway, headers: &HeaderMap, asked: Request) -> ChatReques
         params: Arc::new(asked.params),
         stream: asked.stream,
         fallback,
-    }
+    })
 }
 
 /// Output tokens reserved for a call whose client set no cap.

@@ -3,7 +3,7 @@
 //! the user's budgets (one attempt; no fallback, as another model's vectors
 //! would not compare). The upstream's answer comes back as it sent it.
 
-use super::chat::{outcome_headers, Api};
+use super::chat::{name_in, outcome_headers, Api};
 use super::Shared;
 use crate::runner::embed::{EmbedCall, EmbedEnd};
 use crate::wire::RawBody;
@@ -40,9 +40,9 @@ fn chars(input: Option<&Value>) -> Result<usize, &'static str> {
 pub(super) async fn embeddings(State(gw): Shared, req: axum::extract::Request) -> Response {
     let api = Api::Chat;
     let (parts, body) = req.into_parts();
-    let Ok(bytes) = axum::body::to_bytes(body, gw.opts.max_body).await else {
-        let msg = format!("request body is larger than {} bytes", gw.opts.max_body);
-        return api.error(StatusCode::PAYLOAD_TOO_LARGE, &msg, None);
+    let bytes = match super::read_body(body, gw.opts.max_body).await {
+        Ok(b) => b,
+        Err((status, why)) => return api.error(status, &why, None),
     };
     let Ok(raw) = RawBody::parse(&bytes) else {
         return api.error(StatusCode::BAD_REQUEST, "request body must be a JSON object", None);
@@ -60,14 +60,16 @@ pub(super) async fn embeddings(State(gw): Shared, req: axum::extract::Request) -
         let msg = format!("model `{model}` is neither a route nor a configured model (GET /v1/models lists all)");
         return api.error(StatusCode::NOT_FOUND, &msg, Some("model"));
     }
-    let user = match raw.read::<Value>("user") {
-        Some(Ok(Value::String(u))) => u,
-        _ => parts
-            .headers
-            .get("x-fusebox-user")
-            .and_then(|v| v.to_str().ok())
-            .unwrap_or("anonymous")
-            .to_string(),
+    let given = match raw.read::<Value>("user") {
+        Some(Ok(Value::String(u))) => name_in("user", Some(u.as_bytes())),
+        _ => name_in(
+            "x-fusebox-user",
+            parts.headers.get("x-fusebox-user").map(|v| v.as_bytes()),
+        ),
+    };
+    let user = match given {
+        Ok(u) => u.unwrap_or_else(|| "anonymous".to_string()),
+        Err((field, why)) => return api.error(StatusCode::BAD_REQUEST, &why, Some(field)),
     };
     let call = EmbedCall {
         id: gw.next_id.fetch_add(1, Ordering::Relaxed),

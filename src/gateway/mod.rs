@@ -185,11 +185,35 @@ async fn readyz(State(gw): Shared) -> Response {
     }
 }
 
+/// Reads a request body of at most `max` bytes: 413 when it is longer, 400
+/// when it cannot be read (a malformed chunked encoding, a cut body).
+pub(super) async fn read_body(body: axum::body::Body, max: usize) -> Result<axum::body::Bytes, (StatusCode, String)> {
+    axum::body::to_bytes(body, max).await.map_err(|e| {
+        let too_long = std::error::Error::source(&e).is_some_and(|s| s.is::<http_body_util::LengthLimitError>());
+        if too_long {
+            (
+                StatusCode::PAYLOAD_TOO_LARGE,
+                format!("request body is larger than {max} bytes"),
+            )
+        } else {
+            (
+                StatusCode::BAD_REQUEST,
+                format!("the request body could not be read: {e}"),
+            )
+        }
+    })
+}
+
+/// The largest operator command body.
+const MAX_COMMAND_BYTES: usize = 64 * 1024;
+
 /// `POST /_fusebox/commands`: an operator command (the console's actions as
 /// JSON, e.g. `{"action":"force_open","target":"provider:openai"}`), issued
 /// by the `x-fusebox-operator` header's name. Behind the same token as the
 /// rest of the gateway.
-async fn command(State(gw): Shared, headers: axum::http::HeaderMap, body: axum::body::Bytes) -> Response {
+async fn command(State(gw): Shared, req: axum::extract::Request) -> Response {
+    let (parts, body) = req.into_parts();
+    let headers = parts.headers;
     if gw.opts.readonly {
         return error(
             StatusCode::FORBIDDEN,
@@ -197,6 +221,10 @@ async fn command(State(gw): Shared, headers: axum::http::HeaderMap, body: axum::
             None,
         );
     }
+    let body = match read_body(body, MAX_COMMAND_BYTES).await {
+        Ok(b) => b,
+        Err((status, why)) => return error(status, &why, None),
+    };
     let cmd: Command = match serde_json::from_slice(&body) {
         Ok(c) => c,
         Err(e) => {

@@ -79,7 +79,7 @@ async fn faults_out_of_bounds_are_refused_naming_the_field() {
 async fn a_target_no_target_can_have_is_refused_and_not_kept() {
     let f = gateway(Config::default(), GatewayOptions::default()).await;
     let mut events = f.runner.events().subscribe();
-    let huge = "x".repeat(3 << 20);
+    let huge = "x".repeat(60_000);
     for target in [huge.as_str(), "provider:open\nai", ""] {
         let (status, v) = f.command(&json!({"action": "force_open", "target": target})).await;
         assert_eq!(status, 400, "{v}");
@@ -145,4 +145,89 @@ fault = { type = "latency", ms = 99999999999 }
         .unwrap_err()
         .to_string();
     assert!(e.contains("timeline[0].fault.ms"), "{e}");
+}
+
+#[tokio::test]
+async fn names_a_caller_gives_are_bounded_text() {
+    let f = gateway(Config::default(), GatewayOptions::default()).await;
+    let long = "u".repeat(300);
+    let r = f.post(&crate::gateway::ask("default", &long)).await;
+    assert_eq!(r.status(), 400);
+    let v: Value = r.json().await.unwrap();
+    assert_eq!(v["error"]["param"], "user", "{v}");
+    let send = |name: &'static str, value: reqwest::header::HeaderValue| {
+        f.http
+            .post(format!("{}/v1/chat/completions", f.base))
+            .header(name, value)
+            .json(&json!({"model": "default", "messages": [{"role": "user", "content": "hi"}]}))
+            .send()
+    };
+    let r = send(
+        "x-fusebox-user",
+        reqwest::header::HeaderValue::from_bytes(b"caf\xe9").unwrap(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(r.status(), 400);
+    let v: Value = r.json().await.unwrap();
+    assert_eq!(v["error"]["param"], "x-fusebox-user", "{v}");
+    let r = send(
+        "x-fusebox-session",
+        reqwest::header::HeaderValue::from_str(&long).unwrap(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(r.status(), 400);
+    let r = f.post(&crate::gateway::ask(&"m".repeat(300), "u")).await;
+    assert_eq!(r.status(), 400);
+    assert_eq!(f.runner.by_level().iter().sum::<u64>(), 0, "refused before the runner");
+    assert!(f.runner.budgets().top_users(8, 0).is_empty(), "no key kept");
+}
+
+#[tokio::test]
+async fn a_garbled_chunked_body_is_a_bad_request_and_a_big_command_a_json_413() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let f = gateway(Config::default(), GatewayOptions::default()).await;
+    let addr = f.base.trim_start_matches("http://");
+    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+    s.write_all(
+        b"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ntransfer-encoding: chunked\r\n\r\nzz\r\n{}\r\n0\r\n\r\n",
+    )
+    .await
+    .unwrap();
+    let mut got = vec![0u8; 4096];
+    let n = s.read(&mut got).await.unwrap();
+    let head = String::from_utf8_lossy(&got[..n]);
+    assert!(head.starts_with("HTTP/1.1 400"), "{head}");
+    let big = json!({"action": "force_open", "target": "x".repeat(100_000)});
+    let (status, v) = f.command(&big).await;
+    assert_eq!(status, 413);
+    assert!(v["error"]["message"].as_str().unwrap().contains("larger than"), "{v}");
+}
+
+#[tokio::test]
+async fn the_bearer_scheme_is_case_insensitive() {
+    let opts = GatewayOptions {
+        auth_token: Some("t0ken".into()),
+        ..GatewayOptions::default()
+    };
+    let f = gateway(Config::default(), opts).await;
+    for scheme in ["Bearer", "bearer", "BEARER"] {
+        let r = f
+            .http
+            .get(format!("{}/v1/models", f.base))
+            .header("authorization", format!("{scheme} t0ken"))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 200, "{scheme}");
+    }
+    let r = f
+        .http
+        .get(format!("{}/v1/models", f.base))
+        .header("authorization", "Basic t0ken")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 401);
 }
