@@ -90,6 +90,14 @@ struct ServeArgs {
     /// Largest request body accepted, in bytes (larger ones get 413).
     #[arg(long, default_value_t = fusebox::gateway::DEFAULT_MAX_BODY)]
     max_body_bytes: usize,
+    /// Client connections open at once at most; more are closed as they
+    /// arrive (keep it under the process's file-descriptor limit).
+    #[arg(long, default_value_t = fusebox::gateway::ConnLimits::default().max_connections)]
+    max_connections: usize,
+    /// Seconds a client may take to send a request's headers (and a
+    /// keep-alive connection may stay idle) before it is closed.
+    #[arg(long, default_value_t = fusebox::gateway::ConnLimits::default().header_timeout.as_secs())]
+    header_timeout_s: u64,
     /// Seed for the mock fleet.
     #[arg(long, default_value_t = 42)]
     seed: u64,
@@ -952,6 +960,10 @@ fn serve(args: ServeArgs) -> Result<()> {
             auth_token,
             max_body: args.max_body_bytes,
             readonly: args.console.readonly,
+            conns: fusebox::gateway::ConnLimits {
+                max_connections: args.max_connections.max(1),
+                header_timeout: Duration::from_secs(args.header_timeout_s.max(1)),
+            },
         };
         let addr = fusebox::gateway::spawn(runner.clone(), &args.listen, opts).await?;
         let base = format!("http://{addr}/v1");

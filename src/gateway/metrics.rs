@@ -203,6 +203,19 @@ impl Collector for RunnerMetrics {
             "Tokens consumed",
             &ConstCounter::new(t.tokens.load(std::sync::atomic::Ordering::Relaxed)),
         )?;
+        let c = &self.0.conns;
+        single(
+            &mut enc,
+            "fusebox_connections_open",
+            "Client connections open",
+            &ConstGauge::new(c.open.load(std::sync::atomic::Ordering::Relaxed) as i64),
+        )?;
+        single(
+            &mut enc,
+            "fusebox_connections_refused",
+            "Client connections closed at accept because the most were open",
+            &ConstCounter::new(c.refused.load(std::sync::atomic::Ordering::Relaxed)),
+        )?;
         single(
             &mut enc,
             "fusebox_request_duration_seconds",

@@ -6,6 +6,7 @@
 //! the other API is translated both ways, and the degradation metadata
 //! comes in `x-fusebox-*` headers and the stream's last chunk.
 
+pub mod accept;
 mod auth;
 mod chat;
 mod embeddings;
@@ -14,6 +15,7 @@ mod stream;
 
 use crate::runner::command::Command;
 use crate::runner::Runner;
+pub use accept::{ConnCounts, ConnLimits};
 use axum::extract::{DefaultBodyLimit, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
@@ -39,6 +41,8 @@ pub struct GatewayOptions {
     pub max_body: usize,
     /// Operator commands are refused (`serve --readonly`).
     pub readonly: bool,
+    /// Connections at most, and the header timeout.
+    pub conns: ConnLimits,
 }
 
 impl Default for GatewayOptions {
@@ -47,6 +51,7 @@ impl Default for GatewayOptions {
             auth_token: None,
             max_body: DEFAULT_MAX_BODY,
             readonly: false,
+            conns: ConnLimits::default(),
         }
     }
 }
@@ -59,18 +64,21 @@ struct Gateway {
     /// recording of this run name requests by.
     next_id: AtomicU64,
     latency: Latency,
+    /// Open and refused connections.
+    conns: Arc<ConnCounts>,
 }
 
 type Shared = State<Arc<Gateway>>;
 
-/// The gateway's routes over `runner`.
-pub fn router(runner: Arc<Runner>, opts: GatewayOptions) -> Router {
+/// The gateway's routes over `runner`; `conns` counts its connections.
+pub fn router(runner: Arc<Runner>, opts: GatewayOptions, conns: Arc<ConnCounts>) -> Router {
     let max_body = opts.max_body;
     let gw = Arc::new(Gateway {
         runner,
         opts,
         next_id: AtomicU64::new(1),
         latency: Latency::default(),
+        conns,
     });
     let router = Router::new()
         .route("/v1/chat/completions", post(chat::completions))
@@ -106,19 +114,10 @@ pub async fn spawn(runner: Arc<Runner>, addr: &str, opts: GatewayOptions) -> any
             "{local} is not a loopback address: serving it needs an auth token (--auth-token-env VAR naming a variable that holds it)"
         );
     }
-    let app = router(runner, opts);
-    // Stream chunks leave as they are written, not held back by Nagle's
-    // algorithm until the client acknowledges the one before.
-    let listener = axum::serve::ListenerExt::tap_io(listener, |tcp: &mut tokio::net::TcpStream| {
-        if let Err(e) = tcp.set_nodelay(true) {
-            tracing::debug!(error = %e, "cannot set TCP_NODELAY on a client connection");
-        }
-    });
-    tokio::spawn(async move {
-        if let Err(e) = axum::serve(listener, app).await {
-            tracing::error!(error = %e, "gateway stopped");
-        }
-    });
+    let limits = opts.conns;
+    let counts = Arc::new(ConnCounts::default());
+    let app = router(runner, opts, counts.clone());
+    tokio::spawn(accept::serve(listener, app, limits, counts));
     tracing::info!(%local, "gateway listening");
     Ok(local)
 }

@@ -231,3 +231,96 @@ async fn the_bearer_scheme_is_case_insensitive() {
         .unwrap();
     assert_eq!(r.status(), 401);
 }
+
+/// Open connections as `/metrics` says.
+async fn open_connections(f: &Fleet) -> u64 {
+    let text = f
+        .http
+        .get(format!("{}/metrics", f.base))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let line = text
+        .lines()
+        .find(|l| l.starts_with("fusebox_connections_open "))
+        .unwrap();
+    line.split_whitespace().nth(1).unwrap().parse().unwrap()
+}
+
+#[tokio::test]
+async fn a_flood_of_half_sent_headers_neither_blocks_nor_stays() {
+    use tokio::io::AsyncWriteExt;
+    let opts = GatewayOptions {
+        conns: fusebox::gateway::ConnLimits {
+            max_connections: 1_000,
+            header_timeout: std::time::Duration::from_millis(300),
+        },
+        ..GatewayOptions::default()
+    };
+    let f = gateway(Config::default(), opts).await;
+    let addr = f.base.trim_start_matches("http://").to_string();
+    let mut flood = Vec::new();
+    for _ in 0..400 {
+        let mut s = tokio::net::TcpStream::connect(&addr).await.unwrap();
+        s.write_all(b"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\n")
+            .await
+            .unwrap();
+        flood.push(s);
+    }
+    // While they hang, the gateway answers.
+    let health = f.http.get(format!("{}/healthz", f.base)).send().await.unwrap();
+    assert_eq!(health.status(), 200);
+    let r = f.post(&crate::gateway::ask("default", "u")).await;
+    assert_eq!(r.status(), 200);
+    assert!(open_connections(&f).await >= 400);
+    // After the header timeout the server has closed them.
+    let mut open = u64::MAX;
+    for _ in 0..200 {
+        open = open_connections(&f).await;
+        if open <= 2 {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    assert!(open <= 2, "{open} connections still open");
+    drop(flood);
+}
+
+#[tokio::test]
+async fn connections_past_the_limit_are_closed_at_accept() {
+    let opts = GatewayOptions {
+        conns: fusebox::gateway::ConnLimits {
+            max_connections: 50,
+            header_timeout: std::time::Duration::from_millis(300),
+        },
+        ..GatewayOptions::default()
+    };
+    let f = gateway(Config::default(), opts).await;
+    let addr = f.base.trim_start_matches("http://").to_string();
+    let mut idle = Vec::new();
+    for _ in 0..80 {
+        idle.push(tokio::net::TcpStream::connect(&addr).await.unwrap());
+    }
+    // Once the idle ones time out, the gateway serves again, and says how
+    // many it refused meanwhile.
+    let mut text = String::new();
+    for _ in 0..200 {
+        if let Ok(r) = f.http.get(format!("{}/metrics", f.base)).send().await {
+            text = r.text().await.unwrap_or_default();
+            if !text.is_empty() {
+                break;
+            }
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    let refused: u64 = text
+        .lines()
+        .find(|l| l.starts_with("fusebox_connections_refused_total "))
+        .and_then(|l| l.split_whitespace().nth(1)?.parse().ok())
+        .unwrap_or_else(|| panic!("{text}"));
+    assert!(refused >= 30, "{refused}");
+    drop(idle);
+}
