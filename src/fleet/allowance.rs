@@ -129,6 +129,7 @@ impl Scope {
             what,
             would: limit - left + want,
             limit,
+            alone: want,
             first_in_window: false,
         }
     }

@@ -203,6 +203,12 @@ impl Collector for RunnerMetrics {
             "Tokens consumed",
             &ConstCounter::new(t.tokens.load(std::sync::atomic::Ordering::Relaxed)),
         )?;
+        single(
+            &mut enc,
+            "fusebox_requests_abandoned",
+            "Requests whose client went away before the answer (also counted as failed)",
+            &ConstCounter::new(t.abandoned.load(std::sync::atomic::Ordering::Relaxed)),
+        )?;
         let c = &self.0.conns;
         single(
             &mut enc,

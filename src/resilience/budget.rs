@@ -30,6 +30,8 @@ pub struct BudgetExceeded {
     pub would: f64,
     /// The limit.
     pub limit: f64,
+    /// What this request alone would use.
+    pub alone: f64,
     /// The first refusal of this user in this minute (worth announcing).
     pub first_in_window: bool,
 }
@@ -38,6 +40,11 @@ pub struct BudgetExceeded {
 const UNREACHABLE: &str = "store unreachable";
 
 impl BudgetExceeded {
+    /// The request alone is more than the limit: no wait lets it through.
+    pub fn never(&self) -> bool {
+        self.limit > 0.0 && self.alone > self.limit
+    }
+
     /// When to try again: the refusing window's length (at most that until
     /// it has room again), or a few seconds for a store that is unreachable.
     pub fn retry_after(&self) -> std::time::Duration {
@@ -61,6 +68,7 @@ impl BudgetExceeded {
             what: UNREACHABLE,
             would: 0.0,
             limit: 0.0,
+            alone: 0.0,
             first_in_window: false,
         }
     }
@@ -73,6 +81,13 @@ impl std::fmt::Display for BudgetExceeded {
                 f,
                 "{} budget cannot be checked: the fleet's store is unreachable and budgets fail closed",
                 self.scope
+            );
+        }
+        if self.never() {
+            return write!(
+                f,
+                "{} budget: this request alone needs {:.0} {}, more than the limit of {:.0}, so it can never be served (lower max_tokens or the prompt)",
+                self.scope, self.alone, self.what, self.limit
             );
         }
         write!(
@@ -208,6 +223,7 @@ impl Check<'_> {
                 what,
                 would: w.used + add,
                 limit,
+                alone: add,
                 first_in_window: true,
             });
         }
@@ -402,6 +418,7 @@ impl Budgets {
                     what,
                     would: limit as f64 + 1.0,
                     limit: limit as f64,
+                    alone: 0.0,
                     first_in_window: false,
                 };
                 tightest = Some((room, e));

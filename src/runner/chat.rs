@@ -95,6 +95,12 @@ pub enum ChatEnd {
     /// The upstream refused the client's request as malformed; its error
     /// goes back to the client as it was.
     Upstream(Box<ProviderError>),
+    /// The request can never be served as asked (it alone is more than a
+    /// budget allows): the client's mistake, not a reason to wait.
+    Unservable {
+        /// Why, and what to change.
+        reason: String,
+    },
 }
 
 /// A chat completion's end and its outcome.
@@ -118,6 +124,7 @@ pub(super) struct Abandoned<'a> {
 impl Drop for Abandoned<'_> {
     fn drop(&mut self) {
         if self.armed {
+            self.runner.totals.abandoned.fetch_add(1, Ordering::Relaxed);
             let o = Outcome {
                 request: self.request,
                 user: self.user.into(),
@@ -223,6 +230,7 @@ impl Runner {
                 (Level::Failed, 0.0, Some(format!("Request refused: {reason}.")))
             }
             ChatEnd::Unavailable { message } => (Level::Failed, 0.0, Some(message.clone())),
+            ChatEnd::Unservable { reason } => (Level::Failed, 0.0, Some(format!("Request refused: {reason}."))),
             ChatEnd::Upstream(e) => (
                 Level::Failed,
                 0.0,
@@ -325,6 +333,7 @@ impl Runner {
                     kind: "budget_exceeded",
                 }
             }
+            Err(LlmFailure::Budget(e)) if e.never() => ChatEnd::Unservable { reason: e.to_string() },
             Err(LlmFailure::Budget(e) | LlmFailure::OverBudget(e)) => {
                 self.note_budget_rejection(&req.user, &e);
                 ChatEnd::Refused {

@@ -126,6 +126,9 @@ pub struct Totals {
     pub budget_rejections: DashMap<String, u64>,
     /// Deferred requests finally completed, by level.
     pub deferred_done: [AtomicU64; 5],
+    /// Requests whose client went away before their answer (counted as
+    /// `failed` too, and apart here so a provider's failures stand out).
+    pub abandoned: AtomicU64,
 }
 
 /// What the runner is built from besides its config.

@@ -388,8 +388,9 @@ async fn a_client_that_goes_away_releases_its_slots_and_is_charged_what_was_rese
     assert_eq!(reserved(), held);
     let t = f.runner.registry().find("provider:openai").unwrap();
     assert_eq!(t.breaker.view(f.runner.clock().now()).probes_in_flight, 0);
-    // The abandoned request still has its one outcome.
+    // The abandoned request still has its one outcome, and is counted apart.
     assert_eq!(f.runner.by_level(), [0, 0, 0, 0, 1]);
+    assert!(f.get("/metrics").await.contains("fusebox_requests_abandoned_total 1"));
 }
 
 /// Waits (up to 10 s of real time) for something the server does on its own.

@@ -324,3 +324,24 @@ async fn connections_past_the_limit_are_closed_at_accept() {
     assert!(refused >= 30, "{refused}");
     drop(idle);
 }
+
+#[tokio::test]
+async fn a_request_no_budget_can_ever_hold_is_a_bad_request_not_a_429() {
+    let mut cfg = Config::default();
+    cfg.budgets.user_tokens_per_minute = 10_000;
+    let f = gateway(cfg, GatewayOptions::default()).await;
+    let mut body = crate::gateway::ask("default", "u");
+    body["max_tokens"] = json!(u32::MAX);
+    let r = f.post(&body).await;
+    assert_eq!(r.status(), 400);
+    assert!(r.headers().get("retry-after").is_none());
+    let v: Value = r.json().await.unwrap();
+    assert_eq!(v["error"]["param"], "max_tokens");
+    assert!(
+        v["error"]["message"].as_str().unwrap().contains("can never be served"),
+        "{v}"
+    );
+    // A cap the budget can hold is served.
+    body["max_tokens"] = json!(6_000);
+    assert_eq!(f.post(&body).await.status(), 200);
+}
