@@ -270,13 +270,14 @@ pub struct OperatorRec {
 /// Why a log could not be read.
 #[derive(Debug, thiserror::Error)]
 pub enum LogError {
-    /// The file could not be opened or read.
-    #[error("{}: {source}", path.display())]
+    /// The file could not be opened or read. (The I/O error is part of the
+    /// message, not a source, so a report does not say it twice.)
+    #[error("{}: {error}", path.display())]
     Io {
         /// The log.
         path: PathBuf,
         /// The underlying error.
-        source: io::Error,
+        error: io::Error,
     },
     /// The file has no lines.
     #[error("{}: empty log (no lines)", path.display())]
@@ -385,9 +386,9 @@ impl LogReader {
     /// `skip_bad_lines`, bad lines are skipped and counted instead of failing.
     /// An empty file (no non-blank lines) is [`LogError::Empty`].
     pub fn open(path: &Path, skip_bad_lines: bool) -> Result<Self, LogError> {
-        let file = File::open(path).map_err(|source| LogError::Io {
+        let file = File::open(path).map_err(|error| LogError::Io {
             path: path.to_path_buf(),
-            source,
+            error,
         })?;
         Self::from_reader(path, BufReader::with_capacity(64 << 10, file), skip_bad_lines)
     }
@@ -410,9 +411,9 @@ impl LogReader {
         let Some(path) = self.more.pop_front() else {
             return Ok(false);
         };
-        let file = File::open(&path).map_err(|source| LogError::Io {
+        let file = File::open(&path).map_err(|error| LogError::Io {
             path: path.clone(),
-            source,
+            error,
         })?;
         self.reader = Box::new(BufReader::with_capacity(64 << 10, file));
         self.path = path;
@@ -727,10 +728,10 @@ impl LogReader {
         })
     }
 
-    fn io_error(&self, source: io::Error) -> LogError {
+    fn io_error(&self, error: io::Error) -> LogError {
         LogError::Io {
             path: self.path.clone(),
-            source,
+            error,
         }
     }
 }

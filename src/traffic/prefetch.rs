@@ -214,7 +214,7 @@ impl<T: Send + 'static, B: Send + 'static> Prefetched<T, B> {
 fn stopped() -> LogError {
     LogError::Io {
         path: "traffic log".into(),
-        source: std::io::Error::other("the log reader thread stopped unexpectedly"),
+        error: std::io::Error::other("the log reader thread stopped unexpectedly"),
     }
 }
 

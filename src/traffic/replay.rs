@@ -879,7 +879,7 @@ pub async fn replay(
             (req, own, key)
         },
     )
-    .map_err(|source| LogError::Io { path, source })?;
+    .map_err(|error| LogError::Io { path, error })?;
     let start = Instant::now();
     let due = |t_ms: u64| start + Duration::from_millis(t_ms);
     let mut out = Replayed::default();

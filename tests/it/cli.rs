@@ -161,6 +161,12 @@ fn replay_reports_bad_logs_by_file_line_and_field() {
     assert_clean_failure(&o, &["empty.jsonl"]);
     let o = fusebox(&["replay", "/nonexistent/traffic.jsonl", "--headless"]);
     assert_clean_failure(&o, &["/nonexistent/traffic.jsonl"]);
+    assert_eq!(
+        stderr(&o).matches("No such file").count(),
+        1,
+        "said once: {}",
+        stderr(&o)
+    );
 }
 
 #[test]
