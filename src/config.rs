@@ -725,6 +725,31 @@ impl Config {
             if let Some(b) = &p.breaker {
                 validate_breaker(b, &format!("providers.{name}.breaker"), &bad)?;
             }
+            if p.kind != ProviderKind::Mock {
+                match &p.base_url {
+                    Some(u) if !(u.starts_with("http://") || u.starts_with("https://")) => {
+                        return Err(bad(
+                            format!("providers.{name}.base_url"),
+                            format!("`{u}` is not an http:// or https:// URL"),
+                        ));
+                    }
+                    None if p.kind.default_base_url().is_none() => {
+                        return Err(bad(
+                            format!("providers.{name}.base_url"),
+                            "an openai-compatible provider needs its server's base URL, e.g. \"http://localhost:8000\""
+                                .into(),
+                        ));
+                    }
+                    // The hosted API itself takes no call without a key.
+                    None if p.api_key_env.is_none() => {
+                        return Err(bad(
+                            format!("providers.{name}.api_key_env"),
+                            "the hosted API needs a key: name the environment variable that holds it, e.g. \"OPENAI_API_KEY\"".into(),
+                        ));
+                    }
+                    _ => {}
+                }
+            }
         }
         for (name, m) in &self.models {
             if !self.providers.contains_key(&m.provider) {

@@ -39,6 +39,8 @@ fn invalid_configs_are_rejected_with_the_key_path() {
         ("unknown_key.toml", &["line 2", "user_tokens_per_minut"]),
         ("not_toml.toml", &["line 1"]),
         ("empty_ramp.toml", &["breaker.half_open_ramp"]),
+        ("compatible_without_url.toml", &["providers.local.base_url"]),
+        ("hosted_without_key.toml", &["providers.openai.api_key_env"]),
     ];
     for (file, needles) in cases {
         let path = format!("{}/tests/invalid_configs/{file}", env!("CARGO_MANIFEST_DIR"));

@@ -37,6 +37,7 @@ kind = "openai-compatible"
 base_url = "http://unused"
 [providers.anthropic]
 kind = "anthropic"
+base_url = "http://unused"
 [models.gpt-4o]
 provider = "openai"
 input_per_m = 2.5
