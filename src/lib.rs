@@ -10,6 +10,7 @@ pub mod clock;
 pub mod config;
 pub mod fleet;
 pub mod gateway;
+pub mod limits;
 pub mod mockserver;
 pub mod provider;
 pub mod resilience;

@@ -5,6 +5,7 @@
 //! answered, a translation otherwise.
 
 use super::{Gateway, Shared};
+use crate::limits::MAX_NAME_LEN;
 use crate::runner::chat::{Chat, ChatEnd, ChatRequest};
 use crate::wire::{anthropic, openai, responses, BadRequest, Request, WireKind};
 use axum::body::Body;
@@ -150,11 +151,6 @@ fn unknown_model(gw: &Gateway, api: Api, model: &str) -> Response {
         Some("model"),
     )
 }
-
-/// The longest user or session name a client may give: names are kept as
-/// budget and session keys, so their length bounds what a caller can make
-/// fusebox hold.
-pub(super) const MAX_NAME_LEN: usize = 256;
 
 /// A name a client gives (user, session): text of at most [`MAX_NAME_LEN`]
 /// bytes; `Err` names the field and why not.

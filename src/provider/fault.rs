@@ -172,13 +172,11 @@ pub const MIN_TOKENS_PER_S: f64 = 0.1;
 /// The largest `token_blowup` factor.
 pub const MAX_BLOWUP: u32 = 1_000;
 
-/// The longest target name (`provider:NAME`, `tool:NAME`) accepted.
-pub const MAX_TARGET_LEN: usize = 128;
-
 /// Checks a target's name as given by an operator or a file: not empty, not
-/// longer than [`MAX_TARGET_LEN`], no control characters (a newline would
+/// longer than [`crate::limits::MAX_TARGET_LEN`], no control characters (a newline would
 /// forge a log line).
 pub fn check_target(target: &str) -> Result<(), String> {
+    use crate::limits::MAX_TARGET_LEN;
     if target.trim().is_empty() {
         return Err("fault target must not be empty (e.g. \"provider:openai\")".into());
     }

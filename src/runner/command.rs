@@ -79,10 +79,10 @@ impl CommandError {
     }
 }
 
-/// `s` cut to at most [`crate::provider::fault::MAX_TARGET_LEN`] bytes (on a
+/// `s` cut to at most [`crate::limits::MAX_TARGET_LEN`] bytes (on a
 /// character boundary), so what an event keeps of a caller's text is bounded.
 fn bounded(s: &str) -> &str {
-    let mut end = s.len().min(crate::provider::fault::MAX_TARGET_LEN);
+    let mut end = s.len().min(crate::limits::MAX_TARGET_LEN);
     while !s.is_char_boundary(end) {
         end -= 1;
     }

@@ -852,8 +852,6 @@ pub const MAX_SPAN_MS: u64 = 10 * 365 * 86_400_000;
 /// The largest replayed prompt and output cap (tokens): beyond any model's
 /// context window.
 pub const MAX_TOKENS: u32 = 2_000_000;
-/// The longest user, session or route name.
-pub const MAX_NAME_LEN: usize = 256;
 
 /// Checks on one record alone that serde does not make.
 fn validate(rec: &Record) -> Result<(), Bad> {
@@ -865,12 +863,15 @@ fn validate(rec: &Record) -> Result<(), Bad> {
         Record::Request(r) if r.max_tokens > MAX_TOKENS => {
             Err(bad("max_tokens", format!("{} is more than {MAX_TOKENS}", r.max_tokens)))
         }
-        Record::Request(r) if [&r.user, &r.session, &r.route].iter().any(|n| n.len() > MAX_NAME_LEN) => {
-            let field = [("user", &r.user), ("session", &r.session), ("route", &r.route)]
+        Record::Request(r) => {
+            let max = crate::limits::MAX_NAME_LEN;
+            match [("user", &r.user), ("session", &r.session), ("route", &r.route)]
                 .into_iter()
-                .find(|(_, n)| n.len() > MAX_NAME_LEN)
-                .map_or("user", |(f, _)| f);
-            Err(bad(field, format!("longer than {MAX_NAME_LEN} bytes")))
+                .find(|(_, n)| n.len() > max)
+            {
+                Some((field, _)) => Err(bad(field, format!("longer than {max} bytes"))),
+                None => Ok(()),
+            }
         }
         Record::Operator(op) if !OPERATOR_ACTIONS.contains(&op.action.as_str()) => Err(bad(
             "action",

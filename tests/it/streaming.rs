@@ -373,6 +373,26 @@ async fn an_answer_without_content_still_streams_to_its_end() {
     assert!(names.contains(&"message_delta"), "{text}");
 }
 
+/// Once the abandoned call's outcome is counted: the tokens `user` was
+/// charged this minute.
+async fn charged_once_abandoned(p: &Proxy, user: &str) -> f64 {
+    let failed = fusebox::runner::outcome::Level::Failed.index();
+    soon("the abandoned outcome", async {
+        while p.runner.by_level()[failed] == 0 {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    })
+    .await;
+    let now = p.runner.clock().elapsed_ms();
+    let u = p
+        .runner
+        .budgets()
+        .top_users(4, now)
+        .into_iter()
+        .find(|u| u.user == user);
+    u.unwrap_or_else(|| panic!("{user} was charged nothing")).tokens[0]
+}
+
 #[tokio::test]
 async fn a_client_that_leaves_mid_stream_is_charged_what_it_was_sent() {
     let p = Proxy::start(config(ROUTES)).await;
@@ -385,22 +405,8 @@ async fn a_client_that_leaves_mid_stream_is_charged_what_it_was_sent() {
     drop(r);
     // The call is dropped with the connection: its outcome is counted and
     // the user is charged the prompt and what streamed, not nothing.
-    let failed = fusebox::runner::outcome::Level::Failed.index();
-    soon("the abandoned outcome", async {
-        while p.runner.by_level()[failed] == 0 {
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
-    })
-    .await;
-    let now = p.runner.clock().elapsed_ms();
-    let user = p
-        .runner
-        .budgets()
-        .top_users(4, now)
-        .into_iter()
-        .find(|u| u.user == "leaver")
-        .unwrap();
-    assert!((5.0..100.0).contains(&user.tokens[0]), "{:?}", user.tokens);
+    let tokens = charged_once_abandoned(&p, "leaver").await;
+    assert!((5.0..100.0).contains(&tokens), "{tokens}");
     hold.notify_one();
 }
 
@@ -422,22 +428,8 @@ async fn a_client_that_leaves_before_a_whole_answer_is_charged_what_was_reserved
     })
     .await;
     call.abort();
-    let failed = fusebox::runner::outcome::Level::Failed.index();
-    soon("the abandoned outcome", async {
-        while p.runner.by_level()[failed] == 0 {
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
-    })
-    .await;
-    let now = p.runner.clock().elapsed_ms();
-    let user = p
-        .runner
-        .budgets()
-        .top_users(4, now)
-        .into_iter()
-        .find(|u| u.user == "leaver")
-        .unwrap();
+    let tokens = charged_once_abandoned(&p, "leaver").await;
     // The prompt's estimate and the 50 output tokens it may be billed for.
-    assert!((50.0..80.0).contains(&user.tokens[0]), "{:?}", user.tokens);
+    assert!((50.0..80.0).contains(&tokens), "{tokens}");
     hold.notify_one();
 }

@@ -1,0 +1,10 @@
+//! Bounds on the names callers, operators and files give fusebox (they are
+//! kept as keys and in events, so their length bounds what can be made to
+//! stay in memory). Every bound is listed in `docs/limits.md`.
+
+/// The longest user, session, model or route name.
+pub const MAX_NAME_LEN: usize = 256;
+
+/// The longest target name (`provider:NAME`, `tool:NAME`) accepted, and the
+/// most of an operator's text an event keeps.
+pub const MAX_TARGET_LEN: usize = 128;
