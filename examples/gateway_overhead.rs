@@ -11,6 +11,9 @@
 //! refused, so its CPU time (from `/proc/PID/stat`) is its own. LiteLLM's
 //! proxy, when `--litellm PATH` is given, is set up the same way (one model
 //! at the mock) and measured in the same rounds as the side-by-side anchor.
+//! `--bare PATH` (the `bare_proxy` example) adds the floor: a proxy with no
+//! resilience, so fusebox's own cost is told apart from what the machine
+//! charges any proxy for two sockets and two wake-ups per request.
 //!
 //! Each request is its own task spawned at its scheduled time (open loop);
 //! latencies run from the scheduled send time (no coordinated omission), to
@@ -20,7 +23,7 @@
 //! anything else is counted and invalidates the figures.
 //!
 //! Run: `cargo build --release && cargo run --release --example
-//! gateway_overhead -- --rps 1000 [--stream] [--litellm PATH]` (options:
+//! gateway_overhead -- --rps 1000 [--stream] [--bare PATH] [--litellm PATH]` (options:
 //! `--secs 10 --rounds 3 --warmup 2 --fusebox target/release/fusebox`).
 
 #[global_allocator]
@@ -105,6 +108,10 @@ struct Args {
     /// LiteLLM's `litellm` executable, to measure its proxy alongside.
     #[arg(long)]
     litellm: Option<PathBuf>,
+    /// The `bare_proxy` example, to measure the floor alongside: a proxy
+    /// with no resilience, whose cost is what this machine charges any proxy.
+    #[arg(long)]
+    bare: Option<PathBuf>,
     /// Send exactly on the period instead of at a random point of each slot.
     #[arg(long)]
     no_jitter: bool,
@@ -390,6 +397,41 @@ async fn main() -> anyhow::Result<()> {
         fusebox: true,
     });
 
+    let _bare = match &args.bare {
+        None => None,
+        Some(bin) => {
+            let port = free_port()?;
+            let child = Server(
+                Command::new(bin)
+                    .args(["--listen", &format!("127.0.0.1:{port}"), "--config"])
+                    .arg(&cfg)
+                    .stdout(Stdio::null())
+                    .stderr(Stdio::null())
+                    .spawn()
+                    .map_err(|e| {
+                        anyhow::anyhow!(
+                            "cannot start {}: {e} (build it: cargo build --release --examples)",
+                            bin.display()
+                        )
+                    })?,
+            );
+            ready(
+                &client,
+                "bare_proxy",
+                &format!("http://127.0.0.1:{port}/healthz"),
+                Duration::from_secs(20),
+            )
+            .await?;
+            targets.push(Target {
+                name: "bare",
+                url: format!("http://127.0.0.1:{port}/v1/chat/completions"),
+                pid: Some(child.0.id()),
+                fusebox: true,
+            });
+            Some(child)
+        }
+    };
+
     let _litellm = match &args.litellm {
         None => None,
         Some(bin) => {
@@ -491,8 +533,16 @@ async fn main() -> anyhow::Result<()> {
             m[3] - d[3]
         );
     }
-    if med.len() > 2 {
-        let (f, l) = (&med[1], &med[2]);
+    let by_name = |name| targets.iter().position(|t| t.name == name).map(|i| &med[i]);
+    let f = &med[1];
+    if let Some(b) = by_name("bare") {
+        println!(
+            "  fusebox − bare (its own work): whole p50 {:+.3} ms, cpu {:+.1} µs/req",
+            f[2] - b[2],
+            f[4] - b[4]
+        );
+    }
+    if let Some(l) = by_name("litellm") {
         println!(
             "  litellm / fusebox: added whole p50 {:.1}×, cpu per request {:.1}×",
             (l[2] - med[0][2]) / (f[2] - med[0][2]).max(1e-3),

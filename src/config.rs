@@ -37,6 +37,41 @@ pub enum ConfigError {
     },
 }
 
+/// toml's message for `e`, a parse error in `text`, as it says it (with
+/// the line shown and the column marked) unless the line is long: then
+/// only the part of the line around the error, so a 200 KB line is not
+/// echoed back whole.
+pub fn toml_message(text: &str, e: &toml::de::Error) -> String {
+    const SHOWN: usize = 160;
+    let full = e.to_string().trim_end().to_string();
+    let Some(at) = e.span().map(|s| s.start.min(text.len())) else {
+        return full;
+    };
+    let line_start = text[..at].rfind('\n').map_or(0, |i| i + 1);
+    let line_end = text[at..].find('\n').map_or(text.len(), |i| at + i);
+    if line_end - line_start <= SHOWN {
+        return full;
+    }
+    let (line, column) = (
+        text[..at].matches('\n').count() + 1,
+        text[line_start..at].chars().count() + 1,
+    );
+    let mut from = at.saturating_sub(SHOWN / 2).max(line_start);
+    while !text.is_char_boundary(from) {
+        from -= 1;
+    }
+    let mut to = (from + SHOWN).min(line_end);
+    while !text.is_char_boundary(to) {
+        to -= 1;
+    }
+    format!(
+        "TOML parse error at line {line}, column {column}: {} (the line is {} bytes long; near: `{}`)",
+        e.message().trim_end(),
+        line_end - line_start,
+        &text[from..to]
+    )
+}
+
 /// The whole configuration.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -665,7 +700,7 @@ impl Config {
     pub fn parse(text: &str, file: &str) -> Result<Self, ConfigError> {
         let cfg: Config = toml::from_str(text).map_err(|e| ConfigError::Parse {
             path: file.to_string(),
-            message: e.to_string().trim_end().to_string(),
+            message: toml_message(text, &e),
         })?;
         cfg.validate(file)?;
         Ok(cfg)

@@ -8,3 +8,8 @@ pub const MAX_NAME_LEN: usize = 256;
 /// The longest target name (`provider:NAME`, `tool:NAME`) accepted, and the
 /// most of an operator's text an event keeps.
 pub const MAX_TARGET_LEN: usize = 128;
+
+/// The most bytes a request's head (request line and headers) may take on
+/// a gateway connection; a larger one is answered 431. Real clients send a
+/// few KiB; common proxies stop at 8 to 64 KiB.
+pub const MAX_HEAD_BYTES: usize = 64 * 1024;

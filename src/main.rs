@@ -729,8 +729,15 @@ fn skipped(summary: &mut Summary, out: &fusebox::traffic::replay::Replayed, logs
     summary.bad_lines = Some(out.bad_lines);
     summary.unknown_kinds = Some(out.unknown_kinds);
     summary.torn_lines = Some(out.torn_lines);
-    if let Some(lines) = out.skipped().strip_prefix(", ").filter(|_| say) {
+    summary.operator_not_applied = Some(out.operator_refused.len() as u64);
+    if !say {
+        return;
+    }
+    if let Some(lines) = out.skipped().strip_prefix(", ") {
         eprintln!("warning: {}: {lines}", shown(logs));
+    }
+    for why in &out.operator_refused {
+        eprintln!("warning: {}: recorded operator action not applied: {why}", shown(logs));
     }
 }
 

@@ -47,6 +47,7 @@ pub async fn serve(listener: TcpListener, app: Router, limits: ConnLimits, count
     let mut http = hyper::server::conn::http1::Builder::new();
     http.timer(TokioTimer::new())
         .header_read_timeout(limits.header_timeout)
+        .max_header_size(crate::limits::MAX_HEAD_BYTES)
         .keep_alive(true);
     let mut warned_at: Option<std::time::Instant> = None;
     loop {

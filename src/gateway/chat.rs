@@ -199,6 +199,11 @@ const DEFAULT_ESTIMATE: u32 = 4_096;
 /// values cannot carry as such.
 pub(super) fn ascii_hop(label: &str) -> String {
     let mut out = String::with_capacity(label.len() + 8);
+    push_ascii_hop(label, &mut out);
+    out
+}
+
+fn push_ascii_hop(label: &str, out: &mut String) {
     for c in label.chars() {
         match c {
             '✓' => out.push_str("ok"),
@@ -209,7 +214,6 @@ pub(super) fn ascii_hop(label: &str) -> String {
             _ => {}
         }
     }
-    out
 }
 
 /// Unix seconds now (the `created` of an answer fusebox writes).
@@ -228,17 +232,26 @@ pub(super) fn outcome_headers(
     chain: &[String],
     more: Option<(f64, u32)>,
 ) {
-    let chain: Vec<String> = chain.iter().map(|l| ascii_hop(l)).collect();
-    let mut put = |name: &'static str, value: String| {
-        if let Ok(v) = HeaderValue::from_str(&value) {
-            h.insert(HeaderName::from_static(name), v);
+    h.insert(
+        HeaderName::from_static(H_LEVEL),
+        HeaderValue::from_static(level.as_str()),
+    );
+    let mut hops = String::with_capacity(chain.iter().map(|l| l.len() + 10).sum());
+    for (i, l) in chain.iter().enumerate() {
+        if i > 0 {
+            hops.push_str(", ");
         }
-    };
-    put(H_LEVEL, level.as_str().to_string());
-    put(H_CHAIN, chain.join(", "));
+        push_ascii_hop(l, &mut hops);
+    }
+    // Printable ASCII only, so always a valid value.
+    if let Ok(v) = HeaderValue::try_from(hops) {
+        h.insert(HeaderName::from_static(H_CHAIN), v);
+    }
     if let Some((quality, attempts)) = more {
-        put(H_QUALITY, format!("{quality:.2}"));
-        put(H_ATTEMPTS, attempts.to_string());
+        if let Ok(v) = HeaderValue::try_from(format!("{quality:.2}")) {
+            h.insert(HeaderName::from_static(H_QUALITY), v);
+        }
+        h.insert(HeaderName::from_static(H_ATTEMPTS), HeaderValue::from(attempts));
     }
 }
 

@@ -59,10 +59,17 @@ impl Sessions {
     /// returned [`InSession`] is dropped.
     pub fn enter<'a>(&'a self, session: &'a str, now_ms: u64) -> Result<InSession<'a>, QuotaExceeded> {
         let mut t = super::lock(&self.table);
-        let (slot, added) = t.find_or_add(session, || SessionState {
+        let fresh = || SessionState {
             started_ms: now_ms,
             ..SessionState::default()
-        });
+        };
+        let (slot, added) = t.find_or_add(session, fresh);
+        // Idle past eviction but not yet swept: forgotten all the same, so
+        // it starts anew (its deadline too) rather than by when a sweep ran.
+        let s = t.get_mut(slot);
+        if !added && s.in_flight == 0 && now_ms.saturating_sub(s.last_seen_ms) >= self.cfg.idle_evict_s * 1000 {
+            *s = fresh();
+        }
         self.admit(session, t.get_mut(slot), now_ms)?;
         // Room is made after adding: the new session is busy by then, so it stays.
         if added && t.len() > self.cfg.max_tracked {
@@ -165,7 +172,7 @@ mod tests {
             max_steps: 2,
             max_tokens: 100,
             deadline_s: 10,
-            idle_evict_s: 1,
+            idle_evict_s: 5,
             max_tracked: 100,
         });
         let a = s.enter("a", 0).unwrap();
@@ -174,9 +181,28 @@ mod tests {
         a.step().unwrap();
         assert!(matches!(a.step(), Err(QuotaExceeded::Steps(..))));
         a.leave(5);
-        assert!(matches!(s.enter("a", 20_000), Err(QuotaExceeded::Deadline(..))));
+        // Kept busy (never idle 5 s): past its 10 s deadline it is refused.
+        s.enter("a", 4_000).unwrap().leave(4_000);
+        s.enter("a", 8_000).unwrap().leave(8_000);
+        assert!(matches!(s.enter("a", 12_000), Err(QuotaExceeded::Deadline(..))));
         s.evict_idle(40_000);
         assert!(s.is_empty());
+    }
+
+    #[test]
+    fn a_session_idle_past_eviction_starts_anew_before_any_sweep() {
+        let s = Sessions::new(SessionConfig {
+            max_steps: 1,
+            deadline_s: 10,
+            idle_evict_s: 5,
+            ..SessionConfig::default()
+        });
+        let a = s.enter("a", 0).unwrap();
+        a.step().unwrap();
+        a.leave(1_000);
+        // Two days later, no sweep in between: a new session, steps and deadline too.
+        let again = s.enter("a", 2 * 86_400_000).unwrap();
+        again.step().unwrap();
     }
 
     #[test]

@@ -58,6 +58,9 @@ pub enum Command {
 /// Why a command could not be applied.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum CommandError {
+    /// No such action (a recorded one this version does not know).
+    #[error("unknown action `{0}`")]
+    UnknownAction(String),
     /// No such breaker, provider or mock target.
     #[error("unknown target `{0}`; expected one of: {1}")]
     UnknownTarget(String, String),
@@ -146,15 +149,7 @@ impl Runner {
     /// Applies an operator command issued by `by`; the result is announced
     /// as an event either way.
     pub fn apply(&self, cmd: &Command, by: &str) -> Result<(), CommandError> {
-        let r = match cmd {
-            Command::DrillOn | Command::DrillOff => Ok(()),
-            _ => crate::provider::fault::check_target(cmd.target()).map_err(CommandError::BadTarget),
-        }
-        .and_then(|()| match cmd {
-            Command::SetFault { fault, .. } => fault.check().map_err(CommandError::BadFault),
-            _ => Ok(()),
-        })
-        .and_then(|()| self.apply_inner(cmd, bounded(by)));
+        let r = self.check(cmd).and_then(|()| self.apply_inner(cmd, bounded(by)));
         self.events.emit(EventKind::Operator {
             action: cmd.action().into(),
             target: bounded(cmd.target()).into(),
@@ -173,69 +168,94 @@ impl Runner {
         r.map(|_| ())
     }
 
-    fn apply_inner(&self, cmd: &Command, by: &str) -> Result<String, CommandError> {
-        let now = self.clock.now();
-        let breaker = |name: &str| {
-            self.registry.find(name).ok_or_else(|| {
-                let all: Vec<&str> = self.registry.iter().map(|t| t.name.as_str()).collect();
+    /// Whether `cmd` would apply here: its target names something this
+    /// runner has, and its fault is within bounds. Nothing is changed.
+    pub fn check(&self, cmd: &Command) -> Result<(), CommandError> {
+        if matches!(cmd, Command::DrillOn | Command::DrillOff) {
+            return Ok(());
+        }
+        crate::provider::fault::check_target(cmd.target()).map_err(CommandError::BadTarget)?;
+        match cmd {
+            Command::SetFault { target, fault } => {
+                fault.check().map_err(CommandError::BadFault)?;
+                self.fault_target(target)
+            }
+            Command::FreezeRefill { target } | Command::UnfreezeRefill { target } => self.limiter(target).map(|_| ()),
+            _ => self.breaker(cmd.target()).map(|_| ()),
+        }
+    }
+
+    fn breaker(&self, name: &str) -> Result<&super::registry::Target, CommandError> {
+        self.registry.find(name).ok_or_else(|| {
+            let all: Vec<&str> = self.registry.iter().map(|t| t.name.as_str()).collect();
+            CommandError::UnknownTarget(name.into(), all.join(", "))
+        })
+    }
+
+    fn limiter(&self, name: &str) -> Result<&crate::resilience::limiter::Limiter, CommandError> {
+        let n = name.strip_prefix("provider:").unwrap_or(name);
+        self.providers
+            .iter()
+            .find(|p| p.name == n)
+            .map(|p| &p.limiter)
+            .ok_or_else(|| {
+                let all: Vec<&str> = self.providers.iter().map(|p| p.name.as_str()).collect();
                 CommandError::UnknownTarget(name.into(), all.join(", "))
             })
-        };
-        let limiter = |name: &str| {
-            let n = name.strip_prefix("provider:").unwrap_or(name);
-            self.providers
-                .iter()
-                .find(|p| p.name == n)
-                .map(|p| &p.limiter)
-                .ok_or_else(|| {
-                    let all: Vec<&str> = self.providers.iter().map(|p| p.name.as_str()).collect();
-                    CommandError::UnknownTarget(name.into(), all.join(", "))
-                })
-        };
+    }
+
+    /// A mock provider or tool (models have no fault of their own).
+    fn fault_target(&self, name: &str) -> Result<(), CommandError> {
+        if self.registry.find(name).is_some() && !name.starts_with("model:") {
+            return Ok(());
+        }
+        let all: Vec<&str> = self
+            .registry
+            .iter()
+            .map(|t| t.name.as_str())
+            .filter(|n| !n.starts_with("model:"))
+            .collect();
+        Err(CommandError::UnknownTarget(name.into(), all.join(", ")))
+    }
+
+    fn apply_inner(&self, cmd: &Command, by: &str) -> Result<String, CommandError> {
+        let now = self.clock.now();
         let reason = |what: &str| format!("operator {by}: {what}");
         Ok(match cmd {
             Command::ForceOpen { target } => {
-                breaker(target)?
+                self.breaker(target)?
                     .breaker
                     .set_state(BreakerState::ForcedOpen, &reason("force open"), now);
                 "forced open".into()
             }
             Command::ForceClosed { target } => {
-                breaker(target)?
+                self.breaker(target)?
                     .breaker
                     .set_state(BreakerState::ForcedClosed, &reason("force closed"), now);
                 "forced closed".into()
             }
             Command::Disable { target } => {
-                breaker(target)?
+                self.breaker(target)?
                     .breaker
                     .set_state(BreakerState::Disabled, &reason("disable (metrics only)"), now);
                 "disabled".into()
             }
             Command::Reset { target } => {
-                breaker(target)?
+                self.breaker(target)?
                     .breaker
                     .set_state(BreakerState::Closed, &reason("reset to automatic"), now);
                 "reset".into()
             }
             Command::FreezeRefill { target } => {
-                limiter(target)?.freeze(now);
+                self.limiter(target)?.freeze(now);
                 "refills frozen".into()
             }
             Command::UnfreezeRefill { target } => {
-                limiter(target)?.unfreeze(now);
+                self.limiter(target)?.unfreeze(now);
                 "refills resumed".into()
             }
             Command::SetFault { target, fault } => {
-                if self.registry.find(target).is_none() || target.starts_with("model:") {
-                    let all: Vec<&str> = self
-                        .registry
-                        .iter()
-                        .map(|t| t.name.as_str())
-                        .filter(|n| !n.starts_with("model:"))
-                        .collect();
-                    return Err(CommandError::UnknownTarget(target.clone(), all.join(", ")));
-                }
+                self.fault_target(target)?;
                 self.faults.set(target, fault.clone());
                 format!("fault {}", fault.fault.label())
             }

@@ -83,13 +83,14 @@ pub struct Prefetched<T, B> {
 
 impl<T: Send + 'static, B: Send + 'static> Prefetched<T, B> {
     /// Starts reading `reader` on a new thread. `split` says what each
-    /// record becomes ([`Split`]); `finish` makes a kept part into the body
+    /// record becomes ([`Split`]), given the record and its line in the log;
+    /// `finish` makes a kept part into the body
     /// the consumer takes, in the order the parts were kept. Both may keep
     /// what they share in `state`, which lives on the reader's thread.
     pub fn spawn<S: Send + 'static, P: Send + 'static>(
         reader: LogReader,
         state: S,
-        split: impl Fn(&mut S, Record) -> Split<T, P> + Send + 'static,
+        split: impl Fn(&mut S, Record, u64) -> Split<T, P> + Send + 'static,
         finish: impl FnMut(&mut S, P) -> B + Send + 'static,
     ) -> std::io::Result<Self> {
         let (tx, rx) = bounded(AHEAD);
@@ -264,13 +265,13 @@ type Batch<T> = (Vec<T>, Option<Result<(), LogError>>);
 /// consumer waiting for one. None once the consumer is gone.
 fn read_batch<S, T, P, B>(
     reader: &mut LogReader,
-    split: &impl Fn(&mut S, Record) -> Split<T, P>,
+    split: &impl Fn(&mut S, Record, u64) -> Split<T, P>,
     bodies: &mut Bodies<S, P, B, impl FnMut(&mut S, P) -> B>,
 ) -> Option<Batch<T>> {
     let mut batch = Vec::with_capacity(BATCH);
     for n in 1.. {
         match reader.next_record() {
-            Ok(Some(r)) => match split(&mut bodies.state, r) {
+            Ok(Some(r)) => match split(&mut bodies.state, r, reader.line_no()) {
                 Split::Now(t) => batch.push(t),
                 Split::Later(t, p) => {
                     batch.push(t);
@@ -322,7 +323,7 @@ mod tests {
         let mut p = Prefetched::spawn(
             log(3000),
             (),
-            |_, r| match r {
+            |_, r, _| match r {
                 Record::Request(q) if q.id % 2 == 0 => Split::Now(q.id),
                 _ => Split::Skip,
             },
@@ -343,7 +344,7 @@ mod tests {
         let mut p = Prefetched::spawn(
             log(3000),
             0u64,
-            |_, r| match r {
+            |_, r, _| match r {
                 Record::Request(q) if q.id % 3 == 0 => Split::Later(q.id, q.id * 10),
                 Record::Request(q) => Split::Now(q.id),
                 _ => Split::Skip,
@@ -373,7 +374,7 @@ mod tests {
     #[test]
     fn what_is_given_back_is_dropped_on_the_reader_thread() {
         let (tx, dropped_on) = std::sync::mpsc::channel();
-        let mut p = Prefetched::spawn(log(10), (), |_, r| Split::<_, ()>::Now(r), |_, ()| ()).unwrap();
+        let mut p = Prefetched::spawn(log(10), (), |_, r, _| Split::<_, ()>::Now(r), |_, ()| ()).unwrap();
         let mut back = p.give_back();
         // A full batch is sent at once; the rest waits in the handle.
         for _ in 0..GIVE_BACK + 3 {

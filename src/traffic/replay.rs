@@ -15,7 +15,7 @@ use crate::config::Config;
 use crate::provider::mock::{args_for, call_id, order_id};
 use crate::provider::{ErrorKind, LlmRequest, LlmResponse, Message, Provider, ProviderError, ToolCall, Usage};
 use crate::resilience::limiter::RateFeedback;
-use crate::runner::command::Command;
+use crate::runner::command::{Command, CommandError};
 use crate::runner::llm::recorded_rate;
 use crate::runner::outcome::Level;
 use crate::runner::request::AgentRequest;
@@ -243,7 +243,16 @@ impl ReplayEnd {
     /// Notes the replay's result.
     pub fn set(&self, result: &Result<Replayed, LogError>) {
         *self.0.lock() = Some(match result {
-            Ok(r) => Ok(format!("{} requests, {} lost{}", r.requests, r.lost, r.skipped())),
+            Ok(r) => Ok(format!(
+                "{} requests, {} lost{}{}",
+                r.requests,
+                r.lost,
+                r.skipped(),
+                match r.operator_refused.len() {
+                    0 => String::new(),
+                    n => format!(", {n} recorded operator action(s) not applicable"),
+                }
+            )),
             Err(e) => Err(e.to_string()),
         });
     }
@@ -587,6 +596,9 @@ pub struct Replayed {
     pub torn_lines: u64,
     /// Operator actions re-applied.
     pub operator_actions: u64,
+    /// Recorded operator actions this run cannot apply (an unknown action,
+    /// or a target its config does not have), each with its line and why.
+    pub operator_refused: Vec<String>,
     /// Recorded vs replayed level per request (kept when `compare` is on).
     pub levels: HashMap<u64, (Option<Level>, Option<Level>)>,
 }
@@ -791,7 +803,8 @@ enum Ahead {
     /// Outcomes and operator actions are boxed: every item takes the room
     /// of the largest, and most are requests and attempts.
     Outcome(Box<OutcomeRec>),
-    Operator(Box<OperatorRec>),
+    /// With its line in the log.
+    Operator(Box<(OperatorRec, u64)>),
 }
 
 impl Ahead {
@@ -800,7 +813,7 @@ impl Ahead {
             Ahead::Request(t_ms) => *t_ms,
             Ahead::Attempt(a) => a.t_ms,
             Ahead::Outcome(o) => o.t_ms,
-            Ahead::Operator(op) => op.t_ms,
+            Ahead::Operator(op) => op.0.t_ms,
         }
     }
 }
@@ -845,7 +858,7 @@ pub async fn replay(
             unmade: Unmade::default(),
             targets: fleet.clone().map(KnownTargets::new),
         },
-        move |state, r| match r {
+        move |state, r, line| match r {
             Record::Request(q) => {
                 state.unmade.push(q.id);
                 // Boxed: a request waits here for as long as the reader is
@@ -869,7 +882,7 @@ pub async fn replay(
                 None => Split::Skip,
             },
             Record::Outcome(o) if outcomes => Split::Now(Ahead::Outcome(Box::new(o))),
-            Record::Operator(op) if operator => Split::Now(Ahead::Operator(Box::new(op))),
+            Record::Operator(op) if operator => Split::Now(Ahead::Operator(Box::new((op, line)))),
             _ => Split::Skip,
         },
         |state, q: Box<RequestRec>| {
@@ -928,18 +941,30 @@ pub async fn replay(
                         f.add(a, clock.ms_at(now));
                     }
                 }
-                Ahead::Operator(op) => {
-                    if let Some(cmd) = command(&op) {
-                        out.operator_actions += 1;
-                        let (r, at) = (runner.clone(), due(op.t_ms));
-                        ops_due = ops_due.max(at);
-                        let by = format!("replay of {}", op.by);
-                        tokio::spawn(async move {
-                            tokio::time::sleep_until(at).await;
-                            if let Err(e) = r.apply(&cmd, &by) {
-                                tracing::warn!(error = %e, "recorded operator action not applied");
-                            }
-                        });
+                Ahead::Operator(rec) => {
+                    let (op, line) = *rec;
+                    let cmd = command(&op)
+                        .ok_or_else(|| CommandError::UnknownAction(op.action.clone()))
+                        .and_then(|c| runner.check(&c).map(|()| c));
+                    match cmd {
+                        Err(e) => {
+                            // Not this config's (a what-if without that provider, say): said, not applied.
+                            tracing::warn!(line, error = %e, "recorded operator action not applicable");
+                            out.operator_refused
+                                .push(format!("line {line}: {} {}: {e}", op.action, op.target));
+                        }
+                        Ok(cmd) => {
+                            out.operator_actions += 1;
+                            let (r, at) = (runner.clone(), due(op.t_ms));
+                            ops_due = ops_due.max(at);
+                            let by = format!("replay of {}", op.by);
+                            tokio::spawn(async move {
+                                tokio::time::sleep_until(at).await;
+                                if let Err(e) = r.apply(&cmd, &by) {
+                                    tracing::warn!(error = %e, "recorded operator action not applied");
+                                }
+                            });
+                        }
                     }
                 }
                 Ahead::Outcome(o) => {

@@ -138,8 +138,8 @@ impl Scenario {
 
     /// Parses and validates scenario TOML; `file` names it in errors.
     pub fn parse(text: &str, file: &str) -> Result<Self, ScenarioError> {
-        let s: Scenario =
-            toml::from_str(text).map_err(|e| ScenarioError::Parse(file.into(), e.to_string().trim_end().into()))?;
+        let s: Scenario = toml::from_str(text)
+            .map_err(|e| ScenarioError::Parse(file.into(), crate::config::toml_message(text, &e)))?;
         let bad = |k: &str, m: &str| Err(ScenarioError::Invalid(file.into(), k.into(), m.into()));
         if !(s.rps.is_finite() && s.rps > 0.0 && s.rps <= 100_000.0) {
             return bad(

@@ -81,6 +81,9 @@ pub struct Summary {
     /// A torn last line, skipped (replay only: 0 or 1).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub torn_lines: Option<u64>,
+    /// Recorded operator actions this replay could not apply (replay only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub operator_not_applied: Option<u64>,
     /// Fleet mode only (`--state redis://…`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub fleet: Option<crate::fleet::FleetSummary>,
@@ -159,6 +162,7 @@ impl Summary {
             bad_lines: None,
             unknown_kinds: None,
             torn_lines: None,
+            operator_not_applied: None,
             fleet: None,
         }
     }

@@ -295,7 +295,7 @@ impl KeyMap {
     pub fn parse(text: &str, file: &str) -> Result<Self, KeymapError> {
         let table: toml::Table = toml::from_str(text).map_err(|e| KeymapError::Parse {
             file: file.to_string(),
-            message: e.to_string().trim_end().to_string(),
+            message: crate::config::toml_message(text, &e),
         })?;
         let mut bindings = Self::default_bindings();
         for (top, value) in &table {

@@ -344,7 +344,7 @@ impl Theme {
     fn parse(text: &str, file: &str, name: &str, user: bool) -> Result<Theme, ThemeError> {
         let table: toml::Table = toml::from_str(text).map_err(|e| ThemeError::Parse {
             file: file.to_string(),
-            message: e.to_string().trim_end().to_string(),
+            message: crate::config::toml_message(text, &e),
         })?;
         if let Some(key) = table.keys().find(|k| !matches!(k.as_str(), "extends" | "styles")) {
             return Err(ThemeError::UnknownKey {

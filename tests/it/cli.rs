@@ -512,4 +512,53 @@ fn replay_refuses_implausible_logs_and_jumps_over_idle_time() {
     assert!(o.status.success(), "{}", stderr(&o));
     let s: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
     assert_eq!(s["requests"], 2, "{s}");
+    // The session idle for a year is a new one, not one past its deadline.
+    assert_eq!(s["by_level"]["none"], 2, "{s}");
+}
+
+/// A recorded operator action this config cannot apply (a target it does
+/// not have) is said with its line and counted, not silently dropped; the
+/// ones it can apply still are.
+#[test]
+fn a_replayed_operator_action_on_an_unknown_target_is_said_with_its_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let lines = [
+        r#"{"kind":"header","v":1,"started_at":"2025-11-29T14:00:00Z","seed":42,"writer":"test"}"#,
+        r#"{"kind":"request","t_ms":0,"id":1,"user":"u","session":"s","route":"default","prompt_tokens":10,"max_tokens":64,"tools":[]}"#,
+        r#"{"kind":"operator","t_ms":5,"action":"force_open","target":"provider:gone","by":"console"}"#,
+        r#"{"kind":"operator","t_ms":6,"action":"reset","target":"tool:get_order","by":"console"}"#,
+    ];
+    let log = dir.path().join("ops.jsonl");
+    std::fs::write(&log, lines.join("\n") + "\n").unwrap();
+    let out = dir.path().join("s.json");
+    let o = fusebox(&[
+        "replay",
+        log.to_str().unwrap(),
+        "--headless",
+        "--summary-json",
+        out.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let err = stderr(&o);
+    assert!(
+        err.contains(
+            "recorded operator action not applied: line 3: force_open provider:gone: unknown target `provider:gone`"
+        ),
+        "{err}"
+    );
+    assert!(!err.contains("line 4"), "{err}");
+    let s: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
+    assert_eq!(s["operator_not_applied"], 1, "{s}");
+}
+
+/// A parse error on a huge line (a deeply nested value) names the line and
+/// column and shows only the part of the line around it.
+#[test]
+fn a_parse_error_on_a_huge_line_is_said_briefly() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("deep.toml");
+    std::fs::write(&path, format!("x = {}{}\n", "[".repeat(100_000), "]".repeat(100_000))).unwrap();
+    let o = fusebox(&["check-config", path.to_str().unwrap()]);
+    assert_clean_failure(&o, &["deep.toml", "line 1, column", "recursion", "200004 bytes long"]);
+    assert!(stderr(&o).len() < 1_000, "{} bytes said", stderr(&o).len());
 }

@@ -343,11 +343,14 @@ async fn replay_mode_shows_how_the_replay_ended() {
         unknown_kinds: 0,
         torn_lines: 1,
         operator_actions: 1,
+        operator_refused: vec!["line 9: reset tool:gone: unknown target `tool:gone`".into()],
         levels: Default::default(),
     }));
     let h = render_pane(&app, 160, 3, ui::header::draw);
     assert!(
-        h.contains("replay done: 631 requests, 0 lost, 2 bad lines, 1 torn last line skipped"),
+        h.contains(
+            "replay done: 631 requests, 0 lost, 2 bad lines, 1 torn last line skipped, 1 recorded operator action(s) not applicable"
+        ),
         "{h}"
     );
 }

@@ -232,6 +232,23 @@ async fn the_bearer_scheme_is_case_insensitive() {
     assert_eq!(r.status(), 401);
 }
 
+/// A request head past the bound is a 431; one of ordinary size (headers
+/// of a few KiB, as SDKs send) is served.
+#[tokio::test]
+async fn an_oversized_request_head_is_refused_and_an_ordinary_one_served() {
+    let f = gateway(Config::default(), GatewayOptions::default()).await;
+    let get = |value: String| {
+        f.http
+            .get(format!("{}/v1/models", f.base))
+            .header("x-padding", value)
+            .send()
+    };
+    let r = get("p".repeat(fusebox::limits::MAX_HEAD_BYTES + 1)).await.unwrap();
+    assert_eq!(r.status(), 431);
+    let r = get("p".repeat(8 * 1024)).await.unwrap();
+    assert_eq!(r.status(), 200);
+}
+
 /// Open connections as `/metrics` says.
 async fn open_connections(f: &Fleet) -> u64 {
     let text = f

@@ -10,6 +10,7 @@ mod common;
 mod console;
 mod faithful;
 mod fleet;
+mod fuzz;
 mod gateway;
 mod hardening;
 mod keymap;
