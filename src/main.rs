@@ -28,10 +28,13 @@ use std::time::Duration;
 
 /// fusebox: an operator console and resilience runner for LLM agents.
 #[derive(Parser)]
-#[command(version, about)]
+#[command(version, about, args_conflicts_with_subcommands = true)]
 struct Cli {
     #[command(subcommand)]
     command: Option<Cmd>,
+    /// Without a command, `fusebox [OPTIONS]` is `fusebox demo [OPTIONS]`.
+    #[command(flatten)]
+    demo: DemoArgs,
 }
 
 #[derive(Subcommand)]
@@ -114,7 +117,7 @@ struct ServeArgs {
     console: ConsoleArgs,
 }
 
-#[derive(clap::Args, Default)]
+#[derive(clap::Args)]
 struct DemoArgs {
     /// Run without the console and print a summary.
     #[arg(long)]
@@ -361,6 +364,7 @@ fn main() {
     let log_dir = match &cli.command {
         Some(Cmd::Demo(a)) => a.console.log_dir.clone(),
         Some(Cmd::Serve(a)) => a.console.log_dir.clone(),
+        None => cli.demo.console.log_dir.clone(),
         _ => None,
     };
     let _log = logging(log_dir);
@@ -393,11 +397,7 @@ fn logging(dir: Option<PathBuf>) -> Option<tracing_appender::non_blocking::Worke
 }
 
 fn run(cli: Cli) -> Result<()> {
-    match cli.command.unwrap_or(Cmd::Demo(Box::new(DemoArgs {
-        scenario: "tour".into(),
-        seed: 42,
-        ..DemoArgs::default()
-    }))) {
+    match cli.command.unwrap_or(Cmd::Demo(Box::new(cli.demo))) {
         Cmd::CheckConfig { file } => {
             let cfg = Config::load(&file)?;
             println!(

@@ -41,6 +41,30 @@ pub struct ConnCounts {
     pub refused: AtomicU64,
 }
 
+/// Connections the kernel holds ready for `accept` (capped by
+/// `net.core.somaxconn`): a burst of new connections while the loop is
+/// busy waits here rather than being dropped (and retried a second later).
+const BACKLOG: u32 = 4_096;
+
+/// Listens on the first address `addr` names.
+pub async fn listen(addr: &str) -> std::io::Result<TcpListener> {
+    let mut last = None;
+    for a in tokio::net::lookup_host(addr).await? {
+        let socket = if a.is_ipv4() {
+            tokio::net::TcpSocket::new_v4()?
+        } else {
+            tokio::net::TcpSocket::new_v6()?
+        };
+        // As `TcpListener::bind` does: a restarted gateway can bind at once.
+        socket.set_reuseaddr(true)?;
+        match socket.bind(a).and_then(|()| socket.listen(BACKLOG)) {
+            Ok(l) => return Ok(l),
+            Err(e) => last = Some(e),
+        }
+    }
+    Err(last.unwrap_or_else(|| std::io::Error::new(std::io::ErrorKind::InvalidInput, "no address to listen on")))
+}
+
 /// Serves `app` on `listener` until the process ends.
 pub async fn serve(listener: TcpListener, app: Router, limits: ConnLimits, counts: Arc<ConnCounts>) {
     let slots = Arc::new(Semaphore::new(limits.max_connections.max(1)));

@@ -105,7 +105,7 @@ pub fn router(runner: Arc<Runner>, opts: GatewayOptions, conns: Arc<ConnCounts>)
 /// Binds `addr`, serves the gateway in a spawned task and returns the bound
 /// address. A non-loopback address needs an auth token.
 pub async fn spawn(runner: Arc<Runner>, addr: &str, opts: GatewayOptions) -> anyhow::Result<SocketAddr> {
-    let listener = tokio::net::TcpListener::bind(addr)
+    let listener = accept::listen(addr)
         .await
         .map_err(|e| anyhow::anyhow!("cannot listen on {addr}: {e}"))?;
     let local = listener.local_addr()?;

@@ -294,10 +294,15 @@ impl Breaker {
         self.emit(fired);
     }
 
-    /// Operator: put the breaker in `state` (closed means reset to automatic).
-    pub fn set_state(&self, state: BreakerState, reason: &str, now: Instant) {
+    /// Operator: put the breaker in `state` (closed means reset to
+    /// automatic). Whether it changed: the state it is in already is left
+    /// as it is (its counts, cooldown and calls in flight untouched).
+    pub fn set_state(&self, state: BreakerState, reason: &str, now: Instant) -> bool {
         let mut g = super::lock(&self.inner);
         let from = g.state;
+        if from == state {
+            return false;
+        }
         match state {
             BreakerState::Closed => {
                 g.window.clear();
@@ -314,6 +319,7 @@ impl Breaker {
         self.publish(&g);
         drop(g);
         self.emit(Some((from, state, reason.to_string())));
+        true
     }
 
     /// Applies new settings, keeping state and counts where the window fits.

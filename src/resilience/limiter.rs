@@ -525,20 +525,22 @@ impl Limiter {
     }
 
     /// Operator: freeze refills until unfrozen.
-    pub fn freeze(&self, now: Instant) {
+    pub fn freeze(&self, now: Instant) -> bool {
         let mut s = super::lock(&self.inner);
         s.refill(now);
-        s.frozen_by_operator = true;
+        !std::mem::replace(&mut s.frozen_by_operator, true)
     }
 
     /// Operator: resume refills (also ends a Retry-After freeze).
-    pub fn unfreeze(&self, now: Instant) {
+    pub fn unfreeze(&self, now: Instant) -> bool {
         let mut s = super::lock(&self.inner);
         s.refill(now);
+        let changed = s.frozen_by_operator || s.frozen_until.is_some();
         s.frozen_by_operator = false;
         s.frozen_until = None;
         drop(s);
         self.released.notify_waiters();
+        changed
     }
 
     /// Whether refills are frozen now.

@@ -221,38 +221,38 @@ impl Runner {
     fn apply_inner(&self, cmd: &Command, by: &str) -> Result<String, CommandError> {
         let now = self.clock.now();
         let reason = |what: &str| format!("operator {by}: {what}");
+        // What it did; the state it is in already changes nothing, and says so.
+        let done = |changed: bool, did: &str, state: &str| {
+            if changed {
+                did.to_string()
+            } else {
+                format!("already {state}: nothing changed")
+            }
+        };
+        let set = |target: &str, state: BreakerState, why: &str| {
+            self.breaker(target)
+                .map(|t| t.breaker.set_state(state, &reason(why), now))
+        };
         Ok(match cmd {
             Command::ForceOpen { target } => {
-                self.breaker(target)?
-                    .breaker
-                    .set_state(BreakerState::ForcedOpen, &reason("force open"), now);
-                "forced open".into()
+                let changed = set(target, BreakerState::ForcedOpen, "force open")?;
+                done(changed, "forced open", "forced open")
             }
             Command::ForceClosed { target } => {
-                self.breaker(target)?
-                    .breaker
-                    .set_state(BreakerState::ForcedClosed, &reason("force closed"), now);
-                "forced closed".into()
+                let changed = set(target, BreakerState::ForcedClosed, "force closed")?;
+                done(changed, "forced closed", "forced closed")
             }
             Command::Disable { target } => {
-                self.breaker(target)?
-                    .breaker
-                    .set_state(BreakerState::Disabled, &reason("disable (metrics only)"), now);
-                "disabled".into()
+                let changed = set(target, BreakerState::Disabled, "disable (metrics only)")?;
+                done(changed, "disabled", "disabled")
             }
             Command::Reset { target } => {
-                self.breaker(target)?
-                    .breaker
-                    .set_state(BreakerState::Closed, &reason("reset to automatic"), now);
-                "reset".into()
+                let changed = set(target, BreakerState::Closed, "reset to automatic")?;
+                done(changed, "reset", "closed")
             }
-            Command::FreezeRefill { target } => {
-                self.limiter(target)?.freeze(now);
-                "refills frozen".into()
-            }
+            Command::FreezeRefill { target } => done(self.limiter(target)?.freeze(now), "refills frozen", "frozen"),
             Command::UnfreezeRefill { target } => {
-                self.limiter(target)?.unfreeze(now);
-                "refills resumed".into()
+                done(self.limiter(target)?.unfreeze(now), "refills resumed", "refilling")
             }
             Command::SetFault { target, fault } => {
                 self.fault_target(target)?;

@@ -60,13 +60,13 @@ pub enum Action {
     /// Pause or resume scrolling of the events pane.
     PauseEvents,
     /// Pause or resume a replay.
-    ReplayPause,
+    ClockPause,
     /// Replay faster.
-    ReplayFaster,
+    ClockFaster,
     /// Replay slower.
-    ReplaySlower,
+    ClockSlower,
     /// Advance a paused replay by one step.
-    ReplayStep,
+    ClockStep,
 }
 
 impl Action {
@@ -98,10 +98,10 @@ impl Action {
         Action::CycleFault,
         Action::ToggleDrill,
         Action::PauseEvents,
-        Action::ReplayPause,
-        Action::ReplayFaster,
-        Action::ReplaySlower,
-        Action::ReplayStep,
+        Action::ClockPause,
+        Action::ClockFaster,
+        Action::ClockSlower,
+        Action::ClockStep,
     ];
 
     /// The kebab-case name used in keymap files and by serde, e.g. `"force-open"`.
@@ -133,10 +133,10 @@ impl Action {
             Action::CycleFault => "cycle-fault",
             Action::ToggleDrill => "toggle-drill",
             Action::PauseEvents => "pause-events",
-            Action::ReplayPause => "replay-pause",
-            Action::ReplayFaster => "replay-faster",
-            Action::ReplaySlower => "replay-slower",
-            Action::ReplayStep => "replay-step",
+            Action::ClockPause => "clock-pause",
+            Action::ClockFaster => "clock-faster",
+            Action::ClockSlower => "clock-slower",
+            Action::ClockStep => "clock-step",
         }
     }
 
@@ -174,10 +174,10 @@ impl Action {
             Action::CycleFault => "cycle the mock fault of the selected provider or tool",
             Action::ToggleDrill => "drill mode on/off: optional tools take their degradation branch",
             Action::PauseEvents => "pause/resume scrolling of the events pane",
-            Action::ReplayPause => "pause/resume the replay",
-            Action::ReplayFaster => "replay faster",
-            Action::ReplaySlower => "replay slower",
-            Action::ReplayStep => "step a paused replay forward",
+            Action::ClockPause => "pause/resume the clock (demo and replay)",
+            Action::ClockFaster => "run the clock faster",
+            Action::ClockSlower => "run the clock slower",
+            Action::ClockStep => "step the paused clock forward",
         }
     }
 

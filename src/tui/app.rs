@@ -261,9 +261,12 @@ impl App {
         app
     }
 
-    /// Takes a new snapshot: updates rates and sparklines, and shows it
-    /// unless the display is frozen.
+    /// Takes a new snapshot: updates rates and sparklines, and shows it.
+    /// A frozen display takes nothing: everything on screen stays as it was.
     pub fn on_snapshot(&mut self, s: Arc<Snapshot>) {
+        if self.display_frozen {
+            return;
+        }
         if self.last_sample_ms == 0 || s.t_ms >= self.last_sample_ms + 1000 || s.t_ms < self.last_sample_ms {
             for b in &s.breakers {
                 let prev = self
@@ -292,13 +295,15 @@ impl App {
             self.prev = Some((s.t_ms, s.requests, s.tokens, s.cost_usd, s.by_level));
             self.last_sample_ms = s.t_ms;
         }
-        if !self.display_frozen {
-            self.snap = s;
-        }
+        self.snap = s;
     }
 
-    /// Takes an event from the runner (outcome records feed the chains pane).
+    /// Takes an event from the runner (outcome records feed the chains
+    /// pane), unless the display is frozen.
     pub fn on_event(&mut self, e: &Event) {
+        if self.display_frozen {
+            return;
+        }
         if let EventKind::Outcome(o) = &e.kind {
             if self.recent.len() == RECENT {
                 self.recent.pop_front();
@@ -475,6 +480,13 @@ impl App {
         }
         match keymap.action(&key) {
             Some(a) => self.on_action(a),
+            // Esc clears the focused pane's kept filter (unless bound otherwise).
+            None if key.code == KeyCode::Esc && !self.filters[self.focus.index()].is_empty() => {
+                self.filters[self.focus.index()].clear();
+                self.select(0);
+                self.status = "filter cleared".into();
+                Effect::None
+            }
             None => Effect::None,
         }
     }
@@ -542,6 +554,13 @@ impl App {
             }
             Action::FreezeDisplay => {
                 self.display_frozen = !self.display_frozen;
+                if !self.display_frozen {
+                    // Rates and sparklines start again from the next sample
+                    // rather than spanning the frozen time.
+                    self.prev = None;
+                    self.last_sample_ms = 0;
+                    self.last_attempts.clear();
+                }
                 self.status = if self.display_frozen {
                     "display frozen (the runner keeps going)"
                 } else {
@@ -555,7 +574,7 @@ impl App {
                     self.events_frozen = self.snap.events.clone();
                 }
             }
-            Action::ReplayPause | Action::ReplayFaster | Action::ReplaySlower | Action::ReplayStep => {
+            Action::ClockPause | Action::ClockFaster | Action::ClockSlower | Action::ClockStep => {
                 return Effect::Clock(a)
             }
             Action::ForceOpen | Action::ForceClose | Action::Reset | Action::Disable => return self.breaker_command(a),

@@ -53,10 +53,10 @@ const DEFAULTS: &[(Action, &[&str])] = &[
     (Action::CycleFault, &["x"]),
     (Action::ToggleDrill, &["D"]),
     (Action::PauseEvents, &["p"]),
-    (Action::ReplayPause, &["space"]),
-    (Action::ReplayFaster, &["+"]),
-    (Action::ReplaySlower, &["-"]),
-    (Action::ReplayStep, &["n"]),
+    (Action::ClockPause, &["space"]),
+    (Action::ClockFaster, &["+"]),
+    (Action::ClockSlower, &["-"]),
+    (Action::ClockStep, &["n"]),
 ];
 
 /// A keymap problem, naming the file, the action or key, and what is allowed.
@@ -137,6 +137,13 @@ struct Key {
     ctrl: bool,
     alt: bool,
 }
+
+/// Always bound to quit.
+const CTRL_C: Key = Key {
+    code: KeyCode::Char('c'),
+    ctrl: true,
+    alt: false,
+};
 
 impl Key {
     /// Parses a key string; `None` if it is not valid.
@@ -332,6 +339,11 @@ impl KeyMap {
                 bindings.insert(action, parsed);
             }
         }
+        // Ctrl-C quits whatever the file binds to `quit`: a sure way out.
+        let quit = bindings.entry(Action::Quit).or_default();
+        if !quit.contains(&CTRL_C) {
+            quit.push(CTRL_C);
+        }
         let (map, clashes) = Self::assemble(&bindings);
         if clashes.is_empty() {
             Ok(map)
@@ -356,9 +368,9 @@ impl KeyMap {
         self.names.get(&action).map_or(&[], Vec::as_slice)
     }
 
-    /// One `(keys, description)` row per action in [`Action::ALL`] order, e.g.
-    /// `("q, ctrl-c", "quit")`; actions without keys show `(unbound)`.
-    pub fn help_rows(&self) -> Vec<(String, &'static str)> {
+    /// One `(keys, action)` row per action in [`Action::ALL`] order, e.g.
+    /// `("q, ctrl-c", Action::Quit)`; actions without keys show `(unbound)`.
+    pub fn help_rows(&self) -> Vec<(String, Action)> {
         Action::ALL
             .iter()
             .map(|&a| {
@@ -368,7 +380,7 @@ impl KeyMap {
                 } else {
                     keys.join(", ")
                 };
-                (shown, a.description())
+                (shown, a)
             })
             .collect()
     }

@@ -42,6 +42,9 @@ pub enum ConsoleError {
     /// Something panicked; the terminal was restored first.
     #[error("the console stopped after a panic (see the message above and the log file)")]
     Panicked,
+    /// A signal stopped it (the terminal was restored, the run ended as on `q`).
+    #[error("stopped by signal {0}")]
+    Signalled(i32),
 }
 
 /// Applies an operator command and returns a fresh snapshot, so its effect
@@ -56,6 +59,8 @@ pub fn apply(runner: &Runner, app: &mut App, cmd: &crate::runner::command::Comma
 enum Input {
     Term(TermEvent),
     Tick,
+    /// SIGTERM, SIGHUP or SIGINT: leave as `q` would, terminal restored.
+    Signal(i32),
 }
 
 /// Runs the console until the operator quits.
@@ -73,18 +78,54 @@ pub async fn run(
     let mut terminal = ratatui::try_init()?;
     let stop = Arc::new(AtomicBool::new(false));
     let (tx, mut rx) = mpsc::unbounded_channel();
-    let input = {
+    let signals = on_signals(tx.clone());
+    {
         let stop = stop.clone();
-        std::thread::spawn(move || read_input(tx, stop))
-    };
+        std::thread::spawn(move || read_input(tx, stop));
+    }
     let result = event_loop(&mut terminal, runner, opts, theme, keymap, pace, &mut rx).await;
+    // The input thread sees this within its 50 ms poll and ends; it is not
+    // waited for: one caught in a read when the terminal left raw mode
+    // would wait for a whole line.
     stop.store(true, Ordering::Relaxed);
     ratatui::restore();
-    let _ = input.join();
+    if let Some(s) = signals {
+        s.close();
+    }
     if PANICKED.load(Ordering::Relaxed) {
         return Err(ConsoleError::Panicked);
     }
     result
+}
+
+/// Turns SIGTERM, SIGHUP and SIGINT into an input, so that a console
+/// stopped by `kill` (or a closed terminal) leaves the terminal as it found
+/// it and its run ends as on `q`. None if they cannot be caught (then they
+/// act as by default).
+fn on_signals(tx: mpsc::UnboundedSender<Input>) -> Option<signal_hook::iterator::Handle> {
+    use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
+    let mut signals = match signal_hook::iterator::Signals::new([SIGTERM, SIGHUP, SIGINT]) {
+        Ok(s) => s,
+        Err(e) => {
+            tracing::warn!(error = %e, "signals will not restore the terminal");
+            return None;
+        }
+    };
+    let handle = signals.handle();
+    let spawned = std::thread::Builder::new()
+        .name("console-signals".into())
+        .spawn(move || {
+            if let Some(sig) = signals.forever().next() {
+                let _ = tx.send(Input::Signal(sig));
+            }
+        });
+    match spawned {
+        Ok(_) => Some(handle),
+        Err(e) => {
+            tracing::warn!(error = %e, "signals will not restore the terminal");
+            None
+        }
+    }
 }
 
 async fn event_loop(
@@ -118,10 +159,14 @@ async fn event_loop(
                 // Drain every pending input before drawing again.
                 let mut next = Some(input);
                 while let Some(i) = next.take() {
-                    if let Input::Term(ev) = i {
-                        dirty = true;
-                        last_draw = None; // keys are answered on the next frame
-                        handle(ev, &runner, &mut app, &keymap, pace.as_deref());
+                    match i {
+                        Input::Term(ev) => {
+                            dirty = true;
+                            last_draw = None; // keys are answered on the next frame
+                            handle(ev, &runner, &mut app, &keymap, pace.as_deref());
+                        }
+                        Input::Signal(sig) => return Err(ConsoleError::Signalled(sig)),
+                        Input::Tick => {}
                     }
                     next = rx.try_recv().ok();
                 }
@@ -163,7 +208,7 @@ fn handle(ev: TermEvent, runner: &Runner, app: &mut App, keymap: &KeyMap, pace: 
 fn clock_action(p: &Pace, app: &mut App, a: action::Action) {
     use action::Action as A;
     match a {
-        A::ReplayPause => {
+        A::ClockPause => {
             p.set_paused(!p.is_paused());
             app.status = if p.is_paused() {
                 "paused (n steps one second)"
@@ -172,10 +217,10 @@ fn clock_action(p: &Pace, app: &mut App, a: action::Action) {
             }
             .into();
         }
-        A::ReplayFaster => app.status = format!("speed {}×", p.step_speed(true)),
-        A::ReplaySlower => app.status = format!("speed {}×", p.step_speed(false)),
-        A::ReplayStep if p.is_paused() => p.step(),
-        A::ReplayStep => app.status = "step works while paused (space)".into(),
+        A::ClockFaster => app.status = format!("speed {}×", p.step_speed(true)),
+        A::ClockSlower => app.status = format!("speed {}×", p.step_speed(false)),
+        A::ClockStep if p.is_paused() => p.step(),
+        A::ClockStep => app.status = "step works while paused (space)".into(),
         _ => {}
     }
 }

@@ -373,8 +373,11 @@ impl Model {
         (n, fails, slows)
     }
 
-    fn set_state(&mut self, to: BreakerState, now: u64) -> Transition {
+    fn set_state(&mut self, to: BreakerState, now: u64) -> Option<Transition> {
         let from = self.state;
+        if from == to {
+            return None;
+        }
         match to {
             BreakerState::Closed => {
                 self.trips = 0;
@@ -386,7 +389,7 @@ impl Model {
             }
             other => self.enter(other, now),
         }
-        (from, to)
+        Some((from, to))
     }
 }
 
@@ -555,8 +558,8 @@ fn check_model(spec: Spec, ops: Vec<Op>) -> Result<(), TestCaseError> {
             }
             Op::Set(s) => {
                 let fired = model.set_state(s, t);
-                breaker.set_state(s, "operator", now);
-                vec![fired]
+                prop_assert_eq!(breaker.set_state(s, "operator", now), fired.is_some());
+                fired.into_iter().collect()
             }
         };
 
@@ -1203,4 +1206,33 @@ async fn operator_states() {
     // A fresh start: the first trip waits the first cooldown again.
     trip_default(&mut r, t);
     assert_eq!(r.breaker.view(r.at(t)).next_probe_ms, Some(30_000));
+}
+
+/// Asking for the state a breaker is in already changes nothing: no
+/// transition, no second trip or longer cooldown, and calls in flight still
+/// count.
+#[tokio::test(start_paused = true)]
+async fn the_state_a_breaker_is_in_already_changes_nothing() {
+    let mut r = Rig::new(BreakerConfig::default());
+    let t = trip_default(&mut r, 0);
+    r.breaker.set_state(BreakerState::ForcedOpen, "operator", r.at(t));
+    r.events();
+    let before = r.breaker.view(r.at(t));
+    assert!(!r.breaker.set_state(BreakerState::ForcedOpen, "operator", r.at(t + 5)));
+    let after = r.breaker.view(r.at(t + 5));
+    assert_eq!((after.trips, after.state), (before.trips, before.state));
+    assert!(r.events().is_empty());
+
+    assert!(r.breaker.set_state(BreakerState::ForcedClosed, "operator", r.at(t)));
+    r.events();
+    let in_flight = r.acquire(t);
+    let failures = r.breaker.view(r.at(t)).consecutive_failures;
+    assert!(!r.breaker.set_state(BreakerState::ForcedClosed, "operator", r.at(t)));
+    r.record(in_flight, t, fail(FailureKind::Server));
+    assert_eq!(
+        r.breaker.view(r.at(t)).consecutive_failures,
+        failures + 1,
+        "the call in flight still counts"
+    );
+    assert!(r.events().is_empty());
 }

@@ -562,3 +562,64 @@ fn a_parse_error_on_a_huge_line_is_said_briefly() {
     assert_clean_failure(&o, &["deep.toml", "line 1, column", "recursion", "200004 bytes long"]);
     assert!(stderr(&o).len() < 1_000, "{} bytes said", stderr(&o).len());
 }
+
+/// `kill -TERM` of a console run (in a terminal: `script` gives it a pty)
+/// leaves the terminal as it was (alternate screen left, cursor shown),
+/// flushes the recording whole and says so.
+#[test]
+fn a_console_stopped_by_sigterm_restores_the_terminal_and_flushes_its_recording() {
+    let dir = tempfile::tempdir().unwrap();
+    let rec = dir.path().join("rec.jsonl");
+    let typescript = dir.path().join("typescript");
+    let cmd = format!(
+        "stty rows 45 cols 140; exec {} demo --record {} --log-dir {}",
+        env!("CARGO_BIN_EXE_fusebox"),
+        rec.display(),
+        dir.path().display()
+    );
+    let mut script = Command::new("script")
+        .args(["-qfec", &cmd])
+        .arg(&typescript)
+        .env("TERM", "xterm-256color")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .expect("run script (util-linux)");
+    // The console is up once it has drawn its first frame and recorded a request.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    let drawn = || {
+        std::fs::read(&typescript).is_ok_and(|t| String::from_utf8_lossy(&t).contains("Breakers"))
+            && std::fs::read_to_string(&rec).is_ok_and(|r| r.contains("\"kind\":\"request\""))
+    };
+    while !drawn() {
+        assert!(std::time::Instant::now() < deadline, "the console did not start");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let children = std::fs::read_to_string(format!("/proc/{0}/task/{0}/children", script.id())).unwrap();
+    let pid = children.split_whitespace().next().expect("fusebox under script");
+    assert!(Command::new("kill").args(["-TERM", pid]).status().unwrap().success());
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let status = loop {
+        if let Some(status) = script.try_wait().unwrap() {
+            break status;
+        }
+        if std::time::Instant::now() > deadline {
+            let _ = Command::new("kill").args(["-KILL", pid]).status();
+            panic!("the console did not exit after SIGTERM");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    };
+    let shown = String::from_utf8_lossy(&std::fs::read(&typescript).unwrap()).into_owned();
+    let entered = shown.rfind("\x1b[?1049h").expect("entered the alternate screen");
+    let after = &shown[entered..];
+    assert!(after.contains("\x1b[?1049l"), "the alternate screen is left");
+    assert!(after.contains("\x1b[?25h"), "the cursor is shown again");
+    assert!(after.contains("recorded ") && after.contains("rec.jsonl"), "{after}");
+    assert!(after.contains("stopped by signal 15"), "{after}");
+    assert_eq!(status.code(), Some(2));
+    let text = std::fs::read_to_string(&rec).unwrap();
+    assert!(text.ends_with('\n'));
+    for line in text.lines() {
+        serde_json::from_str::<serde_json::Value>(line).unwrap_or_else(|e| panic!("torn line `{line}`: {e}"));
+    }
+}

@@ -410,3 +410,86 @@ async fn replay_mode_shows_the_recorded_outcome_of_the_selected_request() {
     let detail = format!("recorded: {} (same) q=1.00 321 tok  claude-haiku ✓", second.1.as_str());
     assert!(pane.contains(&detail), "{pane}");
 }
+
+/// The name in the header stands out from the header's own background in
+/// every built-in theme (it used to be cyan on cyan, blue on blue, white on
+/// white).
+#[tokio::test(start_paused = true)]
+async fn the_header_s_name_shows_in_every_theme() {
+    use ratatui::style::{Color, Modifier};
+    let (_runner, app) = incident(false).await;
+    for name in ["default", "light", "high-contrast", "mono"] {
+        let theme = Theme::built_in(name).unwrap();
+        let mut t = Terminal::new(TestBackend::new(120, 3)).unwrap();
+        t.draw(|f| ui::header::draw(f, Rect::new(0, 0, 120, 3), &app, &theme))
+            .unwrap();
+        let buf = t.backend().buffer();
+        let word: String = (1..8).map(|x| buf[(x, 0)].symbol().to_string()).collect();
+        assert_eq!(word, "fusebox", "{name}");
+        let cell = &buf[(1, 0)];
+        let (fg, bg) = if cell.modifier.contains(Modifier::REVERSED) {
+            (cell.bg, cell.fg)
+        } else {
+            (cell.fg, cell.bg)
+        };
+        assert!(
+            fg != bg || fg == Color::Reset,
+            "{name}: `fusebox` drawn {fg:?} on {bg:?}"
+        );
+    }
+}
+
+/// A filter being typed shows a cursor; a kept one says it is a filter and
+/// how to clear it; Esc then clears it.
+#[tokio::test(start_paused = true)]
+async fn a_kept_filter_looks_kept_and_esc_clears_it() {
+    use crossterm::event::{KeyCode, KeyEvent, KeyModifiers};
+    let (_runner, mut app) = incident(false).await;
+    let keys = KeyMap::defaults();
+    let press = |app: &mut App, code| app.on_key(KeyEvent::new(code, KeyModifiers::NONE), &keys);
+    app.on_key(key('/'), &keys);
+    for c in "tool".chars() {
+        app.on_key(key(c), &keys);
+    }
+    let typing = render_pane(&app, 140, 14, ui::breakers::draw);
+    assert!(typing.contains("/tool▏"), "{typing}");
+    press(&mut app, KeyCode::Enter);
+    let kept = render_pane(&app, 140, 14, ui::breakers::draw);
+    assert!(
+        kept.contains("filter \"tool\" (Esc clears)") && !kept.contains('▏'),
+        "{kept}"
+    );
+    assert!(!kept.contains("provider:openai"), "filtered: {kept}");
+    press(&mut app, KeyCode::Esc);
+    let cleared = render_pane(&app, 140, 14, ui::breakers::draw);
+    assert!(
+        !cleared.contains("filter \"") && cleared.contains("provider:openai"),
+        "{cleared}"
+    );
+    assert_eq!(app.status, "filter cleared");
+}
+
+/// A frozen display shows nothing new at all (rates, sparklines, recent
+/// requests, the clock) while the runner goes on; unfrozen, it is live again.
+#[tokio::test(start_paused = true)]
+async fn a_frozen_display_changes_nothing_on_screen() {
+    let (runner, mut app) = incident(false).await;
+    let keys = KeyMap::defaults();
+    let mut events = runner.events().subscribe();
+    app.on_key(key('F'), &keys);
+    assert!(app.display_frozen);
+    let frozen = text(&render(&app, 140, 45));
+    for i in 100..110u64 {
+        runner.run(&make_request(Seed(6), i, 6)).await;
+        tokio::time::advance(Duration::from_millis(1_500)).await;
+        app.on_snapshot(Arc::new(runner.snapshot(SNAPSHOT_USERS, SNAPSHOT_EVENTS)));
+        while let Ok(e) = events.try_recv() {
+            app.on_event(&e);
+        }
+    }
+    assert_eq!(text(&render(&app, 140, 45)), frozen, "frozen: the same screen");
+    app.on_key(key('F'), &keys);
+    assert_eq!(app.status, "display live");
+    app.on_snapshot(Arc::new(runner.snapshot(SNAPSHOT_USERS, SNAPSHOT_EVENTS)));
+    assert_ne!(text(&render(&app, 140, 45)), frozen, "live again");
+}

@@ -99,10 +99,10 @@ fn default_keys_are_the_documented_ones() {
         (Action::CycleFault, &["x"]),
         (Action::ToggleDrill, &["D"]),
         (Action::PauseEvents, &["p"]),
-        (Action::ReplayPause, &["space"]),
-        (Action::ReplayFaster, &["+"]),
-        (Action::ReplaySlower, &["-"]),
-        (Action::ReplayStep, &["n"]),
+        (Action::ClockPause, &["space"]),
+        (Action::ClockFaster, &["+"]),
+        (Action::ClockSlower, &["-"]),
+        (Action::ClockStep, &["n"]),
     ];
     for (action, want) in expect {
         assert_eq!(keys.keys_for(*action), *want, "{action}");
@@ -114,9 +114,9 @@ fn help_rows_cover_every_action_in_order() {
     let keys = KeyMap::parse("[keys]\nsort = []\n", "k.toml").unwrap();
     let rows = keys.help_rows();
     assert_eq!(rows.len(), Action::ALL.len());
-    assert_eq!(rows[0], ("q, ctrl-c".to_string(), "quit"));
+    assert_eq!(rows[0], ("q, ctrl-c".to_string(), Action::Quit));
     for (row, a) in rows.iter().zip(Action::ALL) {
-        assert_eq!(row.1, a.description());
+        assert_eq!(row.1, *a);
     }
     let sort = Action::ALL.iter().position(|a| *a == Action::Sort).unwrap();
     assert_eq!(rows[sort].0, "(unbound)");
@@ -131,12 +131,16 @@ fn remap_replaces_only_the_named_actions() {
     assert_eq!(keys.action(&o), None, "the old key no longer maps");
     assert_eq!(keys.action(&big_o), Some(Action::ForceOpen));
     assert_eq!(keys.keys_for(Action::ForceOpen), ["O"]);
-    assert_eq!(keys.keys_for(Action::Quit), ["q", "ctrl-q"]);
+    // Ctrl-C stays: there is always a sure way out.
+    assert_eq!(keys.keys_for(Action::Quit), ["q", "ctrl-q", "ctrl-c"]);
     assert_eq!(
         keys.action(&press(KeyCode::Char('q'), KeyModifiers::CONTROL)),
         Some(Action::Quit)
     );
-    assert_eq!(keys.action(&press(KeyCode::Char('c'), KeyModifiers::CONTROL)), None);
+    assert_eq!(
+        keys.action(&press(KeyCode::Char('c'), KeyModifiers::CONTROL)),
+        Some(Action::Quit)
+    );
     assert!(keys.keys_for(Action::Sort).is_empty());
     assert_eq!(keys.action(&press(KeyCode::Char('s'), KeyModifiers::NONE)), None);
     // Untouched actions keep their defaults.
@@ -167,7 +171,10 @@ bottom = ["end"]
 filter = ["ctrl--"]
 "#;
     let keys = KeyMap::parse(text, "k.toml").unwrap();
-    assert_eq!(keys.keys_for(Action::Quit), ["ctrl-q", "alt-x", "esc", "ctrl-alt-f12"]);
+    assert_eq!(
+        keys.keys_for(Action::Quit),
+        ["ctrl-q", "alt-x", "esc", "ctrl-alt-f12", "ctrl-c"]
+    );
     assert_eq!(keys.keys_for(Action::Help), ["f1", "f2", "enter"]);
     assert_eq!(keys.keys_for(Action::NextPane), ["backtab", "right"]);
     let m = |c, m| keys.action(&press(c, m));
@@ -183,7 +190,7 @@ filter = ["ctrl--"]
     assert_eq!(m(KeyCode::Home, KeyModifiers::NONE), Some(Action::Top));
     assert_eq!(m(KeyCode::End, KeyModifiers::NONE), Some(Action::Bottom));
     assert_eq!(m(KeyCode::Char('-'), KeyModifiers::CONTROL), Some(Action::Filter));
-    assert_eq!(m(KeyCode::Char('-'), KeyModifiers::NONE), Some(Action::ReplaySlower));
+    assert_eq!(m(KeyCode::Char('-'), KeyModifiers::NONE), Some(Action::ClockSlower));
 }
 
 #[test]
@@ -202,8 +209,8 @@ fn matches_key_events_as_terminals_report_them() {
     assert_eq!(m(KeyCode::Tab, KeyModifiers::NONE), Some(Action::NextPane));
     assert_eq!(m(KeyCode::F(1), KeyModifiers::NONE), Some(Action::Help));
     assert_eq!(m(KeyCode::Char('?'), KeyModifiers::SHIFT), Some(Action::Help));
-    assert_eq!(m(KeyCode::Char('+'), KeyModifiers::SHIFT), Some(Action::ReplayFaster));
-    assert_eq!(m(KeyCode::Char(' '), KeyModifiers::NONE), Some(Action::ReplayPause));
+    assert_eq!(m(KeyCode::Char('+'), KeyModifiers::SHIFT), Some(Action::ClockFaster));
+    assert_eq!(m(KeyCode::Char(' '), KeyModifiers::NONE), Some(Action::ClockPause));
     assert_eq!(m(KeyCode::Down, KeyModifiers::NONE), Some(Action::Down));
     assert_eq!(m(KeyCode::Char('j'), KeyModifiers::NONE), Some(Action::Down));
     assert_eq!(m(KeyCode::Char('k'), KeyModifiers::NONE), Some(Action::Up));
@@ -261,7 +268,7 @@ fn unknown_action_lists_the_valid_names() {
     );
     assert!(msg.contains("valid actions: quit, help, next-pane"), "{msg}");
     assert!(msg.contains("force-open"), "{msg}");
-    assert!(msg.contains("replay-step"), "{msg}");
+    assert!(msg.contains("clock-step"), "{msg}");
 }
 
 #[test]
@@ -303,4 +310,14 @@ fn missing_file_names_the_path() {
     let err = KeyMap::load(Path::new("no/such/keymap.toml")).unwrap_err();
     assert!(matches!(err, KeymapError::Read { .. }));
     assert!(err.to_string().contains("no/such/keymap.toml"), "{err}");
+}
+
+/// Rebinding `quit` keeps Ctrl-C: there is always a sure way out.
+#[test]
+fn rebinding_quit_keeps_ctrl_c() {
+    let map = KeyMap::parse("[keys]\nquit = [\"Q\"]\n", "k.toml").unwrap();
+    assert_eq!(map.keys_for(Action::Quit), ["Q", "ctrl-c"]);
+    let ctrl_c = press(KeyCode::Char('c'), KeyModifiers::CONTROL);
+    assert_eq!(map.action(&ctrl_c), Some(Action::Quit));
+    assert_eq!(map.action(&press(KeyCode::Char('q'), KeyModifiers::NONE)), None);
 }

@@ -14,7 +14,11 @@ pub fn draw(f: &mut Frame, area: Rect, app: &App, theme: &Theme) {
     let s = &app.snap;
     let r = &app.rates;
     let mut top = vec![
-        Span::styled(" fusebox ", theme.title),
+        // The header's own colours swapped: it stands out in every theme.
+        Span::styled(
+            " fusebox ",
+            theme.header.add_modifier(ratatui::style::Modifier::REVERSED),
+        ),
         Span::styled(format!(" {} ", app.opts.mode.label()), theme.badge),
         Span::raw(format!(" {} ", app.opts.source)),
         Span::styled(format!(" t={} ", clock(s.t_ms)), theme.base),

@@ -62,8 +62,12 @@ pub fn pane_block<'a>(app: &App, pane: Pane, theme: &Theme, extra: &str) -> Bloc
     if focused {
         title.insert(0, Span::styled("▶", theme.title));
     }
-    if !filter.is_empty() || (focused && app.overlay == super::app::Overlay::Filter) {
+    if focused && app.overlay == super::app::Overlay::Filter {
+        // Being typed: a cursor.
         title.push(Span::styled(format!("/{filter}▏ "), theme.warn));
+    } else if !filter.is_empty() {
+        // Kept: said as a filter, with how to clear it.
+        title.push(Span::styled(format!("filter \"{filter}\" (Esc clears) "), theme.warn));
     }
     if !extra.is_empty() {
         title.push(Span::styled(format!("{extra} "), theme.dim));

@@ -21,16 +21,19 @@ pub fn draw(f: &mut Frame, area: Rect, app: &App, theme: &Theme, keymap: &KeyMap
 
 fn help(f: &mut Frame, area: Rect, app: &App, theme: &Theme, keymap: &KeyMap) {
     let rows = keymap.help_rows();
-    let r = centered(area, 72, rows.len() as u16 + 5);
-    let mut lines: Vec<Line> = rows
-        .iter()
-        .map(|(keys, what)| {
-            Line::from(vec![
-                Span::styled(format!(" {keys:<16}"), theme.title),
-                Span::raw(*what),
-            ])
-        })
-        .collect();
+    let r = centered(area, 100, rows.len() as u16 + 6);
+    // The action names are what a keymap file binds keys to.
+    let mut lines = vec![Line::from(Span::styled(
+        format!(" {:<16}{:<18}{}", "keys", "action", "what it does"),
+        theme.dim,
+    ))];
+    lines.extend(rows.iter().map(|(keys, action)| {
+        Line::from(vec![
+            Span::styled(format!(" {keys:<16}"), theme.title),
+            Span::styled(format!("{:<18}", action.name()), theme.dim),
+            Span::raw(action.description()),
+        ])
+    }));
     lines.push(Line::from(""));
     let note = if app.opts.readonly {
         " read-only: commands that change the runner are disabled"
