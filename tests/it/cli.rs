@@ -623,3 +623,22 @@ fn a_console_stopped_by_sigterm_restores_the_terminal_and_flushes_its_recording(
         serde_json::from_str::<serde_json::Value>(line).unwrap_or_else(|e| panic!("torn line `{line}`: {e}"));
     }
 }
+
+/// The synopsis' `fusebox [demo] [--headless] …`: without a command the
+/// options are the demo's.
+#[test]
+fn fusebox_without_a_command_takes_the_demo_s_options() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("s.json");
+    let o = fusebox(&[
+        "--headless",
+        "--duration",
+        "5s",
+        "--summary-json",
+        out.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let s: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
+    assert!(s["requests"].as_u64().unwrap() > 0, "{s}");
+    assert_eq!(s["lost"], 0);
+}

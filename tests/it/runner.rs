@@ -481,6 +481,50 @@ async fn operator_commands_apply_and_are_announced() {
     );
 }
 
+/// Every command a second time changes nothing (no transition, the same
+/// trips and cooldown) and says so in its announcement.
+#[tokio::test(start_paused = true)]
+async fn a_repeated_operator_command_changes_nothing_and_says_so() {
+    let r = runner(Config::default(), vec![], None);
+    let target = || "model:gpt-4o".to_string();
+    let commands = [
+        Command::ForceOpen { target: target() },
+        Command::ForceClosed { target: target() },
+        Command::Disable { target: target() },
+        Command::Reset { target: target() },
+        Command::FreezeRefill {
+            target: "provider:openai".into(),
+        },
+        Command::UnfreezeRefill {
+            target: "provider:openai".into(),
+        },
+    ];
+    let breaker = &r.registry().find("model:gpt-4o").unwrap().breaker;
+    for cmd in &commands {
+        r.apply(cmd, "ana").unwrap();
+        let now = tokio::time::Instant::now();
+        let before = breaker.view(now);
+        let mut events = r.events().subscribe();
+        r.apply(cmd, "ana").unwrap();
+        let after = breaker.view(now);
+        assert_eq!(
+            (after.state, after.trips, after.next_probe_ms),
+            (before.state, before.trips, before.next_probe_ms),
+            "{cmd:?}"
+        );
+        let mut said = Vec::new();
+        while let Ok(e) = events.try_recv() {
+            match e.kind {
+                EventKind::Operator { result, .. } => said.push(result),
+                EventKind::Transition { .. } => panic!("{cmd:?} again moved the breaker"),
+                _ => {}
+            }
+        }
+        assert_eq!(said.len(), 1, "{cmd:?}");
+        assert!(said[0].contains("nothing changed"), "{cmd:?}: {}", said[0]);
+    }
+}
+
 #[tokio::test(start_paused = true)]
 async fn exhausted_limiter_waits_then_degrades() {
     let mut cfg = Config::default();
