@@ -577,7 +577,45 @@ impl Default for DegradationConfig {
     }
 }
 
+impl Config {
+    /// The providers reached over HTTP (every kind but the in-process mock).
+    pub fn http_providers(&self) -> Vec<&str> {
+        self.providers
+            .iter()
+            .filter(|(_, p)| p.kind != ProviderKind::Mock)
+            .map(|(name, _)| name.as_str())
+            .collect()
+    }
+
+    /// The HTTP providers not on this machine (a hosted API, or a base URL
+    /// whose host is not loopback): traffic sent there may cost money.
+    pub fn remote_providers(&self) -> Vec<&str> {
+        self.providers
+            .iter()
+            .filter(|(_, p)| p.kind != ProviderKind::Mock && !p.is_loopback())
+            .map(|(name, _)| name.as_str())
+            .collect()
+    }
+}
+
 impl ProviderConfig {
+    /// Whether its base URL names this machine (`localhost`, 127.0.0.0/8, `::1`).
+    pub fn is_loopback(&self) -> bool {
+        let url = self.base_url.as_deref().or(self.kind.default_base_url()).unwrap_or("");
+        let host = reqwest::Url::parse(url)
+            .ok()
+            .and_then(|u| u.host_str().map(str::to_string));
+        match host.as_deref() {
+            Some("localhost") => true,
+            Some(h) => h
+                .trim_start_matches('[')
+                .trim_end_matches(']')
+                .parse::<std::net::IpAddr>()
+                .is_ok_and(|ip| ip.is_loopback()),
+            None => false,
+        }
+    }
+
     /// A mock provider with these limits (0 = none) and defaults otherwise.
     pub fn mock(tpm: u64, itpm: u64, otpm: u64, rpm: u64, concurrency: u32, chars_per_token: f64) -> Self {
         provider(tpm, itpm, otpm, rpm, concurrency, chars_per_token)
@@ -788,10 +826,20 @@ impl Config {
         }
         for (name, m) in &self.models {
             if !self.providers.contains_key(&m.provider) {
+                // A built-in provider: most likely a [providers] table given
+                // without the [models] that go with it.
+                let hint = if Config::default().providers.contains_key(&m.provider) {
+                    format!(
+                        ". A [providers] table in a config replaces the built-in one whole, while the built-in [models] and [routes] stay unless given: add [providers.{}], or give your own [models] and [routes] for the providers you define",
+                        m.provider
+                    )
+                } else {
+                    String::new()
+                };
                 return Err(bad(
                     format!("models.{name}.provider"),
                     format!(
-                        "unknown provider `{}`; defined providers: {}",
+                        "unknown provider `{}`; defined providers: {}{hint}",
                         m.provider,
                         keys(&self.providers)
                     ),

@@ -523,6 +523,23 @@ fn demo(args: DemoArgs) -> Result<()> {
     if http && matches!(speed, Speed::Max) {
         bail!("--providers http runs over real sockets in real time; use a speed factor (e.g. --speed 1) or --providers mock with --speed max");
     }
+    let real = cfg.http_providers();
+    if !real.is_empty() && matches!(speed, Speed::Max) {
+        bail!(
+            "the config's providers {} answer over HTTP in real time, not at --speed max (every call would time out in virtual time); use a speed factor, e.g. --speed 1",
+            real.join(", ")
+        );
+    }
+    let remote = cfg.remote_providers();
+    if !remote.is_empty() && !args.console.yes {
+        bail!(
+            "the demo sends synthetic traffic ({} at about {:.0} requests/s) to {}, which are not on this machine: up to about ${:.2} a minute at the configured prices; add --yes to send it",
+            scenario.name,
+            scenario.rps + scenario.noisy.as_ref().map_or(0.0, |n| n.rps),
+            remote.join(", "),
+            synthetic_cost_per_min(&cfg, &scenario)
+        );
+    }
     if matches!(speed, Speed::Max) {
         fusebox::alloc::keep_freed_memory();
     }
@@ -741,17 +758,33 @@ fn skipped(summary: &mut Summary, out: &fusebox::traffic::replay::Replayed, logs
     }
 }
 
+/// The most a minute of `scenario`'s synthetic traffic could cost: every
+/// request taking all its steps, each with its prompt and all of its
+/// `max_tokens`, at the dearest configured model's prices.
+fn synthetic_cost_per_min(cfg: &Config, scenario: &Scenario) -> f64 {
+    let (input, output) = cfg.models.values().fold((0.0f64, 0.0f64), |(i, o), m| {
+        (i.max(m.input_per_m), o.max(m.output_per_m))
+    });
+    let sample = 100u64;
+    let per_request: f64 = (0..sample)
+        .map(|id| {
+            let r = fusebox::traffic::load::make_request(Seed(1), id, scenario.users.max(1));
+            let prompt = r.messages.iter().map(fusebox::provider::Message::weight).sum::<usize>() as f64 / 4.0;
+            let steps = r.max_steps.max(1) as f64;
+            steps * (prompt * input + r.max_tokens as f64 * output) / 1e6
+        })
+        .sum::<f64>()
+        / sample as f64;
+    let rps = scenario.rps + scenario.noisy.as_ref().map_or(0.0, |n| n.rps);
+    per_request * rps * 60.0
+}
+
 /// Refuses what a replay cannot do safely: live HTTP providers in virtual
 /// time (every call would time out as the clock leaps), or recording over
 /// the log being replayed.
 fn check_replay(args: &ReplayArgs, cfg: &Config, recorded: bool, speed: &Speed) -> Result<()> {
     if !recorded && matches!(speed, Speed::Max) {
-        let http: Vec<&str> = cfg
-            .providers
-            .iter()
-            .filter(|(_, p)| p.kind != fusebox::config::ProviderKind::Mock)
-            .map(|(name, _)| name.as_str())
-            .collect();
+        let http = cfg.http_providers();
         if !http.is_empty() {
             bail!(
                 "live providers over HTTP ({}) answer in real time, not at --speed max; use a speed factor (e.g. --speed 1), or --providers recorded",

@@ -642,3 +642,59 @@ fn fusebox_without_a_command_takes_the_demo_s_options() {
     assert!(s["requests"].as_u64().unwrap() > 0, "{s}");
     assert_eq!(s["lost"], 0);
 }
+
+/// A demo over HTTP providers from a config: refused at --speed max (every
+/// call would time out in virtual time); sent to a provider off this
+/// machine only with --yes, after saying what it may cost.
+#[test]
+fn a_demo_over_real_providers_is_refused_at_max_speed_and_needs_yes_off_this_machine() {
+    let dir = tempfile::tempdir().unwrap();
+    let local = dir.path().join("local.toml");
+    std::fs::write(
+        &local,
+        "[providers.local]\nkind = \"openai-compatible\"\nbase_url = \"http://127.0.0.1:9/v1\"\n[models.m]\nprovider = \"local\"\ninput_per_m = 0.0\noutput_per_m = 0.0\n[routes.default]\nchain = [\"m\"]\n",
+    )
+    .unwrap();
+    let o = fusebox(&["demo", "--headless", "--config", local.to_str().unwrap()]);
+    assert_clean_failure(&o, &["local", "--speed max", "--speed 1"]);
+    let hosted = dir.path().join("hosted.toml");
+    std::fs::write(
+        &hosted,
+        "[providers.openai]\nkind = \"openai\"\napi_key_env = \"FUSEBOX_TEST_NO_SUCH_KEY\"\n[models.gpt-4o]\nprovider = \"openai\"\ninput_per_m = 2.5\noutput_per_m = 10.0\n[routes.default]\nchain = [\"gpt-4o\"]\n",
+    )
+    .unwrap();
+    let o = fusebox(&[
+        "demo",
+        "--headless",
+        "--speed",
+        "1",
+        "--config",
+        hosted.to_str().unwrap(),
+    ]);
+    assert_clean_failure(
+        &o,
+        &["synthetic traffic", "tour", "requests/s", "openai", "a minute", "--yes"],
+    );
+}
+
+/// A config that gives only `[providers.openai]` is told why the built-in
+/// models no longer resolve, and what to add.
+#[test]
+fn a_providers_table_without_its_models_says_what_replaced_what() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("only.toml");
+    std::fs::write(
+        &path,
+        "[providers.openai]\nkind = \"openai\"\napi_key_env = \"OPENAI_API_KEY\"\n",
+    )
+    .unwrap();
+    let o = fusebox(&["check-config", path.to_str().unwrap()]);
+    assert_clean_failure(
+        &o,
+        &[
+            "models.claude-haiku.provider",
+            "replaces the built-in one whole",
+            "add [providers.anthropic]",
+        ],
+    );
+}
