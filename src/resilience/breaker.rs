@@ -184,7 +184,10 @@ struct HalfOpen {
     admitted: u32,
     in_flight: u32,
     ok: u32,
+    /// Failed or slow.
     failed: u32,
+    /// Of those, slow but not failed.
+    slow: u32,
     since: Option<Instant>,
 }
 
@@ -505,8 +508,12 @@ impl Inner {
         match self.state {
             BreakerState::HalfOpen if permit.probe => {
                 self.half.in_flight = self.half.in_flight.saturating_sub(1);
-                if failed {
+                // A slow probe fails the ramp, as in resilience4j: a target
+                // that tripped on slowness must not close on slow answers
+                // (it would close, and trip again at the first cooldown).
+                if failed || slow {
                     self.half.failed += 1;
+                    self.half.slow += u32::from(!failed);
                 } else {
                     self.half.ok += 1;
                 }
@@ -515,8 +522,12 @@ impl Inner {
                 let max_failures = ((1.0 - need) * allowance as f64 + 1e-9).floor() as u32;
                 if self.half.failed > max_failures {
                     let done = self.half.ok + self.half.failed;
+                    let slow = match self.half.slow {
+                        0 => String::new(),
+                        n => format!(", {n} of them slower than {} ms", cfg.slow_call_ms),
+                    };
                     let reason = format!(
-                        "half-open probe failed: {} of {} probes failed (success {:.2} < {:.2})",
+                        "half-open probe failed: {} of {} probes failed{slow} (success {:.2} < {:.2})",
                         self.half.failed,
                         done,
                         self.half.ok as f64 / done as f64,

@@ -313,7 +313,7 @@ impl Model {
         match self.state {
             BreakerState::HalfOpen if current && p.probe => {
                 self.half.in_flight -= 1;
-                if failed {
+                if failed || slow {
                     self.half.failed += 1;
                 } else {
                     self.half.ok += 1;
@@ -1235,4 +1235,52 @@ async fn the_state_a_breaker_is_in_already_changes_nothing() {
         "the call in flight still counts"
     );
     assert!(r.events().is_empty());
+}
+
+/// A dependency that stays slow (every call succeeds, in 5 s, over a 4 s
+/// slow-call bound), attempted every 100 ms for 120 s: it trips on its
+/// slow-call rate and, its probes being slow too, stays open with growing
+/// cooldowns instead of closing and re-tripping at the first cooldown
+/// (which admitted 185 calls). What it admits is the calls started before
+/// the first result could arrive (59: the window needs 10 results, the
+/// first comes 5 s in) and one 2-probe stage per cooldown.
+#[tokio::test(start_paused = true)]
+async fn a_dependency_that_stays_slow_stays_open() {
+    let cfg = BreakerConfig {
+        slow_call_ms: 4_000,
+        ..BreakerConfig::default()
+    };
+    let mut r = Rig::new(cfg);
+    let slow = CallRecord {
+        failure: None,
+        latency: ms(5_000),
+        tokens: 100,
+        tokens_per_s: None,
+    };
+    // Calls in flight, by when they end.
+    let mut running: VecDeque<(u64, Permit)> = VecDeque::new();
+    let mut admitted = 0;
+    for t in (0..120_000u64).step_by(100) {
+        while running.front().is_some_and(|(end, _)| *end <= t) {
+            let (end, p) = running.pop_front().unwrap();
+            r.record(p, end, slow);
+        }
+        if let Ok(p) = r.breaker.try_acquire(r.at(t)) {
+            admitted += 1;
+            running.push_back((t + 5_000, p));
+        }
+    }
+    let events = r.events();
+    assert!(
+        events.iter().all(|(_, to, _)| to != "closed"),
+        "never closes: {events:?}"
+    );
+    assert!(
+        events
+            .iter()
+            .any(|(from, _, why)| from == "half_open" && why.contains("1 of them slower than 4000 ms")),
+        "{events:?}"
+    );
+    assert!(admitted <= 63, "admitted {admitted} calls in 120 s");
+    assert_eq!(r.state(), BreakerState::Open);
 }
