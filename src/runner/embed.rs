@@ -177,12 +177,8 @@ impl Runner {
         for t in [pt, mt] {
             match failure {
                 None => t.stats.ok.inc(),
-                Some(f) => {
-                    t.stats.failed.inc();
-                    if f == FailureKind::Client {
-                        t.stats.bad_request.inc();
-                    }
-                }
+                Some(FailureKind::Client) => t.stats.client_errors.inc(),
+                Some(_) => t.stats.failed.inc(),
             }
         }
         match result {

@@ -481,12 +481,13 @@ impl Runner {
                         tool_calls: Vec::new(),
                     });
                     for t in [pt, mt] {
-                        t.stats.failed.inc();
+                        if failure == FailureKind::Client {
+                            t.stats.client_errors.inc();
+                        } else {
+                            t.stats.failed.inc();
+                        }
                         if e.kind == ErrorKind::Timeout {
                             t.stats.timeouts.inc();
-                        }
-                        if failure == FailureKind::Client {
-                            t.stats.bad_request.inc();
                         }
                     }
                     if streaming.as_ref().is_some_and(|s| s.started) {

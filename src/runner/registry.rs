@@ -25,8 +25,9 @@ pub struct TargetStats {
     pub timeouts: Counter,
     /// Semantic failures (hallucinated tools, bad arguments).
     pub semantic: Counter,
-    /// Client errors (4xx, never retried).
-    pub bad_request: Counter,
+    /// Client errors (4xx but 429, never retried): the caller's fault,
+    /// neither successes nor failures of the target.
+    pub client_errors: Counter,
     /// Sum of latencies of finished calls (ms).
     pub latency_ms_sum: Counter,
 }
@@ -52,9 +53,8 @@ pub struct StatsView {
     /// Semantic failures among the failures.
     #[serde(skip)]
     pub semantic: u64,
-    /// Client errors among the failures.
-    #[serde(skip)]
-    pub bad_request: u64,
+    /// Client errors (4xx but 429): neither successes nor failures.
+    pub client_errors: u64,
     /// Mean latency (ms).
     #[serde(skip)]
     pub mean_latency_ms: u64,
@@ -64,7 +64,7 @@ impl TargetStats {
     /// A copy of the counters.
     pub fn view(&self) -> StatsView {
         let l = |c: &Counter| c.get();
-        let done = l(&self.ok) + l(&self.failed);
+        let done = l(&self.ok) + l(&self.failed) + l(&self.client_errors);
         StatsView {
             attempts: l(&self.attempts),
             ok: l(&self.ok),
@@ -74,7 +74,7 @@ impl TargetStats {
             retries: l(&self.retries),
             timeouts: l(&self.timeouts),
             semantic: l(&self.semantic),
-            bad_request: l(&self.bad_request),
+            client_errors: l(&self.client_errors),
             mean_latency_ms: l(&self.latency_ms_sum).checked_div(done).unwrap_or(0),
         }
     }

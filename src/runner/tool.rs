@@ -6,7 +6,7 @@ use super::llm::Tally;
 use super::Runner;
 use crate::clock::hash_str;
 use crate::provider::{ErrorKind, ToolCall};
-use crate::resilience::breaker::CallRecord;
+use crate::resilience::breaker::{CallRecord, FailureKind};
 use crate::resilience::retry::backoff;
 use crate::telemetry::events::Attempt;
 use std::sync::Arc;
@@ -126,7 +126,11 @@ impl Runner {
                         },
                         end,
                     );
-                    t.stats.failed.inc();
+                    if e.kind.failure() == FailureKind::Client {
+                        t.stats.client_errors.inc();
+                    } else {
+                        t.stats.failed.inc();
+                    }
                     if e.kind == ErrorKind::Timeout {
                         t.stats.timeouts.inc();
                     }

@@ -641,3 +641,28 @@ async fn endless_tool_loop_degrades_to_a_direct_answer() {
     assert_eq!(openai.calls(), 4, "3 tool-using steps, then one direct answer");
     assert_eq!(o.answer.as_deref(), Some("answer"), "{:?}", o.chain);
 }
+
+/// A 401 or 403 is the caller's (or its key's) fault: counted as a client
+/// error of the target, neither a success nor a failure, and it never trips
+/// the breaker.
+#[tokio::test(start_paused = true)]
+async fn auth_errors_are_counted_apart_from_failures() {
+    for code in [401, 403] {
+        let openai = Scripted::new(vec![], Step::status(code));
+        let r = runner(
+            Config::default(),
+            vec![("openai", openai.clone() as Arc<dyn Provider>)],
+            None,
+        );
+        for i in 0..12 {
+            r.run(&ask(i, "alice")).await;
+        }
+        let s = stats(&r, "provider:openai");
+        assert_eq!((s.client_errors, s.failed, s.ok), (12, 0, 0), "{code}: {s:?}");
+        assert_eq!(
+            r.registry().find("provider:openai").unwrap().breaker.state(),
+            BreakerState::Closed,
+            "{code}"
+        );
+    }
+}
