@@ -940,7 +940,7 @@ fn mock_server(listen: &str, seed: u64) -> Result<()> {
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     rt.block_on(async {
         let faults = std::sync::Arc::new(fusebox::provider::fault::FaultTable::default());
-        let server = MockServer::new(Seed(seed), faults);
+        let server = MockServer::keyless(Seed(seed), faults);
         let addr = server.spawn(listen).await.with_context(|| format!("cannot listen on {listen}"))?;
         eprintln!("fusebox mock: serving OpenAI (/v1/chat/completions), DeepSeek (/chat/completions) and Anthropic (/v1/messages) on http://{addr}");
         eprintln!("faults: GET/PUT http://{addr}/_fusebox/faults · Ctrl-C to stop");

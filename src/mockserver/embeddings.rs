@@ -53,7 +53,7 @@ impl MockServer {
             .extensions
             .get::<ConnectInfo<super::conn::ConnHandle>>()
             .map(|c| c.0.clone());
-        if let Some(resp) = check_auth(flavor, &parts.headers) {
+        if let Some(resp) = check_auth(flavor, &parts.headers, self.keyless) {
             return resp;
         }
         let backend = &self.openai;

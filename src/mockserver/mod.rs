@@ -211,18 +211,32 @@ pub struct MockServer {
     openai: Backend,
     deepseek: Backend,
     anthropic: Backend,
+    /// A call with no credential at all is answered, as a keyless local
+    /// server (vLLM, Ollama) answers; a malformed one is still refused.
+    keyless: bool,
 }
 
 impl MockServer {
     /// A server whose plans derive from `seed` and whose faults live in `faults`.
     pub fn new(seed: Seed, faults: Arc<FaultTable>) -> Arc<Self> {
-        Arc::new(Self {
+        Arc::new(Self::with_keys(seed, faults, false))
+    }
+
+    /// Like [`MockServer::new`], also answering calls that carry no key
+    /// (`fusebox mock`: trying a config without keys).
+    pub fn keyless(seed: Seed, faults: Arc<FaultTable>) -> Arc<Self> {
+        Arc::new(Self::with_keys(seed, faults, true))
+    }
+
+    fn with_keys(seed: Seed, faults: Arc<FaultTable>, keyless: bool) -> Self {
+        Self {
             seed,
             openai: Backend::new("openai", seed, &faults, Some(Quota::openai()), None),
             deepseek: Backend::new("deepseek", seed, &faults, None, None),
             anthropic: Backend::new("anthropic", seed, &faults, Some(Quota::anthropic()), None),
             faults,
-        })
+            keyless,
+        }
     }
 
     /// A server that answers at once and has no quotas: for measuring the
@@ -235,6 +249,7 @@ impl MockServer {
             deepseek: Backend::new("deepseek", seed, &faults, None, p),
             anthropic: Backend::new("anthropic", seed, &faults, None, p),
             faults,
+            keyless: false,
         })
     }
 
@@ -287,7 +302,7 @@ impl MockServer {
         let arrived = Instant::now();
         let (parts, body) = req.into_parts();
         let conn = parts.extensions.get::<ConnectInfo<ConnHandle>>().map(|c| c.0.clone());
-        if let Some(resp) = check_auth(flavor, &parts.headers) {
+        if let Some(resp) = check_auth(flavor, &parts.headers, self.keyless) {
             return resp;
         }
         let backend = self.backend(flavor);
@@ -584,9 +599,11 @@ fn has_api_key(headers: &HeaderMap) -> bool {
 
 /// The provider's credential check: `Some` rejection if it fails (key
 /// values are never logged or echoed).
-fn check_auth(flavor: Flavor, headers: &HeaderMap) -> Option<Response> {
+fn check_auth(flavor: Flavor, headers: &HeaderMap, keyless: bool) -> Option<Response> {
     let fail = |code: u16, msg: &str| Some(error_response(flavor, code, msg, None, HeaderMap::new()));
+    let no_key = headers.get(header::AUTHORIZATION).is_none() && headers.get("x-api-key").is_none();
     match flavor {
+        Flavor::OpenAi | Flavor::DeepSeek if keyless && no_key => None,
         Flavor::OpenAi | Flavor::DeepSeek => {
             if headers.get(header::AUTHORIZATION).is_none() {
                 return fail(
@@ -601,7 +618,8 @@ fn check_auth(flavor: Flavor, headers: &HeaderMap) -> Option<Response> {
         }
         Flavor::Anthropic => {
             // The current SDKs send the key as a bearer token; older ones as x-api-key.
-            if !has_api_key(headers) && !has_bearer(headers) {
+            let answered = has_api_key(headers) || has_bearer(headers) || (keyless && no_key);
+            if !answered {
                 return fail(401, "x-api-key header is required");
             }
             match header_str(headers, "anthropic-version") {

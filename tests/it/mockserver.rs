@@ -940,6 +940,36 @@ async fn control_api_rejects_bad_tables() {
 
 // ------------------------------------------------------ auth and requests --
 
+/// `fusebox mock` answers a call with no key at all (trying a config
+/// without keys, as against a keyless local server), but still refuses a
+/// malformed credential and a missing `anthropic-version`.
+#[tokio::test]
+async fn a_keyless_mock_answers_calls_without_a_key_but_not_bad_ones() {
+    let server = MockServer::keyless(SEED, Arc::new(FaultTable::default()));
+    let base = format!("http://{}", server.spawn("127.0.0.1:0").await.unwrap());
+    let http = Client::new();
+    for api in [Api::OpenAi, Api::DeepSeek] {
+        let post = || {
+            http.post(format!("{base}{}", api.path()))
+                .json(&body(api, false, false))
+        };
+        assert_eq!(post().send().await.unwrap().status(), 200, "{api:?} without a key");
+        let bad = post().header("authorization", "Basic abc").send().await.unwrap();
+        assert_eq!(bad.status(), 401, "{api:?} with a malformed key");
+    }
+    let post = || {
+        http.post(format!("{base}/v1/messages"))
+            .json(&body(Api::Anthropic, false, false))
+    };
+    let r = post().header("anthropic-version", "2023-06-01").send().await.unwrap();
+    assert_eq!(r.status(), 200);
+    assert_eq!(
+        post().send().await.unwrap().status(),
+        400,
+        "anthropic-version is still required"
+    );
+}
+
 #[tokio::test]
 async fn missing_auth_is_401_in_each_shape() {
     let m = mock().await;
