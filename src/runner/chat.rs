@@ -352,9 +352,27 @@ impl Runner {
                     retry_after: Duration::from_secs(1),
                 }
             }
-            Err(LlmFailure::Exhausted) => ChatEnd::Unavailable {
-                message: self.cfg.degradation.user_message.clone(),
-            },
+            Err(LlmFailure::Exhausted) => {
+                // Answers that failed the request's own checks (a tool its
+                // schema does not allow, say) are the client's to fix: name them.
+                let mut why: Vec<String> = Vec::new();
+                for h in &tally.hops {
+                    if let HopResult::Semantic(w) = &h.result {
+                        let said = format!("{}: {w}", self.models[h.model].name);
+                        if !why.contains(&said) && why.len() < 3 {
+                            why.push(said);
+                        }
+                    }
+                }
+                let mut message = self.cfg.degradation.user_message.clone();
+                if !why.is_empty() {
+                    message.push_str(&format!(
+                        " Every answer failed the request's own checks (its tools and their schemas): {}",
+                        why.join("; ")
+                    ));
+                }
+                ChatEnd::Unavailable { message }
+            }
             Err(LlmFailure::Upstream(e)) => ChatEnd::Upstream(e),
         }
     }

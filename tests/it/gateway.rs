@@ -205,6 +205,28 @@ async fn a_hallucinated_tool_call_is_a_semantic_failure_against_the_request_tool
     }
 }
 
+/// Tools whose schema no answer can meet (`id` where the mock fleet's
+/// models send `order_id`): every answer is a semantic failure, and the
+/// 503 says which check failed, so the client knows what to fix.
+#[tokio::test]
+async fn answers_that_fail_the_request_s_tool_schemas_are_named_in_the_503() {
+    let f = gateway(Config::default(), GatewayOptions::default()).await;
+    let mut body = ask("default", "dan");
+    body["tools"] = json!([{"type": "function", "function": {
+        "name": "get_order", "description": "Look up an order",
+        "parameters": {"type": "object", "properties": {"id": {"type": "string"}}, "required": ["id"], "additionalProperties": false}
+    }}]);
+    let r = f.post(&body).await;
+    assert_eq!(r.status(), 503);
+    let v: Value = r.json().await.unwrap();
+    let msg = v["error"]["message"].as_str().unwrap();
+    assert!(
+        msg.contains("failed the request's own checks") && msg.contains("get_order"),
+        "{msg}"
+    );
+    assert!(msg.contains("gpt-4o: "), "{msg}");
+}
+
 #[tokio::test]
 async fn an_exhausted_user_budget_is_a_429_with_retry_after() {
     let mut cfg = Config::default();
