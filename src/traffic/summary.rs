@@ -23,6 +23,19 @@ pub struct ByLevel {
     pub failed: u64,
 }
 
+impl From<[u64; 5]> for ByLevel {
+    /// Counts in [`Level::ALL`](crate::runner::outcome::Level::ALL) order.
+    fn from(lv: [u64; 5]) -> Self {
+        ByLevel {
+            none: lv[0],
+            partial: lv[1],
+            fallback: lv[2],
+            deferred: lv[3],
+            failed: lv[4],
+        }
+    }
+}
+
 /// A breaker transition.
 #[derive(Clone, Debug, Serialize, PartialEq, Eq)]
 pub struct TransitionRec {
@@ -58,6 +71,11 @@ pub struct Summary {
     pub lost: u64,
     /// Outcomes by level.
     pub by_level: ByLevel,
+    /// Deferred requests re-driven once their dependency recovered (or at
+    /// the run's end), by how they then ended; one given up on (still
+    /// failing when it expired) ends `failed`. Those in `by_level.deferred`
+    /// and not here are still queued.
+    pub redriven: ByLevel,
     /// Per-target counters.
     pub targets: BTreeMap<String, StatsView>,
     /// Every breaker transition, in order.
@@ -134,13 +152,14 @@ impl Summary {
             requests,
             completed,
             lost: requests.saturating_sub(completed).max(lost_tasks),
-            by_level: ByLevel {
-                none: lv[0],
-                partial: lv[1],
-                fallback: lv[2],
-                deferred: lv[3],
-                failed: lv[4],
-            },
+            by_level: ByLevel::from(lv),
+            redriven: ByLevel::from(
+                runner
+                    .totals()
+                    .deferred_done
+                    .each_ref()
+                    .map(|n| n.load(Ordering::Relaxed)),
+            ),
             targets: runner
                 .registry()
                 .iter()

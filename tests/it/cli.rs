@@ -117,6 +117,7 @@ fn headless_demo_writes_the_summary_contract() {
         "completed",
         "lost",
         "by_level",
+        "redriven",
         "targets",
         "transitions",
         "tokens",
@@ -134,7 +135,15 @@ fn headless_demo_writes_the_summary_contract() {
     let levels: Vec<&str> = v["by_level"].as_object().unwrap().keys().map(String::as_str).collect();
     assert_eq!(levels, ["deferred", "failed", "fallback", "none", "partial"]);
     let t = &v["targets"]["provider:openai"];
-    for k in ["attempts", "ok", "failed", "rejected_open", "rejected_rate", "retries"] {
+    for k in [
+        "attempts",
+        "ok",
+        "failed",
+        "rejected_open",
+        "rejected_rate",
+        "retries",
+        "client_errors",
+    ] {
         assert!(t[k].is_u64(), "targets.provider:openai.{k}");
     }
     assert!(v["virtual_ms"].as_u64().unwrap() >= 90_000);
@@ -697,4 +706,31 @@ fn a_providers_table_without_its_models_says_what_replaced_what() {
             "add [providers.anthropic]",
         ],
     );
+}
+
+/// The 2am-incident defers requests while get_order is down; the summary
+/// says how each was re-driven once it recovered (all of them, here).
+#[test]
+fn the_summary_counts_re_driven_deferred_requests_by_how_they_ended() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("s.json");
+    let o = fusebox(&[
+        "demo",
+        "--headless",
+        "--scenario",
+        "2am-incident",
+        "--summary-json",
+        out.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let s: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
+    let deferred = s["by_level"]["deferred"].as_u64().unwrap();
+    assert!(deferred > 0, "{s}");
+    let r = &s["redriven"];
+    let redriven: u64 = ["none", "partial", "fallback", "deferred", "failed"]
+        .iter()
+        .map(|l| r[*l].as_u64().unwrap())
+        .sum();
+    assert_eq!(redriven, deferred, "every deferred request was re-driven: {r}");
+    assert!(r["none"].as_u64().unwrap() > 0, "{r}");
 }
