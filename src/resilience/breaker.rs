@@ -132,7 +132,8 @@ pub struct BreakerView {
     pub half_open_stage: Option<(usize, u32)>,
     /// Probes in flight.
     pub probes_in_flight: u32,
-    /// Trips since the breaker last closed normally.
+    /// Trips in a row: since the breaker last stayed closed for
+    /// `max_cooldown_ms` (or was reset by an operator).
     pub trips: u32,
     /// Most probes ever in flight at once.
     pub peak_probes: u32,
@@ -173,6 +174,10 @@ struct Inner {
     window: Window,
     consecutive: u32,
     trips: u32,
+    /// When the half-open ramp last closed it: a trip within
+    /// `max_cooldown_ms` of that continues the run of trips (a longer
+    /// cooldown) rather than starting again at the first.
+    closed_at: Option<Instant>,
     peak_probes: u32,
     open_until: Instant,
     half: HalfOpen,
@@ -205,6 +210,7 @@ impl Breaker {
                 generation: 0,
                 consecutive: 0,
                 trips: 0,
+                closed_at: None,
                 peak_probes: 0,
                 open_until: now,
                 half: HalfOpen::default(),
@@ -311,6 +317,7 @@ impl Breaker {
                 g.window.clear();
                 g.consecutive = 0;
                 g.trips = 0;
+                g.closed_at = None;
                 g.to(BreakerState::Closed, now);
             }
             BreakerState::Open => {
@@ -405,6 +412,15 @@ impl Inner {
 
     fn trip(&mut self, now: Instant, reason: String, fired: &mut Fired) {
         let from = self.state;
+        // Closed long enough since the ramp passed: a fresh run of trips.
+        let settled = Duration::from_millis(self.cfg.max_cooldown_ms);
+        if self
+            .closed_at
+            .take()
+            .is_some_and(|at| now.saturating_duration_since(at) >= settled)
+        {
+            self.trips = 0;
+        }
         self.trips += 1;
         self.to(BreakerState::Open, now);
         *fired = Some((from, BreakerState::Open, reason));
@@ -544,7 +560,10 @@ impl Inner {
                             rate,
                             need
                         );
-                        self.trips = 0;
+                        // The run of trips is kept until it stays closed
+                        // a while: one that re-trips soon after closing
+                        // waits longer each time.
+                        self.closed_at = Some(now);
                         self.to(BreakerState::Closed, now);
                         fired = Some((BreakerState::HalfOpen, BreakerState::Closed, reason));
                     } else {

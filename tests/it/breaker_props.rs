@@ -176,6 +176,8 @@ struct Model {
     window: VecDeque<(bool, bool)>,
     consecutive: u32,
     trips: u32,
+    /// When the ramp last closed it (a trip soon after continues the run).
+    closed_at: Option<u64>,
     open_until: u64,
     half: Half,
 }
@@ -189,6 +191,7 @@ impl Model {
             window: VecDeque::new(),
             consecutive: 0,
             trips: 0,
+            closed_at: None,
             open_until: 0,
             half: Half::default(),
         }
@@ -228,6 +231,13 @@ impl Model {
 
     fn trip(&mut self, now: u64) -> Option<Transition> {
         let from = self.state;
+        if self
+            .closed_at
+            .take()
+            .is_some_and(|at| now - at >= self.spec.max_cooldown_ms)
+        {
+            self.trips = 0;
+        }
         self.trips += 1;
         self.enter(BreakerState::Open, now);
         Some((from, BreakerState::Open))
@@ -325,7 +335,7 @@ impl Model {
                 }
                 if self.half.ok + self.half.failed == allowance {
                     if self.half.stage + 1 == self.spec.ramp.len() {
-                        self.trips = 0;
+                        self.closed_at = Some(now);
                         self.enter(BreakerState::Closed, now);
                         return Some((BreakerState::HalfOpen, BreakerState::Closed));
                     }
@@ -381,6 +391,7 @@ impl Model {
         match to {
             BreakerState::Closed => {
                 self.trips = 0;
+                self.closed_at = None;
                 self.enter(BreakerState::Closed, now);
             }
             BreakerState::Open => {
@@ -759,15 +770,23 @@ async fn cooldown_grows_per_repeated_trip_and_is_capped() {
         }
     }
     assert_eq!(r.state(), BreakerState::Closed);
-    assert_eq!(
-        r.breaker.view(r.at(t)).trips,
-        0,
-        "closing normally resets the trip count"
-    );
+    assert_eq!(r.breaker.view(r.at(t)).trips, 4, "the run of trips is kept a while");
 
-    // The next trip starts again at the first cooldown.
+    // Re-tripping soon after closing continues the run: the longest cooldown.
     r.call(t, fail(FailureKind::Server));
     r.call(t, fail(FailureKind::Server));
+    assert_eq!(r.breaker.view(r.at(t)).trips, 5);
+    assert_eq!(r.breaker.view(r.at(t)).next_probe_ms, Some(120_000));
+    t += 120_000;
+    let probe = r.acquire(t);
+    r.record(probe, t, ok());
+    r.events();
+
+    // Closed for max_cooldown_ms, the next trip starts again at the first cooldown.
+    t += 120_000;
+    r.call(t, fail(FailureKind::Server));
+    r.call(t, fail(FailureKind::Server));
+    assert_eq!(r.breaker.view(r.at(t)).trips, 1);
     assert_eq!(r.breaker.view(r.at(t)).next_probe_ms, Some(30_000));
 }
 
@@ -817,7 +836,11 @@ async fn half_open_ramp_2_4_8_closes_after_every_stage_passes() {
         "half-open ramp 2→4→8 passed (last stage success 0.88 ≥ 0.80)"
     );
     let v = r.breaker.view(r.at(t));
-    assert_eq!((v.trips, v.calls_in_window, v.consecutive_failures), (0, 0, 0));
+    assert_eq!(
+        (v.trips, v.calls_in_window, v.consecutive_failures),
+        (1, 0, 0),
+        "the trip is remembered a while"
+    );
 }
 
 #[tokio::test(start_paused = true)]
