@@ -60,9 +60,15 @@ pub struct Tokens {
     pub wasted: u64,
 }
 
+/// The summary schema's version.
+pub const SUMMARY_VERSION: u32 = 1;
+
 /// The summary of a headless run.
 #[derive(Clone, Debug, Serialize, PartialEq)]
 pub struct Summary {
+    /// The schema's version ([`SUMMARY_VERSION`]): raised when a field
+    /// changes meaning or goes; new fields may be added within a version.
+    pub v: u32,
     /// Requests received.
     pub requests: u64,
     /// Requests with an outcome.
@@ -149,6 +155,7 @@ impl Summary {
             })
             .collect();
         Summary {
+            v: SUMMARY_VERSION,
             requests,
             completed,
             lost: requests.saturating_sub(completed).max(lost_tasks),

@@ -113,6 +113,7 @@ fn headless_demo_writes_the_summary_contract() {
     let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
     let keys: Vec<&str> = v.as_object().unwrap().keys().map(String::as_str).collect();
     let mut expected = vec![
+        "v",
         "requests",
         "completed",
         "lost",
@@ -130,6 +131,7 @@ fn headless_demo_writes_the_summary_contract() {
     got.sort_unstable();
     expected.sort_unstable();
     assert_eq!(got, expected);
+    assert_eq!(v["v"], 1);
     assert_eq!(v["lost"], 0);
     assert_eq!(v["requests"], v["completed"]);
     let levels: Vec<&str> = v["by_level"].as_object().unwrap().keys().map(String::as_str).collect();
