@@ -334,6 +334,45 @@ async fn ready(client: &reqwest::Client, what: &str, url: &str, within: Duration
     anyhow::bail!("{what} did not come up at {url} within {within:?}")
 }
 
+/// A proxy this harness starts and measures.
+struct Launch {
+    name: &'static str,
+    /// Said after a failure to start it.
+    hint: &'static str,
+    port: u16,
+    /// The path that answers 200 once it is up.
+    health: &'static str,
+    within: Duration,
+    /// Its answers must say `x-fusebox-level: none`.
+    fusebox: bool,
+}
+
+impl Launch {
+    /// Starts `cmd` (output discarded), waits until it is up, and adds it
+    /// to `targets`; the process is killed when the returned value drops.
+    async fn start(
+        self,
+        client: &reqwest::Client,
+        mut cmd: Command,
+        targets: &mut Vec<Target>,
+    ) -> anyhow::Result<Server> {
+        let child =
+            cmd.stdout(Stdio::null()).stderr(Stdio::null()).spawn().map_err(|e| {
+                anyhow::anyhow!("cannot start {}: {e}{}", cmd.get_program().to_string_lossy(), self.hint)
+            })?;
+        let server = Server(child);
+        let base = format!("http://127.0.0.1:{}", self.port);
+        ready(client, self.name, &format!("{base}{}", self.health), self.within).await?;
+        targets.push(Target {
+            name: self.name,
+            url: format!("{base}/v1/chat/completions"),
+            pid: Some(server.0.id()),
+            fusebox: self.fusebox,
+        });
+        Ok(server)
+    }
+}
+
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
@@ -356,79 +395,48 @@ async fn main() -> anyhow::Result<()> {
     let cfg = dir.path().join("fusebox.toml");
     std::fs::write(&cfg, fusebox_config(&mock.to_string()))?;
     let port = free_port()?;
-    let gw = Server(
-        Command::new(&args.fusebox)
-            .args([
-                "serve",
-                "--headless",
-                "--listen",
-                &format!("127.0.0.1:{port}"),
-                "--config",
-            ])
-            .arg(&cfg)
-            .env("FUSEBOX_LOG_DIR", dir.path())
-            .env("FUSEBOX_BENCH_KEY", "mock-key")
-            .envs(
-                std::env::var("BENCH_GW_THREADS")
-                    .ok()
-                    .map(|t| ("TOKIO_WORKER_THREADS", t)),
-            )
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .map_err(|e| {
-                anyhow::anyhow!(
-                    "cannot start {}: {e} (build it: cargo build --release)",
-                    args.fusebox.display()
-                )
-            })?,
+    let mut cmd = Command::new(&args.fusebox);
+    cmd.args([
+        "serve",
+        "--headless",
+        "--listen",
+        &format!("127.0.0.1:{port}"),
+        "--config",
+    ])
+    .arg(&cfg)
+    .env("FUSEBOX_LOG_DIR", dir.path())
+    .env("FUSEBOX_BENCH_KEY", "mock-key")
+    .envs(
+        std::env::var("BENCH_GW_THREADS")
+            .ok()
+            .map(|t| ("TOKIO_WORKER_THREADS", t)),
     );
-    ready(
-        &client,
-        "fusebox serve",
-        &format!("http://127.0.0.1:{port}/healthz"),
-        Duration::from_secs(20),
-    )
-    .await?;
-    targets.push(Target {
+    let gw = Launch {
         name: "fusebox",
-        url: format!("http://127.0.0.1:{port}/v1/chat/completions"),
-        pid: Some(gw.0.id()),
+        hint: " (build it: cargo build --release)",
+        port,
+        health: "/healthz",
+        within: Duration::from_secs(20),
         fusebox: true,
-    });
+    };
+    let _gw = gw.start(&client, cmd, &mut targets).await?;
 
     let _bare = match &args.bare {
         None => None,
         Some(bin) => {
             let port = free_port()?;
-            let child = Server(
-                Command::new(bin)
-                    .args(["--listen", &format!("127.0.0.1:{port}"), "--config"])
-                    .arg(&cfg)
-                    .stdout(Stdio::null())
-                    .stderr(Stdio::null())
-                    .spawn()
-                    .map_err(|e| {
-                        anyhow::anyhow!(
-                            "cannot start {}: {e} (build it: cargo build --release --examples)",
-                            bin.display()
-                        )
-                    })?,
-            );
-            ready(
-                &client,
-                "bare_proxy",
-                &format!("http://127.0.0.1:{port}/healthz"),
-                Duration::from_secs(20),
-            )
-            .await?;
-            targets.push(Target {
+            let mut cmd = Command::new(bin);
+            cmd.args(["--listen", &format!("127.0.0.1:{port}"), "--config"])
+                .arg(&cfg);
+            let bare = Launch {
                 name: "bare",
-                url: format!("http://127.0.0.1:{port}/v1/chat/completions"),
-                pid: Some(child.0.id()),
+                hint: " (build it: cargo build --release --examples)",
+                port,
+                health: "/healthz",
+                within: Duration::from_secs(20),
                 fusebox: true,
-            });
-            Some(child)
+            };
+            Some(bare.start(&client, cmd, &mut targets).await?)
         }
     };
 
@@ -438,36 +446,30 @@ async fn main() -> anyhow::Result<()> {
             let cfg = dir.path().join("litellm.yaml");
             std::fs::write(&cfg, litellm_config(&mock.to_string()))?;
             let port = free_port()?;
-            let child = Server(
-                Command::new(bin)
-                    .args([
-                        "--port",
-                        &port.to_string(),
-                        "--host",
-                        "127.0.0.1",
-                        "--num_workers",
-                        "1",
-                        "--config",
-                    ])
-                    .arg(&cfg)
-                    .env("LITELLM_LOG", "ERROR")
-                    .env("LITELLM_LOCAL_MODEL_COST_MAP", "True")
-                    // Loopback only: it refuses to start without a master key otherwise.
-                    .env("LITELLM_DANGEROUSLY_PERMIT_WEAK_OR_UNSET_MASTER_KEY", "true")
-                    .stdout(Stdio::null())
-                    .stderr(Stdio::null())
-                    .spawn()
-                    .map_err(|e| anyhow::anyhow!("cannot start {}: {e}", bin.display()))?,
-            );
-            let health = format!("http://127.0.0.1:{port}/health/liveliness");
-            ready(&client, "litellm", &health, Duration::from_secs(120)).await?;
-            targets.push(Target {
+            let mut cmd = Command::new(bin);
+            cmd.args([
+                "--port",
+                &port.to_string(),
+                "--host",
+                "127.0.0.1",
+                "--num_workers",
+                "1",
+                "--config",
+            ])
+            .arg(&cfg)
+            .env("LITELLM_LOG", "ERROR")
+            .env("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+            // Loopback only: it refuses to start without a master key otherwise.
+            .env("LITELLM_DANGEROUSLY_PERMIT_WEAK_OR_UNSET_MASTER_KEY", "true");
+            let litellm = Launch {
                 name: "litellm",
-                url: format!("http://127.0.0.1:{port}/v1/chat/completions"),
-                pid: Some(child.0.id()),
+                hint: "",
+                port,
+                health: "/health/liveliness",
+                within: Duration::from_secs(120),
                 fusebox: false,
-            });
-            Some(child)
+            };
+            Some(litellm.start(&client, cmd, &mut targets).await?)
         }
     };
 

@@ -370,21 +370,8 @@ fn serve_refuses_what_it_cannot_serve_safely() {
 /// an OpenAI-style call through it is answered by the mock fleet.
 #[test]
 fn serve_answers_openai_calls_on_the_address_it_prints() {
-    use std::io::BufRead;
-    let mut child = Command::new(env!("CARGO_BIN_EXE_fusebox"))
-        .args(["serve", "--headless", "--listen", "127.0.0.1:0"])
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .expect("run fusebox serve");
-    let mut first = String::new();
-    std::io::BufReader::new(child.stderr.take().unwrap())
-        .read_line(&mut first)
-        .unwrap();
-    let base = first
-        .split_whitespace()
-        .find(|w| w.starts_with("http://"))
-        .unwrap_or_else(|| panic!("no base URL in `{first}`"))
-        .to_string();
+    let serve = crate::common::Serve::start();
+    let base = format!("{}/v1", serve.base);
     let rt = tokio::runtime::Runtime::new().unwrap();
     let (status, level, body) = rt.block_on(async {
         let r = reqwest::Client::new()
@@ -396,8 +383,7 @@ fn serve_answers_openai_calls_on_the_address_it_prints() {
         let level = r.headers()["x-fusebox-level"].to_str().unwrap().to_string();
         (r.status().as_u16(), level, r.text().await.unwrap())
     });
-    child.kill().unwrap();
-    child.wait().unwrap();
+    drop(serve);
     assert_eq!(status, 200, "{body}");
     assert_eq!(level, "none");
     assert!(body.contains("chat.completion"), "{body}");

@@ -5,14 +5,14 @@
 //!
 //! Seeded, so a failure reproduces: the seed is in the assertion message.
 
+use crate::common::Serve;
 use fusebox::clock::Seed;
 use fusebox::config::Config;
 use fusebox::runner::Runner;
 use fusebox::traffic::log::LogReader;
 use fusebox::traffic::replay::{recorded_parts, replay, replay_clock, ReplayOptions};
 use serde_json::{json, Map, Value};
-use std::io::BufRead;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 
 /// Words a command or a fault may hold, so that random input reaches past
 /// the first check.
@@ -114,51 +114,6 @@ fn command(rng: &mut fastrand::Rng) -> Vec<u8> {
         }
     };
     serde_json::to_vec(&v).unwrap()
-}
-
-/// A child `fusebox serve` on the demo's mock fleet, killed on drop.
-struct Serve {
-    child: Child,
-    base: String,
-}
-
-impl Serve {
-    fn start() -> Self {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_fusebox"))
-            .args(["serve", "--headless", "--listen", "127.0.0.1:0"])
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("run fusebox serve");
-        let mut first = String::new();
-        std::io::BufReader::new(child.stderr.take().unwrap())
-            .read_line(&mut first)
-            .unwrap();
-        let base = first
-            .split_whitespace()
-            .find(|w| w.starts_with("http://"))
-            .unwrap_or_else(|| panic!("no base URL in `{first}`"))
-            .trim_end_matches("/v1")
-            .to_string();
-        Serve { child, base }
-    }
-
-    /// Resident memory now (kB).
-    fn rss_kb(&self) -> u64 {
-        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id())).unwrap();
-        status
-            .lines()
-            .find_map(|l| l.strip_prefix("VmRSS:"))
-            .and_then(|v| v.split_whitespace().next()?.parse().ok())
-            .unwrap()
-    }
-}
-
-impl Drop for Serve {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
 }
 
 #[tokio::test]

@@ -158,3 +158,51 @@ pub fn ask_with_tools(id: u64, user: &str) -> AgentRequest {
 pub fn get_order_call() -> ToolCall {
     ToolCall::new("call_get_order", "get_order", r#"{"order_id":"38291"}"#)
 }
+
+/// A child `fusebox serve` on the demo's mock fleet, killed on drop.
+pub struct Serve {
+    child: std::process::Child,
+    /// `http://127.0.0.1:PORT`, the gateway's root.
+    pub base: String,
+}
+
+impl Serve {
+    /// Starts it and reads the address it prints.
+    pub fn start() -> Self {
+        use std::io::BufRead;
+        let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_fusebox"))
+            .args(["serve", "--headless", "--listen", "127.0.0.1:0"])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("run fusebox serve");
+        let mut first = String::new();
+        std::io::BufReader::new(child.stderr.take().unwrap())
+            .read_line(&mut first)
+            .unwrap();
+        let base = first
+            .split_whitespace()
+            .find(|w| w.starts_with("http://"))
+            .unwrap_or_else(|| panic!("no base URL in `{first}`"))
+            .trim_end_matches("/v1")
+            .to_string();
+        Serve { child, base }
+    }
+
+    /// Resident memory now (kB).
+    pub fn rss_kb(&self) -> u64 {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id())).unwrap();
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix("VmRSS:"))
+            .and_then(|v| v.split_whitespace().next()?.parse().ok())
+            .unwrap()
+    }
+}
+
+impl Drop for Serve {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
