@@ -1,7 +1,7 @@
 //! Anthropic messages: requests read and written, answers and stream
 //! events read and written, error bodies.
 
-use super::message::{Content, ImageSource, Message, Part, Role, ToolCall, ToolSpec};
+use super::message::{Content, ImageSource, Message, Origin, Part, Role, ToolCall, ToolSpec};
 use super::raw::{to_raw, RawBody};
 use super::reply::{Delta, Finish, Reply, Usage};
 use super::request::{self as rq, BadRequest, Obj, Outgoing, Params, Request, ToolChoice};
@@ -99,101 +99,113 @@ pub fn parse_request(bytes: &[u8]) -> Result<Request, BadRequest> {
 /// blocks its tool calls.
 fn read_messages(obj: &Obj, out: &mut Vec<Message>) -> Result<(), BadRequest> {
     for (i, m) in rq::messages_array(obj)?.iter().enumerate() {
-        let path = format!("messages[{i}]");
-        let m = rq::object(m, &path)?;
-        let role_path = format!("{path}.role");
-        let role = match rq::required_str(m, "role", &role_path)? {
-            "user" => Role::User,
-            "assistant" => Role::Assistant,
-            _ => {
-                return Err(BadRequest::field(
-                    role_path,
-                    "unsupported role; expected one of user, assistant",
-                ))
-            }
+        let start = out.len();
+        read_turn(i, m, out)?;
+        let origin = Origin {
+            index: i as u32,
+            pieces: (out.len() - start) as u32,
         };
-        let cpath = format!("{path}.content");
-        let blocks = match m.get("content") {
-            None | Some(Value::Null) => return Err(BadRequest::field(cpath, "field required")),
-            Some(Value::String(s)) => {
-                out.push(Message::new(role, s.as_str()));
-                continue;
-            }
-            Some(Value::Array(b)) => b,
-            Some(_) => {
-                return Err(BadRequest::field(
-                    cpath,
-                    "expected a string or an array of content parts",
-                ))
-            }
-        };
-        let mut parts = Vec::new();
-        let mut calls = Vec::new();
-        let mut reasoning = String::new();
-        for (j, b) in blocks.iter().enumerate() {
-            let bp = format!("{cpath}[{j}]");
-            let block = b
-                .as_object()
-                .ok_or_else(|| BadRequest::field(bp.as_str(), "expected a content part object"))?;
-            match rq::required_str(block, "type", &format!("{bp}.type"))? {
-                "tool_result" => {
-                    let id = rq::required_str(block, "tool_use_id", &format!("{bp}.tool_use_id"))?;
-                    let content = match block.get("content") {
-                        None | Some(Value::Null) => Content::default(),
-                        Some(Value::String(s)) => Content::Text(s.as_str().into()),
-                        Some(Value::Array(inner)) => Content::Parts(
-                            inner
-                                .iter()
-                                .enumerate()
-                                .map(|(k, p)| part(p, &format!("{bp}.content[{k}]")))
-                                .collect::<Result<Vec<_>, _>>()?
-                                .into(),
-                        ),
-                        Some(_) => {
-                            return Err(BadRequest::field(
-                                format!("{bp}.content"),
-                                "expected a string or blocks",
-                            ))
-                        }
-                    };
-                    let mut msg = Message::new(Role::Tool, content);
-                    msg.tool_call_id = Some(id.into());
-                    msg.is_error = rq::opt_bool(block, "is_error", &format!("{bp}.is_error"))?.unwrap_or(false);
-                    out.push(msg);
-                }
-                "tool_use" if role == Role::Assistant => calls.push(ToolCall {
-                    id: rq::required_str(block, "id", &format!("{bp}.id"))?.to_string(),
-                    name: rq::required_str(block, "name", &format!("{bp}.name"))?.to_string(),
-                    arguments: match block.get("input") {
-                        Some(v @ Value::Object(_)) => v.to_string(),
-                        Some(Value::String(s)) => s.clone(),
-                        _ => "{}".into(),
-                    },
-                }),
-                "thinking" => {
-                    if let Some(t) = block.get("thinking").and_then(Value::as_str) {
-                        reasoning.push_str(t);
-                    }
-                    parts.push(part(b, &bp)?);
-                }
-                _ => parts.push(part(b, &bp)?),
-            }
-        }
-        if parts.is_empty() && calls.is_empty() {
-            continue;
-        }
-        let content = match parts.as_slice() {
-            [] => Content::default(),
-            [Part::Text { text }] => Content::Text(text.clone()),
-            _ => Content::Parts(parts.into()),
-        };
-        let mut msg = Message::assistant(content, calls);
-        msg.role = role;
-        if !reasoning.is_empty() {
-            msg.reasoning = Some(reasoning.into());
-        }
-        out.push(msg);
+        out[start..].iter_mut().for_each(|m| m.origin = Some(origin));
     }
+    Ok(())
+}
+
+/// Reads turn `i` into messages (none for a turn with nothing in it).
+fn read_turn(i: usize, m: &Value, out: &mut Vec<Message>) -> Result<(), BadRequest> {
+    let path = format!("messages[{i}]");
+    let m = rq::object(m, &path)?;
+    let role_path = format!("{path}.role");
+    let role = match rq::required_str(m, "role", &role_path)? {
+        "user" => Role::User,
+        "assistant" => Role::Assistant,
+        _ => {
+            return Err(BadRequest::field(
+                role_path,
+                "unsupported role; expected one of user, assistant",
+            ))
+        }
+    };
+    let cpath = format!("{path}.content");
+    let blocks = match m.get("content") {
+        None | Some(Value::Null) => return Err(BadRequest::field(cpath, "field required")),
+        Some(Value::String(s)) => {
+            out.push(Message::new(role, s.as_str()));
+            return Ok(());
+        }
+        Some(Value::Array(b)) => b,
+        Some(_) => {
+            return Err(BadRequest::field(
+                cpath,
+                "expected a string or an array of content parts",
+            ))
+        }
+    };
+    let mut parts = Vec::new();
+    let mut calls = Vec::new();
+    let mut reasoning = String::new();
+    for (j, b) in blocks.iter().enumerate() {
+        let bp = format!("{cpath}[{j}]");
+        let block = b
+            .as_object()
+            .ok_or_else(|| BadRequest::field(bp.as_str(), "expected a content part object"))?;
+        match rq::required_str(block, "type", &format!("{bp}.type"))? {
+            "tool_result" => {
+                let id = rq::required_str(block, "tool_use_id", &format!("{bp}.tool_use_id"))?;
+                let content = match block.get("content") {
+                    None | Some(Value::Null) => Content::default(),
+                    Some(Value::String(s)) => Content::Text(s.as_str().into()),
+                    Some(Value::Array(inner)) => Content::Parts(
+                        inner
+                            .iter()
+                            .enumerate()
+                            .map(|(k, p)| part(p, &format!("{bp}.content[{k}]")))
+                            .collect::<Result<Vec<_>, _>>()?
+                            .into(),
+                    ),
+                    Some(_) => {
+                        return Err(BadRequest::field(
+                            format!("{bp}.content"),
+                            "expected a string or blocks",
+                        ))
+                    }
+                };
+                let mut msg = Message::new(Role::Tool, content);
+                msg.tool_call_id = Some(id.into());
+                msg.is_error = rq::opt_bool(block, "is_error", &format!("{bp}.is_error"))?.unwrap_or(false);
+                out.push(msg);
+            }
+            "tool_use" if role == Role::Assistant => calls.push(ToolCall {
+                id: rq::required_str(block, "id", &format!("{bp}.id"))?.to_string(),
+                name: rq::required_str(block, "name", &format!("{bp}.name"))?.to_string(),
+                arguments: match block.get("input") {
+                    Some(v @ Value::Object(_)) => v.to_string(),
+                    Some(Value::String(s)) => s.clone(),
+                    _ => "{}".into(),
+                },
+            }),
+            "thinking" => {
+                if let Some(t) = block.get("thinking").and_then(Value::as_str) {
+                    reasoning.push_str(t);
+                }
+                parts.push(part(b, &bp)?);
+            }
+            _ => parts.push(part(b, &bp)?),
+        }
+    }
+    if parts.is_empty() && calls.is_empty() {
+        return Ok(());
+    }
+    let content = match parts.as_slice() {
+        [] => Content::default(),
+        [Part::Text { text }] => Content::Text(text.clone()),
+        _ => Content::Parts(parts.into()),
+    };
+    let mut msg = Message::assistant(content, calls);
+    msg.role = role;
+    if !reasoning.is_empty() {
+        msg.reasoning = Some(reasoning.into());
+    }
+    out.push(msg);
     Ok(())
 }
 
@@ -367,14 +379,11 @@ pub fn render_request(o: &Outgoing) -> Result<Vec<u8>, String> {
 fn passthrough(raw: &RawBody, o: &Outgoing) -> Result<Vec<u8>, String> {
     let mut set: SmallVec<[(&str, Box<RawValue>); 5]> = SmallVec::new();
     set.push(("model", to_raw(&o.model)));
-    let mut remove: SmallVec<[&str; 1]> = SmallVec::new();
+    // A changed conversation (trimmed, resumed) keeps every instruction,
+    // so `system` stays as sent.
     if !o.own_messages {
-        let (system, messages) = render_messages(o.messages)?;
-        set.push(("messages", to_raw(&messages)));
-        match system {
-            Some(s) if raw.get("system").is_some() || !s.is_empty() => set.push(("system", to_raw(&s))),
-            _ => remove.push("system"),
-        }
+        let messages = rq::kept_messages(raw, o.messages, |run| render_messages(run).map(|(_, turns)| turns))?;
+        set.push(("messages", messages));
     }
     if o.params.max_tokens.is_some_and(|cap| o.max_tokens < cap) {
         set.push(("max_tokens", to_raw(&o.max_tokens)));
@@ -384,7 +393,7 @@ fn passthrough(raw: &RawBody, o: &Outgoing) -> Result<Vec<u8>, String> {
         set.push(("stream", to_raw(&o.stream)));
     }
     let set: SmallVec<[(&str, &RawValue); 5]> = set.iter().map(|(k, v)| (*k, &**v)).collect();
-    Ok(raw.render(&set, &remove))
+    Ok(raw.render(&set, &[]))
 }
 
 fn block_of(p: &Part) -> Result<Option<Value>, String> {

@@ -297,6 +297,22 @@ pub struct Message {
     /// A tool result that reports a failure (Anthropic `is_error`).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub is_error: bool,
+    /// Where in the client's `messages` it was read from (`None`: fusebox
+    /// wrote it), so a body passed on with its conversation changed
+    /// keeps every element that remains whole as the client wrote it.
+    #[serde(skip)]
+    pub origin: Option<Origin>,
+}
+
+/// The element of a client's `messages` array a message was read from,
+/// and how many messages were read from it (an Anthropic user turn holds
+/// tool results and text).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Origin {
+    /// The element's index.
+    pub index: u32,
+    /// Messages read from it.
+    pub pieces: u32,
 }
 
 /// The empty string, shared.
@@ -334,6 +350,7 @@ impl Message {
             refusal: None,
             reasoning: None,
             is_error: false,
+            origin: None,
         }
     }
 

@@ -2,7 +2,7 @@
 //! servers'): requests read and written, answers and stream chunks read
 //! and written, error bodies.
 
-use super::message::{Content, ImageSource, Message, Part, Role, ToolCall, ToolSpec};
+use super::message::{Content, ImageSource, Message, Origin, Part, Role, ToolCall, ToolSpec};
 use super::raw::{to_raw, RawBody};
 use super::reply::{Delta, Finish, Reply, Usage};
 use super::request::{self as rq, BadRequest, Obj, Outgoing, Params, Request, ToolChoice};
@@ -143,6 +143,10 @@ fn messages(obj: &Obj) -> Result<Vec<Message>, BadRequest> {
             msg.tool_call_id = rq::opt_str(m, "tool_call_id", &format!("{path}.tool_call_id"))?.map(Arc::from);
         }
         msg.reasoning = rq::opt_str(m, "reasoning_content", &format!("{path}.reasoning_content"))?.map(Arc::from);
+        msg.origin = Some(Origin {
+            index: i as u32,
+            pieces: 1,
+        });
         out.push(msg);
     }
     Ok(out)
@@ -308,7 +312,10 @@ fn passthrough(raw: &RawBody, o: &Outgoing, dialect: Dialect) -> Result<Vec<u8>,
     let mut set: SmallVec<[(&str, Box<RawValue>); 5]> = SmallVec::new();
     set.push(("model", to_raw(&o.model)));
     if !o.own_messages {
-        set.push(("messages", to_raw(&render_messages(o.messages, dialect)?)));
+        set.push((
+            "messages",
+            rq::kept_messages(raw, o.messages, |run| render_messages(run, dialect))?,
+        ));
     }
     if o.params.max_tokens.is_some_and(|cap| o.max_tokens < cap) {
         let key = if o.params.completion_tokens_key {

@@ -6,6 +6,7 @@
 use super::message::{Message, ToolSpec};
 use super::raw::RawBody;
 use super::WireKind;
+use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 use std::sync::Arc;
 
@@ -352,6 +353,53 @@ pub struct Outgoing<'a> {
     pub max_tokens: u32,
     /// Stream the answer.
     pub stream: bool,
+}
+
+/// The client's `messages` for a conversation fusebox changed (trimmed,
+/// or an answer's prefix appended): each element all of whose messages
+/// remain is written as the client sent it, and each run of the others by
+/// `render` (in this API), so what fusebox does not read (a thinking
+/// block's signature, `cache_control`, extra fields) stays as sent.
+pub(crate) fn kept_messages(
+    raw: &RawBody,
+    messages: &[Message],
+    render: impl Fn(&[Message]) -> Result<Vec<Value>, String>,
+) -> Result<Box<RawValue>, String> {
+    let elements: Vec<&RawValue> = raw.read("messages").and_then(Result::ok).unwrap_or_default();
+    let mut out = String::from("[");
+    let push = |out: &mut String, text: &str| {
+        if out.len() > 1 {
+            out.push(',');
+        }
+        out.push_str(text);
+    };
+    let flush = |out: &mut String, run: &[Message]| -> Result<(), String> {
+        for v in render(run)? {
+            push(out, &v.to_string());
+        }
+        Ok(())
+    };
+    let (mut i, mut run) = (0, 0);
+    while i < messages.len() {
+        let whole = messages[i].origin.and_then(|o| {
+            let end = i + o.pieces as usize;
+            let intact = end <= messages.len() && messages[i..end].iter().all(|m| m.origin == Some(o));
+            intact
+                .then(|| elements.get(o.index as usize).map(|e| (end, *e)))
+                .flatten()
+        });
+        match whole {
+            Some((end, element)) => {
+                flush(&mut out, &messages[run..i])?;
+                push(&mut out, element.get());
+                (i, run) = (end, end);
+            }
+            None => i += 1,
+        }
+    }
+    flush(&mut out, &messages[run..])?;
+    out.push(']');
+    RawValue::from_string(out).map_err(|e| format!("messages written as invalid JSON: {e}"))
 }
 
 impl Outgoing<'_> {

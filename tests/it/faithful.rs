@@ -265,6 +265,100 @@ async fn an_anthropic_tool_loop_through_v1_messages() {
     assert_eq!(second["messages"][2]["content"][0]["tool_use_id"], "toolu_abc123");
 }
 
+/// Routes that trim the conversation on a fallback hop to a model of the
+/// same API.
+const TRIMMED: &str = r#"
+[models.gpt-4o-mini]
+provider = "openai"
+input_per_m = 0.15
+output_per_m = 0.6
+[models.claude-sonnet]
+provider = "anthropic"
+api_name = "claude-sonnet-4-5"
+input_per_m = 3.0
+output_per_m = 15.0
+[routes.trimmed]
+chain = ["gpt-4o", "gpt-4o-mini"]
+trim_prompt_on_fallback = true
+[routes.trimmed-anthropic]
+chain = ["claude-haiku", "claude-sonnet"]
+trim_prompt_on_fallback = true
+"#;
+
+#[tokio::test]
+async fn a_trimmed_hop_sends_the_messages_it_keeps_as_the_client_wrote_them() {
+    let p = Proxy::start(config(TRIMMED)).await;
+    p.upstream.set_model_down("gpt-4o");
+    let kept = [
+        json!({"role": "developer", "content": "Be brief.", "name": "policy"}),
+        json!({"role": "user", "name": "bob", "content": [
+            {"type": "text", "text": "Where is order #38100?"},
+            {"type": "image_url", "image_url": {"url": "https://example.com/label.png", "detail": "low"}}]}),
+        json!({"role": "assistant", "content": null, "audio": {"id": "audio_1"}, "tool_calls": [
+            {"id": "call_1", "type": "function", "function": {"name": "get_order", "arguments": "{\"order_id\":\"38100\"}"}}]}),
+        json!({"role": "tool", "tool_call_id": "call_1", "content": "in transit"}),
+    ];
+    let messages = vec![
+        kept[0].clone(),
+        json!({"role": "user", "content": "An older question"}),
+        json!({"role": "assistant", "content": "An older answer", "audio": {"id": "audio_0"}}),
+        kept[1].clone(),
+        kept[2].clone(),
+        kept[3].clone(),
+    ];
+    let body = json!({"model": "trimmed", "messages": messages, "tools": [get_order_tool()]});
+    let r = p.post("/v1/chat/completions", &body).await;
+    assert_eq!(r.status(), 200, "{}", r.text().await.unwrap());
+    assert_eq!(header(&r, "x-fusebox-level"), "fallback");
+    let bodies = p.upstream.bodies(Api::OpenAi);
+    assert_eq!(
+        bodies[0]["messages"],
+        json!(messages),
+        "the first hop gets the whole conversation"
+    );
+    let second = bodies.last().unwrap();
+    assert_eq!(second["model"], "gpt-4o-mini");
+    assert_eq!(
+        second["messages"],
+        json!(kept),
+        "the instructions and the last turn on, each element as sent (`audio` too)"
+    );
+}
+
+#[tokio::test]
+async fn a_trimmed_anthropic_hop_keeps_signatures_and_cache_control() {
+    let p = Proxy::start(config(TRIMMED)).await;
+    p.upstream.set_model_down("claude-3-5-haiku-latest");
+    let system = json!([{"type": "text", "text": "You are a support agent.", "cache_control": {"type": "ephemeral"}}]);
+    let kept = [
+        json!({"role": "user", "content": [
+            {"type": "text", "text": "Where is order #38100?", "cache_control": {"type": "ephemeral"}}]}),
+        json!({"role": "assistant", "content": [
+            {"type": "thinking", "thinking": "I should look it up.", "signature": "sig_abc"},
+            {"type": "tool_use", "id": "toolu_1", "name": "get_order", "input": {"order_id": "38100"}}]}),
+        json!({"role": "user", "content": [
+            {"type": "tool_result", "tool_use_id": "toolu_1", "content": "in transit", "cache_control": {"type": "ephemeral"}}]}),
+    ];
+    let messages = vec![
+        json!({"role": "user", "content": "An older question"}),
+        json!({"role": "assistant", "content": [
+            {"type": "thinking", "thinking": "Old thoughts.", "signature": "sig_old"},
+            {"type": "text", "text": "An older answer"}]}),
+        kept[0].clone(),
+        kept[1].clone(),
+        kept[2].clone(),
+    ];
+    let body = json!({"model": "trimmed-anthropic", "max_tokens": 300, "system": system,
+                      "messages": messages, "tools": [anthropic_tool()]});
+    let r = p.post("/v1/messages", &body).await;
+    assert_eq!(r.status(), 200, "{}", r.text().await.unwrap());
+    assert_eq!(header(&r, "x-fusebox-level"), "fallback");
+    let second = p.upstream.bodies(Api::Anthropic).pop().unwrap();
+    assert_eq!(second["model"], "claude-sonnet-4-5");
+    assert_eq!(second["system"], system, "the instructions as sent");
+    assert_eq!(second["messages"], json!(kept), "the last turn on, each block as sent");
+}
+
 #[tokio::test]
 async fn a_named_model_answers_and_a_header_forbids_falling_back() {
     let p = Proxy::start(config(ROUTES)).await;

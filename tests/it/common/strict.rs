@@ -58,12 +58,23 @@ pub struct StrictState {
     pub received: Mutex<Vec<Received>>,
     /// APIs answering 503.
     pub down: Mutex<HashSet<Api>>,
+    /// Models answering 503 (529 on Anthropic's API).
+    pub down_models: Mutex<HashSet<String>>,
     pub stream: Mutex<StreamPlan>,
     /// The text answer (split on spaces into stream chunks).
     pub text: Mutex<String>,
     /// Continue a prefilled answer: answer only the part of `text` after
     /// the assistant's last turn.
     pub continues: Mutex<bool>,
+}
+
+impl StrictState {
+    fn is_down(&self, api: Api, body: &Value) -> bool {
+        self.down.lock().contains(&api)
+            || body["model"]
+                .as_str()
+                .is_some_and(|m| self.down_models.lock().contains(m))
+    }
 }
 
 pub struct Strict {
@@ -105,6 +116,11 @@ impl Strict {
     /// Every request received.
     pub fn received(&self) -> Vec<Received> {
         self.state.received.lock().clone()
+    }
+
+    /// Model `model` (as the upstream is asked for it) answers 503.
+    pub fn set_model_down(&self, model: &str) {
+        self.state.down_models.lock().insert(model.to_string());
     }
 
     pub fn set_down(&self, api: Api, down: bool) {
@@ -390,7 +406,7 @@ async fn openai(State(state): State<Arc<StrictState>>, headers: HeaderMap, body:
         record(400);
         return openai_error(400, &msg, Some(&param));
     }
-    if state.down.lock().contains(&Api::OpenAi) {
+    if state.is_down(Api::OpenAi, &b) {
         record(503);
         return openai_error(503, "The server is overloaded.", None);
     }
@@ -539,7 +555,7 @@ async fn anthropic(State(state): State<Arc<StrictState>>, headers: HeaderMap, bo
         record(400);
         return anthropic_error(400, "invalid_request_error", &msg);
     }
-    if state.down.lock().contains(&Api::Anthropic) {
+    if state.is_down(Api::Anthropic, &b) {
         record(529);
         return anthropic_error(529, "overloaded_error", "Overloaded");
     }
