@@ -661,7 +661,10 @@ impl EventReader {
                         }
                         Block::Tool(i)
                     }
-                    _ => Block::Other,
+                    _ => {
+                        out.push(Delta::OtherBlock);
+                        Block::Other
+                    }
                 };
                 while self.blocks.len() <= index {
                     self.blocks.push(Block::Other);
@@ -816,6 +819,10 @@ impl EventWriter {
     /// blocks are numbered after those, its text continues an open block.
     pub fn observe(&mut self, d: &Delta) {
         let mut scratch = Vec::new();
+        if let Delta::OtherBlock = d {
+            self.start(&mut scratch);
+            self.open(Block::Other, Value::Null, &mut scratch);
+        }
         self.write(d, &mut scratch);
     }
 
@@ -827,7 +834,9 @@ impl EventWriter {
         }
         self.start(out);
         match d {
-            Delta::Start { .. } | Delta::Usage(_) => {}
+            // Its content is not known here: only a block passed on as sent
+            // (see `observe`) is written.
+            Delta::Start { .. } | Delta::Usage(_) | Delta::OtherBlock => {}
             Delta::Reasoning(t) => {
                 let i = match self.open {
                     Some((Block::Other, i)) => i,
@@ -910,4 +919,63 @@ pub fn error_event(kind: &str, message: &str, out: &mut Vec<u8>) {
         &json!({"type": "error", "error": {"type": kind, "message": message}}),
         out,
     );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The `data` of each event in `out`.
+    fn events(out: &[u8]) -> Vec<Value> {
+        String::from_utf8_lossy(out)
+            .split("\n\n")
+            .filter_map(|e| e.lines().find_map(|l| l.strip_prefix("data: ")))
+            .map(|d| serde_json::from_str(d).unwrap())
+            .collect()
+    }
+
+    #[test]
+    fn blocks_passed_on_unread_keep_their_places_for_what_is_written_next() {
+        let upstream = [
+            json!({"type": "message_start", "message": {"id": "msg_1", "model": "claude", "usage": {"input_tokens": 5, "output_tokens": 1}}}),
+            json!({"type": "content_block_start", "index": 0, "content_block": {"type": "server_tool_use", "id": "srvtoolu_1", "name": "web_search", "input": {}}}),
+            json!({"type": "content_block_stop", "index": 0}),
+            json!({"type": "content_block_start", "index": 1, "content_block": {"type": "web_search_tool_result", "tool_use_id": "srvtoolu_1", "content": []}}),
+            json!({"type": "content_block_stop", "index": 1}),
+            json!({"type": "content_block_start", "index": 2, "content_block": {"type": "thinking", "thinking": ""}}),
+            json!({"type": "content_block_delta", "index": 2, "delta": {"type": "thinking_delta", "thinking": "Look it up."}}),
+            json!({"type": "content_block_delta", "index": 2, "delta": {"type": "signature_delta", "signature": "sig"}}),
+            json!({"type": "content_block_stop", "index": 2}),
+            json!({"type": "content_block_start", "index": 3, "content_block": {"type": "text", "text": ""}}),
+            json!({"type": "content_block_delta", "index": 3, "delta": {"type": "text_delta", "text": "Order 38100 is"}}),
+        ];
+        let mut reader = EventReader::default();
+        let mut writer = EventWriter::new("msg_1", "claude");
+        for e in &upstream {
+            let name = e["type"].as_str().unwrap();
+            for d in reader.read(name, &e.to_string()).unwrap() {
+                writer.observe(&d);
+            }
+        }
+        // The answer goes on (a resumed hop): in the open text block, then
+        // in a block after all four the client has.
+        let mut out = Vec::new();
+        writer.write(&Delta::Text(" in transit.".into()), &mut out);
+        let call = Delta::ToolStart {
+            index: 0,
+            id: "toolu_1".into(),
+            name: "get_order".into(),
+        };
+        writer.write(&call, &mut out);
+        let got: Vec<(String, u64)> = events(&out)
+            .iter()
+            .map(|e| (e["type"].as_str().unwrap().to_string(), e["index"].as_u64().unwrap()))
+            .collect();
+        let want = [
+            ("content_block_delta", 3),
+            ("content_block_stop", 3),
+            ("content_block_start", 4),
+        ];
+        assert_eq!(got, want.map(|(t, i)| (t.to_string(), i)));
+    }
 }

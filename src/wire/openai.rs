@@ -785,7 +785,7 @@ impl ChunkWriter {
             self.chunk(json!({"role": "assistant", "content": ""}), None, out);
         }
         match d {
-            Delta::Start { .. } => {}
+            Delta::Start { .. } | Delta::OtherBlock => {}
             Delta::Text(t) => self.chunk(json!({"content": t}), None, out),
             Delta::Reasoning(t) => self.chunk(json!({"reasoning_content": t}), None, out),
             Delta::Refusal(t) => self.chunk(json!({"refusal": t}), None, out),

@@ -175,6 +175,10 @@ pub enum Delta {
         /// The next piece of JSON.
         fragment: String,
     },
+    /// A content block fusebox does not read began (thinking, a server
+    /// tool's call or result): passed on as sent, it still takes its
+    /// place among the answer's blocks.
+    OtherBlock,
     /// Usage so far (Anthropic sends input first and output at the end;
     /// OpenAI all of it at the end).
     Usage(Usage),
@@ -250,7 +254,7 @@ impl Assembler {
                 self.chars += fragment.len();
                 Self::call(&mut r.tool_calls, *index).arguments.push_str(fragment);
             }
-            Delta::ToolStart { .. } | Delta::ToolArgs { .. } => {}
+            Delta::ToolStart { .. } | Delta::ToolArgs { .. } | Delta::OtherBlock => {}
             Delta::Usage(u) => r.usage.get_or_insert_default().merge(u),
             Delta::Finish(f) => r.finish = Some(*f),
             Delta::Done => self.done = true,

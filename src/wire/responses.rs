@@ -527,7 +527,7 @@ impl EventWriter {
         }
         self.start(out);
         match d {
-            Delta::Start { .. } | Delta::Usage(_) | Delta::Reasoning(_) => {}
+            Delta::Start { .. } | Delta::Usage(_) | Delta::Reasoning(_) | Delta::OtherBlock => {}
             Delta::Text(t) | Delta::Refusal(t) => {
                 let at = match self.open {
                     Some(Open::Message(at)) => at,
