@@ -406,21 +406,22 @@ pub struct EventWriter {
     created: u64,
     seq: u64,
     started: bool,
-    /// The answer so far.
+    /// The answer so far (its tool calls, and why it ended).
     reply: Reply,
     /// Output items written so far (done ones as they ended).
     items: Vec<Value>,
-    /// The open item: a message (its index) or a tool call (its index and call index).
-    open: Option<Open>,
-    /// The stream's index of the tool call last started.
-    call_at: Option<u32>,
+    /// The message being written: its output index, number and text.
+    message: Option<(usize, usize, String)>,
+    /// Messages begun so far (each has its own id).
+    messages: usize,
+    /// Tool calls not done yet: the stream's index of each, its output
+    /// index and its place in `reply.tool_calls`. A call stays open until
+    /// text follows or the answer ends, so arguments of calls streamed
+    /// side by side each reach their own call.
+    calls: Vec<(u32, usize, usize)>,
+    /// The stream's index of every call begun.
+    begun: Vec<u32>,
     usage: Usage,
-}
-
-#[derive(Clone, Copy, Debug)]
-enum Open {
-    Message(usize),
-    Call(usize, usize),
 }
 
 impl EventWriter {
@@ -435,8 +436,10 @@ impl EventWriter {
             started: false,
             reply: Reply::default(),
             items: Vec::new(),
-            open: None,
-            call_at: None,
+            message: None,
+            messages: 0,
+            calls: Vec::new(),
+            begun: Vec::new(),
             usage: Usage::default(),
         }
     }
@@ -471,48 +474,115 @@ impl EventWriter {
         self.event("response.in_progress", json!({"response": r}), out);
     }
 
-    fn close(&mut self, out: &mut Vec<u8>) {
-        match self.open.take() {
-            Some(Open::Message(at)) => {
-                let id = self.ids.message(0);
-                let text = self.reply.text.clone();
-                self.event(
-                    "response.output_text.done",
-                    json!({"item_id": id, "output_index": at, "content_index": 0, "text": text, "logprobs": []}),
-                    out,
-                );
-                let part = json!({"type": "output_text", "text": text, "annotations": [], "logprobs": []});
-                self.event(
-                    "response.content_part.done",
-                    json!({"item_id": id, "output_index": at, "content_index": 0, "part": part}),
-                    out,
-                );
-                self.items[at] = message_item(&id, &text, "completed");
-                let item = self.items[at].clone();
-                self.event(
-                    "response.output_item.done",
-                    json!({"output_index": at, "item": item}),
-                    out,
-                );
-            }
-            Some(Open::Call(at, c)) => {
-                let id = self.ids.call(c);
-                let call = self.reply.tool_calls[c].clone();
-                self.event(
-                    "response.function_call_arguments.done",
-                    json!({"item_id": id, "output_index": at, "arguments": call.arguments}),
-                    out,
-                );
-                self.items[at] = call_item(&id, &call, "completed");
-                let item = self.items[at].clone();
-                self.event(
-                    "response.output_item.done",
-                    json!({"output_index": at, "item": item}),
-                    out,
-                );
-            }
-            None => {}
+    fn close_message(&mut self, out: &mut Vec<u8>) {
+        let Some((at, m, text)) = self.message.take() else {
+            return;
+        };
+        let id = self.ids.message(m);
+        self.event(
+            "response.output_text.done",
+            json!({"item_id": id, "output_index": at, "content_index": 0, "text": text, "logprobs": []}),
+            out,
+        );
+        let part = json!({"type": "output_text", "text": text, "annotations": [], "logprobs": []});
+        self.event(
+            "response.content_part.done",
+            json!({"item_id": id, "output_index": at, "content_index": 0, "part": part}),
+            out,
+        );
+        self.items[at] = message_item(&id, &text, "completed");
+        let item = self.items[at].clone();
+        self.event(
+            "response.output_item.done",
+            json!({"output_index": at, "item": item}),
+            out,
+        );
+    }
+
+    fn close_calls(&mut self, out: &mut Vec<u8>) {
+        for (_, at, c) in std::mem::take(&mut self.calls) {
+            let id = self.ids.call(c);
+            let call = self.reply.tool_calls[c].clone();
+            self.event(
+                "response.function_call_arguments.done",
+                json!({"item_id": id, "output_index": at, "arguments": call.arguments}),
+                out,
+            );
+            self.items[at] = call_item(&id, &call, "completed");
+            let item = self.items[at].clone();
+            self.event(
+                "response.output_item.done",
+                json!({"output_index": at, "item": item}),
+                out,
+            );
         }
+    }
+
+    fn text(&mut self, t: &str, out: &mut Vec<u8>) {
+        if self.message.is_none() {
+            self.close_calls(out);
+            let (at, m) = (self.items.len(), self.messages);
+            self.messages += 1;
+            let id = self.ids.message(m);
+            let item = message_item(&id, "", "in_progress");
+            self.items.push(item.clone());
+            self.event(
+                "response.output_item.added",
+                json!({"output_index": at, "item": item}),
+                out,
+            );
+            let part = json!({"type": "output_text", "text": "", "annotations": [], "logprobs": []});
+            self.event(
+                "response.content_part.added",
+                json!({"item_id": id, "output_index": at, "content_index": 0, "part": part}),
+                out,
+            );
+            self.message = Some((at, m, String::new()));
+        }
+        let Some((at, m, text)) = self.message.as_mut() else {
+            return;
+        };
+        text.push_str(t);
+        let (at, id) = (*at, self.ids.message(*m));
+        self.event(
+            "response.output_text.delta",
+            json!({"item_id": id, "output_index": at, "content_index": 0, "delta": t, "logprobs": []}),
+            out,
+        );
+    }
+
+    fn call_start(&mut self, index: u32, id: &str, name: &str, out: &mut Vec<u8>) {
+        // A call's start said again (some servers repeat it in every
+        // chunk) starts no second call.
+        if self.begun.contains(&index) {
+            return;
+        }
+        self.begun.push(index);
+        self.close_message(out);
+        let c = self.reply.tool_calls.len();
+        let call = ToolCall::new(id, name, "");
+        self.reply.tool_calls.push(call.clone());
+        let at = self.items.len();
+        let item = call_item(&self.ids.call(c), &call, "in_progress");
+        self.items.push(item.clone());
+        self.event(
+            "response.output_item.added",
+            json!({"output_index": at, "item": item}),
+            out,
+        );
+        self.calls.push((index, at, c));
+    }
+
+    fn call_args(&mut self, index: u32, fragment: &str, out: &mut Vec<u8>) {
+        let Some(&(_, at, c)) = self.calls.iter().find(|(i, ..)| *i == index) else {
+            return;
+        };
+        self.reply.tool_calls[c].arguments.push_str(fragment);
+        self.event(
+            "response.function_call_arguments.delta",
+            json!({"item_id": self.ids.call(c), "output_index": at, "delta": fragment}),
+            out,
+        );
     }
 
     /// Writes `d` to `out`.
@@ -528,68 +598,13 @@ impl EventWriter {
         self.start(out);
         match d {
             Delta::Start { .. } | Delta::Usage(_) | Delta::Reasoning(_) | Delta::OtherBlock => {}
-            Delta::Text(t) | Delta::Refusal(t) => {
-                let at = match self.open {
-                    Some(Open::Message(at)) => at,
-                    _ => {
-                        self.close(out);
-                        let at = self.items.len();
-                        let item = message_item(&self.ids.message(0), "", "in_progress");
-                        self.items.push(item.clone());
-                        self.event(
-                            "response.output_item.added",
-                            json!({"output_index": at, "item": item}),
-                            out,
-                        );
-                        let part = json!({"type": "output_text", "text": "", "annotations": [], "logprobs": []});
-                        self.event(
-                            "response.content_part.added",
-                            json!({"item_id": self.ids.message(0), "output_index": at, "content_index": 0, "part": part}),
-                            out,
-                        );
-                        self.open = Some(Open::Message(at));
-                        at
-                    }
-                };
-                self.reply.text.push_str(t);
-                self.event(
-                    "response.output_text.delta",
-                    json!({"item_id": self.ids.message(0), "output_index": at, "content_index": 0, "delta": t, "logprobs": []}),
-                    out,
-                );
-            }
-            // A call's start said again (some servers repeat it in every
-            // chunk) starts no second call.
-            Delta::ToolStart { index, .. } if self.call_at == Some(*index) => {}
-            Delta::ToolStart { index, id, name } => {
-                self.call_at = Some(*index);
-                self.close(out);
-                let c = self.reply.tool_calls.len();
-                let call = ToolCall::new(id.as_str(), name.as_str(), "");
-                self.reply.tool_calls.push(call.clone());
-                let at = self.items.len();
-                let item = call_item(&self.ids.call(c), &call, "in_progress");
-                self.items.push(item.clone());
-                self.event(
-                    "response.output_item.added",
-                    json!({"output_index": at, "item": item}),
-                    out,
-                );
-                self.open = Some(Open::Call(at, c));
-            }
-            Delta::ToolArgs { fragment, .. } => {
-                if let Some(Open::Call(at, c)) = self.open {
-                    self.reply.tool_calls[c].arguments.push_str(fragment);
-                    self.event(
-                        "response.function_call_arguments.delta",
-                        json!({"item_id": self.ids.call(c), "output_index": at, "delta": fragment}),
-                        out,
-                    );
-                }
-            }
+            Delta::Text(t) | Delta::Refusal(t) => self.text(t, out),
+            Delta::ToolStart { index, id, name } => self.call_start(*index, id, name, out),
+            Delta::ToolArgs { index, fragment } => self.call_args(*index, fragment, out),
             Delta::Finish(f) => self.reply.finish = Some(*f),
             Delta::Done => {
-                self.close(out);
+                self.close_message(out);
+                self.close_calls(out);
                 let status = status_of(&self.reply);
                 let r = self.snapshot(status);
                 let name = if status == "incomplete" {
@@ -609,5 +624,89 @@ impl EventWriter {
         let mut r = self.snapshot("failed");
         r["error"] = json!({"code": code, "message": message});
         self.event("response.failed", json!({"response": r}), out);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn events(out: &[u8]) -> Vec<Value> {
+        String::from_utf8_lossy(out)
+            .split("\n\n")
+            .filter_map(|e| e.lines().find_map(|l| l.strip_prefix("data: ")))
+            .map(|d| serde_json::from_str(d).unwrap())
+            .collect()
+    }
+
+    #[test]
+    fn each_item_has_its_own_id_text_and_arguments() {
+        let mut w = EventWriter::new(Ids::new(7), Echo::default(), "gpt-4o", 0);
+        let start = |index, id: &str| Delta::ToolStart {
+            index,
+            id: id.into(),
+            name: "get_order".into(),
+        };
+        let args = |index, fragment: &str| Delta::ToolArgs {
+            index,
+            fragment: fragment.into(),
+        };
+        let mut out = Vec::new();
+        for d in [
+            Delta::Text("Looking.".into()),
+            start(0, "call_a"),
+            start(1, "call_b"),
+            start(1, "call_b"),
+            args(1, r#"{"order_id":"2"}"#),
+            args(0, r#"{"order_id":"1"}"#),
+            Delta::Text("Both found.".into()),
+            Delta::Done,
+        ] {
+            w.write(&d, &mut out);
+        }
+        let evs = events(&out);
+        let done = evs.last().unwrap();
+        assert_eq!(done["type"], "response.completed");
+        let output = done["response"]["output"].as_array().unwrap();
+        let summary: Vec<(&str, &str, String)> = output
+            .iter()
+            .map(|i| {
+                let what = match i["type"].as_str().unwrap() {
+                    "message" => i["content"][0]["text"].as_str().unwrap().to_string(),
+                    _ => format!(
+                        "{} {}",
+                        i["call_id"].as_str().unwrap(),
+                        i["arguments"].as_str().unwrap()
+                    ),
+                };
+                (i["type"].as_str().unwrap(), i["id"].as_str().unwrap(), what)
+            })
+            .collect();
+        assert_eq!(
+            summary,
+            [
+                ("message", "msg_000000000000000700", "Looking.".to_string()),
+                (
+                    "function_call",
+                    "fc_000000000000000700",
+                    r#"call_a {"order_id":"1"}"#.to_string()
+                ),
+                (
+                    "function_call",
+                    "fc_000000000000000701",
+                    r#"call_b {"order_id":"2"}"#.to_string()
+                ),
+                ("message", "msg_000000000000000701", "Both found.".to_string()),
+            ]
+        );
+        // The deltas name the item they belong to.
+        let deltas: Vec<(u64, &str)> = evs
+            .iter()
+            .filter(|e| e["type"] == "response.function_call_arguments.delta")
+            .map(|e| (e["output_index"].as_u64().unwrap(), e["item_id"].as_str().unwrap()))
+            .collect();
+        assert_eq!(deltas, [(2, "fc_000000000000000701"), (1, "fc_000000000000000700")]);
+        let seq: Vec<u64> = evs.iter().map(|e| e["sequence_number"].as_u64().unwrap()).collect();
+        assert!(seq.windows(2).all(|w| w[1] == w[0] + 1));
     }
 }
