@@ -5,7 +5,7 @@
 use crate::clock::{mix, purpose, Seed};
 use crate::config::Config;
 use crate::provider::fault::{Fault, FaultTable};
-use crate::provider::{ErrorKind, ProviderError, ToolCall, ToolSpec};
+use crate::provider::{ErrorKind, ProviderError, ToolCall, ToolKind, ToolSpec};
 use serde_json::Value;
 use std::sync::Arc;
 use std::time::Duration;
@@ -15,6 +15,7 @@ pub fn specs(cfg: &Config) -> Vec<ToolSpec> {
     cfg.tools
         .iter()
         .map(|(name, t)| ToolSpec {
+            kind: ToolKind::Function,
             name: name.as_str().into(),
             description: t.description.as_str().into(),
             schema: Arc::new(
@@ -98,7 +99,7 @@ impl Schemas {
     }
 
     /// Checks a model's tool call against the tools offered in the request:
-    /// the name must be one of them, the arguments a JSON object valid
+    /// the name must be one of them, a function's arguments a JSON object valid
     /// under the tool's full JSON Schema (types, required keys, enums,
     /// nested objects, array items, `anyOf`, formats). The problem, in
     /// words, naming where in the arguments it is.
@@ -106,6 +107,10 @@ impl Schemas {
         let Some(spec) = offered.iter().find(|t| *t.name == *call.name) else {
             return Err(format!("hallucinated tool name `{}`", call.name));
         };
+        if spec.kind == ToolKind::Custom {
+            // Free text; a grammar, if it has one, is the upstream's to keep.
+            return Ok(());
+        }
         let args: Value = serde_json::from_str(&call.arguments)
             .map_err(|e| format!("arguments of `{}` are not valid JSON: {e}", call.name))?;
         if !args.is_object() {
@@ -255,6 +260,7 @@ mod tests {
             "additionalProperties": false
         });
         let offered = [ToolSpec {
+            kind: ToolKind::Function,
             name: "update".into(),
             description: "".into(),
             schema: Arc::new(schema),

@@ -15,7 +15,7 @@ use serde::{Deserialize, Serialize};
 use std::sync::Arc;
 use std::time::Duration;
 
-pub use crate::wire::{Content, Message, Part, Role, ToolCall, ToolSpec, Usage};
+pub use crate::wire::{Content, Message, Part, Role, ToolCall, ToolKind, ToolSpec, Usage};
 pub use stream::{Opened, Piece, PieceStream};
 
 /// One LLM call.

@@ -13,7 +13,9 @@ use super::prefetch::{GiveBack, Prefetched, Split};
 use crate::clock::{note_step, Clock, Seed, Steps};
 use crate::config::Config;
 use crate::provider::mock::{args_for, call_id, order_id};
-use crate::provider::{ErrorKind, LlmRequest, LlmResponse, Message, Provider, ProviderError, ToolCall, Usage};
+use crate::provider::{
+    ErrorKind, LlmRequest, LlmResponse, Message, Provider, ProviderError, ToolCall, ToolKind, Usage,
+};
 use crate::resilience::limiter::RateFeedback;
 use crate::runner::command::{Command, CommandError};
 use crate::runner::llm::recorded_rate;
@@ -361,6 +363,7 @@ async fn play(
                         .iter()
                         .enumerate()
                         .map(|(i, name)| ToolCall {
+                            kind: ToolKind::Function,
                             id: call_id(key, i),
                             // A recorded semantic failure is replayed as one.
                             name: if a.semantic_failure.is_some() {

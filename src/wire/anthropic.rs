@@ -1,7 +1,7 @@
 //! Anthropic messages: requests read and written, answers and stream
 //! events read and written, error bodies.
 
-use super::message::{Content, ImageSource, Message, Origin, Part, Role, ToolCall, ToolSpec};
+use super::message::{Content, ImageSource, Message, Origin, Part, Role, ToolCall, ToolKind, ToolSpec};
 use super::raw::{to_raw, RawBody};
 use super::reply::{Delta, Finish, Reply, Usage};
 use super::request::{self as rq, BadRequest, Obj, Outgoing, Params, Request, ToolChoice};
@@ -175,6 +175,7 @@ fn read_turn(i: usize, m: &Value, out: &mut Vec<Message>) -> Result<(), BadReque
                 out.push(msg);
             }
             "tool_use" if role == Role::Assistant => calls.push(ToolCall {
+                kind: ToolKind::Function,
                 id: rq::required_str(block, "id", &format!("{bp}.id"))?.to_string(),
                 name: rq::required_str(block, "name", &format!("{bp}.name"))?.to_string(),
                 arguments: match block.get("input") {
@@ -269,6 +270,7 @@ fn tools(obj: &Obj) -> Result<(Vec<ToolSpec>, Offered), BadRequest> {
             Some(ty) if CLIENT_RUN.iter().any(|p| ty.starts_with(p)) => {
                 offered.defined = true;
                 out.push(ToolSpec {
+                    kind: ToolKind::Function,
                     name: rq::tool_name(t, &format!("{path}.name"))?.into(),
                     description: "".into(),
                     schema: Arc::new(json!({"type": "object"})),
@@ -281,6 +283,7 @@ fn tools(obj: &Obj) -> Result<(Vec<ToolSpec>, Offered), BadRequest> {
             }
         }
         out.push(ToolSpec {
+            kind: ToolKind::Function,
             name: rq::tool_name(t, &format!("{path}.name"))?.into(),
             description: rq::opt_str(t, "description", &format!("{path}.description"))?
                 .unwrap_or_default()
@@ -321,6 +324,13 @@ pub fn render_request(o: &Outgoing) -> Result<Vec<u8>, String> {
     }
     if let Some(why) = o.params.cannot_honour(WireKind::Anthropic) {
         return Err(why);
+    }
+    let custom = o.tools.iter().any(|t| t.kind == ToolKind::Custom)
+        || o.messages
+            .iter()
+            .any(|m| m.tool_calls.iter().any(|c| c.kind == ToolKind::Custom));
+    if custom {
+        return Err("cannot honour custom tools".into());
     }
     let (system, messages) = render_messages(o.messages)?;
     let p = o.params;
@@ -527,6 +537,7 @@ pub fn parse_reply(v: &Value) -> Reply {
             "text" => r.text.push_str(s("text")),
             "thinking" => r.reasoning.push_str(s("thinking")),
             "tool_use" => r.tool_calls.push(ToolCall {
+                kind: ToolKind::Function,
                 id: s("id").to_string(),
                 name: s("name").to_string(),
                 arguments: match block.get("input") {

@@ -244,8 +244,31 @@ pub struct ToolCall {
     pub id: String,
     /// Tool name as the model wrote it.
     pub name: String,
-    /// Arguments as the model wrote them (should be a JSON object).
+    /// Arguments as the model wrote them (a JSON object for a function;
+    /// free text for a custom tool).
     pub arguments: String,
+    /// A function's call or a custom tool's.
+    #[serde(default, skip_serializing_if = "ToolKind::is_function")]
+    pub kind: ToolKind,
+}
+
+/// How a tool takes its input.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ToolKind {
+    /// A function: JSON arguments under a JSON Schema.
+    #[default]
+    Function,
+    /// An OpenAI custom tool: free text, optionally in a grammar. Only
+    /// OpenAI's API offers these.
+    Custom,
+}
+
+impl ToolKind {
+    /// Whether this is a function.
+    pub fn is_function(&self) -> bool {
+        *self == ToolKind::Function
+    }
 }
 
 impl ToolCall {
@@ -255,6 +278,7 @@ impl ToolCall {
             id: id.into(),
             name: name.into(),
             arguments: arguments.into(),
+            kind: ToolKind::Function,
         }
     }
 }
@@ -267,8 +291,11 @@ pub struct ToolSpec {
     pub name: Arc<str>,
     /// What it does.
     pub description: Arc<str>,
-    /// JSON schema of its arguments.
+    /// JSON schema of its arguments (a custom tool's `format`).
     pub schema: Arc<serde_json::Value>,
+    /// A function, or a custom tool.
+    #[serde(default, skip_serializing_if = "ToolKind::is_function")]
+    pub kind: ToolKind,
 }
 
 /// One message of a conversation.

@@ -20,7 +20,7 @@ pub mod request;
 pub mod responses;
 pub mod sse;
 
-pub use message::{Content, ImageSource, Message, Origin, Part, Role, ToolCall, ToolSpec};
+pub use message::{Content, ImageSource, Message, Origin, Part, Role, ToolCall, ToolKind, ToolSpec};
 pub use raw::RawBody;
 pub use reply::{Assembler, Delta, Finish, Reply, Usage};
 pub use request::{BadRequest, Outgoing, Params, Request, ToolChoice};

@@ -2,7 +2,7 @@
 //! servers'): requests read and written, answers and stream chunks read
 //! and written, error bodies.
 
-use super::message::{Content, ImageSource, Message, Origin, Part, Role, ToolCall, ToolSpec};
+use super::message::{Content, ImageSource, Message, Origin, Part, Role, ToolCall, ToolKind, ToolSpec};
 use super::raw::{to_raw, RawBody};
 use super::reply::{Delta, Finish, Reply, Usage};
 use super::request::{self as rq, BadRequest, Obj, Outgoing, Params, Request, ToolChoice};
@@ -59,6 +59,9 @@ pub fn parse_request(bytes: &[u8]) -> Result<Request, BadRequest> {
         None => false,
     };
     let mut needs = Vec::new();
+    if tools.iter().any(|t| t.kind == ToolKind::Custom) {
+        needs.push(("custom tools", WireKind::OpenAi));
+    }
     if rq::opt_u32(&obj, "n", "n")?.is_some_and(|n| n > 1) {
         needs.push(("n > 1", WireKind::OpenAi));
     }
@@ -205,21 +208,37 @@ fn calls(m: &Obj, path: &str) -> Result<Vec<ToolCall>, BadRequest> {
     for (i, c) in rq::array(m, "tool_calls", path)?.iter().enumerate() {
         let cp = format!("{path}[{i}]");
         let c = rq::object(c, &cp)?;
-        let f = rq::opt_obj(c, "function", &format!("{cp}.function"))?
-            .ok_or_else(|| BadRequest::field(format!("{cp}.function"), "field required"))?;
+        let id = rq::opt_str(c, "id", &format!("{cp}.id"))?
+            .unwrap_or_default()
+            .to_string();
+        let kind = match rq::opt_str(c, "type", &format!("{cp}.type"))? {
+            Some("custom") => ToolKind::Custom,
+            _ => ToolKind::Function,
+        };
+        let key = kind_key(kind);
+        let f = rq::opt_obj(c, key, &format!("{cp}.{key}"))?
+            .ok_or_else(|| BadRequest::field(format!("{cp}.{key}"), "field required"))?;
+        let input = if kind == ToolKind::Custom { "input" } else { "arguments" };
         out.push(ToolCall {
-            id: rq::opt_str(c, "id", &format!("{cp}.id"))?
-                .unwrap_or_default()
-                .to_string(),
-            name: rq::required_str(f, "name", &format!("{cp}.function.name"))?.to_string(),
-            arguments: match f.get("arguments") {
+            id,
+            name: rq::required_str(f, "name", &format!("{cp}.{key}.name"))?.to_string(),
+            arguments: match f.get(input) {
                 Some(Value::String(s)) => s.clone(),
                 None | Some(Value::Null) => String::new(),
                 Some(other) => other.to_string(),
             },
+            kind,
         });
     }
     Ok(out)
+}
+
+/// The member holding a tool's or a call's details: `function` or `custom`.
+fn kind_key(kind: ToolKind) -> &'static str {
+    match kind {
+        ToolKind::Function => "function",
+        ToolKind::Custom => "custom",
+    }
 }
 
 fn tools(obj: &Obj) -> Result<Vec<ToolSpec>, BadRequest> {
@@ -227,23 +246,30 @@ fn tools(obj: &Obj) -> Result<Vec<ToolSpec>, BadRequest> {
     for (i, t) in rq::array(obj, "tools", "tools")?.iter().enumerate() {
         let path = format!("tools[{i}]");
         let t = rq::object(t, &path)?;
-        if let Some(ty) = rq::opt_str(t, "type", &format!("{path}.type"))? {
-            if ty != "function" {
+        let kind = match rq::opt_str(t, "type", &format!("{path}.type"))? {
+            None | Some("function") => ToolKind::Function,
+            Some("custom") => ToolKind::Custom,
+            Some(other) => {
                 return Err(BadRequest::field(
                     format!("{path}.type"),
-                    "unsupported tool type; expected function",
-                ));
+                    &format!("unsupported tool type `{other}`; expected function or custom"),
+                ))
             }
-        }
-        let fpath = format!("{path}.function");
-        let f =
-            rq::opt_obj(t, "function", &fpath)?.ok_or_else(|| BadRequest::field(fpath.as_str(), "field required"))?;
+        };
+        let key = kind_key(kind);
+        let fpath = format!("{path}.{key}");
+        let f = rq::opt_obj(t, key, &fpath)?.ok_or_else(|| BadRequest::field(fpath.as_str(), "field required"))?;
+        let schema = match kind {
+            ToolKind::Function => rq::schema(f, "parameters", &format!("{fpath}.parameters"))?,
+            ToolKind::Custom => f.get("format").cloned().unwrap_or_else(|| json!({"type": "text"})),
+        };
         out.push(ToolSpec {
             name: rq::tool_name(f, &format!("{fpath}.name"))?.into(),
             description: rq::opt_str(f, "description", &format!("{fpath}.description"))?
                 .unwrap_or_default()
                 .into(),
-            schema: rq::schema(f, "parameters", &format!("{fpath}.parameters"))?.into(),
+            schema: schema.into(),
+            kind,
         });
     }
     Ok(out)
@@ -269,11 +295,14 @@ pub fn render_request(o: &Outgoing, dialect: Dialect) -> Result<Vec<u8>, String>
         let tools: Vec<Value> = o
             .tools
             .iter()
-            .map(|t| json!({"type": "function", "function": {"name": t.name, "description": t.description, "parameters": t.schema}}))
+            .map(|t| match t.kind {
+                ToolKind::Function => json!({"type": "function", "function": {"name": t.name, "description": t.description, "parameters": t.schema}}),
+                ToolKind::Custom => json!({"type": "custom", "custom": {"name": t.name, "description": t.description, "format": t.schema}}),
+            })
             .collect();
         b.insert("tools".into(), Value::Array(tools));
         if let Some(c) = &p.tool_choice {
-            b.insert("tool_choice".into(), render_choice(c));
+            b.insert("tool_choice".into(), render_choice(c, o.tools));
         }
         if let Some(par) = p.parallel_tool_calls {
             b.insert("parallel_tool_calls".into(), json!(par));
@@ -345,12 +374,18 @@ fn passthrough(raw: &RawBody, o: &Outgoing, dialect: Dialect) -> Result<Vec<u8>,
     Ok(raw.render(&set, &[]))
 }
 
-fn render_choice(c: &ToolChoice) -> Value {
+fn render_choice(c: &ToolChoice, tools: &[ToolSpec]) -> Value {
     match c {
         ToolChoice::Auto => json!("auto"),
         ToolChoice::None => json!("none"),
         ToolChoice::Required => json!("required"),
-        ToolChoice::Tool(name) => json!({"type": "function", "function": {"name": name}}),
+        ToolChoice::Tool(name) => {
+            let kind = tools
+                .iter()
+                .find(|t| *t.name == **name)
+                .map_or(ToolKind::Function, |t| t.kind);
+            json!({"type": kind_key(kind), kind_key(kind): {"name": name}})
+        }
     }
 }
 
@@ -436,7 +471,12 @@ pub fn usage_of(u: &Value) -> Option<Usage> {
 
 /// A tool call as chat completions write it.
 fn call_json(c: &ToolCall) -> Value {
-    json!({"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}})
+    match c.kind {
+        ToolKind::Function => {
+            json!({"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}})
+        }
+        ToolKind::Custom => json!({"id": c.id, "type": "custom", "custom": {"name": c.name, "input": c.arguments}}),
+    }
 }
 
 /// `usage` of a completion in `dialect`.
@@ -468,25 +508,26 @@ fn text_of(v: Option<&Value>) -> String {
 }
 
 fn calls_of(m: &Value) -> Vec<ToolCall> {
+    let call = |c: &Value| {
+        let (kind, input) = match c.get("type").and_then(Value::as_str) {
+            Some("custom") => (ToolKind::Custom, "/custom/input"),
+            _ => (ToolKind::Function, "/function/arguments"),
+        };
+        let name = format!("/{}/name", kind_key(kind));
+        ToolCall {
+            id: c.get("id").and_then(Value::as_str).unwrap_or("").to_string(),
+            name: c.pointer(&name).and_then(Value::as_str).unwrap_or("").to_string(),
+            arguments: match c.pointer(input) {
+                Some(Value::String(s)) => s.clone(),
+                Some(other) => other.to_string(),
+                None => String::new(),
+            },
+            kind,
+        }
+    };
     m.get("tool_calls")
         .and_then(Value::as_array)
-        .map(|a| {
-            a.iter()
-                .map(|c| ToolCall {
-                    id: c.get("id").and_then(Value::as_str).unwrap_or("").to_string(),
-                    name: c
-                        .pointer("/function/name")
-                        .and_then(Value::as_str)
-                        .unwrap_or("")
-                        .to_string(),
-                    arguments: match c.pointer("/function/arguments") {
-                        Some(Value::String(s)) => s.clone(),
-                        Some(other) => other.to_string(),
-                        None => String::new(),
-                    },
-                })
-                .collect()
-        })
+        .map(|a| a.iter().map(call).collect())
         .unwrap_or_default()
 }
 
@@ -643,6 +684,17 @@ struct CallIn<'a> {
     id: Option<Cow<'a, str>>,
     #[serde(default, borrow)]
     function: Option<FunctionIn<'a>>,
+    /// A custom tool's call: its input is free text.
+    #[serde(default, borrow)]
+    custom: Option<CustomIn<'a>>,
+}
+
+#[derive(serde::Deserialize)]
+struct CustomIn<'a> {
+    #[serde(default, borrow)]
+    name: Option<Cow<'a, str>>,
+    #[serde(default, borrow)]
+    input: Option<Cow<'a, str>>,
 }
 
 #[derive(serde::Deserialize)]
@@ -703,9 +755,10 @@ pub fn decode_chunk(data: &str) -> Result<SmallVec<[Delta; 2]>, StreamError> {
         }
         for (n, call) in d.tool_calls.into_iter().flatten().enumerate() {
             let index = call.index.unwrap_or(n as u64).min(u32::MAX as u64) as u32;
-            let (name, arguments) = match call.function {
-                Some(f) => (f.name, f.arguments),
-                None => (None, None),
+            let (name, arguments) = match (call.function, call.custom) {
+                (Some(f), _) => (f.name, f.arguments),
+                (None, Some(c)) => (c.name, c.input),
+                (None, None) => (None, None),
             };
             if call.id.is_some() || name.is_some() {
                 out.push(Delta::ToolStart {

@@ -263,6 +263,7 @@ pub(crate) fn tool_choice(obj: &Obj) -> Result<Option<ToolChoice>, BadRequest> {
         Some(Value::Object(o)) => {
             let name = o
                 .get("function")
+                .or_else(|| o.get("custom"))
                 .and_then(|f| f.get("name"))
                 .or_else(|| o.get("name"))
                 .and_then(Value::as_str)
@@ -289,7 +290,12 @@ pub(crate) fn allowed_tools(obj: &Obj, tools: Vec<ToolSpec>) -> Vec<ToolSpec> {
     };
     let names: Vec<&str> = list
         .iter()
-        .filter_map(|t| t.get("function").and_then(|f| f.get("name")).or_else(|| t.get("name")))
+        .filter_map(|t| {
+            t.get("function")
+                .or_else(|| t.get("custom"))
+                .and_then(|f| f.get("name"))
+                .or_else(|| t.get("name"))
+        })
         .filter_map(Value::as_str)
         .collect();
     tools.into_iter().filter(|t| names.contains(&&*t.name)).collect()

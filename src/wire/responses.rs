@@ -5,7 +5,7 @@
 //! by chat-completions or messages models; the answer is written back as a
 //! `response` object or its stream of semantic events.
 
-use super::message::{Content, ImageSource, Message, Part, Role, ToolCall, ToolSpec};
+use super::message::{Content, ImageSource, Message, Part, Role, ToolCall, ToolKind, ToolSpec};
 use super::reply::{Delta, Finish, Reply, Usage};
 use super::request::{self as rq, BadRequest, Obj, Params, Request};
 use super::WireKind;
@@ -174,6 +174,7 @@ fn read_items(items: &[Value], out: &mut Vec<Message>) -> Result<(), BadRequest>
             }
             "function_call" => {
                 let call = ToolCall {
+                    kind: ToolKind::Function,
                     id: rq::required_str(it, "call_id", &format!("{path}.call_id"))?.to_string(),
                     name: rq::required_str(it, "name", &format!("{path}.name"))?.to_string(),
                     arguments: rq::opt_str(it, "arguments", &format!("{path}.arguments"))?
@@ -226,12 +227,19 @@ fn tools(obj: &Obj) -> Result<Vec<ToolSpec>, BadRequest> {
         let t = rq::object(t, &path)?;
         match rq::required_str(t, "type", &format!("{path}.type"))? {
             "function" => out.push(ToolSpec {
+                kind: ToolKind::Function,
                 name: rq::tool_name(t, &format!("{path}.name"))?.into(),
                 description: rq::opt_str(t, "description", &format!("{path}.description"))?
                     .unwrap_or_default()
                     .into(),
                 schema: rq::schema(t, "parameters", &format!("{path}.parameters"))?.into(),
             }),
+            "custom" => {
+                return Err(BadRequest::field(
+                    format!("{path}.type"),
+                    "custom tools are served on /v1/chat/completions, not here: fusebox serves function tools on /v1/responses",
+                ))
+            }
             other => {
                 return Err(BadRequest::field(
                     format!("{path}.type"),

@@ -4,7 +4,7 @@
 //! client unchanged, tool loops keep their ids, and a fallback to the other
 //! API is translated so the conversation still holds.
 
-use crate::common::strict::{Api, Strict};
+use crate::common::strict::{Api, Strict, CUSTOM_INPUT};
 use fusebox::clock::{Clock, Seed};
 use fusebox::config::Config;
 use fusebox::gateway::GatewayOptions;
@@ -604,6 +604,67 @@ async fn a_request_the_other_api_cannot_honour_skips_it_with_the_reason() {
     let chain = header(&r, "x-fusebox-chain").to_string();
     assert!(
         chain.contains("claude-haiku skipped: cannot honour response_format"),
+        "{chain}"
+    );
+    assert!(p.upstream.bodies(Api::Anthropic).is_empty());
+}
+
+fn custom_tool() -> Value {
+    json!({"type": "custom", "custom": {"name": "sql", "description": "Runs a read-only SQL query",
+           "format": {"type": "grammar", "grammar": {"syntax": "lark", "definition": "start: /SELECT .+/"}}}})
+}
+
+#[tokio::test]
+async fn a_custom_tool_loop_passes_through_and_another_api_is_skipped_for_it() {
+    let p = Proxy::start(config(ROUTES)).await;
+    let mut body = openai_turn1("default");
+    body["tools"] = json!([custom_tool()]);
+    body["tool_choice"] = json!({"type": "custom", "custom": {"name": "sql"}});
+    let r = p.post("/v1/chat/completions", &body).await;
+    assert_eq!(r.status(), 200, "{}", r.text().await.unwrap());
+    assert_eq!(
+        header(&r, "x-fusebox-level"),
+        "none",
+        "a free-text call is no semantic failure"
+    );
+    let v: Value = r.json().await.unwrap();
+    let call = v["choices"][0]["message"]["tool_calls"][0].clone();
+    assert_eq!(call["type"], "custom");
+    assert_eq!(call["custom"]["input"], CUSTOM_INPUT);
+    let mut want = body.clone();
+    want["model"] = json!("gpt-4o");
+    assert_eq!(p.upstream.bodies(Api::OpenAi).pop().unwrap(), want);
+    // Turn two: the call and its result go on as sent.
+    let messages = body["messages"].as_array_mut().unwrap();
+    messages.push(json!({"role": "assistant", "content": null, "tool_calls": [call]}));
+    messages.push(json!({"role": "tool", "tool_call_id": "call_abc123", "content": "in transit"}));
+    body.as_object_mut().unwrap().remove("tool_choice");
+    let r = p.post("/v1/chat/completions", &body).await;
+    assert_eq!(r.status(), 200, "{}", r.text().await.unwrap());
+    let v: Value = r.json().await.unwrap();
+    assert_eq!(
+        v["choices"][0]["message"]["content"],
+        "The order service says: in transit"
+    );
+    let mut want = body.clone();
+    want["model"] = json!("gpt-4o");
+    assert_eq!(p.upstream.bodies(Api::OpenAi).pop().unwrap(), want);
+    // Streamed, the call arrives as the upstream streamed it.
+    let mut streamed = openai_turn1("default");
+    streamed["tools"] = json!([custom_tool()]);
+    streamed["stream"] = json!(true);
+    let r = p.post("/v1/chat/completions", &streamed).await;
+    assert_eq!(r.status(), 200);
+    let text = r.text().await.unwrap();
+    assert!(text.contains(r#""custom":{"input":"SELECT status"#), "{text}");
+    assert!(text.trim_end().ends_with("data: [DONE]"), "{text}");
+    // Anthropic's API has no custom tools: that hop is skipped, not served.
+    p.upstream.set_down(Api::OpenAi, true);
+    let r = p.post("/v1/chat/completions", &body).await;
+    assert_eq!(r.status(), 503);
+    let chain = header(&r, "x-fusebox-chain").to_string();
+    assert!(
+        chain.contains("claude-haiku skipped: cannot honour custom tools"),
         "{chain}"
     );
     assert!(p.upstream.bodies(Api::Anthropic).is_empty());

@@ -6,7 +6,7 @@ use fusebox::clock::Seed;
 use fusebox::mockserver::MockServer;
 use fusebox::provider::fault::{Fault, FaultSpec, FaultTable};
 use fusebox::provider::mock::{MockProvider, MockReply};
-use fusebox::provider::{LlmRequest, Message, ToolCall, ToolSpec};
+use fusebox::provider::{LlmRequest, Message, ToolCall, ToolKind, ToolSpec};
 use futures_util::future::join_all;
 use reqwest::header::HeaderMap;
 use reqwest::{Client, Response};
@@ -175,6 +175,7 @@ fn request_where(provider: &str, model: &str, fault: Fault, want: impl Fn(&[Tool
             name: (*n).into(),
             description: "d".into(),
             schema: json!({}).into(),
+            kind: ToolKind::Function,
         })
         .collect();
     (1..1_000)

@@ -204,10 +204,12 @@ fn check_openai(b: &Value) -> Result<(), (String, String)> {
         if let Some(calls) = m["tool_calls"].as_array() {
             let mut ids = Vec::new();
             for c in calls {
-                if c["type"] != "function"
-                    || !c["function"]["name"].is_string()
-                    || !c["function"]["arguments"].is_string()
-                {
+                let function = c["type"] == "function"
+                    && c["function"]["name"].is_string()
+                    && c["function"]["arguments"].is_string();
+                let custom =
+                    c["type"] == "custom" && c["custom"]["name"].is_string() && c["custom"]["input"].is_string();
+                if !(function || custom) {
                     return bad(&format!("messages[{i}].tool_calls"), "invalid tool call");
                 }
                 ids.push(c["id"].as_str().unwrap_or("").to_string());
@@ -219,7 +221,9 @@ fn check_openai(b: &Value) -> Result<(), (String, String)> {
         return bad("messages", "tool_calls without tool messages responding to them");
     }
     for (i, t) in b["tools"].as_array().into_iter().flatten().enumerate() {
-        if t["type"] != "function" || !t["function"]["name"].is_string() {
+        let function = t["type"] == "function" && t["function"]["name"].is_string();
+        let custom = t["type"] == "custom" && t["custom"]["name"].is_string();
+        if !(function || custom) {
             return bad(&format!("tools[{i}]"), "invalid tool");
         }
     }
@@ -308,11 +312,36 @@ fn check_anthropic(h: &HeaderMap, b: &Value) -> Result<(), String> {
     Ok(())
 }
 
+/// The first tool offered is a custom (free-text) tool.
+fn custom_first(b: &Value) -> bool {
+    b["tools"][0]["type"] == "custom"
+}
+
+/// What the model writes as the call's input.
+fn call_input(b: &Value) -> &'static str {
+    if custom_first(b) {
+        CUSTOM_INPUT
+    } else {
+        CALL_ARGS
+    }
+}
+
+/// The model's call of the first tool offered, its input `input`.
+fn openai_call(b: &Value, input: &str) -> Value {
+    let name = called(Api::OpenAi, b);
+    if custom_first(b) {
+        json!({"id": "call_abc123", "type": "custom", "custom": {"name": name, "input": input}})
+    } else {
+        json!({"id": "call_abc123", "type": "function", "function": {"name": name, "arguments": input}})
+    }
+}
+
 /// What the model does with a conversation: `(tool call?, text)`.
 /// The tool the model calls: the first one offered.
 fn called(api: Api, b: &Value) -> String {
     let t = &b["tools"][0];
     let name = match api {
+        Api::OpenAi if t["type"] == "custom" => &t["custom"]["name"],
         Api::OpenAi => &t["function"]["name"],
         Api::Anthropic => &t["name"],
     };
@@ -381,6 +410,8 @@ fn words(text: &str) -> Vec<String> {
 }
 
 const CALL_ARGS: &str = r#"{"order_id":"38100"}"#;
+/// A custom tool's call input: free text, not JSON.
+pub const CUSTOM_INPUT: &str = "SELECT status FROM orders WHERE id = 38100";
 
 async fn openai(State(state): State<Arc<StrictState>>, headers: HeaderMap, body: String) -> Response {
     let b: Value = match serde_json::from_str(&body) {
@@ -422,7 +453,7 @@ async fn openai(State(state): State<Arc<StrictState>>, headers: HeaderMap, body:
     if b["stream"] != json!(true) {
         let message = if call {
             json!({"role": "assistant", "content": null, "refusal": null, "tool_calls": [
-                {"id": "call_abc123", "type": "function", "function": {"name": called(Api::OpenAi, &b), "arguments": CALL_ARGS}}]})
+                openai_call(&b, call_input(&b))]})
         } else {
             json!({"role": "assistant", "content": text, "refusal": null})
         };
@@ -447,13 +478,15 @@ async fn openai(State(state): State<Arc<StrictState>>, headers: HeaderMap, body:
     )];
     let mut content = Vec::new();
     if call {
+        let key = if custom_first(&b) { "custom" } else { "function" };
         head.push(chunk(
-            json!({"tool_calls": [{"index": 0, "id": "call_abc123", "type": "function",
-                                   "function": {"name": called(Api::OpenAi, &b), "arguments": ""}}]}),
+            json!({"tool_calls": [{"index": 0, "id": "call_abc123", "type": openai_call(&b, "")["type"],
+                                   key: openai_call(&b, "")[key]}]}),
             Value::Null,
         ));
+        let input = if custom_first(&b) { "input" } else { "arguments" };
         content.push(chunk(
-            json!({"tool_calls": [{"index": 0, "function": {"arguments": CALL_ARGS}}]}),
+            json!({"tool_calls": [{"index": 0, key: {input: call_input(&b)}}]}),
             Value::Null,
         ));
     } else {
