@@ -514,11 +514,19 @@ fn n(v: &Value, p: &str) -> Option<u32> {
         .map(|x| x.min(u32::MAX as u64) as u32)
 }
 
+/// Usage from a `usage` object. Anthropic counts prompt tokens read from
+/// and written to its cache apart from `input_tokens`; [`Usage::input`]
+/// is every prompt token, as OpenAI counts them.
 fn usage_of(u: &Value) -> Usage {
+    let cached = n(u, "/cache_read_input_tokens").unwrap_or(0);
+    let input = n(u, "/input_tokens")
+        .unwrap_or(0)
+        .saturating_add(cached)
+        .saturating_add(n(u, "/cache_creation_input_tokens").unwrap_or(0));
     Usage {
-        input: n(u, "/input_tokens").unwrap_or(0),
+        input,
         output: n(u, "/output_tokens").unwrap_or(0),
-        cached_input: n(u, "/cache_read_input_tokens").unwrap_or(0),
+        cached_input: cached,
     }
 }
 
@@ -562,9 +570,10 @@ fn input_of(c: &ToolCall) -> Value {
     }
 }
 
+/// `usage` as Anthropic writes it: `input_tokens` without those read from the cache.
 fn usage(u: Usage) -> Value {
     json!({
-        "input_tokens": u.input,
+        "input_tokens": u.input.saturating_sub(u.cached_input),
         "output_tokens": u.output,
         "cache_creation_input_tokens": 0,
         "cache_read_input_tokens": u.cached_input,
@@ -784,8 +793,7 @@ impl EventWriter {
             "content": [],
             "stop_reason": null,
             "stop_sequence": null,
-            "usage": {"input_tokens": self.usage.input, "output_tokens": self.usage.output.max(1),
-                      "cache_creation_input_tokens": 0, "cache_read_input_tokens": self.usage.cached_input},
+            "usage": usage(Usage { output: self.usage.output.max(1), ..self.usage }),
         });
         event("message_start", &json!({"type": "message_start", "message": m}), out);
     }
@@ -892,7 +900,7 @@ impl EventWriter {
                 let delta = json!({
                     "type": "message_delta",
                     "delta": {"stop_reason": finish.anthropic(), "stop_sequence": null},
-                    "usage": {"input_tokens": self.usage.input, "output_tokens": self.usage.output},
+                    "usage": usage(self.usage),
                 });
                 event("message_delta", &delta, out);
                 event("message_stop", &json!({"type": "message_stop"}), out);
@@ -943,6 +951,22 @@ mod tests {
             .filter_map(|e| e.lines().find_map(|l| l.strip_prefix("data: ")))
             .map(|d| serde_json::from_str(d).unwrap())
             .collect()
+    }
+
+    #[test]
+    fn usage_counts_every_prompt_token_and_is_written_back_as_read() {
+        let said = json!({"input_tokens": 12, "output_tokens": 30,
+                          "cache_read_input_tokens": 2000, "cache_creation_input_tokens": 500});
+        let u = usage_of(&said);
+        assert_eq!((u.input, u.cached_input, u.output), (2512, 2000, 30));
+        let written = usage(Usage {
+            input: 2012,
+            output: 30,
+            cached_input: 2000,
+        });
+        assert_eq!(written["input_tokens"], 12);
+        assert_eq!(written["cache_read_input_tokens"], 2000);
+        assert_eq!(usage_of(&written).input, 2012);
     }
 
     #[test]
