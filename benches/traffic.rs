@@ -6,9 +6,9 @@
 use criterion::{criterion_group, criterion_main, Criterion, SamplingMode, Throughput};
 use fusebox::clock::{Clock, Seed};
 use fusebox::config::Config;
-use fusebox::runner::request::AgentRequest;
+use fusebox::runner::request::{AgentRequest, Via};
 use fusebox::runner::Runner;
-use fusebox::telemetry::events::{Attempt, EventBus, EventKind};
+use fusebox::telemetry::events::{Arrival, Attempt, EventBus, EventKind};
 use fusebox::traffic::log::{Header, LogReader};
 use fusebox::traffic::record::{Content, Fsync, RecordOptions, Recorder};
 use fusebox::traffic::replay::{recorded_parts, replay, ReplayOptions};
@@ -43,7 +43,13 @@ fn events() -> Vec<EventKind> {
                 output_tokens: 80,
                 ..Attempt::default()
             };
-            [EventKind::Request(Box::new(req)), EventKind::Attempt(Box::new(att))]
+            [
+                EventKind::Request(Box::new(Arrival {
+                    request: req,
+                    via: Via::Agent,
+                })),
+                EventKind::Attempt(Box::new(att)),
+            ]
         })
         .collect()
 }

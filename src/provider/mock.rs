@@ -297,6 +297,7 @@ impl Provider for MockProvider {
                 Ok(LlmResponse {
                     text: text.into(),
                     tool_calls,
+                    tool_keys: Vec::new(),
                     usage,
                     tokens_per_s: Some(measured),
                     rate: RateFeedback::default(),

@@ -116,6 +116,10 @@ pub struct LlmResponse {
     pub text: Arc<str>,
     /// Tool calls requested.
     pub tool_calls: Vec<ToolCall>,
+    /// Each call's key in the tool result cache, where the provider knows
+    /// it better than the call's text does (a replay of a recording that
+    /// kept the keys, not the content); see [`LlmResponse::tool_key`].
+    pub tool_keys: Vec<u64>,
     /// Usage.
     pub usage: Usage,
     /// Output tokens per second, when measured.
@@ -147,6 +151,14 @@ pub struct WireAnswer {
 }
 
 impl LlmResponse {
+    /// The tool result cache key of call `i`.
+    pub fn tool_key(&self, i: usize) -> u64 {
+        self.tool_keys
+            .get(i)
+            .copied()
+            .unwrap_or_else(|| crate::runner::tool::cache_key(&self.tool_calls[i]))
+    }
+
     /// The answer in typed form, for rendering in another API.
     pub fn reply(&self) -> crate::wire::Reply {
         let w = self.wire.as_deref();
@@ -177,6 +189,7 @@ impl LlmResponse {
         Self {
             text,
             tool_calls,
+            tool_keys: Vec::new(),
             usage,
             tokens_per_s: Some(usage.output as f64 / secs),
             rate,
@@ -400,6 +413,7 @@ impl Provider for InstantProvider {
         Ok(LlmResponse {
             text: self.text.clone(),
             tool_calls: Vec::new(),
+            tool_keys: Vec::new(),
             usage: Usage {
                 input: 20,
                 output: req.max_tokens.min(20),

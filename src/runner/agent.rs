@@ -5,12 +5,12 @@
 
 use super::llm::{HopResult, LlmCall, LlmFailure, Tally};
 use super::outcome::{Level, Outcome};
-use super::request::AgentRequest;
+use super::request::{AgentRequest, Via};
 use super::Runner;
 use crate::provider::{Message, Role, ToolCall, ToolSpec};
 use crate::resilience::defer::Deferred;
 use crate::resilience::session::InSession;
-use crate::telemetry::events::EventKind;
+use crate::telemetry::events::{Arrival, EventKind};
 use crate::wire::{Params, ToolChoice};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -133,7 +133,10 @@ impl Runner {
         let start = self.clock.now();
         self.totals.requests.fetch_add(1, Ordering::Relaxed);
         if self.events.has_subscribers() {
-            self.events.emit(EventKind::Request(Box::new(req.clone())));
+            self.events.emit(EventKind::Request(Box::new(Arrival {
+                request: req.clone(),
+                via: Via::Agent,
+            })));
         }
         self.retry_budget.deposit(start);
         let o = self.run_once(req, true, start, answer_key).await;
@@ -337,19 +340,20 @@ impl Runner {
                     }
                     // The model's turn as it was, then a result answering each call.
                     added.push(Message::assistant(resp.text.clone(), resp.tool_calls.clone()));
-                    for tc in &resp.tool_calls {
+                    for (i, tc) in resp.tool_calls.iter().enumerate() {
+                        let key = resp.tool_key(i);
                         let Some(&ti) = self.tool_index.get(&tc.name) else {
                             let text = format!("{} is not a tool of this agent", tc.name);
                             added.push(Message::tool_result(tc, text, true));
                             continue;
                         };
                         let critical = self.is_critical(ti, &req.critical_tools);
-                        match self.call_tool(req.id, ti, tc, critical, &mut trail.tally).await {
+                        match self.call_tool(req.id, ti, tc, key, critical, &mut trail.tally).await {
                             Ok(text) => added.push(Message::tool_result(tc, text, false)),
                             Err(f) => {
                                 let label = format!("tool:{} {}", tc.name, f.label());
                                 trail.push(label);
-                                if let Some((text, age)) = self.cached_tool(ti, tc) {
+                                if let Some((text, age)) = self.cached_tool(ti, key) {
                                     trail.push(format!("tool:{} cache", tc.name));
                                     trail.fallback = true;
                                     trail.quality *= self.cfg.degradation.cache_quality;

@@ -6,13 +6,13 @@
 
 use super::llm::{HopResult, LlmCall, LlmFailure, Tally};
 use super::outcome::{Level, Outcome};
-use super::request::AgentRequest;
+use super::request::{AgentRequest, Via};
 use super::stream::{StreamSink, Streaming};
 use super::Runner;
 use crate::provider::{LlmResponse, Message, Piece, ProviderError, ToolSpec};
 use crate::resilience::budget::BudgetExceeded;
 use crate::resilience::session::InSession;
-use crate::telemetry::events::EventKind;
+use crate::telemetry::events::{Arrival, EventKind};
 use crate::wire::WireKind;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -164,19 +164,22 @@ impl Runner {
         let start = self.clock.now();
         self.totals.requests.fetch_add(1, Ordering::Relaxed);
         if self.events.has_subscribers() {
-            self.events.emit(EventKind::Request(Box::new(AgentRequest {
-                id: req.id,
-                user: req.user.as_str().into(),
-                session: match &req.session {
-                    Some(s) => s.as_str().into(),
-                    None => format!("{}/call-{}", req.user, req.id).into(),
+            self.events.emit(EventKind::Request(Box::new(Arrival {
+                request: AgentRequest {
+                    id: req.id,
+                    user: req.user.as_str().into(),
+                    session: match &req.session {
+                        Some(s) => s.as_str().into(),
+                        None => format!("{}/call-{}", req.user, req.id).into(),
+                    },
+                    route: req.route.as_str().into(),
+                    messages: req.messages.clone(),
+                    tools: req.tools.iter().map(|t| t.name.to_string()).collect(),
+                    critical_tools: Vec::new(),
+                    max_tokens: req.max_tokens,
+                    max_steps: 1,
                 },
-                route: req.route.as_str().into(),
-                messages: req.messages.clone(),
-                tools: req.tools.iter().map(|t| t.name.to_string()).collect(),
-                critical_tools: Vec::new(),
-                max_tokens: req.max_tokens,
-                max_steps: 1,
+                via: Via::Gateway,
             })));
         }
         self.retry_budget.deposit(start);

@@ -6,11 +6,11 @@
 use super::chat::Abandoned;
 use super::llm::{Refusal, Spent, Tally};
 use super::outcome::{Level, Outcome};
-use super::request::AgentRequest;
+use super::request::{AgentRequest, Via};
 use super::Runner;
 use crate::provider::{EmbedRequest, Embedded, ProviderError};
 use crate::resilience::breaker::FailureKind;
-use crate::telemetry::events::{Attempt, EventKind};
+use crate::telemetry::events::{Arrival, Attempt, EventKind};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
@@ -57,13 +57,16 @@ impl Runner {
         let start = self.clock.now();
         self.totals.requests.fetch_add(1, Ordering::Relaxed);
         if self.events.has_subscribers() {
-            self.events.emit(EventKind::Request(Box::new(AgentRequest {
-                id: call.id,
-                user: call.user.as_str().into(),
-                session: format!("{}/call-{}", call.user, call.id).into(),
-                route: call.model.as_str().into(),
-                max_steps: 1,
-                ..AgentRequest::default()
+            self.events.emit(EventKind::Request(Box::new(Arrival {
+                request: AgentRequest {
+                    id: call.id,
+                    user: call.user.as_str().into(),
+                    session: format!("{}/call-{}", call.user, call.id).into(),
+                    route: call.model.as_str().into(),
+                    max_steps: 1,
+                    ..AgentRequest::default()
+                },
+                via: Via::Embeddings,
             })));
         }
         let mut abandoned = Abandoned {
@@ -173,6 +176,7 @@ impl Runner {
             headers: super::llm::rate_headers(&rate),
             semantic_failure: None,
             tool_calls: Vec::new(),
+            tool_keys: Vec::new(),
         });
         for t in [pt, mt] {
             match failure {

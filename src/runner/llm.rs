@@ -417,6 +417,7 @@ impl Runner {
                         headers: rate_headers(&resp.rate),
                         semantic_failure: semantic.clone(),
                         tool_calls: resp.tool_calls.iter().map(|c| c.name.clone()).collect(),
+                        tool_keys: (0..resp.tool_calls.len()).map(|i| resp.tool_key(i)).collect(),
                     });
                     let slow_tokens = resp.tokens_per_s.is_some_and(|t| t < m.min_tokens_per_s);
                     if let Some(why) = semantic {
@@ -479,6 +480,7 @@ impl Runner {
                         headers: rate_headers(&e.rate),
                         semantic_failure: None,
                         tool_calls: Vec::new(),
+                        tool_keys: Vec::new(),
                     });
                     for t in [pt, mt] {
                         if failure == FailureKind::Client {

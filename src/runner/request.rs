@@ -1,4 +1,4 @@
-//! What comes into the runner: an agent request.
+//! What comes into the runner: an agent request, and how a request came in.
 
 use crate::provider::Message;
 use compact_str::CompactString;
@@ -28,4 +28,24 @@ pub struct AgentRequest {
     pub max_tokens: u32,
     /// LLM steps allowed (0 = the session default).
     pub max_steps: u32,
+}
+
+/// How a request came in, so a replay drives it as it was driven.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Via {
+    /// The agent loop (the demo, a scenario, a replay).
+    #[default]
+    Agent,
+    /// One chat call through the gateway: no agent loop, never deferred.
+    Gateway,
+    /// One embeddings call through the gateway.
+    Embeddings,
+}
+
+impl Via {
+    /// Whether this is the agent loop.
+    pub fn is_agent(&self) -> bool {
+        *self == Via::Agent
+    }
 }

@@ -49,12 +49,14 @@ impl Runner {
         t.cfg.critical || extra.contains(&t.name)
     }
 
-    /// Calls tool `ti` for request `request_id`.
+    /// Calls tool `ti` for request `request_id`; its result is cached
+    /// under `key` (the call's [`cache_key`], as a rule).
     pub async fn call_tool(
         &self,
         request_id: u64,
         ti: usize,
         call: &ToolCall,
+        key: u64,
         critical: bool,
         tally: &mut Tally,
     ) -> Result<Arc<str>, ToolFailure> {
@@ -112,7 +114,7 @@ impl Runner {
                     );
                     t.stats.ok.inc();
                     if slot.cfg.cache_ttl_s > 0 {
-                        self.cache.put(cache_key(call), text.clone(), end);
+                        self.cache.put(key, text.clone(), end);
                     }
                     return Ok(text);
                 }
@@ -151,12 +153,12 @@ impl Runner {
         }
     }
 
-    /// A cached result of the same call, with its age.
-    pub fn cached_tool(&self, ti: usize, call: &ToolCall) -> Option<(Arc<str>, Duration)> {
+    /// A cached result of tool `ti` under `key`, with its age.
+    pub fn cached_tool(&self, ti: usize, key: u64) -> Option<(Arc<str>, Duration)> {
         let ttl = Duration::from_secs(self.tools[ti].cfg.cache_ttl_s);
         if ttl.is_zero() {
             return None;
         }
-        self.cache.get(cache_key(call), ttl, self.clock.now())
+        self.cache.get(key, ttl, self.clock.now())
     }
 }

@@ -97,9 +97,19 @@ pub enum EventKind {
     /// The outcome record of one request (subscribers only).
     Outcome(Box<Outcome>),
     /// A request arrived (subscribers only, for the recorder).
-    Request(Box<crate::runner::request::AgentRequest>),
+    Request(Box<Arrival>),
     /// One provider or tool call finished (subscribers only, for the recorder).
     Attempt(Box<Attempt>),
+}
+
+/// A request as it came in, for the recorder.
+#[derive(Clone, Debug, Default, Serialize, PartialEq)]
+pub struct Arrival {
+    /// The request (a gateway call as the agent request it stands for).
+    #[serde(flatten)]
+    pub request: crate::runner::request::AgentRequest,
+    /// How it came in.
+    pub via: crate::runner::request::Via,
 }
 
 /// One provider or tool call, as the recorder writes it.
@@ -127,6 +137,10 @@ pub struct Attempt {
     pub semantic_failure: Option<String>,
     /// Tool names the model asked for.
     pub tool_calls: Vec<String>,
+    /// Each of those calls' key in the tool result cache (not shown: a
+    /// recording salts them).
+    #[serde(skip)]
+    pub tool_keys: Vec<u64>,
 }
 
 /// An event with the virtual time it happened at.

@@ -10,6 +10,7 @@
 
 use crate::provider::Message;
 use crate::runner::outcome::Level;
+use crate::runner::request::Via;
 use compact_str::CompactString;
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
@@ -154,6 +155,35 @@ pub struct RequestRec {
     /// Hash of the conversation (only with content recording `hash`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub content_hash: Option<String>,
+    /// Its key in the answer cache, salted (when content is not recorded):
+    /// requests share one exactly when they asked the same.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub answer_key: Option<Key>,
+    /// How it came in: the agent loop, the gateway, embeddings.
+    #[serde(default, skip_serializing_if = "Via::is_agent")]
+    pub via: Via,
+}
+
+/// A cache key as a recording keeps it: 16 hex digits of a salted hash,
+/// so recorded calls share a key exactly when they shared one, and what
+/// they said cannot be recovered from it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Key(pub u64);
+
+impl Serialize for Key {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&format!("{:016x}", self.0))
+    }
+}
+
+impl<'de> Deserialize<'de> for Key {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = <std::borrow::Cow<'de, str>>::deserialize(d)?;
+        match u64::from_str_radix(&s, 16) {
+            Ok(k) if s.len() == 16 => Ok(Key(k)),
+            _ => Err(serde::de::Error::custom(format!("expected 16 hex digits, found `{s}`"))),
+        }
+    }
 }
 
 /// How an attempt failed below HTTP.
@@ -213,6 +243,10 @@ pub struct AttemptRec {
     /// Tool names the model asked for.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub tool_calls: Vec<String>,
+    /// Each of those calls' key in the tool result cache, salted (when
+    /// content is not recorded).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tool_keys: Vec<Key>,
 }
 
 /// An outcome line.
@@ -999,7 +1033,9 @@ fn check_request(o: &Map<String, Value>) -> Result<(), Bad> {
     opt::<Vec<String>>(o, "critical_tools")?;
     opt::<Option<u32>>(o, "max_steps")?;
     opt::<Option<Vec<Message>>>(o, "messages")?;
-    opt::<Option<String>>(o, "content_hash")
+    opt::<Option<String>>(o, "content_hash")?;
+    opt::<Option<Key>>(o, "answer_key")?;
+    opt::<Via>(o, "via")
 }
 
 fn check_attempt(o: &Map<String, Value>) -> Result<(), Bad> {
@@ -1015,7 +1051,8 @@ fn check_attempt(o: &Map<String, Value>) -> Result<(), Bad> {
     req::<u32>(o, "output_tokens")?;
     opt::<BTreeMap<String, String>>(o, "headers")?;
     opt::<Option<String>>(o, "semantic_failure")?;
-    opt::<Vec<String>>(o, "tool_calls")
+    opt::<Vec<String>>(o, "tool_calls")?;
+    opt::<Vec<Key>>(o, "tool_keys")
 }
 
 fn check_outcome(o: &Map<String, Value>) -> Result<(), Bad> {

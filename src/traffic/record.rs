@@ -11,8 +11,9 @@
 //! its end. Message content is recorded only when asked (`full`), or as a
 //! hash; auth headers never are.
 
-use super::log::{AttemptRec, Header, OperatorRec, OutcomeRec, Record, RequestRec, TransitionRec, Transport};
+use super::log::{AttemptRec, Header, Key, OperatorRec, OutcomeRec, Record, RequestRec, TransitionRec, Transport};
 use crate::clock::hash_str;
+use crate::runner::Runner;
 use crate::telemetry::events::{Event, EventBus, EventKind};
 use std::fs::{File, OpenOptions};
 use std::io::{self, BufWriter, Write};
@@ -240,6 +241,7 @@ impl Due {
 fn run(mut w: Writer, opts: RecordOptions, events: Receiver<Event>) -> io::Result<RecordStats> {
     let mut due = Due::new(opts.fsync);
     let mut last_t = 0u64;
+    let salt = Salt::new();
     loop {
         let ev = match due.wait(Instant::now()) {
             None => events.recv().ok(),
@@ -257,7 +259,7 @@ fn run(mut w: Writer, opts: RecordOptions, events: Receiver<Event>) -> io::Resul
         let Some(ev) = ev else { break };
         // Lines are non-decreasing in time even if emitters race.
         last_t = last_t.max(ev.t_ms);
-        let Some(r) = record_of(&ev, last_t, opts.content) else {
+        let Some(r) = record_of(&ev, last_t, opts.content, &salt) else {
             continue;
         };
         w.write(&r)?;
@@ -271,10 +273,36 @@ fn run(mut w: Writer, opts: RecordOptions, events: Receiver<Event>) -> io::Resul
     Ok(w.stats)
 }
 
+/// A recording's own secret for the cache keys it writes: keys are equal
+/// within one recording exactly when the runner's were, and nothing said
+/// can be tested against them.
+pub struct Salt(ahash::RandomState);
+
+impl Salt {
+    /// A new, random salt.
+    pub fn new() -> Self {
+        Self(ahash::RandomState::new())
+    }
+
+    /// `key` as this recording writes it.
+    pub fn key(&self, key: u64) -> Key {
+        Key(self.0.hash_one(key))
+    }
+}
+
+impl Default for Salt {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
 /// The log record of an event, if it has one.
-pub fn record_of(ev: &Event, t_ms: u64, content: Content) -> Option<Record> {
+pub fn record_of(ev: &Event, t_ms: u64, content: Content, salt: &Salt) -> Option<Record> {
+    // Cache keys, where content is not kept, so a replay's caches hit as the run's did.
+    let keyed = content != Content::Full;
     Some(match &ev.kind {
-        EventKind::Request(r) => {
+        EventKind::Request(arrival) => {
+            let r = &arrival.request;
             let chars: usize = r.messages.iter().map(|m| m.weight()).sum();
             let text = || {
                 r.messages
@@ -296,6 +324,8 @@ pub fn record_of(ev: &Event, t_ms: u64, content: Content) -> Option<Record> {
                 max_steps: (r.max_steps > 0).then_some(r.max_steps),
                 messages: (content == Content::Full).then(|| r.messages.to_vec()),
                 content_hash: (content == Content::Hash).then(|| format!("{:016x}", hash_str(&text()))),
+                answer_key: keyed.then(|| salt.key(Runner::answer_key(r))),
+                via: arrival.via,
             })
         }
         EventKind::Attempt(a) => Record::Attempt(AttemptRec {
@@ -317,6 +347,11 @@ pub fn record_of(ev: &Event, t_ms: u64, content: Content) -> Option<Record> {
             headers: a.headers.clone(),
             semantic_failure: a.semantic_failure.clone(),
             tool_calls: a.tool_calls.clone(),
+            tool_keys: if keyed {
+                a.tool_keys.iter().map(|k| salt.key(*k)).collect()
+            } else {
+                Vec::new()
+            },
         }),
         EventKind::Outcome(o) => Record::Outcome(OutcomeRec {
             t_ms,

@@ -14,15 +14,19 @@ use crate::clock::{note_step, Clock, Seed, Steps};
 use crate::config::Config;
 use crate::provider::mock::{args_for, call_id, order_id};
 use crate::provider::{
-    ErrorKind, LlmRequest, LlmResponse, Message, Provider, ProviderError, ToolCall, ToolKind, Usage,
+    EmbedRequest, Embedded, ErrorKind, LlmRequest, LlmResponse, Message, Provider, ProviderError, ToolCall, ToolKind,
+    ToolSpec, Usage,
 };
 use crate::resilience::limiter::RateFeedback;
+use crate::runner::chat::ChatRequest;
 use crate::runner::command::{Command, CommandError};
+use crate::runner::embed::EmbedCall;
 use crate::runner::llm::recorded_rate;
 use crate::runner::outcome::Level;
-use crate::runner::request::AgentRequest;
+use crate::runner::request::{AgentRequest, Via};
 use crate::runner::{Runner, RunnerParts};
 use crate::tools::ToolExecutor;
+use crate::wire::{Params, RawBody};
 use parking_lot::Mutex;
 use smallvec::SmallVec;
 use std::cell::RefCell;
@@ -421,15 +425,40 @@ impl Provider for RecordedProvider {
         self.complete_within(req, Duration::MAX).await
     }
 
+    /// An embeddings call as recorded (its answer has no vectors: nobody reads them).
+    async fn embed(&self, req: &EmbedRequest) -> Result<Embedded, ProviderError> {
+        let start = self.clock.now();
+        let usage = match self
+            .fleet
+            .take_at(req.request_id, self.target, &self.name, self.clock.ms_at(start))
+        {
+            Some((a, own)) => play(&a, own, None, &self.clock, start, Duration::MAX).await?.0,
+            None => {
+                take_time(start, UNRECORDED_CALL, Duration::MAX, "embeddings call").await?;
+                Usage {
+                    input: (req.chars as u32).div_ceil(4).max(1),
+                    ..Usage::default()
+                }
+            }
+        };
+        Ok(Embedded {
+            body: bytes::Bytes::from_static(br#"{"object":"list","data":[]}"#),
+            usage,
+            rate: RateFeedback::default(),
+        })
+    }
+
     async fn complete_within(&self, req: &LlmRequest, timeout: Duration) -> Result<LlmResponse, ProviderError> {
         // Replays run in virtual time, where a call takes exactly the
         // latency it plays: that is its time taken, with no clock to read.
         let start = self.clock.now();
         let now_ms = self.clock.ms_at(start);
-        let (usage, tool_calls, took) = match self.fleet.take_at(req.request_id, self.target, &self.name, now_ms) {
+        let (usage, tool_calls, took, keys) = match self.fleet.take_at(req.request_id, self.target, &self.name, now_ms)
+        {
             Some((a, own)) => {
                 let (usage, calls) = play(&a, own, Some(req), &self.clock, start, timeout).await?;
-                (usage, calls, Duration::from_millis(a.latency_ms))
+                let keys = own.then(|| a.tool_keys.clone());
+                (usage, calls, Duration::from_millis(a.latency_ms), keys)
             }
             None => {
                 take_time(start, UNRECORDED_CALL, timeout, "provider call").await?;
@@ -439,16 +468,16 @@ impl Provider for RecordedProvider {
                     output: req.max_tokens.min(50),
                     cached_input: 0,
                 };
-                (usage, Vec::new(), UNRECORDED_CALL)
+                (usage, Vec::new(), UNRECORDED_CALL, None)
             }
         };
-        Ok(LlmResponse::measured(
-            self.text.clone(),
-            tool_calls,
-            usage,
-            Default::default(),
-            took,
-        ))
+        let mut resp = LlmResponse::measured(self.text.clone(), tool_calls, usage, Default::default(), took);
+        // The recorded calls' cache keys, where the recording kept them
+        // (not the content): the tool cache hits as it did when recorded.
+        if let Some(keys) = keys.filter(|k| k.len() == resp.tool_calls.len()) {
+            resp.tool_keys = keys.iter().map(|k| k.0).collect();
+        }
+        Ok(resp)
     }
 }
 
@@ -576,6 +605,54 @@ pub fn agent_request(q: RequestRec) -> AgentRequest {
         critical_tools: q.critical_tools,
         max_tokens: q.max_tokens,
         max_steps: q.max_steps.unwrap_or(0),
+    }
+}
+
+/// A recorded gateway chat call, as the gateway made it: the recorded
+/// tools offered by name (the config's spec, or any arguments for a tool
+/// it does not know), no agent loop.
+pub fn gateway_call(runner: &Runner, req: &AgentRequest) -> ChatRequest {
+    let tools: Vec<ToolSpec> = req
+        .tools
+        .iter()
+        .map(|name| match runner.tools().iter().find(|t| t.name == *name) {
+            Some(t) => t.spec.clone(),
+            None => ToolSpec {
+                name: name.as_str().into(),
+                description: "".into(),
+                schema: Arc::new(serde_json::json!({"type": "object"})),
+                kind: ToolKind::Function,
+            },
+        })
+        .collect();
+    // A call that named no session was recorded in one of its own.
+    let own_session = format!("{}/call-{}", req.user, req.id);
+    ChatRequest {
+        id: req.id,
+        user: req.user.to_string(),
+        session: (req.session != own_session).then(|| req.session.to_string()),
+        route: req.route.to_string(),
+        messages: req.messages.clone(),
+        tools: tools.into(),
+        max_tokens: req.max_tokens,
+        params: Arc::new(Params {
+            from_client: true,
+            ..Params::default()
+        }),
+        stream: false,
+        fallback: true,
+    }
+}
+
+/// A recorded embeddings call.
+pub fn embeddings_call(req: &AgentRequest) -> EmbedCall {
+    let chars = req.messages.iter().map(Message::weight).sum();
+    EmbedCall {
+        id: req.id,
+        user: req.user.to_string(),
+        model: req.route.to_string(),
+        body: Arc::new(RawBody::default()),
+        chars,
     }
 }
 
@@ -890,9 +967,10 @@ pub async fn replay(
         },
         |state, q: Box<RequestRec>| {
             let own = state.unmade.take_next(q.id);
+            let (recorded, via) = (q.answer_key, q.via);
             let req = agent_request(*q);
-            let key = Runner::answer_key(&req);
-            (req, own, key)
+            let key = recorded.map_or_else(|| Runner::answer_key(&req), |k| k.0);
+            (req, own, key, via)
         },
     )
     .map_err(|error| LogError::Io { path, error })?;
@@ -982,7 +1060,7 @@ pub async fn replay(
             next = reader.next_item()?;
         }
         while queue.pop_front_if(|t_ms| due(*t_ms) <= now).is_some() {
-            let (req, own, key) = reader.next_body()?;
+            let (req, own, key, via) = reader.next_body()?;
             let running = Running::start(&inflight);
             spawned += 1;
             // Boxed: the request's future is large, and a task moves its
@@ -990,7 +1068,13 @@ pub async fn replay(
             tokio::spawn(boxed(|| {
                 OWN.scope(RefCell::new(own), async move {
                     let shared = &*running.inflight;
-                    let o = shared.runner.run_keyed(&req, key).await;
+                    // As it came in: a gateway call is one call, never deferred.
+                    let runner = &shared.runner;
+                    let o = match via {
+                        Via::Agent => runner.run_keyed(&req, key).await,
+                        Via::Gateway => runner.chat(gateway_call(runner, &req), None).await.outcome,
+                        Via::Embeddings => runner.embed(embeddings_call(&req)).await.outcome,
+                    };
                     if let Some(finished) = &mut *shared.finished.lock() {
                         finished.put(req);
                     }
@@ -1140,6 +1224,7 @@ mod tests {
             headers: Default::default(),
             semantic_failure: None,
             tool_calls: Vec::new(),
+            tool_keys: Vec::new(),
         })
     }
 

@@ -3,6 +3,7 @@
 
 use super::log::{AttemptRec, Header, OutcomeRec, Record, RequestRec, VERSION};
 use crate::runner::outcome::Level;
+use crate::runner::request::Via;
 use compact_str::format_compact;
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
@@ -44,6 +45,8 @@ pub fn gateway_log(n: u64, rps: u64, out: &mut impl Write) -> std::io::Result<()
             max_steps: Some(1),
             messages: None,
             content_hash: None,
+            answer_key: None,
+            via: Via::Agent,
         });
         writeln!(out, "{}", request.to_line())?;
         let latency = 200 + rng.u64(..400);
@@ -61,6 +64,7 @@ pub fn gateway_log(n: u64, rps: u64, out: &mut impl Write) -> std::io::Result<()
             headers: Default::default(),
             semantic_failure: None,
             tool_calls: Vec::new(),
+            tool_keys: Vec::new(),
         });
         let outcome = Record::Outcome(OutcomeRec {
             t_ms: end,

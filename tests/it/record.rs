@@ -6,9 +6,9 @@
 
 use fusebox::clock::{Clock, Seed};
 use fusebox::config::Config;
-use fusebox::runner::request::AgentRequest;
+use fusebox::runner::request::{AgentRequest, Via};
 use fusebox::runner::{Runner, RunnerParts};
-use fusebox::telemetry::events::EventKind;
+use fusebox::telemetry::events::{Arrival, EventKind};
 use fusebox::traffic::load::run_scenario;
 use fusebox::traffic::log::{Header, LogReader, Record};
 use fusebox::traffic::record::{Content, Fsync, RecordOptions, Recorder};
@@ -159,9 +159,12 @@ fn a_bounded_subscription_makes_emitters_wait_and_loses_nothing() {
         let bus = bus.clone();
         std::thread::spawn(move || {
             for id in 0..10_000 {
-                bus.emit(EventKind::Request(Box::new(AgentRequest {
-                    id,
-                    ..AgentRequest::default()
+                bus.emit(EventKind::Request(Box::new(Arrival {
+                    request: AgentRequest {
+                        id,
+                        ..AgentRequest::default()
+                    },
+                    via: Via::Agent,
                 })));
             }
             bus.close_subscribers();
@@ -170,7 +173,7 @@ fn a_bounded_subscription_makes_emitters_wait_and_loses_nothing() {
     let ids: Vec<u64> = rx
         .iter()
         .map(|e| match e.kind {
-            EventKind::Request(r) => r.id,
+            EventKind::Request(r) => r.request.id,
             other => panic!("unexpected {other:?}"),
         })
         .collect();

@@ -101,6 +101,33 @@ async fn replaying_a_recording_reproduces_its_outcomes() {
     assert!(t.rejected_open > 0, "{t:?}");
 }
 
+/// Without its content a recording keeps the caches' keys (salted): a
+/// replay's answer and tool caches hit as the run's did, so the tour's
+/// requests end as recorded.
+#[tokio::test(start_paused = true)]
+async fn a_recording_without_its_content_replays_to_the_recorded_levels() {
+    for content in [Content::None, Content::Hash] {
+        let dir = tempfile::tempdir().unwrap();
+        let (log, _) = record(dir.path(), "tour", 600, content).await;
+        let text = std::fs::read_to_string(&log).unwrap();
+        assert!(!text.contains("\"messages\""), "{content:?}: no content recorded");
+        assert!(text.contains("\"answer_key\"") && text.contains("\"tool_keys\""));
+        let (_, out) = replay_with(dir.path(), &log, Config::default(), "none").await;
+        assert_eq!(out.lost, 0);
+        let total = out.levels.len();
+        let same = out
+            .levels
+            .values()
+            .filter(|(rec, rep)| rec.is_some() && rec == rep)
+            .count();
+        assert!(total > 4_000, "{total}");
+        assert!(
+            same as f64 >= 0.98 * total as f64,
+            "{content:?}: {same} of {total} requests end as recorded"
+        );
+    }
+}
+
 /// At `--speed max` the replay reads the clock once per step of virtual
 /// time (`fusebox::clock::Steps`); it decides exactly as one reading
 /// tokio's clock every time does.
@@ -286,4 +313,90 @@ async fn recorded_semantic_failures_and_rate_headers_are_replayed() {
         frozen,
         [("openai".to_string(), Some(7_000)), ("openai".to_string(), Some(3_900))]
     );
+}
+
+/// A log recorded by the gateway replays as gateway calls: each one call,
+/// never deferred, at the level it was recorded at (`fusebox serve
+/// --record`, then `fusebox replay`).
+#[tokio::test]
+async fn a_recorded_gateway_log_replays_as_gateway_calls() {
+    use crate::gateway::{ask, gateway};
+    use fusebox::gateway::GatewayOptions;
+    use fusebox::provider::fault::{Fault, FaultSpec};
+    use fusebox::runner::outcome::Level;
+    use serde_json::json;
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("serve.jsonl");
+    let f = gateway(Config::default(), GatewayOptions::default()).await;
+    let header = Header {
+        v: 1,
+        started_at: "2026-11-29T02:00:00Z".into(),
+        seed: SEED,
+    };
+    let rec = Recorder::start(&log, RecordOptions::default(), header, f.runner.events()).unwrap();
+    let tool = json!([{"type": "function", "function": {"name": "get_order", "description": "Look up an order",
+        "parameters": {"type": "object", "properties": {"order_id": {"type": "string"}}, "required": ["order_id"]}}}]);
+    let mut sent = Vec::new();
+    for phase in ["healthy", "openai down", "all down"] {
+        match phase {
+            "openai down" => f.faults.set(
+                "provider:openai",
+                FaultSpec::always(Fault::Status {
+                    code: 503,
+                    retry_after_ms: None,
+                }),
+            ),
+            "all down" => {
+                for p in ["anthropic", "deepseek"] {
+                    f.faults
+                        .set(&format!("provider:{p}"), FaultSpec::always(Fault::ConnectionRefused));
+                }
+            }
+            _ => {}
+        }
+        for i in 0..4 {
+            let mut body = ask("default", &format!("user-{i}"));
+            if i % 2 == 0 {
+                body["tools"] = tool.clone();
+            }
+            let r = f.post(&body).await;
+            sent.push(r.headers()["x-fusebox-level"].to_str().unwrap().to_string());
+        }
+    }
+    let r = f
+        .http
+        .post(format!("{}/v1/embeddings", f.base))
+        .json(&json!({"model": "gpt-4o", "input": "refund policy", "user": "jo"}))
+        .send()
+        .await
+        .unwrap();
+    sent.push(r.headers()["x-fusebox-level"].to_str().unwrap().to_string());
+    assert!(
+        sent.iter().any(|l| l == "none") && sent.iter().any(|l| l == "failed"),
+        "{sent:?}"
+    );
+    f.runner.events().close_subscribers();
+    rec.finish().unwrap();
+    let text = std::fs::read_to_string(&log).unwrap();
+    assert!(text.contains(r#""via":"gateway""#) && text.contains(r#""via":"embeddings""#));
+    let (runner, out) = tokio::task::spawn_blocking(move || {
+        let rt = runtime(false, false).unwrap();
+        rt.block_on(replay_with(dir.path(), &log, Config::default(), "serve"))
+    })
+    .await
+    .unwrap();
+    assert_eq!(out.lost, 0);
+    assert_eq!(out.levels.len(), sent.len());
+    assert_eq!(
+        runner.by_level()[Level::Deferred.index()],
+        0,
+        "the gateway never defers"
+    );
+    assert_eq!(runner.by_level()[Level::Partial.index()], 0, "nor runs an agent loop");
+    for (id, (rec, rep)) in &out.levels {
+        assert!(
+            rec.is_some() && rec == rep,
+            "request {id}: recorded {rec:?}, replayed {rep:?}"
+        );
+    }
 }

@@ -46,6 +46,8 @@ fn request(t_ms: u64, id: u64, user: &str) -> RequestRec {
         max_steps: None,
         messages: None,
         content_hash: None,
+        answer_key: None,
+        via: Default::default(),
     }
 }
 
@@ -79,6 +81,8 @@ fn all_kinds_reads_every_kind_and_skips_unknown_ones() {
             max_steps: Some(4),
             messages: None,
             content_hash: Some("sha256:9f2c".into()),
+            answer_key: None,
+            via: Default::default(),
         }),
         Record::Attempt(AttemptRec {
             t_ms: 5,
@@ -96,6 +100,7 @@ fn all_kinds_reads_every_kind_and_skips_unknown_ones() {
             ]),
             semantic_failure: None,
             tool_calls: vec![],
+            tool_keys: Vec::new(),
         }),
         Record::Attempt(AttemptRec {
             t_ms: 50,
@@ -110,6 +115,7 @@ fn all_kinds_reads_every_kind_and_skips_unknown_ones() {
             headers: BTreeMap::new(),
             semantic_failure: None,
             tool_calls: strings(&["search"]),
+            tool_keys: Vec::new(),
         }),
         Record::Attempt(AttemptRec {
             t_ms: 470,
@@ -124,6 +130,7 @@ fn all_kinds_reads_every_kind_and_skips_unknown_ones() {
             headers: BTreeMap::new(),
             semantic_failure: None,
             tool_calls: vec![],
+            tool_keys: Vec::new(),
         }),
         Record::Transition(TransitionRec {
             t_ms: 2470,
@@ -168,6 +175,7 @@ fn all_kinds_reads_every_kind_and_skips_unknown_ones() {
             headers: BTreeMap::new(),
             semantic_failure: Some("malformed tool call".into()),
             tool_calls: vec![],
+            tool_keys: Vec::new(),
         }),
         Record::Operator(OperatorRec {
             t_ms: 3200,
@@ -586,6 +594,7 @@ fn to_line_skips_empty_optionals_and_keeps_nullable_fields() {
         headers: BTreeMap::new(),
         semantic_failure: None,
         tool_calls: vec![],
+        tool_keys: Vec::new(),
     })
     .to_line();
     assert_eq!(
@@ -659,6 +668,8 @@ fn arb_record() -> impl Strategy<Value = Record> {
                     max_steps,
                     messages: msgs.map(|m| m.into_iter().map(|(r, c)| Message::new(r, c)).collect()),
                     content_hash: hash,
+                    answer_key: None,
+                    via: Default::default(),
                 })
             },
         );
@@ -698,6 +709,7 @@ fn arb_record() -> impl Strategy<Value = Record> {
                     headers,
                     semantic_failure: sem,
                     tool_calls: calls,
+                    tool_keys: Vec::new(),
                 })
             },
         );

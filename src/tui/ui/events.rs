@@ -51,7 +51,7 @@ pub fn describe(e: &Event) -> String {
         EventKind::DeferredDone { request, level } => format!("deferred #{request} ended: {level}"),
         EventKind::RecordingFailed { path, error } => format!("recording to {path} stopped: {error}"),
         EventKind::Outcome(o) => format!("#{} {}", o.request, o.level.as_str()),
-        EventKind::Request(r) => format!("#{} from {}", r.id, r.user),
+        EventKind::Request(r) => format!("#{} from {}", r.request.id, r.request.user),
         EventKind::Attempt(a) => format!("#{} {} {:?}", a.request, a.target, a.status),
     }
 }

@@ -91,6 +91,7 @@ impl Provider for Scripted {
                 Ok(LlmResponse {
                     text: "answer".into(),
                     tool_calls,
+                    tool_keys: Vec::new(),
                     usage: Usage {
                         input: 20,
                         output,
