@@ -17,6 +17,44 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio::time::Instant;
 
+/// Runs `call`, made under `permits` of their breakers, telling each
+/// breaker whose slow-call bound the call outlasts that it is overdue the
+/// moment it does ([`Breaker::overdue`]): a target that turned slow trips
+/// on the calls in flight, not seconds later when they end. No timer is
+/// armed for a bound that `within` (the call's own timeout) ends first.
+pub async fn watched<F: std::future::Future>(
+    permits: &mut [(&Breaker, &mut Permit)],
+    start: Instant,
+    within: Duration,
+    call: F,
+) -> F::Output {
+    let mut marks: smallvec::SmallVec<[(Instant, usize); 2]> = permits
+        .iter()
+        .enumerate()
+        .filter_map(|(i, (b, _))| {
+            let bound = Duration::from_millis(b.slow_ms.load(Ordering::Relaxed));
+            // Slow is longer than the bound: still running 1 ms past it.
+            (!bound.is_zero() && bound < within).then(|| (start + bound + Duration::from_millis(1), i))
+        })
+        .collect();
+    if marks.is_empty() {
+        return call.await;
+    }
+    marks.sort_unstable();
+    tokio::pin!(call);
+    for (at, i) in marks {
+        tokio::select! {
+            biased;
+            out = &mut call => return out,
+            () = tokio::time::sleep_until(at) => {
+                let (b, p) = &mut permits[i];
+                b.overdue(p, at);
+            }
+        }
+    }
+    call.await
+}
+
 /// A breaker's state.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -93,6 +131,8 @@ pub struct CallRecord {
 pub struct Permit {
     generation: u64,
     probe: bool,
+    /// Counted as slow while still in flight ([`Breaker::overdue`]).
+    overdue: bool,
 }
 
 impl Permit {
@@ -146,6 +186,8 @@ pub struct Breaker {
     /// State and generation, readable without the lock: admitting a call to
     /// a closed breaker (the common case) takes no lock at all.
     fast: AtomicU64,
+    /// `slow_call_ms`, readable without the lock (see [`watched`]).
+    slow_ms: AtomicU64,
     inner: Mutex<Inner>,
 }
 
@@ -181,6 +223,8 @@ struct Inner {
     peak_probes: u32,
     open_until: Instant,
     half: HalfOpen,
+    /// Calls of this generation in flight past `slow_call_ms` (closed).
+    overdue: u32,
 }
 
 #[derive(Default)]
@@ -203,6 +247,7 @@ impl Breaker {
             name: name.into(),
             events,
             fast: AtomicU64::new(pack(0, BreakerState::Closed)),
+            slow_ms: AtomicU64::new(cfg.slow_call_ms),
             inner: Mutex::new(Inner {
                 window: Window::new(&cfg, now),
                 cfg,
@@ -214,6 +259,7 @@ impl Breaker {
                 peak_probes: 0,
                 open_until: now,
                 half: HalfOpen::default(),
+                overdue: 0,
             }),
         }
     }
@@ -253,6 +299,7 @@ impl Breaker {
             return Ok(Permit {
                 generation,
                 probe: false,
+                overdue: false,
             });
         }
         let mut g = super::lock(&self.inner);
@@ -285,6 +332,29 @@ impl Breaker {
         if self.fast.load(Ordering::Relaxed) != v {
             self.fast.store(v, Ordering::Release);
         }
+    }
+
+    /// The call admitted by `permit` has run past `slow_call_ms` and not
+    /// ended: it counts as slow from now, so a target turning slow trips on
+    /// the calls still in flight rather than only on those that end (a
+    /// half-open probe fails the ramp at once). Its end then moves it from
+    /// in flight to the window; nothing is counted twice. Returns the
+    /// reason if this tripped the breaker open.
+    pub fn overdue(&self, permit: &mut Permit, now: Instant) -> Option<String> {
+        if permit.overdue {
+            return None;
+        }
+        permit.overdue = true;
+        let mut g = super::lock(&self.inner);
+        let fired = g.overdue(*permit, now);
+        self.publish(&g);
+        drop(g);
+        let tripped = match &fired {
+            Some((_, BreakerState::Open, reason)) => Some(reason.clone()),
+            _ => None,
+        };
+        self.emit(fired);
+        tripped
     }
 
     /// Gives back a permit whose call never happened (e.g. cancelled).
@@ -338,6 +408,7 @@ impl Breaker {
         if cfg.window != g.cfg.window || cfg.window_size != g.cfg.window_size {
             g.window = Window::new(&cfg, now);
         }
+        self.slow_ms.store(cfg.slow_call_ms, Ordering::Relaxed);
         g.cfg = cfg;
     }
 
@@ -378,10 +449,44 @@ type Fired = Option<(BreakerState, BreakerState, String)>;
 
 impl Inner {
     fn cancel(&mut self, permit: Permit) {
-        if permit.probe && permit.generation == self.generation && self.state == BreakerState::HalfOpen {
-            self.half.in_flight = self.half.in_flight.saturating_sub(1);
-            self.half.admitted = self.half.admitted.saturating_sub(1);
+        if permit.generation != self.generation {
+            return;
         }
+        if permit.probe && self.state == BreakerState::HalfOpen {
+            self.half.in_flight = self.half.in_flight.saturating_sub(1);
+            // An overdue probe was judged already: its slot stays used.
+            if !permit.overdue {
+                self.half.admitted = self.half.admitted.saturating_sub(1);
+            }
+        } else if permit.overdue {
+            self.overdue = self.overdue.saturating_sub(1);
+        }
+    }
+
+    fn overdue(&mut self, permit: Permit, now: Instant) -> Fired {
+        let mut fired = None;
+        if self.state == BreakerState::HalfOpen {
+            self.advance(now, &mut fired);
+        }
+        if permit.generation != self.generation {
+            return fired;
+        }
+        match self.state {
+            BreakerState::HalfOpen if permit.probe => {
+                self.half.failed += 1;
+                self.half.slow += 1;
+                self.judge_ramp(now, &mut fired);
+            }
+            BreakerState::Closed => {
+                self.overdue += 1;
+                if let Some(reason) = self.slow_reason(now) {
+                    self.trip(now, reason, &mut fired);
+                }
+            }
+            BreakerState::ForcedClosed | BreakerState::Disabled => self.overdue += 1,
+            _ => {}
+        }
+        fired
     }
 
     fn stage_allowance(&self) -> u32 {
@@ -393,6 +498,7 @@ impl Inner {
         self.state = state;
         self.generation += 1;
         self.half = HalfOpen::default();
+        self.overdue = 0;
         match state {
             BreakerState::Open => {
                 self.consecutive = 0;
@@ -469,6 +575,7 @@ impl Inner {
             BreakerState::Closed | BreakerState::ForcedClosed | BreakerState::Disabled => Ok(Permit {
                 generation,
                 probe: false,
+                overdue: false,
             }),
             BreakerState::ForcedOpen => Err(Rejected::ForcedOpen),
             BreakerState::Open => Err(Rejected::Open(self.open_until.saturating_duration_since(now))),
@@ -480,6 +587,7 @@ impl Inner {
                     Ok(Permit {
                         generation,
                         probe: true,
+                        overdue: false,
                     })
                 } else {
                     Err(Rejected::ProbesBusy)
@@ -522,6 +630,10 @@ impl Inner {
         let failed = failure.is_some();
         let slow = cfg.slow_call_ms > 0 && call.latency > Duration::from_millis(cfg.slow_call_ms);
         match self.state {
+            // Judged when it became overdue.
+            BreakerState::HalfOpen if permit.probe && permit.overdue => {
+                self.half.in_flight = self.half.in_flight.saturating_sub(1);
+            }
             BreakerState::HalfOpen if permit.probe => {
                 self.half.in_flight = self.half.in_flight.saturating_sub(1);
                 // A slow probe fails the ramp, as in resilience4j: a target
@@ -533,50 +645,12 @@ impl Inner {
                 } else {
                     self.half.ok += 1;
                 }
-                let allowance = self.stage_allowance();
-                let need = cfg.half_open_success_rate;
-                let max_failures = ((1.0 - need) * allowance as f64 + 1e-9).floor() as u32;
-                if self.half.failed > max_failures {
-                    let done = self.half.ok + self.half.failed;
-                    let slow = match self.half.slow {
-                        0 => String::new(),
-                        n => format!(", {n} of them slower than {} ms", cfg.slow_call_ms),
-                    };
-                    let reason = format!(
-                        "half-open probe failed: {} of {} probes failed{slow} (success {:.2} < {:.2})",
-                        self.half.failed,
-                        done,
-                        self.half.ok as f64 / done as f64,
-                        need
-                    );
-                    self.trip(now, reason, &mut fired);
-                } else if self.half.ok + self.half.failed >= allowance {
-                    let rate = self.half.ok as f64 / (self.half.ok + self.half.failed) as f64;
-                    if self.half.stage + 1 >= cfg.half_open_ramp.len() {
-                        let ramp: Vec<String> = cfg.half_open_ramp.iter().map(u32::to_string).collect();
-                        let reason = format!(
-                            "half-open ramp {} passed (last stage success {:.2} ≥ {:.2})",
-                            ramp.join("→"),
-                            rate,
-                            need
-                        );
-                        // The run of trips is kept until it stays closed
-                        // a while: one that re-trips soon after closing
-                        // waits longer each time.
-                        self.closed_at = Some(now);
-                        self.to(BreakerState::Closed, now);
-                        fired = Some((BreakerState::HalfOpen, BreakerState::Closed, reason));
-                    } else {
-                        let since = self.half.since;
-                        self.half = HalfOpen {
-                            stage: self.half.stage + 1,
-                            since,
-                            ..HalfOpen::default()
-                        };
-                    }
-                }
+                self.judge_ramp(now, &mut fired);
             }
             BreakerState::Closed => {
+                if permit.overdue {
+                    self.overdue = self.overdue.saturating_sub(1);
+                }
                 self.window.push(now, failed, slow);
                 self.consecutive = if failed { self.consecutive + 1 } else { 0 };
                 if let Some(reason) = self.trip_reason(failure, call, now) {
@@ -584,12 +658,57 @@ impl Inner {
                 }
             }
             BreakerState::ForcedClosed | BreakerState::Disabled => {
+                if permit.overdue {
+                    self.overdue = self.overdue.saturating_sub(1);
+                }
                 self.window.push(now, failed, slow);
                 self.consecutive = if failed { self.consecutive + 1 } else { 0 };
             }
             _ => {}
         }
         fired
+    }
+
+    /// Ends the half-open stage if its probes decide it: fails the ramp
+    /// when too many failed, passes the stage (or closes) when all are in.
+    fn judge_ramp(&mut self, now: Instant, fired: &mut Fired) {
+        let allowance = self.stage_allowance();
+        let need = self.cfg.half_open_success_rate;
+        let max_failures = ((1.0 - need) * allowance as f64 + 1e-9).floor() as u32;
+        let done = self.half.ok + self.half.failed;
+        if self.half.failed > max_failures {
+            let slow = match self.half.slow {
+                0 => String::new(),
+                n => format!(", {n} of them slower than {} ms", self.cfg.slow_call_ms),
+            };
+            let reason = format!(
+                "half-open probe failed: {} of {done} probes failed{slow} (success {:.2} < {need:.2})",
+                self.half.failed,
+                self.half.ok as f64 / done as f64,
+            );
+            self.trip(now, reason, fired);
+        } else if done >= allowance {
+            let rate = self.half.ok as f64 / done as f64;
+            if self.half.stage + 1 >= self.cfg.half_open_ramp.len() {
+                let ramp: Vec<String> = self.cfg.half_open_ramp.iter().map(u32::to_string).collect();
+                let reason = format!(
+                    "half-open ramp {} passed (last stage success {rate:.2} ≥ {need:.2})",
+                    ramp.join("→"),
+                );
+                // The run of trips is kept until it stays closed a while:
+                // one that re-trips soon after closing waits longer each time.
+                self.closed_at = Some(now);
+                self.to(BreakerState::Closed, now);
+                *fired = Some((BreakerState::HalfOpen, BreakerState::Closed, reason));
+            } else {
+                let since = self.half.since;
+                self.half = HalfOpen {
+                    stage: self.half.stage + 1,
+                    since,
+                    ..HalfOpen::default()
+                };
+            }
+        }
     }
 
     fn trip_reason(&self, failure: Option<FailureKind>, call: &CallRecord, now: Instant) -> Option<String> {
@@ -604,7 +723,7 @@ impl Inner {
             let kind = failure.map(kind_name).unwrap_or("failure");
             return Some(format!("{} consecutive failures (last: {kind})", self.consecutive));
         }
-        let (calls, fails, slows) = self.window.totals(now);
+        let (calls, fails, _) = self.window.totals(now);
         if calls >= cfg.minimum_calls {
             let rate = fails as f64 / calls as f64;
             if rate >= cfg.failure_rate {
@@ -613,15 +732,30 @@ impl Inner {
                     cfg.failure_rate
                 ));
             }
-            let slow_rate = slows as f64 / calls as f64;
-            if cfg.slow_call_ms > 0 && slow_rate >= cfg.slow_call_rate {
-                return Some(format!(
-                    "slow-call rate {slow_rate:.2} ≥ {:.2} over {calls} calls (slower than {} ms)",
-                    cfg.slow_call_rate, cfg.slow_call_ms
-                ));
-            }
         }
-        None
+        self.slow_reason(now)
+    }
+
+    /// Whether the slow-call rate trips it: over the window's calls and
+    /// the calls still in flight past the bound (counted as slow).
+    fn slow_reason(&self, now: Instant) -> Option<String> {
+        let cfg = &self.cfg;
+        if cfg.slow_call_ms == 0 {
+            return None;
+        }
+        let (ended, _, slows) = self.window.totals(now);
+        let (calls, slows) = (ended + self.overdue, slows + self.overdue);
+        let slow_rate = slows as f64 / calls.max(1) as f64;
+        (calls >= cfg.minimum_calls && slow_rate >= cfg.slow_call_rate).then(|| {
+            let flight = match self.overdue {
+                0 => String::new(),
+                n => format!(", {n} of them still running"),
+            };
+            format!(
+                "slow-call rate {slow_rate:.2} ≥ {:.2} over {calls} calls (slower than {} ms{flight})",
+                cfg.slow_call_rate, cfg.slow_call_ms
+            )
+        })
     }
 }
 

@@ -7,7 +7,7 @@ use super::outcome::Level;
 use super::stream::{Pumped, Spend, StreamHead, Streaming};
 use super::{ModelSlot, Runner};
 use crate::provider::{ErrorKind, LlmRequest, LlmResponse, Message, Piece, ProviderError, Role, ToolSpec};
-use crate::resilience::breaker::{CallRecord, FailureKind};
+use crate::resilience::breaker::{watched, Breaker, CallRecord, FailureKind, Permit};
 use crate::resilience::budget::BudgetExceeded;
 use crate::resilience::limiter::RateFeedback;
 use crate::resilience::retry::backoff;
@@ -356,20 +356,27 @@ impl Runner {
             req.attempt = attempt;
             spend.clear();
             held.calling = Some(&spend);
-            let result = match streaming.as_deref_mut() {
-                Some(s) if req.stream == Some(true) => {
-                    let room = held
-                        .res
-                        .as_ref()
-                        .and_then(|r| self.budgets.room(call.user, r, self.clock.ms_at(now)));
-                    let head = self.stream_head_of(call, mi, tally);
-                    Box::pin(self.stream_attempt(mi, &req, s, room, &spend, head)).await
+            let streams = streaming.is_some() && req.stream == Some(true);
+            let room = held
+                .res
+                .as_ref()
+                .filter(|_| streams)
+                .and_then(|r| self.budgets.room(call.user, r, self.clock.ms_at(now)));
+            // A stream has no timeout of its own (an idle one only).
+            let within = if streams { Duration::MAX } else { p.timeout };
+            let attempted = async {
+                match streaming.as_deref_mut() {
+                    Some(s) if streams => {
+                        let head = self.stream_head_of(call, mi, tally);
+                        Box::pin(self.stream_attempt(mi, &req, s, room, &spend, head)).await
+                    }
+                    _ => match p.client.complete_within(&req, p.timeout).await {
+                        Ok(resp) => Attempted::Answer(resp, Vec::new()),
+                        Err(e) => Attempted::Failed(e),
+                    },
                 }
-                _ => match p.client.complete_within(&req, p.timeout).await {
-                    Ok(resp) => Attempted::Answer(resp, Vec::new()),
-                    Err(e) => Attempted::Failed(e),
-                },
             };
+            let result = watched(&mut held.watched(), now, within, attempted).await;
             let allowance = held.allowance.take();
             let permits = held.disarm();
             let end = self.clock.now();
@@ -782,6 +789,16 @@ pub(super) struct Held<'a> {
 }
 
 impl Held<'_> {
+    /// The breakers' permits of the call, for [`watched`].
+    fn watched(&mut self) -> SmallVec<[(&Breaker, &mut Permit); 2]> {
+        let targets = self.targets;
+        self.probes
+            .iter_mut()
+            .zip(targets)
+            .filter_map(|(p, t)| Some((&t.breaker, p.as_mut()?)))
+            .collect()
+    }
+
     /// Hands everything over for settlement with the call's actual usage.
     pub(super) fn disarm(mut self) -> Permits {
         let taken = (

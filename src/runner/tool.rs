@@ -6,7 +6,7 @@ use super::llm::Tally;
 use super::Runner;
 use crate::clock::hash_str;
 use crate::provider::{ErrorKind, ToolCall};
-use crate::resilience::breaker::{CallRecord, FailureKind};
+use crate::resilience::breaker::{watched, CallRecord, FailureKind};
 use crate::resilience::retry::backoff;
 use crate::telemetry::events::Attempt;
 use std::sync::Arc;
@@ -68,7 +68,7 @@ impl Runner {
         let timeout = Duration::from_millis(slot.cfg.timeout_ms);
         let mut attempt = 0u32;
         loop {
-            let permit = match t.breaker.try_acquire(self.clock.now()) {
+            let mut permit = match t.breaker.try_acquire(self.clock.now()) {
                 Ok(p) => p,
                 Err(_) => {
                     t.stats.rejected_open.inc();
@@ -86,10 +86,14 @@ impl Runner {
             t.stats.attempts.inc();
             tally.attempts += 1;
             let t0 = self.clock.now();
-            let r = self
-                .executor
-                .call_within(&slot.name, &call.arguments, request_id, attempt, timeout)
-                .await;
+            let r = watched(
+                &mut [(&t.breaker, &mut permit)],
+                t0,
+                timeout,
+                self.executor
+                    .call_within(&slot.name, &call.arguments, request_id, attempt, timeout),
+            )
+            .await;
             drop(slot_guard);
             let end = self.clock.now();
             let latency = end.saturating_duration_since(t0);

@@ -1261,12 +1261,13 @@ async fn the_state_a_breaker_is_in_already_changes_nothing() {
 }
 
 /// A dependency that stays slow (every call succeeds, in 5 s, over a 4 s
-/// slow-call bound), attempted every 100 ms for 120 s: it trips on its
-/// slow-call rate and, its probes being slow too, stays open with growing
-/// cooldowns instead of closing and re-tripping at the first cooldown
-/// (which admitted 185 calls). What it admits is the calls started before
-/// the first result could arrive (59: the window needs 10 results, the
-/// first comes 5 s in) and one 2-probe stage per cooldown.
+/// slow-call bound), attempted every 100 ms for 120 s, by a caller that
+/// tells the breaker when a call outlasts the bound (as the runner does):
+/// it trips on the calls still in flight once ten have run 4 s, and, its
+/// probes being slow too, stays open with growing cooldowns instead of
+/// closing and re-tripping at the first cooldown (which admitted 185
+/// calls). It admits the 49 calls started before the tenth ran 4 s, and
+/// one 2-probe stage per cooldown (30 s, then 60 s).
 #[tokio::test(start_paused = true)]
 async fn a_dependency_that_stays_slow_stays_open() {
     let cfg = BreakerConfig {
@@ -1280,17 +1281,22 @@ async fn a_dependency_that_stays_slow_stays_open() {
         tokens: 100,
         tokens_per_s: None,
     };
-    // Calls in flight, by when they end.
+    // Calls in flight, by when they started.
     let mut running: VecDeque<(u64, Permit)> = VecDeque::new();
     let mut admitted = 0;
     for t in (0..120_000u64).step_by(100) {
-        while running.front().is_some_and(|(end, _)| *end <= t) {
-            let (end, p) = running.pop_front().unwrap();
-            r.record(p, end, slow);
+        while running.front().is_some_and(|(start, _)| start + 5_000 <= t) {
+            let (start, p) = running.pop_front().unwrap();
+            r.record(p, start + 5_000, slow);
+        }
+        for (start, p) in running.iter_mut() {
+            if *start + 4_000 == t {
+                r.breaker.overdue(p, r.at(t));
+            }
         }
         if let Ok(p) = r.breaker.try_acquire(r.at(t)) {
             admitted += 1;
-            running.push_back((t + 5_000, p));
+            running.push_back((t, p));
         }
     }
     let events = r.events();
@@ -1304,6 +1310,12 @@ async fn a_dependency_that_stays_slow_stays_open() {
             .any(|(from, _, why)| from == "half_open" && why.contains("1 of them slower than 4000 ms")),
         "{events:?}"
     );
-    assert!(admitted <= 63, "admitted {admitted} calls in 120 s");
+    assert!(
+        events
+            .iter()
+            .any(|(_, to, why)| to == "open" && why.contains("10 of them still running")),
+        "{events:?}"
+    );
+    assert_eq!(admitted, 53, "admitted {admitted} calls in 120 s");
     assert_eq!(r.state(), BreakerState::Open);
 }

@@ -666,3 +666,53 @@ async fn auth_errors_are_counted_apart_from_failures() {
         );
     }
 }
+
+/// A model turned slow trips its breaker on the calls still in flight,
+/// once ten have run past `slow_call_ms`, not when they end.
+#[tokio::test(start_paused = true)]
+async fn a_model_turned_slow_trips_while_its_calls_still_run() {
+    let mut cfg = Config::default();
+    cfg.breaker.slow_call_ms = 4_000;
+    let openai = Scripted::new(
+        vec![],
+        Step::Ok {
+            delay_ms: 5_000,
+            output: 10,
+            tool_calls: vec![],
+        },
+    );
+    let r = runner(cfg, vec![("openai", openai.clone() as Arc<dyn Provider>)], None);
+    let runs: Vec<_> = (0..12)
+        .map(|i| {
+            let r = r.clone();
+            tokio::spawn(async move { r.run(&ask(i, &format!("user-{i}"))).await })
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_millis(4_100)).await;
+    assert_eq!(openai.calls(), 12, "all still running");
+    let breaker = &r.registry().find("provider:openai").unwrap().breaker;
+    assert_eq!(breaker.state(), BreakerState::Open);
+    let trip = r
+        .events()
+        .recent(100)
+        .into_iter()
+        .find_map(|e| match e.kind {
+            EventKind::Transition {
+                breaker, to, reason, ..
+            } if breaker == "provider:openai" && to == "open" => Some(reason),
+            _ => None,
+        })
+        .expect("a trip");
+    assert!(
+        trip.contains("over 10 calls") && trip.contains("10 of them still running"),
+        "{trip}"
+    );
+    for run in runs {
+        assert_eq!(run.await.unwrap().level, Level::None, "the calls made still answer");
+    }
+    assert_eq!(
+        breaker.view(r.clock().now()).calls_in_window,
+        0,
+        "their ends judge nothing anew"
+    );
+}
