@@ -53,6 +53,25 @@ pub const ATTEMPT_HEADER: &str = wire::H_ATTEMPT;
 /// The only `anthropic-version` accepted.
 pub const ANTHROPIC_VERSION: &str = "2023-06-01";
 
+/// Whether `v` names an Anthropic API version: a date (`YYYY-MM-DD`) from
+/// the first one on. The SDKs move to newer versions as they come out
+/// (anthropic 2.14 sends 2026-10-21), and the messages API this server
+/// speaks is the same in every one of them.
+fn is_api_version(v: &str) -> bool {
+    let b = v.as_bytes();
+    b.len() == 10
+        && b[4] == b'-'
+        && b[7] == b'-'
+        && b.iter()
+            .enumerate()
+            .all(|(i, c)| i == 4 || i == 7 || c.is_ascii_digit())
+        && v >= "2023-01-01"
+        && v[5..7] >= *"01"
+        && v[5..7] <= *"12"
+        && v[8..10] >= *"01"
+        && v[8..10] <= *"31"
+}
+
 /// Largest request body accepted (larger gets a 413).
 const MAX_BODY: usize = 8 << 20;
 /// How long a `timeout` fault holds the connection before giving up with a 504.
@@ -624,9 +643,9 @@ fn check_auth(flavor: Flavor, headers: &HeaderMap, keyless: bool) -> Option<Resp
             }
             match header_str(headers, "anthropic-version") {
                 None => fail(400, "anthropic-version: header is required"),
-                Some(v) if v != ANTHROPIC_VERSION => fail(
+                Some(v) if !is_api_version(v) => fail(
                     400,
-                    "anthropic-version: unsupported version (this server speaks 2023-06-01)",
+                    "anthropic-version: not a version (a date from 2023-01-01 on, such as 2023-06-01)",
                 ),
                 Some(_) => None,
             }

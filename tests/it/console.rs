@@ -35,7 +35,7 @@ fn opts(readonly: bool) -> Options {
 /// A runner that went through an incident: openai down (its breakers
 /// open, traffic fell back), anthropic refills frozen by an operator, one
 /// user over budget. Returns the runner and a console that watched it.
-async fn incident(readonly: bool) -> (Arc<Runner>, App) {
+pub(crate) async fn incident(readonly: bool) -> (Arc<Runner>, App) {
     let mut cfg = Config::default();
     cfg.budgets.user_tokens_per_minute = 4_000;
     let runner = Runner::new(cfg, RunnerParts::mock(Clock::with_wall_anchor(0), Seed(5))).unwrap();
@@ -92,7 +92,7 @@ async fn incident(readonly: bool) -> (Arc<Runner>, App) {
     (runner, app)
 }
 
-fn text(buf: &Buffer) -> String {
+pub(crate) fn text(buf: &Buffer) -> String {
     let area = buf.area;
     let mut out = String::new();
     for y in 0..area.height {
@@ -106,7 +106,7 @@ fn text(buf: &Buffer) -> String {
     out
 }
 
-fn render(app: &App, w: u16, h: u16) -> Buffer {
+pub(crate) fn render(app: &App, w: u16, h: u16) -> Buffer {
     let mut t = Terminal::new(TestBackend::new(w, h)).unwrap();
     t.draw(|f| ui::draw(f, app, &Theme::built_in("default").unwrap(), &KeyMap::defaults()))
         .unwrap();

@@ -8,6 +8,7 @@ mod breaker_props;
 mod cli;
 mod common;
 mod console;
+mod docs;
 mod faithful;
 mod fleet;
 mod fuzz;

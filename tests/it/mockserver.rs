@@ -969,6 +969,16 @@ async fn a_keyless_mock_answers_calls_without_a_key_but_not_bad_ones() {
         400,
         "anthropic-version is still required"
     );
+    // The version the current SDK sends (anthropic 2.14) is one; a word is not.
+    for (version, status) in [
+        ("2026-10-21", 200),
+        ("latest", 400),
+        ("2022-12-31", 400),
+        ("2023-13-01", 400),
+    ] {
+        let r = post().header("anthropic-version", version).send().await.unwrap();
+        assert_eq!(r.status(), status, "anthropic-version: {version}");
+    }
 }
 
 #[tokio::test]

@@ -16,7 +16,7 @@ use fusebox::runner::{Runner, RunnerParts};
 use std::path::Path;
 use std::process::Command;
 
-fn python() -> Option<String> {
+pub(crate) fn python() -> Option<String> {
     match std::env::var("FUSEBOX_SDK_PYTHON") {
         Ok(p) if !p.is_empty() => Some(p),
         _ if std::env::var_os("FUSEBOX_REQUIRE_SDK").is_some() => {
