@@ -579,10 +579,9 @@ fn demo(args: DemoArgs) -> Result<()> {
                 readonly: args.console.readonly,
                 yes: args.console.yes,
                 operator,
-                source: format!(
-                    "scenario {} · providers {}",
-                    scenario.name,
-                    if http { "http" } else { "in-process" }
+                source: fusebox::tui::app::source(
+                    &format!("scenario {}", scenario.name),
+                    if http { "http" } else { "in-process" },
                 ),
                 replay_length_ms: None,
                 recorded: None,
@@ -646,10 +645,9 @@ fn replay(args: ReplayArgs) -> Result<()> {
     let record = args.record;
     let record_path = record.record.clone();
     let operator = operator_name(&args.console);
-    let source = format!(
-        "replay {} · providers {}",
-        shown(&args.logs),
-        if recorded { "recorded" } else { "live" }
+    let source = fusebox::tui::app::source(
+        &format!("replay {}", shown(&args.logs)),
+        if recorded { "recorded" } else { "live" },
     );
     let log_length = fusebox::traffic::replay::log_length_ms(&args.logs);
     let summary = rt.block_on(async move {

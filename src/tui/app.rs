@@ -175,6 +175,12 @@ pub const SPARK_SAMPLES: usize = 120;
 /// Recent requests kept.
 pub const RECENT: usize = 1000;
 
+/// The header's name of what the console watches: `what` (`scenario
+/// tour`, `replay LOG`) and how its providers are reached.
+pub fn source(what: &str, providers: &str) -> String {
+    format!("{what} · providers {providers}")
+}
+
 /// The console state.
 pub struct App {
     /// Options.
