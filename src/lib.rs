@@ -6,6 +6,7 @@
 
 pub mod alloc;
 pub mod bench;
+pub mod cli;
 pub mod clock;
 pub mod config;
 pub mod fleet;

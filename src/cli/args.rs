@@ -1,0 +1,159 @@
+//! Options several commands share, and the flag values they parse into.
+
+use crate::config::Config;
+use crate::traffic::record::{Content, RecordOptions, Recorder};
+use anyhow::{bail, Context, Result};
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// How fast virtual time runs: `max` or a factor of real time.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Speed {
+    /// Virtual time, as fast as possible (deterministic).
+    Max,
+    /// This many times real time.
+    Factor(f64),
+}
+
+impl std::str::FromStr for Speed {
+    type Err = anyhow::Error;
+
+    fn from_str(s: &str) -> Result<Self> {
+        if s == "max" {
+            return Ok(Speed::Max);
+        }
+        match s.parse::<f64>() {
+            Ok(f) if f.is_finite() && f > 0.0 => Ok(Speed::Factor(f)),
+            _ => bail!("--speed {s}: use `max` or a positive number such as 1 or 10"),
+        }
+    }
+}
+
+impl Speed {
+    /// `--speed`, else `max` headless and real time in the console.
+    pub fn or_default(given: Option<&str>, console: bool) -> Result<Self> {
+        given.unwrap_or(if console { "1" } else { "max" }).parse()
+    }
+
+    /// Whether this is virtual time as fast as possible.
+    pub fn is_max(self) -> bool {
+        self == Speed::Max
+    }
+}
+
+/// A `--duration`: positive, e.g. `60s` or `10m`.
+pub fn parse_duration(s: &str) -> Result<Duration> {
+    let t = s.trim();
+    if t.starts_with('-') {
+        bail!("--duration {s}: a duration cannot be negative; use e.g. 60s or 10m");
+    }
+    let d = humantime::parse_duration(t)
+        .with_context(|| format!("--duration {s}: not a duration; use e.g. 60s, 90s or 10m"))?;
+    if d.is_zero() {
+        bail!("--duration {s}: must be longer than zero");
+    }
+    Ok(d)
+}
+
+/// The config at `path`, else the built-in one.
+pub fn load_config(path: Option<&PathBuf>) -> Result<Config> {
+    match path {
+        Some(p) => Ok(Config::load(p)?),
+        None => Ok(Config::default()),
+    }
+}
+
+/// `--state`: where a fleet's shared state lives.
+#[derive(clap::Args, Default)]
+pub struct StateArgs {
+    /// Where state shared by a fleet of instances lives: `memory` (this
+    /// instance alone) or `redis://HOST:PORT/DB` [default: the config's
+    /// `[state] url`, else memory].
+    #[arg(long)]
+    pub state: Option<String>,
+}
+
+impl StateArgs {
+    /// The Redis URL to join, if any: the flag, else the config. A fleet
+    /// shares limits in real time, so it needs a speed factor.
+    pub fn redis(&self, cfg: &Config, speed: Speed) -> Result<Option<String>> {
+        let url = self.state.clone().unwrap_or_else(|| cfg.state.url.clone());
+        if url == "memory" {
+            return Ok(None);
+        }
+        if speed.is_max() {
+            bail!("--state {url}: a fleet shares limits in real time; use a speed factor (e.g. --speed 1) or --state memory");
+        }
+        Ok(Some(url))
+    }
+}
+
+/// Recording options.
+#[derive(clap::Args, Default)]
+pub struct RecordArgs {
+    /// Record the traffic to this file (traffic log v1, JSONL; see docs/traffic-log.md).
+    #[arg(long)]
+    pub record: Option<PathBuf>,
+    /// Message content in the recording: none (default), hash, or full.
+    #[arg(long, value_enum, default_value = "none")]
+    pub record_content: Content,
+    /// When the recording is synced to disk: always, os, or every N milliseconds.
+    #[arg(long, default_value = "1000")]
+    pub fsync: String,
+    /// Start a new recording file past this many megabytes (the old one gets a .N suffix).
+    #[arg(long)]
+    pub rotate_mb: Option<u64>,
+}
+
+impl RecordArgs {
+    /// Subscribes a recorder to the runner's events, if recording.
+    pub fn start(&self, runner: &crate::runner::Runner, seed: u64) -> Result<Option<Recorder>> {
+        let Some(path) = &self.record else { return Ok(None) };
+        let opts = RecordOptions {
+            fsync: self.fsync.parse().map_err(|e| anyhow::anyhow!("--fsync {e}"))?,
+            content: self.record_content,
+            rotate_bytes: self.rotate_mb.map(|mb| mb.max(1) << 20),
+        };
+        let header = crate::traffic::log::Header {
+            v: crate::traffic::log::VERSION,
+            started_at: humantime::format_rfc3339_millis(std::time::SystemTime::now()).to_string(),
+            seed,
+        };
+        let rec = Recorder::start(path, opts, header, runner.events())
+            .with_context(|| format!("cannot record to {}", path.display()))?;
+        Ok(Some(rec))
+    }
+}
+
+/// Console options.
+#[derive(clap::Args, Default)]
+pub struct ConsoleArgs {
+    /// Console theme: default, light, high-contrast, mono, or a theme file (NO_COLOR selects mono).
+    #[arg(long)]
+    pub theme: Option<String>,
+    /// Keymap file remapping actions to keys.
+    #[arg(long)]
+    pub keymap: Option<PathBuf>,
+    /// Disable every command that changes the runner.
+    #[arg(long)]
+    pub readonly: bool,
+    /// Run destructive commands without asking for confirmation.
+    #[arg(long)]
+    pub yes: bool,
+    /// Operator name recorded with commands [default: $USER].
+    #[arg(long)]
+    pub operator: Option<String>,
+    /// Directory for the rolling diagnostic log [default: $XDG_STATE_HOME/fusebox/logs].
+    #[arg(long)]
+    pub log_dir: Option<PathBuf>,
+}
+
+impl ConsoleArgs {
+    /// Who issues console commands: `--operator`, else `$USER`.
+    pub fn operator_name(&self) -> String {
+        self.operator
+            .clone()
+            .or_else(|| std::env::var("USER").ok())
+            .unwrap_or_else(|| "operator".into())
+    }
+}

@@ -1,0 +1,116 @@
+//! `fusebox replay LOG --compare A B`: one log under two configs, in
+//! virtual time, side by side.
+
+use super::replay::{replay_runner, ReplayArgs};
+use super::run::spool_file;
+use crate::config::Config;
+use crate::runner::registry::StatsView;
+use crate::traffic::replay::ReplayOptions;
+use crate::traffic::summary::{collect_transitions, Summary};
+use anyhow::{Context, Result};
+use std::path::{Path, PathBuf};
+
+/// Replays the log under `a` and under `b` and prints what differs.
+pub fn compare(args: &ReplayArgs, a: &PathBuf, b: &PathBuf) -> Result<()> {
+    crate::alloc::keep_freed_memory();
+    let recorded = args.recorded()?;
+    let mut summaries = Vec::new();
+    for (i, path) in [a, b].into_iter().enumerate() {
+        let cfg = Config::load(path)?;
+        args.check(&cfg, recorded, super::args::Speed::Max)?;
+        let (reader, seed) = args.open()?;
+        let (spool, _spool_dir) = spool_file(None, &cfg)?;
+        let rt = crate::traffic::replay::runtime(!recorded, true)?;
+        let wall = std::time::Instant::now();
+        let opts = ReplayOptions {
+            operator: !args.no_operator,
+            jump_idle: true,
+            ..ReplayOptions::default()
+        };
+        let summary = rt.block_on(async move {
+            let clock = crate::traffic::replay::replay_clock(reader.header());
+            let (runner, fleet) = replay_runner(cfg, seed, spool, recorded, clock)?;
+            let transitions = collect_transitions(&runner);
+            let out = crate::traffic::replay::replay(runner.clone(), reader, fleet, opts).await?;
+            runner.events().close_subscribers();
+            let seen = transitions.await?;
+            let mut s = Summary::build(
+                &runner,
+                &seen,
+                out.lost,
+                clock.elapsed_ms(),
+                wall.elapsed().as_millis() as u64,
+            );
+            // Both configs read the same log: its skipped lines are said once.
+            args.skipped(&mut s, &out, i == 0);
+            anyhow::Ok(s)
+        })?;
+        summaries.push(summary);
+    }
+    let (x, y) = (&summaries[0], &summaries[1]);
+    print_table(x, y, a, b);
+    if let Some(p) = &args.summary_json {
+        let both = serde_json::json!({ "a": { "config": a, "summary": x }, "b": { "config": b, "summary": y } });
+        std::fs::write(p, format!("{}\n", serde_json::to_string_pretty(&both)?))
+            .with_context(|| format!("cannot write {}", p.display()))?;
+    }
+    Ok(())
+}
+
+/// The two summaries, a row per figure, differences marked.
+fn print_table(x: &Summary, y: &Summary, a: &Path, b: &Path) {
+    let rows: Vec<(&str, f64, f64)> = vec![
+        ("requests", x.requests as f64, y.requests as f64),
+        ("level none", x.by_level.none as f64, y.by_level.none as f64),
+        ("level partial", x.by_level.partial as f64, y.by_level.partial as f64),
+        ("level fallback", x.by_level.fallback as f64, y.by_level.fallback as f64),
+        ("level deferred", x.by_level.deferred as f64, y.by_level.deferred as f64),
+        ("level failed", x.by_level.failed as f64, y.by_level.failed as f64),
+        ("tokens consumed", x.tokens.consumed as f64, y.tokens.consumed as f64),
+        ("tokens wasted", x.tokens.wasted as f64, y.tokens.wasted as f64),
+        ("cost usd", x.cost_usd, y.cost_usd),
+        ("calls made", calls(x, |t| t.attempts), calls(y, |t| t.attempts)),
+        ("calls failed", calls(x, |t| t.failed), calls(y, |t| t.failed)),
+        (
+            "calls short-circuited",
+            calls(x, |t| t.rejected_open),
+            calls(y, |t| t.rejected_open),
+        ),
+        ("retries", calls(x, |t| t.retries), calls(y, |t| t.retries)),
+        ("transitions", x.transitions.len() as f64, y.transitions.len() as f64),
+        (
+            "budget rejections",
+            x.budget_rejections.values().sum::<u64>() as f64,
+            y.budget_rejections.values().sum::<u64>() as f64,
+        ),
+        ("lost", x.lost as f64, y.lost as f64),
+    ];
+    println!("{:<22} {:>14} {:>14} {:>12}", "", short(a), short(b), "difference");
+    for (name, va, vb) in rows {
+        let mark = if (va - vb).abs() > 1e-9 { "  *" } else { "" };
+        let fmt = |v: f64| {
+            if v.fract() == 0.0 {
+                format!("{v:.0}")
+            } else {
+                format!("{v:.4}")
+            }
+        };
+        println!("{name:<22} {:>14} {:>14} {:>12}{mark}", fmt(va), fmt(vb), fmt(vb - va));
+    }
+}
+
+/// A figure summed over providers and tools (model breakers see the same
+/// calls as their provider).
+fn calls(s: &Summary, f: impl Fn(&StatsView) -> u64) -> f64 {
+    s.targets
+        .iter()
+        .filter(|(k, _)| !k.starts_with("model:"))
+        .map(|(_, v)| f(v))
+        .sum::<u64>() as f64
+}
+
+fn short(p: &Path) -> String {
+    p.file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_else(|| p.display().to_string())
+}

@@ -1,0 +1,164 @@
+//! The command line: one file per command, the options they share
+//! (`args`), and one way to run the runner that every command ends in
+//! (`run`).
+
+pub mod args;
+mod compare;
+pub mod demo;
+pub mod replay;
+pub mod run;
+pub mod serve;
+
+use crate::clock::Seed;
+use crate::config::Config;
+use crate::mockserver::MockServer;
+use anyhow::{bail, Context, Result};
+use clap::{Parser, Subcommand};
+use std::path::PathBuf;
+
+/// fusebox: an operator console and resilience runner for LLM agents.
+#[derive(Parser)]
+#[command(name = "fusebox", version, about, args_conflicts_with_subcommands = true)]
+pub struct Cli {
+    #[command(subcommand)]
+    command: Option<Cmd>,
+    /// Without a command, `fusebox [OPTIONS]` is `fusebox demo [OPTIONS]`.
+    #[command(flatten)]
+    demo: demo::DemoArgs,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Drive synthetic agent traffic through the runner against the mock fleet (default).
+    Demo(Box<demo::DemoArgs>),
+    /// Re-drive a recorded traffic log through the runner (incident reproduction, what-if).
+    Replay(Box<replay::ReplayArgs>),
+    /// Serve an OpenAI-compatible gateway: agents point their base URL here.
+    Serve(Box<serve::ServeArgs>),
+    /// Validate a config file.
+    CheckConfig {
+        /// The TOML file.
+        file: PathBuf,
+    },
+    /// Serve the mock fleet over HTTP in the providers' real wire formats.
+    Mock {
+        /// Address to listen on (loopback by default).
+        #[arg(long, default_value = "127.0.0.1:8790")]
+        listen: String,
+        /// Seed for the mock's answers.
+        #[arg(long, default_value_t = 42)]
+        seed: u64,
+    },
+    /// Measure the decision path with an instant provider on all cores.
+    Bench {
+        /// Decisions to make.
+        #[arg(long, default_value_t = 4_000_000)]
+        requests: u64,
+        /// Worker threads (default: all cores).
+        #[arg(long)]
+        threads: Option<usize>,
+        /// Distinct users the requests are spread over.
+        #[arg(long, default_value_t = 10_000)]
+        users: u64,
+        /// Join a fleet on Redis (`redis://HOST:PORT/DB`): limits are leased.
+        #[arg(long)]
+        state: Option<String>,
+    },
+}
+
+/// Parses the command line and runs it; the process's exit status (2 on
+/// an error, said on stderr).
+pub fn main() -> i32 {
+    let cli = Cli::parse();
+    let log_dir = match &cli.command {
+        Some(Cmd::Demo(a)) => a.console.log_dir.clone(),
+        Some(Cmd::Serve(a)) => a.console.log_dir.clone(),
+        Some(Cmd::Replay(a)) => a.console.log_dir.clone(),
+        None => cli.demo.console.log_dir.clone(),
+        _ => None,
+    };
+    let _log = logging(log_dir);
+    match dispatch(cli) {
+        Ok(()) => 0,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            2
+        }
+    }
+}
+
+/// Diagnostic logs go to a daily-rolling file (the terminal belongs to the
+/// UI); the returned guard flushes it on exit. Level from `FUSEBOX_LOG`.
+fn logging(dir: Option<PathBuf>) -> Option<tracing_appender::non_blocking::WorkerGuard> {
+    let dir = dir.unwrap_or_else(crate::log_dir);
+    if std::fs::create_dir_all(&dir).is_err() {
+        return None;
+    }
+    let appender = tracing_appender::rolling::daily(&dir, "fusebox.log");
+    // Lines waiting for the writer thread: the default, 128,000, is a 4 MB
+    // queue set up (and its pages touched) before any work starts.
+    let (writer, guard) = tracing_appender::non_blocking::NonBlockingBuilder::default()
+        .buffered_lines_limit(8_192)
+        .finish(appender);
+    let filter = tracing_subscriber::EnvFilter::try_from_env("FUSEBOX_LOG").unwrap_or_else(|_| "info".into());
+    let ok = tracing_subscriber::fmt()
+        .with_writer(writer)
+        .with_ansi(false)
+        .with_env_filter(filter)
+        .try_init();
+    ok.is_ok().then_some(guard)
+}
+
+fn dispatch(cli: Cli) -> Result<()> {
+    match cli.command.unwrap_or(Cmd::Demo(Box::new(cli.demo))) {
+        Cmd::Demo(args) => demo::demo(*args),
+        Cmd::Serve(args) => serve::serve(*args),
+        Cmd::Replay(args) => replay::replay(*args),
+        Cmd::CheckConfig { file } => {
+            let cfg = Config::load(&file)?;
+            println!(
+                "{}: ok ({} providers, {} models, {} routes, {} tools)",
+                file.display(),
+                cfg.providers.len(),
+                cfg.models.len(),
+                cfg.routes.len(),
+                cfg.tools.len()
+            );
+            Ok(())
+        }
+        Cmd::Bench {
+            requests,
+            threads,
+            users,
+            state,
+        } => {
+            let threads = threads
+                .unwrap_or_else(|| std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1))
+                .max(1);
+            if requests == 0 {
+                bail!("--requests must be at least 1");
+            }
+            if users == 0 {
+                bail!("--users must be at least 1");
+            }
+            let r = crate::bench::run(requests, threads, users, state.as_deref())?;
+            println!("{}", serde_json::to_string(&r)?);
+            Ok(())
+        }
+        Cmd::Mock { listen, seed } => mock(&listen, seed),
+    }
+}
+
+/// `fusebox mock`: serves the mock fleet until Ctrl-C.
+fn mock(listen: &str, seed: u64) -> Result<()> {
+    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    rt.block_on(async {
+        let faults = std::sync::Arc::new(crate::provider::fault::FaultTable::default());
+        let server = MockServer::keyless(Seed(seed), faults);
+        let addr = server.spawn(listen).await.with_context(|| format!("cannot listen on {listen}"))?;
+        eprintln!("fusebox mock: serving OpenAI (/v1/chat/completions), DeepSeek (/chat/completions) and Anthropic (/v1/messages) on http://{addr}");
+        eprintln!("faults: GET/PUT http://{addr}/_fusebox/faults · Ctrl-C to stop");
+        run::interrupted().await;
+        anyhow::Ok(())
+    })
+}

@@ -1,0 +1,196 @@
+//! `fusebox serve`: the gateway, with the console or a status line.
+
+use super::args::{load_config, ConsoleArgs, RecordArgs, Speed, StateArgs};
+use super::run::{interrupted, Run, Ui};
+use crate::clock::{Clock, Seed};
+use crate::gateway::{ConnLimits, GatewayOptions};
+use crate::mockserver::MockServer;
+use crate::runner::outcome::Level;
+use crate::runner::{Runner, RunnerParts};
+use crate::tui::app::{Mode, Options};
+use anyhow::{bail, Result};
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// `fusebox serve`'s options.
+#[derive(clap::Args)]
+pub struct ServeArgs {
+    /// Config file (default: the built-in config, routing to the mock fleet).
+    #[arg(long)]
+    pub config: Option<PathBuf>,
+    /// Address to listen on; beyond loopback an auth token is required.
+    #[arg(long, default_value = "127.0.0.1:8787")]
+    pub listen: String,
+    /// Print a status line every few seconds instead of the console.
+    #[arg(long)]
+    pub headless: bool,
+    /// Environment variable holding the bearer token clients must send.
+    #[arg(long)]
+    pub auth_token_env: Option<String>,
+    /// Largest request body accepted, in bytes (larger ones get 413).
+    #[arg(long, default_value_t = crate::gateway::DEFAULT_MAX_BODY)]
+    pub max_body_bytes: usize,
+    /// Client connections open at once at most; more are closed as they
+    /// arrive (keep it under the process's file-descriptor limit).
+    #[arg(long, default_value_t = ConnLimits::default().max_connections)]
+    pub max_connections: usize,
+    /// Seconds a client may take to send a request's headers (and a
+    /// keep-alive connection may stay idle) before it is closed.
+    #[arg(long, default_value_t = ConnLimits::default().header_timeout.as_secs())]
+    pub header_timeout_s: u64,
+    /// Seed for the mock fleet.
+    #[arg(long, default_value_t = 42)]
+    pub seed: u64,
+    /// Threads serving requests [default: half the cores, at least one].
+    /// Fewer threads wake less often: at moderate rates a request costs
+    /// less CPU on one thread than spread over several.
+    #[arg(long)]
+    pub threads: Option<usize>,
+    /// Shared state.
+    #[command(flatten)]
+    pub state: StateArgs,
+    /// Recording.
+    #[command(flatten)]
+    pub record: RecordArgs,
+    /// The console.
+    #[command(flatten)]
+    pub console: ConsoleArgs,
+}
+
+impl ServeArgs {
+    /// The token clients must send, from `--auth-token-env`.
+    fn auth_token(&self) -> Result<Option<String>> {
+        let Some(var) = &self.auth_token_env else {
+            return Ok(None);
+        };
+        match std::env::var(var) {
+            Ok(t) if !t.trim().is_empty() => Ok(Some(t.trim().to_string())),
+            _ => bail!("--auth-token-env {var}: the variable {var} is not set or empty; export it with the token clients must send"),
+        }
+    }
+
+    /// The runtime: one thread and no console is a current-thread runtime,
+    /// which wakes and schedules with less work than a one-worker
+    /// multi-thread one. (The console draws on the main thread, so it
+    /// keeps the requests apart on a worker.)
+    fn runtime(&self, console: bool) -> Result<tokio::runtime::Runtime> {
+        let threads = self
+            .threads
+            .filter(|&t| t > 0)
+            .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get() / 2).max(1));
+        let mut rt = match threads {
+            1 if !console => tokio::runtime::Builder::new_current_thread(),
+            n => {
+                let mut b = tokio::runtime::Builder::new_multi_thread();
+                b.worker_threads(n);
+                b
+            }
+        };
+        Ok(rt.enable_all().build()?)
+    }
+}
+
+/// Serves until the console quits or Ctrl-C.
+pub fn serve(args: ServeArgs) -> Result<()> {
+    let cfg = load_config(args.config.as_ref())?;
+    let auth_token = args.auth_token()?;
+    let state = args.state.redis(&cfg, Speed::Factor(1.0))?;
+    let ui = Ui::setup(args.headless, &args.console, Speed::Factor(1.0), "serve")?;
+    let rt = args.runtime(ui.is_some())?;
+    let seed = Seed(args.seed);
+    rt.block_on(async move {
+        let clock = Clock::system();
+        let mut parts = RunnerParts::mock(clock, seed);
+        // The mock fleet (mock-kind providers) answers over loopback HTTP,
+        // sharing the runner's fault table, as in the demo.
+        let mock = if cfg.providers.values().any(|p| p.kind == crate::config::ProviderKind::Mock) {
+            let addr = MockServer::new(seed, parts.faults.clone()).spawn("127.0.0.1:0").await?;
+            Some(format!("http://{addr}"))
+        } else {
+            None
+        };
+        parts.providers = crate::provider::http::build(&cfg, clock, mock.as_deref())?;
+        let runner = Runner::new(cfg, parts)?;
+        // Real time: nothing to pace.
+        let mut run = Run::start(runner.clone(), &args.record, seed.0, None, state.as_ref()).await?;
+        let opts = GatewayOptions {
+            auth_token,
+            max_body: args.max_body_bytes,
+            readonly: args.console.readonly,
+            conns: ConnLimits {
+                max_connections: args.max_connections.max(1),
+                header_timeout: Duration::from_secs(args.header_timeout_s.max(1)),
+            },
+        };
+        let addr = crate::gateway::spawn(runner.clone(), &args.listen, opts).await?;
+        let base = format!("http://{addr}/v1");
+        if let Some(ui) = ui {
+            let o = Options {
+                mode: Mode::Serve,
+                readonly: args.console.readonly,
+                yes: args.console.yes,
+                operator: args.console.operator_name(),
+                source: format!("gateway {base}"),
+                replay_length_ms: None,
+                recorded: None,
+                replay_end: None,
+            };
+            return run.console(ui, o, None).await;
+        }
+        eprintln!("fusebox serve: gateway on {base} (POST /chat/completions, /messages, /responses, /embeddings; GET /models; /metrics, /healthz, /readyz at the root) · Ctrl-C to stop");
+        let mut tick = tokio::time::interval(Duration::from_secs(1));
+        let mut n = 0u64;
+        // Created once, so a Ctrl-C during a tick is not missed.
+        let stop = interrupted();
+        tokio::pin!(stop);
+        loop {
+            tokio::select! {
+                _ = tick.tick() => {
+                    runner.maintain();
+                    n += 1;
+                    if n.is_multiple_of(5) {
+                        status(&runner);
+                    }
+                }
+                _ = &mut stop => break,
+            }
+        }
+        run.finish()?;
+        status(&runner);
+        anyhow::Ok(())
+    })
+}
+
+/// Prints the status line; a closed stderr (the terminal went away) is not
+/// a reason to stop serving.
+fn status(runner: &Runner) {
+    use std::io::Write;
+    let _ = writeln!(std::io::stderr(), "{}", status_line(runner));
+}
+
+/// One line of gateway health: requests by level, open breakers, tokens.
+fn status_line(runner: &Runner) -> String {
+    let lv = runner.by_level();
+    let now = runner.clock().now();
+    let reg = runner.registry();
+    let open: Vec<&str> = (0..reg.len())
+        .map(|i| reg.get(i))
+        .filter(|t| !t.breaker.would_admit(now))
+        .map(|t| t.name.as_str())
+        .collect();
+    format!(
+        "requests {} (none {}, partial {}, fallback {}, failed {}) · open breakers: {} · tokens {} · store {}",
+        lv.iter().sum::<u64>(),
+        lv[Level::None.index()],
+        lv[Level::Partial.index()],
+        lv[Level::Fallback.index()],
+        lv[Level::Failed.index()],
+        if open.is_empty() {
+            "none".to_string()
+        } else {
+            open.join(", ")
+        },
+        runner.totals().tokens.load(std::sync::atomic::Ordering::Relaxed),
+        runner.store().view().label()
+    )
+}
