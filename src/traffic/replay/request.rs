@@ -1,0 +1,103 @@
+//! Recorded lines made into what the runner runs: agent requests, gateway
+//! calls, operator commands.
+
+use crate::provider::{Message, ToolKind, ToolSpec};
+use crate::runner::chat::ChatRequest;
+use crate::runner::command::Command;
+use crate::runner::embed::EmbedCall;
+use crate::runner::request::AgentRequest;
+use crate::runner::Runner;
+use crate::traffic::log::{OperatorRec, RequestRec};
+use crate::wire::{Params, RawBody};
+use std::sync::Arc;
+
+/// The agent request a recorded request line stands for.
+pub fn agent_request(q: RequestRec) -> AgentRequest {
+    let messages = q.messages.map_or_else(
+        || {
+            // Without recorded content, a prompt of the recorded size. It names
+            // no order, so every replayed tool call has the same arguments and
+            // content-keyed tool results are shared: with recorded traffic that
+            // asks about few orders this is closer to the recording than unique
+            // prompts, which would turn every recorded cache hit into a miss
+            // (a deferral, under a fault). Exact replay needs recorded content.
+            const XS: &str = "xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx";
+            let mut pad = (q.prompt_tokens as usize * 4).saturating_sub(40);
+            let mut text = String::with_capacity(pad + 40);
+            text.push_str("replayed request ");
+            text.push_str(itoa::Buffer::new().format(q.id));
+            text.push(' ');
+            while pad > 0 {
+                let n = pad.min(XS.len());
+                text.push_str(&XS[..n]);
+                pad -= n;
+            }
+            Arc::from([Message::user(text)])
+        },
+        Arc::from,
+    );
+    AgentRequest {
+        id: q.id,
+        user: q.user,
+        session: q.session,
+        route: q.route,
+        messages,
+        tools: q.tools,
+        critical_tools: q.critical_tools,
+        max_tokens: q.max_tokens,
+        max_steps: q.max_steps.unwrap_or(0),
+    }
+}
+
+/// A recorded gateway chat call, as the gateway made it: the recorded
+/// tools offered by name (the config's spec, or any arguments for a tool
+/// it does not know), no agent loop.
+pub fn gateway_call(runner: &Runner, req: &AgentRequest) -> ChatRequest {
+    let tools: Vec<ToolSpec> = req
+        .tools
+        .iter()
+        .map(|name| match runner.tools().iter().find(|t| t.name == *name) {
+            Some(t) => t.spec.clone(),
+            None => ToolSpec {
+                name: name.as_str().into(),
+                description: "".into(),
+                schema: Arc::new(serde_json::json!({"type": "object"})),
+                kind: ToolKind::Function,
+            },
+        })
+        .collect();
+    // A call that named no session was recorded in one of its own.
+    let own_session = format!("{}/call-{}", req.user, req.id);
+    ChatRequest {
+        id: req.id,
+        user: req.user.to_string(),
+        session: (req.session != own_session).then(|| req.session.to_string()),
+        route: req.route.to_string(),
+        messages: req.messages.clone(),
+        tools: tools.into(),
+        max_tokens: req.max_tokens,
+        params: Arc::new(Params {
+            from_client: true,
+            ..Params::default()
+        }),
+        stream: false,
+        fallback: true,
+    }
+}
+
+/// A recorded embeddings call.
+pub fn embeddings_call(req: &AgentRequest) -> EmbedCall {
+    let chars = req.messages.iter().map(Message::weight).sum();
+    EmbedCall {
+        id: req.id,
+        user: req.user.to_string(),
+        model: req.route.to_string(),
+        body: Arc::new(RawBody::default()),
+        chars,
+    }
+}
+
+/// The command a recorded operator action stands for.
+pub fn command(op: &OperatorRec) -> Option<Command> {
+    Command::from_parts(&op.action, &op.target, op.args.as_ref().and_then(|a| a.get("fault")))
+}
