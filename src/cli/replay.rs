@@ -77,7 +77,7 @@ impl ReplayArgs {
     pub fn recorded(&self) -> Result<bool> {
         Ok(match self.providers {
             Some(p) => p == Answers::Recorded,
-            None => crate::traffic::replay::has_attempts(&self.logs, self.skip_bad_lines)?,
+            None => crate::traffic::log::has_attempts(&self.logs, self.skip_bad_lines)?,
         })
     }
 
@@ -184,7 +184,7 @@ pub fn replay(args: ReplayArgs) -> Result<()> {
         &format!("replay {}", args.shown()),
         if recorded { "recorded" } else { "live" },
     );
-    let log_length = crate::traffic::replay::log_length_ms(&args.logs);
+    let log_length = crate::traffic::log::length_ms(&args.logs);
     let summary = rt.block_on(async {
         // Made in the runtime, whose paused clock it reads.
         let clock = match state {

@@ -200,11 +200,11 @@ fn a_log_without_header_is_accepted_with_times_from_its_first_record() {
     let kinds: Vec<_> = recs.iter().map(|r| (r.kind(), r.t_ms())).collect();
     assert_eq!(kinds, [("request", 0), ("attempt", 10), ("outcome", 30)]);
     assert_eq!(
-        fusebox::traffic::replay::log_length_ms(&[fixture("no_header.jsonl")]),
+        fusebox::traffic::log::length_ms(&[fixture("no_header.jsonl")]),
         Some(30)
     );
     assert_eq!(
-        fusebox::traffic::replay::log_length_ms(&[fixture("all_kinds.jsonl")]),
+        fusebox::traffic::log::length_ms(&[fixture("all_kinds.jsonl")]),
         Some(3200),
         "with a header, times are as written"
     );
@@ -930,7 +930,7 @@ fn streams_200_000_requests() {
 
 #[test]
 fn replay_answers_as_recorded_by_default_only_when_the_log_has_attempts() {
-    use fusebox::traffic::replay::has_attempts;
+    use fusebox::traffic::log::has_attempts;
     assert!(has_attempts(&[fixture("no_header.jsonl")], false).unwrap());
     // Two requests and a bad line, no attempt: live providers by default.
     assert!(!has_attempts(&[fixture("not_json.jsonl")], true).unwrap());

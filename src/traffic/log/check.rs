@@ -1,0 +1,214 @@
+//! What a line must hold beyond its types, and saying what is wrong with
+//! a line that does not read.
+
+use super::error::{bad, Bad};
+use super::reader::Parsed;
+use super::{Key, Record, Transport, OPERATOR_ACTIONS};
+use crate::provider::Message;
+use crate::runner::outcome::Level;
+use crate::runner::request::Via;
+use serde::de::DeserializeOwned;
+use serde::Deserialize;
+use serde_json::{Map, Value};
+use std::collections::BTreeMap;
+
+/// The longest a log may span: ten years.
+pub const MAX_SPAN_MS: u64 = 10 * 365 * 86_400_000;
+/// The largest replayed prompt and output cap (tokens): beyond any model's
+/// context window.
+pub const MAX_TOKENS: u32 = 2_000_000;
+
+/// Checks on one record alone that serde does not make.
+pub(super) fn validate(rec: &Record) -> Result<(), Bad> {
+    match rec {
+        Record::Request(r) if r.prompt_tokens > MAX_TOKENS => Err(bad(
+            "prompt_tokens",
+            format!("{} is more than {MAX_TOKENS}", r.prompt_tokens),
+        )),
+        Record::Request(r) if r.max_tokens > MAX_TOKENS => {
+            Err(bad("max_tokens", format!("{} is more than {MAX_TOKENS}", r.max_tokens)))
+        }
+        Record::Request(r) => {
+            let max = crate::limits::MAX_NAME_LEN;
+            match [("user", &r.user), ("session", &r.session), ("route", &r.route)]
+                .into_iter()
+                .find(|(_, n)| n.len() > max)
+            {
+                Some((field, _)) => Err(bad(field, format!("longer than {max} bytes"))),
+                None => Ok(()),
+            }
+        }
+        Record::Operator(op) if !OPERATOR_ACTIONS.contains(&op.action.as_str()) => Err(bad(
+            "action",
+            format!(
+                "unknown action `{}`, expected one of {}",
+                op.action,
+                OPERATOR_ACTIONS.join(", ")
+            ),
+        )),
+        Record::Operator(op) if op.action == "set_fault" => {
+            let spec = op.args.as_ref().and_then(|a| a.get("fault"));
+            match spec.map(crate::provider::fault::FaultSpec::deserialize) {
+                Some(Ok(f)) => match f.check() {
+                    Ok(()) => Ok(()),
+                    Err(e) => Err(bad("args.fault", e.to_string())),
+                },
+                Some(Err(e)) => Err(bad("args.fault", format!("not a fault: {e}"))),
+                None => Err(bad(
+                    "args.fault",
+                    r#"set_fault needs its fault, e.g. {"fault":{"fault":{"type":"status","code":503},"rate":0.5}}"#,
+                )),
+            }
+        }
+        Record::Attempt(a) => {
+            let name = a
+                .target
+                .strip_prefix("provider:")
+                .or_else(|| a.target.strip_prefix("tool:"));
+            match name {
+                Some(n) if !n.is_empty() => Ok(()),
+                _ => Err(bad(
+                    "target",
+                    format!("`{}` is not `provider:NAME` or `tool:NAME`", a.target),
+                )),
+            }
+        }
+        _ => Ok(()),
+    }
+}
+
+/// Finds which field of a line that failed to deserialize is at fault.
+pub(super) fn diagnose(line: &[u8], err: serde_json::Error) -> Parsed {
+    let value: Value = match serde_json::from_slice(line) {
+        Ok(v) => v,
+        Err(e) => return Parsed::NotJson(describe(&e)),
+    };
+    let Some(obj) = value.as_object() else {
+        return Parsed::Bad(bad("", "not a JSON object"));
+    };
+    let kind = match obj.get("kind") {
+        None => return Parsed::Bad(bad("kind", "missing")),
+        Some(Value::String(k)) => k.as_str(),
+        Some(other) => return Parsed::Bad(bad("kind", format!("must be a string, not {other}"))),
+    };
+    let found = match kind {
+        "header" => check_header(obj),
+        "request" => check_request(obj),
+        "attempt" => check_attempt(obj),
+        "outcome" => check_outcome(obj),
+        "transition" => check_transition(obj),
+        "operator" => check_operator(obj),
+        _ => return Parsed::UnknownKind(kind.to_string()),
+    };
+    match found {
+        Err(b) => Parsed::Bad(b),
+        // Not pinned on one field (e.g. a duplicate key): serde's message,
+        // naming the field when it does.
+        Ok(()) => {
+            let msg = describe(&err);
+            let field = msg
+                .split_once("field `")
+                .and_then(|(_, rest)| rest.split_once('`'))
+                .map_or("kind", |(f, _)| f)
+                .to_string();
+            Parsed::Bad((field, msg))
+        }
+    }
+}
+
+/// serde_json's message, with its position given as a column (the line is
+/// always 1 within one log line, which reads oddly next to the file's line).
+fn describe(e: &serde_json::Error) -> String {
+    let msg = e.to_string();
+    if e.line() == 0 {
+        return msg;
+    }
+    let suffix = format!(" at line {} column {}", e.line(), e.column());
+    match msg.strip_suffix(&suffix) {
+        Some(head) => format!("{head} at column {}", e.column()),
+        None => msg,
+    }
+}
+
+/// A required field of type `T`.
+fn req<T: DeserializeOwned>(obj: &Map<String, Value>, name: &str) -> Result<(), Bad> {
+    match obj.get(name) {
+        None => Err(bad(name, "missing")),
+        Some(v) => T::deserialize(v).map(drop).map_err(|e| bad(name, e.to_string())),
+    }
+}
+
+/// An optional field of type `T` (absent is fine).
+fn opt<T: DeserializeOwned>(obj: &Map<String, Value>, name: &str) -> Result<(), Bad> {
+    match obj.get(name) {
+        None => Ok(()),
+        Some(v) => T::deserialize(v).map(drop).map_err(|e| bad(name, e.to_string())),
+    }
+}
+
+fn check_header(o: &Map<String, Value>) -> Result<(), Bad> {
+    req::<u32>(o, "v")?;
+    req::<String>(o, "started_at")?;
+    req::<u64>(o, "seed")
+}
+
+fn check_request(o: &Map<String, Value>) -> Result<(), Bad> {
+    req::<u64>(o, "t_ms")?;
+    req::<u64>(o, "id")?;
+    req::<String>(o, "user")?;
+    req::<String>(o, "session")?;
+    req::<String>(o, "route")?;
+    req::<u32>(o, "prompt_tokens")?;
+    req::<u32>(o, "max_tokens")?;
+    req::<Vec<String>>(o, "tools")?;
+    opt::<Vec<String>>(o, "critical_tools")?;
+    opt::<Option<u32>>(o, "max_steps")?;
+    opt::<Option<Vec<Message>>>(o, "messages")?;
+    opt::<Option<String>>(o, "content_hash")?;
+    opt::<Option<Key>>(o, "answer_key")?;
+    opt::<Via>(o, "via")
+}
+
+fn check_attempt(o: &Map<String, Value>) -> Result<(), Bad> {
+    req::<u64>(o, "t_ms")?;
+    req::<u64>(o, "request")?;
+    req::<String>(o, "target")?;
+    opt::<Option<String>>(o, "model")?;
+    // Always written (possibly null); a missing one reads as null, as serde does.
+    opt::<Option<u16>>(o, "status")?;
+    opt::<Option<Transport>>(o, "transport")?;
+    req::<u64>(o, "latency_ms")?;
+    req::<u32>(o, "input_tokens")?;
+    req::<u32>(o, "output_tokens")?;
+    opt::<BTreeMap<String, String>>(o, "headers")?;
+    opt::<Option<String>>(o, "semantic_failure")?;
+    opt::<Vec<String>>(o, "tool_calls")?;
+    opt::<Vec<Key>>(o, "tool_keys")
+}
+
+fn check_outcome(o: &Map<String, Value>) -> Result<(), Bad> {
+    req::<u64>(o, "t_ms")?;
+    req::<u64>(o, "request")?;
+    req::<Level>(o, "level")?;
+    req::<Vec<String>>(o, "chain")?;
+    req::<f64>(o, "quality")?;
+    req::<u64>(o, "tokens")?;
+    req::<f64>(o, "cost_usd")?;
+    req::<Vec<String>>(o, "missing")
+}
+
+fn check_transition(o: &Map<String, Value>) -> Result<(), Bad> {
+    req::<u64>(o, "t_ms")?;
+    req::<String>(o, "breaker")?;
+    req::<String>(o, "from")?;
+    req::<String>(o, "to")?;
+    req::<String>(o, "reason")
+}
+
+fn check_operator(o: &Map<String, Value>) -> Result<(), Bad> {
+    req::<u64>(o, "t_ms")?;
+    req::<String>(o, "action")?;
+    req::<String>(o, "target")?;
+    opt::<Option<Map<String, Value>>>(o, "args")?;
+    req::<String>(o, "by")
+}

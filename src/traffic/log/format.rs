@@ -1,0 +1,291 @@
+//! The records of the format, as written and read: one JSON object per
+//! line, its `kind` naming the record.
+
+use crate::provider::Message;
+use crate::runner::outcome::Level;
+use crate::runner::request::Via;
+use compact_str::CompactString;
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+use std::collections::BTreeMap;
+
+/// The format version this module writes and reads.
+pub const VERSION: u32 = 1;
+
+/// The operator actions a log may record.
+pub const OPERATOR_ACTIONS: [&str; 9] = [
+    "force_open",
+    "force_closed",
+    "disable",
+    "reset",
+    "freeze_refill",
+    "unfreeze_refill",
+    "set_fault",
+    "drill_on",
+    "drill_off",
+];
+
+/// The longest line the reader accepts; a longer one is a bad line (and is
+/// skipped without being buffered whole), so one runaway line cannot exhaust
+/// memory.
+pub const MAX_LINE_BYTES: usize = 16 << 20;
+
+/// One record (one line of the log).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Record {
+    /// The first line: format version, start time and seed.
+    Header(Header),
+    /// A request entered the runner.
+    Request(RequestRec),
+    /// One call to a provider or tool on behalf of a request.
+    Attempt(AttemptRec),
+    /// How a request ended.
+    Outcome(OutcomeRec),
+    /// A breaker changed state (informational; replay recomputes these).
+    Transition(TransitionRec),
+    /// An operator command from the console or the control API.
+    Operator(OperatorRec),
+}
+
+impl Record {
+    /// Milliseconds since the start of the log (0 for the header).
+    pub fn t_ms(&self) -> u64 {
+        match self {
+            Record::Header(_) => 0,
+            Record::Request(r) => r.t_ms,
+            Record::Attempt(r) => r.t_ms,
+            Record::Outcome(r) => r.t_ms,
+            Record::Transition(r) => r.t_ms,
+            Record::Operator(r) => r.t_ms,
+        }
+    }
+
+    /// Moves the record `by` milliseconds earlier (the header stays).
+    pub(super) fn shift_back(&mut self, by: u64) {
+        let t = match self {
+            Record::Header(_) => return,
+            Record::Request(r) => &mut r.t_ms,
+            Record::Attempt(r) => &mut r.t_ms,
+            Record::Outcome(r) => &mut r.t_ms,
+            Record::Transition(r) => &mut r.t_ms,
+            Record::Operator(r) => &mut r.t_ms,
+        };
+        *t -= by;
+    }
+
+    /// The `kind` written on the line.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Record::Header(_) => "header",
+            Record::Request(_) => "request",
+            Record::Attempt(_) => "attempt",
+            Record::Outcome(_) => "outcome",
+            Record::Transition(_) => "transition",
+            Record::Operator(_) => "operator",
+        }
+    }
+
+    /// The record as one JSON line, without the trailing newline.
+    pub fn to_line(&self) -> String {
+        // Serializing these types cannot fail (string keys, derived impls);
+        // should it ever, an empty line is written, which readers skip.
+        serde_json::to_string(self).unwrap_or_default()
+    }
+}
+
+/// The header line.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Header {
+    /// Format version ([`VERSION`]).
+    pub v: u32,
+    /// Wall-clock start of the log (RFC 3339).
+    pub started_at: String,
+    /// The run's seed.
+    pub seed: u64,
+}
+
+impl Header {
+    /// `started_at` in ms since the Unix epoch (None if it does not parse).
+    pub fn started_ms(&self) -> Option<u64> {
+        let t = humantime::parse_rfc3339_weak(&self.started_at).ok()?;
+        Some(t.duration_since(std::time::UNIX_EPOCH).ok()?.as_millis() as u64)
+    }
+}
+
+/// A request line.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct RequestRec {
+    /// Milliseconds since the start.
+    pub t_ms: u64,
+    /// Request id, unique within the log.
+    pub id: u64,
+    /// User.
+    pub user: CompactString,
+    /// Session.
+    pub session: CompactString,
+    /// Route.
+    pub route: CompactString,
+    /// Prompt size (tokens).
+    pub prompt_tokens: u32,
+    /// Output cap (tokens).
+    pub max_tokens: u32,
+    /// Names of the tools available to the agent.
+    pub tools: Vec<String>,
+    /// Tools without which the answer fails rather than degrades.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub critical_tools: Vec<String>,
+    /// Agent step cap.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_steps: Option<u32>,
+    /// The conversation (only with content recording `full`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub messages: Option<Vec<Message>>,
+    /// Hash of the conversation (only with content recording `hash`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub content_hash: Option<String>,
+    /// Its key in the answer cache, salted (when content is not recorded):
+    /// requests share one exactly when they asked the same.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub answer_key: Option<Key>,
+    /// How it came in: the agent loop, the gateway, embeddings.
+    #[serde(default, skip_serializing_if = "Via::is_agent")]
+    pub via: Via,
+}
+
+/// A cache key as a recording keeps it: 16 hex digits of a salted hash,
+/// so recorded calls share a key exactly when they shared one, and what
+/// they said cannot be recovered from it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Key(pub u64);
+
+impl Serialize for Key {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&format!("{:016x}", self.0))
+    }
+}
+
+impl<'de> Deserialize<'de> for Key {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = <std::borrow::Cow<'de, str>>::deserialize(d)?;
+        match u64::from_str_radix(&s, 16) {
+            Ok(k) if s.len() == 16 => Ok(Key(k)),
+            _ => Err(serde::de::Error::custom(format!("expected 16 hex digits, found `{s}`"))),
+        }
+    }
+}
+
+/// How an attempt failed below HTTP.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Transport {
+    /// No answer in time.
+    Timeout,
+    /// Could not connect.
+    Connect,
+    /// Connection reset.
+    Reset,
+    /// The body or stream ended early.
+    Truncated,
+}
+
+impl Transport {
+    /// The snake_case name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Transport::Timeout => "timeout",
+            Transport::Connect => "connect",
+            Transport::Reset => "reset",
+            Transport::Truncated => "truncated",
+        }
+    }
+}
+
+/// An attempt line.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct AttemptRec {
+    /// Milliseconds since the start.
+    pub t_ms: u64,
+    /// The request's id.
+    pub request: u64,
+    /// `provider:NAME` or `tool:NAME`.
+    pub target: CompactString,
+    /// Model, for provider attempts.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<CompactString>,
+    /// HTTP status, or `None` when there was no response.
+    pub status: Option<u16>,
+    /// Transport failure, if any.
+    pub transport: Option<Transport>,
+    /// Time taken.
+    pub latency_ms: u64,
+    /// Input tokens charged.
+    pub input_tokens: u32,
+    /// Output tokens charged.
+    pub output_tokens: u32,
+    /// Rate-limit and retry-after response headers (lower-case names; never auth).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub headers: BTreeMap<String, String>,
+    /// Why a 200 was still a failure (e.g. malformed tool call).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub semantic_failure: Option<String>,
+    /// Tool names the model asked for.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tool_calls: Vec<String>,
+    /// Each of those calls' key in the tool result cache, salted (when
+    /// content is not recorded).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tool_keys: Vec<Key>,
+}
+
+/// An outcome line.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct OutcomeRec {
+    /// Milliseconds since the start.
+    pub t_ms: u64,
+    /// The request's id.
+    pub request: u64,
+    /// Degradation level.
+    pub level: Level,
+    /// The path walked.
+    pub chain: Vec<String>,
+    /// Estimated quality (0..=1).
+    pub quality: f64,
+    /// Tokens consumed by all attempts.
+    pub tokens: u64,
+    /// Cost of all attempts (USD).
+    pub cost_usd: f64,
+    /// Components that were unavailable.
+    pub missing: Vec<String>,
+}
+
+/// A breaker transition line.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TransitionRec {
+    /// Milliseconds since the start.
+    pub t_ms: u64,
+    /// Breaker name.
+    pub breaker: String,
+    /// State before.
+    pub from: String,
+    /// State after.
+    pub to: String,
+    /// Why.
+    pub reason: String,
+}
+
+/// An operator command line.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct OperatorRec {
+    /// Milliseconds since the start.
+    pub t_ms: u64,
+    /// One of [`OPERATOR_ACTIONS`].
+    pub action: String,
+    /// What it applies to (a breaker, provider, tool, ...).
+    pub target: String,
+    /// Action arguments (e.g. the fault for `set_fault`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub args: Option<Map<String, Value>>,
+    /// Who issued it.
+    pub by: String,
+}

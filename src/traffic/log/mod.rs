@@ -1,0 +1,21 @@
+//! Traffic log format v1: one JSON object per line (JSONL), written while
+//! serving and read back by replay. See `docs/traffic-log.md`.
+//!
+//! [`LogReader`] streams a log line by line, reusing one buffer, so memory
+//! stays bounded whatever the file size; the only state that grows is the set
+//! of request ids seen, needed to reject attempts and outcomes for requests
+//! that were never logged. It is a compressed bitmap: ids numbered in order
+//! (as fusebox writes them) take a few bytes per thousand, scattered ids up to
+//! about 8 bytes each.
+
+mod check;
+mod error;
+mod format;
+mod query;
+mod reader;
+
+pub use check::{MAX_SPAN_MS, MAX_TOKENS};
+pub use error::LogError;
+pub use format::*;
+pub use query::{has_attempts, length_ms};
+pub use reader::LogReader;
