@@ -1,0 +1,231 @@
+//! What fusebox talks to: providers, their models, the routes that chain
+//! models, and the tools agents call.
+
+use super::defaults::provider;
+use super::BreakerConfig;
+use serde::{Deserialize, Serialize};
+
+/// How a provider is reached.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ProviderKind {
+    /// The built-in in-process mock.
+    Mock,
+    /// OpenAI's `/v1/chat/completions`.
+    Openai,
+    /// Anthropic's `/v1/messages`.
+    Anthropic,
+    /// DeepSeek's OpenAI-compatible `/chat/completions`.
+    Deepseek,
+    /// Any `/v1/chat/completions` server (vLLM, llama.cpp, Ollama, …).
+    OpenaiCompatible,
+}
+
+impl ProviderKind {
+    /// The base URL used when the config gives none.
+    pub fn default_base_url(self) -> Option<&'static str> {
+        match self {
+            ProviderKind::Openai => Some("https://api.openai.com"),
+            ProviderKind::Anthropic => Some("https://api.anthropic.com"),
+            ProviderKind::Deepseek => Some("https://api.deepseek.com"),
+            ProviderKind::Mock | ProviderKind::OpenaiCompatible => None,
+        }
+    }
+}
+
+/// One provider: its kind and its published limits.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ProviderConfig {
+    /// How it is reached.
+    #[serde(default = "default_kind")]
+    pub kind: ProviderKind,
+    /// Tokens per minute (input + output), 0 = unlimited.
+    #[serde(default)]
+    pub tpm: u64,
+    /// Input tokens per minute (Anthropic-style), 0 = none.
+    #[serde(default)]
+    pub itpm: u64,
+    /// Output tokens per minute (Anthropic-style), 0 = none.
+    #[serde(default)]
+    pub otpm: u64,
+    /// Requests per minute, 0 = unlimited.
+    #[serde(default)]
+    pub rpm: u64,
+    /// Concurrent requests, 0 = unlimited (DeepSeek's binding limit).
+    #[serde(default)]
+    pub concurrency: u32,
+    /// Prompt characters per token for the estimate (≈4 English, ≈1.5 Chinese).
+    #[serde(default = "default_cpt")]
+    pub chars_per_token: f64,
+    /// Longest a call may take before it counts as a timeout (ms).
+    #[serde(default = "thirty_seconds")]
+    pub timeout_ms: u64,
+    /// Server base URL, e.g. `https://api.openai.com` or `http://127.0.0.1:11434` (HTTP kinds).
+    #[serde(default)]
+    pub base_url: Option<String>,
+    /// Name of the environment variable holding the API key (HTTP kinds; never the key itself).
+    #[serde(default)]
+    pub api_key_env: Option<String>,
+    /// Use streaming responses (SSE).
+    #[serde(default = "yes")]
+    pub stream: bool,
+    /// Longest silence between stream chunks before the call is a timeout (ms).
+    #[serde(default = "thirty_seconds")]
+    pub idle_timeout_ms: u64,
+    /// Breaker override for this provider.
+    #[serde(default)]
+    pub breaker: Option<BreakerConfig>,
+}
+
+fn thirty_seconds() -> u64 {
+    30_000
+}
+fn default_kind() -> ProviderKind {
+    ProviderKind::Mock
+}
+fn default_cpt() -> f64 {
+    4.0
+}
+
+/// Price tier, used to prefer cheaper models under budget pressure.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Tier {
+    /// Cheapest.
+    Budget,
+    /// Middle.
+    Standard,
+    /// Most expensive.
+    Premium,
+}
+
+/// One model on a provider.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ModelConfig {
+    /// The provider serving it.
+    pub provider: String,
+    /// The model's name at the provider (default: the table key), e.g. `claude-3-5-haiku-latest`.
+    #[serde(default)]
+    pub api_name: Option<String>,
+    /// USD per million input tokens.
+    pub input_per_m: f64,
+    /// USD per million output tokens.
+    pub output_per_m: f64,
+    /// Price tier.
+    #[serde(default = "default_tier")]
+    pub tier: Tier,
+    /// Estimated answer quality relative to the best model (0..=1).
+    #[serde(default = "one")]
+    pub quality: f64,
+}
+
+fn default_tier() -> Tier {
+    Tier::Standard
+}
+fn one() -> f64 {
+    1.0
+}
+
+/// A route: the preferred chain of models and what to do when all fail.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RouteConfig {
+    /// Models to try, in order.
+    pub chain: Vec<String>,
+    /// `max_tokens` is multiplied by this on each fallback hop (0 < f ≤ 1).
+    #[serde(default = "half")]
+    pub max_tokens_factor: f64,
+    /// Drop earlier conversation turns on fallback hops (keep system + last).
+    #[serde(default)]
+    pub trim_prompt_on_fallback: bool,
+    /// Skip models whose recent latency exceeds this (ms); 0 = no SLA.
+    #[serde(default)]
+    pub latency_sla_ms: u64,
+    /// Defer the request to the spool when every model fails.
+    #[serde(default = "yes")]
+    pub defer: bool,
+    /// A gateway client naming one of this route's models may fall back to
+    /// the models after it in the chain (`false`: that model only).
+    #[serde(default = "yes")]
+    pub named_fallback: bool,
+    /// A streamed text answer cut mid-stream is continued by the next
+    /// model of the chain, so the client sees one stream.
+    #[serde(default)]
+    pub stream_resume: bool,
+}
+
+fn half() -> f64 {
+    0.5
+}
+fn yes() -> bool {
+    true
+}
+
+/// A tool the agent can call.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ToolConfig {
+    /// A critical tool cannot be skipped.
+    #[serde(default)]
+    pub critical: bool,
+    /// Safe to retry.
+    #[serde(default = "yes")]
+    pub idempotent: bool,
+    /// Concurrent calls (bulkhead pool size).
+    #[serde(default = "eight")]
+    pub pool: u32,
+    /// Calls allowed to wait for a pool slot; more are rejected at once.
+    #[serde(default = "thirty_two")]
+    pub queue: u32,
+    /// Per-call timeout (ms).
+    #[serde(default = "five_thousand")]
+    pub timeout_ms: u64,
+    /// Keep successful results this long for cache fallback (s); 0 = no cache.
+    #[serde(default)]
+    pub cache_ttl_s: u64,
+    /// JSON schema of the arguments (subset: object, required, property types).
+    #[serde(default)]
+    pub schema: Option<toml::Value>,
+    /// Short description shown to the model.
+    #[serde(default)]
+    pub description: String,
+    /// Breaker override for this tool.
+    #[serde(default)]
+    pub breaker: Option<BreakerConfig>,
+}
+
+fn eight() -> u32 {
+    8
+}
+fn thirty_two() -> u32 {
+    32
+}
+fn five_thousand() -> u64 {
+    5000
+}
+
+impl ProviderConfig {
+    /// Whether its base URL names this machine (`localhost`, 127.0.0.0/8, `::1`).
+    pub fn is_loopback(&self) -> bool {
+        let url = self.base_url.as_deref().or(self.kind.default_base_url()).unwrap_or("");
+        let host = reqwest::Url::parse(url)
+            .ok()
+            .and_then(|u| u.host_str().map(str::to_string));
+        match host.as_deref() {
+            Some("localhost") => true,
+            Some(h) => h
+                .trim_start_matches('[')
+                .trim_end_matches(']')
+                .parse::<std::net::IpAddr>()
+                .is_ok_and(|ip| ip.is_loopback()),
+            None => false,
+        }
+    }
+
+    /// A mock provider with these limits (0 = none) and defaults otherwise.
+    pub fn mock(tpm: u64, itpm: u64, otpm: u64, rpm: u64, concurrency: u32, chars_per_token: f64) -> Self {
+        provider(tpm, itpm, otpm, rpm, concurrency, chars_per_token)
+    }
+}

@@ -1,0 +1,255 @@
+//! TOML configuration: providers, models, routes, tools and every resilience
+//! setting, with a complete built-in default and validation errors that name
+//! the key path and what is allowed.
+
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::path::Path;
+
+mod defaults;
+mod fleet;
+mod resilience;
+mod validate;
+
+pub use fleet::*;
+pub use resilience::*;
+
+/// A configuration problem, naming where it is and what to do.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The file could not be read.
+    #[error("cannot read config file {path}: {source}")]
+    Read {
+        /// The file.
+        path: String,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The TOML did not parse or did not match the schema.
+    #[error("{path}: {message}")]
+    Parse {
+        /// The file.
+        path: String,
+        /// toml's message, which carries line, column and key.
+        message: String,
+    },
+    /// A value is out of range or refers to something that does not exist.
+    #[error("{file}: invalid value at `{key}`: {message}")]
+    Invalid {
+        /// The file (or "built-in default").
+        file: String,
+        /// Dotted key path, e.g. `routes.default.chain[1]`.
+        key: String,
+        /// What is wrong and what is allowed.
+        message: String,
+    },
+}
+
+/// toml's message for `e`, a parse error in `text`, as it says it (with
+/// the line shown and the column marked) unless the line is long: then
+/// only the part of the line around the error, so a 200 KB line is not
+/// echoed back whole.
+pub fn toml_message(text: &str, e: &toml::de::Error) -> String {
+    const SHOWN: usize = 160;
+    let full = e.to_string().trim_end().to_string();
+    let Some(at) = e.span().map(|s| s.start.min(text.len())) else {
+        return full;
+    };
+    let line_start = text[..at].rfind('\n').map_or(0, |i| i + 1);
+    let line_end = text[at..].find('\n').map_or(text.len(), |i| at + i);
+    if line_end - line_start <= SHOWN {
+        return full;
+    }
+    let (line, column) = (
+        text[..at].matches('\n').count() + 1,
+        text[line_start..at].chars().count() + 1,
+    );
+    let mut from = at.saturating_sub(SHOWN / 2).max(line_start);
+    while !text.is_char_boundary(from) {
+        from -= 1;
+    }
+    let mut to = (from + SHOWN).min(line_end);
+    while !text.is_char_boundary(to) {
+        to -= 1;
+    }
+    format!(
+        "TOML parse error at line {line}, column {column}: {} (the line is {} bytes long; near: `{}`)",
+        e.message().trim_end(),
+        line_end - line_start,
+        &text[from..to]
+    )
+}
+
+/// The whole configuration.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Config {
+    /// LLM providers by name.
+    pub providers: BTreeMap<String, ProviderConfig>,
+    /// Models by name.
+    pub models: BTreeMap<String, ModelConfig>,
+    /// Routes (what an agent asks for) by name.
+    pub routes: BTreeMap<String, RouteConfig>,
+    /// Tools by name.
+    pub tools: BTreeMap<String, ToolConfig>,
+    /// Breaker settings for providers and models (tools may override).
+    pub breaker: BreakerConfig,
+    /// Limiter behaviour shared by all providers.
+    pub limiter: LimiterConfig,
+    /// Per-user and global budgets.
+    pub budgets: BudgetConfig,
+    /// Per-session quotas.
+    pub sessions: SessionConfig,
+    /// Retry policy and retry budget.
+    pub retry: RetryConfig,
+    /// Degradation settings.
+    pub degradation: DegradationConfig,
+    /// Where state shared by a fleet of instances lives.
+    pub state: StateConfig,
+}
+
+/// Where state shared by a fleet of instances lives (`--state` overrides
+/// the URL).
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct StateConfig {
+    /// `memory` (this instance alone) or `redis://HOST:PORT/DB`.
+    pub url: String,
+    /// What the fleet's budgets do while Redis is unreachable.
+    pub budgets_fail: FailMode,
+}
+
+impl Default for StateConfig {
+    fn default() -> Self {
+        Self {
+            url: "memory".into(),
+            budgets_fail: FailMode::Open,
+        }
+    }
+}
+
+impl StateConfig {
+    /// Whether `url` names a store `--state` accepts.
+    pub fn accepts(url: &str) -> bool {
+        url == "memory" || url.starts_with("redis://") || url.starts_with("rediss://")
+    }
+}
+
+/// What shared budgets do while their store is unreachable.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FailMode {
+    /// Each instance keeps to its share of every budget (the limit divided
+    /// by the live instances last seen).
+    #[default]
+    Open,
+    /// Refuse what the allowances already granted do not cover.
+    Closed,
+}
+
+impl Config {
+    /// The providers reached over HTTP (every kind but the in-process mock).
+    pub fn http_providers(&self) -> Vec<&str> {
+        self.providers
+            .iter()
+            .filter(|(_, p)| p.kind != ProviderKind::Mock)
+            .map(|(name, _)| name.as_str())
+            .collect()
+    }
+
+    /// The HTTP providers not on this machine (a hosted API, or a base URL
+    /// whose host is not loopback): traffic sent there may cost money.
+    pub fn remote_providers(&self) -> Vec<&str> {
+        self.providers
+            .iter()
+            .filter(|(_, p)| p.kind != ProviderKind::Mock && !p.is_loopback())
+            .map(|(name, _)| name.as_str())
+            .collect()
+    }
+}
+
+impl Config {
+    /// Reads, parses and validates a config file.
+    pub fn load(path: &Path) -> Result<Self, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.display().to_string(),
+            source,
+        })?;
+        Self::parse(&text, &path.display().to_string())
+    }
+
+    /// Parses and validates config text; `file` names it in errors.
+    pub fn parse(text: &str, file: &str) -> Result<Self, ConfigError> {
+        let cfg: Config = toml::from_str(text).map_err(|e| ConfigError::Parse {
+            path: file.to_string(),
+            message: toml_message(text, &e),
+        })?;
+        cfg.validate(file)?;
+        Ok(cfg)
+    }
+
+    /// The breaker settings for a target (`provider:x`, `model:x`, `tool:x`).
+    pub fn breaker_for(&self, target: &str) -> &BreakerConfig {
+        let (kind, name) = target.split_once(':').unwrap_or(("", target));
+        let over = match kind {
+            "provider" => self.providers.get(name).and_then(|p| p.breaker.as_ref()),
+            "model" => self
+                .models
+                .get(name)
+                .and_then(|m| self.providers.get(&m.provider))
+                .and_then(|p| p.breaker.as_ref()),
+            "tool" => self.tools.get(name).and_then(|t| t.breaker.as_ref()),
+            _ => None,
+        };
+        over.unwrap_or(&self.breaker)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn default_is_valid() {
+        Config::default().validate("built-in").unwrap();
+        assert!(Config::default().tools["get_order"].schema.is_some());
+    }
+
+    #[test]
+    fn unknown_model_in_chain_names_the_key() {
+        let err = Config::parse("[routes.r]\nchain = [\"gpt-4o\", \"nope\"]\n", "x.toml").unwrap_err();
+        let msg = err.to_string();
+        assert!(msg.contains("routes.r.chain[1]"), "{msg}");
+        assert!(msg.contains("unknown model `nope`"), "{msg}");
+    }
+
+    #[test]
+    fn unknown_key_is_rejected_with_position() {
+        let err = Config::parse("[breaker]\nfailure_rat = 0.5\n", "x.toml").unwrap_err();
+        let msg = err.to_string();
+        assert!(
+            msg.contains("x.toml") && msg.contains("line 2") && msg.contains("failure_rat"),
+            "{msg}"
+        );
+    }
+
+    #[test]
+    fn out_of_range_ratio_is_rejected() {
+        let err = Config::parse("[breaker]\nfailure_rate = 1.5\n", "x.toml").unwrap_err();
+        assert!(err.to_string().contains("breaker.failure_rate"), "{err}");
+    }
+
+    #[test]
+    fn default_round_trips_through_toml() {
+        let text = toml::to_string_pretty(&Config::default()).unwrap();
+        let back = Config::parse(&text, "printed").unwrap();
+        assert_eq!(toml::to_string_pretty(&back).unwrap(), text);
+    }
+
+    #[test]
+    fn partial_file_keeps_defaults() {
+        let cfg = Config::parse("[retry]\nmax_retries = 1\n", "x.toml").unwrap();
+        assert_eq!(cfg.retry.max_retries, 1);
+        assert_eq!(cfg.routes["default"].chain.len(), 3);
+    }
+}

@@ -1,0 +1,241 @@
+//! The resilience settings: breakers, limiters, budgets, sessions,
+//! retries and degradation.
+
+use serde::{Deserialize, Serialize};
+
+/// Sliding window kind for the failure rate.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum WindowKind {
+    /// The last `window_size` calls.
+    Count,
+    /// The calls in the last `window_size` seconds.
+    Time,
+}
+
+/// Circuit-breaker settings.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct BreakerConfig {
+    /// Trip after this many failures in a row (0 = off).
+    pub consecutive_failures: u32,
+    /// Window kind for rates.
+    pub window: WindowKind,
+    /// Calls (count window) or seconds (time window).
+    pub window_size: u32,
+    /// Rates are only judged with at least this many calls in the window.
+    pub minimum_calls: u32,
+    /// Trip when the failure rate reaches this (0..=1).
+    pub failure_rate: f64,
+    /// A call slower than this is slow (ms; 0 = off).
+    pub slow_call_ms: u64,
+    /// Trip when the slow-call rate reaches this (0..=1).
+    pub slow_call_rate: f64,
+    /// A failed call that cost more tokens than this trips at once (0 = off).
+    pub token_cost_threshold: u32,
+    /// Output tokens/s below this is a failure (token-rate collapse; 0 = off).
+    pub min_tokens_per_s: f64,
+    /// Count 429s as failures.
+    pub count_rate_limited: bool,
+    /// First open period (ms).
+    pub cooldown_ms: u64,
+    /// Each repeated trip multiplies the cooldown by this.
+    pub cooldown_multiplier: f64,
+    /// Cooldown cap (ms).
+    pub max_cooldown_ms: u64,
+    /// Probes allowed in each half-open stage (a progressive ramp).
+    pub half_open_ramp: Vec<u32>,
+    /// A stage passes when its success rate reaches this (0..=1).
+    pub half_open_success_rate: f64,
+    /// Longest time in half-open before reopening (ms).
+    pub max_half_open_ms: u64,
+}
+
+impl Default for BreakerConfig {
+    fn default() -> Self {
+        Self {
+            consecutive_failures: 5,
+            window: WindowKind::Count,
+            window_size: 20,
+            minimum_calls: 10,
+            failure_rate: 0.5,
+            slow_call_ms: 30_000,
+            slow_call_rate: 0.8,
+            token_cost_threshold: 5_000,
+            min_tokens_per_s: 2.0,
+            count_rate_limited: true,
+            cooldown_ms: 30_000,
+            cooldown_multiplier: 2.0,
+            max_cooldown_ms: 120_000,
+            half_open_ramp: vec![2, 4, 8],
+            half_open_success_rate: 0.8,
+            max_half_open_ms: 60_000,
+        }
+    }
+}
+
+/// Limiter behaviour.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct LimiterConfig {
+    /// Longest wait for capacity before the request degrades (ms).
+    pub wait_timeout_ms: u64,
+    /// Correct the estimator when it is off by more than this (0..=1)…
+    pub drift_threshold: f64,
+    /// …on average over this many calls.
+    pub drift_window: u32,
+}
+
+impl Default for LimiterConfig {
+    fn default() -> Self {
+        Self {
+            wait_timeout_ms: 2_000,
+            drift_threshold: 0.3,
+            drift_window: 10,
+        }
+    }
+}
+
+/// Budgets per user and for the whole runner.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct BudgetConfig {
+    /// Tokens per user per minute (0 = unlimited).
+    pub user_tokens_per_minute: u64,
+    /// Tokens per user per hour (0 = unlimited).
+    pub user_tokens_per_hour: u64,
+    /// Tokens per user per day (0 = unlimited).
+    pub user_tokens_per_day: u64,
+    /// USD per user per day (0 = unlimited).
+    pub user_cost_per_day_usd: f64,
+    /// Warn when a budget reaches this share (0..=1).
+    pub soft_ratio: f64,
+    /// Global tokens per hour (0 = unlimited).
+    pub global_tokens_per_hour: u64,
+    /// Global tokens per day (0 = unlimited).
+    pub global_tokens_per_day: u64,
+    /// Global USD per hour (0 = unlimited).
+    pub global_cost_per_hour_usd: f64,
+    /// Global USD per day (0 = unlimited).
+    pub global_cost_per_day_usd: f64,
+    /// Forget a user idle this long (s).
+    pub idle_evict_s: u64,
+    /// Track at most this many users; the idlest are evicted first.
+    pub max_tracked_users: usize,
+}
+
+impl Default for BudgetConfig {
+    fn default() -> Self {
+        Self {
+            user_tokens_per_minute: 50_000,
+            user_tokens_per_hour: 500_000,
+            user_tokens_per_day: 2_000_000,
+            user_cost_per_day_usd: 5.0,
+            soft_ratio: 0.8,
+            global_tokens_per_hour: 20_000_000,
+            global_tokens_per_day: 200_000_000,
+            global_cost_per_hour_usd: 200.0,
+            global_cost_per_day_usd: 2_000.0,
+            idle_evict_s: 900,
+            max_tracked_users: 100_000,
+        }
+    }
+}
+
+/// Per-session quotas (the runtime sandbox of the seeds).
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct SessionConfig {
+    /// Concurrent requests per session.
+    pub max_concurrent: u32,
+    /// LLM steps per session.
+    pub max_steps: u32,
+    /// Tokens per session.
+    pub max_tokens: u64,
+    /// Session lifetime (s); 0 = none.
+    pub deadline_s: u64,
+    /// Forget a session idle this long (s).
+    pub idle_evict_s: u64,
+    /// Track at most this many sessions; the idlest are evicted first.
+    pub max_tracked: usize,
+}
+
+impl Default for SessionConfig {
+    fn default() -> Self {
+        Self {
+            max_concurrent: 4,
+            max_steps: 200,
+            max_tokens: 400_000,
+            deadline_s: 3_600,
+            idle_evict_s: 600,
+            max_tracked: 100_000,
+        }
+    }
+}
+
+/// Retry policy.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RetryConfig {
+    /// Retries per call after the first attempt.
+    pub max_retries: u32,
+    /// Backoff base (ms); attempt n waits up to base·2ⁿ (full jitter).
+    pub base_ms: u64,
+    /// Backoff cap (ms), also the longest Retry-After honoured.
+    pub cap_ms: u64,
+    /// Retries may be at most this share of requests (Envoy-style budget).
+    pub budget_ratio: f64,
+    /// Retries always allowed per second regardless of the ratio.
+    pub budget_min_per_s: u32,
+}
+
+impl Default for RetryConfig {
+    fn default() -> Self {
+        Self {
+            max_retries: 2,
+            base_ms: 500,
+            cap_ms: 20_000,
+            budget_ratio: 0.2,
+            budget_min_per_s: 2,
+        }
+    }
+}
+
+/// Degradation settings.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct DegradationConfig {
+    /// The message a user sees when every path failed.
+    pub user_message: String,
+    /// Entries in the result cache.
+    pub cache_capacity: usize,
+    /// How long a whole answer is kept for cache fallback (s).
+    pub answer_cache_ttl_s: u64,
+    /// Quality of a cached answer.
+    pub cache_quality: f64,
+    /// Quality factor per skipped non-critical tool.
+    pub skip_quality: f64,
+    /// Spool file for deferred requests (empty = a file in the temp directory).
+    pub spool: String,
+    /// How often deferred requests are retried (ms).
+    pub defer_retry_ms: u64,
+    /// Deferred requests give up (failed) after this long (ms).
+    pub defer_max_age_ms: u64,
+}
+
+impl Default for DegradationConfig {
+    fn default() -> Self {
+        Self {
+            user_message: "The assistant is temporarily unable to complete this request. \
+                           Please try again in a few minutes, or contact support."
+                .into(),
+            cache_capacity: 10_000,
+            answer_cache_ttl_s: 600,
+            cache_quality: 0.7,
+            skip_quality: 0.8,
+            spool: String::new(),
+            defer_retry_ms: 15_000,
+            defer_max_age_ms: 900_000,
+        }
+    }
+}

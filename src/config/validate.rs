@@ -1,0 +1,286 @@
+//! Validation: ranges and references, the first problem named by its key
+//! path with what is allowed.
+
+use super::{BreakerConfig, Config, ConfigError, ProviderKind, StateConfig, WindowKind};
+use std::collections::BTreeMap;
+
+/// Where a problem is reported: the file, and the words for a value out of range.
+struct Check<'a> {
+    file: &'a str,
+}
+
+impl Check<'_> {
+    fn bad(&self, key: String, message: String) -> ConfigError {
+        ConfigError::Invalid {
+            file: self.file.to_string(),
+            key,
+            message,
+        }
+    }
+
+    /// `v` must be a ratio: at most 1, and above 0 (or 0 too, `allow_zero`).
+    fn ratio(&self, key: &str, v: f64, allow_zero: bool) -> Result<(), ConfigError> {
+        let ok = v.is_finite() && v <= 1.0 && (v > 0.0 || (allow_zero && v == 0.0));
+        if ok {
+            return Ok(());
+        }
+        let range = if allow_zero {
+            "0..=1"
+        } else {
+            "greater than 0 and at most 1"
+        };
+        Err(self.bad(key.to_string(), format!("{v} is out of range; use a number {range}")))
+    }
+}
+
+impl Config {
+    /// Checks ranges and references; the first problem is returned.
+    pub fn validate(&self, file: &str) -> Result<(), ConfigError> {
+        let c = &Check { file };
+        if self.providers.is_empty() {
+            return Err(c.bad("providers".into(), "at least one provider is required".into()));
+        }
+        if !StateConfig::accepts(&self.state.url) {
+            return Err(c.bad(
+                "state.url".into(),
+                format!(
+                    "`{}` is not a store; use \"memory\" or \"redis://HOST:PORT/DB\"",
+                    self.state.url
+                ),
+            ));
+        }
+        self.check_providers(c)?;
+        self.check_models(c)?;
+        self.check_routes(c)?;
+        self.check_tools(c)?;
+        validate_breaker(&self.breaker, "breaker", c)?;
+        self.check_settings(c)
+    }
+
+    fn check_providers(&self, c: &Check) -> Result<(), ConfigError> {
+        for (name, p) in &self.providers {
+            if !(p.chars_per_token.is_finite() && p.chars_per_token > 0.0) {
+                return Err(c.bad(
+                    format!("providers.{name}.chars_per_token"),
+                    format!(
+                        "{} must be a positive number (≈4 for English, ≈1.5 for Chinese)",
+                        p.chars_per_token
+                    ),
+                ));
+            }
+            if p.timeout_ms == 0 {
+                return Err(c.bad(format!("providers.{name}.timeout_ms"), "must be at least 1 ms".into()));
+            }
+            if let Some(b) = &p.breaker {
+                validate_breaker(b, &format!("providers.{name}.breaker"), c)?;
+            }
+            if p.kind != ProviderKind::Mock {
+                match &p.base_url {
+                    Some(u) if !(u.starts_with("http://") || u.starts_with("https://")) => {
+                        return Err(c.bad(
+                            format!("providers.{name}.base_url"),
+                            format!("`{u}` is not an http:// or https:// URL"),
+                        ));
+                    }
+                    None if p.kind.default_base_url().is_none() => {
+                        return Err(c.bad(
+                            format!("providers.{name}.base_url"),
+                            "an openai-compatible provider needs its server's base URL, e.g. \"http://localhost:8000\""
+                                .into(),
+                        ));
+                    }
+                    // The hosted API itself takes no call without a key.
+                    None if p.api_key_env.is_none() => {
+                        return Err(c.bad(
+                            format!("providers.{name}.api_key_env"),
+                            "the hosted API needs a key: name the environment variable that holds it, e.g. \"OPENAI_API_KEY\"".into(),
+                        ));
+                    }
+                    _ => {}
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn check_models(&self, c: &Check) -> Result<(), ConfigError> {
+        for (name, m) in &self.models {
+            if !self.providers.contains_key(&m.provider) {
+                // A built-in provider: most likely a [providers] table given
+                // without the [models] that go with it.
+                let hint = if Config::default().providers.contains_key(&m.provider) {
+                    format!(
+                        ". A [providers] table in a config replaces the built-in one whole, while the built-in [models] and [routes] stay unless given: add [providers.{}], or give your own [models] and [routes] for the providers you define",
+                        m.provider
+                    )
+                } else {
+                    String::new()
+                };
+                return Err(c.bad(
+                    format!("models.{name}.provider"),
+                    format!(
+                        "unknown provider `{}`; defined providers: {}{hint}",
+                        m.provider,
+                        keys(&self.providers)
+                    ),
+                ));
+            }
+            for (k, v) in [("input_per_m", m.input_per_m), ("output_per_m", m.output_per_m)] {
+                if !(v.is_finite() && v >= 0.0) {
+                    return Err(c.bad(
+                        format!("models.{name}.{k}"),
+                        format!("{v} must be a price ≥ 0 (USD per million tokens)"),
+                    ));
+                }
+            }
+            c.ratio(&format!("models.{name}.quality"), m.quality, false)?;
+        }
+        Ok(())
+    }
+
+    fn check_routes(&self, c: &Check) -> Result<(), ConfigError> {
+        if self.routes.is_empty() {
+            return Err(c.bad("routes".into(), "at least one route is required".into()));
+        }
+        for (name, r) in &self.routes {
+            if r.chain.is_empty() {
+                return Err(c.bad(
+                    format!("routes.{name}.chain"),
+                    "the chain needs at least one model".into(),
+                ));
+            }
+            for (i, m) in r.chain.iter().enumerate() {
+                if !self.models.contains_key(m) {
+                    return Err(c.bad(
+                        format!("routes.{name}.chain[{i}]"),
+                        format!("unknown model `{m}`; defined models: {}", keys(&self.models)),
+                    ));
+                }
+            }
+            c.ratio(&format!("routes.{name}.max_tokens_factor"), r.max_tokens_factor, false)?;
+        }
+        Ok(())
+    }
+
+    fn check_tools(&self, c: &Check) -> Result<(), ConfigError> {
+        for (name, t) in &self.tools {
+            if t.pool == 0 {
+                return Err(c.bad(format!("tools.{name}.pool"), "must be at least 1".into()));
+            }
+            if t.timeout_ms == 0 {
+                return Err(c.bad(format!("tools.{name}.timeout_ms"), "must be at least 1 ms".into()));
+            }
+            if let Some(s) = &t.schema {
+                if s.as_table().is_none() {
+                    return Err(c.bad(
+                        format!("tools.{name}.schema"),
+                        "must be a table (a JSON schema object)".into(),
+                    ));
+                }
+            }
+            if let Some(b) = &t.breaker {
+                validate_breaker(b, &format!("tools.{name}.breaker"), c)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// The limiter, budgets, sessions, retries and degradation.
+    fn check_settings(&self, c: &Check) -> Result<(), ConfigError> {
+        c.ratio("limiter.drift_threshold", self.limiter.drift_threshold, false)?;
+        if self.limiter.drift_window == 0 {
+            return Err(c.bad("limiter.drift_window".into(), "must be at least 1 call".into()));
+        }
+        c.ratio("budgets.soft_ratio", self.budgets.soft_ratio, false)?;
+        for (k, v) in [
+            ("budgets.user_cost_per_day_usd", self.budgets.user_cost_per_day_usd),
+            (
+                "budgets.global_cost_per_hour_usd",
+                self.budgets.global_cost_per_hour_usd,
+            ),
+            ("budgets.global_cost_per_day_usd", self.budgets.global_cost_per_day_usd),
+        ] {
+            if !(v.is_finite() && v >= 0.0) {
+                return Err(c.bad(k.into(), format!("{v} must be ≥ 0 (0 = unlimited)")));
+            }
+        }
+        if self.budgets.max_tracked_users == 0 {
+            return Err(c.bad("budgets.max_tracked_users".into(), "must be at least 1".into()));
+        }
+        if self.sessions.max_concurrent == 0 || self.sessions.max_steps == 0 {
+            return Err(c.bad(
+                "sessions".into(),
+                "max_concurrent and max_steps must be at least 1".into(),
+            ));
+        }
+        c.ratio("retry.budget_ratio", self.retry.budget_ratio, true)?;
+        if self.retry.base_ms == 0 || self.retry.cap_ms < self.retry.base_ms {
+            return Err(c.bad("retry.cap_ms".into(), "need base_ms ≥ 1 and cap_ms ≥ base_ms".into()));
+        }
+        c.ratio("degradation.cache_quality", self.degradation.cache_quality, false)?;
+        c.ratio("degradation.skip_quality", self.degradation.skip_quality, false)?;
+        if self.degradation.defer_retry_ms == 0 {
+            return Err(c.bad("degradation.defer_retry_ms".into(), "must be at least 1 ms".into()));
+        }
+        Ok(())
+    }
+}
+
+fn validate_breaker(b: &BreakerConfig, at: &str, c: &Check) -> Result<(), ConfigError> {
+    for (k, v) in [
+        ("failure_rate", b.failure_rate),
+        ("slow_call_rate", b.slow_call_rate),
+        ("half_open_success_rate", b.half_open_success_rate),
+    ] {
+        if !(v.is_finite() && v > 0.0 && v <= 1.0) {
+            return Err(c.bad(
+                format!("{at}.{k}"),
+                format!("{v} is out of range; use a number greater than 0 and at most 1"),
+            ));
+        }
+    }
+    if b.window_size == 0 {
+        return Err(c.bad(format!("{at}.window_size"), "must be at least 1".into()));
+    }
+    if b.minimum_calls == 0 {
+        return Err(c.bad(
+            format!("{at}.minimum_calls"),
+            "must be at least 1 (one failure out of one call must not trip)".into(),
+        ));
+    }
+    if b.window == WindowKind::Count && b.minimum_calls > b.window_size {
+        return Err(c.bad(
+            format!("{at}.minimum_calls"),
+            format!(
+                "{} exceeds window_size {}; a count window can never hold that many calls",
+                b.minimum_calls, b.window_size
+            ),
+        ));
+    }
+    if b.cooldown_ms == 0 || b.max_cooldown_ms < b.cooldown_ms {
+        return Err(c.bad(
+            format!("{at}.max_cooldown_ms"),
+            "need cooldown_ms ≥ 1 and max_cooldown_ms ≥ cooldown_ms".into(),
+        ));
+    }
+    if !(b.cooldown_multiplier.is_finite() && b.cooldown_multiplier >= 1.0) {
+        return Err(c.bad(format!("{at}.cooldown_multiplier"), "must be a number ≥ 1".into()));
+    }
+    if b.half_open_ramp.is_empty() || b.half_open_ramp.contains(&0) {
+        return Err(c.bad(
+            format!("{at}.half_open_ramp"),
+            "must list at least one stage, each allowing ≥ 1 probe, e.g. [2, 4, 8]".into(),
+        ));
+    }
+    if b.max_half_open_ms == 0 {
+        return Err(c.bad(format!("{at}.max_half_open_ms"), "must be at least 1 ms".into()));
+    }
+    if !(b.min_tokens_per_s.is_finite() && b.min_tokens_per_s >= 0.0) {
+        return Err(c.bad(format!("{at}.min_tokens_per_s"), "must be ≥ 0 (0 = off)".into()));
+    }
+    Ok(())
+}
+
+fn keys<V>(m: &BTreeMap<String, V>) -> String {
+    m.keys().map(String::as_str).collect::<Vec<_>>().join(", ")
+}
