@@ -3,8 +3,9 @@
 //! user's budgets, one attempt, no fallback (another model's vectors would
 //! not be comparable), ending in exactly one outcome.
 
+use super::admission::{Refusal, Spent};
 use super::chat::Abandoned;
-use super::llm::{Refusal, Spent, Tally};
+use super::llm::Tally;
 use super::outcome::{Level, Outcome};
 use super::request::{AgentRequest, Via};
 use super::Runner;
@@ -169,11 +170,11 @@ impl Runner {
             target: pt.name.clone(),
             model: Some(m.name.to_string()),
             status: failed.map_or(Some(200), |e| e.status),
-            transport: failed.and_then(|e| super::llm::transport_name(e.kind)),
+            transport: failed.and_then(|e| super::feedback::transport_name(e.kind)),
             latency_ms: latency.as_millis() as u64,
             input_tokens: usage.input,
             output_tokens: 0,
-            headers: super::llm::rate_headers(&rate),
+            headers: super::feedback::rate_headers(&rate),
             semantic_failure: None,
             tool_calls: Vec::new(),
             tool_keys: Vec::new(),

@@ -2,10 +2,13 @@
 //! layer (session quota → budgets → limiter → breakers → provider/tool with
 //! retries → degradation), emits events, and ends in exactly one outcome.
 
+mod admission;
 pub mod agent;
+mod call;
 pub mod chat;
 pub mod command;
 pub mod embed;
+pub mod feedback;
 pub mod llm;
 pub mod outcome;
 pub mod registry;

@@ -1,7 +1,7 @@
 //! One tool call: drill mode → breaker → bulkhead → call with retries (only
 //! for idempotent tools) → record. Successful results feed the cache.
 
-use super::llm::transport_name;
+use super::feedback::transport_name;
 use super::llm::Tally;
 use super::Runner;
 use crate::clock::hash_str;

@@ -1,0 +1,265 @@
+//! One guarded attempt on a model: admitted by its breakers, its
+//! provider's limiter, the user's budgets (and, in a fleet, allowances),
+//! held while the call runs, then settled with what it used, whatever
+//! ends it.
+
+use super::llm::Tally;
+use super::stream::Spend;
+use super::{ModelSlot, Runner};
+use crate::resilience::breaker::{Breaker, CallRecord, FailureKind, Permit};
+use crate::resilience::budget::BudgetExceeded;
+use crate::resilience::limiter::RateFeedback;
+use crate::telemetry::events::{Attempt, EventKind};
+use smallvec::SmallVec;
+use std::time::Duration;
+
+impl Runner {
+    /// Admits one attempt on model `mi` for `user`: both breakers (the
+    /// cheapest refusal), the provider's limiter (waiting for capacity
+    /// only when `may_wait` says no later model could take the call), the
+    /// user's budgets and, in a fleet, its allowances. What the attempt
+    /// holds and when it was admitted, or why not.
+    pub(super) async fn admit<'a>(
+        &'a self,
+        user: &'a str,
+        mi: usize,
+        chars: usize,
+        max_tokens: u32,
+        may_wait: impl FnOnce() -> bool,
+    ) -> Result<(Held<'a>, tokio::time::Instant), Refusal> {
+        let m = &self.models[mi];
+        let p = &self.providers[m.provider];
+        let (pt, mt) = (self.registry.get(p.target), self.registry.get(m.target));
+        let now = self.clock.now();
+        let Ok(pp) = pt.breaker.try_acquire(now) else {
+            pt.stats.rejected_open.inc();
+            return Err(Refusal::Open);
+        };
+        let Ok(mp) = mt.breaker.try_acquire(now) else {
+            pt.breaker.cancel(pp);
+            mt.stats.rejected_open.inc();
+            return Err(Refusal::Open);
+        };
+        // From here on what the attempt holds is released if the caller
+        // goes away (a gateway client disconnects) before it settles.
+        let mut held = Held {
+            runner: self,
+            targets: [pt, mt],
+            provider: p,
+            model: m,
+            calling: None,
+            user,
+            probes: [Some(pp), Some(mp)],
+            permit: None,
+            res: None,
+            allowance: None,
+        };
+        let now = match p.limiter.try_acquire(chars, max_tokens, now) {
+            Ok(permit) => {
+                held.permit = Some(permit);
+                now
+            }
+            Err(_) if may_wait() => {
+                held.permit = Box::pin(p.limiter.acquire(chars, max_tokens)).await.ok();
+                self.clock.now()
+            }
+            Err(_) => {
+                p.limiter.count_rejected();
+                now
+            }
+        };
+        let Some(est) = held.permit.as_ref().map(|p| p.estimate()) else {
+            drop(held);
+            pt.stats.rejected_rate.inc();
+            return Err(Refusal::Rate);
+        };
+        let cost = m.cost(est.input, est.output);
+        held.res = Some(
+            self.budgets
+                .reserve(user, est.total(), cost, self.clock.ms_at(now))
+                .map_err(Refusal::Budget)?,
+        );
+        // Fleet mode: the user's budget as the whole fleet has spent it.
+        if let Some(a) = self.allowances.get() {
+            let r = Box::pin(a.reserve(user, est.total(), cost))
+                .await
+                .map_err(Refusal::Budget)?;
+            held.allowance = Some(r);
+        }
+        Ok((held, now))
+    }
+
+    /// Settles one attempt: the limiter, the budgets and the fleet's
+    /// allowances with what it used, the request's tally, and both
+    /// breakers with how it went (a client-side failure is neutral to
+    /// them). Returns the trips it caused, per breaker.
+    pub(super) fn settle(
+        &self,
+        user: &str,
+        mi: usize,
+        permits: Permits,
+        allowance: Option<crate::fleet::allowance::Reserved>,
+        spent: Spent<'_>,
+        tally: &mut Tally,
+    ) -> [Option<String>; 2] {
+        let m = &self.models[mi];
+        let p = &self.providers[m.provider];
+        let (pp, mp, permit, res) = permits;
+        let u = spent.usage;
+        let tokens = u.total();
+        let cost = m.cost(u.input, u.output);
+        p.limiter.settle(permit, u.input, u.output, spent.end);
+        p.limiter.calibrate(spent.rate, spent.end);
+        self.budgets.settle(res, tokens, cost, self.clock.ms_at(spent.end));
+        self.settle_allowance(user, allowance, tokens, cost);
+        tally.tokens += u64::from(tokens);
+        tally.cost += cost;
+        let lat_ms = spent.latency.as_millis() as u64;
+        let (pt, mt) = (self.registry.get(p.target), self.registry.get(m.target));
+        for t in [pt, mt] {
+            t.stats.latency_ms_sum.add(lat_ms);
+        }
+        let rec = CallRecord {
+            failure: spent.failure,
+            latency: spent.latency,
+            tokens,
+            tokens_per_s: spent.tokens_per_s,
+        };
+        [
+            pt.breaker.record(pp, &rec, spent.end),
+            mt.breaker.record(mp, &rec, spent.end),
+        ]
+    }
+}
+
+/// Why an attempt was not admitted.
+pub(super) enum Refusal {
+    /// A breaker is open.
+    Open,
+    /// No rate-limit capacity in time.
+    Rate,
+    /// A budget refused.
+    Budget(BudgetExceeded),
+}
+
+/// Breaker probes, a rate-limit reservation and a budget reservation, to settle.
+pub(super) type Permits = (
+    crate::resilience::breaker::Permit,
+    crate::resilience::breaker::Permit,
+    crate::resilience::limiter::LimitPermit,
+    crate::resilience::budget::Reservation,
+);
+
+/// What one attempt spent, and how it went.
+pub(super) struct Spent<'r> {
+    pub usage: crate::provider::Usage,
+    pub rate: &'r RateFeedback,
+    /// How it failed (`None`: it did not).
+    pub failure: Option<FailureKind>,
+    pub tokens_per_s: Option<f64>,
+    pub latency: Duration,
+    pub end: tokio::time::Instant,
+}
+
+/// What one attempt holds between admission and settlement: breaker probe
+/// slots, a rate-limit reservation, a budget reservation. Dropped without
+/// [`Held::disarm`] it settles: refused before the call, everything is
+/// given back; dropped mid-call (the client went away), the breakers'
+/// probes are given back (the upstream did not fail) but the tokens are
+/// charged: what the stream had used, else what was reserved (the
+/// provider may bill the whole answer), so leaving early dodges no budget.
+pub(super) struct Held<'a> {
+    runner: &'a Runner,
+    targets: [&'a super::registry::Target; 2],
+    provider: &'a super::ProviderSlot,
+    model: &'a ModelSlot,
+    /// Set once the call is made: what it has used so far.
+    pub(super) calling: Option<&'a Spend>,
+    user: &'a str,
+    probes: [Option<crate::resilience::breaker::Permit>; 2],
+    permit: Option<crate::resilience::limiter::LimitPermit>,
+    pub(super) res: Option<crate::resilience::budget::Reservation>,
+    /// Taken from the fleet's budget allowances (fleet mode).
+    pub(super) allowance: Option<crate::fleet::allowance::Reserved>,
+}
+
+impl Held<'_> {
+    /// The breakers' permits of the call, for [`watched`].
+    pub(super) fn watched(&mut self) -> SmallVec<[(&Breaker, &mut Permit); 2]> {
+        let targets = self.targets;
+        self.probes
+            .iter_mut()
+            .zip(targets)
+            .filter_map(|(p, t)| Some((&t.breaker, p.as_mut()?)))
+            .collect()
+    }
+
+    /// Hands everything over for settlement with the call's actual usage.
+    pub(super) fn disarm(mut self) -> Permits {
+        let taken = (
+            self.probes[0].take(),
+            self.probes[1].take(),
+            self.permit.take(),
+            self.res.take(),
+        );
+        match taken {
+            (Some(a), Some(b), Some(c), Some(d)) => (a, b, c, d),
+            _ => unreachable!("disarm is called only once everything is held"),
+        }
+    }
+}
+
+impl Drop for Held<'_> {
+    fn drop(&mut self) {
+        for (t, probe) in self.targets.iter().zip(&mut self.probes) {
+            if let Some(p) = probe.take() {
+                t.breaker.cancel(p);
+            }
+        }
+        let r = self.runner;
+        let Some(spend) = self.calling else {
+            if let Some(p) = self.permit.take() {
+                self.provider.limiter.release(p, r.clock.now());
+            }
+            if let Some(res) = self.res.take() {
+                r.budgets.settle(res, 0, 0.0, r.clock.elapsed_ms());
+            }
+            r.settle_allowance(self.user, self.allowance.take(), 0, 0.0);
+            return;
+        };
+        let (input, output) = spend.get().unwrap_or_else(|| {
+            let est = self.permit.as_ref().map(|p| p.estimate()).unwrap_or_default();
+            (est.input, est.output)
+        });
+        let (tokens, cost) = (input.saturating_add(output), self.model.cost(input, output));
+        if let Some(p) = self.permit.take() {
+            self.provider.limiter.settle(p, input, output, r.clock.now());
+        }
+        if let Some(res) = self.res.take() {
+            r.budgets.settle(res, tokens, cost, r.clock.elapsed_ms());
+        }
+        r.settle_allowance(self.user, self.allowance.take(), tokens, cost);
+    }
+}
+
+impl Runner {
+    /// Fleet mode: gives what a call did not use back to the allowances.
+    fn settle_allowance(
+        &self,
+        user: &str,
+        reserved: Option<crate::fleet::allowance::Reserved>,
+        tokens: u32,
+        cost: f64,
+    ) {
+        if let (Some(a), Some(r)) = (self.allowances.get(), reserved) {
+            a.settle(user, r, tokens, cost);
+        }
+    }
+
+    /// Emits an attempt record when someone (the recorder) listens.
+    pub(crate) fn announce_attempt(&self, make: impl FnOnce() -> Attempt) {
+        if self.events.has_subscribers() {
+            self.events.emit(EventKind::Attempt(Box::new(make())));
+        }
+    }
+}
