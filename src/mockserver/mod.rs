@@ -17,19 +17,11 @@
 //! body), [`STEP_HEADER`] and [`ATTEMPT_HEADER`]; a client that retries an
 //! identical body without bumping the attempt gets the identical plan.
 
-mod anthropic;
-mod conn;
-mod control;
-mod embeddings;
-mod openai;
-pub(crate) mod play;
-mod quota;
-pub(crate) mod wire;
-
 use crate::clock::{mix, purpose, Seed};
 use crate::provider::fault::FaultTable;
 use crate::provider::mock::{MockProvider, MockReply, Profile};
 use crate::provider::{ToolCall, Usage};
+use auth::{check_auth, has_api_key, has_bearer, header_str};
 use axum::body::Body;
 use axum::extract::{ConnectInfo, Request, State};
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
@@ -37,12 +29,26 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use conn::{ConnHandle, KillableListener};
-use quota::{Cost, Exhausted, Quota};
+use quota::{Cost, Quota};
+use respond::{
+    cut, error_response, plan_label, put, quota_exhausted, request_id_header, retry_after_headers, sse_response,
+};
 use serde_json::json;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use tokio::time::{sleep_until, Instant};
+
+mod anthropic;
+mod auth;
+mod conn;
+mod control;
+mod embeddings;
+mod openai;
+pub(crate) mod play;
+mod quota;
+mod respond;
+pub(crate) mod wire;
 
 /// Request header with the agent request id (u64); keys the plan. Default: a hash of the body.
 pub const REQUEST_HEADER: &str = wire::H_REQUEST;
@@ -52,25 +58,6 @@ pub const STEP_HEADER: &str = wire::H_STEP;
 pub const ATTEMPT_HEADER: &str = wire::H_ATTEMPT;
 /// The only `anthropic-version` accepted.
 pub const ANTHROPIC_VERSION: &str = "2023-06-01";
-
-/// Whether `v` names an Anthropic API version: a date (`YYYY-MM-DD`) from
-/// the first one on. The SDKs move to newer versions as they come out
-/// (anthropic 2.14 sends 2026-10-21), and the messages API this server
-/// speaks is the same in every one of them.
-fn is_api_version(v: &str) -> bool {
-    let b = v.as_bytes();
-    b.len() == 10
-        && b[4] == b'-'
-        && b[7] == b'-'
-        && b.iter()
-            .enumerate()
-            .all(|(i, c)| i == 4 || i == 7 || c.is_ascii_digit())
-        && v >= "2023-01-01"
-        && v[5..7] >= *"01"
-        && v[5..7] <= *"12"
-        && v[8..10] >= *"01"
-        && v[8..10] <= *"31"
-}
 
 /// Largest request body accepted (larger gets a 413).
 const MAX_BODY: usize = 8 << 20;
@@ -513,141 +500,6 @@ impl Exchange<'_> {
                 headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
                 headers.insert(header::CONNECTION, HeaderValue::from_static("close"));
                 (StatusCode::OK, headers, body).into_response()
-            }
-        }
-    }
-}
-
-fn plan_label(plan: &MockReply) -> &'static str {
-    match plan {
-        MockReply::Answer { .. } => "answer",
-        MockReply::Status { .. } => "status",
-        MockReply::Timeout => "timeout",
-        MockReply::Refused => "refused",
-        MockReply::Reset { .. } => "reset",
-        MockReply::Truncated { .. } => "truncated",
-    }
-}
-
-fn request_id_header(flavor: Flavor) -> &'static str {
-    match flavor {
-        Flavor::Anthropic => "request-id",
-        _ => "x-request-id",
-    }
-}
-
-fn put(h: &mut HeaderMap, name: &'static str, value: String) {
-    if let Ok(v) = HeaderValue::try_from(value) {
-        h.insert(name, v);
-    }
-}
-
-/// `retry-after` (whole seconds, rounded up) and `retry-after-ms`.
-fn retry_after_headers(h: &mut HeaderMap, d: Duration) {
-    put(h, "retry-after", d.as_millis().div_ceil(1_000).to_string());
-    put(h, "retry-after-ms", d.as_millis().to_string());
-}
-
-/// An error in the provider's shape, with `headers`.
-fn error_response(flavor: Flavor, code: u16, message: &str, param: Option<&str>, headers: HeaderMap) -> Response {
-    let status = StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-    let body = match flavor {
-        Flavor::Anthropic => anthropic::error(code, message),
-        _ => crate::wire::openai::error(code, message, param),
-    };
-    (status, headers, Json(body)).into_response()
-}
-
-/// The server's own 429 when a quota cannot take a request.
-fn quota_exhausted(flavor: Flavor, ex: Exhausted) -> Response {
-    let mut headers = HeaderMap::new();
-    ex.snapshot.write_headers(&mut headers);
-    let message = match ex.retry_after {
-        Some(d) => {
-            retry_after_headers(&mut headers, d);
-            format!(
-                "Rate limit reached for {} per minute. Please try again in {}.",
-                ex.what,
-                quota::go_duration(d)
-            )
-        }
-        None => format!("Request too large: it exceeds the limit of {} per minute.", ex.what),
-    };
-    error_response(flavor, 429, &message, None, headers)
-}
-
-/// Ends the exchange without a response: closes (FIN) or resets (RST) the
-/// connection; without a connection handle, fails the body instead.
-fn cut(conn: Option<&ConnHandle>, reset: bool) -> Response {
-    match conn {
-        Some(c) => {
-            if reset {
-                c.reset();
-            } else {
-                c.close();
-            }
-            // Never reaches the client: every write on the connection now fails.
-            StatusCode::SERVICE_UNAVAILABLE.into_response()
-        }
-        None => (StatusCode::OK, play::failing_body()).into_response(),
-    }
-}
-
-fn sse_response(mut headers: HeaderMap, body: Body) -> Response {
-    headers.insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("text/event-stream; charset=utf-8"),
-    );
-    headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
-    (StatusCode::OK, headers, body).into_response()
-}
-
-fn header_str(headers: &HeaderMap, name: impl axum::http::header::AsHeaderName) -> Option<&str> {
-    headers.get(name).and_then(|v| v.to_str().ok()).map(str::trim)
-}
-
-fn has_bearer(headers: &HeaderMap) -> bool {
-    header_str(headers, header::AUTHORIZATION)
-        .and_then(|s| s.split_once(' '))
-        .is_some_and(|(scheme, key)| scheme.eq_ignore_ascii_case("bearer") && !key.trim().is_empty())
-}
-
-fn has_api_key(headers: &HeaderMap) -> bool {
-    header_str(headers, "x-api-key").is_some_and(|k| !k.is_empty())
-}
-
-/// The provider's credential check: `Some` rejection if it fails (key
-/// values are never logged or echoed).
-fn check_auth(flavor: Flavor, headers: &HeaderMap, keyless: bool) -> Option<Response> {
-    let fail = |code: u16, msg: &str| Some(error_response(flavor, code, msg, None, HeaderMap::new()));
-    let no_key = headers.get(header::AUTHORIZATION).is_none() && headers.get("x-api-key").is_none();
-    match flavor {
-        Flavor::OpenAi | Flavor::DeepSeek if keyless && no_key => None,
-        Flavor::OpenAi | Flavor::DeepSeek => {
-            if headers.get(header::AUTHORIZATION).is_none() {
-                return fail(
-                    401,
-                    "You didn't provide an API key. Send it in the Authorization header (Authorization: Bearer KEY).",
-                );
-            }
-            if !has_bearer(headers) {
-                return fail(401, "Incorrect API key format: expected 'Authorization: Bearer KEY'.");
-            }
-            None
-        }
-        Flavor::Anthropic => {
-            // The current SDKs send the key as a bearer token; older ones as x-api-key.
-            let answered = has_api_key(headers) || has_bearer(headers) || (keyless && no_key);
-            if !answered {
-                return fail(401, "x-api-key header is required");
-            }
-            match header_str(headers, "anthropic-version") {
-                None => fail(400, "anthropic-version: header is required"),
-                Some(v) if !is_api_version(v) => fail(
-                    400,
-                    "anthropic-version: not a version (a date from 2023-01-01 on, such as 2023-06-01)",
-                ),
-                Some(_) => None,
             }
         }
     }
