@@ -265,3 +265,13 @@ impl SseParser {
 fn lossy(b: &[u8]) -> String {
     String::from_utf8_lossy(b).into_owned()
 }
+
+/// The `data` of each event in `out`, read as JSON (for tests of writers).
+#[cfg(test)]
+pub(crate) fn data_of(out: &[u8]) -> Vec<serde_json::Value> {
+    String::from_utf8_lossy(out)
+        .split("\n\n")
+        .filter_map(|e| e.lines().find_map(|l| l.strip_prefix("data: ")))
+        .map(|d| serde_json::from_str(d).unwrap())
+        .collect()
+}

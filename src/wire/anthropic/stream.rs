@@ -340,16 +340,8 @@ pub fn error_event(kind: &str, message: &str, out: &mut Vec<u8>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::wire::sse::data_of as events;
     use serde_json::json;
-
-    /// The `data` of each event in `out`.
-    fn events(out: &[u8]) -> Vec<Value> {
-        String::from_utf8_lossy(out)
-            .split("\n\n")
-            .filter_map(|e| e.lines().find_map(|l| l.strip_prefix("data: ")))
-            .map(|d| serde_json::from_str(d).unwrap())
-            .collect()
-    }
 
     #[test]
     fn blocks_passed_on_unread_keep_their_places_for_what_is_written_next() {

@@ -239,14 +239,7 @@ impl EventWriter {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn events(out: &[u8]) -> Vec<Value> {
-        String::from_utf8_lossy(out)
-            .split("\n\n")
-            .filter_map(|e| e.lines().find_map(|l| l.strip_prefix("data: ")))
-            .map(|d| serde_json::from_str(d).unwrap())
-            .collect()
-    }
+    use crate::wire::sse::data_of as events;
 
     #[test]
     fn each_item_has_its_own_id_text_and_arguments() {
