@@ -104,7 +104,7 @@ async fn handle(gw: Arc<Gateway>, api: Api, req: axum::extract::Request) -> Resp
     let (parts, body) = req.into_parts();
     let body = match super::read_body(body, gw.opts.max_body).await {
         Ok(b) => b,
-        Err((status, why)) => return api.error(status, &why, None),
+        Err((status, why)) => return super::closing(api.error(status, &why, None)),
     };
     let mut asked = match api.parse(&body) {
         Ok(r) => r,

@@ -42,7 +42,7 @@ pub(super) async fn embeddings(State(gw): Shared, req: axum::extract::Request) -
     let (parts, body) = req.into_parts();
     let bytes = match super::read_body(body, gw.opts.max_body).await {
         Ok(b) => b,
-        Err((status, why)) => return api.error(status, &why, None),
+        Err((status, why)) => return super::closing(api.error(status, &why, None)),
     };
     let Ok(raw) = RawBody::parse(&bytes) else {
         return api.error(StatusCode::BAD_REQUEST, "request body must be a JSON object", None);

@@ -203,6 +203,17 @@ pub(super) async fn read_body(body: axum::body::Body, max: usize) -> Result<axum
     })
 }
 
+/// An answer given before the request body was read whole (too large,
+/// unreadable): the connection closes after it, and says so, so that no
+/// client sends its next request on a connection the gateway is leaving.
+pub(super) fn closing(mut r: Response) -> Response {
+    r.headers_mut().insert(
+        axum::http::header::CONNECTION,
+        axum::http::HeaderValue::from_static("close"),
+    );
+    r
+}
+
 /// The largest operator command body.
 const MAX_COMMAND_BYTES: usize = 64 * 1024;
 
@@ -222,7 +233,7 @@ async fn command(State(gw): Shared, req: axum::extract::Request) -> Response {
     }
     let body = match read_body(body, MAX_COMMAND_BYTES).await {
         Ok(b) => b,
-        Err((status, why)) => return error(status, &why, None),
+        Err((status, why)) => return closing(error(status, &why, None)),
     };
     let cmd: Command = match serde_json::from_slice(&body) {
         Ok(c) => c,

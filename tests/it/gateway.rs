@@ -447,6 +447,7 @@ async fn bad_requests_are_refused_with_the_field_named() {
     big["messages"][1]["content"] = json!("a".repeat(20_000));
     let r = f.post(&big).await;
     assert_eq!(r.status(), 413);
+    assert_eq!(header(&r, "connection"), "close", "its body was not read whole");
     assert_eq!(f.runner.by_level().iter().sum::<u64>(), 0, "refused before the runner");
 }
 
