@@ -14,9 +14,10 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 /// The documents checked.
-const DOCS: [&str; 6] = [
+const DOCS: [&str; 7] = [
     "README.md",
     "docs/api.md",
+    "docs/architecture.md",
     "docs/config.md",
     "docs/limits.md",
     "docs/operator.md",
