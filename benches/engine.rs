@@ -7,6 +7,7 @@ use fusebox::provider::{Message, ToolSpec};
 use fusebox::resilience::breaker::{Breaker, CallRecord};
 use fusebox::resilience::limiter::Limiter;
 use fusebox::runner::llm::{LlmCall, Tally};
+use fusebox::target::Target;
 use fusebox::telemetry::events::EventBus;
 use std::sync::Arc;
 
@@ -17,7 +18,7 @@ fn breaker(c: &mut Criterion) {
         .unwrap();
     let _g = rt.enter();
     let b = Breaker::new(
-        "provider:x",
+        Target::provider("x"),
         BreakerConfig::default(),
         EventBus::new(Clock::system(), 16),
         tokio::time::Instant::now(),

@@ -8,6 +8,7 @@ use fusebox::clock::{Clock, Seed};
 use fusebox::config::Config;
 use fusebox::runner::request::{AgentRequest, Via};
 use fusebox::runner::Runner;
+use fusebox::target::Target;
 use fusebox::telemetry::events::{Arrival, Attempt, EventBus, EventKind};
 use fusebox::traffic::log::{Header, LogReader};
 use fusebox::traffic::record::{Content, Fsync, RecordOptions, Recorder};
@@ -34,14 +35,12 @@ fn events() -> Vec<EventKind> {
                 ..AgentRequest::default()
             };
             let att = Attempt {
-                request: i,
-                target: "provider:openai".into(),
                 model: Some("gpt-4o".into()),
                 status: Some(200),
                 latency_ms: 800,
                 input_tokens: 120,
                 output_tokens: 80,
-                ..Attempt::default()
+                ..Attempt::of(i, Target::provider("openai"))
             };
             [
                 EventKind::Request(Box::new(Arrival {

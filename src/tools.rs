@@ -6,6 +6,7 @@ use crate::clock::{mix, purpose, Seed};
 use crate::config::Config;
 use crate::provider::fault::{Fault, FaultTable};
 use crate::provider::{ErrorKind, ProviderError, ToolCall, ToolKind, ToolSpec};
+use crate::target::Target;
 use serde_json::Value;
 use std::sync::Arc;
 use std::time::Duration;
@@ -182,8 +183,9 @@ impl ToolExecutor for MockTools {
     async fn call(&self, name: &str, args: &str, request_id: u64, attempt: u32) -> Result<Arc<str>, ProviderError> {
         let key = mix(request_id) ^ crate::clock::hash_str(name) ^ ((attempt as u64) << 56);
         let mut rng = self.seed.stream(purpose::MOCK, key);
-        let target = format!("tool:{name}");
-        let fault = self.faults.pick(&target, self.seed.stream(purpose::FAULT, key).f64());
+        let fault = self
+            .faults
+            .pick(&Target::tool(name), self.seed.stream(purpose::FAULT, key).f64());
         let mut latency = Duration::from_millis(base_latency_ms(name) / 2 + rng.u64(0..=base_latency_ms(name)));
         match fault {
             Fault::Status { code, retry_after_ms } => {

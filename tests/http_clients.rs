@@ -4,6 +4,7 @@
 //! key anywhere in what fusebox says.
 
 use fusebox::clock::{Clock, Seed};
+use fusebox::command::Issuer;
 use fusebox::config::{Config, ProviderConfig, ProviderKind};
 use fusebox::mockserver::MockServer;
 use fusebox::provider::fault::{Fault, FaultSpec, FaultTable};
@@ -11,6 +12,7 @@ use fusebox::provider::{ErrorKind, LlmRequest, Message, Provider, ToolSpec};
 use fusebox::runner::outcome::Level;
 use fusebox::runner::request::AgentRequest;
 use fusebox::runner::{Runner, RunnerParts};
+use fusebox::target::Target;
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
@@ -78,7 +80,7 @@ fn ask(id: u64) -> AgentRequest {
 }
 
 fn set(faults: &FaultTable, target: &str, fault: Fault) {
-    faults.set(target, FaultSpec::always(fault));
+    faults.set(&target.parse().expect("a target"), FaultSpec::always(fault));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -236,7 +238,15 @@ async fn semantic_faults_reach_the_runner_as_semantic_failures() {
     req.max_tokens = 64;
     let o = r.run(&req).await;
     assert_eq!(o.chain[0], "gpt-4o ✗semantic", "{:?}", o.chain);
-    assert!(r.registry().find("model:gpt-4o").unwrap().stats.view().semantic >= 1);
+    assert!(
+        r.registry()
+            .find(&Target::model("gpt-4o"))
+            .unwrap()
+            .stats
+            .view()
+            .semantic
+            >= 1
+    );
     set(&faults, "provider:openai", Fault::BadArguments);
     let mut req = ask(2);
     req.tools = vec!["get_order".into()];
@@ -254,7 +264,14 @@ async fn retry_after_keeps_traffic_off_the_provider_and_headers_lower_the_bucket
     parts.faults = faults.clone();
     parts.providers = clients(&cfg, &base);
     let r = Runner::new(cfg, parts).unwrap();
-    let openai = |r: &Runner| r.registry().find("provider:openai").unwrap().stats.view().attempts;
+    let openai = |r: &Runner| {
+        r.registry()
+            .find(&Target::provider("openai"))
+            .unwrap()
+            .stats
+            .view()
+            .attempts
+    };
     // Remaining-token headers lower the local bucket.
     let o = r.run(&ask(1)).await;
     assert_eq!(o.level, Level::None, "{:?}", o.chain);
@@ -320,17 +337,17 @@ async fn failure_before_the_first_byte_falls_back() {
         assert!(o.chain[0].starts_with(label), "{:?}", o.chain);
         assert_eq!(o.chain[1], "claude-haiku ✓");
         r.apply(
-            &fusebox::runner::command::Command::Reset {
-                target: "provider:openai".into(),
+            &fusebox::command::Command::Reset {
+                target: Target::provider("openai"),
             },
-            "t",
+            &Issuer::operator("t"),
         )
         .unwrap();
         r.apply(
-            &fusebox::runner::command::Command::Reset {
-                target: "model:gpt-4o".into(),
+            &fusebox::command::Command::Reset {
+                target: Target::model("gpt-4o"),
             },
-            "t",
+            &Issuer::operator("t"),
         )
         .unwrap();
     }

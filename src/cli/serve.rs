@@ -173,10 +173,10 @@ fn status_line(runner: &Runner) -> String {
     let lv = runner.by_level();
     let now = runner.clock().now();
     let reg = runner.registry();
-    let open: Vec<&str> = (0..reg.len())
-        .map(|i| reg.get(i))
+    let open: Vec<String> = reg
+        .iter()
         .filter(|t| !t.breaker.would_admit(now))
-        .map(|t| t.name.as_str())
+        .map(|t| t.target.to_string())
         .collect();
     format!(
         "requests {} (none {}, partial {}, fallback {}, failed {}) · open breakers: {} · tokens {} · store {}",

@@ -2,6 +2,7 @@
 //! setting, with a complete built-in default and validation errors that name
 //! the key path and what is allowed.
 
+use crate::target::{Kind, Target};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -188,18 +189,17 @@ impl Config {
         Ok(cfg)
     }
 
-    /// The breaker settings for a target (`provider:x`, `model:x`, `tool:x`).
-    pub fn breaker_for(&self, target: &str) -> &BreakerConfig {
-        let (kind, name) = target.split_once(':').unwrap_or(("", target));
-        let over = match kind {
-            "provider" => self.providers.get(name).and_then(|p| p.breaker.as_ref()),
-            "model" => self
+    /// The breaker settings for a target (a model's are its provider's).
+    pub fn breaker_for(&self, target: &Target) -> &BreakerConfig {
+        let name = target.name();
+        let over = match target.kind() {
+            Kind::Provider => self.providers.get(name).and_then(|p| p.breaker.as_ref()),
+            Kind::Model => self
                 .models
                 .get(name)
                 .and_then(|m| self.providers.get(&m.provider))
                 .and_then(|p| p.breaker.as_ref()),
-            "tool" => self.tools.get(name).and_then(|t| t.breaker.as_ref()),
-            _ => None,
+            Kind::Tool => self.tools.get(name).and_then(|t| t.breaker.as_ref()),
         };
         over.unwrap_or(&self.breaker)
     }

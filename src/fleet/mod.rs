@@ -14,9 +14,10 @@ pub mod lease;
 pub mod status;
 pub mod store;
 
+use crate::command::{Command, Issuer, Subject};
 use crate::resilience::breaker::BreakerState;
-use crate::runner::command::Command;
 use crate::runner::Runner;
+use crate::target::Target;
 use crate::telemetry::events::EventKind;
 use futures_util::StreamExt;
 use parking_lot::Mutex;
@@ -29,12 +30,10 @@ use std::time::Duration;
 
 /// Pub/sub channel of operator actions.
 const OPS_CHANNEL: &str = "fusebox:ops";
-/// Key prefix of stored operator actions (one per target, the latest).
+/// Key prefix of stored operator actions (one per subject, the latest).
 const OP_KEY: &str = "fusebox:op:";
-/// Key prefix of shared breaker trips (one per target, while it is open).
+/// Key prefix of shared breaker trips (one per breaker, while it is open).
 const TRIP_KEY: &str = "fusebox:trip:";
-/// The action name of a shared trip.
-const TRIP: &str = "trip";
 /// Key prefix of instance heartbeats.
 const INSTANCE_KEY: &str = "fusebox:instance:";
 /// How long a stored operator action is applied to instances that start.
@@ -42,8 +41,6 @@ const OP_TTL: Duration = Duration::from_secs(15 * 60);
 /// Heartbeat period, and how long an instance counts as live without one.
 const HEARTBEAT: Duration = Duration::from_millis(500);
 const INSTANCE_TTL: Duration = Duration::from_millis(2_000);
-/// Marks an action applied from the fleet (not to be shared again).
-const VIA_FLEET: &str = " via fleet";
 
 /// Why fleet mode could not start.
 #[derive(Debug, thiserror::Error)]
@@ -73,10 +70,30 @@ struct SharedOp {
     instance: String,
     /// Who issued it there.
     by: String,
-    action: String,
-    target: String,
+    /// What was done.
+    act: Act,
     /// Wall time it was issued (ms), to apply only what is newer.
     at_ms: u64,
+}
+
+/// What an instance shares.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+enum Act {
+    /// An operator's command.
+    Command(Command),
+    /// A breaker the provider's answers opened.
+    Trip(Target),
+}
+
+impl Act {
+    /// What it acts on: an instance applies only the newest per subject.
+    fn subject(&self) -> Subject {
+        match self {
+            Act::Command(c) => c.subject(),
+            Act::Trip(t) => Subject::Breaker(t.clone()),
+        }
+    }
 }
 
 /// This instance's membership of the fleet.
@@ -89,8 +106,8 @@ pub struct Fleet {
     runner: Arc<Runner>,
     /// Actions issued here while Redis was unreachable, shared on return.
     unsent: Mutex<Vec<SharedOp>>,
-    /// The newest action applied per target (`at_ms`), local or remote.
-    applied: Mutex<HashMap<String, u64>>,
+    /// The newest action applied per subject (`at_ms`), local or remote.
+    applied: Mutex<HashMap<Subject, u64>>,
     /// Lease round trips.
     leases: lease::LeaseStats,
     /// Deferred requests on the shared stream.
@@ -207,33 +224,30 @@ impl Fleet {
         }
         {
             let mut applied = self.applied.lock();
-            let seen = applied.entry(op.target.clone()).or_insert(0);
+            let seen = applied.entry(op.act.subject()).or_insert(0);
             if op.at_ms <= *seen {
                 return;
             }
             *seen = op.at_ms;
         }
-        if op.action == TRIP {
-            self.trip_here(op);
-            return;
-        }
-        let Some(cmd) = Command::from_parts(&op.action, &op.target, None) else {
-            return;
-        };
-        let by = format!("{}@{}{VIA_FLEET}", op.by, op.instance);
-        if let Err(e) = self.runner.apply(&cmd, &by) {
-            tracing::warn!(error = %e, "a fleet action does not apply here");
+        match &op.act {
+            Act::Trip(target) => self.trip_here(op, target),
+            Act::Command(cmd) => {
+                if let Err(e) = self.runner.apply(cmd, &Issuer::fleet(&op.by, &op.instance)) {
+                    tracing::warn!(error = %e, "a fleet action does not apply here");
+                }
+            }
         }
     }
 
     /// Opens this instance's breaker on a trip another instance shared,
     /// unless an operator holds the breaker or it is open already.
-    fn trip_here(&self, op: &SharedOp) {
-        let Some(t) = self.runner.registry().find(&op.target) else {
+    fn trip_here(&self, op: &SharedOp, target: &Target) {
+        let Some(t) = self.runner.registry().find(target) else {
             return;
         };
         if matches!(t.breaker.state(), BreakerState::Closed | BreakerState::HalfOpen) {
-            let reason = format!("{} on instance {} (provider-signalled){VIA_FLEET}", op.by, op.instance);
+            let reason = format!("{} on instance {} (provider-signalled) via fleet", op.by, op.instance);
             t.breaker
                 .set_state(BreakerState::Open, &reason, self.runner.clock().now());
         }
@@ -242,7 +256,7 @@ impl Fleet {
     /// Shares the trips of this instance's breakers that the provider
     /// signalled (429, 5xx, 529): stored while the breaker stays open, so
     /// instances that start meanwhile apply them too, and announced.
-    async fn share_trips(self: Arc<Self>, mut rx: tokio::sync::mpsc::UnboundedReceiver<(String, String)>) {
+    async fn share_trips(self: Arc<Self>, mut rx: tokio::sync::mpsc::UnboundedReceiver<(Target, String)>) {
         while let Some((target, reason)) = rx.recv().await {
             let now = self.runner.clock().now();
             let open_ms = self
@@ -255,13 +269,12 @@ impl Fleet {
             let op = SharedOp {
                 instance: self.instance.clone(),
                 by: reason,
-                action: TRIP.into(),
-                target,
+                act: Act::Trip(target),
                 at_ms: self.runner.clock().wall_ms(),
             };
-            self.applied.lock().insert(op.target.clone(), op.at_ms);
+            self.applied.lock().insert(op.act.subject(), op.at_ms);
             if !self.share(TRIP_KEY, open_ms, &op).await {
-                tracing::debug!(target = %op.target, "trip not shared (Redis unreachable)");
+                tracing::debug!(subject = %op.act.subject(), "trip not shared (Redis unreachable)");
             }
         }
     }
@@ -296,7 +309,7 @@ impl Fleet {
         };
         let mut conn = self.conn.clone();
         let r: redis::RedisResult<()> = redis::pipe()
-            .pset_ex(format!("{prefix}{}", op.target), &json, ttl_ms)
+            .pset_ex(format!("{prefix}{}", op.act.subject()), &json, ttl_ms)
             .ignore()
             .publish(OPS_CHANNEL, &json)
             .ignore()
@@ -310,28 +323,23 @@ impl Fleet {
         let mut rx = self.runner.events().subscribe_notable();
         while let Some(e) = rx.recv().await {
             let EventKind::Operator {
-                action,
-                target,
-                by,
-                result,
-                ..
+                command, by, applied, ..
             } = e.kind
             else {
                 continue;
             };
-            if by.ends_with(VIA_FLEET) || result.starts_with("rejected") || action == "set_fault" {
+            if by.via_fleet() || !applied || matches!(command, Command::SetFault { .. }) {
                 continue;
             }
             let op = SharedOp {
                 instance: self.instance.clone(),
-                by,
-                action,
-                target,
+                by: by.name,
+                act: Act::Command(command),
                 at_ms: self.runner.clock().wall_ms(),
             };
-            self.applied.lock().insert(op.target.clone(), op.at_ms);
+            self.applied.lock().insert(op.act.subject(), op.at_ms);
             if !self.share(OP_KEY, OP_TTL.as_millis() as u64, &op).await {
-                tracing::warn!(action = %op.action, target = %op.target, "Redis unreachable; the action is shared when it returns");
+                tracing::warn!(subject = %op.act.subject(), "Redis unreachable; the action is shared when it returns");
                 self.unsent.lock().push(op);
             }
         }

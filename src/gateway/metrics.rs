@@ -77,7 +77,10 @@ impl Collector for RunnerMetrics {
         let r = &self.0.runner;
         let now = r.clock().now();
         let targets: Vec<_> = (0..r.registry().len()).map(|i| r.registry().get(i)).collect();
-        let views: Vec<_> = targets.iter().map(|t| (t.name.as_str(), t.breaker.view(now))).collect();
+        let views: Vec<_> = targets
+            .iter()
+            .map(|t| (t.target.to_string(), t.breaker.view(now)))
+            .collect();
         family(
             &mut enc,
             "fusebox_breaker_state",
@@ -86,13 +89,13 @@ impl Collector for RunnerMetrics {
             views.iter().flat_map(|(name, v)| {
                 STATES.iter().map(move |(s, label)| {
                     (
-                        [("target", *name), ("state", *label)],
+                        [("target", name.as_str()), ("state", *label)],
                         ConstGauge::new(i64::from(v.state == Some(*s))),
                     )
                 })
             }),
         )?;
-        let stats: Vec<_> = targets.iter().map(|t| (t.name.as_str(), t.stats.view())).collect();
+        let stats: Vec<_> = targets.iter().map(|t| (t.target.to_string(), t.stats.view())).collect();
         for (name, help, get) in [
             (
                 "fusebox_attempts",
@@ -113,7 +116,9 @@ impl Collector for RunnerMetrics {
                 name,
                 help,
                 MetricType::Counter,
-                stats.iter().map(|(t, s)| ([("target", *t)], ConstCounter::new(get(s)))),
+                stats
+                    .iter()
+                    .map(|(t, s)| ([("target", t.as_str())], ConstCounter::new(get(s)))),
             )?;
         }
         let limiters: Vec<_> = r

@@ -13,8 +13,9 @@ mod embeddings;
 mod metrics;
 mod stream;
 
-use crate::runner::command::Command;
+use crate::command::{Command, Issuer};
 use crate::runner::Runner;
+use crate::target::Target;
 pub use accept::{ConnCounts, ConnLimits};
 use axum::extract::{DefaultBodyLimit, State};
 use axum::http::StatusCode;
@@ -235,21 +236,28 @@ async fn command(State(gw): Shared, req: axum::extract::Request) -> Response {
         Ok(b) => b,
         Err((status, why)) => return closing(error(status, &why, None)),
     };
+    let by = Issuer::operator(
+        headers
+            .get("x-fusebox-operator")
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("api"),
+    );
     let cmd: Command = match serde_json::from_slice(&body) {
         Ok(c) => c,
         Err(e) => {
+            gw.runner.refuse(&String::from_utf8_lossy(&body), &by, &e.to_string());
+            // A target no target can be is the target's fault.
+            let target = serde_json::from_slice::<serde_json::Value>(&body)
+                .ok()
+                .and_then(|v| Some(Target::parse_provider(v.get("target")?.as_str()?).is_err()));
             return error(
                 StatusCode::BAD_REQUEST,
                 &format!("not a command ({e}); e.g. {{\"action\":\"force_open\",\"target\":\"provider:openai\"}}"),
-                None,
-            )
+                target.unwrap_or(false).then_some("target"),
+            );
         }
     };
-    let by = headers
-        .get("x-fusebox-operator")
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or("api");
-    match gw.runner.apply(&cmd, by) {
+    match gw.runner.apply(&cmd, &by) {
         Ok(()) => Json(json!({"applied": cmd})).into_response(),
         Err(e) => error(StatusCode::BAD_REQUEST, &e.to_string(), Some(&e.field())),
     }

@@ -6,6 +6,7 @@
 
 use super::MockServer;
 use crate::provider::fault::FaultSpec;
+use crate::target::Target;
 use axum::body::Bytes;
 use axum::extract::State;
 use axum::http::StatusCode;
@@ -26,14 +27,13 @@ fn bad(message: String) -> Response {
 }
 
 /// Checks one entry; the message names the target and field.
-fn validate(target: &str, spec: &FaultSpec) -> Result<(), String> {
-    crate::provider::fault::check_target(target)?;
-    spec.check().map_err(|e| format!("{}.{e}", target.escape_debug()))
+fn validate(target: &Target, spec: &FaultSpec) -> Result<(), String> {
+    spec.check().map_err(|e| format!("{target}.{e}"))
 }
 
 /// `PUT /_fusebox/faults`.
 pub(crate) async fn put_faults(State(server): State<Arc<MockServer>>, body: Bytes) -> Response {
-    let table: BTreeMap<String, FaultSpec> = match serde_json::from_slice(&body) {
+    let table: BTreeMap<Target, FaultSpec> = match serde_json::from_slice(&body) {
         Ok(t) => t,
         Err(e) => {
             return bad(format!(

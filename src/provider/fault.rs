@@ -1,6 +1,7 @@
 //! The fault model shared by the mock providers and mock tools (and, later,
 //! the HTTP mock server): what a target does wrong, switchable at runtime.
 
+use crate::target::Target;
 use parking_lot::RwLock;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -172,23 +173,6 @@ pub const MIN_TOKENS_PER_S: f64 = 0.1;
 /// The largest `token_blowup` factor.
 pub const MAX_BLOWUP: u32 = 1_000;
 
-/// Checks a target's name as given by an operator or a file: not empty, not
-/// longer than [`crate::limits::MAX_TARGET_LEN`], no control characters (a newline would
-/// forge a log line).
-pub fn check_target(target: &str) -> Result<(), String> {
-    use crate::limits::MAX_TARGET_LEN;
-    if target.trim().is_empty() {
-        return Err("fault target must not be empty (e.g. \"provider:openai\")".into());
-    }
-    if target.len() > MAX_TARGET_LEN {
-        return Err(format!("target is longer than {MAX_TARGET_LEN} bytes"));
-    }
-    if target.chars().any(char::is_control) {
-        return Err(format!("target {:?} contains control characters", target));
-    }
-    Ok(())
-}
-
 /// A fault spec out of bounds: the field and what it must be.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[error("{field}: {bound}")]
@@ -199,25 +183,25 @@ pub struct FaultError {
     pub bound: String,
 }
 
-/// The current fault per target (`provider:openai`, `tool:get_order`).
+/// The current fault per provider or tool.
 #[derive(Default)]
 pub struct FaultTable {
-    map: RwLock<BTreeMap<String, FaultSpec>>,
+    map: RwLock<BTreeMap<Target, FaultSpec>>,
 }
 
 impl FaultTable {
     /// Sets (or, with `Healthy`, clears) a target's fault.
-    pub fn set(&self, target: &str, spec: FaultSpec) {
+    pub fn set(&self, target: &Target, spec: FaultSpec) {
         let mut m = self.map.write();
         if spec.fault == Fault::Healthy {
             m.remove(target);
         } else {
-            m.insert(target.to_string(), spec);
+            m.insert(target.clone(), spec);
         }
     }
 
     /// The fault for one call, given a uniform draw `u` in 0..1.
-    pub fn pick(&self, target: &str, u: f64) -> Fault {
+    pub fn pick(&self, target: &Target, u: f64) -> Fault {
         let m = self.map.read();
         match m.get(target) {
             Some(s) if u < s.rate => s.fault.clone(),
@@ -226,12 +210,12 @@ impl FaultTable {
     }
 
     /// The configured fault of a target.
-    pub fn get(&self, target: &str) -> Option<FaultSpec> {
+    pub fn get(&self, target: &Target) -> Option<FaultSpec> {
         self.map.read().get(target).cloned()
     }
 
     /// Every active fault.
-    pub fn all(&self) -> BTreeMap<String, FaultSpec> {
+    pub fn all(&self) -> BTreeMap<Target, FaultSpec> {
         self.map.read().clone()
     }
 }

@@ -6,6 +6,7 @@ use super::fault::{Fault, FaultTable};
 use super::{ErrorKind, LlmRequest, LlmResponse, Provider, ProviderError, ToolCall, Usage};
 use crate::clock::{mix, purpose, Seed};
 use crate::resilience::limiter::RateFeedback;
+use crate::target::Target;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -52,14 +53,14 @@ impl Profile {
 
 /// A mock LLM provider.
 pub struct MockProvider {
-    target: String,
+    target: Target,
     profile: Profile,
     seed: Seed,
     faults: Arc<FaultTable>,
 }
 
 impl MockProvider {
-    /// A mock named `name` (its faults are keyed `provider:NAME`).
+    /// A mock of the provider `name` (its faults are that provider's).
     pub fn new(name: &str, seed: Seed, faults: Arc<FaultTable>) -> Self {
         Self::with_profile(name, seed, faults, Profile::for_name(name))
     }
@@ -67,7 +68,7 @@ impl MockProvider {
     /// A mock with a given speed profile (e.g. [`Profile::INSTANT`] for benchmarks).
     pub fn with_profile(name: &str, seed: Seed, faults: Arc<FaultTable>, profile: Profile) -> Self {
         Self {
-            target: format!("provider:{name}"),
+            target: Target::provider(name),
             profile,
             seed,
             faults,

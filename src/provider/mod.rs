@@ -198,6 +198,32 @@ impl LlmResponse {
     }
 }
 
+/// How an attempt failed below HTTP.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Transport {
+    /// No answer in time.
+    Timeout,
+    /// Could not connect.
+    Connect,
+    /// Connection reset.
+    Reset,
+    /// The body or stream ended early.
+    Truncated,
+}
+
+impl Transport {
+    /// The snake_case name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Transport::Timeout => "timeout",
+            Transport::Connect => "connect",
+            Transport::Reset => "reset",
+            Transport::Truncated => "truncated",
+        }
+    }
+}
+
 /// What went wrong with a provider call.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -231,6 +257,19 @@ pub enum ErrorKind {
     /// The request cannot be put in this provider's API (something only
     /// the client's API can express): the model is skipped, not blamed.
     Unsupported,
+}
+
+impl ErrorKind {
+    /// The transport failure it is, if it is one.
+    pub fn transport(self) -> Option<Transport> {
+        match self {
+            ErrorKind::Timeout => Some(Transport::Timeout),
+            ErrorKind::Connect => Some(Transport::Connect),
+            ErrorKind::Reset => Some(Transport::Reset),
+            ErrorKind::Truncated => Some(Transport::Truncated),
+            _ => None,
+        }
+    }
 }
 
 impl ErrorKind {

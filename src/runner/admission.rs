@@ -170,7 +170,7 @@ pub(super) struct Spent<'r> {
 /// provider may bill the whole answer), so leaving early dodges no budget.
 pub(super) struct Held<'a> {
     runner: &'a Runner,
-    targets: [&'a super::registry::Target; 2],
+    targets: [&'a super::registry::Entry; 2],
     provider: &'a super::ProviderSlot,
     model: &'a ModelSlot,
     /// Set once the call is made: what it has used so far.

@@ -167,14 +167,14 @@ impl Runner {
         let failed = result.as_ref().err();
         self.announce_attempt(|| Attempt {
             request: call.id,
-            target: pt.name.clone(),
+            target: pt.target.clone(),
             model: Some(m.name.to_string()),
             status: failed.map_or(Some(200), |e| e.status),
-            transport: failed.and_then(|e| super::feedback::transport_name(e.kind)),
+            transport: failed.and_then(|e| e.kind.transport()),
             latency_ms: latency.as_millis() as u64,
             input_tokens: usage.input,
             output_tokens: 0,
-            headers: super::feedback::rate_headers(&rate),
+            rate,
             semantic_failure: None,
             tool_calls: Vec::new(),
             tool_keys: Vec::new(),

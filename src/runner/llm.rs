@@ -4,7 +4,6 @@
 //! → provider call with retries → settle and calibrate.
 
 use super::admission::{Refusal, Spent};
-use super::feedback::{rate_headers, transport_name};
 use super::outcome::Level;
 use super::stream::{Pumped, Spend, StreamHead, Streaming};
 use super::{ModelSlot, Runner};
@@ -289,14 +288,14 @@ impl Runner {
                     settle(resp.usage, &resp.rate, failure, resp.tokens_per_s, tally);
                     self.announce_attempt(|| Attempt {
                         request: call.request_id,
-                        target: pt.name.clone(),
+                        target: pt.target.clone(),
                         model: Some(m.name.to_string()),
                         status: Some(200),
                         transport: None,
                         latency_ms: lat_ms,
                         input_tokens: resp.usage.input,
                         output_tokens: resp.usage.output,
-                        headers: rate_headers(&resp.rate),
+                        rate: resp.rate,
                         semantic_failure: semantic.clone(),
                         tool_calls: resp.tool_calls.iter().map(|c| c.name.clone()).collect(),
                         tool_keys: (0..resp.tool_calls.len()).map(|i| resp.tool_key(i)).collect(),
@@ -346,20 +345,20 @@ impl Runner {
                     if let (Some(share), Some(_)) = (self.shared_trips.get(), e.status) {
                         for (t, why) in [pt, mt].into_iter().zip(tripped) {
                             if let Some(why) = why {
-                                let _ = share.send((t.name.clone(), why));
+                                let _ = share.send((t.target.clone(), why));
                             }
                         }
                     }
                     self.announce_attempt(|| Attempt {
                         request: call.request_id,
-                        target: pt.name.clone(),
+                        target: pt.target.clone(),
                         model: Some(m.name.to_string()),
                         status: e.status,
-                        transport: transport_name(e.kind),
+                        transport: e.kind.transport(),
                         latency_ms: lat_ms,
                         input_tokens: e.usage.input,
                         output_tokens: e.usage.output,
-                        headers: rate_headers(&e.rate),
+                        rate: e.rate,
                         semantic_failure: None,
                         tool_calls: Vec::new(),
                         tool_keys: Vec::new(),

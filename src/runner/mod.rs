@@ -8,7 +8,6 @@ mod call;
 pub mod chat;
 pub mod command;
 pub mod embed;
-pub mod feedback;
 pub mod llm;
 pub mod outcome;
 pub mod registry;
@@ -29,6 +28,7 @@ use crate::resilience::defer::{Spool, SpoolError};
 use crate::resilience::limiter::Limiter;
 use crate::resilience::retry::RetryBudget;
 use crate::resilience::session::Sessions;
+use crate::target::Target;
 use crate::telemetry::events::EventBus;
 use crate::tools::{MockTools, ToolExecutor};
 use dashmap::DashMap;
@@ -198,7 +198,7 @@ pub struct Runner {
     /// Fleet mode: deferred requests go to a shared stream.
     pub(crate) shared_defer: std::sync::OnceLock<Arc<crate::fleet::deferred::SharedQueue>>,
     /// Fleet mode: breaker trips the providers signalled (target, reason).
-    pub(crate) shared_trips: std::sync::OnceLock<tokio::sync::mpsc::UnboundedSender<(String, String)>>,
+    pub(crate) shared_trips: std::sync::OnceLock<tokio::sync::mpsc::UnboundedSender<(crate::target::Target, String)>>,
 }
 
 /// For each model, what serves a client that names it: the model first,
@@ -258,14 +258,14 @@ impl Runner {
         let now = clock.now();
         let events = EventBus::new(clock, 2_000);
         let mut registry = Registry::default();
-        let breaker = |reg: &mut Registry, name: String| {
-            let b = Breaker::new(&name, cfg.breaker_for(&name).clone(), events.clone(), now);
-            reg.add(name, b)
+        let breaker = |reg: &mut Registry, target: Target| {
+            let b = Breaker::new(target.clone(), cfg.breaker_for(&target).clone(), events.clone(), now);
+            reg.add(target, b)
         };
         let mut provider_slots = Vec::new();
         let mut provider_index = HashMap::new();
         for (name, p) in &cfg.providers {
-            let target = breaker(&mut registry, format!("provider:{name}"));
+            let target = breaker(&mut registry, Target::provider(name));
             let client = providers
                 .remove(name)
                 .unwrap_or_else(|| Arc::new(MockProvider::new(name, seed, faults.clone())));
@@ -281,9 +281,9 @@ impl Runner {
         let mut models = Vec::new();
         let mut model_index = HashMap::new();
         for (name, m) in &cfg.models {
-            let target_name = format!("model:{name}");
-            let min_tokens_per_s = cfg.breaker_for(&target_name).min_tokens_per_s;
-            let target = breaker(&mut registry, target_name);
+            let model = Target::model(name);
+            let min_tokens_per_s = cfg.breaker_for(&model).min_tokens_per_s;
+            let target = breaker(&mut registry, model);
             model_index.insert(name.clone(), models.len());
             models.push(ModelSlot {
                 name: name.as_str().into(),
@@ -316,7 +316,7 @@ impl Runner {
         let mut tool_slots = Vec::new();
         let mut tool_index = NameMap::default();
         for ((name, t), spec) in cfg.tools.iter().zip(specs) {
-            let target = breaker(&mut registry, format!("tool:{name}"));
+            let target = breaker(&mut registry, Target::tool(name));
             tool_index.insert(name.clone(), tool_slots.len());
             tool_slots.push(ToolSlot {
                 name: name.clone(),

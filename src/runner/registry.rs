@@ -2,6 +2,7 @@
 //! registry that views can enumerate.
 
 use crate::resilience::breaker::Breaker;
+use crate::target::Target;
 use crate::telemetry::counter::Counter;
 use serde::Serialize;
 use std::collections::HashMap;
@@ -81,9 +82,9 @@ impl TargetStats {
 }
 
 /// One target: its breaker and counters.
-pub struct Target {
-    /// `provider:x`, `model:x` or `tool:x`.
-    pub name: String,
+pub struct Entry {
+    /// What it is.
+    pub target: Target,
     /// Its breaker.
     pub breaker: Breaker,
     /// Its counters.
@@ -93,17 +94,17 @@ pub struct Target {
 /// All targets, addressable by index or name.
 #[derive(Default)]
 pub struct Registry {
-    targets: Vec<Target>,
-    index: HashMap<String, usize>,
+    targets: Vec<Entry>,
+    index: HashMap<Target, usize>,
 }
 
 impl Registry {
     /// Adds a target; returns its index.
-    pub fn add(&mut self, name: String, breaker: Breaker) -> usize {
+    pub fn add(&mut self, target: Target, breaker: Breaker) -> usize {
         let i = self.targets.len();
-        self.index.insert(name.clone(), i);
-        self.targets.push(Target {
-            name,
+        self.index.insert(target.clone(), i);
+        self.targets.push(Entry {
+            target,
             breaker,
             stats: TargetStats::default(),
         });
@@ -112,17 +113,17 @@ impl Registry {
 
     /// The target at `i`.
     #[inline]
-    pub fn get(&self, i: usize) -> &Target {
+    pub fn get(&self, i: usize) -> &Entry {
         &self.targets[i]
     }
 
-    /// The target named `name`.
-    pub fn find(&self, name: &str) -> Option<&Target> {
-        self.index.get(name).map(|&i| &self.targets[i])
+    /// The entry of `target`.
+    pub fn find(&self, target: &Target) -> Option<&Entry> {
+        self.index.get(target).map(|&i| &self.targets[i])
     }
 
     /// Every target, in registration order.
-    pub fn iter(&self) -> impl Iterator<Item = &Target> {
+    pub fn iter(&self) -> impl Iterator<Item = &Entry> {
         self.targets.iter()
     }
 

@@ -1,7 +1,6 @@
 //! One tool call: drill mode → breaker → bulkhead → call with retries (only
 //! for idempotent tools) → record. Successful results feed the cache.
 
-use super::feedback::transport_name;
 use super::llm::Tally;
 use super::Runner;
 use crate::clock::hash_str;
@@ -99,12 +98,10 @@ impl Runner {
             let latency = end.saturating_duration_since(t0);
             t.stats.latency_ms_sum.add(latency.as_millis() as u64);
             self.announce_attempt(|| Attempt {
-                request: request_id,
-                target: t.name.clone(),
                 status: Some(r.as_ref().map_or_else(|e| e.status.unwrap_or(0), |_| 200)).filter(|s| *s != 0),
-                transport: r.as_ref().err().and_then(|e| transport_name(e.kind)),
+                transport: r.as_ref().err().and_then(|e| e.kind.transport()),
                 latency_ms: latency.as_millis() as u64,
-                ..Attempt::default()
+                ..Attempt::of(request_id, t.target.clone())
             });
             match r {
                 Ok(text) => {

@@ -7,7 +7,9 @@
 //! when nobody listens.
 
 use crate::clock::Clock;
+use crate::resilience::breaker::BreakerState;
 use crate::runner::outcome::Outcome;
+use crate::target::Target;
 use parking_lot::Mutex;
 use serde::Serialize;
 use std::collections::VecDeque;
@@ -21,12 +23,12 @@ use tokio::sync::mpsc;
 pub enum EventKind {
     /// A breaker changed state.
     Transition {
-        /// `provider:x`, `model:x` or `tool:x`.
-        breaker: String,
+        /// The breaker's target.
+        breaker: Target,
         /// Previous state.
-        from: &'static str,
+        from: BreakerState,
         /// New state.
-        to: &'static str,
+        to: BreakerState,
         /// Why, in words.
         reason: String,
     },
@@ -60,17 +62,25 @@ pub enum EventKind {
     },
     /// An operator command was applied.
     Operator {
-        /// The action, e.g. `force_open`.
-        action: String,
-        /// What it applies to.
-        target: String,
-        /// Who.
-        by: String,
-        /// Result in words (applied, or why not).
+        /// The command.
+        #[serde(flatten)]
+        command: crate::command::Command,
+        /// Who issued it.
+        by: crate::command::Issuer,
+        /// Whether it was applied.
+        applied: bool,
+        /// Result in words (what it did, or why not).
         result: String,
-        /// Arguments (the fault of `set_fault`).
-        #[serde(skip_serializing_if = "Option::is_none")]
-        args: Option<serde_json::Value>,
+    },
+    /// A command that could not be read was refused (it is on the audit
+    /// trail all the same).
+    CommandRefused {
+        /// What was sent (cut to a bounded length).
+        sent: String,
+        /// Who sent it.
+        by: crate::command::Issuer,
+        /// Why it is not a command.
+        reason: String,
     },
     /// A request was deferred to the spool.
     Deferred {
@@ -113,26 +123,26 @@ pub struct Arrival {
 }
 
 /// One provider or tool call, as the recorder writes it.
-#[derive(Clone, Debug, Default, Serialize, PartialEq)]
+#[derive(Clone, Debug, Serialize, PartialEq)]
 pub struct Attempt {
     /// Request id.
     pub request: u64,
-    /// `provider:NAME` or `tool:NAME`.
-    pub target: String,
+    /// The provider or tool called.
+    pub target: Target,
     /// Model, for provider calls.
     pub model: Option<String>,
     /// HTTP status, when there was one (200 for success).
     pub status: Option<u16>,
-    /// `timeout`, `connect`, `reset` or `truncated`.
-    pub transport: Option<&'static str>,
+    /// How it failed below HTTP, if it did.
+    pub transport: Option<crate::provider::Transport>,
     /// Latency (ms).
     pub latency_ms: u64,
     /// Input tokens.
     pub input_tokens: u32,
     /// Output tokens.
     pub output_tokens: u32,
-    /// Rate-limit and retry-after feedback, as lower-case header names.
-    pub headers: std::collections::BTreeMap<String, String>,
+    /// Rate-limit and retry-after feedback.
+    pub rate: crate::resilience::limiter::RateFeedback,
     /// Semantic failure, in words.
     pub semantic_failure: Option<String>,
     /// Tool names the model asked for.
@@ -141,6 +151,26 @@ pub struct Attempt {
     /// recording salts them).
     #[serde(skip)]
     pub tool_keys: Vec<u64>,
+}
+
+impl Attempt {
+    /// A call of `target` for request `request`, with nothing measured yet.
+    pub fn of(request: u64, target: Target) -> Self {
+        Self {
+            request,
+            target,
+            model: None,
+            status: None,
+            transport: None,
+            latency_ms: 0,
+            input_tokens: 0,
+            output_tokens: 0,
+            rate: Default::default(),
+            semantic_failure: None,
+            tool_calls: Vec::new(),
+            tool_keys: Vec::new(),
+        }
+    }
 }
 
 /// An event with the virtual time it happened at.

@@ -7,6 +7,7 @@ use crate::resilience::budget::{GlobalView, UserView};
 use crate::resilience::limiter::LimiterView;
 use crate::runner::registry::StatsView;
 use crate::runner::Runner;
+use crate::target::Target;
 use crate::telemetry::events::Event;
 use serde::Serialize;
 use std::collections::BTreeMap;
@@ -18,8 +19,8 @@ use tokio::sync::watch;
 /// One breaker row.
 #[derive(Clone, Debug, Serialize, PartialEq)]
 pub struct BreakerRow {
-    /// Target name.
-    pub name: String,
+    /// What the breaker guards.
+    pub target: Target,
     /// Live breaker figures.
     pub breaker: BreakerView,
     /// Counters.
@@ -74,7 +75,7 @@ pub struct Snapshot {
     /// Routes and their chains.
     pub routes: BTreeMap<String, Vec<ChainHop>>,
     /// Active faults of the mock fleet.
-    pub faults: BTreeMap<String, FaultSpec>,
+    pub faults: BTreeMap<Target, FaultSpec>,
     /// Drill mode.
     pub drill: bool,
     /// Requests waiting in the defer spool.
@@ -94,7 +95,7 @@ impl Runner {
             .registry
             .iter()
             .map(|t| BreakerRow {
-                name: t.name.clone(),
+                target: t.target.clone(),
                 breaker: t.breaker.view(now),
                 stats: t.stats.view(),
             })

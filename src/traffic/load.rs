@@ -5,8 +5,8 @@
 
 use super::scenario::Scenario;
 use crate::clock::{purpose, Seed};
+use crate::command::{Command, Issuer};
 use crate::provider::Message;
-use crate::runner::command::Command;
 use crate::runner::outcome::Outcome;
 use crate::runner::request::AgentRequest;
 use crate::runner::Runner;
@@ -174,7 +174,7 @@ async fn apply_timeline(runner: Arc<Runner>, sc: Scenario, start: Instant, end: 
                 target: s.target.clone(),
                 fault: s.spec(),
             };
-            if let Err(e) = runner.apply(&cmd, &format!("scenario {}", sc.name)) {
+            if let Err(e) = runner.apply(&cmd, &Issuer::operator(&format!("scenario {}", sc.name))) {
                 tracing::warn!(error = %e, "scenario step skipped");
             }
         }

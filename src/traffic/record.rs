@@ -11,7 +11,8 @@
 //! its end. Message content is recorded only when asked (`full`), or as a
 //! hash; auth headers never are.
 
-use super::log::{AttemptRec, Header, Key, OperatorRec, OutcomeRec, Record, RequestRec, TransitionRec, Transport};
+use super::log::rate_headers;
+use super::log::{AttemptRec, Header, Key, OperatorRec, OutcomeRec, Record, RequestRec, TransitionRec};
 use crate::clock::hash_str;
 use crate::runner::Runner;
 use crate::telemetry::events::{Event, EventBus, EventKind};
@@ -331,20 +332,14 @@ pub fn record_of(ev: &Event, t_ms: u64, content: Content, salt: &Salt) -> Option
         EventKind::Attempt(a) => Record::Attempt(AttemptRec {
             t_ms,
             request: a.request,
-            target: a.target.as_str().into(),
+            target: a.target.to_string().into(),
             model: a.model.as_deref().map(Into::into),
             status: a.status,
-            transport: a.transport.and_then(|t| match t {
-                "timeout" => Some(Transport::Timeout),
-                "connect" => Some(Transport::Connect),
-                "reset" => Some(Transport::Reset),
-                "truncated" => Some(Transport::Truncated),
-                _ => None,
-            }),
+            transport: a.transport,
             latency_ms: a.latency_ms,
             input_tokens: a.input_tokens,
             output_tokens: a.output_tokens,
-            headers: a.headers.clone(),
+            headers: rate_headers(&a.rate),
             semantic_failure: a.semantic_failure.clone(),
             tool_calls: a.tool_calls.clone(),
             tool_keys: if keyed {
@@ -370,24 +365,17 @@ pub fn record_of(ev: &Event, t_ms: u64, content: Content, salt: &Salt) -> Option
             reason,
         } => Record::Transition(TransitionRec {
             t_ms,
-            breaker: breaker.clone(),
-            from: from.to_string(),
-            to: to.to_string(),
+            breaker: breaker.to_string(),
+            from: from.as_str().into(),
+            to: to.as_str().into(),
             reason: reason.clone(),
         }),
         EventKind::Operator {
-            action,
-            target,
+            command,
             by,
-            args,
-            result,
-        } if !result.starts_with("rejected") => Record::Operator(OperatorRec {
-            t_ms,
-            action: action.clone(),
-            target: target.clone(),
-            args: args.as_ref().and_then(|a| a.as_object().cloned()),
-            by: by.clone(),
-        }),
+            applied: true,
+            ..
+        } => Record::Operator(OperatorRec::of(t_ms, command, by)),
         _ => return None,
     })
 }

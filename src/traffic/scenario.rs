@@ -46,8 +46,8 @@ fn long_prompt() -> usize {
 pub struct TimelineStep {
     /// Seconds from the start.
     pub at_s: u64,
-    /// `provider:NAME` or `tool:NAME`.
-    pub target: String,
+    /// A provider or tool.
+    pub target: crate::target::Target,
     /// The fault from then on.
     pub fault: crate::provider::fault::Fault,
     /// Share of calls affected.
@@ -138,8 +138,10 @@ impl Scenario {
 
     /// Parses and validates scenario TOML; `file` names it in errors.
     pub fn parse(text: &str, file: &str) -> Result<Self, ScenarioError> {
-        let s: Scenario = toml::from_str(text)
-            .map_err(|e| ScenarioError::Parse(file.into(), crate::config::toml_message(text, &e)))?;
+        let message = |e: &toml::de::Error| crate::config::toml_message(text, e);
+        let de = toml::Deserializer::parse(text).map_err(|e| ScenarioError::Parse(file.into(), message(&e)))?;
+        let s: Scenario = serde_path_to_error::deserialize(de)
+            .map_err(|e| ScenarioError::Parse(file.into(), format!("{}: {}", e.path(), message(e.inner()))))?;
         let bad = |k: &str, m: &str| Err(ScenarioError::Invalid(file.into(), k.into(), m.into()));
         if !(s.rps.is_finite() && s.rps > 0.0 && s.rps <= 100_000.0) {
             return bad(
@@ -162,7 +164,7 @@ impl Scenario {
             if let Err(e) = st.spec().check() {
                 return bad(&format!("timeline[{i}].{}", e.field), &e.bound);
             }
-            if !(st.target.starts_with("provider:") || st.target.starts_with("tool:")) {
+            if !st.target.has_fault() {
                 return bad(
                     &format!("timeline[{i}].target"),
                     "must be `provider:NAME` or `tool:NAME`",

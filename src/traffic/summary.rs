@@ -146,9 +146,9 @@ impl Summary {
                     reason,
                 } => Some(TransitionRec {
                     t_ms: e.t_ms,
-                    breaker: breaker.clone(),
-                    from: from.to_string(),
-                    to: to.to_string(),
+                    breaker: breaker.to_string(),
+                    from: from.as_str().into(),
+                    to: to.as_str().into(),
                     reason: reason.clone(),
                 }),
                 _ => None,
@@ -170,7 +170,7 @@ impl Summary {
             targets: runner
                 .registry()
                 .iter()
-                .map(|t| (t.name.clone(), t.stats.view()))
+                .map(|t| (t.target.to_string(), t.stats.view()))
                 .collect(),
             transitions,
             tokens: Tokens {

@@ -4,10 +4,11 @@
 
 use super::action::Action;
 use super::keymap::KeyMap;
+use crate::command::Command;
 use crate::provider::fault::{Fault, FaultSpec};
 use crate::resilience::breaker::BreakerState;
-use crate::runner::command::Command;
 use crate::runner::outcome::Outcome;
+use crate::target::{Kind, Target};
 use crate::telemetry::events::{Event, EventKind};
 use crate::telemetry::snapshot::{BreakerRow, Snapshot};
 use crossterm::event::{KeyCode, KeyEvent, KeyModifiers};
@@ -195,7 +196,8 @@ pub struct App {
     pub selected: [usize; 5],
     /// The selected breaker and user by name: their rows move as the live
     /// order changes, and a command must hit what the operator selected.
-    pinned: [Option<String>; 2],
+    pinned_breaker: Option<Target>,
+    pinned_user: Option<String>,
     /// Filter per pane.
     pub filters: [String; 5],
     /// Overlay.
@@ -211,8 +213,8 @@ pub struct App {
     /// Recent requests, newest last.
     pub recent: VecDeque<Recent>,
     /// Calls per second per breaker, oldest first.
-    pub spark: HashMap<String, VecDeque<u64>>,
-    last_attempts: HashMap<String, u64>,
+    pub spark: HashMap<Target, VecDeque<u64>>,
+    last_attempts: HashMap<Target, u64>,
     last_sample_ms: u64,
     /// Throughput figures: (requests/s, tokens/min, $/min, degraded share).
     pub rates: Rates,
@@ -247,7 +249,8 @@ impl App {
             display_frozen: false,
             focus: Pane::Breakers,
             selected: [0; 5],
-            pinned: [None, None],
+            pinned_breaker: None,
+            pinned_user: None,
             filters: Default::default(),
             overlay: Overlay::None,
             status: String::new(),
@@ -277,9 +280,9 @@ impl App {
             for b in &s.breakers {
                 let prev = self
                     .last_attempts
-                    .insert(b.name.clone(), b.stats.attempts)
+                    .insert(b.target.clone(), b.stats.attempts)
                     .unwrap_or(b.stats.attempts);
-                let q = self.spark.entry(b.name.clone()).or_default();
+                let q = self.spark.entry(b.target.clone()).or_default();
                 if q.len() == SPARK_SAMPLES {
                     q.pop_front();
                 }
@@ -338,7 +341,7 @@ impl App {
             .snap
             .breakers
             .iter()
-            .filter(|b| Self::matches(f, &b.name))
+            .filter(|b| Self::matches(f, &b.target.to_string()))
             .collect();
         match self.sort {
             BreakerSort::Errors => rows.sort_by(|a, b| {
@@ -346,11 +349,11 @@ impl App {
                     .failure_rate
                     .total_cmp(&a.breaker.failure_rate)
                     .then(b.stats.attempts.cmp(&a.stats.attempts))
-                    .then(a.name.cmp(&b.name))
+                    .then(a.target.cmp(&b.target))
             }),
-            BreakerSort::Name => rows.sort_by(|a, b| a.name.cmp(&b.name)),
+            BreakerSort::Name => rows.sort_by(|a, b| a.target.cmp(&b.target)),
             BreakerSort::Volume => {
-                rows.sort_by(|a, b| b.stats.attempts.cmp(&a.stats.attempts).then(a.name.cmp(&b.name)))
+                rows.sort_by(|a, b| b.stats.attempts.cmp(&a.stats.attempts).then(a.target.cmp(&b.target)))
             }
         }
         rows
@@ -400,10 +403,12 @@ impl App {
     /// pinned name when the order changes.
     pub fn selection(&self, pane: Pane) -> usize {
         let pinned = match pane {
-            Pane::Breakers => self.pinned[0]
-                .as_deref()
-                .and_then(|n| self.breaker_rows().iter().position(|b| b.name == n)),
-            Pane::Budgets => self.pinned[1]
+            Pane::Breakers => self
+                .pinned_breaker
+                .as_ref()
+                .and_then(|n| self.breaker_rows().iter().position(|b| b.target == *n)),
+            Pane::Budgets => self
+                .pinned_user
                 .as_deref()
                 .and_then(|n| self.user_rows().iter().position(|u| u.user == n)),
             _ => None,
@@ -426,8 +431,8 @@ impl App {
         let pane = self.focus;
         self.selected[pane.index()] = i;
         match pane {
-            Pane::Breakers => self.pinned[0] = self.breaker_rows().get(i).map(|b| b.name.clone()),
-            Pane::Budgets => self.pinned[1] = self.user_rows().get(i).map(|u| u.user.clone()),
+            Pane::Breakers => self.pinned_breaker = self.breaker_rows().get(i).map(|b| b.target.clone()),
+            Pane::Budgets => self.pinned_user = self.user_rows().get(i).map(|u| u.user.clone()),
             _ => {}
         }
     }
@@ -439,16 +444,17 @@ impl App {
         self.breaker_rows().get(self.selection(Pane::Breakers)).copied()
     }
 
-    fn selected_provider(&self) -> Option<String> {
+    fn selected_provider(&self) -> Option<Target> {
         match self.focus {
             Pane::Limiters => self
                 .snap
                 .limiters
                 .get(self.selection(Pane::Limiters))
-                .map(|l| l.provider.clone()),
+                .map(|l| Target::provider(&l.provider)),
             Pane::Breakers => self
                 .selected_breaker()
-                .and_then(|b| b.name.strip_prefix("provider:").map(str::to_string)),
+                .map(|b| b.target.clone())
+                .filter(|t| t.kind() == Kind::Provider),
             _ => None,
         }
     }
@@ -462,7 +468,7 @@ impl App {
                 return match key.code {
                     KeyCode::Char('y') | KeyCode::Char('Y') | KeyCode::Enter => {
                         self.overlay = Overlay::None;
-                        self.status = format!("{} {} sent", command.action(), command.target());
+                        self.status = format!("{} sent", command.describe());
                         Effect::Send(command)
                     }
                     KeyCode::Char('n') | KeyCode::Char('N') | KeyCode::Esc => {
@@ -608,7 +614,7 @@ impl App {
             self.overlay = Overlay::Confirm { prompt, command: cmd };
             Effect::None
         } else {
-            self.status = format!("{} {} sent", cmd.action(), cmd.target());
+            self.status = format!("{} sent", cmd.describe());
             Effect::Send(cmd)
         }
     }
@@ -618,7 +624,7 @@ impl App {
             self.status = "select a breaker first (pane 1)".into();
             return Effect::None;
         };
-        let target = b.name.clone();
+        let target = b.target.clone();
         let (cmd, verb) = match a {
             Action::ForceOpen => (Command::ForceOpen { target: target.clone() }, "Force OPEN"),
             Action::ForceClose => (Command::ForceClosed { target: target.clone() }, "Force CLOSED"),
@@ -637,24 +643,25 @@ impl App {
             .snap
             .limiters
             .iter()
-            .any(|l| l.provider == p && l.limiter.frozen.is_some());
+            .any(|l| l.provider == p.name() && l.limiter.frozen.is_some());
         if frozen {
-            self.status = format!("unfreeze_refill {p} sent");
-            return Effect::Send(Command::UnfreezeRefill { target: p });
+            let cmd = Command::UnfreezeRefill { target: p };
+            self.status = format!("{} sent", cmd.describe());
+            return Effect::Send(cmd);
         }
         self.confirm_or_send(
             Action::ToggleRefill,
-            format!("Freeze refills of {p} until unfrozen?"),
+            format!("Freeze refills of {} until unfrozen?", p.name()),
             Command::FreezeRefill { target: p },
         )
     }
 
     fn fault_command(&mut self) -> Effect {
         let target = match self.focus {
-            Pane::Limiters => self.selected_provider().map(|p| format!("provider:{p}")),
-            _ => self.selected_breaker().map(|b| b.name.clone()),
+            Pane::Limiters => self.selected_provider(),
+            _ => self.selected_breaker().map(|b| b.target.clone()),
         };
-        let Some(target) = target.filter(|t| !t.starts_with("model:")) else {
+        let Some(target) = target.filter(Target::has_fault) else {
             self.status = "select a provider or tool breaker (models have no mock fault)".into();
             return Effect::None;
         };

@@ -49,8 +49,8 @@ pub enum ConsoleError {
 
 /// Applies an operator command and returns a fresh snapshot, so its effect
 /// is on the very next frame (also while the clock is paused).
-pub fn apply(runner: &Runner, app: &mut App, cmd: &crate::runner::command::Command) {
-    if let Err(e) = runner.apply(cmd, &app.opts.operator) {
+pub fn apply(runner: &Runner, app: &mut App, cmd: &crate::command::Command) {
+    if let Err(e) = runner.apply(cmd, &crate::command::Issuer::operator(&app.opts.operator)) {
         app.status = e.to_string();
     }
     app.on_snapshot(Arc::new(runner.snapshot(SNAPSHOT_USERS, SNAPSHOT_EVENTS)));

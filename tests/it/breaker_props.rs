@@ -6,6 +6,7 @@
 use fusebox::clock::Clock;
 use fusebox::config::{BreakerConfig, WindowKind};
 use fusebox::resilience::breaker::{Breaker, BreakerState, CallRecord, FailureKind, Permit, Rejected};
+use fusebox::target::Target;
 use fusebox::telemetry::events::{Event, EventBus, EventKind};
 use proptest::prelude::*;
 use proptest::sample::Index;
@@ -516,7 +517,7 @@ fn check_model(spec: Spec, ops: Vec<Op>) -> Result<(), TestCaseError> {
     let base = Instant::now();
     let bus = bus();
     let mut rx = bus.subscribe();
-    let breaker = Breaker::new("provider:prop", spec.config(), bus, base);
+    let breaker = Breaker::new(Target::provider("prop"), spec.config(), bus, base);
     let mut model = Model::new(spec.clone());
     let mut outstanding: Vec<(Permit, ModelPermit)> = Vec::new();
     let mut t = 0u64;
@@ -664,7 +665,7 @@ impl Rig {
         let bus = bus();
         let rx = bus.subscribe();
         Rig {
-            breaker: Breaker::new("provider:test", cfg, bus, base),
+            breaker: Breaker::new(Target::provider("test"), cfg, bus, base),
             rx,
             base,
         }

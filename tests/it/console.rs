@@ -2,11 +2,14 @@
 //! a TestBackend in meaningful states (snapshots), and key-driven commands.
 
 use fusebox::clock::{Clock, Seed};
+use fusebox::command::Command;
+use fusebox::command::Issuer;
 use fusebox::config::Config;
 use fusebox::provider::fault::{Fault, FaultSpec};
-use fusebox::runner::command::Command;
 use fusebox::runner::request::AgentRequest;
 use fusebox::runner::{Runner, RunnerParts};
+use fusebox::target::Target;
+use fusebox::telemetry::events::EventKind;
 use fusebox::traffic::load::make_request;
 use fusebox::tui::app::{App, Effect, Mode, Options, Overlay, Pane};
 use fusebox::tui::keymap::KeyMap;
@@ -47,13 +50,13 @@ pub(crate) async fn incident(readonly: bool) -> (Arc<Runner>, App) {
     runner
         .apply(
             &Command::SetFault {
-                target: "provider:openai".into(),
+                target: Target::provider("openai"),
                 fault: FaultSpec::always(Fault::Status {
                     code: 503,
                     retry_after_ms: None,
                 }),
             },
-            "scenario",
+            &Issuer::operator("scenario"),
         )
         .unwrap();
     for i in 1..=40u64 {
@@ -83,9 +86,9 @@ pub(crate) async fn incident(readonly: bool) -> (Arc<Runner>, App) {
     runner
         .apply(
             &Command::FreezeRefill {
-                target: "anthropic".into(),
+                target: Target::provider("anthropic"),
             },
-            "ana",
+            &Issuer::operator("ana"),
         )
         .unwrap();
     app.on_snapshot(Arc::new(runner.snapshot(SNAPSHOT_USERS, SNAPSHOT_EVENTS)));
@@ -206,7 +209,7 @@ async fn force_open_after_confirmation_shows_on_the_next_frame() {
     assert_eq!(
         sent,
         Effect::Send(Command::ForceOpen {
-            target: "tool:get_order".into()
+            target: Target::tool("get_order")
         })
     );
     let Effect::Send(cmd) = sent else { unreachable!() };
@@ -216,9 +219,8 @@ async fn force_open_after_confirmation_shows_on_the_next_frame() {
     assert!(row.contains("forced_open"), "{row}");
     // The runner heard it, with the operator's name.
     let ev = runner.events().recent(5);
-    assert!(ev
-        .iter()
-        .any(|e| format!("{:?}", e.kind).contains("force_open") && format!("{:?}", e.kind).contains("ana")));
+    assert!(ev.iter().any(|e| matches!(&e.kind,
+        EventKind::Operator { command, by, .. } if command.action() == "force_open" && by.name == "ana")));
     assert!(
         frame.contains("operator ana: force_open tool:get_order"),
         "the events pane shows it"
@@ -257,7 +259,7 @@ async fn fault_and_refill_keys_target_the_selection() {
     assert_eq!(
         e,
         Effect::Send(Command::UnfreezeRefill {
-            target: "anthropic".into()
+            target: Target::provider("anthropic")
         })
     );
     if let Effect::Send(c) = e {
@@ -267,7 +269,7 @@ async fn fault_and_refill_keys_target_the_selection() {
     // x cycles the mock fault of the selected provider.
     let e = app.on_key(key('x'), &keys);
     assert!(
-        matches!(e, Effect::Send(Command::SetFault { ref target, .. }) if target == "provider:anthropic"),
+        matches!(e, Effect::Send(Command::SetFault { ref target, .. }) if *target == Target::provider("anthropic")),
         "{e:?}"
     );
 }
@@ -279,26 +281,26 @@ async fn selection_follows_the_breaker_when_the_order_changes() {
     // Select the third row, then let its rank change.
     app.on_key(key('j'), &keys);
     app.on_key(key('j'), &keys);
-    let chosen = app.breaker_rows()[app.selection(Pane::Breakers)].name.clone();
+    let chosen = app.breaker_rows()[app.selection(Pane::Breakers)].target.clone();
     runner
         .apply(
             &Command::Reset {
-                target: "provider:openai".into(),
+                target: Target::provider("openai"),
             },
-            "t",
+            &Issuer::operator("t"),
         )
         .unwrap();
     runner
         .apply(
             &Command::Reset {
-                target: "model:gpt-4o".into(),
+                target: Target::model("gpt-4o"),
             },
-            "t",
+            &Issuer::operator("t"),
         )
         .unwrap();
     app.on_snapshot(Arc::new(runner.snapshot(SNAPSHOT_USERS, SNAPSHOT_EVENTS)));
     app.on_key(key('s'), &keys); // re-sort by volume
-    assert_eq!(app.breaker_rows()[app.selection(Pane::Breakers)].name, chosen);
+    assert_eq!(app.breaker_rows()[app.selection(Pane::Breakers)].target, chosen);
     app.on_key(key('o'), &keys);
     let Overlay::Confirm { command, .. } = &app.overlay else {
         panic!("confirm expected")

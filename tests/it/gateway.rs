@@ -3,12 +3,14 @@
 //! mock fleet behind the HTTP mock server.
 
 use fusebox::clock::{Clock, Seed};
+use fusebox::command::Issuer;
 use fusebox::config::Config;
 use fusebox::gateway::GatewayOptions;
 use fusebox::mockserver::MockServer;
 use fusebox::provider::fault::{Fault, FaultSpec, FaultTable};
 use fusebox::resilience::breaker::BreakerState;
 use fusebox::runner::{Runner, RunnerParts};
+use fusebox::target::Target;
 use serde_json::{json, Value};
 use std::sync::Arc;
 use std::time::Duration;
@@ -162,7 +164,7 @@ async fn streams_server_sent_events_that_end_with_done() {
 async fn a_down_primary_falls_back_transparently() {
     let f = gateway(Config::default(), GatewayOptions::default()).await;
     f.faults
-        .set("provider:openai", FaultSpec::always(Fault::ConnectionRefused));
+        .set(&Target::provider("openai"), FaultSpec::always(Fault::ConnectionRefused));
     for stream in [false, true] {
         let mut body = ask("default", "carol");
         body["stream"] = json!(stream);
@@ -182,7 +184,8 @@ async fn a_down_primary_falls_back_transparently() {
 #[tokio::test]
 async fn a_hallucinated_tool_call_is_a_semantic_failure_against_the_request_tools() {
     let f = gateway(Config::default(), GatewayOptions::default()).await;
-    f.faults.set("provider:openai", FaultSpec::always(Fault::Hallucinate));
+    f.faults
+        .set(&Target::provider("openai"), FaultSpec::always(Fault::Hallucinate));
     let mut body = ask("default", "dan");
     body["tools"] = json!([{"type": "function", "function": {
         "name": "get_order", "description": "Look up an order",
@@ -257,7 +260,7 @@ async fn every_model_down_is_a_503_with_the_graceful_message() {
     let f = gateway(Config::default(), GatewayOptions::default()).await;
     for p in ["openai", "anthropic", "deepseek"] {
         f.faults.set(
-            &format!("provider:{p}"),
+            &Target::provider(p),
             FaultSpec::always(Fault::Status {
                 code: 503,
                 retry_after_ms: None,
@@ -277,7 +280,7 @@ async fn every_model_down_is_a_503_with_the_graceful_message() {
 async fn failures_open_the_breaker_and_metrics_show_it() {
     let f = gateway(Config::default(), GatewayOptions::default()).await;
     f.faults.set(
-        "provider:openai",
+        &Target::provider("openai"),
         FaultSpec::always(Fault::Status {
             code: 500,
             retry_after_ms: None,
@@ -291,7 +294,7 @@ async fn failures_open_the_breaker_and_metrics_show_it() {
         );
     }
     let now = f.runner.clock().now();
-    let t = f.runner.registry().find("provider:openai").unwrap();
+    let t = f.runner.registry().find(&Target::provider("openai")).unwrap();
     assert_eq!(t.breaker.view(now).state, Some(BreakerState::Open));
     // Short-circuited now: the open breaker is skipped without a call.
     let r = f.post(&ask("default", "hal")).await;
@@ -337,7 +340,7 @@ async fn failures_open_the_breaker_and_metrics_show_it() {
 async fn two_hundred_concurrent_clients_each_get_exactly_one_answer() {
     let f = Arc::new(gateway(Config::default(), GatewayOptions::default()).await);
     f.faults.set(
-        "provider:openai",
+        &Target::provider("openai"),
         FaultSpec {
             fault: Fault::Status {
                 code: 503,
@@ -378,8 +381,10 @@ async fn two_hundred_concurrent_clients_each_get_exactly_one_answer() {
 #[tokio::test]
 async fn a_client_that_goes_away_releases_its_slots_and_is_charged_what_was_reserved() {
     let f = gateway(Config::default(), GatewayOptions::default()).await;
-    f.faults
-        .set("provider:openai", FaultSpec::always(Fault::Latency { ms: 30_000 }));
+    f.faults.set(
+        &Target::provider("openai"),
+        FaultSpec::always(Fault::Latency { ms: 30_000 }),
+    );
     let client = reqwest::Client::builder()
         .timeout(Duration::from_millis(300))
         .build()
@@ -408,7 +413,7 @@ async fn a_client_that_goes_away_releases_its_slots_and_is_charged_what_was_rese
     // given back, and the tokens it may be billed for stay charged.
     wait_for(|| in_flight() == 0).await;
     assert_eq!(reserved(), held);
-    let t = f.runner.registry().find("provider:openai").unwrap();
+    let t = f.runner.registry().find(&Target::provider("openai")).unwrap();
     assert_eq!(t.breaker.view(f.runner.clock().now()).probes_in_flight, 0);
     // The abandoned request still has its one outcome, and is counted apart.
     assert_eq!(f.runner.by_level(), [0, 0, 0, 0, 1]);
@@ -517,7 +522,7 @@ async fn embeddings_pass_through_the_named_models_breaker_limiter_and_budget() {
     f.runner
         .apply(
             &serde_json::from_value(json!({"action": "force_open", "target": "provider:openai"})).unwrap(),
-            "test",
+            &Issuer::operator("test"),
         )
         .unwrap();
     let r = post(json!({"model": "gpt-4o", "input": "x"})).await.unwrap();

@@ -6,6 +6,7 @@ use crate::gateway::{gateway, Fleet};
 use fusebox::config::Config;
 use fusebox::gateway::GatewayOptions;
 use fusebox::provider::fault::FaultSpec;
+use fusebox::target::Target;
 use serde_json::{json, Value};
 
 impl Fleet {
@@ -92,12 +93,12 @@ async fn a_target_no_target_can_have_is_refused_and_not_kept() {
     // What the events keep of it is bounded too.
     let mut kept = 0;
     while let Ok(ev) = events.try_recv() {
-        if let fusebox::telemetry::events::EventKind::Operator { target, result, .. } = ev.kind {
+        if let fusebox::telemetry::events::EventKind::CommandRefused { sent, reason, .. } = ev.kind {
             assert!(
-                target.len() <= 128 && result.len() < 400,
+                sent.len() <= 128 && reason.len() < 400,
                 "{} {}",
-                target.len(),
-                result.len()
+                sent.len(),
+                reason.len()
             );
             kept += 1;
         }
@@ -117,7 +118,7 @@ async fn a_readonly_gateway_refuses_commands() {
         .await;
     assert_eq!(status, 403);
     assert!(v["error"]["message"].as_str().unwrap().contains("--readonly"), "{v}");
-    let t = f.runner.registry().find("provider:openai").unwrap();
+    let t = f.runner.registry().find(&Target::provider("openai")).unwrap();
     assert_ne!(
         t.breaker.view(f.runner.clock().now()).state,
         Some(fusebox::resilience::breaker::BreakerState::ForcedOpen)

@@ -7,6 +7,7 @@ use fusebox::mockserver::MockServer;
 use fusebox::provider::fault::{Fault, FaultSpec, FaultTable};
 use fusebox::provider::mock::{MockProvider, MockReply};
 use fusebox::provider::{LlmRequest, Message, ToolCall, ToolKind, ToolSpec};
+use fusebox::target::Target;
 use futures_util::future::join_all;
 use reqwest::header::HeaderMap;
 use reqwest::{Client, Response};
@@ -37,7 +38,7 @@ async fn mock() -> Mock {
 /// A server with one fault on every call of `provider`.
 async fn faulty(provider: &str, fault: Fault) -> Mock {
     let m = mock().await;
-    m.faults.set(&format!("provider:{provider}"), FaultSpec::always(fault));
+    m.faults.set(&Target::provider(provider), FaultSpec::always(fault));
     m
 }
 
@@ -167,7 +168,7 @@ fn chunks(text: &str) -> Vec<Value> {
 /// step 0, under `fault`) has tool calls satisfying `want`.
 fn request_where(provider: &str, model: &str, fault: Fault, want: impl Fn(&[ToolCall]) -> bool) -> u64 {
     let faults = Arc::new(FaultTable::default());
-    faults.set(&format!("provider:{provider}"), FaultSpec::always(fault));
+    faults.set(&Target::provider(provider), FaultSpec::always(fault));
     let p = MockProvider::new(provider, SEED, faults);
     let tools: Vec<ToolSpec> = TOOLS
         .iter()
@@ -691,10 +692,8 @@ async fn refused_and_reset_cut_the_connection() {
             assert!(t0.elapsed() < Duration::from_secs(5));
         }
         // The server itself is fine: the next call on a new connection works once healthy.
-        m.faults.set(
-            &format!("provider:{}", api.provider()),
-            FaultSpec::always(Fault::Healthy),
-        );
+        m.faults
+            .set(&Target::provider(api.provider()), FaultSpec::always(Fault::Healthy));
         assert_eq!(m.call(api, &body(api, false, false), 1).await.status(), 200);
     }
 }
@@ -782,7 +781,7 @@ async fn token_blowup_inflates_usage() {
 async fn fault_rate_applies_to_a_share_of_calls() {
     let m = mock().await;
     m.faults.set(
-        "provider:openai",
+        &Target::provider("openai"),
         FaultSpec {
             fault: Fault::Status {
                 code: 500,
@@ -888,7 +887,7 @@ async fn control_api_round_trip() {
     let v: Value = m.http.get(&url).send().await.unwrap().json().await.unwrap();
     assert_eq!(v, expected);
     assert_eq!(
-        m.faults.get("provider:openai").map(|s| s.fault),
+        m.faults.get(&Target::provider("openai")).map(|s| s.fault),
         Some(Fault::Status {
             code: 503,
             retry_after_ms: None

@@ -5,6 +5,7 @@
 use fusebox::clock::{Clock, Seed};
 use fusebox::config::Config;
 use fusebox::runner::{Runner, RunnerParts};
+use fusebox::target::Target;
 use fusebox::traffic::load::run_scenario;
 use fusebox::traffic::log::{Header, LogReader};
 use fusebox::traffic::record::{Content, Fsync, RecordOptions, Recorder};
@@ -97,7 +98,7 @@ async fn replaying_a_recording_reproduces_its_outcomes() {
         .count();
     assert_eq!(same, total, "every request ends as recorded ({same} of {total})");
     // The incident happens again: get_order's breaker opens.
-    let t = runner.registry().find("tool:get_order").unwrap().stats.view();
+    let t = runner.registry().find(&Target::tool("get_order")).unwrap().stats.view();
     assert!(t.rejected_open > 0, "{t:?}");
 }
 
@@ -142,7 +143,7 @@ fn a_replay_reading_the_clock_once_per_step_decides_the_same() {
             let (runner, out) = replay_with(dir.path(), &log, Config::default(), &format!("{stepped}")).await;
             let mut levels: Vec<_> = out.levels.into_iter().collect();
             levels.sort_by_key(|(id, _)| *id);
-            let tool = runner.registry().find("tool:get_order").unwrap().stats.view();
+            let tool = runner.registry().find(&Target::tool("get_order")).unwrap().stats.view();
             let totals = runner.totals();
             (
                 levels,
@@ -168,7 +169,7 @@ async fn what_if_a_stricter_breaker_would_have_tripped_earlier() {
         ..Default::default()
     });
     let (what_if, _) = replay_with(dir.path(), &log, strict, "strict").await;
-    let calls = |r: &Runner| r.registry().find("tool:get_order").unwrap().stats.view();
+    let calls = |r: &Runner| r.registry().find(&Target::tool("get_order")).unwrap().stats.view();
     let (b, w) = (calls(&base), calls(&what_if));
     assert!(
         w.failed < b.failed,
@@ -218,7 +219,12 @@ async fn recorded_latency_beyond_the_timeout_replays_as_a_timeout() {
         Some(Level::Fallback),
         "timed out on openai, answered by the next model"
     );
-    let openai = runner.registry().find("provider:openai").unwrap().stats.view();
+    let openai = runner
+        .registry()
+        .find(&Target::provider("openai"))
+        .unwrap()
+        .stats
+        .view();
     assert_eq!((openai.ok, openai.failed, openai.timeouts), (2, 1, 1));
 }
 
@@ -268,7 +274,7 @@ async fn calls_without_their_own_record_get_the_target_s_recorded_behaviour() {
     for id in 1..=3 {
         assert_eq!(out.levels[&id].1, Some(Level::Fallback), "request {id}");
     }
-    let view = |t: &str| runner.registry().find(t).unwrap().stats.view();
+    let view = |t: &str| runner.registry().find(&t.parse().unwrap()).unwrap().stats.view();
     let (openai, anthropic) = (view("provider:openai"), view("provider:anthropic"));
     assert_eq!(
         (openai.attempts, openai.failed),
@@ -297,7 +303,12 @@ async fn recorded_semantic_failures_and_rate_headers_are_replayed() {
         ),
     ])
     .await;
-    let openai = runner.registry().find("provider:openai").unwrap().stats.view();
+    let openai = runner
+        .registry()
+        .find(&Target::provider("openai"))
+        .unwrap()
+        .stats
+        .view();
     assert_eq!((openai.attempts, openai.semantic, openai.failed), (3, 1, 3));
     let frozen: Vec<_> = runner
         .events()
@@ -340,7 +351,7 @@ async fn a_recorded_gateway_log_replays_as_gateway_calls() {
     for phase in ["healthy", "openai down", "all down"] {
         match phase {
             "openai down" => f.faults.set(
-                "provider:openai",
+                &Target::provider("openai"),
                 FaultSpec::always(Fault::Status {
                     code: 503,
                     retry_after_ms: None,
@@ -349,7 +360,7 @@ async fn a_recorded_gateway_log_replays_as_gateway_calls() {
             "all down" => {
                 for p in ["anthropic", "deepseek"] {
                     f.faults
-                        .set(&format!("provider:{p}"), FaultSpec::always(Fault::ConnectionRefused));
+                        .set(&Target::provider(p), FaultSpec::always(Fault::ConnectionRefused));
                 }
             }
             _ => {}

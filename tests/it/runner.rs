@@ -3,20 +3,26 @@
 //! degradation, defer and restart, drill mode and operator commands.
 
 use crate::common;
+use fusebox::command::Issuer;
+use fusebox::target::Target;
 
 use common::{ask, ask_with_tools, get_order_call, runner, Scripted, Step};
+use fusebox::command::Command;
 use fusebox::config::Config;
 use fusebox::provider::fault::{Fault, FaultSpec};
 use fusebox::provider::{Provider, ToolCall};
 use fusebox::resilience::breaker::BreakerState;
-use fusebox::runner::command::Command;
 use fusebox::runner::outcome::Level;
 use fusebox::telemetry::events::EventKind;
 use std::sync::Arc;
 use std::time::Duration;
 
 fn stats(r: &fusebox::runner::Runner, target: &str) -> fusebox::runner::registry::StatsView {
-    r.registry().find(target).expect("target").stats.view()
+    r.registry()
+        .find(&target.parse().expect("a target"))
+        .expect("target")
+        .stats
+        .view()
 }
 
 #[tokio::test(start_paused = true)]
@@ -75,7 +81,7 @@ async fn never_retries_client_errors() {
         // Client errors do not count against the provider's breaker.
         assert_eq!(
             r.registry()
-                .find("provider:openai")
+                .find(&Target::provider("openai"))
                 .unwrap()
                 .breaker
                 .view(tokio::time::Instant::now())
@@ -133,7 +139,13 @@ async fn retry_budget_caps_retries_during_an_outage() {
     let r = runner(cfg, vec![("openai", openai.clone() as Arc<dyn Provider>)], None);
     // Keep the breakers out of the way: only the retry budget may stop retries.
     for t in ["provider:openai", "model:gpt-4o"] {
-        r.apply(&Command::ForceClosed { target: t.into() }, "t").unwrap();
+        r.apply(
+            &Command::ForceClosed {
+                target: t.parse().unwrap(),
+            },
+            &Issuer::operator("t"),
+        )
+        .unwrap();
     }
     let mut set = tokio::task::JoinSet::new();
     for i in 0..50 {
@@ -157,9 +169,9 @@ async fn open_breaker_skips_the_model_and_its_retries() {
     );
     r.apply(
         &Command::ForceOpen {
-            target: "provider:openai".into(),
+            target: Target::provider("openai"),
         },
-        "tester",
+        &Issuer::operator("tester"),
     )
     .unwrap();
     let o = r.run(&ask(1, "alice")).await;
@@ -178,7 +190,7 @@ async fn breaker_opens_after_consecutive_failures_then_recovers_with_a_ramp() {
     for i in 0..5 {
         r.run(&ask(i, "alice")).await;
     }
-    let b = &r.registry().find("provider:openai").unwrap().breaker;
+    let b = &r.registry().find(&Target::provider("openai")).unwrap().breaker;
     assert_eq!(b.state(), BreakerState::Open);
     let before = openai.calls();
     r.run(&ask(10, "alice")).await;
@@ -298,13 +310,13 @@ async fn failing_optional_tool_is_skipped_and_critical_tool_uses_the_cache() {
     for t in ["tool:get_order", "tool:search_docs"] {
         r.apply(
             &Command::SetFault {
-                target: t.into(),
+                target: t.parse().unwrap(),
                 fault: FaultSpec::always(Fault::Status {
                     code: 503,
                     retry_after_ms: None,
                 }),
             },
-            "t",
+            &Issuer::operator("t"),
         )
         .unwrap();
     }
@@ -335,9 +347,9 @@ async fn critical_tool_down_defers_and_the_request_survives_a_restart() {
     );
     r.apply(
         &Command::ForceOpen {
-            target: "tool:get_order".into(),
+            target: Target::tool("get_order"),
         },
-        "t",
+        &Issuer::operator("t"),
     )
     .unwrap();
     let o = r.run(&ask_with_tools(1, "alice")).await;
@@ -394,12 +406,12 @@ async fn drill_mode_sends_optional_tools_down_their_degradation_branch() {
         Step::ok(),
     );
     let r = runner(Config::default(), vec![("openai", openai as Arc<dyn Provider>)], None);
-    r.apply(&Command::DrillOn, "tester").unwrap();
+    r.apply(&Command::DrillOn, &Issuer::operator("tester")).unwrap();
     let o = r.run(&ask_with_tools(1, "alice")).await;
     assert_eq!(o.level, Level::Partial);
     assert_eq!(o.missing, vec!["lookup_shipping", "search_docs", "send_notification"]);
     assert_eq!(stats(&r, "tool:get_order").ok, 1, "the critical tool still runs");
-    r.apply(&Command::DrillOff, "tester").unwrap();
+    r.apply(&Command::DrillOff, &Issuer::operator("tester")).unwrap();
     assert!(!r.drill());
 }
 
@@ -408,69 +420,72 @@ async fn operator_commands_apply_and_are_announced() {
     let r = runner(Config::default(), vec![], None);
     let mut events = r.events().subscribe();
     let now = tokio::time::Instant::now;
-    let b = |n: &str| r.registry().find(n).unwrap().breaker.state();
+    let b = |n: &str| r.registry().find(&n.parse().unwrap()).unwrap().breaker.state();
     r.apply(
         &Command::ForceOpen {
-            target: "model:gpt-4o".into(),
+            target: Target::model("gpt-4o"),
         },
-        "ana",
+        &Issuer::operator("ana"),
     )
     .unwrap();
     assert_eq!(b("model:gpt-4o"), BreakerState::ForcedOpen);
     r.apply(
         &Command::ForceClosed {
-            target: "model:gpt-4o".into(),
+            target: Target::model("gpt-4o"),
         },
-        "ana",
+        &Issuer::operator("ana"),
     )
     .unwrap();
     assert_eq!(b("model:gpt-4o"), BreakerState::ForcedClosed);
     r.apply(
         &Command::Disable {
-            target: "tool:search_docs".into(),
+            target: Target::tool("search_docs"),
         },
-        "ana",
+        &Issuer::operator("ana"),
     )
     .unwrap();
     assert_eq!(b("tool:search_docs"), BreakerState::Disabled);
     r.apply(
         &Command::Reset {
-            target: "model:gpt-4o".into(),
+            target: Target::model("gpt-4o"),
         },
-        "ana",
+        &Issuer::operator("ana"),
     )
     .unwrap();
     assert_eq!(b("model:gpt-4o"), BreakerState::Closed);
     r.apply(
         &Command::FreezeRefill {
-            target: "openai".into(),
+            target: Target::provider("openai"),
         },
-        "ana",
+        &Issuer::operator("ana"),
     )
     .unwrap();
     let lim = &r.providers().iter().find(|p| p.name == "openai").unwrap().limiter;
     assert!(lim.is_frozen(now()));
     r.apply(
         &Command::UnfreezeRefill {
-            target: "provider:openai".into(),
+            target: Target::provider("openai"),
         },
-        "ana",
+        &Issuer::operator("ana"),
     )
     .unwrap();
     assert!(!lim.is_frozen(now()));
     let err = r
         .apply(
             &Command::ForceOpen {
-                target: "tool:nope".into(),
+                target: Target::tool("nope"),
             },
-            "ana",
+            &Issuer::operator("ana"),
         )
         .unwrap_err();
     assert!(err.to_string().contains("unknown target `tool:nope`"), "{err}");
     let mut ops = Vec::new();
     while let Ok(e) = events.try_recv() {
-        if let EventKind::Operator { action, by, result, .. } = e.kind {
-            ops.push((action, by, result.starts_with("rejected")));
+        if let EventKind::Operator {
+            command, by, applied, ..
+        } = e.kind
+        {
+            ops.push((command.action().to_string(), by.to_string(), !applied));
         }
     }
     assert_eq!(ops.len(), 7);
@@ -486,26 +501,26 @@ async fn operator_commands_apply_and_are_announced() {
 #[tokio::test(start_paused = true)]
 async fn a_repeated_operator_command_changes_nothing_and_says_so() {
     let r = runner(Config::default(), vec![], None);
-    let target = || "model:gpt-4o".to_string();
+    let target = || Target::model("gpt-4o");
     let commands = [
         Command::ForceOpen { target: target() },
         Command::ForceClosed { target: target() },
         Command::Disable { target: target() },
         Command::Reset { target: target() },
         Command::FreezeRefill {
-            target: "provider:openai".into(),
+            target: Target::provider("openai"),
         },
         Command::UnfreezeRefill {
-            target: "provider:openai".into(),
+            target: Target::provider("openai"),
         },
     ];
-    let breaker = &r.registry().find("model:gpt-4o").unwrap().breaker;
+    let breaker = &r.registry().find(&Target::model("gpt-4o")).unwrap().breaker;
     for cmd in &commands {
-        r.apply(cmd, "ana").unwrap();
+        r.apply(cmd, &Issuer::operator("ana")).unwrap();
         let now = tokio::time::Instant::now();
         let before = breaker.view(now);
         let mut events = r.events().subscribe();
-        r.apply(cmd, "ana").unwrap();
+        r.apply(cmd, &Issuer::operator("ana")).unwrap();
         let after = breaker.view(now);
         assert_eq!(
             (after.state, after.trips, after.next_probe_ms),
@@ -660,7 +675,7 @@ async fn auth_errors_are_counted_apart_from_failures() {
         let s = stats(&r, "provider:openai");
         assert_eq!((s.client_errors, s.failed, s.ok), (12, 0, 0), "{code}: {s:?}");
         assert_eq!(
-            r.registry().find("provider:openai").unwrap().breaker.state(),
+            r.registry().find(&Target::provider("openai")).unwrap().breaker.state(),
             BreakerState::Closed,
             "{code}"
         );
@@ -690,7 +705,7 @@ async fn a_model_turned_slow_trips_while_its_calls_still_run() {
         .collect();
     tokio::time::sleep(Duration::from_millis(4_100)).await;
     assert_eq!(openai.calls(), 12, "all still running");
-    let breaker = &r.registry().find("provider:openai").unwrap().breaker;
+    let breaker = &r.registry().find(&Target::provider("openai")).unwrap().breaker;
     assert_eq!(breaker.state(), BreakerState::Open);
     let trip = r
         .events()
@@ -699,7 +714,7 @@ async fn a_model_turned_slow_trips_while_its_calls_still_run() {
         .find_map(|e| match e.kind {
             EventKind::Transition {
                 breaker, to, reason, ..
-            } if breaker == "provider:openai" && to == "open" => Some(reason),
+            } if breaker == Target::provider("openai") && to == BreakerState::Open => Some(reason),
             _ => None,
         })
         .expect("a trip");

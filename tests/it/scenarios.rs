@@ -5,6 +5,7 @@ use fusebox::clock::{Clock, Seed};
 use fusebox::config::Config;
 use fusebox::runner::outcome::Level;
 use fusebox::runner::{Runner, RunnerParts};
+use fusebox::target::Target;
 use fusebox::telemetry::events::EventKind;
 use fusebox::traffic::load::{run_scenario, DemoRun};
 use fusebox::traffic::scenario::Scenario;
@@ -112,7 +113,13 @@ async fn provider_outage_moves_traffic_and_recovers_with_bounded_probes() {
     assert!(r.summary.by_level.fallback > 500);
     let now = tokio::time::Instant::now();
     for name in ["provider:openai", "model:gpt-4o"] {
-        let v = r.runner.registry().find(name).unwrap().breaker.view(now);
+        let v = r
+            .runner
+            .registry()
+            .find(&name.parse().unwrap())
+            .unwrap()
+            .breaker
+            .view(now);
         assert!(
             v.peak_probes <= 8,
             "{name}: at most the last ramp stage in flight, saw {}",
@@ -155,7 +162,13 @@ async fn hallucinations_are_failures_although_http_says_200() {
     let s = &r.summary.targets["model:gpt-4o"];
     assert!(s.failed > 0);
     assert_eq!(
-        r.runner.registry().find("model:gpt-4o").unwrap().stats.view().semantic,
+        r.runner
+            .registry()
+            .find(&Target::model("gpt-4o"))
+            .unwrap()
+            .stats
+            .view()
+            .semantic,
         s.failed
     );
     assert_eq!(transitions(&r, "model:gpt-4o")[0].1, "open");

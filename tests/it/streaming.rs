@@ -7,6 +7,7 @@
 use crate::common::strict::{Api, ANSWER};
 use crate::faithful::{config, get_order_tool, header, Proxy, ROUTES};
 use fusebox::runner::outcome::Level;
+use fusebox::target::Target;
 use fusebox::telemetry::events::EventKind;
 use serde_json::{json, Value};
 use std::sync::Arc;
@@ -186,7 +187,7 @@ async fn a_reset_after_three_chunks_ends_the_stream_with_an_error_event() {
     assert_eq!(o.level, Level::Partial);
     assert_eq!(o.answer.as_deref(), Some("Order 38100 is "));
     assert!(o.chain[0].starts_with("gpt-4o ✗cut"), "{:?}", o.chain);
-    let t = p.runner.registry().find("model:gpt-4o").unwrap();
+    let t = p.runner.registry().find(&Target::model("gpt-4o")).unwrap();
     assert_eq!(t.breaker.view(p.runner.clock().now()).calls_in_window, 1);
     assert_eq!(t.stats.view().failed, 1, "the cut counts as a failure");
 }

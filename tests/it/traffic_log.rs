@@ -1,11 +1,12 @@
 //! Traffic log v1: fixtures, error messages, skip/torn/empty handling, round
 //! trips, a fuzz-style property and a streaming test.
 
+use fusebox::command::Command;
 use fusebox::provider::Message;
 use fusebox::runner::outcome::Level;
 use fusebox::traffic::log::{
     AttemptRec, Header, LogError, LogReader, OperatorRec, OutcomeRec, Record, RequestRec, TransitionRec, Transport,
-    MAX_LINE_BYTES, OPERATOR_ACTIONS, VERSION,
+    MAX_LINE_BYTES, VERSION,
 };
 use proptest::prelude::*;
 use std::collections::BTreeMap;
@@ -748,7 +749,7 @@ fn arb_record() -> impl Strategy<Value = Record> {
     });
     let operator = (
         any::<u64>(),
-        prop::sample::select(OPERATOR_ACTIONS.to_vec()),
+        prop::sample::select(Command::ACTIONS.to_vec()),
         name(),
         prop::option::of(prop::collection::btree_map(name(), any::<i64>(), 0..3)),
         text(),

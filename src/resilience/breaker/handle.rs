@@ -5,6 +5,7 @@ use super::machine::{HalfOpen, Inner};
 use super::window::Window;
 use super::{BreakerState, BreakerView, CallRecord, Permit, Rejected};
 use crate::config::BreakerConfig;
+use crate::target::Target;
 use crate::telemetry::events::{EventBus, EventKind};
 use parking_lot::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -13,7 +14,7 @@ use tokio::time::Instant;
 
 /// One breaker.
 pub struct Breaker {
-    name: Arc<str>,
+    target: Target,
     events: Arc<EventBus>,
     /// State and generation, readable without the lock: admitting a call to
     /// a closed breaker (the common case) takes no lock at all.
@@ -42,10 +43,10 @@ fn unpack(v: u64) -> (u64, BreakerState) {
 }
 
 impl Breaker {
-    /// A closed breaker named like `provider:openai`.
-    pub fn new(name: &str, cfg: BreakerConfig, events: Arc<EventBus>, now: Instant) -> Self {
+    /// A closed breaker of `target`.
+    pub fn new(target: Target, cfg: BreakerConfig, events: Arc<EventBus>, now: Instant) -> Self {
         Self {
-            name: name.into(),
+            target,
             events,
             fast: AtomicU64::new(pack(0, BreakerState::Closed)),
             slow_ms: AtomicU64::new(cfg.slow_call_ms),
@@ -65,9 +66,9 @@ impl Breaker {
         }
     }
 
-    /// The breaker's name.
-    pub fn name(&self) -> &str {
-        &self.name
+    /// What it guards.
+    pub fn target(&self) -> &Target {
+        &self.target
     }
 
     /// The current state (an open breaker whose cooldown ended still reads
@@ -235,11 +236,11 @@ impl Breaker {
 
     fn emit(&self, fired: Option<(BreakerState, BreakerState, String)>) {
         if let Some((from, to, reason)) = fired {
-            tracing::info!(breaker = %self.name, from = from.as_str(), to = to.as_str(), %reason, "breaker transition");
+            tracing::info!(breaker = %self.target, from = from.as_str(), to = to.as_str(), %reason, "breaker transition");
             self.events.emit(EventKind::Transition {
-                breaker: self.name.to_string(),
-                from: from.as_str(),
-                to: to.as_str(),
+                breaker: self.target.clone(),
+                from,
+                to,
                 reason,
             });
         }

@@ -34,9 +34,16 @@ impl BreakerState {
         }
     }
 
-    /// Whether calls are (at least partly) allowed through.
+    /// Whether calls are (at least partly) allowed through (not open or
+    /// forced open).
     pub fn admits(self) -> bool {
         !matches!(self, Self::Open | Self::ForcedOpen)
+    }
+}
+
+impl std::fmt::Display for BreakerState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
     }
 }
 

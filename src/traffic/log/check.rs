@@ -3,7 +3,8 @@
 
 use super::error::{bad, Bad};
 use super::reader::Parsed;
-use super::{Key, Record, Transport, OPERATOR_ACTIONS};
+use super::{Key, Record, Transport};
+use crate::command::Command;
 use crate::provider::Message;
 use crate::runner::outcome::Level;
 use crate::runner::request::Via;
@@ -38,12 +39,12 @@ pub(super) fn validate(rec: &Record) -> Result<(), Bad> {
                 None => Ok(()),
             }
         }
-        Record::Operator(op) if !OPERATOR_ACTIONS.contains(&op.action.as_str()) => Err(bad(
+        Record::Operator(op) if !Command::ACTIONS.contains(&op.action.as_str()) => Err(bad(
             "action",
             format!(
                 "unknown action `{}`, expected one of {}",
                 op.action,
-                OPERATOR_ACTIONS.join(", ")
+                Command::ACTIONS.join(", ")
             ),
         )),
         Record::Operator(op) if op.action == "set_fault" => {

@@ -1,7 +1,9 @@
 //! The records of the format, as written and read: one JSON object per
 //! line, its `kind` naming the record.
 
+use crate::command::{Command, CommandError, Issuer};
 use crate::provider::Message;
+pub use crate::provider::Transport;
 use crate::runner::outcome::Level;
 use crate::runner::request::Via;
 use compact_str::CompactString;
@@ -11,19 +13,6 @@ use std::collections::BTreeMap;
 
 /// The format version this module writes and reads.
 pub const VERSION: u32 = 1;
-
-/// The operator actions a log may record.
-pub const OPERATOR_ACTIONS: [&str; 9] = [
-    "force_open",
-    "force_closed",
-    "disable",
-    "reset",
-    "freeze_refill",
-    "unfreeze_refill",
-    "set_fault",
-    "drill_on",
-    "drill_off",
-];
 
 /// The longest line the reader accepts; a longer one is a bad line (and is
 /// skipped without being buffered whole), so one runaway line cannot exhaust
@@ -175,32 +164,6 @@ impl<'de> Deserialize<'de> for Key {
     }
 }
 
-/// How an attempt failed below HTTP.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Transport {
-    /// No answer in time.
-    Timeout,
-    /// Could not connect.
-    Connect,
-    /// Connection reset.
-    Reset,
-    /// The body or stream ended early.
-    Truncated,
-}
-
-impl Transport {
-    /// The snake_case name.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Transport::Timeout => "timeout",
-            Transport::Connect => "connect",
-            Transport::Reset => "reset",
-            Transport::Truncated => "truncated",
-        }
-    }
-}
-
 /// An attempt line.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct AttemptRec {
@@ -279,7 +242,7 @@ pub struct TransitionRec {
 pub struct OperatorRec {
     /// Milliseconds since the start.
     pub t_ms: u64,
-    /// One of [`OPERATOR_ACTIONS`].
+    /// One of [`Command::ACTIONS`].
     pub action: String,
     /// What it applies to (a breaker, provider, tool, ...).
     pub target: String,
@@ -288,4 +251,37 @@ pub struct OperatorRec {
     pub args: Option<Map<String, Value>>,
     /// Who issued it.
     pub by: String,
+}
+
+impl OperatorRec {
+    /// The record of `command`, issued by `by` at `t_ms`.
+    pub fn of(t_ms: u64, command: &Command, by: &Issuer) -> Self {
+        let args = match command {
+            Command::SetFault { fault, .. } => serde_json::to_value(fault)
+                .ok()
+                .map(|f| Map::from_iter([("fault".to_string(), f)])),
+            _ => None,
+        };
+        OperatorRec {
+            t_ms,
+            action: command.action().into(),
+            target: command.target().map_or_else(|| "*".into(), ToString::to_string),
+            args,
+            by: by.to_string(),
+        }
+    }
+
+    /// The command it records.
+    pub fn command(&self) -> Result<Command, CommandError> {
+        if !Command::ACTIONS.contains(&self.action.as_str()) {
+            return Err(CommandError::UnknownAction(self.action.clone()));
+        }
+        let mut v = Map::new();
+        v.insert("action".into(), self.action.clone().into());
+        v.insert("target".into(), self.target.clone().into());
+        if let Some(f) = self.args.as_ref().and_then(|a| a.get("fault")) {
+            v.insert("fault".into(), f.clone());
+        }
+        serde_json::from_value(Value::Object(v)).map_err(|e| CommandError::Invalid(e.to_string()))
+    }
 }

@@ -12,10 +12,12 @@ mod check;
 mod error;
 mod format;
 mod query;
+mod rate;
 mod reader;
 
 pub use check::{MAX_SPAN_MS, MAX_TOKENS};
 pub use error::LogError;
 pub use format::*;
 pub use query::{has_attempts, length_ms};
+pub use rate::{rate_headers, recorded_rate};
 pub use reader::LogReader;

@@ -4,8 +4,8 @@
 
 use super::fleet::{OwnAttempts, ReadAttempt, RecordedFleet, OWN};
 use super::progress::RecordedOutcomes;
-use super::request::{agent_request, command, embeddings_call, gateway_call};
-use crate::runner::command::CommandError;
+use super::request::{agent_request, embeddings_call, gateway_call};
+use crate::command::Issuer;
 use crate::runner::outcome::Level;
 use crate::runner::request::{AgentRequest, Via};
 use crate::runner::Runner;
@@ -393,9 +393,7 @@ pub async fn replay(
                 }
                 Ahead::Operator(rec) => {
                     let (op, line) = *rec;
-                    let cmd = command(&op)
-                        .ok_or_else(|| CommandError::UnknownAction(op.action.clone()))
-                        .and_then(|c| runner.check(&c).map(|()| c));
+                    let cmd = op.command().and_then(|c| runner.check(&c).map(|()| c));
                     match cmd {
                         Err(e) => {
                             // Not this config's (a what-if without that provider, say): said, not applied.
@@ -407,7 +405,7 @@ pub async fn replay(
                             out.operator_actions += 1;
                             let (r, at) = (runner.clone(), due(op.t_ms));
                             ops_due = ops_due.max(at);
-                            let by = format!("replay of {}", op.by);
+                            let by = Issuer::operator(&format!("replay of {}", op.by));
                             tokio::spawn(async move {
                                 tokio::time::sleep_until(at).await;
                                 if let Err(e) = r.apply(&cmd, &by) {

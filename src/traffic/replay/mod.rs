@@ -19,7 +19,7 @@ pub use driver::{replay, ReplayOptions, Replayed, HORIZON};
 pub use fleet::{ReadAttempt, RecordedFleet};
 pub use progress::{RecordedOutcomes, ReplayEnd};
 pub use recorded::{RecordedProvider, RecordedTools};
-pub use request::{agent_request, command, embeddings_call, gateway_call};
+pub use request::{agent_request, embeddings_call, gateway_call};
 pub use runtime::{replay_clock, runtime, VirtualRuntime};
 
 use crate::clock::{Clock, Seed};

@@ -7,8 +7,8 @@ use crate::provider::{
     EmbedRequest, Embedded, ErrorKind, LlmRequest, LlmResponse, Provider, ProviderError, ToolCall, ToolKind, Usage,
 };
 use crate::resilience::limiter::RateFeedback;
-use crate::runner::feedback::recorded_rate;
 use crate::tools::ToolExecutor;
+use crate::traffic::log::recorded_rate;
 use crate::traffic::log::{AttemptRec, Transport};
 use std::sync::Arc;
 use std::time::Duration;

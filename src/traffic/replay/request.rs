@@ -3,11 +3,10 @@
 
 use crate::provider::{Message, ToolKind, ToolSpec};
 use crate::runner::chat::ChatRequest;
-use crate::runner::command::Command;
 use crate::runner::embed::EmbedCall;
 use crate::runner::request::AgentRequest;
 use crate::runner::Runner;
-use crate::traffic::log::{OperatorRec, RequestRec};
+use crate::traffic::log::RequestRec;
 use crate::wire::{Params, RawBody};
 use std::sync::Arc;
 
@@ -95,9 +94,4 @@ pub fn embeddings_call(req: &AgentRequest) -> EmbedCall {
         body: Arc::new(RawBody::default()),
         chars,
     }
-}
-
-/// The command a recorded operator action stands for.
-pub fn command(op: &OperatorRec) -> Option<Command> {
-    Command::from_parts(&op.action, &op.target, op.args.as_ref().and_then(|a| a.get("fault")))
 }

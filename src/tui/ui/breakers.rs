@@ -50,7 +50,7 @@ fn row<'a>(b: &'a BreakerRow, app: &App, theme: &Theme, selected: bool) -> Row<'
         (_, Some((stage, allow))) => format!("{}/{allow}·s{}", v.probes_in_flight, stage + 1),
         _ => "-".into(),
     };
-    let fault = app.snap.faults.get(&b.name).map(|f| {
+    let fault = app.snap.faults.get(&b.target).map(|f| {
         let label = f.fault.label();
         if f.rate < 1.0 {
             format!("{label} @{:.0}%", f.rate * 100.0)
@@ -61,7 +61,7 @@ fn row<'a>(b: &'a BreakerRow, app: &App, theme: &Theme, selected: bool) -> Row<'
     let marker = if selected { "▶" } else { " " };
     let cells = vec![
         Cell::from(marker),
-        Cell::from(b.name.as_str()),
+        Cell::from(b.target.to_string()),
         Cell::from(Span::styled(
             App::state_label(v.state),
             v.state.map_or(theme.state_disabled, |s| theme.breaker_state(s)),
@@ -80,7 +80,7 @@ fn row<'a>(b: &'a BreakerRow, app: &App, theme: &Theme, selected: bool) -> Row<'
         Cell::from(format!("{:>5}", st.rejected_open)),
         Cell::from(format!("{:>4}", st.rejected_rate)),
         Cell::from(format!("{:>4}", st.retries)),
-        Cell::from(sparkline(app.spark.get(&b.name), 24)),
+        Cell::from(sparkline(app.spark.get(&b.target), 24)),
         Cell::from(Span::styled(fault.unwrap_or_default(), theme.warn)),
     ];
     let r = Row::new(cells);

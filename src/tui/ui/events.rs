@@ -2,6 +2,7 @@
 //! warnings, freezes and deferred-queue activity, newest first.
 
 use super::{clock, pane_block, scroll};
+use crate::resilience::breaker::BreakerState;
 use crate::telemetry::events::{Event, EventKind};
 use crate::tui::app::{App, Pane};
 use crate::tui::theme::Theme;
@@ -41,12 +42,9 @@ pub fn describe(e: &Event) -> String {
             None => format!("{provider} refills frozen: {reason}"),
         },
         EventKind::Operator {
-            action,
-            target,
-            by,
-            result,
-            ..
-        } => format!("operator {by}: {action} {target} — {result}"),
+            command, by, result, ..
+        } => format!("operator {by}: {} — {result}", command.describe()),
+        EventKind::CommandRefused { sent, by, reason } => format!("operator {by}: refused {sent}: {reason}"),
         EventKind::Deferred { request, reason } => format!("deferred #{request}: {reason}"),
         EventKind::DeferredDone { request, level } => format!("deferred #{request} ended: {level}"),
         EventKind::RecordingFailed { path, error } => format!("recording to {path} stopped: {error}"),
@@ -58,12 +56,17 @@ pub fn describe(e: &Event) -> String {
 
 fn style(theme: &Theme, e: &Event) -> Style {
     match &e.kind {
-        EventKind::Transition { to, .. } if *to == "open" || *to == "forced_open" => theme.state_open,
-        EventKind::Transition { to, .. } if *to == "closed" => theme.state_closed,
+        EventKind::Transition { to, .. } if !to.admits() => theme.state_open,
+        EventKind::Transition {
+            to: BreakerState::Closed,
+            ..
+        } => theme.state_closed,
         EventKind::Transition { .. } => theme.state_half_open,
         EventKind::Operator { .. } => theme.badge,
         EventKind::BudgetWarning { .. } | EventKind::RefillFrozen { .. } => theme.warn,
-        EventKind::BudgetRejected { .. } | EventKind::RecordingFailed { .. } => theme.error,
+        EventKind::BudgetRejected { .. } | EventKind::RecordingFailed { .. } | EventKind::CommandRefused { .. } => {
+            theme.error
+        }
         _ => theme.dim,
     }
 }

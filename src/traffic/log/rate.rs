@@ -1,23 +1,11 @@
-//! Rate-limit feedback as recorded in traffic logs (header names and
-//! values) and read back, and transport failures by name.
+//! Rate-limit feedback as a traffic log records it (lower-case header names
+//! and values) and reads it back.
 
-use crate::provider::ErrorKind;
 use crate::resilience::limiter::RateFeedback;
 use std::collections::BTreeMap;
 
-/// How a transport failure is named in traffic logs.
-pub(crate) fn transport_name(k: ErrorKind) -> Option<&'static str> {
-    match k {
-        ErrorKind::Timeout => Some("timeout"),
-        ErrorKind::Connect => Some("connect"),
-        ErrorKind::Reset => Some("reset"),
-        ErrorKind::Truncated => Some("truncated"),
-        _ => None,
-    }
-}
-
 /// Rate-limit feedback as the lower-case headers a log records.
-pub(crate) fn rate_headers(r: &RateFeedback) -> BTreeMap<String, String> {
+pub fn rate_headers(r: &RateFeedback) -> BTreeMap<String, String> {
     let mut h = BTreeMap::new();
     let mut put = |k: &str, v: Option<String>| {
         if let Some(v) = v {
@@ -56,7 +44,7 @@ pub(crate) fn rate_headers(r: &RateFeedback) -> BTreeMap<String, String> {
 /// [`rate_headers`] (OpenAI's names and relative times, with Anthropic's
 /// separate input and output limits), also reading a hand-written
 /// `retry-after` (an HTTP date relative to `now_unix_ms`).
-pub(crate) fn recorded_rate(h: &BTreeMap<String, String>, now_unix_ms: u64) -> RateFeedback {
+pub fn recorded_rate(h: &BTreeMap<String, String>, now_unix_ms: u64) -> RateFeedback {
     use crate::wire::headers::{anthropic_feedback, openai_feedback};
     let get = |k: &str| h.get(k).cloned();
     let anthropic = anthropic_feedback(&get, now_unix_ms);
