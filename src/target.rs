@@ -4,10 +4,10 @@
 //! [`Display`](fmt::Display) and [`FromStr`].
 
 use crate::limits::MAX_TARGET_LEN;
+use compact_str::CompactString;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use std::fmt;
 use std::str::FromStr;
-use std::sync::Arc;
 
 /// What a target is. Ordered as written, so targets sort as their text does.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -31,11 +31,12 @@ impl Kind {
     }
 }
 
-/// A provider, model or tool, by name. Cheap to clone.
+/// A provider, model or tool, by name. Cheap to clone (a name of up to 24
+/// bytes is kept inline).
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Target {
     kind: Kind,
-    name: Arc<str>,
+    name: CompactString,
 }
 
 impl Target {

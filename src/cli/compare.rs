@@ -104,7 +104,7 @@ fn print_table(x: &Summary, y: &Summary, a: &Path, b: &Path) {
 fn calls(s: &Summary, f: impl Fn(&StatsView) -> u64) -> f64 {
     s.targets
         .iter()
-        .filter(|(k, _)| !k.starts_with("model:"))
+        .filter(|(k, _)| k.kind() != crate::target::Kind::Model)
         .map(|(_, v)| f(v))
         .sum::<u64>() as f64
 }

@@ -35,7 +35,7 @@ pub struct LeaseStats {
 /// The Redis key of a provider's bucket; the hash tag keeps one provider's
 /// buckets in one Redis Cluster slot.
 fn key(provider: &str, bucket: &str) -> String {
-    format!("fusebox:{{provider:{provider}}}:{bucket}")
+    format!("fusebox:{{{}}}:{bucket}", crate::target::Target::provider(provider))
 }
 
 /// Keeps one provider's leases topped up, for as long as the runtime runs.

@@ -263,9 +263,10 @@ impl Runner {
         for name in &req.tools {
             let Some(&ti) = self.tool_index.get(name) else { continue };
             let critical = self.is_critical(ti, &req.critical_tools);
-            let open = !self.registry.get(self.tools[ti].target).breaker.would_admit(now);
+            let tool = self.registry.get(self.tools[ti].target);
+            let open = !tool.breaker.would_admit(now);
             if !critical && (open || self.drill()) {
-                trail.push(format!("tool:{name} {}", if open { "⊘open" } else { "⊘drill" }));
+                trail.push(format!("{} {}", tool.target, if open { "⊘open" } else { "⊘drill" }));
                 trail.miss(name);
                 trail.quality *= self.cfg.degradation.skip_quality;
                 continue;
@@ -351,10 +352,10 @@ impl Runner {
                         match self.call_tool(req.id, ti, tc, key, critical, &mut trail.tally).await {
                             Ok(text) => added.push(Message::tool_result(tc, text, false)),
                             Err(f) => {
-                                let label = format!("tool:{} {}", tc.name, f.label());
-                                trail.push(label);
+                                let tool = &self.registry.get(self.tools[ti].target).target;
+                                trail.push(format!("{tool} {}", f.label()));
                                 if let Some((text, age)) = self.cached_tool(ti, key) {
-                                    trail.push(format!("tool:{} cache", tc.name));
+                                    trail.push(format!("{tool} cache"));
                                     trail.fallback = true;
                                     trail.quality *= self.cfg.degradation.cache_quality;
                                     trail.stale_ms = Some(trail.stale_ms.unwrap_or(0).max(age.as_millis() as u64));

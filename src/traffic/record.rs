@@ -332,7 +332,7 @@ pub fn record_of(ev: &Event, t_ms: u64, content: Content, salt: &Salt) -> Option
         EventKind::Attempt(a) => Record::Attempt(AttemptRec {
             t_ms,
             request: a.request,
-            target: a.target.to_string().into(),
+            target: a.target.clone(),
             model: a.model.as_deref().map(Into::into),
             status: a.status,
             transport: a.transport,

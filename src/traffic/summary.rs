@@ -3,6 +3,7 @@
 
 use crate::runner::registry::StatsView;
 use crate::runner::Runner;
+use crate::target::Target;
 use crate::telemetry::events::{Event, EventKind};
 use serde::Serialize;
 use std::collections::BTreeMap;
@@ -83,7 +84,7 @@ pub struct Summary {
     /// and not here are still queued.
     pub redriven: ByLevel,
     /// Per-target counters.
-    pub targets: BTreeMap<String, StatsView>,
+    pub targets: BTreeMap<Target, StatsView>,
     /// Every breaker transition, in order.
     pub transitions: Vec<TransitionRec>,
     /// Tokens.
@@ -170,7 +171,7 @@ impl Summary {
             targets: runner
                 .registry()
                 .iter()
-                .map(|t| (t.target.to_string(), t.stats.view()))
+                .map(|t| (t.target.clone(), t.stats.view()))
                 .collect(),
             transitions,
             tokens: Tokens {

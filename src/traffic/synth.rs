@@ -54,7 +54,7 @@ pub fn gateway_log(n: u64, rps: u64, out: &mut impl Write) -> std::io::Result<()
         let attempt = Record::Attempt(AttemptRec {
             t_ms: end,
             request: id,
-            target: "provider:openai".into(),
+            target: crate::target::Target::provider("openai"),
             model: Some("gpt-4o".into()),
             status: Some(200),
             transport: None,

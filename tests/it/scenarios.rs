@@ -82,7 +82,7 @@ async fn two_am_incident_opens_get_order_and_stops_the_waiting() {
     assert_eq!(t[0].1, "open");
     assert!(t[0].2.contains("consecutive failures"), "{}", t[0].2);
     assert_eq!(t.last().unwrap().1, "closed", "closes after the service recovers");
-    let s = &r.summary.targets["tool:get_order"];
+    let s = &r.summary.targets[&Target::tool("get_order")];
     // Later requests skip get_order (cache or defer) instead of calling it.
     assert!(s.rejected_open > 10 * s.failed, "{s:?}");
     assert!(r.summary.by_level.deferred > 0 && r.summary.by_level.fallback > 0);
@@ -107,7 +107,7 @@ async fn provider_outage_moves_traffic_and_recovers_with_bounded_probes() {
     assert_eq!((t.last().unwrap().0, t.last().unwrap().1), ("half_open", "closed"));
     assert!(t.last().unwrap().2.contains("half-open ramp 2→4→8 passed"));
     assert!(
-        r.summary.targets["model:claude-haiku"].ok > 500,
+        r.summary.targets[&Target::model("claude-haiku")].ok > 500,
         "traffic moved to the next provider"
     );
     assert!(r.summary.by_level.fallback > 500);
@@ -139,7 +139,7 @@ async fn rate_limit_storm_freezes_refills_and_retries_within_budget() {
         .filter(|e| matches!(e.kind, EventKind::RefillFrozen { .. }))
         .count();
     assert!(frozen > 0, "Retry-After froze the limiter");
-    let s = &r.summary.targets["model:gpt-4o"];
+    let s = &r.summary.targets[&Target::model("gpt-4o")];
     assert!(s.retries > 0);
     // The retry budget: 20 % of requests plus budget_min_per_s (2) per second.
     let allowed = 0.2 * r.summary.requests as f64 + 2.0 * (r.summary.virtual_ms / 1000) as f64;
@@ -159,7 +159,7 @@ async fn slow_tokens_trip_on_token_rate_collapse() {
 #[tokio::test(start_paused = true)]
 async fn hallucinations_are_failures_although_http_says_200() {
     let r = run("hallucination", 6, 1).await;
-    let s = &r.summary.targets["model:gpt-4o"];
+    let s = &r.summary.targets[&Target::model("gpt-4o")];
     assert!(s.failed > 0);
     assert_eq!(
         r.runner

@@ -4,6 +4,7 @@
 use fusebox::command::Command;
 use fusebox::provider::Message;
 use fusebox::runner::outcome::Level;
+use fusebox::target::Target;
 use fusebox::traffic::log::{
     AttemptRec, Header, LogError, LogReader, OperatorRec, OutcomeRec, Record, RequestRec, TransitionRec, Transport,
     MAX_LINE_BYTES, VERSION,
@@ -88,7 +89,7 @@ fn all_kinds_reads_every_kind_and_skips_unknown_ones() {
         Record::Attempt(AttemptRec {
             t_ms: 5,
             request: 1,
-            target: "provider:openai".into(),
+            target: "provider:openai".parse().unwrap(),
             model: Some("gpt-4o".into()),
             status: Some(429),
             transport: None,
@@ -106,7 +107,7 @@ fn all_kinds_reads_every_kind_and_skips_unknown_ones() {
         Record::Attempt(AttemptRec {
             t_ms: 50,
             request: 1,
-            target: "provider:anthropic".into(),
+            target: "provider:anthropic".parse().unwrap(),
             model: Some("claude-haiku".into()),
             status: Some(200),
             transport: None,
@@ -121,7 +122,7 @@ fn all_kinds_reads_every_kind_and_skips_unknown_ones() {
         Record::Attempt(AttemptRec {
             t_ms: 470,
             request: 1,
-            target: "tool:search".into(),
+            target: "tool:search".parse().unwrap(),
             model: None,
             status: None,
             transport: Some(Transport::Timeout),
@@ -166,7 +167,7 @@ fn all_kinds_reads_every_kind_and_skips_unknown_ones() {
         Record::Attempt(AttemptRec {
             t_ms: 3100,
             request: 2,
-            target: "provider:anthropic".into(),
+            target: "provider:anthropic".parse().unwrap(),
             model: Some("claude-haiku".into()),
             status: Some(200),
             transport: None,
@@ -585,7 +586,7 @@ fn to_line_skips_empty_optionals_and_keeps_nullable_fields() {
     let line = Record::Attempt(AttemptRec {
         t_ms: 4,
         request: 1,
-        target: "tool:calc".into(),
+        target: "tool:calc".parse().unwrap(),
         model: None,
         status: None,
         transport: Some(Transport::Reset),
@@ -618,6 +619,11 @@ fn to_line_skips_empty_optionals_and_keeps_nullable_fields() {
 
 fn name() -> impl Strategy<Value = String> {
     "[a-z:_\\-]{0,8}"
+}
+
+/// A provider or tool (what an attempt calls), any name.
+fn called() -> impl Strategy<Value = Target> {
+    (any::<bool>(), "[a-z:_\\-]{1,8}").prop_map(|(p, n)| if p { Target::provider(&n) } else { Target::tool(&n) })
 }
 
 fn text() -> impl Strategy<Value = String> {
@@ -681,7 +687,7 @@ fn arb_record() -> impl Strategy<Value = Record> {
         Just(Transport::Truncated)
     ]);
     let attempt = (
-        (any::<u64>(), any::<u64>(), name(), prop::option::of(name())),
+        (any::<u64>(), any::<u64>(), called(), prop::option::of(name())),
         (
             any::<Option<u16>>(),
             transport,
@@ -700,7 +706,7 @@ fn arb_record() -> impl Strategy<Value = Record> {
                 Record::Attempt(AttemptRec {
                     t_ms,
                     request,
-                    target: target.into(),
+                    target,
                     model: model.map(Into::into),
                     status,
                     transport,
@@ -834,7 +840,7 @@ proptest! {
                     r.prompt_tokens %= fusebox::traffic::log::MAX_TOKENS;
                     r.max_tokens %= fusebox::traffic::log::MAX_TOKENS;
                 }
-                Record::Attempt(a) => { a.t_ms = t; a.request = u64::MAX; a.target = format!("tool:x{}", a.target).into(); }
+                Record::Attempt(a) => { a.t_ms = t; a.request = u64::MAX; a.target = format!("tool:x{}", a.target).parse().unwrap(); }
                 Record::Outcome(o) => { o.t_ms = t; o.request = u64::MAX; }
                 Record::Transition(x) => x.t_ms = t,
                 Record::Operator(x) => x.t_ms = t,

@@ -8,6 +8,7 @@ use crate::command::Command;
 use crate::provider::Message;
 use crate::runner::outcome::Level;
 use crate::runner::request::Via;
+use crate::target::Target;
 use serde::de::DeserializeOwned;
 use serde::Deserialize;
 use serde_json::{Map, Value};
@@ -61,21 +62,20 @@ pub(super) fn validate(rec: &Record) -> Result<(), Bad> {
                 )),
             }
         }
-        Record::Attempt(a) => {
-            let name = a
-                .target
-                .strip_prefix("provider:")
-                .or_else(|| a.target.strip_prefix("tool:"));
-            match name {
-                Some(n) if !n.is_empty() => Ok(()),
-                _ => Err(bad(
-                    "target",
-                    format!("`{}` is not `provider:NAME` or `tool:NAME`", a.target),
-                )),
-            }
-        }
+        Record::Attempt(a) if !a.target.has_fault() => Err(not_called(&a.target.to_string())),
         _ => Ok(()),
     }
+}
+
+/// An attempt's target that no call is made to.
+fn not_called(target: &str) -> Bad {
+    bad(
+        "target",
+        format!(
+            "`{}` is not `provider:NAME` or `tool:NAME`",
+            crate::command::bounded(target)
+        ),
+    )
 }
 
 /// Finds which field of a line that failed to deserialize is at fault.
@@ -174,6 +174,9 @@ fn check_attempt(o: &Map<String, Value>) -> Result<(), Bad> {
     req::<u64>(o, "t_ms")?;
     req::<u64>(o, "request")?;
     req::<String>(o, "target")?;
+    if let Some(Err(_)) = o["target"].as_str().map(str::parse::<Target>) {
+        return Err(not_called(o["target"].as_str().unwrap_or_default()));
+    }
     opt::<Option<String>>(o, "model")?;
     // Always written (possibly null); a missing one reads as null, as serde does.
     opt::<Option<u16>>(o, "status")?;

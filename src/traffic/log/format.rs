@@ -171,8 +171,8 @@ pub struct AttemptRec {
     pub t_ms: u64,
     /// The request's id.
     pub request: u64,
-    /// `provider:NAME` or `tool:NAME`.
-    pub target: CompactString,
+    /// The provider or tool called.
+    pub target: crate::target::Target,
     /// Model, for provider attempts.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub model: Option<CompactString>,

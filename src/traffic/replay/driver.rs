@@ -9,6 +9,7 @@ use crate::command::Issuer;
 use crate::runner::outcome::Level;
 use crate::runner::request::{AgentRequest, Via};
 use crate::runner::Runner;
+use crate::target::Target;
 use crate::traffic::log::{LogError, LogReader, OperatorRec, OutcomeRec, Record, RequestRec};
 use crate::traffic::prefetch::{GiveBack, Prefetched, Split};
 use parking_lot::Mutex;
@@ -220,7 +221,7 @@ struct Reading {
 /// seen, so attempts are handed over indexed without taking its lock.
 struct KnownTargets {
     fleet: Arc<RecordedFleet>,
-    known: HashMap<Box<str>, usize, ahash::RandomState>,
+    known: HashMap<Target, usize, ahash::RandomState>,
 }
 
 impl KnownTargets {
@@ -232,12 +233,12 @@ impl KnownTargets {
     }
 
     /// The fleet's index of `target`.
-    fn index(&mut self, target: &str) -> usize {
+    fn index(&mut self, target: &Target) -> usize {
         if let Some(&t) = self.known.get(target) {
             return t;
         }
         let t = self.fleet.target(target);
-        self.known.insert(target.into(), t);
+        self.known.insert(target.clone(), t);
         t
     }
 }

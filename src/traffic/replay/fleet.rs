@@ -2,6 +2,7 @@
 //! read, handed to the calls that replay it (a request's own attempts in
 //! order, other calls the target's latest behaviour).
 
+use crate::target::Target;
 use crate::traffic::log::AttemptRec;
 use crate::traffic::prefetch::GiveBack;
 use parking_lot::Mutex;
@@ -52,8 +53,8 @@ tokio::task_local! {
 }
 
 /// Takes the first of `own` on `target` that the replay has read (by `read_ms`).
-fn take_own(own: &mut OwnAttempts, target: &str, read_ms: u64) -> Option<Arc<AttemptRec>> {
-    let i = own.iter().position(|a| *a.target == *target && a.t_ms <= read_ms)?;
+fn take_own(own: &mut OwnAttempts, target: &Target, read_ms: u64) -> Option<Arc<AttemptRec>> {
+    let i = own.iter().position(|a| a.target == *target && a.t_ms <= read_ms)?;
     Some(own.remove(i))
 }
 
@@ -62,7 +63,7 @@ fn take_own(own: &mut OwnAttempts, target: &str, read_ms: u64) -> Option<Arc<Att
 #[derive(Default)]
 struct Fleet {
     /// Index of each target's history in `recent`.
-    targets: HashMap<Box<str>, usize, ahash::RandomState>,
+    targets: HashMap<Target, usize, ahash::RandomState>,
     /// The own attempts of requests under way read after their bodies
     /// were made (those read before are in the request's task, [`OWN`]),
     /// and what a deferred request left of its own for its re-drive.
@@ -87,7 +88,7 @@ struct Fleet {
 
 impl Fleet {
     /// See [`RecordedFleet::take_at`].
-    fn take(&mut self, request: u64, t: usize, target: &str, now_ms: u64) -> Option<(Arc<AttemptRec>, bool)> {
+    fn take(&mut self, request: u64, t: usize, target: &Target, now_ms: u64) -> Option<(Arc<AttemptRec>, bool)> {
         self.prune(t, now_ms);
         // The request's own attempts in recorded order: those that came
         // with its body, then those read since.
@@ -120,11 +121,11 @@ impl Fleet {
     }
 
     /// The index of `target`'s history, added empty if new.
-    fn target(&mut self, target: &str) -> usize {
+    fn target(&mut self, target: &Target) -> usize {
         match self.targets.get(target) {
             Some(&t) => t,
             None => {
-                self.targets.insert(target.into(), self.recent.len());
+                self.targets.insert(target.clone(), self.recent.len());
                 self.recent.push(VecDeque::new());
                 self.recent.len() - 1
             }
@@ -167,12 +168,12 @@ impl RecordedFleet {
     }
 
     /// The index a target's calls are taken under ([`RecordedFleet::take_at`]).
-    pub fn target(&self, target: &str) -> usize {
+    pub fn target(&self, target: &Target) -> usize {
         self.inner.lock().target(target)
     }
 
     /// [`RecordedFleet::take_at`] by the target's name.
-    pub fn take(&self, request: u64, target: &str, now_ms: u64) -> Option<(Arc<AttemptRec>, bool)> {
+    pub fn take(&self, request: u64, target: &Target, now_ms: u64) -> Option<(Arc<AttemptRec>, bool)> {
         let mut f = self.inner.lock();
         let t = *f.targets.get(target)?;
         f.take(request, t, target, now_ms)
@@ -183,7 +184,7 @@ impl RecordedFleet {
     /// recorded on the target at or before now (the earliest if none is),
     /// answering without tool calls (`false`: not its own); None if the
     /// target has no recorded attempt (healthy).
-    pub fn take_at(&self, request: u64, t: usize, target: &str, now_ms: u64) -> Option<(Arc<AttemptRec>, bool)> {
+    pub fn take_at(&self, request: u64, t: usize, target: &Target, now_ms: u64) -> Option<(Arc<AttemptRec>, bool)> {
         self.inner.lock().take(request, t, target, now_ms)
     }
 
@@ -206,6 +207,10 @@ impl RecordedFleet {
 #[cfg(test)]
 pub(super) mod tests {
     use super::*;
+
+    fn p() -> Target {
+        Target::provider("p")
+    }
     use crate::traffic::log::AttemptRec;
     use smallvec::SmallVec;
     use std::cell::RefCell;
@@ -214,7 +219,7 @@ pub(super) mod tests {
         Arc::new(AttemptRec {
             t_ms,
             request,
-            target: "provider:p".into(),
+            target: p(),
             model: None,
             status: Some(status),
             transport: None,
@@ -237,13 +242,13 @@ pub(super) mod tests {
     #[test]
     fn own_attempts_that_came_with_the_body_wait_until_the_replay_reads_them() {
         let fleet = RecordedFleet::default();
-        let t = fleet.target("provider:p");
+        let t = fleet.target(&p());
         // Another request's attempt has been read; request 1's own attempt
         // (at 100 ms) came early, with its body.
         add(&fleet, attempt(0, 9, 503), true);
         let own = attempt(100, 1, 429);
         OWN.sync_scope(RefCell::new(SmallVec::from_iter([own.clone()])), || {
-            let (a, is_own) = fleet.take_at(1, t, "provider:p", 0).unwrap();
+            let (a, is_own) = fleet.take_at(1, t, &p(), 0).unwrap();
             assert_eq!(
                 (a.status, is_own),
                 (Some(503), false),
@@ -251,17 +256,17 @@ pub(super) mod tests {
             );
             // Once read, it is request 1's own.
             add(&fleet, own, false);
-            let (a, is_own) = fleet.take_at(1, t, "provider:p", 0).unwrap();
+            let (a, is_own) = fleet.take_at(1, t, &p(), 0).unwrap();
             assert_eq!((a.status, is_own), (Some(429), true));
             // Used once.
-            assert!(!fleet.take_at(1, t, "provider:p", 0).unwrap().1);
+            assert!(!fleet.take_at(1, t, &p(), 0).unwrap().1);
         });
     }
 
     #[test]
     fn a_target_never_called_keeps_only_the_history_a_call_could_get() {
         let fleet = RecordedFleet::default();
-        let t = fleet.target("provider:p");
+        let t = fleet.target(&p());
         // Read 30 s ahead of the replay, which never calls the target.
         for i in 0..100_000u64 {
             let a = attempt(i * 10, i, 200);
@@ -276,26 +281,26 @@ pub(super) mod tests {
     #[test]
     fn an_own_attempt_read_after_its_request_ended_is_history_only() {
         let fleet = RecordedFleet::default();
-        let t = fleet.target("provider:p");
+        let t = fleet.target(&p());
         // The replay ended request 1 before its recorded attempt is read.
         fleet.forget(1);
         add(&fleet, attempt(100, 1, 503), true);
         assert!(fleet.inner.lock().own.is_empty(), "nothing waits for it");
-        let taken = fleet.take_at(2, t, "provider:p", 100).map(|(a, own)| (a.status, own));
+        let taken = fleet.take_at(2, t, &p(), 100).map(|(a, own)| (a.status, own));
         assert_eq!(taken, Some((Some(503), false)), "the target's history has it");
     }
 
     #[test]
     fn attempts_read_after_the_body_follow_those_that_came_with_it() {
         let fleet = RecordedFleet::default();
-        let t = fleet.target("provider:p");
+        let t = fleet.target(&p());
         let (first, second) = (attempt(10, 1, 500), attempt(20, 1, 200));
         add(&fleet, first.clone(), false);
         // The later attempt is read (late) before the request starts.
         add(&fleet, second, true);
         let statuses: Vec<_> = OWN.sync_scope(RefCell::new(SmallVec::from_iter([first])), || {
             (0..2)
-                .map(|_| fleet.take_at(1, t, "provider:p", 30).unwrap().0.status)
+                .map(|_| fleet.take_at(1, t, &p(), 30).unwrap().0.status)
                 .collect()
         });
         assert_eq!(statuses, [Some(500), Some(200)]);
@@ -304,19 +309,19 @@ pub(super) mod tests {
     #[test]
     fn a_deferred_request_keeps_the_rest_of_its_own_attempts_for_its_redrive() {
         let fleet = RecordedFleet::default();
-        let t = fleet.target("provider:p");
+        let t = fleet.target(&p());
         let body = [attempt(10, 1, 500), attempt(20, 1, 503)];
         for a in &body {
             add(&fleet, a.clone(), false);
         }
         add(&fleet, attempt(30, 1, 429), true);
         OWN.sync_scope(RefCell::new(SmallVec::from_iter(body)), || {
-            assert_eq!(fleet.take_at(1, t, "provider:p", 40).unwrap().0.status, Some(500));
+            assert_eq!(fleet.take_at(1, t, &p(), 40).unwrap().0.status, Some(500));
             // Deferred: what is left goes to the fleet with the task's end.
             fleet.keep(1, OWN.with(RefCell::take));
         });
         // The re-drive runs in another task, with no own attempts of its own.
-        let taken: Vec<_> = (0..3).map(|_| fleet.take_at(1, t, "provider:p", 40).unwrap()).collect();
+        let taken: Vec<_> = (0..3).map(|_| fleet.take_at(1, t, &p(), 40).unwrap()).collect();
         let taken: Vec<_> = taken.iter().map(|(a, own)| (a.status, *own)).collect();
         assert_eq!(taken, [(Some(503), true), (Some(429), true), (Some(429), false)]);
     }

@@ -7,6 +7,7 @@ use crate::provider::{
     EmbedRequest, Embedded, ErrorKind, LlmRequest, LlmResponse, Provider, ProviderError, ToolCall, ToolKind, Usage,
 };
 use crate::resilience::limiter::RateFeedback;
+use crate::target::Target;
 use crate::tools::ToolExecutor;
 use crate::traffic::log::recorded_rate;
 use crate::traffic::log::{AttemptRec, Transport};
@@ -106,7 +107,7 @@ async fn play(
 /// A provider that behaves as recorded.
 pub struct RecordedProvider {
     /// Its target, `provider:NAME`, and its index in the fleet.
-    name: Box<str>,
+    name: Target,
     target: usize,
     fleet: Arc<RecordedFleet>,
     clock: Clock,
@@ -115,9 +116,9 @@ pub struct RecordedProvider {
 }
 
 impl RecordedProvider {
-    /// The recorded `provider:NAME`.
+    /// The recorded provider `name`.
     pub fn new(name: &str, fleet: Arc<RecordedFleet>, clock: Clock) -> Self {
-        let name: Box<str> = format!("provider:{name}").into();
+        let name = Target::provider(name);
         Self {
             target: fleet.target(&name),
             name,
@@ -220,7 +221,7 @@ impl ToolExecutor for RecordedTools {
         _attempt: u32,
         timeout: Duration,
     ) -> Result<Arc<str>, ProviderError> {
-        let target = format!("tool:{name}");
+        let target = Target::tool(name);
         let start = self.clock.now();
         if let Some((a, own)) = self.fleet.take(request_id, &target, self.clock.ms_at(start)) {
             play(&a, own, None, &self.clock, start, timeout).await?;
