@@ -4,7 +4,7 @@
 use criterion::{criterion_group, criterion_main, Criterion};
 use fusebox::clock::{Clock, Seed};
 use fusebox::config::{Config, ToolConfig};
-use fusebox::runner::outcome::{Level, Outcome};
+use fusebox::outcome::{Level, Outcome};
 use fusebox::runner::{Runner, RunnerParts};
 use fusebox::telemetry::events::{Event, EventKind};
 use fusebox::tui::app::{App, Mode, Options};
@@ -40,8 +40,7 @@ fn big_app(rt: &tokio::runtime::Runtime) -> App {
             operator: "bench".into(),
             source: "bench".into(),
             replay_length_ms: None,
-            recorded: None,
-            replay_end: None,
+            replay: None,
         };
         let mut app = App::new(opts, snap);
         for i in 0..1_000u64 {

@@ -6,7 +6,7 @@
 use criterion::{criterion_group, criterion_main, Criterion, SamplingMode, Throughput};
 use fusebox::clock::{Clock, Seed};
 use fusebox::config::Config;
-use fusebox::runner::request::{AgentRequest, Via};
+use fusebox::request::{AgentRequest, Via};
 use fusebox::runner::Runner;
 use fusebox::target::Target;
 use fusebox::telemetry::events::{Arrival, Attempt, EventBus, EventKind};

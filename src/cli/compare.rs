@@ -4,7 +4,7 @@
 use super::replay::{replay_runner, ReplayArgs};
 use super::run::spool_file;
 use crate::config::Config;
-use crate::runner::registry::StatsView;
+use crate::telemetry::stats::StatsView;
 use crate::traffic::replay::ReplayOptions;
 use crate::traffic::summary::{collect_transitions, Summary};
 use anyhow::{Context, Result};

@@ -115,8 +115,7 @@ pub fn demo(args: DemoArgs) -> Result<()> {
                     if http { "http" } else { "in-process" },
                 ),
                 replay_length_ms: None,
-                recorded: None,
-                replay_end: None,
+                replay: None,
             };
             let driver = tokio::spawn(async move {
                 run_scenario(runner, &scenario, duration, seed).await;

@@ -10,6 +10,7 @@ use crate::traffic::log::LogReader;
 use crate::traffic::replay::{RecordedFleet, RecordedOutcomes, ReplayEnd, ReplayOptions, Replayed};
 use crate::traffic::summary::Summary;
 use crate::tui::app::{Mode, Options};
+use crate::tui::replay::{Recorded, ReplayView};
 use anyhow::{bail, Result};
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -199,9 +200,8 @@ pub fn replay(args: ReplayArgs) -> Result<()> {
             ..ReplayOptions::default()
         };
         if let Some(ui) = ui {
-            let recorded = Arc::new(RecordedOutcomes::default());
-            let end = Arc::new(ReplayEnd::default());
-            opts.outcomes = Some(recorded.clone());
+            let shown = Arc::new(ReplayShown::default());
+            opts.outcomes = Some(shown.outcomes.clone());
             let o = Options {
                 mode: Mode::Replay,
                 readonly: args.console.readonly,
@@ -209,12 +209,11 @@ pub fn replay(args: ReplayArgs) -> Result<()> {
                 operator: args.console.operator_name(),
                 source,
                 replay_length_ms: log_length,
-                recorded: Some(recorded),
-                replay_end: Some(end.clone()),
+                replay: Some(shown.clone()),
             };
             let driver = tokio::spawn(async move {
                 let out = crate::traffic::replay::replay(runner, reader, fleet, opts).await;
-                end.set(&out);
+                shown.end.set(&out);
                 out.map(drop).map_err(anyhow::Error::from)
             });
             run.console(ui, o, Some(driver)).await?;
@@ -230,5 +229,30 @@ pub fn replay(args: ReplayArgs) -> Result<()> {
     match summary {
         Some(summary) => write_summary(&summary, args.summary_json.as_ref()),
         None => Ok(()),
+    }
+}
+
+/// What the console shows of a replay: how it ended and the recorded
+/// outcomes, as the driver notes them.
+#[derive(Default)]
+pub struct ReplayShown {
+    /// How the replay ended.
+    pub end: ReplayEnd,
+    /// The recorded outcomes read so far.
+    pub outcomes: Arc<RecordedOutcomes>,
+}
+
+impl ReplayView for ReplayShown {
+    fn ended(&self) -> Option<Result<String, String>> {
+        self.end.get()
+    }
+
+    fn recorded(&self, request: u64) -> Option<Recorded> {
+        self.outcomes.get(request).map(|o| Recorded {
+            level: o.level,
+            quality: o.quality,
+            tokens: o.tokens,
+            chain: o.chain,
+        })
     }
 }

@@ -5,7 +5,7 @@ use super::run::{interrupted, Run, Ui};
 use crate::clock::{Clock, Seed};
 use crate::gateway::{ConnLimits, GatewayOptions};
 use crate::mockserver::MockServer;
-use crate::runner::outcome::Level;
+use crate::outcome::Level;
 use crate::runner::{Runner, RunnerParts};
 use crate::tui::app::{Mode, Options};
 use anyhow::{bail, Result};
@@ -132,8 +132,7 @@ pub fn serve(args: ServeArgs) -> Result<()> {
                 operator: args.console.operator_name(),
                 source: format!("gateway {base}"),
                 replay_length_ms: None,
-                recorded: None,
-                replay_end: None,
+                replay: None,
             };
             return run.console(ui, o, None).await;
         }

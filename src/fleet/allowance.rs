@@ -12,11 +12,12 @@
 //! process: fail open. With `budgets_fail = "closed"` it refuses what its
 //! allowances do not cover instead.
 
-use super::status::StoreStatus;
 use super::store::{MemoryStore, Store, WINDOWS_MS};
 use crate::clock::Clock;
 use crate::config::{BudgetConfig, FailMode};
 use crate::resilience::budget::BudgetExceeded;
+use crate::runner::shared::Reserved;
+use crate::telemetry::store::StoreStatus;
 use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -145,15 +146,6 @@ struct Allowance {
     /// The store refused more this period (the budget ran out): further
     /// calls beyond the allowance are refused here, without a round trip.
     spent: Option<BudgetExceeded>,
-}
-
-/// What a call took from the allowances; settle it with
-/// [`Allowances::settle`].
-#[derive(Clone, Copy, Debug, Default)]
-#[must_use = "an allowance reservation must be settled"]
-pub struct Reserved {
-    tokens: f64,
-    cost: f64,
 }
 
 /// The fleet's budgets on this instance.

@@ -12,9 +12,9 @@
 //! entry leaves the stream only when acknowledged, and while Redis is
 //! unreachable deferred requests go to the local spool as before.
 
-use super::status::StoreStatus;
 use crate::resilience::defer::Deferred;
 use crate::runner::Runner;
+use crate::telemetry::store::StoreStatus;
 use parking_lot::Mutex;
 use redis::aio::ConnectionManager;
 use redis::streams::{StreamAutoClaimOptions, StreamAutoClaimReply, StreamId, StreamReadOptions, StreamReadReply};

@@ -11,11 +11,13 @@
 pub mod allowance;
 pub mod deferred;
 pub mod lease;
-pub mod status;
 pub mod store;
 
 use crate::command::{Command, Issuer, Subject};
 use crate::resilience::breaker::BreakerState;
+use crate::resilience::budget::BudgetExceeded;
+use crate::resilience::defer::Deferred;
+use crate::runner::shared::{Reserved, Shared};
 use crate::runner::Runner;
 use crate::target::Target;
 use crate::telemetry::events::EventKind;
@@ -112,6 +114,35 @@ pub struct Fleet {
     leases: lease::LeaseStats,
     /// Deferred requests on the shared stream.
     queue: Arc<deferred::SharedQueue>,
+    /// Users' budgets, shared.
+    allowances: Arc<allowance::Allowances>,
+}
+
+/// What this instance shares with its runner.
+struct Sharing {
+    allowances: Arc<allowance::Allowances>,
+    queue: Arc<deferred::SharedQueue>,
+    /// Breaker trips to tell the others about (target, reason).
+    trips: tokio::sync::mpsc::UnboundedSender<(Target, String)>,
+}
+
+#[async_trait::async_trait]
+impl Shared for Sharing {
+    async fn reserve(&self, user: &str, tokens: u32, cost: f64) -> Result<Reserved, BudgetExceeded> {
+        self.allowances.reserve(user, tokens, cost).await
+    }
+
+    fn settle(&self, user: &str, reserved: Reserved, tokens: u32, cost: f64) {
+        self.allowances.settle(user, reserved, tokens, cost);
+    }
+
+    async fn defer(&self, deferred: &Deferred) -> bool {
+        self.queue.add(deferred).await
+    }
+
+    fn trip(&self, breaker: Target, reason: String) {
+        let _ = self.trips.send((breaker, reason));
+    }
 }
 
 /// What fleet mode did in a run, for the headless summary.
@@ -155,7 +186,6 @@ impl Fleet {
             cfg.state.budgets_fail,
             *runner.clock(),
         ));
-        let _ = runner.allowances.set(allowances);
         let me = Arc::new(Self {
             client,
             conn: conn.clone(),
@@ -165,6 +195,7 @@ impl Fleet {
             unsent: Mutex::new(Vec::new()),
             applied: Mutex::new(HashMap::new()),
             leases: lease::LeaseStats::default(),
+            allowances,
             queue: Arc::new(deferred::SharedQueue::new(
                 conn.clone(),
                 instance.clone(),
@@ -179,9 +210,12 @@ impl Fleet {
         tokio::spawn(me.clone().announce());
         tokio::spawn(me.clone().listen());
         let (trips, rx) = tokio::sync::mpsc::unbounded_channel();
-        let _ = me.runner.shared_trips.set(trips);
         tokio::spawn(me.clone().share_trips(rx));
-        let _ = me.runner.shared_defer.set(me.queue.clone());
+        me.runner.share_with(Arc::new(Sharing {
+            allowances: me.allowances.clone(),
+            queue: me.queue.clone(),
+            trips,
+        }));
         tokio::spawn(me.queue.clone().run(me.runner.clone()));
         for p in 0..me.runner.providers().len() {
             tokio::spawn(lease::keep_leased(me.clone(), p));
@@ -191,11 +225,7 @@ impl Fleet {
 
     /// Round trips made so far for rate-limit leases and user allowances.
     pub fn round_trips(&self) -> u64 {
-        let allowances = self
-            .runner
-            .allowances
-            .get()
-            .map_or(0, |a| a.round_trips.load(std::sync::atomic::Ordering::Relaxed));
+        let allowances = self.allowances.round_trips.load(std::sync::atomic::Ordering::Relaxed);
         self.leases.round_trips.load(std::sync::atomic::Ordering::Relaxed) + allowances
     }
 
@@ -387,9 +417,7 @@ impl Fleet {
             Err(e) => Err(e),
         };
         let status = self.runner.store();
-        if let Some(a) = self.runner.allowances.get() {
-            a.forget_idle();
-        }
+        self.allowances.forget_idle();
         match live {
             Ok(n) => {
                 if status.view().degraded {

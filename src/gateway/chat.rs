@@ -228,7 +228,7 @@ pub(super) fn unix_now() -> u64 {
 /// chain, and quality and attempts where given.
 pub(super) fn outcome_headers(
     h: &mut HeaderMap,
-    level: crate::runner::outcome::Level,
+    level: crate::outcome::Level,
     chain: &[String],
     more: Option<(f64, u32)>,
 ) {

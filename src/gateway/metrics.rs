@@ -4,9 +4,9 @@
 //! fallbacks, and the gateway's request latency histogram.
 
 use super::{Gateway, Shared};
+use crate::outcome::Level;
 use crate::resilience::breaker::BreakerState;
-use crate::runner::outcome::Level;
-use crate::runner::registry::StatsView;
+use crate::telemetry::stats::StatsView;
 use axum::http::header;
 use axum::response::{IntoResponse, Response};
 use prometheus_client::collector::Collector;

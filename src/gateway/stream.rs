@@ -11,9 +11,9 @@
 
 use super::chat::{ascii_hop, outcome_headers, respond, Api, Client};
 use super::Gateway;
+use crate::outcome::Outcome;
 use crate::provider::Piece;
 use crate::runner::chat::{Chat, ChatEnd, ChatRequest};
-use crate::runner::outcome::Outcome;
 use crate::runner::stream::{StreamHead, StreamSink};
 use crate::wire::{anthropic, openai, responses, Delta, WireKind};
 use axum::body::Body;

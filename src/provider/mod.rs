@@ -156,7 +156,7 @@ impl LlmResponse {
         self.tool_keys
             .get(i)
             .copied()
-            .unwrap_or_else(|| crate::runner::tool::cache_key(&self.tool_calls[i]))
+            .unwrap_or_else(|| self.tool_calls[i].cache_key())
     }
 
     /// The answer in typed form, for rendering in another API.

@@ -8,8 +8,8 @@
 //! window. Idle users are evicted so memory stays bounded.
 
 use super::evict;
+use super::notice::{Announce, BudgetWarning, Notice};
 use crate::config::BudgetConfig;
-use crate::telemetry::events::{EventBus, EventKind};
 use parking_lot::Mutex;
 use serde::Serialize;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -199,7 +199,7 @@ pub struct GlobalView {
 /// All budgets.
 pub struct Budgets {
     cfg: BudgetConfig,
-    events: Arc<EventBus>,
+    events: Arc<dyn Announce>,
     users: Mutex<evict::Slots<UserState>>,
     global: Mutex<GlobalState>,
     /// The last computed global pressure (f64 bits), read without the lock.
@@ -209,7 +209,7 @@ pub struct Budgets {
 
 struct Check<'a> {
     scope: &'a dyn Fn() -> String,
-    events: &'a EventBus,
+    events: &'a dyn Announce,
     soft: f64,
     user: &'a str,
 }
@@ -242,18 +242,18 @@ impl Check<'_> {
     #[cold]
     fn announce(&self, w: &mut Win, limit: f64, what: &str) {
         w.warned = true;
-        self.events.emit(EventKind::BudgetWarning {
+        self.events.announce(Notice::BudgetWarning(BudgetWarning {
             user: self.user.to_string(),
             budget: what.to_string(),
             used: w.used,
             limit,
-        });
+        }));
     }
 }
 
 impl Budgets {
     /// Budgets with the given limits.
-    pub fn new(cfg: BudgetConfig, events: Arc<EventBus>) -> Self {
+    pub fn new(cfg: BudgetConfig, events: Arc<dyn Announce>) -> Self {
         Self {
             users: Mutex::new(evict::Slots::with_room(cfg.max_tracked_users)),
             cfg,
@@ -288,7 +288,7 @@ impl Budgets {
         let uscope = || format!("user {user}");
         let uc = Check {
             scope: &uscope,
-            events: &self.events,
+            events: &*self.events,
             soft: c.soft_ratio,
             user,
         };
@@ -309,7 +309,7 @@ impl Budgets {
         let gscope = || "global".to_string();
         let gc = Check {
             scope: &gscope,
-            events: &self.events,
+            events: &*self.events,
             soft: c.soft_ratio,
             user: "*",
         };
@@ -535,10 +535,10 @@ impl evict::Idle for UserState {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::clock::Clock;
+    use crate::resilience::notice::Heard;
 
     fn budgets(cfg: BudgetConfig) -> Budgets {
-        Budgets::new(cfg, EventBus::new(Clock::with_wall_anchor(0), 100))
+        Budgets::new(cfg, Arc::new(Heard::default()))
     }
 
     #[tokio::test]
@@ -563,20 +563,20 @@ mod tests {
 
     #[tokio::test]
     async fn soft_warning_fires_once_per_window() {
-        let b = budgets(BudgetConfig {
+        let heard = Arc::new(Heard::default());
+        let cfg = BudgetConfig {
             user_tokens_per_minute: 1000,
             ..BudgetConfig::default()
-        });
-        let mut rx = b.events.subscribe();
+        };
+        let b = Budgets::new(cfg, heard.clone());
         for i in 0..5 {
             let _ = b.reserve("alice", 190, 0.0, i).unwrap();
         }
-        let mut warnings = 0;
-        while let Ok(ev) = rx.try_recv() {
-            if matches!(ev.kind, EventKind::BudgetWarning { .. }) {
-                warnings += 1;
-            }
-        }
+        let warnings = heard
+            .all()
+            .into_iter()
+            .filter(|n| matches!(n, Notice::BudgetWarning(_)))
+            .count();
         assert_eq!(warnings, 1);
     }
 

@@ -2,7 +2,7 @@
 //! are appended to a JSONL file and survive a restart; each ends with a
 //! `done` line once re-driven to a final outcome.
 
-use crate::runner::request::AgentRequest;
+use crate::request::AgentRequest;
 use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
 use std::fs::{File, OpenOptions};

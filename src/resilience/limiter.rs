@@ -8,8 +8,8 @@
 //! Retry-After) calibrates the buckets; refills can be frozen for a
 //! Retry-After or by an operator.
 
+use super::notice::{Announce, Notice, RefillFrozen};
 use crate::config::{LimiterConfig, ProviderConfig};
-use crate::telemetry::events::{EventBus, EventKind};
 use parking_lot::Mutex;
 use serde::Serialize;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -97,7 +97,7 @@ pub const BUCKETS: [&str; 4] = ["tpm", "itpm", "otpm", "rpm"];
 pub struct Limiter {
     name: Arc<str>,
     cfg: LimiterConfig,
-    events: Arc<EventBus>,
+    events: Arc<dyn Announce>,
     inner: Mutex<State>,
     released: Notify,
     /// Tasks waiting in `acquire`; releases only notify when there are any.
@@ -214,7 +214,7 @@ impl Estimator {
 
 impl Limiter {
     /// A limiter with the provider's published limits, full buckets.
-    pub fn new(name: &str, p: &ProviderConfig, cfg: LimiterConfig, events: Arc<EventBus>, now: Instant) -> Self {
+    pub fn new(name: &str, p: &ProviderConfig, cfg: LimiterConfig, events: Arc<dyn Announce>, now: Instant) -> Self {
         Self {
             name: name.into(),
             events,
@@ -517,11 +517,11 @@ impl Limiter {
         }
         s.frozen_until = Some(until);
         drop(s);
-        self.events.emit(EventKind::RefillFrozen {
+        self.events.announce(Notice::RefillFrozen(RefillFrozen {
             provider: self.name.to_string(),
             for_ms: Some(d.as_millis() as u64),
             reason: reason.into(),
-        });
+        }));
     }
 
     /// Operator: freeze refills until unfrozen.

@@ -8,6 +8,7 @@ pub mod cache;
 pub mod defer;
 pub mod evict;
 pub mod limiter;
+pub mod notice;
 pub mod retry;
 pub mod session;
 

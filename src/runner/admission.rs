@@ -80,7 +80,7 @@ impl Runner {
                 .map_err(Refusal::Budget)?,
         );
         // Fleet mode: the user's budget as the whole fleet has spent it.
-        if let Some(a) = self.allowances.get() {
+        if let Some(a) = self.shared.get() {
             let r = Box::pin(a.reserve(user, est.total(), cost))
                 .await
                 .map_err(Refusal::Budget)?;
@@ -98,7 +98,7 @@ impl Runner {
         user: &str,
         mi: usize,
         permits: Permits,
-        allowance: Option<crate::fleet::allowance::Reserved>,
+        allowance: Option<super::shared::Reserved>,
         spent: Spent<'_>,
         tally: &mut Tally,
     ) -> [Option<String>; 2] {
@@ -180,7 +180,7 @@ pub(super) struct Held<'a> {
     permit: Option<crate::resilience::limiter::LimitPermit>,
     pub(super) res: Option<crate::resilience::budget::Reservation>,
     /// Taken from the fleet's budget allowances (fleet mode).
-    pub(super) allowance: Option<crate::fleet::allowance::Reserved>,
+    pub(super) allowance: Option<super::shared::Reserved>,
 }
 
 impl Held<'_> {
@@ -244,14 +244,8 @@ impl Drop for Held<'_> {
 
 impl Runner {
     /// Fleet mode: gives what a call did not use back to the allowances.
-    fn settle_allowance(
-        &self,
-        user: &str,
-        reserved: Option<crate::fleet::allowance::Reserved>,
-        tokens: u32,
-        cost: f64,
-    ) {
-        if let (Some(a), Some(r)) = (self.allowances.get(), reserved) {
+    fn settle_allowance(&self, user: &str, reserved: Option<super::shared::Reserved>, tokens: u32, cost: f64) {
+        if let (Some(a), Some(r)) = (self.shared.get(), reserved) {
             a.settle(user, r, tokens, cost);
         }
     }

@@ -4,10 +4,10 @@
 //! graceful failure), and ending in exactly one outcome.
 
 use super::llm::{HopResult, LlmCall, LlmFailure, Tally};
-use super::outcome::{Level, Outcome};
-use super::request::{AgentRequest, Via};
 use super::Runner;
+use crate::outcome::{Level, Outcome};
 use crate::provider::{Message, Role, ToolCall, ToolSpec};
+use crate::request::{AgentRequest, Via};
 use crate::resilience::defer::Deferred;
 use crate::resilience::session::InSession;
 use crate::telemetry::events::{Arrival, EventKind};
@@ -429,7 +429,7 @@ impl Runner {
 
     /// Whether deferred requests have somewhere to go.
     fn can_defer(&self) -> bool {
-        self.spool.is_some() || self.shared_defer.get().is_some()
+        self.spool.is_some() || self.shared.get().is_some()
     }
 
     /// Queues a request for later: on the fleet's stream in fleet mode,
@@ -440,8 +440,8 @@ impl Runner {
             deferred_at_ms: self.clock.wall_ms(),
             reason: reason.clone(),
         };
-        let shared = match self.shared_defer.get() {
-            Some(q) => q.add(&d).await,
+        let shared = match self.shared.get() {
+            Some(fleet) => fleet.defer(&d).await,
             None => false,
         };
         if !shared {

@@ -5,11 +5,11 @@
 //! and ends it in exactly one outcome like any other request.
 
 use super::llm::{HopResult, LlmCall, LlmFailure, Tally};
-use super::outcome::{Level, Outcome};
-use super::request::{AgentRequest, Via};
 use super::stream::{StreamSink, Streaming};
 use super::Runner;
+use crate::outcome::{Level, Outcome};
 use crate::provider::{LlmResponse, Message, Piece, ProviderError, ToolSpec};
+use crate::request::{AgentRequest, Via};
 use crate::resilience::budget::BudgetExceeded;
 use crate::resilience::session::InSession;
 use crate::telemetry::events::{Arrival, EventKind};

@@ -6,10 +6,10 @@
 use super::admission::{Refusal, Spent};
 use super::chat::Abandoned;
 use super::llm::Tally;
-use super::outcome::{Level, Outcome};
-use super::request::{AgentRequest, Via};
 use super::Runner;
+use crate::outcome::{Level, Outcome};
 use crate::provider::{EmbedRequest, Embedded, ProviderError};
+use crate::request::{AgentRequest, Via};
 use crate::resilience::breaker::FailureKind;
 use crate::telemetry::events::{Arrival, Attempt, EventKind};
 use std::sync::atomic::Ordering;

@@ -4,9 +4,9 @@
 //! → provider call with retries → settle and calibrate.
 
 use super::admission::{Refusal, Spent};
-use super::outcome::Level;
 use super::stream::{Pumped, Spend, StreamHead, Streaming};
 use super::{ModelSlot, Runner};
+use crate::outcome::Level;
 use crate::provider::{ErrorKind, LlmRequest, LlmResponse, Message, Piece, ProviderError, Role};
 use crate::resilience::breaker::{watched, FailureKind};
 use crate::resilience::limiter::RateFeedback;
@@ -342,10 +342,10 @@ impl Runner {
                     }
                     // The provider itself said so (429, 5xx, 529): the fleet
                     // is told. Transport errors may be this host's network.
-                    if let (Some(share), Some(_)) = (self.shared_trips.get(), e.status) {
+                    if let (Some(fleet), Some(_)) = (self.shared.get(), e.status) {
                         for (t, why) in [pt, mt].into_iter().zip(tripped) {
                             if let Some(why) = why {
-                                let _ = share.send((t.target.clone(), why));
+                                fleet.trip(t.target.clone(), why);
                             }
                         }
                     }

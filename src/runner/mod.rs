@@ -9,14 +9,15 @@ pub mod chat;
 pub mod command;
 pub mod embed;
 pub mod llm;
-pub mod outcome;
 pub mod registry;
-pub mod request;
+pub mod shared;
+mod snapshot;
 pub mod stream;
 pub mod tool;
 
 use crate::clock::{Clock, Seed};
 use crate::config::{Config, ModelConfig, RouteConfig, ToolConfig};
+use crate::outcome::Level;
 use crate::provider::fault::FaultTable;
 use crate::provider::mock::MockProvider;
 use crate::provider::{Provider, ToolSpec};
@@ -32,8 +33,8 @@ use crate::target::Target;
 use crate::telemetry::events::EventBus;
 use crate::tools::{MockTools, ToolExecutor};
 use dashmap::DashMap;
-use outcome::Level;
 use registry::Registry;
+use shared::Shared;
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -192,13 +193,9 @@ pub struct Runner {
     pub(crate) faults: Arc<FaultTable>,
     pub(crate) drill: AtomicBool,
     pub(crate) totals: Totals,
-    pub(crate) store: Arc<crate::fleet::status::StoreStatus>,
-    /// Fleet mode: users' budgets shared through Redis.
-    pub(crate) allowances: std::sync::OnceLock<Arc<crate::fleet::allowance::Allowances>>,
-    /// Fleet mode: deferred requests go to a shared stream.
-    pub(crate) shared_defer: std::sync::OnceLock<Arc<crate::fleet::deferred::SharedQueue>>,
-    /// Fleet mode: breaker trips the providers signalled (target, reason).
-    pub(crate) shared_trips: std::sync::OnceLock<tokio::sync::mpsc::UnboundedSender<(crate::target::Target, String)>>,
+    pub(crate) store: Arc<crate::telemetry::store::StoreStatus>,
+    /// Fleet mode: the fleet's budgets, deferred stream and trips.
+    shared: std::sync::OnceLock<Arc<dyn Shared>>,
 }
 
 /// For each model, what serves a client that names it: the model first,
@@ -351,15 +348,19 @@ impl Runner {
             drill: AtomicBool::new(false),
             totals: Totals::default(),
             store: Arc::default(),
-            allowances: std::sync::OnceLock::new(),
-            shared_defer: std::sync::OnceLock::new(),
-            shared_trips: std::sync::OnceLock::new(),
+            shared: std::sync::OnceLock::new(),
         }))
     }
 
     /// Where shared state lives and how it is doing.
-    pub fn store(&self) -> &Arc<crate::fleet::status::StoreStatus> {
+    pub fn store(&self) -> &Arc<crate::telemetry::store::StoreStatus> {
         &self.store
+    }
+
+    /// Joins a fleet: from now on budgets, deferral and trips are shared
+    /// through `fleet`. Only the first call counts.
+    pub fn share_with(&self, fleet: Arc<dyn Shared>) {
+        let _ = self.shared.set(fleet);
     }
 
     /// The route called `name`, for an [`LlmCall`](llm::LlmCall).

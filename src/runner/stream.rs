@@ -5,7 +5,7 @@
 //! the outcome; output is counted against the user's hard token budgets as
 //! it streams, and the stream is cut where it would pass one.
 
-use super::outcome::Level;
+use crate::outcome::Level;
 use crate::provider::stream::Live;
 use crate::provider::{ErrorKind, LlmResponse, Piece, ProviderError, Usage};
 use crate::resilience::budget::BudgetExceeded;

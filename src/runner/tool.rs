@@ -36,11 +36,6 @@ impl ToolFailure {
     }
 }
 
-/// The cache key of a tool call.
-pub fn cache_key(call: &ToolCall) -> u64 {
-    hash_str(&call.name) ^ hash_str(&call.arguments).rotate_left(17)
-}
-
 impl Runner {
     /// Whether a tool is critical for this request.
     pub fn is_critical(&self, tool: usize, extra: &[String]) -> bool {
@@ -49,7 +44,7 @@ impl Runner {
     }
 
     /// Calls tool `ti` for request `request_id`; its result is cached
-    /// under `key` (the call's [`cache_key`], as a rule).
+    /// under `key` (the call's [`ToolCall::cache_key`], as a rule).
     pub async fn call_tool(
         &self,
         request_id: u64,

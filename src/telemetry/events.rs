@@ -7,8 +7,9 @@
 //! when nobody listens.
 
 use crate::clock::Clock;
-use crate::resilience::breaker::BreakerState;
-use crate::runner::outcome::Outcome;
+use crate::outcome::Outcome;
+use crate::resilience::notice::{Announce, Notice};
+pub use crate::resilience::notice::{BudgetWarning, RefillFrozen, Transition};
 use crate::target::Target;
 use parking_lot::Mutex;
 use serde::Serialize;
@@ -22,27 +23,9 @@ use tokio::sync::mpsc;
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum EventKind {
     /// A breaker changed state.
-    Transition {
-        /// The breaker's target.
-        breaker: Target,
-        /// Previous state.
-        from: BreakerState,
-        /// New state.
-        to: BreakerState,
-        /// Why, in words.
-        reason: String,
-    },
+    Transition(Transition),
     /// A user or global budget crossed its soft limit.
-    BudgetWarning {
-        /// The user, or `*` for the global budget.
-        user: String,
-        /// Which budget, e.g. `user tokens/minute`.
-        budget: String,
-        /// Used so far.
-        used: f64,
-        /// The limit.
-        limit: f64,
-    },
+    BudgetWarning(BudgetWarning),
     /// A user's request was refused by a budget (the first refusal per user
     /// and minute; the rest are counted in the summary).
     BudgetRejected {
@@ -52,14 +35,7 @@ pub enum EventKind {
         reason: String,
     },
     /// Limiter refills were frozen (Retry-After or operator).
-    RefillFrozen {
-        /// Provider.
-        provider: String,
-        /// For how long (None = until unfrozen).
-        for_ms: Option<u64>,
-        /// Who or what froze it.
-        reason: String,
-    },
+    RefillFrozen(RefillFrozen),
     /// An operator command was applied.
     Operator {
         /// The command.
@@ -117,9 +93,9 @@ pub enum EventKind {
 pub struct Arrival {
     /// The request (a gateway call as the agent request it stands for).
     #[serde(flatten)]
-    pub request: crate::runner::request::AgentRequest,
+    pub request: crate::request::AgentRequest,
     /// How it came in.
-    pub via: crate::runner::request::Via,
+    pub via: crate::request::Via,
 }
 
 /// One provider or tool call, as the recorder writes it.
@@ -170,6 +146,16 @@ impl Attempt {
             tool_calls: Vec::new(),
             tool_keys: Vec::new(),
         }
+    }
+}
+
+impl Announce for EventBus {
+    fn announce(&self, notice: Notice) {
+        self.emit(match notice {
+            Notice::Transition(t) => EventKind::Transition(t),
+            Notice::BudgetWarning(w) => EventKind::BudgetWarning(w),
+            Notice::RefillFrozen(f) => EventKind::RefillFrozen(f),
+        });
     }
 }
 

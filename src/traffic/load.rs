@@ -6,9 +6,9 @@
 use super::scenario::Scenario;
 use crate::clock::{purpose, Seed};
 use crate::command::{Command, Issuer};
+use crate::outcome::Outcome;
 use crate::provider::Message;
-use crate::runner::outcome::Outcome;
-use crate::runner::request::AgentRequest;
+use crate::request::AgentRequest;
 use crate::runner::Runner;
 use compact_str::format_compact;
 use std::sync::Arc;

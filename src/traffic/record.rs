@@ -15,6 +15,7 @@ use super::log::rate_headers;
 use super::log::{AttemptRec, Header, Key, OperatorRec, OutcomeRec, Record, RequestRec, TransitionRec};
 use crate::clock::hash_str;
 use crate::runner::Runner;
+use crate::telemetry::events::Transition;
 use crate::telemetry::events::{Event, EventBus, EventKind};
 use std::fs::{File, OpenOptions};
 use std::io::{self, BufWriter, Write};
@@ -358,12 +359,12 @@ pub fn record_of(ev: &Event, t_ms: u64, content: Content, salt: &Salt) -> Option
             cost_usd: o.cost_usd,
             missing: o.missing.clone(),
         }),
-        EventKind::Transition {
+        EventKind::Transition(Transition {
             breaker,
             from,
             to,
             reason,
-        } => Record::Transition(TransitionRec {
+        }) => Record::Transition(TransitionRec {
             t_ms,
             breaker: breaker.to_string(),
             from: from.as_str().into(),

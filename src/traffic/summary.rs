@@ -1,10 +1,11 @@
 //! The headless summary: the JSON later work relies on (exact top-level
 //! fields), built from the runner's totals and the transitions seen.
 
-use crate::runner::registry::StatsView;
 use crate::runner::Runner;
 use crate::target::Target;
+use crate::telemetry::events::Transition;
 use crate::telemetry::events::{Event, EventKind};
+use crate::telemetry::stats::StatsView;
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::sync::atomic::Ordering;
@@ -25,7 +26,7 @@ pub struct ByLevel {
 }
 
 impl From<[u64; 5]> for ByLevel {
-    /// Counts in [`Level::ALL`](crate::runner::outcome::Level::ALL) order.
+    /// Counts in [`Level::ALL`](crate::outcome::Level::ALL) order.
     fn from(lv: [u64; 5]) -> Self {
         ByLevel {
             none: lv[0],
@@ -122,7 +123,7 @@ pub fn collect_transitions(runner: &Runner) -> tokio::task::JoinHandle<Vec<Event
     tokio::spawn(async move {
         let mut kept = Vec::new();
         while let Some(e) = rx.recv().await {
-            if matches!(e.kind, EventKind::Transition { .. }) {
+            if matches!(e.kind, EventKind::Transition(Transition { .. })) {
                 kept.push(e);
             }
         }
@@ -140,12 +141,12 @@ impl Summary {
         let transitions = events
             .iter()
             .filter_map(|e| match &e.kind {
-                EventKind::Transition {
+                EventKind::Transition(Transition {
                     breaker,
                     from,
                     to,
                     reason,
-                } => Some(TransitionRec {
+                }) => Some(TransitionRec {
                     t_ms: e.t_ms,
                     breaker: breaker.to_string(),
                     from: from.as_str().into(),

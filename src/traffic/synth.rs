@@ -2,8 +2,8 @@
 //! seeded, so the same arguments give the same log.
 
 use super::log::{AttemptRec, Header, OutcomeRec, Record, RequestRec, VERSION};
-use crate::runner::outcome::Level;
-use crate::runner::request::Via;
+use crate::outcome::Level;
+use crate::request::Via;
 use compact_str::format_compact;
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;

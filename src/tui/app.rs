@@ -4,10 +4,11 @@
 
 use super::action::Action;
 use super::keymap::KeyMap;
+use super::replay::ReplayView;
 use crate::command::Command;
+use crate::outcome::Outcome;
 use crate::provider::fault::{Fault, FaultSpec};
 use crate::resilience::breaker::BreakerState;
-use crate::runner::outcome::Outcome;
 use crate::target::{Kind, Target};
 use crate::telemetry::events::{Event, EventKind};
 use crate::telemetry::snapshot::{BreakerRow, Snapshot};
@@ -79,7 +80,7 @@ impl Mode {
 }
 
 /// Start-up options.
-#[derive(Clone, Debug)]
+#[derive(Clone)]
 pub struct Options {
     /// What the console runs over.
     pub mode: Mode,
@@ -93,10 +94,9 @@ pub struct Options {
     pub source: String,
     /// Length of the replayed log (ms), for the progress bar.
     pub replay_length_ms: Option<u64>,
-    /// The replayed log's recorded outcomes, shown next to the replayed ones.
-    pub recorded: Option<Arc<crate::traffic::replay::RecordedOutcomes>>,
-    /// How the replay ended, once it has.
-    pub replay_end: Option<Arc<crate::traffic::replay::ReplayEnd>>,
+    /// The replay's progress: how it ended, and the recorded outcomes shown
+    /// next to the replayed ones.
+    pub replay: Option<Arc<dyn ReplayView>>,
 }
 
 /// An interaction overlay.
@@ -151,7 +151,7 @@ pub struct Recent {
     /// Path taken.
     pub chain: String,
     /// Level name.
-    pub level: crate::runner::outcome::Level,
+    pub level: crate::outcome::Level,
     /// Quality.
     pub quality: f64,
     /// Missing components.

@@ -5,6 +5,7 @@
 pub mod action;
 pub mod app;
 pub mod keymap;
+pub mod replay;
 pub mod theme;
 pub mod ui;
 

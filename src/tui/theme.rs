@@ -10,8 +10,8 @@
 //! patched over each other. Colours are ratatui names (`red`, `darkgray`,
 //! `lightcyan`, `reset`, …), `#rrggbb`, or a 256-colour index `0`–`255`.
 
+use crate::outcome::Level;
 use crate::resilience::breaker::BreakerState;
-use crate::runner::outcome::Level;
 use ratatui::style::{Color, Modifier, Style};
 use std::path::Path;
 use std::str::FromStr;

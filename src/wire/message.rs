@@ -272,6 +272,13 @@ impl ToolKind {
 }
 
 impl ToolCall {
+    /// Its key in a tool result cache: the same tool with the same
+    /// arguments.
+    pub fn cache_key(&self) -> u64 {
+        use crate::clock::hash_str;
+        hash_str(&self.name) ^ hash_str(&self.arguments).rotate_left(17)
+    }
+
     /// A call of `name` with `arguments`, answered by `id`.
     pub fn new(id: impl Into<String>, name: impl Into<String>, arguments: impl Into<String>) -> Self {
         Self {

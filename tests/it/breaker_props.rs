@@ -7,6 +7,7 @@ use fusebox::clock::Clock;
 use fusebox::config::{BreakerConfig, WindowKind};
 use fusebox::resilience::breaker::{Breaker, BreakerState, CallRecord, FailureKind, Permit, Rejected};
 use fusebox::target::Target;
+use fusebox::telemetry::events::Transition as Announced;
 use fusebox::telemetry::events::{Event, EventBus, EventKind};
 use proptest::prelude::*;
 use proptest::sample::Index;
@@ -32,7 +33,7 @@ fn ms(n: u64) -> Duration {
 fn transitions(rx: &mut UnboundedReceiver<Event>) -> Vec<(String, String, String)> {
     let mut out = Vec::new();
     while let Ok(ev) = rx.try_recv() {
-        if let EventKind::Transition { from, to, reason, .. } = ev.kind {
+        if let EventKind::Transition(Announced { from, to, reason, .. }) = ev.kind {
             out.push((from.to_string(), to.to_string(), reason));
         }
     }

@@ -6,7 +6,7 @@ use fusebox::command::Command;
 use fusebox::command::Issuer;
 use fusebox::config::Config;
 use fusebox::provider::fault::{Fault, FaultSpec};
-use fusebox::runner::request::AgentRequest;
+use fusebox::request::AgentRequest;
 use fusebox::runner::{Runner, RunnerParts};
 use fusebox::target::Target;
 use fusebox::telemetry::events::EventKind;
@@ -30,8 +30,7 @@ fn opts(readonly: bool) -> Options {
         operator: "ana".into(),
         source: "scenario test".into(),
         replay_length_ms: None,
-        recorded: None,
-        replay_end: None,
+        replay: None,
     }
 }
 
@@ -320,14 +319,15 @@ async fn replay_mode_shows_progress_through_the_log() {
 
 #[tokio::test(start_paused = true)]
 async fn replay_mode_shows_how_the_replay_ended() {
+    use fusebox::cli::replay::ReplayShown;
     use fusebox::traffic::log::LogError;
-    use fusebox::traffic::replay::{ReplayEnd, Replayed};
+    use fusebox::traffic::replay::Replayed;
     let (_runner, mut app) = incident(false).await;
     app.opts.mode = Mode::Replay;
     app.opts.replay_length_ms = Some(254_000);
-    let end = Arc::new(ReplayEnd::default());
-    app.opts.replay_end = Some(end.clone());
-    end.set(&Err(LogError::BadLine {
+    let shown = Arc::new(ReplayShown::default());
+    app.opts.replay = Some(shown.clone());
+    shown.end.set(&Err(LogError::BadLine {
         path: "night.jsonl".into(),
         line: 7,
         field: "t_ms".into(),
@@ -338,7 +338,7 @@ async fn replay_mode_shows_how_the_replay_ended() {
         h.contains("replay stopped: night.jsonl:7: field `t_ms`: goes backwards") && !h.contains("50%"),
         "{h}"
     );
-    end.set(&Ok(Replayed {
+    shown.end.set(&Ok(Replayed {
         requests: 631,
         lost: 0,
         bad_lines: 2,
@@ -359,12 +359,13 @@ async fn replay_mode_shows_how_the_replay_ended() {
 
 #[tokio::test(start_paused = true)]
 async fn replay_mode_shows_the_recorded_outcome_of_the_selected_request() {
-    use fusebox::runner::outcome::Level;
+    use fusebox::cli::replay::ReplayShown;
+    use fusebox::outcome::Level;
     use fusebox::traffic::log::OutcomeRec;
-    use fusebox::traffic::replay::RecordedOutcomes;
     let (_runner, mut app) = incident(false).await;
     let rows: Vec<(u64, Level)> = app.recent_rows().iter().map(|r| (r.id, r.level)).collect();
-    let kept = Arc::new(RecordedOutcomes::default());
+    let shown = Arc::new(ReplayShown::default());
+    let kept = &shown.outcomes;
     // The first listed request was recorded differently, the second alike.
     let (first, second) = (rows[0], rows[1]);
     let other = if first.1 == Level::Failed {
@@ -388,7 +389,7 @@ async fn replay_mode_shows_the_recorded_outcome_of_the_selected_request() {
         });
     }
     app.opts.mode = Mode::Replay;
-    app.opts.recorded = Some(kept);
+    app.opts.replay = Some(shown.clone());
     app.on_key(key('4'), &KeyMap::defaults());
     let pane = render_pane(&app, 140, 12, ui::chains::draw);
     let lines: Vec<&str> = pane.lines().collect();

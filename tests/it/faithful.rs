@@ -775,8 +775,8 @@ fn any_valid_request_reaches_the_upstream_as_sent_but_its_model() {
 
 #[tokio::test]
 async fn the_agent_loop_converses_with_real_apis_as_an_agent_does() {
-    use fusebox::runner::outcome::Level;
-    use fusebox::runner::request::AgentRequest;
+    use fusebox::outcome::Level;
+    use fusebox::request::AgentRequest;
     for (route, api) in [("default", Api::OpenAi), ("claude-first", Api::Anthropic)] {
         let p = Proxy::start(config(ROUTES)).await;
         let req = AgentRequest {

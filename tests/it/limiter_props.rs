@@ -5,6 +5,7 @@
 use fusebox::clock::Clock;
 use fusebox::config::{LimiterConfig, ProviderConfig};
 use fusebox::resilience::limiter::{Estimate, LimitDenied, LimitPermit, Limiter, RateFeedback};
+use fusebox::telemetry::events::RefillFrozen;
 use fusebox::telemetry::events::{EventBus, EventKind};
 use proptest::prelude::*;
 use proptest::sample::Index;
@@ -613,11 +614,11 @@ async fn retry_after_freezes_refills_for_that_long() {
     let ev = rx.try_recv().expect("a freeze event").kind;
     assert_eq!(
         ev,
-        EventKind::RefillFrozen {
+        EventKind::RefillFrozen(RefillFrozen {
             provider: "openai".into(),
             for_ms: Some(3_000),
             reason: "retry-after from provider".into(),
-        }
+        })
     );
     assert!(l.is_frozen(t1));
     let v = l.view(t0 + ms(2_000));

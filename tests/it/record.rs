@@ -6,7 +6,7 @@
 
 use fusebox::clock::{Clock, Seed};
 use fusebox::config::Config;
-use fusebox::runner::request::{AgentRequest, Via};
+use fusebox::request::{AgentRequest, Via};
 use fusebox::runner::{Runner, RunnerParts};
 use fusebox::telemetry::events::{Arrival, EventKind};
 use fusebox::traffic::load::run_scenario;

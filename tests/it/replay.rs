@@ -6,6 +6,7 @@ use fusebox::clock::{Clock, Seed};
 use fusebox::config::Config;
 use fusebox::runner::{Runner, RunnerParts};
 use fusebox::target::Target;
+use fusebox::telemetry::events::RefillFrozen;
 use fusebox::traffic::load::run_scenario;
 use fusebox::traffic::log::{Header, LogReader};
 use fusebox::traffic::record::{Content, Fsync, RecordOptions, Recorder};
@@ -211,7 +212,7 @@ async fn recorded_latency_beyond_the_timeout_replays_as_a_timeout() {
     cfg.retry.max_retries = 0;
     let (runner, out) = replay_with(dir.path(), &log, cfg, "slow").await;
     let level = |id: u64| out.levels[&id].1;
-    use fusebox::runner::outcome::Level;
+    use fusebox::outcome::Level;
     assert_eq!(level(1), Some(Level::None));
     assert_eq!(level(2), Some(Level::None), "a tie goes to the answer");
     assert_eq!(
@@ -270,7 +271,7 @@ async fn calls_without_their_own_record_get_the_target_s_recorded_behaviour() {
         request_line(60_000, 3),
     ])
     .await;
-    use fusebox::runner::outcome::Level;
+    use fusebox::outcome::Level;
     for id in 1..=3 {
         assert_eq!(out.levels[&id].1, Some(Level::Fallback), "request {id}");
     }
@@ -315,7 +316,9 @@ async fn recorded_semantic_failures_and_rate_headers_are_replayed() {
         .recent(100)
         .into_iter()
         .filter_map(|e| match e.kind {
-            fusebox::telemetry::events::EventKind::RefillFrozen { provider, for_ms, .. } => Some((provider, for_ms)),
+            fusebox::telemetry::events::EventKind::RefillFrozen(RefillFrozen { provider, for_ms, .. }) => {
+                Some((provider, for_ms))
+            }
             _ => None,
         })
         .collect();
@@ -333,8 +336,8 @@ async fn recorded_semantic_failures_and_rate_headers_are_replayed() {
 async fn a_recorded_gateway_log_replays_as_gateway_calls() {
     use crate::gateway::{ask, gateway};
     use fusebox::gateway::GatewayOptions;
+    use fusebox::outcome::Level;
     use fusebox::provider::fault::{Fault, FaultSpec};
-    use fusebox::runner::outcome::Level;
     use serde_json::json;
     let dir = tempfile::tempdir().unwrap();
     let log = dir.path().join("serve.jsonl");

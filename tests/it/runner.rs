@@ -5,19 +5,20 @@
 use crate::common;
 use fusebox::command::Issuer;
 use fusebox::target::Target;
+use fusebox::telemetry::events::Transition;
 
 use common::{ask, ask_with_tools, get_order_call, runner, Scripted, Step};
 use fusebox::command::Command;
 use fusebox::config::Config;
+use fusebox::outcome::Level;
 use fusebox::provider::fault::{Fault, FaultSpec};
 use fusebox::provider::{Provider, ToolCall};
 use fusebox::resilience::breaker::BreakerState;
-use fusebox::runner::outcome::Level;
 use fusebox::telemetry::events::EventKind;
 use std::sync::Arc;
 use std::time::Duration;
 
-fn stats(r: &fusebox::runner::Runner, target: &str) -> fusebox::runner::registry::StatsView {
+fn stats(r: &fusebox::runner::Runner, target: &str) -> fusebox::telemetry::stats::StatsView {
     r.registry()
         .find(&target.parse().expect("a target"))
         .expect("target")
@@ -531,7 +532,7 @@ async fn a_repeated_operator_command_changes_nothing_and_says_so() {
         while let Ok(e) = events.try_recv() {
             match e.kind {
                 EventKind::Operator { result, .. } => said.push(result),
-                EventKind::Transition { .. } => panic!("{cmd:?} again moved the breaker"),
+                EventKind::Transition(Transition { .. }) => panic!("{cmd:?} again moved the breaker"),
                 _ => {}
             }
         }
@@ -712,9 +713,9 @@ async fn a_model_turned_slow_trips_while_its_calls_still_run() {
         .recent(100)
         .into_iter()
         .find_map(|e| match e.kind {
-            EventKind::Transition {
+            EventKind::Transition(Transition {
                 breaker, to, reason, ..
-            } if breaker == Target::provider("openai") && to == BreakerState::Open => Some(reason),
+            }) if breaker == Target::provider("openai") && to == BreakerState::Open => Some(reason),
             _ => None,
         })
         .expect("a trip");

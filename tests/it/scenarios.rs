@@ -3,10 +3,11 @@
 
 use fusebox::clock::{Clock, Seed};
 use fusebox::config::Config;
-use fusebox::runner::outcome::Level;
+use fusebox::outcome::Level;
 use fusebox::runner::{Runner, RunnerParts};
 use fusebox::target::Target;
 use fusebox::telemetry::events::EventKind;
+use fusebox::telemetry::events::RefillFrozen;
 use fusebox::traffic::load::{run_scenario, DemoRun};
 use fusebox::traffic::scenario::Scenario;
 use fusebox::traffic::summary::Summary;
@@ -136,7 +137,7 @@ async fn rate_limit_storm_freezes_refills_and_retries_within_budget() {
     let frozen = r
         .events
         .iter()
-        .filter(|e| matches!(e.kind, EventKind::RefillFrozen { .. }))
+        .filter(|e| matches!(e.kind, EventKind::RefillFrozen(RefillFrozen { .. })))
         .count();
     assert!(frozen > 0, "Retry-After froze the limiter");
     let s = &r.summary.targets[&Target::model("gpt-4o")];

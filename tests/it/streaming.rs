@@ -6,7 +6,7 @@
 
 use crate::common::strict::{Api, ANSWER};
 use crate::faithful::{config, get_order_tool, header, Proxy, ROUTES};
-use fusebox::runner::outcome::Level;
+use fusebox::outcome::Level;
 use fusebox::target::Target;
 use fusebox::telemetry::events::EventKind;
 use serde_json::{json, Value};
@@ -25,7 +25,7 @@ async fn soon<T>(what: &str, f: impl std::future::Future<Output = T>) -> T {
 /// The next outcome announced.
 async fn outcome(
     rx: &mut tokio::sync::mpsc::UnboundedReceiver<fusebox::telemetry::events::Event>,
-) -> Box<fusebox::runner::outcome::Outcome> {
+) -> Box<fusebox::outcome::Outcome> {
     loop {
         if let Some(ev) = rx.recv().await {
             if let EventKind::Outcome(o) = ev.kind {
@@ -377,7 +377,7 @@ async fn an_answer_without_content_still_streams_to_its_end() {
 /// Once the abandoned call's outcome is counted: the tokens `user` was
 /// charged this minute.
 async fn charged_once_abandoned(p: &Proxy, user: &str) -> f64 {
-    let failed = fusebox::runner::outcome::Level::Failed.index();
+    let failed = fusebox::outcome::Level::Failed.index();
     soon("the abandoned outcome", async {
         while p.runner.by_level()[failed] == 0 {
             tokio::time::sleep(Duration::from_millis(5)).await;

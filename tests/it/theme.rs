@@ -1,7 +1,7 @@
 //! Themes: built-ins, user overrides, `extends`, selection and error messages.
 
+use fusebox::outcome::Level;
 use fusebox::resilience::breaker::BreakerState;
-use fusebox::runner::outcome::Level;
 use fusebox::tui::theme::{Theme, ThemeError};
 use ratatui::style::{Color, Modifier, Style};
 use std::path::{Path, PathBuf};

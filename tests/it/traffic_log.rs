@@ -2,8 +2,8 @@
 //! trips, a fuzz-style property and a streaming test.
 
 use fusebox::command::Command;
+use fusebox::outcome::Level;
 use fusebox::provider::Message;
-use fusebox::runner::outcome::Level;
 use fusebox::target::Target;
 use fusebox::traffic::log::{
     AttemptRec, Header, LogError, LogReader, OperatorRec, OutcomeRec, Record, RequestRec, TransitionRec, Transport,

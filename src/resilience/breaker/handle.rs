@@ -5,8 +5,8 @@ use super::machine::{HalfOpen, Inner};
 use super::window::Window;
 use super::{BreakerState, BreakerView, CallRecord, Permit, Rejected};
 use crate::config::BreakerConfig;
+use crate::resilience::notice::{Announce, Notice, Transition};
 use crate::target::Target;
-use crate::telemetry::events::{EventBus, EventKind};
 use parking_lot::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -15,7 +15,7 @@ use tokio::time::Instant;
 /// One breaker.
 pub struct Breaker {
     target: Target,
-    events: Arc<EventBus>,
+    events: Arc<dyn Announce>,
     /// State and generation, readable without the lock: admitting a call to
     /// a closed breaker (the common case) takes no lock at all.
     fast: AtomicU64,
@@ -44,7 +44,7 @@ fn unpack(v: u64) -> (u64, BreakerState) {
 
 impl Breaker {
     /// A closed breaker of `target`.
-    pub fn new(target: Target, cfg: BreakerConfig, events: Arc<EventBus>, now: Instant) -> Self {
+    pub fn new(target: Target, cfg: BreakerConfig, events: Arc<dyn Announce>, now: Instant) -> Self {
         Self {
             target,
             events,
@@ -237,12 +237,12 @@ impl Breaker {
     fn emit(&self, fired: Option<(BreakerState, BreakerState, String)>) {
         if let Some((from, to, reason)) = fired {
             tracing::info!(breaker = %self.target, from = from.as_str(), to = to.as_str(), %reason, "breaker transition");
-            self.events.emit(EventKind::Transition {
+            self.events.announce(Notice::Transition(Transition {
                 breaker: self.target.clone(),
                 from,
                 to,
                 reason,
-            });
+            }));
         }
     }
 }

@@ -2,10 +2,10 @@
 //! line, its `kind` naming the record.
 
 use crate::command::{Command, CommandError, Issuer};
+use crate::outcome::Level;
 use crate::provider::Message;
 pub use crate::provider::Transport;
-use crate::runner::outcome::Level;
-use crate::runner::request::Via;
+use crate::request::Via;
 use compact_str::CompactString;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};

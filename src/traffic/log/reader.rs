@@ -3,7 +3,7 @@
 use super::check::{diagnose, validate};
 use super::error::{bad, Bad};
 use super::{AttemptRec, Header, LogError, OutcomeRec, Record, MAX_LINE_BYTES, MAX_SPAN_MS, VERSION};
-use crate::runner::outcome::Level;
+use crate::outcome::Level;
 use serde::de::DeserializeOwned;
 use serde::Deserialize;
 use std::collections::VecDeque;

@@ -2,9 +2,9 @@
 //! calls, operator commands.
 
 use crate::provider::{Message, ToolKind, ToolSpec};
+use crate::request::AgentRequest;
 use crate::runner::chat::ChatRequest;
 use crate::runner::embed::EmbedCall;
-use crate::runner::request::AgentRequest;
 use crate::runner::Runner;
 use crate::traffic::log::RequestRec;
 use crate::wire::{Params, RawBody};

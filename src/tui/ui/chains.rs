@@ -39,7 +39,7 @@ pub fn draw(f: &mut Frame, area: Rect, app: &App, theme: &Theme) {
         let selected = focused && i == sel;
         // Replay: the recorded outcome, flagged up front when it differs
         // (a long chain would push a flag at the end out of the pane).
-        let recorded = app.opts.recorded.as_ref().and_then(|k| k.get(r.id));
+        let recorded = app.opts.replay.as_ref().and_then(|k| k.recorded(r.id));
         let differs = recorded.as_ref().is_some_and(|o| o.level != r.level);
         let mut spans = vec![
             Span::styled(if selected { "▶ " } else { "  " }, theme.selected),
@@ -56,7 +56,7 @@ pub fn draw(f: &mut Frame, area: Rect, app: &App, theme: &Theme) {
             spans.push(Span::styled(format!(" missing {}", r.missing), theme.warn));
         }
         lines.push(Line::from(spans));
-        if selected && app.opts.recorded.is_some() {
+        if selected && app.opts.replay.is_some() {
             lines.push(Line::from(match recorded {
                 Some(o) => vec![
                     Span::styled("    recorded: ", theme.dim),

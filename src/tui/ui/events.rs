@@ -3,6 +3,7 @@
 
 use super::{clock, pane_block, scroll};
 use crate::resilience::breaker::BreakerState;
+use crate::telemetry::events::{BudgetWarning, RefillFrozen, Transition};
 use crate::telemetry::events::{Event, EventKind};
 use crate::tui::app::{App, Pane};
 use crate::tui::theme::Theme;
@@ -15,29 +16,29 @@ use ratatui::Frame;
 /// One line describing an event.
 pub fn describe(e: &Event) -> String {
     match &e.kind {
-        EventKind::Transition {
+        EventKind::Transition(Transition {
             breaker,
             from,
             to,
             reason,
-        } => format!("{breaker} {from} → {to}: {reason}"),
-        EventKind::BudgetWarning {
+        }) => format!("{breaker} {from} → {to}: {reason}"),
+        EventKind::BudgetWarning(BudgetWarning {
             user,
             budget,
             used,
             limit,
-        } => {
+        }) => {
             format!(
                 "budget warning {user}: {budget} at {:.0}% ({used:.0} of {limit:.0})",
                 used / limit * 100.0
             )
         }
         EventKind::BudgetRejected { user, reason } => format!("rejected {user}: {reason}"),
-        EventKind::RefillFrozen {
+        EventKind::RefillFrozen(RefillFrozen {
             provider,
             for_ms,
             reason,
-        } => match for_ms {
+        }) => match for_ms {
             Some(ms) => format!("{provider} refills frozen {:.1}s: {reason}", *ms as f64 / 1000.0),
             None => format!("{provider} refills frozen: {reason}"),
         },
@@ -56,14 +57,14 @@ pub fn describe(e: &Event) -> String {
 
 fn style(theme: &Theme, e: &Event) -> Style {
     match &e.kind {
-        EventKind::Transition { to, .. } if !to.admits() => theme.state_open,
-        EventKind::Transition {
+        EventKind::Transition(Transition { to, .. }) if !to.admits() => theme.state_open,
+        EventKind::Transition(Transition {
             to: BreakerState::Closed,
             ..
-        } => theme.state_closed,
-        EventKind::Transition { .. } => theme.state_half_open,
+        }) => theme.state_closed,
+        EventKind::Transition(Transition { .. }) => theme.state_half_open,
         EventKind::Operator { .. } => theme.badge,
-        EventKind::BudgetWarning { .. } | EventKind::RefillFrozen { .. } => theme.warn,
+        EventKind::BudgetWarning(BudgetWarning { .. }) | EventKind::RefillFrozen(RefillFrozen { .. }) => theme.warn,
         EventKind::BudgetRejected { .. } | EventKind::RecordingFailed { .. } | EventKind::CommandRefused { .. } => {
             theme.error
         }

@@ -60,7 +60,7 @@ pub fn draw(f: &mut Frame, area: Rect, app: &App, theme: &Theme) {
         ),
     ];
     if app.opts.mode == Mode::Replay {
-        let ended = app.opts.replay_end.as_ref().and_then(|e| e.get());
+        let ended = app.opts.replay.as_ref().and_then(|e| e.ended());
         let badge = match (ended, app.opts.replay_length_ms) {
             (Some(Ok(done)), _) => Span::styled(format!(" replay done: {done} "), theme.badge),
             (Some(Err(e)), _) => Span::styled(format!(" replay stopped: {e} "), theme.error),

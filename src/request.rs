@@ -1,6 +1,6 @@
 //! What comes into the runner: an agent request, and how a request came in.
 
-use crate::provider::Message;
+use crate::wire::Message;
 use compact_str::CompactString;
 use serde::{Deserialize, Serialize};
 use std::sync::Arc;

@@ -1,0 +1,78 @@
+//! What the mechanisms announce for operators (a breaker's transitions, a
+//! budget's warnings, a limiter's frozen refills), through an interface the
+//! event bus implements: the mechanisms know nothing of who listens.
+
+use super::breaker::BreakerState;
+use crate::target::Target;
+use serde::Serialize;
+
+/// A breaker changed state.
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct Transition {
+    /// The breaker's target.
+    pub breaker: Target,
+    /// Previous state.
+    pub from: BreakerState,
+    /// New state.
+    pub to: BreakerState,
+    /// Why, in words.
+    pub reason: String,
+}
+
+/// A user or global budget crossed its soft limit.
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct BudgetWarning {
+    /// The user, or `*` for the global budget.
+    pub user: String,
+    /// Which budget, e.g. `user tokens/minute`.
+    pub budget: String,
+    /// Used so far.
+    pub used: f64,
+    /// The limit.
+    pub limit: f64,
+}
+
+/// Limiter refills were frozen (Retry-After or operator).
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct RefillFrozen {
+    /// Provider.
+    pub provider: String,
+    /// For how long (None = until unfrozen).
+    pub for_ms: Option<u64>,
+    /// Who or what froze it.
+    pub reason: String,
+}
+
+/// One announcement.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Notice {
+    /// A breaker changed state.
+    Transition(Transition),
+    /// A budget crossed its soft limit.
+    BudgetWarning(BudgetWarning),
+    /// Limiter refills were frozen.
+    RefillFrozen(RefillFrozen),
+}
+
+/// Where mechanisms announce what they did.
+pub trait Announce: Send + Sync {
+    /// Takes one announcement (it must not block).
+    fn announce(&self, notice: Notice);
+}
+
+/// Keeps every announcement, for tests of a mechanism alone.
+#[derive(Default)]
+pub struct Heard(parking_lot::Mutex<Vec<Notice>>);
+
+impl Heard {
+    /// What was announced so far.
+    pub fn all(&self) -> Vec<Notice> {
+        self.0.lock().clone()
+    }
+}
+
+impl Announce for Heard {
+    fn announce(&self, notice: Notice) {
+        self.0.lock().push(notice);
+    }
+}

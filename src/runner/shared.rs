@@ -1,0 +1,38 @@
+//! What a fleet of instances shares with this runner: the users' budget
+//! allowances, the deferred stream and provider-signalled breaker trips.
+//! The runner owns this interface and the fleet implements it, so the
+//! fleet depends on the runner and not the other way round.
+
+use crate::resilience::budget::BudgetExceeded;
+use crate::resilience::defer::Deferred;
+use crate::target::Target;
+
+/// What a call took from the fleet's budget allowances; give it back with
+/// [`Shared::settle`].
+#[derive(Clone, Copy, Debug, Default)]
+#[must_use = "an allowance reservation must be settled"]
+pub struct Reserved {
+    /// Tokens taken.
+    pub tokens: f64,
+    /// Cost taken (USD).
+    pub cost: f64,
+}
+
+/// The fleet, as the runner uses it.
+#[async_trait::async_trait]
+pub trait Shared: Send + Sync {
+    /// Takes `tokens` and `cost` from every budget `user` is under, as the
+    /// whole fleet has spent them; all or nothing.
+    async fn reserve(&self, user: &str, tokens: u32, cost: f64) -> Result<Reserved, BudgetExceeded>;
+
+    /// Settles a reservation with what the call used.
+    fn settle(&self, user: &str, reserved: Reserved, tokens: u32, cost: f64);
+
+    /// Puts a deferred request on the fleet's stream; false if it cannot
+    /// take it now (the runner spools it locally).
+    async fn defer(&self, deferred: &Deferred) -> bool;
+
+    /// Tells the other instances that the provider's answers opened this
+    /// breaker.
+    fn trip(&self, breaker: Target, reason: String);
+}

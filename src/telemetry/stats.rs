@@ -1,0 +1,78 @@
+//! Counters of one target (calls, outcomes, latency) and the copy views read.
+
+use super::counter::Counter;
+use serde::Serialize;
+
+/// Counters of one target, by outcome.
+#[derive(Default)]
+pub struct TargetStats {
+    /// Calls made (including retries).
+    pub attempts: Counter,
+    /// Calls that succeeded.
+    pub ok: Counter,
+    /// Calls that failed.
+    pub failed: Counter,
+    /// Calls not made because the breaker was open.
+    pub rejected_open: Counter,
+    /// Calls not made for lack of rate/pool capacity.
+    pub rejected_rate: Counter,
+    /// Retries made.
+    pub retries: Counter,
+    /// Failures that were timeouts.
+    pub timeouts: Counter,
+    /// Semantic failures (hallucinated tools, bad arguments).
+    pub semantic: Counter,
+    /// Client errors (4xx but 429, never retried): the caller's fault,
+    /// neither successes nor failures of the target.
+    pub client_errors: Counter,
+    /// Sum of latencies of finished calls (ms).
+    pub latency_ms_sum: Counter,
+}
+
+/// A copy of the counters for summaries and views.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct StatsView {
+    /// Calls made.
+    pub attempts: u64,
+    /// Successes.
+    pub ok: u64,
+    /// Failures.
+    pub failed: u64,
+    /// Short-circuited by an open breaker.
+    pub rejected_open: u64,
+    /// Rejected for capacity.
+    pub rejected_rate: u64,
+    /// Retries.
+    pub retries: u64,
+    /// Timeouts among the failures.
+    #[serde(skip)]
+    pub timeouts: u64,
+    /// Semantic failures among the failures.
+    #[serde(skip)]
+    pub semantic: u64,
+    /// Client errors (4xx but 429): neither successes nor failures.
+    pub client_errors: u64,
+    /// Mean latency (ms).
+    #[serde(skip)]
+    pub mean_latency_ms: u64,
+}
+
+impl TargetStats {
+    /// A copy of the counters.
+    pub fn view(&self) -> StatsView {
+        let l = |c: &Counter| c.get();
+        let done = l(&self.ok) + l(&self.failed) + l(&self.client_errors);
+        StatsView {
+            attempts: l(&self.attempts),
+            ok: l(&self.ok),
+            failed: l(&self.failed),
+            rejected_open: l(&self.rejected_open),
+            rejected_rate: l(&self.rejected_rate),
+            retries: l(&self.retries),
+            timeouts: l(&self.timeouts),
+            semantic: l(&self.semantic),
+            client_errors: l(&self.client_errors),
+            mean_latency_ms: l(&self.latency_ms_sum).checked_div(done).unwrap_or(0),
+        }
+    }
+}
