@@ -3,6 +3,7 @@
 //! (model fallback, feature degradation, tool skip, cache, defer, partial,
 //! graceful failure), and ending in exactly one outcome.
 
+use super::ending::Ended;
 use super::llm::{HopResult, LlmCall, LlmFailure, Tally};
 use super::Runner;
 use crate::outcome::{Level, Outcome};
@@ -144,18 +145,6 @@ impl Runner {
         o
     }
 
-    /// Counts a request's one outcome in the totals and announces it.
-    pub(crate) fn count_outcome(&self, o: &Outcome) {
-        self.totals.by_level[o.level.index()].fetch_add(1, Ordering::Relaxed);
-        self.totals.tokens.fetch_add(o.tokens, Ordering::Relaxed);
-        self.totals
-            .cost_micro_usd
-            .fetch_add((o.cost_usd * 1e6).round() as u64, Ordering::Relaxed);
-        if self.events.has_subscribers() {
-            self.events.emit(EventKind::Outcome(Box::new(o.clone())));
-        }
-    }
-
     /// Runs the loop once, starting `now`; `may_defer` is false when
     /// re-driving the spool. The outcome's latency runs from `now` to when
     /// the request left its session.
@@ -201,29 +190,24 @@ impl Runner {
                 (level, Some(a), msg)
             }
             End::Deferred(m) => (Level::Deferred, None, Some(m)),
-            End::Failed(m) => {
-                trail.quality = 0.0;
-                (Level::Failed, None, Some(m))
-            }
+            End::Failed(m) => (Level::Failed, None, Some(m)),
         };
-        if level == Level::Deferred {
-            trail.quality = 0.0;
-        }
-        Outcome {
-            request: req.id,
-            user: req.user.clone(),
+        let ended = Ended {
             level,
+            quality: trail.quality * trail.model_q,
             chain: trail.chain,
-            quality: (trail.quality * trail.model_q * 100.0).round() / 100.0,
-            tokens: trail.tally.tokens,
-            cost_usd: trail.tally.cost,
             missing: trail.missing,
             user_message,
             answer,
             stale_ms: trail.stale_ms,
-            attempts: trail.tally.attempts,
-            latency_ms: left.saturating_duration_since(now).as_millis() as u64,
-        }
+        };
+        self.outcome(
+            req.id,
+            &req.user,
+            ended,
+            &trail.tally,
+            left.saturating_duration_since(now),
+        )
     }
 
     /// A request's key in the answer cache: its route and last user message.
@@ -331,8 +315,7 @@ impl Runner {
                     if mi != primary {
                         trail.fallback = true;
                     }
-                    let q = self.models[mi].cfg.quality / self.models[primary].cfg.quality.max(1e-9);
-                    trail.model_q = trail.model_q.min(q.min(1.0));
+                    trail.model_q = trail.model_q.min(self.quality_ratio(mi, primary));
                     if resp.tool_calls.is_empty() {
                         if !trail.partial && trail.stale_ms.is_none() {
                             self.cache.put(trail.answer_key, resp.text.clone(), self.clock.now());

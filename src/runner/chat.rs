@@ -4,6 +4,7 @@
 //! streams the answer on as it arrives when the client asked for a stream,
 //! and ends it in exactly one outcome like any other request.
 
+use super::ending::Ended;
 use super::llm::{HopResult, LlmCall, LlmFailure, Tally};
 use super::stream::{StreamSink, Streaming};
 use super::Runner;
@@ -125,21 +126,13 @@ impl Drop for Abandoned<'_> {
     fn drop(&mut self) {
         if self.armed {
             self.runner.totals.abandoned.fetch_add(1, Ordering::Relaxed);
-            let o = Outcome {
-                request: self.request,
-                user: self.user.into(),
-                level: Level::Failed,
-                chain: Vec::new(),
-                quality: 0.0,
-                tokens: 0,
-                cost_usd: 0.0,
-                missing: Vec::new(),
+            let ended = Ended {
                 user_message: Some("The client went away before the answer.".into()),
-                answer: None,
-                stale_ms: None,
-                attempts: 0,
-                latency_ms: 0,
+                ..Ended::at(Level::Failed)
             };
+            let o = self
+                .runner
+                .outcome(self.request, self.user, ended, &Tally::default(), Duration::ZERO);
             self.runner.count_outcome(&o);
         }
     }
@@ -217,7 +210,7 @@ impl Runner {
                 let primary = self.route_for(&req.route).map(|r| r.chain[0]);
                 let answered = self.models.iter().position(|m| m.name.as_ref() == model.as_str());
                 let q = match (primary, answered) {
-                    (Some(p), Some(a)) => (self.models[a].cfg.quality / self.models[p].cfg.quality.max(1e-9)).min(1.0),
+                    (Some(p), Some(a)) => self.quality_ratio(a, p),
                     _ => 1.0,
                 };
                 let resumed = tally.hops.iter().any(|h| h.result == HopResult::Resumed);
@@ -250,14 +243,10 @@ impl Runner {
             ChatEnd::Cut { .. } => streaming.as_ref().map(|s| Arc::from(s.sent_text.as_str())),
             _ => None,
         };
-        let outcome = Outcome {
-            request: req.id,
-            user: req.user.as_str().into(),
+        let ended = Ended {
             level,
+            quality,
             chain,
-            quality: (quality * 100.0).round() / 100.0,
-            tokens: tally.tokens,
-            cost_usd: tally.cost,
             missing: if level == Level::Partial {
                 vec!["rest of the answer".into()]
             } else {
@@ -266,9 +255,9 @@ impl Runner {
             user_message,
             answer,
             stale_ms: None,
-            attempts: tally.attempts,
-            latency_ms: self.clock.now().saturating_duration_since(start).as_millis() as u64,
         };
+        let took = self.clock.now().saturating_duration_since(start);
+        let outcome = self.outcome(req.id, &req.user, ended, &tally, took);
         abandoned.armed = false;
         self.count_outcome(&outcome);
         Chat { end, outcome }

@@ -5,6 +5,7 @@
 
 use super::admission::{Refusal, Spent};
 use super::chat::Abandoned;
+use super::ending::Ended;
 use super::llm::Tally;
 use super::Runner;
 use crate::outcome::{Level, Outcome};
@@ -86,26 +87,18 @@ impl Runner {
         } else {
             Level::Failed
         };
-        let outcome = Outcome {
-            request: call.id,
-            user: call.user.as_str().into(),
-            level,
+        let ended = Ended {
             chain,
-            quality: if level == Level::None { 1.0 } else { 0.0 },
-            tokens: tally.tokens,
-            cost_usd: tally.cost,
-            missing: Vec::new(),
             user_message: match &end {
                 EmbedEnd::Answer(_) => None,
                 EmbedEnd::Refused(e) => Some(format!("Request refused: {e}.")),
                 EmbedEnd::Unavailable(why) => Some(why.clone()),
                 EmbedEnd::Failed(e) => Some(e.message.clone()),
             },
-            answer: None,
-            stale_ms: None,
-            attempts: tally.attempts,
-            latency_ms: self.clock.now().saturating_duration_since(start).as_millis() as u64,
+            ..Ended::at(level)
         };
+        let took = self.clock.now().saturating_duration_since(start);
+        let outcome = self.outcome(call.id, &call.user, ended, &tally, took);
         abandoned.armed = false;
         self.count_outcome(&outcome);
         Embedding { end, outcome }

@@ -10,7 +10,6 @@ use crate::outcome::Level;
 use crate::provider::{ErrorKind, LlmRequest, LlmResponse, Message, Piece, ProviderError, Role};
 use crate::resilience::breaker::{watched, FailureKind};
 use crate::resilience::limiter::RateFeedback;
-use crate::resilience::retry::backoff;
 use crate::telemetry::events::Attempt;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -393,19 +392,12 @@ impl Runner {
                         });
                         return Err(LlmFailure::Upstream(Box::new(e)));
                     }
-                    let retry = e.kind.retryable()
-                        && attempt < self.cfg.retry.max_retries
-                        && e.retry_after
-                            .is_none_or(|ra| ra <= Duration::from_millis(self.cfg.retry.cap_ms))
-                        && self.admits(m, end)
-                        && self.retry_budget.try_withdraw(end);
-                    if !retry {
+                    let key = call.request_id ^ ((call.step as u64) << 40);
+                    let Some(wait) = self.retry_wait(&e, attempt, self.admits(m, end), key, end) else {
                         return hop(HopResult::Failed(e.kind, e.status), attempt + 1);
-                    }
+                    };
                     pt.stats.retries.inc();
                     mt.stats.retries.inc();
-                    let key = call.request_id ^ ((call.step as u64) << 40);
-                    let wait = backoff(&self.cfg.retry, self.seed, key, attempt, e.retry_after);
                     Box::pin(tokio::time::sleep(wait)).await;
                     attempt += 1;
                 }

@@ -8,8 +8,10 @@ mod call;
 pub mod chat;
 pub mod command;
 pub mod embed;
+mod ending;
 pub mod llm;
 pub mod registry;
+mod retry;
 pub mod shared;
 mod snapshot;
 pub mod stream;
@@ -167,33 +169,33 @@ impl RunnerParts {
 
 /// The runner.
 pub struct Runner {
-    pub(crate) cfg: Config,
-    pub(crate) clock: Clock,
-    pub(crate) seed: Seed,
-    pub(crate) events: Arc<EventBus>,
-    pub(crate) registry: Registry,
-    pub(crate) providers: Vec<ProviderSlot>,
-    pub(crate) models: Vec<ModelSlot>,
-    pub(crate) routes: NameMap<RouteSlot>,
+    cfg: Config,
+    clock: Clock,
+    seed: Seed,
+    events: Arc<EventBus>,
+    registry: Registry,
+    providers: Vec<ProviderSlot>,
+    models: Vec<ModelSlot>,
+    routes: NameMap<RouteSlot>,
     /// What serves a client naming a model rather than a route, by the
     /// model's name and its `api_name` ([`model_routes`]).
-    pub(crate) model_routes: NameMap<RouteSlot>,
-    pub(crate) tools: Vec<ToolSlot>,
-    pub(crate) tool_index: NameMap<usize>,
-    pub(crate) executor: Arc<dyn ToolExecutor>,
-    pub(crate) budgets: Budgets,
-    pub(crate) sessions: Sessions,
-    pub(crate) retry_budget: RetryBudget,
-    pub(crate) cache: ResultCache,
+    model_routes: NameMap<RouteSlot>,
+    tools: Vec<ToolSlot>,
+    tool_index: NameMap<usize>,
+    executor: Arc<dyn ToolExecutor>,
+    budgets: Budgets,
+    sessions: Sessions,
+    retry_budget: RetryBudget,
+    cache: ResultCache,
     /// Tool argument schemas, compiled once each.
-    pub(crate) schemas: crate::tools::Schemas,
+    schemas: crate::tools::Schemas,
     /// An empty tool list, shared by every call that offers no tools.
-    pub(crate) no_tools: Arc<[ToolSpec]>,
-    pub(crate) spool: Option<Spool>,
-    pub(crate) faults: Arc<FaultTable>,
-    pub(crate) drill: AtomicBool,
-    pub(crate) totals: Totals,
-    pub(crate) store: Arc<crate::telemetry::store::StoreStatus>,
+    no_tools: Arc<[ToolSpec]>,
+    spool: Option<Spool>,
+    faults: Arc<FaultTable>,
+    drill: AtomicBool,
+    totals: Totals,
+    store: Arc<crate::telemetry::store::StoreStatus>,
     /// Fleet mode: the fleet's budgets, deferred stream and trips.
     shared: std::sync::OnceLock<Arc<dyn Shared>>,
 }

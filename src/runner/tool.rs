@@ -6,7 +6,6 @@ use super::Runner;
 use crate::clock::hash_str;
 use crate::provider::{ErrorKind, ToolCall};
 use crate::resilience::breaker::{watched, CallRecord, FailureKind};
-use crate::resilience::retry::backoff;
 use crate::telemetry::events::Attempt;
 use std::sync::Arc;
 use std::time::Duration;
@@ -132,17 +131,18 @@ impl Runner {
                     if e.kind == ErrorKind::Timeout {
                         t.stats.timeouts.inc();
                     }
-                    let retry = slot.cfg.idempotent
-                        && e.kind.retryable()
-                        && attempt < self.cfg.retry.max_retries
-                        && t.breaker.would_admit(end)
-                        && self.retry_budget.try_withdraw(end);
-                    if !retry {
-                        return Err(ToolFailure::Failed(e.kind.label(e.status)));
-                    }
-                    t.stats.retries.inc();
+                    // Only an idempotent tool is called twice.
                     let key = request_id ^ hash_str(&slot.name);
-                    tokio::time::sleep(backoff(&self.cfg.retry, self.seed, key, attempt, e.retry_after)).await;
+                    let wait = slot
+                        .cfg
+                        .idempotent
+                        .then(|| self.retry_wait(&e, attempt, t.breaker.would_admit(end), key, end))
+                        .flatten();
+                    let Some(wait) = wait else {
+                        return Err(ToolFailure::Failed(e.kind.label(e.status)));
+                    };
+                    t.stats.retries.inc();
+                    tokio::time::sleep(wait).await;
                     attempt += 1;
                 }
             }

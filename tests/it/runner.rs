@@ -732,3 +732,41 @@ async fn a_model_turned_slow_trips_while_its_calls_still_run() {
         "their ends judge nothing anew"
     );
 }
+
+/// A tool's retries follow the one retry decision: an idempotent tool is
+/// retried after a Retry-After within the backoff cap, and not at all after
+/// one beyond it (as a model call is not).
+#[tokio::test(start_paused = true)]
+async fn a_tool_is_not_retried_past_the_retry_after_cap() {
+    let mut retries = Vec::new();
+    for retry_after_ms in [500, 600_000] {
+        let openai = Scripted::new(
+            vec![Step::Ok {
+                delay_ms: 10,
+                output: 20,
+                tool_calls: vec![get_order_call()],
+            }],
+            Step::ok(),
+        );
+        let r = runner(
+            Config::default(),
+            vec![("openai", openai.clone() as Arc<dyn Provider>)],
+            None,
+        );
+        r.apply(
+            &Command::SetFault {
+                target: Target::tool("get_order"),
+                fault: FaultSpec::always(Fault::Status {
+                    code: 503,
+                    retry_after_ms: Some(retry_after_ms),
+                }),
+            },
+            &Issuer::operator("t"),
+        )
+        .unwrap();
+        r.run(&ask_with_tools(1, "alice")).await;
+        retries.push(stats(&r, "tool:get_order").retries);
+    }
+    assert!(retries[0] >= 1, "retried within the cap: {retries:?}");
+    assert_eq!(retries[1], 0, "not retried past the cap: {retries:?}");
+}

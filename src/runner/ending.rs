@@ -1,0 +1,91 @@
+//! How a request ends: the one place its outcome is built, and where it is
+//! counted and announced.
+
+use super::call::Tally;
+use super::Runner;
+use crate::outcome::{Level, Outcome};
+use crate::telemetry::events::EventKind;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// How a request ended, before its outcome is built.
+#[derive(Debug)]
+pub(super) struct Ended {
+    /// Its level.
+    pub level: Level,
+    /// Its quality before rounding (ignored unless it was answered).
+    pub quality: f64,
+    /// The path it walked.
+    pub chain: Vec<String>,
+    /// What was unavailable.
+    pub missing: Vec<String>,
+    /// What the user is told.
+    pub user_message: Option<String>,
+    /// The answer.
+    pub answer: Option<Arc<str>>,
+    /// Age of a cached answer (ms).
+    pub stale_ms: Option<u64>,
+}
+
+impl Ended {
+    /// Ended at `level`, with nothing else to say.
+    pub fn at(level: Level) -> Self {
+        Self {
+            level,
+            quality: 1.0,
+            chain: Vec::new(),
+            missing: Vec::new(),
+            user_message: None,
+            answer: None,
+            stale_ms: None,
+        }
+    }
+}
+
+impl Runner {
+    /// The outcome of `request` for `user`: how it ended, what its tally
+    /// spent, and how long it took. Quality is rounded to hundredths, and
+    /// is 0 for a request that was not answered (failed or deferred).
+    pub(super) fn outcome(&self, request: u64, user: &str, ended: Ended, tally: &Tally, took: Duration) -> Outcome {
+        let level = ended.level;
+        let answered = !matches!(level, Level::Failed | Level::Deferred);
+        Outcome {
+            request,
+            user: user.into(),
+            level,
+            chain: ended.chain,
+            quality: if answered {
+                (ended.quality * 100.0).round() / 100.0
+            } else {
+                0.0
+            },
+            tokens: tally.tokens,
+            cost_usd: tally.cost,
+            missing: ended.missing,
+            user_message: ended.user_message,
+            answer: ended.answer,
+            stale_ms: ended.stale_ms,
+            attempts: tally.attempts,
+            latency_ms: took.as_millis() as u64,
+        }
+    }
+
+    /// Counts a request's one outcome in the totals and announces it.
+    pub(crate) fn count_outcome(&self, o: &Outcome) {
+        self.totals.by_level[o.level.index()].fetch_add(1, Ordering::Relaxed);
+        self.totals.tokens.fetch_add(o.tokens, Ordering::Relaxed);
+        self.totals
+            .cost_micro_usd
+            .fetch_add((o.cost_usd * 1e6).round() as u64, Ordering::Relaxed);
+        if self.events.has_subscribers() {
+            self.events.emit(EventKind::Outcome(Box::new(o.clone())));
+        }
+    }
+
+    /// The quality of an answer from model `answered` relative to the
+    /// route's first choice `primary` (at most 1).
+    pub(super) fn quality_ratio(&self, answered: usize, primary: usize) -> f64 {
+        (self.models[answered].cfg.quality / self.models[primary].cfg.quality.max(1e-9)).min(1.0)
+    }
+}
