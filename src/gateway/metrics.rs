@@ -6,6 +6,7 @@
 use super::{Gateway, Shared};
 use crate::outcome::Level;
 use crate::resilience::breaker::BreakerState;
+use crate::runner::Runner;
 use crate::telemetry::stats::StatsView;
 use axum::http::header;
 use axum::response::{IntoResponse, Response};
@@ -76,144 +77,10 @@ impl Collector for RunnerMetrics {
     fn encode(&self, mut enc: DescriptorEncoder) -> std::fmt::Result {
         let r = &self.0.runner;
         let now = r.clock().now();
-        let targets: Vec<_> = (0..r.registry().len()).map(|i| r.registry().get(i)).collect();
-        let views: Vec<_> = targets
-            .iter()
-            .map(|t| (t.target.to_string(), t.breaker.view(now)))
-            .collect();
-        family(
-            &mut enc,
-            "fusebox_breaker_state",
-            "Circuit breaker state per target (1 for the current state)",
-            MetricType::Gauge,
-            views.iter().flat_map(|(name, v)| {
-                STATES.iter().map(move |(s, label)| {
-                    (
-                        [("target", name.as_str()), ("state", *label)],
-                        ConstGauge::new(i64::from(v.state == Some(*s))),
-                    )
-                })
-            }),
-        )?;
-        let stats: Vec<_> = targets.iter().map(|t| (t.target.to_string(), t.stats.view())).collect();
-        for (name, help, get) in [
-            (
-                "fusebox_attempts",
-                "Calls made to a target",
-                (|s| s.attempts) as fn(&StatsView) -> u64,
-            ),
-            ("fusebox_failures", "Calls to a target that failed", |s| s.failed),
-            ("fusebox_retries", "Retries of calls to a target", |s| s.retries),
-            ("fusebox_rejected_open", "Calls refused by an open breaker", |s| {
-                s.rejected_open
-            }),
-            ("fusebox_rejected_rate", "Calls refused by the rate limiter", |s| {
-                s.rejected_rate
-            }),
-        ] {
-            family(
-                &mut enc,
-                name,
-                help,
-                MetricType::Counter,
-                stats
-                    .iter()
-                    .map(|(t, s)| ([("target", t.as_str())], ConstCounter::new(get(s)))),
-            )?;
-        }
-        let limiters: Vec<_> = r
-            .providers()
-            .iter()
-            .map(|p| (p.name.as_str(), p.limiter.view(now)))
-            .collect();
-        family(
-            &mut enc,
-            "fusebox_limiter_available_ratio",
-            "Share of a provider's token or request bucket available now",
-            MetricType::Gauge,
-            limiters.iter().flat_map(|(p, v)| {
-                [("tpm", v.tpm), ("itpm", v.itpm), ("otpm", v.otpm), ("rpm", v.rpm)]
-                    .into_iter()
-                    .filter_map(move |(bucket, b)| {
-                        b.map(|(level, cap)| {
-                            (
-                                [("provider", *p), ("bucket", bucket)],
-                                ConstGauge::new(level / cap.max(1.0)),
-                            )
-                        })
-                    })
-            }),
-        )?;
-        family(
-            &mut enc,
-            "fusebox_limiter_in_flight",
-            "Calls in flight to a provider",
-            MetricType::Gauge,
-            limiters
-                .iter()
-                .map(|(p, v)| ([("provider", *p)], ConstGauge::new(i64::from(v.concurrency.0)))),
-        )?;
-        let g = r.budgets().global_view(r.clock().elapsed_ms());
-        family(
-            &mut enc,
-            "fusebox_budget_global_tokens",
-            "Tokens spent against the global budgets in the current window",
-            MetricType::Gauge,
-            [("hour", g.tokens[0]), ("day", g.tokens[1])].map(|(w, v)| ([("window", w)], ConstGauge::new(v))),
-        )?;
-        family(
-            &mut enc,
-            "fusebox_budget_global_cost_usd",
-            "USD spent against the global budgets in the current window",
-            MetricType::Gauge,
-            [("hour", g.cost[0]), ("day", g.cost[1])].map(|(w, v)| ([("window", w)], ConstGauge::new(v))),
-        )?;
-        single(
-            &mut enc,
-            "fusebox_budget_pressure_ratio",
-            "Highest share of any global budget used",
-            &ConstGauge::new(g.pressure),
-        )?;
-        let store = r.store().view();
-        single(
-            &mut enc,
-            "fusebox_store_degraded",
-            "1 while the shared store (Redis) cannot be reached and limits are local",
-            &ConstGauge::new(i64::from(store.degraded)),
-        )?;
-        single(
-            &mut enc,
-            "fusebox_fleet_instances",
-            "Live fusebox instances sharing the store (by heartbeat)",
-            &ConstGauge::new(i64::from(store.instances)),
-        )?;
-        let by_level = r.by_level();
-        family(
-            &mut enc,
-            "fusebox_requests",
-            "Requests ended, by degradation level",
-            MetricType::Counter,
-            Level::ALL.map(|l| ([("level", l.as_str())], ConstCounter::new(by_level[l.index()]))),
-        )?;
-        single(
-            &mut enc,
-            "fusebox_fallbacks",
-            "Requests answered by a fallback model or the cache",
-            &ConstCounter::new(by_level[Level::Fallback.index()]),
-        )?;
-        let t = r.totals();
-        single(
-            &mut enc,
-            "fusebox_tokens",
-            "Tokens consumed",
-            &ConstCounter::new(t.tokens.load(std::sync::atomic::Ordering::Relaxed)),
-        )?;
-        single(
-            &mut enc,
-            "fusebox_requests_abandoned",
-            "Requests whose client went away before the answer (also counted as failed)",
-            &ConstCounter::new(t.abandoned.load(std::sync::atomic::Ordering::Relaxed)),
-        )?;
+        targets(&mut enc, r, now)?;
+        limiters(&mut enc, r, now)?;
+        budgets_and_store(&mut enc, r)?;
+        requests(&mut enc, r)?;
         let c = &self.0.conns;
         single(
             &mut enc,
@@ -234,6 +101,164 @@ impl Collector for RunnerMetrics {
             &self.0.latency.0,
         )
     }
+}
+
+/// Each target's breaker state and call counters.
+fn targets(enc: &mut DescriptorEncoder, r: &Runner, now: tokio::time::Instant) -> std::fmt::Result {
+    let targets: Vec<_> = (0..r.registry().len()).map(|i| r.registry().get(i)).collect();
+    let views: Vec<_> = targets
+        .iter()
+        .map(|t| (t.target.to_string(), t.breaker.view(now)))
+        .collect();
+    family(
+        enc,
+        "fusebox_breaker_state",
+        "Circuit breaker state per target (1 for the current state)",
+        MetricType::Gauge,
+        views.iter().flat_map(|(name, v)| {
+            STATES.iter().map(move |(s, label)| {
+                (
+                    [("target", name.as_str()), ("state", *label)],
+                    ConstGauge::new(i64::from(v.state == Some(*s))),
+                )
+            })
+        }),
+    )?;
+    let stats: Vec<_> = targets.iter().map(|t| (t.target.to_string(), t.stats.view())).collect();
+    for (name, help, get) in [
+        (
+            "fusebox_attempts",
+            "Calls made to a target",
+            (|s| s.attempts) as fn(&StatsView) -> u64,
+        ),
+        ("fusebox_failures", "Calls to a target that failed", |s| s.failed),
+        ("fusebox_retries", "Retries of calls to a target", |s| s.retries),
+        ("fusebox_rejected_open", "Calls refused by an open breaker", |s| {
+            s.rejected_open
+        }),
+        ("fusebox_rejected_rate", "Calls refused by the rate limiter", |s| {
+            s.rejected_rate
+        }),
+    ] {
+        family(
+            enc,
+            name,
+            help,
+            MetricType::Counter,
+            stats
+                .iter()
+                .map(|(t, s)| ([("target", t.as_str())], ConstCounter::new(get(s)))),
+        )?;
+    }
+    Ok(())
+}
+
+/// Each provider's limiter levels and calls in flight.
+fn limiters(enc: &mut DescriptorEncoder, r: &Runner, now: tokio::time::Instant) -> std::fmt::Result {
+    let limiters: Vec<_> = r
+        .providers()
+        .iter()
+        .map(|p| (p.name.as_str(), p.limiter.view(now)))
+        .collect();
+    family(
+        enc,
+        "fusebox_limiter_available_ratio",
+        "Share of a provider's token or request bucket available now",
+        MetricType::Gauge,
+        limiters.iter().flat_map(|(p, v)| {
+            [("tpm", v.tpm), ("itpm", v.itpm), ("otpm", v.otpm), ("rpm", v.rpm)]
+                .into_iter()
+                .filter_map(move |(bucket, b)| {
+                    b.map(|(level, cap)| {
+                        (
+                            [("provider", *p), ("bucket", bucket)],
+                            ConstGauge::new(level / cap.max(1.0)),
+                        )
+                    })
+                })
+        }),
+    )?;
+    family(
+        enc,
+        "fusebox_limiter_in_flight",
+        "Calls in flight to a provider",
+        MetricType::Gauge,
+        limiters
+            .iter()
+            .map(|(p, v)| ([("provider", *p)], ConstGauge::new(i64::from(v.concurrency.0)))),
+    )?;
+    Ok(())
+}
+
+/// The global budgets and the shared store's health.
+fn budgets_and_store(enc: &mut DescriptorEncoder, r: &Runner) -> std::fmt::Result {
+    let g = r.budgets().global_view(r.clock().elapsed_ms());
+    family(
+        enc,
+        "fusebox_budget_global_tokens",
+        "Tokens spent against the global budgets in the current window",
+        MetricType::Gauge,
+        [("hour", g.tokens[0]), ("day", g.tokens[1])].map(|(w, v)| ([("window", w)], ConstGauge::new(v))),
+    )?;
+    family(
+        enc,
+        "fusebox_budget_global_cost_usd",
+        "USD spent against the global budgets in the current window",
+        MetricType::Gauge,
+        [("hour", g.cost[0]), ("day", g.cost[1])].map(|(w, v)| ([("window", w)], ConstGauge::new(v))),
+    )?;
+    single(
+        enc,
+        "fusebox_budget_pressure_ratio",
+        "Highest share of any global budget used",
+        &ConstGauge::new(g.pressure),
+    )?;
+    let store = r.store().view();
+    single(
+        enc,
+        "fusebox_store_degraded",
+        "1 while the shared store (Redis) cannot be reached and limits are local",
+        &ConstGauge::new(i64::from(store.degraded)),
+    )?;
+    single(
+        enc,
+        "fusebox_fleet_instances",
+        "Live fusebox instances sharing the store (by heartbeat)",
+        &ConstGauge::new(i64::from(store.instances)),
+    )?;
+    Ok(())
+}
+
+/// Requests by level, tokens, and abandoned calls.
+fn requests(enc: &mut DescriptorEncoder, r: &Runner) -> std::fmt::Result {
+    let by_level = r.by_level();
+    family(
+        enc,
+        "fusebox_requests",
+        "Requests ended, by degradation level",
+        MetricType::Counter,
+        Level::ALL.map(|l| ([("level", l.as_str())], ConstCounter::new(by_level[l.index()]))),
+    )?;
+    single(
+        enc,
+        "fusebox_fallbacks",
+        "Requests answered by a fallback model or the cache",
+        &ConstCounter::new(by_level[Level::Fallback.index()]),
+    )?;
+    let t = r.totals();
+    single(
+        enc,
+        "fusebox_tokens",
+        "Tokens consumed",
+        &ConstCounter::new(t.tokens.load(std::sync::atomic::Ordering::Relaxed)),
+    )?;
+    single(
+        enc,
+        "fusebox_requests_abandoned",
+        "Requests whose client went away before the answer (also counted as failed)",
+        &ConstCounter::new(t.abandoned.load(std::sync::atomic::Ordering::Relaxed)),
+    )?;
+    Ok(())
 }
 
 pub(super) async fn metrics(axum::extract::State(gw): Shared) -> Response {

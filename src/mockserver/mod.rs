@@ -408,44 +408,12 @@ impl Exchange<'_> {
                 stall,
                 tokens_per_s,
             } => {
-                let gen = Duration::try_from_secs_f64(f64::from(usage.output) / tokens_per_s.max(0.01)).unwrap_or(HOLD);
                 let a = Answer {
                     text: &text,
                     tool_calls: &tool_calls,
                     usage,
                 };
-                let t = Timing {
-                    stall,
-                    start: stall + ttft,
-                    gen,
-                };
-                if stream {
-                    let beats = match flavor {
-                        Flavor::Anthropic => anthropic::stream(&ctx, &a, &t),
-                        _ => openai::stream(&ctx, &a, &t),
-                    };
-                    return sse_response(headers, play::script_body(arrived, beats, None));
-                }
-                let body = match flavor {
-                    Flavor::Anthropic => anthropic::message(&ctx, &a),
-                    _ => openai::completion(&ctx, &a),
-                };
-                let done = t.start + gen;
-                if flavor == Flavor::DeepSeek && !stall.is_zero() {
-                    // DeepSeek keeps a waiting non-stream request alive with empty lines.
-                    let mut beats = play::keepalives(stall, b"\n");
-                    beats.push(play::Beat {
-                        at: done,
-                        data: body.to_string().into(),
-                    });
-                    headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
-                    return (StatusCode::OK, headers, play::script_body(arrived, beats, None)).into_response();
-                }
-                // An instant answer is not made to wait for the timer's next tick.
-                if !done.is_zero() {
-                    sleep_until(arrived + done).await;
-                }
-                (StatusCode::OK, headers, Json(body)).into_response()
+                answer(&ctx, stream, headers, arrived, &a, (ttft, stall, tokens_per_s)).await
             }
             MockReply::Status {
                 code,
@@ -503,6 +471,52 @@ impl Exchange<'_> {
             }
         }
     }
+}
+
+/// Plays an answer: streamed, or whole after its time to first token and
+/// generation (given with the stall and the tokens per second).
+async fn answer(
+    ctx: &Ctx,
+    stream: bool,
+    mut headers: HeaderMap,
+    arrived: Instant,
+    a: &Answer<'_>,
+    (ttft, stall, tokens_per_s): (Duration, Duration, f64),
+) -> Response {
+    let flavor = ctx.flavor;
+    let gen = Duration::try_from_secs_f64(f64::from(a.usage.output) / tokens_per_s.max(0.01)).unwrap_or(HOLD);
+    let t = Timing {
+        stall,
+        start: stall + ttft,
+        gen,
+    };
+    if stream {
+        let beats = match flavor {
+            Flavor::Anthropic => anthropic::stream(ctx, a, &t),
+            _ => openai::stream(ctx, a, &t),
+        };
+        return sse_response(headers, play::script_body(arrived, beats, None));
+    }
+    let body = match flavor {
+        Flavor::Anthropic => anthropic::message(ctx, a),
+        _ => openai::completion(ctx, a),
+    };
+    let done = t.start + gen;
+    if flavor == Flavor::DeepSeek && !stall.is_zero() {
+        // DeepSeek keeps a waiting non-stream request alive with empty lines.
+        let mut beats = play::keepalives(stall, b"\n");
+        beats.push(play::Beat {
+            at: done,
+            data: body.to_string().into(),
+        });
+        headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+        return (StatusCode::OK, headers, play::script_body(arrived, beats, None)).into_response();
+    }
+    // An instant answer is not made to wait for the timer's next tick.
+    if !done.is_zero() {
+        sleep_until(arrived + done).await;
+    }
+    (StatusCode::OK, headers, Json(body)).into_response()
 }
 
 async fn embeddings(State(server): State<Arc<MockServer>>, req: Request) -> Response {

@@ -169,27 +169,7 @@ impl MockProvider {
         let may_call = req.params.tool_choice != Some(crate::wire::ToolChoice::None);
         let offered: Vec<&str> = req.tools.iter().filter(|_| may_call).map(|t| &*t.name).collect();
         let order = order_id(req);
-        let mut tool_calls = Vec::new();
-        // A model calls tools early in a conversation and answers once it
-        // has their results: its step is the tool rounds the conversation
-        // already holds (an outside agent's calls all come as step 0).
-        let rounds = req.messages.iter().filter(|m| !m.tool_calls.is_empty()).count() as u32;
-        let step = req.step.max(rounds);
-        let wants_tools = !offered.is_empty() && (step == 0 && rng.f64() < 0.85 || step == 1 && rng.f64() < 0.2);
-        if wants_tools {
-            let first = if offered.contains(&"get_order") {
-                "get_order"
-            } else {
-                offered[rng.usize(..offered.len())]
-            };
-            tool_calls.push(ToolCall::new(call_id(key, 0), first, args_for(first, &order)));
-            for extra in ["lookup_shipping", "search_docs", "send_notification"] {
-                if extra != first && offered.contains(&extra) && rng.f64() < 0.3 {
-                    let id = call_id(key, tool_calls.len());
-                    tool_calls.push(ToolCall::new(id, extra, args_for(extra, &order)));
-                }
-            }
-        }
+        let mut tool_calls = tools_wanted(req, &offered, &order, key, &mut rng);
         let mut output = if tool_calls.is_empty() {
             60 + rng.u32(0..240)
         } else {
@@ -338,6 +318,31 @@ impl Provider for MockProvider {
             }
         }
     }
+}
+
+/// The tools a model calls (none once it has their results): its step is
+/// the tool rounds the conversation already holds (an outside agent's calls
+/// all come as step 0).
+fn tools_wanted(req: &LlmRequest, offered: &[&str], order: &str, key: u64, rng: &mut fastrand::Rng) -> Vec<ToolCall> {
+    let mut calls = Vec::new();
+    let rounds = req.messages.iter().filter(|m| !m.tool_calls.is_empty()).count() as u32;
+    let step = req.step.max(rounds);
+    let wants_tools = !offered.is_empty() && (step == 0 && rng.f64() < 0.85 || step == 1 && rng.f64() < 0.2);
+    if wants_tools {
+        let first = if offered.contains(&"get_order") {
+            "get_order"
+        } else {
+            offered[rng.usize(..offered.len())]
+        };
+        calls.push(ToolCall::new(call_id(key, 0), first, args_for(first, order)));
+        for extra in ["lookup_shipping", "search_docs", "send_notification"] {
+            if extra != first && offered.contains(&extra) && rng.f64() < 0.3 {
+                let id = call_id(key, calls.len());
+                calls.push(ToolCall::new(id, extra, args_for(extra, order)));
+            }
+        }
+    }
+    calls
 }
 
 /// The id of a call's tool call `i`: `call_` and 16 hex digits, as

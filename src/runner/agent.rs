@@ -222,6 +222,79 @@ impl Runner {
         ANSWER_KEYS.hash_one((&*req.route, &*q))
     }
 
+    /// The tools the model is offered: those of the request this agent
+    /// has, less the non-critical ones whose breaker is open (or all of
+    /// them in drill mode), which are skipped and said so in the trail.
+    fn offered_tools(&self, req: &AgentRequest, now: tokio::time::Instant, trail: &mut Trail) -> Arc<[ToolSpec]> {
+        let mut offered: Vec<ToolSpec> = Vec::new();
+        for name in &req.tools {
+            let Some(&ti) = self.tool_index.get(name) else { continue };
+            let critical = self.is_critical(ti, &req.critical_tools);
+            let tool = self.registry.get(self.tools[ti].target);
+            let open = !tool.breaker.would_admit(now);
+            if !critical && (open || self.drill()) {
+                trail.push(format!("{} {}", tool.target, if open { "⊘open" } else { "⊘drill" }));
+                trail.miss(name);
+                trail.quality *= self.cfg.degradation.skip_quality;
+                continue;
+            }
+            offered.push(self.tools[ti].spec.clone());
+        }
+        if offered.is_empty() {
+            self.no_tools.clone()
+        } else {
+            offered.into()
+        }
+    }
+
+    /// Runs the model's tool call `tc` (its result cached under `key`) and
+    /// adds its result to the conversation: the answer, a cached one, or a
+    /// failure the model can read (also for a tool this agent does not
+    /// have). A critical tool that fails with nothing cached defers the
+    /// request where it may (`defer`): that end is returned.
+    async fn tool_step(
+        &self,
+        req: &AgentRequest,
+        tc: &ToolCall,
+        key: u64,
+        defer: bool,
+        trail: &mut Trail,
+        added: &mut Vec<Message>,
+    ) -> Option<End> {
+        let Some(&ti) = self.tool_index.get(&tc.name) else {
+            let text = format!("{} is not a tool of this agent", tc.name);
+            added.push(Message::tool_result(tc, text, true));
+            return None;
+        };
+        let critical = self.is_critical(ti, &req.critical_tools);
+        match self.call_tool(req.id, ti, tc, key, critical, &mut trail.tally).await {
+            Ok(text) => added.push(Message::tool_result(tc, text, false)),
+            Err(f) => {
+                let tool = &self.registry.get(self.tools[ti].target).target;
+                trail.push(format!("{tool} {}", f.label()));
+                if let Some((text, age)) = self.cached_tool(ti, key) {
+                    trail.push(format!("{tool} cache"));
+                    trail.fallback = true;
+                    trail.quality *= self.cfg.degradation.cache_quality;
+                    trail.stale_ms = Some(trail.stale_ms.unwrap_or(0).max(age.as_millis() as u64));
+                    added.push(Message::tool_result(tc, text, false));
+                } else if critical && defer && self.can_defer() {
+                    let why = format!("critical tool {} unavailable ({})", tc.name, f.label());
+                    return Some(self.defer(req, why).await);
+                } else {
+                    trail.quality *= if critical {
+                        0.5
+                    } else {
+                        self.cfg.degradation.skip_quality
+                    };
+                    trail.miss(&tc.name);
+                    added.push(Message::tool_result(tc, format!("{} is unavailable", tc.name), true));
+                }
+            }
+        }
+        None
+    }
+
     async fn agent_loop(
         &self,
         req: &AgentRequest,
@@ -241,27 +314,7 @@ impl Runner {
         };
         let primary = route.chain[0];
 
-        // Plan: offer only tools that can be used; skip non-critical tools
-        // whose breaker is open (or all of them in drill mode).
-        let mut offered: Vec<ToolSpec> = Vec::new();
-        for name in &req.tools {
-            let Some(&ti) = self.tool_index.get(name) else { continue };
-            let critical = self.is_critical(ti, &req.critical_tools);
-            let tool = self.registry.get(self.tools[ti].target);
-            let open = !tool.breaker.would_admit(now);
-            if !critical && (open || self.drill()) {
-                trail.push(format!("{} {}", tool.target, if open { "⊘open" } else { "⊘drill" }));
-                trail.miss(name);
-                trail.quality *= self.cfg.degradation.skip_quality;
-                continue;
-            }
-            offered.push(self.tools[ti].spec.clone());
-        }
-        let offered: Arc<[ToolSpec]> = if offered.is_empty() {
-            self.no_tools.clone()
-        } else {
-            offered.into()
-        };
+        let offered = self.offered_tools(req, now, trail);
         // What the loop adds to the request's own messages (tool calls and
         // results); the conversation sent is both.
         let mut added: Vec<Message> = Vec::new();
@@ -325,38 +378,12 @@ impl Runner {
                     // The model's turn as it was, then a result answering each call.
                     added.push(Message::assistant(resp.text.clone(), resp.tool_calls.clone()));
                     for (i, tc) in resp.tool_calls.iter().enumerate() {
-                        let key = resp.tool_key(i);
-                        let Some(&ti) = self.tool_index.get(&tc.name) else {
-                            let text = format!("{} is not a tool of this agent", tc.name);
-                            added.push(Message::tool_result(tc, text, true));
-                            continue;
-                        };
-                        let critical = self.is_critical(ti, &req.critical_tools);
-                        match self.call_tool(req.id, ti, tc, key, critical, &mut trail.tally).await {
-                            Ok(text) => added.push(Message::tool_result(tc, text, false)),
-                            Err(f) => {
-                                let tool = &self.registry.get(self.tools[ti].target).target;
-                                trail.push(format!("{tool} {}", f.label()));
-                                if let Some((text, age)) = self.cached_tool(ti, key) {
-                                    trail.push(format!("{tool} cache"));
-                                    trail.fallback = true;
-                                    trail.quality *= self.cfg.degradation.cache_quality;
-                                    trail.stale_ms = Some(trail.stale_ms.unwrap_or(0).max(age.as_millis() as u64));
-                                    added.push(Message::tool_result(tc, text, false));
-                                } else if critical && route.cfg.defer && may_defer && self.can_defer() {
-                                    return self
-                                        .defer(req, format!("critical tool {} unavailable ({})", tc.name, f.label()))
-                                        .await;
-                                } else {
-                                    trail.quality *= if critical {
-                                        0.5
-                                    } else {
-                                        self.cfg.degradation.skip_quality
-                                    };
-                                    trail.miss(&tc.name);
-                                    added.push(Message::tool_result(tc, format!("{} is unavailable", tc.name), true));
-                                }
-                            }
+                        let defer = route.cfg.defer && may_defer;
+                        if let Some(end) = self
+                            .tool_step(req, tc, resp.tool_key(i), defer, trail, &mut added)
+                            .await
+                        {
+                            return end;
                         }
                     }
                     last_calls = resp.tool_calls;

@@ -149,6 +149,27 @@ fn cut_kind(e: &ProviderError) -> &'static str {
     }
 }
 
+/// A chat call as the agent request it stands for, for the recorder.
+fn arrival(req: &ChatRequest) -> Arrival {
+    Arrival {
+        request: AgentRequest {
+            id: req.id,
+            user: req.user.as_str().into(),
+            session: match &req.session {
+                Some(s) => s.as_str().into(),
+                None => format!("{}/call-{}", req.user, req.id).into(),
+            },
+            route: req.route.as_str().into(),
+            messages: req.messages.clone(),
+            tools: req.tools.iter().map(|t| t.name.to_string()).collect(),
+            critical_tools: Vec::new(),
+            max_tokens: req.max_tokens,
+            max_steps: 1,
+        },
+        via: Via::Gateway,
+    }
+}
+
 impl Runner {
     /// Runs one chat completion to its end, streaming the answer to `sink`
     /// as it arrives when one is given. Dropping the future (the client
@@ -157,23 +178,7 @@ impl Runner {
         let start = self.clock.now();
         self.totals.requests.fetch_add(1, Ordering::Relaxed);
         if self.events.has_subscribers() {
-            self.events.emit(EventKind::Request(Box::new(Arrival {
-                request: AgentRequest {
-                    id: req.id,
-                    user: req.user.as_str().into(),
-                    session: match &req.session {
-                        Some(s) => s.as_str().into(),
-                        None => format!("{}/call-{}", req.user, req.id).into(),
-                    },
-                    route: req.route.as_str().into(),
-                    messages: req.messages.clone(),
-                    tools: req.tools.iter().map(|t| t.name.to_string()).collect(),
-                    critical_tools: Vec::new(),
-                    max_tokens: req.max_tokens,
-                    max_steps: 1,
-                },
-                via: Via::Gateway,
-            })));
+            self.events.emit(EventKind::Request(Box::new(arrival(&req))));
         }
         self.retry_budget.deposit(start);
         let mut abandoned = Abandoned {

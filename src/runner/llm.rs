@@ -250,62 +250,11 @@ impl Runner {
                 }
             };
             let result = watched(&mut held.watched(), now, within, attempted).await;
-            let allowance = held.allowance.take();
-            let permits = held.disarm();
             let end = self.clock.now();
-            let latency = end.saturating_duration_since(now);
-            let lat_ms = latency.as_millis() as u64;
-            let old = m.latency_ms.load(Ordering::Relaxed);
-            m.latency_ms.store(
-                if old == 0 { lat_ms } else { (old * 4 + lat_ms) / 5 },
-                Ordering::Relaxed,
-            );
-            let settle = |usage, rate: &RateFeedback, failure, tokens_per_s, tally: &mut Tally| {
-                self.settle(
-                    call.user,
-                    mi,
-                    permits,
-                    allowance,
-                    Spent {
-                        usage,
-                        rate,
-                        failure,
-                        tokens_per_s,
-                        latency,
-                        end,
-                    },
-                    tally,
-                )
-            };
+            let (tripped, semantic) = self.conclude(call, mi, held, (now, end), &result, &req, tally);
             match result {
                 Attempted::Answer(resp, pieces) => {
-                    let semantic = resp
-                        .tool_calls
-                        .iter()
-                        .find_map(|c| self.schemas.check(c, &req.tools).err());
-                    let failure = semantic.as_ref().map(|_| FailureKind::Semantic);
-                    settle(resp.usage, &resp.rate, failure, resp.tokens_per_s, tally);
-                    self.announce_attempt(|| Attempt {
-                        request: call.request_id,
-                        target: pt.target.clone(),
-                        model: Some(m.name.to_string()),
-                        status: Some(200),
-                        transport: None,
-                        latency_ms: lat_ms,
-                        input_tokens: resp.usage.input,
-                        output_tokens: resp.usage.output,
-                        rate: resp.rate,
-                        semantic_failure: semantic.clone(),
-                        tool_calls: resp.tool_calls.iter().map(|c| c.name.clone()).collect(),
-                        tool_keys: (0..resp.tool_calls.len()).map(|i| resp.tool_key(i)).collect(),
-                    });
-                    let slow_tokens = resp.tokens_per_s.is_some_and(|t| t < m.min_tokens_per_s);
                     if let Some(why) = semantic {
-                        for t in [pt, mt] {
-                            t.stats.failed.inc();
-                            t.stats.semantic.inc();
-                        }
-                        tally.wasted += u64::from(resp.usage.total());
                         // Once the client's stream has started, a bad tool
                         // call cannot be taken back: the stream ends on it.
                         if streaming.as_ref().is_some_and(|s| s.started) {
@@ -314,13 +263,6 @@ impl Runner {
                         }
                         return hop(HopResult::Semantic(why), attempt + 1);
                     }
-                    for t in [pt, mt] {
-                        if slow_tokens {
-                            t.stats.failed.inc()
-                        } else {
-                            t.stats.ok.inc()
-                        }
-                    }
                     if let Some(s) = streaming.as_deref_mut().filter(|_| req.stream == Some(true)) {
                         let kind = resp.wire.as_ref().map_or(call.params.wire, |w| w.kind);
                         let head = self.stream_head(call, mi, tally, &resp);
@@ -328,50 +270,9 @@ impl Runner {
                     }
                     return Ok(Ok((resp, attempt + 1)));
                 }
-                Attempted::OverBudget(usage, why) => {
-                    settle(usage, &RateFeedback::default(), Some(FailureKind::Client), None, tally);
-                    return Err(LlmFailure::OverBudget(why));
-                }
+                Attempted::OverBudget(_, why) => return Err(LlmFailure::OverBudget(why)),
                 Attempted::Failed(e) => {
-                    let failure = e.kind.failure();
-                    let tripped = settle(e.usage, &e.rate, Some(failure), None, tally);
-                    tally.wasted += u64::from(e.usage.total());
-                    if e.kind == ErrorKind::RateLimited {
-                        p.limiter.count_rate_limited();
-                    }
-                    // The provider itself said so (429, 5xx, 529): the fleet
-                    // is told. Transport errors may be this host's network.
-                    if let (Some(fleet), Some(_)) = (self.shared.get(), e.status) {
-                        for (t, why) in [pt, mt].into_iter().zip(tripped) {
-                            if let Some(why) = why {
-                                fleet.trip(t.target.clone(), why);
-                            }
-                        }
-                    }
-                    self.announce_attempt(|| Attempt {
-                        request: call.request_id,
-                        target: pt.target.clone(),
-                        model: Some(m.name.to_string()),
-                        status: e.status,
-                        transport: e.kind.transport(),
-                        latency_ms: lat_ms,
-                        input_tokens: e.usage.input,
-                        output_tokens: e.usage.output,
-                        rate: e.rate,
-                        semantic_failure: None,
-                        tool_calls: Vec::new(),
-                        tool_keys: Vec::new(),
-                    });
-                    for t in [pt, mt] {
-                        if failure == FailureKind::Client {
-                            t.stats.client_errors.inc();
-                        } else {
-                            t.stats.failed.inc();
-                        }
-                        if e.kind == ErrorKind::Timeout {
-                            t.stats.timeouts.inc();
-                        }
-                    }
+                    self.report_failure(mi, &e, tripped);
                     if streaming.as_ref().is_some_and(|s| s.started) {
                         // After the first byte nothing is retried.
                         return hop(HopResult::Cut(Box::new(e)), attempt + 1);
@@ -401,6 +302,120 @@ impl Runner {
                     Box::pin(tokio::time::sleep(wait)).await;
                     attempt += 1;
                 }
+            }
+        }
+    }
+
+    /// The first tool call of an answer that breaks its tool's schema, in
+    /// words.
+    fn semantic_failure(&self, result: &Attempted, req: &LlmRequest) -> Option<String> {
+        match result {
+            Attempted::Answer(resp, _) => resp
+                .tool_calls
+                .iter()
+                .find_map(|c| self.schemas.check(c, &req.tools).err()),
+            _ => None,
+        }
+    }
+
+    /// Settles one finished attempt of `req` on model `mi` with what it
+    /// used, counts it on both its targets and records it, the same way
+    /// whatever ended it (`times`: when it started and ended). Returns the
+    /// trips it caused, per breaker, and its semantic failure.
+    #[expect(
+        clippy::too_many_arguments,
+        reason = "the attempt's parts, each from another stage of try_model; a struct would only move the list"
+    )]
+    fn conclude(
+        &self,
+        call: &LlmCall<'_>,
+        mi: usize,
+        mut held: super::admission::Held<'_>,
+        (start, end): (tokio::time::Instant, tokio::time::Instant),
+        result: &Attempted,
+        req: &LlmRequest,
+        tally: &mut Tally,
+    ) -> ([Option<String>; 2], Option<String>) {
+        let semantic = self.semantic_failure(result, req);
+        let m = &self.models[mi];
+        let targets = [
+            self.registry.get(self.providers[m.provider].target),
+            self.registry.get(m.target),
+        ];
+        let allowance = held.allowance.take();
+        let permits = held.disarm();
+        let latency = end.saturating_duration_since(start);
+        m.note_latency(latency);
+        let (usage, rate, failure, tokens_per_s) = result.spent(semantic.is_some());
+        let spent = Spent {
+            usage,
+            rate: &rate,
+            failure,
+            tokens_per_s,
+            latency,
+            end,
+        };
+        let tripped = self.settle(call.user, mi, permits, allowance, spent, tally);
+        self.count_attempt(targets, result, semantic.is_some(), m.min_tokens_per_s);
+        // An answer cut at the budget was not a call that went wrong.
+        if !matches!(result, Attempted::OverBudget(..)) {
+            if failure.is_some() {
+                tally.wasted += u64::from(usage.total());
+            }
+            self.announce_attempt(|| result.record(call.request_id, targets[0], m, latency, semantic.clone()));
+        }
+        (tripped, semantic)
+    }
+
+    /// What a provider's failure tells others: its limiter counts a 429,
+    /// and when the provider itself said so (429, 5xx, 529; a transport
+    /// error may be this host's network) the fleet hears of the trips.
+    fn report_failure(&self, mi: usize, e: &ProviderError, tripped: [Option<String>; 2]) {
+        let m = &self.models[mi];
+        let p = &self.providers[m.provider];
+        if e.kind == ErrorKind::RateLimited {
+            p.limiter.count_rate_limited();
+        }
+        if let (Some(fleet), Some(_)) = (self.shared.get(), e.status) {
+            for (t, why) in [p.target, m.target].into_iter().zip(tripped) {
+                if let Some(why) = why {
+                    fleet.trip(self.registry.get(t).target.clone(), why);
+                }
+            }
+        }
+    }
+
+    /// Counts one attempt's result on its provider's and model's targets:
+    /// an answer that is semantically wrong, or slower than
+    /// `min_tokens_per_s`, is a failure; a client-side error is neither.
+    fn count_attempt(
+        &self,
+        targets: [&super::registry::Entry; 2],
+        result: &Attempted,
+        semantic: bool,
+        min_tokens_per_s: f64,
+    ) {
+        for t in targets {
+            match result {
+                Attempted::Answer(..) if semantic => {
+                    t.stats.failed.inc();
+                    t.stats.semantic.inc();
+                }
+                Attempted::Answer(resp, _) if resp.tokens_per_s.is_some_and(|tps| tps < min_tokens_per_s) => {
+                    t.stats.failed.inc()
+                }
+                Attempted::Answer(..) => t.stats.ok.inc(),
+                Attempted::Failed(e) => {
+                    if e.kind.failure() == FailureKind::Client {
+                        t.stats.client_errors.inc();
+                    } else {
+                        t.stats.failed.inc();
+                    }
+                    if e.kind == ErrorKind::Timeout {
+                        t.stats.timeouts.inc();
+                    }
+                }
+                Attempted::OverBudget(..) => {}
             }
         }
     }
@@ -486,6 +501,58 @@ enum Attempted {
     Failed(ProviderError),
     /// Cut at the user's hard budget.
     OverBudget(crate::provider::Usage, crate::resilience::budget::BudgetExceeded),
+}
+
+impl Attempted {
+    /// What it used and reported, and how it failed (a semantic failure is
+    /// one), for settling it: usage, rate feedback, failure, tokens/s.
+    fn spent(&self, semantic: bool) -> (crate::provider::Usage, RateFeedback, Option<FailureKind>, Option<f64>) {
+        match self {
+            Attempted::Answer(resp, _) => (
+                resp.usage,
+                resp.rate,
+                semantic.then_some(FailureKind::Semantic),
+                resp.tokens_per_s,
+            ),
+            Attempted::OverBudget(usage, _) => (*usage, RateFeedback::default(), Some(FailureKind::Client), None),
+            Attempted::Failed(e) => (e.usage, e.rate, Some(e.kind.failure()), None),
+        }
+    }
+
+    /// The attempt's record for the recorder.
+    fn record(
+        &self,
+        request: u64,
+        provider: &super::registry::Entry,
+        m: &super::ModelSlot,
+        latency: Duration,
+        semantic: Option<String>,
+    ) -> Attempt {
+        let mut a = Attempt {
+            model: Some(m.name.to_string()),
+            latency_ms: latency.as_millis() as u64,
+            semantic_failure: semantic,
+            ..Attempt::of(request, provider.target.clone())
+        };
+        let (usage, rate) = match self {
+            Attempted::Answer(resp, _) => {
+                a.status = Some(200);
+                a.tool_calls = resp.tool_calls.iter().map(|c| c.name.clone()).collect();
+                a.tool_keys = (0..resp.tool_calls.len()).map(|i| resp.tool_key(i)).collect();
+                (resp.usage, resp.rate)
+            }
+            Attempted::Failed(e) => {
+                a.status = e.status;
+                a.transport = e.kind.transport();
+                (e.usage, e.rate)
+            }
+            Attempted::OverBudget(usage, _) => (*usage, RateFeedback::default()),
+        };
+        a.input_tokens = usage.input;
+        a.output_tokens = usage.output;
+        a.rate = rate;
+        a
+    }
 }
 
 fn trim(messages: &Arc<[Message]>) -> Arc<[Message]> {

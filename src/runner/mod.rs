@@ -243,6 +243,50 @@ fn model_routes(routes: &NameMap<RouteSlot>, models: &[ModelSlot]) -> NameMap<Ro
     out
 }
 
+impl ModelSlot {
+    /// Folds one call's latency into the moving average the route plan
+    /// reads (a fifth of the new, four fifths of the old).
+    fn note_latency(&self, latency: Duration) {
+        let ms = latency.as_millis() as u64;
+        let old = self.latency_ms.load(Ordering::Relaxed);
+        let new = if old == 0 { ms } else { (old * 4 + ms) / 5 };
+        self.latency_ms.store(new, Ordering::Relaxed);
+    }
+}
+
+/// Each route with its chain as model indexes.
+fn route_slots(cfg: &Config, model_index: &HashMap<String, usize>) -> NameMap<RouteSlot> {
+    cfg.routes
+        .iter()
+        .map(|(name, r)| {
+            let slot = RouteSlot {
+                name: name.clone(),
+                chain: r.chain.iter().map(|m| model_index[m]).collect(),
+                cfg: r.clone(),
+            };
+            (name.clone(), slot)
+        })
+        .collect()
+}
+
+/// Each tool with its bulkhead and breaker (from `breaker`), and the index
+/// of each by name.
+fn tool_slots(cfg: &Config, mut breaker: impl FnMut(Target) -> usize) -> (Vec<ToolSlot>, NameMap<usize>) {
+    let mut slots = Vec::new();
+    let mut index = NameMap::default();
+    for ((name, t), spec) in cfg.tools.iter().zip(crate::tools::specs(cfg)) {
+        index.insert(name.clone(), slots.len());
+        slots.push(ToolSlot {
+            name: name.clone(),
+            target: breaker(Target::tool(name)),
+            cfg: t.clone(),
+            bulkhead: Bulkhead::new(t.pool, t.queue),
+            spec,
+        });
+    }
+    (slots, index)
+}
+
 impl Runner {
     /// Builds a runner from a validated config.
     pub fn new(cfg: Config, parts: RunnerParts) -> Result<Arc<Self>, SpoolError> {
@@ -295,36 +339,9 @@ impl Runner {
                 answered_label: format!("{name} ✓").into(),
             });
         }
-        let routes = cfg
-            .routes
-            .iter()
-            .map(|(name, r)| {
-                let chain = r.chain.iter().map(|m| model_index[m]).collect();
-                (
-                    name.clone(),
-                    RouteSlot {
-                        name: name.clone(),
-                        chain,
-                        cfg: r.clone(),
-                    },
-                )
-            })
-            .collect();
+        let routes = route_slots(&cfg, &model_index);
         let model_routes = model_routes(&routes, &models);
-        let specs = crate::tools::specs(&cfg);
-        let mut tool_slots = Vec::new();
-        let mut tool_index = NameMap::default();
-        for ((name, t), spec) in cfg.tools.iter().zip(specs) {
-            let target = breaker(&mut registry, Target::tool(name));
-            tool_index.insert(name.clone(), tool_slots.len());
-            tool_slots.push(ToolSlot {
-                name: name.clone(),
-                target,
-                cfg: t.clone(),
-                bulkhead: Bulkhead::new(t.pool, t.queue),
-                spec,
-            });
-        }
+        let (tool_slots, tool_index) = tool_slots(&cfg, |t| breaker(&mut registry, t));
         let spool = spool.map(|p| Spool::open(&p)).transpose()?;
         Ok(Arc::new(Self {
             executor: tools.unwrap_or_else(|| Arc::new(MockTools::new(seed, faults.clone()))),
