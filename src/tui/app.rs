@@ -7,9 +7,8 @@ use super::keymap::KeyMap;
 use super::replay::ReplayView;
 use crate::command::Command;
 use crate::outcome::Outcome;
-use crate::provider::fault::{Fault, FaultSpec};
 use crate::resilience::breaker::BreakerState;
-use crate::target::{Kind, Target};
+use crate::target::Target;
 use crate::telemetry::events::{Event, EventKind};
 use crate::telemetry::snapshot::{BreakerRow, Snapshot};
 use crossterm::event::{KeyCode, KeyEvent, KeyModifiers};
@@ -437,28 +436,6 @@ impl App {
         }
     }
 
-    fn selected_breaker(&self) -> Option<&BreakerRow> {
-        if self.focus != Pane::Breakers {
-            return None;
-        }
-        self.breaker_rows().get(self.selection(Pane::Breakers)).copied()
-    }
-
-    fn selected_provider(&self) -> Option<Target> {
-        match self.focus {
-            Pane::Limiters => self
-                .snap
-                .limiters
-                .get(self.selection(Pane::Limiters))
-                .map(|l| Target::provider(&l.provider)),
-            Pane::Breakers => self
-                .selected_breaker()
-                .map(|b| b.target.clone())
-                .filter(|t| t.kind() == Kind::Provider),
-            _ => None,
-        }
-    }
-
     /// Handles one key.
     pub fn on_key(&mut self, key: KeyEvent, keymap: &KeyMap) -> Effect {
         match &self.overlay {
@@ -607,81 +584,6 @@ impl App {
             }
         }
         Effect::None
-    }
-
-    fn confirm_or_send(&mut self, a: Action, prompt: String, cmd: Command) -> Effect {
-        if a.needs_confirm() && !self.opts.yes {
-            self.overlay = Overlay::Confirm { prompt, command: cmd };
-            Effect::None
-        } else {
-            self.status = format!("{} sent", cmd.describe());
-            Effect::Send(cmd)
-        }
-    }
-
-    fn breaker_command(&mut self, a: Action) -> Effect {
-        let Some(b) = self.selected_breaker() else {
-            self.status = "select a breaker first (pane 1)".into();
-            return Effect::None;
-        };
-        let target = b.target.clone();
-        let (cmd, verb) = match a {
-            Action::ForceOpen => (Command::ForceOpen { target: target.clone() }, "Force OPEN"),
-            Action::ForceClose => (Command::ForceClosed { target: target.clone() }, "Force CLOSED"),
-            Action::Disable => (Command::Disable { target: target.clone() }, "Disable (metrics only)"),
-            _ => (Command::Reset { target: target.clone() }, "Reset"),
-        };
-        self.confirm_or_send(a, format!("{verb} {target}?"), cmd)
-    }
-
-    fn refill_command(&mut self) -> Effect {
-        let Some(p) = self.selected_provider() else {
-            self.status = "select a limiter (pane 2) or a provider breaker first".into();
-            return Effect::None;
-        };
-        let frozen = self
-            .snap
-            .limiters
-            .iter()
-            .any(|l| l.provider == p.name() && l.limiter.frozen.is_some());
-        if frozen {
-            let cmd = Command::UnfreezeRefill { target: p };
-            self.status = format!("{} sent", cmd.describe());
-            return Effect::Send(cmd);
-        }
-        self.confirm_or_send(
-            Action::ToggleRefill,
-            format!("Freeze refills of {} until unfrozen?", p.name()),
-            Command::FreezeRefill { target: p },
-        )
-    }
-
-    fn fault_command(&mut self) -> Effect {
-        let target = match self.focus {
-            Pane::Limiters => self.selected_provider(),
-            _ => self.selected_breaker().map(|b| b.target.clone()),
-        };
-        let Some(target) = target.filter(Target::has_fault) else {
-            self.status = "select a provider or tool breaker (models have no mock fault)".into();
-            return Effect::None;
-        };
-        let current = self
-            .snap
-            .faults
-            .get(&target)
-            .map(|f| f.fault.clone())
-            .unwrap_or(Fault::Healthy);
-        let cycle = Fault::cycle();
-        let pos = cycle
-            .iter()
-            .position(|f| *f == current)
-            .map_or(1, |p| (p + 1) % cycle.len());
-        let fault = cycle[pos].clone();
-        self.status = format!("{target}: fault {}", fault.label());
-        Effect::Send(Command::SetFault {
-            target,
-            fault: FaultSpec::always(fault),
-        })
     }
 
     /// A state's display name.

@@ -4,6 +4,7 @@
 
 pub mod action;
 pub mod app;
+mod commands;
 pub mod keymap;
 pub mod replay;
 pub mod theme;

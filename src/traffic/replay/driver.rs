@@ -112,6 +112,33 @@ struct InFlight {
 
 /// One request's task: counted out when dropped, and as lost unless it
 /// reached its outcome.
+impl InFlight {
+    fn new(runner: &Arc<Runner>, fleet: &Option<Arc<RecordedFleet>>, compare: bool) -> Arc<Self> {
+        Arc::new(Self {
+            runner: runner.clone(),
+            fleet: fleet.clone(),
+            compare,
+            running: AtomicU64::new(0),
+            lost: AtomicU64::new(0),
+            levels: Mutex::default(),
+            all_done: Notify::new(),
+            finished: Mutex::default(),
+        })
+    }
+
+    /// Notes in `out` what the replayed requests left: those lost, and
+    /// each one's replayed level (for a comparison).
+    fn note_end(&self, out: &mut Replayed) {
+        out.lost = self.lost.load(Ordering::Relaxed);
+        if out.lost > 0 {
+            tracing::error!(lost = out.lost, "replayed requests ended without an outcome");
+        }
+        for (id, level) in self.levels.lock().drain() {
+            out.levels.entry(id).or_default().1 = Some(level);
+        }
+    }
+}
+
 struct Running {
     inflight: Arc<InFlight>,
     ended: bool,
@@ -308,55 +335,14 @@ pub async fn replay(
             unmade: Unmade::default(),
             targets: fleet.clone().map(KnownTargets::new),
         },
-        move |state, r, line| match r {
-            Record::Request(q) => {
-                state.unmade.push(q.id);
-                // Boxed: a request waits here for as long as the reader is
-                // ahead, and a box (reused as soon as it is freed) is cheaper
-                // to write than a place in a long queue.
-                Split::Later(Ahead::Request(q.t_ms), Box::new(q))
-            }
-            Record::Attempt(a) => match &mut state.targets {
-                Some(targets) => {
-                    let a = Arc::new(a);
-                    let target = targets.index(&a.target);
-                    let late = match state.unmade.get_mut(a.request) {
-                        Some(own) => {
-                            own.push(a.clone());
-                            false
-                        }
-                        None => true,
-                    };
-                    Split::Now(Ahead::Attempt(ReadAttempt::new(a, target, late)))
-                }
-                None => Split::Skip,
-            },
-            Record::Outcome(o) if outcomes => Split::Now(Ahead::Outcome(Box::new(o))),
-            Record::Operator(op) if operator => Split::Now(Ahead::Operator(Box::new((op, line)))),
-            _ => Split::Skip,
-        },
-        |state, q: Box<RequestRec>| {
-            let own = state.unmade.take_next(q.id);
-            let (recorded, via) = (q.answer_key, q.via);
-            let req = agent_request(*q);
-            let key = recorded.map_or_else(|| Runner::answer_key(&req), |k| k.0);
-            (req, own, key, via)
-        },
+        move |state, r, line| split(state, r, line, outcomes, operator),
+        make_body,
     )
     .map_err(|error| LogError::Io { path, error })?;
     let start = Instant::now();
     let due = |t_ms: u64| start + Duration::from_millis(t_ms);
     let mut out = Replayed::default();
-    let inflight = Arc::new(InFlight {
-        runner: runner.clone(),
-        fleet: fleet.clone(),
-        compare: opts.compare,
-        running: AtomicU64::new(0),
-        lost: AtomicU64::new(0),
-        levels: Mutex::default(),
-        all_done: Notify::new(),
-        finished: Mutex::default(),
-    });
+    let inflight = InFlight::new(&runner, &fleet, opts.compare);
     // What was read on the reader's thread is freed there.
     *inflight.finished.lock() = Some(reader.give_back());
     if let Some(f) = &fleet {
@@ -394,26 +380,8 @@ pub async fn replay(
                 }
                 Ahead::Operator(rec) => {
                     let (op, line) = *rec;
-                    let cmd = op.command().and_then(|c| runner.check(&c).map(|()| c));
-                    match cmd {
-                        Err(e) => {
-                            // Not this config's (a what-if without that provider, say): said, not applied.
-                            tracing::warn!(line, error = %e, "recorded operator action not applicable");
-                            out.operator_refused
-                                .push(format!("line {line}: {} {}: {e}", op.action, op.target));
-                        }
-                        Ok(cmd) => {
-                            out.operator_actions += 1;
-                            let (r, at) = (runner.clone(), due(op.t_ms));
-                            ops_due = ops_due.max(at);
-                            let by = Issuer::operator(&format!("replay of {}", op.by));
-                            tokio::spawn(async move {
-                                tokio::time::sleep_until(at).await;
-                                if let Err(e) = r.apply(&cmd, &by) {
-                                    tracing::warn!(error = %e, "recorded operator action not applied");
-                                }
-                            });
-                        }
+                    if let Some(at) = schedule(&runner, &op, line, due(op.t_ms), &mut out) {
+                        ops_due = ops_due.max(at);
                     }
                 }
                 Ahead::Outcome(o) => {
@@ -433,34 +401,7 @@ pub async fn replay(
             spawned += 1;
             // Boxed: the request's future is large, and a task moves its
             // future by value.
-            tokio::spawn(boxed(|| {
-                OWN.scope(RefCell::new(own), async move {
-                    let shared = &*running.inflight;
-                    // As it came in: a gateway call is one call, never deferred.
-                    let runner = &shared.runner;
-                    let o = match via {
-                        Via::Agent => runner.run_keyed(&req, key).await,
-                        Via::Gateway => runner.chat(gateway_call(runner, &req), None).await.outcome,
-                        Via::Embeddings => runner.embed(embeddings_call(&req)).await.outcome,
-                    };
-                    if let Some(finished) = &mut *shared.finished.lock() {
-                        finished.put(req);
-                    }
-                    // A deferred request is re-driven later (in another
-                    // task) and needs the rest of its recorded attempts then.
-                    if let Some(f) = &shared.fleet {
-                        if o.level == Level::Deferred {
-                            f.keep(o.request, OWN.with(RefCell::take));
-                        } else {
-                            f.forget(o.request);
-                        }
-                    }
-                    if shared.compare {
-                        shared.levels.lock().insert(o.request, o.level);
-                    }
-                    running.end();
-                })
-            }));
+            tokio::spawn(boxed(|| OWN.scope(RefCell::new(own), drive(running, req, key, via))));
         }
         let wake = [
             queue.front().map(|t_ms| due(*t_ms)),
@@ -469,25 +410,8 @@ pub async fn replay(
         match wake.into_iter().flatten().min() {
             Some(at) => {
                 let now = clock.now();
-                let idle = at.saturating_duration_since(now);
-                wait.as_mut().reset(at);
-                if opts.jump_idle && idle > JUMP_OVER && ops_due <= now {
-                    if inflight.running.load(Ordering::Acquire) == 0 {
-                        tokio::time::advance(idle).await;
-                        // The clock's reading of this step, moved on too.
-                        crate::clock::note_step();
-                    } else {
-                        // Requests still run: wait for them to end (then
-                        // jump what is left) or for the time, whichever
-                        // comes first.
-                        tokio::select! {
-                            () = inflight.all_done.notified() => continue,
-                            () = wait.as_mut() => {}
-                        }
-                        continue;
-                    }
-                }
-                wait.as_mut().await;
+                let jump = opts.jump_idle && ops_due <= now;
+                pause_until((now, at), wait.as_mut(), jump, &inflight).await;
             }
             None => break,
         }
@@ -501,17 +425,137 @@ pub async fn replay(
     runner.redrive_deferred(false).await;
     runner.redrive_deferred(true).await;
     out.requests = spawned;
-    out.lost = inflight.lost.load(Ordering::Relaxed);
-    if out.lost > 0 {
-        tracing::error!(lost = out.lost, "replayed requests ended without an outcome");
-    }
-    for (id, level) in inflight.levels.lock().drain() {
-        out.levels.entry(id).or_default().1 = Some(level);
-    }
+    inflight.note_end(&mut out);
     if let Some(r) = reader.finished() {
         (out.bad_lines, out.unknown_kinds, out.torn_lines) = (r.bad_lines(), r.unknown_kinds(), r.torn_lines());
     }
     Ok(out)
+}
+
+/// Waits from `now` until `at` on the reset `wait`; where it may `jump`,
+/// an idle wait of more than [`JUMP_OVER`] is jumped: at once when no
+/// request runs, else as soon as the running ones end (the caller looks
+/// again then).
+async fn pause_until(
+    (now, at): (Instant, Instant),
+    mut wait: std::pin::Pin<&mut tokio::time::Sleep>,
+    jump: bool,
+    inflight: &InFlight,
+) {
+    let idle = at.saturating_duration_since(now);
+    wait.as_mut().reset(at);
+    if jump && idle > JUMP_OVER {
+        if inflight.running.load(Ordering::Acquire) > 0 {
+            tokio::select! {
+                () = inflight.all_done.notified() => {}
+                () = wait.as_mut() => {}
+            }
+            return;
+        }
+        tokio::time::advance(idle).await;
+        // The clock's reading of this step, moved on too.
+        crate::clock::note_step();
+    }
+    wait.await;
+}
+
+/// What a record read becomes on the reader's thread: a request's time
+/// now and its body later, an attempt for the recorded fleet (its target's
+/// index found there), an outcome or operator action when the replay uses
+/// them; the rest is dropped there.
+fn split(state: &mut Reading, r: Record, line: u64, outcomes: bool, operator: bool) -> Split<Ahead, Box<RequestRec>> {
+    match r {
+        Record::Request(q) => {
+            state.unmade.push(q.id);
+            // Boxed: a request waits here for as long as the reader is
+            // ahead, and a box (reused as soon as it is freed) is cheaper
+            // to write than a place in a long queue.
+            Split::Later(Ahead::Request(q.t_ms), q.into())
+        }
+        Record::Attempt(a) => match &mut state.targets {
+            Some(targets) => {
+                let a = Arc::new(a);
+                let target = targets.index(&a.target);
+                let late = match state.unmade.get_mut(a.request) {
+                    Some(own) => {
+                        own.push(a.clone());
+                        false
+                    }
+                    None => true,
+                };
+                Split::Now(Ahead::Attempt(ReadAttempt::new(a, target, late)))
+            }
+            None => Split::Skip,
+        },
+        Record::Outcome(o) if outcomes => Split::Now(Ahead::Outcome(Box::new(o))),
+        Record::Operator(op) if operator => Split::Now(Ahead::Operator(Box::new((op, line)))),
+        _ => Split::Skip,
+    }
+}
+
+/// A request's body, made on the reader's thread: the request, the
+/// attempts read with it, its answer-cache key and how it came in.
+fn make_body(state: &mut Reading, q: Box<RequestRec>) -> (AgentRequest, OwnAttempts, u64, Via) {
+    let own = state.unmade.take_next(q.id);
+    let (recorded, via) = (q.answer_key, q.via);
+    let req = agent_request(*q);
+    let key = recorded.map_or_else(|| Runner::answer_key(&req), |k| k.0);
+    (req, own, key, via)
+}
+
+/// Schedules a recorded operator action at `at` on `runner`, where this
+/// config has what it names (else it is said in `out`, not applied);
+/// returns when it is due.
+fn schedule(runner: &Arc<Runner>, op: &OperatorRec, line: u64, at: Instant, out: &mut Replayed) -> Option<Instant> {
+    match op.command().and_then(|c| runner.check(&c).map(|()| c)) {
+        Err(e) => {
+            // Not this config's (a what-if without that provider, say).
+            tracing::warn!(line, error = %e, "recorded operator action not applicable");
+            out.operator_refused
+                .push(format!("line {line}: {} {}: {e}", op.action, op.target));
+            None
+        }
+        Ok(cmd) => {
+            out.operator_actions += 1;
+            let r = runner.clone();
+            let by = Issuer::operator(&format!("replay of {}", op.by));
+            tokio::spawn(async move {
+                tokio::time::sleep_until(at).await;
+                if let Err(e) = r.apply(&cmd, &by) {
+                    tracing::warn!(error = %e, "recorded operator action not applied");
+                }
+            });
+            Some(at)
+        }
+    }
+}
+
+/// Runs one replayed request as it came in (a gateway call is one call,
+/// never deferred) and notes its end.
+async fn drive(running: Running, req: AgentRequest, key: u64, via: Via) {
+    let shared = &*running.inflight;
+    let runner = &shared.runner;
+    let o = match via {
+        Via::Agent => runner.run_keyed(&req, key).await,
+        Via::Gateway => runner.chat(gateway_call(runner, &req), None).await.outcome,
+        Via::Embeddings => runner.embed(embeddings_call(&req)).await.outcome,
+    };
+    if let Some(finished) = &mut *shared.finished.lock() {
+        finished.put(req);
+    }
+    // A deferred request is re-driven later (in another task) and needs
+    // the rest of its recorded attempts then.
+    if let Some(f) = &shared.fleet {
+        if o.level == Level::Deferred {
+            f.keep(o.request, OWN.with(RefCell::take));
+        } else {
+            f.forget(o.request);
+        }
+    }
+    if shared.compare {
+        shared.levels.lock().insert(o.request, o.level);
+    }
+    running.end();
 }
 
 /// The future `make` returns, built in its box. Boxing a future built

@@ -8,8 +8,14 @@
 //! Retry-After) calibrates the buckets; refills can be frozen for a
 //! Retry-After or by an operator.
 
-use super::notice::{Announce, Notice, RefillFrozen};
+mod bucket;
+mod estimate;
+
 use crate::config::{LimiterConfig, ProviderConfig};
+use crate::resilience::notice::{Announce, Notice, RefillFrozen};
+use bucket::Bucket;
+pub use estimate::Estimate;
+use estimate::Estimator;
 use parking_lot::Mutex;
 use serde::Serialize;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -17,22 +23,6 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::Notify;
 use tokio::time::Instant;
-
-/// Tokens a call is expected to use.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
-pub struct Estimate {
-    /// Prompt tokens.
-    pub input: u32,
-    /// Output tokens (at most `max_tokens`).
-    pub output: u32,
-}
-
-impl Estimate {
-    /// Input + output.
-    pub fn total(&self) -> u32 {
-        self.input.saturating_add(self.output)
-    }
-}
 
 /// Capacity held by one call; settle it with [`Limiter::settle`].
 #[derive(Clone, Copy, Debug)]
@@ -104,56 +94,6 @@ pub struct Limiter {
     waiters: AtomicUsize,
 }
 
-#[derive(Clone, Copy, Debug)]
-struct Bucket {
-    capacity: f64,
-    level: f64,
-    per_s: f64,
-    reset_at: Option<Instant>,
-}
-
-impl Bucket {
-    fn per_minute(limit: u64) -> Option<Self> {
-        (limit > 0).then(|| Bucket {
-            capacity: limit as f64,
-            level: limit as f64,
-            per_s: limit as f64 / 60.0,
-            reset_at: None,
-        })
-    }
-
-    fn refill(&mut self, dt: f64, now: Instant) {
-        self.level = (self.level + dt * self.per_s).min(self.capacity);
-        // A provider-announced reset fills the bucket, unless it is leased
-        // (fleet mode: it fills only with capacity taken from the fleet).
-        if self.per_s > 0.0 && self.reset_at.is_some_and(|r| now >= r) {
-            self.level = self.capacity;
-            self.reset_at = None;
-        }
-    }
-
-    /// A request bigger than the whole bucket may go once the bucket is full.
-    fn need(&self, n: f64) -> f64 {
-        n.min(self.capacity)
-    }
-
-    fn wait_for(&self, n: f64) -> Duration {
-        let short = self.need(n) - self.level;
-        if short <= 0.0 {
-            Duration::ZERO
-        } else if self.per_s <= 0.0 {
-            // Leased (fleet mode): capacity arrives with the next top-up.
-            LEASE_POLL
-        } else {
-            Duration::from_secs_f64(short / self.per_s)
-        }
-    }
-
-    fn view(&self) -> (f64, f64) {
-        (self.level, self.capacity)
-    }
-}
-
 struct State {
     tpm: Option<Bucket>,
     itpm: Option<Bucket>,
@@ -171,45 +111,6 @@ struct State {
     /// Largest shortfall per bucket since last read (leased mode: how much
     /// a waiting call needs beyond the lease).
     short: [f64; 4],
-}
-
-/// Chars-per-token estimate that corrects itself from actual usage.
-struct Estimator {
-    chars_per_token: f64,
-    threshold: f64,
-    window: u32,
-    seen: u32,
-    ratio_sum: f64,
-}
-
-impl Estimator {
-    fn estimate(&self, prompt_chars: usize, max_tokens: u32) -> Estimate {
-        Estimate {
-            input: ((prompt_chars as f64 / self.chars_per_token).ceil() as u32).max(1),
-            output: max_tokens,
-        }
-    }
-
-    fn observe(&mut self, estimated: u32, actual: u32) -> Option<(f64, f64)> {
-        if estimated == 0 || actual == 0 {
-            return None;
-        }
-        self.ratio_sum += estimated as f64 / actual as f64;
-        self.seen += 1;
-        if self.seen < self.window {
-            return None;
-        }
-        let mean = self.ratio_sum / self.seen as f64;
-        self.seen = 0;
-        self.ratio_sum = 0.0;
-        if (mean - 1.0).abs() > self.threshold {
-            let old = self.chars_per_token;
-            self.chars_per_token = (old * mean).clamp(0.25, 32.0);
-            Some((old, self.chars_per_token))
-        } else {
-            None
-        }
-    }
 }
 
 impl Limiter {
