@@ -527,7 +527,7 @@ impl Runner {
         self.totals.deferred_done[level.index()].fetch_add(1, Ordering::Relaxed);
         self.events.emit(EventKind::DeferredDone {
             request: d.request.id,
-            level: level.as_str(),
+            level,
         });
         Some(level)
     }

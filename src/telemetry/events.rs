@@ -70,7 +70,7 @@ pub enum EventKind {
         /// Request id.
         request: u64,
         /// Its final level.
-        level: &'static str,
+        level: crate::outcome::Level,
     },
     /// The recorder stopped on an I/O error: the rest of the run is not
     /// recorded (the error is also the run's exit error).

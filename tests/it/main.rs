@@ -15,6 +15,7 @@ mod fuzz;
 mod gateway;
 mod hardening;
 mod keymap;
+mod layers;
 mod limiter_props;
 mod mockserver;
 mod record;

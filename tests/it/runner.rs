@@ -373,7 +373,7 @@ async fn critical_tool_down_defers_and_the_request_survives_a_restart() {
     let mut done = None;
     while let Ok(e) = events.try_recv() {
         if let EventKind::DeferredDone { request, level } = e.kind {
-            done = Some((request, level));
+            done = Some((request, level.as_str()));
         }
     }
     assert_eq!(done, Some((1, "none")));

@@ -92,7 +92,7 @@ async fn two_am_incident_opens_get_order_and_stops_the_waiting() {
         .events
         .iter()
         .filter_map(|e| match &e.kind {
-            EventKind::DeferredDone { level, .. } => Some(*level),
+            EventKind::DeferredDone { level, .. } => Some(level.as_str()),
             _ => None,
         })
         .collect();

@@ -47,7 +47,7 @@ pub fn describe(e: &Event) -> String {
         } => format!("operator {by}: {} — {result}", command.describe()),
         EventKind::CommandRefused { sent, by, reason } => format!("operator {by}: refused {sent}: {reason}"),
         EventKind::Deferred { request, reason } => format!("deferred #{request}: {reason}"),
-        EventKind::DeferredDone { request, level } => format!("deferred #{request} ended: {level}"),
+        EventKind::DeferredDone { request, level } => format!("deferred #{request} ended: {}", level.as_str()),
         EventKind::RecordingFailed { path, error } => format!("recording to {path} stopped: {error}"),
         EventKind::Outcome(o) => format!("#{} {}", o.request, o.level.as_str()),
         EventKind::Request(r) => format!("#{} from {}", r.request.id, r.request.user),

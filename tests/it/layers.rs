@@ -1,0 +1,100 @@
+//! The layering docs/architecture.md states holds in the code: each
+//! top-level module of `src/` uses only those listed below it in the
+//! layout table (or on its own row), so there is no import cycle and
+//! dependencies point one way.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+/// Each module's row in the layout table, top first.
+fn ranks() -> BTreeMap<String, usize> {
+    let doc = std::fs::read_to_string("docs/architecture.md").expect("docs/architecture.md");
+    let mut ranks = BTreeMap::new();
+    let rows = doc.lines().skip_while(|l| !l.starts_with("| folder or file")).skip(2);
+    for (rank, row) in rows.take_while(|l| l.starts_with("| `")).enumerate() {
+        let first = row.split('|').nth(1).unwrap_or_default();
+        for name in first.split('`').skip(1).step_by(2) {
+            let module = name.trim_end_matches('/').trim_end_matches(".rs");
+            ranks.insert(module.to_string(), rank);
+        }
+    }
+    ranks
+}
+
+/// The top-level modules `text` names through `crate::`, outside its tests.
+fn uses(text: &str) -> Vec<String> {
+    let code = text.split("#[cfg(test)]").next().unwrap_or_default();
+    let mut found = Vec::new();
+    for (i, _) in code.match_indices("crate::") {
+        let rest = &code[i + "crate::".len()..];
+        if let Some(group) = rest.strip_prefix('{') {
+            let inner = group.split('}').next().unwrap_or_default();
+            found.extend(inner.split(',').filter_map(|p| p.trim().split("::").next()).map(str::to_string));
+        } else {
+            let name: String = rest.chars().take_while(|c| c.is_alphanumeric() || *c == '_').collect();
+            found.push(name);
+        }
+    }
+    found.retain(|n| !n.is_empty());
+    found
+}
+
+fn files(dir: &Path, out: &mut Vec<std::path::PathBuf>) {
+    for e in std::fs::read_dir(dir).expect("a source folder").flatten() {
+        let p = e.path();
+        if p.is_dir() {
+            files(&p, out);
+        } else if p.extension().is_some_and(|x| x == "rs") {
+            out.push(p);
+        }
+    }
+}
+
+#[test]
+fn every_module_uses_only_those_below_it() {
+    let ranks = ranks();
+    let mut wrong = Vec::new();
+    let mut unlisted = Vec::new();
+    let modules: Vec<_> = std::fs::read_dir("src")
+        .expect("src")
+        .flatten()
+        .map(|e| e.path())
+        .map(|p| (p.file_stem().and_then(|s| s.to_str()).unwrap_or_default().to_string(), p))
+        .filter(|(name, _)| name != "main" && name != "lib")
+        .collect();
+    for (name, path) in &modules {
+        let name = name.clone();
+        let Some(&rank) = ranks.get(&name) else {
+            unlisted.push(name);
+            continue;
+        };
+        let mut sources = Vec::new();
+        if path.is_dir() {
+            files(path, &mut sources);
+        } else {
+            sources.push(path.clone());
+        }
+        for file in sources {
+            let text = std::fs::read_to_string(&file).expect("a source file");
+            // Functions of the crate's root (`crate::log_dir`) are no module.
+            let used = uses(&text).into_iter().filter(|u| modules.iter().any(|(m, _)| m == u));
+            for used in used {
+                match ranks.get(&used) {
+                    Some(&r) if r < rank => wrong.push(format!("{} uses {used}, which is above it", file.display())),
+                    Some(_) => {}
+                    None => unlisted.push(used),
+                }
+            }
+        }
+    }
+    unlisted.sort();
+    unlisted.dedup();
+    assert!(unlisted.is_empty(), "not in docs/architecture.md's layout: {unlisted:?}");
+    assert!(wrong.is_empty(), "{wrong:#?}");
+}
+
+#[test]
+fn the_use_finder_reads_paths_and_groups() {
+    let text = "use crate::runner::Runner;\nuse crate::{clock::Clock, target};\nfn f() { crate::wire::x() }\n#[cfg(test)]\nuse crate::cli;";
+    assert_eq!(uses(text), ["runner", "clock", "target", "wire"]);
+}
