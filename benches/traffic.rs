@@ -10,8 +10,8 @@ use fusebox::request::{AgentRequest, Via};
 use fusebox::runner::Runner;
 use fusebox::target::Target;
 use fusebox::telemetry::events::{Arrival, Attempt, EventBus, EventKind};
+use fusebox::traffic::log::writer::{Content, Fsync, RecordOptions, Recorder};
 use fusebox::traffic::log::{Header, LogReader};
-use fusebox::traffic::record::{Content, Fsync, RecordOptions, Recorder};
 use fusebox::traffic::replay::{recorded_parts, replay, ReplayOptions};
 use std::io::Write;
 
@@ -129,7 +129,7 @@ fn replaying(c: &mut Criterion) {
     let dir = tempfile::tempdir().unwrap();
     let log = dir.path().join("gateway.jsonl");
     let file = std::fs::File::create(&log).unwrap();
-    fusebox::traffic::synth::gateway_log(REPLAYED, 2_000, &mut std::io::BufWriter::new(file)).unwrap();
+    fusebox::traffic::load::synth::gateway_log(REPLAYED, 2_000, &mut std::io::BufWriter::new(file)).unwrap();
     let cfg =
         Config::load(&std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/replay-bench.toml")).unwrap();
     // As the binary does for runs at --speed max.

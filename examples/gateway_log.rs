@@ -19,7 +19,7 @@ fn main() {
         std::process::exit(2);
     };
     let written = std::fs::File::create(path)
-        .and_then(|f| fusebox::traffic::synth::gateway_log(n, rps, &mut std::io::BufWriter::new(f)));
+        .and_then(|f| fusebox::traffic::load::synth::gateway_log(n, rps, &mut std::io::BufWriter::new(f)));
     if let Err(e) = written {
         eprintln!("error: {path}: {e}");
         std::process::exit(1);

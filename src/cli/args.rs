@@ -1,7 +1,7 @@
 //! Options several commands share, and the flag values they parse into.
 
 use crate::config::Config;
-use crate::traffic::record::{Content, RecordOptions, Recorder};
+use crate::traffic::log::writer::{Content, RecordOptions, Recorder};
 use anyhow::{bail, Context, Result};
 use std::path::PathBuf;
 use std::time::Duration;

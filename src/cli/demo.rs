@@ -9,7 +9,7 @@ use crate::config::Config;
 use crate::mockserver::MockServer;
 use crate::runner::{Runner, RunnerParts};
 use crate::traffic::load::run_scenario;
-use crate::traffic::scenario::Scenario;
+use crate::traffic::load::scenario::Scenario;
 use crate::tui::app::{Mode, Options};
 use anyhow::{bail, Result};
 use std::path::PathBuf;

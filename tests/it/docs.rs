@@ -5,8 +5,8 @@
 
 use crate::common::Serve;
 use fusebox::config::Config;
+use fusebox::traffic::load::scenario::Scenario;
 use fusebox::traffic::log::LogReader;
-use fusebox::traffic::scenario::Scenario;
 use fusebox::tui::keymap::KeyMap;
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};

@@ -142,7 +142,7 @@ at_s = 1
 target = "provider:openai"
 fault = { type = "latency", ms = 99999999999 }
 "#;
-    let e = fusebox::traffic::scenario::Scenario::parse(text, "x.toml")
+    let e = fusebox::traffic::load::scenario::Scenario::parse(text, "x.toml")
         .unwrap_err()
         .to_string();
     assert!(e.contains("timeline[0].fault.ms"), "{e}");

@@ -29,7 +29,12 @@ fn uses(text: &str) -> Vec<String> {
         let rest = &code[i + "crate::".len()..];
         if let Some(group) = rest.strip_prefix('{') {
             let inner = group.split('}').next().unwrap_or_default();
-            found.extend(inner.split(',').filter_map(|p| p.trim().split("::").next()).map(str::to_string));
+            found.extend(
+                inner
+                    .split(',')
+                    .filter_map(|p| p.trim().split("::").next())
+                    .map(str::to_string),
+            );
         } else {
             let name: String = rest.chars().take_while(|c| c.is_alphanumeric() || *c == '_').collect();
             found.push(name);
@@ -59,7 +64,12 @@ fn every_module_uses_only_those_below_it() {
         .expect("src")
         .flatten()
         .map(|e| e.path())
-        .map(|p| (p.file_stem().and_then(|s| s.to_str()).unwrap_or_default().to_string(), p))
+        .map(|p| {
+            (
+                p.file_stem().and_then(|s| s.to_str()).unwrap_or_default().to_string(),
+                p,
+            )
+        })
         .filter(|(name, _)| name != "main" && name != "lib")
         .collect();
     for (name, path) in &modules {
@@ -89,7 +99,10 @@ fn every_module_uses_only_those_below_it() {
     }
     unlisted.sort();
     unlisted.dedup();
-    assert!(unlisted.is_empty(), "not in docs/architecture.md's layout: {unlisted:?}");
+    assert!(
+        unlisted.is_empty(),
+        "not in docs/architecture.md's layout: {unlisted:?}"
+    );
     assert!(wrong.is_empty(), "{wrong:#?}");
 }
 

@@ -10,9 +10,9 @@ use fusebox::request::{AgentRequest, Via};
 use fusebox::runner::{Runner, RunnerParts};
 use fusebox::telemetry::events::{Arrival, EventKind};
 use fusebox::traffic::load::run_scenario;
+use fusebox::traffic::load::scenario::Scenario;
+use fusebox::traffic::log::writer::{Content, Fsync, RecordOptions, Recorder};
 use fusebox::traffic::log::{Header, LogReader, Record};
-use fusebox::traffic::record::{Content, Fsync, RecordOptions, Recorder};
-use fusebox::traffic::scenario::Scenario;
 use std::collections::HashMap;
 use std::time::Duration;
 
@@ -23,7 +23,7 @@ async fn record(
     tempfile::TempDir,
     std::path::PathBuf,
     u64,
-    fusebox::traffic::record::RecordStats,
+    fusebox::traffic::log::writer::RecordStats,
 ) {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("traffic.jsonl");

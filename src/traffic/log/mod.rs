@@ -14,6 +14,7 @@ mod format;
 mod query;
 mod rate;
 mod reader;
+pub mod writer;
 
 pub use check::{MAX_SPAN_MS, MAX_TOKENS};
 pub use error::LogError;

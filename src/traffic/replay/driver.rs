@@ -11,7 +11,7 @@ use crate::request::{AgentRequest, Via};
 use crate::runner::Runner;
 use crate::target::Target;
 use crate::traffic::log::{LogError, LogReader, OperatorRec, OutcomeRec, Record, RequestRec};
-use crate::traffic::prefetch::{GiveBack, Prefetched, Split};
+use crate::traffic::replay::prefetch::{GiveBack, Prefetched, Split};
 use parking_lot::Mutex;
 use std::cell::RefCell;
 use std::collections::{HashMap, VecDeque};

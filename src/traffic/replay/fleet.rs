@@ -4,7 +4,7 @@
 
 use crate::target::Target;
 use crate::traffic::log::AttemptRec;
-use crate::traffic::prefetch::GiveBack;
+use crate::traffic::replay::prefetch::GiveBack;
 use parking_lot::Mutex;
 use smallvec::SmallVec;
 use std::cell::RefCell;

@@ -10,6 +10,7 @@
 
 mod driver;
 mod fleet;
+pub mod prefetch;
 mod progress;
 mod recorded;
 mod request;

@@ -1,9 +1,9 @@
 //! Synthetic traffic logs for replay benchmarks: gateway-shaped traffic,
 //! seeded, so the same arguments give the same log.
 
-use super::log::{AttemptRec, Header, OutcomeRec, Record, RequestRec, VERSION};
 use crate::outcome::Level;
 use crate::request::Via;
+use crate::traffic::log::{AttemptRec, Header, OutcomeRec, Record, RequestRec, VERSION};
 use compact_str::format_compact;
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;

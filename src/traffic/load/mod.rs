@@ -3,7 +3,9 @@
 //! fault timeline, driven through the runner. Arrivals and request contents
 //! come from the seed, so a run is reproducible.
 
-use super::scenario::Scenario;
+pub mod scenario;
+pub mod synth;
+
 use crate::clock::{purpose, Seed};
 use crate::command::{Command, Issuer};
 use crate::outcome::Outcome;
@@ -11,6 +13,7 @@ use crate::provider::Message;
 use crate::request::AgentRequest;
 use crate::runner::Runner;
 use compact_str::format_compact;
+use scenario::Scenario;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::task::JoinSet;

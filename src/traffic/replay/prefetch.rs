@@ -12,7 +12,7 @@
 //! consumer asks for it. What is made then is still in a cache when the
 //! consumer uses it, instead of made seconds ahead and evicted since.
 
-use super::log::{LogError, LogReader, Record};
+use crate::traffic::log::{LogError, LogReader, Record};
 use crossbeam_channel::{bounded, unbounded, Receiver, Select, Sender, TrySendError};
 use std::collections::VecDeque;
 

@@ -11,8 +11,8 @@
 //! its end. Message content is recorded only when asked (`full`), or as a
 //! hash; auth headers never are.
 
-use super::log::rate_headers;
-use super::log::{AttemptRec, Header, Key, OperatorRec, OutcomeRec, Record, RequestRec, TransitionRec};
+use super::rate_headers;
+use super::{AttemptRec, Header, Key, OperatorRec, OutcomeRec, Record, RequestRec, TransitionRec};
 use crate::clock::hash_str;
 use crate::runner::Runner;
 use crate::telemetry::events::Transition;
