@@ -5,6 +5,7 @@
 pub mod args;
 mod compare;
 pub mod demo;
+pub mod keys;
 pub mod replay;
 pub mod run;
 pub mod serve;
@@ -49,6 +50,9 @@ enum Cmd {
         #[arg(long, default_value_t = 42)]
         seed: u64,
     },
+    /// Make caller keys and operator tokens (printed once; the config keeps their hashes).
+    #[command(subcommand)]
+    Keys(keys::KeysCmd),
     /// Measure the decision path with an instant provider on all cores.
     Bench {
         /// Decisions to make.
@@ -146,6 +150,7 @@ fn dispatch(cli: Cli) -> Result<()> {
             Ok(())
         }
         Cmd::Mock { listen, seed } => mock(&listen, seed),
+        Cmd::Keys(cmd) => keys::keys(cmd),
     }
 }
 

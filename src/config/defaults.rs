@@ -104,6 +104,8 @@ impl Default for Config {
             retry: RetryConfig::default(),
             degradation: DegradationConfig::default(),
             state: StateConfig::default(),
+            keys: BTreeMap::new(),
+            operators: BTreeMap::new(),
         }
     }
 }

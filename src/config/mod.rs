@@ -7,11 +7,13 @@ use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::path::Path;
 
+pub mod access;
 mod defaults;
 mod fleet;
 mod resilience;
 mod validate;
 
+pub use access::{KeyConfig, OperatorConfig};
 pub use fleet::*;
 pub use resilience::*;
 
@@ -107,6 +109,13 @@ pub struct Config {
     pub degradation: DegradationConfig,
     /// Where state shared by a fleet of instances lives.
     pub state: StateConfig,
+    /// Caller keys by name: with any, a gateway call needs one.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub keys: BTreeMap<String, KeyConfig>,
+    /// Operator tokens by operator name: with any, the admin endpoints
+    /// need one.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub operators: BTreeMap<String, OperatorConfig>,
 }
 
 /// Where state shared by a fleet of instances lives (`--state` overrides

@@ -53,6 +53,7 @@ impl Config {
         self.check_models(c)?;
         self.check_routes(c)?;
         self.check_tools(c)?;
+        self.check_access(c)?;
         validate_breaker(&self.breaker, "breaker", c)?;
         self.check_settings(c)
     }
@@ -158,6 +159,52 @@ impl Config {
                 }
             }
             c.ratio(&format!("routes.{name}.max_tokens_factor"), r.max_tokens_factor, false)?;
+        }
+        Ok(())
+    }
+
+    /// Keys name a user and what they may call; no two secrets share a hash.
+    fn check_access(&self, c: &Check) -> Result<(), ConfigError> {
+        let max = crate::limits::MAX_NAME_LEN;
+        let mut seen = std::collections::HashMap::new();
+        let hashes = self.keys.iter().map(|(n, k)| (format!("keys.{n}"), k.hash));
+        let hashes = hashes.chain(self.operators.iter().map(|(n, o)| (format!("operators.{n}"), o.hash)));
+        for (at, hash) in hashes {
+            if let Some(first) = seen.insert(hash, at.clone()) {
+                return Err(c.bad(
+                    format!("{at}.hash"),
+                    format!("the same secret as {first}: give each key and token its own"),
+                ));
+            }
+        }
+        for (name, k) in &self.keys {
+            if k.user.trim().is_empty() || k.user.len() > max {
+                return Err(c.bad(
+                    format!("keys.{name}.user"),
+                    format!("name the user its calls are billed to (1 to {max} bytes)"),
+                ));
+            }
+            for (i, r) in k.routes.iter().enumerate() {
+                let known = self.routes.contains_key(r)
+                    || self
+                        .models
+                        .iter()
+                        .any(|(m, cfg)| m == r || cfg.api_name.as_deref() == Some(r));
+                if !known {
+                    return Err(c.bad(
+                        format!("keys.{name}.routes[{i}]"),
+                        format!("unknown route or model `{r}`; routes: {}", keys(&self.routes)),
+                    ));
+                }
+            }
+            if let Some(usd) = k.budgets.and_then(|b| b.cost_per_day_usd) {
+                if !(usd.is_finite() && usd >= 0.0) {
+                    return Err(c.bad(
+                        format!("keys.{name}.budgets.cost_per_day_usd"),
+                        format!("{usd} must be 0 (unlimited) or more"),
+                    ));
+                }
+            }
         }
         Ok(())
     }

@@ -1,43 +1,226 @@
-//! Bearer-token auth: required when the gateway listens beyond loopback,
-//! compared in constant time so response timing does not leak the token.
+//! Who a request is. A caller by its API key: its calls are the key's
+//! user's, whatever a `user` field or header says, and go only where the
+//! key may. An operator by its token, with the scope it grants: `view`
+//! (metrics, snapshots, events) or `operate` (commands too). Where no keys
+//! or tokens are configured, the gateway's one bearer token guards every
+//! endpoint (required off loopback), compared in constant time.
+//!
+//! Keys and tokens are looked up by their SHA-256: the gateway never holds
+//! one in clear, and a lookup's timing tells nothing of the secret.
 
 use super::{error, Gateway};
+use crate::config::access::{Scope, SecretHash};
+use crate::config::Config;
 use axum::extract::{Request, State};
 use axum::http::{header, StatusCode};
 use axum::middleware::Next;
 use axum::response::Response;
+use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::time::{SystemTime, UNIX_EPOCH};
 use subtle::ConstantTimeEq;
 
-/// Whether serving `addr` requires an auth token (it is not loopback).
+/// A caller, as its key says.
+#[derive(Debug)]
+pub struct Caller {
+    /// The key's name (never the key).
+    pub key: String,
+    /// Whose calls these are.
+    pub user: String,
+    /// The routes or models it may call (empty: all).
+    pub routes: Vec<String>,
+    /// When the key stops working (ms since the Unix epoch).
+    pub expires_ms: Option<u64>,
+}
+
+impl Caller {
+    /// The caller a request was let in as, where keys are in use.
+    pub(super) fn of(ext: &axum::http::Extensions) -> Option<Arc<Caller>> {
+        ext.get::<Arc<Caller>>().cloned()
+    }
+
+    /// Why it may not call route or model `name`, if it may not.
+    pub fn refusal(&self, name: &str) -> Option<String> {
+        if self.routes.is_empty() || self.routes.iter().any(|r| r == name) {
+            return None;
+        }
+        Some(format!(
+            "API key `{}` may not call `{name}`; it may call: {}",
+            self.key,
+            self.routes.join(", ")
+        ))
+    }
+
+    /// The user its calls are billed to, whatever `given` (a `user` field
+    /// or header) says; without a key, `given`.
+    pub fn user_of(caller: Option<&Caller>, given: Option<String>) -> String {
+        match caller {
+            Some(c) => c.user.clone(),
+            None => given.unwrap_or_else(|| "anonymous".to_string()),
+        }
+    }
+}
+
+/// An operator, as its token says.
+#[derive(Debug)]
+pub struct Operator {
+    /// The operator's name.
+    pub name: String,
+    /// What the token grants.
+    pub scope: Scope,
+}
+
+/// Everyone the gateway knows.
+pub(super) struct Access {
+    keys: HashMap<SecretHash, Arc<Caller>>,
+    operators: HashMap<SecretHash, Arc<Operator>>,
+    /// The one bearer token, where keys or operator tokens are not used.
+    token: Option<String>,
+}
+
+impl Access {
+    /// The keys and operator tokens of `cfg`, and the one bearer token.
+    pub fn new(cfg: &Config, token: Option<String>) -> Self {
+        let keys = cfg
+            .keys
+            .iter()
+            .map(|(name, k)| {
+                let caller = Caller {
+                    key: name.clone(),
+                    user: k.user.clone(),
+                    routes: k.routes.clone(),
+                    expires_ms: k.expires.map(|e| e.unix_ms()),
+                };
+                (k.hash, Arc::new(caller))
+            })
+            .collect();
+        let operators = cfg
+            .operators
+            .iter()
+            .map(|(name, o)| {
+                let op = Operator {
+                    name: name.clone(),
+                    scope: o.scope,
+                };
+                (o.hash, Arc::new(op))
+            })
+            .collect();
+        Self { keys, operators, token }
+    }
+
+    /// Whether any request needs checking at all.
+    pub fn checks(&self) -> bool {
+        self.token.is_some() || !self.keys.is_empty() || !self.operators.is_empty()
+    }
+
+    /// Why serving beyond loopback would leave a door open, if it would.
+    pub fn open_door(&self) -> Option<&'static str> {
+        if self.token.is_some() {
+            return None;
+        }
+        if self.keys.is_empty() {
+            return Some("calls need caller keys ([keys] in the config) or an auth token");
+        }
+        if self.operators.is_empty() {
+            return Some("the admin endpoints need operator tokens ([operators] in the config) or an auth token");
+        }
+        None
+    }
+}
+
+/// Whether serving `addr` requires credentials (it is not loopback).
 pub fn needs_token(addr: &SocketAddr) -> bool {
     !addr.ip().is_loopback()
 }
 
-/// Refuses requests without the configured bearer token (401, OpenAI-shaped).
-/// Health probes pass without one.
-pub(super) async fn check(State(gw): State<Arc<Gateway>>, req: Request, next: Next) -> Response {
-    let Some(token) = &gw.opts.auth_token else {
-        return next.run(req).await;
-    };
-    if matches!(req.uri().path(), "/healthz" | "/readyz") {
-        return next.run(req).await;
+/// What an endpoint asks of whoever calls it.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Door {
+    /// Health probes: nothing.
+    Open,
+    /// Model calls: a caller key.
+    Call,
+    /// Metrics: an operator token that may view.
+    View,
+    /// Commands: one that may operate.
+    Operate,
+}
+
+fn door(path: &str) -> Door {
+    match path {
+        "/healthz" | "/readyz" => Door::Open,
+        "/metrics" => Door::View,
+        "/_fusebox/commands" => Door::Operate,
+        p if p.starts_with("/_fusebox/") => Door::View,
+        _ => Door::Call,
     }
-    // The scheme is case-insensitive (RFC 7235).
-    let given = req
-        .headers()
+}
+
+/// The bearer credential of `req` (the scheme is case-insensitive, RFC
+/// 7235), or an empty one.
+fn bearer(req: &Request) -> &[u8] {
+    req.headers()
         .get(header::AUTHORIZATION)
         .map(|v| v.as_bytes())
         .filter(|v| v.len() > 7 && v[..7].eq_ignore_ascii_case(b"bearer "))
-        .map_or(&[][..], |v| &v[7..]);
-    if bool::from(given.ct_eq(token.as_bytes())) {
-        next.run(req).await
-    } else {
-        error(
-            StatusCode::UNAUTHORIZED,
-            "missing or wrong bearer token: send `Authorization: Bearer <token>` with the gateway's token",
-            None,
-        )
+        .map_or(&[][..], |v| &v[7..])
+}
+
+fn unauthorized(message: &str) -> Response {
+    error(StatusCode::UNAUTHORIZED, message, None)
+}
+
+/// Lets a request through if its credentials open its door, with who it
+/// is (a [`Caller`] or an [`Operator`]) in its extensions; else 401 or 403,
+/// OpenAI-shaped.
+pub(super) async fn check(State(gw): State<Arc<Gateway>>, mut req: Request, next: Next) -> Response {
+    let access = &gw.access;
+    let door = door(req.uri().path());
+    if door == Door::Open {
+        return next.run(req).await;
     }
+    let given = bearer(&req);
+    let hash = || SecretHash::of(&String::from_utf8_lossy(given));
+    match door {
+        Door::Call if !access.keys.is_empty() => match access.keys.get(&hash()) {
+            None => unauthorized(
+                "missing or unknown API key: send `Authorization: Bearer <key>` with a key this gateway issued",
+            ),
+            Some(c) if c.expires_ms.is_some_and(|at| at <= now_ms()) => {
+                unauthorized(&format!("API key `{}` has expired; ask for a new one", c.key))
+            }
+            Some(c) => {
+                req.extensions_mut().insert(c.clone());
+                next.run(req).await
+            }
+        },
+        Door::View | Door::Operate if !access.operators.is_empty() => match access.operators.get(&hash()) {
+            None => unauthorized("this endpoint needs an operator token: send `Authorization: Bearer <token>`"),
+            Some(op) if door == Door::Operate && op.scope == Scope::View => error(
+                StatusCode::FORBIDDEN,
+                &format!(
+                    "operator {}'s token may view, not operate: commands need an `operate` token",
+                    op.name
+                ),
+                None,
+            ),
+            Some(op) => {
+                req.extensions_mut().insert(op.clone());
+                next.run(req).await
+            }
+        },
+        _ => match &access.token {
+            Some(t) if !bool::from(given.ct_eq(t.as_bytes())) => unauthorized(
+                "missing or wrong bearer token: send `Authorization: Bearer <token>` with the gateway's token",
+            ),
+            _ => next.run(req).await,
+        },
+    }
+}
+
+fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
 }

@@ -4,6 +4,7 @@
 //! client's API: the upstream's own body when a model of the client's API
 //! answered, a translation otherwise.
 
+use super::auth::Caller;
 use super::{Gateway, Shared};
 use crate::limits::MAX_NAME_LEN;
 use crate::runner::chat::{Chat, ChatEnd, ChatRequest};
@@ -118,13 +119,17 @@ async fn handle(gw: Arc<Gateway>, api: Api, req: axum::extract::Request) -> Resp
     if gw.runner.route_for(&asked.model).is_none() {
         return unknown_model(&gw, api, &asked.model);
     }
+    let caller = Caller::of(&parts.extensions);
+    if let Some(why) = caller.as_ref().and_then(|c| c.refusal(&asked.model)) {
+        return api.error(StatusCode::FORBIDDEN, &why, Some("model"));
+    }
     let stream = asked.stream;
     let client = Client {
         api,
         include_usage: asked.include_usage,
         echo: (api == Api::Responses).then(|| responses::Echo::of(&body)),
     };
-    let req = match chat_request(&gw, &parts.headers, asked) {
+    let req = match chat_request(&gw, &parts.headers, asked, caller.as_deref()) {
         Ok(r) => r,
         Err((field, why)) => return api.error(StatusCode::BAD_REQUEST, &why, Some(field)),
     };
@@ -165,12 +170,20 @@ pub(super) fn name_in(field: &'static str, value: Option<&[u8]>) -> Result<Optio
     Ok(Some(s.to_string()))
 }
 
-fn chat_request(gw: &Gateway, headers: &HeaderMap, asked: Request) -> Result<ChatRequest, (&'static str, String)> {
+/// The runner's call for what a client `asked`, made as `caller` where a
+/// key let it in.
+fn chat_request(
+    gw: &Gateway,
+    headers: &HeaderMap,
+    asked: Request,
+    caller: Option<&Caller>,
+) -> Result<ChatRequest, (&'static str, String)> {
     let header = |name| headers.get(name).map(HeaderValue::as_bytes);
-    let user = match name_in("user", asked.params.user.as_deref().map(str::as_bytes))? {
-        Some(u) => u,
-        None => name_in(H_USER, header(H_USER))?.unwrap_or_else(|| "anonymous".to_string()),
+    let given = match name_in("user", asked.params.user.as_deref().map(str::as_bytes))? {
+        Some(u) => Some(u),
+        None => name_in(H_USER, header(H_USER))?,
     };
+    let user = Caller::user_of(caller, given);
     // Session quotas (steps, concurrency, tokens per conversation) apply to
     // the conversations an agent names; an unnamed call is a conversation of
     // its own, or every call of a user would add up to one endless one.

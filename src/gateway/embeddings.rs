@@ -3,6 +3,7 @@
 //! the user's budgets (one attempt; no fallback, as another model's vectors
 //! would not compare). The upstream's answer comes back as it sent it.
 
+use super::auth::Caller;
 use super::chat::{name_in, outcome_headers, Api};
 use super::Shared;
 use crate::runner::embed::{EmbedCall, EmbedEnd};
@@ -67,8 +68,12 @@ pub(super) async fn embeddings(State(gw): Shared, req: axum::extract::Request) -
             parts.headers.get("x-fusebox-user").map(|v| v.as_bytes()),
         ),
     };
+    let caller = Caller::of(&parts.extensions);
+    if let Some(why) = caller.as_ref().and_then(|c| c.refusal(&model)) {
+        return api.error(StatusCode::FORBIDDEN, &why, Some("model"));
+    }
     let user = match given {
-        Ok(u) => u.unwrap_or_else(|| "anonymous".to_string()),
+        Ok(u) => Caller::user_of(caller.as_deref(), u),
         Err((field, why)) => return api.error(StatusCode::BAD_REQUEST, &why, Some(field)),
     };
     let call = EmbedCall {

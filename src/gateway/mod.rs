@@ -67,6 +67,8 @@ struct Gateway {
     latency: Latency,
     /// Open and refused connections.
     conns: Arc<ConnCounts>,
+    /// Who may do what.
+    access: auth::Access,
 }
 
 type Shared = State<Arc<Gateway>>;
@@ -74,9 +76,11 @@ type Shared = State<Arc<Gateway>>;
 /// The gateway's routes over `runner`; `conns` counts its connections.
 pub fn router(runner: Arc<Runner>, opts: GatewayOptions, conns: Arc<ConnCounts>) -> Router {
     let max_body = opts.max_body;
+    let access = auth::Access::new(runner.config(), opts.auth_token.clone());
     let gw = Arc::new(Gateway {
         runner,
         opts,
+        access,
         next_id: AtomicU64::new(1),
         latency: Latency::default(),
         conns,
@@ -95,10 +99,11 @@ pub fn router(runner: Arc<Runner>, opts: GatewayOptions, conns: Arc<ConnCounts>)
         .fallback(not_found)
         // Bodies are read with their own limit (an OpenAI-shaped 413).
         .layer(DefaultBodyLimit::max(max_body.saturating_add(1)));
-    // Without a token (loopback) there is nothing to check.
-    let router = match gw.opts.auth_token {
-        Some(_) => router.layer(axum::middleware::from_fn_with_state(gw.clone(), auth::check)),
-        None => router,
+    // Without keys or tokens (loopback) there is nothing to check.
+    let router = if gw.access.checks() {
+        router.layer(axum::middleware::from_fn_with_state(gw.clone(), auth::check))
+    } else {
+        router
     };
     router.with_state(gw)
 }
@@ -110,9 +115,10 @@ pub async fn spawn(runner: Arc<Runner>, addr: &str, opts: GatewayOptions) -> any
         .await
         .map_err(|e| anyhow::anyhow!("cannot listen on {addr}: {e}"))?;
     let local = listener.local_addr()?;
-    if needs_token(&local) && opts.auth_token.is_none() {
+    let open = auth::Access::new(runner.config(), opts.auth_token.clone()).open_door();
+    if let Some(why) = open.filter(|_| needs_token(&local)) {
         anyhow::bail!(
-            "{local} is not a loopback address: serving it needs an auth token (--auth-token-env VAR naming a variable that holds it)"
+            "{local} is not a loopback address: {why} (--auth-token-env VAR names a variable that holds a token)"
         );
     }
     let limits = opts.conns;
@@ -236,12 +242,16 @@ async fn command(State(gw): Shared, req: axum::extract::Request) -> Response {
         Ok(b) => b,
         Err((status, why)) => return closing(error(status, &why, None)),
     };
-    let by = Issuer::operator(
-        headers
-            .get("x-fusebox-operator")
-            .and_then(|v| v.to_str().ok())
-            .unwrap_or("api"),
-    );
+    // An operator token names its holder; else the header does.
+    let by = match parts.extensions.get::<Arc<auth::Operator>>() {
+        Some(op) => Issuer::operator(&op.name),
+        None => Issuer::operator(
+            headers
+                .get("x-fusebox-operator")
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or("api"),
+        ),
+    };
     let cmd: Command = match serde_json::from_slice(&body) {
         Ok(c) => c,
         Err(e) => {

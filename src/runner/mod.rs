@@ -343,9 +343,16 @@ impl Runner {
         let model_routes = model_routes(&routes, &models);
         let (tool_slots, tool_index) = tool_slots(&cfg, |t| breaker(&mut registry, t));
         let spool = spool.map(|p| Spool::open(&p)).transpose()?;
+        let budgets = Budgets::new(cfg.budgets.clone(), events.clone());
+        // A caller key's user has the key's budgets.
+        for k in cfg.keys.values() {
+            if let Some(own) = k.budgets {
+                budgets.set_own(&k.user, own);
+            }
+        }
         Ok(Arc::new(Self {
             executor: tools.unwrap_or_else(|| Arc::new(MockTools::new(seed, faults.clone()))),
-            budgets: Budgets::new(cfg.budgets.clone(), events.clone()),
+            budgets,
             sessions: Sessions::new(cfg.sessions.clone()),
             retry_budget: RetryBudget::new(&cfg.retry, now),
             cache: ResultCache::new(cfg.degradation.cache_capacity),

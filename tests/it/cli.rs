@@ -722,3 +722,47 @@ fn the_summary_counts_re_driven_deferred_requests_by_how_they_ended() {
     assert_eq!(redriven, deferred, "every deferred request was re-driven: {r}");
     assert!(r["none"].as_u64().unwrap() > 0, "{r}");
 }
+
+/// `fusebox keys new` prints a key once (stderr) and a config entry that
+/// holds only its hash (stdout), which a config takes as it is; a
+/// gateway with that config lets the key in as its user.
+#[tokio::test]
+async fn a_new_key_goes_in_the_config_and_opens_the_gateway() {
+    let o = fusebox(&["keys", "new", "app", "--user", "alice", "--route", "default"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let secret = String::from_utf8_lossy(&o.stderr).lines().last().unwrap().to_string();
+    assert!(secret.starts_with("fbx_") && secret.len() == 68, "{secret}");
+    let entry = String::from_utf8(o.stdout).unwrap();
+    assert!(
+        !entry.contains(&secret),
+        "the config entry holds the hash only: {entry}"
+    );
+    let cfg = fusebox::config::Config::parse(&entry, "keys.toml").unwrap();
+    let key = cfg.keys["app"].clone();
+    assert_eq!(key.hash, fusebox::config::access::SecretHash::of(&secret));
+    assert_eq!(
+        (key.user.as_str(), key.routes.as_slice()),
+        ("alice", &["default".to_string()][..])
+    );
+    let f = crate::gateway::gateway(cfg, fusebox::gateway::GatewayOptions::default()).await;
+    let r = f
+        .http
+        .post(format!("{}/v1/chat/completions", f.base))
+        .bearer_auth(&secret)
+        .json(&crate::gateway::ask("default", "x"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    // The hash of what `keys hash` reads is the one in the entry.
+    let mut child = Command::new(env!("CARGO_BIN_EXE_fusebox"))
+        .args(["keys", "hash"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    use std::io::Write;
+    child.stdin.take().unwrap().write_all(secret.as_bytes()).unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), key.hash.to_string());
+}

@@ -4,6 +4,7 @@
 //! `tests/http_clients.rs` stays apart because it sets a process environment
 //! variable, which is only sound while no other test runs in the process.
 
+mod access;
 mod breaker_props;
 mod cli;
 mod common;

@@ -9,6 +9,7 @@
 
 mod exceeded;
 
+use crate::config::access::UserBudgets;
 use crate::config::BudgetConfig;
 use crate::resilience::evict;
 use crate::resilience::notice::{Announce, BudgetWarning, Notice};
@@ -71,6 +72,8 @@ fn adjust(windows: [(&mut Win, u64, f64); 4], now_ms: u64) {
 
 #[derive(Default)]
 struct UserState {
+    /// Its limits: the defaults, or its own.
+    limits: Limits,
     minute: Win,
     hour: Win,
     day: Win,
@@ -80,6 +83,29 @@ struct UserState {
     rejections: u64,
     /// Minute period of the last announced refusal.
     announced: u64,
+}
+
+/// A user's limits: tokens per minute, hour and day, USD per day (0 =
+/// unlimited).
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+struct Limits {
+    minute: f64,
+    hour: f64,
+    day: f64,
+    cost_day: f64,
+}
+
+impl Limits {
+    /// The defaults of `c`, with `own` in their place where it says.
+    fn of(c: &BudgetConfig, own: Option<&UserBudgets>) -> Self {
+        let pick = |own: Option<u64>, default: u64| own.unwrap_or(default) as f64;
+        Self {
+            minute: pick(own.and_then(|o| o.tokens_per_minute), c.user_tokens_per_minute),
+            hour: pick(own.and_then(|o| o.tokens_per_hour), c.user_tokens_per_hour),
+            day: pick(own.and_then(|o| o.tokens_per_day), c.user_tokens_per_day),
+            cost_day: own.and_then(|o| o.cost_per_day_usd).unwrap_or(c.user_cost_per_day_usd),
+        }
+    }
 }
 
 #[derive(Default)]
@@ -127,6 +153,8 @@ pub struct Budgets {
     /// The last computed global pressure (f64 bits), read without the lock.
     pressure: AtomicU64,
     evictions: AtomicU64,
+    /// The users with budgets of their own (a caller key's).
+    own: parking_lot::RwLock<std::collections::HashMap<String, UserBudgets>>,
 }
 
 struct Check<'a> {
@@ -183,6 +211,18 @@ impl Budgets {
             global: Mutex::new(GlobalState::default()),
             pressure: AtomicU64::new(0),
             evictions: AtomicU64::new(0),
+            own: Default::default(),
+        }
+    }
+
+    /// Gives `user` budgets of its own in place of the defaults (a caller
+    /// key's), from its next reservation on.
+    pub fn set_own(&self, user: &str, budgets: UserBudgets) {
+        let limits = Limits::of(&self.cfg, Some(&budgets));
+        self.own.write().insert(user.to_string(), budgets);
+        let mut users = super::lock(&self.users);
+        if let Some(slot) = users.find(user) {
+            users.get_mut(slot).limits = limits;
         }
     }
 
@@ -198,7 +238,13 @@ impl Budgets {
             None => {
                 let gone = users.make_room(self.cfg.max_tracked_users, now_ms, self.cfg.idle_evict_s * 1000);
                 self.evictions.fetch_add(gone as u64, Ordering::Relaxed);
-                users.find_or_add(user, UserState::default).0
+                let limits = Limits::of(c, self.own.read().get(user));
+                users
+                    .find_or_add(user, || UserState {
+                        limits,
+                        ..UserState::default()
+                    })
+                    .0
             }
         };
         let u = users.get_mut(slot);
@@ -215,10 +261,10 @@ impl Budgets {
             user,
         };
         let checked = uc
-            .over(&u.minute, t, c.user_tokens_per_minute as f64, "tokens/minute")
-            .and_then(|_| uc.over(&u.hour, t, c.user_tokens_per_hour as f64, "tokens/hour"))
-            .and_then(|_| uc.over(&u.day, t, c.user_tokens_per_day as f64, "tokens/day"))
-            .and_then(|_| uc.over(&u.cost_day, cost, c.user_cost_per_day_usd, "cost/day (USD)"));
+            .over(&u.minute, t, u.limits.minute, "tokens/minute")
+            .and_then(|_| uc.over(&u.hour, t, u.limits.hour, "tokens/hour"))
+            .and_then(|_| uc.over(&u.day, t, u.limits.day, "tokens/day"))
+            .and_then(|_| uc.over(&u.cost_day, cost, u.limits.cost_day, "cost/day (USD)"));
         if let Err(e) = checked {
             return Err(Self::refused(u, e, now_ms));
         }
@@ -268,10 +314,11 @@ impl Budgets {
         u.day.used += t;
         u.cost_day.used += cost;
         u.in_flight += 1;
-        uc.warn(&mut u.minute, c.user_tokens_per_minute as f64, "user tokens/minute");
-        uc.warn(&mut u.hour, c.user_tokens_per_hour as f64, "user tokens/hour");
-        uc.warn(&mut u.day, c.user_tokens_per_day as f64, "user tokens/day");
-        uc.warn(&mut u.cost_day, c.user_cost_per_day_usd, "user cost/day (USD)");
+        let l = u.limits;
+        uc.warn(&mut u.minute, l.minute, "user tokens/minute");
+        uc.warn(&mut u.hour, l.hour, "user tokens/hour");
+        uc.warn(&mut u.day, l.day, "user tokens/day");
+        uc.warn(&mut u.cost_day, l.cost_day, "user cost/day (USD)");
         Ok(Reservation {
             user: slot,
             tokens: t,
@@ -350,9 +397,9 @@ impl Budgets {
             let mut users = super::lock(&self.users);
             let u = users.get_mut(r.user);
             let name = || format!("user {user}");
-            consider(&u.minute, MINUTE, c.user_tokens_per_minute, &name, "tokens/minute");
-            consider(&u.hour, HOUR, c.user_tokens_per_hour, &name, "tokens/hour");
-            consider(&u.day, DAY, c.user_tokens_per_day, &name, "tokens/day");
+            consider(&u.minute, MINUTE, u.limits.minute as u64, &name, "tokens/minute");
+            consider(&u.hour, HOUR, u.limits.hour as u64, &name, "tokens/hour");
+            consider(&u.day, DAY, u.limits.day as u64, &name, "tokens/day");
         }
         let g = super::lock(&self.global);
         let global = || "global".to_string();
@@ -394,7 +441,6 @@ impl Budgets {
 
     /// The `n` users with the highest budget pressure.
     pub fn top_users(&self, n: usize, now_ms: u64) -> Vec<UserView> {
-        let c = &self.cfg;
         let share = |used: f64, limit: f64| if limit > 0.0 { used / limit } else { 0.0 };
         let cur = |w: &Win, len: u64| if w.holds(now_ms, len) { w.used } else { 0.0 };
         let mut all: Vec<UserView> = super::lock(&self.users)
@@ -403,10 +449,10 @@ impl Budgets {
                 let tokens = [cur(&u.minute, MINUTE), cur(&u.hour, HOUR), cur(&u.day, DAY)];
                 let cost_day = cur(&u.cost_day, DAY);
                 let shares = [
-                    share(tokens[0], c.user_tokens_per_minute as f64),
-                    share(tokens[1], c.user_tokens_per_hour as f64),
-                    share(tokens[2], c.user_tokens_per_day as f64),
-                    share(cost_day, c.user_cost_per_day_usd),
+                    share(tokens[0], u.limits.minute),
+                    share(tokens[1], u.limits.hour),
+                    share(tokens[2], u.limits.day),
+                    share(cost_day, u.limits.cost_day),
                 ];
                 UserView {
                     user: user.to_string(),

@@ -1,0 +1,204 @@
+//! Who may do what, over real sockets: a caller is who its key says and
+//! goes only where the key may, within the key's budgets; operator tokens
+//! grant `view` or `operate`; wrong credentials get an OpenAI-shaped 401;
+//! no secret shows in an answer or an event.
+
+use crate::gateway::{ask, gateway, Fleet};
+use fusebox::config::access::{Instant, OperatorConfig, Scope, SecretHash, UserBudgets};
+use fusebox::config::{Config, KeyConfig};
+use fusebox::gateway::GatewayOptions;
+use fusebox::telemetry::events::EventKind;
+use serde_json::{json, Value};
+use std::time::{Duration, SystemTime};
+
+const ALICE: &str = "sk-alice-0123456789";
+const BOB: &str = "sk-bob-0123456789";
+const OLD: &str = "sk-old-0123456789";
+const ANA: &str = "op-ana-0123456789";
+const VIC: &str = "op-vic-0123456789";
+const SECRETS: [&str; 5] = [ALICE, BOB, OLD, ANA, VIC];
+
+fn key(secret: &str, user: &str) -> KeyConfig {
+    KeyConfig {
+        hash: SecretHash::of(secret),
+        user: user.into(),
+        routes: Vec::new(),
+        expires: None,
+        budgets: None,
+    }
+}
+
+fn config() -> Config {
+    let mut cfg = Config::default();
+    let mut alice = key(ALICE, "alice");
+    alice.routes = vec!["default".into()];
+    let mut bob = key(BOB, "bob");
+    bob.budgets = Some(UserBudgets {
+        tokens_per_minute: Some(100),
+        ..UserBudgets::default()
+    });
+    let mut old = key(OLD, "carol");
+    old.expires = Some(Instant(SystemTime::now() - Duration::from_secs(60)));
+    cfg.keys = [("alice-app", alice), ("bob-app", bob), ("old-app", old)]
+        .map(|(n, k)| (n.to_string(), k))
+        .into();
+    cfg.operators = [("ana", ANA, Scope::Operate), ("vic", VIC, Scope::View)]
+        .map(|(n, s, scope)| {
+            let op = OperatorConfig {
+                hash: SecretHash::of(s),
+                scope,
+            };
+            (n.to_string(), op)
+        })
+        .into();
+    cfg.validate("test").unwrap();
+    cfg
+}
+
+impl Fleet {
+    /// Sends `body` to `path` with `secret` as the bearer credential (and
+    /// `headers`); the status and the JSON answer.
+    async fn send(&self, path: &str, secret: Option<&str>, headers: &[(&str, &str)], body: &Value) -> (u16, Value) {
+        let mut r = self.http.post(format!("{}{path}", self.base)).json(body);
+        if let Some(s) = secret {
+            r = r.bearer_auth(s);
+        }
+        for (k, v) in headers {
+            r = r.header(*k, *v);
+        }
+        let r = r.send().await.unwrap();
+        let status = r.status().as_u16();
+        (status, r.json().await.unwrap_or(Value::Null))
+    }
+}
+
+/// No secret is in `text`.
+fn keeps_no_secret(text: &str) {
+    for s in SECRETS {
+        assert!(!text.contains(s), "a secret leaked: {text}");
+    }
+}
+
+#[tokio::test]
+async fn a_caller_is_billed_to_its_keys_user_whatever_it_says() {
+    let f = gateway(config(), GatewayOptions::default()).await;
+    let mut events = f.runner.events().subscribe();
+    let spoof = [("x-fusebox-user", "eve")];
+    let (status, v) = f
+        .send("/v1/chat/completions", Some(ALICE), &spoof, &ask("default", "mallory"))
+        .await;
+    assert_eq!(status, 200, "{v}");
+    let users: Vec<String> = f
+        .runner
+        .budgets()
+        .top_users(10, f.runner.clock().elapsed_ms())
+        .into_iter()
+        .map(|u| u.user)
+        .collect();
+    assert_eq!(users, ["alice"], "billed to the key's user only");
+    let mut seen = String::new();
+    while let Ok(e) = events.try_recv() {
+        if let EventKind::Outcome(o) = &e.kind {
+            assert_eq!(o.user, "alice");
+        }
+        seen.push_str(&serde_json::to_string(&e).unwrap());
+    }
+    keeps_no_secret(&seen);
+}
+
+#[tokio::test]
+async fn a_key_goes_only_where_it_may_and_within_its_budgets() {
+    let f = gateway(config(), GatewayOptions::default()).await;
+    let (status, v) = f
+        .send("/v1/chat/completions", Some(ALICE), &[], &ask("gpt-4o", "a"))
+        .await;
+    assert_eq!(status, 403, "{v}");
+    assert_eq!(v["error"]["param"], "model");
+    assert!(
+        v["error"]["message"].as_str().unwrap().contains("may call: default"),
+        "{v}"
+    );
+    // Bob's own budget (100 tokens a minute) refuses what the default allows.
+    let mut big = ask("default", "bob");
+    big["max_tokens"] = json!(200);
+    let (status, v) = f.send("/v1/chat/completions", Some(BOB), &[], &big).await;
+    assert_eq!(status, 400, "more than bob's limit can ever hold: {v}");
+    let why = v["error"]["message"].as_str().unwrap();
+    assert!(why.contains("user bob budget") && why.contains("limit of 100"), "{v}");
+    let (status, v) = f.send("/v1/chat/completions", Some(ALICE), &[], &big).await;
+    assert_eq!(status, 200, "the default budget allows it: {v}");
+    keeps_no_secret(&v.to_string());
+}
+
+#[tokio::test]
+async fn wrong_missing_and_expired_credentials_are_refused_and_said_so() {
+    let f = gateway(config(), GatewayOptions::default()).await;
+    for secret in [None, Some("sk-guess"), Some(OLD), Some(ANA)] {
+        let (status, v) = f.send("/v1/chat/completions", secret, &[], &ask("default", "x")).await;
+        assert_eq!(status, 401, "{secret:?}: {v}");
+        assert_eq!(v["error"]["type"], "invalid_request_error", "OpenAI-shaped: {v}");
+        keeps_no_secret(&v.to_string());
+    }
+    let (_, v) = f
+        .send("/v1/chat/completions", Some(OLD), &[], &ask("default", "x"))
+        .await;
+    assert!(
+        v["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("`old-app` has expired"),
+        "{v}"
+    );
+}
+
+#[tokio::test]
+async fn operator_tokens_grant_their_scope_and_caller_keys_none() {
+    let f = gateway(config(), GatewayOptions::default()).await;
+    let open = json!({"action": "force_open", "target": "provider:openai"});
+    let metrics = |secret: &'static str| {
+        let f = &f;
+        async move {
+            f.http
+                .get(format!("{}/metrics", f.base))
+                .bearer_auth(secret)
+                .send()
+                .await
+                .unwrap()
+                .status()
+                .as_u16()
+        }
+    };
+    // A caller key opens neither the admin endpoints nor the metrics.
+    assert_eq!(f.send("/_fusebox/commands", Some(ALICE), &[], &open).await.0, 401);
+    assert_eq!(metrics(ALICE).await, 401);
+    // A view token watches but does not command.
+    assert_eq!(metrics(VIC).await, 200);
+    let (status, v) = f.send("/_fusebox/commands", Some(VIC), &[], &open).await;
+    assert_eq!(status, 403, "{v}");
+    assert!(
+        v["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("may view, not operate"),
+        "{v}"
+    );
+    // An operate token commands, as its holder whatever a header says.
+    let mut events = f.runner.events().subscribe();
+    let (status, v) = f
+        .send(
+            "/_fusebox/commands",
+            Some(ANA),
+            &[("x-fusebox-operator", "mallory")],
+            &open,
+        )
+        .await;
+    assert_eq!(status, 200, "{v}");
+    let by: Vec<String> = std::iter::from_fn(|| events.try_recv().ok())
+        .filter_map(|e| match e.kind {
+            EventKind::Operator { by, .. } => Some(by.to_string()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(by, ["ana"]);
+    keeps_no_secret(&v.to_string());
+}
