@@ -24,6 +24,24 @@ pub enum KeysCmd {
         /// When it stops working (RFC 3339, e.g. 2027-01-01T00:00:00Z).
         #[arg(long)]
         expires: Option<String>,
+        /// Share it with the fleet on this Redis (`redis://HOST:PORT/DB`)
+        /// instead of printing its config entry.
+        #[arg(long)]
+        state: Option<String>,
+    },
+    /// Revoke a key across the fleet (shared, or in the instances' configs): refused everywhere within a second.
+    Revoke {
+        /// The key's name.
+        name: String,
+        /// The fleet's Redis (`redis://HOST:PORT/DB`).
+        #[arg(long)]
+        state: String,
+    },
+    /// List the keys the fleet shares and the names it revoked (never a secret).
+    List {
+        /// The fleet's Redis (`redis://HOST:PORT/DB`).
+        #[arg(long)]
+        state: String,
     },
     /// Make an operator token: prints the token once, and its `[operators]` entry.
     Operator {
@@ -54,6 +72,7 @@ pub fn keys(cmd: KeysCmd) -> Result<()> {
             user,
             routes,
             expires,
+            state,
         } => {
             if user.trim().is_empty() {
                 bail!("--user must name the user the key's calls are billed to");
@@ -70,7 +89,38 @@ pub fn keys(cmd: KeysCmd) -> Result<()> {
                 expires,
                 budgets: None,
             };
-            show(&secret, "keys", &name, &key)
+            match state {
+                None => show(&secret, "keys", &name, &key),
+                Some(url) => {
+                    on_redis(&url, async |conn| crate::fleet::keys::add(conn, &name, &key).await)?;
+                    eprintln!("keys: {name}: shared on {url}; the secret, shown this once:");
+                    println!("{secret}");
+                    Ok(())
+                }
+            }
+        }
+        KeysCmd::Revoke { name, state } => {
+            on_redis(&state, async |conn| Ok(crate::fleet::keys::revoke(conn, &name).await?))?;
+            eprintln!("keys: {name}: revoked on {state}; every instance refuses it within a second");
+            Ok(())
+        }
+        KeysCmd::List { state } => {
+            let shared = on_redis(&state, async |conn| Ok(crate::fleet::keys::fetch(conn).await?))?;
+            for (name, k) in &shared.keys {
+                let routes = if k.routes.is_empty() {
+                    "all".to_string()
+                } else {
+                    k.routes.join(",")
+                };
+                let expires = k
+                    .expires
+                    .map_or("never".into(), |e| humantime::format_rfc3339(e.0).to_string());
+                println!("{name}\tuser {}\troutes {routes}\texpires {expires}", k.user);
+            }
+            for name in &shared.revoked {
+                println!("{name}\trevoked");
+            }
+            Ok(())
         }
         KeysCmd::Operator { name, scope } => {
             let secret = secret("fbo")?;
@@ -97,6 +147,19 @@ pub fn keys(cmd: KeysCmd) -> Result<()> {
             Ok(())
         }
     }
+}
+
+/// Runs `f` on a connection to the Redis at `url`.
+fn on_redis<T>(url: &str, f: impl AsyncFnOnce(&mut redis::aio::MultiplexedConnection) -> Result<T>) -> Result<T> {
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    rt.block_on(async {
+        let client = redis::Client::open(url).with_context(|| format!("--state {url}: not a Redis URL"))?;
+        let mut conn = client
+            .get_multiplexed_async_connection()
+            .await
+            .with_context(|| format!("--state {url}: cannot reach Redis"))?;
+        f(&mut conn).await
+    })
 }
 
 /// A new secret: `prefix`, `_` and 32 random bytes in hex.

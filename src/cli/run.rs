@@ -89,6 +89,11 @@ pub struct Run {
 }
 
 impl Run {
+    /// The fleet it shares state with, if any.
+    pub fn fleet(&self) -> Option<&Arc<Fleet>> {
+        self.fleet.as_ref()
+    }
+
     /// Starts recording the runner's events (`record`), pacing its clock
     /// (`pace`: a virtual clock kept at this speed of real time) and
     /// sharing its state with the fleet at `state`. Pacing starts before

@@ -121,6 +121,7 @@ pub fn serve(args: ServeArgs) -> Result<()> {
                 max_connections: args.max_connections.max(1),
                 header_timeout: Duration::from_secs(args.header_timeout_s.max(1)),
             },
+            fleet: run.fleet().cloned(),
         };
         let addr = crate::gateway::spawn(runner.clone(), &args.listen, opts).await?;
         let base = format!("http://{addr}/v1");

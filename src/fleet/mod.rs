@@ -10,6 +10,7 @@
 
 pub mod allowance;
 pub mod deferred;
+pub mod keys;
 pub mod lease;
 pub mod store;
 
@@ -221,6 +222,11 @@ impl Fleet {
             tokio::spawn(lease::keep_leased(me.clone(), p));
         }
         Ok(me)
+    }
+
+    /// The caller keys the fleet shares and the names it revoked.
+    pub async fn shared_keys(&self) -> redis::RedisResult<keys::SharedKeys> {
+        keys::fetch(&mut self.conn.clone()).await
     }
 
     /// Round trips made so far for rate-limit leases and user allowances.

@@ -10,11 +10,13 @@
 
 use super::{error, Gateway};
 use crate::config::access::{Scope, SecretHash};
-use crate::config::Config;
+use crate::config::{Config, KeyConfig};
+use crate::fleet::keys::SharedKeys;
 use axum::extract::{Request, State};
 use axum::http::{header, StatusCode};
 use axum::middleware::Next;
 use axum::response::Response;
+use parking_lot::RwLock;
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -73,28 +75,23 @@ pub struct Operator {
 
 /// Everyone the gateway knows.
 pub(super) struct Access {
-    keys: HashMap<SecretHash, Arc<Caller>>,
+    /// The config's keys and the fleet's, less the revoked.
+    keys: RwLock<Keys>,
+    /// Keys may come from the fleet at any time.
+    shared: bool,
     operators: HashMap<SecretHash, Arc<Operator>>,
     /// The one bearer token, where keys or operator tokens are not used.
     token: Option<String>,
 }
 
 impl Access {
-    /// The keys and operator tokens of `cfg`, and the one bearer token.
-    pub fn new(cfg: &Config, token: Option<String>) -> Self {
-        let keys = cfg
-            .keys
-            .iter()
-            .map(|(name, k)| {
-                let caller = Caller {
-                    key: name.clone(),
-                    user: k.user.clone(),
-                    routes: k.routes.clone(),
-                    expires_ms: k.expires.map(|e| e.unix_ms()),
-                };
-                (k.hash, Arc::new(caller))
-            })
-            .collect();
+    /// The keys and operator tokens of `cfg`, and the one bearer token;
+    /// `shared`: keys may also come from a fleet ([`Access::refresh`]).
+    pub fn new(cfg: &Config, token: Option<String>, shared: bool) -> Self {
+        let keys = RwLock::new(Keys {
+            callers: callers(cfg.keys.iter(), &Default::default()),
+            in_use: !cfg.keys.is_empty(),
+        });
         let operators = cfg
             .operators
             .iter()
@@ -106,12 +103,27 @@ impl Access {
                 (o.hash, Arc::new(op))
             })
             .collect();
-        Self { keys, operators, token }
+        Self {
+            keys,
+            shared,
+            operators,
+            token,
+        }
+    }
+
+    /// Takes the fleet's keys: the config's and the fleet's, less those it
+    /// revoked.
+    pub fn refresh(&self, cfg: &Config, fleet: &SharedKeys) {
+        *self.keys.write() = Keys {
+            callers: callers(cfg.keys.iter().chain(&fleet.keys), &fleet.revoked),
+            // Revoking the last key closes the door; it does not open it.
+            in_use: !(cfg.keys.is_empty() && fleet.keys.is_empty() && fleet.revoked.is_empty()),
+        };
     }
 
     /// Whether any request needs checking at all.
     pub fn checks(&self) -> bool {
-        self.token.is_some() || !self.keys.is_empty() || !self.operators.is_empty()
+        self.token.is_some() || self.shared || self.keys.read().in_use || !self.operators.is_empty()
     }
 
     /// Why serving beyond loopback would leave a door open, if it would.
@@ -119,7 +131,7 @@ impl Access {
         if self.token.is_some() {
             return None;
         }
-        if self.keys.is_empty() {
+        if !self.keys.read().in_use && !self.shared {
             return Some("calls need caller keys ([keys] in the config) or an auth token");
         }
         if self.operators.is_empty() {
@@ -127,6 +139,32 @@ impl Access {
         }
         None
     }
+}
+
+/// The callers by their key's hash.
+struct Keys {
+    callers: HashMap<SecretHash, Arc<Caller>>,
+    /// Keys are in use: a call needs one (once a fleet has had keys, also
+    /// when all are revoked).
+    in_use: bool,
+}
+
+/// The callers of `keys` by their hash, less the `revoked` names.
+fn callers<'a>(
+    keys: impl Iterator<Item = (&'a String, &'a KeyConfig)>,
+    revoked: &std::collections::BTreeSet<String>,
+) -> HashMap<SecretHash, Arc<Caller>> {
+    keys.filter(|(name, _)| !revoked.contains(*name))
+        .map(|(name, k)| {
+            let caller = Caller {
+                key: name.clone(),
+                user: k.user.clone(),
+                routes: k.routes.clone(),
+                expires_ms: k.expires.map(|e| e.unix_ms()),
+            };
+            (k.hash, Arc::new(caller))
+        })
+        .collect()
 }
 
 /// Whether serving `addr` requires credentials (it is not loopback).
@@ -182,20 +220,27 @@ pub(super) async fn check(State(gw): State<Arc<Gateway>>, mut req: Request, next
     }
     let given = bearer(&req);
     let hash = || SecretHash::of(&String::from_utf8_lossy(given));
-    match door {
-        Door::Call if !access.keys.is_empty() => match access.keys.get(&hash()) {
-            None => unauthorized(
-                "missing or unknown API key: send `Authorization: Bearer <key>` with a key this gateway issued",
-            ),
-            Some(c) if c.expires_ms.is_some_and(|at| at <= now_ms()) => {
-                unauthorized(&format!("API key `{}` has expired; ask for a new one", c.key))
-            }
-            Some(c) => {
-                req.extensions_mut().insert(c.clone());
-                next.run(req).await
-            }
-        },
-        Door::View | Door::Operate if !access.operators.is_empty() => match access.operators.get(&hash()) {
+    // Where keys are in use, the caller the key names (read now: no lock
+    // is held while the request runs).
+    let caller = match door {
+        Door::Call => {
+            let keys = access.keys.read();
+            keys.in_use.then(|| keys.callers.get(&hash()).cloned())
+        }
+        _ => None,
+    };
+    match (door, caller) {
+        (Door::Call, Some(None)) => unauthorized(
+            "missing or unknown API key: send `Authorization: Bearer <key>` with a key this gateway issued",
+        ),
+        (Door::Call, Some(Some(c))) if c.expires_ms.is_some_and(|at| at <= now_ms()) => {
+            unauthorized(&format!("API key `{}` has expired; ask for a new one", c.key))
+        }
+        (Door::Call, Some(Some(c))) => {
+            req.extensions_mut().insert(c);
+            next.run(req).await
+        }
+        (Door::View | Door::Operate, _) if !access.operators.is_empty() => match access.operators.get(&hash()) {
             None => unauthorized("this endpoint needs an operator token: send `Authorization: Bearer <token>`"),
             Some(op) if door == Door::Operate && op.scope == Scope::View => error(
                 StatusCode::FORBIDDEN,

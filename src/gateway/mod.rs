@@ -34,7 +34,7 @@ pub use auth::needs_token;
 pub const DEFAULT_MAX_BODY: usize = 4 << 20;
 
 /// Gateway settings.
-#[derive(Clone, Debug)]
+#[derive(Clone)]
 pub struct GatewayOptions {
     /// Bearer token every request must carry (required off loopback).
     pub auth_token: Option<String>,
@@ -44,6 +44,8 @@ pub struct GatewayOptions {
     pub readonly: bool,
     /// Connections at most, and the header timeout.
     pub conns: ConnLimits,
+    /// The fleet this instance belongs to: its shared caller keys apply.
+    pub fleet: Option<Arc<crate::fleet::Fleet>>,
 }
 
 impl Default for GatewayOptions {
@@ -53,6 +55,7 @@ impl Default for GatewayOptions {
             max_body: DEFAULT_MAX_BODY,
             readonly: false,
             conns: ConnLimits::default(),
+            fleet: None,
         }
     }
 }
@@ -76,7 +79,7 @@ type Shared = State<Arc<Gateway>>;
 /// The gateway's routes over `runner`; `conns` counts its connections.
 pub fn router(runner: Arc<Runner>, opts: GatewayOptions, conns: Arc<ConnCounts>) -> Router {
     let max_body = opts.max_body;
-    let access = auth::Access::new(runner.config(), opts.auth_token.clone());
+    let access = auth::Access::new(runner.config(), opts.auth_token.clone(), opts.fleet.is_some());
     let gw = Arc::new(Gateway {
         runner,
         opts,
@@ -105,7 +108,36 @@ pub fn router(runner: Arc<Runner>, opts: GatewayOptions, conns: Arc<ConnCounts>)
     } else {
         router
     };
+    if let Some(fleet) = gw.opts.fleet.clone() {
+        tokio::spawn(follow_keys(gw.clone(), fleet));
+    }
     router.with_state(gw)
+}
+
+/// How often an instance reads the fleet's keys: a revoked key stops
+/// working everywhere within this (and a round trip).
+const KEYS_EVERY: std::time::Duration = std::time::Duration::from_millis(250);
+
+/// Keeps the gateway's keys those of the fleet (and their users' budgets
+/// theirs); while Redis is unreachable the last ones read stay.
+async fn follow_keys(gw: Arc<Gateway>, fleet: Arc<crate::fleet::Fleet>) {
+    let mut last = None;
+    loop {
+        match fleet.shared_keys().await {
+            Ok(shared) if last.as_ref() != Some(&shared) => {
+                gw.access.refresh(gw.runner.config(), &shared);
+                for k in shared.keys.values() {
+                    if let Some(own) = k.budgets {
+                        gw.runner.budgets().set_own(&k.user, own);
+                    }
+                }
+                last = Some(shared);
+            }
+            Ok(_) => {}
+            Err(e) => tracing::debug!(error = %e, "the fleet's keys cannot be read now"),
+        }
+        tokio::time::sleep(KEYS_EVERY).await;
+    }
 }
 
 /// Binds `addr`, serves the gateway in a spawned task and returns the bound
@@ -115,7 +147,7 @@ pub async fn spawn(runner: Arc<Runner>, addr: &str, opts: GatewayOptions) -> any
         .await
         .map_err(|e| anyhow::anyhow!("cannot listen on {addr}: {e}"))?;
     let local = listener.local_addr()?;
-    let open = auth::Access::new(runner.config(), opts.auth_token.clone()).open_door();
+    let open = auth::Access::new(runner.config(), opts.auth_token.clone(), opts.fleet.is_some()).open_door();
     if let Some(why) = open.filter(|_| needs_token(&local)) {
         anyhow::bail!(
             "{local} is not a loopback address: {why} (--auth-token-env VAR names a variable that holds a token)"

@@ -25,7 +25,7 @@ const DOCS: [&str; 7] = [
 ];
 
 /// The subcommands (`demo` is also what `fusebox` alone runs).
-const SUBCOMMANDS: [&str; 9] = [
+const SUBCOMMANDS: [&str; 11] = [
     "demo",
     "replay",
     "serve",
@@ -33,6 +33,8 @@ const SUBCOMMANDS: [&str; 9] = [
     "mock",
     "bench",
     "keys new",
+    "keys revoke",
+    "keys list",
     "keys operator",
     "keys hash",
 ];

@@ -570,3 +570,84 @@ fn budgets_can_fail_closed_while_redis_is_away() {
     assert_eq!(status, 429, "{body}");
     assert!(body.contains("user dora (fleet) budget cannot be checked"), "{body}");
 }
+
+impl Instance {
+    /// `GET /v1/models` (answered at once, with a caller key where keys
+    /// are in use) with `key`; its status.
+    fn models_with(&self, key: &str) -> u16 {
+        block(async {
+            reqwest::Client::new()
+                .get(format!("{}/v1/models", self.base))
+                .bearer_auth(key)
+                .send()
+                .await
+                .unwrap()
+                .status()
+                .as_u16()
+        })
+    }
+
+    /// A chat call with `key` as the bearer credential; its status.
+    fn ask_with(&self, key: &str) -> u16 {
+        block(async {
+            reqwest::Client::new()
+                .post(format!("{}/v1/chat/completions", self.base))
+                .bearer_auth(key)
+                .json(&serde_json::json!({"model": "default", "messages": [{"role": "user", "content": "hi"}]}))
+                .send()
+                .await
+                .unwrap()
+                .status()
+                .as_u16()
+        })
+    }
+}
+
+/// A key shared on the fleet's Redis opens every instance, and revoked on
+/// one command is refused by all of them within a second.
+#[test]
+fn a_revoked_key_is_refused_across_the_fleet_within_a_second() {
+    let Some(redis) = Redis::start() else { return };
+    let logs = tempfile::tempdir().unwrap();
+    let log_dir = logs.path().to_str().unwrap();
+    let (a, b) = (
+        Instance::start_with(&redis.url(), &["--log-dir", log_dir]),
+        Instance::start_with(&redis.url(), &["--log-dir", log_dir]),
+    );
+    let keys = |args: &[&str]| {
+        let o = Command::new(env!("CARGO_BIN_EXE_fusebox"))
+            .arg("keys")
+            .args(args)
+            .args(["--state", &redis.url()])
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        String::from_utf8(o.stdout).unwrap()
+    };
+    let secret = keys(&["new", "app", "--user", "alice"]).trim().to_string();
+    assert!(secret.starts_with("fbx_"), "{secret}");
+    wait_until("both instances take the shared key", || {
+        a.ask_with(&secret) == 200 && b.ask_with(&secret) == 200
+    });
+    assert_eq!(b.ask_with("fbx_guess"), 401, "a key is needed now");
+    assert!(keys(&["list"]).contains("app\tuser alice\troutes all\texpires never"));
+    let stored = Command::new("redis-cli")
+        .args(["-u", &redis.url(), "hgetall", "fusebox:keys"])
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+        .unwrap_or_default();
+    keys(&["revoke", "app"]);
+    let took = wait_until("b refuses the revoked key", || b.models_with(&secret) == 401);
+    assert!(took < Duration::from_secs(1), "refused after {took:?}");
+    assert_eq!((a.models_with(&secret), a.ask_with(&secret)), (401, 401));
+    let listed = keys(&["list"]);
+    assert!(listed.contains("app\trevoked"));
+    // The secret is in no listing, log or Redis value.
+    let mut seen = listed;
+    for f in std::fs::read_dir(logs.path()).unwrap().flatten() {
+        seen.push_str(&std::fs::read_to_string(f.path()).unwrap_or_default());
+    }
+    assert!(seen.contains("gateway listening"), "the logs were read");
+    seen.push_str(&stored);
+    assert!(!seen.contains(&secret), "the secret leaked");
+}
