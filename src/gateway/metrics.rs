@@ -7,6 +7,7 @@ use super::{Gateway, Shared};
 use crate::outcome::Level;
 use crate::resilience::breaker::BreakerState;
 use crate::runner::Runner;
+use crate::telemetry::histogram::{HistogramView, BOUNDS_MS};
 use crate::telemetry::stats::StatsView;
 use axum::http::header;
 use axum::response::{IntoResponse, Response};
@@ -66,6 +67,22 @@ fn family<M: EncodeMetric, L: prometheus_client::encoding::EncodeLabelSet>(
         m.encode(f.encode_family(&labels)?)?;
     }
     Ok(())
+}
+
+/// A latency histogram as Prometheus reads it (seconds).
+struct Buckets(HistogramView);
+
+impl EncodeMetric for Buckets {
+    fn encode(&self, mut encoder: prometheus_client::encoding::MetricEncoder) -> std::fmt::Result {
+        let bounds = BOUNDS_MS.iter().map(|&ms| ms as f64 / 1000.0).chain([f64::MAX]);
+        let buckets: Vec<(f64, u64)> = bounds.zip(self.0.counts).collect();
+        let sum = self.0.sum_ms as f64 / 1000.0;
+        encoder.encode_histogram::<prometheus_client::encoding::NoLabelSet>(sum, self.0.count(), &buckets, None)
+    }
+
+    fn metric_type(&self) -> MetricType {
+        MetricType::Histogram
+    }
 }
 
 /// A metric without labels.
@@ -150,6 +167,15 @@ fn targets(enc: &mut DescriptorEncoder, r: &Runner, now: tokio::time::Instant) -
                 .map(|(t, s)| ([("target", t.as_str())], ConstCounter::new(get(s)))),
         )?;
     }
+    family(
+        enc,
+        "fusebox_call_duration_seconds",
+        "Latency of finished calls to a target",
+        MetricType::Histogram,
+        stats
+            .iter()
+            .map(|(t, s)| ([("target", t.as_str())], Buckets(s.latency))),
+    )?;
     Ok(())
 }
 

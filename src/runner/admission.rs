@@ -117,7 +117,7 @@ impl Runner {
         let lat_ms = spent.latency.as_millis() as u64;
         let (pt, mt) = (self.registry.get(p.target), self.registry.get(m.target));
         for t in [pt, mt] {
-            t.stats.latency_ms_sum.add(lat_ms);
+            t.stats.latency.record(lat_ms);
         }
         let rec = CallRecord {
             failure: spent.failure,

@@ -90,7 +90,7 @@ impl Runner {
             drop(slot_guard);
             let end = self.clock.now();
             let latency = end.saturating_duration_since(t0);
-            t.stats.latency_ms_sum.add(latency.as_millis() as u64);
+            t.stats.latency.record(latency.as_millis() as u64);
             self.announce_attempt(|| Attempt {
                 status: Some(r.as_ref().map_or_else(|e| e.status.unwrap_or(0), |_| 200)).filter(|s| *s != 0),
                 transport: r.as_ref().err().and_then(|e| e.kind.transport()),

@@ -15,7 +15,7 @@ pub struct Counter {
     stripes: [Stripe; STRIPES],
 }
 
-fn stripe() -> usize {
+pub(super) fn stripe() -> usize {
     static NEXT: AtomicUsize = AtomicUsize::new(0);
     thread_local! {
         static MINE: usize = NEXT.fetch_add(1, Ordering::Relaxed) % STRIPES;

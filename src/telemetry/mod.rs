@@ -3,6 +3,7 @@
 
 pub mod counter;
 pub mod events;
+pub mod histogram;
 pub mod snapshot;
 pub mod stats;
 pub mod store;

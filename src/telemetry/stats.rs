@@ -1,6 +1,7 @@
 //! Counters of one target (calls, outcomes, latency) and the copy views read.
 
 use super::counter::Counter;
+use super::histogram::{Histogram, HistogramView};
 use serde::Serialize;
 
 /// Counters of one target, by outcome.
@@ -25,8 +26,8 @@ pub struct TargetStats {
     /// Client errors (4xx but 429, never retried): the caller's fault,
     /// neither successes nor failures of the target.
     pub client_errors: Counter,
-    /// Sum of latencies of finished calls (ms).
-    pub latency_ms_sum: Counter,
+    /// Latencies of finished calls.
+    pub latency: Histogram,
 }
 
 /// A copy of the counters for summaries and views.
@@ -55,6 +56,9 @@ pub struct StatsView {
     /// Mean latency (ms).
     #[serde(skip)]
     pub mean_latency_ms: u64,
+    /// Latencies of finished calls, by bucket.
+    #[serde(skip)]
+    pub latency: HistogramView,
 }
 
 impl TargetStats {
@@ -62,6 +66,7 @@ impl TargetStats {
     pub fn view(&self) -> StatsView {
         let l = |c: &Counter| c.get();
         let done = l(&self.ok) + l(&self.failed) + l(&self.client_errors);
+        let latency = self.latency.view();
         StatsView {
             attempts: l(&self.attempts),
             ok: l(&self.ok),
@@ -72,7 +77,8 @@ impl TargetStats {
             timeouts: l(&self.timeouts),
             semantic: l(&self.semantic),
             client_errors: l(&self.client_errors),
-            mean_latency_ms: l(&self.latency_ms_sum).checked_div(done).unwrap_or(0),
+            mean_latency_ms: latency.sum_ms.checked_div(done).unwrap_or(0),
+            latency,
         }
     }
 }

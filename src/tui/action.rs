@@ -59,6 +59,8 @@ pub enum Action {
     ToggleDrill,
     /// Pause or resume scrolling of the events pane.
     PauseEvents,
+    /// Show the focused pane on the whole screen, or all panes again.
+    Zoom,
     /// Pause or resume a replay.
     ClockPause,
     /// Replay faster.
@@ -98,6 +100,7 @@ impl Action {
         Action::CycleFault,
         Action::ToggleDrill,
         Action::PauseEvents,
+        Action::Zoom,
         Action::ClockPause,
         Action::ClockFaster,
         Action::ClockSlower,
@@ -133,6 +136,7 @@ impl Action {
             Action::CycleFault => "cycle-fault",
             Action::ToggleDrill => "toggle-drill",
             Action::PauseEvents => "pause-events",
+            Action::Zoom => "zoom",
             Action::ClockPause => "clock-pause",
             Action::ClockFaster => "clock-faster",
             Action::ClockSlower => "clock-slower",
@@ -174,6 +178,7 @@ impl Action {
             Action::CycleFault => "cycle the mock fault of the selected provider or tool",
             Action::ToggleDrill => "drill mode on/off: optional tools take their degradation branch",
             Action::PauseEvents => "pause/resume scrolling of the events pane",
+            Action::Zoom => "zoom the focused pane to the whole screen, or back",
             Action::ClockPause => "pause/resume the clock (demo and replay)",
             Action::ClockFaster => "run the clock faster",
             Action::ClockSlower => "run the clock slower",

@@ -3,15 +3,14 @@
 //! snapshots and events; it never touches the runner.
 
 use super::action::Action;
-use super::keymap::KeyMap;
 use super::replay::ReplayView;
 use crate::command::Command;
 use crate::outcome::Outcome;
 use crate::resilience::breaker::BreakerState;
 use crate::target::Target;
 use crate::telemetry::events::{Event, EventKind};
+use crate::telemetry::histogram::HistogramView;
 use crate::telemetry::snapshot::{BreakerRow, Snapshot};
-use crossterm::event::{KeyCode, KeyEvent, KeyModifiers};
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 
@@ -40,7 +39,7 @@ impl Pane {
         Pane::Events,
     ];
 
-    fn index(self) -> usize {
+    pub(super) fn index(self) -> usize {
         self as usize
     }
 
@@ -172,6 +171,8 @@ impl From<&Outcome> for Recent {
 
 /// Samples kept per breaker for the request-rate sparkline (one per second).
 pub const SPARK_SAMPLES: usize = 120;
+/// Latency copies kept per target: a minute, at one a second.
+const LATENCY_SAMPLES: usize = 60;
 /// Recent requests kept.
 pub const RECENT: usize = 1000;
 
@@ -213,6 +214,11 @@ pub struct App {
     pub recent: VecDeque<Recent>,
     /// Calls per second per breaker, oldest first.
     pub spark: HashMap<Target, VecDeque<u64>>,
+    /// The focused pane fills the screen.
+    pub zoomed: bool,
+    /// Each target's latency histogram, a copy a second for the last
+    /// minute: the latency columns are the difference of the ends.
+    latencies: HashMap<Target, VecDeque<HistogramView>>,
     last_attempts: HashMap<Target, u64>,
     last_sample_ms: u64,
     /// Throughput figures: (requests/s, tokens/min, $/min, degraded share).
@@ -258,6 +264,8 @@ impl App {
             events_frozen: Vec::new(),
             recent: VecDeque::with_capacity(RECENT),
             spark: HashMap::new(),
+            zoomed: false,
+            latencies: HashMap::new(),
             last_attempts: HashMap::new(),
             last_sample_ms: 0,
             rates: Rates::default(),
@@ -286,6 +294,11 @@ impl App {
                     q.pop_front();
                 }
                 q.push_back(b.stats.attempts.saturating_sub(prev));
+                let l = self.latencies.entry(b.target.clone()).or_default();
+                if l.len() == LATENCY_SAMPLES {
+                    l.pop_front();
+                }
+                l.push_back(b.stats.latency);
             }
             let done: u64 = s.by_level.iter().sum();
             if let Some((t, req, tok, cost, _)) = self.prev {
@@ -358,6 +371,28 @@ impl App {
         rows
     }
 
+    /// Rates, sparklines and latencies start again from the next sample
+    /// rather than spanning a frozen display's time.
+    pub(super) fn restart_sampling(&mut self) {
+        self.prev = None;
+        self.last_sample_ms = 0;
+        self.last_attempts.clear();
+        self.latencies.clear();
+    }
+
+    /// `target`'s call latencies over about the last minute (all since
+    /// the console started, while it has run less).
+    pub fn latency(&self, target: &Target) -> Option<HistogramView> {
+        let q = self.latencies.get(target)?;
+        let (last, first) = (q.back()?, q.front()?);
+        let window = if q.len() < LATENCY_SAMPLES {
+            *last
+        } else {
+            last.since(first)
+        };
+        (window.count() > 0).then_some(window)
+    }
+
     /// User rows after filter (already ordered by pressure).
     pub fn user_rows(&self) -> Vec<&crate::resilience::budget::UserView> {
         let f = &self.filters[Pane::Budgets.index()];
@@ -388,7 +423,7 @@ impl App {
             .collect()
     }
 
-    fn rows_in_focus(&self) -> usize {
+    pub(super) fn rows_in_focus(&self) -> usize {
         match self.focus {
             Pane::Breakers => self.breaker_rows().len(),
             Pane::Limiters => self.snap.limiters.len(),
@@ -426,7 +461,7 @@ impl App {
     }
 
     /// Moves the selection of the focused pane to row `i` (and pins its name).
-    fn select(&mut self, i: usize) {
+    pub(super) fn select(&mut self, i: usize) {
         let pane = self.focus;
         self.selected[pane.index()] = i;
         match pane {
@@ -434,156 +469,6 @@ impl App {
             Pane::Budgets => self.pinned_user = self.user_rows().get(i).map(|u| u.user.clone()),
             _ => {}
         }
-    }
-
-    /// Handles one key.
-    pub fn on_key(&mut self, key: KeyEvent, keymap: &KeyMap) -> Effect {
-        match &self.overlay {
-            Overlay::Filter => return self.filter_key(key),
-            Overlay::Confirm { command, .. } => {
-                let command = command.clone();
-                return match key.code {
-                    KeyCode::Char('y') | KeyCode::Char('Y') | KeyCode::Enter => {
-                        self.overlay = Overlay::None;
-                        self.status = format!("{} sent", command.describe());
-                        Effect::Send(command)
-                    }
-                    KeyCode::Char('n') | KeyCode::Char('N') | KeyCode::Esc => {
-                        self.overlay = Overlay::None;
-                        self.status = "cancelled".into();
-                        Effect::None
-                    }
-                    _ => Effect::None,
-                };
-            }
-            Overlay::Help => {
-                if key.code == KeyCode::Esc
-                    || keymap.action(&key) == Some(Action::Help)
-                    || key.code == KeyCode::Char('q')
-                {
-                    self.overlay = Overlay::None;
-                    return Effect::None;
-                }
-            }
-            Overlay::None => {}
-        }
-        match keymap.action(&key) {
-            Some(a) => self.on_action(a),
-            // Esc clears the focused pane's kept filter (unless bound otherwise).
-            None if key.code == KeyCode::Esc && !self.filters[self.focus.index()].is_empty() => {
-                self.filters[self.focus.index()].clear();
-                self.select(0);
-                self.status = "filter cleared".into();
-                Effect::None
-            }
-            None => Effect::None,
-        }
-    }
-
-    fn filter_key(&mut self, key: KeyEvent) -> Effect {
-        let f = &mut self.filters[self.focus.index()];
-        match key.code {
-            KeyCode::Enter => self.overlay = Overlay::None,
-            KeyCode::Esc => {
-                f.clear();
-                self.overlay = Overlay::None;
-            }
-            KeyCode::Backspace => {
-                f.pop();
-            }
-            KeyCode::Char(c) if !key.modifiers.contains(KeyModifiers::CONTROL) => f.push(c),
-            _ => {}
-        }
-        self.select(0);
-        Effect::None
-    }
-
-    /// Applies an action (keys map to actions through the keymap).
-    pub fn on_action(&mut self, a: Action) -> Effect {
-        if a.is_mutating() && self.opts.readonly {
-            self.status = format!("read-only: {} is disabled (started with --readonly)", a.name());
-            return Effect::None;
-        }
-        let i = self.focus.index();
-        match a {
-            Action::Quit => {
-                self.quit = true;
-                return Effect::Quit;
-            }
-            Action::Help => self.overlay = Overlay::Help,
-            Action::NextPane => self.focus = Pane::ALL[(i + 1) % 5],
-            Action::PrevPane => self.focus = Pane::ALL[(i + 4) % 5],
-            Action::FocusBreakers => self.focus = Pane::Breakers,
-            Action::FocusLimiters => self.focus = Pane::Limiters,
-            Action::FocusBudgets => self.focus = Pane::Budgets,
-            Action::FocusChains => self.focus = Pane::Chains,
-            Action::FocusEvents => self.focus = Pane::Events,
-            Action::Up => self.select(self.selection(self.focus).saturating_sub(1)),
-            Action::Down => self.select((self.selection(self.focus) + 1).min(self.rows_in_focus().saturating_sub(1))),
-            Action::PageUp => self.select(self.selection(self.focus).saturating_sub(10)),
-            Action::PageDown => {
-                self.select((self.selection(self.focus) + 10).min(self.rows_in_focus().saturating_sub(1)))
-            }
-            Action::Top => self.select(0),
-            Action::Bottom => self.select(self.rows_in_focus().saturating_sub(1)),
-            Action::Filter => {
-                if matches!(self.focus, Pane::Limiters) {
-                    self.status = "the limiters pane has no filter".into();
-                } else {
-                    self.overlay = Overlay::Filter;
-                }
-            }
-            Action::Sort => {
-                self.sort = match self.sort {
-                    BreakerSort::Errors => BreakerSort::Volume,
-                    BreakerSort::Volume => BreakerSort::Name,
-                    BreakerSort::Name => BreakerSort::Errors,
-                };
-                self.status = format!("breakers sorted by {:?}", self.sort).to_lowercase();
-            }
-            Action::FreezeDisplay => {
-                self.display_frozen = !self.display_frozen;
-                if !self.display_frozen {
-                    // Rates and sparklines start again from the next sample
-                    // rather than spanning the frozen time.
-                    self.prev = None;
-                    self.last_sample_ms = 0;
-                    self.last_attempts.clear();
-                }
-                self.status = if self.display_frozen {
-                    "display frozen (the runner keeps going)"
-                } else {
-                    "display live"
-                }
-                .into();
-            }
-            Action::PauseEvents => {
-                self.events_paused = !self.events_paused;
-                if self.events_paused {
-                    self.events_frozen = self.snap.events.clone();
-                }
-            }
-            Action::ClockPause | Action::ClockFaster | Action::ClockSlower | Action::ClockStep => {
-                return Effect::Clock(a)
-            }
-            Action::ForceOpen | Action::ForceClose | Action::Reset | Action::Disable => return self.breaker_command(a),
-            Action::ToggleRefill => return self.refill_command(),
-            Action::CycleFault => return self.fault_command(),
-            Action::ToggleDrill => {
-                let cmd = if self.snap.drill {
-                    Command::DrillOff
-                } else {
-                    Command::DrillOn
-                };
-                let prompt = if self.snap.drill {
-                    "Turn drill mode OFF?".to_string()
-                } else {
-                    "Turn drill mode ON (every optional tool takes its degradation branch)?".to_string()
-                };
-                return self.confirm_or_send(a, prompt, cmd);
-            }
-        }
-        Effect::None
     }
 
     /// A state's display name.

@@ -53,6 +53,7 @@ const DEFAULTS: &[(Action, &[&str])] = &[
     (Action::CycleFault, &["x"]),
     (Action::ToggleDrill, &["D"]),
     (Action::PauseEvents, &["p"]),
+    (Action::Zoom, &["z"]),
     (Action::ClockPause, &["space"]),
     (Action::ClockFaster, &["+"]),
     (Action::ClockSlower, &["-"]),

@@ -5,6 +5,7 @@
 pub mod action;
 pub mod app;
 mod commands;
+mod input;
 pub mod keymap;
 pub mod replay;
 pub mod theme;

@@ -496,3 +496,36 @@ async fn a_frozen_display_changes_nothing_on_screen() {
     app.on_snapshot(Arc::new(runner.snapshot(SNAPSHOT_USERS, SNAPSHOT_EVENTS)));
     assert_ne!(text(&render(&app, 140, 45)), frozen, "live again");
 }
+
+/// On an SSH terminal of 80×24 or 100×30, every breaker's full name and
+/// state stay readable: columns give way by priority (sparkline and
+/// counters first), and the names are never cut.
+#[tokio::test(start_paused = true)]
+async fn small_terminals_keep_every_breakers_name_and_state() {
+    let (_runner, mut app) = incident(false).await;
+    for (w, h) in [(80u16, 24u16), (100, 30)] {
+        let frame = text(&render(&app, w, h));
+        for b in &app.snap.breakers {
+            let (name, state) = (b.target.to_string(), App::state_label(b.breaker.state));
+            assert!(
+                frame
+                    .lines()
+                    .any(|l| l.contains(&format!("{name} ")) && l.contains(state)),
+                "{name} {state} at {w}×{h}:\n{frame}"
+            );
+        }
+        insta::assert_snapshot!(format!("small_{w}x{h}"), frame);
+    }
+    // `z` zooms the focused pane to the whole screen, and back.
+    let keys = KeyMap::defaults();
+    app.on_key(key('3'), &keys);
+    app.on_key(key('z'), &keys);
+    let zoomed = text(&render(&app, 80, 24));
+    assert!(
+        zoomed.contains("3 Budgets") && !zoomed.contains("1 Breakers"),
+        "{zoomed}"
+    );
+    insta::assert_snapshot!("small_80x24_zoomed", zoomed);
+    app.on_key(key('z'), &keys);
+    assert!(text(&render(&app, 80, 24)).contains("1 Breakers"));
+}

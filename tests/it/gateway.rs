@@ -334,6 +334,35 @@ async fn failures_open_the_breaker_and_metrics_show_it() {
         .iter()
         .any(|s| s.metric == "fusebox_request_duration_seconds"
             && matches!(s.value, prometheus_parse::Value::Histogram(_))));
+    // Each target's call latencies, as a histogram whose count is its
+    // finished calls.
+    let calls = |target: &str| {
+        scrape.samples.iter().find_map(|s| match &s.value {
+            prometheus_parse::Value::Histogram(h)
+                if s.metric == "fusebox_call_duration_seconds" && s.labels.get("target") == Some(target) =>
+            {
+                Some(h.iter().map(|b| (b.less_than, b.count)).collect::<Vec<_>>())
+            }
+            _ => None,
+        })
+    };
+    let haiku = calls("provider:anthropic").expect("a histogram per target");
+    let t = f
+        .runner
+        .registry()
+        .find(&Target::provider("anthropic"))
+        .unwrap()
+        .stats
+        .view();
+    assert_eq!(
+        haiku.last().map(|b| b.1),
+        Some((t.ok + t.failed + t.client_errors) as f64)
+    );
+    assert!(
+        haiku.windows(2).all(|w| w[0].0 < w[1].0 && w[0].1 <= w[1].1),
+        "cumulative: {haiku:?}"
+    );
+    assert_eq!(haiku.last().map(|b| b.0), Some(f64::INFINITY));
 }
 
 #[tokio::test]

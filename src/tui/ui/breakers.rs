@@ -42,7 +42,132 @@ pub fn sparkline(samples: Option<&std::collections::VecDeque<u64>>, width: usize
     s
 }
 
-fn row<'a>(b: &'a BreakerRow, app: &App, theme: &Theme, selected: bool) -> Row<'a> {
+/// A column: its header, its width, and how long it stays as the pane
+/// narrows (0: always; higher ones go first).
+struct Col {
+    head: &'static str,
+    width: u16,
+    keep: u8,
+}
+
+const COLS: [Col; 17] = [
+    Col {
+        head: "",
+        width: 1,
+        keep: 0,
+    },
+    Col {
+        head: "breaker",
+        width: 0,
+        keep: 0,
+    },
+    Col {
+        head: "state",
+        width: 13,
+        keep: 0,
+    },
+    Col {
+        head: "fail",
+        width: 5,
+        keep: 1,
+    },
+    Col {
+        head: "slow",
+        width: 5,
+        keep: 6,
+    },
+    Col {
+        head: "win",
+        width: 4,
+        keep: 7,
+    },
+    Col {
+        head: "sem",
+        width: 4,
+        keep: 8,
+    },
+    Col {
+        head: "probe",
+        width: 7,
+        keep: 3,
+    },
+    Col {
+        head: "p50/p95/p99 ms",
+        width: 15,
+        keep: 2,
+    },
+    Col {
+        head: "ok",
+        width: 6,
+        keep: 4,
+    },
+    Col {
+        head: "fail",
+        width: 5,
+        keep: 4,
+    },
+    Col {
+        head: "t/o",
+        width: 4,
+        keep: 8,
+    },
+    Col {
+        head: "open",
+        width: 5,
+        keep: 4,
+    },
+    Col {
+        head: "rate",
+        width: 4,
+        keep: 9,
+    },
+    Col {
+        head: "retry",
+        width: 5,
+        keep: 9,
+    },
+    Col {
+        head: "calls/s (2 min)",
+        width: 24,
+        keep: 5,
+    },
+    Col {
+        head: "mock fault",
+        width: 10,
+        keep: 5,
+    },
+];
+
+/// Which columns fit in `room` cells with the breaker names `name` wide:
+/// the most lasting first, in their order on screen.
+fn shown(room: u16, name: u16) -> [bool; COLS.len()] {
+    let mut order: Vec<usize> = (0..COLS.len()).collect();
+    order.sort_by_key(|&i| COLS[i].keep);
+    let mut used = 0u16;
+    let mut show = [false; COLS.len()];
+    for i in order {
+        let w = if i == 1 { name } else { COLS[i].width } + 1;
+        // Columns go strictly by how long they last: none after one that
+        // does not fit.
+        if COLS[i].keep > 0 && used + w > room {
+            break;
+        }
+        used += w;
+        show[i] = true;
+    }
+    show
+}
+
+/// A latency in few characters: ms below a second, else seconds.
+fn short_ms(ms: u64) -> String {
+    if ms < 1_000 {
+        ms.to_string()
+    } else {
+        format!("{:.1}s", ms as f64 / 1000.0)
+    }
+}
+
+fn row<'a>(b: &'a BreakerRow, app: &App, theme: &Theme, selected: bool, show: &[bool]) -> Row<'a> {
     let v = &b.breaker;
     let st = &b.stats;
     let probe = match (v.next_probe_ms, v.half_open_stage) {
@@ -59,7 +184,14 @@ fn row<'a>(b: &'a BreakerRow, app: &App, theme: &Theme, selected: bool) -> Row<'
         }
     });
     let marker = if selected { "▶" } else { " " };
-    let cells = vec![
+    let latency = app.latency(&b.target).map_or_else(
+        || "-".to_string(),
+        |h| {
+            let q = |p| h.quantile(p).map_or("-".into(), short_ms);
+            format!("{}/{}/{}", q(0.5), q(0.95), q(0.99))
+        },
+    );
+    let cells = [
         Cell::from(marker),
         Cell::from(b.target.to_string()),
         Cell::from(Span::styled(
@@ -74,6 +206,7 @@ fn row<'a>(b: &'a BreakerRow, app: &App, theme: &Theme, selected: bool) -> Row<'
         Cell::from(format!("{:>4}", v.calls_in_window)),
         Cell::from(format!("{:>4}", st.semantic)),
         Cell::from(probe),
+        Cell::from(latency),
         Cell::from(format!("{:>6}", st.ok)),
         Cell::from(format!("{:>5}", st.failed)),
         Cell::from(format!("{:>4}", st.timeouts)),
@@ -83,7 +216,7 @@ fn row<'a>(b: &'a BreakerRow, app: &App, theme: &Theme, selected: bool) -> Row<'
         Cell::from(sparkline(app.spark.get(&b.target), 24)),
         Cell::from(Span::styled(fault.unwrap_or_default(), theme.warn)),
     ];
-    let r = Row::new(cells);
+    let r = Row::new(cells.into_iter().zip(show).filter(|(_, s)| **s).map(|(c, _)| c));
     if selected {
         r.style(theme.selected)
     } else {
@@ -99,49 +232,30 @@ pub fn draw(f: &mut Frame, area: Rect, app: &App, theme: &Theme) {
     let first = scroll(sel, height);
     let focused = app.focus == Pane::Breakers;
     let sort = format!("sort: {:?}", app.sort).to_lowercase();
+    // Every name whole: the widest, within reason.
+    let name = rows
+        .iter()
+        .map(|b| b.target.to_string().chars().count())
+        .max()
+        .unwrap_or(8);
+    let name = name.clamp(8, 40) as u16;
+    let show = shown(area.width.saturating_sub(2), name);
     let visible = rows
         .iter()
         .enumerate()
         .skip(first)
         .take(height)
-        .map(|(i, b)| row(b, app, theme, focused && i == sel));
-    let header = Row::new(vec![
-        "",
-        "breaker",
-        "state",
-        "fail",
-        "slow",
-        "win",
-        "sem",
-        "probe",
-        "ok",
-        "fail",
-        "t/o",
-        "open",
-        "rate",
-        "retry",
-        "calls/s (2 min)",
-        "mock fault",
-    ])
-    .style(theme.title);
-    let widths = [
-        Constraint::Length(1),
-        Constraint::Length(24),
-        Constraint::Length(13),
-        Constraint::Length(5),
-        Constraint::Length(5),
-        Constraint::Length(4),
-        Constraint::Length(4),
-        Constraint::Length(7),
-        Constraint::Length(6),
-        Constraint::Length(5),
-        Constraint::Length(4),
-        Constraint::Length(5),
-        Constraint::Length(4),
-        Constraint::Length(5),
-        Constraint::Length(24),
-        Constraint::Min(10),
-    ];
+        .map(|(i, b)| row(b, app, theme, focused && i == sel, &show));
+    let pick = |i: usize| show[i];
+    let header = Row::new((0..COLS.len()).filter(|&i| pick(i)).map(|i| COLS[i].head)).style(theme.title);
+    let widths: Vec<Constraint> = (0..COLS.len())
+        .filter(|&i| pick(i))
+        .map(|i| match i {
+            1 => Constraint::Length(name),
+            i if i == COLS.len() - 1 => Constraint::Min(COLS[i].width),
+            i => Constraint::Length(COLS[i].width),
+        })
+        .collect();
     let t = Table::new(visible, widths).header(header).block(pane_block(
         app,
         Pane::Breakers,

@@ -21,6 +21,35 @@ use ratatui::Frame;
 pub fn draw(f: &mut Frame, app: &App, theme: &Theme, keymap: &KeyMap) {
     let area = f.area();
     f.buffer_mut().set_style(area, theme.base);
+    // Zoomed, or on a short terminal (an SSH session's 80×24, say): the
+    // breakers whole, and the focused other pane below them.
+    let short = area.height < 32;
+    if app.zoomed || short {
+        let rows = Layout::default()
+            .direction(Direction::Vertical)
+            .constraints([Constraint::Length(3), Constraint::Min(3), Constraint::Length(1)])
+            .split(area);
+        header::draw(f, rows[0], app, theme);
+        if app.zoomed {
+            pane(f, rows[1], app, theme, app.focus);
+        } else {
+            let breakers_h = (app.snap.breakers.len() as u16 + 3).min(rows[1].height.saturating_sub(6));
+            let split = Layout::default()
+                .direction(Direction::Vertical)
+                .constraints([Constraint::Length(breakers_h), Constraint::Min(3)])
+                .split(rows[1]);
+            breakers::draw(f, split[0], app, theme);
+            let below = if app.focus == Pane::Breakers {
+                Pane::Chains
+            } else {
+                app.focus
+            };
+            pane(f, split[1], app, theme, below);
+        }
+        footer(f, rows[2], app, theme, keymap);
+        overlay::draw(f, area, app, theme, keymap);
+        return;
+    }
     let breakers_h = (app.snap.breakers.len() as u16 + 3)
         .min(area.height.saturating_sub(16) / 2)
         .max(5);
@@ -50,6 +79,17 @@ pub fn draw(f: &mut Frame, app: &App, theme: &Theme, keymap: &KeyMap) {
     events::draw(f, bottom[1], app, theme);
     footer(f, rows[4], app, theme, keymap);
     overlay::draw(f, area, app, theme, keymap);
+}
+
+/// Draws pane `p` in `area`.
+fn pane(f: &mut Frame, area: Rect, app: &App, theme: &Theme, p: Pane) {
+    match p {
+        Pane::Breakers => breakers::draw(f, area, app, theme),
+        Pane::Limiters => limiters::draw(f, area, app, theme),
+        Pane::Budgets => budgets::draw(f, area, app, theme),
+        Pane::Chains => chains::draw(f, area, app, theme),
+        Pane::Events => events::draw(f, area, app, theme),
+    }
 }
 
 /// A pane's frame: title with its number, focus and filter shown in text
