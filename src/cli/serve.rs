@@ -92,7 +92,10 @@ impl ServeArgs {
 
 /// Serves until the console quits or Ctrl-C.
 pub fn serve(args: ServeArgs) -> Result<()> {
-    let cfg = load_config(args.config.as_ref())?;
+    let mut cfg = load_config(args.config.as_ref())?;
+    // A gateway calls no tools of its own (its agents run theirs): the
+    // console and `/metrics` show only what it can call.
+    cfg.tools.clear();
     let auth_token = args.auth_token()?;
     let state = args.state.redis(&cfg, Speed::Factor(1.0))?;
     let ui = Ui::setup(args.headless, &args.console, Speed::Factor(1.0), "serve")?;

@@ -630,6 +630,12 @@ fn a_revoked_key_is_refused_across_the_fleet_within_a_second() {
         a.ask_with(&secret) == 200 && b.ask_with(&secret) == 200
     });
     assert_eq!(b.ask_with("fbx_guess"), 401, "a key is needed now");
+    // A gateway shows only what it can call: its providers and models.
+    let metrics = a.metrics();
+    assert!(
+        metrics.contains("target=\"provider:openai\"") && !metrics.contains("target=\"tool:"),
+        "{metrics}"
+    );
     assert!(keys(&["list"]).contains("app\tuser alice\troutes all\texpires never"));
     let stored = Command::new("redis-cli")
         .args(["-u", &redis.url(), "hgetall", "fusebox:keys"])
