@@ -10,6 +10,7 @@ pub mod accept;
 mod auth;
 mod chat;
 mod embeddings;
+mod live;
 mod metrics;
 mod stream;
 
@@ -99,6 +100,9 @@ pub fn router(runner: Arc<Runner>, opts: GatewayOptions, conns: Arc<ConnCounts>)
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
         .route("/_fusebox/commands", post(command))
+        .route("/_fusebox/snapshot", get(live::snapshot))
+        .route("/_fusebox/snapshots", get(live::snapshots))
+        .route("/_fusebox/events", get(live::events))
         .fallback(not_found)
         // Bodies are read with their own limit (an OpenAI-shaped 413).
         .layer(DefaultBodyLimit::max(max_body.saturating_add(1)));

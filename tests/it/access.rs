@@ -202,3 +202,59 @@ async fn operator_tokens_grant_their_scope_and_caller_keys_none() {
     assert_eq!(by, ["ana"]);
     keeps_no_secret(&v.to_string());
 }
+
+/// The live view (a snapshot, its stream, the events) is for operators:
+/// a `view` token reads it, a caller key does not; the stream's snapshots
+/// are the console's, as JSON.
+#[tokio::test]
+async fn the_live_view_is_for_operators() {
+    let f = gateway(config(), GatewayOptions::default()).await;
+    let get = |path: &'static str, secret: &'static str| {
+        let f = &f;
+        async move {
+            f.http
+                .get(format!("{}{path}", f.base))
+                .bearer_auth(secret)
+                .send()
+                .await
+                .unwrap()
+        }
+    };
+    for path in ["/_fusebox/snapshot", "/_fusebox/snapshots", "/_fusebox/events"] {
+        assert_eq!(get(path, ALICE).await.status(), 401, "{path}");
+    }
+    let one: Value = get("/_fusebox/snapshot", VIC).await.json().await.unwrap();
+    assert!(one["breakers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|b| b["target"] == "provider:openai"));
+    let mut stream = get("/_fusebox/snapshots", VIC).await;
+    assert_eq!(stream.headers()["content-type"], "text/event-stream");
+    let mut got = String::new();
+    while !got.contains("\n\n") {
+        got.push_str(&String::from_utf8_lossy(&stream.chunk().await.unwrap().unwrap()));
+    }
+    let first: Value = serde_json::from_str(got.strip_prefix("data: ").unwrap().trim()).unwrap();
+    assert_eq!(first["breakers"], one["breakers"]);
+    keeps_no_secret(&got);
+    // An operator's command shows on the events stream.
+    let mut events = get("/_fusebox/events", VIC).await;
+    let open = json!({"action": "force_open", "target": "provider:openai"});
+    assert_eq!(f.send("/_fusebox/commands", Some(ANA), &[], &open).await.0, 200);
+    // The breaker's transition comes first, then the command that made it.
+    let mut got = String::new();
+    while !got.contains("\"kind\":\"operator\"") {
+        got.push_str(&String::from_utf8_lossy(&events.chunk().await.unwrap().unwrap()));
+    }
+    let kinds: Vec<Value> = got
+        .split("\n\n")
+        .filter_map(|e| serde_json::from_str(e.strip_prefix("data: ")?).ok())
+        .collect();
+    assert_eq!(kinds[0]["kind"], "transition");
+    let op = kinds.iter().find(|e| e["kind"] == "operator").unwrap();
+    assert_eq!(
+        (op["action"].as_str(), op["by"]["name"].as_str()),
+        (Some("force_open"), Some("ana"))
+    );
+}
