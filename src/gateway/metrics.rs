@@ -176,6 +176,13 @@ fn targets(enc: &mut DescriptorEncoder, r: &Runner, now: tokio::time::Instant) -
             .iter()
             .map(|(t, s)| ([("target", t.as_str())], Buckets(s.latency))),
     )?;
+    family(
+        enc,
+        "fusebox_time_to_first_token_seconds",
+        "Streamed calls' time to their first content, per target",
+        MetricType::Histogram,
+        stats.iter().map(|(t, s)| ([("target", t.as_str())], Buckets(s.ttft))),
+    )?;
     Ok(())
 }
 

@@ -440,7 +440,15 @@ impl Runner {
                 let pieces = resp.reply().deltas().into_iter().map(Piece::said).collect();
                 return Attempted::Answer(resp, pieces);
             }
-            Ok(crate::provider::Opened::Live(live)) => live,
+            Ok(crate::provider::Opened::Live(live)) => {
+                // Opened at its first content: the time to first token.
+                let ttft = self.clock.now().saturating_duration_since(live.started);
+                let m = &self.models[mi];
+                for t in [p.target, m.target] {
+                    self.registry.get(t).stats.ttft.record(ttft.as_millis() as u64);
+                }
+                live
+            }
             Err(e) => return Attempted::Failed(e),
         };
         let head = |acc: &crate::wire::Assembler| {

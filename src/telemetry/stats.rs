@@ -28,6 +28,8 @@ pub struct TargetStats {
     pub client_errors: Counter,
     /// Latencies of finished calls.
     pub latency: Histogram,
+    /// Streamed calls' time to their first content.
+    pub ttft: Histogram,
 }
 
 /// A copy of the counters for summaries and views.
@@ -59,6 +61,9 @@ pub struct StatsView {
     /// Latencies of finished calls, by bucket.
     #[serde(skip)]
     pub latency: HistogramView,
+    /// Streamed calls' time to first content, by bucket.
+    #[serde(skip)]
+    pub ttft: HistogramView,
 }
 
 impl TargetStats {
@@ -79,6 +84,7 @@ impl TargetStats {
             client_errors: l(&self.client_errors),
             mean_latency_ms: latency.sum_ms.checked_div(done).unwrap_or(0),
             latency,
+            ttft: self.ttft.view(),
         }
     }
 }

@@ -158,6 +158,9 @@ async fn streams_server_sent_events_that_end_with_done() {
     }
     assert!(content.contains("38100"), "{content}");
     assert!(usage.unwrap() > 0);
+    // The streamed call's time to first token is counted on its targets.
+    let t = f.runner.registry().find(&Target::model("gpt-4o")).unwrap().stats.view();
+    assert_eq!((t.ttft.count(), t.latency.count()), (1, 1));
 }
 
 #[tokio::test]
