@@ -61,6 +61,9 @@ pub enum Action {
     PauseEvents,
     /// Show the focused pane on the whole screen, or all panes again.
     Zoom,
+    /// Everything about the selected row: a breaker's figures and its
+    /// transitions' reasons in full, an event's whole text.
+    Detail,
     /// Pause or resume a replay.
     ClockPause,
     /// Replay faster.
@@ -101,6 +104,7 @@ impl Action {
         Action::ToggleDrill,
         Action::PauseEvents,
         Action::Zoom,
+        Action::Detail,
         Action::ClockPause,
         Action::ClockFaster,
         Action::ClockSlower,
@@ -137,6 +141,7 @@ impl Action {
             Action::ToggleDrill => "toggle-drill",
             Action::PauseEvents => "pause-events",
             Action::Zoom => "zoom",
+            Action::Detail => "detail",
             Action::ClockPause => "clock-pause",
             Action::ClockFaster => "clock-faster",
             Action::ClockSlower => "clock-slower",
@@ -179,6 +184,7 @@ impl Action {
             Action::ToggleDrill => "drill mode on/off: optional tools take their degradation branch",
             Action::PauseEvents => "pause/resume scrolling of the events pane",
             Action::Zoom => "zoom the focused pane to the whole screen, or back",
+            Action::Detail => "everything about the selected breaker or event",
             Action::ClockPause => "pause/resume the clock (demo and replay)",
             Action::ClockFaster => "run the clock faster",
             Action::ClockSlower => "run the clock slower",

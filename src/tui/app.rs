@@ -106,6 +106,8 @@ pub enum Overlay {
     Filter,
     /// Help.
     Help,
+    /// The selected row in full.
+    Detail,
     /// Waiting for y/n on a destructive command.
     Confirm {
         /// The question.

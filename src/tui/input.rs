@@ -28,6 +28,12 @@ impl App {
                     _ => Effect::None,
                 };
             }
+            Overlay::Detail => {
+                if matches!(key.code, KeyCode::Esc | KeyCode::Enter | KeyCode::Char('q')) {
+                    self.overlay = Overlay::None;
+                }
+                return Effect::None;
+            }
             Overlay::Help => {
                 if key.code == KeyCode::Esc
                     || keymap.action(&key) == Some(Action::Help)
@@ -125,6 +131,10 @@ impl App {
                 }
                 .into();
             }
+            Action::Detail => match self.focus {
+                Pane::Breakers | Pane::Events => self.overlay = Overlay::Detail,
+                _ => self.status = "detail shows a breaker (pane 1) or an event (pane 5)".into(),
+            },
             Action::Zoom => {
                 self.zoomed = !self.zoomed;
                 self.status = if self.zoomed {

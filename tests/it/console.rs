@@ -529,3 +529,30 @@ async fn small_terminals_keep_every_breakers_name_and_state() {
     app.on_key(key('z'), &keys);
     assert!(text(&render(&app, 80, 24)).contains("1 Breakers"));
 }
+
+/// Enter shows everything about the selected breaker (its transitions'
+/// reasons whole, cut in the events pane) or event; Esc closes it.
+#[tokio::test(start_paused = true)]
+async fn enter_shows_the_selected_breaker_and_event_in_full() {
+    let (_runner, mut app) = incident(false).await;
+    let keys = KeyMap::defaults();
+    app.on_key(key('1'), &keys);
+    let b = app.breaker_rows()[app.selection(Pane::Breakers)].target.clone();
+    app.on_key(
+        crossterm::event::KeyEvent::new(crossterm::event::KeyCode::Enter, crossterm::event::KeyModifiers::NONE),
+        &keys,
+    );
+    assert_eq!(app.overlay, Overlay::Detail);
+    let frame = text(&render(&app, 140, 45));
+    assert!(
+        frame.contains(&format!(" {b} ")) && frame.contains("transitions (newest first):"),
+        "{frame}"
+    );
+    assert!(frame.contains("latency, since start: p50"), "{frame}");
+    insta::assert_snapshot!("detail_breaker", frame);
+    app.on_key(
+        crossterm::event::KeyEvent::new(crossterm::event::KeyCode::Esc, crossterm::event::KeyModifiers::NONE),
+        &keys,
+    );
+    assert_eq!(app.overlay, Overlay::None);
+}

@@ -363,6 +363,7 @@ fn the_documented_keys_are_the_keymap_s() {
                     "PgUp" => &["pageup"],
                     "PgDn" => &["pagedown"],
                     "space" => &["space"],
+                    "Enter" => &["enter"],
                     other => panic!("README.md key table: no key is called `{other}`"),
                 };
                 said.extend(named.iter().map(|s| s.to_string()));

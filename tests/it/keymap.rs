@@ -164,6 +164,7 @@ fn key_strings_accept_every_documented_form() {
 [keys]
 quit = ["ctrl-q", "alt-x", "esc", "ctrl-alt-f12"]
 help = ["f1", "F2", "enter"]
+detail = ["ctrl-e"]
 next-pane = ["shift-tab", "right"]
 prev-pane = ["left"]
 top = ["home"]

@@ -15,6 +15,7 @@ pub fn draw(f: &mut Frame, area: Rect, app: &App, theme: &Theme, keymap: &KeyMap
     match &app.overlay {
         Overlay::Help => help(f, area, app, theme, keymap),
         Overlay::Confirm { prompt, .. } => confirm(f, area, prompt, theme),
+        Overlay::Detail => detail(f, area, app, theme),
         Overlay::None | Overlay::Filter => {}
     }
 }
@@ -75,4 +76,113 @@ fn confirm(f: &mut Frame, area: Rect, prompt: &str, theme: &Theme) {
             .style(theme.base),
         r,
     );
+}
+
+/// The selected breaker's figures and its transitions' reasons in full, or
+/// the selected event's whole text.
+fn detail(f: &mut Frame, area: Rect, app: &App, theme: &Theme) {
+    let mut lines = Vec::new();
+    let title = match app.focus {
+        crate::tui::app::Pane::Breakers => match app.selected_breaker() {
+            Some(b) => {
+                breaker_detail(b, app, &mut lines);
+                format!(" {} ", b.target)
+            }
+            None => " no breaker selected ".into(),
+        },
+        _ => match app.event_rows().get(app.selection(crate::tui::app::Pane::Events)) {
+            Some(e) => {
+                lines.push(Line::from(format!(
+                    "{} {}",
+                    super::clock(e.t_ms),
+                    super::events::describe(e)
+                )));
+                " event ".into()
+            }
+            None => " no event selected ".into(),
+        },
+    };
+    lines.push(Line::from(""));
+    lines.push(Line::from(Span::styled("Esc or Enter closes", theme.dim)));
+    let r = centered(area, 100, (lines.len() as u16 + 4).min(area.height));
+    f.render_widget(Clear, r);
+    let block = Block::default()
+        .borders(Borders::ALL)
+        .border_style(theme.border_focused)
+        .title(Span::styled(title, theme.title));
+    f.render_widget(
+        Paragraph::new(lines)
+            .block(block)
+            .wrap(Wrap { trim: false })
+            .style(theme.base),
+        r,
+    );
+}
+
+fn breaker_detail(b: &crate::telemetry::snapshot::BreakerRow, app: &App, lines: &mut Vec<Line<'static>>) {
+    let v = &b.breaker;
+    let st = &b.stats;
+    let pct = |x: f64| format!("{:.0}%", x * 100.0);
+    lines.push(Line::from(format!(
+        "state {} · failure {} · slow {} · {} calls in the window · {} failures in a row · {} trips",
+        App::state_label(v.state),
+        pct(v.failure_rate),
+        pct(v.slow_rate),
+        v.calls_in_window,
+        v.consecutive_failures,
+        v.trips
+    )));
+    if let Some(ms) = v.next_probe_ms {
+        lines.push(Line::from(format!(
+            "next probe in {:.0} s",
+            (ms as f64 / 1000.0).ceil()
+        )));
+    }
+    if let Some((stage, allowed)) = v.half_open_stage {
+        lines.push(Line::from(format!(
+            "half-open stage {} · {} of {allowed} probes in flight",
+            stage + 1,
+            v.probes_in_flight
+        )));
+    }
+    let q = |h: &crate::telemetry::histogram::HistogramView| {
+        let p = |x| h.quantile(x).map_or("-".to_string(), |ms| format!("{ms} ms"));
+        format!(
+            "p50 {} · p95 {} · p99 {} ({} calls)",
+            p(0.5),
+            p(0.95),
+            p(0.99),
+            h.count()
+        )
+    };
+    let recent = app.latency(&b.target).unwrap_or_default();
+    lines.push(Line::from(format!("latency, last minute: {}", q(&recent))));
+    lines.push(Line::from(format!("latency, since start: {}", q(&st.latency))));
+    if st.ttft.count() > 0 {
+        lines.push(Line::from(format!("time to first token, since start: {}", q(&st.ttft))));
+    }
+    lines.push(Line::from(format!(
+        "calls {} · ok {} · failed {} (timeouts {}, semantic {}) · client errors {} · short-circuited {} · refused for capacity {} · retries {}",
+        st.attempts, st.ok, st.failed, st.timeouts, st.semantic, st.client_errors, st.rejected_open, st.rejected_rate, st.retries
+    )));
+    lines.push(Line::from(""));
+    lines.push(Line::from("transitions (newest first):"));
+    let mut any = false;
+    for e in app.events().iter().rev() {
+        if let crate::telemetry::events::EventKind::Transition(t) = &e.kind {
+            if t.breaker == b.target {
+                any = true;
+                lines.push(Line::from(format!(
+                    "{} {} → {}: {}",
+                    super::clock(e.t_ms),
+                    t.from,
+                    t.to,
+                    t.reason
+                )));
+            }
+        }
+    }
+    if !any {
+        lines.push(Line::from("  none yet"));
+    }
 }
