@@ -302,8 +302,9 @@ impl Runner {
         let events = EventBus::new(clock, 2_000);
         let mut registry = Registry::default();
         let breaker = |reg: &mut Registry, target: Target| {
-            let b = Breaker::new(target.clone(), cfg.breaker_for(&target).clone(), events.clone(), now);
-            reg.add(target, b)
+            let config = cfg.breaker_for(&target).clone();
+            let b = Breaker::new(target.clone(), config.clone(), events.clone(), now);
+            reg.add(target, b, config)
         };
         let mut provider_slots = Vec::new();
         let mut provider_index = HashMap::new();

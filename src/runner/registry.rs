@@ -1,10 +1,12 @@
 //! Every breaker target (providers, models, tools) with its counters, in a
 //! registry that views can enumerate.
 
+use crate::config::BreakerConfig;
 use crate::resilience::breaker::Breaker;
 use crate::target::Target;
 use crate::telemetry::stats::TargetStats;
 use std::collections::HashMap;
+use std::sync::Arc;
 
 /// One target: its breaker and counters.
 pub struct Entry {
@@ -14,6 +16,8 @@ pub struct Entry {
     pub breaker: Breaker,
     /// Its counters.
     pub stats: TargetStats,
+    /// Its breaker's settings, for views.
+    pub config: Arc<BreakerConfig>,
 }
 
 /// All targets, addressable by index or name.
@@ -25,10 +29,11 @@ pub struct Registry {
 
 impl Registry {
     /// Adds a target; returns its index.
-    pub fn add(&mut self, target: Target, breaker: Breaker) -> usize {
+    pub fn add(&mut self, target: Target, breaker: Breaker, config: BreakerConfig) -> usize {
         let i = self.targets.len();
         self.index.insert(target.clone(), i);
         self.targets.push(Entry {
+            config: Arc::new(config),
             target,
             breaker,
             stats: TargetStats::default(),

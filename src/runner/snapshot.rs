@@ -18,6 +18,7 @@ impl Runner {
             .iter()
             .map(|t| BreakerRow {
                 target: t.target.clone(),
+                config: t.config.clone(),
                 breaker: t.breaker.view(now),
                 stats: t.stats.view(),
             })

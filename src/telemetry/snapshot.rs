@@ -19,6 +19,8 @@ pub struct BreakerRow {
     pub breaker: BreakerView,
     /// Counters.
     pub stats: StatsView,
+    /// The breaker's settings.
+    pub config: std::sync::Arc<crate::config::BreakerConfig>,
 }
 
 /// One limiter row.

@@ -549,6 +549,7 @@ async fn enter_shows_the_selected_breaker_and_event_in_full() {
         "{frame}"
     );
     assert!(frame.contains("latency, since start: p50"), "{frame}");
+    assert!(frame.contains("opens at 5 failures in a row"), "its settings: {frame}");
     insta::assert_snapshot!("detail_breaker", frame);
     app.on_key(
         crossterm::event::KeyEvent::new(crossterm::event::KeyCode::Esc, crossterm::event::KeyModifiers::NONE),

@@ -165,6 +165,22 @@ fn breaker_detail(b: &crate::telemetry::snapshot::BreakerRow, app: &App, lines: 
         "calls {} · ok {} · failed {} (timeouts {}, semantic {}) · client errors {} · short-circuited {} · refused for capacity {} · retries {}",
         st.attempts, st.ok, st.failed, st.timeouts, st.semantic, st.client_errors, st.rejected_open, st.rejected_rate, st.retries
     )));
+    let c = &b.config;
+    lines.push(Line::from(format!(
+        "opens at {} failures in a row, or {} failing (or {} slow, over {} ms) of a {:?} window of {} once {} calls; cooldown {} ms ×{} up to {} ms; half-open ramp {:?} needing {} success",
+        c.consecutive_failures,
+        pct(c.failure_rate),
+        pct(c.slow_call_rate),
+        c.slow_call_ms,
+        c.window,
+        c.window_size,
+        c.minimum_calls,
+        c.cooldown_ms,
+        c.cooldown_multiplier,
+        c.max_cooldown_ms,
+        c.half_open_ramp,
+        pct(c.half_open_success_rate)
+    )));
     lines.push(Line::from(""));
     lines.push(Line::from("transitions (newest first):"));
     let mut any = false;
