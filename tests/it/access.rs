@@ -56,6 +56,16 @@ fn config() -> Config {
 }
 
 impl Fleet {
+    /// `GET path` with `secret` as the bearer credential.
+    async fn get_with(&self, path: &str, secret: &str) -> reqwest::Response {
+        self.http
+            .get(format!("{}{path}", self.base))
+            .bearer_auth(secret)
+            .send()
+            .await
+            .unwrap()
+    }
+
     /// Sends `body` to `path` with `secret` as the bearer credential (and
     /// `headers`); the status and the JSON answer.
     async fn send(&self, path: &str, secret: Option<&str>, headers: &[(&str, &str)], body: &Value) -> (u16, Value) {
@@ -155,18 +165,9 @@ async fn wrong_missing_and_expired_credentials_are_refused_and_said_so() {
 async fn operator_tokens_grant_their_scope_and_caller_keys_none() {
     let f = gateway(config(), GatewayOptions::default()).await;
     let open = json!({"action": "force_open", "target": "provider:openai"});
-    let metrics = |secret: &'static str| {
+    let metrics = |secret| {
         let f = &f;
-        async move {
-            f.http
-                .get(format!("{}/metrics", f.base))
-                .bearer_auth(secret)
-                .send()
-                .await
-                .unwrap()
-                .status()
-                .as_u16()
-        }
+        async move { f.get_with("/metrics", secret).await.status().as_u16() }
     };
     // A caller key opens neither the admin endpoints nor the metrics.
     assert_eq!(f.send("/_fusebox/commands", Some(ALICE), &[], &open).await.0, 401);
@@ -209,17 +210,7 @@ async fn operator_tokens_grant_their_scope_and_caller_keys_none() {
 #[tokio::test]
 async fn the_live_view_is_for_operators() {
     let f = gateway(config(), GatewayOptions::default()).await;
-    let get = |path: &'static str, secret: &'static str| {
-        let f = &f;
-        async move {
-            f.http
-                .get(format!("{}{path}", f.base))
-                .bearer_auth(secret)
-                .send()
-                .await
-                .unwrap()
-        }
-    };
+    let get = |path, secret| f.get_with(path, secret);
     for path in ["/_fusebox/snapshot", "/_fusebox/snapshots", "/_fusebox/events"] {
         assert_eq!(get(path, ALICE).await.status(), 401, "{path}");
     }
