@@ -35,7 +35,7 @@ fn big_app(rt: &tokio::runtime::Runtime) -> App {
         assert_eq!(snap.top_users.len(), 10_000);
         let opts = Options {
             mode: Mode::Demo,
-            readonly: false,
+            readonly: None,
             yes: false,
             operator: "bench".into(),
             source: "bench".into(),
@@ -62,6 +62,7 @@ fn big_app(rt: &tokio::runtime::Runtime) -> App {
             app.on_event(&Event {
                 t_ms: i,
                 kind: EventKind::Outcome(Box::new(o)),
+                instance: None,
             });
         }
         app

@@ -135,7 +135,7 @@ impl Command {
 
 /// Who issued a command: an operator by name, or another fleet instance
 /// passing on its operator's command (not to be passed on again).
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Issuer {
     /// The operator's name (at most [`crate::limits::MAX_TARGET_LEN`] bytes).
     pub name: String,

@@ -5,6 +5,7 @@
 #![warn(missing_docs)]
 
 pub mod alloc;
+pub mod attach;
 pub mod bench;
 pub mod cli;
 pub mod clock;

@@ -149,6 +149,11 @@ pub struct ConsoleArgs {
 }
 
 impl ConsoleArgs {
+    /// Why commands are disabled, if they are.
+    pub fn readonly_reason(&self) -> Option<String> {
+        self.readonly.then(|| "started with --readonly".to_string())
+    }
+
     /// Who issues console commands: `--operator`, else `$USER`.
     pub fn operator_name(&self) -> String {
         self.operator

@@ -107,7 +107,7 @@ pub fn demo(args: DemoArgs) -> Result<()> {
         if let Some(ui) = ui {
             let opts = Options {
                 mode: Mode::Demo,
-                readonly: args.console.readonly,
+                readonly: args.console.readonly_reason(),
                 yes: args.console.yes,
                 operator: args.console.operator_name(),
                 source: crate::tui::app::source(

@@ -3,6 +3,7 @@
 //! (`run`).
 
 pub mod args;
+pub mod attach;
 mod compare;
 pub mod demo;
 pub mod keys;
@@ -36,6 +37,8 @@ enum Cmd {
     Replay(Box<replay::ReplayArgs>),
     /// Serve an OpenAI-compatible gateway: agents point their base URL here.
     Serve(Box<serve::ServeArgs>),
+    /// Open the console over running gateways (`fusebox serve` instances).
+    Attach(Box<attach::AttachArgs>),
     /// Validate a config file.
     CheckConfig {
         /// The TOML file.
@@ -78,6 +81,7 @@ pub fn main() -> i32 {
         Some(Cmd::Demo(a)) => a.console.log_dir.clone(),
         Some(Cmd::Serve(a)) => a.console.log_dir.clone(),
         Some(Cmd::Replay(a)) => a.console.log_dir.clone(),
+        Some(Cmd::Attach(a)) => a.console.log_dir.clone(),
         None => cli.demo.console.log_dir.clone(),
         _ => None,
     };
@@ -118,6 +122,7 @@ fn dispatch(cli: Cli) -> Result<()> {
         Cmd::Demo(args) => demo::demo(*args),
         Cmd::Serve(args) => serve::serve(*args),
         Cmd::Replay(args) => replay::replay(*args),
+        Cmd::Attach(args) => attach::attach(*args),
         Cmd::CheckConfig { file } => {
             let cfg = Config::load(&file)?;
             println!(

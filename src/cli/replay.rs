@@ -204,7 +204,7 @@ pub fn replay(args: ReplayArgs) -> Result<()> {
             opts.outcomes = Some(shown.outcomes.clone());
             let o = Options {
                 mode: Mode::Replay,
-                readonly: args.console.readonly,
+                readonly: args.console.readonly_reason(),
                 yes: args.console.yes,
                 operator: args.console.operator_name(),
                 source,

@@ -47,6 +47,20 @@ impl Ui {
         };
         Ok(Some(Self { theme, keymap }))
     }
+
+    /// The console over `feed`, until the operator quits.
+    pub async fn console(self, feed: crate::tui::control::Feed, opts: Options) -> Result<()> {
+        Ok(self.console_with(feed, opts, None).await?)
+    }
+
+    async fn console_with(
+        self,
+        feed: crate::tui::control::Feed,
+        opts: Options,
+        pace: Option<Arc<Pace>>,
+    ) -> Result<(), crate::tui::ConsoleError> {
+        crate::tui::run(feed, opts, self.theme, self.keymap, pace).await
+    }
 }
 
 /// The spool file: given, configured, or fresh in a private temporary
@@ -139,7 +153,9 @@ impl Run {
         opts: Options,
         driver: Option<tokio::task::JoinHandle<Result<()>>>,
     ) -> Result<()> {
-        let r = crate::tui::run(self.runner.clone(), opts, ui.theme, ui.keymap, self.pace.take()).await;
+        let r = ui
+            .console_with(crate::tui::control::Feed::local(&self.runner), opts, self.pace.take())
+            .await;
         if let Some(d) = &driver {
             d.abort();
         }

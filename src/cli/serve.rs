@@ -21,6 +21,11 @@ pub struct ServeArgs {
     /// Address to listen on; beyond loopback an auth token is required.
     #[arg(long, default_value = "127.0.0.1:8787")]
     pub listen: String,
+    /// Where operators reach this gateway, published in the fleet's
+    /// heartbeats for `fusebox attach --state` [default: http://LISTEN,
+    /// with 127.0.0.1 for an unspecified address].
+    #[arg(long)]
+    pub advertise: Option<String>,
     /// Print a status line every few seconds instead of the console.
     #[arg(long)]
     pub headless: bool,
@@ -128,10 +133,13 @@ pub fn serve(args: ServeArgs) -> Result<()> {
         };
         let addr = crate::gateway::spawn(runner.clone(), &args.listen, opts).await?;
         let base = format!("http://{addr}/v1");
+        if let Some(fleet) = run.fleet() {
+            fleet.advertise(&args.advertise.clone().unwrap_or_else(|| advertised(addr)));
+        }
         if let Some(ui) = ui {
             let o = Options {
                 mode: Mode::Serve,
-                readonly: args.console.readonly,
+                readonly: args.console.readonly_reason(),
                 yes: args.console.yes,
                 operator: args.console.operator_name(),
                 source: format!("gateway {base}"),
@@ -162,6 +170,15 @@ pub fn serve(args: ServeArgs) -> Result<()> {
         status(&runner);
         anyhow::Ok(())
     })
+}
+
+/// The admin URL of a gateway listening on `addr`: an unspecified address
+/// is reached on loopback.
+fn advertised(mut addr: std::net::SocketAddr) -> String {
+    if addr.ip().is_unspecified() {
+        addr.set_ip(std::net::Ipv4Addr::LOCALHOST.into());
+    }
+    format!("http://{addr}")
 }
 
 /// Prints the status line; a closed stderr (the terminal went away) is not

@@ -117,6 +117,9 @@ pub struct Fleet {
     queue: Arc<deferred::SharedQueue>,
     /// Users' budgets, shared.
     allowances: Arc<allowance::Allowances>,
+    /// Where operators reach this instance's live view (its heartbeat
+    /// says so, for `fusebox attach --state`); empty until it serves.
+    admin_url: Mutex<String>,
 }
 
 /// What this instance shares with its runner.
@@ -162,6 +165,11 @@ pub struct FleetSummary {
 }
 
 impl Fleet {
+    /// Says in each heartbeat that operators reach this instance at `url`.
+    pub fn advertise(&self, url: &str) {
+        *self.admin_url.lock() = url.to_string();
+    }
+
     /// Connects to Redis at `url`, applies the actions stored there, and
     /// starts sharing: heartbeats, announcing local actions, applying remote
     /// ones. The tasks run until the runtime ends.
@@ -197,6 +205,7 @@ impl Fleet {
             applied: Mutex::new(HashMap::new()),
             leases: lease::LeaseStats::default(),
             allowances,
+            admin_url: Mutex::new(String::new()),
             queue: Arc::new(deferred::SharedQueue::new(
                 conn.clone(),
                 instance.clone(),
@@ -411,9 +420,10 @@ impl Fleet {
     async fn heartbeat_once(&self) {
         let mut conn = self.conn.clone();
         let key = format!("{INSTANCE_KEY}{}", self.instance);
+        let admin = self.admin_url.lock().clone();
         let beat: redis::RedisResult<()> = redis::cmd("SET")
             .arg(&key)
-            .arg(1)
+            .arg(admin)
             .arg("PX")
             .arg(INSTANCE_TTL.as_millis() as u64)
             .query_async(&mut conn)
@@ -455,6 +465,30 @@ impl Fleet {
             self.heartbeat_once().await;
         }
     }
+}
+
+/// Where operators reach the live instances of the fleet at `url`: the
+/// admin URLs their heartbeats publish (instances that serve no gateway
+/// publish none).
+pub async fn admin_urls(url: &str) -> Result<Vec<String>, FleetError> {
+    let client = redis::Client::open(url).map_err(|why| FleetError::BadUrl { url: url.into(), why })?;
+    let unreachable = |why| FleetError::Unreachable { url: url.into(), why };
+    let mut conn = ConnectionManager::new(client).await.map_err(unreachable)?;
+    let keys = scan(&mut conn, &format!("{INSTANCE_KEY}*"))
+        .await
+        .map_err(unreachable)?;
+    if keys.is_empty() {
+        return Ok(Vec::new());
+    }
+    let urls: Vec<Option<String>> = redis::cmd("MGET")
+        .arg(&keys)
+        .query_async(&mut conn)
+        .await
+        .map_err(unreachable)?;
+    let mut urls: Vec<String> = urls.into_iter().flatten().filter(|u| u.starts_with("http")).collect();
+    urls.sort();
+    urls.dedup();
+    Ok(urls)
 }
 
 /// Every key matching `pattern` (SCAN, never KEYS).

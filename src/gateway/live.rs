@@ -3,14 +3,19 @@
 //! stream of at most ten a second, and the notable events as they happen.
 //! Both streams are server-sent events, one JSON object per `data:` line.
 
+use super::auth::Operator;
 use super::Shared;
+use crate::config::access::Scope;
+use crate::telemetry::events::EventKind;
 use axum::body::Body;
-use axum::extract::Query;
+use axum::extract::{Query, State};
 use axum::http::header;
 use axum::response::{IntoResponse, Response};
+use axum::Extension;
 use futures_util::StreamExt;
 use serde::Deserialize;
 use std::convert::Infallible;
+use std::sync::Arc;
 use std::time::Duration;
 
 /// Users (by budget pressure) and recent events a snapshot carries.
@@ -18,38 +23,76 @@ const USERS: usize = 100;
 const EVENTS: usize = 100;
 /// The shortest time between two snapshots of a stream.
 const MIN_EVERY: Duration = Duration::from_millis(100);
+/// A stream with nothing to send says it is alive this often, so a
+/// watcher can tell a quiet gateway from a lost one.
+const KEEP_ALIVE: Duration = Duration::from_millis(500);
+/// Outcome records an events stream holds for a slow watcher before it
+/// drops them (notable events are never dropped).
+const MAX_BACKLOG: usize = 10_000;
 
-/// `GET /_fusebox/snapshot`: the snapshot now.
-pub(super) async fn snapshot(axum::extract::State(gw): Shared) -> Response {
-    axum::Json(gw.runner.snapshot(USERS, EVENTS)).into_response()
+/// The header saying what the credential may do here: `operate`, `view`
+/// (a view token), or `readonly` (the gateway refuses every command).
+pub const SCOPE_HEADER: &str = "x-fusebox-scope";
+
+fn scope(gw: &super::Gateway, op: Option<&Arc<Operator>>) -> &'static str {
+    match op {
+        _ if gw.opts.readonly => "readonly",
+        Some(op) if op.scope == Scope::View => "view",
+        _ => "operate",
+    }
 }
 
-/// How often a snapshot stream sends.
+/// `GET /_fusebox/snapshot`: the snapshot now.
+pub(super) async fn snapshot(State(gw): Shared, op: Option<Extension<Arc<Operator>>>) -> Response {
+    let scope = scope(&gw, op.as_deref());
+    ([(SCOPE_HEADER, scope)], axum::Json(gw.runner.snapshot(USERS, EVENTS))).into_response()
+}
+
+/// A snapshot stream's options.
 #[derive(Deserialize)]
 pub(super) struct Every {
     /// Milliseconds between snapshots (at least 100).
     every_ms: Option<u64>,
 }
 
-fn sse(stream: impl futures_util::Stream<Item = String> + Send + 'static) -> Response {
-    let body = Body::from_stream(stream.map(|json| Ok::<_, Infallible>(format!("data: {json}\n\n"))));
+/// An events stream's options.
+#[derive(Deserialize)]
+pub(super) struct Records {
+    /// `outcomes`: each request's outcome record too.
+    records: Option<String>,
+}
+
+fn sse(scope: &'static str, frames: impl futures_util::Stream<Item = String> + Send + 'static) -> Response {
+    let body = Body::from_stream(frames.map(Ok::<_, Infallible>));
     (
         [
             (header::CONTENT_TYPE, "text/event-stream"),
             (header::CACHE_CONTROL, "no-cache"),
+            (header::HeaderName::from_static(SCOPE_HEADER), scope),
         ],
         body,
     )
         .into_response()
 }
 
+fn data(json: &impl serde::Serialize) -> String {
+    format!("data: {}\n\n", serde_json::to_string(json).unwrap_or_default())
+}
+
 /// `GET /_fusebox/snapshots?every_ms=N`: a snapshot every N ms (100 by
-/// default and at least), sent only when something in it changed.
-pub(super) async fn snapshots(axum::extract::State(gw): Shared, Query(q): Query<Every>) -> Response {
+/// default and at least), sent only when something in it changed; a
+/// keep-alive comment when nothing did for half a second.
+pub(super) async fn snapshots(
+    State(gw): Shared,
+    op: Option<Extension<Arc<Operator>>>,
+    Query(q): Query<Every>,
+) -> Response {
+    let scope = scope(&gw, op.as_deref());
     let every = Duration::from_millis(q.every_ms.unwrap_or(100)).max(MIN_EVERY);
     let mut tick = tokio::time::interval(every);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
-    let stream = futures_util::stream::unfold((gw, tick, None), |(gw, mut tick, last)| async move {
+    let start = (gw, tick, None, tokio::time::Instant::now());
+    let stream = futures_util::stream::unfold(start, |(gw, mut tick, last, mut sent)| async move {
         loop {
             tick.tick().await;
             let s = gw.runner.snapshot(USERS, EVENTS);
@@ -57,22 +100,44 @@ pub(super) async fn snapshots(axum::extract::State(gw): Shared, Query(q): Query<
             let mut timeless = s.clone();
             (timeless.t_ms, timeless.wall_ms) = (0, 0);
             if last.as_ref() == Some(&timeless) {
-                continue;
+                if sent.elapsed() < KEEP_ALIVE {
+                    continue;
+                }
+                sent = tokio::time::Instant::now();
+                return Some((": alive\n\n".to_string(), (gw, tick, last, sent)));
             }
-            let json = serde_json::to_string(&s).unwrap_or_default();
-            return Some((json, (gw, tick, Some(timeless))));
+            let frame = data(&s);
+            return Some((frame, (gw, tick, Some(timeless), tokio::time::Instant::now())));
         }
     });
-    sse(stream)
+    sse(scope, stream)
 }
 
-/// `GET /_fusebox/events`: notable events (transitions, operator actions,
-/// budget warnings, …) from now on, as they happen.
-pub(super) async fn events(axum::extract::State(gw): Shared) -> Response {
-    let rx = gw.runner.events().subscribe_notable();
-    let stream = futures_util::stream::unfold(rx, |mut rx| async move {
-        let e = rx.recv().await?;
-        Some((serde_json::to_string(&e).unwrap_or_default(), rx))
+/// `GET /_fusebox/events[?records=outcomes]`: notable events (transitions,
+/// operator actions, budget warnings, …) from now on, as they happen; with
+/// `records=outcomes`, each request's outcome record too (dropped, not
+/// queued without end, while the watcher lags far behind).
+pub(super) async fn events(
+    State(gw): Shared,
+    op: Option<Extension<Arc<Operator>>>,
+    Query(q): Query<Records>,
+) -> Response {
+    let scope = scope(&gw, op.as_deref());
+    let outcomes = q.records.as_deref() == Some("outcomes");
+    let rx = if outcomes {
+        gw.runner.events().subscribe()
+    } else {
+        gw.runner.events().subscribe_notable()
+    };
+    let stream = futures_util::stream::unfold(rx, move |mut rx| async move {
+        loop {
+            let e = rx.recv().await?;
+            match e.kind {
+                EventKind::Outcome(_) if rx.len() > MAX_BACKLOG => continue,
+                EventKind::Request(_) | EventKind::Attempt(_) => continue,
+                _ => return Some((data(&e), rx)),
+            }
+        }
     });
-    sse(stream)
+    sse(scope, stream)
 }

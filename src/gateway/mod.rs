@@ -30,6 +30,7 @@ use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 
 pub use auth::needs_token;
+pub use live::SCOPE_HEADER;
 
 /// Request bodies larger than this are refused with 413 unless configured.
 pub const DEFAULT_MAX_BODY: usize = 4 << 20;

@@ -4,10 +4,10 @@
 
 use super::breaker::BreakerState;
 use crate::target::Target;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 /// A breaker changed state.
-#[derive(Clone, Debug, Serialize, PartialEq)]
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
 pub struct Transition {
     /// The breaker's target.
     pub breaker: Target,
@@ -20,7 +20,7 @@ pub struct Transition {
 }
 
 /// A user or global budget crossed its soft limit.
-#[derive(Clone, Debug, Serialize, PartialEq)]
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
 pub struct BudgetWarning {
     /// The user, or `*` for the global budget.
     pub user: String,
@@ -33,7 +33,7 @@ pub struct BudgetWarning {
 }
 
 /// Limiter refills were frozen (Retry-After or operator).
-#[derive(Clone, Debug, Serialize, PartialEq)]
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
 pub struct RefillFrozen {
     /// Provider.
     pub provider: String,

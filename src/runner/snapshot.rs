@@ -2,7 +2,7 @@
 //! at most ~30 times a second.
 
 use super::Runner;
-use crate::telemetry::snapshot::{BreakerRow, ChainHop, LimiterRow, Snapshot};
+use crate::telemetry::snapshot::{BreakerRow, ChainHop, LimiterRow, Snapshot, UserRow};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
@@ -21,6 +21,7 @@ impl Runner {
                 config: t.config.clone(),
                 breaker: t.breaker.view(now),
                 stats: t.stats.view(),
+                instance: None,
             })
             .collect();
         let limiters = self
@@ -29,6 +30,7 @@ impl Runner {
             .map(|p| LimiterRow {
                 provider: p.name.clone(),
                 limiter: p.limiter.view(now),
+                instance: None,
             })
             .collect();
         let routes = self
@@ -62,7 +64,12 @@ impl Runner {
             breakers,
             limiters,
             global: self.budgets.global_view(ms),
-            top_users: self.budgets.top_users(users, ms),
+            top_users: self
+                .budgets
+                .top_users(users, ms)
+                .into_iter()
+                .map(|view| UserRow { view, instance: None })
+                .collect(),
             tracked_users: self.budgets.tracked_users(),
             routes,
             faults: self.faults.all(),
@@ -70,6 +77,7 @@ impl Runner {
             deferred_pending: self.spool.as_ref().map_or(0, |s| s.len()),
             events: self.events.recent(events),
             store: self.store.view(),
+            instances: Vec::new(),
         }
     }
 

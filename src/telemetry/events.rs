@@ -12,14 +12,14 @@ use crate::resilience::notice::{Announce, Notice};
 pub use crate::resilience::notice::{BudgetWarning, RefillFrozen, Transition};
 use crate::target::Target;
 use parking_lot::Mutex;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use tokio::sync::mpsc;
 
 /// What happened.
-#[derive(Clone, Debug, Serialize, PartialEq)]
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum EventKind {
     /// A breaker changed state.
@@ -89,7 +89,7 @@ pub enum EventKind {
 }
 
 /// A request as it came in, for the recorder.
-#[derive(Clone, Debug, Default, Serialize, PartialEq)]
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
 pub struct Arrival {
     /// The request (a gateway call as the agent request it stands for).
     #[serde(flatten)]
@@ -99,7 +99,7 @@ pub struct Arrival {
 }
 
 /// One provider or tool call, as the recorder writes it.
-#[derive(Clone, Debug, Serialize, PartialEq)]
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
 pub struct Attempt {
     /// Request id.
     pub request: u64,
@@ -160,13 +160,16 @@ impl Announce for EventBus {
 }
 
 /// An event with the virtual time it happened at.
-#[derive(Clone, Debug, Serialize, PartialEq)]
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
 pub struct Event {
     /// Milliseconds since the runner started.
     pub t_ms: u64,
     /// What happened.
     #[serde(flatten)]
     pub kind: EventKind,
+    /// The instance it happened on, where a console watches several.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub instance: Option<String>,
 }
 
 struct Sub {
@@ -270,6 +273,7 @@ impl EventBus {
         let ev = Event {
             t_ms: self.clock.elapsed_ms(),
             kind,
+            instance: None,
         };
         let record = matches!(
             ev.kind,

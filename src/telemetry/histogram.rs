@@ -3,7 +3,7 @@
 //! over one cache line; reads sum the stripes. Percentiles are estimated
 //! from the buckets, over any window a view keeps two copies apart.
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use std::sync::atomic::{AtomicU64, Ordering};
 
 /// Upper bounds of the buckets (ms); a last one holds everything slower.
@@ -51,7 +51,7 @@ impl Histogram {
 
 /// The counts of a [`Histogram`] at one instant (not cumulative: each
 /// bucket's own).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct HistogramView {
     /// Calls per bucket ([`BOUNDS_MS`], then the rest).
     pub counts: [u64; BUCKETS],

@@ -7,11 +7,11 @@ use crate::resilience::breaker::BreakerView;
 use crate::resilience::budget::{GlobalView, UserView};
 use crate::resilience::limiter::LimiterView;
 use crate::target::Target;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
 /// One breaker row.
-#[derive(Clone, Debug, Serialize, PartialEq)]
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
 pub struct BreakerRow {
     /// What the breaker guards.
     pub target: Target,
@@ -21,19 +21,66 @@ pub struct BreakerRow {
     pub stats: StatsView,
     /// The breaker's settings.
     pub config: std::sync::Arc<crate::config::BreakerConfig>,
+    /// The instance the row is from, where a console watches several
+    /// (None: this process, or the instances combined).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub instance: Option<String>,
 }
 
 /// One limiter row.
-#[derive(Clone, Debug, Serialize, PartialEq)]
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
 pub struct LimiterRow {
     /// Provider.
     pub provider: String,
     /// Live figures.
     pub limiter: LimiterView,
+    /// The instance the row is from (as for breakers).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub instance: Option<String>,
+}
+
+/// One user's budgets row.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct UserRow {
+    /// The user's figures.
+    #[serde(flatten)]
+    pub view: UserView,
+    /// The instance the row is from (as for breakers).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub instance: Option<String>,
+}
+
+/// How a watched instance is doing, as an attached console sees it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Health {
+    /// Not reached yet.
+    Connecting,
+    /// Its stream is flowing.
+    Live,
+    /// Lost this long ago (ms); the next try is in `retry_ms`.
+    Stale {
+        /// Since the last word from it.
+        for_ms: u64,
+        /// Until the next connection attempt.
+        retry_ms: u64,
+    },
+}
+
+/// One instance an attached console watches.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct InstanceView {
+    /// Its name on screen (host:port).
+    pub name: String,
+    /// How it is doing.
+    pub health: Health,
+    /// Why it is not live, in words (the last error).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
 }
 
 /// One hop of a route's chain and whether it is available now.
-#[derive(Clone, Debug, Serialize, PartialEq)]
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
 pub struct ChainHop {
     /// Model.
     pub model: String,
@@ -44,7 +91,7 @@ pub struct ChainHop {
 }
 
 /// Everything a view shows, at one instant.
-#[derive(Clone, Debug, Default, Serialize, PartialEq)]
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
 pub struct Snapshot {
     /// Milliseconds since the runner started (virtual in replay/demo).
     pub t_ms: u64,
@@ -65,7 +112,7 @@ pub struct Snapshot {
     /// Global budget.
     pub global: GlobalView,
     /// Users under the most budget pressure.
-    pub top_users: Vec<UserView>,
+    pub top_users: Vec<UserRow>,
     /// Users tracked.
     pub tracked_users: usize,
     /// Routes and their chains.
@@ -80,4 +127,7 @@ pub struct Snapshot {
     pub events: Vec<Event>,
     /// Where shared state lives (in-process or Redis) and its health.
     pub store: super::store::StoreView,
+    /// The instances an attached console combines (empty in-process).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub instances: Vec<InstanceView>,
 }

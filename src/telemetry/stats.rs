@@ -2,7 +2,7 @@
 
 use super::counter::Counter;
 use super::histogram::{Histogram, HistogramView};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 /// Counters of one target, by outcome.
 #[derive(Default)]
@@ -33,7 +33,7 @@ pub struct TargetStats {
 }
 
 /// A copy of the counters for summaries and views.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct StatsView {
     /// Calls made.
     pub attempts: u64,
@@ -48,21 +48,16 @@ pub struct StatsView {
     /// Retries.
     pub retries: u64,
     /// Timeouts among the failures.
-    #[serde(skip)]
     pub timeouts: u64,
     /// Semantic failures among the failures.
-    #[serde(skip)]
     pub semantic: u64,
     /// Client errors (4xx but 429): neither successes nor failures.
     pub client_errors: u64,
     /// Mean latency (ms).
-    #[serde(skip)]
     pub mean_latency_ms: u64,
     /// Latencies of finished calls, by bucket.
-    #[serde(skip)]
     pub latency: HistogramView,
     /// Streamed calls' time to first content, by bucket.
-    #[serde(skip)]
     pub ttft: HistogramView,
 }
 

@@ -2,7 +2,7 @@
 //! and `/metrics`: in-process (one instance), or Redis with its health and
 //! the number of live instances (heartbeats).
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 
 /// The store's status, updated by the fleet tasks, read by views.
@@ -14,7 +14,7 @@ pub struct StoreStatus {
 }
 
 /// A copy of the store's status.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct StoreView {
     /// Shared state is on Redis (else in-process).
     pub redis: bool,

@@ -62,6 +62,33 @@ pub struct Tokens {
     pub wasted: u64,
 }
 
+/// The counts of each target's counters that the summary schema (v1)
+/// holds.
+fn counts<S: serde::Serializer>(targets: &BTreeMap<Target, StatsView>, s: S) -> Result<S::Ok, S::Error> {
+    #[derive(Serialize)]
+    struct Counts {
+        attempts: u64,
+        ok: u64,
+        failed: u64,
+        rejected_open: u64,
+        rejected_rate: u64,
+        retries: u64,
+        client_errors: u64,
+    }
+    s.collect_map(targets.iter().map(|(t, v)| {
+        let c = Counts {
+            attempts: v.attempts,
+            ok: v.ok,
+            failed: v.failed,
+            rejected_open: v.rejected_open,
+            rejected_rate: v.rejected_rate,
+            retries: v.retries,
+            client_errors: v.client_errors,
+        };
+        (t, c)
+    }))
+}
+
 /// The summary schema's version.
 pub const SUMMARY_VERSION: u32 = 1;
 
@@ -84,7 +111,9 @@ pub struct Summary {
     /// failing when it expired) ends `failed`. Those in `by_level.deferred`
     /// and not here are still queued.
     pub redriven: ByLevel,
-    /// Per-target counters.
+    /// Per-target counters (the summary shows the counts, not the
+    /// latencies).
+    #[serde(serialize_with = "counts")]
     pub targets: BTreeMap<Target, StatsView>,
     /// Every breaker transition, in order.
     pub transitions: Vec<TransitionRec>,

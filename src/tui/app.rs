@@ -10,7 +10,7 @@ use crate::resilience::breaker::BreakerState;
 use crate::target::Target;
 use crate::telemetry::events::{Event, EventKind};
 use crate::telemetry::histogram::HistogramView;
-use crate::telemetry::snapshot::{BreakerRow, Snapshot};
+use crate::telemetry::snapshot::{BreakerRow, Snapshot, UserRow};
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 
@@ -64,6 +64,8 @@ pub enum Mode {
     Replay,
     /// Gateway traffic.
     Serve,
+    /// Running gateways, watched over HTTP.
+    Attach,
 }
 
 impl Mode {
@@ -73,6 +75,7 @@ impl Mode {
             Mode::Demo => "DEMO",
             Mode::Replay => "REPLAY",
             Mode::Serve => "SERVE",
+            Mode::Attach => "ATTACH",
         }
     }
 }
@@ -82,8 +85,8 @@ impl Mode {
 pub struct Options {
     /// What the console runs over.
     pub mode: Mode,
-    /// Mutating commands are disabled.
-    pub readonly: bool,
+    /// Mutating commands are disabled, and why (`started with --readonly`).
+    pub readonly: Option<String>,
     /// Destructive commands skip confirmation.
     pub yes: bool,
     /// Who issues commands (recorded with them).
@@ -113,8 +116,18 @@ pub enum Overlay {
         /// The question.
         prompt: String,
         /// What is sent on yes.
-        command: Command,
+        order: Order,
     },
+}
+
+/// A command and where it goes.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Order {
+    /// The command.
+    pub command: Command,
+    /// The instance owning the row it was given on; None for this process,
+    /// or for every instance an attached console watches.
+    pub to: Option<String>,
 }
 
 /// What the caller must do after a key.
@@ -122,8 +135,8 @@ pub enum Overlay {
 pub enum Effect {
     /// Nothing beyond redrawing.
     None,
-    /// Send this command to the runner.
-    Send(Command),
+    /// Send this command to the runner (or the instance it names).
+    Send(Order),
     /// Pause/resume, faster, slower or step the clock.
     Clock(Action),
     /// Leave.
@@ -171,6 +184,14 @@ impl From<&Outcome> for Recent {
     }
 }
 
+/// A breaker row's identity: its target and instance.
+pub type RowKey = (Target, Option<String>);
+
+/// `b`'s identity.
+pub fn row_key(b: &BreakerRow) -> RowKey {
+    (b.target.clone(), b.instance.clone())
+}
+
 /// Samples kept per breaker for the request-rate sparkline (one per second).
 pub const SPARK_SAMPLES: usize = 120;
 /// Latency copies kept per target: a minute, at one a second.
@@ -198,8 +219,8 @@ pub struct App {
     pub selected: [usize; 5],
     /// The selected breaker and user by name: their rows move as the live
     /// order changes, and a command must hit what the operator selected.
-    pinned_breaker: Option<Target>,
-    pinned_user: Option<String>,
+    pinned_breaker: Option<(Target, Option<String>)>,
+    pinned_user: Option<(String, Option<String>)>,
     /// Filter per pane.
     pub filters: [String; 5],
     /// Overlay.
@@ -214,14 +235,14 @@ pub struct App {
     pub events_frozen: Vec<Event>,
     /// Recent requests, newest last.
     pub recent: VecDeque<Recent>,
-    /// Calls per second per breaker, oldest first.
-    pub spark: HashMap<Target, VecDeque<u64>>,
+    /// Calls per second per breaker row, oldest first.
+    pub spark: HashMap<RowKey, VecDeque<u64>>,
     /// The focused pane fills the screen.
     pub zoomed: bool,
     /// Each target's latency histogram, a copy a second for the last
     /// minute: the latency columns are the difference of the ends.
-    latencies: HashMap<Target, VecDeque<HistogramView>>,
-    last_attempts: HashMap<Target, u64>,
+    latencies: HashMap<RowKey, VecDeque<HistogramView>>,
+    last_attempts: HashMap<RowKey, u64>,
     last_sample_ms: u64,
     /// Throughput figures: (requests/s, tokens/min, $/min, degraded share).
     pub rates: Rates,
@@ -287,16 +308,17 @@ impl App {
         }
         if self.last_sample_ms == 0 || s.t_ms >= self.last_sample_ms + 1000 || s.t_ms < self.last_sample_ms {
             for b in &s.breakers {
+                let key = row_key(b);
                 let prev = self
                     .last_attempts
-                    .insert(b.target.clone(), b.stats.attempts)
+                    .insert(key.clone(), b.stats.attempts)
                     .unwrap_or(b.stats.attempts);
-                let q = self.spark.entry(b.target.clone()).or_default();
+                let q = self.spark.entry(key.clone()).or_default();
                 if q.len() == SPARK_SAMPLES {
                     q.pop_front();
                 }
                 q.push_back(b.stats.attempts.saturating_sub(prev));
-                let l = self.latencies.entry(b.target.clone()).or_default();
+                let l = self.latencies.entry(key).or_default();
                 if l.len() == LATENCY_SAMPLES {
                     l.pop_front();
                 }
@@ -348,14 +370,25 @@ impl App {
         filter.is_empty() || text.to_lowercase().contains(&filter.to_lowercase())
     }
 
-    /// Breaker rows after filter and sort.
+    /// Breaker rows after filter and sort. Where the snapshot combines
+    /// instances, each combined row is followed by its instances' rows.
     pub fn breaker_rows(&self) -> Vec<&BreakerRow> {
         let f = &self.filters[Pane::Breakers.index()];
+        let mut own: HashMap<&Target, Vec<&BreakerRow>> = HashMap::new();
+        for b in self.snap.breakers.iter().filter(|b| b.instance.is_some()) {
+            own.entry(&b.target).or_default().push(b);
+        }
+        let shown = |b: &BreakerRow| {
+            Self::matches(f, &b.target.to_string())
+                || own
+                    .get(&b.target)
+                    .is_some_and(|v| v.iter().any(|r| Self::matches(f, r.instance.as_deref().unwrap_or(""))))
+        };
         let mut rows: Vec<&BreakerRow> = self
             .snap
             .breakers
             .iter()
-            .filter(|b| Self::matches(f, &b.target.to_string()))
+            .filter(|b| b.instance.is_none() && shown(b))
             .collect();
         match self.sort {
             BreakerSort::Errors => rows.sort_by(|a, b| {
@@ -370,7 +403,7 @@ impl App {
                 rows.sort_by(|a, b| b.stats.attempts.cmp(&a.stats.attempts).then(a.target.cmp(&b.target)))
             }
         }
-        rows
+        grouped(rows, |b| own.get(&b.target).cloned().unwrap_or_default())
     }
 
     /// Rates, sparklines and latencies start again from the next sample
@@ -382,10 +415,10 @@ impl App {
         self.latencies.clear();
     }
 
-    /// `target`'s call latencies over about the last minute (all since
-    /// the console started, while it has run less).
-    pub fn latency(&self, target: &Target) -> Option<HistogramView> {
-        let q = self.latencies.get(target)?;
+    /// A breaker row's call latencies over about the last minute (all
+    /// since the console started, while it has run less).
+    pub fn latency(&self, row: &BreakerRow) -> Option<HistogramView> {
+        let q = self.latencies.get(&row_key(row))?;
         let (last, first) = (q.back()?, q.front()?);
         let window = if q.len() < LATENCY_SAMPLES {
             *last
@@ -395,14 +428,21 @@ impl App {
         (window.count() > 0).then_some(window)
     }
 
-    /// User rows after filter (already ordered by pressure).
-    pub fn user_rows(&self) -> Vec<&crate::resilience::budget::UserView> {
+    /// User rows after filter (already ordered by pressure), each
+    /// combined row followed by its instances' rows.
+    pub fn user_rows(&self) -> Vec<&UserRow> {
         let f = &self.filters[Pane::Budgets.index()];
-        self.snap
+        let mut own: HashMap<&str, Vec<&UserRow>> = HashMap::new();
+        for u in self.snap.top_users.iter().filter(|u| u.instance.is_some()) {
+            own.entry(u.view.user.as_str()).or_default().push(u);
+        }
+        let rows = self
+            .snap
             .top_users
             .iter()
-            .filter(|u| Self::matches(f, &u.user))
-            .collect()
+            .filter(|u| u.instance.is_none() && Self::matches(f, &u.view.user))
+            .collect();
+        grouped(rows, |u| own.get(u.view.user.as_str()).cloned().unwrap_or_default())
     }
 
     /// Events after filter, newest first.
@@ -439,14 +479,16 @@ impl App {
     /// pinned name when the order changes.
     pub fn selection(&self, pane: Pane) -> usize {
         let pinned = match pane {
-            Pane::Breakers => self
-                .pinned_breaker
-                .as_ref()
-                .and_then(|n| self.breaker_rows().iter().position(|b| b.target == *n)),
-            Pane::Budgets => self
-                .pinned_user
-                .as_deref()
-                .and_then(|n| self.user_rows().iter().position(|u| u.user == n)),
+            Pane::Breakers => self.pinned_breaker.as_ref().and_then(|(t, i)| {
+                self.breaker_rows()
+                    .iter()
+                    .position(|b| b.target == *t && b.instance == *i)
+            }),
+            Pane::Budgets => self.pinned_user.as_ref().and_then(|(n, i)| {
+                self.user_rows()
+                    .iter()
+                    .position(|u| u.view.user == *n && u.instance == *i)
+            }),
             _ => None,
         };
         if let Some(i) = pinned {
@@ -467,8 +509,18 @@ impl App {
         let pane = self.focus;
         self.selected[pane.index()] = i;
         match pane {
-            Pane::Breakers => self.pinned_breaker = self.breaker_rows().get(i).map(|b| b.target.clone()),
-            Pane::Budgets => self.pinned_user = self.user_rows().get(i).map(|u| u.user.clone()),
+            Pane::Breakers => {
+                self.pinned_breaker = self
+                    .breaker_rows()
+                    .get(i)
+                    .map(|b| (b.target.clone(), b.instance.clone()))
+            }
+            Pane::Budgets => {
+                self.pinned_user = self
+                    .user_rows()
+                    .get(i)
+                    .map(|u| (u.view.user.clone(), u.instance.clone()))
+            }
             _ => {}
         }
     }
@@ -477,4 +529,14 @@ impl App {
     pub fn state_label(s: Option<BreakerState>) -> &'static str {
         s.map_or("?", BreakerState::as_str)
     }
+}
+
+/// `rows` in their order, each followed by the rows `of` gives for it.
+fn grouped<'a, T>(rows: Vec<&'a T>, of: impl Fn(&T) -> Vec<&'a T>) -> Vec<&'a T> {
+    let mut out = Vec::with_capacity(rows.len());
+    for r in rows {
+        out.push(r);
+        out.extend(of(r));
+    }
+    out
 }

@@ -2,7 +2,7 @@
 //! breaker or limiter, confirmed first where they are destructive.
 
 use super::action::Action;
-use super::app::{App, Effect, Overlay, Pane};
+use super::app::{App, Effect, Order, Overlay, Pane};
 use crate::command::Command;
 use crate::provider::fault::{Fault, FaultSpec};
 use crate::target::{Kind, Target};
@@ -16,29 +16,39 @@ impl App {
         self.breaker_rows().get(self.selection(Pane::Breakers)).copied()
     }
 
-    pub(super) fn selected_provider(&self) -> Option<Target> {
+    /// The selected provider, and the instance owning its row.
+    pub(super) fn selected_provider(&self) -> Option<(Target, Option<String>)> {
         match self.focus {
             Pane::Limiters => self
                 .snap
                 .limiters
                 .get(self.selection(Pane::Limiters))
-                .map(|l| Target::provider(&l.provider)),
+                .map(|l| (Target::provider(&l.provider), l.instance.clone())),
             Pane::Breakers => self
                 .selected_breaker()
-                .map(|b| b.target.clone())
-                .filter(|t| t.kind() == Kind::Provider),
+                .filter(|b| b.target.kind() == Kind::Provider)
+                .map(|b| (b.target.clone(), b.instance.clone())),
             _ => None,
         }
     }
 
-    pub(super) fn confirm_or_send(&mut self, a: Action, prompt: String, cmd: Command) -> Effect {
+    /// Sends `order`, or asks first where `a` is destructive.
+    pub(super) fn confirm_or_send(&mut self, a: Action, prompt: String, order: Order) -> Effect {
         if a.needs_confirm() && !self.opts.yes {
-            self.overlay = Overlay::Confirm { prompt, command: cmd };
+            self.overlay = Overlay::Confirm { prompt, order };
             Effect::None
         } else {
-            self.status = format!("{} sent", cmd.describe());
-            Effect::Send(cmd)
+            self.send(order)
         }
+    }
+
+    /// Says `order` is sent, and sends it.
+    pub(super) fn send(&mut self, order: Order) -> Effect {
+        self.status = match &order.to {
+            Some(to) => format!("{} sent to {to}", order.command.describe()),
+            None => format!("{} sent", order.command.describe()),
+        };
+        Effect::Send(order)
     }
 
     pub(super) fn breaker_command(&mut self, a: Action) -> Effect {
@@ -46,18 +56,22 @@ impl App {
             self.status = "select a breaker first (pane 1)".into();
             return Effect::None;
         };
-        let target = b.target.clone();
+        let (target, to) = (b.target.clone(), b.instance.clone());
         let (cmd, verb) = match a {
             Action::ForceOpen => (Command::ForceOpen { target: target.clone() }, "Force OPEN"),
             Action::ForceClose => (Command::ForceClosed { target: target.clone() }, "Force CLOSED"),
             Action::Disable => (Command::Disable { target: target.clone() }, "Disable (metrics only)"),
             _ => (Command::Reset { target: target.clone() }, "Reset"),
         };
-        self.confirm_or_send(a, format!("{verb} {target}?"), cmd)
+        let prompt = match &to {
+            Some(i) => format!("{verb} {target} on {i}?"),
+            None => format!("{verb} {target}?"),
+        };
+        self.confirm_or_send(a, prompt, Order { command: cmd, to })
     }
 
     pub(super) fn refill_command(&mut self) -> Effect {
-        let Some(p) = self.selected_provider() else {
+        let Some((p, to)) = self.selected_provider() else {
             self.status = "select a limiter (pane 2) or a provider breaker first".into();
             return Effect::None;
         };
@@ -65,25 +79,27 @@ impl App {
             .snap
             .limiters
             .iter()
-            .any(|l| l.provider == p.name() && l.limiter.frozen.is_some());
+            .any(|l| l.provider == p.name() && l.instance == to && l.limiter.frozen.is_some());
         if frozen {
-            let cmd = Command::UnfreezeRefill { target: p };
-            self.status = format!("{} sent", cmd.describe());
-            return Effect::Send(cmd);
+            let command = Command::UnfreezeRefill { target: p };
+            return self.send(Order { command, to });
         }
         self.confirm_or_send(
             Action::ToggleRefill,
             format!("Freeze refills of {} until unfrozen?", p.name()),
-            Command::FreezeRefill { target: p },
+            Order {
+                command: Command::FreezeRefill { target: p },
+                to,
+            },
         )
     }
 
     pub(super) fn fault_command(&mut self) -> Effect {
         let target = match self.focus {
             Pane::Limiters => self.selected_provider(),
-            _ => self.selected_breaker().map(|b| b.target.clone()),
+            _ => self.selected_breaker().map(|b| (b.target.clone(), b.instance.clone())),
         };
-        let Some(target) = target.filter(Target::has_fault) else {
+        let Some((target, to)) = target.filter(|(t, _)| t.has_fault()) else {
             self.status = "select a provider or tool breaker (models have no mock fault)".into();
             return Effect::None;
         };
@@ -100,9 +116,12 @@ impl App {
             .map_or(1, |p| (p + 1) % cycle.len());
         let fault = cycle[pos].clone();
         self.status = format!("{target}: fault {}", fault.label());
-        Effect::Send(Command::SetFault {
-            target,
-            fault: FaultSpec::always(fault),
+        Effect::Send(Order {
+            command: Command::SetFault {
+                target,
+                fault: FaultSpec::always(fault),
+            },
+            to,
         })
     }
 }

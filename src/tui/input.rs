@@ -2,7 +2,7 @@
 //! then the keymap's actions.
 
 use super::action::Action;
-use super::app::{App, BreakerSort, Effect, Overlay, Pane};
+use super::app::{App, BreakerSort, Effect, Order, Overlay, Pane};
 use super::keymap::KeyMap;
 use crate::command::Command;
 use crossterm::event::{KeyCode, KeyEvent, KeyModifiers};
@@ -12,13 +12,12 @@ impl App {
     pub fn on_key(&mut self, key: KeyEvent, keymap: &KeyMap) -> Effect {
         match &self.overlay {
             Overlay::Filter => return self.filter_key(key),
-            Overlay::Confirm { command, .. } => {
-                let command = command.clone();
+            Overlay::Confirm { order, .. } => {
+                let order = order.clone();
                 return match key.code {
                     KeyCode::Char('y') | KeyCode::Char('Y') | KeyCode::Enter => {
                         self.overlay = Overlay::None;
-                        self.status = format!("{} sent", command.describe());
-                        Effect::Send(command)
+                        self.send(order)
                     }
                     KeyCode::Char('n') | KeyCode::Char('N') | KeyCode::Esc => {
                         self.overlay = Overlay::None;
@@ -78,8 +77,8 @@ impl App {
 
     /// Applies an action (keys map to actions through the keymap).
     pub fn on_action(&mut self, a: Action) -> Effect {
-        if a.is_mutating() && self.opts.readonly {
-            self.status = format!("read-only: {} is disabled (started with --readonly)", a.name());
+        if let Some(why) = self.opts.readonly.as_deref().filter(|_| a.is_mutating()) {
+            self.status = format!("read-only: {} is disabled ({why})", a.name());
             return Effect::None;
         }
         let i = self.focus.index();
@@ -166,7 +165,7 @@ impl App {
                 } else {
                     "Turn drill mode ON (every optional tool takes its degradation branch)?".to_string()
                 };
-                return self.confirm_or_send(a, prompt, cmd);
+                return self.confirm_or_send(a, prompt, Order { command: cmd, to: None });
             }
         }
         Effect::None

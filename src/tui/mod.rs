@@ -5,15 +5,16 @@
 pub mod action;
 pub mod app;
 mod commands;
+pub mod control;
 mod input;
 pub mod keymap;
 pub mod replay;
 pub mod theme;
 pub mod ui;
 
-use crate::runner::Runner;
 use crate::traffic::pace::Pace;
 use app::{App, Effect, Options};
+use control::{Control, Feed};
 use crossterm::event::{Event as TermEvent, KeyEventKind};
 use keymap::KeyMap;
 use std::io::IsTerminal;
@@ -50,25 +51,18 @@ pub enum ConsoleError {
     Signalled(i32),
 }
 
-/// Applies an operator command and returns a fresh snapshot, so its effect
-/// is on the very next frame (also while the clock is paused).
-pub fn apply(runner: &Runner, app: &mut App, cmd: &crate::command::Command) {
-    if let Err(e) = runner.apply(cmd, &crate::command::Issuer::operator(&app.opts.operator)) {
-        app.status = e.to_string();
-    }
-    app.on_snapshot(Arc::new(runner.snapshot(SNAPSHOT_USERS, SNAPSHOT_EVENTS)));
-}
-
 enum Input {
     Term(TermEvent),
+    /// A command's answer.
+    Reply(control::Reply),
     Tick,
     /// SIGTERM, SIGHUP or SIGINT: leave as `q` would, terminal restored.
     Signal(i32),
 }
 
-/// Runs the console until the operator quits.
+/// Runs the console over `feed` until the operator quits.
 pub async fn run(
-    runner: Arc<Runner>,
+    feed: Feed,
     opts: Options,
     theme: Theme,
     keymap: KeyMap,
@@ -82,11 +76,12 @@ pub async fn run(
     let stop = Arc::new(AtomicBool::new(false));
     let (tx, mut rx) = mpsc::unbounded_channel();
     let signals = on_signals(tx.clone());
+    let replies = tx.clone();
     {
         let stop = stop.clone();
         std::thread::spawn(move || read_input(tx, stop));
     }
-    let result = event_loop(&mut terminal, runner, opts, theme, keymap, pace, &mut rx).await;
+    let result = event_loop(&mut terminal, feed, opts, theme, keymap, pace, (replies, &mut rx)).await;
     // The input thread sees this within its 50 ms poll and ends; it is not
     // waited for: one caught in a read when the terminal left raw mode
     // would wait for a whole line.
@@ -133,16 +128,19 @@ fn on_signals(tx: mpsc::UnboundedSender<Input>) -> Option<signal_hook::iterator:
 
 async fn event_loop(
     terminal: &mut ratatui::DefaultTerminal,
-    runner: Arc<Runner>,
+    feed: Feed,
     opts: Options,
     theme: Theme,
     keymap: KeyMap,
     pace: Option<Arc<Pace>>,
-    rx: &mut mpsc::UnboundedReceiver<Input>,
+    (tx, rx): (mpsc::UnboundedSender<Input>, &mut mpsc::UnboundedReceiver<Input>),
 ) -> Result<(), ConsoleError> {
-    let mut snaps = runner.spawn_publisher(FRAME, SNAPSHOT_USERS, SNAPSHOT_EVENTS);
-    let mut events = runner.events().subscribe();
-    let mut app = App::new(opts, Arc::new(runner.snapshot(SNAPSHOT_USERS, SNAPSHOT_EVENTS)));
+    let Feed {
+        snapshots: mut snaps,
+        mut events,
+        control,
+    } = feed;
+    let mut app = App::new(opts, snaps.borrow_and_update().clone());
     let mut last_draw: Option<std::time::Instant> = None;
     let mut dirty = true;
     loop {
@@ -166,7 +164,11 @@ async fn event_loop(
                         Input::Term(ev) => {
                             dirty = true;
                             last_draw = None; // keys are answered on the next frame
-                            handle(ev, &runner, &mut app, &keymap, pace.as_deref());
+                            handle(ev, &control, &tx, &mut app, &keymap, pace.as_deref());
+                        }
+                        Input::Reply(r) => {
+                            dirty = true;
+                            app.on_reply(r);
                         }
                         Input::Signal(sig) => return Err(ConsoleError::Signalled(sig)),
                         Input::Tick => {}
@@ -193,14 +195,27 @@ async fn event_loop(
     Ok(())
 }
 
-fn handle(ev: TermEvent, runner: &Runner, app: &mut App, keymap: &KeyMap, pace: Option<&Pace>) {
+fn handle(
+    ev: TermEvent,
+    control: &Arc<dyn Control>,
+    tx: &mpsc::UnboundedSender<Input>,
+    app: &mut App,
+    keymap: &KeyMap,
+    pace: Option<&Pace>,
+) {
     let TermEvent::Key(key) = ev else { return };
     if key.kind == KeyEventKind::Release {
         return;
     }
     match app.on_key(key, keymap) {
         Effect::None | Effect::Quit => {}
-        Effect::Send(cmd) => apply(runner, app, &cmd),
+        Effect::Send(order) => {
+            let answer = control.send(order, crate::command::Issuer::operator(&app.opts.operator));
+            let tx = tx.clone();
+            tokio::spawn(async move {
+                let _ = tx.send(Input::Reply(answer.await));
+            });
+        }
         Effect::Clock(a) => match pace {
             Some(p) => clock_action(p, app, a),
             None => app.status = "live traffic runs in real time: pause and speed apply to demo and replay".into(),

@@ -11,10 +11,11 @@ use fusebox::runner::{Runner, RunnerParts};
 use fusebox::target::Target;
 use fusebox::telemetry::events::EventKind;
 use fusebox::traffic::load::make_request;
-use fusebox::tui::app::{App, Effect, Mode, Options, Overlay, Pane};
+use fusebox::tui::app::{App, Effect, Mode, Options, Order, Overlay, Pane};
+use fusebox::tui::control::apply;
 use fusebox::tui::keymap::KeyMap;
 use fusebox::tui::theme::Theme;
-use fusebox::tui::{apply, ui, SNAPSHOT_EVENTS, SNAPSHOT_USERS};
+use fusebox::tui::{ui, SNAPSHOT_EVENTS, SNAPSHOT_USERS};
 use ratatui::backend::TestBackend;
 use ratatui::buffer::Buffer;
 use ratatui::layout::Rect;
@@ -25,7 +26,7 @@ use std::time::Duration;
 fn opts(readonly: bool) -> Options {
     Options {
         mode: Mode::Demo,
-        readonly,
+        readonly: readonly.then(|| "started with --readonly".into()),
         yes: false,
         operator: "ana".into(),
         source: "scenario test".into(),
@@ -133,13 +134,16 @@ async fn panes_in_an_incident() {
     let mut snap = (*app.snap).clone();
     snap.top_users.insert(
         0,
-        fusebox::resilience::budget::UserView {
-            user: "tenant-heavy".into(),
-            tokens: [3_700.0, 3_700.0, 3_700.0],
-            cost_day: 0.012,
-            shares: [0.925, 0.0074, 0.00185, 0.0024],
-            pressure: 0.925,
-            rejections: 3,
+        fusebox::telemetry::snapshot::UserRow {
+            view: fusebox::resilience::budget::UserView {
+                user: "tenant-heavy".into(),
+                tokens: [3_700.0, 3_700.0, 3_700.0],
+                cost_day: 0.012,
+                shares: [0.925, 0.0074, 0.00185, 0.0024],
+                pressure: 0.925,
+                rejections: 3,
+            },
+            instance: None,
         },
     );
     app.snap = Arc::new(snap);
@@ -207,12 +211,15 @@ async fn force_open_after_confirmation_shows_on_the_next_frame() {
     let sent = app.on_key(key('y'), &keys);
     assert_eq!(
         sent,
-        Effect::Send(Command::ForceOpen {
-            target: Target::tool("get_order")
+        Effect::Send(Order {
+            command: Command::ForceOpen {
+                target: Target::tool("get_order")
+            },
+            to: None
         })
     );
-    let Effect::Send(cmd) = sent else { unreachable!() };
-    apply(&runner, &mut app, &cmd);
+    let Effect::Send(order) = sent else { unreachable!() };
+    apply(&*runner, &mut app, order).await;
     let frame = text(&render(&app, 140, 45));
     let row = frame.lines().find(|l| l.contains("▶ tool:get_order")).unwrap();
     assert!(row.contains("forced_open"), "{row}");
@@ -257,18 +264,21 @@ async fn fault_and_refill_keys_target_the_selection() {
     let e = app.on_key(key('f'), &keys);
     assert_eq!(
         e,
-        Effect::Send(Command::UnfreezeRefill {
-            target: Target::provider("anthropic")
+        Effect::Send(Order {
+            command: Command::UnfreezeRefill {
+                target: Target::provider("anthropic")
+            },
+            to: None
         })
     );
-    if let Effect::Send(c) = e {
-        apply(&runner, &mut app, &c);
+    if let Effect::Send(order) = e {
+        apply(&*runner, &mut app, order).await;
     }
     assert!(app.snap.limiters.iter().all(|l| l.limiter.frozen.is_none()));
     // x cycles the mock fault of the selected provider.
     let e = app.on_key(key('x'), &keys);
     assert!(
-        matches!(e, Effect::Send(Command::SetFault { ref target, .. }) if *target == Target::provider("anthropic")),
+        matches!(e, Effect::Send(Order { command: Command::SetFault { ref target, .. }, .. }) if *target == Target::provider("anthropic")),
         "{e:?}"
     );
 }
@@ -301,10 +311,10 @@ async fn selection_follows_the_breaker_when_the_order_changes() {
     app.on_key(key('s'), &keys); // re-sort by volume
     assert_eq!(app.breaker_rows()[app.selection(Pane::Breakers)].target, chosen);
     app.on_key(key('o'), &keys);
-    let Overlay::Confirm { command, .. } = &app.overlay else {
+    let Overlay::Confirm { order, .. } = &app.overlay else {
         panic!("confirm expected")
     };
-    assert_eq!(command, &Command::ForceOpen { target: chosen });
+    assert_eq!(order.command, Command::ForceOpen { target: chosen });
 }
 
 #[tokio::test(start_paused = true)]

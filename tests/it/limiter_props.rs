@@ -435,9 +435,11 @@ fn check_model(limits: Limits, ops: Vec<Op>) -> Result<(), TestCaseError> {
             prop_assert!(v.concurrency.0 <= model.cap, "step {}: over the concurrency cap", step);
         }
         let frozen = if model.frozen_by_operator {
-            Some(None)
+            Some(fusebox::resilience::limiter::Frozen::ByOperator)
         } else {
-            model.frozen_for(t).map(|d| Some(d.as_millis() as u64))
+            model.frozen_for(t).map(|d| fusebox::resilience::limiter::Frozen::For {
+                ms: d.as_millis() as u64,
+            })
         };
         prop_assert_eq!(v.frozen, frozen, "step {}: frozen", step);
         prop_assert_eq!(v.chars_per_token, 4.0, "step {}", step);
@@ -622,7 +624,13 @@ async fn retry_after_freezes_refills_for_that_long() {
     );
     assert!(l.is_frozen(t1));
     let v = l.view(t0 + ms(2_000));
-    assert_eq!((v.tpm, v.frozen), (Some((1_000.0, 60_000.0)), Some(Some(2_000))));
+    assert_eq!(
+        (v.tpm, v.frozen),
+        (
+            Some((1_000.0, 60_000.0)),
+            Some(fusebox::resilience::limiter::Frozen::For { ms: 2_000 })
+        )
+    );
     // 1 000 tokens short and 2 s of freeze left: at least the freeze.
     assert!(l.try_acquire(8_000, 0, t0 + ms(2_000)).unwrap_err() >= ms(2_000));
     // A shorter Retry-After does not shorten the freeze.
@@ -642,7 +650,13 @@ async fn operator_freeze_and_unfreeze() {
     l.freeze(t0 + ms(500));
     let t1 = t0 + ms(10_000);
     let v = l.view(t1);
-    assert_eq!((v.tpm, v.frozen), (Some((500.0, 60_000.0)), Some(None)));
+    assert_eq!(
+        (v.tpm, v.frozen),
+        (
+            Some((500.0, 60_000.0)),
+            Some(fusebox::resilience::limiter::Frozen::ByOperator)
+        )
+    );
     assert!(l.is_frozen(t1));
     assert!(
         l.try_acquire(0, 100, t1).is_ok(),

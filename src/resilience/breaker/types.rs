@@ -109,7 +109,7 @@ pub enum Rejected {
 }
 
 /// Live figures for views.
-#[derive(Clone, Debug, Default, Serialize, PartialEq)]
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
 pub struct BreakerView {
     /// State.
     pub state: Option<BreakerState>,

@@ -15,7 +15,7 @@ use crate::resilience::evict;
 use crate::resilience::notice::{Announce, BudgetWarning, Notice};
 pub use exceeded::BudgetExceeded;
 use parking_lot::Mutex;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
@@ -117,7 +117,7 @@ struct GlobalState {
 }
 
 /// One user's usage, for views.
-#[derive(Clone, Debug, Serialize, PartialEq)]
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
 pub struct UserView {
     /// The user.
     pub user: String,
@@ -134,7 +134,7 @@ pub struct UserView {
 }
 
 /// Global usage, for views.
-#[derive(Clone, Debug, Default, Serialize, PartialEq)]
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
 pub struct GlobalView {
     /// Tokens this hour / day.
     pub tokens: [f64; 2],

@@ -17,7 +17,7 @@ use bucket::Bucket;
 pub use estimate::Estimate;
 use estimate::Estimator;
 use parking_lot::Mutex;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -52,8 +52,21 @@ pub enum LimitDenied {
     TimedOut,
 }
 
+/// Why a limiter's refills are frozen.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Frozen {
+    /// By an operator, until unfrozen.
+    ByOperator,
+    /// By a Retry-After, for this many more milliseconds.
+    For {
+        /// Milliseconds left.
+        ms: u64,
+    },
+}
+
 /// Live figures for views.
-#[derive(Clone, Debug, Default, Serialize, PartialEq)]
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
 pub struct LimiterView {
     /// Tokens-per-minute bucket (level, capacity).
     pub tpm: Option<(f64, f64)>,
@@ -65,8 +78,8 @@ pub struct LimiterView {
     pub rpm: Option<(f64, f64)>,
     /// Calls in flight and the cap (0 = none).
     pub concurrency: (u32, u32),
-    /// Refills frozen: remaining ms (None = by operator, until unfrozen).
-    pub frozen: Option<Option<u64>>,
+    /// Refills frozen, and until when.
+    pub frozen: Option<Frozen>,
     /// Current chars-per-token factor of the estimator.
     pub chars_per_token: f64,
     /// Requests that found no capacity in time.
@@ -460,9 +473,11 @@ impl Limiter {
             rpm: s.rpm.map(|b| b.view()),
             concurrency: (s.in_flight, s.max_in_flight),
             frozen: if s.frozen_by_operator {
-                Some(None)
+                Some(Frozen::ByOperator)
             } else {
-                s.frozen_for(now).map(|d| Some(d.as_millis() as u64))
+                s.frozen_for(now).map(|d| Frozen::For {
+                    ms: d.as_millis() as u64,
+                })
             },
             chars_per_token: s.estimator.chars_per_token,
             rejected: s.rejected,

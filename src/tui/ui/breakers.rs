@@ -184,7 +184,7 @@ fn row<'a>(b: &'a BreakerRow, app: &App, theme: &Theme, selected: bool, show: &[
         }
     });
     let marker = if selected { "▶" } else { " " };
-    let latency = app.latency(&b.target).map_or_else(
+    let latency = app.latency(b).map_or_else(
         || "-".to_string(),
         |h| {
             let q = |p| h.quantile(p).map_or("-".into(), short_ms);
@@ -193,7 +193,7 @@ fn row<'a>(b: &'a BreakerRow, app: &App, theme: &Theme, selected: bool, show: &[
     );
     let cells = [
         Cell::from(marker),
-        Cell::from(b.target.to_string()),
+        Cell::from(super::row_name(app, &b.target.to_string(), b.instance.as_deref())),
         Cell::from(Span::styled(
             App::state_label(v.state),
             v.state.map_or(theme.state_disabled, |s| theme.breaker_state(s)),
@@ -213,7 +213,7 @@ fn row<'a>(b: &'a BreakerRow, app: &App, theme: &Theme, selected: bool, show: &[
         Cell::from(format!("{:>5}", st.rejected_open)),
         Cell::from(format!("{:>4}", st.rejected_rate)),
         Cell::from(format!("{:>4}", st.retries)),
-        Cell::from(sparkline(app.spark.get(&b.target), 24)),
+        Cell::from(sparkline(app.spark.get(&crate::tui::app::row_key(b)), 24)),
         Cell::from(Span::styled(fault.unwrap_or_default(), theme.warn)),
     ];
     let r = Row::new(cells.into_iter().zip(show).filter(|(_, s)| **s).map(|(c, _)| c));
@@ -235,7 +235,11 @@ pub fn draw(f: &mut Frame, area: Rect, app: &App, theme: &Theme) {
     // Every name whole: the widest, within reason.
     let name = rows
         .iter()
-        .map(|b| b.target.to_string().chars().count())
+        .map(|b| {
+            super::row_name(app, &b.target.to_string(), b.instance.as_deref())
+                .chars()
+                .count()
+        })
         .max()
         .unwrap_or(8);
     let name = name.clamp(8, 40) as u16;

@@ -36,7 +36,8 @@ pub fn draw(f: &mut Frame, area: Rect, app: &App, theme: &Theme) {
     let focused = app.focus == Pane::Budgets;
     let height = area.height.saturating_sub(4) as usize;
     let first = scroll(sel, height);
-    for (i, u) in rows.iter().enumerate().skip(first).take(height) {
+    for (i, row) in rows.iter().enumerate().skip(first).take(height) {
+        let u = &row.view;
         let selected = focused && i == sel;
         let near = u.pressure >= 0.8;
         let name_style = if selected {
@@ -49,7 +50,13 @@ pub fn draw(f: &mut Frame, area: Rect, app: &App, theme: &Theme) {
         let mut spans = vec![
             Span::styled(if selected { "▶" } else { " " }, theme.selected),
             Span::styled(if near { "!" } else { " " }, theme.warn),
-            Span::styled(format!("{:<18}", truncate(&u.user, 18)), name_style),
+            Span::styled(
+                format!(
+                    "{:<18}",
+                    truncate(&super::row_name(app, &u.user, row.instance.as_deref()), 18)
+                ),
+                name_style,
+            ),
         ];
         for (t, share) in u.tokens.iter().zip(u.shares) {
             spans.push(Span::raw(format!(" {:>5} ", human(*t))));

@@ -15,6 +15,13 @@ use ratatui::Frame;
 
 /// One line describing an event.
 pub fn describe(e: &Event) -> String {
+    match &e.instance {
+        Some(i) => format!("[{i}] {}", what(e)),
+        None => what(e),
+    }
+}
+
+fn what(e: &Event) -> String {
     match &e.kind {
         EventKind::Transition(Transition {
             breaker,

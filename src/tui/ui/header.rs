@@ -9,6 +9,28 @@ use ratatui::text::{Line, Span};
 use ratatui::widgets::{Block, Borders, Paragraph};
 use ratatui::Frame;
 
+/// The watched instances and how each is doing.
+fn instances<'a>(s: &crate::telemetry::snapshot::Snapshot, theme: &Theme) -> Vec<Span<'a>> {
+    use crate::telemetry::snapshot::Health;
+    s.instances
+        .iter()
+        .map(|i| match i.health {
+            Health::Live => Span::styled(format!(" {} live ", i.name), theme.ok),
+            Health::Connecting => Span::styled(format!(" {} connecting ", i.name), theme.dim),
+            Health::Stale { for_ms, retry_ms } => Span::styled(
+                format!(
+                    " {} STALE {}s ({}), retry in {:.1}s ",
+                    i.name,
+                    for_ms / 1000,
+                    i.error.as_deref().unwrap_or("lost"),
+                    retry_ms as f64 / 1000.0
+                ),
+                theme.error,
+            ),
+        })
+        .collect()
+}
+
 /// Draws the header.
 pub fn draw(f: &mut Frame, area: Rect, app: &App, theme: &Theme) {
     let s = &app.snap;
@@ -20,10 +42,14 @@ pub fn draw(f: &mut Frame, area: Rect, app: &App, theme: &Theme) {
             theme.header.add_modifier(ratatui::style::Modifier::REVERSED),
         ),
         Span::styled(format!(" {} ", app.opts.mode.label()), theme.badge),
-        Span::raw(format!(" {} ", app.opts.source)),
-        Span::styled(format!(" t={} ", clock(s.t_ms)), theme.base),
     ];
-    if app.opts.mode != Mode::Serve {
+    if s.instances.is_empty() {
+        top.push(Span::raw(format!(" {} ", app.opts.source)));
+    } else {
+        top.extend(instances(s, theme));
+    }
+    top.push(Span::styled(format!(" t={} ", clock(s.t_ms)), theme.base));
+    if !matches!(app.opts.mode, Mode::Serve | Mode::Attach) {
         let (speed, paused) = app.clock;
         let label = if paused {
             "PAUSED".to_string()
@@ -94,7 +120,7 @@ pub fn draw(f: &mut Frame, area: Rect, app: &App, theme: &Theme) {
         second.push(Span::styled(" DISPLAY FROZEN ", theme.badge));
         second.push(Span::raw(" "));
     }
-    if app.opts.readonly {
+    if app.opts.readonly.is_some() {
         second.push(Span::styled(" READONLY ", theme.badge));
     }
     let p = Paragraph::new(vec![Line::from(top), Line::from(second)])

@@ -2,6 +2,7 @@
 //! and output buckets), RPM, concurrency, calibration, 429s and freezes.
 
 use super::{bar, human, pane_block, scroll};
+use crate::resilience::limiter::Frozen;
 use crate::tui::app::{App, Pane};
 use crate::tui::theme::Theme;
 use ratatui::layout::Rect;
@@ -31,7 +32,7 @@ pub fn draw(f: &mut Frame, area: Rect, app: &App, theme: &Theme) {
         let mut head = vec![
             Span::styled(if selected { "▶ " } else { "  " }, theme.selected),
             Span::styled(
-                format!("{:<10}", row.provider),
+                format!("{:<10}", super::row_name(app, &row.provider, row.instance.as_deref())),
                 if selected { theme.selected } else { theme.title },
             ),
             Span::styled(
@@ -45,11 +46,11 @@ pub fn draw(f: &mut Frame, area: Rect, app: &App, theme: &Theme) {
             Span::raw(format!("  429s {}  waited-out {}", l.rate_limited, l.rejected)),
         ];
         match l.frozen {
-            Some(Some(ms)) => head.push(Span::styled(
+            Some(Frozen::For { ms }) => head.push(Span::styled(
                 format!("  FROZEN {:.0}s (retry-after)", (ms as f64 / 1000.0).ceil()),
                 theme.badge,
             )),
-            Some(None) => head.push(Span::styled("  FROZEN (operator)", theme.badge)),
+            Some(Frozen::ByOperator) => head.push(Span::styled("  FROZEN (operator)", theme.badge)),
             None => {}
         }
         lines.push(Line::from(head));

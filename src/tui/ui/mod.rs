@@ -81,6 +81,23 @@ pub fn draw(f: &mut Frame, app: &App, theme: &Theme, keymap: &KeyMap) {
     overlay::draw(f, area, app, theme, keymap);
 }
 
+/// A row's name: its own, or for one instance's row under the combined
+/// row, the instance's (`↳ 10.0.0.7:8080`, and `stale` while it is lost:
+/// the row is what it last said).
+pub fn row_name(app: &App, name: &str, instance: Option<&str>) -> String {
+    let Some(i) = instance else { return name.to_string() };
+    let stale = app
+        .snap
+        .instances
+        .iter()
+        .any(|v| v.name == i && matches!(v.health, crate::telemetry::snapshot::Health::Stale { .. }));
+    if stale {
+        format!("  ↳ {i} stale")
+    } else {
+        format!("  ↳ {i}")
+    }
+}
+
 /// Draws pane `p` in `area`.
 fn pane(f: &mut Frame, area: Rect, app: &App, theme: &Theme, p: Pane) {
     match p {

@@ -36,12 +36,10 @@ fn help(f: &mut Frame, area: Rect, app: &App, theme: &Theme, keymap: &KeyMap) {
         ])
     }));
     lines.push(Line::from(""));
-    let note = if app.opts.readonly {
-        " read-only: commands that change the runner are disabled"
-    } else if app.opts.yes {
-        " --yes: destructive commands run without confirmation"
-    } else {
-        " destructive commands ask for confirmation"
+    let note = match &app.opts.readonly {
+        Some(why) => format!(" read-only ({why}): commands that change the runner are disabled"),
+        None if app.opts.yes => " --yes: destructive commands run without confirmation".into(),
+        None => " destructive commands ask for confirmation".into(),
     };
     lines.push(Line::from(Span::styled(note, theme.dim)));
     f.render_widget(Clear, r);
@@ -155,7 +153,7 @@ fn breaker_detail(b: &crate::telemetry::snapshot::BreakerRow, app: &App, lines: 
             h.count()
         )
     };
-    let recent = app.latency(&b.target).unwrap_or_default();
+    let recent = app.latency(b).unwrap_or_default();
     lines.push(Line::from(format!("latency, last minute: {}", q(&recent))));
     lines.push(Line::from(format!("latency, since start: {}", q(&st.latency))));
     if st.ttft.count() > 0 {

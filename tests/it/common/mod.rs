@@ -190,6 +190,12 @@ impl Serve {
         Serve { child, base }
     }
 
+    /// Kills it, as a crash would.
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
     /// Resident memory now (kB).
     pub fn rss_kb(&self) -> u64 {
         let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id())).unwrap();

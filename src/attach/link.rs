@@ -1,0 +1,222 @@
+//! One watched instance: its snapshot stream and its outcome records, each
+//! followed until the console leaves, reconnected with backoff when lost.
+//! An instance that says nothing for [`STALE_AFTER`] is stale: a slow one
+//! never holds the console up.
+
+use super::Hub;
+use crate::telemetry::events::{Event, EventKind};
+use crate::telemetry::snapshot::{Health, InstanceView, Snapshot};
+use crate::wire::sse::{SseItem, SseParser};
+use futures_util::StreamExt;
+use parking_lot::Mutex;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Silence after which an instance counts as lost (its stream sends a
+/// keep-alive twice a second when nothing changes).
+pub const STALE_AFTER: Duration = Duration::from_millis(1_500);
+/// The first and the longest wait before reconnecting.
+const BACKOFF: (Duration, Duration) = (Duration::from_millis(250), Duration::from_secs(5));
+
+/// How the link to an instance is.
+#[derive(Clone, Copy, Debug)]
+enum State {
+    Connecting,
+    Live,
+    Stale { since: Instant, retry_at: Instant },
+}
+
+/// What the console knows of one instance.
+pub struct Instance {
+    /// Its name on screen (host:port).
+    pub name: String,
+    /// Its base URL (`http://host:port`).
+    pub base: String,
+    link: Mutex<Link>,
+}
+
+struct Link {
+    state: State,
+    snap: Option<Arc<Snapshot>>,
+    error: Option<String>,
+    /// What its live view said the credential may do (`operate`, `view`,
+    /// `readonly`).
+    scope: Option<String>,
+}
+
+impl Instance {
+    /// An instance at `base`, not reached yet.
+    pub fn new(name: String, base: String) -> Self {
+        Self {
+            name,
+            base,
+            link: Mutex::new(Link {
+                state: State::Connecting,
+                snap: None,
+                error: None,
+                scope: None,
+            }),
+        }
+    }
+
+    /// Its name and health now, its last snapshot, and whether it is live.
+    pub fn view(&self, now: Instant) -> (InstanceView, Option<Arc<Snapshot>>, bool) {
+        let l = self.link.lock();
+        let health = match l.state {
+            State::Connecting => Health::Connecting,
+            State::Live => Health::Live,
+            State::Stale { since, retry_at } => Health::Stale {
+                for_ms: now.saturating_duration_since(since).as_millis() as u64,
+                retry_ms: retry_at.saturating_duration_since(now).as_millis() as u64,
+            },
+        };
+        let view = InstanceView {
+            name: self.name.clone(),
+            health,
+            error: l.error.clone(),
+        };
+        (view, l.snap.clone(), matches!(l.state, State::Live))
+    }
+
+    /// Whether it answered at all, and what its live view said the
+    /// credential may do.
+    pub fn scope(&self) -> Option<String> {
+        self.link.lock().scope.clone()
+    }
+
+    /// Whether it failed before it ever answered, and why.
+    pub fn failed(&self) -> Option<String> {
+        let l = self.link.lock();
+        l.snap.is_none().then(|| l.error.clone()).flatten()
+    }
+
+    /// Takes a snapshot it sent.
+    pub fn take(&self, snap: Snapshot) {
+        let mut l = self.link.lock();
+        l.snap = Some(Arc::new(snap));
+        l.state = State::Live;
+        l.error = None;
+    }
+
+    fn lost(&self, why: String, retry_in: Duration) {
+        let now = Instant::now();
+        let mut l = self.link.lock();
+        let since = match l.state {
+            State::Stale { since, .. } => since,
+            _ => now,
+        };
+        l.state = State::Stale {
+            since,
+            retry_at: now + retry_in,
+        };
+        l.error = Some(why);
+    }
+}
+
+/// Follows `inst`'s snapshot stream until the hub is dropped.
+pub async fn follow_snapshots(hub: std::sync::Weak<Hub>, inst: Arc<Instance>) {
+    let mut wait = BACKOFF.0;
+    loop {
+        let Some(h) = hub.upgrade() else { return };
+        let why = match stream_snapshots(&h, &inst).await {
+            Ok(()) => "the stream ended".to_string(),
+            Err(e) => e,
+        };
+        // A link that was live starts its backoff again.
+        if matches!(inst.link.lock().state, State::Live) {
+            wait = BACKOFF.0;
+        }
+        inst.lost(why, wait);
+        h.poke();
+        drop(h);
+        tokio::time::sleep(wait).await;
+        wait = (wait * 2).min(BACKOFF.1);
+    }
+}
+
+/// A GET of `path` on `inst`, with the hub's credential.
+async fn get(hub: &Hub, inst: &Instance, path: &str) -> Result<reqwest::Response, String> {
+    let r = hub
+        .request(reqwest::Method::GET, &format!("{}{path}", inst.base))
+        .send()
+        .await
+        .map_err(|e| super::reach_error(&e))?;
+    if !r.status().is_success() {
+        return Err(super::refusal(r).await);
+    }
+    Ok(r)
+}
+
+async fn stream_snapshots(hub: &Hub, inst: &Instance) -> Result<(), String> {
+    let r = get(hub, inst, "/_fusebox/snapshots?every_ms=100").await?;
+    let scope = r
+        .headers()
+        .get(crate::gateway::SCOPE_HEADER)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_string);
+    inst.link.lock().scope = scope;
+    let mut body = r.bytes_stream();
+    let mut parser = SseParser::new();
+    loop {
+        let chunk = match tokio::time::timeout(STALE_AFTER, body.next()).await {
+            Err(_) => return Err(format!("silent for {} s", STALE_AFTER.as_secs_f64())),
+            Ok(None) => return Ok(()),
+            Ok(Some(Err(e))) => return Err(format!("stream cut: {e}")),
+            Ok(Some(Ok(c))) => c,
+        };
+        let items = parser.feed(&chunk).map_err(|e| e.to_string())?;
+        // Keep-alive comments only keep the timeout from running out.
+        for item in items {
+            if let SseItem::Event(e) = item {
+                let snap: Snapshot =
+                    serde_json::from_str(&e.data).map_err(|e| format!("not a fusebox snapshot: {e}"))?;
+                inst.take(snap);
+                hub.poke();
+            }
+        }
+    }
+}
+
+/// Follows `inst`'s outcome records (for the chains pane) until the hub is
+/// dropped; reconnects as the snapshots do, without marking anything.
+pub async fn follow_outcomes(hub: std::sync::Weak<Hub>, inst: Arc<Instance>, tag: bool) {
+    let mut wait = BACKOFF.0;
+    loop {
+        let Some(h) = hub.upgrade() else { return };
+        if stream_outcomes(&h, &inst, tag).await {
+            wait = BACKOFF.0;
+        }
+        drop(h);
+        tokio::time::sleep(wait).await;
+        wait = (wait * 2).min(BACKOFF.1);
+    }
+}
+
+/// Reads outcomes until the stream ends; true if it got any.
+async fn stream_outcomes(hub: &Hub, inst: &Instance, tag: bool) -> bool {
+    let Ok(r) = get(hub, inst, "/_fusebox/events?records=outcomes").await else {
+        return false;
+    };
+    let mut body = r.bytes_stream();
+    let mut parser = SseParser::new();
+    let mut got = false;
+    while let Some(Ok(chunk)) = body.next().await {
+        let Ok(items) = parser.feed(&chunk) else { return got };
+        for item in items {
+            let SseItem::Event(e) = item else { continue };
+            let Ok(mut ev) = serde_json::from_str::<Event>(&e.data) else {
+                continue;
+            };
+            if matches!(ev.kind, EventKind::Outcome(_)) {
+                got = true;
+                if tag {
+                    ev.instance = Some(inst.name.clone());
+                }
+                if !hub.event(ev) {
+                    return got;
+                }
+            }
+        }
+    }
+    got
+}

@@ -1,0 +1,316 @@
+//! `fusebox attach`: the console over running gateways. Each instance's
+//! live view (snapshot stream, outcome records) is followed over HTTP; the
+//! console draws their combined snapshot, and its commands go to the
+//! instance owning the selected row, or to every instance (one, where they
+//! share a Redis store and so each other's commands).
+
+mod link;
+pub mod merge;
+
+use crate::command::{Command, Issuer};
+use crate::telemetry::events::Event;
+use crate::telemetry::snapshot::Snapshot;
+use crate::tui::app::Order;
+use crate::tui::control::{Control, Feed, Reply};
+use futures_util::future::BoxFuture;
+pub use link::{Instance, STALE_AFTER};
+use parking_lot::RwLock;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio::sync::{mpsc, watch, Notify};
+
+/// Events a combined snapshot carries.
+const EVENTS: usize = crate::tui::SNAPSHOT_EVENTS;
+/// The most combined snapshots a second.
+const MIN_GAP: Duration = Duration::from_millis(50);
+/// How often health is redrawn when nothing arrives (stale ages move).
+const TICK: Duration = Duration::from_millis(250);
+/// How long a command may take on one instance.
+const COMMAND_TIMEOUT: Duration = Duration::from_secs(3);
+
+/// Why `fusebox attach` cannot start.
+#[derive(Debug, thiserror::Error)]
+pub enum AttachError {
+    /// A URL is not one.
+    #[error("{url}: not an instance URL ({why}); give its address, e.g. http://127.0.0.1:8787")]
+    BadUrl {
+        /// What was given.
+        url: String,
+        /// Why not.
+        why: String,
+    },
+    /// No instance to watch.
+    #[error("no instance to attach to: give one or more URLs, or --state redis://… to find a fleet's")]
+    Nothing,
+}
+
+/// The watched instances and their combined view.
+pub struct Hub {
+    client: reqwest::Client,
+    token: Option<String>,
+    instances: RwLock<Vec<Arc<Instance>>>,
+    view: watch::Sender<Arc<Snapshot>>,
+    events: mpsc::UnboundedSender<Event>,
+    poked: Notify,
+    started: Instant,
+    started_wall_ms: u64,
+}
+
+/// An instance's base URL and its name on screen, from what was given
+/// (`http://host:port`, with or without `/v1` or a trailing slash).
+pub fn parse_url(given: &str) -> Result<(String, String), AttachError> {
+    let bad = |why: &str| AttachError::BadUrl {
+        url: given.into(),
+        why: why.into(),
+    };
+    let url = reqwest::Url::parse(given).map_err(|e| bad(&e.to_string()))?;
+    if !matches!(url.scheme(), "http" | "https") {
+        return Err(bad("use http:// or https://"));
+    }
+    let host = url.host_str().ok_or_else(|| bad("no host"))?;
+    let port = url.port_or_known_default().unwrap_or(80);
+    let name = format!("{host}:{port}");
+    let base = format!("{}://{name}", url.scheme());
+    Ok((base, name))
+}
+
+/// Says why an instance could not be reached, in words.
+fn reach_error(e: &reqwest::Error) -> String {
+    if e.is_connect() {
+        "cannot connect (is it running?)".into()
+    } else if e.is_timeout() {
+        "timed out".into()
+    } else {
+        format!("request failed: {e}")
+    }
+}
+
+/// What an instance's refusal said: its error message and status.
+async fn refusal(r: reqwest::Response) -> String {
+    let status = r.status();
+    let body: serde_json::Value = r.json().await.unwrap_or_default();
+    let msg = body
+        .pointer("/error/message")
+        .and_then(|m| m.as_str())
+        .unwrap_or("no reason given");
+    format!("{} {msg}", status.as_u16())
+}
+
+impl Hub {
+    /// Watches the instances at `urls` (more may be added), sending `token`
+    /// as the operator's bearer credential.
+    pub fn start(urls: &[String], token: Option<String>) -> Result<(Arc<Self>, Feed), AttachError> {
+        let parsed = urls.iter().map(|u| parse_url(u)).collect::<Result<Vec<_>, _>>()?;
+        let (view, snapshots) = watch::channel(Arc::new(Snapshot::default()));
+        let (events, rx) = mpsc::unbounded_channel();
+        let client = reqwest::Client::builder()
+            .connect_timeout(Duration::from_secs(2))
+            .build()
+            .map_err(|e| AttachError::BadUrl {
+                url: urls.join(" "),
+                why: e.to_string(),
+            })?;
+        let hub = Arc::new(Self {
+            client,
+            token,
+            instances: RwLock::new(Vec::new()),
+            view,
+            events,
+            poked: Notify::new(),
+            started: Instant::now(),
+            started_wall_ms: crate::clock::Clock::system().wall_ms(),
+        });
+        for (base, name) in parsed {
+            hub.add(base, name);
+        }
+        tokio::spawn(Self::publish_loop(Arc::downgrade(&hub)));
+        let feed = Feed {
+            snapshots,
+            events: rx,
+            control: Arc::new(Commands(hub.clone())),
+        };
+        Ok((hub, feed))
+    }
+
+    /// Watches one more instance (none twice).
+    pub fn add(self: &Arc<Self>, base: String, name: String) {
+        let inst = {
+            let mut all = self.instances.write();
+            if all.iter().any(|i| i.base == base) {
+                return;
+            }
+            let inst = Arc::new(Instance::new(name, base));
+            all.push(inst.clone());
+            inst
+        };
+        let many = self.instances.read().len() > 1;
+        tokio::spawn(link::follow_snapshots(Arc::downgrade(self), inst.clone()));
+        tokio::spawn(link::follow_outcomes(Arc::downgrade(self), inst, many));
+        self.poke();
+    }
+
+    /// The instances watched.
+    pub fn instances(&self) -> Vec<Arc<Instance>> {
+        self.instances.read().clone()
+    }
+
+    /// Something changed: publish a new combined snapshot soon.
+    fn poke(&self) {
+        self.poked.notify_one();
+    }
+
+    /// Passes an outcome record on to the console; false once it left.
+    fn event(&self, e: Event) -> bool {
+        self.events.send(e).is_ok()
+    }
+
+    fn request(&self, method: reqwest::Method, url: &str) -> reqwest::RequestBuilder {
+        let r = self.client.request(method, url);
+        match &self.token {
+            Some(t) => r.bearer_auth(t),
+            None => r,
+        }
+    }
+
+    /// The combined snapshot now.
+    pub fn combined(&self) -> Arc<Snapshot> {
+        let now = Instant::now();
+        let seen: Vec<_> = self.instances().iter().map(|i| i.view(now)).collect();
+        let parts: Vec<merge::Part<'_>> = seen
+            .iter()
+            .map(|(view, snap, live)| merge::Part {
+                view: view.clone(),
+                snap: snap.as_deref(),
+                live: *live,
+            })
+            .collect();
+        let t_ms = self.started.elapsed().as_millis() as u64;
+        Arc::new(merge::combine(&parts, t_ms, self.started_wall_ms + t_ms, EVENTS))
+    }
+
+    /// Publishes the combined snapshot whenever an instance says something
+    /// (at most every [`MIN_GAP`]) and every [`TICK`] regardless.
+    async fn publish_loop(hub: std::sync::Weak<Self>) {
+        loop {
+            let Some(h) = hub.upgrade() else { return };
+            let _ = tokio::time::timeout(TICK, h.poked.notified()).await;
+            if h.view.send(h.combined()).is_err() {
+                return;
+            }
+            drop(h);
+            tokio::time::sleep(MIN_GAP).await;
+        }
+    }
+
+    /// Waits until every instance answered or failed, at most `limit`.
+    pub async fn settled(&self, limit: Duration) {
+        let deadline = Instant::now() + limit;
+        while Instant::now() < deadline {
+            let all = self.instances();
+            if all.iter().all(|i| i.scope().is_some() || i.failed().is_some()) {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    /// Why commands cannot be sent anywhere, if every instance that
+    /// answered refuses them.
+    pub fn readonly(&self) -> Option<String> {
+        let scopes: Vec<String> = self.instances().iter().filter_map(|i| i.scope()).collect();
+        if scopes.is_empty() || scopes.iter().any(|s| s == "operate") {
+            return None;
+        }
+        Some(if scopes.iter().all(|s| s == "readonly") {
+            "the gateways run --readonly".into()
+        } else {
+            "the operator token may view, not operate".into()
+        })
+    }
+
+    /// Where a command given on a row owned by `to` goes: that instance;
+    /// else, where the live instances share a Redis store, one of them (the
+    /// store passes it on); else every instance.
+    fn route(&self, to: Option<&str>) -> Vec<Arc<Instance>> {
+        let now = Instant::now();
+        let all = self.instances();
+        if let Some(name) = to {
+            return all.into_iter().filter(|i| i.name == name).collect();
+        }
+        let live: Vec<_> = all.iter().filter(|i| i.view(now).2).cloned().collect();
+        let shared = !live.is_empty()
+            && live
+                .iter()
+                .all(|i| i.view(now).1.is_some_and(|s| s.store.redis && !s.store.degraded));
+        match (shared, live.is_empty()) {
+            (true, _) => live.into_iter().take(1).collect(),
+            (false, false) => live,
+            (false, true) => all,
+        }
+    }
+
+    /// Sends `cmd` as `by` to `inst`, then takes its snapshot after it.
+    async fn command(&self, inst: &Instance, cmd: &Command, by: &Issuer) -> Result<(), String> {
+        let url = format!("{}/_fusebox/commands", inst.base);
+        let r = self
+            .request(reqwest::Method::POST, &url)
+            .header("x-fusebox-operator", &by.name)
+            .timeout(COMMAND_TIMEOUT)
+            .json(cmd)
+            .send()
+            .await
+            .map_err(|e| reach_error(&e))?;
+        if !r.status().is_success() {
+            return Err(refusal(r).await);
+        }
+        let url = format!("{}/_fusebox/snapshot", inst.base);
+        let snap = self
+            .request(reqwest::Method::GET, &url)
+            .timeout(COMMAND_TIMEOUT)
+            .send()
+            .await
+            .map_err(|e| reach_error(&e))?;
+        if let Ok(s) = snap.json::<Snapshot>().await {
+            inst.take(s);
+        }
+        Ok(())
+    }
+}
+
+/// The console's commands, sent to the instances.
+struct Commands(Arc<Hub>);
+
+impl Control for Commands {
+    fn send(&self, order: Order, by: Issuer) -> BoxFuture<'static, Reply> {
+        let hub = self.0.clone();
+        Box::pin(async move {
+            let to = hub.route(order.to.as_deref());
+            if to.is_empty() {
+                return Reply {
+                    status: Some(format!("{}: no such instance", order.to.unwrap_or_default())),
+                    snapshot: None,
+                };
+            }
+            let sent = futures_util::future::join_all(to.iter().map(|i| hub.command(i, &order.command, &by))).await;
+            let (mut done, mut failed) = (Vec::new(), Vec::new());
+            for (inst, r) in to.iter().zip(sent) {
+                match r {
+                    Ok(()) => done.push(inst.name.as_str()),
+                    Err(e) => failed.push(format!("{}: {e}", inst.name)),
+                }
+            }
+            let what = order.command.describe();
+            let status = match (done.is_empty(), failed.is_empty()) {
+                (_, true) => format!("{what}: applied on {}", done.join(", ")),
+                (true, false) => format!("{what} refused: {}", failed.join("; ")),
+                (false, false) => format!("{what}: applied on {}; refused: {}", done.join(", "), failed.join("; ")),
+            };
+            let snapshot = hub.combined();
+            let _ = hub.view.send(snapshot.clone());
+            Reply {
+                status: Some(status),
+                snapshot: Some(snapshot),
+            }
+        })
+    }
+}

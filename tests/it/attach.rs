@@ -1,0 +1,162 @@
+//! `fusebox attach` over two `fusebox serve` processes: the console (its
+//! state and drawing on a TestBackend, fed by the attach hub as `fusebox
+//! attach` feeds it) shows both instances' rows; a command given on one
+//! instance's row reaches that instance alone and shows on the next frame;
+//! a killed instance is marked stale within 2 s while the other keeps
+//! updating.
+
+use crate::common::Serve;
+use crate::console::{render, text};
+use fusebox::attach::Hub;
+use fusebox::resilience::breaker::BreakerState;
+use fusebox::target::Target;
+use fusebox::telemetry::snapshot::{Health, Snapshot};
+use fusebox::tui::app::{App, Effect, Mode, Options, Pane};
+use fusebox::tui::control::apply;
+use fusebox::tui::keymap::KeyMap;
+use serde_json::json;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio::sync::watch;
+
+fn opts() -> Options {
+    Options {
+        mode: Mode::Attach,
+        readonly: None,
+        yes: false,
+        operator: "ana".into(),
+        source: "2 instance(s)".into(),
+        replay_length_ms: None,
+        replay: None,
+    }
+}
+
+fn key(c: char) -> crossterm::event::KeyEvent {
+    crossterm::event::KeyEvent::new(crossterm::event::KeyCode::Char(c), crossterm::event::KeyModifiers::NONE)
+}
+
+fn name(base: &str) -> String {
+    base.trim_start_matches("http://").to_string()
+}
+
+/// The next combined snapshot for which `ok` holds, within `limit`.
+async fn until(
+    rx: &mut watch::Receiver<Arc<Snapshot>>,
+    limit: Duration,
+    ok: impl Fn(&Snapshot) -> bool,
+) -> Option<Arc<Snapshot>> {
+    tokio::time::timeout(limit, async {
+        loop {
+            let s = rx.borrow_and_update().clone();
+            if ok(&s) {
+                return s;
+            }
+            rx.changed().await.expect("the hub publishes");
+        }
+    })
+    .await
+    .ok()
+}
+
+/// `target`'s state on the instance at `base`, asked directly.
+async fn state_on(base: &str, target: &Target) -> Option<BreakerState> {
+    let s: Snapshot = reqwest::get(format!("{base}/_fusebox/snapshot"))
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    s.breakers.iter().find(|b| &b.target == target)?.breaker.state
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn attach_shows_both_gateways_commands_the_owner_and_marks_a_lost_one_stale() {
+    let a = Serve::start();
+    let mut b = Serve::start();
+    let (na, nb) = (name(&a.base), name(&b.base));
+    let (hub, mut feed) = Hub::start(&[a.base.clone(), b.base.clone()], None).unwrap();
+    let both = |s: &Snapshot| {
+        [&na, &nb]
+            .iter()
+            .all(|n| s.breakers.iter().any(|r| r.instance.as_deref() == Some(n.as_str())))
+    };
+    let snap = until(&mut feed.snapshots, Duration::from_secs(10), both)
+        .await
+        .expect("both instances' rows");
+    assert_eq!(hub.readonly(), None, "without tokens both may be commanded");
+    let mut app = App::new(opts(), snap);
+    let frame = text(&render(&app, 140, 45));
+    assert!(
+        frame.contains(&format!("{na} live")) && frame.contains(&format!("{nb} live")),
+        "{frame}"
+    );
+    assert!(
+        frame.contains(&format!("↳ {na}")) && frame.contains(&format!("↳ {nb}")),
+        "{frame}"
+    );
+
+    // Select instance b's row of provider:openai and force it open.
+    let openai = Target::provider("openai");
+    let keys = KeyMap::defaults();
+    app.on_key(key('1'), &keys);
+    let on_b = |app: &App| {
+        let rows = app.breaker_rows();
+        let r = rows[app.selection(Pane::Breakers)];
+        r.target == openai && r.instance.as_deref() == Some(nb.as_str())
+    };
+    for _ in 0..app.breaker_rows().len() {
+        if on_b(&app) {
+            break;
+        }
+        app.on_key(key('j'), &keys);
+    }
+    assert!(on_b(&app), "b's row of provider:openai is there to select");
+    assert_eq!(app.on_key(key('o'), &keys), Effect::None, "asks first");
+    let Effect::Send(order) = app.on_key(key('y'), &keys) else {
+        panic!("y sends the command")
+    };
+    assert_eq!(order.to.as_deref(), Some(nb.as_str()), "to the row's owner");
+    apply(&*feed.control, &mut app, order).await;
+    assert!(app.status.contains(&format!("applied on {nb}")), "{}", app.status);
+    // The next frame shows it, on b's row only.
+    let frame = text(&render(&app, 140, 45));
+    let row = |n: &str| {
+        frame
+            .lines()
+            .find(|l| l.contains(&format!("↳ {n}")) && l.contains("forced_open"))
+            .map(str::to_string)
+    };
+    assert!(row(&nb).is_some_and(|r| r.contains('▶')), "{frame}");
+    assert!(row(&na).is_none(), "a's row is untouched: {frame}");
+    assert_eq!(state_on(&b.base, &openai).await, Some(BreakerState::ForcedOpen));
+    assert_eq!(state_on(&a.base, &openai).await, Some(BreakerState::Closed));
+
+    // Kill b: stale within 2 s, while a keeps updating.
+    b.kill();
+    let killed = Instant::now();
+    let stale = |s: &Snapshot| {
+        s.instances
+            .iter()
+            .any(|i| i.name == nb && matches!(i.health, Health::Stale { .. }))
+    };
+    let snap = until(&mut feed.snapshots, Duration::from_secs(2), stale)
+        .await
+        .unwrap_or_else(|| panic!("b not stale {:?} after it was killed", killed.elapsed()));
+    app.on_snapshot(snap);
+    let frame = text(&render(&app, 140, 45));
+    assert!(frame.contains(&format!("{nb} STALE")), "{frame}");
+    assert!(frame.contains(&format!("↳ {nb} stale")), "b's rows are marked: {frame}");
+    assert!(frame.contains(&format!("{na} live")), "{frame}");
+    let before = app.snap.requests;
+    let chat = reqwest::Client::new()
+        .post(format!("{}/v1/chat/completions", a.base))
+        .json(&json!({"model": "default", "messages": [{"role": "user", "content": "hi"}]}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(chat.status(), 200);
+    let snap = until(&mut feed.snapshots, Duration::from_secs(5), |s| s.requests > before)
+        .await
+        .expect("a's request counts in the combined view");
+    assert!(snap.instances.iter().any(|i| i.name == na && i.health == Health::Live));
+}
