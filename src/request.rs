@@ -13,6 +13,10 @@ pub struct AgentRequest {
     pub id: u64,
     /// Who asked (budgets are per user).
     pub user: CompactString,
+    /// Whom a gateway caller said it is for, where its key allows a
+    /// sub-user: reported, never billed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sub_user: Option<CompactString>,
     /// Conversation/session (quotas are per session).
     pub session: CompactString,
     /// Route name (which chain of models).

@@ -78,8 +78,12 @@ impl Instance {
         (view, l.snap.clone(), matches!(l.state, State::Live))
     }
 
-    /// Whether it answered at all, and what its live view said the
-    /// credential may do.
+    /// Whether it sent a snapshot yet.
+    pub fn answered(&self) -> bool {
+        self.link.lock().snap.is_some()
+    }
+
+    /// What its live view said the credential may do.
     pub fn scope(&self) -> Option<String> {
         self.link.lock().scope.clone()
     }
@@ -177,13 +181,14 @@ async fn stream_snapshots(hub: &Hub, inst: &Instance) -> Result<(), String> {
     }
 }
 
-/// Follows `inst`'s outcome records (for the chains pane) until the hub is
-/// dropped; reconnects as the snapshots do, without marking anything.
-pub async fn follow_outcomes(hub: std::sync::Weak<Hub>, inst: Arc<Instance>, tag: bool) {
+/// Follows `inst`'s outcome and call records (for the chains pane and the
+/// breaker detail) until the hub is dropped; reconnects as the snapshots
+/// do, without marking anything.
+pub async fn follow_records(hub: std::sync::Weak<Hub>, inst: Arc<Instance>) {
     let mut wait = BACKOFF.0;
     loop {
         let Some(h) = hub.upgrade() else { return };
-        if stream_outcomes(&h, &inst, tag).await {
+        if stream_records(&h, &inst).await {
             wait = BACKOFF.0;
         }
         drop(h);
@@ -192,9 +197,10 @@ pub async fn follow_outcomes(hub: std::sync::Weak<Hub>, inst: Arc<Instance>, tag
     }
 }
 
-/// Reads outcomes until the stream ends; true if it got any.
-async fn stream_outcomes(hub: &Hub, inst: &Instance, tag: bool) -> bool {
-    let Ok(r) = get(hub, inst, "/_fusebox/events?records=outcomes").await else {
+/// Reads records until the stream ends; true if it got any. Notable
+/// events are not taken here: the snapshots carry them.
+async fn stream_records(hub: &Hub, inst: &Instance) -> bool {
+    let Ok(r) = get(hub, inst, "/_fusebox/events?records=calls").await else {
         return false;
     };
     let mut body = r.bytes_stream();
@@ -207,9 +213,15 @@ async fn stream_outcomes(hub: &Hub, inst: &Instance, tag: bool) -> bool {
             let Ok(mut ev) = serde_json::from_str::<Event>(&e.data) else {
                 continue;
             };
-            if matches!(ev.kind, EventKind::Outcome(_)) {
+            if matches!(ev.kind, EventKind::Outcome(_) | EventKind::Attempt(_)) {
                 got = true;
-                if tag {
+                // Among several, named and on the console's time line (the
+                // instance started its snapshot's wall time less its t).
+                if hub.instances().len() > 1 {
+                    let started = inst.link.lock().snap.as_ref().map(|s| s.wall_ms.saturating_sub(s.t_ms));
+                    if let Some(started) = started {
+                        ev.t_ms = (started + ev.t_ms).saturating_sub(hub.started_wall_ms());
+                    }
                     ev.instance = Some(inst.name.clone());
                 }
                 if !hub.event(ev) {

@@ -3,7 +3,7 @@
 //! counters) followed by each instance's own row, and every instance's
 //! notable events on one time line.
 
-use crate::resilience::breaker::BreakerState;
+use crate::resilience::breaker::{BreakerState, BreakerView};
 use crate::resilience::limiter::{Frozen, LimiterView};
 use crate::telemetry::events::Event;
 use crate::telemetry::histogram::HistogramView;
@@ -106,6 +106,7 @@ fn breakers(known: &[(&str, &Snapshot)], counted: &[&Snapshot]) -> Vec<BreakerRo
             severity(a.breaker.state)
                 .cmp(&severity(b.breaker.state))
                 .then(a.breaker.failure_rate.total_cmp(&b.breaker.failure_rate))
+                .then(a.breaker.calls_in_window.cmp(&b.breaker.calls_in_window))
         }) else {
             continue;
         };
@@ -114,6 +115,7 @@ fn breakers(known: &[(&str, &Snapshot)], counted: &[&Snapshot]) -> Vec<BreakerRo
             add_stats(&mut stats, &r.stats);
         }
         out.push(BreakerRow {
+            breaker: window(&worst.breaker, &rows),
             stats,
             instance: None,
             ..worst.clone()
@@ -128,6 +130,30 @@ fn breakers(known: &[(&str, &Snapshot)], counted: &[&Snapshot]) -> Vec<BreakerRo
         }
     }
     out
+}
+
+/// The worst breaker's state and probes, over every instance's window:
+/// calls summed, rates weighted by calls, the longest failure run.
+fn window(worst: &BreakerView, rows: &[&BreakerRow]) -> BreakerView {
+    let calls: u32 = rows.iter().map(|r| r.breaker.calls_in_window).sum();
+    let weighted = |f: fn(&BreakerView) -> f64| {
+        let sum: f64 = rows
+            .iter()
+            .map(|r| f(&r.breaker) * f64::from(r.breaker.calls_in_window))
+            .sum();
+        if calls > 0 {
+            sum / f64::from(calls)
+        } else {
+            f(worst)
+        }
+    };
+    BreakerView {
+        failure_rate: weighted(|v| v.failure_rate),
+        slow_rate: weighted(|v| v.slow_rate),
+        calls_in_window: calls,
+        consecutive_failures: rows.iter().map(|r| r.breaker.consecutive_failures).max().unwrap_or(0),
+        ..worst.clone()
+    }
 }
 
 fn add_stats(a: &mut StatsView, b: &StatsView) {
@@ -156,9 +182,12 @@ fn add_histogram(a: &mut HistogramView, b: &HistogramView) {
     a.sum_ms += b.sum_ms;
 }
 
-/// Each provider's combined limiter (levels and capacities summed), then
-/// its rows per instance.
+/// Each provider's combined limiter, then its rows per instance. Apart,
+/// each instance has its own buckets: levels and capacities add up.
+/// Sharing a store, they lease from one: the emptiest instance's bucket
+/// stands for it.
 fn limiters(known: &[(&str, &Snapshot)], counted: &[&Snapshot]) -> Vec<LimiterRow> {
+    let shared = !counted.is_empty() && counted.iter().all(|s| s.store.redis);
     let mut groups: BTreeMap<&str, Vec<&LimiterView>> = BTreeMap::new();
     for s in counted {
         for l in &s.limiters {
@@ -168,7 +197,12 @@ fn limiters(known: &[(&str, &Snapshot)], counted: &[&Snapshot]) -> Vec<LimiterRo
     let mut out = Vec::new();
     for (provider, views) in groups {
         let sum = |f: fn(&LimiterView) -> Option<(f64, f64)>| {
-            views.iter().filter_map(|v| f(v)).reduce(|a, b| (a.0 + b.0, a.1 + b.1))
+            let buckets = views.iter().filter_map(|v| f(v));
+            if shared {
+                buckets.min_by(|a, b| (a.0 / a.1).total_cmp(&(b.0 / b.1)))
+            } else {
+                buckets.reduce(|a, b| (a.0 + b.0, a.1 + b.1))
+            }
         };
         let frozen = views.iter().filter_map(|v| v.frozen).max_by_key(|f| match f {
             Frozen::ByOperator => u64::MAX,

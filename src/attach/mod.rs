@@ -77,7 +77,7 @@ pub fn parse_url(given: &str) -> Result<(String, String), AttachError> {
 /// Says why an instance could not be reached, in words.
 fn reach_error(e: &reqwest::Error) -> String {
     if e.is_connect() {
-        "cannot connect (is it running?)".into()
+        "cannot connect".into()
     } else if e.is_timeout() {
         "timed out".into()
     } else {
@@ -143,15 +143,19 @@ impl Hub {
             all.push(inst.clone());
             inst
         };
-        let many = self.instances.read().len() > 1;
         tokio::spawn(link::follow_snapshots(Arc::downgrade(self), inst.clone()));
-        tokio::spawn(link::follow_outcomes(Arc::downgrade(self), inst, many));
+        tokio::spawn(link::follow_records(Arc::downgrade(self), inst));
         self.poke();
     }
 
     /// The instances watched.
     pub fn instances(&self) -> Vec<Arc<Instance>> {
         self.instances.read().clone()
+    }
+
+    /// When the console started (ms since the Unix epoch): its time line's 0.
+    fn started_wall_ms(&self) -> u64 {
+        self.started_wall_ms
     }
 
     /// Something changed: publish a new combined snapshot soon.
@@ -202,16 +206,18 @@ impl Hub {
         }
     }
 
-    /// Waits until every instance answered or failed, at most `limit`.
+    /// Waits until every instance sent a snapshot or failed, at most
+    /// `limit`, and publishes what they said.
     pub async fn settled(&self, limit: Duration) {
         let deadline = Instant::now() + limit;
         while Instant::now() < deadline {
             let all = self.instances();
-            if all.iter().all(|i| i.scope().is_some() || i.failed().is_some()) {
-                return;
+            if all.iter().all(|i| i.answered() || i.failed().is_some()) {
+                break;
             }
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
+        self.view.send_replace(self.combined());
     }
 
     /// Why commands cannot be sent anywhere, if every instance that

@@ -24,6 +24,10 @@ pub enum KeysCmd {
         /// When it stops working (RFC 3339, e.g. 2027-01-01T00:00:00Z).
         #[arg(long)]
         expires: Option<String>,
+        /// Its calls may name a sub-user (`user` field or `x-fusebox-user`)
+        /// for reporting; they are still billed to --user.
+        #[arg(long)]
+        sub_users: bool,
         /// Share it with the fleet on this Redis (`redis://HOST:PORT/DB`)
         /// instead of printing its config entry.
         #[arg(long)]
@@ -72,6 +76,7 @@ pub fn keys(cmd: KeysCmd) -> Result<()> {
             user,
             routes,
             expires,
+            sub_users,
             state,
         } => {
             if user.trim().is_empty() {
@@ -88,6 +93,7 @@ pub fn keys(cmd: KeysCmd) -> Result<()> {
                 routes,
                 expires,
                 budgets: None,
+                sub_users,
             };
             match state {
                 None => show(&secret, "keys", &name, &key),

@@ -109,6 +109,10 @@ pub struct KeyConfig {
     /// Its user's budgets, in place of the defaults of `[budgets]`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub budgets: Option<UserBudgets>,
+    /// Its calls may name a sub-user (a `user` field or `x-fusebox-user`)
+    /// for reporting: recorded with each request, still billed to `user`.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub sub_users: bool,
 }
 
 /// A user's own budgets (each unset one is the `[budgets]` default).

@@ -15,7 +15,7 @@
 use super::store::{MemoryStore, Store, WINDOWS_MS};
 use crate::clock::Clock;
 use crate::config::{BudgetConfig, FailMode};
-use crate::resilience::budget::BudgetExceeded;
+use crate::resilience::budget::{BudgetExceeded, UserLimits};
 use crate::runner::shared::Reserved;
 use crate::telemetry::store::StoreStatus;
 use parking_lot::Mutex;
@@ -35,6 +35,17 @@ enum Unit {
 struct Scope {
     per_user: bool,
     unit: Unit,
+    /// Minute, hour, day (0 = none): the global budget's.
+    limits: [f64; 3],
+    /// The share of its shortest limit taken from the store at a time.
+    share: f64,
+    /// Allowances by user (one, under "", for a global budget).
+    held: Mutex<HashMap<String, Allowance>>,
+}
+
+/// A budget's limits for one caller, and what follows from them.
+#[derive(Clone, Copy, Debug)]
+struct Terms {
     /// Minute, hour, day (0 = none).
     limits: [f64; 3],
     /// Taken from the store at a time.
@@ -42,20 +53,33 @@ struct Scope {
     /// The shortest window with a limit: an allowance belongs to one of its
     /// periods (a new period starts from nothing).
     period_ms: u64,
-    /// Allowances by user (one, under "", for a global budget).
-    held: Mutex<HashMap<String, Allowance>>,
 }
 
 impl Scope {
-    fn new(per_user: bool, unit: Unit, limits: [f64; 3], share: f64) -> Option<Self> {
-        let first = limits.iter().position(|l| *l > 0.0)?;
-        Some(Self {
+    fn new(per_user: bool, unit: Unit, limits: [f64; 3], share: f64) -> Self {
+        Self {
             per_user,
             unit,
             limits,
-            chunk: limits[first] * share,
-            period_ms: WINDOWS_MS[first],
+            share,
             held: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// The terms a call of a user with limits `user` is under: for a user
+    /// budget the user's own limits (a caller key's, or the defaults);
+    /// None where the budget has no limit.
+    fn terms(&self, user: &UserLimits) -> Option<Terms> {
+        let limits = match (self.per_user, self.unit) {
+            (false, _) => self.limits,
+            (true, Unit::Tokens) => [user.minute, user.hour, user.day],
+            (true, Unit::Cost) => [0.0, 0.0, user.cost_day],
+        };
+        let first = limits.iter().position(|l| *l > 0.0)?;
+        Some(Terms {
+            limits,
+            chunk: limits[first] * self.share,
+            period_ms: WINDOWS_MS[first],
         })
     }
 
@@ -69,7 +93,13 @@ impl Scope {
     }
 
     /// `user`'s allowance in `period` (a new period starts from nothing).
-    fn allowance<'a>(&self, held: &'a mut HashMap<String, Allowance>, user: &str, period: u64) -> &'a mut Allowance {
+    fn allowance<'a>(
+        &self,
+        held: &'a mut HashMap<String, Allowance>,
+        user: &str,
+        period: u64,
+        period_ms: u64,
+    ) -> &'a mut Allowance {
         let who = self.who(user);
         if !held.contains_key(who) {
             held.insert(who.to_string(), Allowance::default());
@@ -78,7 +108,7 @@ impl Scope {
         if a.period != period || a.ends_ms == 0 {
             *a = Allowance {
                 period,
-                ends_ms: (period + 1) * self.period_ms,
+                ends_ms: (period + 1) * period_ms,
                 ..Allowance::default()
             };
         }
@@ -116,7 +146,7 @@ impl Scope {
         }
     }
 
-    fn refusal(&self, user: &str, window: usize, want: f64, left: f64) -> BudgetExceeded {
+    fn refusal(&self, user: &str, limits: &[f64; 3], window: usize, want: f64, left: f64) -> BudgetExceeded {
         let what = match (self.unit, window) {
             (Unit::Tokens, 0) => "tokens/minute",
             (Unit::Tokens, 1) => "tokens/hour",
@@ -124,7 +154,7 @@ impl Scope {
             (Unit::Cost, 1) => "cost/hour (USD)",
             (Unit::Cost, _) => "cost/day (USD)",
         };
-        let limit = self.limits[window];
+        let limit = limits[window];
         BudgetExceeded {
             scope: self.name(user),
             what,
@@ -171,18 +201,10 @@ impl Allowances {
         clock: Clock,
     ) -> Self {
         let t = |v: u64| v as f64;
+        // A user's limits come with each call (a caller key may have its own).
         let scopes = [
-            Scope::new(
-                true,
-                Unit::Tokens,
-                [
-                    t(cfg.user_tokens_per_minute),
-                    t(cfg.user_tokens_per_hour),
-                    t(cfg.user_tokens_per_day),
-                ],
-                0.1,
-            ),
-            Scope::new(true, Unit::Cost, [0.0, 0.0, cfg.user_cost_per_day_usd], 0.01),
+            Scope::new(true, Unit::Tokens, [0.0; 3], 0.1),
+            Scope::new(true, Unit::Cost, [0.0; 3], 0.01),
             Scope::new(
                 false,
                 Unit::Tokens,
@@ -196,29 +218,41 @@ impl Allowances {
                 0.01,
             ),
         ];
+        let none = UserLimits::default();
         Self {
             store,
             fallback: MemoryStore::new(clock),
             status,
-            scopes: scopes.into_iter().flatten().collect(),
+            scopes: scopes
+                .into_iter()
+                .filter(|s| s.per_user || s.terms(&none).is_some())
+                .collect(),
             fail,
             clock,
             round_trips: AtomicU64::new(0),
         }
     }
 
-    /// Takes `tokens` and `cost` of every budget `user` is under, from the
-    /// allowances when they have them, else after a round trip for another
-    /// chunk. All or nothing: a refusal gives back what was taken.
-    pub async fn reserve(&self, user: &str, tokens: u32, cost: f64) -> Result<Reserved, BudgetExceeded> {
+    /// Takes `tokens` and `cost` of every budget `user` (whose limits are
+    /// `limits`) is under, from the allowances when they have them, else
+    /// after a round trip for another chunk. All or nothing: a refusal
+    /// gives back what was taken.
+    pub async fn reserve(
+        &self,
+        user: &str,
+        limits: UserLimits,
+        tokens: u32,
+        cost: f64,
+    ) -> Result<Reserved, BudgetExceeded> {
         let now_ms = self.clock.wall_ms();
         for (i, s) in self.scopes.iter().enumerate() {
+            let Some(terms) = s.terms(&limits) else { continue };
             let want = s.want(tokens, cost);
-            let period = now_ms / s.period_ms;
-            if let Err(e) = self.take(s, user, period, want, now_ms).await {
+            if let Err(e) = self.take(s, user, terms, want, now_ms).await {
                 for s in &self.scopes[..i] {
+                    let Some(t) = s.terms(&limits) else { continue };
                     if let Some(a) = s.held.lock().get_mut(s.who(user)) {
-                        if a.period == now_ms / s.period_ms {
+                        if a.period == now_ms / t.period_ms {
                             a.left += s.want(tokens, cost);
                         }
                     }
@@ -232,10 +266,11 @@ impl Allowances {
         })
     }
 
-    async fn take(&self, s: &Scope, user: &str, period: u64, want: f64, now_ms: u64) -> Result<(), BudgetExceeded> {
+    async fn take(&self, s: &Scope, user: &str, terms: Terms, want: f64, now_ms: u64) -> Result<(), BudgetExceeded> {
+        let period = now_ms / terms.period_ms;
         let short = {
             let mut held = s.held.lock();
-            let a = s.allowance(&mut held, user, period);
+            let a = s.allowance(&mut held, user, period, terms.period_ms);
             if a.left >= want {
                 a.left -= want;
                 return Ok(());
@@ -245,13 +280,13 @@ impl Allowances {
             }
             want - a.left
         };
-        let chunk = short.max(s.chunk);
+        let chunk = short.max(terms.chunk);
         let key = s.key(user);
         let granted = if self.status.view().degraded {
             None
         } else {
             self.round_trips.fetch_add(1, Ordering::Relaxed);
-            match self.store.grant(&key, chunk, s.limits, None).await {
+            match self.store.grant(&key, chunk, terms.limits, None).await {
                 Ok(g) => Some(g),
                 Err(e) => {
                     tracing::debug!(error = %e, "budget round trip failed");
@@ -266,7 +301,7 @@ impl Allowances {
             None => {
                 // This instance's share of the budget, counted here.
                 let n = f64::from(self.status.view().instances.max(1));
-                let share = s.limits.map(|l| l / n);
+                let share = terms.limits.map(|l| l / n);
                 self.fallback
                     .grant(&key, chunk, share, Some(now_ms))
                     .await
@@ -274,13 +309,13 @@ impl Allowances {
             }
         };
         let mut held = s.held.lock();
-        let a = s.allowance(&mut held, user, period);
+        let a = s.allowance(&mut held, user, period, terms.period_ms);
         a.left += g.grant;
         if a.left >= want {
             a.left -= want;
             return Ok(());
         }
-        let e = s.refusal(user, g.bound.unwrap_or(0), want, a.left);
+        let e = s.refusal(user, &terms.limits, g.bound.unwrap_or(0), want, a.left);
         a.spent = Some(e.clone());
         Err(e)
     }
@@ -322,6 +357,10 @@ mod tests {
         (Allowances::new(store, status.clone(), &cfg, fail, clock), status)
     }
 
+    fn limits() -> UserLimits {
+        UserLimits::of(&budgets(), None)
+    }
+
     fn budgets() -> BudgetConfig {
         BudgetConfig {
             user_tokens_per_minute: 1_000,
@@ -339,26 +378,52 @@ mod tests {
     #[tokio::test]
     async fn a_users_minute_and_the_global_day_hold_with_refunds() {
         let (a, _) = allowances(budgets(), FailMode::Open);
-        let r = a.reserve("ann", 300, 0.0).await.unwrap();
+        let r = a.reserve("ann", limits(), 300, 0.0).await.unwrap();
         for _ in 0..2 {
-            let _ = a.reserve("ann", 300, 0.0).await.unwrap();
+            let _ = a.reserve("ann", limits(), 300, 0.0).await.unwrap();
         }
-        let e = a.reserve("ann", 300, 0.0).await.unwrap_err();
+        let e = a.reserve("ann", limits(), 300, 0.0).await.unwrap_err();
         assert_eq!((e.scope.as_str(), e.what), ("user ann (fleet)", "tokens/minute"));
         // What a call did not use goes back: 3 × 300 reserved, 3 × 100 used.
         for _ in 0..3 {
             a.settle("ann", r, 100, 0.0);
         }
-        let _ = a.reserve("ann", 300, 0.0).await.unwrap();
+        let _ = a.reserve("ann", limits(), 300, 0.0).await.unwrap();
         // The global day (2,500) binds other users too; a refused global
         // reservation gives the user's share back.
         for u in ["bob", "cy", "dee", "fay"] {
-            let _ = a.reserve(u, 400, 0.0).await.unwrap();
+            let _ = a.reserve(u, limits(), 400, 0.0).await.unwrap();
         }
-        let e = a.reserve("eve", 400, 0.0).await.unwrap_err();
+        let e = a.reserve("eve", limits(), 400, 0.0).await.unwrap_err();
         assert_eq!((e.scope.as_str(), e.what), ("global (fleet)", "tokens/day"));
         let eve = a.scopes[0].held.lock().get("eve").map(|x| x.left);
         assert_eq!(eve, Some(400.0), "eve's user allowance got its 400 back");
+    }
+
+    #[tokio::test]
+    async fn a_user_with_budgets_of_its_own_is_held_to_them() {
+        let (a, _) = allowances(budgets(), FailMode::Open);
+        let own = crate::config::access::UserBudgets {
+            tokens_per_minute: Some(500),
+            cost_per_day_usd: Some(0.01),
+            ..Default::default()
+        };
+        let kay = UserLimits::of(&budgets(), Some(&own));
+        let _ = a.reserve("kay", kay, 400, 0.0).await.unwrap();
+        let e = a.reserve("kay", kay, 200, 0.0).await.unwrap_err();
+        assert_eq!(
+            (e.what, e.limit),
+            ("tokens/minute", 500.0),
+            "its own minute, not the default 1,000"
+        );
+        let e = a.reserve("kay", kay, 10, 0.02).await.unwrap_err();
+        assert_eq!(
+            (e.what, e.limit),
+            ("cost/day (USD)", 0.01),
+            "a limit the defaults do not have"
+        );
+        // Others keep the defaults.
+        let _ = a.reserve("ann", limits(), 900, 0.5).await.unwrap();
     }
 
     #[tokio::test]
@@ -367,11 +432,11 @@ mod tests {
         status.set_degraded(true);
         status.set_instances(2);
         // Half of ann's 1,000 a minute, counted here.
-        let _ = a.reserve("ann", 500, 0.0).await.unwrap();
-        assert!(a.reserve("ann", 100, 0.0).await.is_err());
+        let _ = a.reserve("ann", limits(), 500, 0.0).await.unwrap();
+        assert!(a.reserve("ann", limits(), 100, 0.0).await.is_err());
         let (a, status) = allowances(budgets(), FailMode::Closed);
         status.set_degraded(true);
-        let e = a.reserve("ann", 10, 0.0).await.unwrap_err();
+        let e = a.reserve("ann", limits(), 10, 0.0).await.unwrap_err();
         assert!(e.to_string().contains("fail closed"), "{e}");
         assert_eq!(a.round_trips.load(Ordering::Relaxed), 0);
     }

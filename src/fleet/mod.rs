@@ -16,7 +16,7 @@ pub mod store;
 
 use crate::command::{Command, Issuer, Subject};
 use crate::resilience::breaker::BreakerState;
-use crate::resilience::budget::BudgetExceeded;
+use crate::resilience::budget::{BudgetExceeded, UserLimits};
 use crate::resilience::defer::Deferred;
 use crate::runner::shared::{Reserved, Shared};
 use crate::runner::Runner;
@@ -132,8 +132,14 @@ struct Sharing {
 
 #[async_trait::async_trait]
 impl Shared for Sharing {
-    async fn reserve(&self, user: &str, tokens: u32, cost: f64) -> Result<Reserved, BudgetExceeded> {
-        self.allowances.reserve(user, tokens, cost).await
+    async fn reserve(
+        &self,
+        user: &str,
+        limits: UserLimits,
+        tokens: u32,
+        cost: f64,
+    ) -> Result<Reserved, BudgetExceeded> {
+        self.allowances.reserve(user, limits, tokens, cost).await
     }
 
     fn settle(&self, user: &str, reserved: Reserved, tokens: u32, cost: f64) {

@@ -34,6 +34,17 @@ pub struct Caller {
     pub routes: Vec<String>,
     /// When the key stops working (ms since the Unix epoch).
     pub expires_ms: Option<u64>,
+    /// Its calls may name a sub-user for reporting.
+    pub sub_users: bool,
+}
+
+/// Whom a call is billed to, and the sub-user it names for reporting.
+#[derive(Debug, PartialEq)]
+pub struct Billed {
+    /// Who pays.
+    pub user: String,
+    /// Whom the caller says it is for, where its key allows that.
+    pub sub_user: Option<String>,
 }
 
 impl Caller {
@@ -55,11 +66,18 @@ impl Caller {
     }
 
     /// The user its calls are billed to, whatever `given` (a `user` field
-    /// or header) says; without a key, `given`.
-    pub fn user_of(caller: Option<&Caller>, given: Option<String>) -> String {
+    /// or header) says, which is the sub-user where the key allows one;
+    /// without a key, `given`.
+    pub fn user_of(caller: Option<&Caller>, given: Option<String>) -> Billed {
         match caller {
-            Some(c) => c.user.clone(),
-            None => given.unwrap_or_else(|| "anonymous".to_string()),
+            Some(c) => Billed {
+                user: c.user.clone(),
+                sub_user: given.filter(|g| c.sub_users && *g != c.user),
+            },
+            None => Billed {
+                user: given.unwrap_or_else(|| "anonymous".to_string()),
+                sub_user: None,
+            },
         }
     }
 }
@@ -161,6 +179,7 @@ fn callers<'a>(
                 user: k.user.clone(),
                 routes: k.routes.clone(),
                 expires_ms: k.expires.map(|e| e.unix_ms()),
+                sub_users: k.sub_users,
             };
             (k.hash, Arc::new(caller))
         })

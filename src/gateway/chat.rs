@@ -183,7 +183,7 @@ fn chat_request(
         Some(u) => Some(u),
         None => name_in(H_USER, header(H_USER))?,
     };
-    let user = Caller::user_of(caller, given);
+    let billed = Caller::user_of(caller, given);
     // Session quotas (steps, concurrency, tokens per conversation) apply to
     // the conversations an agent names; an unnamed call is a conversation of
     // its own, or every call of a user would add up to one endless one.
@@ -192,7 +192,8 @@ fn chat_request(
     let id = gw.next_id.fetch_add(1, Ordering::Relaxed);
     Ok(ChatRequest {
         id,
-        user,
+        user: billed.user,
+        sub_user: billed.sub_user,
         session,
         route: asked.model,
         messages: asked.messages.into(),

@@ -72,13 +72,14 @@ pub(super) async fn embeddings(State(gw): Shared, req: axum::extract::Request) -
     if let Some(why) = caller.as_ref().and_then(|c| c.refusal(&model)) {
         return api.error(StatusCode::FORBIDDEN, &why, Some("model"));
     }
-    let user = match given {
+    let billed = match given {
         Ok(u) => Caller::user_of(caller.as_deref(), u),
         Err((field, why)) => return api.error(StatusCode::BAD_REQUEST, &why, Some(field)),
     };
     let call = EmbedCall {
         id: gw.next_id.fetch_add(1, Ordering::Relaxed),
-        user,
+        user: billed.user,
+        sub_user: billed.sub_user,
         model,
         body: Arc::new(raw),
         chars,

@@ -58,7 +58,8 @@ pub(super) struct Every {
 /// An events stream's options.
 #[derive(Deserialize)]
 pub(super) struct Records {
-    /// `outcomes`: each request's outcome record too.
+    /// `calls`: each request's outcome record and each provider or tool
+    /// call too.
     records: Option<String>,
 }
 
@@ -113,18 +114,18 @@ pub(super) async fn snapshots(
     sse(scope, stream)
 }
 
-/// `GET /_fusebox/events[?records=outcomes]`: notable events (transitions,
+/// `GET /_fusebox/events[?records=calls]`: notable events (transitions,
 /// operator actions, budget warnings, …) from now on, as they happen; with
-/// `records=outcomes`, each request's outcome record too (dropped, not
-/// queued without end, while the watcher lags far behind).
+/// `records=calls`, each request's outcome and each call's record too
+/// (dropped, not queued without end, while the watcher lags far behind).
 pub(super) async fn events(
     State(gw): Shared,
     op: Option<Extension<Arc<Operator>>>,
     Query(q): Query<Records>,
 ) -> Response {
     let scope = scope(&gw, op.as_deref());
-    let outcomes = q.records.as_deref() == Some("outcomes");
-    let rx = if outcomes {
+    let calls = q.records.as_deref() == Some("calls");
+    let rx = if calls {
         gw.runner.events().subscribe()
     } else {
         gw.runner.events().subscribe_notable()
@@ -133,8 +134,8 @@ pub(super) async fn events(
         loop {
             let e = rx.recv().await?;
             match e.kind {
-                EventKind::Outcome(_) if rx.len() > MAX_BACKLOG => continue,
-                EventKind::Request(_) | EventKind::Attempt(_) => continue,
+                EventKind::Outcome(_) | EventKind::Attempt(_) if rx.len() > MAX_BACKLOG => continue,
+                EventKind::Request(_) => continue,
                 _ => return Some((data(&e), rx)),
             }
         }

@@ -81,7 +81,7 @@ impl Runner {
         );
         // Fleet mode: the user's budget as the whole fleet has spent it.
         if let Some(a) = self.shared.get() {
-            let r = Box::pin(a.reserve(user, est.total(), cost))
+            let r = Box::pin(a.reserve(user, self.budgets.limits_of(user), est.total(), cost))
                 .await
                 .map_err(Refusal::Budget)?;
             held.allowance = Some(r);

@@ -26,6 +26,9 @@ pub struct ChatRequest {
     pub id: u64,
     /// Who pays.
     pub user: String,
+    /// Whom the caller said it is for, where its key allows a sub-user
+    /// (recorded, not billed).
+    pub sub_user: Option<String>,
     /// The conversation the client names (session quotas apply to it); a
     /// call without one is a conversation of its own, under no quota.
     pub session: Option<String>,
@@ -155,6 +158,7 @@ fn arrival(req: &ChatRequest) -> Arrival {
         request: AgentRequest {
             id: req.id,
             user: req.user.as_str().into(),
+            sub_user: req.sub_user.as_deref().map(Into::into),
             session: match &req.session {
                 Some(s) => s.as_str().into(),
                 None => format!("{}/call-{}", req.user, req.id).into(),

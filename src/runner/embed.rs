@@ -23,6 +23,8 @@ pub struct EmbedCall {
     pub id: u64,
     /// Who pays.
     pub user: String,
+    /// The sub-user the caller named (recorded, not billed).
+    pub sub_user: Option<String>,
     /// The model (or route, whose first model serves) the client named.
     pub model: String,
     /// The client's body.
@@ -63,6 +65,7 @@ impl Runner {
                 request: AgentRequest {
                     id: call.id,
                     user: call.user.as_str().into(),
+                    sub_user: call.sub_user.as_deref().map(Into::into),
                     session: format!("{}/call-{}", call.user, call.id).into(),
                     route: call.model.as_str().into(),
                     max_steps: 1,

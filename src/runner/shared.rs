@@ -3,7 +3,7 @@
 //! The runner owns this interface and the fleet implements it, so the
 //! fleet depends on the runner and not the other way round.
 
-use crate::resilience::budget::BudgetExceeded;
+use crate::resilience::budget::{BudgetExceeded, UserLimits};
 use crate::resilience::defer::Deferred;
 use crate::target::Target;
 
@@ -21,9 +21,11 @@ pub struct Reserved {
 /// The fleet, as the runner uses it.
 #[async_trait::async_trait]
 pub trait Shared: Send + Sync {
-    /// Takes `tokens` and `cost` from every budget `user` is under, as the
-    /// whole fleet has spent them; all or nothing.
-    async fn reserve(&self, user: &str, tokens: u32, cost: f64) -> Result<Reserved, BudgetExceeded>;
+    /// Takes `tokens` and `cost` from every budget `user` (whose own
+    /// budgets are `limits`) is under, as the whole fleet has spent them;
+    /// all or nothing.
+    async fn reserve(&self, user: &str, limits: UserLimits, tokens: u32, cost: f64)
+        -> Result<Reserved, BudgetExceeded>;
 
     /// Settles a reservation with what the call used.
     fn settle(&self, user: &str, reserved: Reserved, tokens: u32, cost: f64);

@@ -169,11 +169,14 @@ pub struct Recent {
     pub quality: f64,
     /// Missing components.
     pub missing: String,
+    /// The instance it ran on, where the console watches several.
+    pub instance: Option<String>,
 }
 
 impl From<&Outcome> for Recent {
     fn from(o: &Outcome) -> Self {
         Self {
+            instance: None,
             id: o.request,
             user: o.user.to_string(),
             chain: o.chain.join(" → "),
@@ -190,6 +193,26 @@ pub type RowKey = (Target, Option<String>);
 /// `b`'s identity.
 pub fn row_key(b: &BreakerRow) -> RowKey {
     (b.target.clone(), b.instance.clone())
+}
+
+/// Calls kept per breaker row for its detail.
+pub const ATTEMPTS: usize = 8;
+
+/// One call of a target, as its detail lists it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Seen {
+    /// When it ended (ms on the console's time line).
+    pub t_ms: u64,
+    /// The request it was for.
+    pub request: u64,
+    /// The model asked for, on provider calls.
+    pub model: Option<String>,
+    /// Its HTTP status, if it got one.
+    pub status: Option<u16>,
+    /// How it failed below HTTP, if it did.
+    pub transport: Option<crate::provider::Transport>,
+    /// How long it took.
+    pub latency_ms: u64,
 }
 
 /// Samples kept per breaker for the request-rate sparkline (one per second).
@@ -239,6 +262,8 @@ pub struct App {
     pub spark: HashMap<RowKey, VecDeque<u64>>,
     /// The focused pane fills the screen.
     pub zoomed: bool,
+    /// Each breaker row's last calls, newest last, for its detail.
+    pub attempts: HashMap<RowKey, VecDeque<Seen>>,
     /// Each target's latency histogram, a copy a second for the last
     /// minute: the latency columns are the difference of the ends.
     latencies: HashMap<RowKey, VecDeque<HistogramView>>,
@@ -288,6 +313,7 @@ impl App {
             recent: VecDeque::with_capacity(RECENT),
             spark: HashMap::new(),
             zoomed: false,
+            attempts: HashMap::new(),
             latencies: HashMap::new(),
             last_attempts: HashMap::new(),
             last_sample_ms: 0,
@@ -349,11 +375,39 @@ impl App {
         if self.display_frozen {
             return;
         }
-        if let EventKind::Outcome(o) = &e.kind {
-            if self.recent.len() == RECENT {
-                self.recent.pop_front();
+        match &e.kind {
+            EventKind::Outcome(o) => {
+                if self.recent.len() == RECENT {
+                    self.recent.pop_front();
+                }
+                self.recent.push_back(Recent {
+                    instance: e.instance.clone(),
+                    ..Recent::from(o.as_ref())
+                });
             }
-            self.recent.push_back(Recent::from(o.as_ref()));
+            EventKind::Attempt(a) => {
+                let seen = Seen {
+                    t_ms: e.t_ms,
+                    request: a.request,
+                    model: a.model.clone(),
+                    status: a.status,
+                    transport: a.transport,
+                    latency_ms: a.latency_ms,
+                };
+                // On its own row, and (attached to several) on the combined one.
+                let mut keys = vec![(a.target.clone(), e.instance.clone())];
+                if e.instance.is_some() {
+                    keys.push((a.target.clone(), None));
+                }
+                for key in keys {
+                    let q = self.attempts.entry(key).or_default();
+                    if q.len() == ATTEMPTS {
+                        q.pop_front();
+                    }
+                    q.push_back(seen.clone());
+                }
+            }
+            _ => {}
         }
     }
 

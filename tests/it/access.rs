@@ -16,7 +16,8 @@ const BOB: &str = "sk-bob-0123456789";
 const OLD: &str = "sk-old-0123456789";
 const ANA: &str = "op-ana-0123456789";
 const VIC: &str = "op-vic-0123456789";
-const SECRETS: [&str; 5] = [ALICE, BOB, OLD, ANA, VIC];
+const TEAM: &str = "sk-team-0123456789";
+const SECRETS: [&str; 6] = [ALICE, BOB, OLD, ANA, VIC, TEAM];
 
 fn key(secret: &str, user: &str) -> KeyConfig {
     KeyConfig {
@@ -25,6 +26,7 @@ fn key(secret: &str, user: &str) -> KeyConfig {
         routes: Vec::new(),
         expires: None,
         budgets: None,
+        sub_users: false,
     }
 }
 
@@ -39,9 +41,16 @@ fn config() -> Config {
     });
     let mut old = key(OLD, "carol");
     old.expires = Some(Instant(SystemTime::now() - Duration::from_secs(60)));
-    cfg.keys = [("alice-app", alice), ("bob-app", bob), ("old-app", old)]
-        .map(|(n, k)| (n.to_string(), k))
-        .into();
+    let mut team = key(TEAM, "team");
+    team.sub_users = true;
+    cfg.keys = [
+        ("alice-app", alice),
+        ("bob-app", bob),
+        ("old-app", old),
+        ("team-app", team),
+    ]
+    .map(|(n, k)| (n.to_string(), k))
+    .into();
     cfg.operators = [("ana", ANA, Scope::Operate), ("vic", VIC, Scope::View)]
         .map(|(n, s, scope)| {
             let op = OperatorConfig {
@@ -248,4 +257,94 @@ async fn the_live_view_is_for_operators() {
         (op["action"].as_str(), op["by"]["name"].as_str()),
         (Some("force_open"), Some("ana"))
     );
+}
+
+/// An attached console sends the operator's token: with a `view` token it
+/// watches and its command keys say why they are off; with an `operate`
+/// token its commands are issued as the token's operator.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_attached_console_may_do_what_its_token_may() {
+    use fusebox::tui::app::{App, Effect, Mode, Options};
+    let f = gateway(config(), GatewayOptions::default()).await;
+    let opts = |readonly| Options {
+        mode: Mode::Attach,
+        readonly,
+        yes: true,
+        operator: "someone-else".into(),
+        source: "1 instance(s)".into(),
+        replay_length_ms: None,
+        replay: None,
+    };
+    let (hub, feed) = fusebox::attach::Hub::start(&[f.base.clone()], Some(VIC.into())).unwrap();
+    hub.settled(Duration::from_secs(5)).await;
+    let why = hub.readonly();
+    assert_eq!(why.as_deref(), Some("the operator token may view, not operate"));
+    let mut app = App::new(opts(why), feed.snapshots.borrow().clone());
+    assert!(app
+        .snap
+        .breakers
+        .iter()
+        .any(|b| b.target.to_string() == "provider:openai"));
+    let keys = fusebox::tui::keymap::KeyMap::defaults();
+    let o = crossterm::event::KeyEvent::new(
+        crossterm::event::KeyCode::Char('o'),
+        crossterm::event::KeyModifiers::NONE,
+    );
+    assert_eq!(app.on_key(o, &keys), Effect::None);
+    assert_eq!(
+        app.status,
+        "read-only: force-open is disabled (the operator token may view, not operate)"
+    );
+
+    let (hub, feed) = fusebox::attach::Hub::start(&[f.base.clone()], Some(ANA.into())).unwrap();
+    hub.settled(Duration::from_secs(5)).await;
+    assert_eq!(hub.readonly(), None);
+    let mut app = App::new(opts(None), feed.snapshots.borrow().clone());
+    let Effect::Send(order) = app.on_key(o, &keys) else {
+        panic!("o sends (--yes)")
+    };
+    let mut events = f.runner.events().subscribe();
+    fusebox::tui::control::apply(&*feed.control, &mut app, order).await;
+    assert!(app.status.contains("applied on"), "{}", app.status);
+    let by = std::iter::from_fn(|| events.try_recv().ok()).find_map(|e| match e.kind {
+        EventKind::Operator { by, .. } => Some(by.name),
+        _ => None,
+    });
+    assert_eq!(by.as_deref(), Some("ana"), "issued as the token's operator");
+}
+
+/// A key that allows sub-users records the one a call names, and bills
+/// its own user all the same; a key that does not ignores the name.
+#[tokio::test]
+async fn a_sub_user_is_reported_where_the_key_allows_it_and_never_billed() {
+    let f = gateway(config(), GatewayOptions::default()).await;
+    let mut events = f.runner.events().subscribe();
+    for secret in [TEAM, ALICE] {
+        let (status, v) = f
+            .send("/v1/chat/completions", Some(secret), &[], &ask("default", "dora"))
+            .await;
+        assert_eq!(status, 200, "{v}");
+    }
+    let arrivals: Vec<(String, Option<String>)> = std::iter::from_fn(|| events.try_recv().ok())
+        .filter_map(|e| match e.kind {
+            EventKind::Request(a) => Some((a.request.user.to_string(), a.request.sub_user.map(|s| s.to_string()))),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        arrivals,
+        [
+            ("team".to_string(), Some("dora".to_string())),
+            ("alice".to_string(), None)
+        ]
+    );
+    let mut users: Vec<String> = f
+        .runner
+        .budgets()
+        .top_users(10, f.runner.clock().elapsed_ms())
+        .into_iter()
+        .map(|u| u.user)
+        .collect();
+    users.sort();
+    assert_eq!(users, ["alice", "team"], "dora is billed nothing");
 }

@@ -160,3 +160,93 @@ async fn attach_shows_both_gateways_commands_the_owner_and_marks_a_lost_one_stal
         .expect("a's request counts in the combined view");
     assert!(snap.instances.iter().any(|i| i.name == na && i.health == Health::Live));
 }
+
+/// What a gateway's live view sends is what the console draws: a snapshot
+/// in an incident (open breakers, frozen refills, latencies, events) reads
+/// back from its JSON unchanged.
+#[tokio::test(start_paused = true)]
+async fn a_snapshot_reads_back_from_its_json() {
+    let (runner, _) = crate::console::incident(false).await;
+    let snap = runner.snapshot(100, 100);
+    assert!(snap.breakers.iter().any(|b| b.stats.latency.count() > 0));
+    assert!(snap.limiters.iter().any(|l| l.limiter.frozen.is_some()));
+    assert!(!snap.events.is_empty());
+    let back: Snapshot = serde_json::from_str(&serde_json::to_string(&snap).unwrap()).unwrap();
+    assert_eq!(back, snap);
+}
+
+/// Two instances combined: each target's row has the worst state and the
+/// summed counters and is followed by each instance's row; limiters of
+/// instances apart add up; events are named by instance on one time line.
+#[tokio::test(start_paused = true)]
+async fn two_instances_combine_worst_state_first_with_their_own_rows() {
+    use fusebox::attach::merge::{combine, Part};
+    use fusebox::telemetry::snapshot::InstanceView;
+    let (sick, _) = crate::console::incident(false).await;
+    let (calm, _) = crate::console::incident(false).await;
+    calm.apply(
+        &fusebox::command::Command::Reset {
+            target: Target::provider("openai"),
+        },
+        &fusebox::command::Issuer::operator("t"),
+    )
+    .unwrap();
+    let (a, b) = (sick.snapshot(100, 100), calm.snapshot(100, 100));
+    let part = |name: &str, snap| Part {
+        view: InstanceView {
+            name: name.into(),
+            health: Health::Live,
+            error: None,
+        },
+        snap: Some(snap),
+        live: true,
+    };
+    let t = a.t_ms;
+    let s = combine(&[part("a", &a), part("b", &b)], t, a.wall_ms, 300);
+    let openai = Target::provider("openai");
+    let rows: Vec<_> = s.breakers.iter().filter(|r| r.target == openai).collect();
+    let state = |snap: &Snapshot| snap.breakers.iter().find(|r| r.target == openai).unwrap().breaker.state;
+    assert_eq!(state(&b), Some(BreakerState::Closed));
+    assert_ne!(state(&a), Some(BreakerState::Closed));
+    assert_eq!(
+        rows.iter().map(|r| r.instance.as_deref()).collect::<Vec<_>>(),
+        [None, Some("a"), Some("b")]
+    );
+    assert_eq!(rows[0].breaker.state, state(&a), "the worst state");
+    let attempts = |snap: &Snapshot| {
+        snap.breakers
+            .iter()
+            .find(|r| r.target == openai)
+            .unwrap()
+            .stats
+            .attempts
+    };
+    assert_eq!(rows[0].stats.attempts, attempts(&a) + attempts(&b));
+    assert_eq!(
+        rows[0].stats.latency.count(),
+        rows[1].stats.latency.count() + rows[2].stats.latency.count()
+    );
+    assert_eq!(s.requests, a.requests + b.requests);
+    let rpm = |snap: &Snapshot| {
+        let l = snap
+            .limiters
+            .iter()
+            .find(|l| l.provider == "anthropic" && l.instance.is_none());
+        l.unwrap().limiter.rpm.unwrap().1
+    };
+    assert_eq!(rpm(&s), rpm(&a) * 2.0, "apart, capacities add up");
+    assert!(s.events.iter().all(|e| e.instance.is_some()));
+    assert!(s.events.windows(2).all(|w| w[0].t_ms <= w[1].t_ms), "one time line");
+    assert_eq!(s.events.len(), a.events.len() + b.events.len());
+    // The console lists each combined row with its instances' rows under it.
+    let app = App::new(opts(), Arc::new(s));
+    let listed: Vec<_> = app
+        .breaker_rows()
+        .iter()
+        .filter(|r| r.target == openai)
+        .map(|r| r.instance.clone())
+        .collect();
+    assert_eq!(listed, [None, Some("a".into()), Some("b".into())]);
+    let at = app.breaker_rows().iter().position(|r| r.target == openai).unwrap();
+    assert_eq!(app.breaker_rows()[at + 1].instance.as_deref(), Some("a"));
+}

@@ -25,10 +25,11 @@ const DOCS: [&str; 7] = [
 ];
 
 /// The subcommands (`demo` is also what `fusebox` alone runs).
-const SUBCOMMANDS: [&str; 11] = [
+const SUBCOMMANDS: [&str; 12] = [
     "demo",
     "replay",
     "serve",
+    "attach",
     "check-config",
     "mock",
     "bench",
@@ -60,6 +61,9 @@ struct Snippet {
 enum Kind {
     /// Shell commands, run (see [`shell_commands`]).
     Shell,
+    /// The attach walkthrough: a Redis, two gateways, a request, the
+    /// console over them; run with its keys typed.
+    Walkthrough,
     /// A Python client, run against a gateway.
     Python,
     /// Config TOML, read as a config.
@@ -109,6 +113,7 @@ fn snippets() -> Vec<Snippet> {
 fn kind(s: &Snippet) -> Option<Kind> {
     let t = s.text.trim_start();
     Some(match s.lang.as_str() {
+        "sh" if t.starts_with("redis-server") => Kind::Walkthrough,
         "sh" => Kind::Shell,
         "python" => Kind::Python,
         "toml" if t.starts_with("name = ") => Kind::Scenario,
@@ -629,6 +634,14 @@ fn the_python_recipes_run_against_the_gateway() {
 /// A console run in a terminal (`script` gives it a pty) until `until` is
 /// drawn; then `q`. What it drew.
 fn console(args: &[&str], until: &str) -> String {
+    console_typed(args, &[(until, "q")], &mut |_, _| {})
+}
+
+/// A console run in a terminal (`script` gives it a pty): each step's keys
+/// are typed once its text is drawn (after the previous step's keys) and
+/// `between` has looked at the step (its index, what was drawn since the
+/// previous one); the last step's keys must quit it. What it drew.
+fn console_typed(args: &[&str], steps: &[(&str, &str)], between: &mut dyn FnMut(usize, &str)) -> String {
     let dir = tempfile::tempdir().unwrap();
     let typescript = dir.path().join("typescript");
     let cmd = format!(
@@ -646,17 +659,24 @@ fn console(args: &[&str], until: &str) -> String {
         .spawn()
         .expect("run script (util-linux)");
     let shown = || String::from_utf8_lossy(&std::fs::read(&typescript).unwrap_or_default()).into_owned();
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while !shown().contains(until) {
-        assert!(
-            Instant::now() < deadline,
-            "`fusebox {}` drew no {until}",
-            args.join(" ")
-        );
-        std::thread::sleep(Duration::from_millis(50));
+    let mut seen = 0;
+    for (i, (until, keys)) in steps.iter().enumerate() {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while !shown().get(seen..).is_some_and(|s| s.contains(until)) {
+            assert!(
+                Instant::now() < deadline,
+                "`fusebox {}` drew no {until}: {}",
+                args.join(" "),
+                shown().get(seen..).unwrap_or_default()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let now = shown();
+        between(i, &now[seen..]);
+        seen = now.len();
+        use std::io::Write;
+        script.stdin.as_mut().unwrap().write_all(keys.as_bytes()).unwrap();
     }
-    use std::io::Write;
-    script.stdin.as_mut().unwrap().write_all(b"q").unwrap();
     let deadline = Instant::now() + Duration::from_secs(30);
     let status = loop {
         if let Some(status) = script.try_wait().unwrap() {
@@ -671,6 +691,125 @@ fn console(args: &[&str], until: &str) -> String {
     };
     assert!(status.success(), "`fusebox {}` exited {status}", args.join(" "));
     shown()
+}
+
+/// A child process, killed on drop.
+struct Killed(std::process::Child);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// `target`'s breaker state on the gateway at `base`.
+fn breaker_state(base: &str, target: &str) -> String {
+    let o = Command::new("curl")
+        .args(["-s", &format!("{base}/_fusebox/snapshot")])
+        .output()
+        .unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap_or_default();
+    v["breakers"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|b| b["target"] == target)
+        .map(|b| b["breaker"]["state"].as_str().unwrap_or("").to_string())
+        .unwrap_or_default()
+}
+
+/// The attach walkthrough as written: its Redis (one of the tests', on a
+/// free port), its two gateways (on free ports), its request, and the
+/// console over them, where the keys it gives trip `provider:openai` on
+/// both gateways and reset it.
+#[test]
+fn the_attach_walkthrough_runs() {
+    let Some(redis) = crate::common::redis::Redis::start() else {
+        return;
+    };
+    let s = of(Kind::Walkthrough).remove(0);
+    let ports = [free_port(), free_port()];
+    let fill = |c: &str| {
+        c.replace("redis://127.0.0.1:6379/0", &redis.url())
+            .replace("127.0.0.1:8801", &format!("127.0.0.1:{}", ports[0]))
+            .replace("127.0.0.1:8802", &format!("127.0.0.1:{}", ports[1]))
+    };
+    let bases = ports.map(|p| format!("http://127.0.0.1:{p}"));
+    let mut gateways = Vec::new();
+    let mut attached = false;
+    for (i, (cmd, _)) in shell_commands(&s).into_iter().enumerate() {
+        let cmd = fill(&cmd);
+        if cmd.starts_with("redis-server") {
+            assert_eq!(i, 0, "{}: Redis comes first", s.at);
+            continue;
+        }
+        if cmd.starts_with("curl ") {
+            let o = Command::new("sh")
+                .args(["-c", &format!("{cmd} -o /dev/null -w '%{{http_code}}'")])
+                .output()
+                .unwrap();
+            assert_eq!(String::from_utf8_lossy(&o.stdout), "200", "{}: `{cmd}`", s.at);
+            continue;
+        }
+        let args = cmd
+            .strip_prefix("cargo run --release -- ")
+            .unwrap_or_else(|| panic!("{}: no check runs `{cmd}`: teach tests/it/docs.rs", s.at));
+        match args.strip_suffix(" &") {
+            Some(serve) => {
+                assert!(serve.starts_with("serve --headless"), "{}: `{cmd}`", s.at);
+                let child = Command::new(env!("CARGO_BIN_EXE_fusebox"))
+                    .args(serve.split_whitespace())
+                    .stderr(Stdio::null())
+                    .spawn()
+                    .unwrap();
+                gateways.push(Killed(child));
+                let base = &bases[gateways.len() - 1];
+                crate::common::redis::wait_until("the gateway answers", || {
+                    Command::new("curl")
+                        .args(["-sf", &format!("{base}/healthz")])
+                        .output()
+                        .is_ok_and(|o| o.status.success())
+                });
+            }
+            None => {
+                assert!(args.starts_with("attach"), "{}: `{cmd}`", s.at);
+                let live = ports.map(|p| format!("127.0.0.1:{p} live"));
+                // Every gateway's provider:openai breaker comes to `state`.
+                let all = |state: &str| {
+                    crate::common::redis::wait_until(state, || {
+                        bases.iter().all(|b| breaker_state(b, "provider:openai") == state)
+                    });
+                };
+                console_typed(
+                    &args.split_whitespace().collect::<Vec<_>>(),
+                    &[
+                        (&live[0], "/provider:openai\r"),
+                        ("filter", "o"),
+                        ("Force OPEN provider:openai?", "y"),
+                        ("applied on", "r"),
+                        ("applied on", "q"),
+                    ],
+                    &mut |step, drawn| match step {
+                        0 => assert!(drawn.contains(&live[1]), "both instances live: {drawn}"),
+                        3 => all("forced_open"),
+                        4 => all("closed"),
+                        _ => {}
+                    },
+                );
+                attached = true;
+            }
+        }
+    }
+    assert!(attached && gateways.len() == 2, "{}: two gateways and an attach", s.at);
 }
 
 /// The quick start: `cargo run --release` is the console over the demo
@@ -749,6 +888,9 @@ fn check_of(cmd: &str) -> Option<Check> {
             Elsewhere("the command itself, run by the quick-start, curl and console checks")
         }
         "cargo test" => Elsewhere("what CI runs (the quick-start check)"),
+        "fusebox attach" | "fusebox attach URL…" => {
+            Elsewhere("the console over running gateways, run by the attach walkthrough check")
+        }
         "fusebox demo --config fusebox.toml" => Elsewhere("calls the paid providers of the config the README writes"),
         "cargo run --release -- bench" => Elsewhere("4,000,000 decisions on every core: a measurement, run by hand"),
         "cargo run --release -- bench --state redis://127.0.0.1:6379/0" => {

@@ -73,7 +73,7 @@ fn adjust(windows: [(&mut Win, u64, f64); 4], now_ms: u64) {
 #[derive(Default)]
 struct UserState {
     /// Its limits: the defaults, or its own.
-    limits: Limits,
+    limits: UserLimits,
     minute: Win,
     hour: Win,
     day: Win,
@@ -88,16 +88,20 @@ struct UserState {
 /// A user's limits: tokens per minute, hour and day, USD per day (0 =
 /// unlimited).
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
-struct Limits {
-    minute: f64,
-    hour: f64,
-    day: f64,
-    cost_day: f64,
+pub struct UserLimits {
+    /// Tokens per minute.
+    pub minute: f64,
+    /// Tokens per hour.
+    pub hour: f64,
+    /// Tokens per day.
+    pub day: f64,
+    /// USD per day.
+    pub cost_day: f64,
 }
 
-impl Limits {
+impl UserLimits {
     /// The defaults of `c`, with `own` in their place where it says.
-    fn of(c: &BudgetConfig, own: Option<&UserBudgets>) -> Self {
+    pub fn of(c: &BudgetConfig, own: Option<&UserBudgets>) -> Self {
         let pick = |own: Option<u64>, default: u64| own.unwrap_or(default) as f64;
         Self {
             minute: pick(own.and_then(|o| o.tokens_per_minute), c.user_tokens_per_minute),
@@ -218,12 +222,17 @@ impl Budgets {
     /// Gives `user` budgets of its own in place of the defaults (a caller
     /// key's), from its next reservation on.
     pub fn set_own(&self, user: &str, budgets: UserBudgets) {
-        let limits = Limits::of(&self.cfg, Some(&budgets));
+        let limits = UserLimits::of(&self.cfg, Some(&budgets));
         self.own.write().insert(user.to_string(), budgets);
         let mut users = super::lock(&self.users);
         if let Some(slot) = users.find(user) {
             users.get_mut(slot).limits = limits;
         }
+    }
+
+    /// `user`'s limits: its own (a caller key's), else the defaults.
+    pub fn limits_of(&self, user: &str) -> UserLimits {
+        UserLimits::of(&self.cfg, self.own.read().get(user))
     }
 
     /// Reserves `tokens` and `cost` for `user` at `now_ms`.
@@ -238,7 +247,7 @@ impl Budgets {
             None => {
                 let gone = users.make_room(self.cfg.max_tracked_users, now_ms, self.cfg.idle_evict_s * 1000);
                 self.evictions.fetch_add(gone as u64, Ordering::Relaxed);
-                let limits = Limits::of(c, self.own.read().get(user));
+                let limits = UserLimits::of(c, self.own.read().get(user));
                 users
                     .find_or_add(user, || UserState {
                         limits,

@@ -55,6 +55,7 @@ pub fn make_request(seed: Seed, id: u64, users: u32) -> AgentRequest {
         critical_tools: Vec::new(),
         max_tokens: 512,
         max_steps: 4,
+        sub_user: None,
     }
 }
 
@@ -71,6 +72,7 @@ fn noisy_request(seed: Seed, id: u64, user: &str, chars: usize) -> AgentRequest 
         critical_tools: Vec::new(),
         max_tokens: 1024,
         max_steps: 2,
+        sub_user: None,
     }
 }
 

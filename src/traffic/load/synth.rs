@@ -37,6 +37,7 @@ pub fn gateway_log(n: u64, rps: u64, out: &mut impl Write) -> std::io::Result<()
             id,
             session: format_compact!("{user}/call-{id}"),
             user,
+            sub_user: None,
             route: "default".into(),
             prompt_tokens: 60 + rng.u32(..20),
             max_tokens: 256,

@@ -111,6 +111,9 @@ pub struct RequestRec {
     pub id: u64,
     /// User.
     pub user: CompactString,
+    /// The sub-user a gateway caller named (reported, not billed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sub_user: Option<CompactString>,
     /// Session.
     pub session: CompactString,
     /// Route.

@@ -317,6 +317,7 @@ pub fn record_of(ev: &Event, t_ms: u64, content: Content, salt: &Salt) -> Option
                 t_ms,
                 id: r.id,
                 user: r.user.clone(),
+                sub_user: r.sub_user.clone(),
                 session: r.session.clone(),
                 route: r.route.clone(),
                 prompt_tokens: (chars as u32).div_ceil(4),

@@ -38,6 +38,7 @@ pub fn agent_request(q: RequestRec) -> AgentRequest {
     AgentRequest {
         id: q.id,
         user: q.user,
+        sub_user: q.sub_user,
         session: q.session,
         route: q.route,
         messages,
@@ -70,6 +71,7 @@ pub fn gateway_call(runner: &Runner, req: &AgentRequest) -> ChatRequest {
     ChatRequest {
         id: req.id,
         user: req.user.to_string(),
+        sub_user: req.sub_user.as_deref().map(str::to_string),
         session: (req.session != own_session).then(|| req.session.to_string()),
         route: req.route.to_string(),
         messages: req.messages.clone(),
@@ -90,6 +92,7 @@ pub fn embeddings_call(req: &AgentRequest) -> EmbedCall {
     EmbedCall {
         id: req.id,
         user: req.user.to_string(),
+        sub_user: req.sub_user.as_deref().map(str::to_string),
         model: req.route.to_string(),
         body: Arc::new(RawBody::default()),
         chars,

@@ -44,7 +44,10 @@ pub fn draw(f: &mut Frame, area: Rect, app: &App, theme: &Theme) {
         let mut spans = vec![
             Span::styled(if selected { "▶ " } else { "  " }, theme.selected),
             Span::styled(
-                format!("#{:<6} {:<13} ", r.id, r.user),
+                match &r.instance {
+                    Some(i) => format!("#{:<6} {i} {:<13} ", r.id, r.user),
+                    None => format!("#{:<6} {:<13} ", r.id, r.user),
+                },
                 if selected { theme.selected } else { theme.dim },
             ),
             Span::styled(if differs { "≠ " } else { "" }, theme.warn),

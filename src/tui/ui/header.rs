@@ -19,7 +19,7 @@ fn instances<'a>(s: &crate::telemetry::snapshot::Snapshot, theme: &Theme) -> Vec
             Health::Connecting => Span::styled(format!(" {} connecting ", i.name), theme.dim),
             Health::Stale { for_ms, retry_ms } => Span::styled(
                 format!(
-                    " {} STALE {}s ({}), retry in {:.1}s ",
+                    " {} STALE {}s ({}) retry {:.1}s ",
                     i.name,
                     for_ms / 1000,
                     i.error.as_deref().unwrap_or("lost"),

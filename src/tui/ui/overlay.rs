@@ -84,7 +84,10 @@ fn detail(f: &mut Frame, area: Rect, app: &App, theme: &Theme) {
         crate::tui::app::Pane::Breakers => match app.selected_breaker() {
             Some(b) => {
                 breaker_detail(b, app, &mut lines);
-                format!(" {} ", b.target)
+                match &b.instance {
+                    Some(i) => format!(" {} on {i} ", b.target),
+                    None => format!(" {} ", b.target),
+                }
             }
             None => " no breaker selected ".into(),
         },
@@ -180,9 +183,32 @@ fn breaker_detail(b: &crate::telemetry::snapshot::BreakerRow, app: &App, lines: 
         pct(c.half_open_success_rate)
     )));
     lines.push(Line::from(""));
+    lines.push(Line::from("last calls (newest first):"));
+    let seen = app.attempts.get(&crate::tui::app::row_key(b));
+    for a in seen.iter().flat_map(|q| q.iter().rev()) {
+        let how = match (a.status, a.transport) {
+            (_, Some(t)) => format!("{t:?}").to_lowercase(),
+            (Some(s), None) => s.to_string(),
+            (None, None) => "-".into(),
+        };
+        let model = a.model.as_deref().map(|m| format!(" {m}")).unwrap_or_default();
+        lines.push(Line::from(format!(
+            "{} #{}{model} {how} in {} ms",
+            super::clock(a.t_ms),
+            a.request,
+            a.latency_ms
+        )));
+    }
+    if seen.is_none_or(|q| q.is_empty()) {
+        lines.push(Line::from("  none seen yet"));
+    }
+    lines.push(Line::from(""));
     lines.push(Line::from("transitions (newest first):"));
     let mut any = false;
     for e in app.events().iter().rev() {
+        if b.instance.is_some() && e.instance != b.instance {
+            continue;
+        }
         if let crate::telemetry::events::EventKind::Transition(t) = &e.kind {
             if t.breaker == b.target {
                 any = true;

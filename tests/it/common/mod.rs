@@ -138,6 +138,7 @@ pub fn ask(id: u64, user: &str) -> AgentRequest {
         critical_tools: vec![],
         max_tokens: 256,
         max_steps: 2,
+        sub_user: None,
     }
 }
 
