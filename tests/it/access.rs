@@ -275,7 +275,7 @@ async fn an_attached_console_may_do_what_its_token_may() {
         replay_length_ms: None,
         replay: None,
     };
-    let (hub, feed) = fusebox::attach::Hub::start(&[f.base.clone()], Some(VIC.into())).unwrap();
+    let (hub, feed) = fusebox::attach::Hub::start(std::slice::from_ref(&f.base), Some(VIC.into())).unwrap();
     hub.settled(Duration::from_secs(5)).await;
     let why = hub.readonly();
     assert_eq!(why.as_deref(), Some("the operator token may view, not operate"));
@@ -296,7 +296,7 @@ async fn an_attached_console_may_do_what_its_token_may() {
         "read-only: force-open is disabled (the operator token may view, not operate)"
     );
 
-    let (hub, feed) = fusebox::attach::Hub::start(&[f.base.clone()], Some(ANA.into())).unwrap();
+    let (hub, feed) = fusebox::attach::Hub::start(std::slice::from_ref(&f.base), Some(ANA.into())).unwrap();
     hub.settled(Duration::from_secs(5)).await;
     assert_eq!(hub.readonly(), None);
     let mut app = App::new(opts(None), feed.snapshots.borrow().clone());
