@@ -220,7 +220,7 @@ async fn stream_records(hub: &Hub, inst: &Instance) -> bool {
                 if hub.instances().len() > 1 {
                     let started = inst.link.lock().snap.as_ref().map(|s| s.wall_ms.saturating_sub(s.t_ms));
                     if let Some(started) = started {
-                        ev.t_ms = (started + ev.t_ms).saturating_sub(hub.started_wall_ms());
+                        ev.t_ms = (started + ev.t_ms).saturating_sub(hub.started_wall_ms);
                     }
                     ev.instance = Some(inst.name.clone());
                 }

@@ -13,7 +13,7 @@ use crate::telemetry::snapshot::Snapshot;
 use crate::tui::app::Order;
 use crate::tui::control::{Control, Feed, Reply};
 use futures_util::future::BoxFuture;
-pub use link::{Instance, STALE_AFTER};
+pub use link::Instance;
 use parking_lot::RwLock;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -52,6 +52,8 @@ pub struct Hub {
     view: watch::Sender<Arc<Snapshot>>,
     events: mpsc::UnboundedSender<Event>,
     poked: Notify,
+    /// When the console started: its time line's 0 (and the same in ms
+    /// since the Unix epoch).
     started: Instant,
     started_wall_ms: u64,
 }
@@ -151,11 +153,6 @@ impl Hub {
     /// The instances watched.
     pub fn instances(&self) -> Vec<Arc<Instance>> {
         self.instances.read().clone()
-    }
-
-    /// When the console started (ms since the Unix epoch): its time line's 0.
-    fn started_wall_ms(&self) -> u64 {
-        self.started_wall_ms
     }
 
     /// Something changed: publish a new combined snapshot soon.

@@ -48,6 +48,9 @@ pub fn attach(args: AttachArgs) -> Result<()> {
     for u in &args.urls {
         parse_url(u)?;
     }
+    if !std::io::IsTerminal::is_terminal(&std::io::stdout()) {
+        bail!("fusebox attach is a console and needs a terminal, but stdout is not a TTY; without one, read a gateway's GET /_fusebox/snapshot or /metrics");
+    }
     let ui = Ui::setup(false, &args.console, Speed::Factor(1.0), "attach")?.context("the console needs a terminal")?;
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)

@@ -394,10 +394,13 @@ impl App {
                     transport: a.transport,
                     latency_ms: a.latency_ms,
                 };
-                // On its own row, and (attached to several) on the combined one.
-                let mut keys = vec![(a.target.clone(), e.instance.clone())];
+                // On the provider's (or tool's) row and the model's, each on
+                // its instance's row and (attached to several) the combined one.
+                let mut targets = vec![a.target.clone()];
+                targets.extend(a.model.as_deref().map(Target::model));
+                let mut keys: Vec<RowKey> = targets.iter().map(|t| (t.clone(), e.instance.clone())).collect();
                 if e.instance.is_some() {
-                    keys.push((a.target.clone(), None));
+                    keys.extend(targets.into_iter().map(|t| (t, None)));
                 }
                 for key in keys {
                     let q = self.attempts.entry(key).or_default();
