@@ -183,6 +183,13 @@ fn breaker_detail(b: &crate::telemetry::snapshot::BreakerRow, app: &App, lines: 
         pct(c.half_open_success_rate)
     )));
     lines.push(Line::from(""));
+    last_calls(b, app, lines);
+    lines.push(Line::from(""));
+    transitions(b, app, lines);
+}
+
+/// The row's last calls with their status and latency, newest first.
+fn last_calls(b: &crate::telemetry::snapshot::BreakerRow, app: &App, lines: &mut Vec<Line<'static>>) {
     lines.push(Line::from("last calls (newest first):"));
     let seen = app.attempts.get(&crate::tui::app::row_key(b));
     for a in seen.iter().flat_map(|q| q.iter().rev()) {
@@ -202,7 +209,11 @@ fn breaker_detail(b: &crate::telemetry::snapshot::BreakerRow, app: &App, lines: 
     if seen.is_none_or(|q| q.is_empty()) {
         lines.push(Line::from("  none seen yet"));
     }
-    lines.push(Line::from(""));
+}
+
+/// The breaker's transitions with their whole reasons, newest first (on
+/// an instance's row, that instance's).
+fn transitions(b: &crate::telemetry::snapshot::BreakerRow, app: &App, lines: &mut Vec<Line<'static>>) {
     lines.push(Line::from("transitions (newest first):"));
     let mut any = false;
     for e in app.events().iter().rev() {
