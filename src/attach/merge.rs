@@ -22,16 +22,9 @@ pub struct Part<'a> {
     pub live: bool,
 }
 
-/// How bad a breaker state is, for the combined row: the worst wins.
+/// How bad a breaker state is: the combined row has the worst.
 fn severity(s: Option<BreakerState>) -> u8 {
-    match s {
-        Some(BreakerState::ForcedOpen) => 5,
-        Some(BreakerState::Open) => 4,
-        Some(BreakerState::HalfOpen) => 3,
-        Some(BreakerState::Disabled) => 2,
-        Some(BreakerState::ForcedClosed) => 1,
-        Some(BreakerState::Closed) | None => 0,
-    }
+    s.map_or(0, BreakerState::severity)
 }
 
 /// The snapshot of the instances in `parts`, at `t_ms` (the console's own

@@ -184,7 +184,7 @@ impl Action {
             Action::ToggleDrill => "drill mode on/off: optional tools take their degradation branch",
             Action::PauseEvents => "pause/resume scrolling of the events pane",
             Action::Zoom => "zoom the focused pane to the whole screen, or back",
-            Action::Detail => "everything about the selected breaker or event",
+            Action::Detail => "the selected row in full",
             Action::ClockPause => "pause/resume the clock (demo and replay)",
             Action::ClockFaster => "run the clock faster",
             Action::ClockSlower => "run the clock slower",

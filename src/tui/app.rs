@@ -146,7 +146,7 @@ pub enum Effect {
 /// How the breakers table is ordered.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum BreakerSort {
-    /// Hystrix-style: error rate, then volume.
+    /// Worst state first, then error rate (Hystrix-style), then volume.
     Errors,
     /// By name.
     Name,
@@ -449,9 +449,10 @@ impl App {
             .collect();
         match self.sort {
             BreakerSort::Errors => rows.sort_by(|a, b| {
-                b.breaker
-                    .failure_rate
-                    .total_cmp(&a.breaker.failure_rate)
+                let severity = |r: &BreakerRow| r.breaker.state.map_or(0, BreakerState::severity);
+                severity(b)
+                    .cmp(&severity(a))
+                    .then(b.breaker.failure_rate.total_cmp(&a.breaker.failure_rate))
                     .then(b.stats.attempts.cmp(&a.stats.attempts))
                     .then(a.target.cmp(&b.target))
             }),

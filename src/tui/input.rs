@@ -130,10 +130,7 @@ impl App {
                 }
                 .into();
             }
-            Action::Detail => match self.focus {
-                Pane::Breakers | Pane::Events => self.overlay = Overlay::Detail,
-                _ => self.status = "detail shows a breaker (pane 1) or an event (pane 5)".into(),
-            },
+            Action::Detail => self.overlay = Overlay::Detail,
             Action::Zoom => {
                 self.zoomed = !self.zoomed;
                 self.status = if self.zoomed {

@@ -3,7 +3,7 @@
 //! attach` feeds it) shows both instances' rows; a command given on one
 //! instance's row reaches that instance alone and shows on the next frame;
 //! a killed instance is marked stale within 2 s while the other keeps
-//! updating.
+//! updating, and is followed again once it is back.
 
 use crate::common::Serve;
 use crate::console::{render, text};

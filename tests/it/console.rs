@@ -560,10 +560,34 @@ async fn enter_shows_the_selected_breaker_and_event_in_full() {
     );
     assert!(frame.contains("latency, since start: p50"), "{frame}");
     assert!(frame.contains("opens at 5 failures in a row"), "its settings: {frame}");
+    assert!(frame.contains("#30 gpt-4o 503 in 80 ms"), "its last calls: {frame}");
     insta::assert_snapshot!("detail_breaker", frame);
-    app.on_key(
-        crossterm::event::KeyEvent::new(crossterm::event::KeyCode::Esc, crossterm::event::KeyModifiers::NONE),
-        &keys,
-    );
+    let esc = crossterm::event::KeyEvent::new(crossterm::event::KeyCode::Esc, crossterm::event::KeyModifiers::NONE);
+    let enter = crossterm::event::KeyEvent::new(crossterm::event::KeyCode::Enter, crossterm::event::KeyModifiers::NONE);
+    app.on_key(esc, &keys);
     assert_eq!(app.overlay, Overlay::None);
+    // A limiter: its buckets and why its refills are frozen.
+    app.on_key(key('2'), &keys);
+    app.on_key(enter, &keys);
+    let frame = text(&render(&app, 140, 45));
+    assert!(frame.contains(" limiter anthropic "), "{frame}");
+    assert!(
+        frame.contains("refills frozen by an operator, until unfrozen"),
+        "{frame}"
+    );
+    assert!(frame.contains("ITPM: "), "{frame}");
+    app.on_key(esc, &keys);
+    // A user: spend against each limit, refusals and recent requests.
+    app.on_key(key('3'), &keys);
+    let who = app.user_rows()[app.selection(Pane::Budgets)].view.user.clone();
+    app.on_key(enter, &keys);
+    let frame = text(&render(&app, 140, 45));
+    assert!(frame.contains(&format!(" user {who} ")), "{frame}");
+    assert!(
+        frame.contains("tokens this minute: ") && frame.contains("refused by a budget"),
+        "{frame}"
+    );
+    assert!(frame.contains("recent requests (newest first):"), "{frame}");
+    assert!(!frame.contains("none seen yet"), "{who}'s requests are listed: {frame}");
+    app.on_key(esc, &keys);
 }

@@ -34,6 +34,19 @@ impl BreakerState {
         }
     }
 
+    /// How bad it is for an operator: open (forced or not) worst, then
+    /// half-open, disabled, forced closed, closed.
+    pub fn severity(self) -> u8 {
+        match self {
+            Self::ForcedOpen => 5,
+            Self::Open => 4,
+            Self::HalfOpen => 3,
+            Self::Disabled => 2,
+            Self::ForcedClosed => 1,
+            Self::Closed => 0,
+        }
+    }
+
     /// Whether calls are (at least partly) allowed through (not open or
     /// forced open).
     pub fn admits(self) -> bool {

@@ -4,6 +4,7 @@
 pub mod breakers;
 pub mod budgets;
 pub mod chains;
+pub mod detail;
 pub mod events;
 pub mod header;
 pub mod limiters;

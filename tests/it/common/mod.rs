@@ -171,9 +171,14 @@ pub struct Serve {
 impl Serve {
     /// Starts it and reads the address it prints.
     pub fn start() -> Self {
+        Self::start_on("127.0.0.1:0")
+    }
+
+    /// Starts it listening on `listen`.
+    pub fn start_on(listen: &str) -> Self {
         use std::io::BufRead;
         let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_fusebox"))
-            .args(["serve", "--headless", "--listen", "127.0.0.1:0"])
+            .args(["serve", "--headless", "--listen", listen])
             .stdout(std::process::Stdio::null())
             .stderr(std::process::Stdio::piped())
             .spawn()
