@@ -3,12 +3,12 @@
 //! snapshots and events; it never touches the runner.
 
 use super::action::Action;
+use super::history::{Recent, Seen, RECENT};
 use super::replay::ReplayView;
 use crate::command::Command;
-use crate::outcome::Outcome;
 use crate::resilience::breaker::BreakerState;
 use crate::target::Target;
-use crate::telemetry::events::{Event, EventKind};
+use crate::telemetry::events::Event;
 use crate::telemetry::histogram::HistogramView;
 use crate::telemetry::snapshot::{BreakerRow, Snapshot, UserRow};
 use std::collections::{HashMap, VecDeque};
@@ -154,39 +154,6 @@ pub enum BreakerSort {
     Volume,
 }
 
-/// One finished request, for the chains pane.
-#[derive(Clone, Debug, PartialEq)]
-pub struct Recent {
-    /// Request id.
-    pub id: u64,
-    /// User.
-    pub user: String,
-    /// Path taken.
-    pub chain: String,
-    /// Level name.
-    pub level: crate::outcome::Level,
-    /// Quality.
-    pub quality: f64,
-    /// Missing components.
-    pub missing: String,
-    /// The instance it ran on, where the console watches several.
-    pub instance: Option<String>,
-}
-
-impl From<&Outcome> for Recent {
-    fn from(o: &Outcome) -> Self {
-        Self {
-            instance: None,
-            id: o.request,
-            user: o.user.to_string(),
-            chain: o.chain.join(" → "),
-            level: o.level,
-            quality: o.quality,
-            missing: o.missing.join(", "),
-        }
-    }
-}
-
 /// A breaker row's identity: its target and instance.
 pub type RowKey = (Target, Option<String>);
 
@@ -195,32 +162,10 @@ pub fn row_key(b: &BreakerRow) -> RowKey {
     (b.target.clone(), b.instance.clone())
 }
 
-/// Calls kept per breaker row for its detail.
-pub const ATTEMPTS: usize = 8;
-
-/// One call of a target, as its detail lists it.
-#[derive(Clone, Debug, PartialEq)]
-pub struct Seen {
-    /// When it ended (ms on the console's time line).
-    pub t_ms: u64,
-    /// The request it was for.
-    pub request: u64,
-    /// The model asked for, on provider calls.
-    pub model: Option<String>,
-    /// Its HTTP status, if it got one.
-    pub status: Option<u16>,
-    /// How it failed below HTTP, if it did.
-    pub transport: Option<crate::provider::Transport>,
-    /// How long it took.
-    pub latency_ms: u64,
-}
-
 /// Samples kept per breaker for the request-rate sparkline (one per second).
 pub const SPARK_SAMPLES: usize = 120;
 /// Latency copies kept per target: a minute, at one a second.
 const LATENCY_SAMPLES: usize = 60;
-/// Recent requests kept.
-pub const RECENT: usize = 1000;
 
 /// The header's name of what the console watches: `what` (`scenario
 /// tour`, `replay LOG`) and how its providers are reached.
@@ -367,51 +312,6 @@ impl App {
             self.last_sample_ms = s.t_ms;
         }
         self.snap = s;
-    }
-
-    /// Takes an event from the runner (outcome records feed the chains
-    /// pane), unless the display is frozen.
-    pub fn on_event(&mut self, e: &Event) {
-        if self.display_frozen {
-            return;
-        }
-        match &e.kind {
-            EventKind::Outcome(o) => {
-                if self.recent.len() == RECENT {
-                    self.recent.pop_front();
-                }
-                self.recent.push_back(Recent {
-                    instance: e.instance.clone(),
-                    ..Recent::from(o.as_ref())
-                });
-            }
-            EventKind::Attempt(a) => {
-                let seen = Seen {
-                    t_ms: e.t_ms,
-                    request: a.request,
-                    model: a.model.clone(),
-                    status: a.status,
-                    transport: a.transport,
-                    latency_ms: a.latency_ms,
-                };
-                // On the provider's (or tool's) row and the model's, each on
-                // its instance's row and (attached to several) the combined one.
-                let mut targets = vec![a.target.clone()];
-                targets.extend(a.model.as_deref().map(Target::model));
-                let mut keys: Vec<RowKey> = targets.iter().map(|t| (t.clone(), e.instance.clone())).collect();
-                if e.instance.is_some() {
-                    keys.extend(targets.into_iter().map(|t| (t, None)));
-                }
-                for key in keys {
-                    let q = self.attempts.entry(key).or_default();
-                    if q.len() == ATTEMPTS {
-                        q.pop_front();
-                    }
-                    q.push_back(seen.clone());
-                }
-            }
-            _ => {}
-        }
     }
 
     /// The events to show (frozen while the events pane is paused).

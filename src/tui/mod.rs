@@ -6,6 +6,7 @@ pub mod action;
 pub mod app;
 mod commands;
 pub mod control;
+pub mod history;
 mod input;
 pub mod keymap;
 pub mod replay;

@@ -1,0 +1,111 @@
+//! What the console remembers of the traffic: recent requests (the chains
+//! pane) and each breaker row's last calls (its detail), from the event
+//! records.
+
+use super::app::{App, RowKey};
+use crate::outcome::Outcome;
+use crate::target::Target;
+use crate::telemetry::events::{Event, EventKind};
+
+/// Recent requests kept.
+pub const RECENT: usize = 1000;
+
+/// One finished request, for the chains pane.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Recent {
+    /// Request id.
+    pub id: u64,
+    /// User.
+    pub user: String,
+    /// Path taken.
+    pub chain: String,
+    /// Level name.
+    pub level: crate::outcome::Level,
+    /// Quality.
+    pub quality: f64,
+    /// Missing components.
+    pub missing: String,
+    /// The instance it ran on, where the console watches several.
+    pub instance: Option<String>,
+}
+
+impl From<&Outcome> for Recent {
+    fn from(o: &Outcome) -> Self {
+        Self {
+            instance: None,
+            id: o.request,
+            user: o.user.to_string(),
+            chain: o.chain.join(" → "),
+            level: o.level,
+            quality: o.quality,
+            missing: o.missing.join(", "),
+        }
+    }
+}
+
+/// Calls kept per breaker row for its detail.
+pub const ATTEMPTS: usize = 8;
+
+/// One call of a target, as its detail lists it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Seen {
+    /// When it ended (ms on the console's time line).
+    pub t_ms: u64,
+    /// The request it was for.
+    pub request: u64,
+    /// The model asked for, on provider calls.
+    pub model: Option<String>,
+    /// Its HTTP status, if it got one.
+    pub status: Option<u16>,
+    /// How it failed below HTTP, if it did.
+    pub transport: Option<crate::provider::Transport>,
+    /// How long it took.
+    pub latency_ms: u64,
+}
+
+impl App {
+    /// Takes an event from the runner (outcome records feed the chains
+    /// pane), unless the display is frozen.
+    pub fn on_event(&mut self, e: &Event) {
+        if self.display_frozen {
+            return;
+        }
+        match &e.kind {
+            EventKind::Outcome(o) => {
+                if self.recent.len() == RECENT {
+                    self.recent.pop_front();
+                }
+                self.recent.push_back(Recent {
+                    instance: e.instance.clone(),
+                    ..Recent::from(o.as_ref())
+                });
+            }
+            EventKind::Attempt(a) => {
+                let seen = Seen {
+                    t_ms: e.t_ms,
+                    request: a.request,
+                    model: a.model.clone(),
+                    status: a.status,
+                    transport: a.transport,
+                    latency_ms: a.latency_ms,
+                };
+                // On the provider's (or tool's) row and the model's, each on
+                // its instance's row and (attached to several) the combined one.
+                let mut targets = vec![a.target.clone()];
+                targets.extend(a.model.as_deref().map(Target::model));
+                let mut keys: Vec<RowKey> = targets.iter().map(|t| (t.clone(), e.instance.clone())).collect();
+                if e.instance.is_some() {
+                    keys.extend(targets.into_iter().map(|t| (t, None)));
+                }
+                for key in keys {
+                    let q = self.attempts.entry(key).or_default();
+                    if q.len() == ATTEMPTS {
+                        q.pop_front();
+                    }
+                    q.push_back(seen.clone());
+                }
+            }
+            _ => {}
+        }
+    }
+}
