@@ -33,6 +33,8 @@ pub struct Instance {
     /// Its base URL (`http://host:port`).
     pub base: String,
     link: Mutex<Link>,
+    /// No longer watched (it left the fleet): its links stop.
+    gone: std::sync::atomic::AtomicBool,
 }
 
 struct Link {
@@ -56,6 +58,24 @@ impl Instance {
                 error: None,
                 scope: None,
             }),
+            gone: Default::default(),
+        }
+    }
+
+    /// Stops watching it.
+    pub fn forget(&self) {
+        self.gone.store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    fn is_gone(&self) -> bool {
+        self.gone.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// How long it has been lost, if it is.
+    pub fn stale_for(&self, now: Instant) -> Option<Duration> {
+        match self.link.lock().state {
+            State::Stale { since, .. } => Some(now.saturating_duration_since(since)),
+            _ => None,
         }
     }
 
@@ -121,7 +141,9 @@ impl Instance {
 pub async fn follow_snapshots(hub: std::sync::Weak<Hub>, inst: Arc<Instance>) {
     let mut wait = BACKOFF.0;
     loop {
-        let Some(h) = hub.upgrade() else { return };
+        let Some(h) = hub.upgrade().filter(|_| !inst.is_gone()) else {
+            return;
+        };
         let why = match stream_snapshots(&h, &inst).await {
             Ok(()) => "the stream ended".to_string(),
             Err(e) => e,
@@ -139,11 +161,15 @@ pub async fn follow_snapshots(hub: std::sync::Weak<Hub>, inst: Arc<Instance>) {
 }
 
 /// A GET of `path` on `inst`, with the hub's credential.
+/// An instance that takes longer than [`STALE_AFTER`] to answer at all is
+/// as lost as one that went silent.
 async fn get(hub: &Hub, inst: &Instance, path: &str) -> Result<reqwest::Response, String> {
-    let r = hub
+    let send = hub
         .request(reqwest::Method::GET, &format!("{}{path}", inst.base))
-        .send()
+        .send();
+    let r = tokio::time::timeout(STALE_AFTER, send)
         .await
+        .map_err(|_| format!("no answer in {} s", STALE_AFTER.as_secs_f64()))?
         .map_err(|e| super::reach_error(&e))?;
     if !r.status().is_success() {
         return Err(super::refusal(r).await);
@@ -187,7 +213,9 @@ async fn stream_snapshots(hub: &Hub, inst: &Instance) -> Result<(), String> {
 pub async fn follow_records(hub: std::sync::Weak<Hub>, inst: Arc<Instance>) {
     let mut wait = BACKOFF.0;
     loop {
-        let Some(h) = hub.upgrade() else { return };
+        let Some(h) = hub.upgrade().filter(|_| !inst.is_gone()) else {
+            return;
+        };
         if stream_records(&h, &inst).await {
             wait = BACKOFF.0;
         }

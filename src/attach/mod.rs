@@ -150,6 +150,22 @@ impl Hub {
         self.poke();
     }
 
+    /// Stops watching the instances not at `bases` that have been lost
+    /// for longer than `grace` (they left the fleet).
+    pub fn forget_lost(&self, bases: &[String], grace: Duration) {
+        let now = Instant::now();
+        let mut all = self.instances.write();
+        all.retain(|i| {
+            let keep = bases.contains(&i.base) || i.stale_for(now).is_none_or(|d| d < grace);
+            if !keep {
+                i.forget();
+            }
+            keep
+        });
+        drop(all);
+        self.poke();
+    }
+
     /// The instances watched.
     pub fn instances(&self) -> Vec<Arc<Instance>> {
         self.instances.read().clone()

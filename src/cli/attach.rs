@@ -13,6 +13,9 @@ use std::time::Duration;
 const FIRST_WORD: Duration = Duration::from_secs(3);
 /// How often a fleet's heartbeats are read for new instances.
 const DISCOVER_EVERY: Duration = Duration::from_secs(2);
+/// How long an instance that left the fleet's heartbeats stays on screen,
+/// stale, before it is dropped.
+const GONE_AFTER: Duration = Duration::from_secs(60);
 
 /// `fusebox attach`'s options.
 #[derive(clap::Args)]
@@ -63,7 +66,13 @@ pub fn attach(args: AttachArgs) -> Result<()> {
         }
         let (hub, feed) = Hub::start(&urls, token)?;
         if let Some(state) = args.state.clone() {
-            tokio::spawn(discover(std::sync::Arc::downgrade(&hub), state));
+            let given = args
+                .urls
+                .iter()
+                .filter_map(|u| parse_url(u).ok())
+                .map(|(b, _)| b)
+                .collect();
+            tokio::spawn(discover(std::sync::Arc::downgrade(&hub), state, given));
         }
         hub.settled(FIRST_WORD).await;
         let instances = hub.instances();
@@ -91,18 +100,24 @@ pub fn attach(args: AttachArgs) -> Result<()> {
     })
 }
 
-/// Adds the instances that start beating in the fleet at `state`.
-async fn discover(hub: std::sync::Weak<Hub>, state: String) {
+/// Adds the instances that start beating in the fleet at `state`, and
+/// drops those that stopped long ago (not those `given` by URL).
+async fn discover(hub: std::sync::Weak<Hub>, state: String, given: Vec<String>) {
     loop {
         tokio::time::sleep(DISCOVER_EVERY).await;
         let Some(hub) = hub.upgrade() else { return };
         match crate::fleet::admin_urls(&state).await {
             Ok(urls) => {
-                for u in urls {
-                    if let Ok((base, name)) = parse_url(&u) {
-                        hub.add(base, name);
-                    }
+                let found: Vec<(String, String)> = urls.iter().filter_map(|u| parse_url(u).ok()).collect();
+                let bases: Vec<String> = found
+                    .iter()
+                    .map(|(b, _)| b.clone())
+                    .chain(given.iter().cloned())
+                    .collect();
+                for (base, name) in found {
+                    hub.add(base, name);
                 }
+                hub.forget_lost(&bases, GONE_AFTER);
             }
             Err(e) => tracing::warn!(error = %e, "cannot read the fleet's heartbeats"),
         }

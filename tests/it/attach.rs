@@ -250,3 +250,124 @@ async fn two_instances_combine_worst_state_first_with_their_own_rows() {
     let at = app.breaker_rows().iter().position(|r| r.target == openai).unwrap();
     assert_eq!(app.breaker_rows()[at + 1].instance.as_deref(), Some("a"));
 }
+
+/// A fake instance on loopback: it accepts connections and, if `first` is
+/// given, answers the snapshot stream with that one snapshot; then it says
+/// nothing more, holding every connection open.
+async fn silent_instance(first: Option<Snapshot>) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move {
+        let mut held = Vec::new();
+        loop {
+            let (mut conn, _) = listener.accept().await.unwrap();
+            let mut head = vec![0u8; 4096];
+            let n = conn.read(&mut head).await.unwrap_or(0);
+            let asked = String::from_utf8_lossy(&head[..n]).into_owned();
+            if let (Some(s), true) = (&first, asked.starts_with("GET /_fusebox/snapshots")) {
+                let frame = format!("data: {}\n\n", serde_json::to_string(s).unwrap());
+                let answer = format!(
+                    "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n{:x}\r\n{frame}\r\n",
+                    frame.len()
+                );
+                conn.write_all(answer.as_bytes()).await.unwrap();
+            }
+            held.push(conn);
+        }
+    });
+    base
+}
+
+/// An instance that never answers, and one that stops talking after its
+/// first snapshot, are both marked stale (and say why) within 2 s: the
+/// console is never held up by them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_silent_instance_is_stale_within_two_seconds() {
+    let runner = fusebox::runner::Runner::new(
+        fusebox::config::Config::default(),
+        fusebox::runner::RunnerParts::mock(fusebox::clock::Clock::system(), fusebox::clock::Seed(1)),
+    )
+    .unwrap();
+    let mute = silent_instance(None).await;
+    let quiet = silent_instance(Some(runner.snapshot(10, 10))).await;
+    let (_hub, mut feed) = Hub::start(&[mute.clone(), quiet.clone()], None).unwrap();
+    let started = Instant::now();
+    let why = |s: &Snapshot, base: &str| {
+        s.instances
+            .iter()
+            .find(|i| base.ends_with(&i.name) && matches!(i.health, Health::Stale { .. }))
+            .and_then(|i| i.error.clone())
+    };
+    let snap = until(&mut feed.snapshots, Duration::from_secs(2), |s| {
+        why(s, &mute).is_some() && why(s, &quiet).is_some()
+    })
+    .await
+    .unwrap_or_else(|| panic!("not both stale after {:?}", started.elapsed()));
+    assert_eq!(why(&snap, &mute).as_deref(), Some("no answer in 1.5 s"));
+    assert_eq!(why(&snap, &quiet).as_deref(), Some("silent for 1.5 s"));
+    assert!(
+        snap.breakers.iter().any(|b| b.instance.is_some()),
+        "the quiet one's last word stays on screen"
+    );
+}
+
+/// Beyond three instances the header counts them and names only those not
+/// live.
+#[test]
+fn many_instances_are_counted_in_the_header() {
+    use fusebox::attach::merge::{combine, Part};
+    use fusebox::telemetry::snapshot::InstanceView;
+    let view = |name: &str, health| InstanceView {
+        name: name.into(),
+        health,
+        error: Some("cannot connect".into()),
+    };
+    let stale = Health::Stale {
+        for_ms: 3_000,
+        retry_ms: 1_000,
+    };
+    let parts: Vec<Part> = ["10.0.0.1:8080", "10.0.0.2:8080", "10.0.0.3:8080", "10.0.0.4:8080"]
+        .iter()
+        .enumerate()
+        .map(|(i, n)| Part {
+            view: view(n, if i == 2 { stale } else { Health::Live }),
+            snap: None,
+            live: i != 2,
+        })
+        .collect();
+    let app = App::new(opts(), Arc::new(combine(&parts, 0, 0, 10)));
+    let frame = text(&render(&app, 140, 45));
+    let header = frame.lines().next().unwrap();
+    assert!(header.contains("4 instances, 3 live"), "{header}");
+    assert!(
+        header.contains("10.0.0.3:8080 STALE 3s (cannot connect) retry 1.0s"),
+        "{header}"
+    );
+    assert!(!header.contains("10.0.0.1:8080"), "{header}");
+}
+
+/// An instance that left the fleet's heartbeats and has been lost for
+/// longer than the grace is dropped; a live one, or one still beating, is
+/// kept.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_instance_that_left_is_dropped_after_its_grace() {
+    let a = Serve::start();
+    let gone = "http://127.0.0.1:1".to_string();
+    let (hub, mut feed) = Hub::start(&[a.base.clone(), gone.clone()], None).unwrap();
+    until(&mut feed.snapshots, Duration::from_secs(5), |s| {
+        s.instances.iter().any(|i| matches!(i.health, Health::Stale { .. }))
+            && s.instances.iter().any(|i| i.health == Health::Live)
+    })
+    .await
+    .expect("one live, one lost");
+    hub.forget_lost(std::slice::from_ref(&gone), Duration::ZERO);
+    assert_eq!(hub.instances().len(), 2, "still beating: kept");
+    hub.forget_lost(&[], Duration::from_secs(60));
+    assert_eq!(hub.instances().len(), 2, "within its grace: kept");
+    hub.forget_lost(&[], Duration::ZERO);
+    let left: Vec<String> = hub.instances().iter().map(|i| i.base.clone()).collect();
+    assert_eq!(left, [a.base.clone()], "the lost one is dropped, the live one kept");
+    let s = until(&mut feed.snapshots, Duration::from_secs(2), |s| s.instances.len() == 1).await;
+    assert!(s.is_some(), "and leaves the screen");
+}

@@ -9,26 +9,38 @@ use ratatui::text::{Line, Span};
 use ratatui::widgets::{Block, Borders, Paragraph};
 use ratatui::Frame;
 
-/// The watched instances and how each is doing.
+/// The watched instances and how each is doing: each by name, or beyond
+/// three, how many are live and the others by name.
 fn instances<'a>(s: &crate::telemetry::snapshot::Snapshot, theme: &Theme) -> Vec<Span<'a>> {
     use crate::telemetry::snapshot::Health;
-    s.instances
-        .iter()
-        .map(|i| match i.health {
-            Health::Live => Span::styled(format!(" {} live ", i.name), theme.ok),
-            Health::Connecting => Span::styled(format!(" {} connecting ", i.name), theme.dim),
-            Health::Stale { for_ms, retry_ms } => Span::styled(
-                format!(
-                    " {} STALE {}s ({}) retry {:.1}s ",
-                    i.name,
-                    for_ms / 1000,
-                    i.error.as_deref().unwrap_or("lost"),
-                    retry_ms as f64 / 1000.0
-                ),
-                theme.error,
+    let one = |i: &crate::telemetry::snapshot::InstanceView| match i.health {
+        Health::Live => Span::styled(format!(" {} live ", i.name), theme.ok),
+        Health::Connecting => Span::styled(format!(" {} connecting ", i.name), theme.dim),
+        Health::Stale { for_ms, retry_ms } => Span::styled(
+            format!(
+                " {} STALE {}s ({}) retry {:.1}s ",
+                i.name,
+                for_ms / 1000,
+                i.error.as_deref().unwrap_or("lost"),
+                retry_ms as f64 / 1000.0
             ),
-        })
-        .collect()
+            theme.error,
+        ),
+    };
+    if s.instances.len() <= 3 {
+        return s.instances.iter().map(one).collect();
+    }
+    let live = s.instances.iter().filter(|i| i.health == Health::Live).count();
+    let mut spans = vec![Span::styled(
+        format!(" {} instances, {live} live ", s.instances.len()),
+        if live == s.instances.len() {
+            theme.ok
+        } else {
+            theme.warn
+        },
+    )];
+    spans.extend(s.instances.iter().filter(|i| i.health != Health::Live).map(one));
+    spans
 }
 
 /// Draws the header.
