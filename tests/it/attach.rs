@@ -367,7 +367,11 @@ async fn an_instance_that_left_is_dropped_after_its_grace() {
     assert_eq!(hub.instances().len(), 2, "within its grace: kept");
     hub.forget_lost(&[], Duration::ZERO);
     let left: Vec<String> = hub.instances().iter().map(|i| i.base.clone()).collect();
-    assert_eq!(left, [a.base.clone()], "the lost one is dropped, the live one kept");
+    assert_eq!(
+        left,
+        std::slice::from_ref(&a.base),
+        "the lost one is dropped, the live one kept"
+    );
     let s = until(&mut feed.snapshots, Duration::from_secs(2), |s| s.instances.len() == 1).await;
     assert!(s.is_some(), "and leaves the screen");
 }
