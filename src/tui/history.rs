@@ -61,6 +61,8 @@ pub struct Seen {
     pub transport: Option<crate::provider::Transport>,
     /// How long it took.
     pub latency_ms: u64,
+    /// The instance it ran on, where the console watches several.
+    pub instance: Option<String>,
 }
 
 impl App {
@@ -88,6 +90,7 @@ impl App {
                     status: a.status,
                     transport: a.transport,
                     latency_ms: a.latency_ms,
+                    instance: e.instance.clone(),
                 };
                 // On the provider's (or tool's) row and the model's, each on
                 // its instance's row and (attached to several) the combined one.

@@ -91,6 +91,11 @@ pub fn draw(f: &mut Frame, area: Rect, app: &App, theme: &Theme) {
     );
 }
 
+/// `[instance] `, for lines from one of several instances.
+fn on(instance: Option<&str>) -> String {
+    instance.map(|i| format!("[{i}] ")).unwrap_or_default()
+}
+
 fn pct(x: f64) -> String {
     format!("{:.0}%", x * 100.0)
 }
@@ -208,7 +213,8 @@ fn user(row: &UserRow, app: &App, lines: &mut Vec<Line<'static>>) {
         .collect();
     for r in &recent {
         lines.push(Line::from(format!(
-            "#{} {} q={:.2}: {}",
+            "{}#{} {} q={:.2}: {}",
+            on(r.instance.as_deref()),
             r.id,
             r.level.as_str(),
             r.quality,
@@ -301,8 +307,9 @@ fn last_calls(b: &BreakerRow, app: &App, lines: &mut Vec<Line<'static>>) {
         };
         let model = a.model.as_deref().map(|m| format!(" {m}")).unwrap_or_default();
         lines.push(Line::from(format!(
-            "{} #{}{model} {how} in {} ms",
+            "{} {}#{}{model} {how} in {} ms",
             super::clock(a.t_ms),
+            on(a.instance.as_deref()),
             a.request,
             a.latency_ms
         )));
