@@ -14,6 +14,7 @@ pub mod config;
 pub mod fleet;
 pub mod gateway;
 pub mod limits;
+pub mod mcp;
 pub mod mockserver;
 pub mod outcome;
 pub mod provider;

@@ -10,6 +10,7 @@ use crate::runner::{Runner, RunnerParts};
 use crate::tui::app::{Mode, Options};
 use anyhow::{bail, Result};
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
 /// `fusebox serve`'s options.
@@ -98,9 +99,10 @@ impl ServeArgs {
 /// Serves until the console quits or Ctrl-C.
 pub fn serve(args: ServeArgs) -> Result<()> {
     let mut cfg = load_config(args.config.as_ref())?;
-    // A gateway calls no tools of its own (its agents run theirs): the
-    // console and `/metrics` show only what it can call.
-    cfg.tools.clear();
+    // A gateway calls no tools of its own (its agents run theirs), only
+    // those of the MCP servers it stands in front of: the console and
+    // `/metrics` show only what it can call.
+    let configured = std::mem::take(&mut cfg.tools);
     let auth_token = args.auth_token()?;
     let state = args.state.redis(&cfg, Speed::Factor(1.0))?;
     let ui = Ui::setup(args.headless, &args.console, Speed::Factor(1.0), "serve")?;
@@ -118,6 +120,14 @@ pub fn serve(args: ServeArgs) -> Result<()> {
             None
         };
         parts.providers = crate::provider::http::build(&cfg, clock, mock.as_deref())?;
+        let mcp = if cfg.mcp.is_empty() {
+            None
+        } else {
+            let upstreams = crate::mcp::Upstreams::connect(&cfg.mcp).await?;
+            cfg.tools = upstreams.tool_configs(&configured);
+            parts.tools = Some(Arc::new(crate::mcp::McpTools(upstreams.clone())));
+            Some(upstreams)
+        };
         let runner = Runner::new(cfg, parts)?;
         // Real time: nothing to pace.
         let mut run = Run::start(runner.clone(), &args.record, seed.0, None, state.as_ref()).await?;
@@ -130,6 +140,7 @@ pub fn serve(args: ServeArgs) -> Result<()> {
                 header_timeout: Duration::from_secs(args.header_timeout_s.max(1)),
             },
             fleet: run.fleet().cloned(),
+            mcp,
         };
         let addr = crate::gateway::spawn(runner.clone(), &args.listen, opts).await?;
         let base = format!("http://{addr}/v1");

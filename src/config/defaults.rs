@@ -106,6 +106,7 @@ impl Default for Config {
             state: StateConfig::default(),
             keys: BTreeMap::new(),
             operators: BTreeMap::new(),
+            mcp: BTreeMap::new(),
         }
     }
 }

@@ -196,6 +196,23 @@ pub struct ToolConfig {
     pub breaker: Option<BreakerConfig>,
 }
 
+/// The defaults a `[tools.NAME]` table with nothing in it has.
+impl Default for ToolConfig {
+    fn default() -> Self {
+        Self {
+            critical: false,
+            idempotent: yes(),
+            pool: eight(),
+            queue: thirty_two(),
+            timeout_ms: five_thousand(),
+            cache_ttl_s: 0,
+            schema: None,
+            description: String::new(),
+            breaker: None,
+        }
+    }
+}
+
 fn eight() -> u32 {
     8
 }

@@ -10,6 +10,7 @@ use std::path::Path;
 pub mod access;
 mod defaults;
 mod fleet;
+pub mod mcp;
 mod resilience;
 mod validate;
 
@@ -116,6 +117,10 @@ pub struct Config {
     /// need one.
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     pub operators: BTreeMap<String, OperatorConfig>,
+    /// MCP servers by name, whose tools `serve` offers at `/mcp` behind
+    /// their breakers.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub mcp: BTreeMap<String, mcp::McpServerConfig>,
 }
 
 /// Where state shared by a fleet of instances lives (`--state` overrides
@@ -240,6 +245,22 @@ mod tests {
             msg.contains("x.toml") && msg.contains("line 2") && msg.contains("failure_rat"),
             "{msg}"
         );
+    }
+
+    #[test]
+    fn an_mcp_server_is_reached_by_url_or_command() {
+        let ok = Config::parse("[mcp.orders]\nurl = \"http://127.0.0.1:9000/mcp\"\n", "x.toml").unwrap();
+        assert_eq!(ok.mcp["orders"].url.as_deref(), Some("http://127.0.0.1:9000/mcp"));
+        let ok = Config::parse("[mcp.files]\ncommand = [\"node\", \"server.js\"]\n", "x.toml").unwrap();
+        assert_eq!(ok.mcp["files"].command, ["node", "server.js"]);
+        for (text, key) in [
+            ("[mcp.both]\nurl = \"http://h/mcp\"\ncommand = [\"x\"]\n", "mcp.both"),
+            ("[mcp.none]\n", "mcp.none"),
+            ("[mcp.ftp]\nurl = \"ftp://h/mcp\"\n", "mcp.ftp.url"),
+        ] {
+            let err = Config::parse(text, "x.toml").unwrap_err().to_string();
+            assert!(err.contains(key), "{err}");
+        }
     }
 
     #[test]

@@ -54,6 +54,7 @@ impl Config {
         self.check_routes(c)?;
         self.check_tools(c)?;
         self.check_access(c)?;
+        self.check_mcp(c)?;
         validate_breaker(&self.breaker, "breaker", c)?;
         self.check_settings(c)
     }
@@ -164,6 +165,28 @@ impl Config {
     }
 
     /// Keys name a user and what they may call; no two secrets share a hash.
+    /// Each MCP server is reached one way: a URL, or a command.
+    fn check_mcp(&self, c: &Check) -> Result<(), ConfigError> {
+        for (name, m) in &self.mcp {
+            match (&m.url, m.command.is_empty()) {
+                (Some(_), false) | (None, true) => {
+                    return Err(c.bad(
+                        format!("mcp.{name}"),
+                        "give its `url` (Streamable HTTP) or its `command` (stdio), one of them".into(),
+                    ))
+                }
+                (Some(u), true) if !(u.starts_with("http://") || u.starts_with("https://")) => {
+                    return Err(c.bad(
+                        format!("mcp.{name}.url"),
+                        format!("`{u}` is not an http:// or https:// URL"),
+                    ))
+                }
+                _ => {}
+            }
+        }
+        Ok(())
+    }
+
     fn check_access(&self, c: &Check) -> Result<(), ConfigError> {
         let max = crate::limits::MAX_NAME_LEN;
         let mut seen = std::collections::HashMap::new();

@@ -48,6 +48,8 @@ pub struct GatewayOptions {
     pub conns: ConnLimits,
     /// The fleet this instance belongs to: its shared caller keys apply.
     pub fleet: Option<Arc<crate::fleet::Fleet>>,
+    /// The MCP servers whose tools it offers at `/mcp`.
+    pub mcp: Option<Arc<crate::mcp::Upstreams>>,
 }
 
 impl Default for GatewayOptions {
@@ -58,6 +60,7 @@ impl Default for GatewayOptions {
             readonly: false,
             conns: ConnLimits::default(),
             fleet: None,
+            mcp: None,
         }
     }
 }
@@ -103,7 +106,12 @@ pub fn router(runner: Arc<Runner>, opts: GatewayOptions, conns: Arc<ConnCounts>)
         .route("/_fusebox/commands", post(command))
         .route("/_fusebox/snapshot", get(live::snapshot))
         .route("/_fusebox/snapshots", get(live::snapshots))
-        .route("/_fusebox/events", get(live::events))
+        .route("/_fusebox/events", get(live::events));
+    let router = match gw.opts.mcp.clone() {
+        Some(upstreams) => router.nest_service("/mcp", mcp_service(gw.runner.clone(), upstreams)),
+        None => router,
+    };
+    let router = router
         .fallback(not_found)
         // Bodies are read with their own limit (an OpenAI-shaped 413).
         .layer(DefaultBodyLimit::max(max_body.saturating_add(1)));
@@ -117,6 +125,22 @@ pub fn router(runner: Arc<Runner>, opts: GatewayOptions, conns: Arc<ConnCounts>)
         tokio::spawn(follow_keys(gw.clone(), fleet));
     }
     router.with_state(gw)
+}
+
+/// The MCP proxy at `/mcp` (Streamable HTTP, sessions kept in process).
+fn mcp_service(
+    runner: Arc<Runner>,
+    upstreams: Arc<crate::mcp::Upstreams>,
+) -> rmcp::transport::streamable_http_server::StreamableHttpService<
+    crate::mcp::proxy::Proxy,
+    rmcp::transport::streamable_http_server::session::local::LocalSessionManager,
+> {
+    let proxy = crate::mcp::proxy::Proxy::new(runner, upstreams);
+    rmcp::transport::streamable_http_server::StreamableHttpService::new(
+        move || Ok(proxy.clone()),
+        Default::default(),
+        Default::default(),
+    )
 }
 
 /// How often an instance reads the fleet's keys: a revoked key stops

@@ -346,6 +346,9 @@ pub struct ProviderError {
     /// The upstream's error body as it sent it, and its API (an HTTP
     /// error answer), for passing a client's own mistake back to it.
     pub body: Option<(WireKind, bytes::Bytes)>,
+    /// A tool's own answer to a call it failed (an MCP `isError` result),
+    /// passed back to the caller as it came.
+    pub answer: Option<Arc<str>>,
 }
 
 impl ProviderError {
@@ -365,6 +368,7 @@ impl ProviderError {
             rate: RateFeedback::default(),
             usage: Usage::default(),
             body: None,
+            answer: None,
         }
     }
 

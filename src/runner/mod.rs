@@ -16,6 +16,7 @@ pub mod shared;
 mod snapshot;
 pub mod stream;
 pub mod tool;
+pub mod tool_call;
 
 use crate::clock::{Clock, Seed};
 use crate::config::{Config, ModelConfig, RouteConfig, ToolConfig};

@@ -19,8 +19,9 @@ pub enum ToolFailure {
     Open,
     /// Its pool and queue are full.
     PoolFull,
-    /// It failed (after retries); the label says how (`503`, `timeout`).
-    Failed(String),
+    /// It failed (after retries); the label says how (`503`, `timeout`),
+    /// with the tool's own answer where it gave one.
+    Failed(String, Option<Arc<str>>),
 }
 
 impl ToolFailure {
@@ -30,7 +31,7 @@ impl ToolFailure {
             ToolFailure::Drill => "⊘drill".into(),
             ToolFailure::Open => "⊘open".into(),
             ToolFailure::PoolFull => "⏳pool".into(),
-            ToolFailure::Failed(l) => format!("✗{l}"),
+            ToolFailure::Failed(l, _) => format!("✗{l}"),
         }
     }
 }
@@ -139,7 +140,7 @@ impl Runner {
                         .then(|| self.retry_wait(&e, attempt, t.breaker.would_admit(end), key, end))
                         .flatten();
                     let Some(wait) = wait else {
-                        return Err(ToolFailure::Failed(e.kind.label(e.status)));
+                        return Err(ToolFailure::Failed(e.kind.label(e.status), e.answer));
                     };
                     t.stats.retries.inc();
                     tokio::time::sleep(wait).await;

@@ -19,6 +19,7 @@ mod hardening;
 mod keymap;
 mod layers;
 mod limiter_props;
+mod mcp;
 mod mockserver;
 mod record;
 mod replay;

@@ -1,0 +1,175 @@
+//! fusebox in front of MCP servers. `serve` connects to each server of
+//! `[mcp.NAME]` as an MCP client (the official `rmcp` SDK), offers the
+//! union of their tools at `/mcp` (`proxy.rs`), and runs every call through
+//! the tool path of the runner (breaker, pool, timeout, retries for
+//! idempotent tools, cache) to the server that has the tool
+//! (`executor.rs`).
+
+mod executor;
+pub mod proxy;
+
+use crate::config::mcp::McpServerConfig;
+use crate::config::ToolConfig;
+use rmcp::model::Tool;
+use rmcp::service::{RoleClient, RunningService};
+use rmcp::ServiceExt;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+
+pub use executor::McpTools;
+
+/// Why the MCP servers could not be reached.
+#[derive(Debug, thiserror::Error)]
+pub enum McpError {
+    /// A server did not answer as an MCP server.
+    #[error("mcp.{server}: cannot connect ({why}); is it running at its `url`, or does its `command` start it?")]
+    Connect {
+        /// Its name in the config.
+        server: String,
+        /// Why.
+        why: String,
+    },
+    /// A server would not list its tools.
+    #[error("mcp.{server}: tools/list failed ({why})")]
+    List {
+        /// Its name in the config.
+        server: String,
+        /// Why.
+        why: String,
+    },
+}
+
+/// A connected upstream server.
+struct Upstream {
+    name: String,
+    client: RunningService<RoleClient, ()>,
+}
+
+/// One tool the proxy offers: its name at `/mcp`, the server that has it,
+/// and the tool as that server describes it.
+#[derive(Clone, Debug)]
+pub struct Offered {
+    /// The name callers use: the server's own, or `SERVER__NAME` where two
+    /// servers have a tool of that name.
+    pub name: String,
+    /// Which server has it.
+    pub server: usize,
+    /// The tool as its server lists it (its name is the server's).
+    pub tool: Tool,
+}
+
+/// The upstream servers and the tools they offer.
+pub struct Upstreams {
+    servers: Vec<Upstream>,
+    offered: Vec<Offered>,
+    by_name: HashMap<String, usize>,
+}
+
+impl Upstreams {
+    /// Connects to every server of `cfg` and lists their tools.
+    pub async fn connect(cfg: &BTreeMap<String, McpServerConfig>) -> Result<Arc<Self>, McpError> {
+        // The MCP client's HTTP client takes the process's TLS provider:
+        // ring, as the provider clients use.
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let mut servers = Vec::new();
+        let mut listed = Vec::new();
+        for (name, c) in cfg {
+            let connect = |why: String| McpError::Connect {
+                server: name.clone(),
+                why,
+            };
+            let client = match (&c.url, c.command.split_first()) {
+                (Some(url), _) => {
+                    let transport = rmcp::transport::StreamableHttpClientTransport::from_uri(url.as_str());
+                    ().serve(transport).await.map_err(|e| connect(e.to_string()))?
+                }
+                (None, Some((program, args))) => {
+                    let mut cmd = tokio::process::Command::new(program);
+                    cmd.args(args);
+                    let transport = rmcp::transport::TokioChildProcess::new(cmd).map_err(|e| connect(e.to_string()))?;
+                    ().serve(transport).await.map_err(|e| connect(e.to_string()))?
+                }
+                (None, None) => return Err(connect("neither a url nor a command".into())),
+            };
+            let tools = client.list_all_tools().await.map_err(|e| McpError::List {
+                server: name.clone(),
+                why: e.to_string(),
+            })?;
+            listed.push(tools);
+            servers.push(Upstream {
+                name: name.clone(),
+                client,
+            });
+        }
+        let offered = offer(&servers, listed);
+        let by_name = offered.iter().enumerate().map(|(i, o)| (o.name.clone(), i)).collect();
+        Ok(Arc::new(Self {
+            servers,
+            offered,
+            by_name,
+        }))
+    }
+
+    /// The tools offered, in the order listed.
+    pub fn offered(&self) -> &[Offered] {
+        &self.offered
+    }
+
+    /// The offered tool named `name`.
+    pub fn get(&self, name: &str) -> Option<&Offered> {
+        self.by_name.get(name).map(|&i| &self.offered[i])
+    }
+
+    /// The tool registry for the offered tools: what `configured` says of
+    /// each (`[tools.NAME]`), else the defaults, where a tool the server
+    /// does not say is idempotent (or read-only) is not retried. Each
+    /// schema is the server's.
+    pub fn tool_configs(&self, configured: &BTreeMap<String, ToolConfig>) -> BTreeMap<String, ToolConfig> {
+        self.offered
+            .iter()
+            .map(|o| {
+                let mut t = configured.get(&o.name).cloned().unwrap_or_else(|| {
+                    let hints = o.tool.annotations.as_ref();
+                    let safe = hints.is_some_and(|a| a.idempotent_hint == Some(true) || a.read_only_hint == Some(true));
+                    ToolConfig {
+                        idempotent: safe,
+                        ..ToolConfig::default()
+                    }
+                });
+                t.schema = toml::Value::try_from(serde_json::Value::Object((*o.tool.input_schema).clone())).ok();
+                if t.description.is_empty() {
+                    t.description = o.tool.description.as_deref().unwrap_or_default().to_string();
+                }
+                (o.name.clone(), t)
+            })
+            .collect()
+    }
+
+    fn client(&self, server: usize) -> &RunningService<RoleClient, ()> {
+        &self.servers[server].client
+    }
+}
+
+/// The tools of every server under the names callers see: a name two
+/// servers share is prefixed with each server's name (and said so in the
+/// log), the rest are as the servers name them.
+fn offer(servers: &[Upstream], listed: Vec<Vec<Tool>>) -> Vec<Offered> {
+    let mut count: HashMap<String, usize> = HashMap::new();
+    for t in listed.iter().flatten() {
+        *count.entry(t.name.to_string()).or_default() += 1;
+    }
+    let mut out = Vec::new();
+    for (server, tools) in listed.into_iter().enumerate() {
+        for tool in tools {
+            let name = if count[tool.name.as_ref()] > 1 {
+                let prefixed = format!("{}__{}", servers[server].name, tool.name);
+                tracing::warn!(tool = %tool.name, as_ = %prefixed, "two MCP servers offer this tool: offered under prefixed names");
+                prefixed
+            } else {
+                tool.name.to_string()
+            };
+            out.push(Offered { name, server, tool });
+        }
+    }
+    out
+}

@@ -1,0 +1,150 @@
+//! The MCP server fusebox is at `/mcp`: the upstream servers' tools, each
+//! call through the runner's tool path. A tool whose breaker is open, whose
+//! pool is full or that failed answers at once with `isError` and a
+//! message a model can act on, or with its last good answer to the same
+//! arguments, marked stale (`_meta["fusebox/stale_ms"]`).
+
+use super::Upstreams;
+use crate::provider::ToolCall;
+use crate::runner::tool::ToolFailure;
+use crate::runner::tool_call::{ToolEnd, ToolRequest};
+use crate::runner::Runner;
+use crate::target::Target;
+use crate::telemetry::events::EventKind;
+use rmcp::model::{
+    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, ErrorData, ListToolsResult,
+    PaginatedRequestParams, ServerCapabilities, ServerConfig,
+};
+use rmcp::service::{RequestContext, RoleServer};
+use rmcp::ServerHandler;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+/// The proxy's handler (one per MCP session, all sharing the runner).
+#[derive(Clone)]
+pub struct Proxy {
+    runner: Arc<Runner>,
+    upstreams: Arc<Upstreams>,
+    next_id: Arc<AtomicU64>,
+}
+
+impl Proxy {
+    /// The proxy of `upstreams`' tools through `runner`.
+    pub fn new(runner: Arc<Runner>, upstreams: Arc<Upstreams>) -> Self {
+        Self {
+            runner,
+            upstreams,
+            next_id: Arc::new(AtomicU64::new(1)),
+        }
+    }
+
+    /// Why `name` cannot be called now, in words a model can act on.
+    fn unavailable(&self, name: &str, why: &ToolFailure) -> String {
+        let target = Target::tool(name);
+        match why {
+            ToolFailure::Open => {
+                let now = self.runner.clock().now();
+                let probe = self
+                    .runner
+                    .registry()
+                    .iter()
+                    .find(|t| t.target == target)
+                    .and_then(|t| t.breaker.view(now).next_probe_ms);
+                let reason = self
+                    .runner
+                    .events()
+                    .recent(200)
+                    .into_iter()
+                    .rev()
+                    .find_map(|e| match e.kind {
+                        EventKind::Transition(t) if t.breaker == target => Some(t.reason),
+                        _ => None,
+                    });
+                let retry = probe.map_or(String::new(), |ms| format!("; retry in {} s", ms.div_ceil(1000)));
+                format!(
+                    "{name} is unavailable (breaker open: {}){retry}; do not call it again for this request",
+                    reason.as_deref().unwrap_or("by an operator")
+                )
+            }
+            ToolFailure::PoolFull => format!("{name} is busy (every slot of its pool is taken); try again shortly"),
+            ToolFailure::Drill => {
+                format!("{name} is off for a resilience drill; answer without it")
+            }
+            ToolFailure::Failed(label, _) => format!("{name} failed ({label}); try again later or answer without it"),
+        }
+    }
+}
+
+/// `answer` (a `CallToolResult` as JSON) marked stale: `age` ms old,
+/// served because of `why`.
+fn stale(answer: &str, age_ms: u64, why: &str) -> Option<CallToolResult> {
+    let mut v: serde_json::Value = serde_json::from_str(answer).ok()?;
+    let meta = v
+        .as_object_mut()?
+        .entry("_meta")
+        .or_insert_with(|| serde_json::json!({}));
+    let m = meta.as_object_mut()?;
+    m.insert("fusebox/stale_ms".into(), age_ms.into());
+    m.insert("fusebox/why".into(), why.into());
+    serde_json::from_value(v).ok()
+}
+
+fn error_text(text: String) -> CallToolResult {
+    CallToolResult::error(vec![ContentBlock::text(text)])
+}
+
+impl ServerHandler for Proxy {
+    fn get_info(&self) -> ServerConfig {
+        ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
+    }
+
+    async fn list_tools(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListToolsResult, ErrorData> {
+        let tools = self
+            .upstreams
+            .offered()
+            .iter()
+            .map(|o| {
+                let mut t = o.tool.clone();
+                t.name = o.name.clone().into();
+                t
+            })
+            .collect();
+        Ok(ListToolsResult::with_all_items(tools))
+    }
+
+    async fn call_tool(
+        &self,
+        request: CallToolRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, ErrorData> {
+        let name = request.name.to_string();
+        if self.upstreams.get(&name).is_none() {
+            return Err(ErrorData::invalid_params(format!("no tool `{name}`"), None));
+        }
+        let arguments = request
+            .arguments
+            .map(serde_json::Value::Object)
+            .unwrap_or_else(|| serde_json::json!({}));
+        let req = ToolRequest {
+            id: self.next_id.fetch_add(1, Ordering::Relaxed),
+            user: "mcp".into(),
+            call: ToolCall::new("", name.clone(), arguments.to_string()),
+        };
+        let (end, _) = self.runner.tool(&req).await;
+        let result = match end {
+            ToolEnd::Answer(json) => serde_json::from_str(&json).unwrap_or_else(|e| error_text(format!("{name}: {e}"))),
+            ToolEnd::Stale { answer, age, why } => stale(&answer, age.as_millis() as u64, &why.label())
+                .unwrap_or_else(|| error_text(self.unavailable(&name, &why))),
+            ToolEnd::Unavailable(ToolFailure::Failed(_, Some(answer))) => {
+                serde_json::from_str(&answer).unwrap_or_else(|e| error_text(format!("{name}: {e}")))
+            }
+            ToolEnd::Unavailable(why) => error_text(self.unavailable(&name, &why)),
+            ToolEnd::Refused(why) => error_text(why),
+        };
+        Ok(result.into())
+    }
+}
