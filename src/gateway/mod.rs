@@ -135,7 +135,16 @@ fn mcp_service(
     crate::mcp::proxy::Proxy,
     rmcp::transport::streamable_http_server::session::local::LocalSessionManager,
 > {
-    let proxy = crate::mcp::proxy::Proxy::new(runner, upstreams);
+    // A caller key names the user; without keys, the `x-fusebox-user` header.
+    let who: crate::mcp::proxy::Who = Arc::new(|parts: &http::request::Parts| {
+        let given = parts
+            .headers
+            .get(chat::H_USER)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_string);
+        auth::Caller::user_of(auth::Caller::of(&parts.extensions).as_deref(), given).user
+    });
+    let proxy = crate::mcp::proxy::Proxy::new(runner, upstreams, who);
     rmcp::transport::streamable_http_server::StreamableHttpService::new(
         move || Ok(proxy.clone()),
         Default::default(),

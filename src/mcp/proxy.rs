@@ -20,20 +20,27 @@ use rmcp::ServerHandler;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
+/// Who an HTTP request is from (the user its calls are billed to), as the
+/// gateway that let it in says.
+pub type Who = Arc<dyn Fn(&http::request::Parts) -> String + Send + Sync>;
+
 /// The proxy's handler (one per MCP session, all sharing the runner).
 #[derive(Clone)]
 pub struct Proxy {
     runner: Arc<Runner>,
     upstreams: Arc<Upstreams>,
+    who: Who,
     next_id: Arc<AtomicU64>,
 }
 
 impl Proxy {
-    /// The proxy of `upstreams`' tools through `runner`.
-    pub fn new(runner: Arc<Runner>, upstreams: Arc<Upstreams>) -> Self {
+    /// The proxy of `upstreams`' tools through `runner`, its callers named
+    /// by `who`.
+    pub fn new(runner: Arc<Runner>, upstreams: Arc<Upstreams>, who: Who) -> Self {
         Self {
             runner,
             upstreams,
+            who,
             next_id: Arc::new(AtomicU64::new(1)),
         }
     }
@@ -119,7 +126,7 @@ impl ServerHandler for Proxy {
     async fn call_tool(
         &self,
         request: CallToolRequestParams,
-        _context: RequestContext<RoleServer>,
+        context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
         let name = request.name.to_string();
         if self.upstreams.get(&name).is_none() {
@@ -131,7 +138,10 @@ impl ServerHandler for Proxy {
             .unwrap_or_else(|| serde_json::json!({}));
         let req = ToolRequest {
             id: self.next_id.fetch_add(1, Ordering::Relaxed),
-            user: "mcp".into(),
+            user: context
+                .extensions
+                .get::<http::request::Parts>()
+                .map_or_else(|| "anonymous".to_string(), |p| (self.who)(p)),
             call: ToolCall::new("", name.clone(), arguments.to_string()),
         };
         let (end, _) = self.runner.tool(&req).await;

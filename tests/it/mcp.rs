@@ -110,15 +110,20 @@ async fn client(url: &str) -> RunningService<RoleClient, ()> {
 
 /// fusebox serving `/mcp` in front of the upstream at `url`, get_order
 /// with a pool of 2 (no queue), a 60 s cache and a breaker that opens
-/// after 3 failures in a row; its `/mcp` URL and the runner.
+/// after 3 failures in a row (and probes after 50 ms); its `/mcp` URL and
+/// the runner.
 async fn proxy(url: &str) -> (String, Arc<Runner>) {
+    proxy_with(url, Config::default()).await
+}
+
+async fn proxy_with(url: &str, base: Config) -> (String, Arc<Runner>) {
     let orders = fusebox::config::mcp::McpServerConfig {
         url: Some(url.into()),
         command: Vec::new(),
     };
     let mut cfg = Config {
         mcp: [("orders".to_string(), orders)].into(),
-        ..Config::default()
+        ..base
     };
     let get_order = ToolConfig {
         pool: 2,
@@ -126,6 +131,8 @@ async fn proxy(url: &str) -> (String, Arc<Runner>) {
         cache_ttl_s: 60,
         breaker: Some(fusebox::config::BreakerConfig {
             consecutive_failures: 3,
+            cooldown_ms: 50,
+            half_open_ramp: vec![1],
             ..cfg.breaker.clone()
         }),
         ..ToolConfig::default()
@@ -252,4 +259,97 @@ async fn only_an_idempotent_tool_is_retried_and_a_pool_of_two_admits_two() {
     assert_eq!(r.is_error, Some(true));
     assert!(text(&r).contains("order_id"), "{}", text(&r));
     assert_eq!(state.calls[0].load(Ordering::SeqCst), 2);
+}
+
+/// An operator's force-open cuts an MCP tool off like any target; after a
+/// failing spell the breaker probes and closes once the upstream is back;
+/// a caller key names the user its calls are made as.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn operators_command_mcp_tools_and_a_breaker_recovers() {
+    use fusebox::command::{Command, Issuer};
+    use fusebox::config::access::SecretHash;
+    use fusebox::resilience::breaker::BreakerState;
+    use fusebox::target::Target;
+    let state = Arc::new(Orders::default());
+    let url = upstream(state.clone()).await;
+    let mut cfg = Config::default();
+    cfg.keys = [(
+        "team-app".to_string(),
+        fusebox::config::KeyConfig {
+            hash: SecretHash::of("sk-team-01234567"),
+            user: "team".into(),
+            routes: Vec::new(),
+            expires: None,
+            budgets: None,
+            sub_users: false,
+        },
+    )]
+    .into();
+    let (base, runner) = proxy_with(&url, cfg).await;
+    let transport = rmcp::transport::StreamableHttpClientTransport::from_config(
+        rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig::with_uri(base.clone())
+            .auth_header("sk-team-01234567"),
+    );
+    let through = ().serve(transport).await.expect("a session with the key");
+    let mut events = runner.events().subscribe();
+    let ask = || call("get_order", json!({"order_id": "7"}));
+    assert_ne!(through.call_tool(ask()).await.unwrap().is_error, Some(true));
+    let users: Vec<String> = std::iter::from_fn(|| events.try_recv().ok())
+        .filter_map(|e| match e.kind {
+            fusebox::telemetry::events::EventKind::Outcome(o) => Some(o.user.to_string()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(users, ["team"], "made as the key's user");
+    let target = Target::tool("get_order");
+    let state_of = |r: &Runner| {
+        let now = r.clock().now();
+        r.registry()
+            .iter()
+            .find(|t| t.target == target)
+            .map(|t| t.breaker.view(now).state)
+    };
+    runner
+        .apply(&Command::ForceOpen { target: target.clone() }, &Issuer::operator("ana"))
+        .unwrap();
+    let seen = state.calls[0].load(Ordering::SeqCst);
+    let r = through
+        .call_tool(call("get_order", json!({"order_id": "8"})))
+        .await
+        .unwrap();
+    assert!(
+        text(&r).starts_with("get_order is unavailable (breaker open: "),
+        "{}",
+        text(&r)
+    );
+    assert_eq!(state.calls[0].load(Ordering::SeqCst), seen);
+    runner
+        .apply(&Command::Reset { target: target.clone() }, &Issuer::operator("ana"))
+        .unwrap();
+    // Down until it opens, then back: a probe after the cooldown closes it.
+    state.down.store(true, Ordering::SeqCst);
+    for i in 0..3 {
+        let _ = through
+            .call_tool(call("get_order", json!({"order_id": format!("x{i}")})))
+            .await
+            .unwrap();
+    }
+    assert_eq!(state_of(&runner), Some(Some(BreakerState::Open)));
+    state.down.store(false, Ordering::SeqCst);
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while through
+        .call_tool(call("get_order", json!({"order_id": "y"})))
+        .await
+        .unwrap()
+        .is_error
+        == Some(true)
+    {
+        assert!(std::time::Instant::now() < deadline, "no probe got through");
+        tokio::time::sleep(Duration::from_millis(10)).await; // polling the real clock's cooldown
+    }
+    assert_eq!(
+        state_of(&runner),
+        Some(Some(BreakerState::Closed)),
+        "the probe closed it"
+    );
 }
