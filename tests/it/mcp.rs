@@ -272,19 +272,18 @@ async fn operators_command_mcp_tools_and_a_breaker_recovers() {
     use fusebox::target::Target;
     let state = Arc::new(Orders::default());
     let url = upstream(state.clone()).await;
-    let mut cfg = Config::default();
-    cfg.keys = [(
-        "team-app".to_string(),
-        fusebox::config::KeyConfig {
-            hash: SecretHash::of("sk-team-01234567"),
-            user: "team".into(),
-            routes: Vec::new(),
-            expires: None,
-            budgets: None,
-            sub_users: false,
-        },
-    )]
-    .into();
+    let key = fusebox::config::KeyConfig {
+        hash: SecretHash::of("sk-team-01234567"),
+        user: "team".into(),
+        routes: Vec::new(),
+        expires: None,
+        budgets: None,
+        sub_users: false,
+    };
+    let cfg = Config {
+        keys: [("team-app".to_string(), key)].into(),
+        ..Config::default()
+    };
     let (base, runner) = proxy_with(&url, cfg).await;
     let transport = rmcp::transport::StreamableHttpClientTransport::from_config(
         rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig::with_uri(base.clone())
