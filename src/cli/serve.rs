@@ -142,6 +142,7 @@ pub fn serve(args: ServeArgs) -> Result<()> {
             fleet: run.fleet().cloned(),
             mcp,
         };
+        let offered = opts.mcp.as_ref().map(|u| u.offered().len());
         let addr = crate::gateway::spawn(runner.clone(), &args.listen, opts).await?;
         let base = format!("http://{addr}/v1");
         if let Some(fleet) = run.fleet() {
@@ -160,6 +161,9 @@ pub fn serve(args: ServeArgs) -> Result<()> {
             return run.console(ui, o, None).await;
         }
         eprintln!("fusebox serve: gateway on {base} (POST /chat/completions, /messages, /responses, /embeddings; GET /models; /metrics, /healthz, /readyz at the root) · Ctrl-C to stop");
+        if let Some(n) = offered {
+            eprintln!("fusebox serve: MCP at http://{addr}/mcp, {n} tools of the [mcp] servers behind their breakers");
+        }
         let mut tick = tokio::time::interval(Duration::from_secs(1));
         let mut n = 0u64;
         // Created once, so a Ctrl-C during a tick is not missed.

@@ -1,0 +1,151 @@
+//! What the MCP proxy adds to a tool call: the same `tools/call` made
+//! straight to an MCP server and through fusebox's `/mcp` in front of it,
+//! in alternating rounds from one client session each, and the p50 and
+//! p99 of each. The server (an `rmcp` server answering at once) and the
+//! gateway both run in this process, on loopback.
+//!
+//! Run: `cargo run --release --example mcp_overhead` (`--calls 2000
+//! --rounds 5`).
+
+use clap::Parser;
+use fusebox::clock::{Clock, Seed};
+use fusebox::config::Config;
+use fusebox::gateway::GatewayOptions;
+use fusebox::mcp::{McpTools, Upstreams};
+use fusebox::runner::{Runner, RunnerParts};
+use rmcp::model::{
+    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, ErrorData, ListToolsResult,
+    PaginatedRequestParams, ServerCapabilities, ServerConfig, Tool,
+};
+use rmcp::service::{RequestContext, RoleServer};
+use rmcp::{ServerHandler, ServiceExt};
+use std::sync::Arc;
+use std::time::Instant;
+
+#[derive(Parser)]
+struct Args {
+    /// Calls per round and side.
+    #[arg(long, default_value_t = 2000)]
+    calls: usize,
+    /// Rounds (direct, then proxied, each).
+    #[arg(long, default_value_t = 5)]
+    rounds: usize,
+}
+
+#[derive(Clone)]
+struct Echo;
+
+impl ServerHandler for Echo {
+    fn get_info(&self) -> ServerConfig {
+        ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
+    }
+
+    async fn list_tools(
+        &self,
+        _r: Option<PaginatedRequestParams>,
+        _c: RequestContext<RoleServer>,
+    ) -> Result<ListToolsResult, ErrorData> {
+        let schema = serde_json::json!({"type": "object", "properties": {"order_id": {"type": "string"}}});
+        let tool = Tool::new(
+            "get_order",
+            "Look an order up",
+            Arc::new(schema.as_object().cloned().unwrap_or_default()),
+        );
+        Ok(ListToolsResult::with_all_items(vec![tool]))
+    }
+
+    async fn call_tool(
+        &self,
+        r: CallToolRequestParams,
+        _c: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, ErrorData> {
+        let args = serde_json::Value::Object(r.arguments.unwrap_or_default());
+        Ok(CallToolResult::success(vec![ContentBlock::text(format!("order {args}: shipped"))]).into())
+    }
+}
+
+/// The p50 and p99 (µs) of `calls` calls through `client`.
+async fn round(client: &rmcp::service::RunningService<rmcp::service::RoleClient, ()>, calls: usize) -> (f64, f64) {
+    let mut took = Vec::with_capacity(calls);
+    for i in 0..calls {
+        let mut p = CallToolRequestParams::new("get_order");
+        p.arguments = serde_json::json!({"order_id": i.to_string()}).as_object().cloned();
+        let t = Instant::now();
+        let r = client.call_tool(p).await.expect("a tool answer");
+        took.push(t.elapsed().as_secs_f64() * 1e6);
+        assert_ne!(r.is_error, Some(true), "the call failed: {r:?}");
+    }
+    took.sort_by(f64::total_cmp);
+    (took[calls / 2], took[calls * 99 / 100])
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() -> anyhow::Result<()> {
+    let args = Args::parse();
+    let svc = rmcp::transport::streamable_http_server::StreamableHttpService::new(
+        || Ok(Echo),
+        Arc::new(rmcp::transport::streamable_http_server::session::local::LocalSessionManager::default()),
+        Default::default(),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let url = format!("http://{}/mcp", listener.local_addr()?);
+    tokio::spawn(async move { axum::serve(listener, axum::Router::new().nest_service("/mcp", svc)).await });
+
+    let mut cfg = Config::default();
+    cfg.mcp = [(
+        "orders".to_string(),
+        fusebox::config::mcp::McpServerConfig {
+            url: Some(url.clone()),
+            command: Vec::new(),
+        },
+    )]
+    .into();
+    let upstreams = Upstreams::connect(&cfg.mcp).await?;
+    cfg.tools = upstreams.tool_configs(&Default::default());
+    let mut parts = RunnerParts::mock(Clock::system(), Seed(1));
+    parts.tools = Some(Arc::new(McpTools(upstreams.clone())));
+    let runner = Runner::new(cfg, parts)?;
+    let opts = GatewayOptions {
+        mcp: Some(upstreams),
+        ..GatewayOptions::default()
+    };
+    let addr = fusebox::gateway::spawn(runner, "127.0.0.1:0", opts).await?;
+
+    let connect =
+        |u: String| async move { ().serve(rmcp::transport::StreamableHttpClientTransport::from_uri(u)).await };
+    let direct = connect(url).await?;
+    let proxied = connect(format!("http://{addr}/mcp")).await?;
+    // Warm both paths.
+    round(&direct, 200).await;
+    round(&proxied, 200).await;
+    let (mut d50, mut p50, mut d99, mut p99, mut diff) = (vec![], vec![], vec![], vec![], vec![]);
+    for r in 0..args.rounds {
+        let d = round(&direct, args.calls).await;
+        let p = round(&proxied, args.calls).await;
+        println!(
+            "round {r}: direct p50 {:.0} µs p99 {:.0} µs · proxied p50 {:.0} µs p99 {:.0} µs",
+            d.0, d.1, p.0, p.1
+        );
+        d50.push(d.0);
+        d99.push(d.1);
+        p50.push(p.0);
+        p99.push(p.1);
+        diff.push(p.0 - d.0);
+    }
+    println!(
+        "median over {} rounds of {} calls: direct p50 {:.0} µs (p99 {:.0}), proxied p50 {:.0} µs (p99 {:.0}); the proxy adds {:.0} µs at p50",
+        args.rounds,
+        args.calls,
+        median(d50),
+        median(d99),
+        median(p50),
+        median(p99),
+        median(diff)
+    );
+    Ok(())
+}
