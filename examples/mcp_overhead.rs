@@ -96,15 +96,14 @@ async fn main() -> anyhow::Result<()> {
     let url = format!("http://{}/mcp", listener.local_addr()?);
     tokio::spawn(async move { axum::serve(listener, axum::Router::new().nest_service("/mcp", svc)).await });
 
-    let mut cfg = Config::default();
-    cfg.mcp = [(
-        "orders".to_string(),
-        fusebox::config::mcp::McpServerConfig {
-            url: Some(url.clone()),
-            command: Vec::new(),
-        },
-    )]
-    .into();
+    let orders = fusebox::config::mcp::McpServerConfig {
+        url: Some(url.clone()),
+        command: Vec::new(),
+    };
+    let mut cfg = Config {
+        mcp: [("orders".to_string(), orders)].into(),
+        ..Config::default()
+    };
     let upstreams = Upstreams::connect(&cfg.mcp).await?;
     cfg.tools = upstreams.tool_configs(&Default::default());
     let mut parts = RunnerParts::mock(Clock::system(), Seed(1));
