@@ -48,12 +48,14 @@ impl ToolExecutor for McpTools {
         };
         let mut params = CallToolRequestParams::new(o.tool.name.clone());
         params.arguments = arguments;
-        let result = self
-            .0
-            .client(o.server)
-            .call_tool(params)
-            .await
-            .map_err(|e| failure(name, &e))?;
+        let peer = self.0.peer(o.server).map_err(|server| {
+            ProviderError::new(
+                ErrorKind::Connect,
+                None,
+                format!("{name}: the MCP server {server} is reconnecting (its session ended)"),
+            )
+        })?;
+        let result = peer.call_tool(params).await.map_err(|e| failure(name, &e))?;
         let json: Arc<str> = serde_json::to_string(&result).unwrap_or_default().into();
         if result.is_error == Some(true) {
             let mut e = ProviderError::new(ErrorKind::ServerError, None, format!("{name} answered with an error"));

@@ -10,11 +10,13 @@ pub mod proxy;
 
 use crate::config::mcp::McpServerConfig;
 use crate::config::ToolConfig;
+use parking_lot::RwLock;
 use rmcp::model::Tool;
-use rmcp::service::{RoleClient, RunningService};
+use rmcp::service::{Peer, RoleClient, RunningService};
 use rmcp::ServiceExt;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
+use std::time::Duration;
 
 pub use executor::McpTools;
 
@@ -39,10 +41,63 @@ pub enum McpError {
     },
 }
 
-/// A connected upstream server.
+/// An upstream server, reconnected (a stdio server restarted) with
+/// backoff whenever its session ends.
 struct Upstream {
     name: String,
-    client: RunningService<RoleClient, ()>,
+    /// Its session, while it has one: calls fail fast without.
+    peer: RwLock<Option<Peer<RoleClient>>>,
+}
+
+/// The first and the longest wait before reconnecting; a session that
+/// lasted this long starts the backoff again.
+const BACKOFF: (Duration, Duration) = (Duration::from_millis(250), Duration::from_secs(10));
+
+/// A session with the server of `cfg`.
+async fn session(name: &str, cfg: &McpServerConfig) -> Result<RunningService<RoleClient, ()>, McpError> {
+    let connect = |why: String| McpError::Connect {
+        server: name.to_string(),
+        why,
+    };
+    match (&cfg.url, cfg.command.split_first()) {
+        (Some(url), _) => {
+            let transport = rmcp::transport::StreamableHttpClientTransport::from_uri(url.as_str());
+            ().serve(transport).await.map_err(|e| connect(e.to_string()))
+        }
+        (None, Some((program, args))) => {
+            let mut cmd = tokio::process::Command::new(program);
+            cmd.args(args);
+            let transport = rmcp::transport::TokioChildProcess::new(cmd).map_err(|e| connect(e.to_string()))?;
+            ().serve(transport).await.map_err(|e| connect(e.to_string()))
+        }
+        (None, None) => Err(connect("neither a url nor a command".into())),
+    }
+}
+
+/// Keeps `up` in session: when `running` ends (the server exited or hung
+/// up), its calls fail fast while a new session is made, after a wait
+/// that doubles while sessions keep ending early.
+async fn supervise(up: Arc<Upstream>, cfg: McpServerConfig, mut running: RunningService<RoleClient, ()>) {
+    let mut wait = BACKOFF.0;
+    loop {
+        let began = tokio::time::Instant::now();
+        let _ = running.waiting().await;
+        *up.peer.write() = None;
+        if began.elapsed() >= BACKOFF.1 {
+            wait = BACKOFF.0;
+        }
+        tracing::warn!(server = %up.name, "MCP session ended; reconnecting");
+        running = loop {
+            tokio::time::sleep(wait).await;
+            wait = (wait * 2).min(BACKOFF.1);
+            match session(&up.name, &cfg).await {
+                Ok(s) => break s,
+                Err(e) => tracing::warn!(error = %e, "MCP server still unreachable"),
+            }
+        };
+        *up.peer.write() = Some(running.peer().clone());
+        tracing::info!(server = %up.name, "MCP session back");
+    }
 }
 
 /// One tool the proxy offers: its name at `/mcp`, the server that has it,
@@ -60,7 +115,7 @@ pub struct Offered {
 
 /// The upstream servers and the tools they offer.
 pub struct Upstreams {
-    servers: Vec<Upstream>,
+    servers: Vec<Arc<Upstream>>,
     offered: Vec<Offered>,
     by_name: HashMap<String, usize>,
 }
@@ -74,32 +129,18 @@ impl Upstreams {
         let mut servers = Vec::new();
         let mut listed = Vec::new();
         for (name, c) in cfg {
-            let connect = |why: String| McpError::Connect {
-                server: name.clone(),
-                why,
-            };
-            let client = match (&c.url, c.command.split_first()) {
-                (Some(url), _) => {
-                    let transport = rmcp::transport::StreamableHttpClientTransport::from_uri(url.as_str());
-                    ().serve(transport).await.map_err(|e| connect(e.to_string()))?
-                }
-                (None, Some((program, args))) => {
-                    let mut cmd = tokio::process::Command::new(program);
-                    cmd.args(args);
-                    let transport = rmcp::transport::TokioChildProcess::new(cmd).map_err(|e| connect(e.to_string()))?;
-                    ().serve(transport).await.map_err(|e| connect(e.to_string()))?
-                }
-                (None, None) => return Err(connect("neither a url nor a command".into())),
-            };
-            let tools = client.list_all_tools().await.map_err(|e| McpError::List {
+            let running = session(name, c).await?;
+            let tools = running.list_all_tools().await.map_err(|e| McpError::List {
                 server: name.clone(),
                 why: e.to_string(),
             })?;
             listed.push(tools);
-            servers.push(Upstream {
+            let up = Arc::new(Upstream {
                 name: name.clone(),
-                client,
+                peer: RwLock::new(Some(running.peer().clone())),
             });
+            tokio::spawn(supervise(up.clone(), c.clone(), running));
+            servers.push(up);
         }
         let offered = offer(&servers, listed);
         let by_name = offered.iter().enumerate().map(|(i, o)| (o.name.clone(), i)).collect();
@@ -145,15 +186,17 @@ impl Upstreams {
             .collect()
     }
 
-    fn client(&self, server: usize) -> &RunningService<RoleClient, ()> {
-        &self.servers[server].client
+    /// The session with server `server`, while it has one; else its name.
+    fn peer(&self, server: usize) -> Result<Peer<RoleClient>, &str> {
+        let up = &self.servers[server];
+        up.peer.read().clone().ok_or(up.name.as_str())
     }
 }
 
 /// The tools of every server under the names callers see: a name two
 /// servers share is prefixed with each server's name (and said so in the
 /// log), the rest are as the servers name them.
-fn offer(servers: &[Upstream], listed: Vec<Vec<Tool>>) -> Vec<Offered> {
+fn offer(servers: &[Arc<Upstream>], listed: Vec<Vec<Tool>>) -> Vec<Offered> {
     let mut count: HashMap<String, usize> = HashMap::new();
     for t in listed.iter().flatten() {
         *count.entry(t.name.to_string()).or_default() += 1;

@@ -352,3 +352,64 @@ async fn operators_command_mcp_tools_and_a_breaker_recovers() {
         "the probe closed it"
     );
 }
+
+/// A stdio server fusebox starts: its tools pass through; when it crashes,
+/// calls fail fast (never reaching a dead process) while it is restarted,
+/// and then a new process answers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stdio_server_that_crashes_is_restarted() {
+    let bin = std::path::PathBuf::from(env!("CARGO_BIN_EXE_fusebox"));
+    let server = bin.parent().unwrap().join("examples").join("mcp_stdio_orders");
+    let orders = fusebox::config::mcp::McpServerConfig {
+        url: None,
+        command: vec![server.to_string_lossy().into_owned()],
+    };
+    let mut cfg = Config {
+        mcp: [("orders".to_string(), orders)].into(),
+        ..Config::default()
+    };
+    let upstreams = Upstreams::connect(&cfg.mcp)
+        .await
+        .unwrap_or_else(|e| panic!("{e} (cargo test builds the examples)"));
+    // Calls fail while it restarts (not retried here, to see them); its
+    // breaker, opened by them, probes again soon.
+    let get_order = ToolConfig {
+        idempotent: false,
+        breaker: Some(fusebox::config::BreakerConfig {
+            cooldown_ms: 50,
+            half_open_ramp: vec![1],
+            ..cfg.breaker.clone()
+        }),
+        ..ToolConfig::default()
+    };
+    cfg.tools = upstreams.tool_configs(&[("get_order".to_string(), get_order)].into());
+    let mut parts = RunnerParts::mock(Clock::system(), Seed(1));
+    parts.tools = Some(Arc::new(McpTools(upstreams.clone())));
+    let runner = Runner::new(cfg, parts).unwrap();
+    let opts = GatewayOptions {
+        mcp: Some(upstreams),
+        ..GatewayOptions::default()
+    };
+    let addr = fusebox::gateway::spawn(runner, "127.0.0.1:0", opts).await.unwrap();
+    let through = client(&format!("http://{addr}/mcp")).await;
+    let ask = || call("get_order", json!({"order_id": "9"}));
+    let first = text(&through.call_tool(ask()).await.unwrap());
+    assert!(first.starts_with("order \"9\": shipped (pid "), "{first}");
+    let crashed = through.call_tool(call("crash", json!({}))).await.unwrap();
+    assert_eq!(crashed.is_error, Some(true), "{crashed:?}");
+    // Until it is back, a call fails at once, saying why.
+    let r = through.call_tool(ask()).await.unwrap();
+    assert_eq!(r.is_error, Some(true), "the server is down: {}", text(&r));
+    assert!(text(&r).starts_with("get_order failed"), "{}", text(&r));
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    let again = loop {
+        let r = through.call_tool(ask()).await.unwrap();
+        if r.is_error != Some(true) {
+            break text(&r);
+        }
+        assert!(std::time::Instant::now() < deadline, "not restarted: {}", text(&r));
+        tokio::time::sleep(Duration::from_millis(20)).await; // polling the restart's real-time backoff
+    };
+    assert!(again.starts_with("order \"9\": shipped (pid "), "{again}");
+    assert_ne!(again, first, "a new process answers");
+}
