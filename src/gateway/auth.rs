@@ -144,12 +144,17 @@ impl Access {
         self.token.is_some() || self.shared || self.keys.read().in_use || !self.operators.is_empty()
     }
 
+    /// Whether calls need a credential (a caller key or the one token).
+    pub fn calls_guarded(&self) -> bool {
+        self.token.is_some() || self.keys.read().in_use || self.shared
+    }
+
     /// Why serving beyond loopback would leave a door open, if it would.
     pub fn open_door(&self) -> Option<&'static str> {
         if self.token.is_some() {
             return None;
         }
-        if !self.keys.read().in_use && !self.shared {
+        if !self.calls_guarded() {
             return Some("calls need caller keys ([keys] in the config) or an auth token");
         }
         if self.operators.is_empty() {

@@ -108,7 +108,10 @@ pub fn router(runner: Arc<Runner>, opts: GatewayOptions, conns: Arc<ConnCounts>)
         .route("/_fusebox/snapshots", get(live::snapshots))
         .route("/_fusebox/events", get(live::events));
     let router = match gw.opts.mcp.clone() {
-        Some(upstreams) => router.nest_service("/mcp", mcp_service(gw.runner.clone(), upstreams)),
+        Some(upstreams) => router.nest_service(
+            "/mcp",
+            mcp_service(gw.runner.clone(), upstreams, gw.access.calls_guarded()),
+        ),
         None => router,
     };
     let router = router
@@ -128,9 +131,13 @@ pub fn router(runner: Arc<Runner>, opts: GatewayOptions, conns: Arc<ConnCounts>)
 }
 
 /// The MCP proxy at `/mcp` (Streamable HTTP, sessions kept in process).
+/// Unguarded (loopback development) it answers only requests to a
+/// loopback `Host`, against DNS rebinding; where calls need credentials,
+/// any host the gateway is reached by.
 fn mcp_service(
     runner: Arc<Runner>,
     upstreams: Arc<crate::mcp::Upstreams>,
+    guarded: bool,
 ) -> rmcp::transport::streamable_http_server::StreamableHttpService<
     crate::mcp::proxy::Proxy,
     rmcp::transport::streamable_http_server::session::local::LocalSessionManager,
@@ -145,10 +152,16 @@ fn mcp_service(
         auth::Caller::user_of(auth::Caller::of(&parts.extensions).as_deref(), given).user
     });
     let proxy = crate::mcp::proxy::Proxy::new(runner, upstreams, who);
+    let config = rmcp::transport::streamable_http_server::StreamableHttpServerConfig::default();
+    let config = if guarded {
+        config.disable_allowed_hosts()
+    } else {
+        config
+    };
     rmcp::transport::streamable_http_server::StreamableHttpService::new(
         move || Ok(proxy.clone()),
         Default::default(),
-        Default::default(),
+        config,
     )
 }
 

@@ -154,6 +154,21 @@ async fn proxy_with(url: &str, base: Config) -> (String, Arc<Runner>) {
     (format!("http://{addr}/mcp"), runner)
 }
 
+/// The status of an MCP `initialize` sent to `url` as if to `host`.
+async fn initialize_as(url: &str, host: &str, key: Option<&str>) -> u16 {
+    let body = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}});
+    let mut r = reqwest::Client::new()
+        .post(url)
+        .header("host", host)
+        .header("accept", "application/json, text/event-stream")
+        .json(&body);
+    if let Some(k) = key {
+        r = r.bearer_auth(k);
+    }
+    r.send().await.unwrap().status().as_u16()
+}
+
 fn call(name: &str, args: serde_json::Value) -> CallToolRequestParams {
     let mut p = CallToolRequestParams::new(name.to_string());
     p.arguments = args.as_object().cloned();
@@ -175,6 +190,9 @@ async fn tools_pass_through_and_a_failing_one_is_cut_off() {
     let (base, _runner) = proxy(&url).await;
     let direct = client(&url).await;
     let through = client(&base).await;
+    // Unguarded (loopback development), only a loopback Host is answered.
+    assert_eq!(initialize_as(&base, "127.0.0.1", None).await, 200);
+    assert_eq!(initialize_as(&base, "rebound.example", None).await, 403);
     assert_eq!(
         through.list_all_tools().await.unwrap(),
         direct.list_all_tools().await.unwrap(),
@@ -290,6 +308,12 @@ async fn operators_command_mcp_tools_and_a_breaker_recovers() {
             .auth_header("sk-team-01234567"),
     );
     let through = ().serve(transport).await.expect("a session with the key");
+    // Behind keys, whatever host a load balancer forwards it as; not without one.
+    assert_eq!(
+        initialize_as(&base, "gateway.example", Some("sk-team-01234567")).await,
+        200
+    );
+    assert_eq!(initialize_as(&base, "gateway.example", None).await, 401);
     let mut events = runner.events().subscribe();
     let ask = || call("get_order", json!({"order_id": "7"}));
     assert_ne!(through.call_tool(ask()).await.unwrap().is_error, Some(true));
