@@ -2,17 +2,15 @@
 //! straight to an MCP server and through fusebox's `/mcp` in front of it,
 //! in alternating rounds from one client session each, and the p50 and
 //! p99 of each. The server (an `rmcp` server answering at once) and the
-//! gateway both run in this process, on loopback.
+//! clients run in this process; the gateway is `fusebox serve --headless`
+//! (the release binary, `--threads 1` by default) as its own process,
+//! all on loopback.
 //!
-//! Run: `cargo run --release --example mcp_overhead` (`--calls 2000
-//! --rounds 5`).
+//! Run: `cargo build --release && cargo run --release --example
+//! mcp_overhead` (`--calls 2000 --rounds 5 --threads 1 --fusebox
+//! target/release/fusebox`).
 
 use clap::Parser;
-use fusebox::clock::{Clock, Seed};
-use fusebox::config::Config;
-use fusebox::gateway::GatewayOptions;
-use fusebox::mcp::{McpTools, Upstreams};
-use fusebox::runner::{Runner, RunnerParts};
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, ErrorData, ListToolsResult,
     PaginatedRequestParams, ServerCapabilities, ServerConfig, Tool,
@@ -30,6 +28,58 @@ struct Args {
     /// Rounds (direct, then proxied, each).
     #[arg(long, default_value_t = 5)]
     rounds: usize,
+    /// The gateway's threads (`serve --threads`).
+    #[arg(long, default_value_t = 1)]
+    threads: usize,
+    /// The fusebox binary.
+    #[arg(long, default_value = "target/release/fusebox")]
+    fusebox: std::path::PathBuf,
+}
+
+/// `fusebox serve`, killed on drop.
+struct Gateway(std::process::Child);
+
+impl Drop for Gateway {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+    }
+}
+
+/// `fusebox serve` in front of the MCP server at `url`, and its `/mcp` URL.
+/// (It blocks: run it off the runtime, which serves the MCP server it
+/// connects to at start.)
+fn gateway(
+    fusebox: &std::path::Path,
+    threads: usize,
+    url: &str,
+    dir: &std::path::Path,
+) -> anyhow::Result<(Gateway, String)> {
+    use std::io::BufRead;
+    let config = dir.join("mcp.toml");
+    std::fs::write(&config, format!("[mcp.orders]\nurl = \"{url}\"\n"))?;
+    let mut child = std::process::Command::new(fusebox)
+        .args(["serve", "--headless", "--listen", "127.0.0.1:0", "--threads"])
+        .arg(threads.to_string())
+        .arg("--config")
+        .arg(&config)
+        .arg("--log-dir")
+        .arg(dir)
+        .stderr(std::process::Stdio::piped())
+        .spawn()?;
+    let stderr = child.stderr.take().ok_or_else(|| anyhow::anyhow!("no stderr"))?;
+    let gw = Gateway(child);
+    let mut first = String::new();
+    let mut lines = std::io::BufReader::new(stderr);
+    lines.read_line(&mut first)?;
+    // Keep reading what it says, as a terminal would.
+    std::thread::spawn(move || std::io::copy(&mut lines, &mut std::io::sink()));
+    let base = first
+        .split_whitespace()
+        .find(|w| w.starts_with("http://"))
+        .ok_or_else(|| anyhow::anyhow!("no address in `{first}`"))?
+        .trim_end_matches("/v1")
+        .to_string();
+    Ok((gw, format!("{base}/mcp")))
 }
 
 #[derive(Clone)]
@@ -84,9 +134,11 @@ fn median(mut v: Vec<f64>) -> f64 {
     v[v.len() / 2]
 }
 
-#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::main(flavor = "current_thread")]
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
+    // The MCP clients' HTTP client takes the process's TLS provider.
+    let _ = rustls::crypto::ring::default_provider().install_default();
     let svc = rmcp::transport::streamable_http_server::StreamableHttpService::new(
         || Ok(Echo),
         Arc::new(rmcp::transport::streamable_http_server::session::local::LocalSessionManager::default()),
@@ -96,29 +148,19 @@ async fn main() -> anyhow::Result<()> {
     let url = format!("http://{}/mcp", listener.local_addr()?);
     tokio::spawn(async move { axum::serve(listener, axum::Router::new().nest_service("/mcp", svc)).await });
 
-    let orders = fusebox::config::mcp::McpServerConfig {
-        url: Some(url.clone()),
-        command: Vec::new(),
-    };
-    let mut cfg = Config {
-        mcp: [("orders".to_string(), orders)].into(),
-        ..Config::default()
-    };
-    let upstreams = Upstreams::connect(&cfg.mcp).await?;
-    cfg.tools = upstreams.tool_configs(&Default::default());
-    let mut parts = RunnerParts::mock(Clock::system(), Seed(1));
-    parts.tools = Some(Arc::new(McpTools(upstreams.clone())));
-    let runner = Runner::new(cfg, parts)?;
-    let opts = GatewayOptions {
-        mcp: Some(upstreams),
-        ..GatewayOptions::default()
-    };
-    let addr = fusebox::gateway::spawn(runner, "127.0.0.1:0", opts).await?;
+    let dir = tempfile::tempdir()?;
+    let (fusebox, threads, at, path) = (
+        args.fusebox.clone(),
+        args.threads,
+        url.clone(),
+        dir.path().to_path_buf(),
+    );
+    let (_gateway, proxied_url) = tokio::task::spawn_blocking(move || gateway(&fusebox, threads, &at, &path)).await??;
 
     let connect =
         |u: String| async move { ().serve(rmcp::transport::StreamableHttpClientTransport::from_uri(u)).await };
     let direct = connect(url).await?;
-    let proxied = connect(format!("http://{addr}/mcp")).await?;
+    let proxied = connect(proxied_url).await?;
     // Warm both paths.
     round(&direct, 200).await;
     round(&proxied, 200).await;
