@@ -17,6 +17,7 @@ use rmcp::model::{
 use rmcp::service::{RequestContext, RoleClient, RoleServer, RunningService};
 use rmcp::{ServerHandler, ServiceExt};
 use serde_json::json;
+use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -121,7 +122,7 @@ async fn proxy_with(url: &str, base: Config) -> (String, Arc<Runner>) {
         url: Some(url.into()),
         command: Vec::new(),
     };
-    let mut cfg = Config {
+    let cfg = Config {
         mcp: [("orders".to_string(), orders)].into(),
         ..base
     };
@@ -137,8 +138,15 @@ async fn proxy_with(url: &str, base: Config) -> (String, Arc<Runner>) {
         }),
         ..ToolConfig::default()
     };
-    let configured = [("get_order".to_string(), get_order)].into();
-    let upstreams = Upstreams::connect(&cfg.mcp).await.unwrap();
+    serve_mcp(cfg, [("get_order".to_string(), get_order)].into()).await
+}
+
+/// A gateway offering the tools of `cfg`'s MCP servers, as `configured`
+/// sets them; its `/mcp` URL and the runner.
+async fn serve_mcp(mut cfg: Config, configured: BTreeMap<String, ToolConfig>) -> (String, Arc<Runner>) {
+    let upstreams = Upstreams::connect(&cfg.mcp)
+        .await
+        .unwrap_or_else(|e| panic!("{e} (cargo test builds the example servers)"));
     cfg.tools = upstreams.tool_configs(&configured);
     cfg.validate("test").unwrap();
     let mut parts = RunnerParts::mock(Clock::system(), Seed(1));
@@ -388,13 +396,10 @@ async fn a_stdio_server_that_crashes_is_restarted() {
         url: None,
         command: vec![server.to_string_lossy().into_owned()],
     };
-    let mut cfg = Config {
+    let cfg = Config {
         mcp: [("orders".to_string(), orders)].into(),
         ..Config::default()
     };
-    let upstreams = Upstreams::connect(&cfg.mcp)
-        .await
-        .unwrap_or_else(|e| panic!("{e} (cargo test builds the examples)"));
     // Calls fail while it restarts (not retried here, to see them); its
     // breaker, opened by them, probes again soon.
     let get_order = ToolConfig {
@@ -406,16 +411,8 @@ async fn a_stdio_server_that_crashes_is_restarted() {
         }),
         ..ToolConfig::default()
     };
-    cfg.tools = upstreams.tool_configs(&[("get_order".to_string(), get_order)].into());
-    let mut parts = RunnerParts::mock(Clock::system(), Seed(1));
-    parts.tools = Some(Arc::new(McpTools(upstreams.clone())));
-    let runner = Runner::new(cfg, parts).unwrap();
-    let opts = GatewayOptions {
-        mcp: Some(upstreams),
-        ..GatewayOptions::default()
-    };
-    let addr = fusebox::gateway::spawn(runner, "127.0.0.1:0", opts).await.unwrap();
-    let through = client(&format!("http://{addr}/mcp")).await;
+    let (url, _runner) = serve_mcp(cfg, [("get_order".to_string(), get_order)].into()).await;
+    let through = client(&url).await;
     let ask = || call("get_order", json!({"order_id": "9"}));
     let first = text(&through.call_tool(ask()).await.unwrap());
     assert!(first.starts_with("order \"9\": shipped (pid "), "{first}");

@@ -145,19 +145,27 @@ fn limiter(row: &LimiterRow, app: &App, lines: &mut Vec<Line<'static>>) {
         None => "not calibrated from rate headers yet".to_string(),
     }));
     lines.push(Line::from(""));
-    lines.push(Line::from("frozen refills (newest first):"));
+    let frozen = |k: &EventKind| matches!(k, EventKind::RefillFrozen(r) if r.provider == row.provider);
+    events_of(app, row.instance.as_deref(), "frozen refills", frozen, lines);
+}
+
+/// `title`, then the events of `instance` that `pick` takes, newest first.
+fn events_of(
+    app: &App,
+    instance: Option<&str>,
+    title: &str,
+    pick: impl Fn(&EventKind) -> bool,
+    lines: &mut Vec<Line<'static>>,
+) {
+    lines.push(Line::from(format!("{title} (newest first):")));
     let mut any = false;
-    for e in of_instance(app, row.instance.as_deref()) {
-        if let EventKind::RefillFrozen(r) = &e.kind {
-            if r.provider == row.provider {
-                any = true;
-                lines.push(Line::from(format!(
-                    "{} {}",
-                    super::clock(e.t_ms),
-                    super::events::describe(e)
-                )));
-            }
-        }
+    for e in of_instance(app, instance).filter(|e| pick(&e.kind)) {
+        any = true;
+        lines.push(Line::from(format!(
+            "{} {}",
+            super::clock(e.t_ms),
+            super::events::describe(e)
+        )));
     }
     if !any {
         lines.push(Line::from("  none yet"));
@@ -182,26 +190,12 @@ fn user(row: &UserRow, app: &App, lines: &mut Vec<Line<'static>>) {
         u.rejections
     )));
     lines.push(Line::from(""));
-    lines.push(Line::from("budget events (newest first):"));
-    let mut any = false;
-    for e in of_instance(app, row.instance.as_deref()) {
-        let mine = match &e.kind {
-            EventKind::BudgetWarning(w) => w.user == u.user,
-            EventKind::BudgetRejected { user, .. } => *user == u.user,
-            _ => false,
-        };
-        if mine {
-            any = true;
-            lines.push(Line::from(format!(
-                "{} {}",
-                super::clock(e.t_ms),
-                super::events::describe(e)
-            )));
-        }
-    }
-    if !any {
-        lines.push(Line::from("  none yet"));
-    }
+    let mine = |k: &EventKind| match k {
+        EventKind::BudgetWarning(w) => w.user == u.user,
+        EventKind::BudgetRejected { user, .. } => *user == u.user,
+        _ => false,
+    };
+    events_of(app, row.instance.as_deref(), "budget events", mine, lines);
     lines.push(Line::from(""));
     lines.push(Line::from("recent requests (newest first):"));
     let recent: Vec<_> = app
