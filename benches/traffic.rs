@@ -73,6 +73,7 @@ fn traffic(c: &mut Criterion) {
                 v: 1,
                 started_at: "2026-11-29T00:00:00Z".into(),
                 seed: 1,
+                tools: Default::default(),
             };
             let opts = RecordOptions {
                 fsync: Fsync::Every(std::time::Duration::from_millis(1000)),
@@ -97,6 +98,7 @@ fn traffic(c: &mut Criterion) {
             v: 1,
             started_at: "2026-11-29T00:00:00Z".into(),
             seed: 1,
+            tools: Default::default(),
         };
         let rec = Recorder::start(&path, RecordOptions::default(), header, &bus).unwrap();
         for e in &evs {

@@ -45,6 +45,9 @@ pub enum Via {
     Gateway,
     /// One embeddings call through the gateway.
     Embeddings,
+    /// One tool call through the MCP proxy: the route names the tool, the
+    /// one message holds the arguments.
+    Tool,
 }
 
 impl Via {

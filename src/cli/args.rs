@@ -103,6 +103,9 @@ pub struct RecordArgs {
     /// Start a new recording file past this many megabytes (the old one gets a .N suffix).
     #[arg(long)]
     pub rotate_mb: Option<u64>,
+    /// The tools found on MCP servers, written in the header (not an option).
+    #[arg(skip)]
+    pub tools: std::collections::BTreeMap<String, crate::config::ToolConfig>,
 }
 
 impl RecordArgs {
@@ -118,6 +121,7 @@ impl RecordArgs {
             v: crate::traffic::log::VERSION,
             started_at: humantime::format_rfc3339_millis(std::time::SystemTime::now()).to_string(),
             seed,
+            tools: self.tools.clone(),
         };
         let rec = Recorder::start(path, opts, header, runner.events())
             .with_context(|| format!("cannot record to {}", path.display()))?;

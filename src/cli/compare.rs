@@ -29,7 +29,7 @@ pub fn compare(args: &ReplayArgs, a: &PathBuf, b: &PathBuf) -> Result<()> {
         };
         let summary = rt.block_on(async move {
             let clock = crate::traffic::replay::replay_clock(reader.header());
-            let (runner, fleet) = replay_runner(cfg, seed, spool, recorded, clock)?;
+            let (runner, fleet) = replay_runner(cfg, reader.header(), seed, spool, recorded, clock)?;
             let transitions = collect_transitions(&runner);
             let out = crate::traffic::replay::replay(runner.clone(), reader, fleet, opts).await?;
             runner.events().close_subscribers();

@@ -143,14 +143,25 @@ impl ReplayArgs {
 }
 
 /// A runner for a replay: every provider and tool answering from the
-/// recorded fleet, or the configured providers (`live`).
+/// recorded fleet, or the configured providers (`live`). The tools a
+/// recording gateway found on its MCP servers (its `header`) are added as
+/// it had them; a `[tools.NAME]` of `cfg` sets one's breaker, pool and
+/// the rest, as it did for the gateway, but its schema stays the server's.
 pub fn replay_runner(
-    cfg: Config,
+    mut cfg: Config,
+    header: Option<&crate::traffic::log::Header>,
     seed: Seed,
     spool: PathBuf,
     recorded: bool,
     clock: Clock,
 ) -> Result<(Arc<Runner>, Option<Arc<RecordedFleet>>)> {
+    for (name, found) in header.map(|h| h.tools.clone()).unwrap_or_default() {
+        let t = cfg.tools.entry(name).or_insert_with(|| found.clone());
+        t.schema = found.schema;
+        if t.description.is_empty() {
+            t.description = found.description;
+        }
+    }
     let (mut parts, fleet) = if recorded {
         let (parts, fleet) = crate::traffic::replay::recorded_parts(&cfg, clock, seed);
         (parts, Some(fleet))
@@ -192,7 +203,7 @@ pub fn replay(args: ReplayArgs) -> Result<()> {
             Some(_) => run_clock(true),
             None => crate::traffic::replay::replay_clock(reader.header()),
         };
-        let (runner, fleet) = replay_runner(cfg, seed, spool, recorded, clock)?;
+        let (runner, fleet) = replay_runner(cfg, reader.header(), seed, spool, recorded, clock)?;
         let run = Run::start(runner.clone(), &args.record, seed.0, Some(speed), state.as_ref()).await?;
         let mut opts = ReplayOptions {
             operator: !args.no_operator,

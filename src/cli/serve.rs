@@ -97,7 +97,7 @@ impl ServeArgs {
 }
 
 /// Serves until the console quits or Ctrl-C.
-pub fn serve(args: ServeArgs) -> Result<()> {
+pub fn serve(mut args: ServeArgs) -> Result<()> {
     let mut cfg = load_config(args.config.as_ref())?;
     // A gateway calls no tools of its own (its agents run theirs), only
     // those of the MCP servers it stands in front of: the console and
@@ -125,6 +125,8 @@ pub fn serve(args: ServeArgs) -> Result<()> {
         } else {
             let upstreams = crate::mcp::Upstreams::connect(&cfg.mcp).await?;
             cfg.tools = upstreams.tool_configs(&configured);
+            // A recording says what they were, for its replay.
+            args.record.tools = cfg.tools.clone();
             parts.tools = Some(Arc::new(crate::mcp::McpTools(upstreams.clone())));
             Some(upstreams)
         };

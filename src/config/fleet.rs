@@ -164,7 +164,7 @@ fn yes() -> bool {
 }
 
 /// A tool the agent can call.
-#[derive(Clone, Debug, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ToolConfig {
     /// A critical tool cannot be skipped.

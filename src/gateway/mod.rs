@@ -71,7 +71,7 @@ struct Gateway {
     opts: GatewayOptions,
     /// Request ids, from 1 (as in the demo): what the console and a
     /// recording of this run name requests by.
-    next_id: AtomicU64,
+    next_id: Arc<AtomicU64>,
     latency: Latency,
     /// Open and refused connections.
     conns: Arc<ConnCounts>,
@@ -89,7 +89,7 @@ pub fn router(runner: Arc<Runner>, opts: GatewayOptions, conns: Arc<ConnCounts>)
         runner,
         opts,
         access,
-        next_id: AtomicU64::new(1),
+        next_id: Arc::new(AtomicU64::new(1)),
         latency: Latency::default(),
         conns,
     });
@@ -110,7 +110,12 @@ pub fn router(runner: Arc<Runner>, opts: GatewayOptions, conns: Arc<ConnCounts>)
     let router = match gw.opts.mcp.clone() {
         Some(upstreams) => router.nest_service(
             "/mcp",
-            mcp_service(gw.runner.clone(), upstreams, gw.access.calls_guarded()),
+            mcp_service(
+                gw.runner.clone(),
+                upstreams,
+                gw.access.calls_guarded(),
+                gw.next_id.clone(),
+            ),
         ),
         None => router,
     };
@@ -138,6 +143,7 @@ fn mcp_service(
     runner: Arc<Runner>,
     upstreams: Arc<crate::mcp::Upstreams>,
     guarded: bool,
+    ids: Arc<AtomicU64>,
 ) -> rmcp::transport::streamable_http_server::StreamableHttpService<
     crate::mcp::proxy::Proxy,
     rmcp::transport::streamable_http_server::session::local::LocalSessionManager,
@@ -151,7 +157,7 @@ fn mcp_service(
             .map(str::to_string);
         auth::Caller::user_of(auth::Caller::of(&parts.extensions).as_deref(), given).user
     });
-    let proxy = crate::mcp::proxy::Proxy::new(runner, upstreams, who);
+    let proxy = crate::mcp::proxy::Proxy::new(runner, upstreams, who, ids);
     let config = rmcp::transport::streamable_http_server::StreamableHttpServerConfig::default();
     let config = if guarded {
         config.disable_allowed_hosts()

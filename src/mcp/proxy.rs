@@ -5,7 +5,6 @@
 //! arguments, marked stale (`_meta["fusebox/stale_ms"]`).
 
 use super::Upstreams;
-use crate::provider::ToolCall;
 use crate::runner::tool::ToolFailure;
 use crate::runner::tool_call::{ToolEnd, ToolRequest};
 use crate::runner::Runner;
@@ -35,13 +34,14 @@ pub struct Proxy {
 
 impl Proxy {
     /// The proxy of `upstreams`' tools through `runner`, its callers named
-    /// by `who`.
-    pub fn new(runner: Arc<Runner>, upstreams: Arc<Upstreams>, who: Who) -> Self {
+    /// by `who`, its calls numbered from `ids` (the gateway's, which its
+    /// chat calls share, so a recording names each request once).
+    pub fn new(runner: Arc<Runner>, upstreams: Arc<Upstreams>, who: Who, ids: Arc<AtomicU64>) -> Self {
         Self {
             runner,
             upstreams,
             who,
-            next_id: Arc::new(AtomicU64::new(1)),
+            next_id: ids,
         }
     }
 
@@ -81,6 +81,19 @@ impl Proxy {
         }
     }
 }
+
+/// The session a call counts against: the one the caller names with
+/// `x-fusebox-session` (to share it with its chat calls), else its MCP
+/// session.
+fn session_of(parts: &http::request::Parts) -> Option<String> {
+    [SESSION_HEADER, "mcp-session-id"]
+        .iter()
+        .find_map(|h| parts.headers.get(*h)?.to_str().ok().filter(|s| !s.is_empty()))
+        .map(str::to_string)
+}
+
+/// The gateway's session header.
+const SESSION_HEADER: &str = "x-fusebox-session";
 
 /// `answer` (a `CallToolResult` as JSON) marked stale: `age` ms old,
 /// served because of `why`.
@@ -136,14 +149,14 @@ impl ServerHandler for Proxy {
             .arguments
             .map(serde_json::Value::Object)
             .unwrap_or_else(|| serde_json::json!({}));
-        let req = ToolRequest {
-            id: self.next_id.fetch_add(1, Ordering::Relaxed),
-            user: context
-                .extensions
-                .get::<http::request::Parts>()
-                .map_or_else(|| "anonymous".to_string(), |p| (self.who)(p)),
-            call: ToolCall::new("", name.clone(), arguments.to_string()),
-        };
+        let parts = context.extensions.get::<http::request::Parts>();
+        let req = ToolRequest::new(
+            self.next_id.fetch_add(1, Ordering::Relaxed),
+            parts.map_or_else(|| "anonymous".to_string(), |p| (self.who)(p)),
+            parts.and_then(session_of),
+            &name,
+            arguments.to_string(),
+        );
         let (end, _) = self.runner.tool(&req).await;
         let result = match end {
             ToolEnd::Answer(json) => serde_json::from_str(&json).unwrap_or_else(|e| error_text(format!("{name}: {e}"))),

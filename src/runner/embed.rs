@@ -162,18 +162,13 @@ impl Runner {
         self.settle(&call.user, mi, permits, None, spent, tally);
         let failed = result.as_ref().err();
         self.announce_attempt(|| Attempt {
-            request: call.id,
-            target: pt.target.clone(),
             model: Some(m.name.to_string()),
             status: failed.map_or(Some(200), |e| e.status),
             transport: failed.and_then(|e| e.kind.transport()),
             latency_ms: latency.as_millis() as u64,
             input_tokens: usage.input,
-            output_tokens: 0,
             rate,
-            semantic_failure: None,
-            tool_calls: Vec::new(),
-            tool_keys: Vec::new(),
+            ..Attempt::of(call.id, pt.target.clone())
         });
         for t in [pt, mt] {
             match failure {

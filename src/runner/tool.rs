@@ -92,11 +92,19 @@ impl Runner {
             let end = self.clock.now();
             let latency = end.saturating_duration_since(t0);
             t.stats.latency.record(latency.as_millis() as u64);
-            self.announce_attempt(|| Attempt {
-                status: Some(r.as_ref().map_or_else(|e| e.status.unwrap_or(0), |_| 200)).filter(|s| *s != 0),
-                transport: r.as_ref().err().and_then(|e| e.kind.transport()),
-                latency_ms: latency.as_millis() as u64,
-                ..Attempt::of(request_id, t.target.clone())
+            self.announce_attempt(|| {
+                let failed = r.as_ref().err();
+                Attempt {
+                    status: Some(r.as_ref().map_or_else(|e| e.status.unwrap_or(0), |_| 200)).filter(|s| *s != 0),
+                    transport: failed.and_then(|e| e.kind.transport()),
+                    // A failure with neither (an MCP error, an `isError` answer) in words.
+                    semantic_failure: failed
+                        .filter(|e| e.status.is_none() && e.kind.transport().is_none())
+                        .map(|e| e.kind.label(None)),
+                    latency_ms: latency.as_millis() as u64,
+                    answer: r.as_ref().map_or_else(|e| e.answer.clone(), |a| Some(a.clone())),
+                    ..Attempt::of(request_id, t.target.clone())
+                }
             });
             match r {
                 Ok(text) => {

@@ -1,15 +1,17 @@
 //! One tool call on behalf of an outside client (an MCP client of the
 //! gateway): its arguments checked against the tool's schema, then the
-//! tool path every call takes (drill mode, breaker, pool, timeout,
-//! retries for idempotent tools, cache), a stale cached answer when the
-//! tool cannot answer, and exactly one outcome.
+//! tool path every call takes (its session's quotas, drill mode, breaker,
+//! pool, timeout, retries for idempotent tools, cache), a stale cached
+//! answer when the tool cannot answer, and exactly one outcome.
 
 use super::ending::Ended;
 use super::llm::Tally;
 use super::tool::ToolFailure;
 use super::Runner;
 use crate::outcome::{Level, Outcome};
-use crate::provider::ToolCall;
+use crate::provider::{Message, ToolCall};
+use crate::request::{AgentRequest, Via};
+use crate::telemetry::events::{Arrival, EventKind};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
@@ -21,8 +23,46 @@ pub struct ToolRequest {
     pub id: u64,
     /// Who asked.
     pub user: String,
+    /// The session whose quotas it counts against (the MCP session).
+    pub session: Option<String>,
     /// The call: the tool's name and its arguments (a JSON object).
     pub call: ToolCall,
+    /// Its key in the result cache ([`ToolRequest::new`]: of the name and
+    /// arguments; a replay without recorded arguments, the recorded one).
+    pub key: u64,
+    /// Whether the arguments are the caller's, to be checked against the
+    /// schema (a replay without recorded content has none to check).
+    pub check: bool,
+}
+
+impl ToolRequest {
+    /// A call of `name` with `arguments` (a JSON object's text).
+    pub fn new(id: u64, user: String, session: Option<String>, name: &str, arguments: String) -> Self {
+        let call = ToolCall::new("", name, arguments);
+        Self {
+            id,
+            user,
+            session,
+            key: Runner::answer_key(&Self::as_request(id, "", None, &call)),
+            call,
+            check: true,
+        }
+    }
+
+    /// The call as the agent request a recording and its replay see: its
+    /// route is the tool, its one message the arguments.
+    fn as_request(id: u64, user: &str, session: Option<&str>, call: &ToolCall) -> AgentRequest {
+        AgentRequest {
+            id,
+            user: user.into(),
+            session: session.unwrap_or_default().into(),
+            route: call.name.as_str().into(),
+            messages: Arc::from([Message::user(call.arguments.clone())]),
+            tools: vec![call.name.clone()],
+            max_steps: 1,
+            ..AgentRequest::default()
+        }
+    }
 }
 
 /// How a tool call ended.
@@ -51,16 +91,35 @@ impl Runner {
     pub async fn tool(&self, req: &ToolRequest) -> (ToolEnd, Outcome) {
         let start = self.clock.now();
         self.totals.requests.fetch_add(1, Ordering::Relaxed);
+        if self.events.has_subscribers() {
+            self.events.emit(EventKind::Request(Box::new(Arrival {
+                request: ToolRequest::as_request(req.id, &req.user, req.session.as_deref(), &req.call),
+                via: Via::Tool,
+            })));
+        }
         let mut tally = Tally::default();
         let name = &req.call.name;
-        let end = match self.tool_index.get(name).copied() {
-            None => ToolEnd::Refused(format!("no tool `{name}`")),
-            Some(ti) => match self
+        let checked = match self.tool_index.get(name).copied() {
+            None => Err(format!("no tool `{name}`")),
+            Some(ti) if req.check => self
                 .schemas
                 .check(&req.call, std::slice::from_ref(&self.tools[ti].spec))
-            {
-                Err(why) => ToolEnd::Refused(why),
-                Ok(()) => self.tool_on(req, ti, &mut tally).await,
+                .map(|()| ti),
+            Some(ti) => Ok(ti),
+        };
+        let end = match checked {
+            Err(why) => ToolEnd::Refused(why),
+            Ok(ti) => match req.session.as_deref() {
+                None => self.tool_on(req, ti, &mut tally).await,
+                Some(s) => match self.sessions.enter(s, self.clock.elapsed_ms()) {
+                    Err(q) => ToolEnd::Refused(q.to_string()),
+                    // A cancelled call leaves the session too, when `session` drops.
+                    Ok(session) => {
+                        let end = self.tool_on(req, ti, &mut tally).await;
+                        session.leave(self.clock.elapsed_ms());
+                        end
+                    }
+                },
             },
         };
         let (level, label) = match &end {
@@ -84,7 +143,7 @@ impl Runner {
     }
 
     async fn tool_on(&self, req: &ToolRequest, ti: usize, tally: &mut Tally) -> ToolEnd {
-        let key = req.call.cache_key();
+        let key = req.key;
         let critical = self.tools[ti].cfg.critical;
         match self.call_tool(req.id, ti, &req.call, key, critical, tally).await {
             Ok(answer) => ToolEnd::Answer(answer),

@@ -127,6 +127,9 @@ pub struct Attempt {
     /// recording salts them).
     #[serde(skip)]
     pub tool_keys: Vec<u64>,
+    /// A tool's answer (recorded only with content `full`).
+    #[serde(skip)]
+    pub answer: Option<Arc<str>>,
 }
 
 impl Attempt {
@@ -145,6 +148,7 @@ impl Attempt {
             semantic_failure: None,
             tool_calls: Vec::new(),
             tool_keys: Vec::new(),
+            answer: None,
         }
     }
 }

@@ -20,6 +20,7 @@ mod keymap;
 mod layers;
 mod limiter_props;
 mod mcp;
+mod mcp_record;
 mod mockserver;
 mod record;
 mod replay;

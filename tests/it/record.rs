@@ -34,6 +34,7 @@ async fn record(
         v: 1,
         started_at: "2026-11-29T02:00:00Z".into(),
         seed: 4,
+        tools: Default::default(),
     };
     let opts = RecordOptions {
         fsync: Fsync::Every(Duration::from_millis(50)),
@@ -188,6 +189,7 @@ fn a_write_error_stops_the_recording_with_an_event_at_once() {
         v: 1,
         started_at: "2026-11-29T02:00:00Z".into(),
         seed: 4,
+        tools: Default::default(),
     };
     let opts = RecordOptions {
         fsync: Fsync::Always,

@@ -30,6 +30,7 @@ async fn record(dir: &Path, scenario: &str, secs: u64, content: Content) -> (std
         v: 1,
         started_at: "2026-11-29T02:00:00Z".into(),
         seed: SEED,
+        tools: Default::default(),
     };
     let opts = RecordOptions {
         fsync: Fsync::Os,
@@ -346,6 +347,7 @@ async fn a_recorded_gateway_log_replays_as_gateway_calls() {
         v: 1,
         started_at: "2026-11-29T02:00:00Z".into(),
         seed: SEED,
+        tools: Default::default(),
     };
     let rec = Recorder::start(&log, RecordOptions::default(), header, f.runner.events()).unwrap();
     let tool = json!([{"type": "function", "function": {"name": "get_order", "description": "Look up an order",

@@ -62,7 +62,8 @@ fn all_kinds_reads_every_kind_and_skips_unknown_ones() {
         Some(&Header {
             v: VERSION,
             started_at: "2025-11-29T14:00:00Z".into(),
-            seed: 42
+            seed: 42,
+            tools: Default::default(),
         })
     );
     let mut args = serde_json::Map::new();
@@ -105,6 +106,7 @@ fn all_kinds_reads_every_kind_and_skips_unknown_ones() {
             semantic_failure: None,
             tool_calls: vec![],
             tool_keys: Vec::new(),
+            answer: None,
         }),
         Record::Attempt(AttemptRec {
             t_ms: 50,
@@ -120,6 +122,7 @@ fn all_kinds_reads_every_kind_and_skips_unknown_ones() {
             semantic_failure: None,
             tool_calls: strings(&["search"]),
             tool_keys: Vec::new(),
+            answer: None,
         }),
         Record::Attempt(AttemptRec {
             t_ms: 470,
@@ -135,6 +138,7 @@ fn all_kinds_reads_every_kind_and_skips_unknown_ones() {
             semantic_failure: None,
             tool_calls: vec![],
             tool_keys: Vec::new(),
+            answer: None,
         }),
         Record::Transition(TransitionRec {
             t_ms: 2470,
@@ -180,6 +184,7 @@ fn all_kinds_reads_every_kind_and_skips_unknown_ones() {
             semantic_failure: Some("malformed tool call".into()),
             tool_calls: vec![],
             tool_keys: Vec::new(),
+            answer: None,
         }),
         Record::Operator(OperatorRec {
             t_ms: 3200,
@@ -599,6 +604,7 @@ fn to_line_skips_empty_optionals_and_keeps_nullable_fields() {
         semantic_failure: None,
         tool_calls: vec![],
         tool_keys: Vec::new(),
+        answer: None,
     })
     .to_line();
     assert_eq!(
@@ -610,7 +616,8 @@ fn to_line_skips_empty_optionals_and_keeps_nullable_fields() {
         Record::Header(Header {
             v: VERSION,
             started_at: "x".into(),
-            seed: 9
+            seed: 9,
+            tools: Default::default(),
         })
         .t_ms(),
         0
@@ -650,8 +657,14 @@ fn exact_f64() -> impl Strategy<Value = f64> {
 }
 
 fn arb_record() -> impl Strategy<Value = Record> {
-    let header = (any::<u32>(), text(), any::<u64>())
-        .prop_map(|(v, started_at, seed)| Record::Header(Header { v, started_at, seed }));
+    let header = (any::<u32>(), text(), any::<u64>()).prop_map(|(v, started_at, seed)| {
+        Record::Header(Header {
+            v,
+            started_at,
+            seed,
+            tools: Default::default(),
+        })
+    });
     let request = (
         (any::<u64>(), any::<u64>(), text(), text(), name()),
         (any::<u32>(), any::<u32>(), prop::collection::vec(name(), 0..3)),
@@ -720,6 +733,7 @@ fn arb_record() -> impl Strategy<Value = Record> {
                     semantic_failure: sem,
                     tool_calls: calls,
                     tool_keys: Vec::new(),
+                    answer: None,
                 })
             },
         );

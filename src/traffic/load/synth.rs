@@ -19,6 +19,7 @@ pub fn gateway_log(n: u64, rps: u64, out: &mut impl Write) -> std::io::Result<()
         v: VERSION,
         started_at: "2026-11-29T00:00:00Z".into(),
         seed: 42,
+        tools: Default::default(),
     });
     writeln!(out, "{}", header.to_line())?;
     // Lines not yet due, by time and then by order of creation.
@@ -66,6 +67,7 @@ pub fn gateway_log(n: u64, rps: u64, out: &mut impl Write) -> std::io::Result<()
             semantic_failure: None,
             tool_calls: Vec::new(),
             tool_keys: Vec::new(),
+            answer: None,
         });
         let outcome = Record::Outcome(OutcomeRec {
             t_ms: end,

@@ -187,7 +187,8 @@ fn check_attempt(o: &Map<String, Value>) -> Result<(), Bad> {
     opt::<BTreeMap<String, String>>(o, "headers")?;
     opt::<Option<String>>(o, "semantic_failure")?;
     opt::<Vec<String>>(o, "tool_calls")?;
-    opt::<Vec<Key>>(o, "tool_keys")
+    opt::<Vec<Key>>(o, "tool_keys")?;
+    opt::<Option<String>>(o, "answer")
 }
 
 fn check_outcome(o: &Map<String, Value>) -> Result<(), Bad> {

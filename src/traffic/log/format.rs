@@ -84,7 +84,7 @@ impl Record {
 }
 
 /// The header line.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Header {
     /// Format version ([`VERSION`]).
     pub v: u32,
@@ -92,6 +92,10 @@ pub struct Header {
     pub started_at: String,
     /// The run's seed.
     pub seed: u64,
+    /// The tools a gateway found on its MCP servers, with the settings it
+    /// gave them (a replay has no servers to ask).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub tools: BTreeMap<String, crate::config::ToolConfig>,
 }
 
 impl Header {
@@ -202,6 +206,9 @@ pub struct AttemptRec {
     /// content is not recorded).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub tool_keys: Vec<Key>,
+    /// A tool's answer (only with content recording `full`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub answer: Option<String>,
 }
 
 /// An outcome line.

@@ -349,6 +349,11 @@ pub fn record_of(ev: &Event, t_ms: u64, content: Content, salt: &Salt) -> Option
             } else {
                 Vec::new()
             },
+            answer: a
+                .answer
+                .as_deref()
+                .filter(|_| content == Content::Full)
+                .map(str::to_string),
         }),
         EventKind::Outcome(o) => Record::Outcome(OutcomeRec {
             t_ms,

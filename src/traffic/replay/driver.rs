@@ -4,7 +4,7 @@
 
 use super::fleet::{OwnAttempts, ReadAttempt, RecordedFleet, OWN};
 use super::progress::RecordedOutcomes;
-use super::request::{agent_request, embeddings_call, gateway_call};
+use super::request::{agent_request, embeddings_call, gateway_call, tool_call};
 use crate::command::Issuer;
 use crate::outcome::Level;
 use crate::request::{AgentRequest, Via};
@@ -539,6 +539,7 @@ async fn drive(running: Running, req: AgentRequest, key: u64, via: Via) {
         Via::Agent => runner.run_keyed(&req, key).await,
         Via::Gateway => runner.chat(gateway_call(runner, &req), None).await.outcome,
         Via::Embeddings => runner.embed(embeddings_call(&req)).await.outcome,
+        Via::Tool => runner.tool(&tool_call(&req, key)).await.1,
     };
     if let Some(finished) = &mut *shared.finished.lock() {
         finished.put(req);

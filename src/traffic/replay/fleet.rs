@@ -230,6 +230,7 @@ pub(super) mod tests {
             semantic_failure: None,
             tool_calls: Vec::new(),
             tool_keys: Vec::new(),
+            answer: None,
         })
     }
 

@@ -68,6 +68,13 @@ async fn play(
     }
     match a.status {
         Some(s) if s >= 400 => Err(fail(ErrorKind::from_status(s), Some(s))),
+        // A tool's failure without a status (an MCP error, an `isError`
+        // answer), with the answer where the recording kept it.
+        _ if req.is_none() && a.semantic_failure.is_some() => {
+            let mut e = fail(ErrorKind::ServerError, None);
+            e.answer = a.answer.as_deref().map(Into::into);
+            Err(e)
+        }
         _ => {
             let calls = match (own, req) {
                 (true, Some(req)) if !a.tool_calls.is_empty() => {
@@ -223,11 +230,16 @@ impl ToolExecutor for RecordedTools {
     ) -> Result<Arc<str>, ProviderError> {
         let target = Target::tool(name);
         let start = self.clock.now();
+        let mut answer = None;
         if let Some((a, own)) = self.fleet.take(request_id, &target, self.clock.ms_at(start)) {
             play(&a, own, None, &self.clock, start, timeout).await?;
+            answer = a.answer.as_deref().map(Arc::from);
         } else {
             take_time(start, Duration::from_millis(100), timeout, "tool call").await?;
         }
-        Ok(format!("{{\"tool\":\"{name}\",\"args\":{args},\"status\":\"ok\",\"replayed\":true}}").into())
+        // The recorded answer where the recording kept it.
+        Ok(answer.unwrap_or_else(|| {
+            format!("{{\"tool\":\"{name}\",\"args\":{args},\"status\":\"ok\",\"replayed\":true}}").into()
+        }))
     }
 }

@@ -2,9 +2,10 @@
 //! calls, operator commands.
 
 use crate::provider::{Message, ToolKind, ToolSpec};
-use crate::request::AgentRequest;
+use crate::request::{AgentRequest, Via};
 use crate::runner::chat::ChatRequest;
 use crate::runner::embed::EmbedCall;
+use crate::runner::tool_call::ToolRequest;
 use crate::runner::Runner;
 use crate::traffic::log::RequestRec;
 use crate::wire::{Params, RawBody};
@@ -13,25 +14,30 @@ use std::sync::Arc;
 /// The agent request a recorded request line stands for.
 pub fn agent_request(q: RequestRec) -> AgentRequest {
     let messages = q.messages.map_or_else(
+        // A tool call recorded without its arguments has none.
         || {
-            // Without recorded content, a prompt of the recorded size. It names
-            // no order, so every replayed tool call has the same arguments and
-            // content-keyed tool results are shared: with recorded traffic that
-            // asks about few orders this is closer to the recording than unique
-            // prompts, which would turn every recorded cache hit into a miss
-            // (a deferral, under a fault). Exact replay needs recorded content.
-            const XS: &str = "xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx";
-            let mut pad = (q.prompt_tokens as usize * 4).saturating_sub(40);
-            let mut text = String::with_capacity(pad + 40);
-            text.push_str("replayed request ");
-            text.push_str(itoa::Buffer::new().format(q.id));
-            text.push(' ');
-            while pad > 0 {
-                let n = pad.min(XS.len());
-                text.push_str(&XS[..n]);
-                pad -= n;
+            if q.via == Via::Tool {
+                Arc::from([])
+            } else {
+                // Without recorded content, a prompt of the recorded size. It names
+                // no order, so every replayed tool call has the same arguments and
+                // content-keyed tool results are shared: with recorded traffic that
+                // asks about few orders this is closer to the recording than unique
+                // prompts, which would turn every recorded cache hit into a miss
+                // (a deferral, under a fault). Exact replay needs recorded content.
+                const XS: &str = "xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx";
+                let mut pad = (q.prompt_tokens as usize * 4).saturating_sub(40);
+                let mut text = String::with_capacity(pad + 40);
+                text.push_str("replayed request ");
+                text.push_str(itoa::Buffer::new().format(q.id));
+                text.push(' ');
+                while pad > 0 {
+                    let n = pad.min(XS.len());
+                    text.push_str(&XS[..n]);
+                    pad -= n;
+                }
+                Arc::from([Message::user(text)])
             }
-            Arc::from([Message::user(text)])
         },
         Arc::from,
     );
@@ -96,5 +102,22 @@ pub fn embeddings_call(req: &AgentRequest) -> EmbedCall {
         model: req.route.to_string(),
         body: Arc::new(RawBody::default()),
         chars,
+    }
+}
+
+/// A recorded MCP tool call, under the cache key it was recorded with; its
+/// arguments are checked again only where the recording kept them.
+pub fn tool_call(req: &AgentRequest, key: u64) -> ToolRequest {
+    let args = req.messages.first().map(|m| m.content.text().to_string());
+    ToolRequest {
+        key,
+        check: args.is_some(),
+        ..ToolRequest::new(
+            req.id,
+            req.user.to_string(),
+            Some(req.session.to_string()).filter(|s| !s.is_empty()),
+            &req.route,
+            args.unwrap_or_else(|| "{}".into()),
+        )
     }
 }

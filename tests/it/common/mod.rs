@@ -1,5 +1,6 @@
 //! Shared test helpers: a scripted provider and runner builders.
 
+pub mod mcp;
 pub mod redis;
 pub mod strict;
 
