@@ -102,6 +102,7 @@ pub fn demo(args: DemoArgs) -> Result<()> {
             None
         };
         parts.providers = crate::provider::http::build(&cfg, clock, mock_base.as_deref())?;
+        super::run::live_tools(&cfg, &mut parts)?;
         let runner = Runner::new(cfg, parts)?;
         let run = Run::start(runner.clone(), &args.record, seed.0, Some(speed), state.as_ref()).await?;
         if let Some(ui) = ui {
@@ -145,7 +146,7 @@ fn refuse(args: &DemoArgs, cfg: &Config, scenario: &Scenario, speed: Speed, http
     let real = cfg.http_providers();
     if !real.is_empty() && speed.is_max() {
         bail!(
-            "the config's providers {} answer over HTTP in real time, not at --speed max (every call would time out in virtual time); use a speed factor, e.g. --speed 1",
+            "the config's {} answer over HTTP in real time, not at --speed max (every call would time out in virtual time); use a speed factor, e.g. --speed 1",
             real.join(", ")
         );
     }

@@ -168,6 +168,7 @@ pub fn replay_runner(
     } else {
         let mut parts = RunnerParts::mock(clock, seed);
         parts.providers = crate::provider::http::build(&cfg, clock, None)?;
+        super::run::live_tools(&cfg, &mut parts)?;
         (parts, None)
     };
     parts.spool = Some(spool);

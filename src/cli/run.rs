@@ -8,7 +8,7 @@ use super::args::{ConsoleArgs, RecordArgs, Speed};
 use crate::clock::Clock;
 use crate::config::Config;
 use crate::fleet::Fleet;
-use crate::runner::Runner;
+use crate::runner::{Runner, RunnerParts};
 use crate::traffic::log::writer::Recorder;
 use crate::traffic::pace::Pace;
 use crate::traffic::summary::{collect_transitions, Summary};
@@ -78,6 +78,15 @@ pub fn spool_file(given: Option<PathBuf>, cfg: &Config) -> Result<(PathBuf, Opti
             Ok((dir.path().join("spool.jsonl"), Some(dir)))
         }
     }
+}
+
+/// The tools of a run that calls them itself (the demo, a live replay):
+/// the config's HTTP tools over HTTP, the rest mock tools on `parts`'
+/// fault table.
+pub fn live_tools(cfg: &Config, parts: &mut RunnerParts) -> Result<()> {
+    let mock = Arc::new(crate::tools::MockTools::new(parts.seed, parts.faults.clone()));
+    parts.tools = Some(crate::tools::http::HttpTools::wrap(cfg, parts.clock, mock).map_err(anyhow::Error::msg)?);
+    Ok(())
 }
 
 /// The run's clock: virtual time from 0 (deterministic), or anchored at the

@@ -45,7 +45,7 @@ fn tool(critical: bool, idempotent: bool, cache_ttl_s: u64, schema: &str, descri
         cache_ttl_s,
         schema: toml::from_str(schema).ok(),
         description: description.into(),
-        breaker: None,
+        ..ToolConfig::default()
     }
 }
 

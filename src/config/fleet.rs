@@ -2,8 +2,10 @@
 //! models, and the tools agents call.
 
 use super::defaults::provider;
+use super::http_tool::ToolBackend;
 use super::BreakerConfig;
 use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
 
 /// How a provider is reached.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -194,6 +196,20 @@ pub struct ToolConfig {
     /// Breaker override for this tool.
     #[serde(default)]
     pub breaker: Option<BreakerConfig>,
+    /// How it is called: `mock` (the built-in fake, or an MCP server's
+    /// tool behind `fusebox serve`) or `http`.
+    #[serde(default, skip_serializing_if = "ToolBackend::is_mock")]
+    pub kind: ToolBackend,
+    /// An `http` tool's method (default GET).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub method: Option<String>,
+    /// An `http` tool's URL; `{arg}` takes the argument's value.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub url: Option<String>,
+    /// An `http` tool's request headers; `${VAR}` takes the environment
+    /// variable's value (a credential must come from one).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub headers: BTreeMap<String, String>,
 }
 
 /// The defaults a `[tools.NAME]` table with nothing in it has.
@@ -209,6 +225,10 @@ impl Default for ToolConfig {
             schema: None,
             description: String::new(),
             breaker: None,
+            kind: ToolBackend::Mock,
+            method: None,
+            url: None,
+            headers: BTreeMap::new(),
         }
     }
 }
@@ -223,22 +243,27 @@ fn five_thousand() -> u64 {
     5000
 }
 
+/// Whether `url` names this machine (`localhost`, 127.0.0.0/8, `::1`);
+/// the `{arg}` slots of a tool's URL template are read as plain text.
+pub fn is_loopback(url: &str) -> bool {
+    let host = reqwest::Url::parse(url)
+        .ok()
+        .and_then(|u| u.host_str().map(str::to_string));
+    match host.as_deref() {
+        Some("localhost") => true,
+        Some(h) => h
+            .trim_start_matches('[')
+            .trim_end_matches(']')
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback()),
+        None => false,
+    }
+}
+
 impl ProviderConfig {
-    /// Whether its base URL names this machine (`localhost`, 127.0.0.0/8, `::1`).
+    /// Whether its base URL names this machine.
     pub fn is_loopback(&self) -> bool {
-        let url = self.base_url.as_deref().or(self.kind.default_base_url()).unwrap_or("");
-        let host = reqwest::Url::parse(url)
-            .ok()
-            .and_then(|u| u.host_str().map(str::to_string));
-        match host.as_deref() {
-            Some("localhost") => true,
-            Some(h) => h
-                .trim_start_matches('[')
-                .trim_end_matches(']')
-                .parse::<std::net::IpAddr>()
-                .is_ok_and(|ip| ip.is_loopback()),
-            None => false,
-        }
+        is_loopback(self.base_url.as_deref().or(self.kind.default_base_url()).unwrap_or(""))
     }
 
     /// A mock provider with these limits (0 = none) and defaults otherwise.

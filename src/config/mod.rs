@@ -10,12 +10,14 @@ use std::path::Path;
 pub mod access;
 mod defaults;
 mod fleet;
+pub mod http_tool;
 pub mod mcp;
 mod resilience;
 mod validate;
 
 pub use access::{KeyConfig, OperatorConfig};
 pub use fleet::*;
+pub use http_tool::ToolBackend;
 pub use resilience::*;
 
 /// A configuration problem, naming where it is and what to do.
@@ -163,23 +165,31 @@ pub enum FailMode {
 }
 
 impl Config {
-    /// The providers reached over HTTP (every kind but the in-process mock).
-    pub fn http_providers(&self) -> Vec<&str> {
-        self.providers
-            .iter()
-            .filter(|(_, p)| p.kind != ProviderKind::Mock)
-            .map(|(name, _)| name.as_str())
-            .collect()
+    /// The providers and tools reached over HTTP (every kind of provider
+    /// but the in-process mock, `http` tools), tools as `tool NAME`.
+    pub fn http_providers(&self) -> Vec<String> {
+        self.over_http(|_| true)
     }
 
-    /// The HTTP providers not on this machine (a hosted API, or a base URL
-    /// whose host is not loopback): traffic sent there may cost money.
-    pub fn remote_providers(&self) -> Vec<&str> {
-        self.providers
+    /// Those of them not on this machine (a hosted API, or a URL whose host
+    /// is not loopback): traffic sent there may cost money.
+    pub fn remote_providers(&self) -> Vec<String> {
+        self.over_http(|url| !is_loopback(url))
+    }
+
+    fn over_http(&self, keep: impl Fn(&str) -> bool) -> Vec<String> {
+        let providers = self
+            .providers
             .iter()
-            .filter(|(_, p)| p.kind != ProviderKind::Mock && !p.is_loopback())
-            .map(|(name, _)| name.as_str())
-            .collect()
+            .filter(|(_, p)| p.kind != ProviderKind::Mock)
+            .filter(|(_, p)| keep(p.base_url.as_deref().or(p.kind.default_base_url()).unwrap_or("")))
+            .map(|(name, _)| name.clone());
+        let tools = self
+            .tools
+            .iter()
+            .filter(|(_, t)| t.kind == ToolBackend::Http && keep(t.url.as_deref().unwrap_or("")))
+            .map(|(name, _)| format!("tool {name}"));
+        providers.chain(tools).collect()
     }
 }
 

@@ -251,6 +251,7 @@ impl Config {
             if let Some(b) = &t.breaker {
                 validate_breaker(b, &format!("tools.{name}.breaker"), c)?;
             }
+            check_http_tool(name, t, c)?;
         }
         Ok(())
     }
@@ -353,4 +354,56 @@ fn validate_breaker(b: &BreakerConfig, at: &str, c: &Check) -> Result<(), Config
 
 fn keys<V>(m: &BTreeMap<String, V>) -> String {
     m.keys().map(String::as_str).collect::<Vec<_>>().join(", ")
+}
+
+/// An `http` tool's method, URL template and headers; a mock tool has none.
+fn check_http_tool(name: &str, t: &super::ToolConfig, c: &Check) -> Result<(), ConfigError> {
+    use super::http_tool::{is_credential, Template, METHODS};
+    let key = |field: &str| format!("tools.{name}.{field}");
+    if t.kind == super::ToolBackend::Mock {
+        let given = [
+            ("url", t.url.is_some()),
+            ("method", t.method.is_some()),
+            ("headers", !t.headers.is_empty()),
+        ];
+        return match given.iter().find(|(_, set)| *set) {
+            Some((field, _)) => Err(c.bad(
+                key(field),
+                format!("only an HTTP tool has a {field}; add kind = \"http\" to call it over HTTP"),
+            )),
+            None => Ok(()),
+        };
+    }
+    if let Some(m) = &t.method {
+        if !METHODS.contains(&m.as_str()) {
+            return Err(c.bad(key("method"), format!("`{m}` is not one of {}", METHODS.join(", "))));
+        }
+    }
+    let Some(url) = &t.url else {
+        return Err(c.bad(
+            key("url"),
+            "an HTTP tool needs a url, e.g. \"http://127.0.0.1:9000/orders/{order_id}\"".into(),
+        ));
+    };
+    let template = Template::parse(url, "{").map_err(|e| c.bad(key("url"), e))?;
+    let sample = template.fill(|_| Some("x".into())).unwrap_or_default();
+    match reqwest::Url::parse(&sample) {
+        Ok(u) if matches!(u.scheme(), "http" | "https") => {}
+        Ok(u) => return Err(c.bad(key("url"), format!("`{}` is not http or https", u.scheme()))),
+        Err(e) => return Err(c.bad(key("url"), format!("`{url}` is not a URL: {e}"))),
+    }
+    for (h, v) in &t.headers {
+        let at = key(&format!("headers.{h}"));
+        if http::HeaderName::from_bytes(h.as_bytes()).is_err() {
+            return Err(c.bad(at, "is not a header name".into()));
+        }
+        let value = Template::parse(v, "${").map_err(|e| c.bad(at.clone(), e))?;
+        if is_credential(h) && value.slots().next().is_none() {
+            return Err(c.bad(
+                at,
+                format!("a credential must come from an environment variable, not the config file: write e.g. \"Bearer ${{{}_TOKEN}}\" and export it", name.to_ascii_uppercase()),
+            ));
+        }
+    }
+    Ok(())
 }

@@ -322,7 +322,17 @@ impl ErrorKind {
             (Self::Reset, _) => "reset".into(),
             (Self::Truncated, _) => "truncated".into(),
             (Self::Unsupported, _) => "unsupported".into(),
-            (k, None) => format!("{k:?}").to_lowercase(),
+            // `ServerError` → `server error`.
+            (k, None) => format!("{k:?}")
+                .chars()
+                .enumerate()
+                .flat_map(|(i, c)| {
+                    (i > 0 && c.is_uppercase())
+                        .then_some(' ')
+                        .into_iter()
+                        .chain(c.to_lowercase())
+                })
+                .collect(),
         }
     }
 }

@@ -97,10 +97,13 @@ impl Runner {
                 Attempt {
                     status: Some(r.as_ref().map_or_else(|e| e.status.unwrap_or(0), |_| 200)).filter(|s| *s != 0),
                     transport: failed.and_then(|e| e.kind.transport()),
-                    // A failure with neither (an MCP error, an `isError` answer) in words.
+                    // A failure with neither (an `isError` answer, an MCP error) in words.
                     semantic_failure: failed
                         .filter(|e| e.status.is_none() && e.kind.transport().is_none())
-                        .map(|e| e.kind.label(None)),
+                        .map(|e| match e.answer {
+                            Some(_) => "isError answer".into(),
+                            None => e.kind.label(None),
+                        }),
                     latency_ms: latency.as_millis() as u64,
                     answer: r.as_ref().map_or_else(|e| e.answer.clone(), |a| Some(a.clone())),
                     ..Attempt::of(request_id, t.target.clone())

@@ -16,6 +16,7 @@ mod fleet;
 mod fuzz;
 mod gateway;
 mod hardening;
+mod http_tools;
 mod keymap;
 mod layers;
 mod limiter_props;

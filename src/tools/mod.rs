@@ -1,6 +1,6 @@
 //! The tool registry: tool specs offered to models, semantic validation of
 //! the tool calls models make, and the mock tools (with the shared fault
-//! model) that stand in for real APIs.
+//! model) that stand in for real APIs; HTTP tools (`http.rs`) call real ones.
 
 use crate::clock::{mix, purpose, Seed};
 use crate::config::Config;
@@ -10,6 +10,8 @@ use crate::target::Target;
 use serde_json::Value;
 use std::sync::Arc;
 use std::time::Duration;
+
+pub mod http;
 
 /// Tool specs for every configured tool, schemas converted to JSON.
 pub fn specs(cfg: &Config) -> Vec<ToolSpec> {
