@@ -162,9 +162,15 @@ pub fn serve(mut args: ServeArgs) -> Result<()> {
             };
             return run.console(ui, o, None).await;
         }
-        eprintln!("fusebox serve: gateway on {base} (POST /chat/completions, /messages, /responses, /embeddings; GET /models; /metrics, /healthz, /readyz at the root) · Ctrl-C to stop");
+        // Said on stderr, which may have been closed (`2>&1 | head -1`):
+        // the gateway goes on serving all the same.
+        let say = |line: String| {
+            use std::io::Write;
+            let _ = writeln!(std::io::stderr(), "{line}");
+        };
+        say(format!("fusebox serve: gateway on {base} (POST /chat/completions, /messages, /responses, /embeddings; GET /models; /metrics, /healthz, /readyz at the root) · Ctrl-C to stop"));
         if let Some(n) = offered {
-            eprintln!("fusebox serve: MCP at http://{addr}/mcp, {n} tools of the [mcp] servers behind their breakers");
+            say(format!("fusebox serve: MCP at http://{addr}/mcp, {n} tools of the [mcp] servers behind their breakers"));
         }
         let mut tick = tokio::time::interval(Duration::from_secs(1));
         let mut n = 0u64;

@@ -110,12 +110,14 @@ pub fn router(runner: Arc<Runner>, opts: GatewayOptions, conns: Arc<ConnCounts>)
     let router = match gw.opts.mcp.clone() {
         Some(upstreams) => router.nest_service(
             "/mcp",
-            mcp_service(
-                gw.runner.clone(),
-                upstreams,
-                gw.access.calls_guarded(),
-                gw.next_id.clone(),
-            ),
+            Router::new()
+                .fallback_service(mcp_service(
+                    gw.runner.clone(),
+                    upstreams,
+                    gw.access.calls_guarded(),
+                    gw.next_id.clone(),
+                ))
+                .layer(axum::middleware::from_fn(session_ended)),
         ),
         None => router,
     };
@@ -169,6 +171,18 @@ fn mcp_service(
         Default::default(),
         config,
     )
+}
+
+/// A session ended by its client (`DELETE /mcp`) is answered 204: rmcp
+/// says 202, which MCP clients take for a failure (the Python SDK warns
+/// "Session termination failed: 202"); they expect 200 or 204.
+async fn session_ended(req: axum::extract::Request, next: axum::middleware::Next) -> Response {
+    let delete = req.method() == http::Method::DELETE;
+    let mut r = next.run(req).await;
+    if delete && r.status() == StatusCode::ACCEPTED {
+        *r.status_mut() = StatusCode::NO_CONTENT;
+    }
+    r
 }
 
 /// How often an instance reads the fleet's keys: a revoked key stops

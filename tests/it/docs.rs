@@ -72,6 +72,9 @@ enum Kind {
     Scenario,
     /// Traffic log lines, read by the log reader.
     LogLines,
+    /// An MCP client's servers (Claude Code's `.mcp.json`, Claude
+    /// Desktop's config), each pointed at a gateway's `/mcp`.
+    McpClients,
     /// The log reader's error messages, produced.
     LogErrors,
     /// The console, as drawn.
@@ -118,6 +121,7 @@ fn kind(s: &Snippet) -> Option<Kind> {
         "python" => Kind::Python,
         "toml" if t.starts_with("name = ") => Kind::Scenario,
         "toml" => Kind::Config,
+        "json" if t.contains("\"mcpServers\"") => Kind::McpClients,
         "json" => Kind::LogLines,
         "text" if t.contains(".jsonl:") => Kind::LogErrors,
         "" if t.starts_with("fusebox  DEMO") => Kind::Screen,
@@ -616,12 +620,69 @@ fn the_default_config_example_checks() {
     assert!(c.status.success(), "{}", String::from_utf8_lossy(&c.stderr));
 }
 
+/// A gateway in front of the stdio orders server (`cargo test` builds the
+/// example), as the README's MCP clients expect one.
+fn serve_with_mcp() -> Serve {
+    let orders = PathBuf::from(env!("CARGO_BIN_EXE_fusebox"))
+        .parent()
+        .unwrap()
+        .join("examples")
+        .join("mcp_stdio_orders");
+    let cfg = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("docs-mcp.toml");
+    std::fs::write(
+        &cfg,
+        format!("[mcp.orders]\ncommand = [{:?}]\n", orders.display().to_string()),
+    )
+    .unwrap();
+    Serve::start_with(&["--config", cfg.to_str().unwrap()])
+}
+
+/// Every MCP client config of the README names a gateway's `/mcp`, and an
+/// MCP session opens there (Claude's own clients are not on this machine).
+#[test]
+fn the_mcp_client_configs_reach_the_gateway_s_mcp() {
+    let serve = serve_with_mcp();
+    for s in of(Kind::McpClients) {
+        let v: serde_json::Value = serde_json::from_str(&s.text).unwrap_or_else(|e| panic!("{}: {e}", s.at));
+        let servers = v["mcpServers"]
+            .as_object()
+            .unwrap_or_else(|| panic!("{}: no mcpServers", s.at));
+        for (name, server) in servers {
+            let url = server["url"]
+                .as_str()
+                .or_else(|| {
+                    server["args"]
+                        .as_array()?
+                        .iter()
+                        .filter_map(|a| a.as_str())
+                        .find(|a| a.starts_with("http"))
+                })
+                .unwrap_or_else(|| panic!("{}: {name} names no URL", s.at));
+            assert_eq!(url, "http://127.0.0.1:8787/mcp", "{}: {name}", s.at);
+            let init = serde_json::json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+                "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": name, "version": "1"}}});
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            let status = rt.block_on(async {
+                let url = url.replace("http://127.0.0.1:8787", &serve.base);
+                let r = reqwest::Client::new()
+                    .post(url)
+                    .header("accept", "application/json, text/event-stream");
+                r.json(&init).send().await.map(|r| r.status().as_u16())
+            });
+            assert_eq!(status.ok(), Some(200), "{}: {name}", s.at);
+        }
+    }
+}
+
 /// Every Python client of the README against a gateway (its port for
 /// 8787), with the SDKs installed (`FUSEBOX_SDK_PYTHON`, as `tests/sdk/`).
 #[test]
 fn the_python_recipes_run_against_the_gateway() {
     let Some(python) = crate::sdk::python() else { return };
-    let serve = Serve::start();
+    let serve = serve_with_mcp();
     for s in of(Kind::Python) {
         let code = s.text.replace("http://127.0.0.1:8787", &serve.base);
         let o = Command::new(&python).args(["-c", &code]).output().unwrap();

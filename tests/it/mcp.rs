@@ -14,8 +14,9 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
-/// The status of an MCP `initialize` sent to `url` as if to `host`.
-async fn initialize_as(url: &str, host: &str, key: Option<&str>) -> u16 {
+/// The status of an MCP `initialize` sent to `url` as if to `host`, and
+/// the session it opened.
+async fn initialize_as(url: &str, host: &str, key: Option<&str>) -> (u16, Option<String>) {
     let body = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
         "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}});
     let mut r = reqwest::Client::new()
@@ -26,7 +27,13 @@ async fn initialize_as(url: &str, host: &str, key: Option<&str>) -> u16 {
     if let Some(k) = key {
         r = r.bearer_auth(k);
     }
-    r.send().await.unwrap().status().as_u16()
+    let r = r.send().await.unwrap();
+    let session = r
+        .headers()
+        .get("mcp-session-id")
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_string);
+    (r.status().as_u16(), session)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -37,8 +44,17 @@ async fn tools_pass_through_and_a_failing_one_is_cut_off() {
     let direct = client(&url).await;
     let through = client(&base).await;
     // Unguarded (loopback development), only a loopback Host is answered.
-    assert_eq!(initialize_as(&base, "127.0.0.1", None).await, 200);
-    assert_eq!(initialize_as(&base, "rebound.example", None).await, 403);
+    let (status, session) = initialize_as(&base, "127.0.0.1", None).await;
+    assert_eq!(status, 200);
+    assert_eq!(initialize_as(&base, "rebound.example", None).await.0, 403);
+    // A client ending its session is answered 204, as MCP clients expect.
+    let ended = reqwest::Client::new()
+        .delete(&base)
+        .header("mcp-session-id", session.unwrap())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(ended.status().as_u16(), 204);
     assert_eq!(
         through.list_all_tools().await.unwrap(),
         direct.list_all_tools().await.unwrap(),
@@ -156,10 +172,12 @@ async fn operators_command_mcp_tools_and_a_breaker_recovers() {
     let through = ().serve(transport).await.expect("a session with the key");
     // Behind keys, whatever host a load balancer forwards it as; not without one.
     assert_eq!(
-        initialize_as(&base, "gateway.example", Some("sk-team-01234567")).await,
+        initialize_as(&base, "gateway.example", Some("sk-team-01234567"))
+            .await
+            .0,
         200
     );
-    assert_eq!(initialize_as(&base, "gateway.example", None).await, 401);
+    assert_eq!(initialize_as(&base, "gateway.example", None).await.0, 401);
     let mut events = runner.events().subscribe();
     let ask = || call("get_order", json!({"order_id": "7"}));
     assert_ne!(through.call_tool(ask()).await.unwrap().is_error, Some(true));

@@ -177,9 +177,21 @@ impl Serve {
 
     /// Starts it listening on `listen`.
     pub fn start_on(listen: &str) -> Self {
+        Self::start_with(&["--listen", listen])
+    }
+
+    /// Starts it with `args` (`--listen 127.0.0.1:0` unless they say).
+    pub fn start_with(args: &[&str]) -> Self {
         use std::io::BufRead;
+        let listen = if args.contains(&"--listen") {
+            &[][..]
+        } else {
+            &["--listen", "127.0.0.1:0"][..]
+        };
         let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_fusebox"))
-            .args(["serve", "--headless", "--listen", listen])
+            .args(["serve", "--headless"])
+            .args(listen)
+            .args(args)
             .stdout(std::process::Stdio::null())
             .stderr(std::process::Stdio::piped())
             .spawn()
