@@ -1,14 +1,21 @@
 //! What the MCP proxy adds to a tool call: the same `tools/call` made
 //! straight to an MCP server and through fusebox's `/mcp` in front of it,
 //! in alternating rounds from one client session each, and the p50 and
-//! p99 of each. The server (an `rmcp` server answering at once) and the
-//! clients run in this process; the gateway is `fusebox serve --headless`
-//! (the release binary, `--threads 1` by default) as its own process,
-//! all on loopback.
+//! p99 of each. The server (an `rmcp` server answering at once) is a
+//! process of its own, as an MCP server is (this example run with
+//! `--upstream`; `--same-process` keeps it in the clients' process and
+//! thread instead, which spares the direct calls every wake-up of another
+//! process); the clients run in this process; the gateway is `fusebox
+//! serve --headless` (the release binary, `--threads 1` by default) as
+//! its own process, all on loopback.
 //!
-//! Run: `cargo build --release && cargo run --release --example
-//! mcp_overhead` (`--calls 2000 --rounds 5 --threads 1 --fusebox
-//! target/release/fusebox`).
+//! With `--bare`, the same calls also go through a bare `rmcp` proxy
+//! (`examples/mcp_bare_proxy.rs`, its own process too): the floor any
+//! proxy built on `rmcp` has on this machine.
+//!
+//! Run: `cargo build --release --examples --bins && cargo run --release
+//! --example mcp_overhead -- --bare target/release/examples/mcp_bare_proxy`
+//! (`--calls 2000 --rounds 5 --threads 1 --fusebox target/release/fusebox`).
 
 use clap::Parser;
 use rmcp::model::{
@@ -34,15 +41,34 @@ struct Args {
     /// The fusebox binary.
     #[arg(long, default_value = "target/release/fusebox")]
     fusebox: std::path::PathBuf,
+    /// Also through this bare `rmcp` proxy (`examples/mcp_bare_proxy.rs`),
+    /// the floor any `rmcp` proxy has on this machine.
+    #[arg(long)]
+    bare: Option<std::path::PathBuf>,
+    /// Keep the MCP server in this process, on the clients' thread.
+    #[arg(long)]
+    same_process: bool,
+    /// Be the MCP server only (what the harness starts).
+    #[arg(long)]
+    upstream: bool,
 }
 
-/// `fusebox serve`, killed on drop.
+/// A child process (`fusebox serve`, a proxy, the MCP server), killed on drop.
 struct Gateway(std::process::Child);
 
 impl Drop for Gateway {
     fn drop(&mut self) {
         let _ = self.0.kill();
     }
+}
+
+/// The bare proxy in front of the MCP server at `url`, and its `/mcp` URL.
+fn bare(program: &std::path::Path, url: &str) -> anyhow::Result<(Gateway, String)> {
+    let child = std::process::Command::new(program)
+        .arg(url)
+        .stderr(std::process::Stdio::piped())
+        .spawn()?;
+    first_url(child)
 }
 
 /// `fusebox serve` in front of the MCP server at `url`, and its `/mcp` URL.
@@ -54,10 +80,9 @@ fn gateway(
     url: &str,
     dir: &std::path::Path,
 ) -> anyhow::Result<(Gateway, String)> {
-    use std::io::BufRead;
     let config = dir.join("mcp.toml");
     std::fs::write(&config, format!("[mcp.orders]\nurl = \"{url}\"\n"))?;
-    let mut child = std::process::Command::new(fusebox)
+    let child = std::process::Command::new(fusebox)
         .args(["serve", "--headless", "--listen", "127.0.0.1:0", "--threads"])
         .arg(threads.to_string())
         .arg("--config")
@@ -66,6 +91,13 @@ fn gateway(
         .arg(dir)
         .stderr(std::process::Stdio::piped())
         .spawn()?;
+    let (gw, base) = first_url(child)?;
+    Ok((gw, format!("{}/mcp", base.trim_end_matches("/v1"))))
+}
+
+/// The child, and the first `http://…` its stderr says.
+fn first_url(mut child: std::process::Child) -> anyhow::Result<(Gateway, String)> {
+    use std::io::BufRead;
     let stderr = child.stderr.take().ok_or_else(|| anyhow::anyhow!("no stderr"))?;
     let gw = Gateway(child);
     let mut first = String::new();
@@ -73,13 +105,12 @@ fn gateway(
     lines.read_line(&mut first)?;
     // Keep reading what it says, as a terminal would.
     std::thread::spawn(move || std::io::copy(&mut lines, &mut std::io::sink()));
-    let base = first
+    let url = first
         .split_whitespace()
         .find(|w| w.starts_with("http://"))
         .ok_or_else(|| anyhow::anyhow!("no address in `{first}`"))?
-        .trim_end_matches("/v1")
         .to_string();
-    Ok((gw, format!("{base}/mcp")))
+    Ok((gw, url))
 }
 
 #[derive(Clone)]
@@ -114,6 +145,19 @@ impl ServerHandler for Echo {
     }
 }
 
+/// The MCP server on loopback: its `/mcp` URL and the future serving it.
+async fn upstream() -> anyhow::Result<(String, tokio::task::JoinHandle<std::io::Result<()>>)> {
+    let svc = rmcp::transport::streamable_http_server::StreamableHttpService::new(
+        || Ok(Echo),
+        Arc::new(rmcp::transport::streamable_http_server::session::local::LocalSessionManager::default()),
+        Default::default(),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let url = format!("http://{}/mcp", listener.local_addr()?);
+    let app = axum::Router::new().nest_service("/mcp", svc);
+    Ok((url, tokio::spawn(async move { axum::serve(listener, app).await })))
+}
+
 /// The p50 and p99 (µs) of `calls` calls through `client`.
 async fn round(client: &rmcp::service::RunningService<rmcp::service::RoleClient, ()>, calls: usize) -> (f64, f64) {
     let mut took = Vec::with_capacity(calls);
@@ -139,14 +183,21 @@ async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     // The MCP clients' HTTP client takes the process's TLS provider.
     let _ = rustls::crypto::ring::default_provider().install_default();
-    let svc = rmcp::transport::streamable_http_server::StreamableHttpService::new(
-        || Ok(Echo),
-        Arc::new(rmcp::transport::streamable_http_server::session::local::LocalSessionManager::default()),
-        Default::default(),
-    );
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
-    let url = format!("http://{}/mcp", listener.local_addr()?);
-    tokio::spawn(async move { axum::serve(listener, axum::Router::new().nest_service("/mcp", svc)).await });
+    // The MCP server, and its process when it has one of its own.
+    let (url, _upstream_process) = if args.upstream {
+        let (url, server) = upstream().await?;
+        eprintln!("mcp_overhead upstream: {url}");
+        return Ok(server.await??);
+    } else if args.same_process {
+        (upstream().await?.0, None)
+    } else {
+        let child = std::process::Command::new(std::env::current_exe()?)
+            .arg("--upstream")
+            .stderr(std::process::Stdio::piped())
+            .spawn()?;
+        let (gw, url) = first_url(child)?;
+        (url, Some(gw))
+    };
 
     let dir = tempfile::tempdir()?;
     let (fusebox, threads, at, path) = (
@@ -156,37 +207,62 @@ async fn main() -> anyhow::Result<()> {
         dir.path().to_path_buf(),
     );
     let (_gateway, proxied_url) = tokio::task::spawn_blocking(move || gateway(&fusebox, threads, &at, &path)).await??;
+    let bare_proxy = match &args.bare {
+        Some(program) => {
+            let (program, at) = (program.clone(), url.clone());
+            Some(tokio::task::spawn_blocking(move || bare(&program, &at)).await??)
+        }
+        None => None,
+    };
 
     let connect =
         |u: String| async move { ().serve(rmcp::transport::StreamableHttpClientTransport::from_uri(u)).await };
     let direct = connect(url).await?;
     let proxied = connect(proxied_url).await?;
-    // Warm both paths.
+    let bare_client = match &bare_proxy {
+        Some((_, u)) => Some(connect(u.clone()).await?),
+        None => None,
+    };
+    // Warm every path.
     round(&direct, 200).await;
     round(&proxied, 200).await;
-    let (mut d50, mut p50, mut d99, mut p99, mut diff) = (vec![], vec![], vec![], vec![], vec![]);
+    if let Some(b) = &bare_client {
+        round(b, 200).await;
+    }
+    // Per round: p50 and p99 of direct, fusebox, bare.
+    let mut rounds: Vec<[(f64, f64); 3]> = Vec::new();
     for r in 0..args.rounds {
         let d = round(&direct, args.calls).await;
         let p = round(&proxied, args.calls).await;
+        let b = match &bare_client {
+            Some(b) => round(b, args.calls).await,
+            None => (f64::NAN, f64::NAN),
+        };
         println!(
-            "round {r}: direct p50 {:.0} µs p99 {:.0} µs · proxied p50 {:.0} µs p99 {:.0} µs",
-            d.0, d.1, p.0, p.1
+            "round {r}: direct p50 {:.0} µs p99 {:.0} µs · fusebox p50 {:.0} µs p99 {:.0} µs · bare rmcp proxy p50 {:.0} µs p99 {:.0} µs",
+            d.0, d.1, p.0, p.1, b.0, b.1
         );
-        d50.push(d.0);
-        d99.push(d.1);
-        p50.push(p.0);
-        p99.push(p.1);
-        diff.push(p.0 - d.0);
+        rounds.push([d, p, b]);
     }
+    let med = |f: &dyn Fn(&[(f64, f64); 3]) -> f64| median(rounds.iter().map(f).collect());
     println!(
-        "median over {} rounds of {} calls: direct p50 {:.0} µs (p99 {:.0}), proxied p50 {:.0} µs (p99 {:.0}); the proxy adds {:.0} µs at p50",
+        "median over {} rounds of {} calls: direct p50 {:.0} µs (p99 {:.0}), fusebox p50 {:.0} µs (p99 {:.0}); fusebox adds {:.0} µs at p50",
         args.rounds,
         args.calls,
-        median(d50),
-        median(d99),
-        median(p50),
-        median(p99),
-        median(diff)
+        med(&|r| r[0].0),
+        med(&|r| r[0].1),
+        med(&|r| r[1].0),
+        med(&|r| r[1].1),
+        med(&|r| r[1].0 - r[0].0),
     );
+    if bare_client.is_some() {
+        println!(
+            "a bare rmcp proxy: p50 {:.0} µs (p99 {:.0}), adding {:.0} µs at p50; fusebox adds {:.0} µs at p50 over the bare proxy",
+            med(&|r| r[2].0),
+            med(&|r| r[2].1),
+            med(&|r| r[2].0 - r[0].0),
+            med(&|r| r[1].0 - r[2].0),
+        );
+    }
     Ok(())
 }

@@ -181,7 +181,7 @@ fn inline_spans(file: &str) -> Vec<(usize, String)> {
 }
 
 /// The example programs' options (`--help`).
-const EXAMPLES: [&str; 1] = ["gateway_overhead"];
+const EXAMPLES: [&str; 2] = ["gateway_overhead", "mcp_overhead"];
 
 fn example(name: &str) -> PathBuf {
     let bin = PathBuf::from(env!("CARGO_BIN_EXE_fusebox"));
@@ -959,6 +959,9 @@ fn check_of(cmd: &str) -> Option<Check> {
         }
         c if c.starts_with("cargo bench") => Elsewhere("criterion benchmarks, run by hand"),
         c if c.starts_with("cargo build --release && cargo run --release --example gateway_overhead")
+            || c.starts_with(
+                "cargo build --release --examples --bins && cargo run --release --example mcp_overhead",
+            )
             || c.starts_with("cargo run --release --example gateway_log")
             || c.starts_with("fusebox replay gw1m.jsonl") =>
         {
