@@ -145,6 +145,9 @@ impl ServerHandler for Echo {
     }
 }
 
+/// One round's p50 and p99 (µs): direct, through fusebox, through the bare proxy.
+type Round = [(f64, f64); 3];
+
 /// The MCP server on loopback: its `/mcp` URL and the future serving it.
 async fn upstream() -> anyhow::Result<(String, tokio::task::JoinHandle<std::io::Result<()>>)> {
     let svc = rmcp::transport::streamable_http_server::StreamableHttpService::new(
@@ -229,8 +232,7 @@ async fn main() -> anyhow::Result<()> {
     if let Some(b) = &bare_client {
         round(b, 200).await;
     }
-    // Per round: p50 and p99 of direct, fusebox, bare.
-    let mut rounds: Vec<[(f64, f64); 3]> = Vec::new();
+    let mut rounds: Vec<Round> = Vec::new();
     for r in 0..args.rounds {
         let d = round(&direct, args.calls).await;
         let p = round(&proxied, args.calls).await;
@@ -244,7 +246,7 @@ async fn main() -> anyhow::Result<()> {
         );
         rounds.push([d, p, b]);
     }
-    let med = |f: &dyn Fn(&[(f64, f64); 3]) -> f64| median(rounds.iter().map(f).collect());
+    let med = |f: &dyn Fn(&Round) -> f64| median(rounds.iter().map(f).collect());
     println!(
         "median over {} rounds of {} calls: direct p50 {:.0} µs (p99 {:.0}), fusebox p50 {:.0} µs (p99 {:.0}); fusebox adds {:.0} µs at p50",
         args.rounds,
