@@ -163,6 +163,16 @@ async fn upstream() -> anyhow::Result<(String, tokio::task::JoinHandle<std::io::
 
 /// The p50 and p99 (µs) of `calls` calls through `client`.
 async fn round(client: &rmcp::service::RunningService<rmcp::service::RoleClient, ()>, calls: usize) -> (f64, f64) {
+    answers(client, calls, false).await
+}
+
+/// The p50 and p99 (µs) of `calls` calls through `client`, each answered
+/// with `isError` or not, as `failing` says.
+async fn answers(
+    client: &rmcp::service::RunningService<rmcp::service::RoleClient, ()>,
+    calls: usize,
+    failing: bool,
+) -> (f64, f64) {
     let mut took = Vec::with_capacity(calls);
     for i in 0..calls {
         let mut p = CallToolRequestParams::new("get_order");
@@ -170,7 +180,7 @@ async fn round(client: &rmcp::service::RunningService<rmcp::service::RoleClient,
         let t = Instant::now();
         let r = client.call_tool(p).await.expect("a tool answer");
         took.push(t.elapsed().as_secs_f64() * 1e6);
-        assert_ne!(r.is_error, Some(true), "the call failed: {r:?}");
+        assert_eq!(r.is_error == Some(true), failing, "unexpected answer: {r:?}");
     }
     took.sort_by(f64::total_cmp);
     (took[calls / 2], took[calls * 99 / 100])
@@ -221,7 +231,7 @@ async fn main() -> anyhow::Result<()> {
     let connect =
         |u: String| async move { ().serve(rmcp::transport::StreamableHttpClientTransport::from_uri(u)).await };
     let direct = connect(url).await?;
-    let proxied = connect(proxied_url).await?;
+    let proxied = connect(proxied_url.clone()).await?;
     let bare_client = match &bare_proxy {
         Some((_, u)) => Some(connect(u.clone()).await?),
         None => None,
@@ -266,5 +276,16 @@ async fn main() -> anyhow::Result<()> {
             med(&|r| r[1].0 - r[2].0),
         );
     }
+    // The breaker forced open: every call is answered by fusebox at once,
+    // `isError` with when to retry, and never reaches the server.
+    let commands = proxied_url.replace("/mcp", "/_fusebox/commands");
+    let body = serde_json::json!({"action": "force_open", "target": "tool:get_order"});
+    let applied = reqwest::Client::new().post(commands).json(&body).send().await?;
+    anyhow::ensure!(applied.status().is_success(), "force_open: {}", applied.status());
+    let open = answers(&proxied, args.calls, true).await;
+    println!(
+        "breaker open: the unavailable answer in p50 {:.0} µs (p99 {:.0}) through fusebox, no server call",
+        open.0, open.1
+    );
     Ok(())
 }

@@ -146,7 +146,8 @@ impl ReplayArgs {
 /// recorded fleet, or the configured providers (`live`). The tools a
 /// recording gateway found on its MCP servers (its `header`) are added as
 /// it had them; a `[tools.NAME]` of `cfg` sets one's breaker, pool and
-/// the rest, as it did for the gateway, but its schema stays the server's.
+/// the rest, as it did for the gateway, but its schema stays the server's
+/// (the built-in tools, the demo's, set none).
 pub fn replay_runner(
     mut cfg: Config,
     header: Option<&crate::traffic::log::Header>,
@@ -155,11 +156,18 @@ pub fn replay_runner(
     recorded: bool,
     clock: Clock,
 ) -> Result<(Arc<Runner>, Option<Arc<RecordedFleet>>)> {
+    let own = cfg.has_own_tools();
     for (name, found) in header.map(|h| h.tools.clone()).unwrap_or_default() {
-        let t = cfg.tools.entry(name).or_insert_with(|| found.clone());
-        t.schema = found.schema;
-        if t.description.is_empty() {
-            t.description = found.description;
+        match cfg.tools.get_mut(&name).filter(|_| own) {
+            Some(t) => {
+                t.schema = found.schema;
+                if t.description.is_empty() {
+                    t.description = found.description;
+                }
+            }
+            None => {
+                cfg.tools.insert(name, found);
+            }
         }
     }
     let (mut parts, fleet) = if recorded {

@@ -49,6 +49,23 @@ fn tool(critical: bool, idempotent: bool, cache_ttl_s: u64, schema: &str, descri
     }
 }
 
+/// The built-in tools: the demo's mock tools.
+pub(super) fn tools() -> BTreeMap<String, ToolConfig> {
+    let order = "type = \"object\"\nrequired = [\"order_id\"]\n[properties.order_id]\ntype = \"string\"";
+    BTreeMap::from([
+        ("get_order".to_string(), tool(true, true, 600, order, "Fetch an order by id")),
+        ("lookup_shipping".to_string(), tool(false, true, 300, order, "Shipping status of an order")),
+        (
+            "search_docs".to_string(),
+            tool(false, true, 3_600, "type = \"object\"\nrequired = [\"query\"]\n[properties.query]\ntype = \"string\"", "Search the help centre"),
+        ),
+        (
+            "send_notification".to_string(),
+            tool(false, false, 0, "type = \"object\"\nrequired = [\"user_id\", \"message\"]\n[properties.user_id]\ntype = \"string\"\n[properties.message]\ntype = \"string\"", "Notify the user"),
+        ),
+    ])
+}
+
 impl Default for Config {
     fn default() -> Self {
         let providers = BTreeMap::from([
@@ -79,19 +96,7 @@ impl Default for Config {
                 stream_resume: false,
             },
         )]);
-        let order = "type = \"object\"\nrequired = [\"order_id\"]\n[properties.order_id]\ntype = \"string\"";
-        let tools = BTreeMap::from([
-            ("get_order".to_string(), tool(true, true, 600, order, "Fetch an order by id")),
-            ("lookup_shipping".to_string(), tool(false, true, 300, order, "Shipping status of an order")),
-            (
-                "search_docs".to_string(),
-                tool(false, true, 3_600, "type = \"object\"\nrequired = [\"query\"]\n[properties.query]\ntype = \"string\"", "Search the help centre"),
-            ),
-            (
-                "send_notification".to_string(),
-                tool(false, false, 0, "type = \"object\"\nrequired = [\"user_id\", \"message\"]\n[properties.user_id]\ntype = \"string\"\n[properties.message]\ntype = \"string\"", "Notify the user"),
-            ),
-        ]);
+        let tools = tools();
         Self {
             providers,
             models,

@@ -177,6 +177,12 @@ impl Config {
         self.over_http(|url| !is_loopback(url))
     }
 
+    /// Whether the tools are the config's own, not the built-in ones (the
+    /// demo's mock tools), which a gateway's MCP tools do not take.
+    pub fn has_own_tools(&self) -> bool {
+        self.tools != defaults::tools()
+    }
+
     fn over_http(&self, keep: impl Fn(&str) -> bool) -> Vec<String> {
         let providers = self
             .providers

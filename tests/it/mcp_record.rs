@@ -204,3 +204,60 @@ async fn an_mcp_session_s_calls_count_against_its_quotas() {
         "the refused call never reached the server"
     );
 }
+
+/// `fusebox serve` in front of the stdio orders server with a config that
+/// names no tools: its tools take the `[tools.NAME]` defaults, not the
+/// demo's built-in ones (whose get_order keeps answers 600 s), and the
+/// gateway has no breaker of the demo's tools.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gateway_s_mcp_tools_do_not_take_the_demo_s_settings() {
+    let orders = std::path::PathBuf::from(env!("CARGO_BIN_EXE_fusebox"))
+        .parent()
+        .unwrap()
+        .join("examples")
+        .join("mcp_stdio_orders");
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("fb.toml");
+    std::fs::write(
+        &cfg,
+        format!("[mcp.orders]\ncommand = [{:?}]\n", orders.display().to_string()),
+    )
+    .unwrap();
+    let serve =
+        tokio::task::spawn_blocking(move || crate::common::Serve::start_with(&["--config", cfg.to_str().unwrap()]))
+            .await
+            .unwrap();
+    let through = client(&format!("{}/mcp", serve.base)).await;
+    let ask = || call("get_order", json!({"order_id": "A-1"}));
+    assert_eq!(through.call_tool(ask()).await.unwrap().is_error, Some(false));
+    let http = reqwest::Client::new();
+    let forced = http
+        .post(format!("{}/_fusebox/commands", serve.base))
+        .json(&json!({"action": "force_open", "target": "tool:get_order"}))
+        .send()
+        .await
+        .unwrap();
+    assert!(forced.status().is_success());
+    // No cache by default: unavailable, not the last answer.
+    let r = through.call_tool(ask()).await.unwrap();
+    assert!(text(&r).contains("get_order is unavailable (breaker open"), "{r:?}");
+    let snapshot: Value = http
+        .get(format!("{}/_fusebox/snapshot", serve.base))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let tools: Vec<&str> = snapshot["breakers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|b| b["target"].as_str().filter(|t| t.starts_with("tool:")))
+        .collect();
+    assert_eq!(tools.len(), 2, "{tools:?}");
+    assert!(
+        tools.contains(&"tool:get_order") && tools.contains(&"tool:crash"),
+        "{tools:?}"
+    );
+}

@@ -101,6 +101,9 @@ pub async fn upstream(state: Arc<Orders>) -> String {
 
 /// A client of the MCP server at `url`.
 pub async fn client(url: &str) -> RunningService<RoleClient, ()> {
+    // Its HTTP client takes the process's TLS provider (fusebox installs
+    // one when it connects to MCP servers; a test may not have yet).
+    let _ = rustls::crypto::ring::default_provider().install_default();
     let transport = rmcp::transport::StreamableHttpClientTransport::from_uri(url.to_string());
     ().serve(transport).await.expect("an MCP session")
 }
