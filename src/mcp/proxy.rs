@@ -12,7 +12,7 @@ use crate::target::Target;
 use crate::telemetry::events::EventKind;
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, ErrorData, ListToolsResult,
-    PaginatedRequestParams, ServerCapabilities, ServerConfig,
+    PaginatedRequestParams, ResultType, ServerCapabilities, ServerConfig,
 };
 use rmcp::service::{RequestContext, RoleServer};
 use rmcp::ServerHandler;
@@ -106,7 +106,20 @@ fn stale(answer: &str, age_ms: u64, why: &str) -> Option<CallToolResult> {
     let m = meta.as_object_mut()?;
     m.insert("fusebox/stale_ms".into(), age_ms.into());
     m.insert("fusebox/why".into(), why.into());
-    serde_json::from_value(v).ok()
+    serde_json::from_value(v).ok().map(complete)
+}
+
+/// A server's answer (a `CallToolResult` as JSON), to pass on.
+fn relayed(answer: &str) -> Result<CallToolResult, serde_json::Error> {
+    serde_json::from_str(answer).map(complete)
+}
+
+/// `r` with its `resultType`, which the 2026-07-28 protocol requires and
+/// a server on an older one does not send (there, absent means
+/// `complete`); rmcp leaves it out again for a client on an older one.
+fn complete(mut r: CallToolResult) -> CallToolResult {
+    r.result_type.get_or_insert(ResultType::COMPLETE);
+    r
 }
 
 fn error_text(text: String) -> CallToolResult {
@@ -159,11 +172,11 @@ impl ServerHandler for Proxy {
         );
         let (end, _) = self.runner.tool(&req).await;
         let result = match end {
-            ToolEnd::Answer(json) => serde_json::from_str(&json).unwrap_or_else(|e| error_text(format!("{name}: {e}"))),
+            ToolEnd::Answer(json) => relayed(&json).unwrap_or_else(|e| error_text(format!("{name}: {e}"))),
             ToolEnd::Stale { answer, age, why } => stale(&answer, age.as_millis() as u64, &why.label())
                 .unwrap_or_else(|| error_text(self.unavailable(&name, &why))),
             ToolEnd::Unavailable(ToolFailure::Failed(_, Some(answer))) => {
-                serde_json::from_str(&answer).unwrap_or_else(|e| error_text(format!("{name}: {e}")))
+                relayed(&answer).unwrap_or_else(|e| error_text(format!("{name}: {e}")))
             }
             ToolEnd::Unavailable(why) => error_text(self.unavailable(&name, &why)),
             ToolEnd::Refused(why) => error_text(why),

@@ -2,7 +2,8 @@
 //! scripts in `tests/sdk/` (OpenAI: plain, streaming, tools, a tool loop;
 //! Anthropic: plain, streaming, a tool loop; the OpenAI Agents SDK running
 //! an agent with a function tool to completion in its Responses and chat
-//! completions modes) against `fusebox serve`'s routes over the mock fleet.
+//! completions modes) against `fusebox serve`'s routes over the mock fleet;
+//! the MCP SDK and an Agents SDK agent with MCP tools against its `/mcp`.
 //!
 //! The Python comes from FUSEBOX_SDK_PYTHON (`.ci/run` makes a venv with
 //! `tests/sdk/requirements.txt` and sets it); without it the test prints a
@@ -11,6 +12,7 @@
 use fusebox::clock::{Clock, Seed};
 use fusebox::config::Config;
 use fusebox::gateway::GatewayOptions;
+use fusebox::mcp::{McpTools, Upstreams};
 use fusebox::mockserver::MockServer;
 use fusebox::runner::{Runner, RunnerParts};
 use std::path::Path;
@@ -29,20 +31,63 @@ pub(crate) fn python() -> Option<String> {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_official_sdks_run_their_agents_through_the_gateway() {
-    let Some(python) = python() else { return };
+/// A gateway over the instant mock fleet, offering at `/mcp` the tools of
+/// `cfg`'s MCP servers; its root URL and the runner.
+async fn gateway(mut cfg: Config) -> (String, std::sync::Arc<Runner>) {
     let clock = Clock::system();
-    let cfg = Config::default();
     let mut parts = RunnerParts::mock(clock, Seed(11));
     let mock = MockServer::instant(Seed(11), parts.faults.clone());
     let mock_addr = mock.spawn("127.0.0.1:0").await.unwrap();
     parts.providers = fusebox::provider::http::build(&cfg, clock, Some(&format!("http://{mock_addr}"))).unwrap();
+    let mcp = if cfg.mcp.is_empty() {
+        None
+    } else {
+        let upstreams = Upstreams::connect(&cfg.mcp).await.unwrap();
+        cfg.tools = upstreams.tool_configs(&Default::default());
+        parts.tools = Some(std::sync::Arc::new(McpTools(upstreams.clone())));
+        Some(upstreams)
+    };
     let runner = Runner::new(cfg, parts).unwrap();
-    let addr = fusebox::gateway::spawn(runner.clone(), "127.0.0.1:0", GatewayOptions::default())
+    let opts = GatewayOptions {
+        mcp,
+        ..GatewayOptions::default()
+    };
+    let addr = fusebox::gateway::spawn(runner.clone(), "127.0.0.1:0", opts)
         .await
         .unwrap();
+    (format!("http://{addr}"), runner)
+}
+
+/// Runs `script` of `tests/sdk/` against the gateway at `base`; each of
+/// `checks` must print `ok CHECK`.
+async fn run_script(python: &str, script: &str, base: &str, checks: &[&str]) {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/sdk");
+    let (python, script_path, base) = (python.to_string(), dir.join(script), base.to_string());
+    let out = tokio::task::spawn_blocking(move || {
+        Command::new(&python)
+            .arg(script_path)
+            .env("FUSEBOX_BASE_URL", base)
+            .current_dir(&dir)
+            .output()
+            .unwrap_or_else(|e| panic!("cannot run {python}: {e}"))
+    })
+    .await
+    .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{script} failed:\n{stdout}\n{stderr}");
+    for c in checks {
+        assert!(
+            stdout.lines().any(|l| l == format!("ok {c}")),
+            "{script}: no `ok {c}` in\n{stdout}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_official_sdks_run_their_agents_through_the_gateway() {
+    let Some(python) = python() else { return };
+    let (base, runner) = gateway(Config::default()).await;
     for (script, checks) in [
         (
             "openai_sdk.py",
@@ -71,28 +116,34 @@ async fn the_official_sdks_run_their_agents_through_the_gateway() {
             ],
         ),
     ] {
-        let (python, dir) = (python.clone(), dir.clone());
-        let base = format!("http://{addr}");
-        let out = tokio::task::spawn_blocking(move || {
-            Command::new(&python)
-                .arg(dir.join(script))
-                .env("FUSEBOX_BASE_URL", base)
-                .current_dir(&dir)
-                .output()
-                .unwrap_or_else(|e| panic!("cannot run {python}: {e}"))
-        })
-        .await
-        .unwrap();
-        let stdout = String::from_utf8_lossy(&out.stdout);
-        let stderr = String::from_utf8_lossy(&out.stderr);
-        assert!(out.status.success(), "{script} failed:\n{stdout}\n{stderr}");
-        for c in checks {
-            assert!(
-                stdout.lines().any(|l| l == format!("ok {c}")),
-                "{script}: no `ok {c}` in\n{stdout}"
-            );
-        }
+        run_script(&python, script, &base, checks).await;
     }
     let [.., failed] = runner.by_level();
     assert_eq!(failed, 0, "every SDK call was answered");
+}
+
+/// The MCP Python SDK and an Agents SDK agent with MCP tools, through
+/// `/mcp` in front of the stdio orders server (`cargo test` builds it):
+/// every tool call answered, and no SDK warning (a session ends cleanly).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_mcp_sdks_run_an_agent_with_tools_behind_fusebox() {
+    let Some(python) = python() else { return };
+    let orders = Path::new(env!("CARGO_BIN_EXE_fusebox"))
+        .parent()
+        .unwrap()
+        .join("examples")
+        .join("mcp_stdio_orders");
+    let server = fusebox::config::mcp::McpServerConfig {
+        url: None,
+        command: vec![orders.to_string_lossy().into_owned()],
+    };
+    let cfg = Config {
+        mcp: [("orders".to_string(), server)].into(),
+        ..Config::default()
+    };
+    let (base, runner) = gateway(cfg).await;
+    let checks = ["mcp client session", "agents mcp server", "agent run with mcp"];
+    run_script(&python, "mcp_sdk.py", &base, &checks).await;
+    let [.., failed] = runner.by_level();
+    assert_eq!(failed, 0, "every call was answered");
 }
