@@ -110,6 +110,7 @@ fn breakers(known: &[(&str, &Snapshot)], counted: &[&Snapshot]) -> Vec<BreakerRo
         out.push(BreakerRow {
             breaker: window(&worst.breaker, &rows),
             stats,
+            pool: pools(&rows),
             instance: None,
             ..worst.clone()
         });
@@ -123,6 +124,19 @@ fn breakers(known: &[(&str, &Snapshot)], counted: &[&Snapshot]) -> Vec<BreakerRo
         }
     }
     out
+}
+
+/// A tool's pools on every instance, added up (None where none has one).
+fn pools(rows: &[&BreakerRow]) -> Option<crate::resilience::bulkhead::PoolView> {
+    rows.iter()
+        .filter_map(|r| r.pool)
+        .reduce(|a, b| crate::resilience::bulkhead::PoolView {
+            in_use: a.in_use + b.in_use,
+            size: a.size + b.size,
+            waiting: a.waiting + b.waiting,
+            queue: a.queue + b.queue,
+            refused: a.refused + b.refused,
+        })
 }
 
 /// The worst breaker's state and probes, over every instance's window:

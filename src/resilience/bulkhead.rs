@@ -24,8 +24,20 @@ pub struct Bulkhead {
     rejected: AtomicU64,
 }
 
-/// Live figures for views: (in use, size, waiting, rejected).
-pub type BulkheadView = (u32, u32, u32, u64);
+/// A pool's live figures.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct PoolView {
+    /// Slots taken.
+    pub in_use: u32,
+    /// Slots.
+    pub size: u32,
+    /// Calls waiting for a slot.
+    pub waiting: u32,
+    /// Room to wait.
+    pub queue: u32,
+    /// Calls refused since start (queue full, or waited too long).
+    pub refused: u64,
+}
 
 impl Bulkhead {
     /// A pool of `size` slots with room for `queue` waiters.
@@ -61,14 +73,15 @@ impl Bulkhead {
     }
 
     /// Live figures.
-    pub fn view(&self) -> BulkheadView {
+    pub fn view(&self) -> PoolView {
         let free = self.slots.available_permits() as u32;
-        (
-            self.size.saturating_sub(free),
-            self.size,
-            self.waiting.load(Ordering::Relaxed),
-            self.rejected.load(Ordering::Relaxed),
-        )
+        PoolView {
+            in_use: self.size.saturating_sub(free),
+            size: self.size,
+            waiting: self.waiting.load(Ordering::Relaxed),
+            queue: self.queue,
+            refused: self.rejected.load(Ordering::Relaxed),
+        }
     }
 }
 
@@ -90,6 +103,6 @@ mod tests {
         assert_eq!(waiter.await.unwrap(), Err(BulkheadFull::TimedOut));
         drop(held);
         assert!(b.enter(Duration::from_secs(1)).await.is_ok());
-        assert_eq!(b.view().3, 2);
+        assert_eq!(b.view().refused, 2);
     }
 }

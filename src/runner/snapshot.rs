@@ -16,11 +16,13 @@ impl Runner {
         let breakers = self
             .registry
             .iter()
-            .map(|t| BreakerRow {
+            .enumerate()
+            .map(|(i, t)| BreakerRow {
                 target: t.target.clone(),
                 config: t.config.clone(),
                 breaker: t.breaker.view(now),
                 stats: t.stats.view(),
+                pool: self.tools.iter().find(|s| s.target == i).map(|s| s.bulkhead.view()),
                 instance: None,
             })
             .collect();

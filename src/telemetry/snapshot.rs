@@ -21,6 +21,9 @@ pub struct BreakerRow {
     pub stats: StatsView,
     /// The breaker's settings.
     pub config: std::sync::Arc<crate::config::BreakerConfig>,
+    /// A tool's pool (its bulkhead).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pool: Option<crate::resilience::bulkhead::PoolView>,
     /// The instance the row is from, where a console watches several
     /// (None: this process, or the instances combined).
     #[serde(default, skip_serializing_if = "Option::is_none")]

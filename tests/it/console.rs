@@ -561,6 +561,7 @@ async fn enter_shows_the_selected_breaker_and_event_in_full() {
     assert!(frame.contains("latency, since start: p50"), "{frame}");
     assert!(frame.contains("opens at 5 failures in a row"), "its settings: {frame}");
     assert!(frame.contains("#30 gpt-4o 503 in 80 ms"), "its last calls: {frame}");
+    assert!(!frame.contains("pool "), "a model has no pool: {frame}");
     insta::assert_snapshot!("detail_breaker", frame);
     let esc = crossterm::event::KeyEvent::new(crossterm::event::KeyCode::Esc, crossterm::event::KeyModifiers::NONE);
     let enter = crossterm::event::KeyEvent::new(crossterm::event::KeyCode::Enter, crossterm::event::KeyModifiers::NONE);
@@ -590,4 +591,27 @@ async fn enter_shows_the_selected_breaker_and_event_in_full() {
     assert!(frame.contains("recent requests (newest first):"), "{frame}");
     assert!(!frame.contains("none seen yet"), "{who}'s requests are listed: {frame}");
     app.on_key(esc, &keys);
+}
+
+/// A tool's detail shows its pool: its size, what is in use and waiting,
+/// its room to wait and what it refused.
+#[tokio::test(start_paused = true)]
+async fn a_tool_s_detail_shows_its_pool() {
+    let (_runner, mut app) = incident(false).await;
+    let keys = KeyMap::defaults();
+    let enter = crossterm::event::KeyEvent::new(crossterm::event::KeyCode::Enter, crossterm::event::KeyModifiers::NONE);
+    app.on_key(key('1'), &keys);
+    app.on_key(key('/'), &keys);
+    for c in "tool:get_order".chars() {
+        app.on_key(key(c), &keys);
+    }
+    app.on_key(enter, &keys);
+    app.on_key(enter, &keys);
+    assert_eq!(app.overlay, Overlay::Detail);
+    let frame = text(&render(&app, 140, 45));
+    assert!(frame.contains(" tool:get_order "), "{frame}");
+    assert!(
+        frame.contains("pool 0/8 in use · 0 waiting (room for 32) · 0 refused since start"),
+        "{frame}"
+    );
 }

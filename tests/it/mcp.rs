@@ -107,7 +107,7 @@ async fn tools_pass_through_and_a_failing_one_is_cut_off() {
 async fn only_an_idempotent_tool_is_retried_and_a_pool_of_two_admits_two() {
     let state = Arc::new(Orders::default());
     let url = upstream(state.clone()).await;
-    let (base, _runner) = proxy(&url).await;
+    let (base, runner) = proxy(&url).await;
     let through = client(&base).await;
     state.down.store(true, Ordering::SeqCst);
     let r = through
@@ -134,6 +134,15 @@ async fn only_an_idempotent_tool_is_retried_and_a_pool_of_two_admits_two() {
         2,
         "the third never reached the upstream"
     );
+    // The console's row of the tool shows its pool.
+    let snapshot = runner.snapshot(0, 0);
+    let row = snapshot
+        .breakers
+        .iter()
+        .find(|b| b.target.to_string() == "tool:get_order")
+        .unwrap();
+    let pool = row.pool.expect("a tool's row has its pool");
+    assert_eq!((pool.in_use, pool.size, pool.queue, pool.refused), (0, 2, 0, 1));
     // Arguments the tool's schema refuses never reach it either.
     let r = through.call_tool(call("get_order", json!({"id": 5}))).await.unwrap();
     assert_eq!(r.is_error, Some(true));

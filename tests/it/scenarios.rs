@@ -48,7 +48,7 @@ async fn run(name: &str, minutes: u64, seed: u64) -> Run {
         );
     }
     for t in runner.tools() {
-        assert_eq!(t.bulkhead.view().0, 0, "{name}: tool {} pool drained", t.name);
+        assert_eq!(t.bulkhead.view().in_use, 0, "{name}: tool {} pool drained", t.name);
     }
     Run {
         runner,

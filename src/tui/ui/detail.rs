@@ -267,6 +267,12 @@ fn breaker(b: &BreakerRow, app: &App, lines: &mut Vec<Line<'static>>) {
         "calls {} · ok {} · failed {} (timeouts {}, semantic {}) · client errors {} · short-circuited {} · refused for capacity {} · retries {}",
         st.attempts, st.ok, st.failed, st.timeouts, st.semantic, st.client_errors, st.rejected_open, st.rejected_rate, st.retries
     )));
+    if let Some(p) = &b.pool {
+        lines.push(Line::from(format!(
+            "pool {}/{} in use · {} waiting (room for {}) · {} refused since start",
+            p.in_use, p.size, p.waiting, p.queue, p.refused
+        )));
+    }
     let c = &b.config;
     lines.push(Line::from(format!(
         "opens at {} failures in a row, or {} failing (or {} slow, over {} ms) of a {:?} window of {} once {} calls; cooldown {} ms ×{} up to {} ms; half-open ramp {:?} needing {} success",
