@@ -101,8 +101,8 @@ pub fn serve(mut args: ServeArgs) -> Result<()> {
     let mut cfg = load_config(args.config.as_ref())?;
     // A gateway calls no tools of its own (its agents run theirs), only
     // those of the MCP servers it stands in front of: the console and
-    // `/metrics` show only what it can call.
-    // The built-in tools are the demo's: they leave the servers' tools at the defaults.
+    // `/metrics` show only what it can call. The built-in tools are the
+    // demo's: they leave the servers' tools at the defaults.
     let own = cfg.has_own_tools();
     let configured = std::mem::take(&mut cfg.tools);
     let configured = if own { configured } else { Default::default() };

@@ -36,6 +36,30 @@ impl ToolFailure {
     }
 }
 
+/// The record of one call of a tool.
+fn attempt_of(
+    request_id: u64,
+    target: &crate::target::Target,
+    r: &Result<Arc<str>, crate::provider::ProviderError>,
+    latency: Duration,
+) -> Attempt {
+    let failed = r.as_ref().err();
+    Attempt {
+        status: Some(r.as_ref().map_or_else(|e| e.status.unwrap_or(0), |_| 200)).filter(|s| *s != 0),
+        transport: failed.and_then(|e| e.kind.transport()),
+        // A failure with neither (an `isError` answer, an MCP error) in words.
+        semantic_failure: failed
+            .filter(|e| e.status.is_none() && e.kind.transport().is_none())
+            .map(|e| match e.answer {
+                Some(_) => "isError answer".into(),
+                None => e.kind.label(None),
+            }),
+        latency_ms: latency.as_millis() as u64,
+        answer: r.as_ref().map_or_else(|e| e.answer.clone(), |a| Some(a.clone())),
+        ..Attempt::of(request_id, target.clone())
+    }
+}
+
 impl Runner {
     /// Whether a tool is critical for this request.
     pub fn is_critical(&self, tool: usize, extra: &[String]) -> bool {
@@ -92,23 +116,7 @@ impl Runner {
             let end = self.clock.now();
             let latency = end.saturating_duration_since(t0);
             t.stats.latency.record(latency.as_millis() as u64);
-            self.announce_attempt(|| {
-                let failed = r.as_ref().err();
-                Attempt {
-                    status: Some(r.as_ref().map_or_else(|e| e.status.unwrap_or(0), |_| 200)).filter(|s| *s != 0),
-                    transport: failed.and_then(|e| e.kind.transport()),
-                    // A failure with neither (an `isError` answer, an MCP error) in words.
-                    semantic_failure: failed
-                        .filter(|e| e.status.is_none() && e.kind.transport().is_none())
-                        .map(|e| match e.answer {
-                            Some(_) => "isError answer".into(),
-                            None => e.kind.label(None),
-                        }),
-                    latency_ms: latency.as_millis() as u64,
-                    answer: r.as_ref().map_or_else(|e| e.answer.clone(), |a| Some(a.clone())),
-                    ..Attempt::of(request_id, t.target.clone())
-                }
-            });
+            self.announce_attempt(|| attempt_of(request_id, &t.target, &r, latency));
             match r {
                 Ok(text) => {
                     t.breaker.record(
