@@ -219,7 +219,13 @@ impl Runner {
             .find(|m| m.role == Role::User)
             .map(|m| m.content.text())
             .unwrap_or_default();
-        ANSWER_KEYS.hash_one((&*req.route, &*q))
+        Self::answer_key_of(&req.route, &q)
+    }
+
+    /// The answer-cache key of a request on `route` whose last user message
+    /// is `question`.
+    pub fn answer_key_of(route: &str, question: &str) -> u64 {
+        ANSWER_KEYS.hash_one((route, question))
     }
 
     /// The tools the model is offered: those of the request this agent
