@@ -623,11 +623,7 @@ fn the_default_config_example_checks() {
 /// A gateway in front of the stdio orders server (`cargo test` builds the
 /// example), as the README's MCP clients expect one.
 fn serve_with_mcp() -> Serve {
-    let orders = PathBuf::from(env!("CARGO_BIN_EXE_fusebox"))
-        .parent()
-        .unwrap()
-        .join("examples")
-        .join("mcp_stdio_orders");
+    let orders = crate::common::mcp::stdio_orders();
     let cfg = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("docs-mcp.toml");
     std::fs::write(
         &cfg,

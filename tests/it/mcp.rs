@@ -5,7 +5,7 @@
 //! idempotent tool is retried; a pool of 2 admits 2 calls; a cached answer
 //! is served, marked stale, when the upstream is down.
 
-use crate::common::mcp::{call, client, proxy, proxy_with, serve_mcp, text, upstream, Orders};
+use crate::common::mcp::{call, client, proxy, proxy_with, serve_mcp, text, upstream, with_orders, Orders};
 use fusebox::config::{Config, ToolConfig};
 use fusebox::runner::Runner;
 use rmcp::ServiceExt;
@@ -255,16 +255,7 @@ async fn operators_command_mcp_tools_and_a_breaker_recovers() {
 /// and then a new process answers.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stdio_server_that_crashes_is_restarted() {
-    let bin = std::path::PathBuf::from(env!("CARGO_BIN_EXE_fusebox"));
-    let server = bin.parent().unwrap().join("examples").join("mcp_stdio_orders");
-    let orders = fusebox::config::mcp::McpServerConfig {
-        url: None,
-        command: vec![server.to_string_lossy().into_owned()],
-    };
-    let cfg = Config {
-        mcp: [("orders".to_string(), orders)].into(),
-        ..Config::default()
-    };
+    let cfg = with_orders(None, Config::default());
     // Calls fail while it restarts (not retried here, to see them); its
     // breaker, opened by them, probes again soon.
     let get_order = ToolConfig {

@@ -2,7 +2,7 @@
 //! an MCP session's quotas: a real `rmcp` server and client on loopback,
 //! the recorder in process, `fusebox replay` as a user runs it.
 
-use crate::common::mcp::{call, client, serve_mcp, text, upstream, Orders};
+use crate::common::mcp::{call, client, serve_mcp, stdio_orders, text, upstream, with_orders, Orders};
 use fusebox::config::{BreakerConfig, Config, ToolConfig};
 use fusebox::runner::Runner;
 use fusebox::traffic::log::writer::{Content, Fsync, RecordOptions, Recorder};
@@ -82,17 +82,7 @@ async fn a_recorded_mcp_session_replays_with_the_same_tool_outcomes() {
     let dir = tempfile::tempdir().unwrap();
     let state = Arc::new(Orders::default());
     let url = upstream(state.clone()).await;
-    let cfg = Config {
-        mcp: [(
-            "orders".to_string(),
-            fusebox::config::mcp::McpServerConfig {
-                url: Some(url),
-                command: Vec::new(),
-            },
-        )]
-        .into(),
-        ..Config::default()
-    };
+    let cfg = with_orders(Some(&url), Config::default());
     let (base, runner) = serve_mcp(cfg, [("get_order".to_string(), get_order())].into()).await;
     let (plain, full) = (dir.path().join("plain.jsonl"), dir.path().join("full.jsonl"));
     let recorders = [
@@ -163,17 +153,7 @@ async fn a_recorded_mcp_session_replays_with_the_same_tool_outcomes() {
 async fn an_mcp_session_s_calls_count_against_its_quotas() {
     let state = Arc::new(Orders::default());
     let url = upstream(state.clone()).await;
-    let mut cfg = Config {
-        mcp: [(
-            "orders".to_string(),
-            fusebox::config::mcp::McpServerConfig {
-                url: Some(url),
-                command: Vec::new(),
-            },
-        )]
-        .into(),
-        ..Config::default()
-    };
+    let mut cfg = with_orders(Some(&url), Config::default());
     cfg.sessions.max_concurrent = 1;
     let (base, _runner) = serve_mcp(cfg, Default::default()).await;
     let (one, other) = (client(&base).await, client(&base).await);
@@ -211,11 +191,7 @@ async fn an_mcp_session_s_calls_count_against_its_quotas() {
 /// gateway has no breaker of the demo's tools.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_gateway_s_mcp_tools_do_not_take_the_demo_s_settings() {
-    let orders = std::path::PathBuf::from(env!("CARGO_BIN_EXE_fusebox"))
-        .parent()
-        .unwrap()
-        .join("examples")
-        .join("mcp_stdio_orders");
+    let orders = stdio_orders();
     let dir = tempfile::tempdir().unwrap();
     let cfg = dir.path().join("fb.toml");
     std::fs::write(

@@ -128,19 +128,7 @@ async fn the_official_sdks_run_their_agents_through_the_gateway() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_mcp_sdks_run_an_agent_with_tools_behind_fusebox() {
     let Some(python) = python() else { return };
-    let orders = Path::new(env!("CARGO_BIN_EXE_fusebox"))
-        .parent()
-        .unwrap()
-        .join("examples")
-        .join("mcp_stdio_orders");
-    let server = fusebox::config::mcp::McpServerConfig {
-        url: None,
-        command: vec![orders.to_string_lossy().into_owned()],
-    };
-    let cfg = Config {
-        mcp: [("orders".to_string(), server)].into(),
-        ..Config::default()
-    };
+    let cfg = crate::common::mcp::with_orders(None, Config::default());
     let (base, runner) = gateway(cfg).await;
     let checks = ["mcp client session", "agents mcp server", "agent run with mcp"];
     run_script(&python, "mcp_sdk.py", &base, &checks).await;

@@ -131,14 +131,7 @@ pub async fn proxy(url: &str) -> (String, Arc<Runner>) {
 }
 
 pub async fn proxy_with(url: &str, base: Config) -> (String, Arc<Runner>) {
-    let orders = fusebox::config::mcp::McpServerConfig {
-        url: Some(url.into()),
-        command: Vec::new(),
-    };
-    let cfg = Config {
-        mcp: [("orders".to_string(), orders)].into(),
-        ..base
-    };
+    let cfg = with_orders(Some(url), base);
     let get_order = ToolConfig {
         pool: 2,
         queue: 0,
@@ -173,4 +166,30 @@ pub async fn serve_mcp(mut cfg: Config, configured: BTreeMap<String, ToolConfig>
         .await
         .unwrap();
     (format!("http://{addr}/mcp"), runner)
+}
+
+/// The stdio orders server (`examples/mcp_stdio_orders.rs`; `cargo test`
+/// builds it).
+pub fn stdio_orders() -> std::path::PathBuf {
+    std::path::PathBuf::from(env!("CARGO_BIN_EXE_fusebox"))
+        .parent()
+        .unwrap()
+        .join("examples")
+        .join("mcp_stdio_orders")
+}
+
+/// `base` with one MCP server, `orders`: at `url`, or else the stdio
+/// orders server.
+pub fn with_orders(url: Option<&str>, base: Config) -> Config {
+    let orders = fusebox::config::mcp::McpServerConfig {
+        url: url.map(str::to_string),
+        command: match url {
+            Some(_) => Vec::new(),
+            None => vec![stdio_orders().to_string_lossy().into_owned()],
+        },
+    };
+    Config {
+        mcp: [("orders".to_string(), orders)].into(),
+        ..base
+    }
 }
