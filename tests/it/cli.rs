@@ -298,6 +298,56 @@ fn a_recorded_demo_replays_to_the_same_levels() {
     assert_eq!(b["bad_lines"], 0);
 }
 
+/// The same demo recording twice: as fusebox wrote it (numeric ids) and
+/// with its ids renamed to strings as other systems write them (UUIDs,
+/// `chatcmpl-…`, `r2`).
+#[test]
+fn logs_with_string_ids_replay_as_the_same_log_with_numbers_does() {
+    let fixture = |f: &str| format!("{}/tests/fixtures/logs/{f}", env!("CARGO_MANIFEST_DIR"));
+    let (numeric, strings) = (fixture("demo_numeric_ids.jsonl"), fixture("demo_string_ids.jsonl"));
+    // The fixtures differ in their ids alone, renamed one to one.
+    let lines = |p: &str| -> Vec<serde_json::Value> {
+        let text = std::fs::read_to_string(p).unwrap();
+        text.lines().map(|l| serde_json::from_str(l).unwrap()).collect()
+    };
+    let mut renamed = std::collections::HashMap::new();
+    let (a, b) = (lines(&numeric), lines(&strings));
+    assert_eq!(a.len(), b.len());
+    for (mut x, mut y) in a.into_iter().zip(b) {
+        let field = match x["kind"].as_str() {
+            Some("request") => "id",
+            Some("attempt" | "outcome") => "request",
+            _ => {
+                assert_eq!(x, y);
+                continue;
+            }
+        };
+        let (n, s) = (x[field].take(), y[field].take());
+        assert!(n.is_u64() && s.is_string(), "{n} {s}");
+        assert_eq!(*renamed.entry(n.clone()).or_insert(s.clone()), s, "{n} renamed once");
+        assert_eq!(x, y);
+    }
+    let names: std::collections::HashSet<_> = renamed.values().collect();
+    assert_eq!(names.len(), renamed.len(), "no two ids renamed alike");
+    for kind in ["-", "chatcmpl-", "r"] {
+        assert!(names.iter().any(|s| s.as_str().unwrap().contains(kind)), "{kind}");
+    }
+
+    let dir = tempfile::tempdir().unwrap();
+    let summary = |log: &str, name: &str| -> serde_json::Value {
+        let out = dir.path().join(name);
+        let o = fusebox(&["replay", log, "--headless", "--summary-json", out.to_str().unwrap()]);
+        assert!(o.status.success(), "{log}: {}", stderr(&o));
+        let mut s: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(out).unwrap()).unwrap();
+        s.as_object_mut().unwrap().remove("wall_ms");
+        s
+    };
+    let (a, b) = (summary(&numeric, "a.json"), summary(&strings, "b.json"));
+    assert_eq!(a, b);
+    assert_eq!(a["requests"], 136);
+    assert_eq!(a["by_level"]["fallback"], 40, "the fixture holds an outage");
+}
+
 #[test]
 fn compare_shows_what_a_stricter_breaker_changes() {
     let dir = tempfile::tempdir().unwrap();

@@ -389,7 +389,7 @@ async fn replay_mode_shows_the_recorded_outcome_of_the_selected_request() {
     {
         kept.add(OutcomeRec {
             t_ms: 0,
-            request: id,
+            request: id.into(),
             level,
             chain: vec![chain.into()],
             quality: 1.0,

@@ -67,13 +67,13 @@ async fn a_recorded_scenario_reads_back_as_a_valid_log() {
                     q.messages.is_none() && q.content_hash.is_none(),
                     "no content by default"
                 );
-                per_request.entry(q.id).or_default().0 += 1;
+                per_request.entry(q.id.n()).or_default().0 += 1;
             }
             Record::Attempt(a) => {
                 assert!(a.headers.keys().all(|k| !k.contains("auth") && !k.contains("key")));
-                per_request.entry(a.request).or_default().1 += 1;
+                per_request.entry(a.request.n()).or_default().1 += 1;
             }
-            Record::Outcome(o) => per_request.entry(o.request).or_default().2 += 1,
+            Record::Outcome(o) => per_request.entry(o.request.n()).or_default().2 += 1,
             Record::Operator(op) => operators.push(op),
             _ => {}
         }

@@ -6,8 +6,8 @@ use fusebox::outcome::Level;
 use fusebox::provider::Message;
 use fusebox::target::Target;
 use fusebox::traffic::log::{
-    AttemptRec, Header, LogError, LogReader, OperatorRec, OutcomeRec, Record, RequestRec, TransitionRec, Transport,
-    MAX_LINE_BYTES, VERSION,
+    AttemptRec, Header, LogError, LogId, LogReader, OperatorRec, OutcomeRec, Record, RequestRec, TransitionRec,
+    Transport, MAX_LINE_BYTES, VERSION,
 };
 use proptest::prelude::*;
 use std::collections::BTreeMap;
@@ -37,7 +37,7 @@ fn strings(v: &[&str]) -> Vec<String> {
 fn request(t_ms: u64, id: u64, user: &str) -> RequestRec {
     RequestRec {
         t_ms,
-        id,
+        id: id.into(),
         user: user.into(),
         sub_user: None,
         session: format!("s-{id}").into(),
@@ -74,7 +74,7 @@ fn all_kinds_reads_every_kind_and_skips_unknown_ones() {
     let expected = vec![
         Record::Request(RequestRec {
             t_ms: 0,
-            id: 1,
+            id: 1.into(),
             user: "alice".into(),
             sub_user: None,
             session: "s-1".into(),
@@ -91,7 +91,7 @@ fn all_kinds_reads_every_kind_and_skips_unknown_ones() {
         }),
         Record::Attempt(AttemptRec {
             t_ms: 5,
-            request: 1,
+            request: 1.into(),
             target: "provider:openai".parse().unwrap(),
             model: Some("gpt-4o".into()),
             status: Some(429),
@@ -110,7 +110,7 @@ fn all_kinds_reads_every_kind_and_skips_unknown_ones() {
         }),
         Record::Attempt(AttemptRec {
             t_ms: 50,
-            request: 1,
+            request: 1.into(),
             target: "provider:anthropic".parse().unwrap(),
             model: Some("claude-haiku".into()),
             status: Some(200),
@@ -126,7 +126,7 @@ fn all_kinds_reads_every_kind_and_skips_unknown_ones() {
         }),
         Record::Attempt(AttemptRec {
             t_ms: 470,
-            request: 1,
+            request: 1.into(),
             target: "tool:search".parse().unwrap(),
             model: None,
             status: None,
@@ -149,7 +149,7 @@ fn all_kinds_reads_every_kind_and_skips_unknown_ones() {
         }),
         Record::Outcome(OutcomeRec {
             t_ms: 2480,
-            request: 1,
+            request: 1.into(),
             level: Level::Partial,
             chain: strings(&["gpt-4o ✗429", "claude-haiku ✓", "search ✗timeout"]),
             quality: 0.7,
@@ -172,7 +172,7 @@ fn all_kinds_reads_every_kind_and_skips_unknown_ones() {
         }),
         Record::Attempt(AttemptRec {
             t_ms: 3100,
-            request: 2,
+            request: 2.into(),
             target: "provider:anthropic".parse().unwrap(),
             model: Some("claude-haiku".into()),
             status: Some(200),
@@ -345,7 +345,7 @@ fn skip_bad_lines_skips_and_counts_them() {
         let ids: Vec<_> = recs
             .iter()
             .filter_map(|r| match r {
-                Record::Request(q) => Some(q.id),
+                Record::Request(q) => Some(q.id.n()),
                 _ => None,
             })
             .collect();
@@ -503,6 +503,21 @@ fn other_bad_lines_name_their_field() {
             "duplicate request id 1",
         ),
         (
+            r#"{"kind":"attempt","t_ms":1,"request":"1","target":"provider:m","status":200,"transport":null,"latency_ms":1,"input_tokens":1,"output_tokens":1}"#,
+            "request",
+            r#"unknown request "1" (no earlier request line)"#,
+        ),
+        (
+            r#"{"kind":"request","t_ms":1,"id":-3,"user":"a","session":"s","route":"r","prompt_tokens":1,"max_tokens":1,"tools":[]}"#,
+            "id",
+            "-3 is negative; an id is a string or a whole number",
+        ),
+        (
+            r#"{"kind":"outcome","t_ms":1,"request":{"id":1},"level":"none","chain":[],"quality":1,"tokens":0,"cost_usd":0,"missing":[]}"#,
+            "request",
+            "invalid type: map, expected a string or a whole number",
+        ),
+        (
             r#"{"kind":"transition","t_ms":1,"t_ms":2,"breaker":"b","from":"closed","to":"open","reason":"r"}"#,
             "t_ms",
             "duplicate field `t_ms` at column 36",
@@ -592,7 +607,7 @@ fn to_line_skips_empty_optionals_and_keeps_nullable_fields() {
     );
     let line = Record::Attempt(AttemptRec {
         t_ms: 4,
-        request: 1,
+        request: 1.into(),
         target: "tool:calc".parse().unwrap(),
         model: None,
         status: None,
@@ -656,6 +671,79 @@ fn exact_f64() -> impl Strategy<Value = f64> {
     (0u32..=1_000_000).prop_map(|n| f64::from(n) / 1000.0)
 }
 
+#[test]
+fn string_ids_are_kept_as_written_and_told_apart_from_numbers() {
+    let req = |id: &str| {
+        format!(
+            r#"{{"kind":"request","t_ms":1,"id":{id},"user":"a","session":"s","route":"r","prompt_tokens":1,"max_tokens":1,"tools":[]}}"#
+        )
+    };
+    let outcome = |id: &str| {
+        format!(
+            r#"{{"kind":"outcome","t_ms":2,"request":{id},"level":"none","chain":[],"quality":1.0,"tokens":0,"cost_usd":0.0,"missing":[]}}"#
+        )
+    };
+    let uuid = r#""3f2b0c7e-1d2a-4c55-9a8e-1b2c3d4e5f60""#;
+    let ids = [r#""r0""#, uuid, r#""chatcmpl-9xZ""#, r#""42""#, "42"];
+    let mut text = format!("{HDR}\n");
+    for id in ids {
+        text += &(req(id) + "\n");
+    }
+    for id in ids.iter().rev() {
+        text += &(outcome(id) + "\n");
+    }
+    let (_f, r) = read_text(&text, false);
+    let (_, recs) = r.unwrap();
+    let written: Vec<_> = recs
+        .iter()
+        .map(|r| match r {
+            Record::Request(q) => (q.id.to_string(), q.id.n()),
+            Record::Outcome(o) => (o.request.to_string(), o.request.n()),
+            other => panic!("{other:?}"),
+        })
+        .collect();
+    // A string runs under its request's place in the log, a number under its value.
+    let numbered: Vec<_> = ids
+        .iter()
+        .zip([1, 2, 3, 4, 42])
+        .map(|(id, n)| (id.to_string(), n))
+        .collect();
+    let mut both = numbered.clone();
+    both.extend(numbered.into_iter().rev());
+    assert_eq!(written, both, "each outcome finds its own request, as written");
+    let back: String = recs.iter().map(|r| r.to_line() + "\n").collect();
+    assert_eq!(back, text.split_once('\n').unwrap().1, "written back unchanged");
+
+    // Where that number is taken, a fresh one.
+    let (_f, r) = read_text(
+        &format!("{HDR}\n{}\n{}\n{}\n", req(r#""a""#), req("1"), outcome("1")),
+        false,
+    );
+    let from = fusebox::traffic::log::STRING_IDS_FROM;
+    let ns: Vec<_> = r
+        .unwrap()
+        .1
+        .iter()
+        .map(|r| match r {
+            Record::Request(q) => (q.id.to_string(), q.id.n()),
+            Record::Outcome(o) => (o.request.to_string(), o.request.n()),
+            other => panic!("{other:?}"),
+        })
+        .collect();
+    assert_eq!(ns, [("\"a\"".to_string(), 1), ("1".into(), from), ("1".into(), from)]);
+
+    let (_f, r) = read_text(&format!("{HDR}\n{}\n{}\n", req(uuid), req(uuid)), false);
+    assert_eq!(bad_line_of(r), (3, "id".into(), format!("duplicate request id {uuid}")));
+}
+
+/// Request ids as logs write them: numbers, and strings of any kind.
+fn arb_id() -> impl Strategy<Value = LogId> {
+    prop_oneof![
+        (0..fusebox::traffic::log::STRING_IDS_FROM).prop_map(LogId::from),
+        "[^\\p{C}]{1,40}".prop_map(LogId::text),
+    ]
+}
+
 fn arb_record() -> impl Strategy<Value = Record> {
     let header = (any::<u32>(), text(), any::<u64>()).prop_map(|(v, started_at, seed)| {
         Record::Header(Header {
@@ -666,7 +754,7 @@ fn arb_record() -> impl Strategy<Value = Record> {
         })
     });
     let request = (
-        (any::<u64>(), any::<u64>(), text(), text(), name()),
+        (any::<u64>(), arb_id(), text(), text(), name()),
         (any::<u32>(), any::<u32>(), prop::collection::vec(name(), 0..3)),
         (
             prop::collection::vec(name(), 0..2),
@@ -703,7 +791,7 @@ fn arb_record() -> impl Strategy<Value = Record> {
         Just(Transport::Truncated)
     ]);
     let attempt = (
-        (any::<u64>(), any::<u64>(), called(), prop::option::of(name())),
+        (any::<u64>(), arb_id(), called(), prop::option::of(name())),
         (
             any::<Option<u16>>(),
             transport,
@@ -738,7 +826,7 @@ fn arb_record() -> impl Strategy<Value = Record> {
             },
         );
     let outcome = (
-        (any::<u64>(), any::<u64>(), prop::sample::select(Level::ALL.to_vec())),
+        (any::<u64>(), arb_id(), prop::sample::select(Level::ALL.to_vec())),
         (
             prop::collection::vec(text(), 0..3),
             exact_f64(),
@@ -853,23 +941,27 @@ proptest! {
                 Record::Header(_) => continue,
                 Record::Request(r) => {
                     r.t_ms = t;
-                    r.id = id;
+                    r.id = if id.is_multiple_of(2) { id.into() } else { LogId::text(format!("r{id}")) };
                     r.prompt_tokens %= fusebox::traffic::log::MAX_TOKENS;
                     r.max_tokens %= fusebox::traffic::log::MAX_TOKENS;
                 }
-                Record::Attempt(a) => { a.t_ms = t; a.request = u64::MAX; a.target = format!("tool:x{}", a.target).parse().unwrap(); }
-                Record::Outcome(o) => { o.t_ms = t; o.request = u64::MAX; }
+                Record::Attempt(a) => { a.t_ms = t; a.request = LogId::text("seed-3f2b"); a.target = format!("tool:x{}", a.target).parse().unwrap(); }
+                Record::Outcome(o) => { o.t_ms = t; o.request = LogId::text("seed-3f2b"); }
                 Record::Transition(x) => x.t_ms = t,
                 Record::Operator(x) => x.t_ms = t,
             }
             t += i as u64;
             log.push(rec);
         }
-        log.insert(0, Record::Request(request(0, u64::MAX, "seed")));
+        let mut seed = request(0, 0, "seed");
+        seed.id = LogId::text("seed-3f2b");
+        log.insert(0, Record::Request(seed));
         let text: String = log.iter().map(|r| r.to_line() + "\n").collect();
         let (_f, r) = read_text(&text, false);
         let (reader, back) = r.unwrap();
-        prop_assert_eq!(back, log);
+        // Ids come back as written (string ids numbered for the run).
+        let lines = |recs: &[Record]| recs.iter().map(Record::to_line).collect::<Vec<_>>();
+        prop_assert_eq!(lines(&back), lines(&log));
         prop_assert_eq!(reader.bad_lines() + reader.unknown_kinds() + reader.torn_lines(), 0);
     }
 
@@ -942,9 +1034,9 @@ fn streams_200_000_requests() {
         let Record::Request(r) = rec else {
             panic!("not a request: {rec:?}");
         };
-        assert_eq!((r.id, r.t_ms, r.tools.len()), (count, count / 4, 1));
+        assert_eq!((r.id.n(), r.t_ms, r.tools.len()), (count, count / 4, 1));
         count += 1;
-        last_id = r.id;
+        last_id = r.id.n();
         last_t = r.t_ms;
     }
     assert_eq!((count, last_id, last_t), (N, N - 1, (N - 1) / 4));

@@ -35,7 +35,7 @@ pub fn gateway_log(n: u64, rps: u64, out: &mut impl Write) -> std::io::Result<()
         let user = format_compact!("user-{}", rng.u32(..20_000));
         let request = Record::Request(RequestRec {
             t_ms: t,
-            id,
+            id: id.into(),
             session: format_compact!("{user}/call-{id}"),
             user,
             sub_user: None,
@@ -55,7 +55,7 @@ pub fn gateway_log(n: u64, rps: u64, out: &mut impl Write) -> std::io::Result<()
         let end = t + latency;
         let attempt = Record::Attempt(AttemptRec {
             t_ms: end,
-            request: id,
+            request: id.into(),
             target: crate::target::Target::provider("openai"),
             model: Some("gpt-4o".into()),
             status: Some(200),
@@ -71,7 +71,7 @@ pub fn gateway_log(n: u64, rps: u64, out: &mut impl Write) -> std::io::Result<()
         });
         let outcome = Record::Outcome(OutcomeRec {
             t_ms: end,
-            request: id,
+            request: id.into(),
             level: Level::None,
             chain: vec!["gpt-4o ✓".into()],
             quality: 1.0,

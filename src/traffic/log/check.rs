@@ -3,7 +3,7 @@
 
 use super::error::{bad, Bad};
 use super::reader::Parsed;
-use super::{Key, Record, Transport};
+use super::{Key, LogId, Record, Transport};
 use crate::command::Command;
 use crate::outcome::Level;
 use crate::provider::Message;
@@ -155,7 +155,7 @@ fn check_header(o: &Map<String, Value>) -> Result<(), Bad> {
 
 fn check_request(o: &Map<String, Value>) -> Result<(), Bad> {
     req::<u64>(o, "t_ms")?;
-    req::<u64>(o, "id")?;
+    req::<LogId>(o, "id")?;
     req::<String>(o, "user")?;
     req::<String>(o, "session")?;
     req::<String>(o, "route")?;
@@ -172,7 +172,7 @@ fn check_request(o: &Map<String, Value>) -> Result<(), Bad> {
 
 fn check_attempt(o: &Map<String, Value>) -> Result<(), Bad> {
     req::<u64>(o, "t_ms")?;
-    req::<u64>(o, "request")?;
+    req::<LogId>(o, "request")?;
     req::<String>(o, "target")?;
     if let Some(Err(_)) = o["target"].as_str().map(str::parse::<Target>) {
         return Err(not_called(o["target"].as_str().unwrap_or_default()));
@@ -193,7 +193,7 @@ fn check_attempt(o: &Map<String, Value>) -> Result<(), Bad> {
 
 fn check_outcome(o: &Map<String, Value>) -> Result<(), Bad> {
     req::<u64>(o, "t_ms")?;
-    req::<u64>(o, "request")?;
+    req::<LogId>(o, "request")?;
     req::<Level>(o, "level")?;
     req::<Vec<String>>(o, "chain")?;
     req::<f64>(o, "quality")?;

@@ -1,6 +1,7 @@
 //! The records of the format, as written and read: one JSON object per
 //! line, its `kind` naming the record.
 
+pub use super::id::LogId;
 use crate::command::{Command, CommandError, Issuer};
 use crate::outcome::Level;
 use crate::provider::Message;
@@ -111,8 +112,8 @@ impl Header {
 pub struct RequestRec {
     /// Milliseconds since the start.
     pub t_ms: u64,
-    /// Request id, unique within the log.
-    pub id: u64,
+    /// Request id, unique within the log: a string or a number, as written.
+    pub id: LogId,
     /// User.
     pub user: CompactString,
     /// The sub-user a gateway caller named (reported, not billed).
@@ -177,7 +178,7 @@ pub struct AttemptRec {
     /// Milliseconds since the start.
     pub t_ms: u64,
     /// The request's id.
-    pub request: u64,
+    pub request: LogId,
     /// The provider or tool called.
     pub target: crate::target::Target,
     /// Model, for provider attempts.
@@ -217,7 +218,7 @@ pub struct OutcomeRec {
     /// Milliseconds since the start.
     pub t_ms: u64,
     /// The request's id.
-    pub request: u64,
+    pub request: LogId,
     /// Degradation level.
     pub level: Level,
     /// The path walked.

@@ -11,6 +11,8 @@
 mod check;
 mod error;
 mod format;
+mod id;
+mod ids;
 mod query;
 mod rate;
 mod reader;
@@ -19,6 +21,7 @@ pub mod writer;
 pub use check::{MAX_SPAN_MS, MAX_TOKENS};
 pub use error::LogError;
 pub use format::*;
+pub use id::STRING_IDS_FROM;
 pub use query::{has_attempts, length_ms};
 pub use rate::{rate_headers, recorded_rate};
 pub use reader::LogReader;

@@ -2,7 +2,8 @@
 
 use super::check::{diagnose, validate};
 use super::error::{bad, Bad};
-use super::{AttemptRec, Header, LogError, OutcomeRec, Record, MAX_LINE_BYTES, MAX_SPAN_MS, VERSION};
+use super::ids::Ids;
+use super::{AttemptRec, Header, LogError, LogId, OutcomeRec, Record, MAX_LINE_BYTES, MAX_SPAN_MS, VERSION};
 use crate::outcome::Level;
 use serde::de::DeserializeOwned;
 use serde::Deserialize;
@@ -12,6 +13,9 @@ use std::io::{self, BufRead, BufReader, Read as _};
 use std::path::{Path, PathBuf};
 
 /// What one non-blank line turned out to be.
+// Made and taken apart once per line: boxing the record would cost an
+// allocation per line for nothing.
+#[allow(clippy::large_enum_variant)]
 pub(super) enum Parsed {
     Record(Record),
     UnknownKind(String),
@@ -46,9 +50,8 @@ pub struct LogReader {
     /// record's `t_ms` (None until it is read). Records are returned with
     /// times since then; checks use the times as written.
     origin_ms: Option<u64>,
-    /// Request ids read so far: compressed, so sequential ids take a few
-    /// bytes per thousand and a lookup stays in cache.
-    seen_requests: roaring::RoaringTreemap,
+    /// Request ids read so far and the numbers they run under ([`Ids`]).
+    ids: Ids,
     bad_lines: u64,
     unknown_kinds: u64,
     torn_lines: u64,
@@ -136,7 +139,7 @@ impl LogReader {
             line_no: 0,
             last_t_ms: 0,
             origin_ms: None,
-            seen_requests: roaring::RoaringTreemap::new(),
+            ids: Ids::default(),
             bad_lines: 0,
             unknown_kinds: 0,
             torn_lines: 0,
@@ -252,7 +255,7 @@ impl LogReader {
                 Parsed::Record(Record::Header(h)) if segment_first && h.v == VERSION => continue,
                 Parsed::Record(mut rec) => match self.check(&rec, first) {
                     Ok(()) => {
-                        self.accept(&rec, first);
+                        self.accept(&mut rec, first);
                         let origin = *self.origin_ms.get_or_insert(rec.t_ms());
                         if origin > 0 {
                             rec.shift_back(origin);
@@ -316,7 +319,7 @@ impl LogReader {
         else {
             return false;
         };
-        if o.t_ms < self.last_t_ms || !self.seen_requests.contains(o.request) {
+        if o.t_ms < self.last_t_ms || self.ids.number_of(&o.request).is_none() {
             return false;
         }
         self.last_t_ms = o.t_ms;
@@ -354,11 +357,9 @@ impl LogReader {
             ));
         }
         match rec {
-            Record::Request(r) if self.seen_requests.contains(r.id) => {
-                Err(bad("id", format!("duplicate request id {}", r.id)))
-            }
+            Record::Request(r) if self.ids.is_read(&r.id) => Err(bad("id", format!("duplicate request id {}", r.id))),
             Record::Attempt(AttemptRec { request, .. }) | Record::Outcome(OutcomeRec { request, .. })
-                if !self.seen_requests.contains(*request) =>
+                if self.ids.number_of(request).is_none() =>
             {
                 Err(bad(
                     "request",
@@ -369,12 +370,16 @@ impl LogReader {
         }
     }
 
-    /// Updates the reader's state for an accepted record.
-    fn accept(&mut self, rec: &Record, first: bool) {
+    /// Updates the reader's state for an accepted record, and gives the
+    /// request id it names its number.
+    fn accept(&mut self, rec: &mut Record, first: bool) {
         match rec {
             Record::Header(h) if first => self.header = Some(h.clone()),
-            Record::Request(r) => {
-                self.seen_requests.insert(r.id);
+            Record::Request(r) => self.ids.read(&mut r.id),
+            Record::Attempt(AttemptRec { request, .. }) | Record::Outcome(OutcomeRec { request, .. }) => {
+                // Checked before: the request was read.
+                let n = self.ids.number_of(request).unwrap_or_default();
+                request.number(n);
             }
             _ => {}
         }
@@ -489,7 +494,7 @@ fn parse_record(line: &[u8]) -> Result<Record, serde_json::Error> {
 #[derive(Deserialize)]
 struct OutcomeCheck {
     t_ms: u64,
-    request: u64,
+    request: LogId,
     #[serde(rename = "level")]
     _level: Level,
     #[serde(rename = "chain")]

@@ -315,7 +315,7 @@ pub fn record_of(ev: &Event, t_ms: u64, content: Content, salt: &Salt) -> Option
             };
             Record::Request(RequestRec {
                 t_ms,
-                id: r.id,
+                id: r.id.into(),
                 user: r.user.clone(),
                 sub_user: r.sub_user.clone(),
                 session: r.session.clone(),
@@ -333,7 +333,7 @@ pub fn record_of(ev: &Event, t_ms: u64, content: Content, salt: &Salt) -> Option
         }
         EventKind::Attempt(a) => Record::Attempt(AttemptRec {
             t_ms,
-            request: a.request,
+            request: a.request.into(),
             target: a.target.clone(),
             model: a.model.as_deref().map(Into::into),
             status: a.status,
@@ -357,7 +357,7 @@ pub fn record_of(ev: &Event, t_ms: u64, content: Content, salt: &Salt) -> Option
         }),
         EventKind::Outcome(o) => Record::Outcome(OutcomeRec {
             t_ms,
-            request: o.request,
+            request: o.request.into(),
             level: o.level,
             chain: o.chain.clone(),
             quality: o.quality,

@@ -386,7 +386,7 @@ pub async fn replay(
                 }
                 Ahead::Outcome(o) => {
                     if opts.compare {
-                        out.levels.entry(o.request).or_default().0 = Some(o.level);
+                        out.levels.entry(o.request.n()).or_default().0 = Some(o.level);
                     }
                     if let Some(kept) = &opts.outcomes {
                         kept.add(*o);
@@ -466,7 +466,7 @@ async fn pause_until(
 fn split(state: &mut Reading, r: Record, line: u64, outcomes: bool, operator: bool) -> Split<Ahead, Box<RequestRec>> {
     match r {
         Record::Request(q) => {
-            state.unmade.push(q.id);
+            state.unmade.push(q.id.n());
             // Boxed: a request waits here for as long as the reader is
             // ahead, and a box (reused as soon as it is freed) is cheaper
             // to write than a place in a long queue.
@@ -476,7 +476,7 @@ fn split(state: &mut Reading, r: Record, line: u64, outcomes: bool, operator: bo
             Some(targets) => {
                 let a = Arc::new(a);
                 let target = targets.index(&a.target);
-                let late = match state.unmade.get_mut(a.request) {
+                let late = match state.unmade.get_mut(a.request.n()) {
                     Some(own) => {
                         own.push(a.clone());
                         false
@@ -496,7 +496,7 @@ fn split(state: &mut Reading, r: Record, line: u64, outcomes: bool, operator: bo
 /// A request's body, made on the reader's thread: the request, the
 /// attempts read with it, its answer-cache key and how it came in.
 fn make_body(state: &mut Reading, q: Box<RequestRec>) -> (AgentRequest, OwnAttempts, u64, Via) {
-    let own = state.unmade.take_next(q.id);
+    let own = state.unmade.take_next(q.id.n());
     let (recorded, via) = (q.answer_key, q.via);
     let req = agent_request(*q);
     let key = recorded.map_or_else(|| Runner::answer_key(&req), |k| k.0);

@@ -148,8 +148,8 @@ impl RecordedFleet {
         let mut f = self.inner.lock();
         let f = &mut *f;
         f.read_ms = t_ms;
-        if late && !f.ended.contains(attempt.request) {
-            f.own.entry(attempt.request).or_default().push(attempt.clone());
+        if late && !f.ended.contains(attempt.request.n()) {
+            f.own.entry(attempt.request.n()).or_default().push(attempt.clone());
         }
         f.recent[target].push_back((t_ms, attempt));
         f.prune(target, now_ms);
@@ -218,7 +218,7 @@ pub(super) mod tests {
     pub(in crate::traffic::replay) fn attempt(t_ms: u64, request: u64, status: u16) -> Arc<AttemptRec> {
         Arc::new(AttemptRec {
             t_ms,
-            request,
+            request: request.into(),
             target: p(),
             model: None,
             status: Some(status),

@@ -324,7 +324,7 @@ mod tests {
             log(3000),
             (),
             |_, r, _| match r {
-                Record::Request(q) if q.id % 2 == 0 => Split::Now(q.id),
+                Record::Request(q) if q.id.n() % 2 == 0 => Split::Now(q.id.n()),
                 _ => Split::Skip,
             },
             |_, ()| (),
@@ -345,8 +345,8 @@ mod tests {
             log(3000),
             0u64,
             |_, r, _| match r {
-                Record::Request(q) if q.id % 3 == 0 => Split::Later(q.id, q.id * 10),
-                Record::Request(q) => Split::Now(q.id),
+                Record::Request(q) if q.id.n() % 3 == 0 => Split::Later(q.id.n(), q.id.n() * 10),
+                Record::Request(q) => Split::Now(q.id.n()),
                 _ => Split::Skip,
             },
             // The state shared with `split` lives on: it counts the bodies.

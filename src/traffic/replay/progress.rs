@@ -61,7 +61,7 @@ impl Default for RecordedOutcomes {
 impl RecordedOutcomes {
     /// Keeps an outcome read from the log.
     pub fn add(&self, o: OutcomeRec) {
-        self.inner.lock().put(o.request, o);
+        self.inner.lock().put(o.request.n(), o);
     }
 
     /// The recorded outcome of `request`, if read and still kept.

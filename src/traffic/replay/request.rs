@@ -26,11 +26,13 @@ pub fn agent_request(q: RequestRec) -> AgentRequest {
                 // prompts, which would turn every recorded cache hit into a miss
                 // (a deferral, under a fault). Exact replay needs recorded content.
                 const XS: &str = "xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx";
-                let mut pad = (q.prompt_tokens as usize * 4).saturating_sub(40);
-                let mut text = String::with_capacity(pad + 40);
+                // Its length depends on the prompt size alone, not on how the id is written.
+                let len = q.prompt_tokens as usize * 4;
+                let mut text = String::with_capacity(len.max(40));
                 text.push_str("replayed request ");
-                text.push_str(itoa::Buffer::new().format(q.id));
+                text.push_str(itoa::Buffer::new().format(q.id.n()));
                 text.push(' ');
+                let mut pad = len.saturating_sub(text.len());
                 while pad > 0 {
                     let n = pad.min(XS.len());
                     text.push_str(&XS[..n]);
@@ -42,7 +44,7 @@ pub fn agent_request(q: RequestRec) -> AgentRequest {
         Arc::from,
     );
     AgentRequest {
-        id: q.id,
+        id: q.id.n(),
         user: q.user,
         sub_user: q.sub_user,
         session: q.session,
