@@ -287,6 +287,12 @@ fn requests(enc: &mut DescriptorEncoder, r: &Runner) -> std::fmt::Result {
     )?;
     single(
         enc,
+        "fusebox_spans_dropped",
+        "Trace spans dropped (or the events they were to be made of): the export queue was full or the collector could not take them",
+        &ConstCounter::new(t.spans_dropped.load(std::sync::atomic::Ordering::Relaxed)),
+    )?;
+    single(
+        enc,
         "fusebox_requests_abandoned",
         "Requests whose client went away before the answer (also counted as failed)",
         &ConstCounter::new(t.abandoned.load(std::sync::atomic::Ordering::Relaxed)),

@@ -10,6 +10,7 @@ pub mod accept;
 mod auth;
 mod chat;
 mod embeddings;
+pub mod ids;
 mod live;
 mod metrics;
 mod stream;
@@ -23,10 +24,10 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
+use ids::RequestIds;
 use metrics::Latency;
 use serde_json::json;
 use std::net::SocketAddr;
-use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 
 pub use auth::needs_token;
@@ -50,6 +51,8 @@ pub struct GatewayOptions {
     pub fleet: Option<Arc<crate::fleet::Fleet>>,
     /// The MCP servers whose tools it offers at `/mcp`.
     pub mcp: Option<Arc<crate::mcp::Upstreams>>,
+    /// Where callers' `traceparent`s go, when traces are exported.
+    pub traces: Option<crate::otel::Parents>,
 }
 
 impl Default for GatewayOptions {
@@ -61,6 +64,7 @@ impl Default for GatewayOptions {
             conns: ConnLimits::default(),
             fleet: None,
             mcp: None,
+            traces: None,
         }
     }
 }
@@ -69,9 +73,9 @@ impl Default for GatewayOptions {
 struct Gateway {
     runner: Arc<Runner>,
     opts: GatewayOptions,
-    /// Request ids, from 1 (as in the demo): what the console and a
-    /// recording of this run name requests by.
-    next_id: Arc<AtomicU64>,
+    /// Request ids: what the console, a recording and traces of this run
+    /// name requests by.
+    ids: Arc<RequestIds>,
     latency: Latency,
     /// Open and refused connections.
     conns: Arc<ConnCounts>,
@@ -85,11 +89,12 @@ type Shared = State<Arc<Gateway>>;
 pub fn router(runner: Arc<Runner>, opts: GatewayOptions, conns: Arc<ConnCounts>) -> Router {
     let max_body = opts.max_body;
     let access = auth::Access::new(runner.config(), opts.auth_token.clone(), opts.fleet.is_some());
+    let ids = Arc::new(RequestIds::new(opts.traces.clone()));
     let gw = Arc::new(Gateway {
         runner,
         opts,
         access,
-        next_id: Arc::new(AtomicU64::new(1)),
+        ids,
         latency: Latency::default(),
         conns,
     });
@@ -115,7 +120,7 @@ pub fn router(runner: Arc<Runner>, opts: GatewayOptions, conns: Arc<ConnCounts>)
                     gw.runner.clone(),
                     upstreams,
                     gw.access.calls_guarded(),
-                    gw.next_id.clone(),
+                    gw.ids.clone(),
                 ))
                 .layer(axum::middleware::from_fn(session_ended)),
         ),
@@ -145,7 +150,7 @@ fn mcp_service(
     runner: Arc<Runner>,
     upstreams: Arc<crate::mcp::Upstreams>,
     guarded: bool,
-    ids: Arc<AtomicU64>,
+    ids: Arc<RequestIds>,
 ) -> rmcp::transport::streamable_http_server::StreamableHttpService<
     crate::mcp::proxy::Proxy,
     rmcp::transport::streamable_http_server::session::local::LocalSessionManager,

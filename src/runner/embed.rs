@@ -12,7 +12,7 @@ use crate::outcome::{Level, Outcome};
 use crate::provider::{EmbedRequest, Embedded, ProviderError};
 use crate::request::{AgentRequest, Via};
 use crate::resilience::breaker::FailureKind;
-use crate::telemetry::events::{Arrival, Attempt, EventKind};
+use crate::telemetry::events::{Arrival, Attempt, EventKind, StepKind};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
@@ -115,18 +115,22 @@ impl Runner {
         let (mut held, now) = match self.admit(&call.user, mi, call.chars, 0, || false).await {
             Ok(h) => h,
             Err(Refusal::Open) => {
+                self.announce_step(call.id, self.model_target(mi), StepKind::ShortCircuit);
                 return (
                     EmbedEnd::Unavailable(format!("{} is unavailable (breaker open)", m.name)),
                     vec![format!("{} ⊘open", m.name)],
-                )
+                );
             }
             Err(Refusal::Rate) => {
+                self.announce_step(call.id, self.model_target(mi), StepKind::RateLimited);
                 return (
                     EmbedEnd::Unavailable(format!("{} has no rate-limit capacity now", m.name)),
                     vec![format!("{} ⏳rate", m.name)],
-                )
+                );
             }
             Err(Refusal::Budget(e)) => {
+                let reason = e.to_string();
+                self.announce_step(call.id, self.model_target(mi), StepKind::BudgetRefused { reason });
                 self.note_budget_rejection(&call.user, &e);
                 return (EmbedEnd::Refused(e), Vec::new());
             }
