@@ -6,6 +6,7 @@ pub mod args;
 pub mod attach;
 mod compare;
 pub mod demo;
+pub mod import;
 pub mod keys;
 pub mod replay;
 pub mod run;
@@ -37,6 +38,8 @@ enum Cmd {
     Replay(Box<replay::ReplayArgs>),
     /// Serve an OpenAI-compatible gateway: agents point their base URL here.
     Serve(Box<serve::ServeArgs>),
+    /// Write traffic recorded elsewhere (OTLP/JSON traces) as a traffic log.
+    Import(import::ImportArgs),
     /// Open the console over running gateways (`fusebox serve` instances).
     Attach(Box<attach::AttachArgs>),
     /// Validate a config file.
@@ -123,6 +126,7 @@ fn dispatch(cli: Cli) -> Result<()> {
         Cmd::Serve(args) => serve::serve(*args),
         Cmd::Replay(args) => replay::replay(*args),
         Cmd::Attach(args) => attach::attach(*args),
+        Cmd::Import(args) => import::import(args),
         Cmd::CheckConfig { file } => {
             let cfg = Config::load(&file)?;
             println!(

@@ -30,6 +30,9 @@ pub struct ReplayArgs {
     /// The traffic log (JSONL, format v1); a log rotated by --rotate-mb as its segments in order (FILE.1 FILE.2 … FILE).
     #[arg(required = true, value_name = "LOG")]
     pub logs: Vec<PathBuf>,
+    /// What the files are: `fusebox` traffic logs, or `otlp` (OTLP/JSON traces, read as `fusebox import` reads them).
+    #[arg(long, value_enum, default_value = "fusebox")]
+    pub format: super::import::LogFormat,
     /// Config to replay under (default: the built-in config).
     #[arg(long)]
     pub config: Option<PathBuf>,
@@ -184,7 +187,8 @@ pub fn replay_runner(
 }
 
 /// Runs the replay (or, with `--compare`, the comparison).
-pub fn replay(args: ReplayArgs) -> Result<()> {
+pub fn replay(mut args: ReplayArgs) -> Result<()> {
+    let _imported = super::import::in_place(&mut args.logs, args.format)?;
     if let Some(configs) = &args.compare {
         return super::compare::compare(&args, &configs[0], &configs[1]);
     }

@@ -37,7 +37,8 @@ pub(super) struct Exporter {
 impl Exporter {
     /// An exporter to `endpoint` (an OTLP/HTTP traces URL), counting what
     /// it cannot send in `dropped` and what it sent in `sent`.
-    pub(super) fn new(endpoint: &str, dropped: Arc<AtomicU64>, sent: Arc<AtomicU64>) -> Result<Self> {
+    /// The resource names the run's `seed`, for a replay of what it sent.
+    pub(super) fn new(endpoint: &str, seed: u64, dropped: Arc<AtomicU64>, sent: Arc<AtomicU64>) -> Result<Self> {
         let mut exporter = opentelemetry_otlp::SpanExporter::builder()
             .with_http()
             .with_protocol(Protocol::HttpBinary)
@@ -45,7 +46,7 @@ impl Exporter {
             .with_timeout(TIMEOUT)
             .build()
             .with_context(|| format!("cannot export traces to {endpoint}"))?;
-        exporter.set_resource(&resource());
+        exporter.set_resource(&resource(seed));
         Ok(Exporter {
             exporter,
             dropped,
@@ -126,13 +127,15 @@ impl Exporter {
 
 /// The resource spans are from: `OTEL_SERVICE_NAME` and
 /// `OTEL_RESOURCE_ATTRIBUTES` as set, else service `fusebox`.
-fn resource() -> Resource {
+fn resource(seed: u64) -> Resource {
     let named = std::env::var("OTEL_SERVICE_NAME").is_ok_and(|v| !v.is_empty())
         || std::env::var("OTEL_RESOURCE_ATTRIBUTES").is_ok_and(|v| v.contains("service.name="));
-    let b = Resource::builder().with_attribute(opentelemetry::KeyValue::new(
-        "service.version",
-        env!("CARGO_PKG_VERSION"),
-    ));
+    let b = Resource::builder()
+        .with_attribute(opentelemetry::KeyValue::new(
+            "service.version",
+            env!("CARGO_PKG_VERSION"),
+        ))
+        .with_attribute(opentelemetry::KeyValue::new("fusebox.seed", seed as i64));
     if named {
         b.build()
     } else {

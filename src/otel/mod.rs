@@ -8,6 +8,7 @@
 //! [`Totals::spans_dropped`](crate::runner::Totals), never requests.
 
 mod export;
+pub mod import;
 pub mod names;
 mod spans;
 mod traceparent;
@@ -97,7 +98,7 @@ impl Tracing {
         );
         let assembler = spans::Assembler::new(names::Names::of(runner), clock.wall_origin_ms(), rng);
         let sent = Arc::new(AtomicU64::new(0));
-        let exporter = export::Exporter::new(endpoint, dropped.clone(), sent.clone())?;
+        let exporter = export::Exporter::new(endpoint, runner.seed().0, dropped.clone(), sent.clone())?;
         let p = parents.clone();
         let thread = std::thread::Builder::new()
             .name("fusebox-otlp".into())

@@ -180,6 +180,9 @@ impl Assembler {
         if let Some(why) = &a.semantic_failure {
             attrs.push(KeyValue::new("fusebox.semantic_failure", why.clone()));
         }
+        if !a.tool_calls.is_empty() {
+            attrs.push(strings("fusebox.tool_calls", a.tool_calls.iter().map(String::as_str)));
+        }
         // A transition that came just before this attempt ended is its own.
         let target = if tool { a.target.clone() } else { Target::model(&model) };
         let provider = a.target.clone();
@@ -313,8 +316,25 @@ impl Assembler {
             attrs.push(strings("fusebox.missing", o.missing.iter().map(String::as_str)));
         }
         if let Some(a) = &open.arrival {
-            attrs.push(KeyValue::new("fusebox.session", a.request.session.to_string()));
-            if let Some(s) = &a.request.sub_user {
+            // What a replay of an imported trace needs to ask again.
+            let r = &a.request;
+            let chars: usize = r.messages.iter().map(|m| m.weight()).sum();
+            attrs.push(KeyValue::new("fusebox.session", r.session.to_string()));
+            attrs.push(KeyValue::new("fusebox.prompt_tokens", (chars as i64 + 3) / 4));
+            attrs.push(KeyValue::new("gen_ai.request.max_tokens", i64::from(r.max_tokens)));
+            if r.max_steps > 0 {
+                attrs.push(KeyValue::new("fusebox.max_steps", i64::from(r.max_steps)));
+            }
+            if !r.tools.is_empty() {
+                attrs.push(strings("fusebox.tools", r.tools.iter().map(String::as_str)));
+            }
+            if !r.critical_tools.is_empty() {
+                attrs.push(strings(
+                    "fusebox.critical_tools",
+                    r.critical_tools.iter().map(String::as_str),
+                ));
+            }
+            if let Some(s) = &r.sub_user {
                 attrs.push(KeyValue::new("fusebox.sub_user", s.to_string()));
             }
         }

@@ -267,3 +267,96 @@ fn with_the_receiver_down_traffic_is_unaffected_and_the_drops_are_counted() {
     };
     assert_eq!(dropped, 40);
 }
+
+/// A demo's spans, saved as the Collector's file exporter saves them,
+/// imported and replayed: the same requests, levels and tokens.
+#[test]
+fn a_demo_s_traces_import_and_replay_to_the_demo_s_summary() {
+    use opentelemetry_proto::tonic::trace::v1::TracesData;
+    let rx = Receiver::start();
+    let dir = tempfile::tempdir().unwrap();
+    let path = |f: &str| dir.path().join(f).to_str().unwrap().to_string();
+    let run = |args: &[&str]| {
+        let o = std::process::Command::new(env!("CARGO_BIN_EXE_fusebox"))
+            .args(args)
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&o.stderr).to_string();
+        assert!(o.status.success(), "{args:?}: {err}");
+        err
+    };
+    let read = |p: &str| -> serde_json::Value { serde_json::from_str(&std::fs::read_to_string(p).unwrap()).unwrap() };
+    let said = run(&[
+        "demo",
+        "--headless",
+        "--duration",
+        "20s",
+        "--otlp-endpoint",
+        &rx.url,
+        "--summary-json",
+        &path("demo.json"),
+    ]);
+    let demo = read(&path("demo.json"));
+    let requests = demo["requests"].as_u64().unwrap();
+    assert!(
+        said.contains(&format!(
+            "sent {} spans to {}/v1/traces, 0 dropped",
+            rx.spans().len(),
+            rx.url
+        )),
+        "{said}"
+    );
+    // One JSON object per line, as the Collector's file exporter writes.
+    let lines: String = rx
+        .requests()
+        .into_iter()
+        .map(|r| {
+            serde_json::to_string(&TracesData {
+                resource_spans: r.resource_spans,
+            })
+            .unwrap()
+                + "\n"
+        })
+        .collect();
+    std::fs::write(path("traces.json"), lines).unwrap();
+
+    let said = run(&[
+        "import",
+        "--format",
+        "otlp",
+        &path("traces.json"),
+        "-o",
+        &path("imported.jsonl"),
+    ]);
+    assert!(
+        said.contains(&format!("{requests} requests from GenAI spans, 0 other spans skipped")),
+        "{said}"
+    );
+    run(&[
+        "replay",
+        &path("imported.jsonl"),
+        "--headless",
+        "--summary-json",
+        &path("replayed.json"),
+    ]);
+    run(&[
+        "replay",
+        "--format",
+        "otlp",
+        &path("traces.json"),
+        "--headless",
+        "--summary-json",
+        &path("direct.json"),
+    ]);
+    for name in ["replayed.json", "direct.json"] {
+        let replayed = read(&path(name));
+        assert_eq!(replayed["requests"], demo["requests"], "{name}");
+        assert_eq!(replayed["by_level"], demo["by_level"], "{name}");
+        assert_eq!(replayed["tokens"]["consumed"], demo["tokens"]["consumed"], "{name}");
+        assert_eq!(replayed["lost"], 0);
+    }
+    assert!(
+        demo["by_level"]["fallback"].as_u64().unwrap() > 0,
+        "the demo's outage is in it: {demo}"
+    );
+}

@@ -1,0 +1,354 @@
+//! Traffic in: OTLP/JSON trace files (as the OpenTelemetry Collector's file
+//! exporter writes them) read as a traffic log, so that an incident traced
+//! elsewhere can be replayed.
+//!
+//! A request is a GenAI span (one with `gen_ai.*` attributes) without a
+//! GenAI ancestor: fusebox's own request spans, or a framework's LLM call.
+//! Its attempts are its GenAI descendants, or the span itself when it has
+//! none. Status, latency, tokens, model and errors come from the spans;
+//! what only fusebox's spans say (level, chain, tools offered, the step cap)
+//! is read where present. Every other span is counted and skipped.
+
+use crate::outcome::Level;
+use crate::request::Via;
+use crate::target::Target;
+use crate::traffic::log::{AttemptRec, Header, LogId, OutcomeRec, Record, RequestRec, Transport, MAX_TOKENS, VERSION};
+use anyhow::{bail, Context, Result};
+use opentelemetry_proto::tonic::common::v1::{any_value, KeyValue};
+use opentelemetry_proto::tonic::trace::v1::{status::StatusCode, Span, TracesData};
+use std::collections::HashMap;
+use std::io::BufRead;
+use std::path::Path;
+
+/// A trace file read as traffic.
+pub struct Imported {
+    /// The log's records, header first, in time order.
+    pub records: Vec<Record>,
+    /// Requests made of spans.
+    pub requests: usize,
+    /// Spans that are not GenAI spans nor under one, skipped.
+    pub skipped: usize,
+}
+
+/// Reads the OTLP/JSON traces in `paths` (one JSON object per line, or
+/// one document per file).
+pub fn read(paths: &[impl AsRef<Path>]) -> Result<Imported> {
+    let mut spans = Vec::new();
+    let mut seed = None;
+    for path in paths {
+        let path = path.as_ref();
+        let file = std::fs::File::open(path).with_context(|| format!("cannot open {}", path.display()))?;
+        let reader = std::io::BufReader::new(file);
+        let mut line_no = 0;
+        for (i, line) in reader.lines().enumerate() {
+            let line = line.with_context(|| format!("cannot read {}", path.display()))?;
+            line_no = i + 1;
+            if line.trim().is_empty() {
+                continue;
+            }
+            match serde_json::from_str::<TracesData>(&line) {
+                Ok(data) => spans.extend(flatten(data, &mut seed)),
+                Err(_) if i == 0 => {
+                    // One document over several lines, perhaps.
+                    let text =
+                        std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
+                    let data: TracesData = serde_json::from_str(&text)
+                        .with_context(|| format!("{}: not OTLP/JSON traces", path.display()))?;
+                    spans.extend(flatten(data, &mut seed));
+                    break;
+                }
+                Err(e) => bail!("{}:{line_no}: not OTLP/JSON traces: {e}", path.display()),
+            }
+        }
+        if line_no == 0 {
+            bail!("{}: empty (no traces)", path.display());
+        }
+    }
+    Ok(assemble(spans, seed.unwrap_or(DEFAULT_SEED)))
+}
+
+/// The seed of runs that do not say theirs (the command line's default).
+const DEFAULT_SEED: u64 = 42;
+
+/// The spans of one export; `seed` is set from a fusebox resource's.
+fn flatten(data: TracesData, seed: &mut Option<u64>) -> impl Iterator<Item = Span> {
+    for r in &data.resource_spans {
+        if let Some(s) = r.resource.as_ref().and_then(|r| int(&r.attributes, "fusebox.seed")) {
+            seed.get_or_insert(s as u64);
+        }
+    }
+    data.resource_spans
+        .into_iter()
+        .flat_map(|r| r.scope_spans)
+        .flat_map(|s| s.spans)
+}
+
+fn is_genai(s: &Span) -> bool {
+    s.attributes.iter().any(|kv| kv.key.starts_with("gen_ai."))
+}
+
+fn hex(b: &[u8]) -> String {
+    b.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// Spans made into requests, attempts and outcomes.
+fn assemble(spans: Vec<Span>, seed: u64) -> Imported {
+    let by_id: HashMap<(Vec<u8>, Vec<u8>), usize> = spans
+        .iter()
+        .enumerate()
+        .map(|(i, s)| ((s.trace_id.clone(), s.span_id.clone()), i))
+        .collect();
+    let parent = |i: usize| {
+        let s = &spans[i];
+        by_id.get(&(s.trace_id.clone(), s.parent_span_id.clone())).copied()
+    };
+    // Each span's nearest GenAI ancestor, if any.
+    let genai_above = |mut i: usize| loop {
+        match parent(i) {
+            Some(p) if is_genai(&spans[p]) => return Some(p),
+            Some(p) => i = p,
+            None => return None,
+        }
+    };
+    let mut requests: Vec<usize> = Vec::new();
+    let mut attempts: HashMap<usize, Vec<usize>> = HashMap::new();
+    let mut skipped = 0;
+    for i in 0..spans.len() {
+        if !is_genai(&spans[i]) {
+            skipped += 1;
+            continue;
+        }
+        match genai_above(i) {
+            None => requests.push(i),
+            Some(mut top) => {
+                while let Some(up) = genai_above(top) {
+                    top = up;
+                }
+                attempts.entry(top).or_default().push(i);
+            }
+        }
+    }
+    let start = requests
+        .iter()
+        .map(|&i| spans[i].start_time_unix_nano)
+        .min()
+        .unwrap_or(0);
+    let ms = |nanos: u64| nanos.saturating_sub(start) / 1_000_000;
+    let mut records: Vec<(u64, u8, Record)> = Vec::new();
+    for &r in &requests {
+        let span = &spans[r];
+        let mut mine = attempts.remove(&r).unwrap_or_else(|| vec![r]);
+        mine.sort_by_key(|&a| spans[a].start_time_unix_nano);
+        let id = LogId::text(hex(&span.span_id));
+        let mine: Vec<AttemptRec> = mine.iter().map(|&a| attempt(&spans[a], id.clone(), ms)).collect();
+        records.push((
+            ms(span.start_time_unix_nano),
+            0,
+            Record::Request(request(span, id.clone(), &mine, ms)),
+        ));
+        let o = outcome(span, id, &mine, ms);
+        records.extend(mine.into_iter().map(|a| (a.t_ms, 1, Record::Attempt(a))));
+        records.push((o.t_ms, 2, Record::Outcome(o)));
+    }
+    records.sort_by_key(|(t, rank, _)| (*t, *rank));
+    let started = std::time::UNIX_EPOCH + std::time::Duration::from_nanos(start);
+    let header = Record::Header(Header {
+        v: VERSION,
+        started_at: humantime::format_rfc3339_millis(started).to_string(),
+        seed,
+        tools: Default::default(),
+    });
+    Imported {
+        records: std::iter::once(header)
+            .chain(records.into_iter().map(|(_, _, r)| r))
+            .collect(),
+        requests: requests.len(),
+        skipped,
+    }
+}
+
+fn value<'a>(kv: &'a [KeyValue], key: &str) -> Option<&'a any_value::Value> {
+    kv.iter().find(|k| k.key == key)?.value.as_ref()?.value.as_ref()
+}
+
+fn text(kv: &[KeyValue], key: &str) -> Option<String> {
+    match value(kv, key)? {
+        any_value::Value::StringValue(s) => Some(s.clone()),
+        any_value::Value::IntValue(i) => Some(i.to_string()),
+        _ => None,
+    }
+}
+
+fn int(kv: &[KeyValue], key: &str) -> Option<i64> {
+    match value(kv, key)? {
+        any_value::Value::IntValue(i) => Some(*i),
+        any_value::Value::StringValue(s) => s.parse().ok(),
+        any_value::Value::DoubleValue(d) => Some(*d as i64),
+        _ => None,
+    }
+}
+
+fn float(kv: &[KeyValue], key: &str) -> Option<f64> {
+    match value(kv, key)? {
+        any_value::Value::DoubleValue(d) => Some(*d),
+        any_value::Value::IntValue(i) => Some(*i as f64),
+        _ => None,
+    }
+}
+
+fn texts(kv: &[KeyValue], key: &str) -> Vec<String> {
+    match value(kv, key) {
+        Some(any_value::Value::ArrayValue(a)) => a
+            .values
+            .iter()
+            .filter_map(|v| match &v.value {
+                Some(any_value::Value::StringValue(s)) => Some(s.clone()),
+                _ => None,
+            })
+            .collect(),
+        Some(any_value::Value::StringValue(s)) => vec![s.clone()],
+        _ => Vec::new(),
+    }
+}
+
+/// A count of tokens as a log holds one.
+fn tokens(kv: &[KeyValue], key: &str) -> u32 {
+    int(kv, key).map_or(0, |n| n.clamp(0, i64::from(MAX_TOKENS)) as u32)
+}
+
+fn failed(s: &Span) -> bool {
+    s.status.as_ref().is_some_and(|st| st.code == StatusCode::Error as i32)
+}
+
+fn request(span: &Span, id: LogId, attempts: &[AttemptRec], ms: impl Fn(u64) -> u64) -> RequestRec {
+    let kv = &span.attributes;
+    let op = text(kv, "gen_ai.operation.name").unwrap_or_default();
+    let via = match op.as_str() {
+        "invoke_agent" => Via::Agent,
+        "execute_tool" => Via::Tool,
+        "embeddings" => Via::Embeddings,
+        _ => Via::Gateway,
+    };
+    let route = text(kv, "fusebox.route")
+        .or_else(|| text(kv, "gen_ai.request.model"))
+        .or_else(|| text(kv, "gen_ai.tool.name"))
+        .unwrap_or_else(|| span.name.clone());
+    let first_input = attempts.first().map_or(0, |a| a.input_tokens);
+    let most_output = attempts.iter().map(|a| a.output_tokens).max().unwrap_or(0);
+    RequestRec {
+        t_ms: ms(span.start_time_unix_nano),
+        id,
+        user: text(kv, "fusebox.user")
+            .or_else(|| text(kv, "enduser.id"))
+            .or_else(|| text(kv, "user.id"))
+            .unwrap_or_else(|| "otlp".into())
+            .into(),
+        sub_user: text(kv, "fusebox.sub_user").map(Into::into),
+        // A conversation is a trace, where the span names none.
+        session: text(kv, "fusebox.session")
+            .or_else(|| text(kv, "gen_ai.conversation.id"))
+            .or_else(|| text(kv, "session.id"))
+            .unwrap_or_else(|| hex(&span.trace_id))
+            .into(),
+        route: route.into(),
+        prompt_tokens: int(kv, "fusebox.prompt_tokens")
+            .map_or(first_input, |n| n.clamp(0, i64::from(MAX_TOKENS)) as u32),
+        max_tokens: int(kv, "gen_ai.request.max_tokens")
+            .map_or(most_output.max(1), |n| n.clamp(0, i64::from(MAX_TOKENS)) as u32),
+        tools: texts(kv, "fusebox.tools"),
+        critical_tools: texts(kv, "fusebox.critical_tools"),
+        max_steps: int(kv, "fusebox.max_steps").map(|n| n.clamp(0, 1000) as u32),
+        messages: None,
+        content_hash: None,
+        answer_key: None,
+        via,
+    }
+}
+
+fn attempt(span: &Span, request: LogId, ms: impl Fn(u64) -> u64) -> AttemptRec {
+    let kv = &span.attributes;
+    let tool =
+        text(kv, "gen_ai.tool.name").filter(|_| text(kv, "gen_ai.operation.name").as_deref() == Some("execute_tool"));
+    let target = match &tool {
+        Some(name) => Target::tool(name),
+        None => text(kv, "fusebox.target")
+            .and_then(|t| t.parse().ok())
+            .unwrap_or_else(|| {
+                let p = text(kv, "gen_ai.provider.name").or_else(|| text(kv, "gen_ai.system"));
+                Target::provider(&p.unwrap_or_else(|| "otlp".into()))
+            }),
+    };
+    let error = text(kv, "error.type");
+    let transport = match error.as_deref() {
+        Some("timeout") => Some(Transport::Timeout),
+        Some("connect") => Some(Transport::Connect),
+        Some("reset") => Some(Transport::Reset),
+        Some("truncated") => Some(Transport::Truncated),
+        _ => None,
+    };
+    let status = int(kv, "http.response.status_code")
+        .and_then(|s| u16::try_from(s).ok())
+        .or_else(|| error.as_deref().and_then(|e| e.parse().ok()))
+        .or_else(|| match (transport, failed(span)) {
+            (Some(_), _) => None,
+            (None, true) => Some(500),
+            (None, false) => Some(200),
+        });
+    AttemptRec {
+        t_ms: ms(span.end_time_unix_nano),
+        request,
+        target,
+        model: tool
+            .is_none()
+            .then(|| text(kv, "fusebox.model").or_else(|| text(kv, "gen_ai.request.model")))
+            .flatten()
+            .map(Into::into),
+        status,
+        transport,
+        latency_ms: span.end_time_unix_nano.saturating_sub(span.start_time_unix_nano) / 1_000_000,
+        input_tokens: tokens(kv, "gen_ai.usage.input_tokens"),
+        output_tokens: tokens(kv, "gen_ai.usage.output_tokens"),
+        headers: Default::default(),
+        semantic_failure: text(kv, "fusebox.semantic_failure")
+            .or_else(|| (status == Some(200) && error.as_deref() == Some("semantic")).then(|| "semantic".into())),
+        tool_calls: texts(kv, "fusebox.tool_calls"),
+        tool_keys: Vec::new(),
+        answer: None,
+    }
+}
+
+fn outcome(span: &Span, request: LogId, attempts: &[AttemptRec], ms: impl Fn(u64) -> u64) -> OutcomeRec {
+    let kv = &span.attributes;
+    let ok = |a: &AttemptRec| a.status == Some(200) && a.semantic_failure.is_none();
+    let level = text(kv, "fusebox.level")
+        .and_then(|l| Level::ALL.into_iter().find(|x| x.as_str() == l))
+        .unwrap_or(if failed(span) || !attempts.iter().any(ok) {
+            Level::Failed
+        } else {
+            Level::None
+        });
+    let chain = match texts(kv, "fusebox.chain") {
+        c if !c.is_empty() => c,
+        _ => attempts
+            .iter()
+            .map(|a| {
+                let name = a.model.as_deref().map_or_else(|| a.target.to_string(), str::to_string);
+                format!("{name} {}", if ok(a) { "✓" } else { "✗" })
+            })
+            .collect(),
+    };
+    let sum: u64 = attempts
+        .iter()
+        .map(|a| u64::from(a.input_tokens) + u64::from(a.output_tokens))
+        .sum();
+    OutcomeRec {
+        t_ms: ms(span.end_time_unix_nano).max(attempts.iter().map(|a| a.t_ms).max().unwrap_or(0)),
+        request,
+        level,
+        chain,
+        quality: float(kv, "fusebox.quality").unwrap_or(if level == Level::Failed { 0.0 } else { 1.0 }),
+        tokens: int(kv, "fusebox.tokens").map_or(sum, |n| n.max(0) as u64),
+        cost_usd: float(kv, "fusebox.cost_usd").unwrap_or(0.0),
+        missing: texts(kv, "fusebox.missing"),
+    }
+}
