@@ -113,8 +113,8 @@ fn assemble(spans: Vec<Span>, seed: u64) -> Imported {
     let mut requests: Vec<usize> = Vec::new();
     let mut attempts: HashMap<usize, Vec<usize>> = HashMap::new();
     let mut skipped = 0;
-    for i in 0..spans.len() {
-        if !is_genai(&spans[i]) {
+    for (i, span) in spans.iter().enumerate() {
+        if !is_genai(span) {
             skipped += 1;
             continue;
         }
