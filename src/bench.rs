@@ -30,6 +30,13 @@ pub struct BenchResult {
     /// Fleet mode: round trips per decision.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub round_trip_share: Option<f64>,
+    /// With traces: spans sent to the collector.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub spans_sent: Option<u64>,
+    /// With traces: spans dropped (the export queue full: the collector or
+    /// the exporter thread could not keep up).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub spans_dropped: Option<u64>,
 }
 
 /// A runner over instant providers whose limits are all in force but too
@@ -74,8 +81,16 @@ fn bench_runner_with(limit: u64) -> Arc<Runner> {
 /// runtime each, so every core works), spread over `users` distinct users.
 /// With `state` (a Redis URL) the runner joins a fleet there: provider
 /// limits are leased from Redis, with buckets finite (10⁹ per minute) so
-/// leases run out and are topped up, but far above the load.
-pub fn run(requests: u64, threads: usize, users: u64, state: Option<&str>) -> anyhow::Result<BenchResult> {
+/// leases run out and are topped up, but far above the load. With `otlp`
+/// (an OTLP/HTTP traces URL) each decision is a request traced there, as
+/// the gateway traces its calls.
+pub fn run(
+    requests: u64,
+    threads: usize,
+    users: u64,
+    state: Option<&str>,
+    otlp: Option<&str>,
+) -> anyhow::Result<BenchResult> {
     // Fleet tasks (lease top-ups, heartbeats) run on their own runtime.
     let setup = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)
@@ -96,6 +111,7 @@ pub fn run(requests: u64, threads: usize, users: u64, state: Option<&str>) -> an
         // The first leases, before the clock starts.
         std::thread::sleep(std::time::Duration::from_millis(200));
     }
+    let tracing = otlp.map(|url| crate::otel::Tracing::start(&runner, url)).transpose()?;
     let trips_before = fleet.as_ref().map(|f| f.round_trips());
     let per = requests / threads as u64;
     let start_line = Arc::new(std::sync::Barrier::new(threads + 1));
@@ -121,6 +137,10 @@ pub fn run(requests: u64, threads: usize, users: u64, state: Option<&str>) -> an
     }
     let wall = start.elapsed().as_secs_f64();
     let n = per * threads as u64;
+    let spans_sent = tracing.map(|t| {
+        runner.events().close_subscribers();
+        t.finish()
+    });
     let round_trips = fleet
         .as_ref()
         .zip(trips_before)
@@ -133,6 +153,8 @@ pub fn run(requests: u64, threads: usize, users: u64, state: Option<&str>) -> an
         p99_us: all.value_at_quantile(0.99) as f64 / 1000.0,
         round_trips,
         round_trip_share: round_trips.map(|t| t as f64 / n.max(1) as f64),
+        spans_sent,
+        spans_dropped: spans_sent.map(|_| crate::otel::dropped(&runner)),
     })
 }
 
@@ -151,15 +173,59 @@ async fn worker(runner: Arc<Runner>, w: u64, threads: u64, per: u64, users: u64)
         .expect("the built-in config has a default route");
     let mut tally = Tally::default();
     let mut user = String::with_capacity(32);
+    let traced = runner.events().has_subscribers();
     for i in 0..per {
         user.clear();
-        let _ = write!(user, "user-{}", (i * threads + w) % users);
-        let call = LlmCall::new(i, &user, route, 0, messages.clone(), tools.clone(), 64);
+        let id = i * threads + w;
+        let _ = write!(user, "user-{}", id % users);
+        let call = LlmCall::new(id, &user, route, 0, messages.clone(), tools.clone(), 64);
         let t0 = std::time::Instant::now();
+        if traced {
+            arrived(&runner, id, &user, &messages);
+        }
         let r = runner.call_llm(&call, &mut tally).await;
+        if traced {
+            ended(&runner, id, &user, &tally, t0);
+        }
         h.saturating_record((t0.elapsed().as_nanos() as u64).max(1));
         debug_assert!(r.is_ok());
         tally.hops.clear();
     }
     h
+}
+
+/// A traced decision's arrival, as the gateway announces a call.
+fn arrived(runner: &Runner, id: u64, user: &str, messages: &Arc<[Message]>) {
+    use crate::telemetry::events::{Arrival, EventKind};
+    runner.events().emit(EventKind::Request(Box::new(Arrival {
+        request: crate::request::AgentRequest {
+            id,
+            user: user.into(),
+            route: "default".into(),
+            messages: messages.clone(),
+            max_tokens: 64,
+            ..Default::default()
+        },
+        via: crate::request::Via::Gateway,
+    })));
+}
+
+/// A traced decision's outcome.
+fn ended(runner: &Runner, id: u64, user: &str, tally: &Tally, t0: std::time::Instant) {
+    use crate::telemetry::events::EventKind;
+    runner.events().emit(EventKind::Outcome(Box::new(crate::outcome::Outcome {
+        request: id,
+        user: user.into(),
+        level: crate::outcome::Level::None,
+        chain: tally.hops.iter().map(|h| runner.hop_label(h)).collect(),
+        quality: 1.0,
+        tokens: 0,
+        cost_usd: 0.0,
+        missing: Vec::new(),
+        user_message: None,
+        answer: None,
+        stale_ms: None,
+        attempts: tally.attempts,
+        latency_ms: t0.elapsed().as_millis() as u64,
+    })));
 }

@@ -73,6 +73,9 @@ enum Cmd {
         /// Join a fleet on Redis (`redis://HOST:PORT/DB`): limits are leased.
         #[arg(long)]
         state: Option<String>,
+        /// Trace every decision as a request to this OTLP/HTTP collector (e.g. http://127.0.0.1:4318).
+        #[arg(long, value_name = "URL")]
+        otlp_endpoint: Option<String>,
     },
 }
 
@@ -144,6 +147,7 @@ fn dispatch(cli: Cli) -> Result<()> {
             threads,
             users,
             state,
+            otlp_endpoint,
         } => {
             let threads = threads
                 .unwrap_or_else(|| std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1))
@@ -154,7 +158,8 @@ fn dispatch(cli: Cli) -> Result<()> {
             if users == 0 {
                 bail!("--users must be at least 1");
             }
-            let r = crate::bench::run(requests, threads, users, state.as_deref())?;
+            let otlp = otlp_endpoint.as_deref().and_then(|u| crate::otel::endpoint(Some(u)));
+            let r = crate::bench::run(requests, threads, users, state.as_deref(), otlp.as_deref())?;
             println!("{}", serde_json::to_string(&r)?);
             Ok(())
         }
