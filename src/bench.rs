@@ -213,19 +213,21 @@ fn arrived(runner: &Runner, id: u64, user: &str, messages: &Arc<[Message]>) {
 /// A traced decision's outcome.
 fn ended(runner: &Runner, id: u64, user: &str, tally: &Tally, t0: std::time::Instant) {
     use crate::telemetry::events::EventKind;
-    runner.events().emit(EventKind::Outcome(Box::new(crate::outcome::Outcome {
-        request: id,
-        user: user.into(),
-        level: crate::outcome::Level::None,
-        chain: tally.hops.iter().map(|h| runner.hop_label(h)).collect(),
-        quality: 1.0,
-        tokens: 0,
-        cost_usd: 0.0,
-        missing: Vec::new(),
-        user_message: None,
-        answer: None,
-        stale_ms: None,
-        attempts: tally.attempts,
-        latency_ms: t0.elapsed().as_millis() as u64,
-    })));
+    runner
+        .events()
+        .emit(EventKind::Outcome(Box::new(crate::outcome::Outcome {
+            request: id,
+            user: user.into(),
+            level: crate::outcome::Level::None,
+            chain: tally.hops.iter().map(|h| runner.hop_label(h)).collect(),
+            quality: 1.0,
+            tokens: 0,
+            cost_usd: 0.0,
+            missing: Vec::new(),
+            user_message: None,
+            answer: None,
+            stale_ms: None,
+            attempts: tally.attempts,
+            latency_ms: t0.elapsed().as_millis() as u64,
+        })));
 }

@@ -61,6 +61,7 @@ pub fn combine(parts: &[Part<'_>], t_ms: u64, wall_ms: u64, events: usize) -> Sn
         out.cost_usd += s.cost_usd;
         out.tracked_users += s.tracked_users;
         out.deferred_pending += s.deferred_pending;
+        out.spans_dropped += s.spans_dropped;
         out.drill |= s.drill;
         for i in 0..2 {
             out.global.tokens[i] += s.global.tokens[i];

@@ -77,6 +77,7 @@ impl Runner {
             faults: self.faults.all(),
             drill: self.drill(),
             deferred_pending: self.spool.as_ref().map_or(0, |s| s.len()),
+            spans_dropped: self.totals.spans_dropped.load(Ordering::Relaxed),
             events: self.events.recent(events),
             store: self.store.view(),
             instances: Vec::new(),

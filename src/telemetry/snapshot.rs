@@ -126,6 +126,9 @@ pub struct Snapshot {
     pub drill: bool,
     /// Requests waiting in the defer spool.
     pub deferred_pending: usize,
+    /// Trace spans dropped so far (export queue full, collector down).
+    #[serde(default)]
+    pub spans_dropped: u64,
     /// Recent notable events.
     pub events: Vec<Event>,
     /// Where shared state lives (in-process or Redis) and its health.

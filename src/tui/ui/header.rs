@@ -124,6 +124,13 @@ pub fn draw(f: &mut Frame, area: Rect, app: &App, theme: &Theme) {
         ));
         second.push(Span::raw(" "));
     }
+    if s.spans_dropped > 0 {
+        second.push(Span::styled(
+            format!(" traces: {} spans dropped ", s.spans_dropped),
+            theme.warn,
+        ));
+        second.push(Span::raw(" "));
+    }
     if s.drill {
         second.push(Span::styled(" DRILL ", theme.badge));
         second.push(Span::raw(" "));
