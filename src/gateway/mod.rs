@@ -50,6 +50,9 @@ pub struct GatewayOptions {
     pub fleet: Option<Arc<crate::fleet::Fleet>>,
     /// The MCP servers whose tools it offers at `/mcp`.
     pub mcp: Option<Arc<crate::mcp::Upstreams>>,
+    /// Records the traffic recorder could not write (`serve --record`),
+    /// shown at `/metrics`.
+    pub records_dropped: Arc<AtomicU64>,
 }
 
 impl Default for GatewayOptions {
@@ -61,6 +64,7 @@ impl Default for GatewayOptions {
             conns: ConnLimits::default(),
             fleet: None,
             mcp: None,
+            records_dropped: Arc::default(),
         }
     }
 }
@@ -77,6 +81,10 @@ struct Gateway {
     conns: Arc<ConnCounts>,
     /// Who may do what.
     access: auth::Access,
+    /// Trace spans dropped because the export queue was full or the
+    /// collector unreachable: the exporter counts them, `/metrics` shows
+    /// them.
+    pub spans_dropped: Arc<AtomicU64>,
 }
 
 type Shared = State<Arc<Gateway>>;
@@ -92,6 +100,7 @@ pub fn router(runner: Arc<Runner>, opts: GatewayOptions, conns: Arc<ConnCounts>)
         next_id: Arc::new(AtomicU64::new(1)),
         latency: Latency::default(),
         conns,
+        spans_dropped: Arc::default(),
     });
     let router = Router::new()
         .route("/v1/chat/completions", post(chat::completions))
