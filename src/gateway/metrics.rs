@@ -116,7 +116,8 @@ impl Collector for RunnerMetrics {
             "Client connections closed at accept because the most were open",
             &ConstCounter::new(c.refused.load(std::sync::atomic::Ordering::Relaxed)),
         )?;
-        let dropped = |n: &std::sync::atomic::AtomicU64| ConstCounter::new(n.load(std::sync::atomic::Ordering::Relaxed));
+        let dropped =
+            |n: &std::sync::atomic::AtomicU64| ConstCounter::new(n.load(std::sync::atomic::Ordering::Relaxed));
         single(
             &mut enc,
             "fusebox_records_dropped",
@@ -316,10 +317,13 @@ fn user_budgets(enc: &mut DescriptorEncoder, r: &Runner) -> std::fmt::Result {
         .filter(|u| day(u) > 0.0)
         .flat_map(|u| {
             let limits = r.budgets().limits_of(&u.user);
-            [("tokens", limits.day, u.shares[2]), ("cost", limits.cost_day, u.shares[3])]
-                .into_iter()
-                .filter(|(_, limit, _)| *limit > 0.0)
-                .map(|(kind, _, share)| (u.user.as_str(), kind, share))
+            [
+                ("tokens", limits.day, u.shares[2]),
+                ("cost", limits.cost_day, u.shares[3]),
+            ]
+            .into_iter()
+            .filter(|(_, limit, _)| *limit > 0.0)
+            .map(|(kind, _, share)| (u.user.as_str(), kind, share))
         })
         .collect();
     family(

@@ -119,14 +119,14 @@ impl Runner {
                 return (
                     EmbedEnd::Unavailable(format!("{} is unavailable (breaker open)", m.name)),
                     vec![format!("{} ⊘open", m.name)],
-                )
+                );
             }
             Err(Refusal::Rate) => {
                 tally.hops.push(hop(mi, HopResult::Rate));
                 return (
                     EmbedEnd::Unavailable(format!("{} has no rate-limit capacity now", m.name)),
                     vec![format!("{} ⏳rate", m.name)],
-                )
+                );
             }
             Err(Refusal::Budget(e)) => {
                 self.note_budget_rejection(&call.user, &e);

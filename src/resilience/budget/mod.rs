@@ -15,10 +15,10 @@ use crate::config::BudgetConfig;
 use crate::resilience::evict;
 use crate::resilience::notice::{Announce, BudgetWarning, Notice};
 pub use exceeded::BudgetExceeded;
-pub use view::{GlobalView, UserView};
 use parking_lot::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
+pub use view::{GlobalView, UserView};
 
 const MINUTE: u64 = 60_000;
 const HOUR: u64 = 3_600_000;

@@ -120,3 +120,52 @@ impl Budgets {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::BudgetConfig;
+    use crate::resilience::notice::Heard;
+    use std::sync::Arc;
+
+    #[tokio::test]
+    async fn global_shares_are_used_over_limit_only_where_there_is_a_limit() {
+        let b = Budgets::new(
+            BudgetConfig {
+                global_tokens_per_day: 1000,
+                global_tokens_per_hour: 0,
+                global_cost_per_hour_usd: 2.0,
+                global_cost_per_day_usd: 0.0,
+                ..BudgetConfig::default()
+            },
+            Arc::new(Heard::default()),
+        );
+        let r = b.reserve("a", 250, 0.5, 0).unwrap();
+        b.settle(r, 200, 0.5, 0);
+        let s = b.global_shares(&b.global_view(0));
+        assert_eq!(s.tokens, [None, Some(0.2)]);
+        assert_eq!(s.cost, [Some(0.25), None]);
+    }
+
+    #[tokio::test]
+    async fn top_users_by_keeps_the_n_highest_by_the_key() {
+        let b = Budgets::new(
+            BudgetConfig {
+                user_tokens_per_minute: 0,
+                user_tokens_per_day: 1000,
+                ..BudgetConfig::default()
+            },
+            Arc::new(Heard::default()),
+        );
+        for i in 0..30u32 {
+            let r = b.reserve(&format!("u{i:02}"), 10 * i, 0.0, 0).unwrap();
+            b.settle(r, 10 * i, 0.0, 0);
+        }
+        let day = |u: &UserView| u.shares[2];
+        let top = b.top_users_by(20, 0, day);
+        let names: Vec<_> = top.iter().map(|u| u.user.as_str()).collect();
+        let want: Vec<String> = (10..30).rev().map(|i| format!("u{i:02}")).collect();
+        assert_eq!(names, want);
+        assert_eq!(top[0].shares[2], 0.29);
+    }
+}
