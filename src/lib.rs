@@ -16,6 +16,7 @@ pub mod gateway;
 pub mod limits;
 pub mod mcp;
 pub mod mockserver;
+pub mod otel;
 pub mod outcome;
 pub mod provider;
 pub mod request;

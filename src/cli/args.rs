@@ -88,7 +88,7 @@ impl StateArgs {
     }
 }
 
-/// Recording options.
+/// What a run writes out: its traffic log and its traces.
 #[derive(clap::Args, Default)]
 pub struct RecordArgs {
     /// Record the traffic to this file (traffic log v1, JSONL; see docs/traffic-log.md).
@@ -106,6 +106,10 @@ pub struct RecordArgs {
     /// The tools found on MCP servers, written in the header (not an option).
     #[arg(skip)]
     pub tools: std::collections::BTreeMap<String, crate::config::ToolConfig>,
+    /// Export traces (OTLP over HTTP/protobuf) to this collector, e.g.
+    /// http://127.0.0.1:4318 [default: $OTEL_EXPORTER_OTLP_TRACES_ENDPOINT, else $OTEL_EXPORTER_OTLP_ENDPOINT, else none].
+    #[arg(long, value_name = "URL")]
+    pub otlp_endpoint: Option<String>,
 }
 
 impl RecordArgs {
@@ -126,6 +130,14 @@ impl RecordArgs {
         let rec = Recorder::start(path, opts, header, runner.events())
             .with_context(|| format!("cannot record to {}", path.display()))?;
         Ok(Some(rec))
+    }
+
+    /// Starts exporting traces, if an endpoint is set.
+    pub fn trace(&self, runner: &crate::runner::Runner) -> Result<Option<crate::otel::Tracing>> {
+        let Some(url) = crate::otel::endpoint(self.otlp_endpoint.as_deref()) else {
+            return Ok(None);
+        };
+        Ok(Some(crate::otel::Tracing::start(runner, &url)?))
     }
 }
 

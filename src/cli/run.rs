@@ -18,6 +18,7 @@ use crate::tui::theme::Theme;
 use anyhow::{bail, Context, Result};
 use std::future::Future;
 use std::io::IsTerminal;
+use std::io::Write as _;
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -106,6 +107,7 @@ pub struct Run {
     clock: Clock,
     recorder: Option<Recorder>,
     record_path: Option<PathBuf>,
+    tracing: Option<crate::otel::Tracing>,
     pace: Option<Arc<Pace>>,
     fleet: Option<Arc<Fleet>>,
     wall: std::time::Instant,
@@ -135,6 +137,7 @@ impl Run {
     ) -> Result<Self> {
         let clock = *runner.clock();
         let recorder = record.start(&runner, seed)?;
+        let tracing = record.trace(&runner)?;
         let pace = match pace {
             Some(Speed::Factor(f)) => {
                 let p = Pace::new(f);
@@ -152,6 +155,7 @@ impl Run {
             clock,
             recorder,
             record_path: record.record.clone(),
+            tracing,
             pace,
             fleet,
             wall: std::time::Instant::now(),
@@ -213,8 +217,22 @@ impl Run {
         Ok((summary, out))
     }
 
-    /// Closes the event bus to the recorder and waits for its last flush.
+    /// The traces being exported, if any.
+    pub fn tracing(&self) -> Option<&crate::otel::Tracing> {
+        self.tracing.as_ref()
+    }
+
+    /// Closes the event bus to the recorder and the trace exporter, and
+    /// waits for their last flush.
     pub fn finish(&mut self) -> Result<()> {
+        if let Some(t) = self.tracing.take() {
+            self.runner.events().close_subscribers();
+            let url = t.endpoint().to_string();
+            let sent = t.finish();
+            let dropped = crate::otel::dropped(&self.runner);
+            // Said where a closed stderr cannot make it panic.
+            let _ = writeln!(std::io::stderr(), "sent {sent} spans to {url}, {dropped} dropped");
+        }
         let Some(rec) = self.recorder.take() else { return Ok(()) };
         let path = self
             .record_path

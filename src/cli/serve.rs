@@ -147,6 +147,7 @@ pub fn serve(mut args: ServeArgs) -> Result<()> {
             fleet: run.fleet().cloned(),
             mcp,
             records_dropped: run.records_dropped().unwrap_or_default(),
+            traces: run.tracing().map(crate::otel::Tracing::parents),
         };
         let offered = opts.mcp.as_ref().map(|u| u.offered().len());
         let addr = crate::gateway::spawn(runner.clone(), &args.listen, opts).await?;
@@ -175,6 +176,9 @@ pub fn serve(mut args: ServeArgs) -> Result<()> {
         say(format!("fusebox serve: gateway on {base} (POST /chat/completions, /messages, /responses, /embeddings; GET /models; /metrics, /healthz, /readyz at the root) · Ctrl-C to stop"));
         if let Some(n) = offered {
             say(format!("fusebox serve: MCP at http://{addr}/mcp, {n} tools of the [mcp] servers behind their breakers"));
+        }
+        if let Some(t) = run.tracing() {
+            say(format!("fusebox serve: traces to {} (OTLP/HTTP)", t.endpoint()));
         }
         let mut tick = tokio::time::interval(Duration::from_secs(1));
         let mut n = 0u64;

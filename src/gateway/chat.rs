@@ -13,7 +13,6 @@ use axum::body::Body;
 use axum::extract::State;
 use axum::http::{header, HeaderMap, HeaderName, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
@@ -189,7 +188,7 @@ fn chat_request(
     // its own, or every call of a user would add up to one endless one.
     let session = name_in(H_SESSION, header(H_SESSION))?;
     let fallback = !header(H_FALLBACK).is_some_and(|v| v.trim_ascii().eq_ignore_ascii_case(b"none"));
-    let id = gw.next_id.fetch_add(1, Ordering::Relaxed);
+    let id = gw.ids.next(headers);
     Ok(ChatRequest {
         id,
         user: billed.user,

@@ -13,7 +13,6 @@ use axum::extract::State;
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde_json::Value;
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 /// Characters to embed in an `input`, or why it is not one.
@@ -77,7 +76,7 @@ pub(super) async fn embeddings(State(gw): Shared, req: axum::extract::Request) -
         Err((field, why)) => return api.error(StatusCode::BAD_REQUEST, &why, Some(field)),
     };
     let call = EmbedCall {
-        id: gw.next_id.fetch_add(1, Ordering::Relaxed),
+        id: gw.ids.next(&parts.headers),
         user: billed.user,
         sub_user: billed.sub_user,
         model,

@@ -116,19 +116,11 @@ impl Collector for RunnerMetrics {
             "Client connections closed at accept because the most were open",
             &ConstCounter::new(c.refused.load(std::sync::atomic::Ordering::Relaxed)),
         )?;
-        let dropped =
-            |n: &std::sync::atomic::AtomicU64| ConstCounter::new(n.load(std::sync::atomic::Ordering::Relaxed));
         single(
             &mut enc,
             "fusebox_records_dropped",
             "Traffic records the recorder could not write (a write failed; the recording stopped)",
-            &dropped(&self.0.opts.records_dropped),
-        )?;
-        single(
-            &mut enc,
-            "fusebox_spans_dropped",
-            "Trace spans dropped because the export queue was full or the collector unreachable",
-            &dropped(&self.0.spans_dropped),
+            &ConstCounter::new(self.0.opts.records_dropped.load(std::sync::atomic::Ordering::Relaxed)),
         )?;
         single(
             &mut enc,
@@ -362,6 +354,12 @@ fn requests(enc: &mut DescriptorEncoder, r: &Runner) -> std::fmt::Result {
         "fusebox_tokens",
         "Tokens consumed",
         &ConstCounter::new(t.tokens.load(std::sync::atomic::Ordering::Relaxed)),
+    )?;
+    single(
+        enc,
+        "fusebox_spans_dropped",
+        "Trace spans dropped (or the events they were to be made of): the export queue was full or the collector could not take them",
+        &ConstCounter::new(t.spans_dropped.load(std::sync::atomic::Ordering::Relaxed)),
     )?;
     single(
         enc,

@@ -10,6 +10,7 @@ pub mod accept;
 mod auth;
 mod chat;
 mod embeddings;
+pub mod ids;
 mod live;
 mod metrics;
 mod stream;
@@ -23,6 +24,7 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
+use ids::RequestIds;
 use metrics::Latency;
 use serde_json::json;
 use std::net::SocketAddr;
@@ -53,6 +55,8 @@ pub struct GatewayOptions {
     /// Records the traffic recorder could not write (`serve --record`),
     /// shown at `/metrics`.
     pub records_dropped: Arc<AtomicU64>,
+    /// Where callers' `traceparent`s go, when traces are exported.
+    pub traces: Option<crate::otel::Parents>,
 }
 
 impl Default for GatewayOptions {
@@ -65,6 +69,7 @@ impl Default for GatewayOptions {
             fleet: None,
             mcp: None,
             records_dropped: Arc::default(),
+            traces: None,
         }
     }
 }
@@ -73,18 +78,14 @@ impl Default for GatewayOptions {
 struct Gateway {
     runner: Arc<Runner>,
     opts: GatewayOptions,
-    /// Request ids, from 1 (as in the demo): what the console and a
-    /// recording of this run name requests by.
-    next_id: Arc<AtomicU64>,
+    /// Request ids: what the console, a recording and traces of this run
+    /// name requests by.
+    ids: Arc<RequestIds>,
     latency: Latency,
     /// Open and refused connections.
     conns: Arc<ConnCounts>,
     /// Who may do what.
     access: auth::Access,
-    /// Trace spans dropped because the export queue was full or the
-    /// collector unreachable: the exporter counts them, `/metrics` shows
-    /// them.
-    pub spans_dropped: Arc<AtomicU64>,
 }
 
 type Shared = State<Arc<Gateway>>;
@@ -93,14 +94,14 @@ type Shared = State<Arc<Gateway>>;
 pub fn router(runner: Arc<Runner>, opts: GatewayOptions, conns: Arc<ConnCounts>) -> Router {
     let max_body = opts.max_body;
     let access = auth::Access::new(runner.config(), opts.auth_token.clone(), opts.fleet.is_some());
+    let ids = Arc::new(RequestIds::new(opts.traces.clone()));
     let gw = Arc::new(Gateway {
         runner,
         opts,
         access,
-        next_id: Arc::new(AtomicU64::new(1)),
+        ids,
         latency: Latency::default(),
         conns,
-        spans_dropped: Arc::default(),
     });
     let router = Router::new()
         .route("/v1/chat/completions", post(chat::completions))
@@ -124,7 +125,7 @@ pub fn router(runner: Arc<Runner>, opts: GatewayOptions, conns: Arc<ConnCounts>)
                     gw.runner.clone(),
                     upstreams,
                     gw.access.calls_guarded(),
-                    gw.next_id.clone(),
+                    gw.ids.clone(),
                 ))
                 .layer(axum::middleware::from_fn(session_ended)),
         ),
@@ -154,7 +155,7 @@ fn mcp_service(
     runner: Arc<Runner>,
     upstreams: Arc<crate::mcp::Upstreams>,
     guarded: bool,
-    ids: Arc<AtomicU64>,
+    ids: Arc<RequestIds>,
 ) -> rmcp::transport::streamable_http_server::StreamableHttpService<
     crate::mcp::proxy::Proxy,
     rmcp::transport::streamable_http_server::session::local::LocalSessionManager,

@@ -5,6 +5,7 @@
 //! arguments, marked stale (`_meta["fusebox/stale_ms"]`).
 
 use super::Upstreams;
+use crate::gateway::ids::RequestIds;
 use crate::runner::tool::ToolFailure;
 use crate::runner::tool_call::{ToolEnd, ToolRequest};
 use crate::runner::Runner;
@@ -16,7 +17,6 @@ use rmcp::model::{
 };
 use rmcp::service::{RequestContext, RoleServer};
 use rmcp::ServerHandler;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 /// Who an HTTP request is from (the user its calls are billed to), as the
@@ -29,19 +29,19 @@ pub struct Proxy {
     runner: Arc<Runner>,
     upstreams: Arc<Upstreams>,
     who: Who,
-    next_id: Arc<AtomicU64>,
+    ids: Arc<RequestIds>,
 }
 
 impl Proxy {
     /// The proxy of `upstreams`' tools through `runner`, its callers named
     /// by `who`, its calls numbered from `ids` (the gateway's, which its
     /// chat calls share, so a recording names each request once).
-    pub fn new(runner: Arc<Runner>, upstreams: Arc<Upstreams>, who: Who, ids: Arc<AtomicU64>) -> Self {
+    pub fn new(runner: Arc<Runner>, upstreams: Arc<Upstreams>, who: Who, ids: Arc<RequestIds>) -> Self {
         Self {
             runner,
             upstreams,
             who,
-            next_id: ids,
+            ids,
         }
     }
 
@@ -164,7 +164,7 @@ impl ServerHandler for Proxy {
             .unwrap_or_else(|| serde_json::json!({}));
         let parts = context.extensions.get::<http::request::Parts>();
         let req = ToolRequest::new(
-            self.next_id.fetch_add(1, Ordering::Relaxed),
+            parts.map_or_else(|| self.ids.next(&http::HeaderMap::new()), |p| self.ids.next(&p.headers)),
             parts.map_or_else(|| "anonymous".to_string(), |p| (self.who)(p)),
             parts.and_then(session_of),
             &name,

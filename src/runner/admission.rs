@@ -9,7 +9,7 @@ use super::{ModelSlot, Runner};
 use crate::resilience::breaker::{Breaker, CallRecord, FailureKind, Permit};
 use crate::resilience::budget::BudgetExceeded;
 use crate::resilience::limiter::RateFeedback;
-use crate::telemetry::events::{Attempt, EventKind};
+use crate::telemetry::events::{Attempt, EventKind, Step, StepKind};
 use smallvec::SmallVec;
 use std::time::Duration;
 
@@ -247,6 +247,14 @@ impl Runner {
     fn settle_allowance(&self, user: &str, reserved: Option<super::shared::Reserved>, tokens: u32, cost: f64) {
         if let (Some(a), Some(r)) = (self.shared.get(), reserved) {
             a.settle(user, r, tokens, cost);
+        }
+    }
+
+    /// Emits a step record when someone (traces) listens.
+    pub(crate) fn announce_step(&self, request: u64, target: crate::target::Target, kind: StepKind) {
+        if self.events.has_subscribers() {
+            self.events
+                .emit(EventKind::Step(Box::new(Step { request, target, kind })));
         }
     }
 

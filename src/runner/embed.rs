@@ -12,7 +12,7 @@ use crate::outcome::{Level, Outcome};
 use crate::provider::{EmbedRequest, Embedded, ProviderError};
 use crate::request::{AgentRequest, Via};
 use crate::resilience::breaker::FailureKind;
-use crate::telemetry::events::{Arrival, Attempt, EventKind};
+use crate::telemetry::events::{Arrival, Attempt, EventKind, StepKind};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
@@ -116,6 +116,7 @@ impl Runner {
             Ok(h) => h,
             Err(Refusal::Open) => {
                 tally.hops.push(hop(mi, HopResult::Open));
+                self.announce_step(call.id, self.model_target(mi), StepKind::ShortCircuit);
                 return (
                     EmbedEnd::Unavailable(format!("{} is unavailable (breaker open)", m.name)),
                     vec![format!("{} ⊘open", m.name)],
@@ -123,12 +124,15 @@ impl Runner {
             }
             Err(Refusal::Rate) => {
                 tally.hops.push(hop(mi, HopResult::Rate));
+                self.announce_step(call.id, self.model_target(mi), StepKind::RateLimited);
                 return (
                     EmbedEnd::Unavailable(format!("{} has no rate-limit capacity now", m.name)),
                     vec![format!("{} ⏳rate", m.name)],
                 );
             }
             Err(Refusal::Budget(e)) => {
+                let reason = e.to_string();
+                self.announce_step(call.id, self.model_target(mi), StepKind::BudgetRefused { reason });
                 self.note_budget_rejection(&call.user, &e);
                 return (EmbedEnd::Refused(e), Vec::new());
             }

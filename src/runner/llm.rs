@@ -10,7 +10,7 @@ use crate::outcome::Level;
 use crate::provider::{ErrorKind, LlmRequest, LlmResponse, Message, Piece, ProviderError, Role};
 use crate::resilience::breaker::{watched, FailureKind};
 use crate::resilience::limiter::RateFeedback;
-use crate::telemetry::events::Attempt;
+use crate::telemetry::events::{Attempt, StepKind};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
@@ -95,6 +95,11 @@ impl Runner {
             // the client's API can do, is not tried.
             let api = self.providers[m.provider].client.wire().unwrap_or(call.params.wire);
             if let Some(why) = call.params.cannot_honour(api) {
+                self.announce_step(
+                    call.request_id,
+                    self.model_target(mi),
+                    StepKind::Unsupported { why: why.clone() },
+                );
                 tally.hops.push(Hop {
                     model: mi,
                     result: HopResult::Unsupported(why),
@@ -103,6 +108,7 @@ impl Runner {
                 continue;
             }
             if sla > 0 && m.latency_ms.load(Ordering::Relaxed) > sla && self.any_admits(rest) {
+                self.announce_step(call.request_id, self.model_target(mi), StepKind::SlaSkipped);
                 tally.hops.push(Hop {
                     model: mi,
                     result: HopResult::Sla,
@@ -180,6 +186,11 @@ impl Runner {
         }
     }
 
+    /// Model `mi`'s target (`model:NAME`).
+    pub(super) fn model_target(&self, mi: usize) -> crate::target::Target {
+        self.registry.get(self.models[mi].target).target.clone()
+    }
+
     fn any_admits(&self, models: &[usize]) -> bool {
         let now = self.clock.now();
         models.iter().any(|&m| self.admits(&self.models[m], now))
@@ -219,9 +230,19 @@ impl Runner {
                 .await;
             let (mut held, now) = match admitted {
                 Ok(h) => h,
-                Err(Refusal::Open) => return hop(HopResult::Open, attempt),
-                Err(Refusal::Rate) => return hop(HopResult::Rate, attempt),
-                Err(Refusal::Budget(e)) => return Err(LlmFailure::Budget(e)),
+                Err(refusal) => {
+                    let step = match &refusal {
+                        Refusal::Open => StepKind::ShortCircuit,
+                        Refusal::Rate => StepKind::RateLimited,
+                        Refusal::Budget(e) => StepKind::BudgetRefused { reason: e.to_string() },
+                    };
+                    self.announce_step(call.request_id, self.model_target(mi), step);
+                    match refusal {
+                        Refusal::Open => return hop(HopResult::Open, attempt),
+                        Refusal::Rate => return hop(HopResult::Rate, attempt),
+                        Refusal::Budget(e) => return Err(LlmFailure::Budget(e)),
+                    }
+                }
             };
             pt.stats.attempts.inc();
             mt.stats.attempts.inc();
@@ -299,6 +320,7 @@ impl Runner {
                     };
                     pt.stats.retries.inc();
                     mt.stats.retries.inc();
+                    self.announce_step(call.request_id, self.model_target(mi), StepKind::retry(wait, &e));
                     Box::pin(tokio::time::sleep(wait)).await;
                     attempt += 1;
                 }
@@ -547,6 +569,13 @@ impl Attempted {
                 a.status = Some(200);
                 a.tool_calls = resp.tool_calls.iter().map(|c| c.name.clone()).collect();
                 a.tool_keys = (0..resp.tool_calls.len()).map(|i| resp.tool_key(i)).collect();
+                let wire = resp.wire.as_deref();
+                a.response_model = wire.map(|w| w.model.clone()).filter(|m| !m.is_empty());
+                a.finish = Some(wire.and_then(|w| w.finish).unwrap_or(if resp.tool_calls.is_empty() {
+                    crate::wire::Finish::Stop
+                } else {
+                    crate::wire::Finish::ToolCalls
+                }));
                 (resp.usage, resp.rate)
             }
             Attempted::Failed(e) => {

@@ -137,6 +137,9 @@ pub struct Totals {
     /// Requests whose client went away before their answer (counted as
     /// `failed` too, and apart here so a provider's failures stand out).
     pub abandoned: AtomicU64,
+    /// Trace spans dropped (or the events they were made of): the export
+    /// queue was full or the collector could not take them.
+    pub spans_dropped: Arc<AtomicU64>,
 }
 
 /// What the runner is built from besides its config.
@@ -407,6 +410,11 @@ impl Runner {
     /// The routes serving clients that name a model.
     pub fn model_routes(&self) -> &NameMap<RouteSlot> {
         &self.model_routes
+    }
+
+    /// The run's seed.
+    pub fn seed(&self) -> Seed {
+        self.seed
     }
 
     /// The configuration in force.

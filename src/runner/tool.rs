@@ -6,7 +6,7 @@ use super::Runner;
 use crate::clock::hash_str;
 use crate::provider::{ErrorKind, ToolCall};
 use crate::resilience::breaker::{watched, CallRecord, FailureKind};
-use crate::telemetry::events::Attempt;
+use crate::telemetry::events::{Attempt, StepKind};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -107,6 +107,7 @@ impl Runner {
                 Ok(p) => p,
                 Err(_) => {
                     t.stats.rejected_open.inc();
+                    self.announce_step(request_id, t.target.clone(), StepKind::ShortCircuit);
                     return Err(ToolFailure::Open);
                 }
             };
@@ -115,6 +116,7 @@ impl Runner {
                 Err(_) => {
                     t.breaker.cancel(permit);
                     t.stats.rejected_rate.inc();
+                    self.announce_step(request_id, t.target.clone(), StepKind::PoolFull);
                     return Err(ToolFailure::PoolFull);
                 }
             };
@@ -179,6 +181,7 @@ impl Runner {
                         return Err(ToolFailure::Failed(e.kind.label(e.status), e.answer));
                     };
                     t.stats.retries.inc();
+                    self.announce_step(request_id, t.target.clone(), StepKind::retry(wait, &e));
                     tokio::time::sleep(wait).await;
                     attempt += 1;
                 }

@@ -86,6 +86,51 @@ pub enum EventKind {
     Request(Box<Arrival>),
     /// One provider or tool call finished (subscribers only, for the recorder).
     Attempt(Box<Attempt>),
+    /// A decision on a request's path other than a call (subscribers only, for traces).
+    Step(Box<Step>),
+}
+
+/// A decision on a request's path that made no call, or waited before the
+/// next one: what a trace shows between its attempts.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct Step {
+    /// Request id.
+    pub request: u64,
+    /// The provider, model or tool it concerns.
+    pub target: Target,
+    /// What was decided.
+    pub kind: StepKind,
+}
+
+/// What a [`Step`] decided.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+#[serde(tag = "step", rename_all = "snake_case")]
+pub enum StepKind {
+    /// Refused by an open breaker, without a call.
+    ShortCircuit,
+    /// Refused by the rate limiter.
+    RateLimited,
+    /// Refused by a full bulkhead (tool pool).
+    PoolFull,
+    /// Skipped: its latency breaks the route's SLA.
+    SlaSkipped,
+    /// Skipped: it cannot serve the request (e.g. another API's feature).
+    Unsupported {
+        /// Why.
+        why: String,
+    },
+    /// A failed call is retried after a wait.
+    Retry {
+        /// The wait before the next try (ms).
+        wait_ms: u64,
+        /// The failure retried, as a label (`503`, `timeout`, …).
+        after: String,
+    },
+    /// Refused by a budget.
+    BudgetRefused {
+        /// Which budget, and by how much.
+        reason: String,
+    },
 }
 
 /// A request as it came in, for the recorder.
@@ -130,6 +175,12 @@ pub struct Attempt {
     /// A tool's answer (recorded only with content `full`).
     #[serde(skip)]
     pub answer: Option<Arc<str>>,
+    /// The model an answer named, when it named one (for traces).
+    #[serde(skip)]
+    pub response_model: Option<String>,
+    /// Why the model stopped, for an answer (for traces).
+    #[serde(skip)]
+    pub finish: Option<crate::wire::Finish>,
 }
 
 impl Attempt {
@@ -149,6 +200,18 @@ impl Attempt {
             tool_calls: Vec::new(),
             tool_keys: Vec::new(),
             answer: None,
+            response_model: None,
+            finish: None,
+        }
+    }
+}
+
+impl StepKind {
+    /// A retry of failure `e` after `wait`.
+    pub fn retry(wait: std::time::Duration, e: &crate::provider::ProviderError) -> Self {
+        StepKind::Retry {
+            wait_ms: wait.as_millis() as u64,
+            after: e.kind.label(e.status).to_string(),
         }
     }
 }
@@ -189,6 +252,9 @@ enum SubTx {
     /// the emitter until the consumer catches up. That is back-pressure,
     /// and it cannot deadlock: the consumer never waits on the runtime.
     Bounded(std::sync::mpsc::SyncSender<Event>),
+    /// A consumer that may fall behind (traces): a full channel drops the
+    /// event and counts it, so the emitter never waits.
+    Lossy(mpsc::Sender<Event>, Arc<AtomicU64>),
 }
 
 impl SubTx {
@@ -197,6 +263,14 @@ impl SubTx {
         match self {
             SubTx::Async(tx) => tx.send(ev).is_ok(),
             SubTx::Bounded(tx) => tx.send(ev).is_ok(),
+            SubTx::Lossy(tx, dropped) => match tx.try_send(ev) {
+                Ok(()) => true,
+                Err(mpsc::error::TrySendError::Full(_)) => {
+                    dropped.fetch_add(1, Ordering::Relaxed);
+                    true
+                }
+                Err(mpsc::error::TrySendError::Closed(_)) => false,
+            },
         }
     }
 }
@@ -253,6 +327,14 @@ impl EventBus {
         rx
     }
 
+    /// Every event from now on, in order, through a channel of `capacity`
+    /// events; while it is full, events are dropped and counted in `dropped`.
+    pub fn subscribe_lossy(&self, capacity: usize, dropped: Arc<AtomicU64>) -> mpsc::Receiver<Event> {
+        let (tx, rx) = mpsc::channel(capacity);
+        self.push_sub(SubTx::Lossy(tx, dropped), true);
+        rx
+    }
+
     fn add_sub(&self, records: bool) -> mpsc::UnboundedReceiver<Event> {
         let (tx, rx) = mpsc::unbounded_channel();
         self.push_sub(SubTx::Async(tx), records);
@@ -281,7 +363,7 @@ impl EventBus {
         };
         let record = matches!(
             ev.kind,
-            EventKind::Outcome(_) | EventKind::Request(_) | EventKind::Attempt(_)
+            EventKind::Outcome(_) | EventKind::Request(_) | EventKind::Attempt(_) | EventKind::Step(_)
         );
         if record && !self.has_subscribers() {
             return;

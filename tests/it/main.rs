@@ -24,6 +24,7 @@ mod limiter_props;
 mod mcp;
 mod mcp_record;
 mod mockserver;
+mod otel;
 mod record;
 mod replay;
 mod runner;

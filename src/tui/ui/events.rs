@@ -59,6 +59,7 @@ fn what(e: &Event) -> String {
         EventKind::Outcome(o) => format!("#{} {}", o.request, o.level.as_str()),
         EventKind::Request(r) => format!("#{} from {}", r.request.id, r.request.user),
         EventKind::Attempt(a) => format!("#{} {} {:?}", a.request, a.target, a.status),
+        EventKind::Step(s) => format!("#{} {} {:?}", s.request, s.target, s.kind),
     }
 }
 

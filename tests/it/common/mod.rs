@@ -1,6 +1,7 @@
 //! Shared test helpers: a scripted provider and runner builders.
 
 pub mod mcp;
+pub mod otlp;
 pub mod redis;
 pub mod strict;
 

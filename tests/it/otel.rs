@@ -1,0 +1,269 @@
+//! Traces out: `fusebox serve --otlp-endpoint` sends its requests as OTLP
+//! spans, continuing the caller's W3C trace, to a receiver that decodes
+//! them as a collector would.
+
+use crate::common::otlp::{attr, Receiver};
+use crate::common::Serve;
+use opentelemetry_proto::tonic::trace::v1::{span::SpanKind, Span};
+
+const TRACE: &str = "4bf92f3577b34da6a3ce929d0e0e4736";
+
+/// The caller's span for request `n`.
+fn caller_span(n: u8) -> String {
+    format!("00f067aa0ba902{n:02x}")
+}
+
+fn hex(b: &[u8]) -> String {
+    b.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+struct Client {
+    rt: tokio::runtime::Runtime,
+    http: reqwest::Client,
+    base: String,
+}
+
+impl Client {
+    fn new(base: &str) -> Self {
+        Client {
+            rt: tokio::runtime::Runtime::new().unwrap(),
+            http: reqwest::Client::new(),
+            base: base.to_string(),
+        }
+    }
+
+    /// A chat call under the caller's span `n`; the level it got.
+    fn chat(&self, n: u8) -> String {
+        self.rt.block_on(self.chat_async(n))
+    }
+
+    async fn chat_async(&self, n: u8) -> String {
+        {
+            let r = self
+                .http
+                .post(format!("{}/v1/chat/completions", self.base))
+                .header("traceparent", format!("00-{TRACE}-{}-01", caller_span(n)))
+                .header("x-fusebox-user", format!("user-{n}"))
+                .json(&serde_json::json!({"model": "default", "messages": [{"role": "user", "content": format!("Where is order #3810{n}?")}]}))
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(r.status(), 200);
+            r.headers()["x-fusebox-level"].to_str().unwrap().to_string()
+        }
+    }
+
+    fn command(&self, body: serde_json::Value) {
+        self.rt.block_on(async {
+            let r = self
+                .http
+                .post(format!("{}/_fusebox/commands", self.base))
+                .json(&body)
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(r.status(), 200, "{}", r.text().await.unwrap());
+        })
+    }
+
+    fn metrics(&self) -> String {
+        self.rt
+            .block_on(async {
+                self.http
+                    .get(format!("{}/metrics", self.base))
+                    .send()
+                    .await
+                    .unwrap()
+                    .text()
+                    .await
+            })
+            .unwrap()
+    }
+}
+
+/// The request span continuing caller span `n`, and its children in order.
+fn request_of(spans: &[Span], n: u8) -> (Span, Vec<Span>) {
+    let parent = caller_span(n);
+    let root = spans
+        .iter()
+        .find(|s| hex(&s.parent_span_id) == parent)
+        .unwrap_or_else(|| panic!("no span under the caller's {parent}: {spans:#?}"))
+        .clone();
+    let mut children: Vec<Span> = spans
+        .iter()
+        .filter(|s| s.parent_span_id == root.span_id)
+        .cloned()
+        .collect();
+    children.sort_by_key(|s| s.start_time_unix_nano);
+    (root, children)
+}
+
+fn events(s: &Span) -> Vec<String> {
+    s.events.iter().map(|e| e.name.clone()).collect()
+}
+
+#[test]
+fn serve_s_spans_continue_the_caller_s_trace_with_an_attempt_each() {
+    let rx = Receiver::start();
+    let serve = Serve::start_with(&["--otlp-endpoint", &rx.url]);
+    let c = Client::new(&serve.base);
+
+    // 1: answered at once.
+    assert_eq!(c.chat(1), "none");
+    // 2: every call to openai fails: retried, then the next model answers.
+    c.command(serde_json::json!({"action": "set_fault", "target": "provider:openai", "fault": {"fault": {"type": "status", "code": 503}, "rate": 1.0}}));
+    assert_eq!(c.chat(2), "fallback");
+    // 3: openai forced open: short-circuited without a call, then the next model.
+    c.command(serde_json::json!({"action": "force_open", "target": "provider:openai"}));
+    assert_eq!(c.chat(3), "fallback");
+
+    let spans = rx.wait_for(|s| s.iter().filter(|s| s.kind == SpanKind::Server as i32).count() >= 3);
+    for s in &spans {
+        assert_eq!(
+            hex(&s.trace_id),
+            TRACE,
+            "every span is in the caller's trace: {}",
+            s.name
+        );
+    }
+    let resource = &rx.requests()[0].resource_spans[0].resource.clone().unwrap();
+    assert_eq!(attr(&resource.attributes, "service.name").as_deref(), Some("fusebox"));
+
+    let (root, kids) = request_of(&spans, 1);
+    assert_eq!(root.name, "chat default");
+    assert_eq!(root.kind, SpanKind::Server as i32);
+    assert_eq!(attr(&root.attributes, "fusebox.level").as_deref(), Some("none"));
+    assert_eq!(attr(&root.attributes, "fusebox.route").as_deref(), Some("default"));
+    assert_eq!(attr(&root.attributes, "fusebox.chain").as_deref(), Some("gpt-4o ✓"));
+    assert_eq!(kids.len(), 1, "{kids:#?}");
+    let a = &kids[0];
+    assert_eq!(a.kind, SpanKind::Client as i32);
+    assert_eq!(a.name, "chat gpt-4o");
+    for (k, v) in [
+        ("gen_ai.operation.name", "chat"),
+        ("gen_ai.provider.name", "openai"),
+        ("gen_ai.system", "openai"),
+        ("gen_ai.request.model", "gpt-4o"),
+        ("gen_ai.response.model", "gpt-4o"),
+        ("gen_ai.response.finish_reasons", "stop"),
+        ("http.response.status_code", "200"),
+    ] {
+        assert_eq!(attr(&a.attributes, k).as_deref(), Some(v), "{k}");
+    }
+    let input: u64 = attr(&a.attributes, "gen_ai.usage.input_tokens")
+        .unwrap()
+        .parse()
+        .unwrap();
+    let output: u64 = attr(&a.attributes, "gen_ai.usage.output_tokens")
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(input > 0 && output > 0);
+    let tokens: u64 = attr(&root.attributes, "fusebox.tokens").unwrap().parse().unwrap();
+    assert_eq!(tokens, input + output, "the request's tokens are its attempt's");
+    assert_eq!(attr(&a.attributes, "error.type"), None);
+    assert!(a.start_time_unix_nano >= root.start_time_unix_nano && a.end_time_unix_nano <= root.end_time_unix_nano);
+
+    // 2: one child per attempt, failures typed, retries and the fallback as events.
+    let (root, kids) = request_of(&spans, 2);
+    let attempts: usize = attr(&root.attributes, "fusebox.attempts").unwrap().parse().unwrap();
+    assert_eq!(kids.len(), attempts, "{kids:#?}");
+    let (failed, answered) = kids.split_at(kids.len() - 1);
+    assert!(failed.len() >= 2, "retried before falling back: {kids:#?}");
+    for f in failed {
+        assert_eq!(f.name, "chat gpt-4o");
+        assert_eq!(attr(&f.attributes, "error.type").as_deref(), Some("503"));
+        assert_eq!(f.status.as_ref().unwrap().code, 2, "an error status");
+        assert_eq!(attr(&f.attributes, "gen_ai.response.model"), None);
+    }
+    let api = attr(&answered[0].attributes, "gen_ai.request.model").unwrap();
+    assert_eq!(answered[0].name, format!("chat {api}"));
+    assert_eq!(
+        attr(&answered[0].attributes, "gen_ai.provider.name").as_deref(),
+        Some("anthropic")
+    );
+    assert_eq!(
+        attr(&answered[0].attributes, "fusebox.model").as_deref(),
+        Some("claude-haiku")
+    );
+    let names = events(&root);
+    let retries = names.iter().filter(|n| *n == "fusebox.retry").count();
+    assert_eq!(
+        retries,
+        failed.len() - 1,
+        "a retry event per retried failure: {names:?}"
+    );
+    let retry = root.events.iter().find(|e| e.name == "fusebox.retry").unwrap();
+    let wait: u64 = attr(&retry.attributes, "fusebox.retry.wait_ms")
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(wait > 0);
+    let fallback = root
+        .events
+        .iter()
+        .find(|e| e.name == "fusebox.fallback")
+        .expect("a fallback event");
+    assert_eq!(attr(&fallback.attributes, "fusebox.from").as_deref(), Some("gpt-4o"));
+    assert_eq!(
+        attr(&fallback.attributes, "fusebox.to").as_deref(),
+        Some("claude-haiku")
+    );
+    assert_eq!(attr(&root.attributes, "fusebox.level").as_deref(), Some("fallback"));
+
+    // 3: a short-circuit, no call to the open model.
+    let (root, kids) = request_of(&spans, 3);
+    assert!(
+        kids.iter()
+            .all(|k| attr(&k.attributes, "fusebox.model").as_deref() != Some("gpt-4o")),
+        "{kids:#?}"
+    );
+    let sc = root
+        .events
+        .iter()
+        .find(|e| e.name == "fusebox.short_circuit")
+        .expect("a short-circuit event");
+    assert_eq!(attr(&sc.attributes, "fusebox.target").as_deref(), Some("model:gpt-4o"));
+    let names = events(&root);
+    let (at_sc, at_fb) = (
+        names.iter().position(|n| n == "fusebox.short_circuit"),
+        names.iter().position(|n| n == "fusebox.fallback"),
+    );
+    assert!(
+        at_sc < at_fb && at_fb.is_some(),
+        "short-circuit, then fallback: {names:?}"
+    );
+
+    assert!(c.metrics().contains("fusebox_spans_dropped_total 0\n"));
+}
+
+#[test]
+fn with_the_receiver_down_traffic_is_unaffected_and_the_drops_are_counted() {
+    // A port nothing listens on.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let serve = Serve::start_with(&["--otlp-endpoint", &format!("http://127.0.0.1:{port}")]);
+    let c = Client::new(&serve.base);
+    let levels =
+        c.rt.block_on(futures_util::future::join_all((0..20).map(|n| c.chat_async(n))));
+    assert_eq!(levels, vec!["none"; 20]);
+    // Each request's two spans are dropped once their batch fails.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    let dropped = loop {
+        let m = c.metrics();
+        let n: u64 = m
+            .lines()
+            .find_map(|l| l.strip_prefix("fusebox_spans_dropped_total "))
+            .unwrap()
+            .parse()
+            .unwrap();
+        if n >= 40 || std::time::Instant::now() > deadline {
+            break n;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    };
+    assert_eq!(dropped, 40);
+}
