@@ -119,6 +119,11 @@ impl Run {
         self.fleet.as_ref()
     }
 
+    /// The count of records its recording could not write, when it records.
+    pub fn records_dropped(&self) -> Option<Arc<std::sync::atomic::AtomicU64>> {
+        self.recorder.as_ref().map(Recorder::dropped)
+    }
+
     /// Starts recording the runner's events (`record`), pacing its clock
     /// (`pace`: a virtual clock kept at this speed of real time) and
     /// sharing its state with the fleet at `state`. Pacing starts before

@@ -146,6 +146,7 @@ pub fn serve(mut args: ServeArgs) -> Result<()> {
             },
             fleet: run.fleet().cloned(),
             mcp,
+            records_dropped: run.records_dropped().unwrap_or_default(),
             traces: run.tracing().map(crate::otel::Tracing::parents),
         };
         let offered = opts.mcp.as_ref().map(|u| u.offered().len());

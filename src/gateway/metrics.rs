@@ -1,7 +1,8 @@
 //! `GET /metrics`: the runner's state in the Prometheus (OpenMetrics) text
 //! format, read fresh from the runner on every scrape: breaker state per
 //! target, limiter levels, budget usage, requests by level, retries,
-//! fallbacks, and the gateway's request latency histogram.
+//! fallbacks, each target's degraded requests, what the recorder and the
+//! trace exporter dropped, and the gateway's request latency histogram.
 
 use super::{Gateway, Shared};
 use crate::outcome::Level;
@@ -36,6 +37,10 @@ impl Latency {
         self.0.observe(d.as_secs_f64());
     }
 }
+
+/// Users shown with their share of their daily budgets, at most: the
+/// nearest their limits (the label's cardinality stays bounded).
+pub const TOP_USERS: usize = 20;
 
 const STATES: [(BreakerState, &str); 6] = [
     (BreakerState::Closed, "closed"),
@@ -113,6 +118,12 @@ impl Collector for RunnerMetrics {
         )?;
         single(
             &mut enc,
+            "fusebox_records_dropped",
+            "Traffic records the recorder could not write (a write failed; the recording stopped)",
+            &ConstCounter::new(self.0.opts.records_dropped.load(std::sync::atomic::Ordering::Relaxed)),
+        )?;
+        single(
+            &mut enc,
             "fusebox_request_duration_seconds",
             "Gateway request latency, arrival to response",
             &self.0.latency.0,
@@ -156,6 +167,16 @@ fn targets(enc: &mut DescriptorEncoder, r: &Runner, now: tokio::time::Instant) -
         ("fusebox_rejected_rate", "Calls refused by the rate limiter", |s| {
             s.rejected_rate
         }),
+        (
+            "fusebox_needed",
+            "Requests that needed a target: called it, or skipped it for its breaker, rate limit or latency",
+            |s| s.needed,
+        ),
+        (
+            "fusebox_degraded",
+            "Requests that needed a target and ended degraded (partial, fallback, deferred, failed) because it failed or was skipped",
+            |s| s.degraded,
+        ),
     ] {
         family(
             enc,
@@ -246,6 +267,22 @@ fn budgets_and_store(enc: &mut DescriptorEncoder, r: &Runner) -> std::fmt::Resul
         "Highest share of any global budget used",
         &ConstGauge::new(g.pressure),
     )?;
+    let shares = r.budgets().global_shares(&g);
+    family(
+        enc,
+        "fusebox_budget_global_used_ratio",
+        "Share of a global budget used in the current window (only budgets with a limit)",
+        MetricType::Gauge,
+        [
+            ("hour", "tokens", shares.tokens[0]),
+            ("day", "tokens", shares.tokens[1]),
+            ("hour", "cost", shares.cost[0]),
+            ("day", "cost", shares.cost[1]),
+        ]
+        .into_iter()
+        .filter_map(|(w, k, s)| Some(([("window", w), ("kind", k)], ConstGauge::new(s?)))),
+    )?;
+    user_budgets(enc, r)?;
     let store = r.store().view();
     single(
         enc,
@@ -260,6 +297,39 @@ fn budgets_and_store(enc: &mut DescriptorEncoder, r: &Runner) -> std::fmt::Resul
         &ConstGauge::new(i64::from(store.instances)),
     )?;
     Ok(())
+}
+
+/// The share of their daily budgets the users nearest them have used
+/// today: the [`TOP_USERS`] highest, those with a daily limit and some use.
+fn user_budgets(enc: &mut DescriptorEncoder, r: &Runner) -> std::fmt::Result {
+    let day = |u: &crate::resilience::budget::UserView| u.shares[2].max(u.shares[3]);
+    let top = r.budgets().top_users_by(TOP_USERS, r.clock().elapsed_ms(), day);
+    let rows: Vec<_> = top
+        .iter()
+        .filter(|u| day(u) > 0.0)
+        .flat_map(|u| {
+            let limits = r.budgets().limits_of(&u.user);
+            [
+                ("tokens", limits.day, u.shares[2]),
+                ("cost", limits.cost_day, u.shares[3]),
+            ]
+            .into_iter()
+            .filter(|(_, limit, _)| *limit > 0.0)
+            .map(|(kind, _, share)| (u.user.as_str(), kind, share))
+        })
+        .collect();
+    family(
+        enc,
+        "fusebox_budget_user_used_ratio",
+        "Share of a user's daily budget used today, for the users nearest their limits",
+        MetricType::Gauge,
+        rows.iter().map(|&(user, kind, share)| {
+            (
+                [("user", user), ("window", "day"), ("kind", kind)],
+                ConstGauge::new(share),
+            )
+        }),
+    )
 }
 
 /// Requests by level, tokens, and abandoned calls.

@@ -28,6 +28,7 @@ use ids::RequestIds;
 use metrics::Latency;
 use serde_json::json;
 use std::net::SocketAddr;
+use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 
 pub use auth::needs_token;
@@ -51,6 +52,9 @@ pub struct GatewayOptions {
     pub fleet: Option<Arc<crate::fleet::Fleet>>,
     /// The MCP servers whose tools it offers at `/mcp`.
     pub mcp: Option<Arc<crate::mcp::Upstreams>>,
+    /// Records the traffic recorder could not write (`serve --record`),
+    /// shown at `/metrics`.
+    pub records_dropped: Arc<AtomicU64>,
     /// Where callers' `traceparent`s go, when traces are exported.
     pub traces: Option<crate::otel::Parents>,
 }
@@ -64,6 +68,7 @@ impl Default for GatewayOptions {
             conns: ConnLimits::default(),
             fleet: None,
             mcp: None,
+            records_dropped: Arc::default(),
             traces: None,
         }
     }

@@ -140,21 +140,21 @@ impl Runner {
             })));
         }
         self.retry_budget.deposit(start);
-        let o = self.run_once(req, true, start, answer_key).await;
-        self.count_outcome(&o);
+        let (o, tally) = self.run_once(req, true, start, answer_key).await;
+        self.count_outcome(&o, &tally);
         o
     }
 
     /// Runs the loop once, starting `now`; `may_defer` is false when
     /// re-driving the spool. The outcome's latency runs from `now` to when
-    /// the request left its session.
+    /// the request left its session; its tally comes with it.
     async fn run_once(
         &self,
         req: &AgentRequest,
         may_defer: bool,
         now: tokio::time::Instant,
         answer_key: u64,
-    ) -> Outcome {
+    ) -> (Outcome, Tally) {
         let mut trail = Trail::new(answer_key);
         let now_ms = self.clock.ms_at(now);
         let (end, left) = match self.sessions.enter(&req.session, now_ms) {
@@ -201,13 +201,14 @@ impl Runner {
             answer,
             stale_ms: trail.stale_ms,
         };
-        self.outcome(
+        let o = self.outcome(
             req.id,
             &req.user,
             ended,
             &trail.tally,
             left.saturating_duration_since(now),
-        )
+        );
+        (o, trail.tally)
     }
 
     /// A request's key in the answer cache: its route and last user message.
@@ -240,6 +241,9 @@ impl Runner {
             let open = !tool.breaker.would_admit(now);
             if !critical && (open || self.drill()) {
                 trail.push(format!("{} {}", tool.target, if open { "⊘open" } else { "⊘drill" }));
+                if open {
+                    trail.tally.note_tool(self.tools[ti].target, true);
+                }
                 trail.miss(name);
                 trail.quality *= self.cfg.degradation.skip_quality;
                 continue;
@@ -517,7 +521,7 @@ impl Runner {
             None
         } else {
             let key = Self::answer_key(&d.request);
-            Some(self.run_once(&d.request, false, self.clock.now(), key).await)
+            Some(self.run_once(&d.request, false, self.clock.now(), key).await.0)
         };
         let level = o.as_ref().map(|o| o.level).unwrap_or(Level::Failed);
         let age = self.clock.wall_ms().saturating_sub(d.deferred_at_ms);

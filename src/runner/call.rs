@@ -113,6 +113,9 @@ pub struct Tally {
     pub cost: f64,
     /// Provider and tool attempts.
     pub attempts: u32,
+    /// Tool targets called or skipped (registry indices), with whether
+    /// each let the request down.
+    pub tools: SmallVec<[(usize, bool); 2]>,
 }
 
 /// Why no model answered.

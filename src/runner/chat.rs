@@ -136,7 +136,7 @@ impl Drop for Abandoned<'_> {
             let o = self
                 .runner
                 .outcome(self.request, self.user, ended, &Tally::default(), Duration::ZERO);
-            self.runner.count_outcome(&o);
+            self.runner.count_outcome(&o, &Tally::default());
         }
     }
 }
@@ -268,7 +268,7 @@ impl Runner {
         let took = self.clock.now().saturating_duration_since(start);
         let outcome = self.outcome(req.id, &req.user, ended, &tally, took);
         abandoned.armed = false;
-        self.count_outcome(&outcome);
+        self.count_outcome(&outcome, &tally);
         Chat { end, outcome }
     }
 

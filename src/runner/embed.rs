@@ -6,7 +6,7 @@
 use super::admission::{Refusal, Spent};
 use super::chat::Abandoned;
 use super::ending::Ended;
-use super::llm::Tally;
+use super::llm::{Hop, HopResult, Tally};
 use super::Runner;
 use crate::outcome::{Level, Outcome};
 use crate::provider::{EmbedRequest, Embedded, ProviderError};
@@ -103,7 +103,7 @@ impl Runner {
         let took = self.clock.now().saturating_duration_since(start);
         let outcome = self.outcome(call.id, &call.user, ended, &tally, took);
         abandoned.armed = false;
-        self.count_outcome(&outcome);
+        self.count_outcome(&outcome, &tally);
         Embedding { end, outcome }
     }
 
@@ -115,6 +115,7 @@ impl Runner {
         let (mut held, now) = match self.admit(&call.user, mi, call.chars, 0, || false).await {
             Ok(h) => h,
             Err(Refusal::Open) => {
+                tally.hops.push(hop(mi, HopResult::Open));
                 self.announce_step(call.id, self.model_target(mi), StepKind::ShortCircuit);
                 return (
                     EmbedEnd::Unavailable(format!("{} is unavailable (breaker open)", m.name)),
@@ -122,6 +123,7 @@ impl Runner {
                 );
             }
             Err(Refusal::Rate) => {
+                tally.hops.push(hop(mi, HopResult::Rate));
                 self.announce_step(call.id, self.model_target(mi), StepKind::RateLimited);
                 return (
                     EmbedEnd::Unavailable(format!("{} has no rate-limit capacity now", m.name)),
@@ -181,6 +183,13 @@ impl Runner {
                 Some(_) => t.stats.failed.inc(),
             }
         }
+        tally.hops.push(hop(
+            mi,
+            match &result {
+                Ok(_) => HopResult::Ok,
+                Err(e) => HopResult::Failed(e.kind, e.status),
+            },
+        ));
         match result {
             Ok(e) => (EmbedEnd::Answer(e), vec![self.models[mi].answered_label.to_string()]),
             Err(e) => {
@@ -188,5 +197,14 @@ impl Runner {
                 (EmbedEnd::Failed(Box::new(e)), vec![label])
             }
         }
+    }
+}
+
+/// The one hop of an embeddings call on model `mi`, for the tally.
+fn hop(mi: usize, result: HopResult) -> Hop {
+    Hop {
+        model: mi,
+        result,
+        tries: 1,
     }
 }

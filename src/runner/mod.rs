@@ -4,6 +4,7 @@
 
 mod admission;
 pub mod agent;
+mod blame;
 mod call;
 pub mod chat;
 pub mod command;

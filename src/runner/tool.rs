@@ -68,8 +68,25 @@ impl Runner {
     }
 
     /// Calls tool `ti` for request `request_id`; its result is cached
-    /// under `key` (the call's [`ToolCall::cache_key`], as a rule).
+    /// under `key` (the call's [`ToolCall::cache_key`], as a rule). The
+    /// tally notes that the request needed the tool (a drill's skip aside).
     pub async fn call_tool(
+        &self,
+        request_id: u64,
+        ti: usize,
+        call: &ToolCall,
+        key: u64,
+        critical: bool,
+        tally: &mut Tally,
+    ) -> Result<Arc<str>, ToolFailure> {
+        let r = self.try_tool(request_id, ti, call, key, critical, tally).await;
+        if !matches!(r, Err(ToolFailure::Drill)) {
+            tally.note_tool(self.tools[ti].target, r.is_err());
+        }
+        r
+    }
+
+    async fn try_tool(
         &self,
         request_id: u64,
         ti: usize,

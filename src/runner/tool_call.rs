@@ -140,7 +140,7 @@ impl Runner {
         };
         let took = self.clock.now().saturating_duration_since(start);
         let outcome = self.outcome(req.id, &req.user, ended, &tally, took);
-        self.count_outcome(&outcome);
+        self.count_outcome(&outcome, &tally);
         (end, outcome)
     }
 

@@ -26,6 +26,12 @@ pub struct TargetStats {
     /// Client errors (4xx but 429, never retried): the caller's fault,
     /// neither successes nor failures of the target.
     pub client_errors: Counter,
+    /// Requests that needed the target: called it, or skipped it for its
+    /// breaker, rate limit or latency (once per request).
+    pub needed: Counter,
+    /// Of those, the requests that ended degraded (partial, fallback,
+    /// deferred or failed) with this target among what let them down.
+    pub degraded: Counter,
     /// Latencies of finished calls.
     pub latency: Histogram,
     /// Streamed calls' time to their first content.
@@ -53,6 +59,12 @@ pub struct StatsView {
     pub semantic: u64,
     /// Client errors (4xx but 429): neither successes nor failures.
     pub client_errors: u64,
+    /// Requests that needed the target.
+    #[serde(default)]
+    pub needed: u64,
+    /// Requests degraded because of the target.
+    #[serde(default)]
+    pub degraded: u64,
     /// Mean latency (ms).
     pub mean_latency_ms: u64,
     /// Latencies of finished calls, by bucket.
@@ -77,6 +89,8 @@ impl TargetStats {
             timeouts: l(&self.timeouts),
             semantic: l(&self.semantic),
             client_errors: l(&self.client_errors),
+            needed: l(&self.needed),
+            degraded: l(&self.degraded),
             mean_latency_ms: latency.sum_ms.checked_div(done).unwrap_or(0),
             latency,
             ttft: self.ttft.view(),

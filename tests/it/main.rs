@@ -5,6 +5,7 @@
 //! variable, which is only sound while no other test runs in the process.
 
 mod access;
+mod alerts;
 mod attach;
 mod breaker_props;
 mod cli;

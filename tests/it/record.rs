@@ -183,7 +183,7 @@ fn a_bounded_subscription_makes_emitters_wait_and_loses_nothing() {
 }
 
 #[test]
-fn a_write_error_stops_the_recording_with_an_event_at_once() {
+fn a_write_error_stops_the_recording_with_an_event_and_counts_every_record_lost() {
     let bus = fusebox::telemetry::events::EventBus::new(Clock::with_wall_anchor(0), 16);
     let header = Header {
         v: 1,
@@ -197,9 +197,18 @@ fn a_write_error_stops_the_recording_with_an_event_at_once() {
     };
     // Every write to /dev/full fails with "no space left on device".
     let rec = Recorder::start(std::path::Path::new("/dev/full"), opts, header, &bus).unwrap();
+    let dropped = rec.dropped();
     bus.emit(EventKind::Request(Box::default()));
+    // Later events go on, each counted as a record dropped.
+    for _ in 0..100 {
+        bus.emit(EventKind::Request(Box::default()));
+    }
+    bus.close_subscribers();
     let err = rec.finish().expect_err("the disk is full");
     assert_eq!(err.raw_os_error(), Some(28), "{err}");
+    // The header and the first request (neither reached the disk), then
+    // the hundred after.
+    assert_eq!(dropped.load(std::sync::atomic::Ordering::Relaxed), 102);
     let failed: Vec<_> = bus
         .recent(16)
         .into_iter()
@@ -209,9 +218,5 @@ fn a_write_error_stops_the_recording_with_an_event_at_once() {
         })
         .collect();
     assert_eq!(failed, ["/dev/full"]);
-    // Later events go on without the recorder (nothing waits for it).
-    for _ in 0..10 {
-        bus.emit(EventKind::Request(Box::default()));
-    }
     assert!(!bus.has_subscribers());
 }

@@ -329,6 +329,13 @@ async fn failing_optional_tool_is_skipped_and_critical_tool_uses_the_cache() {
     assert!(o.missing.is_empty(), "{:?}", o.missing);
     assert_eq!(o.level, Level::Fallback);
     assert!(o.user_message.unwrap().contains("minutes ago"));
+    // Both requests needed both tools (once each, whatever the steps); the
+    // second was degraded by them, not by the model that answered.
+    for t in ["tool:get_order", "tool:search_docs"] {
+        assert_eq!((stats(&r, t).needed, stats(&r, t).degraded), (2, 1), "{t}");
+    }
+    let p = stats(&r, "provider:openai");
+    assert_eq!((p.needed, p.degraded), (2, 0));
 }
 
 #[tokio::test(start_paused = true)]

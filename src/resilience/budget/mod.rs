@@ -8,6 +8,7 @@
 //! window. Idle users are evicted so memory stays bounded.
 
 mod exceeded;
+mod view;
 
 use crate::config::access::UserBudgets;
 use crate::config::BudgetConfig;
@@ -15,9 +16,9 @@ use crate::resilience::evict;
 use crate::resilience::notice::{Announce, BudgetWarning, Notice};
 pub use exceeded::BudgetExceeded;
 use parking_lot::Mutex;
-use serde::{Deserialize, Serialize};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
+pub use view::{GlobalView, UserView};
 
 const MINUTE: u64 = 60_000;
 const HOUR: u64 = 3_600_000;
@@ -118,34 +119,6 @@ struct GlobalState {
     tokens_day: Win,
     cost_hour: Win,
     cost_day: Win,
-}
-
-/// One user's usage, for views.
-#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
-pub struct UserView {
-    /// The user.
-    pub user: String,
-    /// Tokens this minute / hour / day.
-    pub tokens: [f64; 3],
-    /// USD today.
-    pub cost_day: f64,
-    /// Share of each limit in use: minute, hour, day tokens, cost/day (0 when unlimited).
-    pub shares: [f64; 4],
-    /// Highest share of any limit (0..).
-    pub pressure: f64,
-    /// Requests refused by a budget.
-    pub rejections: u64,
-}
-
-/// Global usage, for views.
-#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
-pub struct GlobalView {
-    /// Tokens this hour / day.
-    pub tokens: [f64; 2],
-    /// USD this hour / day.
-    pub cost: [f64; 2],
-    /// Highest share of any global limit.
-    pub pressure: f64,
 }
 
 /// All budgets.
@@ -430,57 +403,6 @@ impl Budgets {
             .max(share(g.tokens_day.used, c.global_tokens_per_day as f64))
             .max(share(g.cost_hour.used, c.global_cost_per_hour_usd))
             .max(share(g.cost_day.used, c.global_cost_per_day_usd))
-    }
-
-    /// Global usage.
-    pub fn global_view(&self, now_ms: u64) -> GlobalView {
-        let mut g = super::lock(&self.global);
-        g.tokens_hour.roll(now_ms, HOUR);
-        g.tokens_day.roll(now_ms, DAY);
-        g.cost_hour.roll(now_ms, HOUR);
-        g.cost_day.roll(now_ms, DAY);
-        let pressure = self.pressure_of(&g);
-        self.pressure.store(pressure.to_bits(), Ordering::Relaxed);
-        GlobalView {
-            tokens: [g.tokens_hour.used, g.tokens_day.used],
-            cost: [g.cost_hour.used, g.cost_day.used],
-            pressure,
-        }
-    }
-
-    /// The `n` users with the highest budget pressure.
-    pub fn top_users(&self, n: usize, now_ms: u64) -> Vec<UserView> {
-        let share = |used: f64, limit: f64| if limit > 0.0 { used / limit } else { 0.0 };
-        let cur = |w: &Win, len: u64| if w.holds(now_ms, len) { w.used } else { 0.0 };
-        let mut all: Vec<UserView> = super::lock(&self.users)
-            .iter()
-            .map(|(user, u)| {
-                let tokens = [cur(&u.minute, MINUTE), cur(&u.hour, HOUR), cur(&u.day, DAY)];
-                let cost_day = cur(&u.cost_day, DAY);
-                let shares = [
-                    share(tokens[0], u.limits.minute),
-                    share(tokens[1], u.limits.hour),
-                    share(tokens[2], u.limits.day),
-                    share(cost_day, u.limits.cost_day),
-                ];
-                UserView {
-                    user: user.to_string(),
-                    tokens,
-                    cost_day,
-                    shares,
-                    pressure: shares.iter().copied().fold(0.0, f64::max),
-                    rejections: u.rejections,
-                }
-            })
-            .collect();
-        let order = |a: &UserView, b: &UserView| b.pressure.total_cmp(&a.pressure).then_with(|| a.user.cmp(&b.user));
-        // Only the top n are ordered: O(users) rather than a full sort.
-        if n < all.len() {
-            all.select_nth_unstable_by(n, order);
-            all.truncate(n);
-        }
-        all.sort_by(order);
-        all
     }
 
     /// Users currently tracked.

@@ -8,8 +8,10 @@
 //! size, and flushes when the bus closes it. A crash leaves at most a torn
 //! last line, which readers skip. A write error stops the recording with a
 //! [`EventKind::RecordingFailed`] event at once, and is the run's error at
-//! its end. Message content is recorded only when asked (`full`), or as a
-//! hash; auth headers never are.
+//! its end; from then on every record is counted as dropped
+//! ([`Recorder::dropped`]), with those not yet pushed out when it failed.
+//! Message content is recorded only when asked (`full`), or as a hash; auth
+//! headers never are.
 
 use super::rate_headers;
 use super::{AttemptRec, Header, Key, OperatorRec, OutcomeRec, Record, RequestRec, TransitionRec};
@@ -20,6 +22,7 @@ use crate::telemetry::events::{Event, EventBus, EventKind};
 use std::fs::{File, OpenOptions};
 use std::io::{self, BufWriter, Write};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -104,6 +107,7 @@ pub struct RecordStats {
 /// A running recorder; [`Recorder::finish`] after closing the event bus.
 pub struct Recorder {
     thread: JoinHandle<io::Result<RecordStats>>,
+    dropped: Arc<AtomicU64>,
 }
 
 impl Recorder {
@@ -113,23 +117,41 @@ impl Recorder {
         let file = Writer::create(path, header, opts.rotate_bytes)?;
         let events = bus.subscribe_bounded(CHANNEL);
         let bus = bus.clone();
+        let dropped = Arc::new(AtomicU64::new(0));
+        let lost = dropped.clone();
         let thread = std::thread::Builder::new()
             .name("fusebox-recorder".into())
             .spawn(move || {
                 let shown = file.path.display().to_string();
-                // `run` drops the receiver as it returns, so emitters
-                // waiting on a full channel go on before this is emitted.
-                let done = run(file, opts, events);
+                let done = run(file, opts, &events, &lost);
                 if let Err(e) = &done {
                     tracing::error!(path = %shown, "recording stopped: {e}");
-                    bus.emit(EventKind::RecordingFailed {
+                    // Emitted by another thread: this one goes on emptying
+                    // the channel, so no emitter waits for it (itself
+                    // included) and every record after the failure counts.
+                    let failed = EventKind::RecordingFailed {
                         path: shown,
                         error: e.to_string(),
-                    });
+                    };
+                    let bus = bus.clone();
+                    let announced = std::thread::spawn(move || bus.emit(failed));
+                    let salt = Salt::new();
+                    for ev in events.iter() {
+                        if record_of(&ev, 0, Content::None, &salt).is_some() {
+                            lost.fetch_add(1, Ordering::Relaxed);
+                        }
+                    }
+                    let _ = announced.join();
                 }
                 done
             })?;
-        Ok(Self { thread })
+        Ok(Self { thread, dropped })
+    }
+
+    /// Records that could not be written: those not yet pushed out when a
+    /// write failed, and every one after (the recording has stopped).
+    pub fn dropped(&self) -> Arc<AtomicU64> {
+        self.dropped.clone()
     }
 
     /// Waits until every event sent before the bus closed is written,
@@ -148,6 +170,8 @@ struct Writer {
     bytes: u64,
     rotate: Option<u64>,
     stats: RecordStats,
+    /// Records not yet pushed out to the OS: lost if a write fails.
+    unpushed: u64,
 }
 
 impl Writer {
@@ -160,6 +184,7 @@ impl Writer {
             bytes: 0,
             rotate,
             stats: RecordStats { records: 0, files: 1 },
+            unpushed: 0,
         };
         w.line(&Record::Header(w.header.clone()))?;
         Ok(w)
@@ -167,6 +192,7 @@ impl Writer {
 
     fn line(&mut self, r: &Record) -> io::Result<()> {
         let text = r.to_line();
+        self.unpushed += 1;
         self.out.write_all(text.as_bytes())?;
         self.out.write_all(b"\n")?;
         self.bytes += text.len() as u64 + 1;
@@ -192,13 +218,19 @@ impl Writer {
 
     fn sync(&mut self) -> io::Result<()> {
         self.out.flush()?;
-        self.out.get_ref().sync_data()
+        self.out.get_ref().sync_data()?;
+        self.unpushed = 0;
+        Ok(())
     }
 
     /// Pushes buffered lines out as `fsync` asks: to the disk, or to the OS.
     fn push(&mut self, fsync: Fsync) -> io::Result<()> {
         match fsync {
-            Fsync::Os => self.out.flush(),
+            Fsync::Os => {
+                self.out.flush()?;
+                self.unpushed = 0;
+                Ok(())
+            }
             _ => self.sync(),
         }
     }
@@ -240,7 +272,17 @@ impl Due {
     }
 }
 
-fn run(mut w: Writer, opts: RecordOptions, events: Receiver<Event>) -> io::Result<RecordStats> {
+/// Writes the events of `events` until the bus closes it; on a write
+/// error, counts the records it had not pushed out in `dropped`.
+fn run(mut w: Writer, opts: RecordOptions, events: &Receiver<Event>, dropped: &AtomicU64) -> io::Result<RecordStats> {
+    let done = write_all(&mut w, opts, events);
+    if done.is_err() {
+        dropped.fetch_add(w.unpushed, Ordering::Relaxed);
+    }
+    done.map(|()| w.stats)
+}
+
+fn write_all(w: &mut Writer, opts: RecordOptions, events: &Receiver<Event>) -> io::Result<()> {
     let mut due = Due::new(opts.fsync);
     let mut last_t = 0u64;
     let salt = Salt::new();
@@ -271,8 +313,7 @@ fn run(mut w: Writer, opts: RecordOptions, events: Receiver<Event>) -> io::Resul
         }
     }
     // A clean end: everything on disk, whatever the policy.
-    w.sync()?;
-    Ok(w.stats)
+    w.sync()
 }
 
 /// A recording's own secret for the cache keys it writes: keys are equal

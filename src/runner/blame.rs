@@ -1,0 +1,72 @@
+//! Which targets a request needed and which let it down, counted on each
+//! target as the request ends: the share of a dependency's requests that
+//! it degraded (`fusebox_degraded_total` over `fusebox_needed_total`).
+//!
+//! A model hop counts for the model and its provider (both breakers see
+//! its calls); a tool call or skip for the tool. A target that answered
+//! was needed but let nothing down; one that failed, or was skipped for its
+//! breaker, rate limit, pool or latency, let the request down. A model
+//! whose API cannot carry the request was not needed, and a drill's skips
+//! are the operator's, not the tool's.
+
+use super::llm::{HopResult, Tally};
+use super::Runner;
+use crate::outcome::Level;
+use crate::provider::ErrorKind;
+use smallvec::SmallVec;
+
+impl Tally {
+    /// Notes that the request needed tool target `target` (a registry
+    /// index), and whether it let the request down.
+    pub fn note_tool(&mut self, target: usize, let_down: bool) {
+        self.tools.push((target, let_down));
+    }
+}
+
+/// Whether a hop let the request down; `None` when the request did not
+/// need its model. A refusal of the request as malformed is the client's.
+fn let_down(r: &HopResult) -> Option<bool> {
+    match r {
+        HopResult::Ok | HopResult::Resumed => Some(false),
+        HopResult::Unsupported(_) => None,
+        HopResult::Failed(kind, _) => Some(!matches!(
+            kind,
+            ErrorKind::BadRequest | ErrorKind::NotFound | ErrorKind::Unprocessable
+        )),
+        HopResult::Open | HopResult::Rate | HopResult::Sla | HopResult::Semantic(_) | HopResult::Cut(_) => Some(true),
+    }
+}
+
+impl Runner {
+    /// The targets `tally` shows the request needed, each once, with
+    /// whether any of its uses let the request down.
+    pub(crate) fn needs(&self, tally: &Tally) -> SmallVec<[(usize, bool); 4]> {
+        let mut seen: SmallVec<[(usize, bool); 4]> = SmallVec::new();
+        let mut note = |t: usize, down: bool| match seen.iter_mut().find(|(s, _)| *s == t) {
+            Some(e) => e.1 |= down,
+            None => seen.push((t, down)),
+        };
+        for h in &tally.hops {
+            let Some(down) = let_down(&h.result) else { continue };
+            let m = &self.models[h.model];
+            note(m.target, down);
+            note(self.providers[m.provider].target, down);
+        }
+        for &(t, down) in &tally.tools {
+            note(t, down);
+        }
+        seen
+    }
+
+    /// Counts a request that ended at `level` on every target it needed,
+    /// and as degraded on those that let it down when it was degraded.
+    pub(super) fn count_needs(&self, tally: &Tally, level: Level) {
+        for (t, down) in self.needs(tally) {
+            let s = &self.registry.get(t).stats;
+            s.needed.inc();
+            if down && level != Level::None {
+                s.degraded.inc();
+            }
+        }
+    }
+}
