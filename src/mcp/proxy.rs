@@ -5,7 +5,7 @@
 //! arguments, marked stale (`_meta["fusebox/stale_ms"]`).
 
 use super::Upstreams;
-use crate::gateway::ids::RequestIds;
+use crate::otel::ids::RequestIds;
 use crate::runner::tool::ToolFailure;
 use crate::runner::tool_call::{ToolEnd, ToolRequest};
 use crate::runner::Runner;

@@ -8,6 +8,7 @@
 //! [`Totals::spans_dropped`](crate::runner::Totals), never requests.
 
 mod export;
+pub mod ids;
 pub mod import;
 pub mod names;
 mod spans;

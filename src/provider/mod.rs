@@ -151,6 +151,16 @@ pub struct WireAnswer {
 }
 
 impl LlmResponse {
+    /// Why the model stopped: as its API said, else as its answer shows.
+    pub fn finish(&self) -> Finish {
+        let said = self.wire.as_ref().and_then(|w| w.finish);
+        said.unwrap_or(if self.tool_calls.is_empty() {
+            Finish::Stop
+        } else {
+            Finish::ToolCalls
+        })
+    }
+
     /// The tool result cache key of call `i`.
     pub fn tool_key(&self, i: usize) -> u64 {
         self.tool_keys

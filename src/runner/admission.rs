@@ -142,6 +142,17 @@ pub(super) enum Refusal {
     Budget(BudgetExceeded),
 }
 
+impl Refusal {
+    /// The refusal as a trace tells it.
+    pub(super) fn step(&self) -> StepKind {
+        match self {
+            Refusal::Open => StepKind::ShortCircuit,
+            Refusal::Rate => StepKind::RateLimited,
+            Refusal::Budget(e) => StepKind::BudgetRefused { reason: e.to_string() },
+        }
+    }
+}
+
 /// Breaker probes, a rate-limit reservation and a budget reservation, to settle.
 pub(super) type Permits = (
     crate::resilience::breaker::Permit,

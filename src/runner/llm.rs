@@ -231,12 +231,7 @@ impl Runner {
             let (mut held, now) = match admitted {
                 Ok(h) => h,
                 Err(refusal) => {
-                    let step = match &refusal {
-                        Refusal::Open => StepKind::ShortCircuit,
-                        Refusal::Rate => StepKind::RateLimited,
-                        Refusal::Budget(e) => StepKind::BudgetRefused { reason: e.to_string() },
-                    };
-                    self.announce_step(call.request_id, self.model_target(mi), step);
+                    self.announce_step(call.request_id, self.model_target(mi), refusal.step());
                     match refusal {
                         Refusal::Open => return hop(HopResult::Open, attempt),
                         Refusal::Rate => return hop(HopResult::Rate, attempt),
@@ -569,13 +564,8 @@ impl Attempted {
                 a.status = Some(200);
                 a.tool_calls = resp.tool_calls.iter().map(|c| c.name.clone()).collect();
                 a.tool_keys = (0..resp.tool_calls.len()).map(|i| resp.tool_key(i)).collect();
-                let wire = resp.wire.as_deref();
-                a.response_model = wire.map(|w| w.model.clone()).filter(|m| !m.is_empty());
-                a.finish = Some(wire.and_then(|w| w.finish).unwrap_or(if resp.tool_calls.is_empty() {
-                    crate::wire::Finish::Stop
-                } else {
-                    crate::wire::Finish::ToolCalls
-                }));
+                a.response_model = resp.wire.as_ref().map(|w| w.model.clone()).filter(|m| !m.is_empty());
+                a.finish = Some(resp.finish());
                 (resp.usage, resp.rate)
             }
             Attempted::Failed(e) => {

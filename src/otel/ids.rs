@@ -2,7 +2,7 @@
 //! MCP calls so that a recording names each request once; with traces on,
 //! each caller's `traceparent` is kept for its request's spans.
 
-use crate::otel::{Parents, TraceParent};
+use super::{Parents, TraceParent};
 use http::HeaderMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 
