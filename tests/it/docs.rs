@@ -25,9 +25,10 @@ const DOCS: [&str; 7] = [
 ];
 
 /// The subcommands (`demo` is also what `fusebox` alone runs).
-const SUBCOMMANDS: [&str; 12] = [
+const SUBCOMMANDS: [&str; 13] = [
     "demo",
     "replay",
+    "import",
     "serve",
     "attach",
     "check-config",
@@ -952,6 +953,16 @@ fn check_of(cmd: &str) -> Option<Check> {
         "cargo run --release -- bench" => Elsewhere("4,000,000 decisions on every core: a measurement, run by hand"),
         "cargo run --release -- bench --state redis://127.0.0.1:6379/0" => {
             Elsewhere("a measurement against Redis, run by hand (the fleet tests run the store)")
+        }
+        "fusebox serve --otlp-endpoint http://127.0.0.1:4318" => {
+            Elsewhere("needs a collector: the otel tests run it against a loopback receiver")
+        }
+        "fusebox import --format otlp FILE -o LOG" | "fusebox replay --format otlp FILE" => {
+            Elsewhere("needs OTLP/JSON traces: the otel import test runs both on a demo's")
+        }
+        "cargo run --release --example otlp_sink" => Elsewhere("a receiver that runs until stopped"),
+        "cargo run --release -- bench --otlp-endpoint http://127.0.0.1:4318" => {
+            Elsewhere("a measurement, run by hand against otlp_sink")
         }
         c if c.starts_with("cargo bench") => Elsewhere("criterion benchmarks, run by hand"),
         c if c.starts_with("cargo build --release && cargo run --release --example gateway_overhead")
