@@ -19,6 +19,9 @@ use std::time::{Duration, SystemTime};
 /// A request older than this without an outcome (its outcome event was
 /// dropped) is given up, and its spans counted as dropped.
 const STALE_MS: u64 = 15 * 60_000;
+/// Requests open at most: past this the oldest are given up, so a flood
+/// of lost outcomes cannot grow the assembler without bound.
+const MAX_OPEN: usize = 65_536;
 
 /// A request whose span is not finished yet.
 struct Open {
@@ -374,18 +377,22 @@ impl Assembler {
         out.append(&mut open.attempts);
     }
 
-    /// Gives up requests open for longer than [`STALE_MS`]; returns the spans lost.
+    /// Forgets arrivals of requests that ended, and gives up requests open
+    /// for longer than [`STALE_MS`] or past [`MAX_OPEN`]; returns the spans lost.
     fn give_up_stale(&mut self, now: u64) -> u64 {
         let mut lost = 0;
         while let Some(&(t, id)) = self.arrivals.front() {
-            if now.saturating_sub(t) <= STALE_MS {
+            let open = self.open.get(&id).filter(|o| o.start_ms == t);
+            let Some(o) = open else {
+                self.arrivals.pop_front();
+                continue;
+            };
+            if now.saturating_sub(t) <= STALE_MS && self.open.len() <= MAX_OPEN {
                 break;
             }
+            lost += 1 + o.attempts.len() as u64;
+            self.open.remove(&id);
             self.arrivals.pop_front();
-            if let Some(o) = self.open.get(&id).filter(|o| o.start_ms == t) {
-                lost += 1 + o.attempts.len() as u64;
-                self.open.remove(&id);
-            }
         }
         lost
     }
@@ -438,4 +445,104 @@ fn span_events(events: Vec<opentelemetry::trace::Event>) -> SpanEvents {
 fn strings<'a>(key: &'static str, values: impl IntoIterator<Item = &'a str>) -> KeyValue {
     let v: Vec<StringValue> = values.into_iter().map(|s| StringValue::from(s.to_string())).collect();
     KeyValue::new(key, Value::Array(Array::String(v)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::resilience::breaker::BreakerState;
+
+    fn ev(t_ms: u64, kind: EventKind) -> Event {
+        Event {
+            t_ms,
+            kind,
+            instance: None,
+        }
+    }
+
+    fn arrival(id: u64) -> EventKind {
+        let mut a = Arrival::default();
+        a.request.id = id;
+        EventKind::Request(Box::new(a))
+    }
+
+    fn attempt(request: u64, status: u16) -> EventKind {
+        EventKind::Attempt(Box::new(Attempt {
+            model: Some("gpt-4o".into()),
+            status: Some(status),
+            latency_ms: 10,
+            ..Attempt::of(request, Target::provider("openai"))
+        }))
+    }
+
+    fn outcome(request: u64) -> EventKind {
+        EventKind::Outcome(Box::new(Outcome {
+            request,
+            user: "u".into(),
+            level: Level::Failed,
+            chain: vec![],
+            quality: 0.0,
+            tokens: 0,
+            cost_usd: 0.0,
+            missing: vec![],
+            user_message: Some("no model could answer".into()),
+            answer: None,
+            stale_ms: None,
+            attempts: 2,
+            latency_ms: 50,
+        }))
+    }
+
+    fn trip(to: BreakerState) -> EventKind {
+        EventKind::Transition(Transition {
+            breaker: Target::provider("openai"),
+            from: BreakerState::Closed,
+            to,
+            reason: "3 failures".into(),
+        })
+    }
+
+    fn names(events: &[opentelemetry::trace::Event]) -> Vec<&str> {
+        events.iter().map(|e| &*e.name).collect()
+    }
+
+    /// A transition is hung on the attempt that caused it, whether it is
+    /// announced just before the attempt's record or just after.
+    #[test]
+    fn a_transition_goes_on_the_attempt_that_caused_it_and_its_request() {
+        let mut a = Assembler::new(Names::default(), 1_000, fastrand::Rng::with_seed(1));
+        let mut out = Vec::new();
+        let none = |_| None;
+        a.take(ev(0, arrival(1)), none, &mut out);
+        a.take(ev(20, attempt(1, 503)), none, &mut out);
+        a.take(ev(20, trip(BreakerState::Open)), none, &mut out);
+        a.take(ev(40, trip(BreakerState::HalfOpen)), none, &mut out);
+        a.take(ev(40, attempt(1, 503)), none, &mut out);
+        a.take(ev(50, outcome(1)), none, &mut out);
+        assert_eq!(out.len(), 3, "the request and its two attempts");
+        let (root, tries) = (&out[0], &out[1..]);
+        assert_eq!(names(&root.events), ["fusebox.breaker", "fusebox.breaker"]);
+        for t in tries {
+            assert_eq!(names(&t.events), ["fusebox.breaker"]);
+            assert_eq!(t.parent_span_id, root.span_context.span_id());
+            assert_eq!(t.span_context.trace_id(), root.span_context.trace_id());
+        }
+        assert_eq!(root.status, Status::error("no model could answer"));
+        assert_eq!(
+            tries[0].start_time,
+            SystemTime::UNIX_EPOCH + Duration::from_millis(1_010),
+            "an attempt starts its latency before it ended"
+        );
+    }
+
+    /// A request whose outcome never comes is given up, its spans counted.
+    #[test]
+    fn a_request_without_an_outcome_is_given_up_and_counted() {
+        let mut a = Assembler::new(Names::default(), 0, fastrand::Rng::with_seed(1));
+        let mut out = Vec::new();
+        a.take(ev(0, arrival(1)), |_| None, &mut out);
+        a.take(ev(5, attempt(1, 200)), |_| None, &mut out);
+        let lost = a.take(ev(STALE_MS + 1, arrival(2)), |_| None, &mut out);
+        assert_eq!((lost, out.len(), a.open.len()), (2, 0, 1));
+    }
 }

@@ -265,8 +265,13 @@ impl SubTx {
             SubTx::Bounded(tx) => tx.send(ev).is_ok(),
             SubTx::Lossy(tx, dropped) => match tx.try_send(ev) {
                 Ok(()) => true,
-                Err(mpsc::error::TrySendError::Full(_)) => {
-                    dropped.fetch_add(1, Ordering::Relaxed);
+                Err(mpsc::error::TrySendError::Full(ev)) => {
+                    // A lost attempt is a span lost. A lost outcome is
+                    // counted when its request is given up; without its
+                    // arrival a request's span is still made.
+                    if matches!(ev.kind, EventKind::Attempt(_)) {
+                        dropped.fetch_add(1, Ordering::Relaxed);
+                    }
                     true
                 }
                 Err(mpsc::error::TrySendError::Closed(_)) => false,
@@ -328,7 +333,8 @@ impl EventBus {
     }
 
     /// Every event from now on, in order, through a channel of `capacity`
-    /// events; while it is full, events are dropped and counted in `dropped`.
+    /// events; while it is full, events are dropped, and the spans that
+    /// costs counted in `dropped`.
     pub fn subscribe_lossy(&self, capacity: usize, dropped: Arc<AtomicU64>) -> mpsc::Receiver<Event> {
         let (tx, rx) = mpsc::channel(capacity);
         self.push_sub(SubTx::Lossy(tx, dropped), true);
@@ -377,7 +383,20 @@ impl EventBus {
             r.push_back(ev.clone());
         }
         let mut subs = self.subs.lock();
-        subs.retain(|s| (record && !s.records) || s.tx.send(ev.clone()));
+        // The last subscriber that takes it gets the event itself, not a copy.
+        let takes = |s: &Sub| !record || s.records;
+        let last = subs.iter().rposition(takes);
+        let mut ev = Some(ev);
+        let mut i = 0;
+        subs.retain(|s| {
+            let mine = i;
+            i += 1;
+            if !takes(s) {
+                return true;
+            }
+            let copy = if Some(mine) == last { ev.take() } else { ev.clone() };
+            copy.is_some_and(|e| s.tx.send(e))
+        });
         if record && !subs.iter().any(|s| s.records) {
             self.has_subs.store(false, Ordering::Release);
         }
