@@ -134,6 +134,11 @@ impl RecordArgs {
 
     /// Starts exporting traces, if an endpoint is set.
     pub fn trace(&self, runner: &crate::runner::Runner) -> Result<Option<crate::otel::Tracing>> {
+        if let Some(flag) = self.otlp_endpoint.as_deref() {
+            if !(flag.starts_with("http://") || flag.starts_with("https://")) {
+                anyhow::bail!("--otlp-endpoint {flag}: not an http:// or https:// URL (e.g. http://127.0.0.1:4318)");
+            }
+        }
         let Some(url) = crate::otel::endpoint(self.otlp_endpoint.as_deref()) else {
             return Ok(None);
         };

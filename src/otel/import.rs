@@ -64,7 +64,16 @@ pub fn read(paths: &[impl AsRef<Path>]) -> Result<Imported> {
             bail!("{}: empty (no traces)", path.display());
         }
     }
-    Ok(assemble(spans, seed.unwrap_or(DEFAULT_SEED)))
+    let n = spans.len();
+    let imported = assemble(spans, seed.unwrap_or(DEFAULT_SEED));
+    if imported.requests == 0 {
+        let shown: Vec<_> = paths.iter().map(|p| p.as_ref().display().to_string()).collect();
+        bail!(
+            "{}: no GenAI spans among its {n} spans (none has gen_ai.* attributes): no requests to replay",
+            shown.join(" ")
+        );
+    }
+    Ok(imported)
 }
 
 /// The seed of runs that do not say theirs (the command line's default).

@@ -360,3 +360,50 @@ fn a_demo_s_traces_import_and_replay_to_the_demo_s_summary() {
         "the demo's outage is in it: {demo}"
     );
 }
+
+#[test]
+fn bad_trace_files_and_endpoints_are_named_with_what_to_do() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = |name: &str, text: &str| {
+        let p = dir.path().join(name);
+        std::fs::write(&p, text).unwrap();
+        p.to_str().unwrap().to_string()
+    };
+    let fails = |args: &[&str], says: &str| {
+        let o = std::process::Command::new(env!("CARGO_BIN_EXE_fusebox"))
+            .args(args)
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {err}");
+        assert!(err.contains(says), "{args:?}: {err}");
+    };
+    let out = dir.path().join("out.jsonl");
+    let out = out.to_str().unwrap();
+    let torn = file("torn.json", "{\"resourceSpans\":[]}\n{\"resourceSpans\":[\n");
+    fails(
+        &["import", "--format", "otlp", &torn, "-o", out],
+        &format!("{torn}:2: not OTLP/JSON traces"),
+    );
+    let none = file("none.json", "{\"resourceSpans\":[]}\n");
+    fails(
+        &["import", "--format", "otlp", &none, "-o", out],
+        "no GenAI spans among its 0 spans",
+    );
+    fails(&["replay", "--format", "otlp", &none, "--headless"], "no GenAI spans");
+    fails(
+        &["import", "--format", "otlp", "/nonexistent/t.json", "-o", out],
+        "cannot open /nonexistent/t.json",
+    );
+    fails(
+        &[
+            "demo",
+            "--headless",
+            "--duration",
+            "1s",
+            "--otlp-endpoint",
+            "127.0.0.1:4318",
+        ],
+        "--otlp-endpoint 127.0.0.1:4318: not an http:// or https:// URL (e.g. http://127.0.0.1:4318)",
+    );
+}
