@@ -615,3 +615,26 @@ async fn a_tool_s_detail_shows_its_pool() {
         "{frame}"
     );
 }
+
+/// Spans the trace exporter dropped are said in the header, and only then.
+#[test]
+fn dropped_trace_spans_are_said_in_the_header() {
+    let runner = Runner::new(
+        Config::default(),
+        RunnerParts::mock(Clock::with_wall_anchor(0), Seed(5)),
+    )
+    .unwrap();
+    let snap = runner.snapshot(SNAPSHOT_USERS, SNAPSHOT_EVENTS);
+    let app = App::new(opts(false), Arc::new(snap));
+    assert!(!text(&render(&app, 160, 40)).contains("traces:"));
+    runner
+        .totals()
+        .spans_dropped
+        .fetch_add(37, std::sync::atomic::Ordering::Relaxed);
+    let app = App::new(opts(false), Arc::new(runner.snapshot(SNAPSHOT_USERS, SNAPSHOT_EVENTS)));
+    let screen = text(&render(&app, 160, 40));
+    assert!(
+        screen.lines().nth(1).unwrap().contains("traces: 37 spans dropped"),
+        "{screen}"
+    );
+}
