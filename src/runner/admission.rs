@@ -3,9 +3,10 @@
 //! held while the call runs, then settled with what it used, whatever
 //! ends it.
 
-use super::llm::Tally;
+use super::llm::{Hop, HopResult, LlmFailure, Tally};
 use super::stream::Spend;
 use super::{ModelSlot, Runner};
+use crate::provider::LlmResponse;
 use crate::resilience::breaker::{Breaker, CallRecord, FailureKind, Permit};
 use crate::resilience::budget::BudgetExceeded;
 use crate::resilience::limiter::RateFeedback;
@@ -259,6 +260,33 @@ impl Runner {
         if let (Some(a), Some(r)) = (self.shared.get(), reserved) {
             a.settle(user, r, tokens, cost);
         }
+    }
+
+    /// Model `mi` refused a call before it was made (after `tries`): the
+    /// next model is tried, unless a budget refused.
+    pub(super) fn refused(
+        &self,
+        request: u64,
+        mi: usize,
+        refusal: Refusal,
+        tries: u32,
+    ) -> Result<Result<(LlmResponse, u32), Hop>, LlmFailure> {
+        self.announce_step(request, self.model_target(mi), refusal.step());
+        let result = match refusal {
+            Refusal::Open => HopResult::Open,
+            Refusal::Rate => HopResult::Rate,
+            Refusal::Budget(e) => return Err(LlmFailure::Budget(e)),
+        };
+        Ok(Err(Hop {
+            model: mi,
+            result,
+            tries,
+        }))
+    }
+
+    /// Model `mi`'s target (`model:NAME`).
+    pub(super) fn model_target(&self, mi: usize) -> crate::target::Target {
+        self.registry.get(self.models[mi].target).target.clone()
     }
 
     /// Emits a step record when someone (traces) listens.

@@ -3,7 +3,7 @@
 //! budget pressure), then per model: budget reservation → limiter → breakers
 //! → provider call with retries → settle and calibrate.
 
-use super::admission::{Refusal, Spent};
+use super::admission::Spent;
 use super::stream::{Pumped, Spend, StreamHead, Streaming};
 use super::{ModelSlot, Runner};
 use crate::outcome::Level;
@@ -186,11 +186,6 @@ impl Runner {
         }
     }
 
-    /// Model `mi`'s target (`model:NAME`).
-    pub(super) fn model_target(&self, mi: usize) -> crate::target::Target {
-        self.registry.get(self.models[mi].target).target.clone()
-    }
-
     fn any_admits(&self, models: &[usize]) -> bool {
         let now = self.clock.now();
         models.iter().any(|&m| self.admits(&self.models[m], now))
@@ -230,14 +225,7 @@ impl Runner {
                 .await;
             let (mut held, now) = match admitted {
                 Ok(h) => h,
-                Err(refusal) => {
-                    self.announce_step(call.request_id, self.model_target(mi), refusal.step());
-                    match refusal {
-                        Refusal::Open => return hop(HopResult::Open, attempt),
-                        Refusal::Rate => return hop(HopResult::Rate, attempt),
-                        Refusal::Budget(e) => return Err(LlmFailure::Budget(e)),
-                    }
-                }
+                Err(refusal) => return self.refused(call.request_id, mi, refusal, attempt),
             };
             pt.stats.attempts.inc();
             mt.stats.attempts.inc();
