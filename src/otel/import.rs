@@ -76,6 +76,9 @@ pub fn read(paths: &[impl AsRef<Path>]) -> Result<Imported> {
     Ok(imported)
 }
 
+/// The output cap of a request whose spans say neither its cap nor any output.
+const UNSAID_MAX_TOKENS: u32 = 1024;
+
 /// The seed of runs that do not say theirs (the command line's default).
 const DEFAULT_SEED: u64 = 42;
 
@@ -262,8 +265,14 @@ fn request(span: &Span, id: LogId, attempts: &[AttemptRec], ms: impl Fn(u64) -> 
         route: route.into(),
         prompt_tokens: int(kv, "fusebox.prompt_tokens")
             .map_or(first_input, |n| n.clamp(0, i64::from(MAX_TOKENS)) as u32),
-        max_tokens: int(kv, "gen_ai.request.max_tokens")
-            .map_or(most_output.max(1), |n| n.clamp(0, i64::from(MAX_TOKENS)) as u32),
+        max_tokens: int(kv, "gen_ai.request.max_tokens").map_or(
+            if most_output > 0 {
+                most_output
+            } else {
+                UNSAID_MAX_TOKENS
+            },
+            |n| n.clamp(0, i64::from(MAX_TOKENS)) as u32,
+        ),
         tools: texts(kv, "fusebox.tools"),
         critical_tools: texts(kv, "fusebox.critical_tools"),
         max_steps: int(kv, "fusebox.max_steps").map(|n| n.clamp(0, 1000) as u32),

@@ -407,3 +407,153 @@ fn bad_trace_files_and_endpoints_are_named_with_what_to_do() {
         "--otlp-endpoint 127.0.0.1:4318: not an http:// or https:// URL (e.g. http://127.0.0.1:4318)",
     );
 }
+
+/// MCP tool calls through `serve` are traced too: a span per call, a
+/// child per call to the server, a short-circuit when its breaker is open.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mcp_tool_calls_are_traced_with_their_server_calls() {
+    use crate::common::mcp::{call, client, stdio_orders};
+    let rx = Receiver::start();
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("fb.toml");
+    std::fs::write(
+        &cfg,
+        format!("[mcp.orders]\ncommand = [{:?}]\n", stdio_orders().display().to_string()),
+    )
+    .unwrap();
+    let url = rx.url.clone();
+    let serve = tokio::task::spawn_blocking(move || {
+        Serve::start_with(&["--config", cfg.to_str().unwrap(), "--otlp-endpoint", &url])
+    })
+    .await
+    .unwrap();
+    let through = client(&format!("{}/mcp", serve.base)).await;
+    let ask = || call("get_order", serde_json::json!({"order_id": "A-1"}));
+    assert_eq!(through.call_tool(ask()).await.unwrap().is_error, Some(false));
+    let forced = reqwest::Client::new()
+        .post(format!("{}/_fusebox/commands", serve.base))
+        .json(&serde_json::json!({"action": "force_open", "target": "tool:get_order"}))
+        .send()
+        .await
+        .unwrap();
+    assert!(forced.status().is_success());
+    through.call_tool(ask()).await.unwrap();
+    let spans = tokio::task::spawn_blocking(move || {
+        rx.wait_for(|s| s.iter().filter(|s| s.kind == SpanKind::Server as i32).count() >= 2)
+    })
+    .await
+    .unwrap();
+    let mut calls: Vec<&Span> = spans.iter().filter(|s| s.kind == SpanKind::Server as i32).collect();
+    calls.sort_by_key(|s| s.start_time_unix_nano);
+    assert_eq!(calls.len(), 2, "{spans:#?}");
+    let children = |root: &Span| {
+        spans
+            .iter()
+            .filter(|s| s.parent_span_id == root.span_id)
+            .cloned()
+            .collect::<Vec<_>>()
+    };
+    let (ok, refused) = (calls[0], calls[1]);
+    assert_eq!(ok.name, "execute_tool get_order");
+    assert_eq!(attr(&ok.attributes, "fusebox.level").as_deref(), Some("none"));
+    let server = children(ok);
+    assert_eq!(server.len(), 1);
+    assert_eq!(server[0].name, "execute_tool get_order");
+    assert_eq!(
+        attr(&server[0].attributes, "gen_ai.operation.name").as_deref(),
+        Some("execute_tool")
+    );
+    assert_eq!(
+        attr(&server[0].attributes, "gen_ai.tool.name").as_deref(),
+        Some("get_order")
+    );
+    assert_eq!(
+        attr(&server[0].attributes, "fusebox.target").as_deref(),
+        Some("tool:get_order")
+    );
+    assert!(
+        children(refused).is_empty(),
+        "no call to a server whose breaker is open"
+    );
+    assert_eq!(events(refused), ["fusebox.short_circuit"]);
+}
+
+/// A trace another tool wrote (an agent run with two LLM calls, OpenAI's
+/// instrumentation, one call timing out): each GenAI span a request, the
+/// rest skipped; replayed, fusebox's fallback answers the one that failed.
+#[test]
+fn a_foreign_trace_imports_its_llm_calls_and_replays_what_fusebox_would_have_done() {
+    let trace = format!("{}/tests/fixtures/traces/openai_agent.json", env!("CARGO_MANIFEST_DIR"));
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("log.jsonl");
+    let run = |args: &[&str]| {
+        let o = std::process::Command::new(env!("CARGO_BIN_EXE_fusebox"))
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{args:?}: {}", String::from_utf8_lossy(&o.stderr));
+        (
+            String::from_utf8_lossy(&o.stdout).to_string(),
+            String::from_utf8_lossy(&o.stderr).to_string(),
+        )
+    };
+    let (_, said) = run(&["import", "--format", "otlp", &trace, "-o", log.to_str().unwrap()]);
+    assert!(
+        said.contains("2 requests from GenAI spans, 2 other spans skipped"),
+        "{said}"
+    );
+    let lines: Vec<serde_json::Value> = std::fs::read_to_string(&log)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let kinds: Vec<&str> = lines.iter().map(|l| l["kind"].as_str().unwrap()).collect();
+    assert_eq!(
+        kinds,
+        ["header", "request", "attempt", "outcome", "request", "attempt", "outcome"]
+    );
+    assert_eq!(lines[0]["started_at"], "2025-12-02T00:00:00.100Z");
+    let (ok, timed_out) = (&lines[2], &lines[5]);
+    assert_eq!(lines[1]["id"], "eee19b7ec3c1b175");
+    assert_eq!(
+        lines[1]["session"], "5b8efff798038103d269b633813fc60c",
+        "one trace, one conversation"
+    );
+    assert_eq!(lines[1]["prompt_tokens"], 812);
+    assert_eq!(
+        (
+            &ok["target"],
+            &ok["model"],
+            &ok["status"],
+            &ok["latency_ms"],
+            &ok["input_tokens"],
+            &ok["output_tokens"]
+        ),
+        (
+            &"provider:openai".into(),
+            &"gpt-4o".into(),
+            &200.into(),
+            &1200.into(),
+            &812.into(),
+            &64.into()
+        )
+    );
+    assert_eq!(
+        (&timed_out["transport"], &timed_out["status"]),
+        (&"timeout".into(), &serde_json::Value::Null)
+    );
+    assert_eq!(
+        (&lines[3]["level"], &lines[6]["level"]),
+        (&"none".into(), &"failed".into())
+    );
+    assert_eq!(lines[3]["tokens"], 876);
+
+    let (out, _) = run(&["replay", "--format", "otlp", &trace, "--headless"]);
+    let summary: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(summary["requests"], 2);
+    assert_eq!(summary["by_level"]["none"], 1);
+    assert_eq!(
+        summary["by_level"]["fallback"], 1,
+        "the timed-out call falls back: {summary}"
+    );
+}
