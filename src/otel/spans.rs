@@ -148,9 +148,10 @@ impl Assembler {
         let parent = open.span_id;
         let mut attrs = Vec::with_capacity(14);
         let failed = a.status != Some(200) || a.semantic_failure.is_some();
-        if tool {
+        let name = if tool {
             attrs.push(KeyValue::new("gen_ai.operation.name", "execute_tool"));
             attrs.push(KeyValue::new("gen_ai.tool.name", a.target.name().to_string()));
+            format!("execute_tool {}", a.target.name())
         } else {
             let (api, system) = self.names.model(&model, a.target.name());
             let op = match open.arrival.as_ref().map(|r| r.via) {
@@ -171,7 +172,8 @@ impl Assembler {
                 attrs.push(strings("gen_ai.response.finish_reasons", [f.openai()]));
             }
             attrs.push(KeyValue::new("fusebox.model", model.clone()));
-        }
+            format!("{op} {api}")
+        };
         attrs.push(KeyValue::new("fusebox.target", a.target.to_string()));
         if let Some(s) = a.status {
             attrs.push(KeyValue::new("http.response.status_code", i64::from(s)));
@@ -199,11 +201,6 @@ impl Assembler {
             open.events.push(e.clone());
             events.push(e);
         }
-        let name = if tool {
-            format!("execute_tool {}", a.target.name())
-        } else {
-            format!("chat {}", self.names.model(&model, a.target.name()).0)
-        };
         open.attempts.push(SpanData {
             span_context: SpanContext::new(trace_id, span_id, TraceFlags::SAMPLED, false, TraceState::NONE),
             parent_span_id: parent,

@@ -284,15 +284,7 @@ async fn every_metric_the_alerts_and_board_use_is_scraped_with_the_values_sent()
         }
     }
 
-    let scrape = f
-        .http
-        .get(format!("{}/metrics", f.base))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let scrape = f.get("/metrics").await;
     let have = samples(&scrape);
 
     // Every metric and label the alerts and the board use.

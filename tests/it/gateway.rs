@@ -64,7 +64,7 @@ impl Fleet {
             .unwrap()
     }
 
-    async fn get(&self, path: &str) -> String {
+    pub async fn get(&self, path: &str) -> String {
         self.http
             .get(format!("{}{path}", self.base))
             .send()
