@@ -1,6 +1,8 @@
 //! A small stdio MCP server, for trying fusebox in front of one (and for
 //! the tests): `get_order` answers with the order and this process's id,
-//! `crash` ends the process at once, as a crashing server would.
+//! `crash` ends the process at once, as a crashing server would,
+//! `environment` answers with the environment it was started with (one
+//! `NAME=value` a line). It says it is ready on stderr.
 //! (`command = ["target/debug/examples/mcp_stdio_orders"]`)
 
 use rmcp::model::{
@@ -36,6 +38,11 @@ impl ServerHandler for Orders {
                 "End the server at once",
                 object(serde_json::json!({"type": "object"})),
             ),
+            Tool::new(
+                "environment",
+                "The server's environment",
+                object(serde_json::json!({"type": "object"})),
+            ),
         ]))
     }
 
@@ -46,6 +53,10 @@ impl ServerHandler for Orders {
     ) -> Result<CallToolResponse, ErrorData> {
         if r.name == "crash" {
             std::process::exit(1);
+        }
+        if r.name == "environment" {
+            let text: Vec<String> = std::env::vars().map(|(k, v)| format!("{k}={v}")).collect();
+            return Ok(CallToolResult::success(vec![ContentBlock::text(text.join("\n"))]).into());
         }
         let id = r
             .arguments
@@ -60,6 +71,7 @@ impl ServerHandler for Orders {
 
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> anyhow::Result<()> {
+    eprintln!("orders server ready (pid {})", std::process::id());
     let running = Orders.serve(rmcp::transport::stdio()).await?;
     running.waiting().await?;
     Ok(())

@@ -33,6 +33,11 @@ pub struct ServeArgs {
     /// Environment variable holding the bearer token clients must send.
     #[arg(long)]
     pub auth_token_env: Option<String>,
+    /// Off loopback, serve calls that carry no caller key, each as the
+    /// user it names (without it, a gateway with no caller keys refuses
+    /// to start there).
+    #[arg(long)]
+    pub allow_anonymous: bool,
     /// Largest request body accepted, in bytes (larger ones get 413).
     #[arg(long, default_value_t = crate::gateway::DEFAULT_MAX_BODY)]
     pub max_body_bytes: usize,
@@ -148,9 +153,11 @@ pub fn serve(mut args: ServeArgs) -> Result<()> {
             mcp,
             records_dropped: run.records_dropped().unwrap_or_default(),
             traces: run.tracing().map(crate::otel::Tracing::parents),
+            allow_anonymous: args.allow_anonymous,
         };
         let offered = opts.mcp.as_ref().map(|u| u.offered().len());
-        let addr = crate::gateway::spawn(runner.clone(), &args.listen, opts).await?;
+        let serving = crate::gateway::spawn(runner.clone(), &args.listen, opts).await?;
+        let addr = serving.addr;
         let base = format!("http://{addr}/v1");
         if let Some(fleet) = run.fleet() {
             fleet.advertise(&args.advertise.clone().unwrap_or_else(|| advertised(addr)));
@@ -174,6 +181,9 @@ pub fn serve(mut args: ServeArgs) -> Result<()> {
             let _ = writeln!(std::io::stderr(), "{line}");
         };
         say(format!("fusebox serve: gateway on {base} (POST /chat/completions, /messages, /responses, /embeddings; GET /models; /metrics, /healthz, /readyz at the root) · Ctrl-C to stop"));
+        for n in &serving.notes {
+            say(format!("fusebox serve: {n}"));
+        }
         if let Some(n) = offered {
             say(format!("fusebox serve: MCP at http://{addr}/mcp, {n} tools of the [mcp] servers behind their breakers"));
         }

@@ -13,4 +13,36 @@ pub struct McpServerConfig {
     /// The command (program and arguments) of a stdio server.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub command: Vec<String>,
+    /// The environment a stdio server starts with, besides `PATH` and
+    /// `HOME`: nothing of the gateway's own (its provider keys, its
+    /// token) unless named here. A value may take an environment
+    /// variable's (`"${GITHUB_TOKEN}"`).
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub env: std::collections::BTreeMap<String, String>,
+}
+
+/// What a stdio server inherits of the gateway's environment, unnamed:
+/// what finding and running a program needs, and no secret.
+pub const INHERITED_ENV: [&str; 2] = ["PATH", "HOME"];
+
+impl McpServerConfig {
+    /// The environment its stdio server starts with: [`INHERITED_ENV`]
+    /// from the gateway's, then `env` filled from it; `Err` names the
+    /// variable a value needs that is not set.
+    pub fn environment(&self, name: &str) -> Result<Vec<(String, String)>, String> {
+        let mut out: Vec<(String, String)> = INHERITED_ENV
+            .iter()
+            .filter_map(|&v| Some((v.to_string(), std::env::var(v).ok()?)))
+            .collect();
+        for (k, v) in &self.env {
+            let at = format!("mcp.{name}.env.{k}");
+            let value = super::http_tool::Template::parse(v, "${")
+                .map_err(|e| format!("{at}: {e}"))?
+                .fill(|var| std::env::var(var).ok())
+                .map_err(|var| format!("{at}: environment variable {var} is not set; export it"))?;
+            out.retain(|(name, _)| name != k);
+            out.push((k.clone(), value));
+        }
+        Ok(out)
+    }
 }

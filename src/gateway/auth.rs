@@ -36,6 +36,8 @@ pub struct Caller {
     pub expires_ms: Option<u64>,
     /// Its calls may name a sub-user for reporting.
     pub sub_users: bool,
+    /// The models its routes reach, found on its first call.
+    reach: std::sync::OnceLock<Arc<[usize]>>,
 }
 
 /// Whom a call is billed to, and the sub-user it names for reporting.
@@ -63,6 +65,15 @@ impl Caller {
             self.key,
             self.routes.join(", ")
         ))
+    }
+
+    /// The only models its calls may reach on any hop of a chain: those
+    /// of the routes and models its key names (`None`: any).
+    pub fn reach(&self, runner: &crate::runner::Runner) -> Option<Arc<[usize]>> {
+        if self.routes.is_empty() {
+            return None;
+        }
+        Some(self.reach.get_or_init(|| runner.reach_of(&self.routes)).clone())
     }
 
     /// The user its calls are billed to, whatever `given` (a `user` field
@@ -149,18 +160,41 @@ impl Access {
         self.token.is_some() || self.keys.read().in_use || self.shared
     }
 
-    /// Why serving beyond loopback would leave a door open, if it would.
-    pub fn open_door(&self) -> Option<&'static str> {
+    /// Why serving beyond loopback would leave a door open, if it would:
+    /// calls without caller keys (in the config or, in a fleet, in its
+    /// store now) unless `anonymous` calls are allowed, and admin
+    /// endpoints without operator tokens.
+    pub fn open_door(&self, anonymous: bool) -> Option<&'static str> {
         if self.token.is_some() {
             return None;
         }
-        if !self.calls_guarded() {
-            return Some("calls need caller keys ([keys] in the config) or an auth token");
+        if !anonymous && !self.keys.read().in_use {
+            return Some(if self.shared {
+                "calls need caller keys, and neither the config ([keys]) nor the fleet's store has any yet (make one with `fusebox keys new NAME --user USER --state URL`, or pass --allow-anonymous to serve every caller as the user it names)"
+            } else {
+                "calls need caller keys ([keys] in the config) or an auth token (or pass --allow-anonymous to serve every caller as the user it names)"
+            });
         }
         if self.operators.is_empty() {
             return Some("the admin endpoints need operator tokens ([operators] in the config) or an auth token");
         }
         None
+    }
+
+    /// What an operator should know of who may do what here, said at start.
+    pub fn notes(&self) -> Vec<String> {
+        let mut notes = Vec::new();
+        if self.admin_closed() {
+            notes.push("caller keys are in use and no operator token is configured: /metrics and /_fusebox/* refuse every caller (make a token with `fusebox keys operator NAME --scope operate` and add it under [operators])".to_string());
+        }
+        notes
+    }
+
+    /// The admin endpoints open to no one: caller keys are in use (a key
+    /// opens no admin endpoint), and neither an operator token nor the one
+    /// token is configured.
+    fn admin_closed(&self) -> bool {
+        self.operators.is_empty() && self.token.is_none() && self.keys.read().in_use
     }
 }
 
@@ -185,6 +219,7 @@ fn callers<'a>(
                 routes: k.routes.clone(),
                 expires_ms: k.expires.map(|e| e.unix_ms()),
                 sub_users: k.sub_users,
+                reach: Default::default(),
             };
             (k.hash, Arc::new(caller))
         })
@@ -264,6 +299,9 @@ pub(super) async fn check(State(gw): State<Arc<Gateway>>, mut req: Request, next
             req.extensions_mut().insert(c);
             next.run(req).await
         }
+        (Door::View | Door::Operate, _) if access.admin_closed() => unauthorized(
+            "caller keys are in use here and no operator token is configured, so the admin endpoints are closed; an operator token (`fusebox keys operator NAME --scope operate`, under [operators]) opens them",
+        ),
         (Door::View | Door::Operate, _) if !access.operators.is_empty() => match access.operators.get(&hash()) {
             None => unauthorized("this endpoint needs an operator token: send `Authorization: Bearer <token>`"),
             Some(op) if door == Door::Operate && op.scope == Scope::View => error(

@@ -202,6 +202,7 @@ fn chat_request(
         params: Arc::new(asked.params),
         stream: asked.stream,
         fallback,
+        reach: caller.and_then(|c| c.reach(&gw.runner)),
     })
 }
 

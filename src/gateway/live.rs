@@ -6,7 +6,6 @@
 use super::auth::Operator;
 use super::Shared;
 use crate::config::access::Scope;
-use crate::telemetry::events::EventKind;
 use axum::body::Body;
 use axum::extract::{Query, State};
 use axum::http::header;
@@ -26,9 +25,9 @@ const MIN_EVERY: Duration = Duration::from_millis(100);
 /// A stream with nothing to send says it is alive this often, so a
 /// watcher can tell a quiet gateway from a lost one.
 const KEEP_ALIVE: Duration = Duration::from_millis(500);
-/// Outcome records an events stream holds for a slow watcher before it
-/// drops them (notable events are never dropped).
-const MAX_BACKLOG: usize = 10_000;
+/// Events an events stream holds for a watcher that does not keep up;
+/// one that falls this far behind is dropped, told so by a last event.
+pub(super) const MAX_BACKLOG: usize = 4_096;
 
 /// The header saying what the credential may do here: `operate`, `view`
 /// (a view token), or `readonly` (the gateway refuses every command).
@@ -125,20 +124,28 @@ pub(super) async fn events(
 ) -> Response {
     let scope = scope(&gw, op.as_deref());
     let calls = q.records.as_deref() == Some("calls");
-    let rx = if calls {
-        gw.runner.events().subscribe()
-    } else {
-        gw.runner.events().subscribe_notable()
-    };
-    let stream = futures_util::stream::unfold(rx, move |mut rx| async move {
-        loop {
-            let e = rx.recv().await?;
-            match e.kind {
-                EventKind::Outcome(_) | EventKind::Attempt(_) if rx.len() > MAX_BACKLOG => continue,
-                EventKind::Request(_) => continue,
-                _ => return Some((data(&e), rx)),
+    let watcher = gw.runner.events().subscribe_watcher(MAX_BACKLOG, calls);
+    let stream = futures_util::stream::unfold(Some((watcher, gw)), |state| async move {
+        let (mut w, gw) = state?;
+        match w.rx.recv().await {
+            Some(e) => Some((data(&e), Some((w, gw)))),
+            // Dropped for falling behind: the last event says so.
+            None if w.fell_behind() => {
+                gw.watchers_dropped.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                let t_ms = gw.runner.clock().elapsed_ms();
+                Some((data(&dropped(t_ms)), None))
             }
+            None => None,
         }
     });
     sse(scope, stream)
+}
+
+/// The last event of a stream whose watcher fell too far behind.
+fn dropped(t_ms: u64) -> serde_json::Value {
+    serde_json::json!({
+        "t_ms": t_ms,
+        "kind": "watcher_dropped",
+        "reason": format!("this watcher fell {MAX_BACKLOG} events behind and was dropped; reconnect to follow on from now"),
+    })
 }

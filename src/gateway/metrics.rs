@@ -124,6 +124,12 @@ impl Collector for RunnerMetrics {
         )?;
         single(
             &mut enc,
+            "fusebox_watchers_dropped",
+            "Watchers of /_fusebox/events dropped for falling too far behind",
+            &ConstCounter::new(self.0.watchers_dropped.load(std::sync::atomic::Ordering::Relaxed)),
+        )?;
+        single(
+            &mut enc,
             "fusebox_request_duration_seconds",
             "Gateway request latency, arrival to response",
             &self.0.latency.0,

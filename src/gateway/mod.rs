@@ -56,6 +56,9 @@ pub struct GatewayOptions {
     pub records_dropped: Arc<AtomicU64>,
     /// Where callers' `traceparent`s go, when traces are exported.
     pub traces: Option<crate::otel::Parents>,
+    /// Off loopback, serve calls without caller keys, each as the user it
+    /// names (`serve --allow-anonymous`).
+    pub allow_anonymous: bool,
 }
 
 impl Default for GatewayOptions {
@@ -69,6 +72,7 @@ impl Default for GatewayOptions {
             mcp: None,
             records_dropped: Arc::default(),
             traces: None,
+            allow_anonymous: false,
         }
     }
 }
@@ -85,14 +89,16 @@ struct Gateway {
     conns: Arc<ConnCounts>,
     /// Who may do what.
     access: auth::Access,
+    /// Event watchers dropped for falling behind.
+    watchers_dropped: AtomicU64,
 }
 
 type Shared = State<Arc<Gateway>>;
 
-/// The gateway's routes over `runner`; `conns` counts its connections.
-pub fn router(runner: Arc<Runner>, opts: GatewayOptions, conns: Arc<ConnCounts>) -> Router {
+/// The gateway's routes over `runner`, letting in whom `access` says;
+/// `conns` counts its connections.
+fn router(runner: Arc<Runner>, opts: GatewayOptions, access: auth::Access, conns: Arc<ConnCounts>) -> Router {
     let max_body = opts.max_body;
-    let access = auth::Access::new(runner.config(), opts.auth_token.clone(), opts.fleet.is_some());
     let ids = Arc::new(RequestIds::new(opts.traces.clone()));
     let gw = Arc::new(Gateway {
         runner,
@@ -101,6 +107,7 @@ pub fn router(runner: Arc<Runner>, opts: GatewayOptions, conns: Arc<ConnCounts>)
         ids,
         latency: Latency::default(),
         conns,
+        watchers_dropped: AtomicU64::new(0),
     });
     let router = Router::new()
         .route("/v1/chat/completions", post(chat::completions))
@@ -220,25 +227,46 @@ async fn follow_keys(gw: Arc<Gateway>, fleet: Arc<crate::fleet::Fleet>) {
     }
 }
 
+/// A gateway serving.
+pub struct Serving {
+    /// The address it listens on.
+    pub addr: SocketAddr,
+    /// What its operator should know of who may do what, said at start.
+    pub notes: Vec<String>,
+}
+
 /// Binds `addr`, serves the gateway in a spawned task and returns the bound
-/// address. A non-loopback address needs an auth token.
-pub async fn spawn(runner: Arc<Runner>, addr: &str, opts: GatewayOptions) -> anyhow::Result<SocketAddr> {
+/// address. Off loopback every door needs a credential: calls a caller key
+/// (in a fleet, one in its store by now) unless anonymous calls are
+/// allowed, admin endpoints an operator token, or both the one token.
+pub async fn spawn(runner: Arc<Runner>, addr: &str, opts: GatewayOptions) -> anyhow::Result<Serving> {
     let listener = accept::listen(addr)
         .await
         .map_err(|e| anyhow::anyhow!("cannot listen on {addr}: {e}"))?;
     let local = listener.local_addr()?;
-    let open = auth::Access::new(runner.config(), opts.auth_token.clone(), opts.fleet.is_some()).open_door();
-    if let Some(why) = open.filter(|_| needs_token(&local)) {
+    let access = auth::Access::new(runner.config(), opts.auth_token.clone(), opts.fleet.is_some());
+    if let Some(fleet) = &opts.fleet {
+        let shared = fleet
+            .shared_keys()
+            .await
+            .map_err(|e| anyhow::anyhow!("cannot read the fleet's caller keys: {e}"))?;
+        access.refresh(runner.config(), &shared);
+    }
+    if let Some(why) = access.open_door(opts.allow_anonymous).filter(|_| needs_token(&local)) {
         anyhow::bail!(
             "{local} is not a loopback address: {why} (--auth-token-env VAR names a variable that holds a token)"
         );
     }
+    let notes = access.notes();
+    for n in &notes {
+        tracing::warn!("{n}");
+    }
     let limits = opts.conns;
     let counts = Arc::new(ConnCounts::default());
-    let app = router(runner, opts, counts.clone());
+    let app = router(runner, opts, access, counts.clone());
     tokio::spawn(accept::serve(listener, app, limits, counts));
     tracing::info!(%local, "gateway listening");
-    Ok(local)
+    Ok(Serving { addr: local, notes })
 }
 
 /// An OpenAI-shaped error response.

@@ -65,12 +65,58 @@ async fn session(name: &str, cfg: &McpServerConfig) -> Result<RunningService<Rol
             ().serve(transport).await.map_err(|e| connect(e.to_string()))
         }
         (None, Some((program, args))) => {
+            // A clean environment: the gateway's secrets are not the server's.
             let mut cmd = tokio::process::Command::new(program);
-            cmd.args(args);
-            let transport = rmcp::transport::TokioChildProcess::new(cmd).map_err(|e| connect(e.to_string()))?;
+            cmd.args(args).env_clear().envs(cfg.environment(name).map_err(connect)?);
+            let (transport, stderr) = rmcp::transport::TokioChildProcess::builder(cmd)
+                .stderr(std::process::Stdio::piped())
+                .spawn()
+                .map_err(|e| connect(e.to_string()))?;
+            if let Some(stderr) = stderr {
+                tokio::spawn(log_stderr(name.to_string(), stderr));
+            }
             ().serve(transport).await.map_err(|e| connect(e.to_string()))
         }
         (None, None) => Err(connect("neither a url nor a command".into())),
+    }
+}
+
+/// The longest line of a stdio server's stderr logged; the rest is cut.
+const MAX_STDERR_LINE: usize = 4096;
+
+/// Writes what a stdio server says on stderr to the log, a line at a time
+/// (never to the console, which it would garble), until it closes.
+async fn log_stderr(server: String, stderr: tokio::process::ChildStderr) {
+    use tokio::io::AsyncBufReadExt;
+    let mut reader = tokio::io::BufReader::new(stderr);
+    let mut line = Vec::new();
+    loop {
+        line.clear();
+        let mut cut = false;
+        // Read a line a buffer at a time, keeping at most the bound of it.
+        loop {
+            let Ok(buf) = reader.fill_buf().await else { return };
+            if buf.is_empty() {
+                if !line.is_empty() {
+                    tracing::info!(server = %server, "stderr: {}", String::from_utf8_lossy(&line));
+                }
+                return;
+            }
+            let (take, done) = match buf.iter().position(|&b| b == b'\n') {
+                Some(i) => (i + 1, true),
+                None => (buf.len(), false),
+            };
+            let room = MAX_STDERR_LINE.saturating_sub(line.len());
+            cut |= take > room;
+            line.extend_from_slice(&buf[..take.min(room)]);
+            reader.consume(take);
+            if done {
+                break;
+            }
+        }
+        let text = String::from_utf8_lossy(&line);
+        let text = text.trim_end();
+        tracing::info!(server = %server, "stderr: {text}{}", if cut { " …(cut)" } else { "" });
     }
 }
 

@@ -55,15 +55,17 @@ impl Sessions {
         }
     }
 
-    /// Admits one request of `session`; it leaves the session when the
-    /// returned [`InSession`] is dropped.
-    pub fn enter<'a>(&'a self, session: &'a str, now_ms: u64) -> Result<InSession<'a>, QuotaExceeded> {
+    /// Admits one request of `user`'s `session`; it leaves the session
+    /// when the returned [`InSession`] is dropped. A session belongs to its
+    /// user: another user naming the same session has one of its own.
+    pub fn enter<'a>(&'a self, user: &str, session: &'a str, now_ms: u64) -> Result<InSession<'a>, QuotaExceeded> {
+        let key = owned_key(user, session);
         let mut t = super::lock(&self.table);
         let fresh = || SessionState {
             started_ms: now_ms,
             ..SessionState::default()
         };
-        let (slot, added) = t.find_or_add(session, fresh);
+        let (slot, added) = t.find_or_add(&key, fresh);
         // Idle past eviction but not yet swept: forgotten all the same, so
         // it starts anew (its deadline too) rather than by when a sweep ran.
         let s = t.get_mut(slot);
@@ -110,6 +112,17 @@ impl Sessions {
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
+}
+
+/// The table's key of `user`'s `session`: the user's length, then both,
+/// so that no two pairs share a key whatever the names hold.
+fn owned_key(user: &str, session: &str) -> compact_str::CompactString {
+    let mut key = compact_str::CompactString::with_capacity(user.len() + session.len() + 4);
+    key.push_str(itoa::Buffer::new().format(user.len()));
+    key.push(':');
+    key.push_str(user);
+    key.push_str(session);
+    key
 }
 
 /// One request admitted to its session ([`Sessions::enter`]). A session
@@ -175,16 +188,16 @@ mod tests {
             idle_evict_s: 5,
             max_tracked: 100,
         });
-        let a = s.enter("a", 0).unwrap();
-        assert!(matches!(s.enter("a", 0), Err(QuotaExceeded::Concurrency(..))));
+        let a = s.enter("u", "a", 0).unwrap();
+        assert!(matches!(s.enter("u", "a", 0), Err(QuotaExceeded::Concurrency(..))));
         a.step().unwrap();
         a.step().unwrap();
         assert!(matches!(a.step(), Err(QuotaExceeded::Steps(..))));
         a.leave(5);
         // Kept busy (never idle 5 s): past its 10 s deadline it is refused.
-        s.enter("a", 4_000).unwrap().leave(4_000);
-        s.enter("a", 8_000).unwrap().leave(8_000);
-        assert!(matches!(s.enter("a", 12_000), Err(QuotaExceeded::Deadline(..))));
+        s.enter("u", "a", 4_000).unwrap().leave(4_000);
+        s.enter("u", "a", 8_000).unwrap().leave(8_000);
+        assert!(matches!(s.enter("u", "a", 12_000), Err(QuotaExceeded::Deadline(..))));
         s.evict_idle(40_000);
         assert!(s.is_empty());
     }
@@ -197,12 +210,33 @@ mod tests {
             idle_evict_s: 5,
             ..SessionConfig::default()
         });
-        let a = s.enter("a", 0).unwrap();
+        let a = s.enter("u", "a", 0).unwrap();
         a.step().unwrap();
         a.leave(1_000);
         // Two days later, no sweep in between: a new session, steps and deadline too.
-        let again = s.enter("a", 2 * 86_400_000).unwrap();
+        let again = s.enter("u", "a", 2 * 86_400_000).unwrap();
         again.step().unwrap();
+    }
+
+    #[test]
+    fn a_session_is_its_user_s_alone() {
+        let s = Sessions::new(SessionConfig {
+            max_concurrent: 1,
+            max_steps: 1,
+            ..SessionConfig::default()
+        });
+        let bob = s.enter("bob", "shared", 0).unwrap();
+        bob.step().unwrap();
+        // Alice naming Bob's session gets one of her own: neither his
+        // concurrency nor his steps are hers.
+        let alice = s.enter("alice", "shared", 0).unwrap();
+        alice.step().unwrap();
+        assert!(matches!(bob.step(), Err(QuotaExceeded::Steps(..))));
+        // Nor can names made of both reach either.
+        s.enter("bobshared", "", 0).unwrap().leave(0);
+        s.enter("bo", "bshared", 0).unwrap().leave(0);
+        s.enter("3:bob", "shared", 0).unwrap().leave(0);
+        assert!(matches!(s.enter("bob", "shared", 0), Err(QuotaExceeded::Concurrency(..))));
     }
 
     #[test]
@@ -213,7 +247,7 @@ mod tests {
         });
         for i in 0..50_000u64 {
             let name = format!("s{i}");
-            s.enter(&name, i).unwrap().leave(i);
+            s.enter("u", &name, i).unwrap().leave(i);
         }
         assert!(s.len() <= 1_000, "{}", s.len());
     }
@@ -227,11 +261,11 @@ mod tests {
             ..SessionConfig::default()
         });
         // Dropped without leaving (a cancelled call): the slot is free again.
-        drop(s.enter("a", 0).unwrap());
-        let busy = s.enter("a", 1).unwrap();
+        drop(s.enter("u", "a", 0).unwrap());
+        let busy = s.enter("u", "a", 1).unwrap();
         busy.step().unwrap();
         for i in 0..100u64 {
-            s.enter(&format!("s{i}"), 2 + i).unwrap().leave(2 + i);
+            s.enter("u", &format!("s{i}"), 2 + i).unwrap().leave(2 + i);
         }
         assert!(s.len() <= 10, "{}", s.len());
         // "a" kept its slot and its quota through every eviction.
@@ -240,7 +274,7 @@ mod tests {
         // Evicted sessions come back fresh, in reused slots.
         s.evict_idle(200 + 600_000);
         assert!(s.is_empty());
-        let again = s.enter("a", 200 + 600_000).unwrap();
+        let again = s.enter("u", "a", 200 + 600_000).unwrap();
         again.step().unwrap();
     }
 }

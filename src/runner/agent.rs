@@ -157,7 +157,7 @@ impl Runner {
     ) -> (Outcome, Tally) {
         let mut trail = Trail::new(answer_key);
         let now_ms = self.clock.ms_at(now);
-        let (end, left) = match self.sessions.enter(&req.session, now_ms) {
+        let (end, left) = match self.sessions.enter(&req.user, &req.session, now_ms) {
             Err(q) => (End::Failed(format!("Request refused: {q}.")), now),
             Ok(session) => {
                 let end = self.agent_loop(req, &session, may_defer, now, &mut trail).await;

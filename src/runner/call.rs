@@ -31,6 +31,9 @@ pub struct LlmCall<'a> {
     pub stream: Option<bool>,
     /// Try only the route's first model (the client forbade fallback).
     pub only_first: bool,
+    /// The only models the caller may reach (its key's routes and models,
+    /// [`super::Runner::reach_of`]), on every hop; `None`: any.
+    pub reach: Option<&'a [usize]>,
 }
 
 impl<'a> LlmCall<'a> {
@@ -56,6 +59,7 @@ impl<'a> LlmCall<'a> {
             params: own_params(),
             stream: None,
             only_first: false,
+            reach: None,
         }
     }
 }

@@ -47,6 +47,8 @@ pub struct ChatRequest {
     pub stream: bool,
     /// Models after the first may answer (`x-fusebox-fallback: none` forbids).
     pub fallback: bool,
+    /// The only models the caller's key may reach, on every hop (`None`: any).
+    pub reach: Option<Arc<[usize]>>,
 }
 
 /// How a chat completion ended.
@@ -196,7 +198,7 @@ impl Runner {
         let entered = req
             .session
             .as_ref()
-            .map(|s| self.sessions.enter(s, self.clock.elapsed_ms()));
+            .map(|s| self.sessions.enter(&req.user, s, self.clock.elapsed_ms()));
         let end = match entered {
             Some(Err(q)) => ChatEnd::Refused {
                 reason: format!("{q}"),
@@ -302,6 +304,7 @@ impl Runner {
         call.params = req.params.clone();
         call.stream = Some(req.stream);
         call.only_first = !req.fallback;
+        call.reach = req.reach.as_deref();
         let result = self.call_llm_streamed(&call, tally, streaming.as_deref_mut()).await;
         let started = streaming.as_ref().is_some_and(|s| s.started);
         match result {

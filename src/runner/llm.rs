@@ -46,18 +46,25 @@ impl Runner {
 
     /// The order in which the route's models are tried now: cheaper tiers
     /// first under global budget pressure.
+    /// Models the caller may not reach (see [`LlmCall::reach`]) are left out.
     fn plan<'a>(&self, call: &LlmCall<'a>) -> std::borrow::Cow<'a, [usize]> {
+        use std::borrow::Cow;
         let route = call.route;
-        if call.only_first {
-            return std::borrow::Cow::Borrowed(&route.chain[..1]);
-        }
-        if self.budgets.pressure() > self.cfg.budgets.soft_ratio {
-            let mut order = route.chain.clone();
-            order.sort_by_key(|&m| self.models[m].cfg.tier);
-            std::borrow::Cow::Owned(order)
+        let chain = if call.only_first {
+            &route.chain[..1]
         } else {
-            std::borrow::Cow::Borrowed(&route.chain)
+            &route.chain[..]
+        };
+        let mut order = match call.reach {
+            Some(reach) if chain.iter().any(|m| !reach.contains(m)) => {
+                Cow::Owned(chain.iter().copied().filter(|m| reach.contains(m)).collect())
+            }
+            _ => Cow::Borrowed(chain),
+        };
+        if !call.only_first && self.budgets.pressure() > self.cfg.budgets.soft_ratio {
+            order.to_mut().sort_by_key(|&m| self.models[m].cfg.tier);
         }
+        order
     }
 
     /// Whether both breakers of a model would admit a call now.
@@ -220,8 +227,10 @@ impl Runner {
             }))
         };
         loop {
+            // Every choice may use the whole cap: all are reserved.
+            let output = call.params.output_bound(req.max_tokens);
             let admitted = self
-                .admit(call.user, mi, chars, req.max_tokens, || !self.any_admits(rest))
+                .admit(call.user, mi, chars, output, || !self.any_admits(rest))
                 .await;
             let (mut held, now) = match admitted {
                 Ok(h) => h,

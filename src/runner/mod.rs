@@ -407,6 +407,22 @@ impl Runner {
         self.routes.get(name).or_else(|| self.model_routes.get(name))
     }
 
+    /// The models a caller allowed only `names` (routes or models) may
+    /// reach on any hop: every model of each route's chain, and each model
+    /// itself (not what it falls back to, unless named too).
+    pub fn reach_of(&self, names: &[String]) -> Arc<[usize]> {
+        let mut reach: Vec<usize> = Vec::new();
+        for n in names {
+            match self.routes.get(n.as_str()) {
+                Some(r) => reach.extend(&r.chain),
+                None => reach.extend(self.model_routes.get(n.as_str()).map(|r| r.chain[0])),
+            }
+        }
+        reach.sort_unstable();
+        reach.dedup();
+        reach.into()
+    }
+
     /// The routes serving clients that name a model.
     pub fn model_routes(&self) -> &NameMap<RouteSlot> {
         &self.model_routes

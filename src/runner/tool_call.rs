@@ -113,7 +113,7 @@ impl Runner {
             Err(why) => ToolEnd::Refused(why),
             Ok(ti) => match req.session.as_deref() {
                 None => self.tool_on(req, ti, &mut tally).await,
-                Some(s) => match self.sessions.enter(s, self.clock.elapsed_ms()) {
+                Some(s) => match self.sessions.enter(&req.user, s, self.clock.elapsed_ms()) {
                     Err(q) => ToolEnd::Refused(q.to_string()),
                     // A cancelled call leaves the session too, when `session` drops.
                     Ok(session) => {

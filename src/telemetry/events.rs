@@ -255,6 +255,10 @@ enum SubTx {
     /// A consumer that may fall behind (traces): a full channel drops the
     /// event and counts it, so the emitter never waits.
     Lossy(mpsc::Sender<Event>, Arc<AtomicU64>),
+    /// A consumer outside the process (a watcher of the gateway's events):
+    /// a full channel ends the subscription, marked as fallen behind, so a
+    /// watcher that stops reading holds at most the channel's events.
+    Watcher(mpsc::Sender<Event>, Arc<AtomicBool>),
 }
 
 impl SubTx {
@@ -276,7 +280,45 @@ impl SubTx {
                 }
                 Err(mpsc::error::TrySendError::Closed(_)) => false,
             },
+            // What a request asked (its whole conversation) and the
+            // steps of its trace are not a watcher's.
+            SubTx::Watcher(..) if matches!(ev.kind, EventKind::Request(_) | EventKind::Step(_)) => true,
+            SubTx::Watcher(tx, behind) => match tx.try_send(without_content(ev)) {
+                Ok(()) => true,
+                Err(mpsc::error::TrySendError::Full(_)) => {
+                    behind.store(true, Ordering::Release);
+                    false
+                }
+                Err(mpsc::error::TrySendError::Closed(_)) => false,
+            },
         }
+    }
+}
+
+/// `ev` without the texts it may hold of a conversation (a tool's or a
+/// model's answer), which a watcher is not sent: what it queues stays small.
+fn without_content(mut ev: Event) -> Event {
+    match &mut ev.kind {
+        EventKind::Outcome(o) => o.answer = None,
+        EventKind::Attempt(a) => a.answer = None,
+        _ => {}
+    }
+    ev
+}
+
+/// A bounded subscription for a consumer that may stop reading
+/// ([`EventBus::subscribe_watcher`]).
+pub struct Watcher {
+    /// The events, until the subscription ends.
+    pub rx: mpsc::Receiver<Event>,
+    /// Set when it ended because the consumer fell a whole channel behind.
+    pub behind: Arc<AtomicBool>,
+}
+
+impl Watcher {
+    /// Whether the subscription ended because its consumer fell behind.
+    pub fn fell_behind(&self) -> bool {
+        self.behind.load(Ordering::Acquire)
     }
 }
 
@@ -339,6 +381,17 @@ impl EventBus {
         let (tx, rx) = mpsc::channel(capacity);
         self.push_sub(SubTx::Lossy(tx, dropped), true);
         rx
+    }
+
+    /// Notable events (and with `records` the per-request records too)
+    /// from now on, in order, through a channel of `capacity` events: a
+    /// consumer that lets it fill is dropped ([`Watcher::fell_behind`]),
+    /// so it never holds more, nor slows the emitters.
+    pub fn subscribe_watcher(&self, capacity: usize, records: bool) -> Watcher {
+        let (tx, rx) = mpsc::channel(capacity);
+        let behind = Arc::new(AtomicBool::new(false));
+        self.push_sub(SubTx::Watcher(tx, behind.clone()), records);
+        Watcher { rx, behind }
     }
 
     fn add_sub(&self, records: bool) -> mpsc::UnboundedReceiver<Event> {

@@ -40,6 +40,9 @@ pub struct Params {
     pub stop: Vec<String>,
     /// The client's output cap, when it set one.
     pub max_tokens: Option<u32>,
+    /// Choices asked for (OpenAI's `n`), when more than one: each may use
+    /// the whole output cap.
+    pub choices: Option<u32>,
     /// The client's cap was `max_completion_tokens` (OpenAI's newer name).
     pub completion_tokens_key: bool,
     /// The end user the client names (OpenAI `user`, Anthropic `metadata.user_id`).
@@ -68,6 +71,12 @@ impl Params {
     /// where the client set one, and on the calls fusebox makes itself.
     pub fn sends_cap(&self) -> bool {
         self.max_tokens.is_some() || !self.from_client
+    }
+
+    /// The most output tokens one call may produce: the cap on each
+    /// choice times the choices (what a budget must hold before the call).
+    pub fn output_bound(&self, cap: u32) -> u32 {
+        cap.saturating_mul(self.choices.unwrap_or(1).max(1))
     }
 
     /// Why a model of API `to` cannot serve this request, if it cannot.

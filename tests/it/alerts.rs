@@ -229,7 +229,8 @@ async fn every_metric_the_alerts_and_board_use_is_scraped_with_the_values_sent()
     };
     let addr = fusebox::gateway::spawn(runner.clone(), "127.0.0.1:0", opts)
         .await
-        .unwrap();
+        .unwrap()
+        .addr;
     let f = Fleet {
         runner,
         faults,

@@ -103,7 +103,8 @@ impl Proxy {
         let runner = Runner::new(cfg, parts).unwrap();
         let addr = fusebox::gateway::spawn(runner.clone(), "127.0.0.1:0", GatewayOptions::default())
             .await
-            .unwrap();
+            .unwrap()
+        .addr;
         Proxy {
             upstream,
             runner,

@@ -33,7 +33,8 @@ pub async fn gateway(cfg: Config, opts: GatewayOptions) -> Fleet {
     let runner = Runner::new(cfg, parts).unwrap();
     let addr = fusebox::gateway::spawn(runner.clone(), "127.0.0.1:0", opts)
         .await
-        .unwrap();
+        .unwrap()
+        .addr;
     Fleet {
         runner,
         faults,

@@ -231,9 +231,9 @@ async fn a_gateway_s_mcp_tools_do_not_take_the_demo_s_settings() {
         .iter()
         .filter_map(|b| b["target"].as_str().filter(|t| t.starts_with("tool:")))
         .collect();
-    assert_eq!(tools.len(), 2, "{tools:?}");
+    assert_eq!(tools.len(), 3, "{tools:?}");
     assert!(
-        tools.contains(&"tool:get_order") && tools.contains(&"tool:crash"),
+        tools.contains(&"tool:get_order") && tools.contains(&"tool:crash") && tools.contains(&"tool:environment"),
         "{tools:?}"
     );
 }

@@ -54,7 +54,8 @@ async fn gateway(mut cfg: Config) -> (String, std::sync::Arc<Runner>) {
     };
     let addr = fusebox::gateway::spawn(runner.clone(), "127.0.0.1:0", opts)
         .await
-        .unwrap();
+        .unwrap()
+        .addr;
     (format!("http://{addr}"), runner)
 }
 

@@ -91,6 +91,7 @@ pub fn gateway_call(runner: &Runner, req: &AgentRequest) -> ChatRequest {
         }),
         stream: false,
         fallback: true,
+        reach: None,
     }
 }
 

@@ -71,6 +71,7 @@ pub fn parse_request(bytes: &[u8]) -> Result<Request, BadRequest> {
         top_p: rq::opt_f64(&obj, "top_p", "top_p")?,
         stop: rq::stop_list(&obj, "stop_sequences")?,
         max_tokens: Some(max_tokens),
+        choices: None,
         completion_tokens_key: false,
         user,
         needs,

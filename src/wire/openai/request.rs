@@ -32,7 +32,8 @@ pub fn parse_request(bytes: &[u8]) -> Result<Request, BadRequest> {
     if tools.iter().any(|t| t.kind == ToolKind::Custom) {
         needs.push(("custom tools", WireKind::OpenAi));
     }
-    if rq::opt_u32(&obj, "n", "n")?.is_some_and(|n| n > 1) {
+    let choices = rq::opt_u32(&obj, "n", "n")?.filter(|&n| n > 1);
+    if choices.is_some() {
         needs.push(("n > 1", WireKind::OpenAi));
     }
     if rq::opt_bool(&obj, "logprobs", "logprobs")? == Some(true) {
@@ -60,6 +61,7 @@ pub fn parse_request(bytes: &[u8]) -> Result<Request, BadRequest> {
         top_p: rq::opt_f64(&obj, "top_p", "top_p")?,
         stop: rq::stop_list(&obj, "stop")?,
         max_tokens,
+        choices,
         completion_tokens_key,
         user: rq::opt_str(&obj, "user", "user")?.map(str::to_string),
         needs,

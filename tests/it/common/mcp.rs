@@ -164,7 +164,8 @@ pub async fn serve_mcp(mut cfg: Config, configured: BTreeMap<String, ToolConfig>
     };
     let addr = fusebox::gateway::spawn(runner.clone(), "127.0.0.1:0", opts)
         .await
-        .unwrap();
+        .unwrap()
+        .addr;
     (format!("http://{addr}/mcp"), runner)
 }
 
@@ -187,6 +188,7 @@ pub fn with_orders(url: Option<&str>, base: Config) -> Config {
             Some(_) => Vec::new(),
             None => vec![stdio_orders().to_string_lossy().into_owned()],
         },
+        env: Default::default(),
     };
     Config {
         mcp: [("orders".to_string(), orders)].into(),
