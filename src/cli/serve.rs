@@ -4,6 +4,7 @@ use super::args::{load_config, ConsoleArgs, RecordArgs, Speed, StateArgs};
 use super::run::{interrupted, Run, Ui};
 use crate::clock::{Clock, Seed};
 use crate::gateway::{ConnLimits, GatewayOptions};
+use crate::mcp::sessions::McpLimits;
 use crate::mockserver::MockServer;
 use crate::outcome::Level;
 use crate::runner::{Runner, RunnerParts};
@@ -49,6 +50,16 @@ pub struct ServeArgs {
     /// keep-alive connection may stay idle) before it is closed.
     #[arg(long, default_value_t = ConnLimits::default().header_timeout.as_secs())]
     pub header_timeout_s: u64,
+    /// MCP sessions open at once at `/mcp`, in all; past it an
+    /// `initialize` is refused (503).
+    #[arg(long, default_value_t = McpLimits::default().sessions)]
+    pub mcp_sessions: usize,
+    /// MCP sessions one caller key may hold open at once (past it, 429).
+    #[arg(long, default_value_t = McpLimits::default().per_key)]
+    pub mcp_sessions_per_key: usize,
+    /// Seconds an MCP session may stay unused before it is closed.
+    #[arg(long, default_value_t = McpLimits::default().idle.as_secs())]
+    pub mcp_idle_s: u64,
     /// Seed for the mock fleet.
     #[arg(long, default_value_t = 42)]
     pub seed: u64,
@@ -151,6 +162,11 @@ pub fn serve(mut args: ServeArgs) -> Result<()> {
             },
             fleet: run.fleet().cloned(),
             mcp,
+            mcp_limits: McpLimits {
+                sessions: args.mcp_sessions.max(1),
+                per_key: args.mcp_sessions_per_key.max(1),
+                idle: Duration::from_secs(args.mcp_idle_s.max(1)),
+            },
             records_dropped: run.records_dropped().unwrap_or_default(),
             traces: run.tracing().map(crate::otel::Tracing::parents),
             allow_anonymous: args.allow_anonymous,

@@ -186,7 +186,10 @@ impl Config {
             for (k, v) in &m.env {
                 let at = format!("mcp.{name}.env.{k}");
                 if m.command.is_empty() {
-                    return Err(c.bad(at, "only a stdio server (`command`) is started with an environment".into()));
+                    return Err(c.bad(
+                        at,
+                        "only a stdio server (`command`) is started with an environment".into(),
+                    ));
                 }
                 if k.is_empty() || k.contains(['=', '\0']) {
                     return Err(c.bad(at, "is not an environment variable's name".into()));

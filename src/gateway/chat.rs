@@ -21,7 +21,7 @@ const H_CHAIN: &str = "x-fusebox-chain";
 const H_QUALITY: &str = "x-fusebox-quality";
 const H_ATTEMPTS: &str = "x-fusebox-attempts";
 pub(super) const H_USER: &str = "x-fusebox-user";
-const H_SESSION: &str = "x-fusebox-session";
+pub(super) const H_SESSION: &str = "x-fusebox-session";
 const H_FALLBACK: &str = "x-fusebox-fallback";
 
 /// The API a client speaks.

@@ -11,6 +11,7 @@ mod auth;
 mod chat;
 mod embeddings;
 mod live;
+mod mcp;
 mod metrics;
 mod stream;
 
@@ -51,6 +52,8 @@ pub struct GatewayOptions {
     pub fleet: Option<Arc<crate::fleet::Fleet>>,
     /// The MCP servers whose tools it offers at `/mcp`.
     pub mcp: Option<Arc<crate::mcp::Upstreams>>,
+    /// The bounds on the sessions at `/mcp`.
+    pub mcp_limits: crate::mcp::sessions::McpLimits,
     /// Records the traffic recorder could not write (`serve --record`),
     /// shown at `/metrics`.
     pub records_dropped: Arc<AtomicU64>,
@@ -70,6 +73,7 @@ impl Default for GatewayOptions {
             conns: ConnLimits::default(),
             fleet: None,
             mcp: None,
+            mcp_limits: Default::default(),
             records_dropped: Arc::default(),
             traces: None,
             allow_anonymous: false,
@@ -124,17 +128,7 @@ fn router(runner: Arc<Runner>, opts: GatewayOptions, access: auth::Access, conns
         .route("/_fusebox/snapshots", get(live::snapshots))
         .route("/_fusebox/events", get(live::events));
     let router = match gw.opts.mcp.clone() {
-        Some(upstreams) => router.nest_service(
-            "/mcp",
-            Router::new()
-                .fallback_service(mcp_service(
-                    gw.runner.clone(),
-                    upstreams,
-                    gw.access.calls_guarded(),
-                    gw.ids.clone(),
-                ))
-                .layer(axum::middleware::from_fn(session_ended)),
-        ),
+        Some(upstreams) => router.nest_service("/mcp", mcp::routes(&gw, upstreams, gw.opts.mcp_limits)),
         None => router,
     };
     let router = router
@@ -151,54 +145,6 @@ fn router(runner: Arc<Runner>, opts: GatewayOptions, access: auth::Access, conns
         tokio::spawn(follow_keys(gw.clone(), fleet));
     }
     router.with_state(gw)
-}
-
-/// The MCP proxy at `/mcp` (Streamable HTTP, sessions kept in process).
-/// Unguarded (loopback development) it answers only requests to a
-/// loopback `Host`, against DNS rebinding; where calls need credentials,
-/// any host the gateway is reached by.
-fn mcp_service(
-    runner: Arc<Runner>,
-    upstreams: Arc<crate::mcp::Upstreams>,
-    guarded: bool,
-    ids: Arc<RequestIds>,
-) -> rmcp::transport::streamable_http_server::StreamableHttpService<
-    crate::mcp::proxy::Proxy,
-    rmcp::transport::streamable_http_server::session::local::LocalSessionManager,
-> {
-    // A caller key names the user; without keys, the `x-fusebox-user` header.
-    let who: crate::mcp::proxy::Who = Arc::new(|parts: &http::request::Parts| {
-        let given = parts
-            .headers
-            .get(chat::H_USER)
-            .and_then(|v| v.to_str().ok())
-            .map(str::to_string);
-        auth::Caller::user_of(auth::Caller::of(&parts.extensions).as_deref(), given).user
-    });
-    let proxy = crate::mcp::proxy::Proxy::new(runner, upstreams, who, ids);
-    let config = rmcp::transport::streamable_http_server::StreamableHttpServerConfig::default();
-    let config = if guarded {
-        config.disable_allowed_hosts()
-    } else {
-        config
-    };
-    rmcp::transport::streamable_http_server::StreamableHttpService::new(
-        move || Ok(proxy.clone()),
-        Default::default(),
-        config,
-    )
-}
-
-/// A session ended by its client (`DELETE /mcp`) is answered 204: rmcp
-/// says 202, which MCP clients take for a failure (the Python SDK warns
-/// "Session termination failed: 202"); they expect 200 or 204.
-async fn session_ended(req: axum::extract::Request, next: axum::middleware::Next) -> Response {
-    let delete = req.method() == http::Method::DELETE;
-    let mut r = next.run(req).await;
-    if delete && r.status() == StatusCode::ACCEPTED {
-        *r.status_mut() = StatusCode::NO_CONTENT;
-    }
-    r
 }
 
 /// How often an instance reads the fleet's keys: a revoked key stops

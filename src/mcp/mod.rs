@@ -7,6 +7,7 @@
 
 mod executor;
 pub mod proxy;
+pub mod sessions;
 
 use crate::config::mcp::McpServerConfig;
 use crate::config::ToolConfig;

@@ -33,12 +33,12 @@ pub struct Imported {
 /// Reads the OTLP/JSON traces in `paths` (one JSON object per line, or
 /// one document per file).
 pub fn read(paths: &[impl AsRef<Path>]) -> Result<Imported> {
-    let mut spans = Vec::new();
+    let mut spans = Spans::default();
     let mut seed = None;
-    for path in paths {
+    for (file, path) in paths.iter().enumerate() {
         let path = path.as_ref();
-        let file = std::fs::File::open(path).with_context(|| format!("cannot open {}", path.display()))?;
-        let reader = std::io::BufReader::new(file);
+        let opened = std::fs::File::open(path).with_context(|| format!("cannot open {}", path.display()))?;
+        let reader = std::io::BufReader::new(opened);
         let mut line_no = 0;
         for (i, line) in reader.lines().enumerate() {
             let line = line.with_context(|| format!("cannot read {}", path.display()))?;
@@ -47,14 +47,14 @@ pub fn read(paths: &[impl AsRef<Path>]) -> Result<Imported> {
                 continue;
             }
             match serde_json::from_str::<TracesData>(&line) {
-                Ok(data) => spans.extend(flatten(data, &mut seed)),
+                Ok(data) => spans.take(flatten(data, &mut seed), (file, line_no), path)?,
                 Err(_) if i == 0 => {
                     // One document over several lines, perhaps.
                     let text =
                         std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
                     let data: TracesData = serde_json::from_str(&text)
                         .with_context(|| format!("{}: not OTLP/JSON traces", path.display()))?;
-                    spans.extend(flatten(data, &mut seed));
+                    spans.take(flatten(data, &mut seed), (file, 1), path)?;
                     break;
                 }
                 Err(e) => bail!("{}:{line_no}: not OTLP/JSON traces: {e}", path.display()),
@@ -64,8 +64,8 @@ pub fn read(paths: &[impl AsRef<Path>]) -> Result<Imported> {
             bail!("{}: empty (no traces)", path.display());
         }
     }
-    let n = spans.len();
-    let imported = assemble(spans, seed.unwrap_or(DEFAULT_SEED));
+    let n = spans.spans.len();
+    let imported = assemble(spans, seed.unwrap_or(DEFAULT_SEED), paths)?;
     if imported.requests == 0 {
         let shown: Vec<_> = paths.iter().map(|p| p.as_ref().display().to_string()).collect();
         bail!(
@@ -74,6 +74,36 @@ pub fn read(paths: &[impl AsRef<Path>]) -> Result<Imported> {
         );
     }
     Ok(imported)
+}
+
+/// The spans read, each with the file and line it came from.
+#[derive(Default)]
+struct Spans {
+    spans: Vec<Span>,
+    /// Index of the file in the paths given, and the line.
+    origins: Vec<(usize, usize)>,
+}
+
+impl Spans {
+    /// Takes the spans of one line, refusing one without its ids: a span
+    /// is named by a 16-byte trace id and an 8-byte span id.
+    fn take(&mut self, spans: impl Iterator<Item = Span>, at: (usize, usize), path: &Path) -> Result<()> {
+        for s in spans {
+            if s.trace_id.len() != 16 || s.span_id.len() != 8 {
+                bail!(
+                    "{}:{}: span `{}` has no valid ids (traceId {:?}, spanId {:?}): every span needs a 32-hex-digit traceId and a 16-hex-digit spanId",
+                    path.display(),
+                    at.1,
+                    crate::command::bounded(&s.name),
+                    hex(&s.trace_id),
+                    hex(&s.span_id)
+                );
+            }
+            self.spans.push(s);
+            self.origins.push(at);
+        }
+        Ok(())
+    }
 }
 
 /// The output cap of a request whose spans say neither its cap nor any output.
@@ -103,25 +133,72 @@ fn hex(b: &[u8]) -> String {
     b.iter().map(|b| format!("{b:02x}")).collect()
 }
 
-/// Spans made into requests, attempts and outcomes.
-fn assemble(spans: Vec<Span>, seed: u64) -> Imported {
-    let by_id: HashMap<(Vec<u8>, Vec<u8>), usize> = spans
+/// Each span's GenAI request span: `None` for a span that is one (a
+/// GenAI span with no GenAI ancestor) or is under none, else its topmost
+/// GenAI ancestor. One pass over each chain of parents however deep, each
+/// span visited once; a chain that loops back on itself is refused.
+fn request_spans(spans: &Spans, paths: &[impl AsRef<Path>]) -> Result<Vec<Option<usize>>> {
+    let all = &spans.spans;
+    let by_id: HashMap<(&[u8], &[u8]), usize> = all
         .iter()
         .enumerate()
-        .map(|(i, s)| ((s.trace_id.clone(), s.span_id.clone()), i))
+        .map(|(i, s)| ((&s.trace_id[..], &s.span_id[..]), i))
         .collect();
     let parent = |i: usize| {
-        let s = &spans[i];
-        by_id.get(&(s.trace_id.clone(), s.parent_span_id.clone())).copied()
+        let s = &all[i];
+        by_id.get(&(&s.trace_id[..], &s.parent_span_id[..])).copied()
     };
-    // Each span's nearest GenAI ancestor, if any.
-    let genai_above = |mut i: usize| loop {
-        match parent(i) {
-            Some(p) if is_genai(&spans[p]) => return Some(p),
-            Some(p) => i = p,
-            None => return None,
+    /// A span's topmost GenAI span among itself and its ancestors, once known.
+    #[derive(Clone, Copy, PartialEq)]
+    enum Mark {
+        Unseen,
+        OnPath,
+        Done(Option<usize>),
+    }
+    let mut mark = vec![Mark::Unseen; all.len()];
+    let mut path = Vec::new();
+    for start in 0..all.len() {
+        let mut i = start;
+        // Up to a span already known, or to the root.
+        let mut above = loop {
+            match mark[i] {
+                Mark::Done(top) => break top,
+                Mark::OnPath => {
+                    let (file, line) = spans.origins[i];
+                    bail!(
+                        "{}:{line}: span {} is its own ancestor (its parentSpanId chain loops back to it): not a trace",
+                        paths[file].as_ref().display(),
+                        hex(&all[i].span_id)
+                    );
+                }
+                Mark::Unseen => {
+                    mark[i] = Mark::OnPath;
+                    path.push(i);
+                    match parent(i) {
+                        Some(p) => i = p,
+                        None => break None,
+                    }
+                }
+            }
+        };
+        // Back down: the topmost stays the topmost.
+        while let Some(j) = path.pop() {
+            above = above.or(is_genai(&all[j]).then_some(j));
+            mark[j] = Mark::Done(above);
         }
-    };
+    }
+    Ok((0..all.len())
+        .map(|i| match parent(i).map(|p| mark[p]) {
+            Some(Mark::Done(top)) => top,
+            _ => None,
+        })
+        .collect())
+}
+
+/// Spans made into requests, attempts and outcomes.
+fn assemble(read: Spans, seed: u64, paths: &[impl AsRef<Path>]) -> Result<Imported> {
+    let tops = request_spans(&read, paths)?;
+    let spans = read.spans;
     let mut requests: Vec<usize> = Vec::new();
     let mut attempts: HashMap<usize, Vec<usize>> = HashMap::new();
     let mut skipped = 0;
@@ -130,14 +207,9 @@ fn assemble(spans: Vec<Span>, seed: u64) -> Imported {
             skipped += 1;
             continue;
         }
-        match genai_above(i) {
+        match tops[i] {
             None => requests.push(i),
-            Some(mut top) => {
-                while let Some(up) = genai_above(top) {
-                    top = up;
-                }
-                attempts.entry(top).or_default().push(i);
-            }
+            Some(top) => attempts.entry(top).or_default().push(i),
         }
     }
     let start = requests
@@ -170,13 +242,13 @@ fn assemble(spans: Vec<Span>, seed: u64) -> Imported {
         seed,
         tools: Default::default(),
     });
-    Imported {
+    Ok(Imported {
         records: std::iter::once(header)
             .chain(records.into_iter().map(|(_, _, r)| r))
             .collect(),
         requests: requests.len(),
         skipped,
-    }
+    })
 }
 
 fn value<'a>(kv: &'a [KeyValue], key: &str) -> Option<&'a any_value::Value> {
@@ -368,5 +440,100 @@ fn outcome(span: &Span, request: LogId, attempts: &[AttemptRec], ms: impl Fn(u64
         tokens: int(kv, "fusebox.tokens").map_or(sum, |n| n.max(0) as u64),
         cost_usd: float(kv, "fusebox.cost_usd").unwrap_or(0.0),
         missing: texts(kv, "fusebox.missing"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::fmt::Write as _;
+
+    /// An OTLP/JSON span: `id` and `parent` (0: none) as span ids,
+    /// a GenAI span when `genai`.
+    fn span(id: u64, parent: u64, genai: bool) -> String {
+        let parent = if parent == 0 {
+            String::new()
+        } else {
+            format!("{parent:016x}")
+        };
+        let attrs = if genai {
+            r#"[{"key":"gen_ai.request.model","value":{"stringValue":"gpt-4o"}}]"#
+        } else {
+            "[]"
+        };
+        format!(
+            r#"{{"traceId":"0af7651916cd43dd8448eb211c80319c","spanId":"{id:016x}","parentSpanId":"{parent}","name":"s{id}","startTimeUnixNano":"{t}","endTimeUnixNano":"{t}","attributes":{attrs}}}"#,
+            t = 1_700_000_000_000_000_000u64 + id
+        )
+    }
+
+    fn file(spans: &[String]) -> tempfile::NamedTempFile {
+        let mut text = String::from(r#"{"resourceSpans":[{"scopeSpans":[{"spans":["#);
+        for (i, s) in spans.iter().enumerate() {
+            if i > 0 {
+                text.push(',');
+            }
+            text.push_str(s);
+        }
+        text.push_str("]}]}]}\n");
+        let f = tempfile::NamedTempFile::new().unwrap();
+        std::fs::write(f.path(), text).unwrap();
+        f
+    }
+
+    #[test]
+    fn a_cycle_of_parents_is_refused_naming_the_file_and_line() {
+        // 1 ← 2 ← 3 ← 1: no root at all.
+        let f = file(&[span(1, 3, true), span(2, 1, false), span(3, 2, true)]);
+        let e = read(&[f.path()]).err().unwrap().to_string();
+        assert!(e.contains(&format!("{}:1:", f.path().display())), "{e}");
+        assert!(e.contains("is its own ancestor"), "{e}");
+        // A span its own parent, too.
+        let f = file(&[span(4, 4, true)]);
+        assert!(read(&[f.path()]).err().unwrap().to_string().contains("own ancestor"));
+    }
+
+    #[test]
+    fn a_span_without_its_ids_is_refused_with_its_line() {
+        let mut text = String::from("{\"resourceSpans\":[]}\n");
+        let empty = span(1, 0, true).replace("0000000000000001", "");
+        writeln!(
+            text,
+            r#"{{"resourceSpans":[{{"scopeSpans":[{{"spans":[{empty}]}}]}}]}}"#
+        )
+        .unwrap();
+        let f = tempfile::NamedTempFile::new().unwrap();
+        std::fs::write(f.path(), text).unwrap();
+        let e = read(&[f.path()]).err().unwrap().to_string();
+        assert!(
+            e.contains(&format!("{}:2: span `s1` has no valid ids", f.path().display())),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn a_chain_100k_spans_deep_is_one_request_with_its_genai_leaf_as_its_attempt() {
+        // A GenAI root, 100,000 spans under one another, a GenAI leaf:
+        // each span is visited once (a walk to the root from every span
+        // would take 5 billion steps).
+        const DEPTH: u64 = 100_000;
+        let mut spans: Vec<String> = (1..=DEPTH).map(|i| span(i, i - 1, i == 1 || i == DEPTH)).collect();
+        spans.reverse();
+        let f = file(&spans);
+        let imported = read(&[f.path()]).unwrap();
+        assert_eq!((imported.requests, imported.skipped), (1, DEPTH as usize - 2));
+        let attempts: Vec<_> = imported
+            .records
+            .iter()
+            .filter_map(|r| match r {
+                Record::Attempt(a) => Some(a.request.clone()),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(
+            attempts,
+            [LogId::text(format!("{:016x}", 1))],
+            "the leaf is the root's attempt"
+        );
     }
 }

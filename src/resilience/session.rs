@@ -236,7 +236,10 @@ mod tests {
         s.enter("bobshared", "", 0).unwrap().leave(0);
         s.enter("bo", "bshared", 0).unwrap().leave(0);
         s.enter("3:bob", "shared", 0).unwrap().leave(0);
-        assert!(matches!(s.enter("bob", "shared", 0), Err(QuotaExceeded::Concurrency(..))));
+        assert!(matches!(
+            s.enter("bob", "shared", 0),
+            Err(QuotaExceeded::Concurrency(..))
+        ));
     }
 
     #[test]

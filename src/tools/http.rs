@@ -28,6 +28,47 @@ struct HttpTool {
     method: reqwest::Method,
     url: Template,
     headers: HeaderMap,
+    /// Where its URLs must stay, where the template fixes it.
+    scope: Option<Scope>,
+}
+
+/// What a filled URL must keep of its template: the origin, and the path
+/// written before the first slot.
+struct Scope {
+    origin: reqwest::Url,
+    path: String,
+}
+
+impl Scope {
+    /// The scope of `url` (`None` where a slot is in its scheme or host,
+    /// which no check can then fix).
+    fn of(url: &Template) -> Option<Self> {
+        use crate::config::http_tool::Piece;
+        let fixed = match url.0.first() {
+            Some(Piece::Text(t)) => t.as_str(),
+            _ => return None,
+        };
+        let after_scheme = fixed.find("://")? + 3;
+        let path_at = after_scheme + fixed[after_scheme..].find('/')?;
+        let origin = reqwest::Url::parse(&fixed[..path_at]).ok()?;
+        let path = fixed[path_at..].split(['?', '#']).next().unwrap_or("/").to_string();
+        Some(Self { origin, path })
+    }
+
+    /// Whether `url` is within it.
+    fn holds(&self, url: &reqwest::Url) -> bool {
+        url.origin() == self.origin.origin() && url.path().starts_with(&self.path)
+    }
+}
+
+/// Why an argument cannot fill a URL slot, if it cannot: a slot takes one
+/// path segment, and an empty one or a dot segment would move the path.
+fn unfit_segment(text: &str) -> Option<&'static str> {
+    match text {
+        "" => Some("empty"),
+        "." | ".." => Some("a dot segment"),
+        _ => None,
+    }
 }
 
 /// The config's HTTP tools over HTTP, every other tool as `rest` calls it.
@@ -65,7 +106,16 @@ impl HttpTools {
                 let name = HeaderName::from_bytes(h.as_bytes()).map_err(|e| format!("{at}: {e}"))?;
                 headers.insert(name, value);
             }
-            tools.insert(name.clone(), HttpTool { method, url, headers });
+            let scope = Scope::of(&url);
+            tools.insert(
+                name.clone(),
+                HttpTool {
+                    method,
+                    url,
+                    headers,
+                    scope,
+                },
+            );
         }
         if tools.is_empty() {
             return Ok(rest);
@@ -86,15 +136,30 @@ impl HttpTools {
             _ if args.trim().is_empty() => Map::new(),
             _ => return Err(refused("arguments are not a JSON object".into())),
         };
+        let mut unfit = None;
         let url = t
             .url
             .fill(|slot| {
                 let v = args.remove(slot)?;
                 let text = v.as_str().map_or_else(|| v.to_string(), str::to_string);
+                if let Some(why) = unfit_segment(&text) {
+                    unfit.get_or_insert((slot.to_string(), why));
+                }
                 Some(percent_encoding::utf8_percent_encode(&text, ESCAPED).to_string())
             })
             .map_err(|slot| refused(format!("argument `{slot}` is missing (the URL needs it)")))?;
-        let mut req = self.client.request(t.method.clone(), &url).headers(t.headers.clone());
+        if let Some((slot, why)) = unfit {
+            return Err(refused(format!(
+                "argument `{slot}` is {why}; it fills one segment of the URL's path: give the value itself"
+            )));
+        }
+        let url = reqwest::Url::parse(&url).map_err(|e| refused(format!("the URL is not valid once filled: {e}")))?;
+        if t.scope.as_ref().is_some_and(|s| !s.holds(&url)) {
+            return Err(refused(
+                "the arguments move the URL off its template's host or path".into(),
+            ));
+        }
+        let mut req = self.client.request(t.method.clone(), url).headers(t.headers.clone());
         req = if matches!(t.method, reqwest::Method::GET | reqwest::Method::DELETE) {
             let query: Vec<(String, String)> = args
                 .into_iter()
@@ -151,6 +216,7 @@ mod tests {
     use super::*;
     use crate::config::ToolConfig;
     use parking_lot::Mutex;
+    use serde_json::json;
 
     /// What the API saw: method, path and query, body.
     type Seen = Arc<Mutex<Vec<(String, String, String)>>>;
@@ -253,5 +319,42 @@ mod tests {
                 ("GET".into(), "/limited".into(), String::new()),
             ]
         );
+    }
+
+    #[tokio::test]
+    async fn a_slot_takes_one_path_segment_and_no_dot_segment_or_empty_value() {
+        let (base, seen) = api().await;
+        let mut cfg = Config::default();
+        cfg.tools.insert(
+            "get_order".into(),
+            tool("GET", format!("{base}/api/orders/{{order_id}}/status")),
+        );
+        let tools = HttpTools::wrap(&cfg, Clock::system(), Arc::new(Others)).unwrap();
+        for (id, why) in [("..", "a dot segment"), (".", "a dot segment"), ("", "empty")] {
+            let args = json!({ "order_id": id }).to_string();
+            let e = tools.call("get_order", &args, 1, 0).await.unwrap_err();
+            assert_eq!(e.kind, ErrorKind::BadRequest, "{id:?}");
+            assert!(
+                e.message.contains(&format!("argument `order_id` is {why}")),
+                "{}",
+                e.message
+            );
+        }
+        // What looks like a path is one escaped segment.
+        tools
+            .call("get_order", r#"{"order_id":"../../admin"}"#, 2, 0)
+            .await
+            .unwrap();
+        assert_eq!(
+            *seen.lock(),
+            [("GET".into(), "/api/orders/..%2F..%2Fadmin/status".into(), String::new())],
+            "only the escaped call reached the API"
+        );
+        let scope = Scope::of(&Template::parse("http://h:9/api/v1/x/{id}?a=1", "{").unwrap()).unwrap();
+        assert_eq!(scope.path, "/api/v1/x/");
+        assert!(scope.holds(&reqwest::Url::parse("http://h:9/api/v1/x/7").unwrap()));
+        assert!(!scope.holds(&reqwest::Url::parse("http://h:9/api/v1/7").unwrap()));
+        assert!(!scope.holds(&reqwest::Url::parse("http://evil:9/api/v1/x/7").unwrap()));
+        assert!(Scope::of(&Template::parse("http://{host}/x", "{").unwrap()).is_none());
     }
 }

@@ -104,7 +104,7 @@ impl Proxy {
         let addr = fusebox::gateway::spawn(runner.clone(), "127.0.0.1:0", GatewayOptions::default())
             .await
             .unwrap()
-        .addr;
+            .addr;
         Proxy {
             upstream,
             runner,

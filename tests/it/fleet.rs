@@ -624,18 +624,21 @@ fn a_revoked_key_is_refused_across_the_fleet_within_a_second() {
         assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
         String::from_utf8(o.stdout).unwrap()
     };
-    let secret = keys(&["new", "app", "--user", "alice"]).trim().to_string();
-    assert!(secret.starts_with("fbx_"), "{secret}");
-    wait_until("both instances take the shared key", || {
-        a.ask_with(&secret) == 200 && b.ask_with(&secret) == 200
-    });
-    assert_eq!(b.ask_with("fbx_guess"), 401, "a key is needed now");
     // A gateway shows only what it can call: its providers and models.
     let metrics = a.metrics();
     assert!(
         metrics.contains("target=\"provider:openai\"") && !metrics.contains("target=\"tool:"),
         "{metrics}"
     );
+    let secret = keys(&["new", "app", "--user", "alice"]).trim().to_string();
+    assert!(secret.starts_with("fbx_"), "{secret}");
+    wait_until("both instances take the shared key", || {
+        a.ask_with(&secret) == 200 && b.ask_with(&secret) == 200
+    });
+    assert_eq!(b.ask_with("fbx_guess"), 401, "a key is needed now");
+    // With keys and no operator token the admin endpoints are closed.
+    let closed = block(async { reqwest::get(format!("{}/metrics", a.base)).await.unwrap().status() });
+    assert_eq!(closed, 401);
     assert!(keys(&["list"]).contains("app\tuser alice\troutes all\texpires never"));
     let stored = Command::new("redis-cli")
         .args(["-u", &redis.url(), "hgetall", "fusebox:keys"])

@@ -32,6 +32,7 @@ mod scenarios;
 mod sdk;
 mod store_model;
 mod streaming;
+mod tenancy;
 mod theme;
 mod traffic_log;
 mod wire_parsers;

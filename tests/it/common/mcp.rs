@@ -149,7 +149,16 @@ pub async fn proxy_with(url: &str, base: Config) -> (String, Arc<Runner>) {
 
 /// A gateway offering the tools of `cfg`'s MCP servers, as `configured`
 /// sets them; its `/mcp` URL and the runner.
-pub async fn serve_mcp(mut cfg: Config, configured: BTreeMap<String, ToolConfig>) -> (String, Arc<Runner>) {
+pub async fn serve_mcp(cfg: Config, configured: BTreeMap<String, ToolConfig>) -> (String, Arc<Runner>) {
+    serve_mcp_with(cfg, configured, GatewayOptions::default()).await
+}
+
+/// [`serve_mcp`] with the gateway's options `opts`.
+pub async fn serve_mcp_with(
+    mut cfg: Config,
+    configured: BTreeMap<String, ToolConfig>,
+    opts: GatewayOptions,
+) -> (String, Arc<Runner>) {
     let upstreams = Upstreams::connect(&cfg.mcp)
         .await
         .unwrap_or_else(|e| panic!("{e} (cargo test builds the example servers)"));
@@ -160,7 +169,7 @@ pub async fn serve_mcp(mut cfg: Config, configured: BTreeMap<String, ToolConfig>
     let runner = Runner::new(cfg, parts).unwrap();
     let opts = GatewayOptions {
         mcp: Some(upstreams),
-        ..GatewayOptions::default()
+        ..opts
     };
     let addr = fusebox::gateway::spawn(runner.clone(), "127.0.0.1:0", opts)
         .await

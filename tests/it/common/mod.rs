@@ -183,6 +183,11 @@ impl Serve {
 
     /// Starts it with `args` (`--listen 127.0.0.1:0` unless they say).
     pub fn start_with(args: &[&str]) -> Self {
+        Self::start_with_env(args, &[])
+    }
+
+    /// Starts it with `args` and the environment variables `envs` too.
+    pub fn start_with_env(args: &[&str], envs: &[(&str, &str)]) -> Self {
         use std::io::BufRead;
         let listen = if args.contains(&"--listen") {
             &[][..]
@@ -193,6 +198,7 @@ impl Serve {
             .args(["serve", "--headless"])
             .args(listen)
             .args(args)
+            .envs(envs.iter().copied())
             .stdout(std::process::Stdio::null())
             .stderr(std::process::Stdio::piped())
             .spawn()

@@ -155,6 +155,14 @@ fn check_openai(b: &Value) -> Result<(), (String, String)> {
     if b.get("max_tokens").is_some() && b.get("max_completion_tokens").is_some() {
         return bad("max_tokens", "max_tokens and max_completion_tokens cannot both be set");
     }
+    if let Some(n) = b.get("n").filter(|n| !n.is_null()) {
+        if !n.as_u64().is_some_and(|n| (1..=128).contains(&n)) {
+            return bad(
+                "n",
+                "Invalid 'n': integer out of range. Expected a value between 1 and 128.",
+            );
+        }
+    }
     if b.get("stream_options").is_some() && b["stream"] != json!(true) {
         return bad(
             "stream_options",
@@ -448,7 +456,9 @@ async fn openai(State(state): State<Arc<StrictState>>, headers: HeaderMap, body:
     }
     let (call, text) = decide(&state, Api::OpenAi, &b);
     let model = b["model"].as_str().unwrap_or("").to_string();
-    let usage = json!({"prompt_tokens": 25, "completion_tokens": 12, "total_tokens": 37,
+    // Each of `n` choices is 12 tokens, as the real API bills them all.
+    let n = b["n"].as_u64().unwrap_or(1);
+    let usage = json!({"prompt_tokens": 25, "completion_tokens": 12 * n, "total_tokens": 25 + 12 * n,
                        "prompt_tokens_details": {"cached_tokens": 0}});
     if b["stream"] != json!(true) {
         let message = if call {
@@ -457,11 +467,16 @@ async fn openai(State(state): State<Arc<StrictState>>, headers: HeaderMap, body:
         } else {
             json!({"role": "assistant", "content": text, "refusal": null})
         };
+        let choices: Vec<Value> = (0..n)
+            .map(|i| {
+                json!({"index": i, "message": message, "logprobs": null,
+                            "finish_reason": if call { "tool_calls" } else { "stop" }})
+            })
+            .collect();
         return Json(json!({
             "id": "chatcmpl-strict1", "object": "chat.completion", "created": 1_700_000_000, "model": model,
             "system_fingerprint": "fp_strict",
-            "choices": [{"index": 0, "message": message, "logprobs": null,
-                         "finish_reason": if call { "tool_calls" } else { "stop" }}],
+            "choices": choices,
             "usage": usage, "service_tier": "default",
         }))
         .into_response();

@@ -1,0 +1,186 @@
+//! `/mcp`: the MCP proxy (Streamable HTTP, rmcp's sessions kept in
+//! process) behind a guard that holds each session to the key that
+//! opened it and keeps their number and idle life within bounds
+//! (`crate::mcp::sessions`), refusing past them with a JSON-RPC error.
+
+use super::auth::Caller;
+use super::chat::{name_in, H_SESSION, H_USER};
+use super::Gateway;
+use crate::mcp::sessions::{McpLimits, Refused, Sessions};
+use crate::mcp::{proxy::Proxy, Upstreams};
+use axum::body::Body;
+use axum::extract::{Request, State};
+use axum::http::{header, HeaderValue, Method, StatusCode};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
+use rmcp::transport::streamable_http_server::session::SessionManager;
+use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
+use std::sync::Arc;
+
+/// The header naming a client's MCP session.
+const SESSION_ID: &str = "mcp-session-id";
+
+/// What the guard keeps: the sessions' holders and rmcp's sessions.
+pub(super) struct McpGate {
+    sessions: Sessions,
+    manager: Arc<LocalSessionManager>,
+}
+
+/// The `/mcp` routes over `upstreams`, guarded.
+pub(super) fn routes(gw: &Arc<Gateway>, upstreams: Arc<Upstreams>, limits: McpLimits) -> axum::Router {
+    let mut manager = LocalSessionManager::default();
+    // rmcp's own idle timeout is a safety net behind the guard's.
+    manager.session_config.keep_alive = Some(limits.idle + limits.idle / 2);
+    let gate = Arc::new(McpGate {
+        sessions: Sessions::new(limits),
+        manager: Arc::new(manager),
+    });
+    tokio::spawn(close_idle(Arc::downgrade(&gate), gw.runner.clone()));
+    let service = service(gw, upstreams, gate.manager.clone());
+    axum::Router::new()
+        .fallback_service(service)
+        .layer(axum::middleware::from_fn_with_state((gw.clone(), gate), guard))
+}
+
+/// The MCP proxy. Unguarded (loopback development) it answers only
+/// requests to a loopback `Host`, against DNS rebinding; where calls need
+/// credentials, any host the gateway is reached by.
+fn service(
+    gw: &Gateway,
+    upstreams: Arc<Upstreams>,
+    manager: Arc<LocalSessionManager>,
+) -> StreamableHttpService<Proxy, LocalSessionManager> {
+    // A caller key names the user; without keys, the `x-fusebox-user` header.
+    let who: crate::mcp::proxy::Who = Arc::new(|parts: &http::request::Parts| {
+        let given = parts
+            .headers
+            .get(H_USER)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_string);
+        Caller::user_of(Caller::of(&parts.extensions).as_deref(), given).user
+    });
+    let proxy = Proxy::new(gw.runner.clone(), upstreams, who, gw.ids.clone());
+    let config = StreamableHttpServerConfig::default();
+    let config = if gw.access.calls_guarded() {
+        config.disable_allowed_hosts()
+    } else {
+        config
+    };
+    StreamableHttpService::new(move || Ok(proxy.clone()), manager, config)
+}
+
+/// Closes the sessions idle past their life, every few seconds, until the
+/// gateway is gone.
+async fn close_idle(gate: std::sync::Weak<McpGate>, runner: Arc<crate::runner::Runner>) {
+    let every = {
+        let Some(g) = gate.upgrade() else { return };
+        (g.sessions.limits().idle / 4).clamp(
+            std::time::Duration::from_millis(100),
+            std::time::Duration::from_secs(10),
+        )
+    };
+    loop {
+        tokio::time::sleep(every).await;
+        let Some(g) = gate.upgrade() else { return };
+        let expired = g.sessions.expire(runner.clock().now());
+        close(&g.manager, expired).await;
+    }
+}
+
+async fn close(manager: &LocalSessionManager, ids: Vec<Box<str>>) {
+    for id in ids {
+        let _ = manager.close_session(&Arc::from(id)).await;
+    }
+}
+
+/// Lets a request to `/mcp` through if the session it names is its key's,
+/// or if it opens one there is room for; else a JSON-RPC error: 404 for a
+/// session that is not the caller's (as for one that never was: the
+/// client opens a new one), 429 past the key's bound, 503 past the
+/// gateway's. A session ended by its client (`DELETE`) is answered 204:
+/// rmcp says 202, which MCP clients take for a failure (the Python SDK
+/// warns "Session termination failed: 202").
+async fn guard(State((gw, gate)): State<(Arc<Gateway>, Arc<McpGate>)>, req: Request, next: Next) -> Response {
+    if let Err((_, why)) = name_in(H_SESSION, req.headers().get(H_SESSION).map(HeaderValue::as_bytes)) {
+        return rpc_error(StatusCode::BAD_REQUEST, -32602, &why, None);
+    }
+    let owner = Caller::of(req.extensions()).map(|c| c.key.clone());
+    let now = gw.runner.clock().now();
+    if let Some(id) = req.headers().get(SESSION_ID) {
+        let id = id.to_str().unwrap_or_default().to_string();
+        if !gate.sessions.touch(&id, owner.as_deref(), now) {
+            return rpc_error(
+                StatusCode::NOT_FOUND,
+                -32001,
+                "Session not found: it ended, was idle too long, or was opened with another key; initialize a new one",
+                None,
+            );
+        }
+        let delete = req.method() == Method::DELETE;
+        let mut r = next.run(req).await;
+        if delete && r.status().is_success() {
+            gate.sessions.close(&id);
+            if r.status() == StatusCode::ACCEPTED {
+                *r.status_mut() = StatusCode::NO_CONTENT;
+            }
+        }
+        return r;
+    }
+    if req.method() != Method::POST {
+        return next.run(req).await;
+    }
+    // Without a session: an `initialize` opens one (where rmcp keeps
+    // sessions); read the message to tell.
+    let (parts, body) = req.into_parts();
+    let body = match super::read_body(body, gw.opts.max_body).await {
+        Ok(b) => b,
+        Err((status, why)) => return super::closing(rpc_error(status, -32600, &why, None)),
+    };
+    let message: Option<Message> = serde_json::from_slice(&body).ok();
+    let req = Request::from_parts(parts, Body::from(body));
+    if message
+        .as_ref()
+        .is_none_or(|m| m.method.as_deref() != Some("initialize"))
+    {
+        return next.run(req).await;
+    }
+    let mut expired = Vec::new();
+    let opening = gate.sessions.open(owner.as_deref(), now, &mut expired);
+    close(&gate.manager, expired).await;
+    let opening = match opening {
+        Ok(o) => o,
+        Err(refused) => {
+            let status = match refused {
+                Refused::Full(_) => StatusCode::SERVICE_UNAVAILABLE,
+                Refused::PerKey { .. } => StatusCode::TOO_MANY_REQUESTS,
+            };
+            let id = message.and_then(|m| m.id);
+            let mut r = rpc_error(status, -32000, &refused.to_string(), id);
+            r.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(60u32));
+            return r;
+        }
+    };
+    let r = next.run(req).await;
+    if let Some(id) = r.headers().get(SESSION_ID).and_then(|v| v.to_str().ok()) {
+        opening.opened(id, gw.runner.clock().now());
+    }
+    r
+}
+
+/// What the guard reads of a JSON-RPC message.
+#[derive(serde::Deserialize)]
+struct Message {
+    method: Option<String>,
+    id: Option<serde_json::Value>,
+}
+
+/// A JSON-RPC error answer with HTTP `status`.
+fn rpc_error(status: StatusCode, code: i32, message: &str, id: Option<serde_json::Value>) -> Response {
+    let body = serde_json::json!({
+        "jsonrpc": "2.0",
+        "id": id.unwrap_or(serde_json::Value::Null),
+        "error": {"code": code, "message": message},
+    });
+    (status, axum::Json(body)).into_response()
+}

@@ -1,0 +1,481 @@
+//! Tenants apart, each attack tried as a hostile tenant would on loopback:
+//! a call asking for many choices spends no more than its user's budget; a
+//! key's routes bound every hop of a fallback chain; a session, chat or
+//! MCP, is its opener's alone; a gateway beyond loopback starts only with
+//! its doors guarded; the admin endpoints are closed to callers once keys
+//! exist; a stdio MCP server sees none of the gateway's secrets.
+
+use crate::common::mcp::{call, serve_mcp_with, text, upstream, with_orders, Orders};
+use crate::common::redis::Redis;
+use crate::faithful::{config, Proxy, ROUTES};
+use fusebox::config::access::{OperatorConfig, Scope, SecretHash};
+use fusebox::config::{Config, KeyConfig};
+use fusebox::gateway::GatewayOptions;
+use fusebox::mcp::sessions::McpLimits;
+use serde_json::{json, Value};
+use std::sync::Arc;
+use std::time::Duration;
+
+const ALICE: &str = "sk-alice-0123456789";
+const BOB: &str = "sk-bob-0123456789";
+const ANA: &str = "op-ana-0123456789";
+
+fn key(secret: &str, user: &str, routes: &[&str]) -> KeyConfig {
+    KeyConfig {
+        hash: SecretHash::of(secret),
+        user: user.into(),
+        routes: routes.iter().map(|r| r.to_string()).collect(),
+        expires: None,
+        budgets: None,
+        sub_users: false,
+    }
+}
+
+fn with_keys(mut cfg: Config, keys: &[(&str, KeyConfig)]) -> Config {
+    cfg.keys = keys.iter().map(|(n, k)| (n.to_string(), k.clone())).collect();
+    cfg.validate("test").unwrap();
+    cfg
+}
+
+fn chat(model: &str) -> Value {
+    json!({"model": model, "max_tokens": 16, "messages": [{"role": "user", "content": "Where is order #38100?"}]})
+}
+
+impl Proxy {
+    async fn call_as(&self, secret: &str, body: &Value, headers: &[(&str, &str)]) -> (u16, Value) {
+        let mut r = self
+            .http
+            .post(format!("{}/v1/chat/completions", self.base))
+            .bearer_auth(secret)
+            .json(body);
+        for (k, v) in headers {
+            r = r.header(*k, *v);
+        }
+        let r = r.send().await.unwrap();
+        (r.status().as_u16(), r.json().await.unwrap_or(Value::Null))
+    }
+
+    /// Tokens billed to `user` in the current minute.
+    fn spent_this_minute(&self, user: &str) -> f64 {
+        let now = self.runner.clock().elapsed_ms();
+        self.runner
+            .budgets()
+            .top_users(100, now)
+            .into_iter()
+            .find(|u| u.user == user)
+            .map_or(0.0, |u| u.tokens[0])
+    }
+}
+
+/// `n = 128` multiplies what a call may produce by 128: all of it is
+/// reserved before the call, so the user's spend stays within its
+/// budget (settled to what the choices used), and a call whose worst case
+/// alone is over the budget is a 400, not served.
+#[tokio::test]
+async fn many_choices_are_reserved_whole_and_spend_stays_within_the_budget() {
+    let mut cfg = config(ROUTES);
+    cfg.budgets.user_tokens_per_minute = 5_000;
+    let p = Proxy::start(cfg).await;
+    let mut body = chat("default");
+    body["n"] = json!(128);
+    body["user"] = json!("mallory");
+    let mut statuses = Vec::new();
+    for _ in 0..6 {
+        statuses.push(p.post("/v1/chat/completions", &body).await.status().as_u16());
+    }
+    // Each call reserves 128 × 16 output tokens and its prompt (about 2,060)
+    // and uses 25 + 128 × 12 = 1,561: two fit in 5,000, a third does not.
+    assert_eq!(statuses, [200, 200, 429, 429, 429, 429]);
+    let spent = p.spent_this_minute("mallory");
+    assert_eq!(spent, 2.0 * 1_561.0, "settled to what the choices used");
+    assert!(spent <= 5_000.0);
+    assert_eq!(p.upstream.received().len(), 2, "refused calls never reach the provider");
+    // A worst case no budget window can hold is the client's to fix.
+    body["max_tokens"] = json!(64);
+    body["user"] = json!("trent");
+    let r = p.post("/v1/chat/completions", &body).await;
+    assert_eq!(r.status(), 400);
+    let v: Value = r.json().await.unwrap();
+    assert!(
+        v["error"]["message"].as_str().unwrap().contains("can never be served"),
+        "{v}"
+    );
+}
+
+/// A key allowed only `gpt-4o` is not answered by `claude-haiku` when
+/// gpt-4o fails, though gpt-4o's route falls back to it; a key allowed
+/// the route is.
+#[tokio::test]
+async fn a_key_s_routes_bound_every_hop_of_a_fallback_chain() {
+    let cfg = with_keys(
+        config(ROUTES),
+        &[
+            ("alice-app", key(ALICE, "alice", &["gpt-4o"])),
+            ("bob-app", key(BOB, "bob", &["default"])),
+        ],
+    );
+    let p = Proxy::start(cfg).await;
+    p.upstream.set_model_down("gpt-4o");
+    let (status, v) = p.call_as(ALICE, &chat("gpt-4o"), &[]).await;
+    assert_eq!(status, 503, "{v}");
+    let anthropic = |p: &Proxy| {
+        p.upstream
+            .received()
+            .iter()
+            .filter(|r| r.api == crate::common::strict::Api::Anthropic)
+            .count()
+    };
+    assert_eq!(anthropic(&p), 0, "claude-haiku is beyond alice's key");
+    // Nor may it name the route that reaches claude-haiku.
+    assert_eq!(p.call_as(ALICE, &chat("default"), &[]).await.0, 403);
+    let (status, v) = p.call_as(BOB, &chat("default"), &[]).await;
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(anthropic(&p), 1, "the route's chain is within bob's key");
+}
+
+/// A session belongs to the user that opened it: Alice naming Bob's
+/// session neither spends nor blocks his quota, she gets one of her own.
+#[tokio::test]
+async fn a_chat_session_is_its_user_s_alone() {
+    let mut cfg = with_keys(
+        config(ROUTES),
+        &[
+            ("alice-app", key(ALICE, "alice", &[])),
+            ("bob-app", key(BOB, "bob", &[])),
+        ],
+    );
+    cfg.sessions.max_steps = 1;
+    let p = Proxy::start(cfg).await;
+    let session = [("x-fusebox-session", "bob-42")];
+    assert_eq!(p.call_as(BOB, &chat("default"), &session).await.0, 200);
+    let (status, v) = p.call_as(BOB, &chat("default"), &session).await;
+    assert_eq!(status, 429, "bob's one step is used: {v}");
+    assert!(v["error"]["message"].as_str().unwrap().contains("step quota"), "{v}");
+    // Alice names it: a session of her own, with its own step.
+    assert_eq!(p.call_as(ALICE, &chat("default"), &session).await.0, 200);
+    assert_eq!(p.call_as(ALICE, &chat("default"), &session).await.0, 429);
+}
+
+const INITIALIZE: &str = r#"{"jsonrpc":"2.0","id":7,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}"#;
+const LIST: &str = r#"{"jsonrpc":"2.0","id":8,"method":"tools/list"}"#;
+
+/// An MCP request to `url` with `secret`, in session `session`.
+async fn mcp(
+    url: &str,
+    method: reqwest::Method,
+    secret: &str,
+    session: Option<&str>,
+    body: &str,
+) -> (u16, Option<String>, String) {
+    let mut r = reqwest::Client::new()
+        .request(method, url)
+        .bearer_auth(secret)
+        .header("accept", "application/json, text/event-stream")
+        .header("content-type", "application/json")
+        .header("mcp-protocol-version", "2025-06-18")
+        .body(body.to_string());
+    if let Some(s) = session {
+        r = r.header("mcp-session-id", s);
+    }
+    let r = r.send().await.unwrap();
+    let id = r
+        .headers()
+        .get("mcp-session-id")
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_string);
+    (r.status().as_u16(), id, r.text().await.unwrap_or_default())
+}
+
+async fn keyed_mcp(limits: McpLimits) -> String {
+    let url = upstream(Arc::new(Orders::default())).await;
+    let cfg = with_keys(
+        with_orders(Some(&url), Config::default()),
+        &[
+            ("alice-app", key(ALICE, "alice", &[])),
+            ("bob-app", key(BOB, "bob", &[])),
+        ],
+    );
+    let opts = GatewayOptions {
+        mcp_limits: limits,
+        ..GatewayOptions::default()
+    };
+    serve_mcp_with(cfg, Default::default(), opts).await.0
+}
+
+/// An MCP session is the key's that opened it: another key naming its id
+/// is told there is no such session (as for one that never was), and
+/// cannot end it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_mcp_session_is_its_key_s_alone() {
+    use reqwest::Method;
+    let url = keyed_mcp(McpLimits::default()).await;
+    let (status, session, _) = mcp(&url, Method::POST, ALICE, None, INITIALIZE).await;
+    assert_eq!(status, 200);
+    let session = session.expect("a session");
+    let (status, _, body) = mcp(&url, Method::POST, BOB, Some(&session), LIST).await;
+    assert_eq!(status, 404, "{body}");
+    assert!(body.contains("Session not found"), "{body}");
+    assert_eq!(mcp(&url, Method::DELETE, BOB, Some(&session), "").await.0, 404);
+    let (status, _, body) = mcp(&url, Method::POST, ALICE, Some(&session), LIST).await;
+    assert_eq!(status, 200, "still alice's: {body}");
+    assert!(body.contains("get_order"), "{body}");
+    assert_eq!(mcp(&url, Method::DELETE, ALICE, Some(&session), "").await.0, 204);
+    assert_eq!(mcp(&url, Method::POST, ALICE, Some(&session), LIST).await.0, 404);
+}
+
+/// MCP sessions are bounded per key and in all, refused past the bound
+/// with a JSON-RPC error the client can read; and a session header the
+/// chat path would refuse is refused here too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mcp_sessions_are_bounded_per_key_and_in_all() {
+    use reqwest::Method;
+    let limits = McpLimits {
+        sessions: 3,
+        per_key: 2,
+        idle: Duration::from_secs(300),
+    };
+    let url = keyed_mcp(limits).await;
+    let mut alice = Vec::new();
+    for _ in 0..2 {
+        let (status, s, _) = mcp(&url, Method::POST, ALICE, None, INITIALIZE).await;
+        assert_eq!(status, 200);
+        alice.push(s.unwrap());
+    }
+    let (status, s, body) = mcp(&url, Method::POST, ALICE, None, INITIALIZE).await;
+    assert_eq!((status, s), (429, None), "{body}");
+    let v: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(v["id"], 7, "{v}");
+    assert!(v["error"]["message"].as_str().unwrap().contains("alice-app"), "{v}");
+    assert_eq!(mcp(&url, Method::POST, BOB, None, INITIALIZE).await.0, 200);
+    let (status, _, body) = mcp(&url, Method::POST, BOB, None, INITIALIZE).await;
+    assert_eq!(status, 503, "the gateway's bound: {body}");
+    // Ending one makes room.
+    assert_eq!(mcp(&url, Method::DELETE, ALICE, Some(&alice[0]), "").await.0, 204);
+    assert_eq!(mcp(&url, Method::POST, BOB, None, INITIALIZE).await.0, 200);
+    let long = "s".repeat(300);
+    let r = reqwest::Client::new()
+        .post(&url)
+        .bearer_auth(ALICE)
+        .header("accept", "application/json, text/event-stream")
+        .header("x-fusebox-session", long)
+        .body(INITIALIZE)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 400);
+    assert!(r.text().await.unwrap().contains("longer than 256 bytes"));
+}
+
+/// Once caller keys exist, a caller key opens no admin endpoint, and
+/// without operator tokens they are closed to everyone (loopback too).
+#[tokio::test]
+async fn the_admin_endpoints_are_closed_to_callers_once_keys_exist() {
+    let cfg = with_keys(config(ROUTES), &[("alice-app", key(ALICE, "alice", &[]))]);
+    let p = Proxy::start(cfg.clone()).await;
+    let force = json!({"action": "force_open", "target": "provider:openai"});
+    for secret in [None, Some(ALICE)] {
+        for path in ["/metrics", "/_fusebox/snapshot"] {
+            let mut r = p.http.get(format!("{}{path}", p.base));
+            if let Some(s) = secret {
+                r = r.bearer_auth(s);
+            }
+            let r = r.send().await.unwrap();
+            assert_eq!(r.status(), 401, "{path}");
+        }
+        let mut r = p.http.post(format!("{}/_fusebox/commands", p.base)).json(&force);
+        if let Some(s) = secret {
+            r = r.bearer_auth(s);
+        }
+        let r = r.send().await.unwrap();
+        assert_eq!(r.status(), 401);
+        let v: Value = r.json().await.unwrap();
+        assert!(
+            v["error"]["message"].as_str().unwrap().contains("operator token"),
+            "{v}"
+        );
+    }
+    let now = p.runner.clock().now();
+    assert!(
+        p.runner.registry().iter().all(|t| t.breaker.would_admit(now)),
+        "nothing applied"
+    );
+    // With an operator token, its holder operates.
+    let mut cfg = cfg;
+    cfg.operators = [(
+        "ana".to_string(),
+        OperatorConfig {
+            hash: SecretHash::of(ANA),
+            scope: Scope::Operate,
+        },
+    )]
+    .into();
+    let p = Proxy::start(cfg).await;
+    let r = p
+        .http
+        .post(format!("{}/_fusebox/commands", p.base))
+        .bearer_auth(ANA)
+        .json(&force)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+}
+
+fn fusebox(args: &[&str]) -> std::process::Output {
+    std::process::Command::new(env!("CARGO_BIN_EXE_fusebox"))
+        .args(args)
+        .output()
+        .expect("run fusebox")
+}
+
+/// Fleet mode beyond loopback with no caller keys anywhere refuses to
+/// start, saying why and what to do; with `--allow-anonymous` it starts;
+/// once the fleet's store has a key, it starts and calls need one.
+#[test]
+fn a_fleet_gateway_beyond_loopback_needs_keys_or_allow_anonymous() {
+    let Some(redis) = Redis::start() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("fb.toml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "[operators.ana]\nhash = \"{}\"\nscope = \"operate\"\n",
+            SecretHash::of(ANA)
+        ),
+    )
+    .unwrap();
+    let cfg = cfg.to_str().unwrap();
+    let url = redis.url();
+    let base = [
+        "serve",
+        "--headless",
+        "--listen",
+        "0.0.0.0:0",
+        "--config",
+        cfg,
+        "--state",
+        &url,
+    ];
+    let o = fusebox(&base);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success());
+    assert!(err.contains("not a loopback address"), "{err}");
+    assert!(
+        err.contains("--allow-anonymous") && err.contains("fusebox keys new"),
+        "{err}"
+    );
+    let anonymous = crate::common::Serve::start_with(&[&base[2..], &["--allow-anonymous"]].concat());
+    let body = r#"{"model":"default","messages":[{"role":"user","content":"hi"}]}"#;
+    assert_eq!(
+        blocking_post(&anonymous.base, None, body),
+        200,
+        "anonymous calls are served, as asked"
+    );
+    drop(anonymous);
+    let made = fusebox(&["keys", "new", "app", "--user", "alice", "--state", &url]);
+    assert!(made.status.success(), "{}", String::from_utf8_lossy(&made.stderr));
+    // Shared on the store, the secret is what it prints on stdout.
+    let secret = String::from_utf8_lossy(&made.stdout)
+        .split_whitespace()
+        .find(|w| w.starts_with("fbx_"))
+        .expect("the key")
+        .to_string();
+    let keyed = crate::common::Serve::start_with(&base[2..]);
+    assert_eq!(
+        blocking_post(&keyed.base, None, body),
+        401,
+        "a key is needed from the start"
+    );
+    assert_eq!(blocking_post(&keyed.base, Some(&secret), body), 200);
+}
+
+/// POSTs `body` to `base`'s chat completions with `secret`, from a
+/// thread of its own (the test is not async); the status.
+fn blocking_post(base: &str, secret: Option<&str>, body: &str) -> u16 {
+    let url = format!("{base}/v1/chat/completions");
+    let (secret, body) = (secret.map(str::to_string), body.to_string());
+    std::thread::spawn(move || {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap()
+            .block_on(async move {
+                let mut r = reqwest::Client::new()
+                    .post(url)
+                    .header("content-type", "application/json")
+                    .body(body);
+                if let Some(s) = secret {
+                    r = r.bearer_auth(s);
+                }
+                r.send().await.unwrap().status().as_u16()
+            })
+    })
+    .join()
+    .unwrap()
+}
+
+/// A stdio MCP server starts with a clean environment: none of the
+/// gateway's provider keys or its token, only PATH, HOME and what its
+/// config names; what it says on stderr goes to the log, not the console.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stdio_mcp_server_sees_none_of_the_gateway_s_secrets() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("fb.toml");
+    let orders = crate::common::mcp::stdio_orders();
+    std::fs::write(
+        &cfg,
+        format!(
+            "[mcp.orders]\ncommand = [{:?}]\nenv = {{ ORDERS_REGION = \"${{TEST_REGION}}\" }}\n",
+            orders.display().to_string()
+        ),
+    )
+    .unwrap();
+    let logs = dir.path().join("logs");
+    let (cfg, log_dir) = (cfg.to_str().unwrap().to_string(), logs.to_str().unwrap().to_string());
+    let serve = tokio::task::spawn_blocking(move || {
+        let args = [
+            "--config",
+            &cfg,
+            "--auth-token-env",
+            "GATEWAY_TOKEN",
+            "--log-dir",
+            &log_dir,
+        ];
+        let envs = [
+            ("OPENAI_API_KEY", "sk-live-provider-secret"),
+            ("ANTHROPIC_API_KEY", "sk-ant-provider-secret"),
+            ("GATEWAY_TOKEN", "gateway-token-secret"),
+            ("TEST_REGION", "eu-west"),
+        ];
+        crate::common::Serve::start_with_env(&args, &envs)
+    })
+    .await
+    .unwrap();
+    let url = format!("{}/mcp", serve.base);
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let transport = rmcp::transport::StreamableHttpClientTransport::from_config(
+        rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig::with_uri(url)
+            .auth_header("gateway-token-secret"),
+    );
+    let through = rmcp::ServiceExt::serve((), transport).await.expect("an MCP session");
+    let env = text(&through.call_tool(call("environment", json!({}))).await.unwrap());
+    for secret in [
+        "sk-live-provider-secret",
+        "sk-ant-provider-secret",
+        "gateway-token-secret",
+    ] {
+        assert!(!env.contains(secret), "{env}");
+    }
+    let names: Vec<&str> = env.lines().filter_map(|l| l.split_once('=').map(|(k, _)| k)).collect();
+    assert!(
+        names.iter().all(|n| ["HOME", "ORDERS_REGION", "PATH"].contains(n)),
+        "{names:?}"
+    );
+    assert!(env.contains("ORDERS_REGION=eu-west"), "{env}");
+    // Its stderr is in the log.
+    let logged: String = std::fs::read_dir(&logs)
+        .unwrap()
+        .map(|f| std::fs::read_to_string(f.unwrap().path()).unwrap())
+        .collect();
+    assert!(logged.contains("orders server ready"), "{logged}");
+}
