@@ -177,6 +177,56 @@ async fn get(hub: &Hub, inst: &Instance, path: &str) -> Result<reqwest::Response
     Ok(r)
 }
 
+/// An instance's server-sent events, read so that a slow or hostile one
+/// costs little: each whole event (or keep-alive comment) must arrive
+/// within [`STALE_AFTER`] of the one before, however the bytes drip, and
+/// no line may pass the parser's bound.
+struct Events {
+    body: std::pin::Pin<Box<dyn futures_util::Stream<Item = reqwest::Result<bytes::Bytes>> + Send>>,
+    parser: SseParser,
+    /// When the next whole item is due.
+    due: tokio::time::Instant,
+    /// Bytes since the last whole item.
+    partial: usize,
+}
+
+impl Events {
+    fn of(r: reqwest::Response) -> Self {
+        Self {
+            body: Box::pin(r.bytes_stream()),
+            parser: SseParser::new(),
+            due: tokio::time::Instant::now() + STALE_AFTER,
+            partial: 0,
+        }
+    }
+
+    /// The next items; `Ok(None)` when the stream ended.
+    async fn next(&mut self) -> Result<Option<Vec<SseItem>>, String> {
+        loop {
+            let chunk = match tokio::time::timeout_at(self.due, self.body.next()).await {
+                Err(_) if self.partial > 0 => {
+                    return Err(format!(
+                        "too slow: {} bytes in {} s and no whole event",
+                        self.partial,
+                        STALE_AFTER.as_secs_f64()
+                    ))
+                }
+                Err(_) => return Err(format!("silent for {} s", STALE_AFTER.as_secs_f64())),
+                Ok(None) => return Ok(None),
+                Ok(Some(Err(e))) => return Err(format!("stream cut: {e}")),
+                Ok(Some(Ok(c))) => c,
+            };
+            self.partial += chunk.len();
+            let items = self.parser.feed(&chunk).map_err(|e| e.to_string())?;
+            if !items.is_empty() {
+                self.due = tokio::time::Instant::now() + STALE_AFTER;
+                self.partial = 0;
+                return Ok(Some(items));
+            }
+        }
+    }
+}
+
 async fn stream_snapshots(hub: &Hub, inst: &Instance) -> Result<(), String> {
     let r = get(hub, inst, "/_fusebox/snapshots?every_ms=100").await?;
     let scope = r
@@ -185,17 +235,9 @@ async fn stream_snapshots(hub: &Hub, inst: &Instance) -> Result<(), String> {
         .and_then(|v| v.to_str().ok())
         .map(str::to_string);
     inst.link.lock().scope = scope;
-    let mut body = r.bytes_stream();
-    let mut parser = SseParser::new();
-    loop {
-        let chunk = match tokio::time::timeout(STALE_AFTER, body.next()).await {
-            Err(_) => return Err(format!("silent for {} s", STALE_AFTER.as_secs_f64())),
-            Ok(None) => return Ok(()),
-            Ok(Some(Err(e))) => return Err(format!("stream cut: {e}")),
-            Ok(Some(Ok(c))) => c,
-        };
-        let items = parser.feed(&chunk).map_err(|e| e.to_string())?;
-        // Keep-alive comments only keep the timeout from running out.
+    let mut events = Events::of(r);
+    while let Some(items) = events.next().await? {
+        // Keep-alive comments only keep the deadline from running out.
         for item in items {
             if let SseItem::Event(e) = item {
                 let snap: Snapshot =
@@ -205,6 +247,7 @@ async fn stream_snapshots(hub: &Hub, inst: &Instance) -> Result<(), String> {
             }
         }
     }
+    Ok(())
 }
 
 /// Follows `inst`'s outcome and call records (for the chains pane and the
@@ -231,11 +274,9 @@ async fn stream_records(hub: &Hub, inst: &Instance) -> bool {
     let Ok(r) = get(hub, inst, "/_fusebox/events?records=calls").await else {
         return false;
     };
-    let mut body = r.bytes_stream();
-    let mut parser = SseParser::new();
+    let mut events = Events::of(r);
     let mut got = false;
-    while let Some(Ok(chunk)) = body.next().await {
-        let Ok(items) = parser.feed(&chunk) else { return got };
+    while let Ok(Some(items)) = events.next().await {
         for item in items {
             let SseItem::Event(e) = item else { continue };
             let Ok(mut ev) = serde_json::from_str::<Event>(&e.data) else {

@@ -87,15 +87,59 @@ fn reach_error(e: &reqwest::Error) -> String {
     }
 }
 
-/// What an instance's refusal said: its error message and status.
+/// The most of an instance's error body read: its message is in the first
+/// few hundred bytes of a fusebox error.
+const MAX_ERROR_BODY: usize = 64 << 10;
+/// The largest snapshot read whole (a gateway's is well under 1 MiB).
+const MAX_SNAPSHOT: usize = 16 << 20;
+/// The longest an error body may take to arrive.
+const ERROR_BODY_WITHIN: Duration = Duration::from_secs(2);
+
+/// At most `max` bytes of `r`'s body: `Err(true)` if it is longer, `Err(false)`
+/// if it broke off. Nothing past the bound is read.
+async fn body_within(r: reqwest::Response, max: usize) -> Result<Vec<u8>, bool> {
+    use futures_util::StreamExt;
+    let mut body = Vec::new();
+    let mut chunks = r.bytes_stream();
+    while let Some(chunk) = chunks.next().await {
+        let chunk = chunk.map_err(|_| false)?;
+        if body.len() + chunk.len() > max {
+            return Err(true);
+        }
+        body.extend_from_slice(&chunk);
+    }
+    Ok(body)
+}
+
+/// The most of a refusal's message shown.
+const MAX_REASON: usize = 512;
+
+/// `s` cut to at most `max` bytes, at a character's boundary.
+fn cut(s: &str, max: usize) -> String {
+    let mut end = s.len().min(max);
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    s[..end].to_string()
+}
+
+/// What an instance's refusal said: its error message and status. Its
+/// body is read only so far and so long: a hostile one costs nothing.
 async fn refusal(r: reqwest::Response) -> String {
-    let status = r.status();
-    let body: serde_json::Value = r.json().await.unwrap_or_default();
-    let msg = body
-        .pointer("/error/message")
-        .and_then(|m| m.as_str())
-        .unwrap_or("no reason given");
-    format!("{} {msg}", status.as_u16())
+    let status = r.status().as_u16();
+    let msg = match tokio::time::timeout(ERROR_BODY_WITHIN, body_within(r, MAX_ERROR_BODY)).await {
+        Err(_) => format!(
+            "no reason given (its body did not arrive in {} s)",
+            ERROR_BODY_WITHIN.as_secs()
+        ),
+        Ok(Err(true)) => format!("no reason given (its body is over {} KiB)", MAX_ERROR_BODY >> 10),
+        Ok(Err(false)) => "no reason given (its body broke off)".into(),
+        Ok(Ok(body)) => serde_json::from_slice::<serde_json::Value>(&body)
+            .ok()
+            .and_then(|v| v.pointer("/error/message")?.as_str().map(|m| cut(m, MAX_REASON)))
+            .unwrap_or_else(|| "no reason given".into()),
+    };
+    format!("{status} {msg}")
 }
 
 impl Hub {
@@ -289,7 +333,8 @@ impl Hub {
             .send()
             .await
             .map_err(|e| reach_error(&e))?;
-        if let Ok(s) = snap.json::<Snapshot>().await {
+        let snap = body_within(snap, MAX_SNAPSHOT).await.ok();
+        if let Some(s) = snap.and_then(|b| serde_json::from_slice::<Snapshot>(&b).ok()) {
             inst.take(s);
         }
         Ok(())

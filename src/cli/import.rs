@@ -32,8 +32,8 @@ pub struct ImportArgs {
 /// Writes the traffic of `files` to `out` as a traffic log; says what it read.
 fn convert(files: &[PathBuf], out: &mut impl std::io::Write, name: &str) -> Result<()> {
     let imported = crate::otel::import::read(files)?;
-    for r in &imported.records {
-        writeln!(out, "{}", r.to_line()).with_context(|| format!("cannot write {name}"))?;
+    for r in imported.records {
+        writeln!(out, "{}", crate::traffic::log::line_of(r)).with_context(|| format!("cannot write {name}"))?;
     }
     out.flush().with_context(|| format!("cannot write {name}"))?;
     let shown: Vec<_> = files.iter().map(|f| f.display().to_string()).collect();

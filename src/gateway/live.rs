@@ -115,8 +115,9 @@ pub(super) async fn snapshots(
 
 /// `GET /_fusebox/events[?records=calls]`: notable events (transitions,
 /// operator actions, budget warnings, …) from now on, as they happen; with
-/// `records=calls`, each request's outcome and each call's record too
-/// (dropped, not queued without end, while the watcher lags far behind).
+/// `records=calls`, each request's outcome and each call's record too. A
+/// keep-alive comment when nothing happened for half a second; a watcher
+/// that falls [`MAX_BACKLOG`] events behind is dropped, told so.
 pub(super) async fn events(
     State(gw): Shared,
     op: Option<Extension<Arc<Operator>>>,
@@ -127,7 +128,11 @@ pub(super) async fn events(
     let watcher = gw.runner.events().subscribe_watcher(MAX_BACKLOG, calls);
     let stream = futures_util::stream::unfold(Some((watcher, gw)), |state| async move {
         let (mut w, gw) = state?;
-        match w.rx.recv().await {
+        // Quiet for a while: a comment says the gateway is still there.
+        let Ok(next) = tokio::time::timeout(KEEP_ALIVE, w.rx.recv()).await else {
+            return Some((": alive\n\n".to_string(), Some((w, gw))));
+        };
+        match next {
             Some(e) => Some((data(&e), Some((w, gw)))),
             // Dropped for falling behind: the last event says so.
             None if w.fell_behind() => {

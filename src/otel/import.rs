@@ -12,7 +12,9 @@
 use crate::outcome::Level;
 use crate::request::Via;
 use crate::target::Target;
-use crate::traffic::log::{AttemptRec, Header, LogId, OutcomeRec, Record, RequestRec, Transport, MAX_TOKENS, VERSION};
+use crate::traffic::log::{
+    AttemptRec, Header, LogId, OutcomeRec, Record, RequestRec, Transport, MAX_SPAN_MS, MAX_TOKENS, VERSION,
+};
 use anyhow::{bail, Context, Result};
 use opentelemetry_proto::tonic::common::v1::{any_value, KeyValue};
 use opentelemetry_proto::tonic::trace::v1::{status::StatusCode, Span, TracesData};
@@ -26,7 +28,8 @@ pub struct Imported {
     pub records: Vec<Record>,
     /// Requests made of spans.
     pub requests: usize,
-    /// Spans that are not GenAI spans nor under one, skipped.
+    /// Spans that are not GenAI spans nor under one, and spans given
+    /// twice, skipped.
     pub skipped: usize,
 }
 
@@ -82,6 +85,10 @@ struct Spans {
     spans: Vec<Span>,
     /// Index of the file in the paths given, and the line.
     origins: Vec<(usize, usize)>,
+    /// The ids seen, and the spans given again under them (an export
+    /// retried), which are skipped.
+    seen: std::collections::HashSet<(Vec<u8>, Vec<u8>)>,
+    again: usize,
 }
 
 impl Spans {
@@ -98,6 +105,10 @@ impl Spans {
                     hex(&s.trace_id),
                     hex(&s.span_id)
                 );
+            }
+            if !self.seen.insert((s.trace_id.clone(), s.span_id.clone())) {
+                self.again += 1;
+                continue;
             }
             self.spans.push(s);
             self.origins.push(at);
@@ -198,10 +209,12 @@ fn request_spans(spans: &Spans, paths: &[impl AsRef<Path>]) -> Result<Vec<Option
 /// Spans made into requests, attempts and outcomes.
 fn assemble(read: Spans, seed: u64, paths: &[impl AsRef<Path>]) -> Result<Imported> {
     let tops = request_spans(&read, paths)?;
-    let spans = read.spans;
+    let Spans {
+        spans, origins, again, ..
+    } = read;
     let mut requests: Vec<usize> = Vec::new();
     let mut attempts: HashMap<usize, Vec<usize>> = HashMap::new();
-    let mut skipped = 0;
+    let mut skipped = again;
     for (i, span) in spans.iter().enumerate() {
         if !is_genai(span) {
             skipped += 1;
@@ -219,18 +232,39 @@ fn assemble(read: Spans, seed: u64, paths: &[impl AsRef<Path>]) -> Result<Import
         .unwrap_or(0);
     let ms = |nanos: u64| nanos.saturating_sub(start) / 1_000_000;
     let mut records: Vec<(u64, u8, Record)> = Vec::new();
+    let mut ids = std::collections::HashSet::new();
     for &r in &requests {
         let span = &spans[r];
         let mut mine = attempts.remove(&r).unwrap_or_else(|| vec![r]);
         mine.sort_by_key(|&a| spans[a].start_time_unix_nano);
-        let id = LogId::text(hex(&span.span_id));
-        let mine: Vec<AttemptRec> = mine.iter().map(|&a| attempt(&spans[a], id.clone(), ms)).collect();
-        records.push((
-            ms(span.start_time_unix_nano),
-            0,
-            Record::Request(request(span, id.clone(), &mine, ms)),
-        ));
-        let o = outcome(span, id, &mine, ms);
+        if let Some(&late) = mine
+            .iter()
+            .chain([&r])
+            .find(|&&i| ms(spans[i].end_time_unix_nano.max(spans[i].start_time_unix_nano)) > MAX_SPAN_MS)
+        {
+            let (file, line) = origins[late];
+            bail!(
+                "{}:{line}: span {} is more than {} days after the first request began: a traffic log spans at most that (are its times in nanoseconds since the Unix epoch?)",
+                paths[file].as_ref().display(),
+                hex(&spans[late].span_id),
+                MAX_SPAN_MS / 86_400_000
+            );
+        }
+        // A span id is a request's; one that two traces share is told
+        // apart by its trace.
+        let mut id = hex(&span.span_id);
+        if !ids.insert(id.clone()) {
+            id = format!("{}-{id}", hex(&span.trace_id));
+            ids.insert(id.clone());
+        }
+        let id = LogId::text(id);
+        let begun = ms(span.start_time_unix_nano);
+        // Nothing of a request is before it began (a skewed clock's span).
+        let mut mine: Vec<AttemptRec> = mine.iter().map(|&a| attempt(&spans[a], id.clone(), ms)).collect();
+        mine.iter_mut().for_each(|a| a.t_ms = a.t_ms.max(begun));
+        records.push((begun, 0, Record::Request(request(span, id.clone(), &mine, ms))));
+        let mut o = outcome(span, id, &mine, ms);
+        o.t_ms = o.t_ms.max(begun);
         records.extend(mine.into_iter().map(|a| (a.t_ms, 1, Record::Attempt(a))));
         records.push((o.t_ms, 2, Record::Outcome(o)));
     }
@@ -362,7 +396,8 @@ fn attempt(span: &Span, request: LogId, ms: impl Fn(u64) -> u64) -> AttemptRec {
     let target = match &tool {
         Some(name) => Target::tool(name),
         None => text(kv, "fusebox.target")
-            .and_then(|t| t.parse().ok())
+            .and_then(|t| t.parse::<Target>().ok())
+            .filter(Target::has_fault)
             .unwrap_or_else(|| {
                 let p = text(kv, "gen_ai.provider.name").or_else(|| text(kv, "gen_ai.system"));
                 Target::provider(&p.unwrap_or_else(|| "otlp".into()))

@@ -375,3 +375,135 @@ async fn an_instance_that_left_is_dropped_after_its_grace() {
     let s = until(&mut feed.snapshots, Duration::from_secs(2), |s| s.instances.len() == 1).await;
     assert!(s.is_some(), "and leaves the screen");
 }
+
+/// A hostile instance: every answer is a 401 with a 1.5 GB body
+/// (`huge`), or a 200 stream that drips one byte a second. Counts what
+/// it managed to send.
+fn hostile(huge: bool, sent: Arc<std::sync::atomic::AtomicU64>) -> String {
+    use std::sync::atomic::Ordering;
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    listener.set_nonblocking(true).unwrap();
+    std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async move {
+            let app = axum::Router::new().fallback(move || {
+                let sent = sent.clone();
+                async move {
+                    let chunk = bytes::Bytes::from(vec![b'x'; 64 << 10]);
+                    let body = if huge {
+                        let total = 1_500_000_000u64;
+                        let s = futures_util::stream::unfold(0u64, move |at| {
+                            let (chunk, sent) = (chunk.clone(), sent.clone());
+                            async move {
+                                (at < total).then(|| {
+                                    sent.fetch_add(chunk.len() as u64, Ordering::Relaxed);
+                                    (Ok::<_, std::convert::Infallible>(chunk), at + (64 << 10))
+                                })
+                            }
+                        });
+                        axum::body::Body::from_stream(s)
+                    } else {
+                        let s = futures_util::stream::unfold((), move |()| {
+                            let sent = sent.clone();
+                            async move {
+                                tokio::time::sleep(Duration::from_secs(1)).await; // the drip's own pace
+                                sent.fetch_add(1, Ordering::Relaxed);
+                                Some((Ok::<_, std::convert::Infallible>(bytes::Bytes::from_static(b"d")), ()))
+                            }
+                        });
+                        axum::body::Body::from_stream(s)
+                    };
+                    let status = if huge { 401 } else { 200 };
+                    axum::response::Response::builder()
+                        .status(status)
+                        .header(
+                            "content-type",
+                            if huge { "application/json" } else { "text/event-stream" },
+                        )
+                        .body(body)
+                        .unwrap()
+                }
+            });
+            let listener = tokio::net::TcpListener::from_std(listener).unwrap();
+            axum::serve(listener, app).await.unwrap();
+        });
+    });
+    format!("http://{addr}")
+}
+
+/// The resident memory (kB) at its peak of the process `pid`, if it runs.
+fn peak_rss_kb(pid: u32) -> Option<u64> {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()?
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.split_whitespace().next()?.parse().ok())
+}
+
+/// `fusebox attach` in front of an instance answering a 1.5 GB error body
+/// and one dripping a byte a second reads a bounded part of the first and
+/// gives up on the second, stays small, and says what is wrong with each.
+#[test]
+fn attach_to_a_hostile_instance_stays_small_and_says_what_is_wrong() {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    let (big, drip) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
+    let urls = [hostile(true, big.clone()), hostile(false, drip.clone())];
+    let dir = tempfile::tempdir().unwrap();
+    let typescript = dir.path().join("typescript");
+    let cmd = format!(
+        "stty rows 45 cols 140; exec {} attach {} {} --log-dir {}",
+        env!("CARGO_BIN_EXE_fusebox"),
+        urls[0],
+        urls[1],
+        dir.path().display()
+    );
+    let started = Instant::now();
+    let mut script = std::process::Command::new("script")
+        .args(["-qfec", &cmd])
+        .arg(&typescript)
+        .env("TERM", "xterm-256color")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .expect("run script (util-linux)");
+    let children = format!("/proc/{0}/task/{0}/children", script.id());
+    let (mut attach, mut peak) = (None, 0);
+    let status = loop {
+        if let Some(status) = script.try_wait().unwrap() {
+            break status;
+        }
+        attach = attach.or_else(|| {
+            std::fs::read_to_string(&children)
+                .ok()?
+                .split_whitespace()
+                .next()?
+                .parse()
+                .ok()
+        });
+        if let Some(kb) = attach.and_then(peak_rss_kb) {
+            peak = peak.max(kb);
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "attach did not give up in 10 s"
+        );
+        std::thread::sleep(Duration::from_millis(20)); // sampling the child's memory as it runs
+    };
+    let shown = String::from_utf8_lossy(&std::fs::read(&typescript).unwrap()).into_owned();
+    assert!(!status.success(), "{shown}");
+    assert!(shown.contains("no instance answered"), "{shown}");
+    assert!(
+        shown.contains("401 no reason given (its body is over 64 KiB)"),
+        "{shown}"
+    );
+    assert!(shown.contains("too slow: "), "{shown}");
+    assert!(peak > 0 && peak < 100 << 10, "peak RSS {peak} kB");
+    // What the huge instance sent is what the sockets' buffers took, not 1.5 GB.
+    let sent = big.load(Ordering::Relaxed);
+    assert!(sent < 32 << 20, "the 1.5 GB body was read: {sent} bytes sent");
+    assert!(drip.load(Ordering::Relaxed) < 10);
+}

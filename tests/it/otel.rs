@@ -557,3 +557,135 @@ fn a_foreign_trace_imports_its_llm_calls_and_replays_what_fusebox_would_have_don
         "the timed-out call falls back: {summary}"
     );
 }
+
+mod every_imported_line_reads_back {
+    //! Whatever a trace file holds that import takes, the log it writes is
+    //! read back whole by the reader `replay` uses.
+
+    use opentelemetry_proto::tonic::common::v1::{any_value, AnyValue, KeyValue};
+    use opentelemetry_proto::tonic::trace::v1::{ResourceSpans, ScopeSpans, Span, Status, TracesData};
+    use proptest::prelude::*;
+
+    fn text() -> impl Strategy<Value = String> {
+        prop_oneof![".{0,12}", ".{250,300}", "[\\x00-\\x1f]{1,4}", Just(String::new())]
+    }
+
+    /// An attribute fusebox reads, of any value.
+    fn attribute() -> impl Strategy<Value = KeyValue> {
+        let keys = prop::sample::select(vec![
+            "gen_ai.request.model",
+            "gen_ai.provider.name",
+            "gen_ai.operation.name",
+            "gen_ai.tool.name",
+            "gen_ai.request.max_tokens",
+            "gen_ai.usage.input_tokens",
+            "gen_ai.usage.output_tokens",
+            "fusebox.user",
+            "fusebox.sub_user",
+            "fusebox.session",
+            "fusebox.route",
+            "fusebox.target",
+            "fusebox.level",
+            "fusebox.prompt_tokens",
+            "fusebox.max_steps",
+            "error.type",
+            "http.response.status_code",
+            "user.id",
+            "session.id",
+        ]);
+        let value = prop_oneof![
+            text().prop_map(any_value::Value::StringValue),
+            any::<i64>().prop_map(any_value::Value::IntValue),
+            Just(any_value::Value::StringValue("execute_tool".into())),
+            Just(any_value::Value::StringValue("model:gpt-4o".into())),
+        ];
+        (keys, value).prop_map(|(k, v)| KeyValue {
+            key: k.into(),
+            value: Some(AnyValue { value: Some(v) }),
+        })
+    }
+
+    /// Spans of two traces, each under an earlier one or none (ids may
+    /// repeat across traces), at any times.
+    fn spans() -> impl Strategy<Value = Vec<Span>> {
+        let span = (
+            any::<bool>(),
+            0u8..6,
+            any::<prop::sample::Index>(),
+            any::<bool>(),
+            prop::collection::vec(attribute(), 0..5),
+            prop_oneof![1 => any::<u64>(), 9 => 1_700_000_000_000_000_000u64..1_700_000_100_000_000_000],
+            any::<u32>(),
+            any::<bool>(),
+        );
+        prop::collection::vec(span, 1..12).prop_map(|raw| {
+            let mut out: Vec<Span> = Vec::new();
+            for (i, (second, id, parent, root, attrs, start, took, failed)) in raw.into_iter().enumerate() {
+                let trace = if second { [2u8; 16] } else { [1u8; 16] };
+                let parent_span_id = if root || out.is_empty() {
+                    Vec::new()
+                } else {
+                    out[parent.index(out.len())].span_id.clone()
+                };
+                let mut attributes = attrs;
+                if i % 2 == 0 {
+                    attributes.push(KeyValue {
+                        key: "gen_ai.system".into(),
+                        value: Some(AnyValue {
+                            value: Some(any_value::Value::StringValue("openai".into())),
+                        }),
+                    });
+                }
+                out.push(Span {
+                    trace_id: trace.to_vec(),
+                    span_id: vec![0, 0, 0, 0, 0, 0, i as u8, id],
+                    parent_span_id,
+                    name: format!("span {i}"),
+                    start_time_unix_nano: start,
+                    end_time_unix_nano: start.saturating_add(u64::from(took)),
+                    attributes,
+                    status: failed.then(|| Status {
+                        code: 2,
+                        message: String::new(),
+                    }),
+                    ..Span::default()
+                });
+            }
+            out
+        })
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 128, ..ProptestConfig::default() })]
+
+        #[test]
+        fn whatever_import_takes_replay_reads_every_line(spans in spans()) {
+            let dir = tempfile::tempdir().unwrap();
+            let traces = dir.path().join("t.json");
+            let data = TracesData {
+                resource_spans: vec![ResourceSpans {
+                    scope_spans: vec![ScopeSpans { spans, ..ScopeSpans::default() }],
+                    ..ResourceSpans::default()
+                }],
+            };
+            std::fs::write(&traces, serde_json::to_string(&data).unwrap() + "\n").unwrap();
+            let log = dir.path().join("log.jsonl");
+            let o = std::process::Command::new(env!("CARGO_BIN_EXE_fusebox"))
+                .args(["import", "--format", "otlp"])
+                .arg(&traces)
+                .arg("-o")
+                .arg(&log)
+                .output()
+                .unwrap();
+            let err = String::from_utf8_lossy(&o.stderr);
+            if !o.status.success() {
+                // A refusal names the trace file, never a file of fusebox's own.
+                prop_assert!(err.contains(&*traces.to_string_lossy()), "{}", err);
+                return Ok(());
+            }
+            let mut reader = fusebox::traffic::log::LogReader::open(&log, false).unwrap();
+            while reader.next_record().map_err(|e| TestCaseError::fail(format!("{e}\n{}", std::fs::read_to_string(&log).unwrap())))?.is_some() {}
+            prop_assert_eq!(reader.bad_lines() + reader.unknown_kinds() + reader.torn_lines(), 0);
+        }
+    }
+}

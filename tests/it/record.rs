@@ -220,3 +220,171 @@ fn a_write_error_stops_the_recording_with_an_event_and_counts_every_record_lost(
     assert_eq!(failed, ["/dev/full"]);
     assert!(!bus.has_subscribers());
 }
+
+mod every_line_reads_back {
+    //! Whatever the recorder is given, every line it writes is read back
+    //! by the reader `replay` uses: one set of bounds for both.
+
+    use fusebox::clock::Clock;
+    use fusebox::command::{Command, Issuer};
+    use fusebox::outcome::{Level, Outcome};
+    use fusebox::request::{AgentRequest, Via};
+    use fusebox::resilience::breaker::BreakerState;
+    use fusebox::resilience::notice::Transition;
+    use fusebox::target::{Kind, Target};
+    use fusebox::telemetry::events::{Arrival, Attempt, EventBus, EventKind};
+    use fusebox::traffic::log::writer::{Content, Fsync, RecordOptions, Recorder};
+    use fusebox::traffic::log::{Header, LogReader};
+    use fusebox::wire::{Message, Role};
+    use proptest::prelude::*;
+
+    /// Any text, up to twice the name bound, control characters too.
+    fn text() -> impl Strategy<Value = String> {
+        prop_oneof![".{0,20}", ".{250,260}", "[\\x00-\\x1f\\u{7f}é]{0,8}", ".{500,520}"]
+    }
+
+    fn target() -> impl Strategy<Value = Target> {
+        (prop::sample::select(vec![Kind::Provider, Kind::Tool]), text()).prop_map(|(k, n)| Target::new(k, &n))
+    }
+
+    /// Request `n`'s arrival, of any fields.
+    fn arrival(n: u64) -> impl Strategy<Value = EventKind> {
+        (
+            (text(), prop::option::of(text()), text(), text()),
+            (any::<u32>(), any::<u32>(), prop::collection::vec(text(), 0..3)),
+            prop::collection::vec(
+                (
+                    prop::sample::select(vec![Role::User, Role::Assistant, Role::System]),
+                    text(),
+                ),
+                0..3,
+            ),
+            prop::sample::select(vec![Via::Agent, Via::Gateway, Via::Embeddings, Via::Tool]),
+        )
+            .prop_map(
+                move |((user, sub_user, session, route), (max_tokens, max_steps, tools), msgs, via)| {
+                    EventKind::Request(Box::new(Arrival {
+                        request: AgentRequest {
+                            id: n,
+                            user: user.into(),
+                            sub_user: sub_user.map(Into::into),
+                            session: session.into(),
+                            route: route.into(),
+                            messages: msgs.into_iter().map(|(r, t)| Message::new(r, t.as_str())).collect(),
+                            tools,
+                            critical_tools: Vec::new(),
+                            max_tokens,
+                            max_steps,
+                        },
+                        via,
+                    }))
+                },
+            )
+    }
+
+    /// One event after request `n`'s arrival: a call, its outcome, or a
+    /// transition or command in between.
+    fn event(n: u64) -> impl Strategy<Value = EventKind> {
+        let attempt = (
+            target(),
+            prop::option::of(text()),
+            any::<Option<u16>>(),
+            any::<(u64, u32, u32)>(),
+            prop::option::of(text()),
+            prop::collection::vec(text(), 0..3),
+        )
+            .prop_map(move |(target, model, status, (latency_ms, i, o), sem, calls)| {
+                let mut a = Attempt::of(n, target);
+                (a.model, a.status, a.latency_ms, a.input_tokens, a.output_tokens) = (model, status, latency_ms, i, o);
+                (a.semantic_failure, a.tool_calls) = (sem, calls);
+                EventKind::Attempt(Box::new(a))
+            });
+        let outcome = (
+            prop::sample::select(Level::ALL.to_vec()),
+            prop::collection::vec(text(), 0..3),
+            any::<f64>(),
+            any::<u64>(),
+            any::<f64>(),
+        )
+            .prop_map(move |(level, chain, quality, tokens, cost_usd)| {
+                EventKind::Outcome(Box::new(Outcome {
+                    request: n,
+                    user: "u".into(),
+                    level,
+                    chain,
+                    quality,
+                    tokens,
+                    cost_usd,
+                    missing: Vec::new(),
+                    user_message: None,
+                    answer: None,
+                    stale_ms: None,
+                    attempts: 1,
+                    latency_ms: 1,
+                }))
+            });
+        let states = prop::sample::select(vec![BreakerState::Closed, BreakerState::Open, BreakerState::HalfOpen]);
+        let transition = (target(), states.clone(), states, text()).prop_map(|(breaker, from, to, reason)| {
+            EventKind::Transition(Transition {
+                breaker,
+                from,
+                to,
+                reason,
+            })
+        });
+        let operator = (target(), text()).prop_map(|(target, by)| EventKind::Operator {
+            command: Command::ForceOpen { target },
+            by: Issuer::operator(&by),
+            applied: true,
+            result: String::new(),
+        });
+        prop_oneof![attempt, outcome, transition, operator]
+    }
+
+    /// Requests 0..n, each arriving before the events of its own.
+    fn events() -> impl Strategy<Value = Vec<EventKind>> {
+        prop::collection::vec(0usize..6, 1..6).prop_flat_map(|counts| {
+            let per: Vec<_> = counts
+                .iter()
+                .enumerate()
+                .map(|(n, &k)| (arrival(n as u64), prop::collection::vec(event(n as u64), k)))
+                .collect();
+            per.prop_map(|groups| {
+                groups
+                    .into_iter()
+                    .flat_map(|(first, rest)| std::iter::once(first).chain(rest))
+                    .collect()
+            })
+        })
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
+
+        #[test]
+        fn whatever_the_recorder_is_given_replay_reads_every_line(events in events(), full: bool) {
+            let dir = tempfile::tempdir().unwrap();
+            let path = dir.path().join("t.jsonl");
+            let bus = EventBus::new(Clock::system(), 16);
+            let header = Header { v: 1, started_at: "2026-12-02T00:00:00Z".into(), seed: 1, tools: Default::default() };
+            let opts = RecordOptions {
+                fsync: Fsync::Os,
+                content: if full { Content::Full } else { Content::None },
+                rotate_bytes: None,
+            };
+            let rec = Recorder::start(&path, opts, header, &bus).unwrap();
+            for e in events {
+                bus.emit(e);
+            }
+            bus.close_subscribers();
+            let stats = rec.finish().unwrap();
+            let mut reader = LogReader::open(&path, false).unwrap();
+            let mut read = 1; // the header
+            while reader.next_record().map_err(|e| TestCaseError::fail(e.to_string()))?.is_some() {
+                read += 1;
+            }
+            prop_assert_eq!(read, stats.records);
+            prop_assert_eq!(reader.bad_lines() + reader.unknown_kinds() + reader.torn_lines(), 0);
+        }
+    }
+}

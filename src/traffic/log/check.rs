@@ -20,6 +20,89 @@ pub const MAX_SPAN_MS: u64 = 10 * 365 * 86_400_000;
 /// context window.
 pub const MAX_TOKENS: u32 = 2_000_000;
 
+/// `rec` within the bounds [`validate`] checks, so that whatever fusebox
+/// writes (a recording, an import) its reader takes: a name past
+/// [`crate::limits::MAX_NAME_LEN`] is cut at it, a token count past
+/// [`MAX_TOKENS`] is held at it. The gateway refuses such values at its
+/// door, so a recording of its traffic never needs this; what is imported
+/// from elsewhere may.
+pub fn fit(rec: &mut Record) {
+    if let Record::Attempt(a) = rec {
+        a.target = fit_target(&a.target);
+    }
+    // JSON has no NaN or infinity: written, they would read back as null.
+    if let Record::Outcome(o) = rec {
+        for x in [&mut o.quality, &mut o.cost_usd] {
+            if !x.is_finite() {
+                *x = 0.0;
+            }
+        }
+    }
+    if let Record::Request(r) = rec {
+        r.prompt_tokens = r.prompt_tokens.min(MAX_TOKENS);
+        r.max_tokens = r.max_tokens.min(MAX_TOKENS);
+        for name in [&mut r.user, &mut r.session, &mut r.route] {
+            cut(name, crate::limits::MAX_NAME_LEN);
+        }
+        if let Some(s) = &mut r.sub_user {
+            cut(s, crate::limits::MAX_NAME_LEN);
+        }
+    }
+}
+
+/// The line of `rec`, fitted ([`fit`]) and within the reader's
+/// [`super::MAX_LINE_BYTES`]: a record whose content (a conversation, an
+/// answer, kept with `--record-content full`) would pass it is written
+/// without that content.
+pub fn line_of(mut rec: Record) -> String {
+    fit(&mut rec);
+    // Content first, then the lists of names, go until the line fits.
+    for step in 0..3 {
+        let line = rec.to_line();
+        if line.len() <= super::MAX_LINE_BYTES || step == 2 {
+            return line;
+        }
+        match (&mut rec, step) {
+            (Record::Request(r), 0) => r.messages = None,
+            (Record::Attempt(a), 0) => a.answer = None,
+            (Record::Request(r), _) => (r.tools.clear(), r.critical_tools.clear()).1,
+            (Record::Attempt(a), _) => (a.tool_calls.clear(), a.semantic_failure = None).1,
+            _ => {}
+        }
+    }
+    rec.to_line()
+}
+
+/// `t` as a log can name it: a name of text (control characters
+/// replaced), not empty, within [`crate::limits::MAX_TARGET_LEN`] with its kind.
+fn fit_target(t: &Target) -> Target {
+    let name = t.name();
+    let room = crate::limits::MAX_TARGET_LEN - t.kind().as_str().len() - 1;
+    if !name.is_empty() && name.len() <= room && !name.chars().any(char::is_control) {
+        return t.clone();
+    }
+    let mut clean: compact_str::CompactString = name
+        .chars()
+        .map(|c| if c.is_control() { '\u{fffd}' } else { c })
+        .collect();
+    cut(&mut clean, room);
+    if clean.trim().is_empty() {
+        clean = "unnamed".into();
+    }
+    Target::new(t.kind(), &clean)
+}
+
+/// `s` cut to at most `max` bytes, at a character's boundary.
+fn cut(s: &mut compact_str::CompactString, max: usize) {
+    if s.len() > max {
+        let mut end = max;
+        while !s.is_char_boundary(end) {
+            end -= 1;
+        }
+        s.truncate(end);
+    }
+}
+
 /// Checks on one record alone that serde does not make.
 pub(super) fn validate(rec: &Record) -> Result<(), Bad> {
     match rec {
@@ -32,8 +115,10 @@ pub(super) fn validate(rec: &Record) -> Result<(), Bad> {
         }
         Record::Request(r) => {
             let max = crate::limits::MAX_NAME_LEN;
+            let sub_user = r.sub_user.as_ref().map(|s| ("sub_user", s));
             match [("user", &r.user), ("session", &r.session), ("route", &r.route)]
                 .into_iter()
+                .chain(sub_user)
                 .find(|(_, n)| n.len() > max)
             {
                 Some((field, _)) => Err(bad(field, format!("longer than {max} bytes"))),

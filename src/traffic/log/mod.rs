@@ -18,7 +18,7 @@ mod rate;
 mod reader;
 pub mod writer;
 
-pub use check::{MAX_SPAN_MS, MAX_TOKENS};
+pub use check::{fit, line_of, MAX_SPAN_MS, MAX_TOKENS};
 pub use error::LogError;
 pub use format::*;
 pub use id::STRING_IDS_FROM;

@@ -186,12 +186,13 @@ impl Writer {
             stats: RecordStats { records: 0, files: 1 },
             unpushed: 0,
         };
-        w.line(&Record::Header(w.header.clone()))?;
+        w.line(Record::Header(w.header.clone()))?;
         Ok(w)
     }
 
-    fn line(&mut self, r: &Record) -> io::Result<()> {
-        let text = r.to_line();
+    fn line(&mut self, r: Record) -> io::Result<()> {
+        // What the reader takes, whatever the record holds.
+        let text = super::check::line_of(r);
         self.unpushed += 1;
         self.out.write_all(text.as_bytes())?;
         self.out.write_all(b"\n")?;
@@ -200,7 +201,7 @@ impl Writer {
         Ok(())
     }
 
-    fn write(&mut self, r: &Record) -> io::Result<()> {
+    fn write(&mut self, r: Record) -> io::Result<()> {
         if self.rotate.is_some_and(|max| self.bytes >= max) {
             self.sync()?;
             let n = self.stats.files;
@@ -211,7 +212,7 @@ impl Writer {
             self.out = BufWriter::with_capacity(1 << 16, file);
             self.bytes = 0;
             self.stats.files += 1;
-            self.line(&Record::Header(self.header.clone()))?;
+            self.line(Record::Header(self.header.clone()))?;
         }
         self.line(r)
     }
@@ -306,7 +307,7 @@ fn write_all(w: &mut Writer, opts: RecordOptions, events: &Receiver<Event>) -> i
         let Some(r) = record_of(&ev, last_t, opts.content, &salt) else {
             continue;
         };
-        w.write(&r)?;
+        w.write(r)?;
         if due.wrote(Instant::now()) {
             w.push(opts.fsync)?;
             due.pushed();
