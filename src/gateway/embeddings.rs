@@ -86,6 +86,8 @@ pub(super) async fn embeddings(State(gw): Shared, req: axum::extract::Request) -
     let done = gw.runner.embed(call).await;
     let mut resp = match done.end {
         EmbedEnd::Answer(e) => ([(header::CONTENT_TYPE, "application/json")], Body::from(e.body)).into_response(),
+        // No wait would let it through: the client's to change, not to retry.
+        EmbedEnd::Refused(e) if e.never() => api.error(StatusCode::BAD_REQUEST, &e.to_string(), Some("input")),
         EmbedEnd::Refused(e) => {
             let mut r = api.error(StatusCode::TOO_MANY_REQUESTS, &e.to_string(), None);
             r.headers_mut()

@@ -98,18 +98,24 @@ async fn close(manager: &LocalSessionManager, ids: Vec<Box<str>>) {
 /// or if it opens one there is room for; else a JSON-RPC error: 404 for a
 /// session that is not the caller's (as for one that never was: the
 /// client opens a new one), 429 past the key's bound, 503 past the
-/// gateway's. A session ended by its client (`DELETE`) is answered 204:
-/// rmcp says 202, which MCP clients take for a failure (the Python SDK
-/// warns "Session termination failed: 202").
+/// gateway's. A POST's body must be a JSON-RPC message (else -32700 or
+/// -32600, as JSON-RPC says, where rmcp answers 415); rmcp's other
+/// refusals in plain text are given as JSON-RPC errors too. A session
+/// ended by its client (`DELETE`) is answered 204: rmcp says 202, which
+/// MCP clients take for a failure (the Python SDK warns "Session
+/// termination failed: 202").
 async fn guard(State((gw, gate)): State<(Arc<Gateway>, Arc<McpGate>)>, req: Request, next: Next) -> Response {
     if let Err((_, why)) = name_in(H_SESSION, req.headers().get(H_SESSION).map(HeaderValue::as_bytes)) {
         return rpc_error(StatusCode::BAD_REQUEST, -32602, &why, None);
     }
     let owner = Caller::of(req.extensions()).map(|c| c.key.clone());
     let now = gw.runner.clock().now();
-    if let Some(id) = req.headers().get(SESSION_ID) {
-        let id = id.to_str().unwrap_or_default().to_string();
-        if !gate.sessions.touch(&id, owner.as_deref(), now) {
+    let session = req
+        .headers()
+        .get(SESSION_ID)
+        .map(|v| v.to_str().unwrap_or_default().to_string());
+    if let Some(id) = &session {
+        if !gate.sessions.touch(id, owner.as_deref(), now) {
             return rpc_error(
                 StatusCode::NOT_FOUND,
                 -32001,
@@ -117,9 +123,22 @@ async fn guard(State((gw, gate)): State<(Arc<Gateway>, Arc<McpGate>)>, req: Requ
                 None,
             );
         }
-        let delete = req.method() == Method::DELETE;
-        let mut r = next.run(req).await;
-        if delete && r.status().is_success() {
+    }
+    let (req, message) = match req.method() {
+        &Method::POST => match message_of(req, gw.opts.max_body).await {
+            Ok(read) => read,
+            Err(refused) => return refused,
+        },
+        _ => (req, None),
+    };
+    let delete = req.method() == Method::DELETE;
+    let opens = session.is_none()
+        && message
+            .as_ref()
+            .is_some_and(|m| m.method.as_deref() == Some("initialize"));
+    if !opens {
+        let mut r = rpc_errors(next.run(req).await).await;
+        if let Some(id) = session.filter(|_| delete && r.status().is_success()) {
             gate.sessions.close(&id);
             if r.status() == StatusCode::ACCEPTED {
                 *r.status_mut() = StatusCode::NO_CONTENT;
@@ -127,24 +146,7 @@ async fn guard(State((gw, gate)): State<(Arc<Gateway>, Arc<McpGate>)>, req: Requ
         }
         return r;
     }
-    if req.method() != Method::POST {
-        return next.run(req).await;
-    }
-    // Without a session: an `initialize` opens one (where rmcp keeps
-    // sessions); read the message to tell.
-    let (parts, body) = req.into_parts();
-    let body = match super::read_body(body, gw.opts.max_body).await {
-        Ok(b) => b,
-        Err((status, why)) => return super::closing(rpc_error(status, -32600, &why, None)),
-    };
-    let message: Option<Message> = serde_json::from_slice(&body).ok();
-    let req = Request::from_parts(parts, Body::from(body));
-    if message
-        .as_ref()
-        .is_none_or(|m| m.method.as_deref() != Some("initialize"))
-    {
-        return next.run(req).await;
-    }
+    // An `initialize` without a session opens one (where rmcp keeps them).
     let mut expired = Vec::new();
     let opening = gate.sessions.open(owner.as_deref(), now, &mut expired);
     close(&gate.manager, expired).await;
@@ -161,16 +163,82 @@ async fn guard(State((gw, gate)): State<(Arc<Gateway>, Arc<McpGate>)>, req: Requ
             return r;
         }
     };
-    let r = next.run(req).await;
+    let r = rpc_errors(next.run(req).await).await;
     if let Some(id) = r.headers().get(SESSION_ID).and_then(|v| v.to_str().ok()) {
         opening.opened(id, gw.runner.clock().now());
     }
     r
 }
 
+/// A POST's body read (within the gateway's bound) and the message it
+/// holds, with the request to pass on; or the JSON-RPC error for a body
+/// that is not one message.
+async fn message_of(req: Request, max: usize) -> Result<(Request, Option<Message>), Response> {
+    let (parts, body) = req.into_parts();
+    let body = match super::read_body(body, max).await {
+        Ok(b) => b,
+        Err((status, why)) => return Err(super::closing(rpc_error(status, -32600, &why, None))),
+    };
+    let json = parts
+        .headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|t| t.trim_start().to_ascii_lowercase().starts_with("application/json"));
+    // What is not sent as JSON is rmcp's to refuse (415).
+    if !json {
+        return Ok((Request::from_parts(parts, Body::from(body)), None));
+    }
+    let invalid = || {
+        let why = "Invalid Request: the body is not one JSON-RPC 2.0 message (an object with \"jsonrpc\": \"2.0\")";
+        rpc_error(StatusCode::BAD_REQUEST, -32600, why, None)
+    };
+    let message = match serde_json::from_slice::<Message>(&body) {
+        Ok(m) if m.jsonrpc.as_deref() == Some("2.0") => m,
+        Ok(_) => return Err(invalid()),
+        Err(e) if e.is_data() => return Err(invalid()),
+        Err(e) => {
+            return Err(rpc_error(
+                StatusCode::BAD_REQUEST,
+                -32700,
+                &format!("Parse error: {e}"),
+                None,
+            ))
+        }
+    };
+    Ok((Request::from_parts(parts, Body::from(body)), Some(message)))
+}
+
+/// `r`, an error rmcp gave in plain text (406, 400, 405, 415), as a
+/// JSON-RPC error with the same status and words, which MCP clients read.
+async fn rpc_errors(r: Response) -> Response {
+    let plain = r
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .is_none_or(|t| t.as_bytes().starts_with(b"text/plain"));
+    if !r.status().is_client_error() || !plain {
+        return r;
+    }
+    let (parts, body) = r.into_parts();
+    let said = axum::body::to_bytes(body, 4096).await.unwrap_or_default();
+    let said = String::from_utf8_lossy(&said);
+    let reason = parts.status.canonical_reason().unwrap_or("refused");
+    let message = if said.trim().is_empty() { reason } else { said.trim() };
+    let code = if parts.status == StatusCode::NOT_FOUND {
+        -32001
+    } else {
+        -32600
+    };
+    let mut out = rpc_error(parts.status, code, message, None);
+    if let Some(allow) = parts.headers.get(header::ALLOW) {
+        out.headers_mut().insert(header::ALLOW, allow.clone());
+    }
+    out
+}
+
 /// What the guard reads of a JSON-RPC message.
 #[derive(serde::Deserialize)]
 struct Message {
+    jsonrpc: Option<String>,
     method: Option<String>,
     id: Option<serde_json::Value>,
 }

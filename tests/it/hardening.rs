@@ -367,3 +367,28 @@ async fn a_request_no_budget_can_ever_hold_is_a_bad_request_not_a_429() {
     body["max_tokens"] = json!(6_000);
     assert_eq!(f.post(&body).await.status(), 200);
 }
+
+/// An embeddings input no budget window can ever hold is the client's to
+/// change: a 400 saying why, not a 429 to wait on.
+#[tokio::test]
+async fn an_embedding_no_budget_can_ever_hold_is_a_bad_request_not_a_429() {
+    let mut cfg = Config::default();
+    cfg.budgets.user_tokens_per_minute = 100;
+    let f = gateway(cfg, GatewayOptions::default()).await;
+    let post = |input: String| {
+        f.http
+            .post(format!("{}/v1/embeddings", f.base))
+            .json(&json!({"model": "gpt-4o", "input": input, "user": "u"}))
+            .send()
+    };
+    let r = post("word ".repeat(2_000)).await.unwrap();
+    assert_eq!(r.status(), 400);
+    assert!(r.headers().get("retry-after").is_none());
+    let v: Value = r.json().await.unwrap();
+    assert_eq!(v["error"]["param"], "input", "{v}");
+    assert!(
+        v["error"]["message"].as_str().unwrap().contains("can never be served"),
+        "{v}"
+    );
+    assert_eq!(post("where is my order".into()).await.unwrap().status(), 200);
+}

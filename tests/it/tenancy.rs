@@ -479,3 +479,44 @@ async fn a_stdio_mcp_server_sees_none_of_the_gateway_s_secrets() {
         .collect();
     assert!(logged.contains("orders server ready"), "{logged}");
 }
+
+/// What `/mcp` refuses is refused as JSON-RPC says, in a body MCP
+/// clients read: a body that is not JSON is a parse error (-32700), JSON
+/// that is not one message an invalid request (-32600), each a 400 (not
+/// rmcp's 415); rmcp's own refusals (406 without the accepted types, 405)
+/// keep their status with a JSON-RPC error.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mcp_refusals_are_json_rpc_errors() {
+    use reqwest::Method;
+    let url = keyed_mcp(McpLimits::default()).await;
+    let error = |body: &str| -> (i64, String) {
+        let v: Value = serde_json::from_str(body).unwrap_or_else(|e| panic!("{e}: {body}"));
+        (
+            v["error"]["code"].as_i64().unwrap(),
+            v["error"]["message"].as_str().unwrap().to_string(),
+        )
+    };
+    let (status, _, body) = mcp(&url, Method::POST, ALICE, None, "{nope").await;
+    assert_eq!((status, error(&body).0), (400, -32700), "{body}");
+    for not_one in [r#"{"hello":1}"#, "[]", r#"{"jsonrpc":"1.0","id":1,"method":"ping"}"#] {
+        let (status, _, body) = mcp(&url, Method::POST, ALICE, None, not_one).await;
+        assert_eq!((status, error(&body).0), (400, -32600), "{not_one}: {body}");
+    }
+    let r = reqwest::Client::new()
+        .post(&url)
+        .bearer_auth(ALICE)
+        .header("content-type", "application/json")
+        .body(INITIALIZE)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 406);
+    let (code, message) = error(&r.text().await.unwrap());
+    assert_eq!(code, -32600);
+    assert!(
+        message.contains("accept both application/json and text/event-stream"),
+        "{message}"
+    );
+    let (status, _, body) = mcp(&url, Method::PUT, ALICE, None, "").await;
+    assert_eq!((status, error(&body).0), (405, -32600), "{body}");
+}

@@ -68,7 +68,7 @@ impl std::fmt::Display for BudgetExceeded {
         if self.never() {
             return write!(
                 f,
-                "{} budget: this request alone needs {:.0} {}, more than the limit of {:.0}, so it can never be served (lower max_tokens, n or the prompt)",
+                "{} budget: this request alone needs {:.0} {}, more than the limit of {:.0}, so it can never be served (ask for less: a shorter input, a lower max_tokens or n)",
                 self.scope, self.alone, self.what, self.limit
             );
         }
