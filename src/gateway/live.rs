@@ -125,7 +125,10 @@ pub(super) async fn events(
 ) -> Response {
     let scope = scope(&gw, op.as_deref());
     let calls = q.records.as_deref() == Some("calls");
-    let watcher = gw.runner.events().subscribe_watcher(MAX_BACKLOG, calls);
+    let watcher = gw
+        .runner
+        .events()
+        .subscribe_watcher(MAX_BACKLOG, calls, gw.watchers_dropped.clone());
     let stream = futures_util::stream::unfold(Some((watcher, gw)), |state| async move {
         let (mut w, gw) = state?;
         // Quiet for a while: a comment says the gateway is still there.
@@ -136,7 +139,6 @@ pub(super) async fn events(
             Some(e) => Some((data(&e), Some((w, gw)))),
             // Dropped for falling behind: the last event says so.
             None if w.fell_behind() => {
-                gw.watchers_dropped.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 let t_ms = gw.runner.clock().elapsed_ms();
                 Some((data(&dropped(t_ms)), None))
             }

@@ -94,7 +94,7 @@ struct Gateway {
     /// Who may do what.
     access: auth::Access,
     /// Event watchers dropped for falling behind.
-    watchers_dropped: AtomicU64,
+    watchers_dropped: Arc<AtomicU64>,
 }
 
 type Shared = State<Arc<Gateway>>;
@@ -111,7 +111,7 @@ fn router(runner: Arc<Runner>, opts: GatewayOptions, access: auth::Access, conns
         ids,
         latency: Latency::default(),
         conns,
-        watchers_dropped: AtomicU64::new(0),
+        watchers_dropped: Arc::default(),
     });
     let router = Router::new()
         .route("/v1/chat/completions", post(chat::completions))

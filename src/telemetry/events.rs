@@ -256,9 +256,10 @@ enum SubTx {
     /// event and counts it, so the emitter never waits.
     Lossy(mpsc::Sender<Event>, Arc<AtomicU64>),
     /// A consumer outside the process (a watcher of the gateway's events):
-    /// a full channel ends the subscription, marked as fallen behind, so a
-    /// watcher that stops reading holds at most the channel's events.
-    Watcher(mpsc::Sender<Event>, Arc<AtomicBool>),
+    /// a full channel ends the subscription, marked as fallen behind and
+    /// counted, so a watcher that stops reading holds at most the
+    /// channel's events.
+    Watcher(mpsc::Sender<Event>, Arc<AtomicBool>, Arc<AtomicU64>),
 }
 
 impl SubTx {
@@ -283,10 +284,11 @@ impl SubTx {
             // What a request asked (its whole conversation) and the
             // steps of its trace are not a watcher's.
             SubTx::Watcher(..) if matches!(ev.kind, EventKind::Request(_) | EventKind::Step(_)) => true,
-            SubTx::Watcher(tx, behind) => match tx.try_send(without_content(ev)) {
+            SubTx::Watcher(tx, behind, dropped) => match tx.try_send(without_content(ev)) {
                 Ok(()) => true,
                 Err(mpsc::error::TrySendError::Full(_)) => {
                     behind.store(true, Ordering::Release);
+                    dropped.fetch_add(1, Ordering::Relaxed);
                     false
                 }
                 Err(mpsc::error::TrySendError::Closed(_)) => false,
@@ -386,11 +388,12 @@ impl EventBus {
     /// Notable events (and with `records` the per-request records too)
     /// from now on, in order, through a channel of `capacity` events: a
     /// consumer that lets it fill is dropped ([`Watcher::fell_behind`]),
-    /// so it never holds more, nor slows the emitters.
-    pub fn subscribe_watcher(&self, capacity: usize, records: bool) -> Watcher {
+    /// so it never holds more, nor slows the emitters; each one dropped
+    /// is counted in `dropped`.
+    pub fn subscribe_watcher(&self, capacity: usize, records: bool, dropped: Arc<AtomicU64>) -> Watcher {
         let (tx, rx) = mpsc::channel(capacity);
         let behind = Arc::new(AtomicBool::new(false));
-        self.push_sub(SubTx::Watcher(tx, behind.clone()), records);
+        self.push_sub(SubTx::Watcher(tx, behind.clone(), dropped), records);
         Watcher { rx, behind }
     }
 
@@ -450,7 +453,9 @@ impl EventBus {
             let copy = if Some(mine) == last { ev.take() } else { ev.clone() };
             copy.is_some_and(|e| s.tx.send(e))
         });
-        if record && !subs.iter().any(|s| s.records) {
+        // A subscriber gone (or dropped for falling behind) may have been
+        // the last one wanting records.
+        if self.has_subscribers() && !subs.iter().any(|s| s.records) {
             self.has_subs.store(false, Ordering::Release);
         }
     }
@@ -464,5 +469,47 @@ impl EventBus {
     /// How many notable events were emitted so far.
     pub fn count(&self) -> u64 {
         self.seq.load(Ordering::Relaxed)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn drill() -> EventKind {
+        EventKind::Operator {
+            command: crate::command::Command::DrillOn,
+            by: crate::command::Issuer::operator("ana"),
+            applied: true,
+            result: String::new(),
+        }
+    }
+
+    #[tokio::test]
+    async fn a_watcher_that_falls_a_channel_behind_is_dropped_counted_and_told() {
+        let bus = EventBus::new(Clock::system(), 8);
+        let dropped = Arc::new(AtomicU64::new(0));
+        let mut slow = bus.subscribe_watcher(4, true, dropped.clone());
+        let mut keeping_up = bus.subscribe_watcher(4, false, dropped.clone());
+        for _ in 0..10 {
+            bus.emit(drill());
+            // The other one reads as they come.
+            assert!(keeping_up.rx.try_recv().is_ok());
+        }
+        assert_eq!(dropped.load(Ordering::Relaxed), 1, "the slow one, once");
+        assert!(!bus.has_subscribers(), "its records are no longer built");
+        let mut held = 0;
+        while slow.rx.recv().await.is_some() {
+            held += 1;
+        }
+        assert_eq!(held, 4, "what it held, then its end");
+        assert!(slow.fell_behind() && !keeping_up.fell_behind());
+        // A request's conversation is never queued for a watcher.
+        let mut w = bus.subscribe_watcher(4, true, dropped.clone());
+        bus.emit(EventKind::Request(Box::new(Arrival {
+            request: Default::default(),
+            via: Default::default(),
+        })));
+        assert!(w.rx.try_recv().is_err());
     }
 }

@@ -520,3 +520,122 @@ async fn mcp_refusals_are_json_rpc_errors() {
     let (status, _, body) = mcp(&url, Method::PUT, ALICE, None, "").await;
     assert_eq!((status, error(&body).0), (405, -32600), "{body}");
 }
+
+/// What one client can throw at `serve` to grow it: 10 watchers of every
+/// call's record that never read, 20,000 MCP `initialize`s, 20,000 calls
+/// each naming a session of its own. Each is bounded: the process stays
+/// under the bound `docs/limits.md` states, the watchers are dropped and
+/// counted, the sessions past the bound refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serve_s_memory_stays_bounded_whatever_one_client_throws_at_it() {
+    use tokio::io::AsyncWriteExt;
+    // An upstream that answers at once, so the attack is all that takes time.
+    let mock = fusebox::mockserver::MockServer::instant(fusebox::clock::Seed(3), Arc::default());
+    let upstream = mock.spawn("127.0.0.1:0").await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("fb.toml");
+    let orders = crate::common::mcp::stdio_orders();
+    std::fs::write(
+        &cfg,
+        format!(
+            "[providers.fast]\nkind = \"openai-compatible\"\nbase_url = \"http://{upstream}/v1\"\napi_key_env = \"FAST_KEY\"\n\
+             [models.gpt-4o]\nprovider = \"fast\"\ninput_per_m = 2.5\noutput_per_m = 10.0\n\
+             [routes.default]\nchain = [\"gpt-4o\"]\n[mcp.orders]\ncommand = [{:?}]\n",
+            orders.display().to_string()
+        ),
+    )
+    .unwrap();
+    let cfg = cfg.to_str().unwrap().to_string();
+    let serve = tokio::task::spawn_blocking(move || {
+        crate::common::Serve::start_with_env(&["--config", &cfg], &[("FAST_KEY", "mock-key")])
+    })
+    .await
+    .unwrap();
+    let base = serve.base.clone();
+    let started_kb = serve.rss_kb();
+    let host = base.trim_start_matches("http://").to_string();
+    let mut watchers = Vec::new();
+    for _ in 0..10 {
+        // A small window, so the kernel's buffers do not take the backlog.
+        let socket = tokio::net::TcpSocket::new_v4().unwrap();
+        socket.set_recv_buffer_size(4096).unwrap();
+        let mut s = socket.connect(host.parse().unwrap()).await.unwrap();
+        let ask = format!("GET /_fusebox/events?records=calls HTTP/1.1\r\nHost: {host}\r\n\r\n");
+        s.write_all(ask.as_bytes()).await.unwrap();
+        watchers.push(s); // never read
+    }
+    let http = reqwest::Client::new();
+    let statuses = |n: usize, make: Arc<dyn Fn(usize) -> reqwest::RequestBuilder + Send + Sync>| async move {
+        let mut counts = std::collections::BTreeMap::new();
+        let mut tasks = tokio::task::JoinSet::new();
+        for lane in 0..16 {
+            let make = make.clone();
+            tasks.spawn(async move {
+                let mut seen = Vec::new();
+                for i in (lane..n).step_by(16) {
+                    seen.push(make(i).send().await.map_or(0, |r| r.status().as_u16()));
+                }
+                seen
+            });
+        }
+        while let Some(seen) = tasks.join_next().await {
+            for s in seen.unwrap() {
+                *counts.entry(s).or_insert(0) += 1;
+            }
+        }
+        counts
+    };
+    let (h, url) = (http.clone(), format!("{base}/mcp"));
+    let initialized = statuses(
+        20_000,
+        Arc::new(move |_| {
+            h.post(&url)
+                .header("content-type", "application/json")
+                .header("accept", "application/json, text/event-stream")
+                .body(INITIALIZE)
+        }),
+    )
+    .await;
+    let (h, url) = (http.clone(), format!("{base}/v1/chat/completions"));
+    let called = statuses(
+        20_000,
+        Arc::new(move |i| {
+            h.post(&url).header("x-fusebox-session", format!("{i:0>256}")).json(
+                &json!({"model": "default", "max_tokens": 16, "user": format!("user-{i}"),
+                              "messages": [{"role": "user", "content": "hi"}]}),
+            )
+        }),
+    )
+    .await;
+    let rss_mb = serve.rss_kb() / 1024;
+    let metrics = http
+        .get(format!("{base}/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let dropped = metrics
+        .lines()
+        .find_map(|l| l.strip_prefix("fusebox_watchers_dropped_total "))
+        .unwrap_or("?")
+        .to_string();
+    eprintln!(
+        "serve RSS {rss_mb} MB (from {} MB); initialize: {initialized:?}; calls: {called:?}; watchers dropped {dropped}",
+        started_kb / 1024
+    );
+    assert_eq!(
+        initialized.get(&200),
+        Some(&McpLimits::default().sessions),
+        "{initialized:?}"
+    );
+    assert_eq!(initialized.get(&503), Some(&(20_000 - McpLimits::default().sessions)));
+    assert_eq!(called.get(&200), Some(&20_000), "{called:?}");
+    assert_eq!(dropped, "10", "every stalled watcher dropped");
+    assert!(rss_mb < SERVE_RSS_BOUND_MB, "serve grew to {rss_mb} MB");
+    drop(watchers);
+}
+
+/// The bound `docs/limits.md` states for `serve` under one hostile client.
+const SERVE_RSS_BOUND_MB: u64 = 300;
