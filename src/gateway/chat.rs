@@ -329,7 +329,7 @@ pub(super) fn respond(client: &Client, id: u64, chat: Chat, stream: bool) -> Res
             r
         }
         ChatEnd::Unavailable { message } => api.error(StatusCode::SERVICE_UNAVAILABLE, &message, None),
-        ChatEnd::Unservable { reason } => api.error(StatusCode::BAD_REQUEST, &reason, Some("max_tokens")),
+        ChatEnd::Unservable { reason, param } => api.error(StatusCode::BAD_REQUEST, &reason, param),
         ChatEnd::Upstream(e) => upstream_error(api, &e),
         ChatEnd::Cut { reason, .. } => api.error(StatusCode::BAD_GATEWAY, &reason, None),
     };

@@ -106,6 +106,8 @@ pub enum ChatEnd {
     Unservable {
         /// Why, and what to change.
         reason: String,
+        /// The request's field at fault, where one is.
+        param: Option<&'static str>,
     },
 }
 
@@ -237,7 +239,7 @@ impl Runner {
                 (Level::Failed, 0.0, Some(format!("Request refused: {reason}.")))
             }
             ChatEnd::Unavailable { message } => (Level::Failed, 0.0, Some(message.clone())),
-            ChatEnd::Unservable { reason } => (Level::Failed, 0.0, Some(format!("Request refused: {reason}."))),
+            ChatEnd::Unservable { reason, .. } => (Level::Failed, 0.0, Some(format!("Request refused: {reason}."))),
             ChatEnd::Upstream(e) => (
                 Level::Failed,
                 0.0,
@@ -337,7 +339,32 @@ impl Runner {
                     kind: "budget_exceeded",
                 }
             }
-            Err(LlmFailure::Budget(e)) if e.never() => ChatEnd::Unservable { reason: e.to_string() },
+            Err(LlmFailure::Budget(e)) if e.never() => ChatEnd::Unservable {
+                reason: e.to_string(),
+                param: Some("max_tokens"),
+            },
+            // No model of the route can carry what was asked: no wait helps.
+            Err(LlmFailure::Exhausted)
+                if !tally.hops.is_empty()
+                    && tally.hops.iter().all(|h| matches!(h.result, HopResult::Unsupported(_))) =>
+            {
+                let why: Vec<String> = tally
+                    .hops
+                    .iter()
+                    .filter_map(|h| match &h.result {
+                        HopResult::Unsupported(w) => Some(format!("{} {w}", self.models[h.model].name)),
+                        _ => None,
+                    })
+                    .collect();
+                ChatEnd::Unservable {
+                    reason: format!(
+                        "no model of route `{}` can serve this request as asked ({}); ask for what their API offers, or name a model of your client's API",
+                        req.route,
+                        why.join("; ")
+                    ),
+                    param: None,
+                }
+            }
             Err(LlmFailure::Budget(e) | LlmFailure::OverBudget(e)) => {
                 self.note_budget_rejection(&req.user, &e);
                 ChatEnd::Refused {

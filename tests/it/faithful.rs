@@ -611,6 +611,31 @@ async fn a_request_the_other_api_cannot_honour_skips_it_with_the_reason() {
     assert!(p.upstream.bodies(Api::Anthropic).is_empty());
 }
 
+/// A request no model it may reach can carry is the client's to change: a
+/// 400 saying why, not a 503 that suggests trying again.
+#[tokio::test]
+async fn a_request_no_model_can_honour_is_a_bad_request_saying_why() {
+    let p = Proxy::start(config(ROUTES)).await;
+    let mut body = openai_turn1("claude-haiku");
+    body["response_format"] =
+        json!({"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "object"}}});
+    let r = p
+        .post_with("/v1/chat/completions", &body, &[("x-fusebox-fallback", "none")])
+        .await;
+    assert_eq!(r.status(), 400);
+    let v: Value = r.json().await.unwrap();
+    let message = v["error"]["message"].as_str().unwrap();
+    assert!(
+        message.contains("no model of route `claude-haiku` can serve this request as asked"),
+        "{message}"
+    );
+    assert!(
+        message.contains("claude-haiku cannot honour response_format"),
+        "{message}"
+    );
+    assert!(p.upstream.received().is_empty());
+}
+
 fn custom_tool() -> Value {
     json!({"type": "custom", "custom": {"name": "sql", "description": "Runs a read-only SQL query",
            "format": {"type": "grammar", "grammar": {"syntax": "lark", "definition": "start: /SELECT .+/"}}}})

@@ -44,14 +44,14 @@ async def client_session():
         async with ClientSession(read, write) as session:
             await session.initialize()
             names = [t.name for t in (await session.list_tools()).tools]
-            assert names == ["get_order", "crash"], names
+            assert names == ["get_order", "crash", "environment"], names
             shipped(await session.call_tool("get_order", {"order_id": "38100"}), "38100")
 
 
 async def agents_mcp_server():
     async with MCPServerStreamableHttp(params={"url": MCP_URL}, name="orders") as orders:
         names = [t.name for t in await orders.list_tools()]
-        assert names == ["get_order", "crash"], names
+        assert names == ["get_order", "crash", "environment"], names
         shipped(await orders.call_tool("get_order", {"order_id": "38101"}), "38101")
 
 
