@@ -32,6 +32,9 @@ pub enum McpError {
         /// Why.
         why: String,
     },
+    /// A stdio server's environment names a variable that is not set.
+    #[error("{0}")]
+    Environment(String),
     /// A server would not list its tools.
     #[error("mcp.{server}: tools/list failed ({why})")]
     List {
@@ -68,7 +71,9 @@ async fn session(name: &str, cfg: &McpServerConfig) -> Result<RunningService<Rol
         (None, Some((program, args))) => {
             // A clean environment: the gateway's secrets are not the server's.
             let mut cmd = tokio::process::Command::new(program);
-            cmd.args(args).env_clear().envs(cfg.environment(name).map_err(connect)?);
+            cmd.args(args)
+                .env_clear()
+                .envs(cfg.environment(name).map_err(McpError::Environment)?);
             let (transport, stderr) = rmcp::transport::TokioChildProcess::builder(cmd)
                 .stderr(std::process::Stdio::piped())
                 .spawn()

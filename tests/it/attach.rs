@@ -462,14 +462,7 @@ fn attach_to_a_hostile_instance_stays_small_and_says_what_is_wrong() {
         dir.path().display()
     );
     let started = Instant::now();
-    let mut script = std::process::Command::new("script")
-        .args(["-qfec", &cmd])
-        .arg(&typescript)
-        .env("TERM", "xterm-256color")
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::null())
-        .spawn()
-        .expect("run script (util-linux)");
+    let mut script = crate::common::in_a_terminal(&cmd, &typescript);
     let children = format!("/proc/{0}/task/{0}/children", script.id());
     let (mut attach, mut peak) = (None, 0);
     let status = loop {

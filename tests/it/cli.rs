@@ -624,14 +624,7 @@ fn a_console_stopped_by_sigterm_restores_the_terminal_and_flushes_its_recording(
         rec.display(),
         dir.path().display()
     );
-    let mut script = Command::new("script")
-        .args(["-qfec", &cmd])
-        .arg(&typescript)
-        .env("TERM", "xterm-256color")
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::null())
-        .spawn()
-        .expect("run script (util-linux)");
+    let mut script = crate::common::in_a_terminal(&cmd, &typescript);
     // The console is up once it has drawn its first frame and recorded a request.
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
     let drawn = || {

@@ -708,14 +708,7 @@ fn console_typed(args: &[&str], steps: &[(&str, &str)], between: &mut dyn FnMut(
         args.join(" "),
         dir.path().display()
     );
-    let mut script = Command::new("script")
-        .args(["-qfec", &cmd])
-        .arg(&typescript)
-        .env("TERM", "xterm-256color")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::null())
-        .spawn()
-        .expect("run script (util-linux)");
+    let mut script = crate::common::in_a_terminal(&cmd, &typescript);
     let shown = || String::from_utf8_lossy(&std::fs::read(&typescript).unwrap_or_default()).into_owned();
     let mut seen = 0;
     for (i, (until, keys)) in steps.iter().enumerate() {

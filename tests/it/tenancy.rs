@@ -414,24 +414,28 @@ fn blocking_post(base: &str, secret: Option<&str>, body: &str) -> u16 {
     .unwrap()
 }
 
+/// A config file in `dir`: `before`, then the stdio orders server with
+/// `server` lines of its own; its path.
+fn with_stdio_orders(dir: &tempfile::TempDir, before: &str, server: &str) -> String {
+    let cfg = dir.path().join("fb.toml");
+    let orders = crate::common::mcp::stdio_orders();
+    let text = format!(
+        "{before}[mcp.orders]\ncommand = [{:?}]\n{server}",
+        orders.display().to_string()
+    );
+    std::fs::write(&cfg, text).unwrap();
+    cfg.to_str().unwrap().to_string()
+}
+
 /// A stdio MCP server starts with a clean environment: none of the
 /// gateway's provider keys or its token, only PATH, HOME and what its
 /// config names; what it says on stderr goes to the log, not the console.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stdio_mcp_server_sees_none_of_the_gateway_s_secrets() {
     let dir = tempfile::tempdir().unwrap();
-    let cfg = dir.path().join("fb.toml");
-    let orders = crate::common::mcp::stdio_orders();
-    std::fs::write(
-        &cfg,
-        format!(
-            "[mcp.orders]\ncommand = [{:?}]\nenv = {{ ORDERS_REGION = \"${{TEST_REGION}}\" }}\n",
-            orders.display().to_string()
-        ),
-    )
-    .unwrap();
+    let cfg = with_stdio_orders(&dir, "", "env = { ORDERS_REGION = \"${TEST_REGION}\" }\n");
     let logs = dir.path().join("logs");
-    let (cfg, log_dir) = (cfg.to_str().unwrap().to_string(), logs.to_str().unwrap().to_string());
+    let log_dir = logs.to_str().unwrap().to_string();
     let serve = tokio::task::spawn_blocking(move || {
         let args = [
             "--config",
@@ -533,19 +537,12 @@ async fn serve_s_memory_stays_bounded_whatever_one_client_throws_at_it() {
     let mock = fusebox::mockserver::MockServer::instant(fusebox::clock::Seed(3), Arc::default());
     let upstream = mock.spawn("127.0.0.1:0").await.unwrap();
     let dir = tempfile::tempdir().unwrap();
-    let cfg = dir.path().join("fb.toml");
-    let orders = crate::common::mcp::stdio_orders();
-    std::fs::write(
-        &cfg,
-        format!(
-            "[providers.fast]\nkind = \"openai-compatible\"\nbase_url = \"http://{upstream}/v1\"\napi_key_env = \"FAST_KEY\"\n\
-             [models.gpt-4o]\nprovider = \"fast\"\ninput_per_m = 2.5\noutput_per_m = 10.0\n\
-             [routes.default]\nchain = [\"gpt-4o\"]\n[mcp.orders]\ncommand = [{:?}]\n",
-            orders.display().to_string()
-        ),
-    )
-    .unwrap();
-    let cfg = cfg.to_str().unwrap().to_string();
+    let fast = format!(
+        "[providers.fast]\nkind = \"openai-compatible\"\nbase_url = \"http://{upstream}/v1\"\napi_key_env = \"FAST_KEY\"\n\
+         [models.gpt-4o]\nprovider = \"fast\"\ninput_per_m = 2.5\noutput_per_m = 10.0\n\
+         [routes.default]\nchain = [\"gpt-4o\"]\n"
+    );
+    let cfg = with_stdio_orders(&dir, &fast, "");
     let serve = tokio::task::spawn_blocking(move || {
         crate::common::Serve::start_with_env(&["--config", &cfg], &[("FAST_KEY", "mock-key")])
     })

@@ -239,3 +239,17 @@ impl Drop for Serve {
         let _ = self.child.wait();
     }
 }
+
+/// `cmd` run by a shell in a terminal of its own (`script`, from
+/// util-linux, gives it a pty), what it draws written to `typescript`;
+/// its keys are typed on the child's stdin.
+pub fn in_a_terminal(cmd: &str, typescript: &std::path::Path) -> std::process::Child {
+    std::process::Command::new("script")
+        .args(["-qfec", cmd])
+        .arg(typescript)
+        .env("TERM", "xterm-256color")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .expect("run script (util-linux)")
+}
