@@ -179,6 +179,11 @@ fn targets(enc: &mut DescriptorEncoder, r: &Runner, now: tokio::time::Instant) -
             |s| s.needed,
         ),
         (
+            "fusebox_malformed_events",
+            "Stream events from a target that could not be read, skipped rather than passed on",
+            |s| s.malformed,
+        ),
+        (
             "fusebox_degraded",
             "Requests that needed a target and ended degraded (partial, fallback, deferred, failed) because it failed or was skipped",
             |s| s.degraded,

@@ -106,6 +106,7 @@ impl Provider for AnthropicClient {
             reasoning: r.reasoning,
             refusal: r.refusal,
             body: Some(body),
+            skipped: 0,
         }));
         Ok(Opened::Whole(resp))
     }

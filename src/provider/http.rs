@@ -275,6 +275,8 @@ pub struct SseStream {
     kind: crate::wire::WireKind,
     seen_events: bool,
     ended: bool,
+    /// Events that could not be read, skipped.
+    skipped: Arc<std::sync::atomic::AtomicU32>,
 }
 
 impl SseStream {
@@ -293,6 +295,7 @@ impl SseStream {
             kind,
             seen_events: false,
             ended: false,
+            skipped: Arc::default(),
         }
     }
 
@@ -329,6 +332,13 @@ impl SseStream {
                 raw: raw.into(),
                 deltas,
             }),
+            // Never passed on (a client's SDK would choke on it): skipped,
+            // and counted; a stream that then does not finish is cut.
+            Err(e) if e.is_malformed() => {
+                tracing::debug!(provider = %self.provider, "{}", e.message);
+                self.skipped.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                Ok(super::Piece::default())
+            }
             Err(e) => Err(Box::new(ProviderError::new(
                 stream_error_kind(&e.kind),
                 None,
@@ -395,6 +405,7 @@ pub async fn open_stream(
 ) -> Result<super::Opened, ProviderError> {
     use super::PieceStream;
     let kind = stream.kind;
+    let skipped = stream.skipped.clone();
     let mut head = Vec::new();
     loop {
         match stream.next().await {
@@ -417,6 +428,7 @@ pub async fn open_stream(
         started,
         clock: *clock,
         prompt_chars: req.prompt_chars(),
+        skipped,
     };
     if live.head.last().is_some_and(super::Piece::has_content) {
         Ok(super::Opened::Live(live))

@@ -148,6 +148,8 @@ pub struct WireAnswer {
     pub refusal: String,
     /// Its body as sent (a whole answer, not a stream).
     pub body: Option<bytes::Bytes>,
+    /// Events of its stream that could not be read, skipped.
+    pub skipped: u32,
 }
 
 impl LlmResponse {

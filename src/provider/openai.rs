@@ -173,6 +173,7 @@ impl Provider for OpenAiClient {
             reasoning: r.reasoning,
             refusal: r.refusal,
             body: Some(body),
+            skipped: 0,
         }));
         Ok(Opened::Whole(resp))
     }

@@ -58,6 +58,8 @@ pub struct Live {
     pub clock: crate::clock::Clock,
     /// Prompt characters, for a usage estimate when the stream has none.
     pub prompt_chars: usize,
+    /// Events of the stream that could not be read, skipped as they came.
+    pub skipped: Arc<std::sync::atomic::AtomicU32>,
 }
 
 /// What opening a streamed call gives.
@@ -95,8 +97,8 @@ impl Live {
                 None => break,
             }
         }
-        if !acc.done {
-            let mut e = ProviderError::new(ErrorKind::Truncated, None, "stream ended without its terminator");
+        if !acc.finished() {
+            let mut e = ProviderError::new(ErrorKind::Truncated, None, "stream ended before its answer finished");
             e.usage = self.usage_so_far(&acc);
             return Err(e);
         }
@@ -114,7 +116,7 @@ impl Live {
             },
             // What a finished stream says is what was used; a cut one is
             // counted from what arrived.
-            output: if acc.done && said.output > 0 {
+            output: if acc.finished() && said.output > 0 {
                 said.output
             } else {
                 said.output.max((acc.chars() as u32).div_ceil(4))
@@ -137,6 +139,7 @@ impl Live {
             reasoning: r.reasoning,
             refusal: r.refusal,
             body: None,
+            skipped: self.skipped.load(std::sync::atomic::Ordering::Relaxed),
         }));
         resp
     }

@@ -10,7 +10,7 @@ use crate::outcome::Level;
 use crate::provider::{ErrorKind, LlmRequest, LlmResponse, Message, Piece, ProviderError, Role};
 use crate::resilience::breaker::{watched, FailureKind};
 use crate::resilience::limiter::RateFeedback;
-use crate::telemetry::events::{Attempt, StepKind};
+use crate::telemetry::events::{Attempt, EventKind, StepKind};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
@@ -370,6 +370,9 @@ impl Runner {
             end,
         };
         let tripped = self.settle(call.user, mi, permits, allowance, spent, tally);
+        if let Attempted::Answer(resp, _) = result {
+            self.note_skipped(call.request_id, targets[0], resp);
+        }
         self.count_attempt(targets, result, semantic.is_some(), m.min_tokens_per_s);
         // An answer cut at the budget was not a call that went wrong.
         if !matches!(result, Attempted::OverBudget(..)) {
@@ -379,6 +382,20 @@ impl Runner {
             self.announce_attempt(|| result.record(call.request_id, targets[0], m, latency, semantic.clone()));
         }
         (tripped, semantic)
+    }
+
+    /// Counts and announces the events of `resp`'s stream that could not
+    /// be read and were skipped.
+    fn note_skipped(&self, request: u64, provider: &super::registry::Entry, resp: &LlmResponse) {
+        let count = resp.wire.as_ref().map_or(0, |w| w.skipped);
+        if count > 0 {
+            provider.stats.malformed.add(u64::from(count));
+            self.events.emit(EventKind::EventsSkipped {
+                target: provider.target.clone(),
+                request,
+                count,
+            });
+        }
     }
 
     /// What a provider's failure tells others: its limiter counts a 429,

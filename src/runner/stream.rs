@@ -187,10 +187,15 @@ impl<'s> Streaming<'s> {
             }
             self.send(kind, &p);
         }
-        if !acc.done {
-            let mut e = ProviderError::new(ErrorKind::Truncated, None, "stream ended without its terminator");
+        if !acc.finished() {
+            let mut e = ProviderError::new(ErrorKind::Truncated, None, "stream ended before its answer finished");
             e.usage = live.usage_so_far(&acc);
             return Pumped::Broke(e);
+        }
+        if !acc.done {
+            // Finished, then ended without the terminator: the client's
+            // stream ends as its API ends one.
+            held.push(Piece::said(Delta::Done));
         }
         let resp = live.answer(acc);
         Pumped::Whole(resp, held)

@@ -72,6 +72,16 @@ pub enum EventKind {
         /// Its final level.
         level: crate::outcome::Level,
     },
+    /// A streamed answer's events that could not be read were skipped
+    /// (never passed on to a client).
+    EventsSkipped {
+        /// The provider that sent them.
+        target: Target,
+        /// The request.
+        request: u64,
+        /// How many.
+        count: u32,
+    },
     /// The recorder stopped on an I/O error: the rest of the run is not
     /// recorded (the error is also the run's exit error).
     RecordingFailed {

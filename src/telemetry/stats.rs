@@ -32,6 +32,8 @@ pub struct TargetStats {
     /// Of those, the requests that ended degraded (partial, fallback,
     /// deferred or failed) with this target among what let them down.
     pub degraded: Counter,
+    /// Stream events that could not be read, skipped (never passed on).
+    pub malformed: Counter,
     /// Latencies of finished calls.
     pub latency: Histogram,
     /// Streamed calls' time to their first content.
@@ -65,6 +67,9 @@ pub struct StatsView {
     /// Requests degraded because of the target.
     #[serde(default)]
     pub degraded: u64,
+    /// Stream events that could not be read, skipped.
+    #[serde(default)]
+    pub malformed: u64,
     /// Mean latency (ms).
     pub mean_latency_ms: u64,
     /// Latencies of finished calls, by bucket.
@@ -91,6 +96,7 @@ impl TargetStats {
             client_errors: l(&self.client_errors),
             needed: l(&self.needed),
             degraded: l(&self.degraded),
+            malformed: l(&self.malformed),
             mean_latency_ms: latency.sum_ms.checked_div(done).unwrap_or(0),
             latency,
             ttft: self.ttft.view(),

@@ -269,6 +269,13 @@ impl Assembler {
         &mut calls[i]
     }
 
+    /// Whether the answer is whole: its terminator arrived, or its finish
+    /// did (a stream whose body then ends cleanly without the terminator
+    /// has said everything).
+    pub fn finished(&self) -> bool {
+        self.done || self.reply.finish.is_some()
+    }
+
     /// The answer so far.
     pub fn reply(&self) -> &Reply {
         &self.reply

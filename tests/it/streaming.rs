@@ -434,3 +434,85 @@ async fn a_client_that_leaves_before_a_whole_answer_is_charged_what_was_reserved
     assert!((50.0..80.0).contains(&tokens), "{tokens}");
     hold.notify_one();
 }
+
+/// A stream whose upstream sent every word, its finish and its usage and
+/// then closed the body without `[DONE]` is a whole answer: the client
+/// gets its API's own end (one usage chunk, `[DONE]`), no error.
+#[tokio::test]
+async fn a_stream_that_finishes_without_its_terminator_is_a_whole_answer() {
+    let p = Proxy::start(config(ROUTES)).await;
+    p.upstream.state.stream.lock().no_terminator = true;
+    let mut events_rx = p.runner.events().subscribe();
+    let text = soon("the stream", open(&p, &ask(true)).await.rest()).await;
+    assert_eq!(openai_text(&text), ANSWER);
+    let evs = events(&text);
+    assert_eq!(*evs.last().unwrap(), "data: [DONE]", "{text}");
+    assert!(!text.contains("\"error\""), "{text}");
+    let chunks: Vec<Value> = evs.iter().filter_map(|e| data(e)).collect();
+    let usage: Vec<&Value> = chunks.iter().filter(|c| !c["usage"].is_null()).collect();
+    assert_eq!(usage.len(), 1, "one usage chunk: {text}");
+    assert_eq!(usage[0]["usage"]["total_tokens"], 37);
+    assert_eq!(chunks.last().unwrap()["fusebox"]["level"], "none");
+    let o = soon("the outcome", outcome(&mut events_rx)).await;
+    assert_eq!(o.level, Level::None);
+    // Anthropic's stream ends with its message_stop, once.
+    let body = json!({
+        "model": "claude-haiku", "max_tokens": 200, "stream": true,
+        "messages": [{"role": "user", "content": "Where is order #38100?"}],
+    });
+    let resp = p.post("/v1/messages", &body).await;
+    let text = soon(
+        "the stream",
+        Reader {
+            resp,
+            buf: String::new(),
+        }
+        .rest(),
+    )
+    .await;
+    let names: Vec<&str> = events(&text)
+        .iter()
+        .filter_map(|e| e.lines().next()?.strip_prefix("event: "))
+        .collect();
+    assert_eq!(names.iter().filter(|n| **n == "message_delta").count(), 1, "{text}");
+    assert_eq!(names.last(), Some(&"message_stop"), "{text}");
+    // A whole answer read from such a stream is whole too.
+    let r = p
+        .post(
+            "/v1/chat/completions",
+            &json!({"model": "default", "messages": [{"role": "user", "content": "Where is order #38100?"}]}),
+        )
+        .await;
+    assert_eq!(r.status(), 200);
+}
+
+/// A malformed event mid-stream never reaches the client (whose SDK would
+/// fail to parse it): the stream goes on, the event is skipped, counted on
+/// its provider and said in the events.
+#[tokio::test]
+async fn a_malformed_event_mid_stream_is_skipped_counted_and_said() {
+    let p = Proxy::start(config(ROUTES)).await;
+    p.upstream.state.stream.lock().malformed_after = Some(3);
+    let mut events_rx = p.runner.events().subscribe();
+    let text = soon("the stream", open(&p, &ask(true)).await.rest()).await;
+    assert_eq!(openai_text(&text), ANSWER);
+    for e in events(&text) {
+        if let Some(d) = e
+            .lines()
+            .find_map(|l| l.strip_prefix("data: "))
+            .filter(|d| *d != "[DONE]")
+        {
+            assert!(serde_json::from_str::<Value>(d).is_ok(), "a client would choke on: {d}");
+        }
+    }
+    assert_eq!(*events(&text).last().unwrap(), "data: [DONE]");
+    let mut skipped = None;
+    while let Ok(e) = events_rx.try_recv() {
+        if let fusebox::telemetry::events::EventKind::EventsSkipped { target, count, .. } = e.kind {
+            skipped = Some((target.to_string(), count));
+        }
+    }
+    assert_eq!(skipped, Some(("provider:openai".to_string(), 1)));
+    let t = p.runner.registry().find(&Target::provider("openai")).unwrap();
+    assert_eq!(t.stats.view().malformed, 1);
+}

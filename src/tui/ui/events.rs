@@ -56,6 +56,11 @@ fn what(e: &Event) -> String {
         EventKind::Deferred { request, reason } => format!("deferred #{request}: {reason}"),
         EventKind::DeferredDone { request, level } => format!("deferred #{request} ended: {}", level.as_str()),
         EventKind::RecordingFailed { path, error } => format!("recording to {path} stopped: {error}"),
+        EventKind::EventsSkipped { target, request, count } => {
+            format!(
+                "{target} sent {count} stream event(s) that could not be read in #{request}: skipped, not passed on"
+            )
+        }
         EventKind::Outcome(o) => format!("#{} {}", o.request, o.level.as_str()),
         EventKind::Request(r) => format!("#{} from {}", r.request.id, r.request.user),
         EventKind::Attempt(a) => format!("#{} {} {:?}", a.request, a.target, a.status),
@@ -72,7 +77,9 @@ fn style(theme: &Theme, e: &Event) -> Style {
         }) => theme.state_closed,
         EventKind::Transition(Transition { .. }) => theme.state_half_open,
         EventKind::Operator { .. } => theme.badge,
-        EventKind::BudgetWarning(BudgetWarning { .. }) | EventKind::RefillFrozen(RefillFrozen { .. }) => theme.warn,
+        EventKind::BudgetWarning(BudgetWarning { .. })
+        | EventKind::RefillFrozen(RefillFrozen { .. })
+        | EventKind::EventsSkipped { .. } => theme.warn,
         EventKind::BudgetRejected { .. } | EventKind::RecordingFailed { .. } | EventKind::CommandRefused { .. } => {
             theme.error
         }

@@ -32,8 +32,7 @@ impl EventReader {
     pub fn read(&mut self, name: &str, data: &str) -> Result<SmallVec<[Delta; 2]>, StreamError> {
         let mut out = SmallVec::new();
         let Ok(v) = serde_json::from_str::<Value>(data) else {
-            tracing::debug!("skipping a stream event that is not JSON");
-            return Ok(out);
+            return Err(StreamError::malformed(data));
         };
         let name = if name.is_empty() {
             v.get("type").and_then(Value::as_str).unwrap_or("")
@@ -147,6 +146,9 @@ pub struct EventWriter {
     tool_blocks: Vec<usize>,
     usage: Usage,
     finish: Option<Finish>,
+    /// The upstream's own `message_delta` went out (passed on as sent):
+    /// the end writes only `message_stop`.
+    delta_sent: bool,
 }
 
 /// `event: NAME` with `data` as one SSE event.
@@ -174,6 +176,7 @@ impl EventWriter {
             tool_blocks: Vec::new(),
             usage: Usage::default(),
             finish: None,
+            delta_sent: false,
         }
     }
 
@@ -235,6 +238,7 @@ impl EventWriter {
     /// blocks are numbered after those, its text continues an open block.
     pub fn observe(&mut self, d: &Delta) {
         let mut scratch = Vec::new();
+        self.delta_sent |= matches!(d, Delta::Finish(_));
         if let Delta::OtherBlock = d {
             self.start(&mut scratch);
             self.open(Block::Other, Value::Null, &mut scratch);
@@ -284,6 +288,7 @@ impl EventWriter {
                 event("content_block_delta", &d, out);
             }
             Delta::Finish(f) => self.finish = Some(*f),
+            Delta::Done if self.delta_sent => event("message_stop", &json!({"type": "message_stop"}), out),
             Delta::Done => {
                 self.close(out);
                 if self.next == 0 {

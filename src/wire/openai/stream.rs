@@ -17,6 +17,29 @@ pub struct StreamError {
     pub message: String,
 }
 
+impl StreamError {
+    /// The kind of an event whose data cannot be read.
+    pub const MALFORMED: &'static str = "malformed_event";
+
+    /// An event whose `data` cannot be read (not JSON, or not an event of
+    /// the API's stream).
+    pub fn malformed(data: &str) -> Self {
+        let mut end = data.len().min(80);
+        while !data.is_char_boundary(end) {
+            end -= 1;
+        }
+        Self {
+            kind: Self::MALFORMED.into(),
+            message: format!("an event that cannot be read: {}", &data[..end]),
+        }
+    }
+
+    /// Whether the event could not be read (rather than said an error).
+    pub fn is_malformed(&self) -> bool {
+        self.kind == Self::MALFORMED
+    }
+}
+
 /// A stream chunk, as much of it as is read (the rest is skipped unparsed).
 #[derive(serde::Deserialize)]
 struct ChunkIn<'a> {
@@ -124,8 +147,7 @@ pub fn decode_chunk(data: &str) -> Result<SmallVec<[Delta; 2]>, StreamError> {
         return Ok(out);
     }
     let Ok(c) = serde_json::from_str::<ChunkIn>(data) else {
-        tracing::debug!("skipping a stream chunk that is not a chat-completion chunk");
-        return Ok(out);
+        return Err(StreamError::malformed(data));
     };
     if let Some(err) = c.error.filter(|e| !e.is_null()) {
         return Err(StreamError {
@@ -202,6 +224,8 @@ pub struct ChunkWriter {
     pub include_usage: bool,
     usage: Option<Usage>,
     started: bool,
+    /// The upstream's own usage chunk went out (passed on as sent).
+    usage_sent: bool,
 }
 
 impl ChunkWriter {
@@ -212,6 +236,7 @@ impl ChunkWriter {
             include_usage,
             usage: None,
             started: false,
+            usage_sent: false,
         }
     }
 
@@ -235,7 +260,10 @@ impl ChunkWriter {
     /// sent it), so what this writer writes next follows on from it.
     pub fn observe(&mut self, d: &Delta) {
         match d {
-            Delta::Usage(u) => self.add_usage(u),
+            Delta::Usage(u) => {
+                self.add_usage(u);
+                self.usage_sent = true;
+            }
             Delta::Done => {}
             _ => self.started = true,
         }
@@ -265,7 +293,7 @@ impl ChunkWriter {
             Delta::Usage(u) => self.add_usage(u),
             Delta::Finish(f) => self.chunk(json!({}), Some(*f), out),
             Delta::Done => {
-                if let (true, Some(u)) = (self.include_usage, self.usage) {
+                if let (true, false, Some(u)) = (self.include_usage, self.usage_sent, self.usage) {
                     let v = json!({
                         "id": self.frame.id,
                         "object": "chat.completion.chunk",

@@ -51,6 +51,12 @@ pub struct StreamPlan {
     /// After the first content chunk, wait for this before sending more
     /// (a whole answer waits for it before it is sent).
     pub hold: Option<Arc<Notify>>,
+    /// End streams without their terminator (`[DONE]`, `message_stop`),
+    /// the body closed cleanly after the finish and usage.
+    pub no_terminator: bool,
+    /// Send a malformed event (`data: {"choices": [` …) after this many
+    /// content chunks.
+    pub malformed_after: Option<usize>,
 }
 
 #[derive(Default)]
@@ -525,6 +531,17 @@ fn stream_body(state: &StrictState, api: Api, head: Vec<String>, content: Vec<St
     let plan = state.stream.lock();
     let reset_after = plan.reset_after.filter(|(a, _)| *a == api).map(|(_, n)| n);
     let (gap, hold) = (plan.gap, plan.hold.clone());
+    let mut content = content;
+    if let Some(n) = plan.malformed_after.filter(|&n| n <= content.len()) {
+        content.insert(
+            n,
+            "data: {\"choices\": [{\"delta\": {\"content\": \"tru\n\n".to_string(),
+        );
+    }
+    let mut tail = tail;
+    if plan.no_terminator {
+        tail.retain(|t| !t.contains("[DONE]") && !t.contains("message_stop"));
+    }
     let stream = async_stream(head, content, tail, gap, reset_after, hold);
     ([("content-type", "text/event-stream")], Body::from_stream(stream)).into_response()
 }
