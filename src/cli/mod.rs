@@ -95,7 +95,7 @@ pub fn main() -> i32 {
     match dispatch(cli) {
         Ok(()) => 0,
         Err(e) => {
-            eprintln!("error: {e:#}");
+            let _ = std::io::Write::write_fmt(&mut std::io::stderr(), format_args!("error: {e:#}\n"));
             2
         }
     }

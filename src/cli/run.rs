@@ -171,9 +171,7 @@ impl Run {
         opts: Options,
         driver: Option<tokio::task::JoinHandle<Result<()>>>,
     ) -> Result<()> {
-        let r = ui
-            .console_with(crate::tui::control::Feed::local(&self.runner), opts, self.pace.take())
-            .await;
+        let r = self.show(ui, opts).await;
         if let Some(d) = &driver {
             d.abort();
         }
@@ -185,6 +183,13 @@ impl Run {
             }
         }
         Ok(())
+    }
+
+    /// The console over the run, until it is left (`q`, or a signal); the
+    /// run goes on (see [`Run::finish`]).
+    pub async fn show(&mut self, ui: Ui, opts: Options) -> Result<(), crate::tui::ConsoleError> {
+        ui.console_with(crate::tui::control::Feed::local(&self.runner), opts, self.pace.take())
+            .await
     }
 
     /// Drives the run with `driver` to its end without a console; a
@@ -241,7 +246,9 @@ impl Run {
             .unwrap_or_default();
         self.runner.events().close_subscribers();
         let stats = rec.finish().with_context(|| format!("recording to {path} failed"))?;
-        eprintln!(
+        // Said where a closed stderr cannot make it panic.
+        let _ = writeln!(
+            std::io::stderr(),
             "recorded {} records to {path}{}",
             stats.records,
             if stats.files > 1 {

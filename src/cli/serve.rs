@@ -60,6 +60,10 @@ pub struct ServeArgs {
     /// Seconds an MCP session may stay unused before it is closed.
     #[arg(long, default_value_t = McpLimits::default().idle.as_secs())]
     pub mcp_idle_s: u64,
+    /// On SIGTERM, Ctrl-C or `q`, how long requests in flight may take to
+    /// finish (none are taken meanwhile) before the rest end on an error.
+    #[arg(long, default_value = "30s", value_parser = humantime::parse_duration)]
+    pub drain_timeout: Duration,
     /// Seed for the mock fleet.
     #[arg(long, default_value_t = 42)]
     pub seed: u64,
@@ -173,7 +177,8 @@ pub fn serve(mut args: ServeArgs) -> Result<()> {
         };
         let offered = opts.mcp.as_ref().map(|u| u.offered().len());
         let serving = crate::gateway::spawn(runner.clone(), &args.listen, opts).await?;
-        let addr = serving.addr;
+        let (addr, closer) = (serving.addr, serving.closer);
+        let drain = args.drain_timeout;
         let base = format!("http://{addr}/v1");
         if let Some(fleet) = run.fleet() {
             fleet.advertise(&args.advertise.clone().unwrap_or_else(|| advertised(addr)));
@@ -188,7 +193,10 @@ pub fn serve(mut args: ServeArgs) -> Result<()> {
                 replay_length_ms: None,
                 replay: None,
             };
-            return run.console(ui, o, None).await;
+            let shown = run.show(ui, o).await;
+            close(closer, drain).await;
+            run.finish()?;
+            return Ok(shown?);
         }
         // Said on stderr, which may have been closed (`2>&1 | head -1`):
         // the gateway goes on serving all the same.
@@ -223,10 +231,43 @@ pub fn serve(mut args: ServeArgs) -> Result<()> {
                 _ = &mut stop => break,
             }
         }
+        close(closer, drain).await;
         run.finish()?;
         status(&runner);
         anyhow::Ok(())
     })
+}
+
+/// Closes the gateway losing no request: none taken any more, those in
+/// flight given `drain` to finish, the rest ended on an error; said on
+/// stderr as it goes.
+async fn close(closer: crate::gateway::closing::Closer, drain: Duration) {
+    use std::io::Write;
+    let say = |line: String| {
+        let _ = writeln!(std::io::stderr(), "{line}");
+    };
+    let mut first = true;
+    let closed = closer
+        .close(drain, |n| {
+            if std::mem::take(&mut first) && n > 0 {
+                say(format!(
+                    "fusebox serve: closing: {n} request(s) in flight, waiting up to {} s for them",
+                    drain.as_secs()
+                ));
+            }
+        })
+        .await;
+    match closed.cut {
+        0 => say(format!(
+            "fusebox serve: closed: {} request(s) in flight finished",
+            closed.in_flight
+        )),
+        cut => say(format!(
+            "fusebox serve: closed: {} request(s) in flight, {cut} ended on an error at the {} s drain time",
+            closed.in_flight,
+            drain.as_secs()
+        )),
+    }
 }
 
 /// The admin URL of a gateway listening on `addr`: an unspecified address

@@ -65,8 +65,18 @@ pub async fn listen(addr: &str) -> std::io::Result<TcpListener> {
     Err(last.unwrap_or_else(|| std::io::Error::new(std::io::ErrorKind::InvalidInput, "no address to listen on")))
 }
 
-/// Serves `app` on `listener` until the process ends.
-pub async fn serve(listener: TcpListener, app: Router, limits: ConnLimits, counts: Arc<ConnCounts>) {
+/// Serves `app` on `listener` until `stop` resolves: then the listener is
+/// closed, idle connections are closed, and each busy one closes once its
+/// request is answered.
+pub async fn serve(
+    listener: TcpListener,
+    app: Router,
+    limits: ConnLimits,
+    counts: Arc<ConnCounts>,
+    stop: impl std::future::Future<Output = ()>,
+) {
+    tokio::pin!(stop);
+    let graceful = hyper_util::server::graceful::GracefulShutdown::new();
     let slots = Arc::new(Semaphore::new(limits.max_connections.max(1)));
     let mut http = hyper::server::conn::http1::Builder::new();
     http.timer(TokioTimer::new())
@@ -75,7 +85,12 @@ pub async fn serve(listener: TcpListener, app: Router, limits: ConnLimits, count
         .keep_alive(true);
     let mut warned_at: Option<std::time::Instant> = None;
     loop {
-        let tcp = match listener.accept().await {
+        let accepted = tokio::select! {
+            biased;
+            () = &mut stop => break,
+            a = listener.accept() => a,
+        };
+        let tcp = match accepted {
             Ok((tcp, _)) => tcp,
             Err(e) => {
                 // Out of file descriptors (or another transient failure):
@@ -103,7 +118,7 @@ pub async fn serve(listener: TcpListener, app: Router, limits: ConnLimits, count
         if let Err(e) = tcp.set_nodelay(true) {
             tracing::debug!(error = %e, "cannot set TCP_NODELAY on a client connection");
         }
-        let conn = http.serve_connection(TokioIo::new(tcp), TowerToHyperService::new(app.clone()));
+        let conn = graceful.watch(http.serve_connection(TokioIo::new(tcp), TowerToHyperService::new(app.clone())));
         let counts = counts.clone();
         counts.open.fetch_add(1, Ordering::Relaxed);
         tokio::spawn(async move {
@@ -114,4 +129,6 @@ pub async fn serve(listener: TcpListener, app: Router, limits: ConnLimits, count
             drop(slot);
         });
     }
+    drop(listener);
+    graceful.shutdown().await;
 }

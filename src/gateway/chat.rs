@@ -136,9 +136,12 @@ async fn handle(gw: Arc<Gateway>, api: Api, req: axum::extract::Request) -> Resp
         return super::stream::streamed(gw, client, req).await;
     }
     let id = req.id;
-    // Dropped with this handler when the client disconnects: the upstream
-    // call is cancelled and its reservations released (see `Runner::chat`).
-    let chat = gw.runner.chat(req, None).await;
+    // Dropped with this handler when the client disconnects (or the
+    // gateway's drain time is over): the upstream call is cancelled and its
+    // reservations released (see `Runner::chat`).
+    let Some(chat) = super::until_cut(&gw, gw.runner.chat(req, None)).await else {
+        return api.error(StatusCode::SERVICE_UNAVAILABLE, super::closing::CUT, None);
+    };
     gw.latency.observe(arrived.elapsed());
     respond(&client, id, chat, false)
 }

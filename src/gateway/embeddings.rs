@@ -83,7 +83,9 @@ pub(super) async fn embeddings(State(gw): Shared, req: axum::extract::Request) -
         body: Arc::new(raw),
         chars,
     };
-    let done = gw.runner.embed(call).await;
+    let Some(done) = super::until_cut(&gw, gw.runner.embed(call)).await else {
+        return api.error(StatusCode::SERVICE_UNAVAILABLE, super::closing::CUT, None);
+    };
     let mut resp = match done.end {
         EmbedEnd::Answer(e) => ([(header::CONTENT_TYPE, "application/json")], Body::from(e.body)).into_response(),
         // No wait would let it through: the client's to change, not to retry.

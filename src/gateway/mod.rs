@@ -9,6 +9,7 @@
 pub mod accept;
 mod auth;
 mod chat;
+pub mod closing;
 mod embeddings;
 mod live;
 mod mcp;
@@ -95,13 +96,21 @@ struct Gateway {
     access: auth::Access,
     /// Event watchers dropped for falling behind.
     watchers_dropped: Arc<AtomicU64>,
+    /// Whether it is closing.
+    closing: closing::Watch,
 }
 
 type Shared = State<Arc<Gateway>>;
 
 /// The gateway's routes over `runner`, letting in whom `access` says;
 /// `conns` counts its connections.
-fn router(runner: Arc<Runner>, opts: GatewayOptions, access: auth::Access, conns: Arc<ConnCounts>) -> Router {
+fn router(
+    runner: Arc<Runner>,
+    opts: GatewayOptions,
+    access: auth::Access,
+    conns: Arc<ConnCounts>,
+    closing: closing::Watch,
+) -> Router {
     let max_body = opts.max_body;
     let ids = Arc::new(RequestIds::new(opts.traces.clone()));
     let gw = Arc::new(Gateway {
@@ -112,6 +121,7 @@ fn router(runner: Arc<Runner>, opts: GatewayOptions, access: auth::Access, conns
         latency: Latency::default(),
         conns,
         watchers_dropped: Arc::default(),
+        closing,
     });
     let router = Router::new()
         .route("/v1/chat/completions", post(chat::completions))
@@ -179,6 +189,8 @@ pub struct Serving {
     pub addr: SocketAddr,
     /// What its operator should know of who may do what, said at start.
     pub notes: Vec<String>,
+    /// Closes it, losing no request.
+    pub closer: closing::Closer,
 }
 
 /// Binds `addr`, serves the gateway in a spawned task and returns the bound
@@ -209,10 +221,26 @@ pub async fn spawn(runner: Arc<Runner>, addr: &str, opts: GatewayOptions) -> any
     }
     let limits = opts.conns;
     let counts = Arc::new(ConnCounts::default());
-    let app = router(runner, opts, access, counts.clone());
-    tokio::spawn(accept::serve(listener, app, limits, counts));
+    let (closer, watch) = closing::Closer::new(runner.clone());
+    let stop = watch.draining();
+    let app = router(runner, opts, access, counts.clone(), watch);
+    tokio::spawn(accept::serve(listener, app, limits, counts, stop));
     tracing::info!(%local, "gateway listening");
-    Ok(Serving { addr: local, notes })
+    Ok(Serving {
+        addr: local,
+        notes,
+        closer,
+    })
+}
+
+/// `f`'s output, or `None` if the gateway's drain time ends first (then
+/// `f` is dropped: a request ends in its outcome as when its client goes).
+async fn until_cut<T>(gw: &Gateway, f: impl std::future::Future<Output = T>) -> Option<T> {
+    tokio::select! {
+        biased;
+        out = f => Some(out),
+        () = gw.closing.cut() => None,
+    }
 }
 
 /// An OpenAI-shaped error response.
@@ -262,8 +290,12 @@ async fn healthz() -> &'static str {
     "ok\n"
 }
 
-/// Readiness: at least one model of some route would take a call now.
+/// Readiness: at least one model of some route would take a call now,
+/// and the gateway is not closing.
 async fn readyz(State(gw): Shared) -> Response {
+    if gw.closing.phase() != closing::Phase::Open {
+        return (StatusCode::SERVICE_UNAVAILABLE, "not ready: shutting down\n").into_response();
+    }
     let r = &gw.runner;
     let now = r.clock().now();
     if r.models().iter().any(|m| r.admits(m, now)) {

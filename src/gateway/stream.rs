@@ -159,6 +159,19 @@ impl ClientSink {
         self.out.lock().bytes.extend_from_slice(&out);
     }
 
+    /// Ends a call the gateway's close cut short: an error event, or, when
+    /// the client's stream never started, a 503.
+    fn cut_short(mut self) {
+        let message = super::closing::CUT;
+        if self.writer.is_none() {
+            self.out.lock().whole = Some(self.client.api.error(StatusCode::SERVICE_UNAVAILABLE, message, None));
+            return;
+        }
+        let mut out = Vec::new();
+        self.error("server_error", message, &mut out);
+        self.out.lock().bytes.extend_from_slice(&out);
+    }
+
     fn error(&mut self, kind: &str, message: &str, out: &mut Vec<u8>) {
         if let Some(w) = self.writer.as_mut() {
             w.fail(kind, message, out);
@@ -266,10 +279,23 @@ pub(super) async fn streamed(gw: Arc<Gateway>, client: Client, req: ChatRequest)
         writer: None,
     };
     let runner = gw.runner.clone();
+    let cut = gw.closing.cut();
     let mut call: Call = Box::pin(async move {
         let mut sink = sink;
-        let chat = runner.chat(req, Some(&mut sink)).await;
-        sink.finish(chat);
+        // Past the gateway's drain time the call is dropped (its outcome
+        // counted as for a client that left) and the stream ends on an error.
+        let chat = {
+            let run = runner.chat(req, Some(&mut sink));
+            tokio::select! {
+                biased;
+                chat = run => Some(chat),
+                () = cut => None,
+            }
+        };
+        match chat {
+            Some(chat) => sink.finish(chat),
+            None => sink.cut_short(),
+        }
     });
     // Run the call until the stream starts or the call ends.
     let done = std::future::poll_fn(|cx| match call.as_mut().poll(cx) {

@@ -133,8 +133,13 @@ impl Drop for Abandoned<'_> {
     fn drop(&mut self) {
         if self.armed {
             self.runner.totals.abandoned.fetch_add(1, Ordering::Relaxed);
+            let why = if self.runner.totals.closing.load(Ordering::Relaxed) {
+                "The gateway shut down before the answer."
+            } else {
+                "The client went away before the answer."
+            };
             let ended = Ended {
-                user_message: Some("The client went away before the answer.".into()),
+                user_message: Some(why.into()),
                 ..Ended::at(Level::Failed)
             };
             let o = self

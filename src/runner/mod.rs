@@ -140,6 +140,9 @@ pub struct Totals {
     /// Trace spans dropped (or the events they were made of): the export
     /// queue was full or the collector could not take them.
     pub spans_dropped: Arc<AtomicU64>,
+    /// The front door is closing: a request ended before its answer ends
+    /// because of that, not because its client left.
+    pub closing: std::sync::atomic::AtomicBool,
 }
 
 /// What the runner is built from besides its config.
@@ -501,6 +504,12 @@ impl Runner {
     /// Run totals.
     pub fn totals(&self) -> &Totals {
         &self.totals
+    }
+
+    /// Requests begun and not yet ended in their outcome.
+    pub fn in_flight(&self) -> u64 {
+        let ended: u64 = self.by_level().iter().sum();
+        self.totals.requests.load(Ordering::Relaxed).saturating_sub(ended)
     }
 
     /// Outcomes so far by level.

@@ -12,6 +12,7 @@ mod cli;
 mod common;
 mod console;
 mod docs;
+mod drain;
 mod faithful;
 mod fleet;
 mod fuzz;

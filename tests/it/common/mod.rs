@@ -216,6 +216,20 @@ impl Serve {
         Serve { child, base }
     }
 
+    /// Sends it signal `sig` (`TERM`, `INT`, `HUP`).
+    pub fn signal(&self, sig: &str) {
+        let sent = std::process::Command::new("kill")
+            .args([format!("-{sig}"), self.child.id().to_string()])
+            .status()
+            .expect("run kill");
+        assert!(sent.success(), "kill -{sig}");
+    }
+
+    /// Waits for it to exit; how it did.
+    pub fn wait(&mut self) -> std::process::ExitStatus {
+        self.child.wait().expect("wait for fusebox serve")
+    }
+
     /// Kills it, as a crash would.
     pub fn kill(&mut self) {
         let _ = self.child.kill();

@@ -1,0 +1,170 @@
+//! A gateway that is told to stop loses no request: `fusebox serve` given
+//! SIGTERM with whole and streamed answers in flight stops taking new
+//! ones at once, lets those in flight finish, records every outcome and
+//! exits 0; past its drain time the rest end on an error in the client's
+//! API, recorded as such.
+
+use crate::common::strict::{Strict, ANSWER};
+use crate::common::Serve;
+use fusebox::outcome::Level;
+use fusebox::traffic::log::{LogReader, Record};
+use serde_json::{json, Value};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::Notify;
+
+/// `fusebox serve` in front of `upstream`, recording to `dir`'s
+/// `rec.jsonl`, with `args` besides.
+async fn serve(upstream: &Strict, dir: &tempfile::TempDir, args: &[&str]) -> (Serve, std::path::PathBuf) {
+    let cfg = dir.path().join("fb.toml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "[providers.openai]\nkind = \"openai-compatible\"\nbase_url = \"{}/v1\"\napi_key_env = \"STRICT_KEY\"\n\
+             [models.gpt-4o]\nprovider = \"openai\"\ninput_per_m = 2.5\noutput_per_m = 10.0\n\
+             [routes.default]\nchain = [\"gpt-4o\"]\n",
+            upstream.base()
+        ),
+    )
+    .unwrap();
+    let rec = dir.path().join("rec.jsonl");
+    let mut all = vec![
+        "--config".to_string(),
+        cfg.display().to_string(),
+        "--record".into(),
+        rec.display().to_string(),
+    ];
+    all.extend(args.iter().map(|a| a.to_string()));
+    let serve = tokio::task::spawn_blocking(move || {
+        let args: Vec<&str> = all.iter().map(String::as_str).collect();
+        Serve::start_with_env(&args, &[("STRICT_KEY", "sk-test")])
+    })
+    .await
+    .unwrap();
+    (serve, rec)
+}
+
+/// 8 whole and 8 streamed calls, sent at once; each one's status and body.
+fn calls(base: &str) -> Vec<tokio::task::JoinHandle<(bool, u16, String)>> {
+    (0..16)
+        .map(|i| {
+            let url = format!("{base}/v1/chat/completions");
+            let stream = i % 2 == 1;
+            tokio::spawn(async move {
+                let body = json!({"model": "default", "stream": stream, "user": format!("u{i}"),
+                                  "messages": [{"role": "user", "content": "Where is order #38100?"}]});
+                let r = reqwest::Client::new().post(url).json(&body).send().await.unwrap();
+                let status = r.status().as_u16();
+                (stream, status, r.text().await.unwrap_or_default())
+            })
+        })
+        .collect()
+}
+
+/// The text a chat-completions stream carried, and whether it ended with `[DONE]`.
+fn streamed(text: &str) -> (String, bool) {
+    let said: String = text
+        .split("\n\n")
+        .filter_map(|e| e.strip_prefix("data: "))
+        .filter_map(|d| serde_json::from_str::<Value>(d).ok())
+        .filter_map(|v| v["choices"][0]["delta"]["content"].as_str().map(str::to_string))
+        .collect();
+    (said, text.trim_end().ends_with("data: [DONE]"))
+}
+
+/// The levels of the outcomes a recording holds, by request, and its request count.
+fn recorded(rec: &std::path::Path) -> (usize, Vec<Level>) {
+    let mut r = LogReader::open(rec, false).unwrap();
+    let (mut requests, mut levels) = (0, Vec::new());
+    while let Some(rec) = r.next_record().unwrap() {
+        match rec {
+            Record::Request(_) => requests += 1,
+            Record::Outcome(o) => levels.push(o.level),
+            _ => {}
+        }
+    }
+    (requests, levels)
+}
+
+async fn until_received(upstream: &Strict, n: usize) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while upstream.received().len() < n {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{} of {n} calls reached the upstream",
+            upstream.received().len()
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await; // polling another process's progress
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_lets_what_is_in_flight_finish_refuses_the_new_and_records_every_outcome() {
+    let upstream = Strict::start().await;
+    let hold = Arc::new(Notify::new());
+    upstream.state.stream.lock().hold = Some(hold.clone());
+    let dir = tempfile::tempdir().unwrap();
+    let (mut serve, rec) = serve(&upstream, &dir, &[]).await;
+    let base = serve.base.clone();
+    let inflight = calls(&base);
+    until_received(&upstream, 16).await;
+    serve.signal("TERM");
+    // New ones are refused at once: the listener is closed.
+    let host = base.trim_start_matches("http://").to_string();
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while tokio::net::TcpStream::connect(&host).await.is_ok() {
+        assert!(std::time::Instant::now() < deadline, "still accepting after SIGTERM");
+        tokio::time::sleep(Duration::from_millis(10)).await; // the signal reaching the other process
+    }
+    hold.notify_waiters();
+    for call in inflight {
+        let (stream, status, text) = call.await.unwrap();
+        assert_eq!(status, 200, "{text}");
+        if stream {
+            assert_eq!(streamed(&text), (ANSWER.to_string(), true), "{text}");
+        } else {
+            let v: Value = serde_json::from_str(&text).unwrap();
+            assert_eq!(v["choices"][0]["message"]["content"], ANSWER);
+        }
+    }
+    let exit = tokio::task::spawn_blocking(move || serve.wait()).await.unwrap();
+    assert!(exit.success(), "{exit}");
+    let (requests, levels) = recorded(&rec);
+    assert_eq!(requests, 16);
+    assert_eq!(levels, vec![Level::None; 16], "every outcome recorded");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn past_the_drain_time_what_is_left_ends_on_an_error_and_is_recorded_so() {
+    let upstream = Strict::start().await;
+    let hold = Arc::new(Notify::new());
+    upstream.state.stream.lock().hold = Some(hold.clone());
+    let dir = tempfile::tempdir().unwrap();
+    let (mut serve, rec) = serve(&upstream, &dir, &["--drain-timeout", "1s"]).await;
+    let inflight = calls(&serve.base);
+    until_received(&upstream, 16).await;
+    serve.signal("TERM");
+    // The upstream never answers: at the drain time each call ends.
+    for call in inflight {
+        let (stream, status, text) = call.await.unwrap();
+        if stream {
+            // Begun: the stream ends on an error event in the client's API.
+            assert_eq!(status, 200);
+            let (said, done) = streamed(&text);
+            assert!(!done && said.starts_with("Order"), "{text}");
+            let last: Value = serde_json::from_str(text.trim_end().rsplit("data: ").next().unwrap()).unwrap();
+            assert!(
+                last["error"]["message"].as_str().unwrap().contains("shutting down"),
+                "{text}"
+            );
+        } else {
+            assert_eq!(status, 503, "{text}");
+            assert!(text.contains("shutting down"), "{text}");
+        }
+    }
+    let exit = tokio::task::spawn_blocking(move || serve.wait()).await.unwrap();
+    assert!(exit.success(), "{exit}");
+    let (requests, levels) = recorded(&rec);
+    assert_eq!(requests, 16);
+    assert_eq!(levels, vec![Level::Failed; 16], "every outcome recorded, as failed");
+}
