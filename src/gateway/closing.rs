@@ -33,17 +33,22 @@ impl Watch {
 
     /// Resolves once the gateway stops taking requests.
     pub fn draining(&self) -> impl std::future::Future<Output = ()> + Send + 'static {
-        let mut rx = self.0.clone();
-        async move {
-            let _ = rx.wait_for(|p| *p != Phase::Open).await;
-        }
+        self.reaches(|p| p != Phase::Open)
     }
 
     /// Resolves once requests still in flight are to end.
     pub fn cut(&self) -> impl std::future::Future<Output = ()> + Send + 'static {
+        self.reaches(|p| p == Phase::Cut)
+    }
+
+    /// Resolves once the phase is one `ok` takes; never, once no
+    /// [`Closer`] is left to close the gateway.
+    fn reaches(&self, ok: fn(Phase) -> bool) -> impl std::future::Future<Output = ()> + Send + 'static {
         let mut rx = self.0.clone();
         async move {
-            let _ = rx.wait_for(|p| *p == Phase::Cut).await;
+            if rx.wait_for(|p| ok(*p)).await.is_err() {
+                std::future::pending::<()>().await;
+            }
         }
     }
 }
@@ -108,3 +113,17 @@ impl Closer {
 
 /// The message a request cut by the close ends with.
 pub const CUT: &str = "the gateway is shutting down and this request did not finish within its drain time; send it again (to another instance)";
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_gateway_whose_closer_is_gone_never_closes() {
+        let (tx, rx) = watch::channel(Phase::Open);
+        let w = Watch(rx);
+        drop(tx);
+        let ended = tokio::time::timeout(Duration::from_millis(20), w.draining()).await;
+        assert!(ended.is_err(), "still open");
+    }
+}
