@@ -26,6 +26,7 @@ pub(super) fn provider(tpm: u64, itpm: u64, otpm: u64, rpm: u64, concurrency: u3
 
 fn model(provider: &str, input: f64, output: f64, tier: Tier, quality: f64) -> ModelConfig {
     ModelConfig {
+        first_token_timeout_ms: super::fleet::FIRST_TOKEN_TIMEOUT_MS,
         provider: provider.into(),
         api_name: None,
         input_per_m: input,
@@ -87,6 +88,7 @@ impl Default for Config {
         let routes = BTreeMap::from([(
             "default".to_string(),
             RouteConfig {
+                deadline_ms: 0,
                 chain: vec!["gpt-4o".into(), "claude-haiku".into(), "deepseek-chat".into()],
                 max_tokens_factor: 0.5,
                 trim_prompt_on_fallback: true,

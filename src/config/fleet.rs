@@ -121,6 +121,19 @@ pub struct ModelConfig {
     /// Estimated answer quality relative to the best model (0..=1).
     #[serde(default = "one")]
     pub quality: f64,
+    /// A streamed answer whose first content has not come this long (ms)
+    /// after the call began is given up, before any byte reached the
+    /// client, for the next model (0: no limit but the provider's
+    /// timeout). Raise it for reasoning models that think long first.
+    #[serde(default = "first_token_ms")]
+    pub first_token_timeout_ms: u64,
+}
+
+/// How long a streamed answer's first content may take by default.
+pub const FIRST_TOKEN_TIMEOUT_MS: u64 = 15_000;
+
+fn first_token_ms() -> u64 {
+    FIRST_TOKEN_TIMEOUT_MS
 }
 
 fn default_tier() -> Tier {
@@ -136,6 +149,12 @@ fn one() -> f64 {
 pub struct RouteConfig {
     /// Models to try, in order.
     pub chain: Vec<String>,
+    /// The longest a request may take through the whole chain (ms; 0:
+    /// none): each attempt gets its share of the time left, and none
+    /// starts once it is gone. A client's `x-fusebox-deadline-ms` may ask
+    /// for less.
+    #[serde(default)]
+    pub deadline_ms: u64,
     /// `max_tokens` is multiplied by this on each fallback hop (0 < f ≤ 1).
     #[serde(default = "half")]
     pub max_tokens_factor: f64,

@@ -179,6 +179,12 @@ impl Default for SessionConfig {
 pub struct RetryConfig {
     /// Retries per call after the first attempt.
     pub max_retries: u32,
+    /// Retry a model call that timed out on the same model. By default a
+    /// timeout, evidence the model is not answering now, falls over to
+    /// the next model at once (and is retried only where no other model
+    /// could take the call); errors that say to try again (429, 5xx)
+    /// are retried.
+    pub timeouts: bool,
     /// Backoff base (ms); attempt n waits up to base·2ⁿ (full jitter).
     pub base_ms: u64,
     /// Backoff cap (ms), also the longest Retry-After honoured.
@@ -193,6 +199,7 @@ impl Default for RetryConfig {
     fn default() -> Self {
         Self {
             max_retries: 2,
+            timeouts: false,
             base_ms: 500,
             cap_ms: 20_000,
             budget_ratio: 0.2,

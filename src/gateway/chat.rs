@@ -23,6 +23,9 @@ const H_ATTEMPTS: &str = "x-fusebox-attempts";
 pub(super) const H_USER: &str = "x-fusebox-user";
 pub(super) const H_SESSION: &str = "x-fusebox-session";
 const H_FALLBACK: &str = "x-fusebox-fallback";
+const H_DEADLINE: &str = "x-fusebox-deadline-ms";
+/// The longest deadline a client may ask for: an hour.
+const MAX_DEADLINE_MS: u64 = 3_600_000;
 
 /// The API a client speaks.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -199,6 +202,18 @@ fn chat_request(
     // its own, or every call of a user would add up to one endless one.
     let session = name_in(H_SESSION, header(H_SESSION))?;
     let fallback = !header(H_FALLBACK).is_some_and(|v| v.trim_ascii().eq_ignore_ascii_case(b"none"));
+    let deadline_ms = match header(H_DEADLINE) {
+        None => None,
+        Some(v) => match std::str::from_utf8(v).ok().and_then(|s| s.trim().parse::<u64>().ok()) {
+            Some(ms) if (1..=MAX_DEADLINE_MS).contains(&ms) => Some(ms),
+            _ => {
+                return Err((
+                    H_DEADLINE,
+                    format!("{H_DEADLINE} is milliseconds, a whole number from 1 to {MAX_DEADLINE_MS}"),
+                ))
+            }
+        },
+    };
     let id = gw.ids.next(headers);
     Ok(ChatRequest {
         id,
@@ -214,6 +229,7 @@ fn chat_request(
         stream: asked.stream,
         fallback,
         reach: caller.and_then(|c| c.reach(&gw.runner)),
+        deadline_ms,
     })
 }
 

@@ -34,6 +34,8 @@ pub struct LlmCall<'a> {
     /// The only models the caller may reach (its key's routes and models,
     /// [`super::Runner::reach_of`]), on every hop; `None`: any.
     pub reach: Option<&'a [usize]>,
+    /// When the whole chain must have answered by (`None`: no deadline).
+    pub deadline: Option<tokio::time::Instant>,
 }
 
 impl<'a> LlmCall<'a> {
@@ -60,6 +62,7 @@ impl<'a> LlmCall<'a> {
             stream: None,
             only_first: false,
             reach: None,
+            deadline: None,
         }
     }
 }

@@ -49,6 +49,9 @@ pub struct ChatRequest {
     pub fallback: bool,
     /// The only models the caller's key may reach, on every hop (`None`: any).
     pub reach: Option<Arc<[usize]>>,
+    /// The longest the client lets the call take (ms), where it says
+    /// (`x-fusebox-deadline-ms`); the route's `deadline_ms` bounds it too.
+    pub deadline_ms: Option<u64>,
 }
 
 /// How a chat completion ended.
@@ -312,6 +315,11 @@ impl Runner {
         call.stream = Some(req.stream);
         call.only_first = !req.fallback;
         call.reach = req.reach.as_deref();
+        let ms = [req.deadline_ms.unwrap_or(0), route.cfg.deadline_ms]
+            .into_iter()
+            .filter(|&ms| ms > 0)
+            .min();
+        call.deadline = ms.map(|ms| self.clock.now() + Duration::from_millis(ms));
         let result = self.call_llm_streamed(&call, tally, streaming.as_deref_mut()).await;
         let started = streaming.as_ref().is_some_and(|s| s.started);
         match result {

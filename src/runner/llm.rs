@@ -96,6 +96,10 @@ impl Runner {
         // The answer cut mid-stream being continued, and how it was cut.
         let mut cut: Option<ProviderError> = None;
         for (pos, &mi) in order.iter().enumerate() {
+            // No attempt starts once the request's deadline has passed.
+            if call.deadline.is_some_and(|d| self.clock.now() >= d) {
+                break;
+            }
             let m = &self.models[mi];
             let rest = &order[pos + 1..];
             // A model of another API than the client's, asked for what only
@@ -193,6 +197,20 @@ impl Runner {
         }
     }
 
+    /// An attempt's share of the time left before `deadline` (none
+    /// without one): all of it for the last model that could take the
+    /// call, else an even share with each later one that could.
+    fn share_of(
+        &self,
+        deadline: Option<tokio::time::Instant>,
+        rest: &[usize],
+        now: tokio::time::Instant,
+    ) -> Option<Duration> {
+        let left = deadline?.saturating_duration_since(now);
+        let later = rest.iter().filter(|&&m| self.admits(&self.models[m], now)).count() as u32;
+        Some(left / (later + 1))
+    }
+
     fn any_admits(&self, models: &[usize]) -> bool {
         let now = self.clock.now();
         models.iter().any(|&m| self.admits(&self.models[m], now))
@@ -227,6 +245,9 @@ impl Runner {
             }))
         };
         loop {
+            if call.deadline.is_some_and(|d| self.clock.now() >= d) {
+                return hop(HopResult::Failed(ErrorKind::Timeout, None), attempt);
+            }
             // Every choice may use the whole cap: all are reserved.
             let output = call.params.output_bound(req.max_tokens);
             let admitted = self
@@ -248,15 +269,27 @@ impl Runner {
                 .as_ref()
                 .filter(|_| streams)
                 .and_then(|r| self.budgets.room(call.user, r, self.clock.ms_at(now)));
-            // A stream has no timeout of its own (an idle one only).
-            let within = if streams { Duration::MAX } else { p.timeout };
+            // Within the request's deadline, this attempt's share of it.
+            let share = self.share_of(call.deadline, rest, now);
+            let timeout = share.map_or(p.timeout, |s| s.min(p.timeout));
+            // A stream has no timeout of its own once open (an idle one
+            // only); its first content must come within the model's limit.
+            let within = if streams {
+                share.unwrap_or(Duration::MAX)
+            } else {
+                timeout
+            };
+            let first_token = match m.cfg.first_token_timeout_ms {
+                0 => timeout,
+                ms => timeout.min(Duration::from_millis(ms)),
+            };
             let attempted = async {
                 match streaming.as_deref_mut() {
                     Some(s) if streams => {
                         let head = self.stream_head_of(call, mi, tally);
-                        Box::pin(self.stream_attempt(mi, &req, s, room, &spend, head)).await
+                        Box::pin(self.stream_attempt(mi, &req, s, room, &spend, head, first_token)).await
                     }
-                    _ => match p.client.complete_within(&req, p.timeout).await {
+                    _ => match p.client.complete_within(&req, timeout).await {
                         Ok(resp) => Attempted::Answer(resp, Vec::new()),
                         Err(e) => Attempted::Failed(e),
                     },
@@ -307,7 +340,9 @@ impl Runner {
                         return Err(LlmFailure::Upstream(Box::new(e)));
                     }
                     let key = call.request_id ^ ((call.step as u64) << 40);
-                    let Some(wait) = self.retry_wait(&e, attempt, self.admits(m, end), key, end) else {
+                    let elsewhere = self.any_admits(rest);
+                    let admits = self.admits(m, end);
+                    let Some(wait) = self.retry_wait(&e, attempt, admits, elsewhere, call.deadline, key, end) else {
                         return hop(HopResult::Failed(e.kind, e.status), attempt + 1);
                     };
                     pt.stats.retries.inc();
@@ -451,8 +486,9 @@ impl Runner {
         }
     }
 
-    /// One streamed attempt: opened within the provider's timeout, then
-    /// read to its end by the client's stream.
+    /// One streamed attempt: opened (its first content come) within
+    /// `first_token`, then read to its end by the client's stream.
+    #[expect(clippy::too_many_arguments, reason = "the attempt's parts, as try_model holds them")]
     async fn stream_attempt(
         &self,
         mi: usize,
@@ -461,9 +497,10 @@ impl Runner {
         room: Option<(u64, crate::resilience::budget::BudgetExceeded)>,
         spend: &Spend,
         mut head: StreamHead,
+        first_token: Duration,
     ) -> Attempted {
         let p = &self.providers[self.models[mi].provider];
-        let opened = crate::provider::within(p.timeout, "provider call", p.client.open(req)).await;
+        let opened = crate::provider::within(first_token, "first token", p.client.open(req)).await;
         let live = match opened {
             // Answered whole (no content to stream, or a model that does
             // not stream): its pieces are written from the answer.

@@ -227,6 +227,7 @@ fn model_routes(routes: &NameMap<RouteSlot>, models: &[ModelSlot]) -> NameMap<Ro
             None => (
                 vec![mi],
                 RouteConfig {
+                    deadline_ms: 0,
                     chain: Vec::new(),
                     max_tokens_factor: 1.0,
                     trim_prompt_on_fallback: false,

@@ -175,7 +175,7 @@ impl Runner {
                     let wait = slot
                         .cfg
                         .idempotent
-                        .then(|| self.retry_wait(&e, attempt, t.breaker.would_admit(end), key, end))
+                        .then(|| self.retry_wait(&e, attempt, t.breaker.would_admit(end), false, None, key, end))
                         .flatten();
                     let Some(wait) = wait else {
                         return Err(ToolFailure::Failed(e.kind.label(e.status), e.answer));

@@ -11,6 +11,7 @@ mod breaker_props;
 mod cli;
 mod common;
 mod console;
+mod deadline;
 mod docs;
 mod drain;
 mod faithful;

@@ -92,6 +92,7 @@ pub fn gateway_call(runner: &Runner, req: &AgentRequest) -> ChatRequest {
         stream: false,
         fallback: true,
         reach: None,
+        deadline_ms: None,
     }
 }
 
