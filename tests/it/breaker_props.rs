@@ -199,10 +199,11 @@ impl Model {
         }
     }
 
-    /// Cooldown of the current trip: multiplied per repeated trip, capped.
+    /// Cooldown of the current trip: the base for the first two trips,
+    /// then multiplied per repeated trip, capped.
     fn cooldown(&self) -> u64 {
         let mut c = self.spec.cooldown_ms.min(self.spec.max_cooldown_ms);
-        for _ in 1..self.trips {
+        for _ in 2..self.trips {
             c = (c * self.spec.multiplier).min(self.spec.max_cooldown_ms);
         }
         c
@@ -739,9 +740,10 @@ async fn cooldown_grows_per_repeated_trip_and_is_capped() {
         "2 consecutive failures (last: server error)"
     );
 
-    // Cooldowns: 30 s, 60 s, 120 s, then capped at 120 s.
+    // Cooldowns: 30 s, 30 s again after the first failed probe (a target
+    // back soon is back within one base cooldown), then 60 s, 120 s, capped.
     let mut t = 0;
-    for (trip, cooldown) in [(1, 30_000u64), (2, 60_000), (3, 120_000), (4, 120_000)] {
+    for (trip, cooldown) in [(1, 30_000u64), (2, 30_000), (3, 60_000), (4, 120_000), (5, 120_000)] {
         assert_eq!(r.breaker.view(r.at(t)).trips, trip);
         assert_eq!(r.breaker.view(r.at(t)).next_probe_ms, Some(cooldown));
         assert_eq!(
@@ -757,7 +759,7 @@ async fn cooldown_grows_per_repeated_trip_and_is_capped() {
             r.one_event("open", "half_open"),
             format!("cooldown {}s elapsed; probing with up to 1 calls", cooldown / 1000)
         );
-        if trip < 4 {
+        if trip < 5 {
             r.record(probe, t, fail(FailureKind::Timeout));
             assert_eq!(
                 r.one_event("half_open", "open"),
@@ -772,12 +774,12 @@ async fn cooldown_grows_per_repeated_trip_and_is_capped() {
         }
     }
     assert_eq!(r.state(), BreakerState::Closed);
-    assert_eq!(r.breaker.view(r.at(t)).trips, 4, "the run of trips is kept a while");
+    assert_eq!(r.breaker.view(r.at(t)).trips, 5, "the run of trips is kept a while");
 
     // Re-tripping soon after closing continues the run: the longest cooldown.
     r.call(t, fail(FailureKind::Server));
     r.call(t, fail(FailureKind::Server));
-    assert_eq!(r.breaker.view(r.at(t)).trips, 5);
+    assert_eq!(r.breaker.view(r.at(t)).trips, 6);
     assert_eq!(r.breaker.view(r.at(t)).next_probe_ms, Some(120_000));
     t += 120_000;
     let probe = r.acquire(t);
@@ -868,16 +870,20 @@ async fn a_stage_reopens_as_soon_as_its_failures_exceed_the_allowance() {
         r.one_event("half_open", "open"),
         "half-open probe failed: 2 of 2 probes failed (success 0.00 < 0.80)"
     );
-    assert_eq!(r.breaker.view(r.at(t)).next_probe_ms, Some(60_000), "second trip: 60 s");
+    assert_eq!(
+        r.breaker.view(r.at(t)).next_probe_ms,
+        Some(30_000),
+        "second trip: the base cooldown again"
+    );
     // The late probes of the failed ramp change nothing.
     for p in rest {
         r.record(p, t + 1, ok());
     }
     assert_eq!(r.state(), BreakerState::Open);
     assert!(r.events().is_empty());
-    let p = r.acquire(t + 60_000);
+    let p = r.acquire(t + 30_000);
     assert!(p.is_probe());
-    assert_eq!(r.breaker.view(r.at(t + 60_000)).half_open_stage, Some((0, 2)));
+    assert_eq!(r.breaker.view(r.at(t + 30_000)).half_open_stage, Some((0, 2)));
     assert_eq!(r.breaker.view(r.at(t + 60_000)).probes_in_flight, 1);
 }
 
@@ -950,7 +956,7 @@ async fn half_open_longer_than_max_reopens() {
         "half-open for 60s without passing the ramp (1 ok, 0 failed)"
     );
     let v = r.breaker.view(r.at(t + 60_000));
-    assert_eq!((v.trips, v.next_probe_ms), (2, Some(60_000)));
+    assert_eq!((v.trips, v.next_probe_ms), (2, Some(30_000)), "the base cooldown again");
     // A probe of the expired ramp does not count afterwards.
     r.record(late, t + 60_001, fail(FailureKind::Server));
     assert_eq!(r.breaker.view(r.at(t + 60_001)).trips, 2);

@@ -28,6 +28,7 @@ mod mcp_record;
 mod mockserver;
 mod otel;
 mod record;
+mod recovery;
 mod replay;
 mod runner;
 mod scenarios;

@@ -95,10 +95,7 @@ impl Inner {
         match state {
             BreakerState::Open => {
                 self.consecutive = 0;
-                let exp = self.trips.saturating_sub(1).min(32) as i32;
-                let ms = (self.cfg.cooldown_ms as f64 * self.cfg.cooldown_multiplier.powi(exp))
-                    .min(self.cfg.max_cooldown_ms as f64);
-                self.open_until = now + Duration::from_millis(ms as u64);
+                self.open_until = now + self.cooldown();
             }
             BreakerState::HalfOpen => self.half.since = Some(now),
             BreakerState::Closed => {
@@ -107,6 +104,18 @@ impl Inner {
             }
             _ => {}
         }
+    }
+
+    /// How long it stays open after its latest trip: the base cooldown
+    /// after the first trip and after the first failed probe too (a
+    /// target back soon is back within one base cooldown), then growing by
+    /// the multiplier while probes keep failing, up to the cap (a target
+    /// that stays down or slow is probed ever more rarely).
+    fn cooldown(&self) -> Duration {
+        let exp = self.trips.saturating_sub(2).min(32) as i32;
+        let ms =
+            (self.cfg.cooldown_ms as f64 * self.cfg.cooldown_multiplier.powi(exp)).min(self.cfg.max_cooldown_ms as f64);
+        Duration::from_millis(ms as u64)
     }
 
     fn trip(&mut self, now: Instant, reason: String, fired: &mut Fired) {
@@ -129,12 +138,7 @@ impl Inner {
     pub(super) fn advance(&mut self, now: Instant, fired: &mut Fired) {
         match self.state {
             BreakerState::Open if now >= self.open_until => {
-                let waited = self.cfg.cooldown_ms as f64
-                    * self
-                        .cfg
-                        .cooldown_multiplier
-                        .powi(self.trips.saturating_sub(1).min(32) as i32);
-                let waited = waited.min(self.cfg.max_cooldown_ms as f64) / 1000.0;
+                let waited = self.cooldown().as_secs_f64();
                 self.to(BreakerState::HalfOpen, now);
                 *fired = Some((
                     BreakerState::Open,

@@ -275,7 +275,7 @@ fn breaker(b: &BreakerRow, app: &App, lines: &mut Vec<Line<'static>>) {
     }
     let c = &b.config;
     lines.push(Line::from(format!(
-        "opens at {} failures in a row, or {} failing (or {} slow, over {} ms) of a {:?} window of {} once {} calls; cooldown {} ms ×{} up to {} ms; half-open ramp {:?} needing {} success",
+        "opens at {} failures in a row, or {} failing (or {} slow, over {} ms) of a {:?} window of {} once {} calls; cooldown {} ms (again after a failed probe), then ×{} per failed probe up to {} ms; half-open ramp {:?} needing {} success",
         c.consecutive_failures,
         pct(c.failure_rate),
         pct(c.slow_call_rate),
