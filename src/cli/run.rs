@@ -274,6 +274,27 @@ pub fn write_summary(summary: &Summary, path: Option<&PathBuf>) -> Result<()> {
     Ok(())
 }
 
+/// Each SIGHUP, as it comes (none if it cannot be caught).
+pub fn hangups() -> tokio::sync::mpsc::UnboundedReceiver<()> {
+    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+    match signal_hook::iterator::Signals::new([signal_hook::consts::SIGHUP]) {
+        Ok(mut signals) => {
+            let spawned = std::thread::Builder::new().name("sighup".into()).spawn(move || {
+                for _ in signals.forever() {
+                    if tx.send(()).is_err() {
+                        return;
+                    }
+                }
+            });
+            if let Err(e) = spawned {
+                tracing::warn!(error = %e, "SIGHUP will not reload the config");
+            }
+        }
+        Err(e) => tracing::warn!(error = %e, "SIGHUP will not reload the config"),
+    }
+    rx
+}
+
 /// Resolves at the first Ctrl-C (SIGINT) or SIGTERM (how a service manager
 /// stops `serve`), so a recording ends whole. A thread waits for the signal, so
 /// it works on a runtime without tokio's I/O driver (a recorded replay runs

@@ -1,7 +1,7 @@
 //! `fusebox serve`: the gateway, with the console or a status line.
 
 use super::args::{load_config, ConsoleArgs, RecordArgs, Speed, StateArgs};
-use super::run::{interrupted, Run, Ui};
+use super::run::{hangups, interrupted, Run, Ui};
 use crate::clock::{Clock, Seed};
 use crate::gateway::{ConnLimits, GatewayOptions};
 use crate::mcp::sessions::McpLimits;
@@ -124,6 +124,8 @@ pub fn serve(mut args: ServeArgs) -> Result<()> {
     // `/metrics` show only what it can call. The built-in tools are the
     // demo's: they leave the servers' tools at the defaults.
     let own = cfg.has_own_tools();
+    // What a reload compares its file with.
+    let read_at_start = cfg.clone();
     let configured = std::mem::take(&mut cfg.tools);
     let configured = if own { configured } else { Default::default() };
     let auth_token = args.auth_token()?;
@@ -219,6 +221,7 @@ pub fn serve(mut args: ServeArgs) -> Result<()> {
         // Created once, so a Ctrl-C during a tick is not missed.
         let stop = interrupted();
         tokio::pin!(stop);
+        let mut hup = hangups();
         loop {
             tokio::select! {
                 _ = tick.tick() => {
@@ -228,6 +231,7 @@ pub fn serve(mut args: ServeArgs) -> Result<()> {
                         status(&runner);
                     }
                 }
+                Some(()) = hup.recv() => reload(&runner, args.config.as_ref(), &read_at_start, &say),
                 _ = &mut stop => break,
             }
         }
@@ -236,6 +240,33 @@ pub fn serve(mut args: ServeArgs) -> Result<()> {
         status(&runner);
         anyhow::Ok(())
     })
+}
+
+/// Reads the config again and applies what can change in place (breaker
+/// settings, states kept); a file that does not read, or a change that
+/// needs a restart, is refused and nothing changes. Said on stderr.
+fn reload(runner: &Runner, path: Option<&PathBuf>, read_at_start: &crate::config::Config, say: &dyn Fn(String)) {
+    let Some(path) = path else {
+        say("fusebox serve: SIGHUP: no --config to read again (the built-in config does not change)".into());
+        return;
+    };
+    let read = super::args::load_config(Some(path));
+    let checked = read.map_err(|e| format!("{e:#}")).and_then(|cfg| {
+        if crate::runner::reload::tools_differ(&cfg, read_at_start) {
+            return Err("the reload changed [tools], which needs a restart; nothing was applied".to_string());
+        }
+        runner.reload(&cfg).map_err(|e| e.to_string())
+    });
+    let (changes, applied) = match checked {
+        Ok(changes) if changes.is_empty() => ("nothing changed".to_string(), true),
+        Ok(changes) => (changes.join("; "), true),
+        Err(why) => (why, false),
+    };
+    let verb = if applied { "reloaded" } else { "reload refused:" };
+    say(format!("fusebox serve: {verb} {}: {changes}", path.display()));
+    runner
+        .events()
+        .emit(crate::telemetry::events::EventKind::Reloaded { changes, applied });
 }
 
 /// Closes the gateway losing no request: none taken any more, those in

@@ -12,6 +12,7 @@ pub mod embed;
 mod ending;
 pub mod llm;
 pub mod registry;
+pub mod reload;
 mod retry;
 pub mod shared;
 mod snapshot;

@@ -16,8 +16,8 @@ pub struct Entry {
     pub breaker: Breaker,
     /// Its counters.
     pub stats: TargetStats,
-    /// Its breaker's settings, for views.
-    pub config: Arc<BreakerConfig>,
+    /// Its breaker's settings, for views (new ones on a reload).
+    pub config: parking_lot::RwLock<Arc<BreakerConfig>>,
 }
 
 /// All targets, addressable by index or name.
@@ -33,7 +33,7 @@ impl Registry {
         let i = self.targets.len();
         self.index.insert(target.clone(), i);
         self.targets.push(Entry {
-            config: Arc::new(config),
+            config: parking_lot::RwLock::new(Arc::new(config)),
             target,
             breaker,
             stats: TargetStats::default(),

@@ -19,7 +19,7 @@ impl Runner {
             .enumerate()
             .map(|(i, t)| BreakerRow {
                 target: t.target.clone(),
-                config: t.config.clone(),
+                config: t.config.read().clone(),
                 breaker: t.breaker.view(now),
                 stats: t.stats.view(),
                 pool: self.tools.iter().find(|s| s.target == i).map(|s| s.bulkhead.view()),

@@ -72,6 +72,13 @@ pub enum EventKind {
         /// Its final level.
         level: crate::outcome::Level,
     },
+    /// The config was read again (`serve` on SIGHUP).
+    Reloaded {
+        /// What changed, or why nothing did, in words.
+        changes: String,
+        /// Whether it was applied (else refused, and nothing changed).
+        applied: bool,
+    },
     /// A streamed answer's events that could not be read were skipped
     /// (never passed on to a client).
     EventsSkipped {

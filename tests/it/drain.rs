@@ -168,3 +168,108 @@ async fn past_the_drain_time_what_is_left_ends_on_an_error_and_is_recorded_so() 
     assert_eq!(requests, 16);
     assert_eq!(levels, vec![Level::Failed; 16], "every outcome recorded, as failed");
 }
+
+/// The snapshot of the gateway at `base`.
+async fn snapshot(base: &str) -> Value {
+    reqwest::get(format!("{base}/_fusebox/snapshot"))
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap()
+}
+
+/// `provider:openai`'s row of a snapshot.
+fn openai_row(s: &Value) -> Value {
+    s["breakers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|b| b["target"] == "provider:openai")
+        .cloned()
+        .unwrap()
+}
+
+/// The reload events a snapshot holds: (applied, what).
+fn reloads(s: &Value) -> Vec<(bool, String)> {
+    s["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["kind"] == "reloaded")
+        .map(|e| {
+            (
+                e["applied"].as_bool().unwrap(),
+                e["changes"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect()
+}
+
+/// Waits until the gateway at `base` has said `n` reloads.
+async fn until_reloads(base: &str, n: usize) -> Value {
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let s = snapshot(base).await;
+        if reloads(&s).len() >= n {
+            return s;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no reload said: {:?}",
+            reloads(&s)
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await; // the signal reaching the other process
+    }
+}
+
+/// SIGHUP reads the config again: a changed breaker threshold applies at
+/// once and the breaker keeps its state; a file that does not read, or a
+/// change that needs a restart, is refused and nothing changes. Each is
+/// said in the events.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sighup_applies_new_breaker_settings_keeping_states_and_refuses_a_broken_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("fb.toml");
+    std::fs::write(&cfg, "[breaker]\nconsecutive_failures = 5\n").unwrap();
+    let path = cfg.display().to_string();
+    let serve = tokio::task::spawn_blocking(move || Serve::start_with(&["--config", &path]))
+        .await
+        .unwrap();
+    let base = serve.base.clone();
+    let forced = reqwest::Client::new()
+        .post(format!("{base}/_fusebox/commands"))
+        .json(&json!({"action": "force_open", "target": "provider:openai"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(forced.status(), 200);
+    std::fs::write(&cfg, "[breaker]\nconsecutive_failures = 7\n").unwrap();
+    serve.signal("HUP");
+    let s = until_reloads(&base, 1).await;
+    let row = openai_row(&s);
+    assert_eq!(row["config"]["consecutive_failures"], 7, "{row}");
+    assert_eq!(row["breaker"]["state"], "forced_open", "the state is kept: {row}");
+    assert!(reloads(&s)[0].0, "applied");
+    assert!(
+        reloads(&s)[0].1.contains("provider:openai: new breaker settings"),
+        "{:?}",
+        reloads(&s)
+    );
+    // A file that does not read: refused, with where.
+    std::fs::write(&cfg, "[breaker\nconsecutive_failures = 9\n").unwrap();
+    serve.signal("HUP");
+    let s = until_reloads(&base, 2).await;
+    let (applied, why) = reloads(&s)[1].clone();
+    assert!(!applied && why.contains("fb.toml") && why.contains("line 1"), "{why}");
+    // A change that needs a restart: refused whole.
+    std::fs::write(&cfg, "[breaker]\nconsecutive_failures = 9\n[retry]\nmax_retries = 0\n").unwrap();
+    serve.signal("HUP");
+    let s = until_reloads(&base, 3).await;
+    let (applied, why) = reloads(&s)[2].clone();
+    assert!(
+        !applied && why.contains("[retry]") && why.contains("needs a restart"),
+        "{why}"
+    );
+    assert_eq!(openai_row(&s)["config"]["consecutive_failures"], 7, "nothing changed");
+}

@@ -173,7 +173,7 @@ async fn operators_command_mcp_tools_and_a_breaker_recovers() {
         keys: [("team-app".to_string(), key)].into(),
         ..Config::default()
     };
-    let (base, runner) = proxy_with(&url, cfg).await;
+    let (base, runner) = proxy_with(&url, cfg, 50).await;
     let transport = rmcp::transport::StreamableHttpClientTransport::from_config(
         rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig::with_uri(base.clone())
             .auth_header("sk-team-01234567"),

@@ -56,6 +56,11 @@ fn what(e: &Event) -> String {
         EventKind::Deferred { request, reason } => format!("deferred #{request}: {reason}"),
         EventKind::DeferredDone { request, level } => format!("deferred #{request} ended: {}", level.as_str()),
         EventKind::RecordingFailed { path, error } => format!("recording to {path} stopped: {error}"),
+        EventKind::Reloaded { changes, applied: true } => format!("config reloaded: {changes}"),
+        EventKind::Reloaded {
+            changes,
+            applied: false,
+        } => format!("config reload refused: {changes}"),
         EventKind::EventsSkipped { target, request, count } => {
             format!(
                 "{target} sent {count} stream event(s) that could not be read in #{request}: skipped, not passed on"
@@ -76,7 +81,7 @@ fn style(theme: &Theme, e: &Event) -> Style {
             ..
         }) => theme.state_closed,
         EventKind::Transition(Transition { .. }) => theme.state_half_open,
-        EventKind::Operator { .. } => theme.badge,
+        EventKind::Operator { .. } | EventKind::Reloaded { .. } => theme.badge,
         EventKind::BudgetWarning(BudgetWarning { .. })
         | EventKind::RefillFrozen(RefillFrozen { .. })
         | EventKind::EventsSkipped { .. } => theme.warn,

@@ -124,13 +124,15 @@ pub fn text(r: &CallToolResult) -> String {
 
 /// fusebox serving `/mcp` in front of the upstream at `url`, get_order
 /// with a pool of 2 (no queue), a 60 s cache and a breaker that opens
-/// after 3 failures in a row (and probes after 50 ms); its `/mcp` URL and
+/// after 3 failures in a row (probing after a minute); its `/mcp` URL and
 /// the runner.
 pub async fn proxy(url: &str) -> (String, Arc<Runner>) {
-    proxy_with(url, Config::default()).await
+    proxy_with(url, Config::default(), 60_000).await
 }
 
-pub async fn proxy_with(url: &str, base: Config) -> (String, Arc<Runner>) {
+/// [`proxy`] over `base`, `get_order`'s breaker cooling down for
+/// `cooldown_ms` of real time (short only where a test waits for a probe).
+pub async fn proxy_with(url: &str, base: Config, cooldown_ms: u64) -> (String, Arc<Runner>) {
     let cfg = with_orders(Some(url), base);
     let get_order = ToolConfig {
         pool: 2,
@@ -138,7 +140,7 @@ pub async fn proxy_with(url: &str, base: Config) -> (String, Arc<Runner>) {
         cache_ttl_s: 60,
         breaker: Some(fusebox::config::BreakerConfig {
             consecutive_failures: 3,
-            cooldown_ms: 50,
+            cooldown_ms,
             half_open_ramp: vec![1],
             ..cfg.breaker.clone()
         }),

@@ -1,0 +1,103 @@
+//! A new config taken while running (`serve` on SIGHUP): what can change
+//! in place does, every breaker keeping its state and counts; a change
+//! that needs a restart refuses the whole reload, so nothing changes.
+
+use super::Runner;
+use crate::config::Config;
+use serde_json::Value;
+
+/// Why a reload was refused (nothing changed).
+#[derive(Debug, thiserror::Error)]
+#[error("the reload changed {what}, which needs a restart; nothing was applied")]
+pub struct NeedsRestart {
+    /// What, in words.
+    pub what: String,
+}
+
+/// `v` with every `breaker` member of its objects (one level down) taken
+/// out: what a section is, breaker settings apart.
+fn without_breakers(v: Value) -> Value {
+    match v {
+        Value::Object(mut m) => {
+            for inner in m.values_mut() {
+                if let Value::Object(o) = inner {
+                    o.remove("breaker");
+                }
+            }
+            Value::Object(m)
+        }
+        v => v,
+    }
+}
+
+/// Whether two `[tools]` tables differ in anything but breaker settings.
+pub fn tools_differ(a: &Config, b: &Config) -> bool {
+    let json = |c: &Config| without_breakers(serde_json::to_value(&c.tools).unwrap_or(Value::Null));
+    json(a) != json(b)
+}
+
+/// The sections of a config as JSON, breaker settings apart, by name
+/// (`[tools]` apart: a gateway's tools are its MCP servers', see
+/// [`tools_differ`]).
+fn sections(cfg: &Config) -> Vec<(&'static str, Value)> {
+    let json = |v: Result<Value, serde_json::Error>| v.unwrap_or(Value::Null);
+    vec![
+        (
+            "[providers]",
+            without_breakers(json(serde_json::to_value(&cfg.providers))),
+        ),
+        ("[models]", json(serde_json::to_value(&cfg.models))),
+        ("[routes]", json(serde_json::to_value(&cfg.routes))),
+        ("[limiter]", json(serde_json::to_value(&cfg.limiter))),
+        ("[budgets]", json(serde_json::to_value(&cfg.budgets))),
+        ("[sessions]", json(serde_json::to_value(&cfg.sessions))),
+        ("[retry]", json(serde_json::to_value(&cfg.retry))),
+        ("[degradation]", json(serde_json::to_value(&cfg.degradation))),
+        ("[state]", json(serde_json::to_value(&cfg.state))),
+        ("[keys]", json(serde_json::to_value(&cfg.keys))),
+        ("[operators]", json(serde_json::to_value(&cfg.operators))),
+        ("[mcp]", json(serde_json::to_value(&cfg.mcp))),
+    ]
+}
+
+impl Runner {
+    /// Takes `new` (read and validated): each breaker whose settings
+    /// changed takes the new ones, keeping its state, counts and window
+    /// where it still fits; what changed, in words. Any other change is
+    /// refused whole, naming it (the caller compares `[tools]`, which the
+    /// runner holds as it was built: [`tools_differ`]).
+    pub fn reload(&self, new: &Config) -> Result<Vec<String>, NeedsRestart> {
+        let changed: Vec<&str> = sections(&self.cfg)
+            .into_iter()
+            .zip(sections(new))
+            .filter(|((_, a), (_, b))| a != b)
+            .map(|((name, _), _)| name)
+            .collect();
+        if !changed.is_empty() {
+            return Err(NeedsRestart {
+                what: changed.join(", "),
+            });
+        }
+        let now = self.clock.now();
+        let mut said = Vec::new();
+        for t in self.registry.iter() {
+            let want = match t.target.kind() {
+                // A tool the file does not name (an MCP server's) keeps
+                // what it was built with, or takes the new default.
+                crate::target::Kind::Tool if !new.tools.contains_key(t.target.name()) => self
+                    .cfg
+                    .tools
+                    .get(t.target.name())
+                    .and_then(|c| c.breaker.as_ref())
+                    .unwrap_or(&new.breaker),
+                _ => new.breaker_for(&t.target),
+            };
+            if **t.config.read() != *want {
+                t.breaker.reconfigure(want.clone(), now);
+                *t.config.write() = std::sync::Arc::new(want.clone());
+                said.push(format!("{}: new breaker settings", t.target));
+            }
+        }
+        Ok(said)
+    }
+}
