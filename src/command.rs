@@ -55,6 +55,10 @@ pub enum Command {
     DrillOn,
     /// Drill mode off.
     DrillOff,
+    /// Read the config file again and take what can change in place
+    /// (breaker settings, states kept); refused whole, changing nothing,
+    /// when the file does not read or a change needs a restart.
+    Reload,
 }
 
 /// What a command acts on: two commands on the same subject supersede each
@@ -69,6 +73,8 @@ pub enum Subject {
     Fault(Target),
     /// Drill mode.
     Drill,
+    /// The config.
+    Config,
 }
 
 impl std::fmt::Display for Subject {
@@ -78,6 +84,7 @@ impl std::fmt::Display for Subject {
             Subject::Limiter(t) => write!(f, "limiter/{t}"),
             Subject::Fault(t) => write!(f, "fault/{t}"),
             Subject::Drill => f.write_str("drill"),
+            Subject::Config => f.write_str("config"),
         }
     }
 }
@@ -101,7 +108,7 @@ impl Command {
             | Command::FreezeRefill { target }
             | Command::UnfreezeRefill { target }
             | Command::SetFault { target, .. } => Some(target),
-            Command::DrillOn | Command::DrillOff => None,
+            Command::DrillOn | Command::DrillOff | Command::Reload => None,
         }
     }
 
@@ -111,6 +118,7 @@ impl Command {
             Command::FreezeRefill { target } | Command::UnfreezeRefill { target } => Subject::Limiter(target.clone()),
             Command::SetFault { target, .. } => Subject::Fault(target.clone()),
             Command::DrillOn | Command::DrillOff => Subject::Drill,
+            Command::Reload => Subject::Config,
             Command::ForceOpen { target }
             | Command::ForceClosed { target }
             | Command::Disable { target }
@@ -237,6 +245,7 @@ mod tests {
             },
             Command::DrillOn,
             Command::DrillOff,
+            Command::Reload,
         ];
         assert_eq!(all.len(), Command::ACTIONS.len());
         for (c, name) in all.iter().zip(Command::ACTIONS) {

@@ -156,6 +156,9 @@ pub fn serve(mut args: ServeArgs) -> Result<()> {
             Some(upstreams)
         };
         let runner = Runner::new(cfg, parts)?;
+        if let Some(path) = &args.config {
+            runner.reload_from(path.clone(), read_at_start);
+        }
         // Real time: nothing to pace.
         let mut run = Run::start(runner.clone(), &args.record, seed.0, None, state.as_ref()).await?;
         let opts = GatewayOptions {
@@ -231,7 +234,7 @@ pub fn serve(mut args: ServeArgs) -> Result<()> {
                         status(&runner);
                     }
                 }
-                Some(()) = hup.recv() => reload(&runner, args.config.as_ref(), &read_at_start, &say),
+                Some(()) = hup.recv() => reload(&runner, &say),
                 _ = &mut stop => break,
             }
         }
@@ -245,28 +248,11 @@ pub fn serve(mut args: ServeArgs) -> Result<()> {
 /// Reads the config again and applies what can change in place (breaker
 /// settings, states kept); a file that does not read, or a change that
 /// needs a restart, is refused and nothing changes. Said on stderr.
-fn reload(runner: &Runner, path: Option<&PathBuf>, read_at_start: &crate::config::Config, say: &dyn Fn(String)) {
-    let Some(path) = path else {
-        say("fusebox serve: SIGHUP: no --config to read again (the built-in config does not change)".into());
-        return;
-    };
-    let read = super::args::load_config(Some(path));
-    let checked = read.map_err(|e| format!("{e:#}")).and_then(|cfg| {
-        if crate::runner::reload::tools_differ(&cfg, read_at_start) {
-            return Err("the reload changed [tools], which needs a restart; nothing was applied".to_string());
-        }
-        runner.reload(&cfg).map_err(|e| e.to_string())
-    });
-    let (changes, applied) = match checked {
-        Ok(changes) if changes.is_empty() => ("nothing changed".to_string(), true),
-        Ok(changes) => (changes.join("; "), true),
-        Err(why) => (why, false),
-    };
-    let verb = if applied { "reloaded" } else { "reload refused:" };
-    say(format!("fusebox serve: {verb} {}: {changes}", path.display()));
-    runner
-        .events()
-        .emit(crate::telemetry::events::EventKind::Reloaded { changes, applied });
+fn reload(runner: &Runner, say: &dyn Fn(String)) {
+    match runner.reload_file() {
+        Ok(done) => say(format!("fusebox serve: reloaded {done}")),
+        Err(why) => say(format!("fusebox serve: reload refused: {why}")),
+    }
 }
 
 /// Closes the gateway losing no request: none taken any more, those in

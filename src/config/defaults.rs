@@ -27,6 +27,7 @@ pub(super) fn provider(tpm: u64, itpm: u64, otpm: u64, rpm: u64, concurrency: u3
 fn model(provider: &str, input: f64, output: f64, tier: Tier, quality: f64) -> ModelConfig {
     ModelConfig {
         first_token_timeout_ms: super::fleet::FIRST_TOKEN_TIMEOUT_MS,
+        prefill: None,
         provider: provider.into(),
         api_name: None,
         input_per_m: input,
@@ -95,7 +96,7 @@ impl Default for Config {
                 latency_sla_ms: 0,
                 defer: true,
                 named_fallback: true,
-                stream_resume: false,
+                stream_resume: true,
             },
         )]);
         let tools = tools();

@@ -33,6 +33,11 @@ impl ProviderKind {
             ProviderKind::Mock | ProviderKind::OpenaiCompatible => None,
         }
     }
+
+    /// Whether its API continues a last assistant turn (a prefill).
+    pub fn takes_prefill(self) -> bool {
+        matches!(self, ProviderKind::Mock | ProviderKind::Anthropic)
+    }
 }
 
 /// One provider: its kind and its published limits.
@@ -127,6 +132,13 @@ pub struct ModelConfig {
     /// timeout). Raise it for reasoning models that think long first.
     #[serde(default = "first_token_ms")]
     pub first_token_timeout_ms: u64,
+    /// Whether it continues an answer given as a last assistant turn (a
+    /// prefill), as a cut stream is resumed. Unset: as its provider's API
+    /// does (Anthropic's and the mock's do, OpenAI-style ones do not);
+    /// a model that refuses a prefill with a 400 saying so is not given
+    /// one again. Without one, the continuation is asked for in a user turn.
+    #[serde(default)]
+    pub prefill: Option<bool>,
 }
 
 /// How long a streamed answer's first content may take by default.
@@ -172,8 +184,9 @@ pub struct RouteConfig {
     #[serde(default = "yes")]
     pub named_fallback: bool,
     /// A streamed text answer cut mid-stream is continued by the next
-    /// model of the chain, so the client sees one stream.
-    #[serde(default)]
+    /// model of the chain, so the client sees one stream (answers with
+    /// tool calls are never resumed).
+    #[serde(default = "yes")]
     pub stream_resume: bool,
 }
 

@@ -190,6 +190,14 @@ impl StreamSink for ClientSink {
         self.encode(kind, piece, own, &mut bytes);
         self.out.lock().bytes = bytes;
     }
+
+    /// A chat completion's chunks name the model that wrote them; the
+    /// other APIs name one model, at their start.
+    fn resumed_by(&mut self, model: &str) {
+        if let Some(Writer::Chat(w)) = self.writer.as_mut() {
+            w.rename(model);
+        }
+    }
 }
 
 /// The outcome as the last chunk carries it.

@@ -38,7 +38,7 @@ impl Runner {
     /// runner has, and its fault is within bounds. Nothing is changed.
     pub fn check(&self, cmd: &Command) -> Result<(), CommandError> {
         match cmd {
-            Command::DrillOn | Command::DrillOff => Ok(()),
+            Command::DrillOn | Command::DrillOff | Command::Reload => Ok(()),
             Command::SetFault { target, fault } => {
                 fault.check().map_err(CommandError::BadFault)?;
                 self.fault_target(target)
@@ -128,6 +128,7 @@ impl Runner {
                 self.drill.store(false, Ordering::Relaxed);
                 "drill mode off".into()
             }
+            Command::Reload => format!("reloaded {}", self.reload_file().map_err(CommandError::Invalid)?),
         })
     }
 }

@@ -7,7 +7,7 @@ use super::admission::Spent;
 use super::stream::{Pumped, Spend, StreamHead, Streaming};
 use super::{ModelSlot, Runner};
 use crate::outcome::Level;
-use crate::provider::{ErrorKind, LlmRequest, LlmResponse, Message, Piece, ProviderError, Role};
+use crate::provider::{ErrorKind, LlmRequest, LlmResponse, Message, Piece, ProviderError, Role, Usage};
 use crate::resilience::breaker::{watched, FailureKind};
 use crate::resilience::limiter::RateFeedback;
 use crate::telemetry::events::{Attempt, EventKind, StepKind};
@@ -95,7 +95,9 @@ impl Runner {
         let mut hop_no = 0i32;
         // The answer cut mid-stream being continued, and how it was cut.
         let mut cut: Option<ProviderError> = None;
-        for (pos, &mi) in order.iter().enumerate() {
+        // What the last cut attempt used, for the usage the client is told.
+        let mut carry = Usage::default();
+        'models: for (pos, &mi) in order.iter().enumerate() {
             // No attempt starts once the request's deadline has passed.
             if call.deadline.is_some_and(|d| self.clock.now() >= d) {
                 break;
@@ -132,62 +134,80 @@ impl Runner {
                 .max(16)
                 .min(call.max_tokens);
             let trimmed = hop_no > 0 && route.cfg.trim_prompt_on_fallback;
-            let mut messages = if trimmed {
+            let conversation = if trimmed {
                 trim(&call.messages)
             } else {
                 call.messages.clone()
             };
-            let mut own_messages = !trimmed || Arc::ptr_eq(&messages, &call.messages);
-            if let Some(s) = streaming.as_deref_mut().filter(|_| cut.is_some()) {
-                // Continue the cut answer: the conversation, then what was sent.
-                let prefix = Message::assistant(s.resume(), Vec::new());
-                messages = messages.iter().cloned().chain([prefix]).collect();
-                own_messages = false;
-            }
-            let req = LlmRequest {
-                request_id: call.request_id,
-                step: call.step,
-                attempt: 0,
-                model: m.api_name.clone(),
-                own_messages,
-                messages,
-                tools: call.tools.clone(),
-                max_tokens,
-                params: call.params.clone(),
-                stream: call.stream,
-            };
-            match self
-                .try_model(call, mi, req, rest, tally, streaming.as_deref_mut())
-                .await?
-            {
-                Ok((resp, tries)) => {
-                    tally.hops.push(Hop {
-                        model: mi,
-                        result: if cut.is_some() {
-                            HopResult::Resumed
-                        } else {
-                            HopResult::Ok
-                        },
-                        tries,
-                    });
-                    return Ok((resp, mi));
+            // A cut answer is continued as a prefill where the model takes
+            // one, else asked for in a user turn; a model that refuses the
+            // prefill is asked again at once the other way.
+            let mut prefill = m.prefill.load(Ordering::Relaxed);
+            loop {
+                let mut messages = conversation.clone();
+                let mut own_messages = !trimmed || Arc::ptr_eq(&messages, &call.messages);
+                if let Some(s) = streaming.as_deref_mut().filter(|_| cut.is_some()) {
+                    let spent = std::mem::take(&mut carry);
+                    messages = continuation(&messages, s.resume(&m.api_name, spent), prefill);
+                    own_messages = false;
                 }
-                Err(hop) => {
-                    if hop.tries > 0 {
-                        hop_no += 1;
+                let req = LlmRequest {
+                    request_id: call.request_id,
+                    step: call.step,
+                    attempt: 0,
+                    model: m.api_name.clone(),
+                    own_messages,
+                    messages,
+                    tools: call.tools.clone(),
+                    max_tokens,
+                    params: call.params.clone(),
+                    stream: call.stream,
+                };
+                let mut hop = match self
+                    .try_model(call, mi, req, rest, tally, streaming.as_deref_mut())
+                    .await?
+                {
+                    Ok((mut resp, tries)) => {
+                        let resumed = cut.is_some();
+                        if let Some(s) = streaming.as_deref().filter(|_| resumed) {
+                            // The client was sent every part: it is told of all.
+                            let c = s.carried();
+                            resp.usage.input = resp.usage.input.saturating_add(c.input);
+                            resp.usage.output = resp.usage.output.saturating_add(c.output);
+                        }
+                        tally.hops.push(Hop {
+                            model: mi,
+                            result: if resumed { HopResult::Resumed } else { HopResult::Ok },
+                            tries,
+                        });
+                        return Ok((resp, mi));
                     }
-                    let broke = match &hop.result {
-                        HopResult::Cut(e) => Some(e.clone()),
-                        _ => None,
-                    };
-                    tally.hops.push(hop);
-                    let Some(e) = broke else { continue };
-                    let s = streaming.as_deref_mut();
-                    match s {
-                        // A text answer cut mid-stream: the next model continues it.
-                        Some(s) if route.cfg.stream_resume && s.only_text && self.any_admits(rest) => cut = Some(*e),
-                        _ => return Err(LlmFailure::Cut(e)),
+                    Err(hop) => hop,
+                };
+                if hop.tries > 0 {
+                    hop_no += 1;
+                }
+                let broke = match &mut hop.result {
+                    HopResult::Cut(e) if cut.is_some() && prefill && refuses_prefill(e) => {
+                        m.prefill.store(false, Ordering::Relaxed);
+                        prefill = false;
+                        hop.result = HopResult::Failed(e.kind, e.status);
+                        tally.hops.push(hop);
+                        continue;
                     }
+                    HopResult::Cut(e) => Some(e.clone()),
+                    _ => None,
+                };
+                tally.hops.push(hop);
+                let Some(e) = broke else { continue 'models };
+                match streaming.as_deref_mut() {
+                    // A text answer cut mid-stream: the next model continues it.
+                    Some(s) if route.cfg.stream_resume && s.only_text && self.any_admits(rest) => {
+                        carry = e.usage;
+                        cut.get_or_insert(*e);
+                        continue 'models;
+                    }
+                    _ => return Err(LlmFailure::Cut(Box::new(unresumed(cut, *e)))),
                 }
             }
         }
@@ -646,4 +666,35 @@ fn trim(messages: &Arc<[Message]>) -> Arc<[Message]> {
         .filter(|(i, m)| m.role.instructs() || *i >= last_user)
         .map(|(_, m)| m.clone())
         .collect()
+}
+
+/// What a model after the cut is asked, to continue `sent`: the
+/// conversation, the answer so far as the assistant's turn and, where the
+/// model takes no prefill, a user turn asking for the rest.
+fn continuation(conversation: &Arc<[Message]>, sent: &str, prefill: bool) -> Arc<[Message]> {
+    let answer = Message::assistant(sent, Vec::new());
+    let ask = (!prefill).then(|| Message::user(CONTINUE));
+    conversation.iter().cloned().chain([answer]).chain(ask).collect()
+}
+
+/// The user turn that asks a model without prefill for the rest of a cut
+/// answer.
+const CONTINUE: &str = "Your previous answer was cut off. Continue it from exactly where it stopped: \
+     write only the rest, without repeating anything already written and without any preamble.";
+
+/// Whether a model's 400 says it takes no assistant prefill.
+fn refuses_prefill(e: &ProviderError) -> bool {
+    e.kind == ErrorKind::BadRequest && e.message.to_ascii_lowercase().contains("prefill")
+}
+
+/// The failure a cut answer ends with when it could not be continued: the
+/// first cut, naming what then failed.
+fn unresumed(first: Option<ProviderError>, last: ProviderError) -> ProviderError {
+    match first {
+        Some(mut e) => {
+            e.message = format!("{} (not resumed: {})", e.message, last.message);
+            e
+        }
+        None => last,
+    }
 }

@@ -83,6 +83,9 @@ pub struct ModelSlot {
     /// Its hop label when it answered at the first try (`gpt-4o ✓`), the
     /// most common one, made once instead of formatted per request.
     pub answered_label: Box<str>,
+    /// It continues an answer given as a last assistant turn (false once
+    /// it refused one).
+    pub prefill: std::sync::atomic::AtomicBool,
 }
 
 impl ModelSlot {
@@ -207,6 +210,8 @@ pub struct Runner {
     store: Arc<crate::telemetry::store::StoreStatus>,
     /// Fleet mode: the fleet's budgets, deferred stream and trips.
     shared: std::sync::OnceLock<Arc<dyn Shared>>,
+    /// The config file a reload reads again (`serve --config`).
+    reload_source: std::sync::OnceLock<reload::Source>,
 }
 
 /// For each model, what serves a client that names it: the model first,
@@ -348,6 +353,10 @@ impl Runner {
                 latency_ms: AtomicU64::new(0),
                 min_tokens_per_s,
                 answered_label: format!("{name} ✓").into(),
+                prefill: m
+                    .prefill
+                    .unwrap_or_else(|| cfg.providers[&m.provider].kind.takes_prefill())
+                    .into(),
             });
         }
         let routes = route_slots(&cfg, &model_index);
@@ -386,6 +395,7 @@ impl Runner {
             totals: Totals::default(),
             store: Arc::default(),
             shared: std::sync::OnceLock::new(),
+            reload_source: std::sync::OnceLock::new(),
         }))
     }
 

@@ -1,10 +1,19 @@
-//! A new config taken while running (`serve` on SIGHUP): what can change
-//! in place does, every breaker keeping its state and counts; a change
-//! that needs a restart refuses the whole reload, so nothing changes.
+//! A new config taken while running (`serve` on SIGHUP, or an operator's
+//! `reload` command): what can change in place does, every breaker keeping
+//! its state and counts; a change that needs a restart refuses the whole
+//! reload, so nothing changes.
 
 use super::Runner;
 use crate::config::Config;
+use crate::telemetry::events::EventKind;
 use serde_json::Value;
+use std::path::PathBuf;
+
+/// The file a reload reads, and the config it was read as at start.
+pub struct Source {
+    path: PathBuf,
+    read_at_start: Config,
+}
 
 /// Why a reload was refused (nothing changed).
 #[derive(Debug, thiserror::Error)]
@@ -61,6 +70,42 @@ fn sections(cfg: &Config) -> Vec<(&'static str, Value)> {
 }
 
 impl Runner {
+    /// Reloads read `path`, which read as `read_at_start` when the runner
+    /// was built (set once; later calls change nothing).
+    pub fn reload_from(&self, path: PathBuf, read_at_start: Config) {
+        let _ = self.reload_source.set(Source { path, read_at_start });
+    }
+
+    /// Reads the config file again and takes what can change in place
+    /// ([`Runner::reload`]); what changed, or why nothing did. Said in the
+    /// events either way.
+    pub fn reload_file(&self) -> Result<String, String> {
+        let Some(src) = self.reload_source.get() else {
+            return Err("no config file to read again (the built-in config does not change)".into());
+        };
+        let checked = Config::load(&src.path).map_err(|e| e.to_string()).and_then(|cfg| {
+            if tools_differ(&cfg, &src.read_at_start) {
+                return Err("the reload changed [tools], which needs a restart; nothing was applied".to_string());
+            }
+            self.reload(&cfg).map_err(|e| e.to_string())
+        });
+        let (changes, applied) = match checked {
+            Ok(changes) if changes.is_empty() => ("nothing changed".to_string(), true),
+            Ok(changes) => (changes.join("; "), true),
+            Err(why) => (why, false),
+        };
+        self.events.emit(EventKind::Reloaded {
+            changes: changes.clone(),
+            applied,
+        });
+        let said = format!("{}: {changes}", src.path.display());
+        if applied {
+            Ok(said)
+        } else {
+            Err(said)
+        }
+    }
+
     /// Takes `new` (read and validated): each breaker whose settings
     /// changed takes the new ones, keeping its state, counts and window
     /// where it still fits; what changed, in words. Any other change is

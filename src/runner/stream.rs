@@ -37,6 +37,9 @@ pub trait StreamSink: Send {
     /// from the first upstream that streamed (so, of the client's API, it
     /// may go as sent).
     fn piece(&mut self, kind: WireKind, piece: &Piece, own: bool);
+    /// The answer goes on from `model`, continuing a cut one: what is
+    /// written from now on names it.
+    fn resumed_by(&mut self, _model: &str) {}
 }
 
 /// A client's stream as the runner drives it.
@@ -53,6 +56,9 @@ pub struct Streaming<'s> {
     /// Whitespace the client was sent at the cut that a continuation,
     /// given the answer without it, sends again.
     skip: String,
+    /// What the cut attempts before the one streaming now used: added to
+    /// the usage the client is told, which covers all it received.
+    carried: Usage,
     /// The held end of the answer (its finish and terminator), for the
     /// client's last chunk: `(API, piece, own)`.
     pub tail: Vec<(WireKind, Piece, bool)>,
@@ -86,18 +92,44 @@ impl<'s> Streaming<'s> {
             only_text: true,
             resumed: false,
             skip: String::new(),
+            carried: Usage::default(),
             tail: Vec::new(),
         }
     }
 
-    /// The answer so far, for the next model to continue: without its
-    /// trailing whitespace, which APIs refuse at the end of a prefill (and
-    /// which the continuation's first text is not sent again).
-    pub fn resume(&mut self) -> &str {
+    /// The answer so far, for `model` to continue after an attempt cut
+    /// having used `spent`: without its trailing whitespace, which APIs
+    /// refuse at the end of a prefill (and which the continuation's first
+    /// text is not sent again).
+    pub fn resume(&mut self, model: &str, spent: Usage) -> &str {
         self.resumed = true;
+        self.carried.input = self.carried.input.saturating_add(spent.input);
+        self.carried.output = self.carried.output.saturating_add(spent.output);
+        self.sink.resumed_by(model);
         let kept = self.sent_text.trim_end().len();
         self.skip = self.sent_text[kept..].to_string();
         &self.sent_text[..kept]
+    }
+
+    /// What the earlier, cut attempts used (none unless resumed).
+    pub fn carried(&self) -> Usage {
+        self.carried
+    }
+
+    /// `p` with the usage it says raised by what earlier attempts used,
+    /// when it says any and they used some.
+    fn carrying(&self, p: &Piece) -> Option<Piece> {
+        if self.carried.total() == 0 || !p.deltas.iter().any(|d| matches!(d, Delta::Usage(_))) {
+            return None;
+        }
+        let mut p = p.clone();
+        for d in &mut p.deltas {
+            if let Delta::Usage(u) = d {
+                u.input = u.input.saturating_add(self.carried.input);
+                u.output = u.output.saturating_add(self.carried.output);
+            }
+        }
+        Some(p)
     }
 
     fn open(&mut self, head: StreamHead) {
@@ -125,7 +157,10 @@ impl<'s> Streaming<'s> {
                 _ => {}
             }
         }
-        self.sink.piece(kind, p, !self.resumed);
+        match self.carrying(p) {
+            Some(p) => self.sink.piece(kind, &p, false),
+            None => self.sink.piece(kind, p, !self.resumed),
+        }
     }
 
     /// Reads `live` to its end, passing text on as it comes (opening the
@@ -211,13 +246,17 @@ impl<'s> Streaming<'s> {
         let mut pieces = held.into_iter();
         for p in pieces.by_ref() {
             if p.deltas.iter().any(|d| matches!(d, Delta::Finish(_) | Delta::Done)) {
+                let p = self.carrying(&p).unwrap_or(p);
                 self.tail.push((kind, p, !self.resumed));
                 break;
             }
             self.send(kind, &p);
         }
         let own = !self.resumed;
-        self.tail.extend(pieces.map(|p| (kind, p, own)));
+        for p in pieces {
+            let p = self.carrying(&p).unwrap_or(p);
+            self.tail.push((kind, p, own));
+        }
     }
 }
 

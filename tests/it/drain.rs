@@ -228,7 +228,7 @@ async fn until_reloads(base: &str, n: usize) -> Value {
 /// change that needs a restart, is refused and nothing changes. Each is
 /// said in the events.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn sighup_applies_new_breaker_settings_keeping_states_and_refuses_a_broken_file() {
+async fn sighup_or_the_reload_command_applies_new_breaker_settings_keeping_states_and_refuses_a_broken_file() {
     let dir = tempfile::tempdir().unwrap();
     let cfg = dir.path().join("fb.toml");
     std::fs::write(&cfg, "[breaker]\nconsecutive_failures = 5\n").unwrap();
@@ -272,4 +272,18 @@ async fn sighup_applies_new_breaker_settings_keeping_states_and_refuses_a_broken
         "{why}"
     );
     assert_eq!(openai_row(&s)["config"]["consecutive_failures"], 7, "nothing changed");
+    // An operator's reload command reads the file the same way.
+    std::fs::write(&cfg, "[breaker]\nconsecutive_failures = 9\n").unwrap();
+    let reloaded = reqwest::Client::new()
+        .post(format!("{base}/_fusebox/commands"))
+        .json(&json!({"action": "reload"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(reloaded.status(), 200, "{:?}", reloaded.text().await);
+    let s = until_reloads(&base, 4).await;
+    assert!(reloads(&s)[3].0, "applied: {:?}", reloads(&s));
+    let row = openai_row(&s);
+    assert_eq!(row["config"]["consecutive_failures"], 9, "{row}");
+    assert_eq!(row["breaker"]["state"], "forced_open", "the state is kept: {row}");
 }

@@ -42,6 +42,7 @@ const WORDS: &[&str] = &[
     "set_fault",
     "drill_on",
     "drill_off",
+    "reload",
     "provider:openai",
     "provider:anthropic",
     "tool:get_order",

@@ -15,6 +15,7 @@ mod deadline;
 mod docs;
 mod drain;
 mod faithful;
+mod faults;
 mod fleet;
 mod fuzz;
 mod gateway;

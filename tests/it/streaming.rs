@@ -165,8 +165,10 @@ async fn a_client_that_asked_for_usage_gets_it_with_the_outcome() {
 }
 
 #[tokio::test]
-async fn a_reset_after_three_chunks_ends_the_stream_with_an_error_event() {
+async fn a_reset_after_three_chunks_that_nothing_can_continue_ends_on_an_error_naming_the_cut() {
     let p = Proxy::start(config(ROUTES)).await;
+    // The fallback that would continue it is overloaded.
+    p.upstream.set_down(Api::Anthropic, true);
     {
         let mut plan = p.upstream.state.stream.lock();
         plan.gap = Duration::from_millis(100);
@@ -178,15 +180,15 @@ async fn a_reset_after_three_chunks_ends_the_stream_with_an_error_event() {
     let evs = events(&text);
     assert!(!text.contains("[DONE]"), "never a clean end: {text}");
     let last = data(evs.last().unwrap()).unwrap();
-    assert!(
-        last["error"]["message"].as_str().unwrap().contains("stream broke"),
-        "{last}"
-    );
+    let message = last["error"]["message"].as_str().unwrap();
+    assert!(message.contains("stream broke"), "the cut first: {last}");
+    assert!(message.contains("not resumed") && message.contains("529"), "{last}");
     // One outcome: partial, with what was sent.
     let o = soon("the outcome", outcome(&mut events_rx)).await;
     assert_eq!(o.level, Level::Partial);
     assert_eq!(o.answer.as_deref(), Some("Order 38100 is "));
     assert!(o.chain[0].starts_with("gpt-4o ✗cut"), "{:?}", o.chain);
+    assert!(o.chain[1].starts_with("claude-haiku ✗"), "{:?}", o.chain);
     let t = p.runner.registry().find(&Target::model("gpt-4o")).unwrap();
     assert_eq!(t.breaker.view(p.runner.clock().now()).calls_in_window, 1);
     assert_eq!(t.stats.view().failed, 1, "the cut counts as a failure");
@@ -194,12 +196,8 @@ async fn a_reset_after_three_chunks_ends_the_stream_with_an_error_event() {
 
 #[tokio::test]
 async fn a_cut_answer_is_resumed_by_the_next_model_as_one_stream() {
-    let routes = r#"
-[routes.default]
-chain = ["gpt-4o", "claude-haiku"]
-stream_resume = true
-"#;
-    let p = Proxy::start(config(routes)).await;
+    // Resumed by default.
+    let p = Proxy::start(config(ROUTES)).await;
     // The OpenAI upstream's stream is cut; Anthropic continues it.
     {
         let mut plan = p.upstream.state.stream.lock();
@@ -242,6 +240,69 @@ stream_resume = true
     let last = resumed["messages"].as_array().unwrap().last().unwrap().clone();
     assert_eq!(last["role"], "assistant");
     assert_eq!(last["content"][0]["text"], "Order 38100 is");
+}
+
+#[tokio::test]
+async fn a_model_that_refuses_a_prefill_continues_in_a_user_turn_and_the_usage_covers_both() {
+    let p = Proxy::start(config(ROUTES)).await;
+    {
+        let mut plan = p.upstream.state.stream.lock();
+        plan.gap = Duration::from_millis(100);
+        plan.reset_after = Some((Api::OpenAi, 3));
+    }
+    *p.upstream.state.continues.lock() = true;
+    *p.upstream.state.no_prefill.lock() = true;
+    let mut events_rx = p.runner.events().subscribe();
+    let text = soon("the stream", open(&p, &ask(true)).await.rest()).await;
+    assert_eq!(
+        openai_text(&text),
+        ANSWER,
+        "one answer, the continuation only once: {text}"
+    );
+    let chunks: Vec<Value> = events(&text).iter().filter_map(|e| data(e)).collect();
+    // The 400 was said once, then the rest asked for in a user turn.
+    let asked = p.upstream.bodies(Api::Anthropic);
+    assert_eq!(asked.len(), 2, "{asked:?}");
+    let turns = asked[1]["messages"].as_array().unwrap();
+    let n = turns.len();
+    assert_eq!(turns[n - 2]["role"], "assistant");
+    assert_eq!(turns[n - 2]["content"][0]["text"], "Order 38100 is");
+    assert_eq!(turns[n - 1]["role"], "user");
+    assert!(
+        turns[n - 1]["content"][0]["text"]
+            .as_str()
+            .unwrap()
+            .contains("Continue it from exactly where it stopped"),
+        "{turns:?}"
+    );
+    // Usage covers both parts: the cut one (6 prompt tokens estimated,
+    // 15 characters received) and the continuation (25 + the fake's 12).
+    let usage = &chunks.iter().find(|c| c["usage"].is_object()).expect("the usage chunk")["usage"];
+    assert_eq!(
+        (usage["prompt_tokens"].clone(), usage["completion_tokens"].clone()),
+        (json!(31), json!(16))
+    );
+    assert_eq!(usage["total_tokens"], 47);
+    // Each model was charged its own part: together, what the client was told.
+    let o = soon("the outcome", outcome(&mut events_rx)).await;
+    assert_eq!(o.tokens, 47);
+    assert_eq!(o.level, Level::Fallback);
+    assert!(o.chain[0].starts_with("gpt-4o ✗cut"), "{:?}", o.chain);
+    assert_eq!(o.chain.len(), 3, "{:?}", o.chain);
+    assert!(
+        o.chain[1].starts_with("claude-haiku ✗400"),
+        "the refused prefill: {:?}",
+        o.chain
+    );
+    assert_eq!(o.chain[2], "claude-haiku ✓ resumed");
+    // The chunks after the cut name the model that wrote them.
+    let models: Vec<&str> = chunks.iter().filter_map(|c| c["model"].as_str()).collect();
+    assert_eq!(models.first(), Some(&"gpt-4o"));
+    assert_eq!(models.last(), Some(&"claude-3-5-haiku-latest"));
+    // Remembered: the next cut answer is continued without a prefill at once.
+    let _ = soon("another stream", open(&p, &ask(false)).await.rest()).await;
+    let asked = p.upstream.bodies(Api::Anthropic);
+    assert_eq!(asked.len(), 3, "no second 400");
 }
 
 #[tokio::test]

@@ -280,7 +280,7 @@ const BAD: &[(&str, u64, &str, &str)] = &[
         3,
         "action",
         "unknown action `explode`, expected one of force_open, force_closed, disable, reset, freeze_refill, \
-         unfreeze_refill, set_fault, drill_on, drill_off",
+         unfreeze_refill, set_fault, drill_on, drill_off, reload",
     ),
     (
         "bad_fault.jsonl",

@@ -240,6 +240,12 @@ impl ChunkWriter {
         }
     }
 
+    /// The chunks written from now on name `model` (another model goes on
+    /// with the answer).
+    pub fn rename(&mut self, model: &str) {
+        model.clone_into(&mut self.frame.model);
+    }
+
     /// Usage as the stream said it so far.
     fn add_usage(&mut self, u: &Usage) {
         self.usage.get_or_insert_default().merge(u);

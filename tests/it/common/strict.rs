@@ -39,6 +39,8 @@ pub struct Received {
     pub body: Value,
     pub status: u16,
     pub headers: HeaderMap,
+    /// When it came.
+    pub at: std::time::Instant,
 }
 
 /// How streams are sent.
@@ -57,6 +59,24 @@ pub struct StreamPlan {
     /// Send a malformed event (`data: {"choices": [` …) after this many
     /// content chunks.
     pub malformed_after: Option<usize>,
+    /// Before content chunk `i` of an OpenAI stream, wait this long (a
+    /// whole OpenAI answer waits for all of them before it is sent). A
+    /// whole answer of an API whose streams are cut is cut too, part way
+    /// through its body.
+    pub pauses: Vec<(usize, Duration)>,
+}
+
+/// How the OpenAI endpoint fails before it answers, as providers do.
+#[derive(Default)]
+pub struct Faults {
+    /// Answer this many requests 429, with `Retry-After: s` when given.
+    pub rate_limited: (u32, Option<u64>),
+    /// Answer this many requests 500.
+    pub server_errors: u32,
+    /// Answer 503 until then.
+    pub down_until: Option<std::time::Instant>,
+    /// Answer every request 400 with this error object.
+    pub refuse: Option<Value>,
 }
 
 #[derive(Default)]
@@ -72,6 +92,44 @@ pub struct StrictState {
     /// Continue a prefilled answer: answer only the part of `text` after
     /// the assistant's last turn.
     pub continues: Mutex<bool>,
+    /// Refuse a conversation that ends in the assistant's turn, as models
+    /// without prefill do (Anthropic's 400).
+    pub no_prefill: Mutex<bool>,
+    /// The OpenAI endpoint's faults.
+    pub faults: Mutex<Faults>,
+}
+
+impl Faults {
+    /// The failure the next request gets, if any (counting it).
+    fn fail(&mut self) -> Option<Response> {
+        if let Some(e) = &self.refuse {
+            return Some((StatusCode::BAD_REQUEST, Json(json!({ "error": e }))).into_response());
+        }
+        if self.down_until.is_some_and(|t| std::time::Instant::now() < t) {
+            return Some(openai_error(503, "The server is overloaded.", None));
+        }
+        if self.rate_limited.0 > 0 {
+            self.rate_limited.0 -= 1;
+            let mut r = (
+                StatusCode::TOO_MANY_REQUESTS,
+                Json(json!({"error": {"message": "Rate limit reached for requests", "type": "requests", "param": null, "code": "rate_limit_exceeded"}})),
+            )
+                .into_response();
+            if let Some(s) = self.rate_limited.1 {
+                r.headers_mut().insert("retry-after", s.into());
+            }
+            return Some(r);
+        }
+        if self.server_errors > 0 {
+            self.server_errors -= 1;
+            return Some(openai_error(
+                500,
+                "The server had an error while processing your request.",
+                None,
+            ));
+        }
+        None
+    }
 }
 
 impl StrictState {
@@ -387,19 +445,17 @@ fn decide(state: &StrictState, api: Api, b: &Value) -> (bool, String) {
     let tools = b["tools"].as_array().is_some_and(|t| !t.is_empty());
     let text = state.text.lock().clone();
     if *state.continues.lock() {
-        let prefix = match api {
-            Api::Anthropic if last["role"] == "assistant" => match &last["content"] {
-                Value::String(s) => s.clone(),
-                Value::Array(a) => a.iter().filter_map(|p| p["text"].as_str()).collect(),
-                _ => String::new(),
-            },
-            _ => messages
-                .iter()
-                .rev()
-                .find(|m| m["role"] == "assistant")
-                .and_then(|m| m["content"].as_str())
-                .unwrap_or("")
-                .to_string(),
+        // The assistant's last turn: a prefill, or the answer so far
+        // followed by the user's asking for the rest.
+        let prefix = match messages
+            .iter()
+            .rev()
+            .find(|m| m["role"] == "assistant")
+            .map(|m| &m["content"])
+        {
+            Some(Value::String(s)) => s.clone(),
+            Some(Value::Array(a)) => a.iter().filter_map(|p| p["text"].as_str()).collect(),
+            _ => String::new(),
         };
         if let Some(rest) = text.strip_prefix(prefix.trim_end()) {
             return (false, rest.to_string());
@@ -438,6 +494,7 @@ async fn openai(State(state): State<Arc<StrictState>>, headers: HeaderMap, body:
             body: b.clone(),
             status,
             headers: headers.clone(),
+            at: std::time::Instant::now(),
         })
     };
     if !headers
@@ -455,10 +512,18 @@ async fn openai(State(state): State<Arc<StrictState>>, headers: HeaderMap, body:
         record(503);
         return openai_error(503, "The server is overloaded.", None);
     }
+    if let Some(failed) = state.faults.lock().fail() {
+        record(failed.status().as_u16());
+        return failed;
+    }
     record(200);
     let hold = state.stream.lock().hold.clone();
     if let (Some(h), false) = (hold, b["stream"] == json!(true)) {
         h.notified().await;
+    }
+    let paused: Duration = state.stream.lock().pauses.iter().map(|p| p.1).sum();
+    if b["stream"] != json!(true) && !paused.is_zero() {
+        tokio::time::sleep(paused).await;
     }
     let (call, text) = decide(&state, Api::OpenAi, &b);
     let model = b["model"].as_str().unwrap_or("").to_string();
@@ -479,13 +544,27 @@ async fn openai(State(state): State<Arc<StrictState>>, headers: HeaderMap, body:
                             "finish_reason": if call { "tool_calls" } else { "stop" }})
             })
             .collect();
-        return Json(json!({
+        let whole = json!({
             "id": "chatcmpl-strict1", "object": "chat.completion", "created": 1_700_000_000, "model": model,
             "system_fingerprint": "fp_strict",
             "choices": choices,
             "usage": usage, "service_tier": "default",
-        }))
-        .into_response();
+        });
+        if state.stream.lock().reset_after.is_some_and(|(a, _)| a == Api::OpenAi) {
+            // Cut part way through the body, its length promised whole.
+            let bytes = whole.to_string();
+            let part = bytes[..bytes.len() / 2].to_string();
+            let body = futures_util::stream::iter([Ok(part), Err(std::io::Error::other("cut"))]);
+            return (
+                [
+                    ("content-type", "application/json"),
+                    ("content-length", &bytes.len().to_string()),
+                ],
+                Body::from_stream(body),
+            )
+                .into_response();
+        }
+        return Json(whole).into_response();
     }
     let chunk = |delta: Value, finish: Value| {
         let v = json!({"id": "chatcmpl-strict1", "object": "chat.completion.chunk", "created": 1_700_000_000,
@@ -531,6 +610,11 @@ fn stream_body(state: &StrictState, api: Api, head: Vec<String>, content: Vec<St
     let plan = state.stream.lock();
     let reset_after = plan.reset_after.filter(|(a, _)| *a == api).map(|(_, n)| n);
     let (gap, hold) = (plan.gap, plan.hold.clone());
+    let pauses = if api == Api::OpenAi {
+        plan.pauses.clone()
+    } else {
+        Vec::new()
+    };
     let mut content = content;
     if let Some(n) = plan.malformed_after.filter(|&n| n <= content.len()) {
         content.insert(
@@ -542,7 +626,7 @@ fn stream_body(state: &StrictState, api: Api, head: Vec<String>, content: Vec<St
     if plan.no_terminator {
         tail.retain(|t| !t.contains("[DONE]") && !t.contains("message_stop"));
     }
-    let stream = async_stream(head, content, tail, gap, reset_after, hold);
+    let stream = async_stream(head, content, tail, gap, reset_after, hold, pauses);
     ([("content-type", "text/event-stream")], Body::from_stream(stream)).into_response()
 }
 
@@ -553,6 +637,7 @@ fn async_stream(
     gap: Duration,
     reset_after: Option<usize>,
     hold: Option<Arc<Notify>>,
+    pauses: Vec<(usize, Duration)>,
 ) -> impl futures_util::Stream<Item = Result<String, std::io::Error>> + Send {
     enum Next {
         Head(Vec<String>),
@@ -564,7 +649,12 @@ fn async_stream(
     let tail = Arc::new(tail);
     futures_util::stream::unfold(Next::Head(head), move |next| {
         let (content, tail, hold) = (content.clone(), tail.clone(), hold.clone());
+        let pause: Duration = match next {
+            Next::Content(i) => pauses.iter().filter(|p| p.0 == i).map(|p| p.1).sum(),
+            _ => Duration::ZERO,
+        };
         async move {
+            tokio::time::sleep(pause).await;
             match next {
                 Next::Head(h) => Some((Ok(h.concat()), Next::Content(0))),
                 Next::Content(i) if i < content.len() => {
@@ -606,6 +696,7 @@ async fn anthropic(State(state): State<Arc<StrictState>>, headers: HeaderMap, bo
             body: b.clone(),
             status,
             headers: headers.clone(),
+            at: std::time::Instant::now(),
         })
     };
     let key = headers.get("x-api-key").is_some()
@@ -619,6 +710,18 @@ async fn anthropic(State(state): State<Arc<StrictState>>, headers: HeaderMap, bo
     if let Err(msg) = check_anthropic(&headers, &b) {
         record(400);
         return anthropic_error(400, "invalid_request_error", &msg);
+    }
+    let prefilled = b["messages"]
+        .as_array()
+        .and_then(|m| m.last())
+        .is_some_and(|m| m["role"] == "assistant");
+    if prefilled && *state.no_prefill.lock() {
+        record(400);
+        return anthropic_error(
+            400,
+            "invalid_request_error",
+            "This model does not support assistant message prefill. The conversation must end with a user message.",
+        );
     }
     if state.is_down(Api::Anthropic, &b) {
         record(529);
