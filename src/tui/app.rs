@@ -207,6 +207,8 @@ pub struct App {
     pub spark: HashMap<RowKey, VecDeque<u64>>,
     /// The focused pane fills the screen.
     pub zoomed: bool,
+    /// Lines of the help scrolled past (it may not fit the terminal).
+    pub help_scroll: u16,
     /// Each breaker row's last calls, newest last, for its detail.
     pub attempts: HashMap<RowKey, VecDeque<Seen>>,
     /// Each target's latency histogram, a copy a second for the last
@@ -258,6 +260,7 @@ impl App {
             recent: VecDeque::with_capacity(RECENT),
             spark: HashMap::new(),
             zoomed: false,
+            help_scroll: 0,
             attempts: HashMap::new(),
             latencies: HashMap::new(),
             last_attempts: HashMap::new(),

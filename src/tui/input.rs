@@ -1,5 +1,5 @@
-//! What keys do to the console: overlays first (filter, confirm, help),
-//! then the keymap's actions.
+//! What keys do to the console: an open overlay (filter, confirm, help,
+//! detail) takes every key, closing on its own; else the keymap's actions.
 
 use super::action::Action;
 use super::app::{App, BreakerSort, Effect, Order, Overlay, Pane};
@@ -34,13 +34,26 @@ impl App {
                 return Effect::None;
             }
             Overlay::Help => {
-                if key.code == KeyCode::Esc
-                    || keymap.action(&key) == Some(Action::Help)
-                    || key.code == KeyCode::Char('q')
-                {
-                    self.overlay = Overlay::None;
-                    return Effect::None;
+                let last = keymap.help_rows().len() as u16;
+                match keymap.action(&key) {
+                    _ if matches!(key.code, KeyCode::Esc | KeyCode::Char('q')) => {
+                        self.overlay = Overlay::None;
+                        self.help_scroll = 0;
+                    }
+                    Some(Action::Help) => {
+                        self.overlay = Overlay::None;
+                        self.help_scroll = 0;
+                    }
+                    Some(Action::Up) => self.help_scroll = self.help_scroll.saturating_sub(1),
+                    Some(Action::Down) => self.help_scroll = (self.help_scroll + 1).min(last),
+                    Some(Action::PageUp) => self.help_scroll = self.help_scroll.saturating_sub(10),
+                    Some(Action::PageDown) => self.help_scroll = (self.help_scroll + 10).min(last),
+                    Some(Action::Top) => self.help_scroll = 0,
+                    Some(Action::Bottom) => self.help_scroll = last,
+                    // Nothing reaches the panes behind it.
+                    _ => {}
                 }
+                return Effect::None;
             }
             Overlay::None => {}
         }

@@ -638,3 +638,37 @@ fn dropped_trace_spans_are_said_in_the_header() {
         "{screen}"
     );
 }
+
+#[tokio::test(start_paused = true)]
+async fn the_help_takes_every_key_while_open_and_scrolls_on_a_small_terminal() {
+    let (runner, mut app) = incident(false).await;
+    let keys = KeyMap::defaults();
+    let before = runner.events().recent(1000).len();
+    app.on_key(key('?'), &keys);
+    // The keys that act on the panes behind it do nothing while it is open.
+    for c in ['d', 'r', 'o', 'c', 'f', 'x', '1', '/', 'z', 'p'] {
+        assert_eq!(app.on_key(key(c), &keys), Effect::None, "{c}");
+        assert_eq!(app.overlay, Overlay::Help, "{c} left the help open");
+    }
+    assert_eq!(app.focus, Pane::Breakers);
+    assert!(app.filters.iter().all(|f| f.is_empty()));
+    assert_eq!(runner.events().recent(1000).len(), before, "no command went out");
+    // At 80×24 it does not fit: it says so and scrolls to its end.
+    let small = text(&render(&app, 80, 24));
+    assert!(small.contains("to scroll (0/"), "{small}");
+    assert!(!small.contains("ask for confirmation"), "{small}");
+    let page_down = crossterm::event::KeyEvent::new(
+        crossterm::event::KeyCode::PageDown,
+        crossterm::event::KeyModifiers::NONE,
+    );
+    for _ in 0..5 {
+        app.on_key(page_down, &keys);
+    }
+    let end = text(&render(&app, 80, 24));
+    assert!(end.contains("destructive commands ask for confirmation"), "{end}");
+    assert!(end.contains("clock-step"), "its last binding: {end}");
+    app.on_key(key('q'), &keys);
+    assert_eq!(app.overlay, Overlay::None);
+    assert!(!app.quit, "q closed the help, not the console");
+    assert_eq!(app.help_scroll, 0);
+}

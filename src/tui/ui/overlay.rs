@@ -44,11 +44,23 @@ fn help(f: &mut Frame, area: Rect, app: &App, theme: &Theme, keymap: &KeyMap) {
     };
     lines.push(Line::from(Span::styled(note, theme.dim)));
     f.render_widget(Clear, r);
+    // What does not fit scrolls, and the title says so.
+    let inner = r.height.saturating_sub(2);
+    let hidden = (lines.len() as u16).saturating_sub(inner);
+    let scroll = app.help_scroll.min(hidden);
+    let title = if hidden == 0 {
+        " Help — Esc to close ".to_string()
+    } else {
+        format!(" Help — ↑↓ PgUp PgDn to scroll ({}/{}), Esc to close ", scroll, hidden)
+    };
     let block = Block::default()
         .borders(Borders::ALL)
         .border_style(theme.border_focused)
-        .title(Span::styled(" Help — Esc to close ", theme.title));
-    f.render_widget(Paragraph::new(lines).block(block).style(theme.base), r);
+        .title(Span::styled(title, theme.title));
+    f.render_widget(
+        Paragraph::new(lines).block(block).style(theme.base).scroll((scroll, 0)),
+        r,
+    );
 }
 
 fn confirm(f: &mut Frame, area: Rect, prompt: &str, theme: &Theme) {
