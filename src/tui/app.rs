@@ -216,28 +216,90 @@ pub struct App {
     latencies: HashMap<RowKey, VecDeque<HistogramView>>,
     last_attempts: HashMap<RowKey, u64>,
     last_sample_ms: u64,
-    /// Throughput figures: (requests/s, tokens/min, $/min, degraded share).
+    /// Throughput and health over the last minute.
     pub rates: Rates,
-    prev: Option<(u64, u64, u64, f64, [u64; 5])>,
+    /// The totals a second apart over the last minute, oldest first.
+    window: VecDeque<Totals>,
     /// Speed factor and paused flag, for the header.
     pub clock: (f64, bool),
     /// Set when the user asked to quit.
     pub quit: bool,
 }
 
-/// Throughput over the last second.
-#[derive(Clone, Copy, Debug, Default, PartialEq)]
+/// How far back the header's rates and shares look.
+pub const RATE_WINDOW_MS: u64 = 60_000;
+
+/// A snapshot's running totals, for rates between two of them.
+#[derive(Clone, Copy, Debug, Default)]
+struct Totals {
+    t_ms: u64,
+    requests: u64,
+    tokens: u64,
+    cost_usd: f64,
+    by_level: [u64; 5],
+}
+
+impl Totals {
+    fn of(s: &Snapshot) -> Self {
+        Self {
+            t_ms: s.t_ms,
+            requests: s.requests,
+            tokens: s.tokens,
+            cost_usd: s.cost_usd,
+            by_level: s.by_level,
+        }
+    }
+}
+
+/// Throughput and health over the last minute (or since the console
+/// started, while it has run less): [`Rates::window_ms`] says which.
+#[derive(Clone, Debug, Default, PartialEq)]
 pub struct Rates {
+    /// The time the figures span (ms); 0 before two samples.
+    pub window_ms: u64,
     /// Requests per second.
     pub req_per_s: f64,
-    /// Share answered without degradation (0..=1) over the run.
+    /// Requests that ended in the window.
+    pub ended: u64,
+    /// Share of those answered without degradation (0..=1).
     pub success: f64,
-    /// Share degraded (partial/fallback/deferred) over the run.
+    /// Share degraded (partial, fallback, deferred).
     pub degraded: f64,
+    /// Share failed.
+    pub failed: f64,
     /// Tokens per minute.
     pub tokens_per_min: f64,
     /// USD per minute.
     pub usd_per_min: f64,
+}
+
+impl Rates {
+    /// The rates from `old` to `new`.
+    fn between(old: &Totals, new: &Totals) -> Self {
+        let ms = new.t_ms.saturating_sub(old.t_ms);
+        let mut r = Rates {
+            window_ms: ms,
+            ..Rates::default()
+        };
+        if ms == 0 {
+            return r;
+        }
+        let per_s = 1000.0 / ms as f64;
+        r.req_per_s = new.requests.saturating_sub(old.requests) as f64 * per_s;
+        r.tokens_per_min = new.tokens.saturating_sub(old.tokens) as f64 * per_s * 60.0;
+        r.usd_per_min = (new.cost_usd - old.cost_usd).max(0.0) * per_s * 60.0;
+        let d: Vec<u64> = (0..5)
+            .map(|i| new.by_level[i].saturating_sub(old.by_level[i]))
+            .collect();
+        r.ended = d.iter().sum();
+        if r.ended > 0 {
+            let share = |n: u64| n as f64 / r.ended as f64;
+            r.success = share(d[0]);
+            r.degraded = share(d[1] + d[2] + d[3]);
+            r.failed = share(d[4]);
+        }
+        r
+    }
 }
 
 impl App {
@@ -266,7 +328,7 @@ impl App {
             last_attempts: HashMap::new(),
             last_sample_ms: 0,
             rates: Rates::default(),
-            prev: None,
+            window: VecDeque::new(),
             clock: (1.0, false),
             quit: false,
         };
@@ -298,20 +360,18 @@ impl App {
                 }
                 l.push_back(b.stats.latency);
             }
-            let done: u64 = s.by_level.iter().sum();
-            if let Some((t, req, tok, cost, _)) = self.prev {
-                let dt = (s.t_ms.saturating_sub(t)) as f64 / 1000.0;
-                if dt > 0.0 {
-                    self.rates.req_per_s = s.requests.saturating_sub(req) as f64 / dt;
-                    self.rates.tokens_per_min = s.tokens.saturating_sub(tok) as f64 / dt * 60.0;
-                    self.rates.usd_per_min = (s.cost_usd - cost).max(0.0) / dt * 60.0;
-                }
+            // Time that went back (a replay restarted) starts the window again.
+            if s.t_ms < self.last_sample_ms {
+                self.window.clear();
             }
-            if done > 0 {
-                self.rates.success = s.by_level[0] as f64 / done as f64;
-                self.rates.degraded = (s.by_level[1] + s.by_level[2] + s.by_level[3]) as f64 / done as f64;
+            let now = Totals::of(&s);
+            self.window.push_back(now);
+            while self.window.front().is_some_and(|o| o.t_ms + RATE_WINDOW_MS < now.t_ms) {
+                self.window.pop_front();
             }
-            self.prev = Some((s.t_ms, s.requests, s.tokens, s.cost_usd, s.by_level));
+            if let Some(old) = self.window.front() {
+                self.rates = Rates::between(old, &now);
+            }
             self.last_sample_ms = s.t_ms;
         }
         self.snap = s;
@@ -370,7 +430,7 @@ impl App {
     /// Rates, sparklines and latencies start again from the next sample
     /// rather than spanning a frozen display's time.
     pub(super) fn restart_sampling(&mut self) {
-        self.prev = None;
+        self.window.clear();
         self.last_sample_ms = 0;
         self.last_attempts.clear();
         self.latencies.clear();

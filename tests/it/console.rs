@@ -672,3 +672,60 @@ async fn the_help_takes_every_key_while_open_and_scrolls_on_a_small_terminal() {
     assert!(!app.quit, "q closed the help, not the console");
     assert_eq!(app.help_scroll, 0);
 }
+
+/// The style of the first cell of `word` in `buf`'s line `y`.
+fn style_of(buf: &Buffer, y: u16, word: &str) -> ratatui::style::Style {
+    let line: String = (0..buf.area.width).map(|x| buf[(x, y)].symbol().to_string()).collect();
+    let at = line.find(word).unwrap_or_else(|| panic!("no `{word}` in `{line}`"));
+    let x = line[..at].chars().count() as u16;
+    buf[(x, y)].style()
+}
+
+#[test]
+fn the_header_s_health_is_the_last_minute_s_with_its_window_named_and_coloured() {
+    use fusebox::telemetry::snapshot::Snapshot;
+    let theme = Theme::built_in("default").unwrap();
+    let mut app = App::new(opts(false), Arc::new(Snapshot::default()));
+    // A minute of failures, then a minute answered whole; 600 tokens in
+    // one burst near the end.
+    for t in 0..=120u64 {
+        let mut s = Snapshot {
+            t_ms: t * 1000,
+            requests: t * 2,
+            ..Snapshot::default()
+        };
+        s.by_level[4] = 2 * t.min(60);
+        s.by_level[0] = 2 * t.saturating_sub(60);
+        s.tokens = if t >= 100 { 600 } else { 0 };
+        app.on_snapshot(Arc::new(s));
+        if t == 30 {
+            let buf = render(&app, 140, 45);
+            let top = text(&buf).lines().next().unwrap().to_string();
+            assert!(
+                top.contains("last 30s:  ok 0.0%  degraded 0.0%  failed 100.0%"),
+                "{top}"
+            );
+            assert_eq!(style_of(&buf, 0, "ok 0.0%").fg, theme.error.fg, "ok this low is red");
+            assert_eq!(style_of(&buf, 0, "failed 100.0%").fg, theme.error.fg);
+        }
+    }
+    // Not since the start (50 %): the last minute, all answered whole.
+    let buf = render(&app, 140, 45);
+    let top = text(&buf).lines().next().unwrap().to_string();
+    assert!(top.contains("last 1m:  ok 100.0%  degraded 0.0%  failed 0.0%"), "{top}");
+    assert_eq!(style_of(&buf, 0, "ok 100.0%").fg, theme.ok.fg, "green");
+    // Sparse tokens still count: 600 in the last minute is 600/min.
+    assert!(top.contains(" 600 tok/min"), "{top}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_80x24_header_keeps_every_badge() {
+    let (runner, mut app) = incident(true).await;
+    runner.apply(&Command::DrillOn, &Issuer::operator("ana")).unwrap();
+    app.on_snapshot(Arc::new(runner.snapshot(SNAPSHOT_USERS, SNAPSHOT_EVENTS)));
+    app.display_frozen = true;
+    let second = text(&render(&app, 80, 24)).lines().nth(1).unwrap().to_string();
+    for badge in ["REFILL FROZEN: anthropic", "DRILL", "DISPLAY FROZEN", "READONLY"] {
+        assert!(second.contains(badge), "{badge} on `{second}`");
+    }
+}

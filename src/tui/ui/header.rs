@@ -55,11 +55,6 @@ pub fn draw(f: &mut Frame, area: Rect, app: &App, theme: &Theme) {
         ),
         Span::styled(format!(" {} ", app.opts.mode.label()), theme.badge),
     ];
-    if s.instances.is_empty() {
-        top.push(Span::raw(format!(" {} ", app.opts.source)));
-    } else {
-        top.extend(instances(s, theme));
-    }
     top.push(Span::styled(format!(" t={} ", clock(s.t_ms)), theme.base));
     if !matches!(app.opts.mode, Mode::Serve | Mode::Attach) {
         let (speed, paused) = app.clock;
@@ -73,18 +68,16 @@ pub fn draw(f: &mut Frame, area: Rect, app: &App, theme: &Theme) {
             if paused { theme.badge } else { theme.dim },
         ));
     }
-    top.extend([
-        Span::raw(format!(" {:.1} req/s ", r.req_per_s)),
-        Span::styled(format!(" ok {:.1}% ", r.success * 100.0), theme.ok),
-        Span::styled(
-            format!(" degraded {:.1}% ", r.degraded * 100.0),
-            if r.degraded > 0.1 { theme.warn } else { theme.dim },
-        ),
-        Span::raw(format!(" {} tok/min ", human(r.tokens_per_min))),
-        Span::raw(format!(" ${:.2}/min ", r.usd_per_min)),
-    ]);
+    top.extend(health(r, theme));
+    // What is watched last: a narrow terminal keeps the health.
+    if s.instances.is_empty() {
+        top.push(Span::raw(format!(" {} ", app.opts.source)));
+    } else {
+        top.extend(instances(s, theme));
+    }
     let p = s.global.pressure;
-    let mut second = vec![
+    let mut second = badges(app, theme);
+    second.extend([
         Span::raw(" global budget "),
         Span::styled(bar(p, 10), theme.gauge(p)),
         Span::raw(format!(" {:.0}%  ", p * 100.0)),
@@ -96,7 +89,71 @@ pub fn draw(f: &mut Frame, area: Rect, app: &App, theme: &Theme) {
             format!("store: {} ", s.store.label()),
             if s.store.degraded { theme.warn } else { theme.dim },
         ),
-    ];
+    ]);
+    let p = Paragraph::new(vec![Line::from(top), Line::from(second)])
+        .block(Block::default().borders(Borders::BOTTOM).border_style(theme.border))
+        .style(theme.header);
+    f.render_widget(p, area);
+}
+
+/// The last minute's throughput and health, the window named: each share
+/// coloured against its thresholds ([`OK_GOOD`], [`OK_FAIR`],
+/// [`FAILED_BAD`], [`DEGRADED_HIGH`]).
+fn health<'a>(r: &crate::tui::app::Rates, theme: &Theme) -> Vec<Span<'a>> {
+    let window = match r.window_ms {
+        0 => return vec![Span::styled(" rates from the next second ", theme.dim)],
+        ms if ms + 500 >= crate::tui::app::RATE_WINDOW_MS => "last 1m".to_string(),
+        ms => format!("last {}s", ms.div_ceil(1000)),
+    };
+    // The shares first: a narrow terminal cuts the rates.
+    let mut spans = vec![Span::styled(format!(" {window}: "), theme.dim)];
+    if r.ended == 0 {
+        spans.push(Span::styled(" no request ended ", theme.dim));
+    } else {
+        let ok = match r.success {
+            s if s >= OK_GOOD => theme.ok,
+            s if s >= OK_FAIR => theme.warn,
+            _ => theme.error,
+        };
+        let failed = match r.failed {
+            0.0 => theme.dim,
+            f if f > FAILED_BAD => theme.error,
+            _ => theme.warn,
+        };
+        let degraded = if r.degraded > DEGRADED_HIGH {
+            theme.warn
+        } else {
+            theme.dim
+        };
+        spans.extend([
+            Span::styled(format!(" ok {:.1}% ", r.success * 100.0), ok),
+            Span::styled(format!(" degraded {:.1}% ", r.degraded * 100.0), degraded),
+            Span::styled(format!(" failed {:.1}% ", r.failed * 100.0), failed),
+        ]);
+    }
+    spans.extend([
+        Span::raw(format!(" {} tok/min ", human(r.tokens_per_min))),
+        Span::raw(format!(" ${:.2}/min ", r.usd_per_min)),
+    ]);
+    spans
+}
+
+/// At least this share answered whole is healthy (green); at least
+/// [`OK_FAIR`] is a warning; less is an error.
+pub const OK_GOOD: f64 = 0.99;
+/// See [`OK_GOOD`].
+pub const OK_FAIR: f64 = 0.90;
+/// More than this share failed is an error (any is a warning).
+pub const FAILED_BAD: f64 = 0.05;
+/// More than this share degraded is a warning.
+pub const DEGRADED_HIGH: f64 = 0.10;
+
+/// The states an operator must not miss (replay progress, frozen refills,
+/// dropped spans, drill, a frozen display, read-only): first on the
+/// second line, so a narrow terminal keeps them.
+fn badges<'a>(app: &App, theme: &Theme) -> Vec<Span<'a>> {
+    let s = &app.snap;
+    let mut second = Vec::new();
     if app.opts.mode == Mode::Replay {
         let ended = app.opts.replay.as_ref().and_then(|e| e.ended());
         let badge = match (ended, app.opts.replay_length_ms) {
@@ -109,7 +166,7 @@ pub fn draw(f: &mut Frame, area: Rect, app: &App, theme: &Theme) {
             }
             (None, None) => Span::raw(""),
         };
-        second.insert(0, badge);
+        second.push(badge);
     }
     let frozen: Vec<&str> = s
         .limiters
@@ -141,9 +198,7 @@ pub fn draw(f: &mut Frame, area: Rect, app: &App, theme: &Theme) {
     }
     if app.opts.readonly.is_some() {
         second.push(Span::styled(" READONLY ", theme.badge));
+        second.push(Span::raw(" "));
     }
-    let p = Paragraph::new(vec![Line::from(top), Line::from(second)])
-        .block(Block::default().borders(Borders::BOTTOM).border_style(theme.border))
-        .style(theme.header);
-    f.render_widget(p, area);
+    second
 }
