@@ -189,6 +189,10 @@ pub struct App {
     /// order changes, and a command must hit what the operator selected.
     pinned_breaker: Option<(Target, Option<String>)>,
     pinned_user: Option<(String, Option<String>)>,
+    /// The selected event, followed as newer ones arrive above it.
+    pinned_event: Option<Event>,
+    /// The selected request (id, instance), likewise.
+    pinned_request: Option<(u64, Option<String>)>,
     /// Filter per pane.
     pub filters: [String; 5],
     /// Overlay.
@@ -313,6 +317,8 @@ impl App {
             selected: [0; 5],
             pinned_breaker: None,
             pinned_user: None,
+            pinned_event: None,
+            pinned_request: None,
             filters: Default::default(),
             overlay: Overlay::None,
             status: String::new(),
@@ -496,8 +502,8 @@ impl App {
         }
     }
 
-    /// The selected row of a pane, clamped; breakers and users follow their
-    /// pinned name when the order changes.
+    /// The selected row of a pane, clamped; breakers, users, requests and
+    /// events follow the row picked when the order changes or rows arrive.
     pub fn selection(&self, pane: Pane) -> usize {
         let pinned = match pane {
             Pane::Breakers => self.pinned_breaker.as_ref().and_then(|(t, i)| {
@@ -510,7 +516,15 @@ impl App {
                     .iter()
                     .position(|u| u.view.user == *n && u.instance == *i)
             }),
-            _ => None,
+            Pane::Chains => self
+                .pinned_request
+                .as_ref()
+                .and_then(|(id, i)| self.recent_rows().iter().position(|r| r.id == *id && r.instance == *i)),
+            Pane::Events => self
+                .pinned_event
+                .as_ref()
+                .and_then(|p| self.event_rows().iter().position(|e| *e == p)),
+            Pane::Limiters => None,
         };
         if let Some(i) = pinned {
             return i;
@@ -542,7 +556,9 @@ impl App {
                     .get(i)
                     .map(|u| (u.view.user.clone(), u.instance.clone()))
             }
-            _ => {}
+            Pane::Chains => self.pinned_request = self.recent_rows().get(i).map(|r| (r.id, r.instance.clone())),
+            Pane::Events => self.pinned_event = self.event_rows().get(i).map(|e| (*e).clone()),
+            Pane::Limiters => {}
         }
     }
 

@@ -729,3 +729,54 @@ async fn an_80x24_header_keeps_every_badge() {
         assert!(second.contains(badge), "{badge} on `{second}`");
     }
 }
+
+#[tokio::test(start_paused = true)]
+async fn the_selection_stays_on_its_row_while_100_events_and_requests_arrive() {
+    let (runner, mut app) = incident(false).await;
+    let keys = KeyMap::defaults();
+    let down = crossterm::event::KeyEvent::new(crossterm::event::KeyCode::Down, crossterm::event::KeyModifiers::NONE);
+    app.on_key(key('5'), &keys);
+    for _ in 0..3 {
+        app.on_key(down, &keys);
+    }
+    let picked = app.event_rows()[app.selection(Pane::Events)].clone();
+    app.on_key(key('4'), &keys);
+    app.on_key(down, &keys);
+    let request = app.recent_rows()[app.selection(Pane::Chains)].id;
+    // 100 events arrive above it (operator commands), and 20 requests.
+    let mut events = runner.events().subscribe();
+    for i in 0..100 {
+        let cmd = if i % 2 == 0 {
+            Command::DrillOn
+        } else {
+            Command::DrillOff
+        };
+        runner.apply(&cmd, &Issuer::operator("bo")).unwrap();
+    }
+    for i in 100..120u64 {
+        runner.run(&make_request(Seed(5), i, 6)).await;
+    }
+    while let Ok(e) = events.try_recv() {
+        app.on_event(&e);
+    }
+    tokio::time::advance(Duration::from_secs(2)).await;
+    app.on_snapshot(Arc::new(runner.snapshot(SNAPSHOT_USERS, SNAPSHOT_EVENTS)));
+    assert_eq!(
+        app.recent_rows()[app.selection(Pane::Chains)].id,
+        request,
+        "the same request"
+    );
+    app.on_key(key('5'), &keys);
+    let now = app.event_rows()[app.selection(Pane::Events)].clone();
+    assert_eq!(now, picked, "the same event, 100 rows further down");
+    assert!(app.selection(Pane::Events) >= 100);
+    // Enter opens it, not what took its place.
+    app.on_key(
+        crossterm::event::KeyEvent::new(crossterm::event::KeyCode::Enter, crossterm::event::KeyModifiers::NONE),
+        &keys,
+    );
+    let detail = text(&render(&app, 140, 45));
+    let said = fusebox::tui::ui::events::describe(&picked);
+    let first_words: String = said.chars().take(30).collect();
+    assert!(detail.contains(first_words.trim()), "{first_words} in {detail}");
+}
