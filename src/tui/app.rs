@@ -488,7 +488,7 @@ impl App {
         self.recent
             .iter()
             .rev()
-            .filter(|r| Self::matches(f, &r.user) || Self::matches(f, &r.chain))
+            .filter(|r| f.is_empty() || r.matches(&f.to_lowercase()))
             .collect()
     }
 

@@ -25,8 +25,33 @@ pub struct Recent {
     pub quality: f64,
     /// Missing components.
     pub missing: String,
+    /// Why it ended as it did, as the client was told (a refusal's
+    /// budget or quota, the outage, the cut), when it was degraded.
+    pub why: Option<String>,
+    /// When it ended (ms on the console's time line).
+    pub t_ms: u64,
+    /// Arrival to outcome (ms).
+    pub latency_ms: u64,
+    /// Tokens and cost of all its attempts.
+    pub tokens: u64,
+    /// USD.
+    pub cost_usd: f64,
     /// The instance it ran on, where the console watches several.
     pub instance: Option<String>,
+}
+
+impl Recent {
+    /// Whether `filter` (lower case) matches it: its user, path, level or reason.
+    pub fn matches(&self, filter: &str) -> bool {
+        [
+            self.user.as_str(),
+            self.chain.as_str(),
+            self.level.as_str(),
+            self.why.as_deref().unwrap_or(""),
+        ]
+        .iter()
+        .any(|t| t.to_lowercase().contains(filter))
+    }
 }
 
 impl From<&Outcome> for Recent {
@@ -39,6 +64,11 @@ impl From<&Outcome> for Recent {
             level: o.level,
             quality: o.quality,
             missing: o.missing.join(", "),
+            why: o.user_message.clone(),
+            t_ms: 0,
+            latency_ms: o.latency_ms,
+            tokens: o.tokens,
+            cost_usd: o.cost_usd,
         }
     }
 }
@@ -79,6 +109,7 @@ impl App {
                 }
                 self.recent.push_back(Recent {
                     instance: e.instance.clone(),
+                    t_ms: e.t_ms,
                     ..Recent::from(o.as_ref())
                 });
             }

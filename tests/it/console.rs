@@ -780,3 +780,43 @@ async fn the_selection_stays_on_its_row_while_100_events_and_requests_arrive() {
     let first_words: String = said.chars().take(30).collect();
     assert!(detail.contains(first_words.trim()), "{first_words} in {detail}");
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_refused_request_says_why_in_the_chains_pane_and_its_detail() {
+    let (_runner, mut app) = incident(false).await;
+    let keys = KeyMap::defaults();
+    app.on_key(key('4'), &keys);
+    // `/failed` finds the failed requests by their level.
+    app.on_key(key('/'), &keys);
+    for c in "failed".chars() {
+        app.on_key(key(c), &keys);
+    }
+    let enter = crossterm::event::KeyEvent::new(crossterm::event::KeyCode::Enter, crossterm::event::KeyModifiers::NONE);
+    app.on_key(enter, &keys);
+    let rows = app.recent_rows();
+    assert!(!rows.is_empty() && rows.iter().all(|r| r.level == fusebox::outcome::Level::Failed));
+    let refused = rows
+        .iter()
+        .position(|r| r.user == "tenant-big")
+        .expect("the big tenant's refusal");
+    let why = rows[refused].why.clone().expect("a reason");
+    drop(rows);
+    assert!(why.contains("tenant-big") && why.contains("tokens/minute"), "{why}");
+    let down = crossterm::event::KeyEvent::new(crossterm::event::KeyCode::Down, crossterm::event::KeyModifiers::NONE);
+    for _ in 0..refused {
+        app.on_key(down, &keys);
+    }
+    let frame = text(&render(&app, 140, 45));
+    let row = frame.lines().find(|l| l.contains("▶ #")).unwrap();
+    // Level and quality before the reason, the reason before the path.
+    let (level, reason) = (
+        row.find("failed").unwrap(),
+        row.find("refused: user tenant-big").expect(row),
+    );
+    assert!(level < reason, "{row}");
+    assert!(row.contains("tenant-big"), "{row}");
+    app.on_key(enter, &keys);
+    let detail = text(&render(&app, 140, 45));
+    assert!(detail.contains("the client was told: Request refused"), "{detail}");
+    assert!(detail.contains(" ms · ") && detail.contains(" tokens · $"), "{detail}");
+}

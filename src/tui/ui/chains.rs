@@ -51,10 +51,22 @@ pub fn draw(f: &mut Frame, area: Rect, app: &App, theme: &Theme) {
                 if selected { theme.selected } else { theme.dim },
             ),
             Span::styled(if differs { "≠ " } else { "" }, theme.warn),
-            Span::raw(r.chain.clone()),
-            Span::styled(format!("  {}", r.level.as_str()), theme.level(r.level)),
-            Span::raw(format!(" q={:.2}", r.quality)),
+            // Level and quality first: the path's length varies.
+            Span::styled(format!("{:<8}", r.level.as_str()), theme.level(r.level)),
+            Span::raw(format!(" q={:.2}  ", r.quality)),
         ];
+        // A request that did not get its answer says why before its path,
+        // which may not be why (a refusal while a breaker is open).
+        match r.why.as_deref().filter(|_| r.level != crate::outcome::Level::None) {
+            Some(why) => {
+                let why = why.strip_prefix("Request ").unwrap_or(why).trim_end_matches('.');
+                spans.push(Span::styled(why.to_string(), theme.warn));
+                if !r.chain.is_empty() {
+                    spans.push(Span::styled(format!("  path {}", r.chain), theme.dim));
+                }
+            }
+            None => spans.push(Span::raw(r.chain.clone())),
+        }
         if !r.missing.is_empty() {
             spans.push(Span::styled(format!(" missing {}", r.missing), theme.warn));
         }

@@ -54,9 +54,26 @@ pub fn draw(f: &mut Frame, area: Rect, app: &App, theme: &Theme) {
                     r.level.as_str(),
                     r.quality
                 )));
-                lines.push(Line::from(format!("path: {}", r.chain)));
+                lines.push(Line::from(format!(
+                    "ended at t={} after {} ms · {} tokens · ${:.4}",
+                    super::clock(r.t_ms),
+                    r.latency_ms,
+                    r.tokens,
+                    r.cost_usd
+                )));
+                lines.push(Line::from(format!(
+                    "path: {}",
+                    if r.chain.is_empty() {
+                        "no model called"
+                    } else {
+                        &r.chain
+                    }
+                )));
                 if !r.missing.is_empty() {
                     lines.push(Line::from(format!("missing: {}", r.missing)));
+                }
+                if let Some(why) = &r.why {
+                    lines.push(Line::from(format!("the client was told: {why}")));
                 }
                 titled(&format!("request #{}", r.id), r.instance.as_deref())
             }
