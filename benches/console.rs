@@ -58,6 +58,7 @@ fn big_app(rt: &tokio::runtime::Runtime) -> App {
                 stale_ms: None,
                 attempts: 4,
                 latency_ms: 2_300,
+                key: None,
             };
             app.on_event(&Event {
                 t_ms: i,

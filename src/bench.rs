@@ -232,5 +232,6 @@ fn ended(runner: &Runner, id: u64, user: &str, tally: &Tally, took: std::time::D
             stale_ms: None,
             attempts: tally.attempts,
             latency_ms: took.as_millis() as u64,
+            key: None,
         })));
 }

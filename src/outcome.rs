@@ -78,4 +78,7 @@ pub struct Outcome {
     pub attempts: u32,
     /// Time from arrival to outcome (ms).
     pub latency_ms: u64,
+    /// Its name outside (`x-fusebox-request-id`), for a gateway's request.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key: Option<CompactString>,
 }

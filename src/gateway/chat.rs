@@ -131,7 +131,11 @@ async fn handle(gw: Arc<Gateway>, api: Api, req: axum::extract::Request) -> Resp
         include_usage: asked.include_usage,
         echo: (api == Api::Responses).then(|| responses::Echo::of(&body)),
     };
-    let req = match chat_request(&gw, &parts.headers, asked, caller.as_deref()) {
+    let key = parts
+        .extensions
+        .get::<super::request_key::RequestKey>()
+        .map(|k| compact_str::CompactString::from(&*k.0));
+    let req = match chat_request(&gw, &parts.headers, asked, caller.as_deref(), key) {
         Ok(r) => r,
         Err((field, why)) => return api.error(StatusCode::BAD_REQUEST, &why, Some(field)),
     };
@@ -182,6 +186,7 @@ fn chat_request(
     headers: &HeaderMap,
     asked: Request,
     caller: Option<&Caller>,
+    key: Option<compact_str::CompactString>,
 ) -> Result<ChatRequest, (&'static str, String)> {
     let header = |name| headers.get(name).map(HeaderValue::as_bytes);
     let given = match name_in("user", asked.params.user.as_deref().map(str::as_bytes))? {
@@ -230,6 +235,7 @@ fn chat_request(
         fallback,
         reach: caller.and_then(|c| c.reach(&gw.runner)),
         deadline_ms,
+        key,
     })
 }
 

@@ -14,6 +14,7 @@ mod embeddings;
 mod live;
 mod mcp;
 mod metrics;
+mod request_key;
 mod stream;
 
 use crate::command::{Command, Issuer};
@@ -151,6 +152,9 @@ fn router(
     } else {
         router
     };
+    // Outermost: every answer is named, a refusal at the door too.
+    let keys = Arc::new(request_key::Keys::default());
+    let router = router.layer(axum::middleware::from_fn_with_state(keys, request_key::tag));
     if let Some(fleet) = gw.opts.fleet.clone() {
         tokio::spawn(follow_keys(gw.clone(), fleet));
     }

@@ -202,7 +202,11 @@ impl StreamSink for ClientSink {
 
 /// The outcome as the last chunk carries it.
 fn meta(o: &Outcome) -> Value {
-    json!({"level": o.level.as_str(), "chain": o.chain.iter().map(|l| ascii_hop(l)).collect::<Vec<_>>(), "quality": o.quality})
+    let mut m = json!({"level": o.level.as_str(), "chain": o.chain.iter().map(|l| ascii_hop(l)).collect::<Vec<_>>(), "quality": o.quality});
+    if let Some(k) = &o.key {
+        m["request_id"] = Value::from(k.as_str());
+    }
+    m
 }
 
 /// `events` with `fusebox: meta` added to the last event whose data is a

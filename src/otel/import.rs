@@ -475,6 +475,7 @@ fn outcome(span: &Span, request: LogId, attempts: &[AttemptRec], ms: impl Fn(u64
         tokens: int(kv, "fusebox.tokens").map_or(sum, |n| n.max(0) as u64),
         cost_usd: float(kv, "fusebox.cost_usd").unwrap_or(0.0),
         missing: texts(kv, "fusebox.missing"),
+        key: text(kv, "fusebox.request.key").map(Into::into),
     }
 }
 

@@ -315,6 +315,9 @@ impl Assembler {
         if !o.missing.is_empty() {
             attrs.push(strings("fusebox.missing", o.missing.iter().map(String::as_str)));
         }
+        if let Some(k) = &o.key {
+            attrs.push(KeyValue::new("fusebox.request.key", k.to_string()));
+        }
         if let Some(a) = &open.arrival {
             // What a replay of an imported trace needs to ask again.
             let r = &a.request;
@@ -487,6 +490,7 @@ mod tests {
             stale_ms: None,
             attempts: 2,
             latency_ms: 50,
+            key: None,
         }))
     }
 

@@ -52,6 +52,8 @@ pub struct ChatRequest {
     /// The longest the client lets the call take (ms), where it says
     /// (`x-fusebox-deadline-ms`); the route's `deadline_ms` bounds it too.
     pub deadline_ms: Option<u64>,
+    /// Its name outside (`x-fusebox-request-id`), carried into its outcome.
+    pub key: Option<compact_str::CompactString>,
 }
 
 /// How a chat completion ended.
@@ -278,7 +280,8 @@ impl Runner {
             stale_ms: None,
         };
         let took = self.clock.now().saturating_duration_since(start);
-        let outcome = self.outcome(req.id, &req.user, ended, &tally, took);
+        let mut outcome = self.outcome(req.id, &req.user, ended, &tally, took);
+        outcome.key.clone_from(&req.key);
         abandoned.armed = false;
         self.count_outcome(&outcome, &tally);
         Chat { end, outcome }

@@ -68,6 +68,7 @@ impl Runner {
             stale_ms: ended.stale_ms,
             attempts: tally.attempts,
             latency_ms: took.as_millis() as u64,
+            key: None,
         }
     }
 

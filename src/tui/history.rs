@@ -38,16 +38,20 @@ pub struct Recent {
     pub cost_usd: f64,
     /// The instance it ran on, where the console watches several.
     pub instance: Option<String>,
+    /// Its name outside (`x-fusebox-request-id`), for a gateway's request.
+    pub key: Option<String>,
 }
 
 impl Recent {
-    /// Whether `filter` (lower case) matches it: its user, path, level or reason.
+    /// Whether `filter` (lower case) matches it: its user, path, level,
+    /// reason or request id.
     pub fn matches(&self, filter: &str) -> bool {
         [
             self.user.as_str(),
             self.chain.as_str(),
             self.level.as_str(),
             self.why.as_deref().unwrap_or(""),
+            self.key.as_deref().unwrap_or(""),
         ]
         .iter()
         .any(|t| t.to_lowercase().contains(filter))
@@ -69,6 +73,7 @@ impl From<&Outcome> for Recent {
             latency_ms: o.latency_ms,
             tokens: o.tokens,
             cost_usd: o.cost_usd,
+            key: o.key.as_ref().map(ToString::to_string),
         }
     }
 }

@@ -396,6 +396,7 @@ async fn replay_mode_shows_the_recorded_outcome_of_the_selected_request() {
             tokens: 321,
             cost_usd: 0.0,
             missing: vec![],
+            key: None,
         });
     }
     app.opts.mode = Mode::Replay;
@@ -819,4 +820,56 @@ async fn a_refused_request_says_why_in_the_chains_pane_and_its_detail() {
     let detail = text(&render(&app, 140, 45));
     assert!(detail.contains("the client was told: Request refused"), "{detail}");
     assert!(detail.contains(" ms · ") && detail.contains(" tokens · $"), "{detail}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn slash_finds_a_request_by_its_request_id() {
+    let (runner, mut app) = incident(false).await;
+    let keys = KeyMap::defaults();
+    let mut events = runner.events().subscribe();
+    let req = fusebox::runner::chat::ChatRequest {
+        id: 900,
+        user: "u".into(),
+        sub_user: None,
+        session: None,
+        route: "default".into(),
+        messages: vec![fusebox::wire::Message::new(
+            fusebox::wire::Role::User,
+            "Where is order #38100?",
+        )]
+        .into(),
+        tools: Vec::new().into(),
+        max_tokens: 64,
+        params: Default::default(),
+        stream: false,
+        fallback: true,
+        reach: None,
+        deadline_ms: None,
+        key: Some("caller-77".into()),
+    };
+    runner.chat(req, None).await;
+    for i in 901..910u64 {
+        runner.run(&make_request(Seed(5), i, 6)).await;
+    }
+    while let Ok(e) = events.try_recv() {
+        app.on_event(&e);
+    }
+    app.on_key(key('4'), &keys);
+    app.on_key(key('/'), &keys);
+    for c in "CALLER-77".chars() {
+        app.on_key(key(c), &keys);
+    }
+    let rows = app.recent_rows();
+    assert_eq!(rows.len(), 1, "found by its id, whatever the case");
+    assert_eq!(rows[0].key.as_deref(), Some("caller-77"));
+    app.on_key(
+        crossterm::event::KeyEvent::new(crossterm::event::KeyCode::Enter, crossterm::event::KeyModifiers::NONE),
+        &keys,
+    );
+    app.on_key(
+        crossterm::event::KeyEvent::new(crossterm::event::KeyCode::Enter, crossterm::event::KeyModifiers::NONE),
+        &keys,
+    );
+    let detail = text(&render(&app, 140, 45));
+    assert!(detail.contains("x-fusebox-request-id: caller-77"), "{detail}");
 }

@@ -52,6 +52,7 @@ fn request(id: u64, deadline_ms: Option<u64>, stream: bool) -> ChatRequest {
         fallback: true,
         reach: None,
         deadline_ms,
+        key: None,
     }
 }
 

@@ -31,6 +31,7 @@ mod otel;
 mod record;
 mod recovery;
 mod replay;
+mod request_id;
 mod runner;
 mod scenarios;
 mod sdk;

@@ -305,8 +305,9 @@ mod every_line_reads_back {
             any::<f64>(),
             any::<u64>(),
             any::<f64>(),
+            prop::option::of(text()),
         )
-            .prop_map(move |(level, chain, quality, tokens, cost_usd)| {
+            .prop_map(move |(level, chain, quality, tokens, cost_usd, key)| {
                 EventKind::Outcome(Box::new(Outcome {
                     request: n,
                     user: "u".into(),
@@ -321,6 +322,7 @@ mod every_line_reads_back {
                     stale_ms: None,
                     attempts: 1,
                     latency_ms: 1,
+                    key: key.map(Into::into),
                 }))
             });
         let states = prop::sample::select(vec![BreakerState::Closed, BreakerState::Open, BreakerState::HalfOpen]);

@@ -58,6 +58,7 @@ async fn a_primary_down_60_s_serves_again_within_one_base_cooldown() {
             fallback: true,
             reach: None,
             deadline_ms: None,
+            key: None,
         };
         let chat = r.chat(req, None).await;
         assert_ne!(

@@ -156,6 +156,7 @@ fn all_kinds_reads_every_kind_and_skips_unknown_ones() {
             tokens: 1296,
             cost_usd: 0.00042,
             missing: strings(&["search"]),
+            key: None,
         }),
         Record::Operator(OperatorRec {
             t_ms: 3000,
@@ -846,6 +847,7 @@ fn arb_record() -> impl Strategy<Value = Record> {
                     tokens,
                     cost_usd,
                     missing,
+                    key: None,
                 })
             },
         );

@@ -78,6 +78,7 @@ pub fn gateway_log(n: u64, rps: u64, out: &mut impl Write) -> std::io::Result<()
             tokens: 110,
             cost_usd: 0.0005,
             missing: Vec::new(),
+            key: None,
         });
         for line in [attempt.to_line(), outcome.to_line()] {
             later.push(Reverse((end, seq, line)));

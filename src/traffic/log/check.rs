@@ -37,6 +37,9 @@ pub fn fit(rec: &mut Record) {
                 *x = 0.0;
             }
         }
+        if let Some(k) = &mut o.key {
+            cut(k, crate::limits::MAX_NAME_LEN);
+        }
     }
     if let Record::Request(r) = rec {
         r.prompt_tokens = r.prompt_tokens.min(MAX_TOKENS);

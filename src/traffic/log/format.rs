@@ -231,6 +231,10 @@ pub struct OutcomeRec {
     pub cost_usd: f64,
     /// Components that were unavailable.
     pub missing: Vec<String>,
+    /// The request's name outside (`x-fusebox-request-id`), for a
+    /// gateway's request.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key: Option<CompactString>,
 }
 
 /// A breaker transition line.

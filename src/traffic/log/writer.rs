@@ -406,6 +406,7 @@ pub fn record_of(ev: &Event, t_ms: u64, content: Content, salt: &Salt) -> Option
             tokens: o.tokens,
             cost_usd: o.cost_usd,
             missing: o.missing.clone(),
+            key: o.key.clone(),
         }),
         EventKind::Transition(Transition {
             breaker,

@@ -93,6 +93,7 @@ pub fn gateway_call(runner: &Runner, req: &AgentRequest) -> ChatRequest {
         fallback: true,
         reach: None,
         deadline_ms: None,
+        key: None,
     }
 }
 

@@ -75,6 +75,9 @@ pub fn draw(f: &mut Frame, area: Rect, app: &App, theme: &Theme) {
                 if let Some(why) = &r.why {
                     lines.push(Line::from(format!("the client was told: {why}")));
                 }
+                if let Some(k) = &r.key {
+                    lines.push(Line::from(format!("x-fusebox-request-id: {k}")));
+                }
                 titled(&format!("request #{}", r.id), r.instance.as_deref())
             }
             None => " no request selected ".into(),

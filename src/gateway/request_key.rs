@@ -1,0 +1,90 @@
+//! Every answer names its request (`x-fusebox-request-id`), so a client's
+//! log line, the console, a recording and a trace can be matched up: the
+//! caller's own `x-request-id` when it sent a usable one, else one made
+//! here, unique across instances and restarts.
+
+use axum::extract::{Request, State};
+use axum::http::{HeaderName, HeaderValue};
+use axum::middleware::Next;
+use axum::response::Response;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+/// The header every answer carries.
+pub const H_REQUEST_ID: &str = "x-fusebox-request-id";
+/// The caller's own id, kept when usable.
+const H_CALLER_ID: &str = "x-request-id";
+/// The longest caller's id kept.
+pub const MAX_LEN: usize = 128;
+
+/// A request's name, in its extensions.
+#[derive(Clone, Debug)]
+pub struct RequestKey(pub Arc<str>);
+
+/// Makes request names: this process's mark, then a count.
+pub struct Keys {
+    mark: String,
+    next: AtomicU64,
+}
+
+impl Default for Keys {
+    /// Names for this process: its mark from the start time and pid, so
+    /// two instances, or one restarted, do not name two requests alike.
+    fn default() -> Self {
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos() as u64);
+        let mark = nanos ^ (u64::from(std::process::id()) << 40);
+        Self {
+            mark: format!("fb-{:010x}", mark & 0xff_ffff_ffff),
+            next: AtomicU64::new(1),
+        }
+    }
+}
+
+impl Keys {
+    /// The name of a request sent with `caller`'s `x-request-id` (kept
+    /// when it is 1 to [`MAX_LEN`] visible ASCII characters).
+    fn name(&self, caller: Option<&HeaderValue>) -> Arc<str> {
+        match caller.map(HeaderValue::as_bytes) {
+            Some(b) if (1..=MAX_LEN).contains(&b.len()) && b.iter().all(|c| (0x21..=0x7e).contains(c)) => {
+                Arc::from(String::from_utf8_lossy(b).as_ref())
+            }
+            _ => Arc::from(format!("{}-{}", self.mark, self.next.fetch_add(1, Ordering::Relaxed))),
+        }
+    }
+}
+
+/// Names the request (in its extensions, for the handlers) and its answer,
+/// whatever the answer is.
+pub async fn tag(State(keys): State<Arc<Keys>>, mut req: Request, next: Next) -> Response {
+    let key = keys.name(req.headers().get(H_CALLER_ID));
+    req.extensions_mut().insert(RequestKey(key.clone()));
+    let mut resp = next.run(req).await;
+    if let Ok(v) = HeaderValue::try_from(key.as_ref()) {
+        resp.headers_mut().insert(HeaderName::from_static(H_REQUEST_ID), v);
+    }
+    resp
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_usable_caller_id_is_kept_and_any_other_replaced() {
+        let keys = Keys::default();
+        let kept = keys.name(Some(&HeaderValue::from_static("req-abc_123")));
+        assert_eq!(&*kept, "req-abc_123");
+        let long = "x".repeat(MAX_LEN + 1);
+        for bad in [
+            HeaderValue::from_static("has space"),
+            HeaderValue::try_from(long).unwrap(),
+        ] {
+            assert!(keys.name(Some(&bad)).starts_with("fb-"), "{bad:?}");
+        }
+        let (a, b) = (keys.name(None), keys.name(None));
+        assert_ne!(a, b);
+        assert!(a.starts_with(&keys.mark));
+    }
+}
