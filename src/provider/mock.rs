@@ -3,7 +3,7 @@
 //! the shared fault model applied per call.
 
 use super::fault::{Fault, FaultTable};
-use super::{ErrorKind, LlmRequest, LlmResponse, Provider, ProviderError, ToolCall, Usage};
+use super::{ErrorKind, LlmRequest, LlmResponse, Provider, ProviderError, Role, ToolCall, Usage};
 use crate::clock::{mix, purpose, Seed};
 use crate::resilience::limiter::RateFeedback;
 use crate::target::Target;
@@ -151,6 +151,24 @@ pub enum MockReply {
     },
 }
 
+/// The answer a conversation gives back to be continued: its last turn
+/// the assistant's text, or that followed by [`super::CONTINUE`].
+fn continued(req: &LlmRequest) -> Option<String> {
+    let m = &req.messages;
+    let asked = m
+        .last()
+        .is_some_and(|l| l.role == Role::User && l.content.text() == super::CONTINUE);
+    let answer = if asked {
+        m.len().checked_sub(2).map(|i| &m[i])
+    } else {
+        m.last()
+    };
+    answer
+        .filter(|a| a.role == Role::Assistant && a.tool_calls.is_empty())
+        .map(|a| a.content.text().into_owned())
+        .filter(|t| !t.is_empty())
+}
+
 impl MockProvider {
     /// Decides what this call gets (deterministic in seed, request, step and attempt).
     pub fn plan(&self, req: &LlmRequest) -> MockReply {
@@ -240,12 +258,16 @@ impl MockProvider {
             Fault::TokenBlowup { factor } => output = output.saturating_mul(factor.max(1)),
             Fault::KeepAliveStall { ms } => stall = Duration::from_millis(ms),
         }
+        // A cut answer given back to continue (as a prefill, or followed by
+        // the ask for the rest): only what follows it, as a model would.
+        let mut answer = text(&req.model);
+        if let Some(rest) = continued(req).and_then(|sent| answer.strip_prefix(sent.trim_end())) {
+            let share = rest.chars().count() as f64 / answer.chars().count().max(1) as f64;
+            output = ((output as f64 * share).ceil() as u32).max(1);
+            answer = rest.to_string();
+        }
         MockReply::Answer {
-            text: if tool_calls.is_empty() {
-                text(&req.model)
-            } else {
-                String::new()
-            },
+            text: if tool_calls.is_empty() { answer } else { String::new() },
             tool_calls,
             usage: Usage {
                 input,

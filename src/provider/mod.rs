@@ -18,6 +18,11 @@ use std::time::Duration;
 pub use crate::wire::{Content, Message, Part, Role, ToolCall, ToolKind, ToolSpec, Usage};
 pub use stream::{Opened, Piece, PieceStream};
 
+/// The user turn that asks a model without prefill for the rest of a cut
+/// answer, after that answer as the assistant's turn.
+pub const CONTINUE: &str = "Your previous answer was cut off. Continue it from exactly where it stopped: \
+     write only the rest, without repeating anything already written and without any preamble.";
+
 /// One LLM call.
 #[derive(Clone, Debug)]
 pub struct LlmRequest {

@@ -673,14 +673,9 @@ fn trim(messages: &Arc<[Message]>) -> Arc<[Message]> {
 /// model takes no prefill, a user turn asking for the rest.
 fn continuation(conversation: &Arc<[Message]>, sent: &str, prefill: bool) -> Arc<[Message]> {
     let answer = Message::assistant(sent, Vec::new());
-    let ask = (!prefill).then(|| Message::user(CONTINUE));
+    let ask = (!prefill).then(|| Message::user(crate::provider::CONTINUE));
     conversation.iter().cloned().chain([answer]).chain(ask).collect()
 }
-
-/// The user turn that asks a model without prefill for the rest of a cut
-/// answer.
-const CONTINUE: &str = "Your previous answer was cut off. Continue it from exactly where it stopped: \
-     write only the rest, without repeating anything already written and without any preamble.";
 
 /// Whether a model's 400 says it takes no assistant prefill.
 fn refuses_prefill(e: &ProviderError) -> bool {

@@ -165,6 +165,28 @@ async fn streams_server_sent_events_that_end_with_done() {
 }
 
 #[tokio::test]
+async fn a_cut_stream_of_the_demo_is_continued_by_the_fallback_without_a_word_twice() {
+    let f = gateway(Config::default(), GatewayOptions::default()).await;
+    f.faults
+        .set(&Target::provider("openai"), FaultSpec::always(Fault::Truncated));
+    let mut body = ask("default", "dan");
+    body["stream"] = json!(true);
+    let text = f.post(&body).await.text().await.unwrap();
+    let content: String = text
+        .lines()
+        .filter_map(|l| l.strip_prefix("data: "))
+        .filter_map(|d| serde_json::from_str::<Value>(d).ok())
+        .filter_map(|v| v["choices"][0]["delta"]["content"].as_str().map(str::to_string))
+        .collect();
+    // Begun by gpt-4o, finished by claude-haiku: each part once.
+    assert_eq!(
+        content, "Order #38100 is in transit and should arrive within 2 days (claude-haiku).",
+        "{text}"
+    );
+    assert!(text.contains("claude-haiku ok resumed"), "{text}");
+}
+
+#[tokio::test]
 async fn a_down_primary_falls_back_transparently() {
     let f = gateway(Config::default(), GatewayOptions::default()).await;
     f.faults
