@@ -828,24 +828,8 @@ async fn slash_finds_a_request_by_its_request_id() {
     let keys = KeyMap::defaults();
     let mut events = runner.events().subscribe();
     let req = fusebox::runner::chat::ChatRequest {
-        id: 900,
-        user: "u".into(),
-        sub_user: None,
-        session: None,
-        route: "default".into(),
-        messages: vec![fusebox::wire::Message::new(
-            fusebox::wire::Role::User,
-            "Where is order #38100?",
-        )]
-        .into(),
-        tools: Vec::new().into(),
-        max_tokens: 64,
-        params: Default::default(),
-        stream: false,
-        fallback: true,
-        reach: None,
-        deadline_ms: None,
         key: Some("caller-77".into()),
+        ..crate::common::chat_request(900)
     };
     runner.chat(req, None).await;
     for i in 901..910u64 {

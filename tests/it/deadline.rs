@@ -35,24 +35,9 @@ fn silent_primary() -> (Arc<Runner>, Arc<Scripted>, Arc<Scripted>) {
 
 fn request(id: u64, deadline_ms: Option<u64>, stream: bool) -> ChatRequest {
     ChatRequest {
-        id,
-        user: "u".into(),
-        sub_user: None,
-        session: None,
-        route: "default".into(),
-        messages: vec![fusebox::wire::Message::new(
-            fusebox::wire::Role::User,
-            "Where is order #38100?",
-        )]
-        .into(),
-        tools: Vec::new().into(),
-        max_tokens: 64,
-        params: Default::default(),
         stream,
-        fallback: true,
-        reach: None,
         deadline_ms,
-        key: None,
+        ..crate::common::chat_request(id)
     }
 }
 

@@ -41,24 +41,8 @@ async fn a_primary_down_60_s_serves_again_within_one_base_cooldown() {
     for i in 0..20u64 {
         tokio::time::sleep_until(start + Duration::from_secs(4 * i)).await;
         let req = ChatRequest {
-            id: i + 1,
             user: format!("u{i}"),
-            sub_user: None,
-            session: None,
-            route: "default".into(),
-            messages: vec![fusebox::wire::Message::new(
-                fusebox::wire::Role::User,
-                "Where is order #38100?",
-            )]
-            .into(),
-            tools: Vec::new().into(),
-            max_tokens: 64,
-            params: Default::default(),
-            stream: false,
-            fallback: true,
-            reach: None,
-            deadline_ms: None,
-            key: None,
+            ..crate::common::chat_request(i + 1)
         };
         let chat = r.chat(req, None).await;
         assert_ne!(

@@ -267,3 +267,28 @@ pub fn in_a_terminal(cmd: &str, typescript: &std::path::Path) -> std::process::C
         .spawn()
         .expect("run script (util-linux)")
 }
+
+/// A whole chat request `id` of the default route asking where order
+/// #38100 is.
+pub fn chat_request(id: u64) -> fusebox::runner::chat::ChatRequest {
+    fusebox::runner::chat::ChatRequest {
+        id,
+        user: "u".into(),
+        sub_user: None,
+        session: None,
+        route: "default".into(),
+        messages: vec![fusebox::wire::Message::new(
+            fusebox::wire::Role::User,
+            "Where is order #38100?",
+        )]
+        .into(),
+        tools: Vec::new().into(),
+        max_tokens: 64,
+        params: Default::default(),
+        stream: false,
+        fallback: true,
+        reach: None,
+        deadline_ms: None,
+        key: None,
+    }
+}
