@@ -175,11 +175,51 @@ impl ConsoleArgs {
         self.readonly.then(|| "started with --readonly".to_string())
     }
 
-    /// Who issues console commands: `--operator`, else `$USER`.
+    /// Who issues console commands: `--operator`, else `$USER` or
+    /// `$LOGNAME`, else the login name of the user the process runs as.
     pub fn operator_name(&self) -> String {
+        let env = |v| std::env::var(v).ok().filter(|s: &String| !s.is_empty());
         self.operator
             .clone()
-            .or_else(|| std::env::var("USER").ok())
+            .or_else(|| env("USER"))
+            .or_else(|| env("LOGNAME"))
+            .or_else(login_name)
             .unwrap_or_else(|| "operator".into())
+    }
+}
+
+/// The login name of the user this process runs as (Linux: its uid in
+/// `/proc/self/status`, named in `/etc/passwd`; else `uid N`).
+fn login_name() -> Option<String> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let uid: u32 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("Uid:"))?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()?;
+    let passwd = std::fs::read_to_string("/etc/passwd").unwrap_or_default();
+    Some(named(uid, &passwd).unwrap_or_else(|| format!("uid {uid}")))
+}
+
+/// The name `passwd` (in `/etc/passwd`'s format) gives `uid`.
+fn named(uid: u32, passwd: &str) -> Option<String> {
+    passwd.lines().find_map(|l| {
+        let mut f = l.split(':');
+        let name = f.next()?;
+        (f.nth(1)?.parse::<u32>().ok()? == uid).then(|| name.to_string())
+    })
+}
+
+#[cfg(test)]
+mod login_tests {
+    #[test]
+    fn a_uid_is_named_by_its_passwd_line() {
+        let passwd = "root:x:0:0:root:/root:/bin/bash\nana:x:1000:1000:Ana:/home/ana:/bin/sh\n";
+        assert_eq!(super::named(1000, passwd).as_deref(), Some("ana"));
+        assert_eq!(super::named(0, passwd).as_deref(), Some("root"));
+        assert_eq!(super::named(7, passwd), None);
+        assert!(super::login_name().is_some(), "this process runs as someone");
     }
 }
