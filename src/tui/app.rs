@@ -230,6 +230,19 @@ pub struct App {
     pub quit: bool,
 }
 
+/// A row of the events pane: an event, or a run of the same one.
+#[derive(Clone, Debug)]
+pub struct EventRow<'a> {
+    /// Its newest occurrence.
+    pub event: &'a Event,
+    /// Its oldest occurrence in the run (what a selection holds on to).
+    pub first: &'a Event,
+    /// How many times in a row it was said.
+    pub repeats: usize,
+    /// What it says.
+    pub said: String,
+}
+
 /// How far back the header's rates and shares look.
 pub const RATE_WINDOW_MS: u64 = 60_000;
 
@@ -472,14 +485,30 @@ impl App {
         grouped(rows, |u| own.get(u.view.user.as_str()).cloned().unwrap_or_default())
     }
 
-    /// Events after filter, newest first.
-    pub fn event_rows(&self) -> Vec<&Event> {
+    /// Events after filter, newest first, each run of the same event said
+    /// again and again (on the same instance) one row with its count.
+    pub fn event_rows(&self) -> Vec<EventRow<'_>> {
         let f = &self.filters[Pane::Events.index()];
-        self.events()
-            .iter()
-            .rev()
-            .filter(|e| f.is_empty() || Self::matches(f, &super::ui::events::describe(e)))
-            .collect()
+        let mut rows: Vec<EventRow<'_>> = Vec::new();
+        for e in self.events().iter().rev() {
+            let said = super::ui::events::describe(e);
+            if !(f.is_empty() || Self::matches(f, &said)) {
+                continue;
+            }
+            match rows.last_mut() {
+                Some(r) if r.said == said && r.event.instance == e.instance => {
+                    r.first = e;
+                    r.repeats += 1;
+                }
+                _ => rows.push(EventRow {
+                    event: e,
+                    first: e,
+                    repeats: 1,
+                    said,
+                }),
+            }
+        }
+        rows
     }
 
     /// Recent requests after filter, newest first.
@@ -523,7 +552,7 @@ impl App {
             Pane::Events => self
                 .pinned_event
                 .as_ref()
-                .and_then(|p| self.event_rows().iter().position(|e| *e == p)),
+                .and_then(|p| self.event_rows().iter().position(|r| r.first == p)),
             Pane::Limiters => None,
         };
         if let Some(i) = pinned {
@@ -557,7 +586,7 @@ impl App {
                     .map(|u| (u.view.user.clone(), u.instance.clone()))
             }
             Pane::Chains => self.pinned_request = self.recent_rows().get(i).map(|r| (r.id, r.instance.clone())),
-            Pane::Events => self.pinned_event = self.event_rows().get(i).map(|e| (*e).clone()),
+            Pane::Events => self.pinned_event = self.event_rows().get(i).map(|r| r.first.clone()),
             Pane::Limiters => {}
         }
     }

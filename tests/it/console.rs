@@ -740,7 +740,7 @@ async fn the_selection_stays_on_its_row_while_100_events_and_requests_arrive() {
     for _ in 0..3 {
         app.on_key(down, &keys);
     }
-    let picked = app.event_rows()[app.selection(Pane::Events)].clone();
+    let picked = app.event_rows()[app.selection(Pane::Events)].first.clone();
     app.on_key(key('4'), &keys);
     app.on_key(down, &keys);
     let request = app.recent_rows()[app.selection(Pane::Chains)].id;
@@ -768,9 +768,12 @@ async fn the_selection_stays_on_its_row_while_100_events_and_requests_arrive() {
         "the same request"
     );
     app.on_key(key('5'), &keys);
-    let now = app.event_rows()[app.selection(Pane::Events)].clone();
+    let now = app.event_rows()[app.selection(Pane::Events)].first.clone();
     assert_eq!(now, picked, "the same event, 100 rows further down");
-    assert!(app.selection(Pane::Events) >= 100);
+    assert!(
+        app.selection(Pane::Events) >= 100,
+        "100 rows above it: the commands alternate, none coalesced"
+    );
     // Enter opens it, not what took its place.
     app.on_key(
         crossterm::event::KeyEvent::new(crossterm::event::KeyCode::Enter, crossterm::event::KeyModifiers::NONE),
@@ -856,4 +859,25 @@ async fn slash_finds_a_request_by_its_request_id() {
     );
     let detail = text(&render(&app, 140, 45));
     assert!(detail.contains("x-fusebox-request-id: caller-77"), "{detail}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_event_said_again_and_again_is_one_row_with_its_count() {
+    let (runner, mut app) = incident(false).await;
+    let mut events = runner.events().subscribe();
+    for _ in 0..5 {
+        runner.apply(&Command::DrillOn, &Issuer::operator("bo")).unwrap();
+        tokio::time::advance(Duration::from_millis(200)).await;
+    }
+    while let Ok(e) = events.try_recv() {
+        app.on_event(&e);
+    }
+    app.on_snapshot(Arc::new(runner.snapshot(SNAPSHOT_USERS, SNAPSHOT_EVENTS)));
+    let rows = app.event_rows();
+    let said: Vec<(String, usize)> = rows.iter().take(3).map(|r| (r.said.clone(), r.repeats)).collect();
+    assert_eq!(rows[0].repeats, 5, "five alike, one row: {said:?}");
+    assert_eq!(rows[1].repeats, 1, "then what came before: {said:?}");
+    let pane = render_pane(&app, 100, 8, ui::events::draw);
+    assert!(pane.contains("×5 since"), "{pane}");
+    assert_eq!(pane.matches("drill_on").count(), 1, "{pane}");
 }

@@ -83,12 +83,15 @@ pub fn draw(f: &mut Frame, area: Rect, app: &App, theme: &Theme) {
             None => " no request selected ".into(),
         },
         Pane::Events => match app.event_rows().get(app.selection(Pane::Events)) {
-            Some(e) => {
-                lines.push(Line::from(format!(
-                    "{} {}",
-                    super::clock(e.t_ms),
-                    super::events::describe(e)
-                )));
+            Some(r) => {
+                lines.push(Line::from(format!("{} {}", super::clock(r.event.t_ms), r.said)));
+                if r.repeats > 1 {
+                    lines.push(Line::from(format!(
+                        "said {} times in a row since {}",
+                        r.repeats,
+                        super::clock(r.first.t_ms)
+                    )));
+                }
                 " event ".into()
             }
             None => " no event selected ".into(),

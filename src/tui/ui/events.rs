@@ -104,13 +104,27 @@ pub fn draw(f: &mut Frame, area: Rect, app: &App, theme: &Theme) {
         .enumerate()
         .skip(first)
         .take(height)
-        .map(|(i, e)| {
+        .map(|(i, r)| {
             let selected = focused && i == sel;
-            Line::from(vec![
+            let mut spans = vec![
                 Span::styled(if selected { "▶" } else { " " }, theme.selected),
-                Span::styled(format!("{} ", clock(e.t_ms)), theme.dim),
-                Span::styled(describe(e), if selected { theme.selected } else { style(theme, e) }),
-            ])
+                Span::styled(format!("{} ", clock(r.event.t_ms)), theme.dim),
+                Span::styled(
+                    r.said.clone(),
+                    if selected {
+                        theme.selected
+                    } else {
+                        style(theme, r.event)
+                    },
+                ),
+            ];
+            if r.repeats > 1 {
+                spans.push(Span::styled(
+                    format!("  ×{} since {}", r.repeats, clock(r.first.t_ms)),
+                    theme.dim,
+                ));
+            }
+            Line::from(spans)
         })
         .collect();
     if lines.is_empty() {
