@@ -578,6 +578,10 @@ async fn enter_shows_the_selected_breaker_and_event_in_full() {
         "{frame}"
     );
     assert!(frame.contains("ITPM: "), "{frame}");
+    // The freeze it states is in its list of freezes, with who froze it.
+    assert!(frame.contains("refill freezes (newest first):"), "{frame}");
+    assert!(frame.contains("operator ana: freeze_refill anthropic"), "{frame}");
+    assert!(!frame.contains("none yet"), "{frame}");
     app.on_key(esc, &keys);
     // A user: spend against each limit, refusals and recent requests.
     app.on_key(key('3'), &keys);

@@ -4,6 +4,7 @@
 //! request's whole path; an event's whole text.
 
 use super::centered;
+use crate::command::Command;
 use crate::telemetry::events::EventKind;
 use crate::telemetry::snapshot::{BreakerRow, LimiterRow, UserRow};
 use crate::tui::app::{App, Pane};
@@ -135,7 +136,7 @@ fn of_instance<'a>(
 }
 
 /// A limiter's buckets, concurrency, refills and calibration, and its
-/// frozen refills (newest first).
+/// refill freezes (a Retry-After's and an operator's, newest first).
 fn limiter(row: &LimiterRow, app: &App, lines: &mut Vec<Line<'static>>) {
     let l = &row.limiter;
     for (name, b) in [("TPM", l.tpm), ("ITPM", l.itpm), ("OTPM", l.otpm), ("RPM", l.rpm)] {
@@ -168,8 +169,16 @@ fn limiter(row: &LimiterRow, app: &App, lines: &mut Vec<Line<'static>>) {
         None => "not calibrated from rate headers yet".to_string(),
     }));
     lines.push(Line::from(""));
-    let frozen = |k: &EventKind| matches!(k, EventKind::RefillFrozen(r) if r.provider == row.provider);
-    events_of(app, row.instance.as_deref(), "frozen refills", frozen, lines);
+    // Freezes of either kind: a Retry-After's, and an operator's commands.
+    let target = crate::target::Target::provider(&row.provider);
+    let frozen = |k: &EventKind| match k {
+        EventKind::RefillFrozen(r) => r.provider == row.provider,
+        EventKind::Operator { command, .. } => {
+            matches!(command, Command::FreezeRefill { target: t } | Command::UnfreezeRefill { target: t } if *t == target)
+        }
+        _ => false,
+    };
+    events_of(app, row.instance.as_deref(), "refill freezes", frozen, lines);
 }
 
 /// `title`, then the events of `instance` that `pick` takes, newest first.
