@@ -16,12 +16,18 @@ use std::time::Duration;
 
 /// A model that never answers, and one that answers in 100 ms.
 fn silent_primary() -> (Arc<Runner>, Arc<Scripted>, Arc<Scripted>) {
-    let silent = Step::Ok {
-        delay_ms: 3_600_000,
+    primary_taking(3_600_000)
+}
+
+/// A primary (openai) that answers after `delay_ms`, and a fallback that
+/// answers in 100 ms.
+fn primary_taking(delay_ms: u64) -> (Arc<Runner>, Arc<Scripted>, Arc<Scripted>) {
+    let slow = Step::Ok {
+        delay_ms,
         output: 10,
         tool_calls: Vec::new(),
     };
-    let (openai, anthropic) = (Scripted::new(vec![], silent), Scripted::new(vec![], Step::ok()));
+    let (openai, anthropic) = (Scripted::new(vec![], slow), Scripted::new(vec![], Step::ok()));
     let r = runner(
         Config::default(),
         vec![
@@ -123,20 +129,7 @@ impl StreamSink for Collected {
 
 #[tokio::test(start_paused = true)]
 async fn a_first_token_slower_than_the_limit_is_given_up_for_the_next_model() {
-    let slow = Step::Ok {
-        delay_ms: 20_000,
-        output: 10,
-        tool_calls: Vec::new(),
-    };
-    let (openai, anthropic) = (Scripted::new(vec![], slow), Scripted::new(vec![], Step::ok()));
-    let r = runner(
-        Config::default(),
-        vec![
-            ("openai", openai.clone() as Arc<dyn Provider>),
-            ("anthropic", anthropic.clone() as Arc<dyn Provider>),
-        ],
-        None,
-    );
+    let (r, _, _) = primary_taking(20_000);
     let mut sink = Collected::default();
     let start = tokio::time::Instant::now();
     let chat = r.chat(request(1, None, true), Some(&mut sink)).await;

@@ -96,6 +96,23 @@ fn ask(stream_usage: bool) -> Value {
     b
 }
 
+/// The names of a messages stream's events, in order.
+fn event_names(text: &str) -> Vec<&str> {
+    events(text)
+        .iter()
+        .filter_map(|e| e.lines().next()?.strip_prefix("event: "))
+        .collect()
+}
+
+/// All of `resp`'s body, bounded by [`soon`].
+async fn read_all(resp: reqwest::Response) -> String {
+    let r = Reader {
+        resp,
+        buf: String::new(),
+    };
+    soon("the stream", r.rest()).await
+}
+
 async fn open(p: &Proxy, body: &Value) -> Reader {
     let resp = p.post("/v1/chat/completions", body).await;
     assert_eq!(resp.status(), 200);
@@ -341,20 +358,9 @@ async fn an_anthropic_stream_passes_through_and_carries_the_outcome() {
     });
     let resp = p.post("/v1/messages", &body).await;
     assert_eq!(resp.status(), 200);
-    let text = soon(
-        "the stream",
-        Reader {
-            resp,
-            buf: String::new(),
-        }
-        .rest(),
-    )
-    .await;
+    let text = read_all(resp).await;
     let evs = events(&text);
-    let names: Vec<&str> = evs
-        .iter()
-        .filter_map(|e| e.lines().next()?.strip_prefix("event: "))
-        .collect();
+    let names = event_names(&text);
     assert_eq!(names.first(), Some(&"message_start"));
     assert_eq!(names.last(), Some(&"message_stop"));
     let streamed: String = evs
@@ -417,19 +423,8 @@ async fn an_answer_without_content_still_streams_to_its_end() {
     });
     let resp = p.post("/v1/messages", &body).await;
     assert_eq!(resp.status(), 200);
-    let text = soon(
-        "the stream",
-        Reader {
-            resp,
-            buf: String::new(),
-        }
-        .rest(),
-    )
-    .await;
-    let names: Vec<&str> = events(&text)
-        .iter()
-        .filter_map(|e| e.lines().next()?.strip_prefix("event: "))
-        .collect();
+    let text = read_all(resp).await;
+    let names = event_names(&text);
     assert_eq!(names.first(), Some(&"message_start"), "{text}");
     assert_eq!(names.last(), Some(&"message_stop"), "{text}");
     assert!(names.contains(&"message_delta"), "{text}");
@@ -522,19 +517,8 @@ async fn a_stream_that_finishes_without_its_terminator_is_a_whole_answer() {
         "messages": [{"role": "user", "content": "Where is order #38100?"}],
     });
     let resp = p.post("/v1/messages", &body).await;
-    let text = soon(
-        "the stream",
-        Reader {
-            resp,
-            buf: String::new(),
-        }
-        .rest(),
-    )
-    .await;
-    let names: Vec<&str> = events(&text)
-        .iter()
-        .filter_map(|e| e.lines().next()?.strip_prefix("event: "))
-        .collect();
+    let text = read_all(resp).await;
+    let names = event_names(&text);
     assert_eq!(names.iter().filter(|n| **n == "message_delta").count(), 1, "{text}");
     assert_eq!(names.last(), Some(&"message_stop"), "{text}");
     // A whole answer read from such a stream is whole too.
