@@ -116,7 +116,14 @@ async fn sigterm_lets_what_is_in_flight_finish_refuses_the_new_and_records_every
         assert!(std::time::Instant::now() < deadline, "still accepting after SIGTERM");
         tokio::time::sleep(Duration::from_millis(10)).await; // the signal reaching the other process
     }
-    hold.notify_waiters();
+    // Released for every call, also one that reaches the hold only now
+    // (a notify wakes only those already waiting).
+    let release = tokio::spawn(async move {
+        loop {
+            hold.notify_waiters();
+            tokio::time::sleep(Duration::from_millis(20)).await; // until every call is let through
+        }
+    });
     for call in inflight {
         let (stream, status, text) = call.await.unwrap();
         assert_eq!(status, 200, "{text}");
@@ -127,6 +134,7 @@ async fn sigterm_lets_what_is_in_flight_finish_refuses_the_new_and_records_every
             assert_eq!(v["choices"][0]["message"]["content"], ANSWER);
         }
     }
+    release.abort();
     let exit = tokio::task::spawn_blocking(move || serve.wait()).await.unwrap();
     assert!(exit.success(), "{exit}");
     let (requests, levels) = recorded(&rec);
