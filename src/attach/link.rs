@@ -44,6 +44,60 @@ struct Link {
     /// What its live view said the credential may do (`operate`, `view`,
     /// `readonly`).
     scope: Option<String>,
+    /// Its totals before its last restart, added to each snapshot's so
+    /// they run on across restarts.
+    carried: Carried,
+}
+
+/// Running totals an instance's earlier processes reached.
+#[derive(Clone, Copy, Debug, Default)]
+struct Carried {
+    requests: u64,
+    by_level: [u64; 5],
+    tokens: u64,
+    cost_usd: f64,
+}
+
+impl Carried {
+    /// `s`'s totals (already counting what was carried into it).
+    fn of(s: &Snapshot) -> Self {
+        Self {
+            requests: s.requests,
+            by_level: s.by_level,
+            tokens: s.tokens,
+            cost_usd: s.cost_usd,
+        }
+    }
+
+    fn add_to(&self, s: &mut Snapshot) {
+        s.requests += self.requests;
+        for (a, b) in s.by_level.iter_mut().zip(self.by_level) {
+            *a += b;
+        }
+        s.tokens += self.tokens;
+        s.cost_usd += self.cost_usd;
+    }
+}
+
+/// Whether `new` comes from another process than `old`: its time went
+/// back, or it started more than [`RESTART_SKEW_MS`] apart.
+fn restarted(old: &Snapshot, new: &Snapshot) -> bool {
+    let start = |s: &Snapshot| s.wall_ms.saturating_sub(s.t_ms);
+    new.t_ms < old.t_ms || start(new).abs_diff(start(old)) > RESTART_SKEW_MS
+}
+
+/// How far apart two snapshots' start times may be and still be one process
+/// (wall time and process time are read a moment apart).
+const RESTART_SKEW_MS: u64 = 2_000;
+
+/// What changed when an instance spoke or went silent.
+pub struct Change {
+    /// What changed, and in words.
+    pub kind: crate::telemetry::events::InstanceChange,
+    /// In words.
+    pub detail: String,
+    /// The events its earlier process had said (on a restart).
+    pub earlier: Option<Arc<Snapshot>>,
 }
 
 impl Instance {
@@ -57,6 +111,7 @@ impl Instance {
                 snap: None,
                 error: None,
                 scope: None,
+                carried: Carried::default(),
             }),
             gone: Default::default(),
         }
@@ -114,17 +169,43 @@ impl Instance {
         l.snap.is_none().then(|| l.error.clone()).flatten()
     }
 
-    /// Takes a snapshot it sent.
-    pub fn take(&self, snap: Snapshot) {
+    /// Takes a snapshot it sent; says whether it came back or restarted.
+    pub fn take(&self, mut snap: Snapshot) -> Vec<Change> {
+        use crate::telemetry::events::InstanceChange;
         let mut l = self.link.lock();
+        let mut changes = Vec::new();
+        if let State::Stale { since, .. } = l.state {
+            changes.push(Change {
+                kind: InstanceChange::Back,
+                detail: format!("answers again after {:.1} s", since.elapsed().as_secs_f64()),
+                earlier: None,
+            });
+        }
+        if let Some(old) = l.snap.clone().filter(|old| restarted(old, &snap)) {
+            l.carried = Carried::of(&old);
+            changes.push(Change {
+                kind: InstanceChange::Restarted,
+                detail: format!(
+                    "a new process (up {}); its totals go on from {} requests",
+                    crate::tui::ui::clock(snap.t_ms),
+                    old.requests
+                ),
+                earlier: Some(old),
+            });
+        }
+        l.carried.add_to(&mut snap);
         l.snap = Some(Arc::new(snap));
         l.state = State::Live;
         l.error = None;
+        changes
     }
 
-    fn lost(&self, why: String, retry_in: Duration) {
+    /// It could not be reached or went silent: stale until it answers
+    /// again, the next try in `retry_in`. Says so if it was live.
+    fn lost(&self, why: String, retry_in: Duration) -> Option<Change> {
         let now = Instant::now();
         let mut l = self.link.lock();
+        let was_live = matches!(l.state, State::Live);
         let since = match l.state {
             State::Stale { since, .. } => since,
             _ => now,
@@ -133,7 +214,12 @@ impl Instance {
             since,
             retry_at: now + retry_in,
         };
-        l.error = Some(why);
+        l.error = Some(why.clone());
+        was_live.then(|| Change {
+            kind: crate::telemetry::events::InstanceChange::Lost,
+            detail: why,
+            earlier: None,
+        })
     }
 }
 
@@ -152,7 +238,9 @@ pub async fn follow_snapshots(hub: std::sync::Weak<Hub>, inst: Arc<Instance>) {
         if matches!(inst.link.lock().state, State::Live) {
             wait = BACKOFF.0;
         }
-        inst.lost(why, wait);
+        if let Some(change) = inst.lost(why, wait) {
+            h.note(&inst, change);
+        }
         h.poke();
         drop(h);
         tokio::time::sleep(wait).await;
@@ -242,7 +330,9 @@ async fn stream_snapshots(hub: &Hub, inst: &Instance) -> Result<(), String> {
             if let SseItem::Event(e) = item {
                 let snap: Snapshot =
                     serde_json::from_str(&e.data).map_err(|e| format!("not a fusebox snapshot: {e}"))?;
-                inst.take(snap);
+                for change in inst.take(snap) {
+                    hub.note(inst, change);
+                }
                 hub.poke();
             }
         }

@@ -28,12 +28,25 @@ fn severity(s: Option<BreakerState>) -> u8 {
 }
 
 /// The snapshot of the instances in `parts`, at `t_ms` (the console's own
-/// time) and `wall_ms`. One instance's snapshot is shown as it is.
-pub fn combine(parts: &[Part<'_>], t_ms: u64, wall_ms: u64, events: usize) -> Snapshot {
+/// time) and `wall_ms`, with `notes` (the console's own events, on its time
+/// line) among theirs. One instance's snapshot is shown as it is, on its
+/// own time line.
+pub fn combine(parts: &[Part<'_>], notes: &[Event], t_ms: u64, wall_ms: u64, events: usize) -> Snapshot {
     let instances: Vec<InstanceView> = parts.iter().map(|p| p.view.clone()).collect();
     if let [one] = parts {
         let mut s = one.snap.cloned().unwrap_or_default();
         s.instances = instances;
+        if !notes.is_empty() {
+            // The console's time is the instance's less how much later it started.
+            let later = s.wall_ms.saturating_sub(s.t_ms).saturating_sub(wall_ms.saturating_sub(t_ms));
+            s.events.extend(notes.iter().map(|e| Event {
+                t_ms: e.t_ms.saturating_sub(later),
+                ..e.clone()
+            }));
+            s.events.sort_by_key(|e| e.t_ms);
+            let skip = s.events.len().saturating_sub(events);
+            s.events.drain(..skip);
+        }
         return s;
     }
     let known: Vec<(&str, &Snapshot)> = parts
@@ -52,13 +65,17 @@ pub fn combine(parts: &[Part<'_>], t_ms: u64, wall_ms: u64, events: usize) -> Sn
         instances,
         ..Snapshot::default()
     };
-    for s in &counted {
+    // Totals count every instance ever heard (a lost one's last known):
+    // they never drop while one is away.
+    for (_, s) in &known {
         out.requests += s.requests;
         for (a, b) in out.by_level.iter_mut().zip(s.by_level) {
             *a += b;
         }
         out.tokens += s.tokens;
         out.cost_usd += s.cost_usd;
+    }
+    for s in &counted {
         out.tracked_users += s.tracked_users;
         out.deferred_pending += s.deferred_pending;
         out.spans_dropped += s.spans_dropped;
@@ -82,7 +99,7 @@ pub fn combine(parts: &[Part<'_>], t_ms: u64, wall_ms: u64, events: usize) -> Sn
     out.breakers = breakers(&known, &counted);
     out.limiters = limiters(&known, &counted);
     out.top_users = users(&known, &counted);
-    out.events = timeline(&known, wall_ms, t_ms, events);
+    out.events = timeline(&known, notes, wall_ms, t_ms, events);
     out
 }
 
@@ -294,8 +311,8 @@ fn users(known: &[(&str, &Snapshot)], counted: &[&Snapshot]) -> Vec<UserRow> {
 
 /// Every instance's events, on the console's time line (an event's wall
 /// time is its snapshot's, less how long before that it happened), named
-/// by instance, the last `max` of them.
-fn timeline(known: &[(&str, &Snapshot)], wall_ms: u64, t_ms: u64, max: usize) -> Vec<Event> {
+/// by instance, and `notes`, the last `max` of them.
+fn timeline(known: &[(&str, &Snapshot)], notes: &[Event], wall_ms: u64, t_ms: u64, max: usize) -> Vec<Event> {
     let start_wall = wall_ms.saturating_sub(t_ms);
     let mut all: Vec<Event> = known
         .iter()
@@ -307,6 +324,7 @@ fn timeline(known: &[(&str, &Snapshot)], wall_ms: u64, t_ms: u64, max: usize) ->
                 ..e.clone()
             })
         })
+        .chain(notes.iter().cloned())
         .collect();
     all.sort_by_key(|e| e.t_ms);
     let skip = all.len().saturating_sub(max);

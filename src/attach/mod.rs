@@ -52,6 +52,10 @@ pub struct Hub {
     view: watch::Sender<Arc<Snapshot>>,
     events: mpsc::UnboundedSender<Event>,
     poked: Notify,
+    /// What the hub itself saw (instances lost, back, restarted, and a
+    /// restarted one's earlier events), on the console's time line, the
+    /// last [`EVENTS`].
+    notes: parking_lot::Mutex<std::collections::VecDeque<Event>>,
     /// When the console started: its time line's 0 (and the same in ms
     /// since the Unix epoch).
     started: Instant,
@@ -163,6 +167,7 @@ impl Hub {
             view,
             events,
             poked: Notify::new(),
+            notes: Default::default(),
             started: Instant::now(),
             started_wall_ms: crate::clock::Clock::system().wall_ms(),
         });
@@ -220,6 +225,31 @@ impl Hub {
         self.poked.notify_one();
     }
 
+    /// Says `change` of `inst` on the events pane; a restarted instance's
+    /// earlier events stay there.
+    fn note(&self, inst: &Instance, change: link::Change) {
+        let now = self.started.elapsed().as_millis() as u64;
+        let mut notes = self.notes.lock();
+        if let Some(old) = &change.earlier {
+            let at = (old.wall_ms.saturating_sub(self.started_wall_ms)).min(now);
+            notes.extend(old.events.iter().map(|e| Event {
+                t_ms: at.saturating_sub(old.t_ms.saturating_sub(e.t_ms)),
+                instance: Some(inst.name.clone()),
+                ..e.clone()
+            }));
+        }
+        notes.push_back(Event {
+            t_ms: now,
+            instance: Some(inst.name.clone()),
+            kind: crate::telemetry::events::EventKind::Instance {
+                change: change.kind,
+                detail: change.detail,
+            },
+        });
+        let extra = notes.len().saturating_sub(EVENTS);
+        notes.drain(..extra);
+    }
+
     /// Passes an outcome record on to the console; false once it left.
     fn event(&self, e: Event) -> bool {
         self.events.send(e).is_ok()
@@ -246,7 +276,8 @@ impl Hub {
             })
             .collect();
         let t_ms = self.started.elapsed().as_millis() as u64;
-        Arc::new(merge::combine(&parts, t_ms, self.started_wall_ms + t_ms, EVENTS))
+        let notes: Vec<Event> = self.notes.lock().iter().cloned().collect();
+        Arc::new(merge::combine(&parts, &notes, t_ms, self.started_wall_ms + t_ms, EVENTS))
     }
 
     /// Publishes the combined snapshot whenever an instance says something
@@ -335,7 +366,9 @@ impl Hub {
             .map_err(|e| reach_error(&e))?;
         let snap = body_within(snap, MAX_SNAPSHOT).await.ok();
         if let Some(s) = snap.and_then(|b| serde_json::from_slice::<Snapshot>(&b).ok()) {
-            inst.take(s);
+            for change in inst.take(s) {
+                self.note(inst, change);
+            }
         }
         Ok(())
     }

@@ -97,6 +97,14 @@ pub enum EventKind {
         /// What failed.
         error: String,
     },
+    /// A watched instance was lost, came back or restarted (`attach`; the
+    /// event's instance names it).
+    Instance {
+        /// What changed.
+        change: InstanceChange,
+        /// Why, or what it means, in words.
+        detail: String,
+    },
     /// The outcome record of one request (subscribers only).
     Outcome(Box<Outcome>),
     /// A request arrived (subscribers only, for the recorder).
@@ -105,6 +113,18 @@ pub enum EventKind {
     Attempt(Box<Attempt>),
     /// A decision on a request's path other than a call (subscribers only, for traces).
     Step(Box<Step>),
+}
+
+/// How a watched instance changed.
+#[derive(Clone, Copy, Debug, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum InstanceChange {
+    /// It went silent or could not be reached.
+    Lost,
+    /// It answers again.
+    Back,
+    /// It answers as a new process (its time went back).
+    Restarted,
 }
 
 /// A decision on a request's path that made no call, or waited before the

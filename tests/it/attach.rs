@@ -10,6 +10,7 @@ use crate::console::{render, text};
 use fusebox::attach::Hub;
 use fusebox::resilience::breaker::BreakerState;
 use fusebox::target::Target;
+use fusebox::telemetry::events::{EventKind, InstanceChange};
 use fusebox::telemetry::snapshot::{Health, Snapshot};
 use fusebox::tui::app::{App, Effect, Mode, Options, Pane};
 use fusebox::tui::control::apply;
@@ -202,7 +203,7 @@ async fn two_instances_combine_worst_state_first_with_their_own_rows() {
         live: true,
     };
     let t = a.t_ms;
-    let s = combine(&[part("a", &a), part("b", &b)], t, a.wall_ms, 300);
+    let s = combine(&[part("a", &a), part("b", &b)], &[], t, a.wall_ms, 300);
     let openai = Target::provider("openai");
     let rows: Vec<_> = s.breakers.iter().filter(|r| r.target == openai).collect();
     let state = |snap: &Snapshot| snap.breakers.iter().find(|r| r.target == openai).unwrap().breaker.state;
@@ -336,7 +337,7 @@ fn many_instances_are_counted_in_the_header() {
             live: i != 2,
         })
         .collect();
-    let app = App::new(opts(), Arc::new(combine(&parts, 0, 0, 10)));
+    let app = App::new(opts(), Arc::new(combine(&parts, &[], 0, 0, 10)));
     let frame = text(&render(&app, 140, 45));
     let header = frame.lines().next().unwrap();
     assert!(header.contains("4 instances, 3 live"), "{header}");
@@ -505,4 +506,79 @@ fn attach_to_a_hostile_instance_stays_small_and_says_what_is_wrong() {
     let sent = big.load(Ordering::Relaxed);
     assert!(sent < 32 << 20, "the 1.5 GB body was read: {sent} bytes sent");
     assert!(drip.load(Ordering::Relaxed) < 10);
+}
+
+/// One instance's breaker forced open marks the combined row `≠` and
+/// names that instance in the REFILL FROZEN badge; an instance killed and
+/// started again on its port is said in the events pane (lost, back,
+/// restarted) and its totals run on through it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn attach_says_an_instance_was_lost_and_restarted_and_marks_drift() {
+    let a = Serve::start();
+    let mut b = Serve::start();
+    let (na, nb) = (name(&a.base), name(&b.base));
+    let http = reqwest::Client::new();
+    let command = |base: &str, body: serde_json::Value| {
+        http.post(format!("{base}/_fusebox/commands")).json(&body).send()
+    };
+    let open = json!({"action": "force_open", "target": "provider:openai"});
+    assert!(command(&a.base, open).await.unwrap().status().is_success());
+    let freeze = json!({"action": "freeze_refill", "target": "anthropic"});
+    assert!(command(&a.base, freeze).await.unwrap().status().is_success());
+    for _ in 0..3 {
+        let chat = http
+            .post(format!("{}/v1/chat/completions", b.base))
+            .json(&json!({"model": "default", "messages": [{"role": "user", "content": "hi"}]}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(chat.status(), 200);
+    }
+    let (_hub, mut feed) = Hub::start(&[a.base.clone(), b.base.clone()], None).unwrap();
+    let ready = |s: &Snapshot| s.requests >= 3 && s.instances.iter().all(|i| i.health == Health::Live);
+    let snap = until(&mut feed.snapshots, Duration::from_secs(10), ready)
+        .await
+        .expect("both instances, b's requests counted");
+    let mut app = App::new(opts(), snap);
+    let frame = text(&render(&app, 140, 45));
+    let combined = frame
+        .lines()
+        .find(|l| l.contains("provider:openai") && !l.contains('↳'))
+        .unwrap_or_else(|| panic!("no combined openai row: {frame}"));
+    assert!(combined.contains("forced_open ≠"), "{combined}");
+    assert!(frame.contains(&format!("REFILL FROZEN: anthropic on {na}")), "{frame}");
+
+    b.kill();
+    let lost = |s: &Snapshot| {
+        s.events.iter().any(|e| {
+            e.instance.as_deref() == Some(nb.as_str())
+                && matches!(&e.kind, EventKind::Instance { change: InstanceChange::Lost, .. })
+        })
+    };
+    let snap = until(&mut feed.snapshots, Duration::from_secs(3), lost)
+        .await
+        .expect("b's loss is an event");
+    assert!(snap.requests >= 3, "b's totals stay while it is away: {}", snap.requests);
+    let b = Serve::start_on(&nb);
+    let restarted = |s: &Snapshot| {
+        s.events
+            .iter()
+            .any(|e| matches!(&e.kind, EventKind::Instance { change: InstanceChange::Restarted, .. }))
+    };
+    let snap = until(&mut feed.snapshots, Duration::from_secs(10), restarted)
+        .await
+        .expect("b's restart is an event");
+    assert!(snap.requests >= 3, "b's totals run on: {}", snap.requests);
+    app.on_snapshot(snap);
+    app.on_key(key('5'), &KeyMap::defaults());
+    app.zoomed = true;
+    let frame = text(&render(&app, 140, 45));
+    for said in [
+        format!("[{nb}] instance lost:"),
+        format!("[{nb}] instance back: answers again after"),
+        format!("[{nb}] instance restarted: a new process"),
+    ] {
+        assert!(frame.contains(&said), "{said}: {frame}");
+    }
+    drop(b);
 }

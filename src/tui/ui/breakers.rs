@@ -167,7 +167,26 @@ fn short_ms(ms: u64) -> String {
     }
 }
 
-fn row<'a>(b: &'a BreakerRow, app: &App, theme: &Theme, selected: bool, show: &[bool]) -> Row<'a> {
+/// The targets whose instances' breakers are not all in one state (their
+/// combined row shows the worst, marked `≠`).
+fn drifting(app: &App) -> std::collections::HashSet<&crate::target::Target> {
+    let mut states: std::collections::HashMap<&crate::target::Target, Option<_>> = Default::default();
+    let mut out = std::collections::HashSet::new();
+    for b in app.snap.breakers.iter().filter(|b| b.instance.is_some()) {
+        match states.entry(&b.target) {
+            std::collections::hash_map::Entry::Vacant(v) => {
+                v.insert(b.breaker.state);
+            }
+            std::collections::hash_map::Entry::Occupied(o) if *o.get() != b.breaker.state => {
+                out.insert(&b.target);
+            }
+            _ => {}
+        }
+    }
+    out
+}
+
+fn row<'a>(b: &'a BreakerRow, app: &App, theme: &Theme, selected: bool, show: &[bool], drift: bool) -> Row<'a> {
     let v = &b.breaker;
     let st = &b.stats;
     let probe = match (v.next_probe_ms, v.half_open_stage) {
@@ -195,7 +214,11 @@ fn row<'a>(b: &'a BreakerRow, app: &App, theme: &Theme, selected: bool, show: &[
         Cell::from(marker),
         Cell::from(super::row_name(app, &b.target.to_string(), b.instance.as_deref())),
         Cell::from(Span::styled(
-            App::state_label(v.state),
+            if drift {
+                format!("{} ≠", App::state_label(v.state))
+            } else {
+                App::state_label(v.state).to_string()
+            },
             v.state.map_or(theme.state_disabled, |s| theme.breaker_state(s)),
         )),
         Cell::from(Span::styled(
@@ -244,12 +267,11 @@ pub fn draw(f: &mut Frame, area: Rect, app: &App, theme: &Theme) {
         .unwrap_or(8);
     let name = name.clamp(8, 40) as u16;
     let show = shown(area.width.saturating_sub(2), name);
-    let visible = rows
-        .iter()
-        .enumerate()
-        .skip(first)
-        .take(height)
-        .map(|(i, b)| row(b, app, theme, focused && i == sel, &show));
+    let drift = drifting(app);
+    let visible = rows.iter().enumerate().skip(first).take(height).map(|(i, b)| {
+        let drifts = b.instance.is_none() && drift.contains(&b.target);
+        row(b, app, theme, focused && i == sel, &show, drifts)
+    });
     let pick = |i: usize| show[i];
     let header = Row::new((0..COLS.len()).filter(|&i| pick(i)).map(|i| COLS[i].head)).style(theme.title);
     let widths: Vec<Constraint> = (0..COLS.len())

@@ -4,7 +4,7 @@
 use super::{clock, pane_block, scroll};
 use crate::resilience::breaker::BreakerState;
 use crate::telemetry::events::{BudgetWarning, RefillFrozen, Transition};
-use crate::telemetry::events::{Event, EventKind};
+use crate::telemetry::events::{Event, EventKind, InstanceChange};
 use crate::tui::app::{App, Pane};
 use crate::tui::theme::Theme;
 use ratatui::layout::Rect;
@@ -66,6 +66,14 @@ fn what(e: &Event) -> String {
                 "{target} sent {count} stream event(s) that could not be read in #{request}: skipped, not passed on"
             )
         }
+        EventKind::Instance { change, detail } => {
+            let what = match change {
+                InstanceChange::Lost => "lost",
+                InstanceChange::Back => "back",
+                InstanceChange::Restarted => "restarted",
+            };
+            format!("instance {what}: {detail}")
+        }
         EventKind::Outcome(o) => format!("#{} {}", o.request, o.level.as_str()),
         EventKind::Request(r) => format!("#{} from {}", r.request.id, r.request.user),
         EventKind::Attempt(a) => format!("#{} {} {:?}", a.request, a.target, a.status),
@@ -81,7 +89,16 @@ fn style(theme: &Theme, e: &Event) -> Style {
             ..
         }) => theme.state_closed,
         EventKind::Transition(Transition { .. }) => theme.state_half_open,
-        EventKind::Operator { .. } | EventKind::Reloaded { .. } => theme.badge,
+        EventKind::Operator { .. }
+        | EventKind::Reloaded { .. }
+        | EventKind::Instance {
+            change: InstanceChange::Back | InstanceChange::Restarted,
+            ..
+        } => theme.badge,
+        EventKind::Instance {
+            change: InstanceChange::Lost,
+            ..
+        } => theme.error,
         EventKind::BudgetWarning(BudgetWarning { .. })
         | EventKind::RefillFrozen(RefillFrozen { .. })
         | EventKind::EventsSkipped { .. } => theme.warn,

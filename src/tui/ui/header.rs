@@ -168,11 +168,24 @@ fn badges<'a>(app: &App, theme: &Theme) -> Vec<Span<'a>> {
         };
         second.push(badge);
     }
-    let frozen: Vec<&str> = s
+    // A provider once; attached to several, the instances frozen where
+    // not all are.
+    let frozen: Vec<String> = s
         .limiters
         .iter()
-        .filter(|l| l.limiter.frozen.is_some())
-        .map(|l| l.provider.as_str())
+        .filter(|l| l.instance.is_none() && l.limiter.frozen.is_some())
+        .map(|l| {
+            let own = || s.limiters.iter().filter(|o| o.instance.is_some() && o.provider == l.provider);
+            if own().all(|o| o.limiter.frozen.is_some()) {
+                l.provider.clone()
+            } else {
+                let on: Vec<&str> = own()
+                    .filter(|o| o.limiter.frozen.is_some())
+                    .filter_map(|o| o.instance.as_deref())
+                    .collect();
+                format!("{} on {}", l.provider, on.join("+"))
+            }
+        })
         .collect();
     if !frozen.is_empty() {
         second.push(Span::styled(

@@ -43,6 +43,12 @@ fn help(f: &mut Frame, area: Rect, app: &App, theme: &Theme, keymap: &KeyMap) {
         None => " destructive commands ask for confirmation".into(),
     };
     lines.push(Line::from(Span::styled(note, theme.dim)));
+    if app.opts.mode == crate::tui::app::Mode::Attach {
+        lines.push(Line::from(Span::styled(
+            " ≠ after a combined row's state: its instances' breakers differ (their rows follow)",
+            theme.dim,
+        )));
+    }
     f.render_widget(Clear, r);
     // What does not fit scrolls, and the title says so.
     let inner = r.height.saturating_sub(2);
