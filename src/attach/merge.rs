@@ -38,7 +38,10 @@ pub fn combine(parts: &[Part<'_>], notes: &[Event], t_ms: u64, wall_ms: u64, eve
         s.instances = instances;
         if !notes.is_empty() {
             // The console's time is the instance's less how much later it started.
-            let later = s.wall_ms.saturating_sub(s.t_ms).saturating_sub(wall_ms.saturating_sub(t_ms));
+            let later = s
+                .wall_ms
+                .saturating_sub(s.t_ms)
+                .saturating_sub(wall_ms.saturating_sub(t_ms));
             s.events.extend(notes.iter().map(|e| Event {
                 t_ms: e.t_ms.saturating_sub(later),
                 ..e.clone()

@@ -277,7 +277,13 @@ impl Hub {
             .collect();
         let t_ms = self.started.elapsed().as_millis() as u64;
         let notes: Vec<Event> = self.notes.lock().iter().cloned().collect();
-        Arc::new(merge::combine(&parts, &notes, t_ms, self.started_wall_ms + t_ms, EVENTS))
+        Arc::new(merge::combine(
+            &parts,
+            &notes,
+            t_ms,
+            self.started_wall_ms + t_ms,
+            EVENTS,
+        ))
     }
 
     /// Publishes the combined snapshot whenever an instance says something

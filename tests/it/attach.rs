@@ -518,9 +518,8 @@ async fn attach_says_an_instance_was_lost_and_restarted_and_marks_drift() {
     let mut b = Serve::start();
     let (na, nb) = (name(&a.base), name(&b.base));
     let http = reqwest::Client::new();
-    let command = |base: &str, body: serde_json::Value| {
-        http.post(format!("{base}/_fusebox/commands")).json(&body).send()
-    };
+    let command =
+        |base: &str, body: serde_json::Value| http.post(format!("{base}/_fusebox/commands")).json(&body).send();
     let open = json!({"action": "force_open", "target": "provider:openai"});
     assert!(command(&a.base, open).await.unwrap().status().is_success());
     let freeze = json!({"action": "freeze_refill", "target": "anthropic"});
@@ -552,18 +551,34 @@ async fn attach_says_an_instance_was_lost_and_restarted_and_marks_drift() {
     let lost = |s: &Snapshot| {
         s.events.iter().any(|e| {
             e.instance.as_deref() == Some(nb.as_str())
-                && matches!(&e.kind, EventKind::Instance { change: InstanceChange::Lost, .. })
+                && matches!(
+                    &e.kind,
+                    EventKind::Instance {
+                        change: InstanceChange::Lost,
+                        ..
+                    }
+                )
         })
     };
     let snap = until(&mut feed.snapshots, Duration::from_secs(3), lost)
         .await
         .expect("b's loss is an event");
-    assert!(snap.requests >= 3, "b's totals stay while it is away: {}", snap.requests);
+    assert!(
+        snap.requests >= 3,
+        "b's totals stay while it is away: {}",
+        snap.requests
+    );
     let b = Serve::start_on(&nb);
     let restarted = |s: &Snapshot| {
-        s.events
-            .iter()
-            .any(|e| matches!(&e.kind, EventKind::Instance { change: InstanceChange::Restarted, .. }))
+        s.events.iter().any(|e| {
+            matches!(
+                &e.kind,
+                EventKind::Instance {
+                    change: InstanceChange::Restarted,
+                    ..
+                }
+            )
+        })
     };
     let snap = until(&mut feed.snapshots, Duration::from_secs(10), restarted)
         .await

@@ -175,7 +175,11 @@ fn badges<'a>(app: &App, theme: &Theme) -> Vec<Span<'a>> {
         .iter()
         .filter(|l| l.instance.is_none() && l.limiter.frozen.is_some())
         .map(|l| {
-            let own = || s.limiters.iter().filter(|o| o.instance.is_some() && o.provider == l.provider);
+            let own = || {
+                s.limiters
+                    .iter()
+                    .filter(|o| o.instance.is_some() && o.provider == l.provider)
+            };
             if own().all(|o| o.limiter.frozen.is_some()) {
                 l.provider.clone()
             } else {
