@@ -61,6 +61,9 @@ pub enum Action {
     PauseEvents,
     /// Show the focused pane on the whole screen, or all panes again.
     Zoom,
+    /// Look further back in the sparklines and latency columns: 2 min,
+    /// 10 min, 1 h, and round again.
+    TimeSpan,
     /// Everything about the selected row: a breaker's figures and its
     /// transitions' reasons in full, an event's whole text.
     Detail,
@@ -104,6 +107,7 @@ impl Action {
         Action::ToggleDrill,
         Action::PauseEvents,
         Action::Zoom,
+        Action::TimeSpan,
         Action::Detail,
         Action::ClockPause,
         Action::ClockFaster,
@@ -141,6 +145,7 @@ impl Action {
             Action::ToggleDrill => "toggle-drill",
             Action::PauseEvents => "pause-events",
             Action::Zoom => "zoom",
+            Action::TimeSpan => "time-span",
             Action::Detail => "detail",
             Action::ClockPause => "clock-pause",
             Action::ClockFaster => "clock-faster",
@@ -184,6 +189,7 @@ impl Action {
             Action::ToggleDrill => "drill mode on/off: optional tools take their degradation branch",
             Action::PauseEvents => "pause/resume scrolling of the events pane",
             Action::Zoom => "zoom the focused pane to the whole screen, or back",
+            Action::TimeSpan => "history's span: 2 min, 10 min, 1 h (sparklines, latencies)",
             Action::Detail => "the selected row in full",
             Action::ClockPause => "pause/resume the clock (demo and replay)",
             Action::ClockFaster => "run the clock faster",

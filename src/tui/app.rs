@@ -5,6 +5,7 @@
 use super::action::Action;
 use super::history::{Recent, Seen, RECENT};
 use super::replay::ReplayView;
+use super::track::{Span, Track};
 use crate::command::Command;
 use crate::resilience::breaker::BreakerState;
 use crate::target::Target;
@@ -162,11 +163,6 @@ pub fn row_key(b: &BreakerRow) -> RowKey {
     (b.target.clone(), b.instance.clone())
 }
 
-/// Samples kept per breaker for the request-rate sparkline (one per second).
-pub const SPARK_SAMPLES: usize = 120;
-/// Latency copies kept per target: a minute, at one a second.
-const LATENCY_SAMPLES: usize = 60;
-
 /// The header's name of what the console watches: `what` (`scenario
 /// tour`, `replay LOG`) and how its providers are reached.
 pub fn source(what: &str, providers: &str) -> String {
@@ -207,18 +203,16 @@ pub struct App {
     pub events_frozen: Vec<Event>,
     /// Recent requests, newest last.
     pub recent: VecDeque<Recent>,
-    /// Calls per second per breaker row, oldest first.
-    pub spark: HashMap<RowKey, VecDeque<u64>>,
+    /// Each breaker row's calls and latencies over the last hour.
+    pub tracks: HashMap<RowKey, Track>,
+    /// How far back the sparklines and latency columns look.
+    pub span: Span,
     /// The focused pane fills the screen.
     pub zoomed: bool,
     /// Lines of the help scrolled past (it may not fit the terminal).
     pub help_scroll: u16,
     /// Each breaker row's last calls, newest last, for its detail.
     pub attempts: HashMap<RowKey, VecDeque<Seen>>,
-    /// Each target's latency histogram, a copy a second for the last
-    /// minute: the latency columns are the difference of the ends.
-    latencies: HashMap<RowKey, VecDeque<HistogramView>>,
-    last_attempts: HashMap<RowKey, u64>,
     last_sample_ms: u64,
     /// Throughput and health over the last minute.
     pub rates: Rates,
@@ -339,12 +333,11 @@ impl App {
             events_paused: false,
             events_frozen: Vec::new(),
             recent: VecDeque::with_capacity(RECENT),
-            spark: HashMap::new(),
+            tracks: HashMap::new(),
+            span: Span::default(),
             zoomed: false,
             help_scroll: 0,
             attempts: HashMap::new(),
-            latencies: HashMap::new(),
-            last_attempts: HashMap::new(),
             last_sample_ms: 0,
             rates: Rates::default(),
             window: VecDeque::new(),
@@ -363,21 +356,8 @@ impl App {
         }
         if self.last_sample_ms == 0 || s.t_ms >= self.last_sample_ms + 1000 || s.t_ms < self.last_sample_ms {
             for b in &s.breakers {
-                let key = row_key(b);
-                let prev = self
-                    .last_attempts
-                    .insert(key.clone(), b.stats.attempts)
-                    .unwrap_or(b.stats.attempts);
-                let q = self.spark.entry(key.clone()).or_default();
-                if q.len() == SPARK_SAMPLES {
-                    q.pop_front();
-                }
-                q.push_back(b.stats.attempts.saturating_sub(prev));
-                let l = self.latencies.entry(key).or_default();
-                if l.len() == LATENCY_SAMPLES {
-                    l.pop_front();
-                }
-                l.push_back(b.stats.latency);
+                let track = self.tracks.entry(row_key(b)).or_default();
+                track.sample(b.stats.attempts, b.stats.latency);
             }
             // Time that went back (a replay restarted) starts the window again.
             if s.t_ms < self.last_sample_ms {
@@ -451,21 +431,14 @@ impl App {
     pub(super) fn restart_sampling(&mut self) {
         self.window.clear();
         self.last_sample_ms = 0;
-        self.last_attempts.clear();
-        self.latencies.clear();
+        for track in self.tracks.values_mut() {
+            track.restart();
+        }
     }
 
-    /// A breaker row's call latencies over about the last minute (all
-    /// since the console started, while it has run less).
+    /// A breaker row's call latencies over the span on screen.
     pub fn latency(&self, row: &BreakerRow) -> Option<HistogramView> {
-        let q = self.latencies.get(&row_key(row))?;
-        let (last, first) = (q.back()?, q.front()?);
-        let window = if q.len() < LATENCY_SAMPLES {
-            *last
-        } else {
-            last.since(first)
-        };
-        (window.count() > 0).then_some(window)
+        self.tracks.get(&row_key(row))?.latency(self.span, &row.stats.latency)
     }
 
     /// User rows after filter (already ordered by pressure), each

@@ -152,6 +152,14 @@ impl App {
                     "all panes".into()
                 };
             }
+            Action::TimeSpan => {
+                self.span = self.span.next();
+                self.status = format!(
+                    "sparklines and latencies over the last {} (t for {})",
+                    self.span.label(),
+                    self.span.next().label()
+                );
+            }
             Action::PauseEvents => {
                 self.events_paused = !self.events_paused;
                 if self.events_paused {

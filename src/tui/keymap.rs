@@ -54,6 +54,7 @@ const DEFAULTS: &[(Action, &[&str])] = &[
     (Action::ToggleDrill, &["D"]),
     (Action::PauseEvents, &["p"]),
     (Action::Zoom, &["z"]),
+    (Action::TimeSpan, &["t"]),
     (Action::Detail, &["enter"]),
     (Action::ClockPause, &["space"]),
     (Action::ClockFaster, &["+"]),

@@ -11,6 +11,7 @@ mod input;
 pub mod keymap;
 pub mod replay;
 pub mod theme;
+pub mod track;
 pub mod ui;
 
 use crate::traffic::pace::Pace;

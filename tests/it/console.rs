@@ -885,3 +885,62 @@ async fn an_event_said_again_and_again_is_one_row_with_its_count() {
     assert!(pane.contains("×5 since"), "{pane}");
     assert_eq!(pane.matches("drill_on").count(), 1, "{pane}");
 }
+
+/// An hour of one breaker's calls and latencies: two minutes show only
+/// the last steady calls; `t` twice looks an hour back, where a burst of
+/// slow calls 50 minutes ago shows in the sparkline and the p99.
+#[tokio::test(start_paused = true)]
+async fn t_looks_an_hour_back_in_the_sparklines_and_latencies() {
+    use fusebox::telemetry::snapshot::Snapshot;
+    let (runner, _) = incident(false).await;
+    let mut template = runner.snapshot(SNAPSHOT_USERS, SNAPSHOT_EVENTS);
+    template.breakers.retain(|b| b.target == Target::model("gpt-4o"));
+    template.faults.clear();
+    let mut row = template.breakers[0].clone();
+    row.stats.attempts = 0;
+    row.stats.latency = Default::default();
+    let mut app = App::new(opts(false), Arc::new(Snapshot::default()));
+    let (fast, slow) = (2, 9); // the 25 ms and 4 s buckets
+    for t in 0..3_600u64 {
+        // A call a second; ten a second, all slow, in minutes 10 and 11.
+        let burst = (600..720).contains(&t);
+        row.stats.attempts += if burst { 10 } else { 1 };
+        row.stats.latency.counts[if burst { slow } else { fast }] += if burst { 10 } else { 1 };
+        let mut s = template.clone();
+        s.t_ms = t * 1000;
+        s.breakers = vec![row.clone()];
+        app.on_snapshot(Arc::new(s));
+    }
+    let pane = |app: &App| render_pane(app, 140, 5, ui::breakers::draw);
+    let now = pane(&app);
+    assert!(
+        now.contains("last 2 min (t)") && now.contains("calls, last 2 min"),
+        "{now}"
+    );
+    assert!(now.contains("18/24/25"), "two minutes of fast calls: {now}");
+    let cells = |pane: &str| {
+        let row = pane.lines().nth(2).unwrap();
+        row.split_whitespace()
+            .find(|w| w.starts_with(['▁', '▂', '▃', '▄', '▅', '▆', '▇', '█']))
+            .unwrap()
+            .to_string()
+    };
+    assert_eq!(cells(&now), "█".repeat(24), "steady calls are an even line: {now}");
+    for _ in 0..2 {
+        app.on_key(key('t'), &KeyMap::defaults());
+    }
+    assert!(app.status.contains("last 1 h"), "{}", app.status);
+    let hour = pane(&app);
+    assert!(
+        hour.contains("last 1 h (t)") && hour.contains("calls, last 1 h"),
+        "{hour}"
+    );
+    assert!(
+        hour.contains("20/3.6s/3.9s"),
+        "the burst's slow calls within the hour: {hour}"
+    );
+    // 24 cells of 150 s: the burst 50 minutes back is the fifth.
+    assert_eq!(cells(&hour), format!("▂▂▂▂█{}", "▂".repeat(19)), "{hour}");
+    app.on_key(key('t'), &KeyMap::defaults());
+    assert!(pane(&app).contains("last 2 min (t)"), "round again");
+}

@@ -1,16 +1,19 @@
 //! The breakers table: state, rates, window, semantic failures, next probe,
-//! rolling counters by outcome, a 2-minute request-rate sparkline and the
-//! mock fault, sorted errors-then-volume like the Hystrix dashboard.
+//! rolling counters by outcome, a call-rate sparkline over the span on
+//! screen (2 min to 1 h) and the mock fault, sorted errors-then-volume like
+//! the Hystrix dashboard.
 
 use super::{pane_block, scroll};
 use crate::telemetry::snapshot::BreakerRow;
-use crate::tui::app::{App, Pane};
+use crate::tui::app::{row_key, App, Pane};
 use crate::tui::theme::Theme;
+use crate::tui::track::SAMPLES;
 use ratatui::layout::{Constraint, Rect};
 use ratatui::style::Style;
 use ratatui::text::Span;
 use ratatui::widgets::{Cell, Row, Table};
 use ratatui::Frame;
+use std::collections::VecDeque;
 
 const SPARK: [char; 8] = ['▁', '▂', '▃', '▄', '▅', '▆', '▇', '█'];
 
@@ -25,20 +28,24 @@ fn health(theme: &Theme, rate: f64) -> Style {
     }
 }
 
-/// A sparkline of the last `width` samples.
-pub fn sparkline(samples: Option<&std::collections::VecDeque<u64>>, width: usize) -> String {
-    let Some(q) = samples else { return " ".repeat(width) };
-    let take = q.len().min(width);
-    let slice: Vec<u64> = q.iter().skip(q.len() - take).copied().collect();
-    let max = slice.iter().copied().max().unwrap_or(0).max(1);
-    let mut s = " ".repeat(width - take);
-    for v in slice {
-        s.push(if v == 0 {
-            ' '
-        } else {
-            SPARK[((v * 7).div_ceil(max)) as usize % 8]
-        });
-    }
+/// `samples` (oldest first) in at most `width` cells, newest at the right:
+/// each cell sums as many samples as the span needs to fit the width.
+pub fn sparkline(samples: Option<&VecDeque<u32>>, width: usize) -> String {
+    let Some(q) = samples.filter(|_| width > 0) else {
+        return " ".repeat(width);
+    };
+    let per = SAMPLES.div_ceil(width);
+    let newest: Vec<u32> = q.iter().rev().copied().collect();
+    let cells: Vec<u64> = newest
+        .chunks(per)
+        .map(|c| c.iter().map(|&v| u64::from(v)).sum())
+        .collect();
+    let max = cells.iter().copied().max().unwrap_or(0).max(1);
+    let mut s = " ".repeat(width - cells.len());
+    s.extend(cells.iter().rev().map(|&v| match v {
+        0 => ' ',
+        v => SPARK[((v * 7).div_ceil(max)) as usize % 8],
+    }));
     s
 }
 
@@ -127,7 +134,7 @@ const COLS: [Col; 17] = [
         keep: 9,
     },
     Col {
-        head: "calls/s (2 min)",
+        head: "calls",
         width: 24,
         keep: 5,
     },
@@ -138,9 +145,13 @@ const COLS: [Col; 17] = [
     },
 ];
 
-/// Which columns fit in `room` cells with the breaker names `name` wide:
-/// the most lasting first, in their order on screen.
-fn shown(room: u16, name: u16) -> [bool; COLS.len()] {
+/// The sparkline's column: it takes the room the others leave, up to a
+/// cell per sample.
+const SPARK_COL: usize = COLS.len() - 2;
+
+/// Which columns fit in `room` cells with the breaker names `name` wide
+/// (the most lasting first, in their order on screen), and the cells left.
+fn shown(room: u16, name: u16) -> ([bool; COLS.len()], u16) {
     let mut order: Vec<usize> = (0..COLS.len()).collect();
     order.sort_by_key(|&i| COLS[i].keep);
     let mut used = 0u16;
@@ -155,7 +166,7 @@ fn shown(room: u16, name: u16) -> [bool; COLS.len()] {
         used += w;
         show[i] = true;
     }
-    show
+    (show, room.saturating_sub(used))
 }
 
 /// A latency in few characters: ms below a second, else seconds.
@@ -186,7 +197,16 @@ fn drifting(app: &App) -> std::collections::HashSet<&crate::target::Target> {
     out
 }
 
-fn row<'a>(b: &'a BreakerRow, app: &App, theme: &Theme, selected: bool, show: &[bool], drift: bool) -> Row<'a> {
+/// How a row is drawn: the columns shown, the sparkline's width, and
+/// whether its instances differ.
+struct Layout<'a> {
+    show: &'a [bool],
+    spark: usize,
+    drift: bool,
+}
+
+fn row<'a>(b: &'a BreakerRow, app: &App, theme: &Theme, selected: bool, layout: &Layout) -> Row<'a> {
+    let Layout { show, spark, drift } = *layout;
     let v = &b.breaker;
     let st = &b.stats;
     let probe = match (v.next_probe_ms, v.half_open_stage) {
@@ -236,7 +256,7 @@ fn row<'a>(b: &'a BreakerRow, app: &App, theme: &Theme, selected: bool, show: &[
         Cell::from(format!("{:>5}", st.rejected_open)),
         Cell::from(format!("{:>4}", st.rejected_rate)),
         Cell::from(format!("{:>4}", st.retries)),
-        Cell::from(sparkline(app.spark.get(&crate::tui::app::row_key(b)), 24)),
+        Cell::from(sparkline(app.tracks.get(&row_key(b)).map(|t| t.calls(app.span)), spark)),
         Cell::from(Span::styled(fault.unwrap_or_default(), theme.warn)),
     ];
     let r = Row::new(cells.into_iter().zip(show).filter(|(_, s)| **s).map(|(c, _)| c));
@@ -266,18 +286,35 @@ pub fn draw(f: &mut Frame, area: Rect, app: &App, theme: &Theme) {
         .max()
         .unwrap_or(8);
     let name = name.clamp(8, 40) as u16;
-    let show = shown(area.width.saturating_sub(2), name);
+    let (show, left) = shown(area.width.saturating_sub(2), name);
+    let spark = if show[SPARK_COL] {
+        (COLS[SPARK_COL].width + left).min(SAMPLES as u16)
+    } else {
+        0
+    };
     let drift = drifting(app);
     let visible = rows.iter().enumerate().skip(first).take(height).map(|(i, b)| {
-        let drifts = b.instance.is_none() && drift.contains(&b.target);
-        row(b, app, theme, focused && i == sel, &show, drifts)
+        let layout = Layout {
+            show: &show,
+            spark: spark as usize,
+            drift: b.instance.is_none() && drift.contains(&b.target),
+        };
+        row(b, app, theme, focused && i == sel, &layout)
     });
     let pick = |i: usize| show[i];
-    let header = Row::new((0..COLS.len()).filter(|&i| pick(i)).map(|i| COLS[i].head)).style(theme.title);
+    let calls = format!("calls, last {}", app.span.label());
+    let header =
+        Row::new(
+            (0..COLS.len())
+                .filter(|&i| pick(i))
+                .map(|i| if i == SPARK_COL { calls.as_str() } else { COLS[i].head }),
+        )
+        .style(theme.title);
     let widths: Vec<Constraint> = (0..COLS.len())
         .filter(|&i| pick(i))
         .map(|i| match i {
             1 => Constraint::Length(name),
+            SPARK_COL => Constraint::Length(spark),
             i if i == COLS.len() - 1 => Constraint::Min(COLS[i].width),
             i => Constraint::Length(COLS[i].width),
         })
@@ -286,7 +323,12 @@ pub fn draw(f: &mut Frame, area: Rect, app: &App, theme: &Theme) {
         app,
         Pane::Breakers,
         theme,
-        &format!("{} of {} · {sort}", rows.len(), app.snap.breakers.len()),
+        &format!(
+            "{} of {} · {sort} · last {} (t)",
+            rows.len(),
+            app.snap.breakers.len(),
+            app.span.label()
+        ),
     ));
     f.render_widget(t, area);
 }

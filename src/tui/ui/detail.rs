@@ -290,7 +290,11 @@ fn breaker(b: &BreakerRow, app: &App, lines: &mut Vec<Line<'static>>) {
         )
     };
     let recent = app.latency(b).unwrap_or_default();
-    lines.push(Line::from(format!("latency, last minute: {}", q(&recent))));
+    lines.push(Line::from(format!(
+        "latency, last {}: {}",
+        app.span.label(),
+        q(&recent)
+    )));
     lines.push(Line::from(format!("latency, since start: {}", q(&st.latency))));
     if st.ttft.count() > 0 {
         lines.push(Line::from(format!("time to first token, since start: {}", q(&st.ttft))));
