@@ -4,6 +4,7 @@
 
 use super::action::Action;
 use super::history::{Recent, Seen, RECENT};
+use super::lasting::Lasting;
 use super::replay::ReplayView;
 use super::track::{Span, Track};
 use crate::command::Command;
@@ -12,6 +13,7 @@ use crate::target::Target;
 use crate::telemetry::events::Event;
 use crate::telemetry::histogram::HistogramView;
 use crate::telemetry::snapshot::{BreakerRow, Snapshot, UserRow};
+use std::borrow::Cow;
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 
@@ -201,6 +203,9 @@ pub struct App {
     pub events_paused: bool,
     /// Events shown while paused.
     pub events_frozen: Vec<Event>,
+    /// Transitions, operator actions and instance changes for the whole
+    /// run, after the snapshots no longer carry them.
+    lasting: Lasting,
     /// Recent requests, newest last.
     pub recent: VecDeque<Recent>,
     /// Each breaker row's calls and latencies over the last hour.
@@ -234,7 +239,7 @@ pub struct EventRow<'a> {
     /// How many times in a row it was said.
     pub repeats: usize,
     /// What it says.
-    pub said: String,
+    pub said: Cow<'a, str>,
 }
 
 /// How far back the header's rates and shares look.
@@ -332,6 +337,7 @@ impl App {
             sort: BreakerSort::Errors,
             events_paused: false,
             events_frozen: Vec::new(),
+            lasting: Lasting::default(),
             recent: VecDeque::with_capacity(RECENT),
             tracks: HashMap::new(),
             span: Span::default(),
@@ -351,6 +357,9 @@ impl App {
     /// Takes a new snapshot: updates rates and sparklines, and shows it.
     /// A frozen display takes nothing: everything on screen stays as it was.
     pub fn on_snapshot(&mut self, s: Arc<Snapshot>) {
+        // Kept while frozen too (shown once the display is live again):
+        // the snapshots may have dropped them by then.
+        self.lasting.take(&s.events);
         if self.display_frozen {
             return;
         }
@@ -376,13 +385,22 @@ impl App {
         self.snap = s;
     }
 
-    /// The events to show (frozen while the events pane is paused).
-    pub fn events(&self) -> &[Event] {
-        if self.events_paused {
+    /// The snapshot's events on screen (frozen while the events pane is
+    /// paused), and the time before which the kept ones take over.
+    fn shown_events(&self) -> (&[Event], u64) {
+        let shown = if self.events_paused {
             &self.events_frozen
         } else {
             &self.snap.events
-        }
+        };
+        (shown, shown.first().map_or(self.snap.t_ms + 1, |e| e.t_ms))
+    }
+
+    /// The events to show, oldest first: the kept ones the snapshot no
+    /// longer carries, then the snapshot's.
+    pub fn events(&self) -> impl DoubleEndedIterator<Item = &Event> {
+        let (shown, cut) = self.shown_events();
+        self.lasting.before(cut).map(|(e, _)| e).chain(shown)
     }
 
     fn matches(filter: &str, text: &str) -> bool {
@@ -463,8 +481,17 @@ impl App {
     pub fn event_rows(&self) -> Vec<EventRow<'_>> {
         let f = &self.filters[Pane::Events.index()];
         let mut rows: Vec<EventRow<'_>> = Vec::new();
-        for e in self.events().iter().rev() {
-            let said = super::ui::events::describe(e);
+        let (shown, cut) = self.shown_events();
+        let newest = shown
+            .iter()
+            .rev()
+            .map(|e| (e, Cow::Owned(super::ui::events::describe(e))));
+        let kept = self
+            .lasting
+            .before(cut)
+            .rev()
+            .map(|(e, said)| (e, Cow::Borrowed(said.as_str())));
+        for (e, said) in newest.chain(kept) {
             if !(f.is_empty() || Self::matches(f, &said)) {
                 continue;
             }

@@ -9,6 +9,7 @@ pub mod control;
 pub mod history;
 mod input;
 pub mod keymap;
+pub mod lasting;
 pub mod replay;
 pub mod theme;
 pub mod track;

@@ -878,7 +878,7 @@ async fn an_event_said_again_and_again_is_one_row_with_its_count() {
     }
     app.on_snapshot(Arc::new(runner.snapshot(SNAPSHOT_USERS, SNAPSHOT_EVENTS)));
     let rows = app.event_rows();
-    let said: Vec<(String, usize)> = rows.iter().take(3).map(|r| (r.said.clone(), r.repeats)).collect();
+    let said: Vec<(String, usize)> = rows.iter().take(3).map(|r| (r.said.to_string(), r.repeats)).collect();
     assert_eq!(rows[0].repeats, 5, "five alike, one row: {said:?}");
     assert_eq!(rows[1].repeats, 1, "then what came before: {said:?}");
     let pane = render_pane(&app, 100, 8, ui::events::draw);
@@ -943,4 +943,76 @@ async fn t_looks_an_hour_back_in_the_sparklines_and_latencies() {
     assert_eq!(cells(&hour), format!("▂▂▂▂█{}", "▂".repeat(19)), "{hour}");
     app.on_key(key('t'), &KeyMap::defaults());
     assert!(pane(&app).contains("last 2 min (t)"), "round again");
+}
+
+/// An operator's command and a breaker's transition stay in the events
+/// pane after the snapshots' newest 300 no longer carry them.
+#[test]
+fn operator_actions_and_transitions_stay_for_the_whole_run() {
+    use fusebox::resilience::breaker::BreakerState;
+    use fusebox::telemetry::events::{Event, Transition};
+    use fusebox::telemetry::snapshot::Snapshot;
+    let at = |t_ms, kind| Event {
+        t_ms,
+        kind,
+        instance: None,
+    };
+    let forced = at(
+        500,
+        EventKind::Operator {
+            command: Command::ForceOpen {
+                target: Target::model("gpt-4o"),
+            },
+            by: Issuer::operator("ana"),
+            applied: true,
+            result: "forced open".into(),
+        },
+    );
+    let opened = at(
+        700,
+        EventKind::Transition(Transition {
+            breaker: Target::provider("openai"),
+            from: BreakerState::Closed,
+            to: BreakerState::Open,
+            reason: "5 failures in a row (503)".into(),
+        }),
+    );
+    let mut app = App::new(opts(false), Arc::new(Snapshot::default()));
+    let mut all = vec![forced.clone(), opened.clone()];
+    app.on_snapshot(Arc::new(Snapshot {
+        t_ms: 900,
+        events: all.clone(),
+        ..Snapshot::default()
+    }));
+    for t in 1..=20u64 {
+        for i in 0..300 {
+            all.push(at(
+                t * 1000 + i,
+                EventKind::BudgetRejected {
+                    user: format!("user-{t}-{i}"),
+                    reason: "tokens per minute".into(),
+                },
+            ));
+        }
+        let s = Snapshot {
+            t_ms: t * 1000 + 999,
+            events: all[all.len().saturating_sub(SNAPSHOT_EVENTS)..].to_vec(),
+            ..Snapshot::default()
+        };
+        app.on_snapshot(Arc::new(s));
+    }
+    assert!(!app.snap.events.contains(&forced), "the snapshot no longer has it");
+    let rows = app.event_rows();
+    assert_eq!(rows.len(), SNAPSHOT_EVENTS + 2);
+    let oldest: Vec<&Event> = rows.iter().rev().take(2).map(|r| r.event).collect();
+    assert_eq!(oldest, [&forced, &opened]);
+    // And found by `/` like any other.
+    let keys = KeyMap::defaults();
+    app.on_key(key('5'), &keys);
+    app.on_key(key('/'), &keys);
+    for c in "ana".chars() {
+        app.on_key(key(c), &keys);
+    }
+    let pane = render_pane(&app, 110, 6, ui::events::draw);
+    assert!(pane.contains("operator ana: force_open model:gpt-4o"), "{pane}");
 }

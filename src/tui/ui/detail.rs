@@ -130,7 +130,6 @@ fn of_instance<'a>(
     instance: Option<&'a str>,
 ) -> impl Iterator<Item = &'a crate::telemetry::events::Event> {
     app.events()
-        .iter()
         .rev()
         .filter(move |e| instance.is_none() || e.instance.as_deref() == instance)
 }
