@@ -1,12 +1,16 @@
-//! One console frame with 200 breakers, 10,000 users and 1,000 recent
-//! requests, rendered into a TestBackend (target: ≤ 2 ms).
+//! One console frame with 200 breakers (each with an hour of history),
+//! 10,000 users, 1,000 recent requests and 10,000 kept transitions,
+//! rendered into a TestBackend (target: ≤ 2 ms).
 
 use criterion::{criterion_group, criterion_main, Criterion};
 use fusebox::clock::{Clock, Seed};
 use fusebox::config::{Config, ToolConfig};
 use fusebox::outcome::{Level, Outcome};
+use fusebox::resilience::breaker::BreakerState;
 use fusebox::runner::{Runner, RunnerParts};
+use fusebox::telemetry::events::Transition;
 use fusebox::telemetry::events::{Event, EventKind};
+use fusebox::telemetry::snapshot::Snapshot;
 use fusebox::tui::app::{App, Mode, Options};
 use fusebox::tui::keymap::KeyMap;
 use fusebox::tui::theme::Theme;
@@ -42,7 +46,38 @@ fn big_app(rt: &tokio::runtime::Runtime) -> App {
             replay_length_ms: None,
             replay: None,
         };
-        let mut app = App::new(opts, snap);
+        let mut app = App::new(opts, snap.clone());
+        // An hour of snapshots a second, three breakers tripping in each.
+        let mut breakers = snap.breakers.clone();
+        for t in 0..3_600u64 {
+            let events = (0..3)
+                .map(|i| Event {
+                    t_ms: t * 1_000 + i,
+                    kind: EventKind::Transition(Transition {
+                        breaker: snap.breakers[i as usize].target.clone(),
+                        from: BreakerState::Closed,
+                        to: BreakerState::Open,
+                        reason: "5 failures in a row (503)".into(),
+                    }),
+                    instance: None,
+                })
+                .collect();
+            for b in &mut breakers {
+                b.stats.attempts += 3;
+                b.stats.latency.counts[(t % 8) as usize] += 3;
+            }
+            app.on_snapshot(Arc::new(Snapshot {
+                t_ms: t * 1_000,
+                breakers: breakers.clone(),
+                events,
+                ..Snapshot::default()
+            }));
+        }
+        app.on_snapshot(Arc::new(Snapshot {
+            t_ms: 3_600_000,
+            breakers,
+            ..(*snap).clone()
+        }));
         for i in 0..1_000u64 {
             let o = Outcome {
                 request: i,
@@ -80,11 +115,14 @@ fn frame(c: &mut Criterion) {
     let theme = Theme::built_in("default").unwrap();
     let keys = KeyMap::defaults();
     let mut t = Terminal::new(TestBackend::new(140, 45)).unwrap();
-    c.bench_function("console frame 140x45: 200 breakers, 10k users, 1k recent", |b| {
-        b.iter(|| {
-            t.draw(|f| ui::draw(f, &app, &theme, &keys)).unwrap();
-        })
-    });
+    c.bench_function(
+        "console frame 140x45: 200 breakers with an hour each, 10k users, 1k recent, 10k kept events",
+        |b| {
+            b.iter(|| {
+                t.draw(|f| ui::draw(f, &app, &theme, &keys)).unwrap();
+            })
+        },
+    );
 }
 
 criterion_group!(benches, frame);
