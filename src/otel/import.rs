@@ -439,6 +439,7 @@ fn attempt(span: &Span, request: LogId, ms: impl Fn(u64) -> u64) -> AttemptRec {
         tool_calls: texts(kv, "fusebox.tool_calls"),
         tool_keys: Vec::new(),
         answer: None,
+        response_id: text(kv, "gen_ai.response.id"),
     }
 }
 

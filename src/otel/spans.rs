@@ -166,6 +166,9 @@ impl Assembler {
                 let answered = a.response_model.clone().unwrap_or_else(|| api.to_string());
                 attrs.push(KeyValue::new("gen_ai.response.model", answered));
             }
+            if let Some(id) = &a.response_id {
+                attrs.push(KeyValue::new("gen_ai.response.id", id.clone()));
+            }
             attrs.push(KeyValue::new("gen_ai.usage.input_tokens", i64::from(a.input_tokens)));
             attrs.push(KeyValue::new("gen_ai.usage.output_tokens", i64::from(a.output_tokens)));
             if let Some(f) = a.finish {

@@ -636,6 +636,7 @@ impl Attempted {
                 a.tool_calls = resp.tool_calls.iter().map(|c| c.name.clone()).collect();
                 a.tool_keys = (0..resp.tool_calls.len()).map(|i| resp.tool_key(i)).collect();
                 a.response_model = resp.wire.as_ref().map(|w| w.model.clone()).filter(|m| !m.is_empty());
+                a.response_id = resp.wire.as_ref().map(|w| w.id.clone()).filter(|id| !id.is_empty());
                 a.finish = Some(resp.finish());
                 (resp.usage, resp.rate)
             }

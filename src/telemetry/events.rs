@@ -215,6 +215,10 @@ pub struct Attempt {
     /// The model an answer named, when it named one (for traces).
     #[serde(skip)]
     pub response_model: Option<String>,
+    /// The upstream's id of its answer (`chatcmpl-…`, `msg_…`), to find
+    /// the request by in the console and the recording.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub response_id: Option<String>,
     /// Why the model stopped, for an answer (for traces).
     #[serde(skip)]
     pub finish: Option<crate::wire::Finish>,
@@ -238,6 +242,7 @@ impl Attempt {
             tool_keys: Vec::new(),
             answer: None,
             response_model: None,
+            response_id: None,
             finish: None,
         }
     }

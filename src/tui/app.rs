@@ -189,8 +189,9 @@ pub struct App {
     pinned_user: Option<(String, Option<String>)>,
     /// The selected event, followed as newer ones arrive above it.
     pinned_event: Option<Event>,
-    /// The selected request (id, instance), likewise.
-    pinned_request: Option<(u64, Option<String>)>,
+    /// The selected request (id, instance, end time), likewise: the time
+    /// tells apart two of one id (an instance that restarted counts from 1).
+    pinned_request: Option<(u64, Option<String>, u64)>,
     /// Filter per pane.
     pub filters: [String; 5],
     /// Overlay.
@@ -208,6 +209,9 @@ pub struct App {
     lasting: Lasting,
     /// Recent requests, newest last.
     pub recent: VecDeque<Recent>,
+    /// Upstream ids of answers, by request and instance, until the
+    /// request's outcome takes them.
+    pub(super) upstream_ids: VecDeque<(u64, Option<String>, String)>,
     /// Each breaker row's calls and latencies over the last hour.
     pub tracks: HashMap<RowKey, Track>,
     /// How far back the sparklines and latency columns look.
@@ -339,6 +343,7 @@ impl App {
             events_frozen: Vec::new(),
             lasting: Lasting::default(),
             recent: VecDeque::with_capacity(RECENT),
+            upstream_ids: VecDeque::new(),
             tracks: HashMap::new(),
             span: Span::default(),
             zoomed: false,
@@ -545,10 +550,11 @@ impl App {
                     .iter()
                     .position(|u| u.view.user == *n && u.instance == *i)
             }),
-            Pane::Chains => self
-                .pinned_request
-                .as_ref()
-                .and_then(|(id, i)| self.recent_rows().iter().position(|r| r.id == *id && r.instance == *i)),
+            Pane::Chains => self.pinned_request.as_ref().and_then(|(id, i, t)| {
+                self.recent_rows()
+                    .iter()
+                    .position(|r| r.id == *id && r.instance == *i && r.t_ms == *t)
+            }),
             Pane::Events => self
                 .pinned_event
                 .as_ref()
@@ -585,7 +591,7 @@ impl App {
                     .get(i)
                     .map(|u| (u.view.user.clone(), u.instance.clone()))
             }
-            Pane::Chains => self.pinned_request = self.recent_rows().get(i).map(|r| (r.id, r.instance.clone())),
+            Pane::Chains => self.pinned_request = self.recent_rows().get(i).map(|r| (r.id, r.instance.clone(), r.t_ms)),
             Pane::Events => self.pinned_event = self.event_rows().get(i).map(|r| r.first.clone()),
             Pane::Limiters => {}
         }

@@ -40,11 +40,14 @@ pub struct Recent {
     pub instance: Option<String>,
     /// Its name outside (`x-fusebox-request-id`), for a gateway's request.
     pub key: Option<String>,
+    /// The upstreams' ids of the answers it got (`chatcmpl-…`), oldest
+    /// first.
+    pub upstream: Vec<String>,
 }
 
 impl Recent {
     /// Whether `filter` (lower case) matches it: its user, path, level,
-    /// reason or request id.
+    /// reason, request id or an upstream's id of its answer.
     pub fn matches(&self, filter: &str) -> bool {
         [
             self.user.as_str(),
@@ -53,7 +56,8 @@ impl Recent {
             self.why.as_deref().unwrap_or(""),
             self.key.as_deref().unwrap_or(""),
         ]
-        .iter()
+        .into_iter()
+        .chain(self.upstream.iter().map(String::as_str))
         .any(|t| t.to_lowercase().contains(filter))
     }
 }
@@ -74,9 +78,14 @@ impl From<&Outcome> for Recent {
             tokens: o.tokens,
             cost_usd: o.cost_usd,
             key: o.key.as_ref().map(ToString::to_string),
+            upstream: Vec::new(),
         }
     }
 }
+
+/// Upstream answer ids held for requests not ended yet; past it the
+/// oldest go (a request that long in flight is found by its other names).
+pub const UPSTREAM_IDS: usize = 2_048;
 
 /// Calls kept per breaker row for its detail.
 pub const ATTEMPTS: usize = 8;
@@ -112,13 +121,30 @@ impl App {
                 if self.recent.len() == RECENT {
                     self.recent.pop_front();
                 }
+                let mine = |(request, instance, _): &(u64, Option<String>, String)| {
+                    *request == o.request && *instance == e.instance
+                };
+                let upstream = self
+                    .upstream_ids
+                    .iter()
+                    .filter(|x| mine(x))
+                    .map(|(_, _, id)| id.clone())
+                    .collect();
+                self.upstream_ids.retain(|x| !mine(x));
                 self.recent.push_back(Recent {
                     instance: e.instance.clone(),
                     t_ms: e.t_ms,
+                    upstream,
                     ..Recent::from(o.as_ref())
                 });
             }
             EventKind::Attempt(a) => {
+                if let Some(id) = &a.response_id {
+                    if self.upstream_ids.len() == UPSTREAM_IDS {
+                        self.upstream_ids.pop_front();
+                    }
+                    self.upstream_ids.push_back((a.request, e.instance.clone(), id.clone()));
+                }
                 let seen = Seen {
                     t_ms: e.t_ms,
                     request: a.request,

@@ -1016,3 +1016,59 @@ fn operator_actions_and_transitions_stay_for_the_whole_run() {
     let pane = render_pane(&app, 110, 6, ui::events::draw);
     assert!(pane.contains("operator ana: force_open model:gpt-4o"), "{pane}");
 }
+
+/// `/` finds a request by the upstream's id of its answer, and its detail
+/// names it.
+#[test]
+fn slash_finds_a_request_by_its_upstream_id() {
+    use fusebox::outcome::{Level, Outcome};
+    use fusebox::telemetry::events::{Attempt, Event};
+    use fusebox::telemetry::snapshot::Snapshot;
+    let mut app = App::new(opts(false), Arc::new(Snapshot::default()));
+    for request in 1..=5u64 {
+        let answered = Attempt {
+            status: Some(200),
+            response_id: Some(format!("chatcmpl-AbC{request}")),
+            ..Attempt::of(request, Target::provider("openai"))
+        };
+        let ended = Outcome {
+            request,
+            user: "ana".into(),
+            level: Level::None,
+            chain: vec!["gpt-4o ✓".into()],
+            quality: 1.0,
+            tokens: 10,
+            cost_usd: 0.0,
+            missing: vec![],
+            user_message: None,
+            answer: None,
+            stale_ms: None,
+            attempts: 1,
+            latency_ms: 100,
+            key: None,
+        };
+        for kind in [
+            EventKind::Attempt(Box::new(answered)),
+            EventKind::Outcome(Box::new(ended)),
+        ] {
+            app.on_event(&Event {
+                t_ms: request * 1000,
+                kind,
+                instance: None,
+            });
+        }
+    }
+    let keys = KeyMap::defaults();
+    app.on_key(key('4'), &keys);
+    app.on_key(key('/'), &keys);
+    for c in "chatcmpl-abc3".chars() {
+        app.on_key(key(c), &keys);
+    }
+    let rows = app.recent_rows();
+    assert_eq!(rows.iter().map(|r| r.id).collect::<Vec<_>>(), [3]);
+    let enter = crossterm::event::KeyEvent::new(crossterm::event::KeyCode::Enter, crossterm::event::KeyModifiers::NONE);
+    app.on_key(enter, &keys);
+    app.on_key(enter, &keys);
+    let detail = text(&render(&app, 140, 45));
+    assert!(detail.contains("upstream ids: chatcmpl-AbC3"), "{detail}");
+}

@@ -40,6 +40,8 @@ async fn every_answer_names_its_request_in_the_recording_and_the_trace_too() {
         .unwrap();
     assert_eq!(whole.status(), 200);
     assert_eq!(whole.headers()[ID], "caller-77");
+    let upstream = whole.json::<Value>().await.unwrap()["id"].as_str().unwrap().to_string();
+    assert!(upstream.starts_with("chatcmpl-"), "{upstream}");
     // Streamed, one made here; the last chunk says it too.
     let streamed = http.post(&url).json(&ask(true)).send().await.unwrap();
     let made = streamed.headers()[ID].to_str().unwrap().to_string();
@@ -74,15 +76,32 @@ async fn every_answer_names_its_request_in_the_recording_and_the_trace_too() {
         .filter_map(|s| attr(&s.attributes, "fusebox.request.key"))
         .collect();
     assert!(keys.contains(&"caller-77".to_string()), "{keys:?}");
+    let answered = rx.wait_for(|s| s.iter().any(|s| attr(&s.attributes, "gen_ai.response.id").is_some()));
+    let ids: Vec<String> = answered
+        .iter()
+        .filter_map(|s| attr(&s.attributes, "gen_ai.response.id"))
+        .collect();
+    assert!(
+        ids.contains(&upstream),
+        "the upstream's id on its attempt's span: {ids:?}"
+    );
     // The recording names both requests.
     serve.signal("TERM");
     tokio::task::spawn_blocking(move || serve.wait()).await.unwrap();
     let mut r = LogReader::open(&rec, false).unwrap();
-    let mut recorded = Vec::new();
+    let (mut recorded, mut answers) = (Vec::new(), Vec::new());
     while let Some(rec) = r.next_record().unwrap() {
-        if let Record::Outcome(o) = rec {
-            recorded.extend(o.key.map(|k| k.to_string()));
+        match rec {
+            Record::Outcome(o) => recorded.extend(o.key.map(|k| k.to_string())),
+            Record::Attempt(a) => answers.extend(a.response_id),
+            _ => {}
         }
     }
     assert_eq!(recorded, vec!["caller-77".to_string(), made]);
+    assert_eq!(
+        answers.first(),
+        Some(&upstream),
+        "the upstream's id recorded: {answers:?}"
+    );
+    assert_eq!(answers.len(), 2, "the streamed answer's too: {answers:?}");
 }

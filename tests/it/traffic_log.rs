@@ -107,6 +107,7 @@ fn all_kinds_reads_every_kind_and_skips_unknown_ones() {
             tool_calls: vec![],
             tool_keys: Vec::new(),
             answer: None,
+            response_id: None,
         }),
         Record::Attempt(AttemptRec {
             t_ms: 50,
@@ -123,6 +124,7 @@ fn all_kinds_reads_every_kind_and_skips_unknown_ones() {
             tool_calls: strings(&["search"]),
             tool_keys: Vec::new(),
             answer: None,
+            response_id: None,
         }),
         Record::Attempt(AttemptRec {
             t_ms: 470,
@@ -139,6 +141,7 @@ fn all_kinds_reads_every_kind_and_skips_unknown_ones() {
             tool_calls: vec![],
             tool_keys: Vec::new(),
             answer: None,
+            response_id: None,
         }),
         Record::Transition(TransitionRec {
             t_ms: 2470,
@@ -186,6 +189,7 @@ fn all_kinds_reads_every_kind_and_skips_unknown_ones() {
             tool_calls: vec![],
             tool_keys: Vec::new(),
             answer: None,
+            response_id: None,
         }),
         Record::Operator(OperatorRec {
             t_ms: 3200,
@@ -621,6 +625,7 @@ fn to_line_skips_empty_optionals_and_keeps_nullable_fields() {
         tool_calls: vec![],
         tool_keys: Vec::new(),
         answer: None,
+        response_id: None,
     })
     .to_line();
     assert_eq!(
@@ -823,6 +828,7 @@ fn arb_record() -> impl Strategy<Value = Record> {
                     tool_calls: calls,
                     tool_keys: Vec::new(),
                     answer: None,
+                    response_id: None,
                 })
             },
         );

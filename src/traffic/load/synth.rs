@@ -68,6 +68,7 @@ pub fn gateway_log(n: u64, rps: u64, out: &mut impl Write) -> std::io::Result<()
             tool_calls: Vec::new(),
             tool_keys: Vec::new(),
             answer: None,
+            response_id: None,
         });
         let outcome = Record::Outcome(OutcomeRec {
             t_ms: end,

@@ -210,6 +210,9 @@ pub struct AttemptRec {
     /// A tool's answer (only with content recording `full`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub answer: Option<String>,
+    /// The upstream's id of its answer (`chatcmpl-…`, `msg_…`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub response_id: Option<String>,
 }
 
 /// An outcome line.

@@ -231,6 +231,7 @@ pub(super) mod tests {
             tool_calls: Vec::new(),
             tool_keys: Vec::new(),
             answer: None,
+            response_id: None,
         })
     }
 

@@ -79,6 +79,9 @@ pub fn draw(f: &mut Frame, area: Rect, app: &App, theme: &Theme) {
                 if let Some(k) = &r.key {
                     lines.push(Line::from(format!("x-fusebox-request-id: {k}")));
                 }
+                if !r.upstream.is_empty() {
+                    lines.push(Line::from(format!("upstream ids: {}", r.upstream.join(", "))));
+                }
                 titled(&format!("request #{}", r.id), r.instance.as_deref())
             }
             None => " no request selected ".into(),
