@@ -33,7 +33,9 @@ impl Runner {
         let (pt, mt) = (self.registry.get(p.target), self.registry.get(m.target));
         let now = self.clock.now();
         let Ok(pp) = pt.breaker.try_acquire(now) else {
+            // A call of the model all the same: its row says it was refused.
             pt.stats.rejected_open.inc();
+            mt.stats.rejected_open.inc();
             return Err(Refusal::Open);
         };
         let Ok(mp) = mt.breaker.try_acquire(now) else {

@@ -10,7 +10,7 @@ use super::track::{Span, Track};
 use crate::command::Command;
 use crate::resilience::breaker::BreakerState;
 use crate::target::Target;
-use crate::telemetry::events::Event;
+use crate::telemetry::events::{Event, EventKind};
 use crate::telemetry::histogram::HistogramView;
 use crate::telemetry::snapshot::{BreakerRow, Snapshot, UserRow};
 use std::borrow::Cow;
@@ -222,6 +222,11 @@ pub struct App {
     pub help_scroll: u16,
     /// Each breaker row's last calls, newest last, for its detail.
     pub attempts: HashMap<RowKey, VecDeque<Seen>>,
+    /// Each breaker row's last failed calls, newest last.
+    pub(super) failures: HashMap<RowKey, VecDeque<Seen>>,
+    /// Each breaker row's last trip from closed: when, and the failed
+    /// calls that led to it, newest last.
+    pub tripped_by: HashMap<RowKey, (u64, Vec<Seen>)>,
     last_sample_ms: u64,
     /// Throughput and health over the last minute.
     pub rates: Rates,
@@ -244,6 +249,14 @@ pub struct EventRow<'a> {
     pub repeats: usize,
     /// What it says.
     pub said: Cow<'a, str>,
+}
+
+/// A failed call's record may be stamped a little after the trip it caused.
+const TRIP_SLACK_MS: u64 = 50;
+
+/// Whether failed call `f` came before (so led to) a trip at `t_ms`.
+pub(super) fn tripped(f: &Seen, t_ms: u64) -> bool {
+    f.t_ms <= t_ms + TRIP_SLACK_MS
 }
 
 /// How far back the header's rates and shares look.
@@ -349,6 +362,8 @@ impl App {
             zoomed: false,
             help_scroll: 0,
             attempts: HashMap::new(),
+            failures: HashMap::new(),
+            tripped_by: HashMap::new(),
             last_sample_ms: 0,
             rates: Rates::default(),
             window: VecDeque::new(),
@@ -364,7 +379,8 @@ impl App {
     pub fn on_snapshot(&mut self, s: Arc<Snapshot>) {
         // Kept while frozen too (shown once the display is live again):
         // the snapshots may have dropped them by then.
-        self.lasting.take(&s.events);
+        let new = self.lasting.take(&s.events);
+        self.note_trips(new);
         if self.display_frozen {
             return;
         }
@@ -388,6 +404,33 @@ impl App {
             self.last_sample_ms = s.t_ms;
         }
         self.snap = s;
+    }
+
+    /// Holds on to the failures before each of the `new` newest kept events
+    /// that is a breaker's trip from closed, for its detail (failures whose
+    /// record arrives later join it in [`App::on_event`]).
+    fn note_trips(&mut self, new: usize) {
+        let trips: Vec<(RowKey, u64)> = self
+            .lasting
+            .newest(new)
+            .filter_map(|e| match &e.kind {
+                EventKind::Transition(t) if t.from == BreakerState::Closed && t.to == BreakerState::Open => {
+                    Some(((t.breaker.clone(), e.instance.clone()), e.t_ms))
+                }
+                _ => None,
+            })
+            .collect();
+        for (key, t_ms) in trips {
+            let before: Vec<Seen> = self
+                .failures
+                .get(&key)
+                .into_iter()
+                .flatten()
+                .filter(|f| tripped(f, t_ms))
+                .cloned()
+                .collect();
+            self.tripped_by.insert(key, (t_ms, before));
+        }
     }
 
     /// The snapshot's events on screen (frozen while the events pane is

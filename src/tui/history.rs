@@ -6,6 +6,7 @@ use super::app::{App, RowKey};
 use crate::outcome::Outcome;
 use crate::target::Target;
 use crate::telemetry::events::{Event, EventKind};
+use std::collections::VecDeque;
 
 /// Recent requests kept.
 pub const RECENT: usize = 1000;
@@ -109,6 +110,13 @@ pub struct Seen {
     pub instance: Option<String>,
 }
 
+fn push(q: &mut VecDeque<Seen>, seen: Seen) {
+    if q.len() == ATTEMPTS {
+        q.pop_front();
+    }
+    q.push_back(seen);
+}
+
 impl App {
     /// Takes an event from the runner (outcome records feed the chains
     /// pane), unless the display is frozen.
@@ -162,12 +170,19 @@ impl App {
                 if e.instance.is_some() {
                     keys.extend(targets.into_iter().map(|t| (t, None)));
                 }
+                let failed = a.transport.is_some() || a.status.is_some_and(|s| s != 200);
                 for key in keys {
-                    let q = self.attempts.entry(key).or_default();
-                    if q.len() == ATTEMPTS {
-                        q.pop_front();
+                    if failed {
+                        push(self.failures.entry(key.clone()).or_default(), seen.clone());
+                        // Its record came after the trip it led to.
+                        if let Some((t_ms, by)) = self.tripped_by.get_mut(&key) {
+                            if super::app::tripped(&seen, *t_ms) && by.len() < ATTEMPTS && !by.contains(&seen) {
+                                by.push(seen.clone());
+                                by.sort_by_key(|f| f.t_ms);
+                            }
+                        }
                     }
-                    q.push_back(seen.clone());
+                    push(self.attempts.entry(key).or_default(), seen.clone());
                 }
             }
             _ => {}

@@ -34,8 +34,10 @@ fn lasts(kind: &EventKind) -> bool {
 }
 
 impl Lasting {
-    /// Keeps the lasting events of a snapshot (oldest first) not kept yet.
-    pub fn take(&mut self, events: &[Event]) {
+    /// Keeps the lasting events of a snapshot (oldest first) not kept yet;
+    /// how many it kept.
+    pub fn take(&mut self, events: &[Event]) -> usize {
+        let mut new = 0;
         let floor = self.kept.back().map_or(0, |(e, _)| e.t_ms.saturating_sub(1_000));
         for e in events.iter().filter(|e| e.t_ms >= floor && lasts(&e.kind)) {
             let seen = self
@@ -56,7 +58,14 @@ impl Lasting {
             // Time lines of several instances interleave: keep them ordered.
             let at = self.kept.partition_point(|(k, _)| k.t_ms <= e.t_ms);
             self.kept.insert(at, (e.clone(), said));
+            new += 1;
         }
+        new
+    }
+
+    /// The `n` newest kept.
+    pub fn newest(&self, n: usize) -> impl Iterator<Item = &Event> {
+        self.kept.iter().skip(self.kept.len().saturating_sub(n)).map(|(e, _)| e)
     }
 
     /// The kept events older than `t_ms` (the oldest the snapshot carries),

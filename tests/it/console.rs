@@ -562,6 +562,17 @@ async fn enter_shows_the_selected_breaker_and_event_in_full() {
     assert!(frame.contains("latency, since start: p50"), "{frame}");
     assert!(frame.contains("opens at 5 failures in a row"), "its settings: {frame}");
     assert!(frame.contains("#40 gpt-4o 503 in 62 ms"), "its last calls: {frame}");
+    let trip = frame.find("tripped at 00:02 by").expect("the failures that tripped it");
+    assert_eq!(
+        frame[trip..]
+            .lines()
+            .skip(1)
+            .take(5)
+            .filter(|l| l.contains(" 503 in "))
+            .count(),
+        5,
+        "{frame}"
+    );
     assert!(!frame.contains("pool "), "a model has no pool: {frame}");
     insta::assert_snapshot!("detail_breaker", frame);
     let esc = crossterm::event::KeyEvent::new(crossterm::event::KeyCode::Esc, crossterm::event::KeyModifiers::NONE);

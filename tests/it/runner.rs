@@ -180,6 +180,11 @@ async fn open_breaker_skips_the_model_and_its_retries() {
     assert_eq!(o.chain[0], "gpt-4o ⊘open");
     assert_eq!(o.level, Level::Fallback);
     assert_eq!(stats(&r, "provider:openai").rejected_open, 1);
+    assert_eq!(
+        stats(&r, "model:gpt-4o").rejected_open,
+        1,
+        "the model's call, refused by its provider's breaker"
+    );
 }
 
 #[tokio::test(start_paused = true)]

@@ -329,29 +329,49 @@ fn breaker(b: &BreakerRow, app: &App, lines: &mut Vec<Line<'static>>) {
     )));
     lines.push(Line::from(""));
     last_calls(b, app, lines);
+    tripped_by(b, app, lines);
     lines.push(Line::from(""));
     transitions(b, app, lines);
+}
+
+/// One call as the detail lists it: when, which request, how it ended.
+fn call(a: &crate::tui::history::Seen) -> Line<'static> {
+    let how = match (a.status, a.transport) {
+        (_, Some(t)) => format!("{t:?}").to_lowercase(),
+        (Some(s), None) => s.to_string(),
+        (None, None) => "-".into(),
+    };
+    let model = a.model.as_deref().map(|m| format!(" {m}")).unwrap_or_default();
+    Line::from(format!(
+        "{} {}#{}{model} {how} in {} ms",
+        super::clock(a.t_ms),
+        on(a.instance.as_deref()),
+        a.request,
+        a.latency_ms
+    ))
+}
+
+/// The failed calls before the breaker's last trip from closed.
+fn tripped_by(b: &BreakerRow, app: &App, lines: &mut Vec<Line<'static>>) {
+    let Some((t_ms, failures)) = app.tripped_by.get(&crate::tui::app::row_key(b)) else {
+        return;
+    };
+    lines.push(Line::from(""));
+    lines.push(Line::from(format!(
+        "tripped at {} by (newest first):",
+        super::clock(*t_ms)
+    )));
+    lines.extend(failures.iter().rev().map(call));
+    if failures.is_empty() {
+        lines.push(Line::from("  none seen (it tripped before the console watched)"));
+    }
 }
 
 /// The row's last calls with their status and latency, newest first.
 fn last_calls(b: &BreakerRow, app: &App, lines: &mut Vec<Line<'static>>) {
     lines.push(Line::from("last calls (newest first):"));
     let seen = app.attempts.get(&crate::tui::app::row_key(b));
-    for a in seen.iter().flat_map(|q| q.iter().rev()) {
-        let how = match (a.status, a.transport) {
-            (_, Some(t)) => format!("{t:?}").to_lowercase(),
-            (Some(s), None) => s.to_string(),
-            (None, None) => "-".into(),
-        };
-        let model = a.model.as_deref().map(|m| format!(" {m}")).unwrap_or_default();
-        lines.push(Line::from(format!(
-            "{} {}#{}{model} {how} in {} ms",
-            super::clock(a.t_ms),
-            on(a.instance.as_deref()),
-            a.request,
-            a.latency_ms
-        )));
-    }
+    lines.extend(seen.iter().flat_map(|q| q.iter().rev()).map(call));
     if seen.is_none_or(|q| q.is_empty()) {
         lines.push(Line::from("  none seen yet"));
     }
