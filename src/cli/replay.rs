@@ -235,12 +235,16 @@ pub fn replay(mut args: ReplayArgs) -> Result<()> {
                 replay_length_ms: log_length,
                 replay: Some(shown.clone()),
             };
+            let watched = runner.clone();
+            let end = shown.clone();
             let driver = tokio::spawn(async move {
                 let out = crate::traffic::replay::replay(runner, reader, fleet, opts).await;
                 shown.end.set(&out);
                 out.map(drop).map_err(anyhow::Error::from)
             });
             run.console(ui, o, Some(driver)).await?;
+            let last = watched.snapshot(0, 0);
+            println!("{}", on_quit(&args.shown(), &last, log_length, end.ended()));
             return anyhow::Ok(None);
         }
         let driver = crate::traffic::replay::replay(runner, reader, fleet, opts);
@@ -254,6 +258,41 @@ pub fn replay(mut args: ReplayArgs) -> Result<()> {
         Some(summary) => write_summary(&summary, args.summary_json.as_ref()),
         None => Ok(()),
     }
+}
+
+/// What a replay watched in the console says once the console is closed:
+/// how far it got through the log and how its requests ended.
+fn on_quit(
+    log: &str,
+    last: &crate::telemetry::snapshot::Snapshot,
+    length_ms: Option<u64>,
+    ended: Option<Result<String, String>>,
+) -> String {
+    let clock = crate::tui::ui::clock;
+    let at = match (&ended, length_ms) {
+        (Some(Ok(done)), _) => format!("done: {done}"),
+        (Some(Err(why)), _) => format!("stopped: {why}"),
+        (None, Some(total)) => format!(
+            "quit at {} of {} ({:.0}% of the log)",
+            clock(last.t_ms.min(total)),
+            clock(total),
+            100.0 * last.t_ms.min(total) as f64 / total.max(1) as f64
+        ),
+        (None, None) => format!("quit at {}", clock(last.t_ms)),
+    };
+    let share = |n: u64| 100.0 * n as f64 / last.requests.max(1) as f64;
+    let levels: Vec<String> = crate::outcome::Level::ALL
+        .iter()
+        .zip(last.by_level)
+        .map(|(l, n)| format!("{} {n} ({:.1}%)", l.as_str(), share(n)))
+        .collect();
+    format!(
+        "replay {log}: {at}\n{} requests: {}\n{} tokens, ${:.2}",
+        last.requests,
+        levels.join(", "),
+        last.tokens,
+        last.cost_usd
+    )
 }
 
 /// What the console shows of a replay: how it ended and the recorded
@@ -278,5 +317,40 @@ impl ReplayView for ReplayShown {
             tokens: o.tokens,
             chain: o.chain,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::telemetry::snapshot::Snapshot;
+
+    #[test]
+    fn quitting_says_how_far_the_replay_got_and_how_its_requests_ended() {
+        let last = Snapshot {
+            t_ms: 90_000,
+            requests: 200,
+            by_level: [150, 20, 10, 0, 20],
+            tokens: 12_345,
+            cost_usd: 0.5,
+            ..Snapshot::default()
+        };
+        let said = on_quit("night.jsonl", &last, Some(360_000), None);
+        assert_eq!(
+            said,
+            "replay night.jsonl: quit at 01:30 of 06:00 (25% of the log)\n\
+             200 requests: none 150 (75.0%), partial 20 (10.0%), fallback 10 (5.0%), deferred 0 (0.0%), failed 20 (10.0%)\n\
+             12345 tokens, $0.50"
+        );
+        let done = on_quit(
+            "night.jsonl",
+            &last,
+            Some(60_000),
+            Some(Ok("200 requests, 0 lost".into())),
+        );
+        assert!(
+            done.starts_with("replay night.jsonl: done: 200 requests, 0 lost\n"),
+            "{done}"
+        );
     }
 }

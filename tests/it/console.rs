@@ -365,6 +365,10 @@ async fn replay_mode_shows_how_the_replay_ended() {
         ),
         "{h}"
     );
+    // A replay that is over stays at the log's end, its clock gone past.
+    app.opts.replay_length_ms = Some(100_000);
+    let h = render_pane(&app, 160, 3, ui::header::draw);
+    assert!(h.contains(" t=01:40 ") && app.snap.t_ms > 100_000, "{h}");
 }
 
 #[tokio::test(start_paused = true)]

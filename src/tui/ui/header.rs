@@ -55,7 +55,7 @@ pub fn draw(f: &mut Frame, area: Rect, app: &App, theme: &Theme) {
         ),
         Span::styled(format!(" {} ", app.opts.mode.label()), theme.badge),
     ];
-    top.push(Span::styled(format!(" t={} ", clock(s.t_ms)), theme.base));
+    top.push(Span::styled(format!(" t={} ", clock(shown_t(app))), theme.base));
     if !matches!(app.opts.mode, Mode::Serve | Mode::Attach) {
         let (speed, paused) = app.clock;
         let label = if paused {
@@ -147,6 +147,17 @@ pub const OK_FAIR: f64 = 0.90;
 pub const FAILED_BAD: f64 = 0.05;
 /// More than this share degraded is a warning.
 pub const DEGRADED_HIGH: f64 = 0.10;
+
+/// The time on screen: a replay that is over stays at the log's end (its
+/// clock goes on, but nothing is left to happen).
+fn shown_t(app: &App) -> u64 {
+    let t = app.snap.t_ms;
+    let over = app.opts.replay.as_ref().is_some_and(|r| r.ended().is_some());
+    match app.opts.replay_length_ms {
+        Some(total) if over => t.min(total),
+        _ => t,
+    }
+}
 
 /// The states an operator must not miss (replay progress, frozen refills,
 /// dropped spans, drill, a frozen display, read-only): first on the
