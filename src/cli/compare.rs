@@ -15,8 +15,8 @@ pub fn compare(args: &ReplayArgs, a: &PathBuf, b: &PathBuf) -> Result<()> {
     crate::alloc::keep_freed_memory();
     let recorded = args.recorded()?;
     let mut summaries = Vec::new();
-    for (i, path) in [a, b].into_iter().enumerate() {
-        let cfg = Config::load(path)?;
+    let configs = [Config::load(a)?, Config::load(b)?];
+    for (i, cfg) in configs.iter().cloned().enumerate() {
         args.check(&cfg, recorded, super::args::Speed::Max)?;
         let (reader, seed) = args.open()?;
         let (spool, _spool_dir) = spool_file(None, &cfg)?;
@@ -48,6 +48,17 @@ pub fn compare(args: &ReplayArgs, a: &PathBuf, b: &PathBuf) -> Result<()> {
         summaries.push(summary);
     }
     let (x, y) = (&summaries[0], &summaries[1]);
+    println!("A = {}\nB = {}", a.display(), b.display());
+    let changed = settings_changed(&configs[0], &configs[1]);
+    if changed.is_empty() {
+        println!("settings: the same");
+    } else {
+        println!("settings that differ (A → B):");
+        for line in &changed {
+            println!("  {line}");
+        }
+    }
+    println!();
     print_table(x, y, a, b);
     if let Some(p) = &args.summary_json {
         let both = serde_json::json!({ "a": { "config": a, "summary": x }, "b": { "config": b, "summary": y } });
@@ -85,7 +96,11 @@ fn print_table(x: &Summary, y: &Summary, a: &Path, b: &Path) {
         ),
         ("lost", x.lost as f64, y.lost as f64),
     ];
-    println!("{:<22} {:>14} {:>14} {:>12}", "", short(a), short(b), "difference");
+    let label = |tag: &str, p: &Path| {
+        let name: String = short(p).chars().take(11).collect();
+        format!("{tag}: {name}")
+    };
+    println!("{:<22} {:>14} {:>14} {:>12}", "", label("A", a), label("B", b), "B - A");
     for (name, va, vb) in rows {
         let mark = if (va - vb).abs() > 1e-9 { "  *" } else { "" };
         let fmt = |v: f64| {
@@ -107,6 +122,56 @@ fn calls(s: &Summary, f: impl Fn(&StatsView) -> u64) -> f64 {
         .filter(|(k, _)| k.kind() != crate::target::Kind::Model)
         .map(|(_, v)| f(v))
         .sum::<u64>() as f64
+}
+
+/// Settings shown past this many are counted, not listed.
+const CHANGES_SHOWN: usize = 40;
+
+/// Each setting whose value differs between `a` and `b`, as
+/// `path: A → B` (defaults filled in, so a file that leaves a setting
+/// out is compared with its default).
+fn settings_changed(a: &Config, b: &Config) -> Vec<String> {
+    let (Ok(va), Ok(vb)) = (serde_json::to_value(a), serde_json::to_value(b)) else {
+        return vec!["(the configs could not be compared)".into()];
+    };
+    let mut out = Vec::new();
+    diff("", &va, &vb, &mut out);
+    if out.len() > CHANGES_SHOWN {
+        let more = out.len() - CHANGES_SHOWN;
+        out.truncate(CHANGES_SHOWN);
+        out.push(format!("… and {more} more"));
+    }
+    out
+}
+
+fn diff(path: &str, a: &serde_json::Value, b: &serde_json::Value, out: &mut Vec<String>) {
+    use serde_json::Value;
+    let at = |k: &str| {
+        if path.is_empty() {
+            k.to_string()
+        } else {
+            format!("{path}.{k}")
+        }
+    };
+    match (a, b) {
+        (Value::Object(x), Value::Object(y)) => {
+            let mut keys: Vec<&String> = x.keys().chain(y.keys()).collect();
+            keys.sort();
+            keys.dedup();
+            for k in keys {
+                match (x.get(k), y.get(k)) {
+                    (Some(p), Some(q)) => diff(&at(k), p, q, out),
+                    (p, q) => out.push(format!("{}: {} → {}", at(k), shown(p), shown(q))),
+                }
+            }
+        }
+        _ if a != b => out.push(format!("{path}: {a} → {b}")),
+        _ => {}
+    }
+}
+
+fn shown(v: Option<&serde_json::Value>) -> String {
+    v.map_or_else(|| "(none)".into(), ToString::to_string)
 }
 
 fn short(p: &Path) -> String {

@@ -401,6 +401,20 @@ fn compare_shows_what_a_stricter_breaker_changes() {
     let (fa, fb): (f64, f64) = (cols[2].parse().unwrap(), cols[3].parse().unwrap());
     assert!(fb < fa, "the stricter breaker fails fewer calls: {row}");
     assert!(row.ends_with('*'), "differences are marked: {row}");
+    // The columns are named, the files in full, and what differs is said.
+    assert!(
+        out.contains(&format!("A = {}\nB = {}", a.display(), b.display())),
+        "{out}"
+    );
+    assert!(
+        out.lines().any(|l| l.contains("A: a.toml") && l.contains("B: b.toml")),
+        "{out}"
+    );
+    assert!(
+        out.contains("settings that differ (A → B):\n  tools.get_order.breaker: null → {"),
+        "{out}"
+    );
+    assert!(out.contains("\"consecutive_failures\":2"), "{out}");
     assert!(out
         .lines()
         .any(|l| l.starts_with("lost") && l.split_whitespace().nth(1) == Some("0")));
