@@ -64,6 +64,9 @@ pub enum Action {
     /// Look further back in the sparklines and latency columns: 2 min,
     /// 10 min, 1 h, and round again.
     TimeSpan,
+    /// Write the screen and an incident snapshot (Markdown and JSON) to
+    /// the current directory.
+    WriteIncident,
     /// Everything about the selected row: a breaker's figures and its
     /// transitions' reasons in full, an event's whole text.
     Detail,
@@ -108,6 +111,7 @@ impl Action {
         Action::PauseEvents,
         Action::Zoom,
         Action::TimeSpan,
+        Action::WriteIncident,
         Action::Detail,
         Action::ClockPause,
         Action::ClockFaster,
@@ -146,6 +150,7 @@ impl Action {
             Action::PauseEvents => "pause-events",
             Action::Zoom => "zoom",
             Action::TimeSpan => "time-span",
+            Action::WriteIncident => "write-incident",
             Action::Detail => "detail",
             Action::ClockPause => "clock-pause",
             Action::ClockFaster => "clock-faster",
@@ -190,6 +195,7 @@ impl Action {
             Action::PauseEvents => "pause/resume scrolling of the events pane",
             Action::Zoom => "zoom the focused pane to the whole screen, or back",
             Action::TimeSpan => "history's span: 2 min, 10 min, 1 h (sparklines, latencies)",
+            Action::WriteIncident => "write the screen and an incident snapshot (.md and .json) here",
             Action::Detail => "the selected row in full",
             Action::ClockPause => "pause/resume the clock (demo and replay)",
             Action::ClockFaster => "run the clock faster",

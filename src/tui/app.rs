@@ -142,6 +142,8 @@ pub enum Effect {
     Send(Order),
     /// Pause/resume, faster, slower or step the clock.
     Clock(Action),
+    /// Write the screen and an incident snapshot.
+    WriteIncident,
     /// Leave.
     Quit,
 }

@@ -169,6 +169,7 @@ impl App {
             Action::ClockPause | Action::ClockFaster | Action::ClockSlower | Action::ClockStep => {
                 return Effect::Clock(a)
             }
+            Action::WriteIncident => return Effect::WriteIncident,
             Action::ForceOpen | Action::ForceClose | Action::Reset | Action::Disable => return self.breaker_command(a),
             Action::ToggleRefill => return self.refill_command(),
             Action::CycleFault => return self.fault_command(),

@@ -55,6 +55,7 @@ const DEFAULTS: &[(Action, &[&str])] = &[
     (Action::PauseEvents, &["p"]),
     (Action::Zoom, &["z"]),
     (Action::TimeSpan, &["t"]),
+    (Action::WriteIncident, &["w"]),
     (Action::Detail, &["enter"]),
     (Action::ClockPause, &["space"]),
     (Action::ClockFaster, &["+"]),

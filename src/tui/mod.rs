@@ -7,6 +7,7 @@ pub mod app;
 mod commands;
 pub mod control;
 pub mod history;
+pub mod incident;
 mod input;
 pub mod keymap;
 pub mod lasting;
@@ -167,7 +168,9 @@ async fn event_loop(
                         Input::Term(ev) => {
                             dirty = true;
                             last_draw = None; // keys are answered on the next frame
-                            handle(ev, &control, &tx, &mut app, &keymap, pace.as_deref());
+                            if handle(ev, &control, &tx, &mut app, &keymap, pace.as_deref()) {
+                                write_incident(terminal, &mut app, &theme, &keymap);
+                            }
                         }
                         Input::Reply(r) => {
                             dirty = true;
@@ -198,6 +201,24 @@ async fn event_loop(
     Ok(())
 }
 
+/// Writes the screen as it is drawn now and an incident snapshot to the
+/// current directory, and says where (or why not) on the status line.
+fn write_incident(terminal: &ratatui::DefaultTerminal, app: &mut App, theme: &Theme, keymap: &KeyMap) {
+    let written = terminal.size().and_then(|size| {
+        let backend = ratatui::backend::TestBackend::new(size.width, size.height);
+        let mut shot = ratatui::Terminal::new(backend).unwrap_or_else(|e| match e {});
+        shot.draw(|f| ui::draw(f, app, theme, keymap))
+            .unwrap_or_else(|e| match e {});
+        incident::write(app, shot.backend().buffer(), std::path::Path::new("."))
+    });
+    app.status = match written {
+        Ok(md) => format!("incident snapshot written: {} and .json", md.display()),
+        Err(e) => format!("cannot write the incident snapshot here: {e}"),
+    };
+}
+
+/// Applies a terminal event; true when the operator asked for an
+/// incident snapshot (it needs the terminal).
 fn handle(
     ev: TermEvent,
     control: &Arc<dyn Control>,
@@ -205,12 +226,13 @@ fn handle(
     app: &mut App,
     keymap: &KeyMap,
     pace: Option<&Pace>,
-) {
-    let TermEvent::Key(key) = ev else { return };
+) -> bool {
+    let TermEvent::Key(key) = ev else { return false };
     if key.kind == KeyEventKind::Release {
-        return;
+        return false;
     }
     match app.on_key(key, keymap) {
+        Effect::WriteIncident => return true,
         Effect::None | Effect::Quit => {}
         Effect::Send(order) => {
             let answer = control.send(order, crate::command::Issuer::operator(&app.opts.operator));
@@ -224,6 +246,7 @@ fn handle(
             None => app.status = "live traffic runs in real time: pause and speed apply to demo and replay".into(),
         },
     }
+    false
 }
 
 fn clock_action(p: &Pace, app: &mut App, a: action::Action) {

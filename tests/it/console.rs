@@ -1087,3 +1087,51 @@ fn slash_finds_a_request_by_its_upstream_id() {
     let detail = text(&render(&app, 140, 45));
     assert!(detail.contains("upstream ids: chatcmpl-AbC3"), "{detail}");
 }
+
+/// `w` asks for an incident snapshot: the screen, the breakers, the
+/// transitions and operator actions, the worst requests, as Markdown and
+/// JSON in the directory given.
+#[tokio::test(start_paused = true)]
+async fn w_writes_an_incident_snapshot_as_markdown_and_json() {
+    let (_runner, mut app) = incident(false).await;
+    assert_eq!(app.on_key(key('w'), &KeyMap::defaults()), Effect::WriteIncident);
+    let dir = tempfile::tempdir().unwrap();
+    let md_path = fusebox::tui::incident::write(&app, &render(&app, 140, 45), dir.path()).unwrap();
+    let name = md_path.file_name().unwrap().to_string_lossy().to_string();
+    assert!(name.starts_with("fusebox-incident-") && name.ends_with(".md"), "{name}");
+    let md = std::fs::read_to_string(&md_path).unwrap();
+    for part in [
+        "# fusebox incident snapshot: scenario test",
+        "| provider:openai | open | 100% | 0 | 8 | 72 |",
+        "## Transitions (newest first)",
+        "provider:openai closed → open: 5 consecutive failures",
+        "## Operator actions (newest first)",
+        "operator ana: freeze_refill anthropic — refills frozen",
+        "## Worst recent requests (newest first)",
+        "tenant-big failed q=0.00",
+        "```text\n fusebox  DEMO",
+    ] {
+        assert!(md.contains(part), "`{part}` in\n{md}");
+    }
+    let json: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(md_path.with_extension("json")).unwrap()).unwrap();
+    assert_eq!(json["breakers"].as_array().unwrap().len(), 10);
+    assert_eq!(json["breakers"][0]["state"], "open");
+    assert!(json["transitions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .all(|t| t["kind"] == "transition"));
+    assert_eq!(
+        json["operator_actions"][0]["by"]["name"], "ana",
+        "{}",
+        json["operator_actions"]
+    );
+    let worst = &json["worst_requests"][0];
+    assert_eq!(worst["level"], "failed");
+    assert!(worst["why"].as_str().unwrap().contains("budget"), "{worst}");
+    assert_eq!(
+        json["screen"][0].as_str().unwrap().split_whitespace().next(),
+        Some("fusebox")
+    );
+}
