@@ -1135,3 +1135,22 @@ async fn w_writes_an_incident_snapshot_as_markdown_and_json() {
         Some("fusebox")
     );
 }
+
+/// An open breaker's detail starts with what to do next: since when and
+/// why, where its traffic went and how full that is, and the runbook's
+/// advice; a closed one's has none.
+#[tokio::test(start_paused = true)]
+async fn an_open_breaker_s_detail_says_what_to_do_next() {
+    let (_runner, app) = incident(false).await;
+    let row = |t: Target| app.snap.breakers.iter().find(|b| b.target == t).unwrap();
+    let [now, next] = ui::hint::next_steps(row(Target::provider("openai")), &app).expect("a hint");
+    assert_eq!(
+        now,
+        "provider:openai open on 503 since 00:02; route default on claude-haiku, anthropic RPM 0 % used, anthropic refills frozen"
+    );
+    assert!(
+        next.starts_with("→ a known outage? o holds it open") && next.contains("docs/operator.md"),
+        "{next}"
+    );
+    assert!(ui::hint::next_steps(row(Target::provider("anthropic")), &app).is_none());
+}

@@ -259,6 +259,11 @@ fn user(row: &UserRow, app: &App, lines: &mut Vec<Line<'static>>) {
 fn breaker(b: &BreakerRow, app: &App, lines: &mut Vec<Line<'static>>) {
     let v = &b.breaker;
     let st = &b.stats;
+    if let Some([now, next]) = super::hint::next_steps(b, app) {
+        lines.push(Line::from(now));
+        lines.push(Line::from(next));
+        lines.push(Line::from(""));
+    }
     lines.push(Line::from(format!(
         "state {} · failure {} · slow {} · {} calls in the window · {} failures in a row · {} trips",
         App::state_label(v.state),

@@ -7,6 +7,7 @@ pub mod chains;
 pub mod detail;
 pub mod events;
 pub mod header;
+pub mod hint;
 pub mod limiters;
 pub mod overlay;
 
