@@ -28,13 +28,22 @@ pub fn draw(f: &mut Frame, area: Rect, app: &App, theme: &Theme) {
                 spans.push(Span::styled(" (open)", theme.dim));
             }
         }
-        lines.push(Line::from(spans));
+        lines.push(super::fit(Line::from(spans), area.width.saturating_sub(2) as usize));
     }
     let rows = app.recent_rows();
     let sel = app.selection(Pane::Chains);
     let focused = app.focus == Pane::Chains;
     let height = (area.height as usize).saturating_sub(2 + lines.len());
     let first = scroll(sel, height);
+    // Ids as wide as the widest shown, so the columns after them line up.
+    let idw = rows
+        .iter()
+        .skip(first)
+        .take(height)
+        .map(|r| r.id.to_string().len())
+        .max()
+        .unwrap_or(0)
+        .max(6);
     for (i, r) in rows.iter().enumerate().skip(first).take(height) {
         let selected = focused && i == sel;
         // Replay: the recorded outcome, flagged up front when it differs
@@ -45,8 +54,8 @@ pub fn draw(f: &mut Frame, area: Rect, app: &App, theme: &Theme) {
             Span::styled(if selected { "▶ " } else { "  " }, theme.selected),
             Span::styled(
                 match &r.instance {
-                    Some(i) => format!("#{:<6} {i} {:<13} ", r.id, r.user),
-                    None => format!("#{:<6} {:<13} ", r.id, r.user),
+                    Some(i) => format!("#{:<idw$} {i} {:<13} ", r.id, r.user),
+                    None => format!("#{:<idw$} {:<13} ", r.id, r.user),
                 },
                 if selected { theme.selected } else { theme.dim },
             ),
@@ -70,7 +79,7 @@ pub fn draw(f: &mut Frame, area: Rect, app: &App, theme: &Theme) {
         if !r.missing.is_empty() {
             spans.push(Span::styled(format!(" missing {}", r.missing), theme.warn));
         }
-        lines.push(Line::from(spans));
+        lines.push(super::fit(Line::from(spans), area.width.saturating_sub(2) as usize));
         if selected && app.opts.replay.is_some() {
             lines.push(Line::from(match recorded {
                 Some(o) => vec![

@@ -141,7 +141,7 @@ pub fn draw(f: &mut Frame, area: Rect, app: &App, theme: &Theme) {
                     theme.dim,
                 ));
             }
-            Line::from(spans)
+            super::fit(Line::from(spans), area.width.saturating_sub(2) as usize)
         })
         .collect();
     if lines.is_empty() {

@@ -17,6 +17,7 @@ pub const LINES_PER_PROVIDER: usize = 3;
 pub fn draw(f: &mut Frame, area: Rect, app: &App, theme: &Theme) {
     let sel = app.selection(Pane::Limiters);
     let focused = app.focus == Pane::Limiters;
+    let width = area.width.saturating_sub(2) as usize;
     let height = area.height.saturating_sub(2) as usize / LINES_PER_PROVIDER;
     let first = scroll(sel, height);
     let mut lines = Vec::new();
@@ -53,7 +54,7 @@ pub fn draw(f: &mut Frame, area: Rect, app: &App, theme: &Theme) {
             Some(Frozen::ByOperator) => head.push(Span::styled("  FROZEN (operator)", theme.badge)),
             None => {}
         }
-        lines.push(Line::from(head));
+        lines.push(super::fit(Line::from(head), width));
         let mut gauges: Vec<Vec<Span>> = Vec::new();
         for (name, b) in [("TPM", l.tpm), ("ITPM", l.itpm), ("OTPM", l.otpm), ("RPM", l.rpm)] {
             if let Some((level, cap)) = b {
@@ -85,7 +86,7 @@ pub fn draw(f: &mut Frame, area: Rect, app: &App, theme: &Theme) {
                     spans.extend(g);
                 }
             }
-            lines.push(Line::from(spans));
+            lines.push(super::fit(Line::from(spans), width));
         }
     }
     let p = Paragraph::new(lines).block(pane_block(app, Pane::Limiters, theme, ""));

@@ -213,3 +213,56 @@ pub fn centered(r: Rect, w: u16, h: u16) -> Rect {
     let h = h.min(r.height);
     Rect::new(r.x + (r.width - w) / 2, r.y + (r.height - h) / 2, w, h)
 }
+
+/// `line` cut to `width` cells, ending in `…` where it was cut, so a
+/// cut text reads as cut (Enter shows it whole).
+pub fn fit(line: Line<'_>, width: usize) -> Line<'_> {
+    if line.width() <= width || width == 0 {
+        return line;
+    }
+    let mut left = width - 1;
+    let mut spans = Vec::new();
+    for span in line.spans {
+        if left == 0 {
+            break;
+        }
+        let w = span.width();
+        if w <= left {
+            left -= w;
+            spans.push(span);
+            continue;
+        }
+        let mut cut = String::new();
+        for c in span.content.chars() {
+            let cw = unicode_width::UnicodeWidthChar::width(c).unwrap_or(0);
+            if cw > left {
+                break;
+            }
+            left -= cw;
+            cut.push(c);
+        }
+        spans.push(Span::styled(cut, span.style));
+        left = 0;
+    }
+    spans.push(Span::raw("…"));
+    Line::from(spans).style(line.style)
+}
+
+#[cfg(test)]
+mod fit_tests {
+    use super::*;
+
+    #[test]
+    fn a_cut_line_ends_in_an_ellipsis_and_a_whole_one_is_kept() {
+        let line = || {
+            Line::from(vec![
+                Span::raw("00:15 "),
+                Span::raw("closed → open: 5 failures (last: 503)"),
+            ])
+        };
+        let cut = fit(line(), 20);
+        assert_eq!(cut.to_string(), "00:15 closed → open…");
+        assert_eq!(cut.width(), 20);
+        assert_eq!(fit(line(), 80).to_string(), line().to_string());
+    }
+}
