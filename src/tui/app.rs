@@ -253,6 +253,19 @@ pub struct EventRow<'a> {
     pub said: Cow<'a, str>,
 }
 
+/// The trips from closed among `events`: each breaker row and when.
+fn trips(events: &[&Event]) -> Vec<(RowKey, u64)> {
+    events
+        .iter()
+        .filter_map(|e| match &e.kind {
+            EventKind::Transition(t) if t.from == BreakerState::Closed && t.to == BreakerState::Open => {
+                Some(((t.breaker.clone(), e.instance.clone()), e.t_ms))
+            }
+            _ => None,
+        })
+        .collect()
+}
+
 /// A failed call's record may be stamped a little after the trip it caused.
 const TRIP_SLACK_MS: u64 = 50;
 
@@ -381,8 +394,8 @@ impl App {
     pub fn on_snapshot(&mut self, s: Arc<Snapshot>) {
         // Kept while frozen too (shown once the display is live again):
         // the snapshots may have dropped them by then.
-        let new = self.lasting.take(&s.events);
-        self.note_trips(new);
+        let trips = trips(&self.lasting.take(&s.events, s.t_ms));
+        self.note_trips(trips);
         if self.display_frozen {
             return;
         }
@@ -408,20 +421,10 @@ impl App {
         self.snap = s;
     }
 
-    /// Holds on to the failures before each of the `new` newest kept events
-    /// that is a breaker's trip from closed, for its detail (failures whose
-    /// record arrives later join it in [`App::on_event`]).
-    fn note_trips(&mut self, new: usize) {
-        let trips: Vec<(RowKey, u64)> = self
-            .lasting
-            .newest(new)
-            .filter_map(|e| match &e.kind {
-                EventKind::Transition(t) if t.from == BreakerState::Closed && t.to == BreakerState::Open => {
-                    Some(((t.breaker.clone(), e.instance.clone()), e.t_ms))
-                }
-                _ => None,
-            })
-            .collect();
+    /// Holds on to the failures before each of `trips` (a breaker row and
+    /// when it tripped from closed), for its detail (failures whose record
+    /// arrives later join it in [`App::on_event`]).
+    fn note_trips(&mut self, trips: Vec<(RowKey, u64)>) {
         for (key, t_ms) in trips {
             let before: Vec<Seen> = self
                 .failures

@@ -34,20 +34,23 @@ fn lasts(kind: &EventKind) -> bool {
 }
 
 impl Lasting {
-    /// Keeps the lasting events of a snapshot (oldest first) not kept yet;
-    /// how many it kept.
-    pub fn take(&mut self, events: &[Event]) -> usize {
-        let mut new = 0;
-        let floor = self.kept.back().map_or(0, |(e, _)| e.t_ms.saturating_sub(1_000));
+    /// Keeps the lasting events of a snapshot taken at `now_ms` (oldest
+    /// first) not kept yet; those it kept.
+    pub fn take<'a>(&mut self, events: &'a [Event], now_ms: u64) -> Vec<&'a Event> {
+        let mut new = Vec::new();
+        // Only the newest need looking at, unless time went back (a
+        // replay started again): then all of them.
+        let floor = match self.kept.back() {
+            Some((e, _)) if now_ms >= e.t_ms => e.t_ms.saturating_sub(1_000),
+            _ => 0,
+        };
         for e in events.iter().filter(|e| e.t_ms >= floor && lasts(&e.kind)) {
+            let near = self.kept.partition_point(|(k, _)| k.t_ms + SAME_WITHIN_MS < e.t_ms)
+                ..self.kept.partition_point(|(k, _)| k.t_ms <= e.t_ms + SAME_WITHIN_MS);
             let seen = self
                 .kept
-                .iter()
-                .rev()
-                .take_while(|(k, _)| k.t_ms + 1_000 + SAME_WITHIN_MS >= e.t_ms)
-                .any(|(k, _)| {
-                    k.t_ms.abs_diff(e.t_ms) <= SAME_WITHIN_MS && k.kind == e.kind && k.instance == e.instance
-                });
+                .range(near)
+                .any(|(k, _)| k.kind == e.kind && k.instance == e.instance);
             if seen {
                 continue;
             }
@@ -58,14 +61,9 @@ impl Lasting {
             // Time lines of several instances interleave: keep them ordered.
             let at = self.kept.partition_point(|(k, _)| k.t_ms <= e.t_ms);
             self.kept.insert(at, (e.clone(), said));
-            new += 1;
+            new.push(e);
         }
         new
-    }
-
-    /// The `n` newest kept.
-    pub fn newest(&self, n: usize) -> impl Iterator<Item = &Event> {
-        self.kept.iter().skip(self.kept.len().saturating_sub(n)).map(|(e, _)| e)
     }
 
     /// The kept events older than `t_ms` (the oldest the snapshot carries),
@@ -122,11 +120,11 @@ mod tests {
         let mut l = Lasting::default();
         let a = op(1_000, "openai");
         let b = op(2_000, "anthropic");
-        l.take(&[a.clone(), other(1_500)]);
+        l.take(&[a.clone(), other(1_500)], 1_500);
         // The same again, once moved by a few ms, with a new one after.
         let mut moved = a.clone();
         moved.t_ms += 20;
-        l.take(&[moved, other(1_500), b.clone()]);
+        l.take(&[moved, other(1_500), b.clone()], 2_000);
         let kept: Vec<&Event> = l.before(u64::MAX).map(|(e, _)| e).collect();
         assert_eq!(kept, [&a, &b]);
         assert_eq!(
@@ -138,10 +136,21 @@ mod tests {
     }
 
     #[test]
+    fn a_time_line_started_again_is_kept_too() {
+        let mut l = Lasting::default();
+        l.take(&[op(5_000, "openai")], 5_000);
+        // A replay started again: its clock back near 0.
+        let again = op(50, "anthropic");
+        assert_eq!(l.take(std::slice::from_ref(&again), 100), [&again]);
+        assert_eq!(l.take(std::slice::from_ref(&again), 200), Vec::<&Event>::new(), "once");
+        assert_eq!(l.len(), 2);
+    }
+
+    #[test]
     fn holds_its_bound() {
         let mut l = Lasting::default();
         for t in 0..(LASTING as u64 + 500) {
-            l.take(&[op(t * 100, "openai")]);
+            l.take(&[op(t * 100, "openai")], t * 100);
         }
         assert_eq!(l.len(), LASTING);
         assert_eq!(
