@@ -402,7 +402,7 @@ impl App {
         if self.last_sample_ms == 0 || s.t_ms >= self.last_sample_ms + 1000 || s.t_ms < self.last_sample_ms {
             for b in &s.breakers {
                 let track = self.tracks.entry(row_key(b)).or_default();
-                track.sample(b.stats.attempts, b.stats.latency);
+                track.sample(b.stats.attempts, b.stats.latency, b.stats.ttft);
             }
             // Time that went back (a replay restarted) starts the window again.
             if s.t_ms < self.last_sample_ms {
@@ -510,6 +510,11 @@ impl App {
     /// A breaker row's call latencies over the span on screen.
     pub fn latency(&self, row: &BreakerRow) -> Option<HistogramView> {
         self.tracks.get(&row_key(row))?.latency(self.span, &row.stats.latency)
+    }
+
+    /// A breaker row's streams' times to first token over the span on screen.
+    pub fn ttft(&self, row: &BreakerRow) -> Option<HistogramView> {
+        self.tracks.get(&row_key(row))?.ttft(self.span, &row.stats.ttft)
     }
 
     /// User rows after filter (already ordered by pressure), each

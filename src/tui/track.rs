@@ -1,7 +1,8 @@
 //! What the console remembers of each breaker row over time: its calls a
 //! second for two minutes, every 5 s for ten and every 30 s for an hour,
-//! and copies of its latency histogram to take each span's latencies from.
-//! A row's track is a few KiB whatever the traffic (`docs/limits.md`).
+//! and copies of its latency and time-to-first-token histograms to take each
+//! span's figures from.
+//! A row's track is under 16 KiB whatever the traffic (`docs/limits.md`).
 
 use crate::telemetry::histogram::HistogramView;
 use std::collections::VecDeque;
@@ -68,8 +69,9 @@ pub struct Track {
     calls: [VecDeque<u32>; 3],
     /// Calls since each longer span's last sample.
     pending: [u32; 3],
-    /// Latency histograms, oldest first, one ring per [`Span`].
-    latency: [VecDeque<HistogramView>; 3],
+    /// Latency and time-to-first-token histograms, oldest first, one ring
+    /// per [`Span`].
+    latency: [VecDeque<[HistogramView; 2]>; 3],
 }
 
 fn push<T>(q: &mut VecDeque<T>, max: usize, v: T) {
@@ -80,9 +82,10 @@ fn push<T>(q: &mut VecDeque<T>, max: usize, v: T) {
 }
 
 impl Track {
-    /// Takes a second's sample: the row's attempts counter and latency
-    /// histogram now (a counter that went back, a restart, counts from 0).
-    pub fn sample(&mut self, attempts: u64, latency: HistogramView) {
+    /// Takes a second's sample: the row's attempts counter and its latency
+    /// and time-to-first-token histograms now (a counter that went back, a
+    /// restart, counts from 0).
+    pub fn sample(&mut self, attempts: u64, latency: HistogramView, ttft: HistogramView) {
         let prev = self.last_attempts.replace(attempts).unwrap_or(attempts);
         let calls = u32::try_from(attempts.checked_sub(prev).unwrap_or(attempts)).unwrap_or(u32::MAX);
         self.seconds += 1;
@@ -93,7 +96,7 @@ impl Track {
                 push(&mut self.calls[i], SAMPLES, std::mem::take(&mut self.pending[i]));
             }
             if (self.seconds - 1).is_multiple_of(span.seconds() / COPIES as u32) {
-                push(&mut self.latency[i], COPIES + 1, latency);
+                push(&mut self.latency[i], COPIES + 1, [latency, ttft]);
             }
         }
     }
@@ -107,9 +110,18 @@ impl Track {
     /// the snapshot on screen), or all of `now` while less than the span has
     /// been sampled; None without calls.
     pub fn latency(&self, span: Span, now: &HistogramView) -> Option<HistogramView> {
+        self.window(span, 0, now)
+    }
+
+    /// Times to first token over `span`, likewise.
+    pub fn ttft(&self, span: Span, now: &HistogramView) -> Option<HistogramView> {
+        self.window(span, 1, now)
+    }
+
+    fn window(&self, span: Span, which: usize, now: &HistogramView) -> Option<HistogramView> {
         let copies = &self.latency[span.index()];
         let window = match copies.front() {
-            Some(first) if copies.len() > COPIES => now.since(first),
+            Some(first) if copies.len() > COPIES => now.since(&first[which]),
             _ => *now,
         };
         (window.count() > 0).then_some(window)
@@ -126,8 +138,8 @@ impl Track {
 /// Bytes one row's full track takes (for `docs/limits.md`'s bound).
 pub const TRACK_BYTES: usize = std::mem::size_of::<Track>()
     + 3 * SAMPLES * std::mem::size_of::<u32>()
-    + 3 * (COPIES + 1) * std::mem::size_of::<HistogramView>();
-const _: () = assert!(TRACK_BYTES < 8 * 1024, "the bound docs/limits.md states");
+    + 3 * (COPIES + 1) * 2 * std::mem::size_of::<HistogramView>();
+const _: () = assert!(TRACK_BYTES < 16 * 1024, "the bound docs/limits.md states");
 
 #[cfg(test)]
 mod tests {
@@ -140,7 +152,7 @@ mod tests {
         let mut attempts = 0;
         for s in 0..7_200u64 {
             attempts += if s >= 6_600 { 2 } else { 1 };
-            t.sample(attempts, HistogramView::default());
+            t.sample(attempts, HistogramView::default(), HistogramView::default());
         }
         let hour = t.calls(Span::Hour);
         assert_eq!(hour.len(), SAMPLES);
@@ -162,7 +174,7 @@ mod tests {
         for s in 0..7_200u64 {
             h.counts[0] += 1;
             h.sum_ms += 1;
-            t.sample(s, h);
+            t.sample(s, h, h);
         }
         for span in Span::ALL {
             let n = t.latency(span, &h).unwrap().count();
@@ -174,9 +186,9 @@ mod tests {
     #[test]
     fn a_restarted_counter_counts_from_zero() {
         let mut t = Track::default();
-        t.sample(100, HistogramView::default());
-        t.sample(110, HistogramView::default());
-        t.sample(3, HistogramView::default());
+        t.sample(100, HistogramView::default(), HistogramView::default());
+        t.sample(110, HistogramView::default(), HistogramView::default());
+        t.sample(3, HistogramView::default(), HistogramView::default());
         assert_eq!(
             t.calls(Span::TwoMinutes).iter().copied().collect::<Vec<_>>(),
             [0, 10, 3]

@@ -914,6 +914,7 @@ async fn t_looks_an_hour_back_in_the_sparklines_and_latencies() {
     let mut row = template.breakers[0].clone();
     row.stats.attempts = 0;
     row.stats.latency = Default::default();
+    row.stats.ttft = Default::default();
     let mut app = App::new(opts(false), Arc::new(Snapshot::default()));
     let (fast, slow) = (2, 9); // the 25 ms and 4 s buckets
     for t in 0..3_600u64 {
@@ -921,6 +922,8 @@ async fn t_looks_an_hour_back_in_the_sparklines_and_latencies() {
         let burst = (600..720).contains(&t);
         row.stats.attempts += if burst { 10 } else { 1 };
         row.stats.latency.counts[if burst { slow } else { fast }] += if burst { 10 } else { 1 };
+        // Streams' first tokens: 5 ms now, 4 s in the burst.
+        row.stats.ttft.counts[if burst { slow } else { 0 }] += 1;
         let mut s = template.clone();
         s.t_ms = t * 1000;
         s.breakers = vec![row.clone()];
@@ -933,6 +936,10 @@ async fn t_looks_an_hour_back_in_the_sparklines_and_latencies() {
         "{now}"
     );
     assert!(now.contains("18/24/25"), "two minutes of fast calls: {now}");
+    assert!(
+        now.contains("ttft p50/p95") && now.contains(" 3/5 "),
+        "first tokens too: {now}"
+    );
     let cells = |pane: &str| {
         let row = pane.lines().nth(2).unwrap();
         row.split_whitespace()

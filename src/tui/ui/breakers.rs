@@ -57,7 +57,7 @@ struct Col {
     keep: u8,
 }
 
-const COLS: [Col; 17] = [
+const COLS: [Col; 18] = [
     Col {
         head: "",
         width: 1,
@@ -102,6 +102,11 @@ const COLS: [Col; 17] = [
         head: "p50/p95/p99 ms",
         width: 15,
         keep: 2,
+    },
+    Col {
+        head: "ttft p50/p95",
+        width: 12,
+        keep: 7,
     },
     Col {
         head: "ok",
@@ -230,6 +235,13 @@ fn row<'a>(b: &'a BreakerRow, app: &App, theme: &Theme, selected: bool, layout: 
             format!("{}/{}/{}", q(0.5), q(0.95), q(0.99))
         },
     );
+    let ttft = app.ttft(b).map_or_else(
+        || "-".to_string(),
+        |h| {
+            let q = |p| h.quantile(p).map_or("-".into(), short_ms);
+            format!("{}/{}", q(0.5), q(0.95))
+        },
+    );
     let cells = [
         Cell::from(marker),
         Cell::from(super::row_name(app, &b.target.to_string(), b.instance.as_deref())),
@@ -250,6 +262,7 @@ fn row<'a>(b: &'a BreakerRow, app: &App, theme: &Theme, selected: bool, layout: 
         Cell::from(format!("{:>4}", st.semantic)),
         Cell::from(probe),
         Cell::from(latency),
+        Cell::from(ttft),
         Cell::from(format!("{:>6}", st.ok)),
         Cell::from(format!("{:>5}", st.failed)),
         Cell::from(format!("{:>4}", st.timeouts)),
