@@ -218,7 +218,8 @@ fn matches_key_events_as_terminals_report_them() {
     assert_eq!(m(KeyCode::PageDown, KeyModifiers::NONE), Some(Action::PageDown));
     assert_eq!(m(KeyCode::Char('o'), KeyModifiers::ALT), None);
     assert_eq!(m(KeyCode::Char('z'), KeyModifiers::NONE), Some(Action::Zoom));
-    assert_eq!(m(KeyCode::Char('w'), KeyModifiers::NONE), None);
+    assert_eq!(m(KeyCode::Char('w'), KeyModifiers::NONE), Some(Action::WriteIncident));
+    assert_eq!(m(KeyCode::Char('e'), KeyModifiers::NONE), None);
     let release = KeyEvent::new_with_kind(KeyCode::Char('q'), KeyModifiers::NONE, KeyEventKind::Release);
     assert_eq!(keys.action(&release), None, "release events never match");
     let repeat = KeyEvent::new_with_kind(KeyCode::Char('j'), KeyModifiers::NONE, KeyEventKind::Repeat);
