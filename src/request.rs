@@ -56,3 +56,17 @@ impl Via {
         *self == Via::Agent
     }
 }
+
+/// The session of a call that named none: one of its own, `{user}/call-{id}`.
+pub fn own_session(user: &str, id: u64) -> CompactString {
+    compact_str::format_compact!("{user}/call-{id}")
+}
+
+/// The rule of thumb where no tokenizer or usage is at hand: four
+/// characters a token.
+pub const CHARS_PER_TOKEN: usize = 4;
+
+/// Tokens in `chars` characters of text by [`CHARS_PER_TOKEN`], rounded up.
+pub fn tokens_in_chars(chars: usize) -> u32 {
+    u32::try_from(chars.div_ceil(CHARS_PER_TOKEN)).unwrap_or(u32::MAX)
+}

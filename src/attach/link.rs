@@ -319,7 +319,7 @@ async fn stream_snapshots(hub: &Hub, inst: &Instance) -> Result<(), String> {
     let r = get(hub, inst, "/_fusebox/snapshots?every_ms=100").await?;
     let scope = r
         .headers()
-        .get(crate::gateway::SCOPE_HEADER)
+        .get(crate::wire::fusebox::SCOPE)
         .and_then(|v| v.to_str().ok())
         .map(str::to_string);
     inst.link.lock().scope = scope;

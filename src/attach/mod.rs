@@ -354,7 +354,7 @@ impl Hub {
         let url = format!("{}/_fusebox/commands", inst.base);
         let r = self
             .request(reqwest::Method::POST, &url)
-            .header("x-fusebox-operator", &by.name)
+            .header(crate::wire::fusebox::OPERATOR, &by.name)
             .timeout(COMMAND_TIMEOUT)
             .json(cmd)
             .send()

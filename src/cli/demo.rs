@@ -174,7 +174,9 @@ fn synthetic_cost_per_min(cfg: &Config, scenario: &Scenario) -> f64 {
     let per_request: f64 = (0..sample)
         .map(|id| {
             let r = crate::traffic::load::make_request(Seed(1), id, scenario.users.max(1));
-            let prompt = r.messages.iter().map(crate::provider::Message::weight).sum::<usize>() as f64 / 4.0;
+            let prompt = f64::from(crate::request::tokens_in_chars(
+                r.messages.iter().map(crate::provider::Message::weight).sum(),
+            ));
             let steps = r.max_steps.max(1) as f64;
             steps * (prompt * input + r.max_tokens as f64 * output) / 1e6
         })

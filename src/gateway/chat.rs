@@ -8,7 +8,7 @@ use super::auth::Caller;
 use super::{Gateway, Shared};
 use crate::limits::MAX_NAME_LEN;
 use crate::runner::chat::{Chat, ChatEnd, ChatRequest};
-use crate::wire::{anthropic, openai, responses, BadRequest, Request, WireKind};
+use crate::wire::{anthropic, fusebox, openai, responses, BadRequest, Request, WireKind};
 use axum::body::Body;
 use axum::extract::State;
 use axum::http::{header, HeaderMap, HeaderName, HeaderValue, StatusCode};
@@ -16,14 +16,6 @@ use axum::response::{IntoResponse, Response};
 use std::sync::Arc;
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
-const H_LEVEL: &str = "x-fusebox-level";
-const H_CHAIN: &str = "x-fusebox-chain";
-const H_QUALITY: &str = "x-fusebox-quality";
-const H_ATTEMPTS: &str = "x-fusebox-attempts";
-pub(super) const H_USER: &str = "x-fusebox-user";
-pub(super) const H_SESSION: &str = "x-fusebox-session";
-const H_FALLBACK: &str = "x-fusebox-fallback";
-const H_DEADLINE: &str = "x-fusebox-deadline-ms";
 /// The longest deadline a client may ask for: an hour.
 const MAX_DEADLINE_MS: u64 = 3_600_000;
 
@@ -191,7 +183,7 @@ fn chat_request(
     let header = |name| headers.get(name).map(HeaderValue::as_bytes);
     let given = match name_in("user", asked.params.user.as_deref().map(str::as_bytes))? {
         Some(u) => Some(u),
-        None => name_in(H_USER, header(H_USER))?,
+        None => name_in(fusebox::USER, header(fusebox::USER))?,
     };
     let billed = Caller::user_of(caller, given);
     // Beyond any model's output, and beyond what a recording holds.
@@ -205,16 +197,19 @@ fn chat_request(
     // Session quotas (steps, concurrency, tokens per conversation) apply to
     // the conversations an agent names; an unnamed call is a conversation of
     // its own, or every call of a user would add up to one endless one.
-    let session = name_in(H_SESSION, header(H_SESSION))?;
-    let fallback = !header(H_FALLBACK).is_some_and(|v| v.trim_ascii().eq_ignore_ascii_case(b"none"));
-    let deadline_ms = match header(H_DEADLINE) {
+    let session = name_in(fusebox::SESSION, header(fusebox::SESSION))?;
+    let fallback = !header(fusebox::FALLBACK).is_some_and(|v| v.trim_ascii().eq_ignore_ascii_case(b"none"));
+    let deadline_ms = match header(fusebox::DEADLINE_MS) {
         None => None,
         Some(v) => match std::str::from_utf8(v).ok().and_then(|s| s.trim().parse::<u64>().ok()) {
             Some(ms) if (1..=MAX_DEADLINE_MS).contains(&ms) => Some(ms),
             _ => {
                 return Err((
-                    H_DEADLINE,
-                    format!("{H_DEADLINE} is milliseconds, a whole number from 1 to {MAX_DEADLINE_MS}"),
+                    fusebox::DEADLINE_MS,
+                    format!(
+                        "{} is milliseconds, a whole number from 1 to {MAX_DEADLINE_MS}",
+                        fusebox::DEADLINE_MS
+                    ),
                 ))
             }
         },
@@ -280,7 +275,7 @@ pub(super) fn outcome_headers(
     more: Option<(f64, u32)>,
 ) {
     h.insert(
-        HeaderName::from_static(H_LEVEL),
+        HeaderName::from_static(fusebox::LEVEL),
         HeaderValue::from_static(level.as_str()),
     );
     let mut hops = String::with_capacity(chain.iter().map(|l| l.len() + 10).sum());
@@ -292,13 +287,13 @@ pub(super) fn outcome_headers(
     }
     // Printable ASCII only, so always a valid value.
     if let Ok(v) = HeaderValue::try_from(hops) {
-        h.insert(HeaderName::from_static(H_CHAIN), v);
+        h.insert(HeaderName::from_static(fusebox::CHAIN), v);
     }
     if let Some((quality, attempts)) = more {
         if let Ok(v) = HeaderValue::try_from(format!("{quality:.2}")) {
-            h.insert(HeaderName::from_static(H_QUALITY), v);
+            h.insert(HeaderName::from_static(fusebox::QUALITY), v);
         }
-        h.insert(HeaderName::from_static(H_ATTEMPTS), HeaderValue::from(attempts));
+        h.insert(HeaderName::from_static(fusebox::ATTEMPTS), HeaderValue::from(attempts));
     }
 }
 

@@ -6,8 +6,9 @@
 use super::auth::Caller;
 use super::chat::{name_in, outcome_headers, Api};
 use super::Shared;
+use crate::request::CHARS_PER_TOKEN;
 use crate::runner::embed::{EmbedCall, EmbedEnd};
-use crate::wire::RawBody;
+use crate::wire::{fusebox, RawBody};
 use axum::body::Body;
 use axum::extract::State;
 use axum::http::{header, HeaderValue, StatusCode};
@@ -19,15 +20,15 @@ use std::sync::Arc;
 fn chars(input: Option<&Value>) -> Result<usize, &'static str> {
     let count = |v: &Value| match v {
         Value::String(s) => Some(s.len()),
-        // Token ids: about four characters each.
-        Value::Number(n) if n.is_u64() => Some(4),
-        Value::Array(tokens) if tokens.iter().all(Value::is_u64) => Some(tokens.len() * 4),
+        // Token ids, counted back into characters.
+        Value::Number(n) if n.is_u64() => Some(CHARS_PER_TOKEN),
+        Value::Array(tokens) if tokens.iter().all(Value::is_u64) => Some(tokens.len() * CHARS_PER_TOKEN),
         _ => None,
     };
     match input {
         None | Some(Value::Null) => Err("field required"),
         Some(Value::Array(items)) if items.is_empty() => Err("must not be empty"),
-        Some(Value::Array(items)) if items.iter().all(Value::is_u64) => Ok(items.len() * 4),
+        Some(Value::Array(items)) if items.iter().all(Value::is_u64) => Ok(items.len() * CHARS_PER_TOKEN),
         Some(Value::Array(items)) => items
             .iter()
             .map(count)
@@ -62,10 +63,7 @@ pub(super) async fn embeddings(State(gw): Shared, req: axum::extract::Request) -
     }
     let given = match raw.read::<Value>("user") {
         Some(Ok(Value::String(u))) => name_in("user", Some(u.as_bytes())),
-        _ => name_in(
-            "x-fusebox-user",
-            parts.headers.get("x-fusebox-user").map(|v| v.as_bytes()),
-        ),
+        _ => name_in(fusebox::USER, parts.headers.get(fusebox::USER).map(|v| v.as_bytes())),
     };
     let caller = Caller::of(&parts.extensions);
     if let Some(why) = caller.as_ref().and_then(|c| c.refusal(&model)) {

@@ -29,10 +29,6 @@ const KEEP_ALIVE: Duration = Duration::from_millis(500);
 /// one that falls this far behind is dropped, told so by a last event.
 pub(super) const MAX_BACKLOG: usize = 4_096;
 
-/// The header saying what the credential may do here: `operate`, `view`
-/// (a view token), or `readonly` (the gateway refuses every command).
-pub const SCOPE_HEADER: &str = "x-fusebox-scope";
-
 fn scope(gw: &super::Gateway, op: Option<&Arc<Operator>>) -> &'static str {
     match op {
         _ if gw.opts.readonly => "readonly",
@@ -44,7 +40,11 @@ fn scope(gw: &super::Gateway, op: Option<&Arc<Operator>>) -> &'static str {
 /// `GET /_fusebox/snapshot`: the snapshot now.
 pub(super) async fn snapshot(State(gw): Shared, op: Option<Extension<Arc<Operator>>>) -> Response {
     let scope = scope(&gw, op.as_deref());
-    ([(SCOPE_HEADER, scope)], axum::Json(gw.runner.snapshot(USERS, EVENTS))).into_response()
+    (
+        [(crate::wire::fusebox::SCOPE, scope)],
+        axum::Json(gw.runner.snapshot(USERS, EVENTS)),
+    )
+        .into_response()
 }
 
 /// A snapshot stream's options.
@@ -68,7 +68,7 @@ fn sse(scope: &'static str, frames: impl futures_util::Stream<Item = String> + S
         [
             (header::CONTENT_TYPE, "text/event-stream"),
             (header::CACHE_CONTROL, "no-cache"),
-            (header::HeaderName::from_static(SCOPE_HEADER), scope),
+            (header::HeaderName::from_static(crate::wire::fusebox::SCOPE), scope),
         ],
         body,
     )

@@ -4,10 +4,11 @@
 //! (`crate::mcp::sessions`), refusing past them with a JSON-RPC error.
 
 use super::auth::Caller;
-use super::chat::{name_in, H_SESSION, H_USER};
+use super::chat::name_in;
 use super::Gateway;
 use crate::mcp::sessions::{McpLimits, Refused, Sessions};
 use crate::mcp::{proxy::Proxy, Upstreams};
+use crate::wire::fusebox;
 use axum::body::Body;
 use axum::extract::{Request, State};
 use axum::http::{header, HeaderValue, Method, StatusCode};
@@ -55,7 +56,7 @@ fn service(
     let who: crate::mcp::proxy::Who = Arc::new(|parts: &http::request::Parts| {
         let given = parts
             .headers
-            .get(H_USER)
+            .get(fusebox::USER)
             .and_then(|v| v.to_str().ok())
             .map(str::to_string);
         Caller::user_of(Caller::of(&parts.extensions).as_deref(), given).user
@@ -105,7 +106,10 @@ async fn close(manager: &LocalSessionManager, ids: Vec<Box<str>>) {
 /// MCP clients take for a failure (the Python SDK warns "Session
 /// termination failed: 202").
 async fn guard(State((gw, gate)): State<(Arc<Gateway>, Arc<McpGate>)>, req: Request, next: Next) -> Response {
-    if let Err((_, why)) = name_in(H_SESSION, req.headers().get(H_SESSION).map(HeaderValue::as_bytes)) {
+    if let Err((_, why)) = name_in(
+        fusebox::SESSION,
+        req.headers().get(fusebox::SESSION).map(HeaderValue::as_bytes),
+    ) {
         return rpc_error(StatusCode::BAD_REQUEST, -32602, &why, None);
     }
     let owner = Caller::of(req.extensions()).map(|c| c.key.clone());

@@ -34,7 +34,6 @@ use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 
 pub use auth::needs_token;
-pub use live::SCOPE_HEADER;
 
 /// Request bodies larger than this are refused with 413 unless configured.
 pub const DEFAULT_MAX_BODY: usize = 4 << 20;
@@ -369,7 +368,7 @@ async fn command(State(gw): Shared, req: axum::extract::Request) -> Response {
         Some(op) => Issuer::operator(&op.name),
         None => Issuer::operator(
             headers
-                .get("x-fusebox-operator")
+                .get(crate::wire::fusebox::OPERATOR)
                 .and_then(|v| v.to_str().ok())
                 .unwrap_or("api"),
         ),

@@ -10,8 +10,6 @@ use axum::response::Response;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-/// The header every answer carries.
-pub const H_REQUEST_ID: &str = "x-fusebox-request-id";
 /// The caller's own id, kept when usable.
 const H_CALLER_ID: &str = "x-request-id";
 /// The longest caller's id kept.
@@ -62,7 +60,8 @@ pub async fn tag(State(keys): State<Arc<Keys>>, mut req: Request, next: Next) ->
     req.extensions_mut().insert(RequestKey(key.clone()));
     let mut resp = next.run(req).await;
     if let Ok(v) = HeaderValue::try_from(key.as_ref()) {
-        resp.headers_mut().insert(HeaderName::from_static(H_REQUEST_ID), v);
+        resp.headers_mut()
+            .insert(HeaderName::from_static(crate::wire::fusebox::REQUEST_ID), v);
     }
     resp
 }

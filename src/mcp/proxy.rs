@@ -86,14 +86,11 @@ impl Proxy {
 /// `x-fusebox-session` (to share it with its chat calls), else its MCP
 /// session.
 fn session_of(parts: &http::request::Parts) -> Option<String> {
-    [SESSION_HEADER, "mcp-session-id"]
+    [crate::wire::fusebox::SESSION, "mcp-session-id"]
         .iter()
         .find_map(|h| parts.headers.get(*h)?.to_str().ok().filter(|s| !s.is_empty()))
         .map(str::to_string)
 }
-
-/// The gateway's session header.
-const SESSION_HEADER: &str = "x-fusebox-session";
 
 /// `answer` (a `CallToolResult` as JSON) marked stale: `age` ms old,
 /// served because of `why`.

@@ -13,9 +13,10 @@
 //! | `GET /v1/models`                        | OpenAI list | –                   |
 //! | `GET`/`PUT /_fusebox/faults`            | control API | –                   |
 //!
-//! Determinism: the plan is keyed by [`REQUEST_HEADER`] (else a hash of the
-//! body), [`STEP_HEADER`] and [`ATTEMPT_HEADER`]; a client that retries an
-//! identical body without bumping the attempt gets the identical plan.
+//! Determinism: the plan is keyed by the `x-fusebox-request` header (else a
+//! hash of the body), `x-fusebox-step` and `x-fusebox-attempt`
+//! ([`crate::wire::fusebox`]); a client that retries an identical body
+//! without bumping the attempt gets the identical plan.
 
 use crate::clock::{mix, purpose, Seed};
 use crate::provider::fault::FaultTable;
@@ -50,12 +51,6 @@ mod quota;
 mod respond;
 pub(crate) mod wire;
 
-/// Request header with the agent request id (u64); keys the plan. Default: a hash of the body.
-pub const REQUEST_HEADER: &str = wire::H_REQUEST;
-/// Request header with the agent-loop step (u32, default 0); keys the plan.
-pub const STEP_HEADER: &str = wire::H_STEP;
-/// Request header with the attempt number (u32, default 0); keys the plan.
-pub const ATTEMPT_HEADER: &str = wire::H_ATTEMPT;
 /// The only `anthropic-version` accepted.
 pub const ANTHROPIC_VERSION: &str = "2023-06-01";
 
@@ -525,7 +520,7 @@ async fn embeddings(State(server): State<Arc<MockServer>>, req: Request) -> Resp
 
 /// The request id a call's plan is keyed by: the header's, else a hash of the body.
 fn wire_request_id(headers: &HeaderMap, body: &[u8]) -> u64 {
-    header_str(headers, REQUEST_HEADER)
+    header_str(headers, crate::wire::fusebox::REQUEST)
         .and_then(|v| v.parse().ok())
         .unwrap_or_else(|| crate::clock::hash_str(&String::from_utf8_lossy(body)))
 }

@@ -6,20 +6,13 @@ use super::Flavor;
 use crate::clock::hash_str;
 use crate::provider::LlmRequest;
 use crate::wire::message::check_tool_turns;
-use crate::wire::{anthropic, openai, BadRequest};
+use crate::wire::{anthropic, fusebox, openai, BadRequest};
 use axum::http::HeaderMap;
 use std::str::FromStr;
 use std::sync::Arc;
 
 /// Output cap when an OpenAI-style request sets none.
 const DEFAULT_MAX_TOKENS: u32 = 4_096;
-
-/// Header carrying the agent request id (u64).
-pub(crate) const H_REQUEST: &str = "x-fusebox-request";
-/// Header carrying the agent-loop step (u32).
-pub(crate) const H_STEP: &str = "x-fusebox-step";
-/// Header carrying the attempt number (u32).
-pub(crate) const H_ATTEMPT: &str = "x-fusebox-attempt";
 
 /// A parsed call.
 #[derive(Clone, Debug)]
@@ -39,7 +32,7 @@ pub(crate) fn parse(flavor: Flavor, headers: &HeaderMap, body: &[u8]) -> Result<
         Flavor::OpenAi | Flavor::DeepSeek => openai::parse_request(body)?,
     };
     check_tool_turns(&r.messages).map_err(|why| BadRequest::field("messages", &why))?;
-    let request_id = match header_num::<u64>(headers, H_REQUEST)? {
+    let request_id = match header_num::<u64>(headers, fusebox::REQUEST)? {
         Some(id) => id,
         None => hash_str(&String::from_utf8_lossy(body)),
     };
@@ -47,8 +40,8 @@ pub(crate) fn parse(flavor: Flavor, headers: &HeaderMap, body: &[u8]) -> Result<
     Ok(WireCall {
         req: LlmRequest {
             request_id,
-            step: header_num::<u32>(headers, H_STEP)?.unwrap_or(0),
-            attempt: header_num::<u32>(headers, H_ATTEMPT)?.unwrap_or(0),
+            step: header_num::<u32>(headers, fusebox::STEP)?.unwrap_or(0),
+            attempt: header_num::<u32>(headers, fusebox::ATTEMPT)?.unwrap_or(0),
             model: r.model.as_str().into(),
             messages: r.messages.into(),
             tools: r.tools.into(),
@@ -172,12 +165,12 @@ mod tests {
         );
         assert!(parse(Flavor::OpenAi, &HeaderMap::new(), b"{nope").is_err());
         let mut h = HeaderMap::new();
-        h.insert(H_STEP, axum::http::HeaderValue::from_static("two"));
+        h.insert(fusebox::STEP, axum::http::HeaderValue::from_static("two"));
         let e = parse(
             Flavor::OpenAi,
             &h,
             json!({"model":"x","messages":m}).to_string().as_bytes(),
         );
-        assert_eq!(e.err().and_then(|e| e.field), Some(H_STEP.into()));
+        assert_eq!(e.err().and_then(|e| e.field), Some(fusebox::STEP.into()));
     }
 }

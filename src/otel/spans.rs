@@ -326,7 +326,10 @@ impl Assembler {
             let r = &a.request;
             let chars: usize = r.messages.iter().map(|m| m.weight()).sum();
             attrs.push(KeyValue::new("fusebox.session", r.session.to_string()));
-            attrs.push(KeyValue::new("fusebox.prompt_tokens", (chars as i64 + 3) / 4));
+            attrs.push(KeyValue::new(
+                "fusebox.prompt_tokens",
+                i64::from(crate::request::tokens_in_chars(chars)),
+            ));
             attrs.push(KeyValue::new("gen_ai.request.max_tokens", i64::from(r.max_tokens)));
             if r.max_steps > 0 {
                 attrs.push(KeyValue::new("fusebox.max_steps", i64::from(r.max_steps)));

@@ -6,6 +6,7 @@ use super::openai::OpenAiClient;
 use super::{ErrorKind, Provider, ProviderError};
 use crate::clock::Clock;
 use crate::config::{Config, ProviderKind};
+use crate::wire::fusebox;
 use crate::wire::openai::Dialect;
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -229,9 +230,9 @@ pub fn build(
 /// (real providers ignore unknown headers).
 pub fn with_ids(b: reqwest::RequestBuilder, req: &super::LlmRequest) -> reqwest::RequestBuilder {
     use reqwest::header::HeaderValue;
-    b.header("x-fusebox-request", HeaderValue::from(req.request_id))
-        .header("x-fusebox-step", HeaderValue::from(req.step))
-        .header("x-fusebox-attempt", HeaderValue::from(req.attempt))
+    b.header(fusebox::REQUEST, HeaderValue::from(req.request_id))
+        .header(fusebox::STEP, HeaderValue::from(req.step))
+        .header(fusebox::ATTEMPT, HeaderValue::from(req.attempt))
 }
 
 /// A POST to `ep`: its URL parsed once, when the client was made.

@@ -79,7 +79,7 @@ impl Provider for OpenAiClient {
         let mut b = self
             .http
             .post(format!("{url}/embeddings"))
-            .header("x-fusebox-request", req.request_id.to_string())
+            .header(crate::wire::fusebox::REQUEST, req.request_id.to_string())
             .header(reqwest::header::CONTENT_TYPE, "application/json")
             .body(body);
         if let Some(k) = &self.ep.key {
@@ -102,7 +102,9 @@ impl Provider for OpenAiClient {
         let input = v
             .pointer("/usage/prompt_tokens")
             .and_then(Value::as_u64)
-            .map_or((req.chars as u32).div_ceil(4), |t| t.min(u64::from(u32::MAX)) as u32);
+            .map_or(crate::request::tokens_in_chars(req.chars), |t| {
+                t.min(u64::from(u32::MAX)) as u32
+            });
         Ok(Embedded {
             body,
             usage: Usage {
@@ -151,13 +153,14 @@ impl Provider for OpenAiClient {
         })?;
         let r = parse_reply(&v);
         let usage = r.usage.unwrap_or_else(|| Usage {
-            input: (req.prompt_chars() as u32).div_ceil(4),
-            output: (r.text.len()
-                + r.tool_calls
-                    .iter()
-                    .map(|c| c.name.len() + c.arguments.len())
-                    .sum::<usize>())
-            .div_ceil(4) as u32,
+            input: crate::request::tokens_in_chars(req.prompt_chars()),
+            output: crate::request::tokens_in_chars(
+                r.text.len()
+                    + r.tool_calls
+                        .iter()
+                        .map(|c| c.name.len() + c.arguments.len())
+                        .sum::<usize>(),
+            ),
             cached_input: 0,
         });
         let elapsed = self.clock.now().saturating_duration_since(start);

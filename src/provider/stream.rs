@@ -112,14 +112,14 @@ impl Live {
             input: if said.input > 0 {
                 said.input
             } else {
-                (self.prompt_chars as u32).div_ceil(4)
+                crate::request::tokens_in_chars(self.prompt_chars)
             },
             // What a finished stream says is what was used; a cut one is
             // counted from what arrived.
             output: if acc.finished() && said.output > 0 {
                 said.output
             } else {
-                said.output.max((acc.chars() as u32).div_ceil(4))
+                said.output.max(crate::request::tokens_in_chars(acc.chars()))
             },
             cached_input: said.cached_input,
         }

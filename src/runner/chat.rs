@@ -175,7 +175,7 @@ fn arrival(req: &ChatRequest) -> Arrival {
             sub_user: req.sub_user.as_deref().map(Into::into),
             session: match &req.session {
                 Some(s) => s.as_str().into(),
-                None => format!("{}/call-{}", req.user, req.id).into(),
+                None => crate::request::own_session(&req.user, req.id),
             },
             route: req.route.as_str().into(),
             messages: req.messages.clone(),

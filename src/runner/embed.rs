@@ -66,7 +66,7 @@ impl Runner {
                     id: call.id,
                     user: call.user.as_str().into(),
                     sub_user: call.sub_user.as_deref().map(Into::into),
-                    session: format!("{}/call-{}", call.user, call.id).into(),
+                    session: crate::request::own_session(&call.user, call.id),
                     route: call.model.as_str().into(),
                     max_steps: 1,
                     ..AgentRequest::default()

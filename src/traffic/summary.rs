@@ -3,7 +3,8 @@
 
 use crate::runner::Runner;
 use crate::target::Target;
-use crate::telemetry::events::Transition;
+use crate::traffic::log::TransitionRec;
+
 use crate::telemetry::events::{Event, EventKind};
 use crate::telemetry::stats::StatsView;
 use serde::Serialize;
@@ -36,21 +37,6 @@ impl From<[u64; 5]> for ByLevel {
             failed: lv[4],
         }
     }
-}
-
-/// A breaker transition.
-#[derive(Clone, Debug, Serialize, PartialEq, Eq)]
-pub struct TransitionRec {
-    /// When (ms since start).
-    pub t_ms: u64,
-    /// Breaker.
-    pub breaker: String,
-    /// From state.
-    pub from: String,
-    /// To state.
-    pub to: String,
-    /// Why.
-    pub reason: String,
 }
 
 /// Token totals.
@@ -152,7 +138,7 @@ pub fn collect_transitions(runner: &Runner) -> tokio::task::JoinHandle<Vec<Event
     tokio::spawn(async move {
         let mut kept = Vec::new();
         while let Some(e) = rx.recv().await {
-            if matches!(e.kind, EventKind::Transition(Transition { .. })) {
+            if matches!(e.kind, EventKind::Transition(_)) {
                 kept.push(e);
             }
         }
@@ -170,18 +156,7 @@ impl Summary {
         let transitions = events
             .iter()
             .filter_map(|e| match &e.kind {
-                EventKind::Transition(Transition {
-                    breaker,
-                    from,
-                    to,
-                    reason,
-                }) => Some(TransitionRec {
-                    t_ms: e.t_ms,
-                    breaker: breaker.to_string(),
-                    from: from.as_str().into(),
-                    to: to.as_str().into(),
-                    reason: reason.clone(),
-                }),
+                EventKind::Transition(t) => Some(TransitionRec::of(e.t_ms, t)),
                 _ => None,
             })
             .collect();

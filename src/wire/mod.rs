@@ -11,6 +11,7 @@
 //! replaced, and a call to the other API is translated from the types.
 
 pub mod anthropic;
+pub mod fusebox;
 pub mod headers;
 pub mod message;
 pub mod openai;

@@ -62,7 +62,7 @@ fn transitions<'a>(r: &'a Run, breaker: &str) -> Vec<(&'a str, &'a str, &'a str)
     r.summary
         .transitions
         .iter()
-        .filter(|t| t.breaker == breaker)
+        .filter(|t| t.breaker.to_string() == breaker)
         .map(|t| (t.from.as_str(), t.to.as_str(), t.reason.as_str()))
         .collect()
 }

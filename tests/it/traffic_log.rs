@@ -4,6 +4,7 @@
 use fusebox::command::Command;
 use fusebox::outcome::Level;
 use fusebox::provider::Message;
+use fusebox::resilience::breaker::BreakerState;
 use fusebox::target::Target;
 use fusebox::traffic::log::{
     AttemptRec, Header, LogError, LogId, LogReader, OperatorRec, OutcomeRec, Record, RequestRec, TransitionRec,
@@ -145,9 +146,9 @@ fn all_kinds_reads_every_kind_and_skips_unknown_ones() {
         }),
         Record::Transition(TransitionRec {
             t_ms: 2470,
-            breaker: "tool:search".into(),
-            from: "closed".into(),
-            to: "open".into(),
+            breaker: Target::tool("search"),
+            from: BreakerState::Closed,
+            to: BreakerState::Open,
             reason: "5 failures in 10s".into(),
         }),
         Record::Outcome(OutcomeRec {
@@ -656,6 +657,11 @@ fn called() -> impl Strategy<Value = Target> {
     (any::<bool>(), "[a-z:_\\-]{1,8}").prop_map(|(p, n)| if p { Target::provider(&n) } else { Target::tool(&n) })
 }
 
+fn state() -> impl Strategy<Value = BreakerState> {
+    use BreakerState::*;
+    prop::sample::select(vec![Closed, Open, HalfOpen, ForcedOpen, ForcedClosed, Disabled])
+}
+
 fn text() -> impl Strategy<Value = String> {
     // Includes quotes, backslashes, newlines and non-ASCII: all must be escaped.
     "(?s).{0,12}"
@@ -857,15 +863,16 @@ fn arb_record() -> impl Strategy<Value = Record> {
                 })
             },
         );
-    let transition = (any::<u64>(), name(), name(), name(), text()).prop_map(|(t_ms, breaker, from, to, reason)| {
-        Record::Transition(TransitionRec {
-            t_ms,
-            breaker,
-            from,
-            to,
-            reason,
-        })
-    });
+    let transition =
+        (any::<u64>(), called(), state(), state(), text()).prop_map(|(t_ms, breaker, from, to, reason)| {
+            Record::Transition(TransitionRec {
+                t_ms,
+                breaker,
+                from,
+                to,
+                reason,
+            })
+        });
     let operator = (
         any::<u64>(),
         prop::sample::select(Command::ACTIONS.to_vec()),

@@ -36,7 +36,7 @@ pub fn gateway_log(n: u64, rps: u64, out: &mut impl Write) -> std::io::Result<()
         let request = Record::Request(RequestRec {
             t_ms: t,
             id: id.into(),
-            session: format_compact!("{user}/call-{id}"),
+            session: crate::request::own_session(&user, id),
             user,
             sub_user: None,
             route: "default".into(),

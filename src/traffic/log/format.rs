@@ -7,6 +7,9 @@ use crate::outcome::Level;
 use crate::provider::Message;
 pub use crate::provider::Transport;
 use crate::request::Via;
+use crate::resilience::breaker::BreakerState;
+use crate::target::Target;
+use crate::telemetry::events::Transition;
 use compact_str::CompactString;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
@@ -240,19 +243,32 @@ pub struct OutcomeRec {
     pub key: Option<CompactString>,
 }
 
-/// A breaker transition line.
+/// A breaker transition line (and a summary's transition).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TransitionRec {
     /// Milliseconds since the start.
     pub t_ms: u64,
-    /// Breaker name.
-    pub breaker: String,
+    /// The breaker's target.
+    pub breaker: Target,
     /// State before.
-    pub from: String,
+    pub from: BreakerState,
     /// State after.
-    pub to: String,
+    pub to: BreakerState,
     /// Why.
     pub reason: String,
+}
+
+impl TransitionRec {
+    /// The record of `t`, which happened at `t_ms`.
+    pub fn of(t_ms: u64, t: &Transition) -> Self {
+        Self {
+            t_ms,
+            breaker: t.breaker.clone(),
+            from: t.from,
+            to: t.to,
+            reason: t.reason.clone(),
+        }
+    }
 }
 
 /// An operator command line.

@@ -17,7 +17,7 @@ use super::rate_headers;
 use super::{AttemptRec, Header, Key, OperatorRec, OutcomeRec, Record, RequestRec, TransitionRec};
 use crate::clock::hash_str;
 use crate::runner::Runner;
-use crate::telemetry::events::Transition;
+
 use crate::telemetry::events::{Event, EventBus, EventKind};
 use std::fs::{File, OpenOptions};
 use std::io::{self, BufWriter, Write};
@@ -362,7 +362,7 @@ pub fn record_of(ev: &Event, t_ms: u64, content: Content, salt: &Salt) -> Option
                 sub_user: r.sub_user.clone(),
                 session: r.session.clone(),
                 route: r.route.clone(),
-                prompt_tokens: (chars as u32).div_ceil(4),
+                prompt_tokens: crate::request::tokens_in_chars(chars),
                 max_tokens: r.max_tokens,
                 tools: r.tools.clone(),
                 critical_tools: r.critical_tools.clone(),
@@ -409,18 +409,7 @@ pub fn record_of(ev: &Event, t_ms: u64, content: Content, salt: &Salt) -> Option
             missing: o.missing.clone(),
             key: o.key.clone(),
         }),
-        EventKind::Transition(Transition {
-            breaker,
-            from,
-            to,
-            reason,
-        }) => Record::Transition(TransitionRec {
-            t_ms,
-            breaker: breaker.to_string(),
-            from: from.as_str().into(),
-            to: to.as_str().into(),
-            reason: reason.clone(),
-        }),
+        EventKind::Transition(t) => Record::Transition(TransitionRec::of(t_ms, t)),
         EventKind::Operator {
             command,
             by,

@@ -153,7 +153,7 @@ impl Provider for RecordedProvider {
             None => {
                 take_time(start, UNRECORDED_CALL, Duration::MAX, "embeddings call").await?;
                 Usage {
-                    input: (req.chars as u32).div_ceil(4).max(1),
+                    input: crate::request::tokens_in_chars(req.chars).max(1),
                     ..Usage::default()
                 }
             }
@@ -179,7 +179,7 @@ impl Provider for RecordedProvider {
             }
             None => {
                 take_time(start, UNRECORDED_CALL, timeout, "provider call").await?;
-                let input = (req.prompt_chars() as u32).div_ceil(4).max(1);
+                let input = crate::request::tokens_in_chars(req.prompt_chars()).max(1);
                 let usage = Usage {
                     input,
                     output: req.max_tokens.min(50),

@@ -75,7 +75,7 @@ pub fn gateway_call(runner: &Runner, req: &AgentRequest) -> ChatRequest {
         })
         .collect();
     // A call that named no session was recorded in one of its own.
-    let own_session = format!("{}/call-{}", req.user, req.id);
+    let own_session = crate::request::own_session(&req.user, req.id);
     ChatRequest {
         id: req.id,
         user: req.user.to_string(),

@@ -77,7 +77,7 @@ pub fn draw(f: &mut Frame, area: Rect, app: &App, theme: &Theme) {
                     lines.push(Line::from(format!("the client was told: {why}")));
                 }
                 if let Some(k) = &r.key {
-                    lines.push(Line::from(format!("x-fusebox-request-id: {k}")));
+                    lines.push(Line::from(format!("{}: {k}", crate::wire::fusebox::REQUEST_ID)));
                 }
                 if !r.upstream.is_empty() {
                     lines.push(Line::from(format!("upstream ids: {}", r.upstream.join(", "))));

@@ -1,0 +1,37 @@
+//! The `x-fusebox-*` headers, every one fusebox reads or writes, named once.
+//!
+//! Answers to clients carry how a request ended; calls to providers carry
+//! which request, step and attempt they belong to (the mock fleet keys its
+//! plan on them); operators and attached consoles name themselves and their
+//! scope.
+
+/// Every answer's request name (a caller's `x-request-id` kept when usable).
+pub const REQUEST_ID: &str = "x-fusebox-request-id";
+/// How the request ended: `full`, `fallback`, `cached`, … .
+pub const LEVEL: &str = "x-fusebox-level";
+/// The hops taken, in ASCII (`gpt-4o:ok`, `gpt-4o:fail>claude:ok`).
+pub const CHAIN: &str = "x-fusebox-chain";
+/// The answer's quality, 0 to 1.
+pub const QUALITY: &str = "x-fusebox-quality";
+/// How many upstream attempts the request made.
+pub const ATTEMPTS: &str = "x-fusebox-attempts";
+/// A sub-user named by a caller key allowed to (read).
+pub const USER: &str = "x-fusebox-user";
+/// The caller's session, for its quota (read).
+pub const SESSION: &str = "x-fusebox-session";
+/// A caller's fallback choice for this request (read).
+pub const FALLBACK: &str = "x-fusebox-fallback";
+/// A caller's deadline in milliseconds (read).
+pub const DEADLINE_MS: &str = "x-fusebox-deadline-ms";
+/// The operator issuing a command (read on `/_fusebox/commands`, sent by
+/// `fusebox attach`).
+pub const OPERATOR: &str = "x-fusebox-operator";
+/// What the credential may do on the live view: `operate`, `view` (a view
+/// token), or `readonly` (the gateway refuses every command).
+pub const SCOPE: &str = "x-fusebox-scope";
+/// The agent request id a provider call belongs to (sent upstream).
+pub const REQUEST: &str = "x-fusebox-request";
+/// The agent-loop step of a provider call (sent upstream).
+pub const STEP: &str = "x-fusebox-step";
+/// The attempt number of a provider call (sent upstream).
+pub const ATTEMPT: &str = "x-fusebox-attempt";
