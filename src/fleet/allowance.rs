@@ -15,7 +15,7 @@
 use super::store::{MemoryStore, Store, WINDOWS_MS};
 use crate::clock::Clock;
 use crate::config::{BudgetConfig, FailMode};
-use crate::resilience::budget::{BudgetExceeded, UserLimits};
+use crate::resilience::budget::{self, Budget, BudgetExceeded, Metric, UserLimits, Window};
 use crate::runner::shared::Reserved;
 use crate::telemetry::store::StoreStatus;
 use parking_lot::Mutex;
@@ -23,18 +23,11 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-/// What a budget counts.
-#[derive(Clone, Copy, Debug, PartialEq)]
-enum Unit {
-    Tokens,
-    Cost,
-}
-
 /// One budget the fleet shares, and this instance's allowances of it.
 #[derive(Debug)]
 struct Scope {
     per_user: bool,
-    unit: Unit,
+    unit: Metric,
     /// Minute, hour, day (0 = none): the global budget's.
     limits: [f64; 3],
     /// The share of its shortest limit taken from the store at a time.
@@ -56,7 +49,7 @@ struct Terms {
 }
 
 impl Scope {
-    fn new(per_user: bool, unit: Unit, limits: [f64; 3], share: f64) -> Self {
+    fn new(per_user: bool, unit: Metric, limits: [f64; 3], share: f64) -> Self {
         Self {
             per_user,
             unit,
@@ -72,8 +65,8 @@ impl Scope {
     fn terms(&self, user: &UserLimits) -> Option<Terms> {
         let limits = match (self.per_user, self.unit) {
             (false, _) => self.limits,
-            (true, Unit::Tokens) => [user.minute, user.hour, user.day],
-            (true, Unit::Cost) => [0.0, 0.0, user.cost_day],
+            (true, Metric::Tokens) => [user.minute, user.hour, user.day],
+            (true, Metric::Usd) => [0.0, 0.0, user.cost_day],
         };
         let first = limits.iter().position(|l| *l > 0.0)?;
         Some(Terms {
@@ -118,8 +111,8 @@ impl Scope {
     /// What a call of `tokens` and `cost` takes of this budget.
     fn want(&self, tokens: u32, cost: f64) -> f64 {
         match self.unit {
-            Unit::Tokens => f64::from(tokens),
-            Unit::Cost => cost,
+            Metric::Tokens => f64::from(tokens),
+            Metric::Usd => cost,
         }
     }
 
@@ -127,8 +120,8 @@ impl Scope {
     /// Cluster slot.
     fn key(&self, user: &str) -> String {
         let unit = match self.unit {
-            Unit::Tokens => "tokens",
-            Unit::Cost => "cost",
+            Metric::Tokens => "tokens",
+            Metric::Usd => "cost",
         };
         if self.per_user {
             format!("fusebox:{{user:{user}}}:{unit}")
@@ -137,27 +130,24 @@ impl Scope {
         }
     }
 
-    /// How refusals name the budget's scope.
-    fn name(&self, user: &str) -> String {
+    /// Whose budget this is, for `user`'s call.
+    fn whose(&self, user: &str) -> budget::Scope {
         if self.per_user {
-            format!("user {user} (fleet)")
+            budget::Scope::User(user.into())
         } else {
-            "global (fleet)".into()
+            budget::Scope::Global
         }
     }
 
     fn refusal(&self, user: &str, limits: &[f64; 3], window: usize, want: f64, left: f64) -> BudgetExceeded {
-        let what = match (self.unit, window) {
-            (Unit::Tokens, 0) => "tokens/minute",
-            (Unit::Tokens, 1) => "tokens/hour",
-            (Unit::Tokens, _) => "tokens/day",
-            (Unit::Cost, 1) => "cost/hour (USD)",
-            (Unit::Cost, _) => "cost/day (USD)",
-        };
         let limit = limits[window];
         BudgetExceeded {
-            scope: self.name(user),
-            what,
+            scope: self.whose(user),
+            fleet: true,
+            budget: Some(Budget {
+                metric: self.unit,
+                window: [Window::Minute, Window::Hour, Window::Day][window],
+            }),
             would: limit - left + want,
             limit,
             alone: want,
@@ -203,17 +193,17 @@ impl Allowances {
         let t = |v: u64| v as f64;
         // A user's limits come with each call (a caller key may have its own).
         let scopes = [
-            Scope::new(true, Unit::Tokens, [0.0; 3], 0.1),
-            Scope::new(true, Unit::Cost, [0.0; 3], 0.01),
+            Scope::new(true, Metric::Tokens, [0.0; 3], 0.1),
+            Scope::new(true, Metric::Usd, [0.0; 3], 0.01),
             Scope::new(
                 false,
-                Unit::Tokens,
+                Metric::Tokens,
                 [0.0, t(cfg.global_tokens_per_hour), t(cfg.global_tokens_per_day)],
                 0.01,
             ),
             Scope::new(
                 false,
-                Unit::Cost,
+                Metric::Usd,
                 [0.0, cfg.global_cost_per_hour_usd, cfg.global_cost_per_day_usd],
                 0.01,
             ),
@@ -297,7 +287,7 @@ impl Allowances {
         };
         let g = match granted {
             Some(g) => g,
-            None if self.fail == FailMode::Closed => return Err(BudgetExceeded::store_unreachable(s.name(user))),
+            None if self.fail == FailMode::Closed => return Err(BudgetExceeded::store_unreachable(s.whose(user))),
             None => {
                 // This instance's share of the budget, counted here.
                 let n = f64::from(self.status.view().instances.max(1));
@@ -325,8 +315,8 @@ impl Allowances {
     pub fn settle(&self, user: &str, r: Reserved, tokens: u32, cost: f64) {
         for s in &self.scopes {
             let diff = match s.unit {
-                Unit::Tokens => r.tokens - f64::from(tokens),
-                Unit::Cost => r.cost - cost,
+                Metric::Tokens => r.tokens - f64::from(tokens),
+                Metric::Usd => r.cost - cost,
             };
             if let Some(a) = s.held.lock().get_mut(s.who(user)) {
                 a.left += diff;
@@ -383,7 +373,8 @@ mod tests {
             let _ = a.reserve("ann", limits(), 300, 0.0).await.unwrap();
         }
         let e = a.reserve("ann", limits(), 300, 0.0).await.unwrap_err();
-        assert_eq!((e.scope.as_str(), e.what), ("user ann (fleet)", "tokens/minute"));
+        assert_eq!(e.whose().to_string(), "user ann (fleet)");
+        assert_eq!(e.budget, Some(Budget::tokens(Window::Minute)));
         // What a call did not use goes back: 3 × 300 reserved, 3 × 100 used.
         for _ in 0..3 {
             a.settle("ann", r, 100, 0.0);
@@ -395,7 +386,8 @@ mod tests {
             let _ = a.reserve(u, limits(), 400, 0.0).await.unwrap();
         }
         let e = a.reserve("eve", limits(), 400, 0.0).await.unwrap_err();
-        assert_eq!((e.scope.as_str(), e.what), ("global (fleet)", "tokens/day"));
+        assert_eq!(e.whose().to_string(), "global (fleet)");
+        assert_eq!(e.budget, Some(Budget::tokens(Window::Day)));
         let eve = a.scopes[0].held.lock().get("eve").map(|x| x.left);
         assert_eq!(eve, Some(400.0), "eve's user allowance got its 400 back");
     }
@@ -412,14 +404,14 @@ mod tests {
         let _ = a.reserve("kay", kay, 400, 0.0).await.unwrap();
         let e = a.reserve("kay", kay, 200, 0.0).await.unwrap_err();
         assert_eq!(
-            (e.what, e.limit),
-            ("tokens/minute", 500.0),
+            (e.budget, e.limit),
+            (Some(Budget::tokens(Window::Minute)), 500.0),
             "its own minute, not the default 1,000"
         );
         let e = a.reserve("kay", kay, 10, 0.02).await.unwrap_err();
         assert_eq!(
-            (e.what, e.limit),
-            ("cost/day (USD)", 0.01),
+            (e.budget, e.limit),
+            (Some(Budget::usd(Window::Day)), 0.01),
             "a limit the defaults do not have"
         );
         // Others keep the defaults.

@@ -13,7 +13,7 @@ use super::chat::{ascii_hop, outcome_headers, respond, Api, Client};
 use super::Gateway;
 use crate::outcome::Outcome;
 use crate::provider::Piece;
-use crate::runner::chat::{Chat, ChatEnd, ChatRequest};
+use crate::runner::chat::{Chat, ChatEnd, ChatRequest, CutBy};
 use crate::runner::stream::{StreamHead, StreamSink};
 use crate::wire::{anthropic, openai, responses, Delta, WireKind};
 use axum::body::Body;
@@ -97,6 +97,18 @@ impl Writer {
     }
 }
 
+/// The error type a stream cut by `by` ends with, in the client's words.
+fn cut_type(by: CutBy) -> &'static str {
+    use crate::provider::ErrorKind;
+    match by {
+        CutBy::Upstream(ErrorKind::Overloaded) => "overloaded_error",
+        CutBy::Upstream(ErrorKind::RateLimited) => "rate_limit_error",
+        CutBy::Upstream(ErrorKind::Timeout) => "timeout_error",
+        CutBy::Upstream(_) => "server_error",
+        CutBy::Budget => "budget_exceeded",
+    }
+}
+
 /// The client's end of a streamed call.
 struct ClientSink {
     client: Client,
@@ -146,7 +158,7 @@ impl ClientSink {
                 }
                 out = with_meta(&end, &meta(&chat.outcome));
             }
-            ChatEnd::Cut { reason, kind } => self.error(kind, &reason, &mut out),
+            ChatEnd::Cut { reason, by } => self.error(cut_type(by), &reason, &mut out),
             _ => {
                 let why = chat
                     .outcome

@@ -9,7 +9,7 @@ use super::llm::{HopResult, LlmCall, LlmFailure, Tally};
 use super::stream::{StreamSink, Streaming};
 use super::Runner;
 use crate::outcome::{Level, Outcome};
-use crate::provider::{LlmResponse, Message, Piece, ProviderError, ToolSpec};
+use crate::provider::{ErrorKind, LlmResponse, Message, Piece, ProviderError, ToolSpec};
 use crate::request::{AgentRequest, Via};
 use crate::resilience::budget::BudgetExceeded;
 use crate::resilience::session::InSession;
@@ -80,9 +80,8 @@ pub enum ChatEnd {
     Cut {
         /// What to tell the client (names the budget, for a budget cut).
         reason: String,
-        /// The error's type in the client's API (`server_error`,
-        /// `overloaded_error`, `budget_exceeded`, …).
-        kind: &'static str,
+        /// What cut it, for the error's type in the client's API.
+        by: CutBy,
     },
     /// A budget or the session quota refused the call.
     Refused {
@@ -155,15 +154,13 @@ impl Drop for Abandoned<'_> {
     }
 }
 
-/// The error type a stream cut by `e` ends with, in the client's words.
-fn cut_kind(e: &ProviderError) -> &'static str {
-    use crate::provider::ErrorKind;
-    match e.kind {
-        ErrorKind::Overloaded => "overloaded_error",
-        ErrorKind::RateLimited => "rate_limit_error",
-        ErrorKind::Timeout => "timeout_error",
-        _ => "server_error",
-    }
+/// What cut a stream short after its first byte.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CutBy {
+    /// The upstream's fault, of this kind.
+    Upstream(ErrorKind),
+    /// A token budget the stream would pass.
+    Budget,
 }
 
 /// A chat call as the agent request it stands for, for the recorder.
@@ -343,16 +340,20 @@ impl Runner {
             }
             Err(LlmFailure::Cut(e)) => ChatEnd::Cut {
                 reason: e.message.clone(),
-                kind: cut_kind(&e),
+                by: CutBy::Upstream(e.kind),
             },
             Err(LlmFailure::OverBudget(e)) if started => {
                 self.note_budget_rejection(&req.user, &e);
                 ChatEnd::Cut {
-                    reason: format!(
-                        "the stream was cut at the {} budget ({} limit {:.0})",
-                        e.scope, e.what, e.limit
-                    ),
-                    kind: "budget_exceeded",
+                    reason: match e.budget {
+                        Some(b) => format!(
+                            "the stream was cut at the {} budget ({b} limit {:.0})",
+                            e.whose(),
+                            e.limit
+                        ),
+                        None => format!("the stream was cut: {e}"),
+                    },
+                    by: CutBy::Budget,
                 }
             }
             Err(LlmFailure::Budget(e)) if e.never() => ChatEnd::Unservable {

@@ -1,13 +1,105 @@
-//! A budget's refusal, naming the budget, what the request would use and
-//! when it could go.
+//! A budget's refusal, naming the budget (whose, what it counts, over which
+//! window), what the request would use and when it could go.
+
+use compact_str::CompactString;
+use std::fmt;
+use std::time::Duration;
+
+/// Whose budget.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Scope {
+    /// Everyone's together.
+    Global,
+    /// One user's.
+    User(CompactString),
+}
+
+/// A budget's window.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Window {
+    /// The current minute.
+    Minute,
+    /// The current hour.
+    Hour,
+    /// The current day.
+    Day,
+}
+
+impl Window {
+    /// Its length: the longest wait until it has room again.
+    pub fn len(self) -> Duration {
+        Duration::from_secs(match self {
+            Window::Minute => 60,
+            Window::Hour => 3_600,
+            Window::Day => 86_400,
+        })
+    }
+
+    /// Its name, as in `tokens/minute`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Window::Minute => "minute",
+            Window::Hour => "hour",
+            Window::Day => "day",
+        }
+    }
+}
+
+/// What a budget counts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Metric {
+    /// Tokens, input and output.
+    Tokens,
+    /// Cost in US dollars.
+    Usd,
+}
+
+/// One budget of a scope: what it counts over which window.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Budget {
+    /// What it counts.
+    pub metric: Metric,
+    /// Over which window.
+    pub window: Window,
+}
+
+impl Budget {
+    /// Tokens per `window`.
+    pub const fn tokens(window: Window) -> Self {
+        Self {
+            metric: Metric::Tokens,
+            window,
+        }
+    }
+
+    /// Dollars per `window`.
+    pub const fn usd(window: Window) -> Self {
+        Self {
+            metric: Metric::Usd,
+            window,
+        }
+    }
+}
+
+impl fmt::Display for Budget {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.metric {
+            Metric::Tokens => write!(f, "tokens/{}", self.window.as_str()),
+            Metric::Usd => write!(f, "cost/{} (USD)", self.window.as_str()),
+        }
+    }
+}
 
 /// A refused reservation, naming the budget.
 #[derive(Clone, Debug, PartialEq)]
 pub struct BudgetExceeded {
-    /// `user NAME` or `global`.
-    pub scope: String,
-    /// e.g. `tokens/minute`, `cost/day (USD)`.
-    pub what: &'static str,
+    /// Whose budget.
+    pub scope: Scope,
+    /// Kept on the fleet's store, shared by every instance.
+    pub fleet: bool,
+    /// Which budget; `None` for a fleet budget that cannot be checked (its
+    /// store unreachable, budgets failing closed).
+    pub budget: Option<Budget>,
     /// Usage after this request.
     pub would: f64,
     /// The limit.
@@ -18,8 +110,8 @@ pub struct BudgetExceeded {
     pub first_in_window: bool,
 }
 
-/// `what` of a budget that cannot be checked (fleet, failing closed).
-const UNREACHABLE: &str = "store unreachable";
+/// How soon to try a budget whose store is unreachable.
+const UNREACHABLE_RETRY: Duration = Duration::from_secs(5);
 
 impl BudgetExceeded {
     /// The request alone is more than the limit: no wait lets it through.
@@ -29,53 +121,64 @@ impl BudgetExceeded {
 
     /// When to try again: the refusing window's length (at most that until
     /// it has room again), or a few seconds for a store that is unreachable.
-    pub fn retry_after(&self) -> std::time::Duration {
-        let secs = if self.what == UNREACHABLE {
-            5
-        } else if self.what.contains("minute") {
-            60
-        } else if self.what.contains("hour") {
-            3_600
-        } else {
-            86_400
-        };
-        std::time::Duration::from_secs(secs)
+    pub fn retry_after(&self) -> Duration {
+        self.budget.map_or(UNREACHABLE_RETRY, |b| b.window.len())
     }
 
-    /// A fleet budget that cannot be checked because its store is
-    /// unreachable, with budgets failing closed.
-    pub fn store_unreachable(scope: String) -> Self {
+    /// A fleet budget of `scope` that cannot be checked because its store
+    /// is unreachable, with budgets failing closed.
+    pub fn store_unreachable(scope: Scope) -> Self {
         Self {
             scope,
-            what: UNREACHABLE,
+            fleet: true,
+            budget: None,
             would: 0.0,
             limit: 0.0,
             alone: 0.0,
             first_in_window: false,
         }
     }
+
+    /// Whose budget it is, as refusals say it: `user NAME`, `global`, with
+    /// ` (fleet)` when the fleet shares it.
+    pub fn whose(&self) -> impl fmt::Display + '_ {
+        struct Whose<'a>(&'a BudgetExceeded);
+        impl fmt::Display for Whose<'_> {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                match &self.0.scope {
+                    Scope::Global => f.write_str("global")?,
+                    Scope::User(u) => write!(f, "user {u}")?,
+                }
+                if self.0.fleet {
+                    f.write_str(" (fleet)")?;
+                }
+                Ok(())
+            }
+        }
+        Whose(self)
+    }
 }
 
-impl std::fmt::Display for BudgetExceeded {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        if self.what == UNREACHABLE {
+impl fmt::Display for BudgetExceeded {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let whose = self.whose();
+        let Some(budget) = self.budget else {
             return write!(
                 f,
-                "{} budget cannot be checked: the fleet's store is unreachable and budgets fail closed",
-                self.scope
+                "{whose} budget cannot be checked: the fleet's store is unreachable and budgets fail closed"
             );
-        }
+        };
         if self.never() {
             return write!(
                 f,
-                "{} budget: this request alone needs {:.0} {}, more than the limit of {:.0}, so it can never be served (ask for less: a shorter input, a lower max_tokens or n)",
-                self.scope, self.alone, self.what, self.limit
+                "{whose} budget: this request alone needs {:.0} {budget}, more than the limit of {:.0}, so it can never be served (ask for less: a shorter input, a lower max_tokens or n)",
+                self.alone, self.limit
             );
         }
         write!(
             f,
-            "{} budget exceeded: {} would reach {:.0} of {:.0}",
-            self.scope, self.what, self.would, self.limit
+            "{whose} budget exceeded: {budget} would reach {:.0} of {:.0}",
+            self.would, self.limit
         )
     }
 }

@@ -14,7 +14,7 @@ use crate::config::access::UserBudgets;
 use crate::config::BudgetConfig;
 use crate::resilience::evict;
 use crate::resilience::notice::{Announce, BudgetWarning, Notice};
-pub use exceeded::BudgetExceeded;
+pub use exceeded::{Budget, BudgetExceeded, Metric, Scope, Window};
 use parking_lot::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -23,6 +23,12 @@ pub use view::{GlobalView, UserView};
 const MINUTE: u64 = 60_000;
 const HOUR: u64 = 3_600_000;
 const DAY: u64 = 86_400_000;
+
+const TOKENS_MINUTE: Budget = Budget::tokens(Window::Minute);
+const TOKENS_HOUR: Budget = Budget::tokens(Window::Hour);
+const TOKENS_DAY: Budget = Budget::tokens(Window::Day);
+const USD_HOUR: Budget = Budget::usd(Window::Hour);
+const USD_DAY: Budget = Budget::usd(Window::Day);
 
 /// What a request reserved; settle it with [`Budgets::settle`].
 #[derive(Clone, Copy, Debug)]
@@ -135,19 +141,25 @@ pub struct Budgets {
 }
 
 struct Check<'a> {
-    scope: &'a dyn Fn() -> String,
+    /// The user whose budgets these are; `None` for the global ones.
+    user: Option<&'a str>,
     events: &'a dyn Announce,
     soft: f64,
-    user: &'a str,
+}
+
+/// The scope of `user`'s budgets (`None`: the global ones).
+fn scope_of(user: Option<&str>) -> Scope {
+    user.map_or(Scope::Global, |u| Scope::User(u.into()))
 }
 
 impl Check<'_> {
     #[inline]
-    fn over(&self, w: &Win, add: f64, limit: f64, what: &'static str) -> Result<(), BudgetExceeded> {
+    fn over(&self, w: &Win, add: f64, limit: f64, budget: Budget) -> Result<(), BudgetExceeded> {
         if limit > 0.0 && w.used + add > limit {
             return Err(BudgetExceeded {
-                scope: (self.scope)(),
-                what,
+                scope: scope_of(self.user),
+                fleet: false,
+                budget: Some(budget),
                 would: w.used + add,
                 limit,
                 alone: add,
@@ -160,18 +172,19 @@ impl Check<'_> {
     /// Warns once per window at the soft ratio (checked inline on every
     /// reservation; the warning itself is rare).
     #[inline]
-    fn warn(&self, w: &mut Win, limit: f64, what: &str) {
+    fn warn(&self, w: &mut Win, limit: f64, budget: Budget) {
         if limit > 0.0 && !w.warned && w.used >= self.soft * limit {
-            self.announce(w, limit, what);
+            self.announce(w, limit, budget);
         }
     }
 
     #[cold]
-    fn announce(&self, w: &mut Win, limit: f64, what: &str) {
+    fn announce(&self, w: &mut Win, limit: f64, budget: Budget) {
         w.warned = true;
+        let (user, whose) = self.user.map_or(("*", "global"), |u| (u, "user"));
         self.events.announce(Notice::BudgetWarning(BudgetWarning {
-            user: self.user.to_string(),
-            budget: what.to_string(),
+            user: user.to_string(),
+            budget: format!("{whose} {budget}"),
             used: w.used,
             limit,
         }));
@@ -235,18 +248,16 @@ impl Budgets {
         u.hour.roll(now_ms, HOUR);
         u.day.roll(now_ms, DAY);
         u.cost_day.roll(now_ms, DAY);
-        let uscope = || format!("user {user}");
         let uc = Check {
-            scope: &uscope,
+            user: Some(user),
             events: &*self.events,
             soft: c.soft_ratio,
-            user,
         };
         let checked = uc
-            .over(&u.minute, t, u.limits.minute, "tokens/minute")
-            .and_then(|_| uc.over(&u.hour, t, u.limits.hour, "tokens/hour"))
-            .and_then(|_| uc.over(&u.day, t, u.limits.day, "tokens/day"))
-            .and_then(|_| uc.over(&u.cost_day, cost, u.limits.cost_day, "cost/day (USD)"));
+            .over(&u.minute, t, u.limits.minute, TOKENS_MINUTE)
+            .and_then(|_| uc.over(&u.hour, t, u.limits.hour, TOKENS_HOUR))
+            .and_then(|_| uc.over(&u.day, t, u.limits.day, TOKENS_DAY))
+            .and_then(|_| uc.over(&u.cost_day, cost, u.limits.cost_day, USD_DAY));
         if let Err(e) = checked {
             return Err(Self::refused(u, e, now_ms));
         }
@@ -256,18 +267,16 @@ impl Budgets {
         g.tokens_day.roll(now_ms, DAY);
         g.cost_hour.roll(now_ms, HOUR);
         g.cost_day.roll(now_ms, DAY);
-        let gscope = || "global".to_string();
         let gc = Check {
-            scope: &gscope,
+            user: None,
             events: &*self.events,
             soft: c.soft_ratio,
-            user: "*",
         };
         let checked = gc
-            .over(&g.tokens_hour, t, c.global_tokens_per_hour as f64, "tokens/hour")
-            .and_then(|_| gc.over(&g.tokens_day, t, c.global_tokens_per_day as f64, "tokens/day"))
-            .and_then(|_| gc.over(&g.cost_hour, cost, c.global_cost_per_hour_usd, "cost/hour (USD)"))
-            .and_then(|_| gc.over(&g.cost_day, cost, c.global_cost_per_day_usd, "cost/day (USD)"));
+            .over(&g.tokens_hour, t, c.global_tokens_per_hour as f64, TOKENS_HOUR)
+            .and_then(|_| gc.over(&g.tokens_day, t, c.global_tokens_per_day as f64, TOKENS_DAY))
+            .and_then(|_| gc.over(&g.cost_hour, cost, c.global_cost_per_hour_usd, USD_HOUR))
+            .and_then(|_| gc.over(&g.cost_day, cost, c.global_cost_per_day_usd, USD_DAY));
         if let Err(e) = checked {
             return Err(Self::refused(u, e, now_ms));
         }
@@ -275,14 +284,10 @@ impl Budgets {
         g.tokens_day.used += t;
         g.cost_hour.used += cost;
         g.cost_day.used += cost;
-        gc.warn(
-            &mut g.tokens_hour,
-            c.global_tokens_per_hour as f64,
-            "global tokens/hour",
-        );
-        gc.warn(&mut g.tokens_day, c.global_tokens_per_day as f64, "global tokens/day");
-        gc.warn(&mut g.cost_hour, c.global_cost_per_hour_usd, "global cost/hour (USD)");
-        gc.warn(&mut g.cost_day, c.global_cost_per_day_usd, "global cost/day (USD)");
+        gc.warn(&mut g.tokens_hour, c.global_tokens_per_hour as f64, TOKENS_HOUR);
+        gc.warn(&mut g.tokens_day, c.global_tokens_per_day as f64, TOKENS_DAY);
+        gc.warn(&mut g.cost_hour, c.global_cost_per_hour_usd, USD_HOUR);
+        gc.warn(&mut g.cost_day, c.global_cost_per_day_usd, USD_DAY);
         // Written only when it moves by a tenth of a percent: readers on
         // other cores keep their cached copy.
         let p = self.pressure_of(&g);
@@ -297,10 +302,10 @@ impl Budgets {
         u.cost_day.used += cost;
         u.in_flight += 1;
         let l = u.limits;
-        uc.warn(&mut u.minute, l.minute, "user tokens/minute");
-        uc.warn(&mut u.hour, l.hour, "user tokens/hour");
-        uc.warn(&mut u.day, l.day, "user tokens/day");
-        uc.warn(&mut u.cost_day, l.cost_day, "user cost/day (USD)");
+        uc.warn(&mut u.minute, l.minute, TOKENS_MINUTE);
+        uc.warn(&mut u.hour, l.hour, TOKENS_HOUR);
+        uc.warn(&mut u.day, l.day, TOKENS_DAY);
+        uc.warn(&mut u.cost_day, l.cost_day, USD_DAY);
         Ok(Reservation {
             user: slot,
             tokens: t,
@@ -357,7 +362,7 @@ impl Budgets {
     pub fn room(&self, user: &str, r: &Reservation, now_ms: u64) -> Option<(u64, BudgetExceeded)> {
         let c = &self.cfg;
         let mut tightest: Option<(f64, BudgetExceeded)> = None;
-        let mut consider = |w: &Win, len: u64, limit: u64, scope: &dyn Fn() -> String, what: &'static str| {
+        let mut consider = |w: &Win, len: u64, limit: u64, user: Option<&str>, budget: Budget| {
             if limit == 0 {
                 return;
             }
@@ -365,8 +370,9 @@ impl Budgets {
             let room = limit as f64 - used + r.tokens;
             if tightest.as_ref().is_none_or(|(t, _)| room < *t) {
                 let e = BudgetExceeded {
-                    scope: scope(),
-                    what,
+                    scope: scope_of(user),
+                    fleet: false,
+                    budget: Some(budget),
                     would: limit as f64 + 1.0,
                     limit: limit as f64,
                     alone: 0.0,
@@ -378,15 +384,13 @@ impl Budgets {
         {
             let mut users = super::lock(&self.users);
             let u = users.get_mut(r.user);
-            let name = || format!("user {user}");
-            consider(&u.minute, MINUTE, u.limits.minute as u64, &name, "tokens/minute");
-            consider(&u.hour, HOUR, u.limits.hour as u64, &name, "tokens/hour");
-            consider(&u.day, DAY, u.limits.day as u64, &name, "tokens/day");
+            consider(&u.minute, MINUTE, u.limits.minute as u64, Some(user), TOKENS_MINUTE);
+            consider(&u.hour, HOUR, u.limits.hour as u64, Some(user), TOKENS_HOUR);
+            consider(&u.day, DAY, u.limits.day as u64, Some(user), TOKENS_DAY);
         }
         let g = super::lock(&self.global);
-        let global = || "global".to_string();
-        consider(&g.tokens_hour, HOUR, c.global_tokens_per_hour, &global, "tokens/hour");
-        consider(&g.tokens_day, DAY, c.global_tokens_per_day, &global, "tokens/day");
+        consider(&g.tokens_hour, HOUR, c.global_tokens_per_hour, None, TOKENS_HOUR);
+        consider(&g.tokens_day, DAY, c.global_tokens_per_day, None, TOKENS_DAY);
         tightest.map(|(room, e)| (room.max(0.0) as u64, e))
     }
 
@@ -448,8 +452,8 @@ mod tests {
         });
         let r = b.reserve("alice", 600, 0.0, 0).unwrap();
         let err = b.reserve("alice", 600, 0.0, 10).unwrap_err();
-        assert_eq!(err.scope, "user alice");
-        assert_eq!(err.what, "tokens/minute");
+        assert_eq!(err.scope, Scope::User("alice".into()));
+        assert_eq!(err.budget, Some(TOKENS_MINUTE));
         assert!(err.to_string().contains("user alice budget exceeded: tokens/minute"));
         // Others are unaffected.
         let _ = b.reserve("bob", 600, 0.0, 10).unwrap();
@@ -487,7 +491,8 @@ mod tests {
         });
         let _ = b.reserve("a", 10, 0.9, 0).unwrap();
         let err = b.reserve("b", 10, 0.2, 0).unwrap_err();
-        assert_eq!((err.scope.as_str(), err.what), ("global", "cost/hour (USD)"));
+        assert_eq!((&err.scope, err.budget), (&Scope::Global, Some(USD_HOUR)));
+        assert_eq!(err.retry_after(), std::time::Duration::from_secs(3_600));
     }
 
     #[tokio::test]
