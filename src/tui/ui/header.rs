@@ -9,9 +9,11 @@ use ratatui::text::{Line, Span};
 use ratatui::widgets::{Block, Borders, Paragraph};
 use ratatui::Frame;
 
-/// The watched instances and how each is doing: each by name, or beyond
-/// three, how many are live and the others by name.
-fn instances<'a>(s: &crate::telemetry::snapshot::Snapshot, theme: &Theme) -> Vec<Span<'a>> {
+/// The watched instances and how each is doing: each live one by name (or
+/// beyond three, how many are live), for the first line; and each one not
+/// live by name and why, a badge for the second, where a narrow terminal
+/// keeps it.
+fn instances<'a>(s: &crate::telemetry::snapshot::Snapshot, theme: &Theme) -> (Vec<Span<'a>>, Vec<Span<'a>>) {
     use crate::telemetry::snapshot::Health;
     let one = |i: &crate::telemetry::snapshot::InstanceView| match i.health {
         Health::Live => Span::styled(format!(" {} live ", i.name), theme.ok),
@@ -27,20 +29,20 @@ fn instances<'a>(s: &crate::telemetry::snapshot::Snapshot, theme: &Theme) -> Vec
             theme.error,
         ),
     };
+    let (live, trouble): (Vec<_>, Vec<_>) = s.instances.iter().partition(|i| i.health == Health::Live);
+    let trouble = trouble.into_iter().map(one).collect();
     if s.instances.len() <= 3 {
-        return s.instances.iter().map(one).collect();
+        return (live.into_iter().map(one).collect(), trouble);
     }
-    let live = s.instances.iter().filter(|i| i.health == Health::Live).count();
-    let mut spans = vec![Span::styled(
-        format!(" {} instances, {live} live ", s.instances.len()),
-        if live == s.instances.len() {
+    let summary = Span::styled(
+        format!(" {} instances, {} live ", s.instances.len(), live.len()),
+        if live.len() == s.instances.len() {
             theme.ok
         } else {
             theme.warn
         },
-    )];
-    spans.extend(s.instances.iter().filter(|i| i.health != Health::Live).map(one));
-    spans
+    );
+    (vec![summary], trouble)
 }
 
 /// Draws the header.
@@ -69,14 +71,17 @@ pub fn draw(f: &mut Frame, area: Rect, app: &App, theme: &Theme) {
         ));
     }
     top.extend(health(r, theme));
-    // What is watched last: a narrow terminal keeps the health.
+    // What is watched last: a narrow terminal keeps the health. An
+    // instance not live is a badge.
+    let (watched, trouble) = instances(s, theme);
     if s.instances.is_empty() {
         top.push(Span::raw(format!(" {} ", app.opts.source)));
     } else {
-        top.extend(instances(s, theme));
+        top.extend(watched);
     }
     let p = s.global.pressure;
     let mut second = badges(app, theme);
+    second.extend(trouble);
     second.extend([
         Span::raw(" global budget "),
         Span::styled(bar(p, 10), theme.gauge(p)),
