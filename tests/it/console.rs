@@ -660,7 +660,7 @@ fn dropped_trace_spans_are_said_in_the_header() {
 }
 
 #[tokio::test(start_paused = true)]
-async fn the_help_takes_every_key_while_open_and_scrolls_on_a_small_terminal() {
+async fn every_overlay_takes_every_key_while_open_and_the_help_scrolls_on_a_small_terminal() {
     let (runner, mut app) = incident(false).await;
     let keys = KeyMap::defaults();
     let before = runner.events().recent(1000).len();
@@ -691,6 +691,30 @@ async fn the_help_takes_every_key_while_open_and_scrolls_on_a_small_terminal() {
     assert_eq!(app.overlay, Overlay::None);
     assert!(!app.quit, "q closed the help, not the console");
     assert_eq!(app.help_scroll, 0);
+    // The detail and a confirmation take every key too.
+    let enter = crossterm::event::KeyEvent::new(crossterm::event::KeyCode::Enter, crossterm::event::KeyModifiers::NONE);
+    app.on_key(enter, &keys);
+    assert_eq!(app.overlay, Overlay::Detail);
+    for c in ['d', 'r', 'o', 'c', 'f', 'x', '2', '/', '?'] {
+        assert_eq!(app.on_key(key(c), &keys), Effect::None, "{c}");
+        assert_eq!(app.overlay, Overlay::Detail, "{c} left the detail open");
+    }
+    app.on_key(key('q'), &keys);
+    assert_eq!(app.overlay, Overlay::None);
+    app.on_key(key('o'), &keys);
+    assert!(matches!(app.overlay, Overlay::Confirm { .. }), "force open asks first");
+    for c in ['d', 'r', 'c', 'f', 'x', '2', '/', '?', 'q'] {
+        assert_eq!(app.on_key(key(c), &keys), Effect::None, "{c}");
+        assert!(
+            matches!(app.overlay, Overlay::Confirm { .. }),
+            "{c} left the confirmation open"
+        );
+    }
+    app.on_key(key('n'), &keys);
+    assert_eq!(app.overlay, Overlay::None);
+    assert!(!app.quit);
+    assert_eq!(app.focus, Pane::Breakers);
+    assert_eq!(runner.events().recent(1000).len(), before, "no command went out");
 }
 
 /// The style of the first cell of `word` in `buf`'s line `y`.
