@@ -5,7 +5,7 @@
 use criterion::{criterion_group, criterion_main, Criterion};
 use fusebox::clock::{Clock, Seed};
 use fusebox::config::{Config, ToolConfig};
-use fusebox::outcome::{Level, Outcome};
+use fusebox::outcome::{Hop, HopEnd, Level, Outcome};
 use fusebox::resilience::breaker::BreakerState;
 use fusebox::runner::{Runner, RunnerParts};
 use fusebox::telemetry::events::Transition;
@@ -83,7 +83,13 @@ fn big_app(rt: &tokio::runtime::Runtime) -> App {
                 request: i,
                 user: format!("user-{:05}", i * 7 % 10_000).into(),
                 level: if i % 3 == 0 { Level::Fallback } else { Level::None },
-                chain: vec!["gpt-4o ✗503×3".into(), "claude-haiku ✓".into()],
+                chain: vec![
+                    Hop {
+                        tries: 3,
+                        ..Hop::new("gpt-4o", HopEnd::Failed("503".into()))
+                    },
+                    Hop::ok("claude-haiku"),
+                ],
                 quality: 0.85,
                 tokens: 900,
                 cost_usd: 0.004,

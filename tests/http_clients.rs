@@ -237,7 +237,7 @@ async fn semantic_faults_reach_the_runner_as_semantic_failures() {
     req.tools = vec!["get_order".into()];
     req.max_tokens = 64;
     let o = r.run(&req).await;
-    assert_eq!(o.chain[0], "gpt-4o ✗semantic", "{:?}", o.chain);
+    assert_eq!(o.path()[0], "gpt-4o ✗semantic", "{:?}", o.path());
     assert!(
         r.registry()
             .find(&Target::model("gpt-4o"))
@@ -252,7 +252,7 @@ async fn semantic_faults_reach_the_runner_as_semantic_failures() {
     req.tools = vec!["get_order".into()];
     req.max_tokens = 64;
     let o = r.run(&req).await;
-    assert_eq!(o.chain[0], "gpt-4o ✗semantic", "{:?}", o.chain);
+    assert_eq!(o.path()[0], "gpt-4o ✗semantic", "{:?}", o.path());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -274,7 +274,7 @@ async fn retry_after_keeps_traffic_off_the_provider_and_headers_lower_the_bucket
     };
     // Remaining-token headers lower the local bucket.
     let o = r.run(&ask(1)).await;
-    assert_eq!(o.level, Level::None, "{:?}", o.chain);
+    assert_eq!(o.level, Level::None, "{:?}", o.path());
     let lim = &r.providers().iter().find(|p| p.name == "openai").unwrap().limiter;
     let v = lim.view(tokio::time::Instant::now());
     assert!(v.calibrated_ms_ago.is_some(), "{v:?}");
@@ -292,22 +292,23 @@ async fn retry_after_keeps_traffic_off_the_provider_and_headers_lower_the_bucket
         },
     );
     let o = r.run(&ask(2)).await;
-    assert_eq!(o.level, Level::Fallback, "{:?}", o.chain);
+    assert_eq!(o.level, Level::Fallback, "{:?}", o.path());
     set(&faults, "provider:openai", Fault::Healthy);
     let before = openai(&r);
     let t0 = std::time::Instant::now();
     while t0.elapsed() < Duration::from_millis(1_500) {
         let o = r.run(&ask(3)).await;
         assert_ne!(o.level, Level::Failed);
-        assert_eq!(o.chain[0], "gpt-4o ⏳rate", "{:?}", o.chain);
+        assert_eq!(o.path()[0], "gpt-4o ⏳rate", "{:?}", o.path());
     }
     assert_eq!(openai(&r), before, "no call reached openai during its Retry-After");
     tokio::time::sleep(Duration::from_millis(700)).await;
     let o = r.run(&ask(4)).await;
     assert_eq!(
-        o.chain[0], "gpt-4o ✓",
+        o.path()[0],
+        "gpt-4o ✓",
         "after the Retry-After openai is used again: {:?}",
-        o.chain
+        o.path()
     );
 }
 
@@ -333,9 +334,9 @@ async fn failure_before_the_first_byte_falls_back() {
     ] {
         set(&faults, "provider:openai", fault);
         let o = r.run(&ask(9)).await;
-        assert_eq!(o.level, Level::Fallback, "{:?}", o.chain);
-        assert!(o.chain[0].starts_with(label), "{:?}", o.chain);
-        assert_eq!(o.chain[1], "claude-haiku ✓");
+        assert_eq!(o.level, Level::Fallback, "{:?}", o.path());
+        assert!(o.path()[0].starts_with(label), "{:?}", o.path());
+        assert_eq!(o.path()[1], "claude-haiku ✓");
         r.apply(
             &fusebox::command::Command::Reset {
                 target: Target::provider("openai"),
@@ -386,8 +387,8 @@ async fn openai_compatible_server_streamed_and_not_and_no_key_leaks() {
         let r = Runner::new(cfg, parts).unwrap();
         let mut rx = r.events().subscribe();
         let o = r.run(&ask(1)).await;
-        assert_eq!(o.level, Level::None, "stream={stream}: {:?}", o.chain);
-        assert_eq!(o.chain, vec!["llama ✓".to_string()]);
+        assert_eq!(o.level, Level::None, "stream={stream}: {:?}", o.path());
+        assert_eq!(o.path(), vec!["llama ✓".to_string()]);
         // The openai-compatible path is the mock's /v1/chat/completions: fail it too.
         set(
             &faults,

@@ -237,27 +237,6 @@ fn chat_request(
 /// Output tokens reserved for a call whose client set no cap.
 const DEFAULT_ESTIMATE: u32 = 4_096;
 
-/// Header-safe text: hop labels use symbols (✓ ✗ ⊘ …) that HTTP header
-/// values cannot carry as such.
-pub(super) fn ascii_hop(label: &str) -> String {
-    let mut out = String::with_capacity(label.len() + 8);
-    push_ascii_hop(label, &mut out);
-    out
-}
-
-fn push_ascii_hop(label: &str, out: &mut String) {
-    for c in label.chars() {
-        match c {
-            '✓' => out.push_str("ok"),
-            '✗' => out.push_str("failed "),
-            '⊘' | '⏳' | '⌛' => out.push_str("skipped "),
-            '×' => out.push_str(" x"),
-            c if c.is_ascii() && !c.is_ascii_control() => out.push(c),
-            _ => {}
-        }
-    }
-}
-
 /// Unix seconds now (the `created` of an answer fusebox writes).
 pub(super) fn unix_now() -> u64 {
     SystemTime::now()
@@ -271,19 +250,20 @@ pub(super) fn unix_now() -> u64 {
 pub(super) fn outcome_headers(
     h: &mut HeaderMap,
     level: crate::outcome::Level,
-    chain: &[String],
+    chain: &[crate::outcome::Hop],
     more: Option<(f64, u32)>,
 ) {
+    use std::fmt::Write as _;
     h.insert(
         HeaderName::from_static(fusebox::LEVEL),
         HeaderValue::from_static(level.as_str()),
     );
-    let mut hops = String::with_capacity(chain.iter().map(|l| l.len() + 10).sum());
-    for (i, l) in chain.iter().enumerate() {
+    let mut hops = String::with_capacity(chain.iter().map(|h| h.name.len() + 12).sum());
+    for (i, hop) in chain.iter().enumerate() {
         if i > 0 {
             hops.push_str(", ");
         }
-        push_ascii_hop(l, &mut hops);
+        let _ = write!(hops, "{}", hop.ascii());
     }
     // Printable ASCII only, so always a valid value.
     if let Ok(v) = HeaderValue::try_from(hops) {

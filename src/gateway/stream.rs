@@ -9,7 +9,7 @@
 //! error event in the client's API (never a clean end). A client that goes
 //! away drops the body, and with it the call.
 
-use super::chat::{ascii_hop, outcome_headers, respond, Api, Client};
+use super::chat::{outcome_headers, respond, Api, Client};
 use super::Gateway;
 use crate::outcome::Outcome;
 use crate::provider::Piece;
@@ -214,7 +214,7 @@ impl StreamSink for ClientSink {
 
 /// The outcome as the last chunk carries it.
 fn meta(o: &Outcome) -> Value {
-    let mut m = json!({"level": o.level.as_str(), "chain": o.chain.iter().map(|l| ascii_hop(l)).collect::<Vec<_>>(), "quality": o.quality});
+    let mut m = json!({"level": o.level.as_str(), "chain": o.chain.iter().map(|h| h.ascii().to_string()).collect::<Vec<_>>(), "quality": o.quality});
     if let Some(k) = &o.key {
         m["request_id"] = Value::from(k.as_str());
     }

@@ -170,7 +170,7 @@ impl ServerHandler for Proxy {
         let (end, _) = self.runner.tool(&req).await;
         let result = match end {
             ToolEnd::Answer(json) => relayed(&json).unwrap_or_else(|e| error_text(format!("{name}: {e}"))),
-            ToolEnd::Stale { answer, age, why } => stale(&answer, age.as_millis() as u64, &why.label())
+            ToolEnd::Stale { answer, age, why } => stale(&answer, age.as_millis() as u64, &why.end().to_string())
                 .unwrap_or_else(|| error_text(self.unavailable(&name, &why))),
             ToolEnd::Unavailable(ToolFailure::Failed(_, Some(answer))) => {
                 relayed(&answer).unwrap_or_else(|e| error_text(format!("{name}: {e}")))

@@ -309,7 +309,7 @@ impl Assembler {
             KeyValue::new("fusebox.route", route.clone()),
             KeyValue::new("fusebox.user", o.user.to_string()),
             KeyValue::new("fusebox.level", o.level.as_str()),
-            strings("fusebox.chain", o.chain.iter().map(String::as_str)),
+            texts("fusebox.chain", o.chain.iter().map(ToString::to_string)),
             KeyValue::new("fusebox.quality", o.quality),
             KeyValue::new("fusebox.tokens", o.tokens as i64),
             KeyValue::new("fusebox.cost_usd", o.cost_usd),
@@ -449,7 +449,11 @@ fn span_events(events: Vec<opentelemetry::trace::Event>) -> SpanEvents {
 }
 
 fn strings<'a>(key: &'static str, values: impl IntoIterator<Item = &'a str>) -> KeyValue {
-    let v: Vec<StringValue> = values.into_iter().map(|s| StringValue::from(s.to_string())).collect();
+    texts(key, values.into_iter().map(str::to_string))
+}
+
+fn texts(key: &'static str, values: impl IntoIterator<Item = String>) -> KeyValue {
+    let v: Vec<StringValue> = values.into_iter().map(StringValue::from).collect();
     KeyValue::new(key, Value::Array(Array::String(v)))
 }
 

@@ -6,7 +6,7 @@
 use super::ending::Ended;
 use super::llm::{HopResult, LlmCall, LlmFailure, Tally};
 use super::Runner;
-use crate::outcome::{Level, Outcome};
+use crate::outcome::{Hop, HopEnd, Level, Outcome};
 use crate::provider::{Message, Role, ToolCall, ToolSpec};
 use crate::request::{AgentRequest, Via};
 use crate::resilience::defer::Deferred;
@@ -28,7 +28,7 @@ struct Trail {
     /// The request's key in the answer cache ([`Runner::answer_key`]).
     answer_key: u64,
     tally: Tally,
-    chain: Vec<String>,
+    chain: Vec<crate::outcome::Hop>,
     hops_seen: usize,
     missing: Vec<String>,
     quality: f64,
@@ -56,7 +56,7 @@ impl Trail {
 
     /// Adds a step to the chain; a step already in it (the same hop on a
     /// later agent step) is not repeated.
-    fn push(&mut self, label: String) {
+    fn push(&mut self, label: crate::outcome::Hop) {
         if !self.chain.contains(&label) {
             self.chain.push(label);
         }
@@ -240,7 +240,8 @@ impl Runner {
             let tool = self.registry.get(self.tools[ti].target);
             let open = !tool.breaker.would_admit(now);
             if !critical && (open || self.drill()) {
-                trail.push(format!("{} {}", tool.target, if open { "⊘open" } else { "⊘drill" }));
+                let end = if open { HopEnd::Open } else { HopEnd::Drill };
+                trail.push(Hop::new(&tool.target.to_string(), end));
                 if open {
                     trail.tally.note_tool(self.tools[ti].target, true);
                 }
@@ -281,15 +282,15 @@ impl Runner {
             Ok(text) => added.push(Message::tool_result(tc, text, false)),
             Err(f) => {
                 let tool = &self.registry.get(self.tools[ti].target).target;
-                trail.push(format!("{tool} {}", f.label()));
+                trail.push(Hop::new(&tool.to_string(), f.end()));
                 if let Some((text, age)) = self.cached_tool(ti, key) {
-                    trail.push(format!("{tool} cache"));
+                    trail.push(Hop::new(&tool.to_string(), HopEnd::Cache));
                     trail.fallback = true;
                     trail.quality *= self.cfg.degradation.cache_quality;
                     trail.stale_ms = Some(trail.stale_ms.unwrap_or(0).max(age.as_millis() as u64));
                     added.push(Message::tool_result(tc, text, false));
                 } else if critical && defer && self.can_defer() {
-                    let why = format!("critical tool {} unavailable ({})", tc.name, f.label());
+                    let why = format!("critical tool {} unavailable ({})", tc.name, f.end());
                     return Some(self.defer(req, why).await);
                 } else {
                     trail.quality *= if critical {
@@ -425,7 +426,7 @@ impl Runner {
 
     fn push_hops(&self, trail: &mut Trail) {
         while trail.hops_seen < trail.tally.hops.len() {
-            let label = self.hop_label(&trail.tally.hops[trail.hops_seen]);
+            let label = self.hop_of(&trail.tally.hops[trail.hops_seen]);
             trail.hops_seen += 1;
             trail.push(label);
         }
@@ -435,7 +436,7 @@ impl Runner {
     async fn no_model(&self, req: &AgentRequest, may_defer: bool, trail: &mut Trail) -> End {
         let ttl = std::time::Duration::from_secs(self.cfg.degradation.answer_cache_ttl_s);
         if let Some((text, age)) = self.cache.get(trail.answer_key, ttl, self.clock.now()) {
-            trail.push(format!("cache (age {}s)", age.as_secs()));
+            trail.push(Hop::new("cache", HopEnd::Age(age.as_secs())));
             trail.fallback = true;
             trail.quality *= self.cfg.degradation.cache_quality;
             trail.stale_ms = Some(age.as_millis() as u64);

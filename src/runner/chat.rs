@@ -224,7 +224,7 @@ impl Runner {
             None => self.chat_call(&req, None, &mut tally, streaming.as_mut()).await,
         };
         self.totals.wasted.fetch_add(tally.wasted, Ordering::Relaxed);
-        let chain: Vec<String> = tally.hops.iter().map(|h| self.hop_label(h)).collect();
+        let chain: Vec<_> = tally.hops.iter().map(|h| self.hop_of(h)).collect();
         let (level, quality, user_message) = match &end {
             ChatEnd::Answer { model, .. } | ChatEnd::Streamed { model, .. } => {
                 let primary = self.route_for(&req.route).map(|r| r.chain[0]);

@@ -81,8 +81,8 @@ impl Runner {
             armed: true,
         };
         let mut tally = Tally::default();
-        let (end, chain) = match self.route_for(&call.model).map(|r| r.chain[0]) {
-            None => (EmbedEnd::Unavailable(format!("no model `{}`", call.model)), Vec::new()),
+        let end = match self.route_for(&call.model).map(|r| r.chain[0]) {
+            None => EmbedEnd::Unavailable(format!("no model `{}`", call.model)),
             Some(mi) => self.embed_on(&call, mi, &mut tally).await,
         };
         let level = if matches!(end, EmbedEnd::Answer(_)) {
@@ -91,7 +91,7 @@ impl Runner {
             Level::Failed
         };
         let ended = Ended {
-            chain,
+            chain: tally.hops.iter().map(|h| self.hop_of(h)).collect(),
             user_message: match &end {
                 EmbedEnd::Answer(_) => None,
                 EmbedEnd::Refused(e) => Some(format!("Request refused: {e}.")),
@@ -107,7 +107,7 @@ impl Runner {
         Embedding { end, outcome }
     }
 
-    async fn embed_on(&self, call: &EmbedCall, mi: usize, tally: &mut Tally) -> (EmbedEnd, Vec<String>) {
+    async fn embed_on(&self, call: &EmbedCall, mi: usize, tally: &mut Tally) -> EmbedEnd {
         let m = &self.models[mi];
         let p = &self.providers[m.provider];
         let pt = self.registry.get(p.target);
@@ -117,24 +117,18 @@ impl Runner {
             Err(Refusal::Open) => {
                 tally.hops.push(hop(mi, HopResult::Open));
                 self.announce_step(call.id, self.model_target(mi), StepKind::ShortCircuit);
-                return (
-                    EmbedEnd::Unavailable(format!("{} is unavailable (breaker open)", m.name)),
-                    vec![format!("{} ⊘open", m.name)],
-                );
+                return EmbedEnd::Unavailable(format!("{} is unavailable (breaker open)", m.name));
             }
             Err(Refusal::Rate) => {
                 tally.hops.push(hop(mi, HopResult::Rate));
                 self.announce_step(call.id, self.model_target(mi), StepKind::RateLimited);
-                return (
-                    EmbedEnd::Unavailable(format!("{} has no rate-limit capacity now", m.name)),
-                    vec![format!("{} ⏳rate", m.name)],
-                );
+                return EmbedEnd::Unavailable(format!("{} has no rate-limit capacity now", m.name));
             }
             Err(Refusal::Budget(e)) => {
                 let reason = e.to_string();
                 self.announce_step(call.id, self.model_target(mi), StepKind::BudgetRefused { reason });
                 self.note_budget_rejection(&call.user, &e);
-                return (EmbedEnd::Refused(e), Vec::new());
+                return EmbedEnd::Refused(e);
             }
         };
         let mt = self.registry.get(m.target);
@@ -191,11 +185,8 @@ impl Runner {
             },
         ));
         match result {
-            Ok(e) => (EmbedEnd::Answer(e), vec![self.models[mi].answered_label.to_string()]),
-            Err(e) => {
-                let label = format!("{} ✗{}", m.name, e.kind.label(e.status));
-                (EmbedEnd::Failed(Box::new(e)), vec![label])
-            }
+            Ok(e) => EmbedEnd::Answer(e),
+            Err(e) => EmbedEnd::Failed(Box::new(e)),
         }
     }
 }

@@ -17,7 +17,7 @@ pub(super) struct Ended {
     /// Its quality before rounding (ignored unless it was answered).
     pub quality: f64,
     /// The path it walked.
-    pub chain: Vec<String>,
+    pub chain: Vec<crate::outcome::Hop>,
     /// What was unavailable.
     pub missing: Vec<String>,
     /// What the user is told.

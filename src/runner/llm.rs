@@ -18,29 +18,23 @@ use std::time::Duration;
 pub use super::call::{own_params, Hop, HopResult, LlmCall, LlmFailure, Tally};
 
 impl Runner {
-    /// The display name of a hop, e.g. `gpt-4o ✗503×3`.
-    pub fn hop_label(&self, h: &Hop) -> String {
-        if h.result == HopResult::Ok && h.tries <= 1 {
-            // Copied as a str: `to_string` on the Box would go through
-            // the formatting machinery.
-            return String::from(&*self.models[h.model].answered_label);
-        }
-        let m = &self.models[h.model].name;
-        let tries = if h.tries > 1 {
-            format!("×{}", h.tries)
-        } else {
-            String::new()
+    /// How a hop went, as its outcome says it.
+    pub fn hop_of(&self, h: &Hop) -> crate::outcome::Hop {
+        use crate::outcome::HopEnd;
+        let end = match &h.result {
+            HopResult::Ok => HopEnd::Ok,
+            HopResult::Open => HopEnd::Open,
+            HopResult::Rate => HopEnd::Rate,
+            HopResult::Sla => HopEnd::Sla,
+            HopResult::Failed(k, s) => HopEnd::Failed(k.label(*s).into()),
+            HopResult::Semantic(_) => HopEnd::Semantic,
+            HopResult::Cut(e) => HopEnd::Cut(e.kind.label(e.status).into()),
+            HopResult::Resumed => HopEnd::Resumed,
+            HopResult::Unsupported(why) => HopEnd::Unsupported(why.clone()),
         };
-        match &h.result {
-            HopResult::Ok => format!("{m} ✓{tries}"),
-            HopResult::Open => format!("{m} ⊘open"),
-            HopResult::Rate => format!("{m} ⏳rate"),
-            HopResult::Sla => format!("{m} ⌛sla"),
-            HopResult::Failed(k, s) => format!("{m} ✗{}{tries}", k.label(*s)),
-            HopResult::Semantic(_) => format!("{m} ✗semantic"),
-            HopResult::Cut(e) => format!("{m} ✗cut {}", e.kind.label(e.status)),
-            HopResult::Resumed => format!("{m} ✓ resumed"),
-            HopResult::Unsupported(why) => format!("{m} skipped: {why}"),
+        crate::outcome::Hop {
+            tries: h.tries,
+            ..crate::outcome::Hop::new(&self.models[h.model].name, end)
         }
     }
 
@@ -557,8 +551,8 @@ impl Runner {
     /// What a client is told as model `mi`'s answer starts streaming.
     fn stream_head_of(&self, call: &LlmCall<'_>, mi: usize, tally: &Tally) -> StreamHead {
         let primary = call.route.chain[0];
-        let mut chain: Vec<String> = tally.hops.iter().map(|h| self.hop_label(h)).collect();
-        chain.push(self.models[mi].answered_label.to_string());
+        let mut chain: Vec<_> = tally.hops.iter().map(|h| self.hop_of(h)).collect();
+        chain.push(crate::outcome::Hop::ok(&self.models[mi].name));
         let q = self.models[mi].cfg.quality / self.models[primary].cfg.quality.max(1e-9);
         StreamHead {
             level: if mi == primary && tally.hops.is_empty() {

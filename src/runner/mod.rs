@@ -80,9 +80,6 @@ pub struct ModelSlot {
     pub latency_ms: AtomicU64,
     /// Output tokens/s under which a call counts as failed (its breaker's floor).
     pub min_tokens_per_s: f64,
-    /// Its hop label when it answered at the first try (`gpt-4o ✓`), the
-    /// most common one, made once instead of formatted per request.
-    pub answered_label: Box<str>,
     /// It continues an answer given as a last assistant turn (false once
     /// it refused one).
     pub prefill: std::sync::atomic::AtomicBool,
@@ -352,7 +349,6 @@ impl Runner {
                 cfg: m.clone(),
                 latency_ms: AtomicU64::new(0),
                 min_tokens_per_s,
-                answered_label: format!("{name} ✓").into(),
                 prefill: m
                     .prefill
                     .unwrap_or_else(|| cfg.providers[&m.provider].kind.takes_prefill())

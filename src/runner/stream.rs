@@ -17,7 +17,7 @@ pub struct StreamHead {
     /// Level so far (`none`, or `fallback` when a later model answers).
     pub level: Level,
     /// The chain walked so far, the answering model last.
-    pub chain: Vec<String>,
+    pub chain: Vec<crate::outcome::Hop>,
     /// Quality of the answering model relative to the first.
     pub quality: f64,
     /// Attempts so far.

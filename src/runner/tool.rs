@@ -25,13 +25,14 @@ pub enum ToolFailure {
 }
 
 impl ToolFailure {
-    /// A short label for chains.
-    pub fn label(&self) -> String {
+    /// How its hop ended.
+    pub fn end(&self) -> crate::outcome::HopEnd {
+        use crate::outcome::HopEnd;
         match self {
-            ToolFailure::Drill => "⊘drill".into(),
-            ToolFailure::Open => "⊘open".into(),
-            ToolFailure::PoolFull => "⏳pool".into(),
-            ToolFailure::Failed(l, _) => format!("✗{l}"),
+            ToolFailure::Drill => HopEnd::Drill,
+            ToolFailure::Open => HopEnd::Open,
+            ToolFailure::PoolFull => HopEnd::Pool,
+            ToolFailure::Failed(l, _) => HopEnd::Failed(l.as_str().into()),
         }
     }
 }

@@ -8,6 +8,7 @@ use super::ending::Ended;
 use super::llm::Tally;
 use super::tool::ToolFailure;
 use super::Runner;
+use crate::outcome::HopEnd;
 use crate::outcome::{Level, Outcome};
 use crate::provider::{Message, ToolCall};
 use crate::request::{AgentRequest, Via};
@@ -124,14 +125,14 @@ impl Runner {
                 },
             },
         };
-        let (level, label) = match &end {
-            ToolEnd::Answer(_) => (Level::None, "✓".to_string()),
-            ToolEnd::Stale { why, .. } => (Level::Partial, format!("{} → cache", why.label())),
-            ToolEnd::Unavailable(why) => (Level::Failed, why.label()),
-            ToolEnd::Refused(_) => (Level::Failed, "✗refused".to_string()),
+        let (level, how) = match &end {
+            ToolEnd::Answer(_) => (Level::None, HopEnd::Ok),
+            ToolEnd::Stale { why, .. } => (Level::Partial, HopEnd::Stale(Box::new(why.end()))),
+            ToolEnd::Unavailable(why) => (Level::Failed, why.end()),
+            ToolEnd::Refused(_) => (Level::Failed, HopEnd::Refused),
         };
         let ended = Ended {
-            chain: vec![format!("{name} {label}")],
+            chain: vec![crate::outcome::Hop::new(&name.to_string(), how)],
             stale_ms: match &end {
                 ToolEnd::Stale { age, .. } => Some(age.as_millis() as u64),
                 _ => None,

@@ -69,7 +69,7 @@ impl From<&Outcome> for Recent {
             instance: None,
             id: o.request,
             user: o.user.to_string(),
-            chain: o.chain.join(" → "),
+            chain: o.path().join(" → "),
             level: o.level,
             quality: o.quality,
             missing: o.missing.join(", "),

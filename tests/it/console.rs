@@ -1081,7 +1081,7 @@ fn slash_finds_a_request_by_its_upstream_id() {
             request,
             user: "ana".into(),
             level: Level::None,
-            chain: vec!["gpt-4o ✓".into()],
+            chain: vec![fusebox::outcome::Hop::ok("gpt-4o")],
             quality: 1.0,
             tokens: 10,
             cost_usd: 0.0,

@@ -84,9 +84,9 @@ async fn a_deadline_bounds_the_chain_and_the_fallback_answers_within_it() {
     // (The timer ends on the millisecond after the share's 1,666.67 ms.)
     assert_eq!(took, Duration::from_millis(1_667 + 100), "{took:?}");
     assert!(
-        chat.outcome.chain[0].starts_with("gpt-4o ✗timeout"),
+        chat.outcome.path()[0].starts_with("gpt-4o ✗timeout"),
         "{:?}",
-        chat.outcome.chain
+        chat.outcome.path()
     );
     assert_eq!((openai.calls(), anthropic.calls()), (1, 1));
     // With every model silent, the request ends at its deadline.
@@ -138,9 +138,9 @@ async fn a_first_token_slower_than_the_limit_is_given_up_for_the_next_model() {
     assert_eq!(took, Duration::from_millis(15_100), "{took:?}");
     assert_eq!(chat.outcome.level, Level::Fallback, "{:?}", chat.end);
     assert!(
-        chat.outcome.chain[0].starts_with("gpt-4o ✗timeout"),
+        chat.outcome.path()[0].starts_with("gpt-4o ✗timeout"),
         "{:?}",
-        chat.outcome.chain
+        chat.outcome.path()
     );
     assert_eq!(sink.started.expect("the stream began").model, "claude-haiku");
     let t = r.registry().find(&fusebox::target::Target::model("gpt-4o")).unwrap();

@@ -312,7 +312,7 @@ mod every_line_reads_back {
                     request: n,
                     user: "u".into(),
                     level,
-                    chain,
+                    chain: chain.iter().map(|t| fusebox::outcome::Hop::ok(t)).collect(),
                     quality,
                     tokens,
                     cost_usd,

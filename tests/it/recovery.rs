@@ -49,7 +49,7 @@ async fn a_primary_down_60_s_serves_again_within_one_base_cooldown() {
             chat.outcome.level,
             Level::Failed,
             "request {i} failed: {:?}",
-            chat.outcome.chain
+            chat.outcome.path()
         );
         if chat.outcome.level == Level::None {
             served_by_primary.push(4 * i);

@@ -38,7 +38,10 @@ async fn failed_primary_falls_back_with_metadata() {
     assert_eq!(o.level, Level::Fallback);
     // 1 attempt + 2 retries on gpt-4o, then claude-haiku answers.
     assert_eq!(openai.calls(), 3);
-    assert_eq!(o.chain, vec!["gpt-4o ✗503×3".to_string(), "claude-haiku ✓".to_string()]);
+    assert_eq!(
+        o.path(),
+        vec!["gpt-4o ✗503×3".to_string(), "claude-haiku ✓".to_string()]
+    );
     assert_eq!(o.quality, 0.85);
     assert_eq!(o.attempts, 4);
     assert_eq!(stats(&r, "model:gpt-4o").retries, 2);
@@ -114,7 +117,7 @@ async fn retry_honours_retry_after() {
     let t0 = tokio::time::Instant::now();
     let o = r.run(&ask(1, "alice")).await;
     assert_eq!(o.level, Level::None);
-    assert_eq!(o.chain, vec!["gpt-4o ✓×2".to_string()]);
+    assert_eq!(o.path(), vec!["gpt-4o ✓×2".to_string()]);
     assert_eq!(
         t0.elapsed(),
         Duration::from_millis(7_020),
@@ -177,7 +180,7 @@ async fn open_breaker_skips_the_model_and_its_retries() {
     .unwrap();
     let o = r.run(&ask(1, "alice")).await;
     assert_eq!(openai.calls(), 0);
-    assert_eq!(o.chain[0], "gpt-4o ⊘open");
+    assert_eq!(o.path()[0], "gpt-4o ⊘open");
     assert_eq!(o.level, Level::Fallback);
     assert_eq!(stats(&r, "provider:openai").rejected_open, 1);
     assert_eq!(
@@ -223,7 +226,7 @@ async fn hallucinated_tool_is_a_semantic_failure_and_falls_back() {
         None,
     );
     let o = r.run(&ask_with_tools(1, "alice")).await;
-    assert!(o.chain[0] == "gpt-4o ✗semantic", "{:?}", o.chain);
+    assert!(o.path()[0] == "gpt-4o ✗semantic", "{:?}", o.path());
     assert_eq!(stats(&r, "model:gpt-4o").semantic, 1);
     assert_eq!(openai.calls(), 1, "semantic failures are not retried on the same model");
     assert_ne!(o.level, Level::Failed);
@@ -311,7 +314,7 @@ async fn failing_optional_tool_is_skipped_and_critical_tool_uses_the_cache() {
     );
     // First request fills the cache.
     let o = r.run(&ask_with_tools(1, "alice")).await;
-    assert_eq!(o.level, Level::None, "{:?}", o.chain);
+    assert_eq!(o.level, Level::None, "{:?}", o.path());
     // Then both tools fail.
     for t in ["tool:get_order", "tool:search_docs"] {
         r.apply(
@@ -328,7 +331,7 @@ async fn failing_optional_tool_is_skipped_and_critical_tool_uses_the_cache() {
     }
     tokio::time::advance(Duration::from_secs(60)).await;
     let o = r.run(&ask_with_tools(2, "alice")).await;
-    assert!(o.chain.contains(&"tool:get_order cache".to_string()), "{:?}", o.chain);
+    assert!(o.path().contains(&"tool:get_order cache".to_string()), "{:?}", o.path());
     assert!(o.stale_ms.unwrap() >= 60_000);
     // search_docs was cached too (cache_ttl_s = 3600), so nothing is missing.
     assert!(o.missing.is_empty(), "{:?}", o.missing);
@@ -404,7 +407,7 @@ async fn all_models_down_without_cache_defers_or_fails_gracefully() {
     let o = r.run(&ask(1, "alice")).await;
     assert_eq!(o.level, Level::Failed);
     assert_eq!(o.user_message.as_deref(), Some(cfg.degradation.user_message.as_str()));
-    assert_eq!(o.chain.len(), 3);
+    assert_eq!(o.path().len(), 3);
     assert_eq!(o.quality, 0.0);
 }
 
@@ -576,7 +579,7 @@ async fn exhausted_limiter_waits_then_degrades() {
     Arc::make_mut(&mut second.messages)[1].content = "A different question, so no cached answer".into();
     let o = r.run(&second).await;
     assert_eq!(o.level, Level::Failed);
-    assert_eq!(o.chain, vec!["gpt-4o ⏳rate".to_string()]);
+    assert_eq!(o.path(), vec!["gpt-4o ⏳rate".to_string()]);
     assert_eq!(
         t0.elapsed(),
         Duration::from_millis(2_000),
@@ -607,7 +610,7 @@ async fn slow_model_is_skipped_under_a_latency_sla() {
     );
     assert_eq!(r.run(&ask(1, "a")).await.level, Level::None, "no latency known yet");
     let o = r.run(&ask(2, "b")).await;
-    assert_eq!(o.chain, vec!["gpt-4o ⌛sla".to_string(), "claude-haiku ✓".to_string()]);
+    assert_eq!(o.path(), vec!["gpt-4o ⌛sla".to_string(), "claude-haiku ✓".to_string()]);
     assert_eq!((openai.calls(), anthropic.calls()), (1, 1));
 }
 
@@ -638,7 +641,7 @@ async fn budget_pressure_prefers_the_cheapest_tier() {
     for i in 0..36 {
         let mut req = ask(i, &format!("u{i}"));
         req.max_tokens = 16;
-        first.push(r.run(&req).await.chain[0].clone());
+        first.push(r.run(&req).await.path()[0].clone());
     }
     // Each call uses 25 tokens; past 80 % of 1000 the budget tier goes first.
     assert!(first[..30].iter().all(|c| c == "gpt-4o ✓"), "{first:?}");
@@ -667,7 +670,7 @@ async fn endless_tool_loop_degrades_to_a_direct_answer() {
     assert_eq!(o.level, Level::Partial);
     assert_eq!(o.missing, vec!["multi_step"]);
     assert_eq!(openai.calls(), 4, "3 tool-using steps, then one direct answer");
-    assert_eq!(o.answer.as_deref(), Some("answer"), "{:?}", o.chain);
+    assert_eq!(o.answer.as_deref(), Some("answer"), "{:?}", o.path());
 }
 
 /// A 401 or 403 is the caller's (or its key's) fault: counted as a client

@@ -204,8 +204,8 @@ async fn a_reset_after_three_chunks_that_nothing_can_continue_ends_on_an_error_n
     let o = soon("the outcome", outcome(&mut events_rx)).await;
     assert_eq!(o.level, Level::Partial);
     assert_eq!(o.answer.as_deref(), Some("Order 38100 is "));
-    assert!(o.chain[0].starts_with("gpt-4o ✗cut"), "{:?}", o.chain);
-    assert!(o.chain[1].starts_with("claude-haiku ✗"), "{:?}", o.chain);
+    assert!(o.path()[0].starts_with("gpt-4o ✗cut"), "{:?}", o.path());
+    assert!(o.path()[1].starts_with("claude-haiku ✗"), "{:?}", o.path());
     let t = p.runner.registry().find(&Target::model("gpt-4o")).unwrap();
     assert_eq!(t.breaker.view(p.runner.clock().now()).calls_in_window, 1);
     assert_eq!(t.stats.view().failed, 1, "the cut counts as a failure");
@@ -304,14 +304,14 @@ async fn a_model_that_refuses_a_prefill_continues_in_a_user_turn_and_the_usage_c
     let o = soon("the outcome", outcome(&mut events_rx)).await;
     assert_eq!(o.tokens, 47);
     assert_eq!(o.level, Level::Fallback);
-    assert!(o.chain[0].starts_with("gpt-4o ✗cut"), "{:?}", o.chain);
-    assert_eq!(o.chain.len(), 3, "{:?}", o.chain);
+    assert!(o.path()[0].starts_with("gpt-4o ✗cut"), "{:?}", o.path());
+    assert_eq!(o.path().len(), 3, "{:?}", o.path());
     assert!(
-        o.chain[1].starts_with("claude-haiku ✗400"),
+        o.path()[1].starts_with("claude-haiku ✗400"),
         "the refused prefill: {:?}",
-        o.chain
+        o.path()
     );
-    assert_eq!(o.chain[2], "claude-haiku ✓ resumed");
+    assert_eq!(o.path()[2], "claude-haiku ✓ resumed");
     // The chunks after the cut name the model that wrote them.
     let models: Vec<&str> = chunks.iter().filter_map(|c| c["model"].as_str()).collect();
     assert_eq!(models.first(), Some(&"gpt-4o"));

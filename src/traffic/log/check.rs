@@ -30,6 +30,9 @@ pub fn fit(rec: &mut Record) {
     if let Record::Attempt(a) = rec {
         a.target = fit_target(&a.target);
     }
+    if let Record::Transition(t) = rec {
+        t.breaker = fit_target(&t.breaker);
+    }
     // JSON has no NaN or infinity: written, they would read back as null.
     if let Record::Outcome(o) = rec {
         for x in [&mut o.quality, &mut o.cost_usd] {

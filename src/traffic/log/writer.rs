@@ -402,7 +402,7 @@ pub fn record_of(ev: &Event, t_ms: u64, content: Content, salt: &Salt) -> Option
             t_ms,
             request: o.request.into(),
             level: o.level,
-            chain: o.chain.clone(),
+            chain: o.path(),
             quality: o.quality,
             tokens: o.tokens,
             cost_usd: o.cost_usd,
