@@ -131,17 +131,12 @@ impl Runner {
     /// beforehand (a replay computes it on its log reader's thread, which
     /// has just written the prompt it hashes).
     pub async fn run_keyed(&self, req: &AgentRequest, answer_key: u64) -> Outcome {
-        let start = self.clock.now();
-        self.totals.requests.fetch_add(1, Ordering::Relaxed);
-        if self.events.has_subscribers() {
-            self.events.emit(EventKind::Request(Box::new(Arrival {
-                request: req.clone(),
-                via: Via::Agent,
-            })));
-        }
-        self.retry_budget.deposit(start);
-        let (o, tally) = self.run_once(req, true, start, answer_key).await;
-        self.count_outcome(&o, &tally);
+        let scope = self.begin(req.id, &req.user, || Arrival {
+            request: req.clone(),
+            via: Via::Agent,
+        });
+        let (o, tally) = self.run_once(req, true, scope.start(), answer_key).await;
+        scope.end(&o, &tally);
         o
     }
 

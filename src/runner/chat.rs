@@ -124,36 +124,6 @@ pub struct Chat {
     pub outcome: Outcome,
 }
 
-/// Ends a call whose future is dropped (the client went away) in a failed
-/// outcome, so every request still has exactly one.
-pub(super) struct Abandoned<'a> {
-    pub runner: &'a Runner,
-    pub request: u64,
-    pub user: &'a str,
-    pub armed: bool,
-}
-
-impl Drop for Abandoned<'_> {
-    fn drop(&mut self) {
-        if self.armed {
-            self.runner.totals.abandoned.fetch_add(1, Ordering::Relaxed);
-            let why = if self.runner.totals.closing.load(Ordering::Relaxed) {
-                "The gateway shut down before the answer."
-            } else {
-                "The client went away before the answer."
-            };
-            let ended = Ended {
-                user_message: Some(why.into()),
-                ..Ended::at(Level::Failed)
-            };
-            let o = self
-                .runner
-                .outcome(self.request, self.user, ended, &Tally::default(), Duration::ZERO);
-            self.runner.count_outcome(&o, &Tally::default());
-        }
-    }
-}
-
 /// What cut a stream short after its first byte.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum CutBy {
@@ -190,18 +160,7 @@ impl Runner {
     /// as it arrives when one is given. Dropping the future (the client
     /// went away) cancels the upstream call and releases what it reserved.
     pub async fn chat(&self, req: ChatRequest, sink: Option<&mut dyn StreamSink>) -> Chat {
-        let start = self.clock.now();
-        self.totals.requests.fetch_add(1, Ordering::Relaxed);
-        if self.events.has_subscribers() {
-            self.events.emit(EventKind::Request(Box::new(arrival(&req))));
-        }
-        self.retry_budget.deposit(start);
-        let mut abandoned = Abandoned {
-            runner: self,
-            request: req.id,
-            user: &req.user,
-            armed: true,
-        };
+        let scope = self.begin(req.id, &req.user, || arrival(&req));
         let mut tally = Tally::default();
         let mut streaming = sink.map(Streaming::new);
         let entered = req
@@ -276,11 +235,9 @@ impl Runner {
             answer,
             stale_ms: None,
         };
-        let took = self.clock.now().saturating_duration_since(start);
-        let mut outcome = self.outcome(req.id, &req.user, ended, &tally, took);
+        let mut outcome = scope.outcome(ended, &tally);
         outcome.key.clone_from(&req.key);
-        abandoned.armed = false;
-        self.count_outcome(&outcome, &tally);
+        scope.end(&outcome, &tally);
         Chat { end, outcome }
     }
 

@@ -4,7 +4,6 @@
 //! not be comparable), ending in exactly one outcome.
 
 use super::admission::{Refusal, Spent};
-use super::chat::Abandoned;
 use super::ending::Ended;
 use super::llm::{Hop, HopResult, Tally};
 use super::Runner;
@@ -12,8 +11,7 @@ use crate::outcome::{Level, Outcome};
 use crate::provider::{EmbedRequest, Embedded, ProviderError};
 use crate::request::{AgentRequest, Via};
 use crate::resilience::breaker::FailureKind;
-use crate::telemetry::events::{Arrival, Attempt, EventKind, StepKind};
-use std::sync::atomic::Ordering;
+use crate::telemetry::events::{Arrival, Attempt, StepKind};
 use std::sync::Arc;
 
 /// An embeddings call asked for by an outside client.
@@ -58,28 +56,18 @@ pub struct Embedding {
 impl Runner {
     /// Runs one embeddings call to its end.
     pub async fn embed(&self, call: EmbedCall) -> Embedding {
-        let start = self.clock.now();
-        self.totals.requests.fetch_add(1, Ordering::Relaxed);
-        if self.events.has_subscribers() {
-            self.events.emit(EventKind::Request(Box::new(Arrival {
-                request: AgentRequest {
-                    id: call.id,
-                    user: call.user.as_str().into(),
-                    sub_user: call.sub_user.as_deref().map(Into::into),
-                    session: crate::request::own_session(&call.user, call.id),
-                    route: call.model.as_str().into(),
-                    max_steps: 1,
-                    ..AgentRequest::default()
-                },
-                via: Via::Embeddings,
-            })));
-        }
-        let mut abandoned = Abandoned {
-            runner: self,
-            request: call.id,
-            user: &call.user,
-            armed: true,
-        };
+        let scope = self.begin(call.id, &call.user, || Arrival {
+            request: AgentRequest {
+                id: call.id,
+                user: call.user.as_str().into(),
+                sub_user: call.sub_user.as_deref().map(Into::into),
+                session: crate::request::own_session(&call.user, call.id),
+                route: call.model.as_str().into(),
+                max_steps: 1,
+                ..AgentRequest::default()
+            },
+            via: Via::Embeddings,
+        });
         let mut tally = Tally::default();
         let end = match self.route_for(&call.model).map(|r| r.chain[0]) {
             None => EmbedEnd::Unavailable(format!("no model `{}`", call.model)),
@@ -100,10 +88,8 @@ impl Runner {
             },
             ..Ended::at(level)
         };
-        let took = self.clock.now().saturating_duration_since(start);
-        let outcome = self.outcome(call.id, &call.user, ended, &tally, took);
-        abandoned.armed = false;
-        self.count_outcome(&outcome, &tally);
+        let outcome = scope.outcome(ended, &tally);
+        scope.end(&outcome, &tally);
         Embedding { end, outcome }
     }
 

@@ -14,6 +14,7 @@ pub mod llm;
 pub mod registry;
 pub mod reload;
 mod retry;
+mod scope;
 pub mod shared;
 mod snapshot;
 pub mod stream;

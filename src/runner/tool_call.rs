@@ -12,8 +12,7 @@ use crate::outcome::HopEnd;
 use crate::outcome::{Level, Outcome};
 use crate::provider::{Message, ToolCall};
 use crate::request::{AgentRequest, Via};
-use crate::telemetry::events::{Arrival, EventKind};
-use std::sync::atomic::Ordering;
+use crate::telemetry::events::Arrival;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -92,14 +91,10 @@ pub enum ToolEnd {
 impl Runner {
     /// Runs one tool call to its end.
     pub async fn tool(&self, req: &ToolRequest) -> (ToolEnd, Outcome) {
-        let start = self.clock.now();
-        self.totals.requests.fetch_add(1, Ordering::Relaxed);
-        if self.events.has_subscribers() {
-            self.events.emit(EventKind::Request(Box::new(Arrival {
-                request: ToolRequest::as_request(req.id, &req.user, req.session.as_deref(), &req.call),
-                via: Via::Tool,
-            })));
-        }
+        let scope = self.begin(req.id, &req.user, || Arrival {
+            request: ToolRequest::as_request(req.id, &req.user, req.session.as_deref(), &req.call),
+            via: Via::Tool,
+        });
         let mut tally = Tally::default();
         let name = &req.call.name;
         let checked = match self.tool_index.get(name).copied() {
@@ -139,9 +134,8 @@ impl Runner {
             },
             ..Ended::at(level)
         };
-        let took = self.clock.now().saturating_duration_since(start);
-        let outcome = self.outcome(req.id, &req.user, ended, &tally, took);
-        self.count_outcome(&outcome, &tally);
+        let outcome = scope.outcome(ended, &tally);
+        scope.end(&outcome, &tally);
         (end, outcome)
     }
 

@@ -785,3 +785,65 @@ async fn a_tool_is_not_retried_past_the_retry_after_cap() {
     assert!(retries[0] >= 1, "retried within the cap: {retries:?}");
     assert_eq!(retries[1], 0, "not retried past the cap: {retries:?}");
 }
+
+/// A tool call through the MCP path is a request like any other: it pays
+/// into the retry budget, so its retries are bounded by the calls made
+/// (none could retry when tool calls only withdrew).
+#[tokio::test(start_paused = true)]
+async fn tool_calls_pay_into_the_retry_budget_they_draw_from() {
+    use fusebox::runner::tool_call::ToolRequest;
+    let mut cfg = Config::default();
+    cfg.retry.budget_ratio = 0.5;
+    cfg.retry.budget_min_per_s = 0;
+    cfg.tools.get_mut("get_order").unwrap().cache_ttl_s = 0;
+    let r = runner(cfg, vec![], None);
+    let target: Target = "tool:get_order".parse().unwrap();
+    r.apply(&Command::ForceClosed { target: target.clone() }, &Issuer::operator("t"))
+        .unwrap();
+    r.apply(
+        &Command::SetFault {
+            target,
+            fault: FaultSpec::always(Fault::Status {
+                code: 503,
+                retry_after_ms: None,
+            }),
+        },
+        &Issuer::operator("t"),
+    )
+    .unwrap();
+    let mut set = tokio::task::JoinSet::new();
+    for i in 0..20 {
+        let r = r.clone();
+        let req = ToolRequest::new(i, format!("u{i}"), None, "get_order", r#"{"order_id":"1"}"#.into());
+        set.spawn(async move { r.tool(&req).await.1.level });
+    }
+    while let Some(level) = set.join_next().await {
+        assert_eq!(level.unwrap(), Level::Failed);
+    }
+    assert_eq!(stats(&r, "tool:get_order").retries, 10, "half of 20 calls");
+}
+
+/// A tool call dropped before its answer (the MCP client went away, the
+/// gateway shut down) still ends in one failed outcome, counted apart.
+#[tokio::test(start_paused = true)]
+async fn a_tool_call_dropped_midway_ends_failed_once() {
+    use fusebox::runner::tool_call::ToolRequest;
+    use std::sync::atomic::Ordering;
+    let r = runner(Config::default(), vec![], None);
+    let mut outcomes = r.events().subscribe();
+    let req = ToolRequest::new(7, "ann".into(), None, "get_order", r#"{"order_id":"1"}"#.into());
+    let cut = tokio::time::timeout(Duration::from_millis(1), r.tool(&req)).await;
+    assert!(cut.is_err(), "the mock tool takes longer than 1 ms");
+    assert_eq!(r.totals().abandoned.load(Ordering::Relaxed), 1);
+    assert_eq!(r.by_level()[Level::Failed.index()], 1);
+    let mut ended = Vec::new();
+    while let Ok(e) = outcomes.try_recv() {
+        if let EventKind::Outcome(o) = e.kind {
+            ended.push((o.request, o.level, o.user_message));
+        }
+    }
+    assert_eq!(
+        ended,
+        vec![(7, Level::Failed, Some("The client went away before the answer.".into()))]
+    );
+}

@@ -1,0 +1,88 @@
+//! One request's envelope, the same for every way a request comes in (the
+//! agent loop, a chat call, an embeddings call, a tool call): begun once,
+//! it is counted, announced and pays into the retry budget; ended once, its
+//! outcome is counted and announced. Dropped before it ended (the client
+//! went away, the gateway shut down), it ends failed, so every request has
+//! exactly one outcome.
+
+use super::ending::Ended;
+use super::llm::Tally;
+use super::Runner;
+use crate::outcome::{Level, Outcome};
+use crate::telemetry::events::{Arrival, EventKind};
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+use tokio::time::Instant;
+
+/// A request begun and not yet ended.
+pub(super) struct Scope<'a> {
+    runner: &'a Runner,
+    request: u64,
+    user: &'a str,
+    start: Instant,
+    open: bool,
+}
+
+impl Runner {
+    /// Begins request `request` of `user`: counted, announced (`arrival`
+    /// is made only when someone listens), a deposit into the retry budget.
+    pub(super) fn begin<'a>(&'a self, request: u64, user: &'a str, arrival: impl FnOnce() -> Arrival) -> Scope<'a> {
+        let start = self.clock.now();
+        self.totals.requests.fetch_add(1, Ordering::Relaxed);
+        if self.events.has_subscribers() {
+            self.events.emit(EventKind::Request(Box::new(arrival())));
+        }
+        self.retry_budget.deposit(start);
+        Scope {
+            runner: self,
+            request,
+            user,
+            start,
+            open: true,
+        }
+    }
+}
+
+impl Scope<'_> {
+    /// When it began.
+    pub fn start(&self) -> Instant {
+        self.start
+    }
+
+    /// How long it has run.
+    pub fn took(&self) -> Duration {
+        self.runner.clock.now().saturating_duration_since(self.start)
+    }
+
+    /// Its outcome: how it `ended`, what `tally` spent, its time so far.
+    pub fn outcome(&self, ended: Ended, tally: &Tally) -> Outcome {
+        self.runner.outcome(self.request, self.user, ended, tally, self.took())
+    }
+
+    /// Ends it in `outcome`, counted and announced once.
+    pub fn end(mut self, outcome: &Outcome, tally: &Tally) {
+        self.open = false;
+        self.runner.count_outcome(outcome, tally);
+    }
+}
+
+impl Drop for Scope<'_> {
+    fn drop(&mut self) {
+        if !self.open {
+            return;
+        }
+        let r = self.runner;
+        r.totals.abandoned.fetch_add(1, Ordering::Relaxed);
+        let why = if r.totals.closing.load(Ordering::Relaxed) {
+            "The gateway shut down before the answer."
+        } else {
+            "The client went away before the answer."
+        };
+        let ended = Ended {
+            user_message: Some(why.into()),
+            ..Ended::at(Level::Failed)
+        };
+        let o = r.outcome(self.request, self.user, ended, &Tally::default(), Duration::ZERO);
+        r.count_outcome(&o, &Tally::default());
+    }
+}
