@@ -14,9 +14,9 @@ use crate::tui::app::{Mode, Options};
 use anyhow::{bail, Result};
 use std::path::PathBuf;
 
-/// How the demo reaches the mock fleet.
+/// How the demo reaches its mock providers.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
-pub enum Fleet {
+pub enum ProviderLink {
     /// An in-process mock server on a loopback port: real sockets.
     Http,
     /// In-process calls.
@@ -55,7 +55,7 @@ pub struct DemoArgs {
     /// loopback port, real sockets) or `mock` (in-process calls)
     /// [default: http in real time, mock with --speed max].
     #[arg(long, value_enum)]
-    pub providers: Option<Fleet>,
+    pub providers: Option<ProviderLink>,
     /// Shared state.
     #[command(flatten)]
     pub state: StateArgs,
@@ -77,7 +77,7 @@ pub fn demo(args: DemoArgs) -> Result<()> {
     let ui = Ui::setup(args.headless, &args.console, speed, "demo")?;
     let (spool, _spool_dir) = spool_file(args.spool.clone(), &cfg)?;
     let state = args.state.redis(&cfg, speed)?;
-    let http = args.providers.map_or(!speed.is_max(), |p| p == Fleet::Http);
+    let http = args.providers.map_or(!speed.is_max(), |p| p == ProviderLink::Http);
     refuse(&args, &cfg, &scenario, speed, http)?;
     if speed.is_max() {
         crate::alloc::keep_freed_memory();

@@ -7,7 +7,7 @@ use crate::clock::{Clock, Seed};
 use crate::config::Config;
 use crate::runner::{Runner, RunnerParts};
 use crate::traffic::log::LogReader;
-use crate::traffic::replay::{RecordedFleet, RecordedOutcomes, ReplayEnd, ReplayOptions, Replayed};
+use crate::traffic::replay::{RecordedCalls, RecordedOutcomes, ReplayEnd, ReplayOptions, Replayed};
 use crate::traffic::summary::Summary;
 use crate::tui::app::{Mode, Options};
 use crate::tui::replay::{Recorded, ReplayView};
@@ -158,7 +158,7 @@ pub fn replay_runner(
     spool: PathBuf,
     recorded: bool,
     clock: Clock,
-) -> Result<(Arc<Runner>, Option<Arc<RecordedFleet>>)> {
+) -> Result<(Arc<Runner>, Option<Arc<RecordedCalls>>)> {
     let own = cfg.has_own_tools();
     for (name, found) in header.map(|h| h.tools.clone()).unwrap_or_default() {
         match cfg.tools.get_mut(&name).filter(|_| own) {

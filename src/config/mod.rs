@@ -9,16 +9,16 @@ use std::path::Path;
 
 pub mod access;
 mod defaults;
-mod fleet;
 pub mod http_tool;
 pub mod mcp;
 mod resilience;
+mod upstreams;
 mod validate;
 
 pub use access::{KeyConfig, OperatorConfig};
-pub use fleet::*;
 pub use http_tool::ToolBackend;
 pub use resilience::*;
+pub use upstreams::*;
 
 /// A configuration problem, naming where it is and what to do.
 #[derive(Debug, thiserror::Error)]

@@ -2,7 +2,7 @@
 //! starts each request at its recorded time, as it came in, and re-applies
 //! recorded operator actions.
 
-use super::fleet::{OwnAttempts, ReadAttempt, RecordedFleet, OWN};
+use super::calls::{OwnAttempts, ReadAttempt, RecordedCalls, OWN};
 use super::progress::RecordedOutcomes;
 use super::request::{agent_request, embeddings_call, gateway_call, tool_call};
 use crate::command::Issuer;
@@ -97,7 +97,7 @@ pub struct ReplayOptions {
 /// not as each one does.
 struct InFlight {
     runner: Arc<Runner>,
-    fleet: Option<Arc<RecordedFleet>>,
+    calls: Option<Arc<RecordedCalls>>,
     /// Keep replayed levels (`ReplayOptions::compare`).
     compare: bool,
     running: AtomicU64,
@@ -113,10 +113,10 @@ struct InFlight {
 /// One request's task: counted out when dropped, and as lost unless it
 /// reached its outcome.
 impl InFlight {
-    fn new(runner: &Arc<Runner>, fleet: &Option<Arc<RecordedFleet>>, compare: bool) -> Arc<Self> {
+    fn new(runner: &Arc<Runner>, calls: &Option<Arc<RecordedCalls>>, compare: bool) -> Arc<Self> {
         Arc::new(Self {
             runner: runner.clone(),
-            fleet: fleet.clone(),
+            calls: calls.clone(),
             compare,
             running: AtomicU64::new(0),
             lost: AtomicU64::new(0),
@@ -244,27 +244,27 @@ struct Reading {
     targets: Option<KnownTargets>,
 }
 
-/// On the log reader's thread: the recorded fleet's index of each target
+/// On the log reader's thread: the recorded calls's index of each target
 /// seen, so attempts are handed over indexed without taking its lock.
 struct KnownTargets {
-    fleet: Arc<RecordedFleet>,
+    calls: Arc<RecordedCalls>,
     known: HashMap<Target, usize, ahash::RandomState>,
 }
 
 impl KnownTargets {
-    fn new(fleet: Arc<RecordedFleet>) -> Self {
+    fn new(calls: Arc<RecordedCalls>) -> Self {
         Self {
-            fleet,
+            calls,
             known: HashMap::default(),
         }
     }
 
-    /// The fleet's index of `target`.
+    /// The calls's index of `target`.
     fn index(&mut self, target: &Target) -> usize {
         if let Some(&t) = self.known.get(target) {
             return t;
         }
-        let t = self.fleet.target(target);
+        let t = self.calls.target(target);
         self.known.insert(target.clone(), t);
         t
     }
@@ -275,7 +275,7 @@ enum Ahead {
     /// A request due at `t_ms`; the agent request it stands for is made
     /// just before it is due ([`Prefetched::next_body`]).
     Request(u64),
-    /// An attempt, shared as the recorded fleet keeps it.
+    /// An attempt, shared as the recorded calls keeps it.
     Attempt(ReadAttempt),
     /// Outcomes and operator actions are boxed: every item takes the room
     /// of the largest, and most are requests and attempts.
@@ -299,24 +299,24 @@ impl Ahead {
 /// ends, however it ends: that thread ends once nothing can.
 struct GivingBack<'a> {
     inflight: &'a InFlight,
-    fleet: Option<&'a RecordedFleet>,
+    calls: Option<&'a RecordedCalls>,
 }
 
 impl Drop for GivingBack<'_> {
     fn drop(&mut self) {
         *self.inflight.finished.lock() = None;
-        if let Some(f) = self.fleet {
+        if let Some(f) = self.calls {
             f.give_back(None);
         }
     }
 }
 
 /// Re-drives every request of `reader` through `runner` at its recorded
-/// time; `fleet` (recorded mode) is fed the attempts as they are read.
+/// time; `calls` (recorded mode) is fed the attempts as they are read.
 pub async fn replay(
     runner: Arc<Runner>,
     mut reader: LogReader,
-    fleet: Option<Arc<RecordedFleet>>,
+    calls: Option<Arc<RecordedCalls>>,
     opts: ReplayOptions,
 ) -> Result<Replayed, LogError> {
     let path = reader.path().to_path_buf();
@@ -333,7 +333,7 @@ pub async fn replay(
         reader,
         Reading {
             unmade: Unmade::default(),
-            targets: fleet.clone().map(KnownTargets::new),
+            targets: calls.clone().map(KnownTargets::new),
         },
         move |state, r, line| split(state, r, line, outcomes, operator),
         make_body,
@@ -342,15 +342,15 @@ pub async fn replay(
     let start = Instant::now();
     let due = |t_ms: u64| start + Duration::from_millis(t_ms);
     let mut out = Replayed::default();
-    let inflight = InFlight::new(&runner, &fleet, opts.compare);
+    let inflight = InFlight::new(&runner, &calls, opts.compare);
     // What was read on the reader's thread is freed there.
     *inflight.finished.lock() = Some(reader.give_back());
-    if let Some(f) = &fleet {
+    if let Some(f) = &calls {
         f.give_back(Some(reader.give_back()));
     }
     let giving_back = GivingBack {
         inflight: &inflight,
-        fleet: fleet.as_deref(),
+        calls: calls.as_deref(),
     };
     // Deferred requests are re-driven as the run goes, as they were when
     // recorded (a set, so an error return stops it too).
@@ -374,7 +374,7 @@ pub async fn replay(
             match rec {
                 Ahead::Request(t_ms) => queue.push_back(t_ms),
                 Ahead::Attempt(a) => {
-                    if let Some(f) = &fleet {
+                    if let Some(f) = &calls {
                         f.add(a, clock.ms_at(now));
                     }
                 }
@@ -460,7 +460,7 @@ async fn pause_until(
 }
 
 /// What a record read becomes on the reader's thread: a request's time
-/// now and its body later, an attempt for the recorded fleet (its target's
+/// now and its body later, an attempt for the recorded calls (its target's
 /// index found there), an outcome or operator action when the replay uses
 /// them; the rest is dropped there.
 fn split(state: &mut Reading, r: Record, line: u64, outcomes: bool, operator: bool) -> Split<Ahead, Box<RequestRec>> {
@@ -546,7 +546,7 @@ async fn drive(running: Running, req: AgentRequest, key: u64, via: Via) {
     }
     // A deferred request is re-driven later (in another task) and needs
     // the rest of its recorded attempts then.
-    if let Some(f) = &shared.fleet {
+    if let Some(f) = &shared.calls {
         if o.level == Level::Deferred {
             f.keep(o.request, OWN.with(RefCell::take));
         } else {
@@ -568,7 +568,7 @@ fn boxed<F: std::future::Future>(make: impl FnOnce() -> F) -> std::pin::Pin<Box<
 
 #[cfg(test)]
 mod tests {
-    use super::super::fleet::tests::attempt;
+    use super::super::calls::tests::attempt;
     use super::*;
 
     #[test]

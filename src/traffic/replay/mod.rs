@@ -8,16 +8,16 @@
 //! time, attempts are indexed only until their request ends, so memory is
 //! bounded by the traffic within the horizon, not by the log's length.
 
+mod calls;
 mod driver;
-mod fleet;
 pub mod prefetch;
 mod progress;
 mod recorded;
 mod request;
 mod runtime;
 
+pub use calls::{ReadAttempt, RecordedCalls};
 pub use driver::{replay, ReplayOptions, Replayed, HORIZON};
-pub use fleet::{ReadAttempt, RecordedFleet};
 pub use progress::{RecordedOutcomes, ReplayEnd};
 pub use recorded::{RecordedProvider, RecordedTools};
 pub use request::{agent_request, embeddings_call, gateway_call};
@@ -30,14 +30,14 @@ use crate::runner::RunnerParts;
 use std::sync::Arc;
 
 /// Runner parts for `--providers recorded`: every configured provider and
-/// every tool answer from one recorded fleet, which [`replay`] feeds.
-pub fn recorded_parts(cfg: &Config, clock: Clock, seed: Seed) -> (RunnerParts, Arc<RecordedFleet>) {
-    let fleet = Arc::new(RecordedFleet::default());
+/// every tool answer from one recorded calls, which [`replay`] feeds.
+pub fn recorded_parts(cfg: &Config, clock: Clock, seed: Seed) -> (RunnerParts, Arc<RecordedCalls>) {
+    let calls = Arc::new(RecordedCalls::default());
     let mut parts = RunnerParts::mock(clock, seed);
     for name in cfg.providers.keys() {
-        let provider: Arc<dyn Provider> = Arc::new(RecordedProvider::new(name, fleet.clone(), clock));
+        let provider: Arc<dyn Provider> = Arc::new(RecordedProvider::new(name, calls.clone(), clock));
         parts.providers.insert(name.clone(), provider);
     }
-    parts.tools = Some(Arc::new(RecordedTools::new(fleet.clone(), clock)));
-    (parts, fleet)
+    parts.tools = Some(Arc::new(RecordedTools::new(calls.clone(), clock)));
+    (parts, calls)
 }

@@ -1,6 +1,6 @@
 //! Providers and tools that behave as recorded.
 
-use super::fleet::RecordedFleet;
+use super::calls::RecordedCalls;
 use crate::clock::Clock;
 use crate::provider::mock::{args_for, call_id, order_id};
 use crate::provider::{
@@ -113,10 +113,10 @@ async fn play(
 
 /// A provider that behaves as recorded.
 pub struct RecordedProvider {
-    /// Its target, `provider:NAME`, and its index in the fleet.
+    /// Its target, `provider:NAME`, and its index in the calls.
     name: Target,
     target: usize,
-    fleet: Arc<RecordedFleet>,
+    calls: Arc<RecordedCalls>,
     clock: Clock,
     /// The text of every answer, shared.
     text: Arc<str>,
@@ -124,12 +124,12 @@ pub struct RecordedProvider {
 
 impl RecordedProvider {
     /// The recorded provider `name`.
-    pub fn new(name: &str, fleet: Arc<RecordedFleet>, clock: Clock) -> Self {
+    pub fn new(name: &str, calls: Arc<RecordedCalls>, clock: Clock) -> Self {
         let name = Target::provider(name);
         Self {
-            target: fleet.target(&name),
+            target: calls.target(&name),
             name,
-            fleet,
+            calls,
             clock,
             text: "replayed answer".into(),
         }
@@ -146,7 +146,7 @@ impl Provider for RecordedProvider {
     async fn embed(&self, req: &EmbedRequest) -> Result<Embedded, ProviderError> {
         let start = self.clock.now();
         let usage = match self
-            .fleet
+            .calls
             .take_at(req.request_id, self.target, &self.name, self.clock.ms_at(start))
         {
             Some((a, own)) => play(&a, own, None, &self.clock, start, Duration::MAX).await?.0,
@@ -170,7 +170,7 @@ impl Provider for RecordedProvider {
         // latency it plays: that is its time taken, with no clock to read.
         let start = self.clock.now();
         let now_ms = self.clock.ms_at(start);
-        let (usage, tool_calls, took, keys) = match self.fleet.take_at(req.request_id, self.target, &self.name, now_ms)
+        let (usage, tool_calls, took, keys) = match self.calls.take_at(req.request_id, self.target, &self.name, now_ms)
         {
             Some((a, own)) => {
                 let (usage, calls) = play(&a, own, Some(req), &self.clock, start, timeout).await?;
@@ -203,14 +203,14 @@ const UNRECORDED_CALL: Duration = Duration::from_millis(300);
 
 /// Tools that behave as recorded.
 pub struct RecordedTools {
-    fleet: Arc<RecordedFleet>,
+    calls: Arc<RecordedCalls>,
     clock: Clock,
 }
 
 impl RecordedTools {
-    /// Tools answering from `fleet`.
-    pub fn new(fleet: Arc<RecordedFleet>, clock: Clock) -> Self {
-        Self { fleet, clock }
+    /// Tools answering from `calls`.
+    pub fn new(calls: Arc<RecordedCalls>, clock: Clock) -> Self {
+        Self { calls, clock }
     }
 }
 
@@ -231,7 +231,7 @@ impl ToolExecutor for RecordedTools {
         let target = Target::tool(name);
         let start = self.clock.now();
         let mut answer = None;
-        if let Some((a, own)) = self.fleet.take(request_id, &target, self.clock.ms_at(start)) {
+        if let Some((a, own)) = self.calls.take(request_id, &target, self.clock.ms_at(start)) {
             play(&a, own, None, &self.clock, start, timeout).await?;
             answer = a.answer.as_deref().map(Arc::from);
         } else {

@@ -3,7 +3,7 @@
 use crate::clock::{note_step, Clock, Steps};
 
 /// The replay's runtime, in virtual time, with tokio's I/O driver only when
-/// something does I/O (live providers, a fleet's store, the console): on
+/// something does I/O (live providers, a calls's store, the console): on
 /// timers alone, each step of virtual time saves a poll syscall. When
 /// `stepped` (at `--speed max`, where nothing but the runtime moves time),
 /// the clock is read once per step ([`Steps`]).
@@ -37,7 +37,7 @@ impl VirtualRuntime {
     }
 }
 
-/// The clock a replay of a log with `header` runs on (outside a fleet): its
+/// The clock a replay of a log with `header` runs on (outside a calls): its
 /// wall time is the recording's, so times written as dates in recorded
 /// headers (an HTTP-date `retry-after`) mean what they meant then. Made
 /// in the replay's runtime, like any clock.

@@ -1,4 +1,4 @@
-//! The recorded fleet: what each target did, as far as the log has been
+//! The recorded calls: what each target did, as far as the log has been
 //! read, handed to the calls that replay it (a request's own attempts in
 //! order, other calls the target's latest behaviour).
 
@@ -13,8 +13,8 @@ use std::sync::Arc;
 
 /// The recorded behaviour of every target, as far as the reader has read.
 #[derive(Default)]
-pub struct RecordedFleet {
-    inner: Mutex<Fleet>,
+pub struct RecordedCalls {
+    inner: Mutex<Calls>,
 }
 
 /// A request's recorded attempts not yet taken, in recorded order (a
@@ -26,7 +26,7 @@ pub(super) type OwnAttempts = SmallVec<[Arc<AttemptRec>; 2]>;
 pub struct ReadAttempt {
     attempt: Arc<AttemptRec>,
     pub(super) t_ms: u64,
-    /// Its target's index in the fleet ([`RecordedFleet::target`]).
+    /// Its target's index in the calls ([`RecordedCalls::target`]).
     target: usize,
     /// Whether it came after its request's body was made (else it came
     /// with the body).
@@ -48,7 +48,7 @@ impl ReadAttempt {
 tokio::task_local! {
     /// In a replayed request's task: its own attempts read before its body
     /// was made, which came with the body. They are the task's, so they
-    /// need no index by request; those read later wait in the fleet's.
+    /// need no index by request; those read later wait in the calls's.
     pub(super) static OWN: RefCell<OwnAttempts>;
 }
 
@@ -61,7 +61,7 @@ fn take_own(own: &mut OwnAttempts, target: &Target, read_ms: u64) -> Option<Arc<
 /// Attempts are shared between a request's own list and its target's
 /// history, so indexing one costs no copy.
 #[derive(Default)]
-struct Fleet {
+struct Calls {
     /// Index of each target's history in `recent`.
     targets: HashMap<Target, usize, ahash::RandomState>,
     /// The own attempts of requests under way read after their bodies
@@ -86,8 +86,8 @@ struct Fleet {
     ended: roaring::RoaringTreemap,
 }
 
-impl Fleet {
-    /// See [`RecordedFleet::take_at`].
+impl Calls {
+    /// See [`RecordedCalls::take_at`].
     fn take(&mut self, request: u64, t: usize, target: &Target, now_ms: u64) -> Option<(Arc<AttemptRec>, bool)> {
         self.prune(t, now_ms);
         // The request's own attempts in recorded order: those that came
@@ -133,7 +133,7 @@ impl Fleet {
     }
 }
 
-impl RecordedFleet {
+impl RecordedCalls {
     /// Adds an attempt read from the log. Only a late one (read after its
     /// request's body was made) is read here, for its request's id: the
     /// rest of the record, made on the reader's thread, stays in that
@@ -167,12 +167,12 @@ impl RecordedFleet {
         *kept = own;
     }
 
-    /// The index a target's calls are taken under ([`RecordedFleet::take_at`]).
+    /// The index a target's calls are taken under ([`RecordedCalls::take_at`]).
     pub fn target(&self, target: &Target) -> usize {
         self.inner.lock().target(target)
     }
 
-    /// [`RecordedFleet::take_at`] by the target's name.
+    /// [`RecordedCalls::take_at`] by the target's name.
     pub fn take(&self, request: u64, target: &Target, now_ms: u64) -> Option<(Arc<AttemptRec>, bool)> {
         let mut f = self.inner.lock();
         let t = *f.targets.get(target)?;
@@ -235,46 +235,46 @@ pub(super) mod tests {
         })
     }
 
-    /// Adds `a` to `fleet` as the log reader hands it over at time 0.
-    fn add(fleet: &RecordedFleet, a: Arc<AttemptRec>, late: bool) {
-        let t = fleet.target(&a.target);
-        fleet.add(ReadAttempt::new(a, t, late), 0);
+    /// Adds `a` to `calls` as the log reader hands it over at time 0.
+    fn add(calls: &RecordedCalls, a: Arc<AttemptRec>, late: bool) {
+        let t = calls.target(&a.target);
+        calls.add(ReadAttempt::new(a, t, late), 0);
     }
 
     #[test]
     fn own_attempts_that_came_with_the_body_wait_until_the_replay_reads_them() {
-        let fleet = RecordedFleet::default();
-        let t = fleet.target(&p());
+        let calls = RecordedCalls::default();
+        let t = calls.target(&p());
         // Another request's attempt has been read; request 1's own attempt
         // (at 100 ms) came early, with its body.
-        add(&fleet, attempt(0, 9, 503), true);
+        add(&calls, attempt(0, 9, 503), true);
         let own = attempt(100, 1, 429);
         OWN.sync_scope(RefCell::new(SmallVec::from_iter([own.clone()])), || {
-            let (a, is_own) = fleet.take_at(1, t, &p(), 0).unwrap();
+            let (a, is_own) = calls.take_at(1, t, &p(), 0).unwrap();
             assert_eq!(
                 (a.status, is_own),
                 (Some(503), false),
                 "not read yet: the target's history answers"
             );
             // Once read, it is request 1's own.
-            add(&fleet, own, false);
-            let (a, is_own) = fleet.take_at(1, t, &p(), 0).unwrap();
+            add(&calls, own, false);
+            let (a, is_own) = calls.take_at(1, t, &p(), 0).unwrap();
             assert_eq!((a.status, is_own), (Some(429), true));
             // Used once.
-            assert!(!fleet.take_at(1, t, &p(), 0).unwrap().1);
+            assert!(!calls.take_at(1, t, &p(), 0).unwrap().1);
         });
     }
 
     #[test]
     fn a_target_never_called_keeps_only_the_history_a_call_could_get() {
-        let fleet = RecordedFleet::default();
-        let t = fleet.target(&p());
+        let calls = RecordedCalls::default();
+        let t = calls.target(&p());
         // Read 30 s ahead of the replay, which never calls the target.
         for i in 0..100_000u64 {
             let a = attempt(i * 10, i, 200);
-            fleet.add(ReadAttempt::new(a, t, false), (i * 10).saturating_sub(30_000));
+            calls.add(ReadAttempt::new(a, t, false), (i * 10).saturating_sub(30_000));
         }
-        let f = fleet.inner.lock();
+        let f = calls.inner.lock();
         // From the latest at or before now to the horizon: 3,001 of 100,000.
         assert_eq!(f.recent[t].len(), 3_001);
         assert_eq!(f.recent[t].front().map(|(t_ms, _)| *t_ms), Some(969_990));
@@ -282,27 +282,27 @@ pub(super) mod tests {
 
     #[test]
     fn an_own_attempt_read_after_its_request_ended_is_history_only() {
-        let fleet = RecordedFleet::default();
-        let t = fleet.target(&p());
+        let calls = RecordedCalls::default();
+        let t = calls.target(&p());
         // The replay ended request 1 before its recorded attempt is read.
-        fleet.forget(1);
-        add(&fleet, attempt(100, 1, 503), true);
-        assert!(fleet.inner.lock().own.is_empty(), "nothing waits for it");
-        let taken = fleet.take_at(2, t, &p(), 100).map(|(a, own)| (a.status, own));
+        calls.forget(1);
+        add(&calls, attempt(100, 1, 503), true);
+        assert!(calls.inner.lock().own.is_empty(), "nothing waits for it");
+        let taken = calls.take_at(2, t, &p(), 100).map(|(a, own)| (a.status, own));
         assert_eq!(taken, Some((Some(503), false)), "the target's history has it");
     }
 
     #[test]
     fn attempts_read_after_the_body_follow_those_that_came_with_it() {
-        let fleet = RecordedFleet::default();
-        let t = fleet.target(&p());
+        let calls = RecordedCalls::default();
+        let t = calls.target(&p());
         let (first, second) = (attempt(10, 1, 500), attempt(20, 1, 200));
-        add(&fleet, first.clone(), false);
+        add(&calls, first.clone(), false);
         // The later attempt is read (late) before the request starts.
-        add(&fleet, second, true);
+        add(&calls, second, true);
         let statuses: Vec<_> = OWN.sync_scope(RefCell::new(SmallVec::from_iter([first])), || {
             (0..2)
-                .map(|_| fleet.take_at(1, t, &p(), 30).unwrap().0.status)
+                .map(|_| calls.take_at(1, t, &p(), 30).unwrap().0.status)
                 .collect()
         });
         assert_eq!(statuses, [Some(500), Some(200)]);
@@ -310,20 +310,20 @@ pub(super) mod tests {
 
     #[test]
     fn a_deferred_request_keeps_the_rest_of_its_own_attempts_for_its_redrive() {
-        let fleet = RecordedFleet::default();
-        let t = fleet.target(&p());
+        let calls = RecordedCalls::default();
+        let t = calls.target(&p());
         let body = [attempt(10, 1, 500), attempt(20, 1, 503)];
         for a in &body {
-            add(&fleet, a.clone(), false);
+            add(&calls, a.clone(), false);
         }
-        add(&fleet, attempt(30, 1, 429), true);
+        add(&calls, attempt(30, 1, 429), true);
         OWN.sync_scope(RefCell::new(SmallVec::from_iter(body)), || {
-            assert_eq!(fleet.take_at(1, t, &p(), 40).unwrap().0.status, Some(500));
-            // Deferred: what is left goes to the fleet with the task's end.
-            fleet.keep(1, OWN.with(RefCell::take));
+            assert_eq!(calls.take_at(1, t, &p(), 40).unwrap().0.status, Some(500));
+            // Deferred: what is left goes to the calls with the task's end.
+            calls.keep(1, OWN.with(RefCell::take));
         });
         // The re-drive runs in another task, with no own attempts of its own.
-        let taken: Vec<_> = (0..3).map(|_| fleet.take_at(1, t, &p(), 40).unwrap()).collect();
+        let taken: Vec<_> = (0..3).map(|_| calls.take_at(1, t, &p(), 40).unwrap()).collect();
         let taken: Vec<_> = taken.iter().map(|(a, own)| (a.status, *own)).collect();
         assert_eq!(taken, [(Some(503), true), (Some(429), true), (Some(429), false)]);
     }
