@@ -373,12 +373,5 @@ fn written(client: &Client, id: u64, reply: &crate::wire::Reply) -> Vec<u8> {
 }
 
 fn sse(body: impl Into<Body>) -> Response {
-    (
-        [
-            (header::CONTENT_TYPE, "text/event-stream"),
-            (header::CACHE_CONTROL, "no-cache"),
-        ],
-        body.into(),
-    )
-        .into_response()
+    super::event_stream(body.into())
 }

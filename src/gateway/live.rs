@@ -63,20 +63,19 @@ pub(super) struct Records {
 }
 
 fn sse(scope: &'static str, frames: impl futures_util::Stream<Item = String> + Send + 'static) -> Response {
-    let body = Body::from_stream(frames.map(Ok::<_, Infallible>));
-    (
-        [
-            (header::CONTENT_TYPE, "text/event-stream"),
-            (header::CACHE_CONTROL, "no-cache"),
-            (header::HeaderName::from_static(crate::wire::fusebox::SCOPE), scope),
-        ],
-        body,
-    )
-        .into_response()
+    let mut resp = super::event_stream(Body::from_stream(frames.map(Ok::<_, Infallible>)));
+    resp.headers_mut().insert(
+        header::HeaderName::from_static(crate::wire::fusebox::SCOPE),
+        header::HeaderValue::from_static(scope),
+    );
+    resp
 }
 
 fn data(json: &impl serde::Serialize) -> String {
-    format!("data: {}\n\n", serde_json::to_string(json).unwrap_or_default())
+    let mut out = Vec::new();
+    crate::wire::sse::write_json(None, json, &mut out);
+    // JSON is UTF-8.
+    String::from_utf8(out).unwrap_or_default()
 }
 
 /// `GET /_fusebox/snapshots?every_ms=N`: a snapshot every N ms (100 by

@@ -403,3 +403,17 @@ async fn not_found(uri: axum::http::Uri) -> Response {
         None,
     )
 }
+
+/// A `text/event-stream` answer: not cached, not buffered by a proxy in
+/// front (`x-accel-buffering: no`), so each event reaches the client as
+/// it is written.
+fn event_stream(body: axum::body::Body) -> axum::response::Response {
+    use axum::http::{header, HeaderValue};
+    use axum::response::IntoResponse;
+    let mut resp = body.into_response();
+    let h = resp.headers_mut();
+    h.insert(header::CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));
+    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+    h.insert("x-accel-buffering", HeaderValue::from_static("no"));
+    resp
+}

@@ -17,8 +17,8 @@ use crate::runner::chat::{Chat, ChatEnd, ChatRequest, CutBy};
 use crate::runner::stream::{StreamHead, StreamSink};
 use crate::wire::{anthropic, openai, responses, Delta, WireKind};
 use axum::body::Body;
-use axum::http::{header, HeaderName, HeaderValue, StatusCode};
-use axum::response::{IntoResponse, Response};
+use axum::http::StatusCode;
+use axum::response::Response;
 use bytes::Bytes;
 use serde_json::{json, Value};
 use std::sync::Arc;
@@ -348,19 +348,8 @@ pub(super) async fn streamed(gw: Arc<Gateway>, client: Client, req: ChatRequest)
         call: (!done).then_some(call),
         out,
     });
-    let mut resp = (
-        [
-            (header::CONTENT_TYPE, "text/event-stream"),
-            (header::CACHE_CONTROL, "no-cache"),
-        ],
-        body,
-    )
-        .into_response();
+    let mut resp = super::event_stream(body);
     let h = resp.headers_mut();
-    h.insert(
-        HeaderName::from_static("x-accel-buffering"),
-        HeaderValue::from_static("no"),
-    );
     outcome_headers(h, head.level, &head.chain, Some((head.quality, head.attempts)));
     resp
 }

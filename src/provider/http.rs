@@ -313,17 +313,7 @@ impl SseStream {
         };
         self.seen_events = true;
         let mut raw = Vec::with_capacity(ev.data.len() + 32);
-        if let Some(name) = &ev.event {
-            raw.extend_from_slice(b"event: ");
-            raw.extend_from_slice(name.as_bytes());
-            raw.push(b'\n');
-        }
-        for line in ev.data.split('\n') {
-            raw.extend_from_slice(b"data: ");
-            raw.extend_from_slice(line.as_bytes());
-            raw.push(b'\n');
-        }
-        raw.push(b'\n');
+        crate::wire::sse::write_event(ev.event.as_deref(), &ev.data, &mut raw);
         let deltas = match &mut self.reader {
             Reader::OpenAi => crate::wire::openai::decode_chunk(&ev.data),
             Reader::Anthropic(r) => r.read(ev.event.as_deref().unwrap_or(""), &ev.data),

@@ -1,10 +1,42 @@
-//! An incremental Server-Sent Events parser following the WHATWG
+//! Server-Sent Events: the one writer every stream fusebox sends goes
+//! through, and an incremental parser following the WHATWG
 //! `text/event-stream` rules, fed with arbitrary byte chunks.
 //!
 //! Lines end with CRLF, LF or CR (a CRLF may be split across chunks); a
 //! leading UTF-8 BOM is skipped; invalid UTF-8 is replaced lossily. Memory is
 //! bounded: a line, or the data of one event, longer than the configured
 //! maximum is an error.
+
+/// Writes one event: `event: NAME` where given, a `data:` line per line
+/// of `data` (as the format requires of data with newlines), a blank line.
+pub fn write_event(name: Option<&str>, data: &str, out: &mut Vec<u8>) {
+    if let Some(name) = name {
+        out.extend_from_slice(b"event: ");
+        out.extend_from_slice(name.as_bytes());
+        out.push(b'\n');
+    }
+    for line in data.split('\n') {
+        out.extend_from_slice(b"data: ");
+        out.extend_from_slice(line.as_bytes());
+        out.push(b'\n');
+    }
+    out.push(b'\n');
+}
+
+/// Writes `v` as one event's data, in JSON (one line: JSON text holds no
+/// raw newline).
+pub fn write_json(name: Option<&str>, v: &impl serde::Serialize, out: &mut Vec<u8>) {
+    if let Some(name) = name {
+        out.extend_from_slice(b"event: ");
+        out.extend_from_slice(name.as_bytes());
+        out.push(b'\n');
+    }
+    out.extend_from_slice(b"data: ");
+    // Writing to memory fails only for a value JSON cannot hold (a map
+    // with non-string keys), which fusebox never writes.
+    let _ = serde_json::to_writer(&mut *out, v);
+    out.extend_from_slice(b"\n\n");
+}
 
 /// Default maximum length of one line (and of one event's data): 8 MiB.
 pub const DEFAULT_MAX_LINE: usize = 8 * 1024 * 1024;
@@ -274,4 +306,32 @@ pub(crate) fn data_of(out: &[u8]) -> Vec<serde_json::Value> {
         .filter_map(|e| e.lines().find_map(|l| l.strip_prefix("data: ")))
         .map(|d| serde_json::from_str(d).unwrap())
         .collect()
+}
+
+#[cfg(test)]
+mod writer_tests {
+    use super::*;
+
+    #[test]
+    fn what_the_writer_writes_the_parser_reads_back_as_it_was() {
+        let mut out = Vec::new();
+        write_event(Some("delta"), "line one\nline two", &mut out);
+        write_json(None, &serde_json::json!({"a": "b\nc"}), &mut out);
+        assert_eq!(
+            String::from_utf8_lossy(&out),
+            "event: delta\ndata: line one\ndata: line two\n\ndata: {\"a\":\"b\\nc\"}\n\n"
+        );
+        let events = SseParser::new().feed(&out).unwrap();
+        let data: Vec<_> = events
+            .iter()
+            .filter_map(|e| match e {
+                SseItem::Event(e) => Some((e.event.as_deref(), e.data.as_str())),
+                SseItem::Comment(_) => None,
+            })
+            .collect();
+        assert_eq!(
+            data,
+            vec![(Some("delta"), "line one\nline two"), (None, "{\"a\":\"b\\nc\"}")]
+        );
+    }
 }

@@ -153,12 +153,7 @@ pub struct EventWriter {
 
 /// `event: NAME` with `data` as one SSE event.
 pub fn event(name: &str, data: &Value, out: &mut Vec<u8>) {
-    out.extend_from_slice(b"event: ");
-    out.extend_from_slice(name.as_bytes());
-    out.extend_from_slice(b"\ndata: ");
-    // Writing a Value to memory cannot fail.
-    let _ = serde_json::to_writer(&mut *out, data);
-    out.extend_from_slice(b"\n\n");
+    crate::wire::sse::write_json(Some(name), data, out);
 }
 
 /// The `ping` event.

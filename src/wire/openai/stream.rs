@@ -324,10 +324,7 @@ pub const KEEPALIVE: &[u8] = b": keep-alive\n\n";
 
 /// `v` as one SSE `data:` event.
 pub fn event(v: &Value, out: &mut Vec<u8>) {
-    out.extend_from_slice(b"data: ");
-    // Writing a Value to memory cannot fail.
-    let _ = serde_json::to_writer(&mut *out, v);
-    out.extend_from_slice(b"\n\n");
+    crate::wire::sse::write_json(None, v, out);
 }
 
 /// The error `type` and `code` for an HTTP status.
