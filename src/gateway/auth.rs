@@ -8,14 +8,15 @@
 //! Keys and tokens are looked up by their SHA-256: the gateway never holds
 //! one in clear, and a lookup's timing tells nothing of the secret.
 
-use super::{error, Gateway};
+use super::error::GatewayError;
+use super::Gateway;
 use crate::config::access::{Scope, SecretHash};
 use crate::config::{Config, KeyConfig};
 use crate::fleet::keys::SharedKeys;
 use axum::extract::{Request, State};
 use axum::http::{header, StatusCode};
 use axum::middleware::Next;
-use axum::response::Response;
+use axum::response::{IntoResponse, Response};
 use parking_lot::RwLock;
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -265,7 +266,7 @@ fn bearer(req: &Request) -> &[u8] {
 }
 
 fn unauthorized(message: &str) -> Response {
-    error(StatusCode::UNAUTHORIZED, message, None)
+    GatewayError::openai(StatusCode::UNAUTHORIZED, message).into_response()
 }
 
 /// Lets a request through if its credentials open its door, with who it
@@ -304,14 +305,14 @@ pub(super) async fn check(State(gw): State<Arc<Gateway>>, mut req: Request, next
         ),
         (Door::View | Door::Operate, _) if !access.operators.is_empty() => match access.operators.get(&hash()) {
             None => unauthorized("this endpoint needs an operator token: send `Authorization: Bearer <token>`"),
-            Some(op) if door == Door::Operate && op.scope == Scope::View => error(
+            Some(op) if door == Door::Operate && op.scope == Scope::View => GatewayError::openai(
                 StatusCode::FORBIDDEN,
-                &format!(
+                format!(
                     "operator {}'s token may view, not operate: commands need an `operate` token",
                     op.name
                 ),
-                None,
-            ),
+            )
+            .into_response(),
             Some(op) => {
                 req.extensions_mut().insert(op.clone());
                 next.run(req).await

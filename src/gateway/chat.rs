@@ -5,117 +5,55 @@
 //! answered, a translation otherwise.
 
 use super::auth::Caller;
+use super::client_api::Client;
+use super::error::{read_body, GatewayError};
 use super::{Gateway, Shared};
 use crate::limits::MAX_NAME_LEN;
 use crate::runner::chat::{Chat, ChatEnd, ChatRequest};
-use crate::wire::{anthropic, fusebox, openai, responses, BadRequest, Request, WireKind};
+use crate::wire::{fusebox, responses, Api, Request};
 use axum::body::Body;
 use axum::extract::State;
 use axum::http::{header, HeaderMap, HeaderName, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use std::sync::Arc;
-use std::time::{Instant, SystemTime, UNIX_EPOCH};
+use std::time::Instant;
 
 /// The longest deadline a client may ask for: an hour.
 const MAX_DEADLINE_MS: u64 = 3_600_000;
 
-/// The API a client speaks.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) enum Api {
-    /// OpenAI chat completions.
-    Chat,
-    /// Anthropic messages.
-    Messages,
-    /// OpenAI responses (no upstream speaks it: always translated).
-    Responses,
-}
+/// A request's answer, or the error it ends in.
+type Answer = Result<Response, GatewayError>;
 
-impl Api {
-    /// The upstream API whose answers this client takes as sent.
-    pub(super) fn wire(self) -> Option<WireKind> {
-        match self {
-            Api::Chat => Some(WireKind::OpenAi),
-            Api::Messages => Some(WireKind::Anthropic),
-            Api::Responses => None,
-        }
-    }
-
-    fn parse(self, body: &[u8]) -> Result<Request, BadRequest> {
-        match self {
-            Api::Chat => openai::parse_request(body),
-            Api::Messages => anthropic::parse_request(body),
-            Api::Responses => responses::parse_request(body),
-        }
-    }
-
-    /// The client's headers that only this API reads, to send on with its
-    /// body (every value of each, in order).
-    fn own_headers(self, headers: &HeaderMap) -> Vec<(&'static str, HeaderValue)> {
-        let names: &[&'static str] = match self {
-            Api::Chat => &["openai-beta"],
-            Api::Messages => &["anthropic-version", "anthropic-beta"],
-            Api::Responses => &[],
-        };
-        names
-            .iter()
-            .flat_map(|&n| headers.get_all(n).iter().map(move |v| (n, v.clone())))
-            .collect()
-    }
-
-    /// An error in this API's shape.
-    pub(super) fn error(self, status: StatusCode, message: &str, param: Option<&str>) -> Response {
-        let body = match self {
-            Api::Chat | Api::Responses => openai::error(status.as_u16(), message, param),
-            Api::Messages => anthropic::error(status.as_u16(), message),
-        };
-        (status, axum::Json(body)).into_response()
-    }
-}
-
-/// A client: its API and what its answer's form depends on.
-#[derive(Clone, Debug)]
-pub(super) struct Client {
-    pub api: Api,
-    /// It asked for usage in its stream (chat completions).
-    pub include_usage: bool,
-    /// What a Responses answer echoes of the request.
-    pub echo: Option<responses::Echo>,
-}
-
-pub(super) async fn completions(State(gw): Shared, req: axum::extract::Request) -> Response {
+pub(super) async fn completions(State(gw): Shared, req: axum::extract::Request) -> Answer {
     handle(gw, Api::Chat, req).await
 }
 
-pub(super) async fn messages(State(gw): Shared, req: axum::extract::Request) -> Response {
+pub(super) async fn messages(State(gw): Shared, req: axum::extract::Request) -> Answer {
     handle(gw, Api::Messages, req).await
 }
 
-pub(super) async fn responses(State(gw): Shared, req: axum::extract::Request) -> Response {
+pub(super) async fn responses(State(gw): Shared, req: axum::extract::Request) -> Answer {
     handle(gw, Api::Responses, req).await
 }
 
-async fn handle(gw: Arc<Gateway>, api: Api, req: axum::extract::Request) -> Response {
+async fn handle(gw: Arc<Gateway>, api: Api, req: axum::extract::Request) -> Answer {
     let arrived = Instant::now();
     let (parts, body) = req.into_parts();
-    let body = match super::read_body(body, gw.opts.max_body).await {
-        Ok(b) => b,
-        Err((status, why)) => return super::closing(api.error(status, &why, None)),
-    };
-    let mut asked = match api.parse(&body) {
-        Ok(r) => r,
-        Err(e) => return api.error(StatusCode::BAD_REQUEST, &e.message, e.field.as_deref()),
-    };
+    let body = read_body(body, gw.opts.max_body, api).await?;
+    let mut asked = api
+        .parse(&body)
+        .map_err(|e| GatewayError::new(api, StatusCode::BAD_REQUEST, e.message).param(e.field.as_deref()))?;
     asked.params.headers = api.own_headers(&parts.headers);
     if asked.model.len() > MAX_NAME_LEN {
         let why = format!("model is longer than {MAX_NAME_LEN} bytes");
-        return api.error(StatusCode::BAD_REQUEST, &why, Some("model"));
+        return Err(GatewayError::bad_request(api, why, "model"));
     }
     if gw.runner.route_for(&asked.model).is_none() {
-        return unknown_model(&gw, api, &asked.model);
+        return Err(unknown_model(&gw, api, &asked.model));
     }
     let caller = Caller::of(&parts.extensions);
     if let Some(why) = caller.as_ref().and_then(|c| c.refusal(&asked.model)) {
-        return api.error(StatusCode::FORBIDDEN, &why, Some("model"));
+        return Err(GatewayError::new(api, StatusCode::FORBIDDEN, why).param(Some("model")));
     }
     let stream = asked.stream;
     let client = Client {
@@ -127,35 +65,34 @@ async fn handle(gw: Arc<Gateway>, api: Api, req: axum::extract::Request) -> Resp
         .extensions
         .get::<super::request_key::RequestKey>()
         .map(|k| compact_str::CompactString::from(&*k.0));
-    let req = match chat_request(&gw, &parts.headers, asked, caller.as_deref(), key) {
-        Ok(r) => r,
-        Err((field, why)) => return api.error(StatusCode::BAD_REQUEST, &why, Some(field)),
-    };
+    let req = chat_request(&gw, &parts.headers, asked, caller.as_deref(), key)
+        .map_err(|(field, why)| GatewayError::bad_request(api, why, field))?;
     if stream {
-        return super::stream::streamed(gw, client, req).await;
+        return Ok(super::stream::streamed(gw, client, req).await);
     }
     let id = req.id;
     // Dropped with this handler when the client disconnects (or the
     // gateway's drain time is over): the upstream call is cancelled and its
     // reservations released (see `Runner::chat`).
     let Some(chat) = super::until_cut(&gw, gw.runner.chat(req, None)).await else {
-        return api.error(StatusCode::SERVICE_UNAVAILABLE, super::closing::CUT, None);
+        return Err(GatewayError::new(
+            api,
+            StatusCode::SERVICE_UNAVAILABLE,
+            super::closing::CUT,
+        ));
     };
     gw.latency.observe(arrived.elapsed());
-    respond(&client, id, chat, false)
+    Ok(respond(&client, id, chat, false))
 }
 
-fn unknown_model(gw: &Gateway, api: Api, model: &str) -> Response {
+fn unknown_model(gw: &Gateway, api: Api, model: &str) -> GatewayError {
     let mut known: Vec<&str> = gw.runner.routes().keys().map(String::as_str).collect();
     known.sort_unstable();
-    api.error(
-        StatusCode::NOT_FOUND,
-        &format!(
-            "model `{model}` is neither a route nor a configured model; routes: {} (GET /v1/models lists all)",
-            known.join(", ")
-        ),
-        Some("model"),
-    )
+    let why = format!(
+        "model `{model}` is neither a route nor a configured model; routes: {} (GET /v1/models lists all)",
+        known.join(", ")
+    );
+    GatewayError::new(api, StatusCode::NOT_FOUND, why).param(Some("model"))
 }
 
 /// A name a client gives (user, session): text of at most [`MAX_NAME_LEN`]
@@ -237,14 +174,6 @@ fn chat_request(
 /// Output tokens reserved for a call whose client set no cap.
 const DEFAULT_ESTIMATE: u32 = 4_096;
 
-/// Unix seconds now (the `created` of an answer fusebox writes).
-pub(super) fn unix_now() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_secs())
-        .unwrap_or(0)
-}
-
 /// Writes the outcome as the `x-fusebox-*` headers say it: level and
 /// chain, and quality and attempts where given.
 pub(super) fn outcome_headers(
@@ -280,98 +209,55 @@ pub(super) fn outcome_headers(
 /// The whole response for a call whose client's stream (if it asked for
 /// one) never started.
 pub(super) fn respond(client: &Client, id: u64, chat: Chat, stream: bool) -> Response {
-    let api = client.api;
     let o = &chat.outcome;
     let mut meta = HeaderMap::new();
     outcome_headers(&mut meta, o.level, &o.chain, Some((o.quality, o.attempts)));
-    let mut resp = match chat.end {
-        ChatEnd::Answer { response, model } | ChatEnd::Streamed { response, model, .. } => {
-            let wire = response.wire.as_deref();
-            if let Some(body) = wire
-                .filter(|w| Some(w.kind) == api.wire() && !stream)
-                .and_then(|w| w.body.clone())
-            {
-                // The upstream's own answer, as it sent it.
-                ([(header::CONTENT_TYPE, "application/json")], Body::from(body)).into_response()
-            } else {
-                let mut reply = response.reply();
-                if reply.id.is_empty() {
-                    reply.id = match api {
-                        Api::Chat => format!("chatcmpl-{:016x}", crate::clock::mix(id)),
-                        Api::Messages | Api::Responses => format!("msg_{:016x}", crate::clock::mix(id)),
-                    };
-                }
-                if reply.model.is_empty() {
-                    reply.model = model;
-                }
-                if stream {
-                    sse(written(client, id, &reply))
-                } else {
-                    let body = match api {
-                        Api::Chat => openai::render_reply(&frame(&reply), &reply),
-                        Api::Messages => anthropic::render_reply(&reply.id, &reply.model, &reply),
-                        Api::Responses => responses::render_reply(
-                            &responses::Ids::new(crate::clock::mix(id)),
-                            client.echo.as_ref().unwrap_or(&responses::Echo::default()),
-                            unix_now(),
-                            &reply,
-                        ),
-                    };
-                    axum::Json(body).into_response()
-                }
-            }
-        }
-        ChatEnd::Refused { reason, retry_after } | ChatEnd::RateLimited { reason, retry_after } => {
-            let mut r = api.error(StatusCode::TOO_MANY_REQUESTS, &reason, None);
-            if let Ok(v) = HeaderValue::from_str(&retry_after.as_secs().max(1).to_string()) {
-                r.headers_mut().insert(header::RETRY_AFTER, v);
-            }
-            r
-        }
-        ChatEnd::Unavailable { message } => api.error(StatusCode::SERVICE_UNAVAILABLE, &message, None),
-        ChatEnd::Unservable { reason, param } => api.error(StatusCode::BAD_REQUEST, &reason, param),
-        ChatEnd::Upstream(e) => upstream_error(api, &e),
-        ChatEnd::Cut { reason, .. } => api.error(StatusCode::BAD_GATEWAY, &reason, None),
-    };
+    let mut resp = answer(client, id, chat.end, stream).unwrap_or_else(IntoResponse::into_response);
     resp.headers_mut().extend(meta);
     resp
 }
 
-/// The upstream's refusal of the client's request: its status and, in the
-/// client's API, its own body.
-fn upstream_error(api: Api, e: &crate::provider::ProviderError) -> Response {
-    let status = e
-        .status
-        .and_then(|s| StatusCode::from_u16(s).ok())
-        .unwrap_or(StatusCode::BAD_REQUEST);
-    match &e.body {
-        Some((kind, body)) if Some(*kind) == api.wire() => (
-            status,
-            [(header::CONTENT_TYPE, "application/json")],
-            Body::from(body.clone()),
-        )
-            .into_response(),
-        _ => api.error(status, &e.message, None),
-    }
-}
-
-fn frame(reply: &crate::wire::Reply) -> openai::Frame {
-    openai::Frame {
-        id: reply.id.clone(),
-        model: reply.model.clone(),
-        created: unix_now(),
-        dialect: openai::Dialect::OpenAi,
+/// How a call's end is answered in the client's API.
+fn answer(client: &Client, id: u64, end: ChatEnd, stream: bool) -> Answer {
+    let api = client.api;
+    let error = |status, message: String| GatewayError::new(api, status, message);
+    match end {
+        ChatEnd::Answer { response, model } | ChatEnd::Streamed { response, model, .. } => {
+            let wire = response.wire.as_deref();
+            if let Some(body) = wire
+                .filter(|w| api.takes_as_sent(w.kind) && !stream)
+                .and_then(|w| w.body.clone())
+            {
+                // The upstream's own answer, as it sent it.
+                return Ok(([(header::CONTENT_TYPE, "application/json")], Body::from(body)).into_response());
+            }
+            let mut reply = response.reply();
+            if reply.id.is_empty() {
+                reply.id = api.reply_id(id);
+            }
+            if reply.model.is_empty() {
+                reply.model = model;
+            }
+            Ok(if stream {
+                super::event_stream(written(client, id, &reply).into())
+            } else {
+                axum::Json(api.render(client, id, &reply)).into_response()
+            })
+        }
+        ChatEnd::Refused { reason, retry_after } | ChatEnd::RateLimited { reason, retry_after } => {
+            Err(error(StatusCode::TOO_MANY_REQUESTS, reason).retry_after(retry_after))
+        }
+        ChatEnd::Unavailable { message } => Err(error(StatusCode::SERVICE_UNAVAILABLE, message)),
+        ChatEnd::Unservable { reason, param } => Err(error(StatusCode::BAD_REQUEST, reason).param(param)),
+        ChatEnd::Upstream(e) => Err(GatewayError::upstream(api, &e)),
+        ChatEnd::Cut { reason, .. } => Err(error(StatusCode::BAD_GATEWAY, reason)),
     }
 }
 
 /// A whole answer written as a stream in the client's API.
 fn written(client: &Client, id: u64, reply: &crate::wire::Reply) -> Vec<u8> {
     let mut out = Vec::new();
-    let mut w = super::stream::Writer::new(client, id, &reply.id, &reply.model);
+    let mut w = super::client_api::Writer::new(client, id, &reply.id, &reply.model);
     reply.deltas().iter().for_each(|d| w.write(d, &mut out));
     out
-}
-
-fn sse(body: impl Into<Body>) -> Response {
-    super::event_stream(body.into())
 }

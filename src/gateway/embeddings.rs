@@ -4,14 +4,15 @@
 //! would not compare). The upstream's answer comes back as it sent it.
 
 use super::auth::Caller;
-use super::chat::{name_in, outcome_headers, Api};
+use super::chat::{name_in, outcome_headers};
+use super::error::{read_body, GatewayError};
 use super::Shared;
 use crate::request::CHARS_PER_TOKEN;
 use crate::runner::embed::{EmbedCall, EmbedEnd};
-use crate::wire::{fusebox, RawBody};
+use crate::wire::{fusebox, Api, RawBody};
 use axum::body::Body;
 use axum::extract::State;
-use axum::http::{header, HeaderValue, StatusCode};
+use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde_json::Value;
 use std::sync::Arc;
@@ -38,28 +39,22 @@ fn chars(input: Option<&Value>) -> Result<usize, &'static str> {
     }
 }
 
-pub(super) async fn embeddings(State(gw): Shared, req: axum::extract::Request) -> Response {
+pub(super) async fn embeddings(State(gw): Shared, req: axum::extract::Request) -> Result<Response, GatewayError> {
     let api = Api::Chat;
     let (parts, body) = req.into_parts();
-    let bytes = match super::read_body(body, gw.opts.max_body).await {
-        Ok(b) => b,
-        Err((status, why)) => return super::closing(api.error(status, &why, None)),
-    };
-    let Ok(raw) = RawBody::parse(&bytes) else {
-        return api.error(StatusCode::BAD_REQUEST, "request body must be a JSON object", None);
-    };
+    let bytes = read_body(body, gw.opts.max_body, api).await?;
+    let raw = RawBody::parse(&bytes)
+        .map_err(|_| GatewayError::new(api, StatusCode::BAD_REQUEST, "request body must be a JSON object"))?;
     let model = match raw.read::<Value>("model") {
         Some(Ok(Value::String(m))) if !m.is_empty() => m,
-        _ => return api.error(StatusCode::BAD_REQUEST, "model: field required", Some("model")),
+        _ => return Err(GatewayError::bad_request(api, "model: field required", "model")),
     };
     let input = raw.read::<Value>("input").and_then(Result::ok);
-    let chars = match chars(input.as_ref()) {
-        Ok(c) => c,
-        Err(why) => return api.error(StatusCode::BAD_REQUEST, &format!("input: {why}"), Some("input")),
-    };
+    let chars =
+        chars(input.as_ref()).map_err(|why| GatewayError::bad_request(api, format!("input: {why}"), "input"))?;
     if gw.runner.route_for(&model).is_none() {
         let msg = format!("model `{model}` is neither a route nor a configured model (GET /v1/models lists all)");
-        return api.error(StatusCode::NOT_FOUND, &msg, Some("model"));
+        return Err(GatewayError::new(api, StatusCode::NOT_FOUND, msg).param(Some("model")));
     }
     let given = match raw.read::<Value>("user") {
         Some(Ok(Value::String(u))) => name_in("user", Some(u.as_bytes())),
@@ -67,12 +62,10 @@ pub(super) async fn embeddings(State(gw): Shared, req: axum::extract::Request) -
     };
     let caller = Caller::of(&parts.extensions);
     if let Some(why) = caller.as_ref().and_then(|c| c.refusal(&model)) {
-        return api.error(StatusCode::FORBIDDEN, &why, Some("model"));
+        return Err(GatewayError::new(api, StatusCode::FORBIDDEN, why).param(Some("model")));
     }
-    let billed = match given {
-        Ok(u) => Caller::user_of(caller.as_deref(), u),
-        Err((field, why)) => return api.error(StatusCode::BAD_REQUEST, &why, Some(field)),
-    };
+    let given = given.map_err(|(field, why)| GatewayError::bad_request(api, why, field))?;
+    let billed = Caller::user_of(caller.as_deref(), given);
     let call = EmbedCall {
         id: gw.ids.next(&parts.headers),
         user: billed.user,
@@ -82,30 +75,53 @@ pub(super) async fn embeddings(State(gw): Shared, req: axum::extract::Request) -
         chars,
     };
     let Some(done) = super::until_cut(&gw, gw.runner.embed(call)).await else {
-        return api.error(StatusCode::SERVICE_UNAVAILABLE, super::closing::CUT, None);
+        return Err(GatewayError::new(
+            api,
+            StatusCode::SERVICE_UNAVAILABLE,
+            super::closing::CUT,
+        ));
     };
-    let mut resp = match done.end {
-        EmbedEnd::Answer(e) => ([(header::CONTENT_TYPE, "application/json")], Body::from(e.body)).into_response(),
-        // No wait would let it through: the client's to change, not to retry.
-        EmbedEnd::Refused(e) if e.never() => api.error(StatusCode::BAD_REQUEST, &e.to_string(), Some("input")),
-        EmbedEnd::Refused(e) => {
-            let mut r = api.error(StatusCode::TOO_MANY_REQUESTS, &e.to_string(), None);
-            r.headers_mut()
-                .insert(header::RETRY_AFTER, HeaderValue::from(e.retry_after().as_secs()));
-            r
-        }
-        EmbedEnd::Unavailable(why) => api.error(StatusCode::SERVICE_UNAVAILABLE, &why, None),
-        EmbedEnd::Failed(e) => match (&e.body, e.status) {
-            (Some((_, body)), Some(s)) if e.client_fault() => (
-                StatusCode::from_u16(s).unwrap_or(StatusCode::BAD_REQUEST),
-                [(header::CONTENT_TYPE, "application/json")],
-                Body::from(body.clone()),
-            )
-                .into_response(),
-            _ => api.error(StatusCode::BAD_GATEWAY, &e.message, None),
-        },
-    };
+    let mut resp = answer(api, done.end).unwrap_or_else(IntoResponse::into_response);
     let o = &done.outcome;
     outcome_headers(resp.headers_mut(), o.level, &o.chain, None);
-    resp
+    Ok(resp)
+}
+
+/// How an embeddings call's end is answered.
+fn answer(api: Api, end: EmbedEnd) -> Result<Response, GatewayError> {
+    match end {
+        EmbedEnd::Answer(e) => Ok(([(header::CONTENT_TYPE, "application/json")], Body::from(e.body)).into_response()),
+        // No wait would let it through: the client's to change, not to retry.
+        EmbedEnd::Refused(e) if e.never() => Err(GatewayError::bad_request(api, e.to_string(), "input")),
+        EmbedEnd::Refused(e) => {
+            Err(GatewayError::new(api, StatusCode::TOO_MANY_REQUESTS, e.to_string()).retry_after(e.retry_after()))
+        }
+        EmbedEnd::Unavailable(why) => Err(GatewayError::new(api, StatusCode::SERVICE_UNAVAILABLE, why)),
+        EmbedEnd::Failed(e) if e.client_fault() && e.status.is_some() => Err(GatewayError::upstream(api, &e)),
+        EmbedEnd::Failed(e) => Err(GatewayError::new(api, StatusCode::BAD_GATEWAY, e.message)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::provider::{ErrorKind, ProviderError};
+
+    fn status(end: EmbedEnd) -> u16 {
+        answer(Api::Chat, end)
+            .unwrap_or_else(IntoResponse::into_response)
+            .status()
+            .as_u16()
+    }
+
+    #[test]
+    fn an_embeddings_failure_ends_as_a_chat_call_s_would() {
+        // The upstream refused the request as malformed, without a body of
+        // its own: its status, as for a chat call (not a 502).
+        let refused = ProviderError::new(ErrorKind::BadRequest, Some(400), "input too long");
+        assert_eq!(status(EmbedEnd::Failed(Box::new(refused))), 400);
+        let down = ProviderError::new(ErrorKind::ServerError, Some(500), "boom");
+        assert_eq!(status(EmbedEnd::Failed(Box::new(down))), 502);
+        assert_eq!(status(EmbedEnd::Unavailable("open".into())), 503);
+    }
 }

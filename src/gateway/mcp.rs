@@ -5,6 +5,7 @@
 
 use super::auth::Caller;
 use super::chat::name_in;
+use super::error::{closing, read_bytes};
 use super::Gateway;
 use crate::mcp::sessions::{McpLimits, Refused, Sessions};
 use crate::mcp::{proxy::Proxy, Upstreams};
@@ -179,9 +180,9 @@ async fn guard(State((gw, gate)): State<(Arc<Gateway>, Arc<McpGate>)>, req: Requ
 /// that is not one message.
 async fn message_of(req: Request, max: usize) -> Result<(Request, Option<Message>), Response> {
     let (parts, body) = req.into_parts();
-    let body = match super::read_body(body, max).await {
+    let body = match read_bytes(body, max).await {
         Ok(b) => b,
-        Err((status, why)) => return Err(super::closing(rpc_error(status, -32600, &why, None))),
+        Err((status, why)) => return Err(closing(rpc_error(status, -32600, &why, None))),
     };
     let json = parts
         .headers

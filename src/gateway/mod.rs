@@ -9,8 +9,10 @@
 pub mod accept;
 mod auth;
 mod chat;
+mod client_api;
 pub mod closing;
 mod embeddings;
+mod error;
 mod live;
 mod mcp;
 mod metrics;
@@ -27,6 +29,7 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
+use error::GatewayError;
 use metrics::Latency;
 use serde_json::json;
 use std::net::SocketAddr;
@@ -246,11 +249,6 @@ async fn until_cut<T>(gw: &Gateway, f: impl std::future::Future<Output = T>) -> 
     }
 }
 
-/// An OpenAI-shaped error response.
-fn error(status: StatusCode, message: &str, param: Option<&str>) -> Response {
-    chat::Api::Chat.error(status, message, param)
-}
-
 /// `GET /v1/models`: every route and every model, as OpenAI model objects;
 /// `fusebox.kind` says which each id is (`route` with its chain, `model`
 /// with its provider and the models it falls back to when named).
@@ -312,36 +310,6 @@ async fn readyz(State(gw): Shared) -> Response {
     }
 }
 
-/// Reads a request body of at most `max` bytes: 413 when it is longer, 400
-/// when it cannot be read (a malformed chunked encoding, a cut body).
-pub(super) async fn read_body(body: axum::body::Body, max: usize) -> Result<axum::body::Bytes, (StatusCode, String)> {
-    axum::body::to_bytes(body, max).await.map_err(|e| {
-        let too_long = std::error::Error::source(&e).is_some_and(|s| s.is::<http_body_util::LengthLimitError>());
-        if too_long {
-            (
-                StatusCode::PAYLOAD_TOO_LARGE,
-                format!("request body is larger than {max} bytes"),
-            )
-        } else {
-            (
-                StatusCode::BAD_REQUEST,
-                format!("the request body could not be read: {e}"),
-            )
-        }
-    })
-}
-
-/// An answer given before the request body was read whole (too large,
-/// unreadable): the connection closes after it, and says so, so that no
-/// client sends its next request on a connection the gateway is leaving.
-pub(super) fn closing(mut r: Response) -> Response {
-    r.headers_mut().insert(
-        axum::http::header::CONNECTION,
-        axum::http::HeaderValue::from_static("close"),
-    );
-    r
-}
-
 /// The largest operator command body.
 const MAX_COMMAND_BYTES: usize = 64 * 1024;
 
@@ -349,20 +317,16 @@ const MAX_COMMAND_BYTES: usize = 64 * 1024;
 /// JSON, e.g. `{"action":"force_open","target":"provider:openai"}`), issued
 /// by the `x-fusebox-operator` header's name. Behind the same token as the
 /// rest of the gateway.
-async fn command(State(gw): Shared, req: axum::extract::Request) -> Response {
+async fn command(State(gw): Shared, req: axum::extract::Request) -> Result<Response, GatewayError> {
     let (parts, body) = req.into_parts();
     let headers = parts.headers;
     if gw.opts.readonly {
-        return error(
+        return Err(GatewayError::openai(
             StatusCode::FORBIDDEN,
             "this gateway runs --readonly: operator commands are refused (restart it without --readonly to allow them)",
-            None,
-        );
+        ));
     }
-    let body = match read_body(body, MAX_COMMAND_BYTES).await {
-        Ok(b) => b,
-        Err((status, why)) => return closing(error(status, &why, None)),
-    };
+    let body = error::read_body(body, MAX_COMMAND_BYTES, crate::wire::Api::Chat).await?;
     // An operator token names its holder; else the header does.
     let by = match parts.extensions.get::<Arc<auth::Operator>>() {
         Some(op) => Issuer::operator(&op.name),
@@ -381,26 +345,24 @@ async fn command(State(gw): Shared, req: axum::extract::Request) -> Response {
             let target = serde_json::from_slice::<serde_json::Value>(&body)
                 .ok()
                 .and_then(|v| Some(Target::parse_provider(v.get("target")?.as_str()?).is_err()));
-            return error(
-                StatusCode::BAD_REQUEST,
-                &format!("not a command ({e}); e.g. {{\"action\":\"force_open\",\"target\":\"provider:openai\"}}"),
-                target.unwrap_or(false).then_some("target"),
+            let why = format!("not a command ({e}); e.g. {{\"action\":\"force_open\",\"target\":\"provider:openai\"}}");
+            return Err(
+                GatewayError::openai(StatusCode::BAD_REQUEST, why).param(target.unwrap_or(false).then_some("target"))
             );
         }
     };
     match gw.runner.apply(&cmd, &by) {
-        Ok(()) => Json(json!({"applied": cmd})).into_response(),
-        Err(e) => error(StatusCode::BAD_REQUEST, &e.to_string(), Some(&e.field())),
+        Ok(()) => Ok(Json(json!({"applied": cmd})).into_response()),
+        Err(e) => Err(GatewayError::openai(StatusCode::BAD_REQUEST, e.to_string()).param(Some(&e.field()))),
     }
 }
 
-async fn not_found(uri: axum::http::Uri) -> Response {
-    error(
+async fn not_found(uri: axum::http::Uri) -> GatewayError {
+    GatewayError::openai(
         StatusCode::NOT_FOUND,
-        &format!(
+        format!(
             "no route {uri}: fusebox serves POST /v1/chat/completions, POST /v1/messages, POST /v1/responses, POST /v1/embeddings, GET /v1/models, /metrics, /healthz, /readyz"
         ),
-        None,
     )
 }
 

@@ -9,16 +9,18 @@
 //! error event in the client's API (never a clean end). A client that goes
 //! away drops the body, and with it the call.
 
-use super::chat::{outcome_headers, respond, Api, Client};
+use super::chat::{outcome_headers, respond};
+use super::client_api::{Client, Writer};
+use super::error::GatewayError;
 use super::Gateway;
 use crate::outcome::Outcome;
 use crate::provider::Piece;
 use crate::runner::chat::{Chat, ChatEnd, ChatRequest, CutBy};
 use crate::runner::stream::{StreamHead, StreamSink};
-use crate::wire::{anthropic, openai, responses, Delta, WireKind};
+use crate::wire::{Api, Delta};
 use axum::body::Body;
 use axum::http::StatusCode;
-use axum::response::Response;
+use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 use serde_json::{json, Value};
 use std::sync::Arc;
@@ -35,67 +37,6 @@ struct Out {
 }
 
 type SharedOut = Arc<parking_lot::Mutex<Out>>;
-
-/// Writes pieces in the client's API.
-pub(super) enum Writer {
-    Chat(openai::ChunkWriter),
-    Messages(anthropic::EventWriter),
-    Responses(Box<responses::EventWriter>),
-}
-
-impl Writer {
-    /// A writer of request `n`'s answer `id` from `model` for `client`.
-    pub(super) fn new(client: &Client, n: u64, id: &str, model: &str) -> Self {
-        let created = super::chat::unix_now();
-        match client.api {
-            Api::Chat => Writer::Chat(openai::ChunkWriter::new(
-                openai::Frame {
-                    id: if id.is_empty() {
-                        format!("chatcmpl-{:016x}", crate::clock::mix(n))
-                    } else {
-                        id.to_string()
-                    },
-                    model: model.to_string(),
-                    created,
-                    dialect: openai::Dialect::OpenAi,
-                },
-                client.include_usage,
-            )),
-            Api::Messages => Writer::Messages(anthropic::EventWriter::new(id, model)),
-            Api::Responses => Writer::Responses(Box::new(responses::EventWriter::new(
-                responses::Ids::new(crate::clock::mix(n)),
-                client.echo.clone().unwrap_or_default(),
-                model,
-                created,
-            ))),
-        }
-    }
-
-    pub(super) fn write(&mut self, d: &Delta, out: &mut Vec<u8>) {
-        match self {
-            Writer::Chat(w) => w.write(d, out),
-            Writer::Messages(w) => w.write(d, out),
-            Writer::Responses(w) => w.write(d, out),
-        }
-    }
-
-    fn observe(&mut self, d: &Delta) {
-        match self {
-            Writer::Chat(w) => w.observe(d),
-            Writer::Messages(w) => w.observe(d),
-            Writer::Responses(w) => w.write(d, &mut Vec::new()),
-        }
-    }
-
-    /// An error event ending a stream cut short.
-    fn fail(&mut self, kind: &str, message: &str, out: &mut Vec<u8>) {
-        match self {
-            Writer::Chat(_) => openai::error_chunk(kind, message, out),
-            Writer::Messages(_) => anthropic::error_event(kind, message, out),
-            Writer::Responses(w) => w.fail(kind, message, out),
-        }
-    }
-}
 
 /// The error type a stream cut by `by` ends with, in the client's words.
 fn cut_type(by: CutBy) -> &'static str {
@@ -121,7 +62,7 @@ impl ClientSink {
     /// `p` in the client's API: as the upstream sent it when that is the
     /// client's API (bar the usage chunk fusebox asked for and the client
     /// did not), else (or when it has no bytes of its own) written anew.
-    fn encode(&mut self, kind: WireKind, p: &Piece, own: bool, out: &mut Vec<u8>) {
+    fn encode(&mut self, kind: Api, p: &Piece, own: bool, out: &mut Vec<u8>) {
         if p.raw.starts_with(b":") {
             // A keep-alive comment means the same in either API.
             out.extend_from_slice(&p.raw);
@@ -129,7 +70,7 @@ impl ClientSink {
         }
         let Some(w) = self.writer.as_mut() else { return };
         let api = self.client.api;
-        if own && !p.raw.is_empty() && Some(kind) == api.wire() {
+        if own && !p.raw.is_empty() && api.takes_as_sent(kind) {
             p.deltas.iter().for_each(|d| w.observe(d));
             let usage_only = !p.deltas.is_empty() && p.deltas.iter().all(|d| matches!(d, Delta::Usage(_)));
             if !(api == Api::Chat && usage_only && !self.client.include_usage) {
@@ -176,7 +117,8 @@ impl ClientSink {
     fn cut_short(mut self) {
         let message = super::closing::CUT;
         if self.writer.is_none() {
-            self.out.lock().whole = Some(self.client.api.error(StatusCode::SERVICE_UNAVAILABLE, message, None));
+            let e = GatewayError::new(self.client.api, StatusCode::SERVICE_UNAVAILABLE, message);
+            self.out.lock().whole = Some(e.into_response());
             return;
         }
         let mut out = Vec::new();
@@ -197,7 +139,7 @@ impl StreamSink for ClientSink {
         self.out.lock().head = Some(head);
     }
 
-    fn piece(&mut self, kind: WireKind, piece: &Piece, own: bool) {
+    fn piece(&mut self, kind: Api, piece: &Piece, own: bool) {
         let mut bytes = std::mem::take(&mut self.out.lock().bytes);
         self.encode(kind, piece, own, &mut bytes);
         self.out.lock().bytes = bytes;
@@ -206,7 +148,7 @@ impl StreamSink for ClientSink {
     /// A chat completion's chunks name the model that wrote them; the
     /// other APIs name one model, at their start.
     fn resumed_by(&mut self, model: &str) {
-        if let Some(Writer::Chat(w)) = self.writer.as_mut() {
+        if let Some(w) = self.writer.as_mut() {
             w.rename(model);
         }
     }
@@ -337,11 +279,12 @@ pub(super) async fn streamed(gw: Arc<Gateway>, client: Client, req: ChatRequest)
     };
     let Some(head) = head else {
         // Every end writes a stream or a response; this is a bug, said so.
-        return api.error(
+        let e = GatewayError::new(
+            api,
             StatusCode::INTERNAL_SERVER_ERROR,
             "the call ended without an answer",
-            None,
         );
+        return e.into_response();
     };
     gw.latency.observe(arrived.elapsed());
     let body = Body::from_stream(Drive {

@@ -1,6 +1,6 @@
 //! What the mock accepts: the keys and versions the real APIs require.
 
-use super::Flavor;
+use super::Provider;
 use crate::mockserver::error_response;
 use axum::http::{header, HeaderMap};
 use axum::response::Response;
@@ -40,12 +40,12 @@ pub(super) fn has_api_key(headers: &HeaderMap) -> bool {
 
 /// The provider's credential check: `Some` rejection if it fails (key
 /// values are never logged or echoed).
-pub(super) fn check_auth(flavor: Flavor, headers: &HeaderMap, keyless: bool) -> Option<Response> {
-    let fail = |code: u16, msg: &str| Some(error_response(flavor, code, msg, None, HeaderMap::new()));
+pub(super) fn check_auth(provider: Provider, headers: &HeaderMap, keyless: bool) -> Option<Response> {
+    let fail = |code: u16, msg: &str| Some(error_response(provider, code, msg, None, HeaderMap::new()));
     let no_key = headers.get(header::AUTHORIZATION).is_none() && headers.get("x-api-key").is_none();
-    match flavor {
-        Flavor::OpenAi | Flavor::DeepSeek if keyless && no_key => None,
-        Flavor::OpenAi | Flavor::DeepSeek => {
+    match provider {
+        Provider::OpenAi | Provider::DeepSeek if keyless && no_key => None,
+        Provider::OpenAi | Provider::DeepSeek => {
             if headers.get(header::AUTHORIZATION).is_none() {
                 return fail(
                     401,
@@ -57,7 +57,7 @@ pub(super) fn check_auth(flavor: Flavor, headers: &HeaderMap, keyless: bool) -> 
             }
             None
         }
-        Flavor::Anthropic => {
+        Provider::Anthropic => {
             // The current SDKs send the key as a bearer token; older ones as x-api-key.
             let answered = has_api_key(headers) || has_bearer(headers) || (keyless && no_key);
             if !answered {

@@ -1,7 +1,7 @@
 //! `POST /v1/embeddings` of the mock fleet: deterministic vectors for each
 //! input, under the OpenAI provider's faults and quota.
 
-use super::{check_auth, cut, error_response, quota::Cost, Flavor, MockServer};
+use super::{check_auth, cut, error_response, quota::Cost, MockServer, Provider};
 use crate::clock::{hash_str, mix};
 use crate::provider::mock::MockReply;
 use crate::provider::{LlmRequest, Message};
@@ -47,17 +47,17 @@ impl MockServer {
     /// One embeddings call: auth, parse, the OpenAI backend's plan, vectors.
     pub(super) async fn embeddings(&self, req: Request) -> Response {
         let arrived = Instant::now();
-        let flavor = Flavor::OpenAi;
+        let provider = Provider::OpenAi;
         let (parts, body) = req.into_parts();
         let conn = parts
             .extensions
             .get::<ConnectInfo<super::conn::ConnHandle>>()
             .map(|c| c.0.clone());
-        if let Some(resp) = check_auth(flavor, &parts.headers, self.keyless) {
+        if let Some(resp) = check_auth(provider, &parts.headers, self.keyless) {
             return resp;
         }
         let backend = &self.openai;
-        let bad = |msg: &str, param: &str| error_response(flavor, 400, msg, Some(param), HeaderMap::new());
+        let bad = |msg: &str, param: &str| error_response(provider, 400, msg, Some(param), HeaderMap::new());
         let Ok(bytes) = axum::body::to_bytes(body, 8 << 20).await else {
             return bad("request body unreadable or too large", "input");
         };
@@ -95,7 +95,7 @@ impl MockServer {
                 output: 0,
             }) {
                 Ok(snap) => snap.write_headers(&mut headers),
-                Err(ex) => return super::quota_exhausted(flavor, ex),
+                Err(ex) => return super::quota_exhausted(provider, ex),
             }
         }
         match plan {
@@ -114,11 +114,11 @@ impl MockServer {
                 code, message, delay, ..
             } => {
                 sleep_until(arrived + delay).await;
-                error_response(flavor, code, &message, None, headers)
+                error_response(provider, code, &message, None, headers)
             }
             MockReply::Timeout => {
                 sleep_until(arrived + Duration::from_secs(3_600)).await;
-                error_response(flavor, 504, "Upstream request timed out.", None, headers)
+                error_response(provider, 504, "Upstream request timed out.", None, headers)
             }
             MockReply::Refused => cut(conn.as_ref(), false),
             MockReply::Reset { delay } | MockReply::Truncated { delay, .. } => {

@@ -22,6 +22,7 @@ use crate::clock::{mix, purpose, Seed};
 use crate::provider::fault::FaultTable;
 use crate::provider::mock::{MockProvider, MockReply, Profile};
 use crate::provider::{ToolCall, Usage};
+use crate::wire::Api;
 use auth::{check_auth, has_api_key, has_bearer, header_str};
 use axum::body::Body;
 use axum::extract::{ConnectInfo, Request, State};
@@ -59,31 +60,40 @@ const MAX_BODY: usize = 8 << 20;
 /// How long a `timeout` fault holds the connection before giving up with a 504.
 const HOLD: Duration = Duration::from_secs(3_600);
 
-/// Which wire format a route speaks.
+/// Which provider a route imitates: its API, and within the chat
+/// completions API its dialect.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Flavor {
-    /// OpenAI chat completions.
+pub(crate) enum Provider {
+    /// OpenAI.
     OpenAi,
     /// DeepSeek (OpenAI-compatible, cache counts in usage, no rate-limit headers).
     DeepSeek,
-    /// Anthropic messages.
+    /// Anthropic.
     Anthropic,
 }
 
-impl Flavor {
+impl Provider {
     /// The provider name (fault target `provider:NAME`).
-    fn provider(self) -> &'static str {
+    fn name(self) -> &'static str {
         match self {
-            Flavor::OpenAi => "openai",
-            Flavor::DeepSeek => "deepseek",
-            Flavor::Anthropic => "anthropic",
+            Provider::OpenAi => "openai",
+            Provider::DeepSeek => "deepseek",
+            Provider::Anthropic => "anthropic",
+        }
+    }
+
+    /// The API it speaks.
+    pub(crate) fn api(self) -> Api {
+        match self {
+            Provider::OpenAi | Provider::DeepSeek => Api::Chat,
+            Provider::Anthropic => Api::Messages,
         }
     }
 }
 
 /// What a response needs to know about its request.
 pub(crate) struct Ctx {
-    flavor: Flavor,
+    provider: Provider,
     model: String,
     id: String,
     key: u64,
@@ -92,12 +102,12 @@ pub(crate) struct Ctx {
 }
 
 impl Ctx {
-    fn new(seed: Seed, flavor: Flavor, call: &wire::WireCall) -> Self {
+    fn new(seed: Seed, provider: Provider, call: &wire::WireCall) -> Self {
         let r = &call.req;
         let key = mix(r.request_id) ^ (u64::from(r.step) << 48) ^ (u64::from(r.attempt) << 56);
-        let key = seed.value(purpose::MOCK, key ^ mix(flavor as u64 + 1));
-        let id = match flavor {
-            Flavor::Anthropic => format!("msg_{key:016x}"),
+        let key = seed.value(purpose::MOCK, key ^ mix(provider as u64 + 1));
+        let id = match provider.api() {
+            Api::Messages => format!("msg_{key:016x}"),
             _ => format!("chatcmpl-{key:016x}"),
         };
         let created = SystemTime::now()
@@ -105,7 +115,7 @@ impl Ctx {
             .map(|d| d.as_secs())
             .unwrap_or(0);
         Self {
-            flavor,
+            provider,
             model: r.model.to_string(),
             id,
             key,
@@ -120,8 +130,8 @@ impl Ctx {
             id: self.id.clone(),
             model: self.model.clone(),
             created: self.created,
-            dialect: match self.flavor {
-                Flavor::DeepSeek => crate::wire::openai::Dialect::DeepSeek,
+            dialect: match self.provider {
+                Provider::DeepSeek => crate::wire::openai::Dialect::DeepSeek,
                 _ => crate::wire::openai::Dialect::OpenAi,
             },
         }
@@ -153,8 +163,8 @@ impl Ctx {
     /// The id of tool call `i` (`call_…` / `toolu_…`).
     fn tool_id(&self, i: usize) -> String {
         let v = mix(self.key ^ (i as u64 + 1));
-        match self.flavor {
-            Flavor::Anthropic => format!("toolu_{v:016x}"),
+        match self.provider.api() {
+            Api::Messages => format!("toolu_{v:016x}"),
             _ => format!("call_{v:016x}"),
         }
     }
@@ -259,11 +269,11 @@ impl MockServer {
         &self.faults
     }
 
-    fn backend(&self, flavor: Flavor) -> &Backend {
-        match flavor {
-            Flavor::OpenAi => &self.openai,
-            Flavor::DeepSeek => &self.deepseek,
-            Flavor::Anthropic => &self.anthropic,
+    fn backend(&self, provider: Provider) -> &Backend {
+        match provider {
+            Provider::OpenAi => &self.openai,
+            Provider::DeepSeek => &self.deepseek,
+            Provider::Anthropic => &self.anthropic,
         }
     }
 
@@ -299,28 +309,28 @@ impl MockServer {
     }
 
     /// One provider call: auth, parse, plan, quota, then the plan on the wire.
-    async fn call(&self, flavor: Flavor, req: Request) -> Response {
+    async fn call(&self, provider: Provider, req: Request) -> Response {
         let arrived = Instant::now();
         let (parts, body) = req.into_parts();
         let conn = parts.extensions.get::<ConnectInfo<ConnHandle>>().map(|c| c.0.clone());
-        if let Some(resp) = check_auth(flavor, &parts.headers, self.keyless) {
+        if let Some(resp) = check_auth(provider, &parts.headers, self.keyless) {
             return resp;
         }
-        let backend = self.backend(flavor);
+        let backend = self.backend(provider);
         let bytes = match axum::body::to_bytes(body, MAX_BODY).await {
             Ok(b) => b,
             Err(_) => {
                 let msg = format!("request body unreadable or larger than {} MiB", MAX_BODY >> 20);
-                return error_response(flavor, 413, &msg, None, backend.rate_now());
+                return error_response(provider, 413, &msg, None, backend.rate_now());
             }
         };
-        let call = match wire::parse(flavor, &parts.headers, &bytes) {
+        let call = match wire::parse(provider, &parts.headers, &bytes) {
             Ok(c) => c,
-            Err(e) => return error_response(flavor, 400, &e.message, e.field.as_deref(), backend.rate_now()),
+            Err(e) => return error_response(provider, 400, &e.message, e.field.as_deref(), backend.rate_now()),
         };
         let plan = backend.mock.plan(&call.req);
         tracing::debug!(
-            provider = flavor.provider(),
+            provider = provider.name(),
             request = call.req.request_id,
             step = call.req.step,
             attempt = call.req.attempt,
@@ -350,11 +360,11 @@ impl MockServer {
                     }
                     snap.write_headers(&mut headers);
                 }
-                Err(ex) => return quota_exhausted(flavor, ex),
+                Err(ex) => return quota_exhausted(provider, ex),
             }
         }
-        let ctx = Ctx::new(self.seed, flavor, &call);
-        put(&mut headers, request_id_header(flavor), ctx.id.clone());
+        let ctx = Ctx::new(self.seed, provider, &call);
+        put(&mut headers, request_id_header(provider), ctx.id.clone());
         let exchange = Exchange {
             backend,
             ctx,
@@ -393,7 +403,7 @@ impl Exchange<'_> {
             conn,
             arrived,
         } = self;
-        let flavor = ctx.flavor;
+        let provider = ctx.provider;
         match plan {
             MockReply::Answer {
                 text,
@@ -417,7 +427,7 @@ impl Exchange<'_> {
                 delay,
             } => {
                 sleep_until(arrived + delay).await;
-                if flavor == Flavor::Anthropic && code == 529 && stream {
+                if provider.api() == Api::Messages && code == 529 && stream {
                     let usage = Usage {
                         input,
                         ..Usage::default()
@@ -428,11 +438,11 @@ impl Exchange<'_> {
                 if let Some(ra) = retry_after {
                     retry_after_headers(&mut headers, ra);
                 }
-                error_response(flavor, code, &message, None, headers)
+                error_response(provider, code, &message, None, headers)
             }
             MockReply::Timeout => {
                 sleep_until(arrived + HOLD).await;
-                error_response(flavor, 504, "Upstream request timed out.", None, headers)
+                error_response(provider, 504, "Upstream request timed out.", None, headers)
             }
             MockReply::Refused => cut(conn.as_ref(), false),
             MockReply::Reset { delay } => {
@@ -442,8 +452,8 @@ impl Exchange<'_> {
             MockReply::Truncated { text, usage, delay } => {
                 if stream {
                     let first = Duration::from_millis(backend.profile.ttft_ms).min(delay);
-                    let beats = match flavor {
-                        Flavor::Anthropic => anthropic::truncated_stream(&ctx, &text, usage, first, delay),
+                    let beats = match provider.api() {
+                        Api::Messages => anthropic::truncated_stream(&ctx, &text, usage, first, delay),
                         _ => openai::truncated_stream(&ctx, &text, first, delay),
                     };
                     return sse_response(headers, play::script_body(arrived, beats, Some(delay)));
@@ -454,8 +464,8 @@ impl Exchange<'_> {
                     tool_calls: &[],
                     usage,
                 };
-                let full = match flavor {
-                    Flavor::Anthropic => anthropic::message(&ctx, &a),
+                let full = match provider.api() {
+                    Api::Messages => anthropic::message(&ctx, &a),
                     _ => openai::completion(&ctx, &a),
                 }
                 .to_string();
@@ -478,7 +488,7 @@ async fn answer(
     a: &Answer<'_>,
     (ttft, stall, tokens_per_s): (Duration, Duration, f64),
 ) -> Response {
-    let flavor = ctx.flavor;
+    let provider = ctx.provider;
     let gen = Duration::try_from_secs_f64(f64::from(a.usage.output) / tokens_per_s.max(0.01)).unwrap_or(HOLD);
     let t = Timing {
         stall,
@@ -486,18 +496,18 @@ async fn answer(
         gen,
     };
     if stream {
-        let beats = match flavor {
-            Flavor::Anthropic => anthropic::stream(ctx, a, &t),
+        let beats = match provider.api() {
+            Api::Messages => anthropic::stream(ctx, a, &t),
             _ => openai::stream(ctx, a, &t),
         };
         return sse_response(headers, play::script_body(arrived, beats, None));
     }
-    let body = match flavor {
-        Flavor::Anthropic => anthropic::message(ctx, a),
+    let body = match provider.api() {
+        Api::Messages => anthropic::message(ctx, a),
         _ => openai::completion(ctx, a),
     };
     let done = t.start + gen;
-    if flavor == Flavor::DeepSeek && !stall.is_zero() {
+    if provider == Provider::DeepSeek && !stall.is_zero() {
         // DeepSeek keeps a waiting non-stream request alive with empty lines.
         let mut beats = play::keepalives(stall, b"\n");
         beats.push(play::Beat {
@@ -526,22 +536,22 @@ fn wire_request_id(headers: &HeaderMap, body: &[u8]) -> u64 {
 }
 
 async fn openai_chat(State(server): State<Arc<MockServer>>, req: Request) -> Response {
-    server.call(Flavor::OpenAi, req).await
+    server.call(Provider::OpenAi, req).await
 }
 
 async fn deepseek_chat(State(server): State<Arc<MockServer>>, req: Request) -> Response {
-    server.call(Flavor::DeepSeek, req).await
+    server.call(Provider::DeepSeek, req).await
 }
 
 async fn anthropic_messages(State(server): State<Arc<MockServer>>, req: Request) -> Response {
-    server.call(Flavor::Anthropic, req).await
+    server.call(Provider::Anthropic, req).await
 }
 
 /// `GET /v1/models`: an OpenAI-style list (either provider's credentials accepted).
 async fn models(headers: HeaderMap) -> Response {
     if !has_bearer(&headers) && !has_api_key(&headers) {
         return error_response(
-            Flavor::OpenAi,
+            Provider::OpenAi,
             401,
             "You didn't provide an API key. Send it in the Authorization header (Authorization: Bearer KEY).",
             None,

@@ -3,9 +3,10 @@
 
 use super::conn::ConnHandle;
 use super::quota::Exhausted;
-use super::Flavor;
+use super::Provider;
 use crate::mockserver::{anthropic, play, quota};
 use crate::provider::mock::MockReply;
+use crate::wire::Api;
 use axum::body::Body;
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -23,9 +24,9 @@ pub(super) fn plan_label(plan: &MockReply) -> &'static str {
     }
 }
 
-pub(super) fn request_id_header(flavor: Flavor) -> &'static str {
-    match flavor {
-        Flavor::Anthropic => "request-id",
+pub(super) fn request_id_header(provider: Provider) -> &'static str {
+    match provider.api() {
+        Api::Messages => "request-id",
         _ => "x-request-id",
     }
 }
@@ -44,22 +45,22 @@ pub(super) fn retry_after_headers(h: &mut HeaderMap, d: Duration) {
 
 /// An error in the provider's shape, with `headers`.
 pub(super) fn error_response(
-    flavor: Flavor,
+    provider: Provider,
     code: u16,
     message: &str,
     param: Option<&str>,
     headers: HeaderMap,
 ) -> Response {
     let status = StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-    let body = match flavor {
-        Flavor::Anthropic => anthropic::error(code, message),
+    let body = match provider.api() {
+        Api::Messages => anthropic::error(code, message),
         _ => crate::wire::openai::error(code, message, param),
     };
     (status, headers, Json(body)).into_response()
 }
 
 /// The server's own 429 when a quota cannot take a request.
-pub(super) fn quota_exhausted(flavor: Flavor, ex: Exhausted) -> Response {
+pub(super) fn quota_exhausted(provider: Provider, ex: Exhausted) -> Response {
     let mut headers = HeaderMap::new();
     ex.snapshot.write_headers(&mut headers);
     let message = match ex.retry_after {
@@ -73,7 +74,7 @@ pub(super) fn quota_exhausted(flavor: Flavor, ex: Exhausted) -> Response {
         }
         None => format!("Request too large: it exceeds the limit of {} per minute.", ex.what),
     };
-    error_response(flavor, 429, &message, None, headers)
+    error_response(provider, 429, &message, None, headers)
 }
 
 /// Ends the exchange without a response: closes (FIN) or resets (RST) the

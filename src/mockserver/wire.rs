@@ -2,11 +2,11 @@
 //! [`crate::wire`], checked as strictly as the real APIs check tool turns,
 //! plus the `x-fusebox-*` headers that key the mock's plan.
 
-use super::Flavor;
+use super::Provider;
 use crate::clock::hash_str;
 use crate::provider::LlmRequest;
 use crate::wire::message::check_tool_turns;
-use crate::wire::{anthropic, fusebox, openai, BadRequest};
+use crate::wire::{anthropic, fusebox, openai, Api, BadRequest};
 use axum::http::HeaderMap;
 use std::str::FromStr;
 use std::sync::Arc;
@@ -25,11 +25,11 @@ pub(crate) struct WireCall {
     pub include_usage: bool,
 }
 
-/// Parses a request body of `flavor` plus the `x-fusebox-*` headers.
-pub(crate) fn parse(flavor: Flavor, headers: &HeaderMap, body: &[u8]) -> Result<WireCall, BadRequest> {
-    let r = match flavor {
-        Flavor::Anthropic => anthropic::parse_request(body)?,
-        Flavor::OpenAi | Flavor::DeepSeek => openai::parse_request(body)?,
+/// Parses a request body of `provider` plus the `x-fusebox-*` headers.
+pub(crate) fn parse(provider: Provider, headers: &HeaderMap, body: &[u8]) -> Result<WireCall, BadRequest> {
+    let r = match provider.api() {
+        Api::Messages => anthropic::parse_request(body)?,
+        _ => openai::parse_request(body)?,
     };
     check_tool_turns(&r.messages).map_err(|why| BadRequest::field("messages", &why))?;
     let request_id = match header_num::<u64>(headers, fusebox::REQUEST)? {
@@ -72,14 +72,14 @@ mod tests {
     use crate::wire::{Part, Role};
     use serde_json::{json, Value};
 
-    fn p(flavor: Flavor, v: Value) -> Result<WireCall, BadRequest> {
-        parse(flavor, &HeaderMap::new(), v.to_string().as_bytes())
+    fn p(provider: Provider, v: Value) -> Result<WireCall, BadRequest> {
+        parse(provider, &HeaderMap::new(), v.to_string().as_bytes())
     }
 
     #[test]
     fn openai_request() {
         let c = p(
-            Flavor::OpenAi,
+            Provider::OpenAi,
             json!({"model":"gpt-4o","max_completion_tokens":7,"stream":true,"stream_options":{"include_usage":true},
                 "messages":[{"role":"system","content":"be brief"},
                             {"role":"user","content":[{"type":"text","text":"order #12"},{"type":"image_url","image_url":{"url":"https://x/a.png"}}]},
@@ -100,7 +100,7 @@ mod tests {
     #[test]
     fn anthropic_request() {
         let c = p(
-            Flavor::Anthropic,
+            Provider::Anthropic,
             json!({"model":"claude-haiku","max_tokens":5,"system":[{"type":"text","text":"sys"}],
                 "messages":[{"role":"user","content":"hi"},
                             {"role":"assistant","content":[{"type":"tool_use","id":"t","name":"get_order","input":{}}]},
@@ -117,7 +117,7 @@ mod tests {
     #[test]
     fn a_tool_result_without_its_call_is_refused_as_the_api_refuses_it() {
         let e = p(
-            Flavor::OpenAi,
+            Provider::OpenAi,
             json!({"model":"gpt-4o","messages":[{"role":"user","content":"hi"},{"role":"tool","tool_call_id":"call_9","content":"x"}]}),
         )
         .unwrap_err();
@@ -131,43 +131,43 @@ mod tests {
 
     #[test]
     fn errors_name_the_field() {
-        let field = |f: Flavor, v: Value| p(f, v).err().and_then(|e| e.field);
+        let field = |f: Provider, v: Value| p(f, v).err().and_then(|e| e.field);
         let m = json!([{"role":"user","content":"hi"}]);
-        assert_eq!(field(Flavor::OpenAi, json!({"messages": m})), Some("model".into()));
+        assert_eq!(field(Provider::OpenAi, json!({"messages": m})), Some("model".into()));
         assert_eq!(
-            field(Flavor::Anthropic, json!({"model":"x","messages": m})),
+            field(Provider::Anthropic, json!({"model":"x","messages": m})),
             Some("max_tokens".into())
         );
         assert_eq!(
             field(
-                Flavor::OpenAi,
+                Provider::OpenAi,
                 json!({"model":"x","messages":[{"role":"user","content":5}]})
             ),
             Some("messages[0].content".into())
         );
         assert_eq!(
             field(
-                Flavor::Anthropic,
+                Provider::Anthropic,
                 json!({"model":"x","max_tokens":1,"messages":[{"role":"system","content":"s"}]})
             ),
             Some("messages[0].role".into())
         );
         assert_eq!(
             field(
-                Flavor::OpenAi,
+                Provider::OpenAi,
                 json!({"model":"x","messages":m,"tools":[{"type":"function","function":{}}]})
             ),
             Some("tools[0].function.name".into())
         );
         assert_eq!(
-            field(Flavor::OpenAi, json!({"model":"x","messages":m,"max_tokens":-1})),
+            field(Provider::OpenAi, json!({"model":"x","messages":m,"max_tokens":-1})),
             Some("max_tokens".into())
         );
-        assert!(parse(Flavor::OpenAi, &HeaderMap::new(), b"{nope").is_err());
+        assert!(parse(Provider::OpenAi, &HeaderMap::new(), b"{nope").is_err());
         let mut h = HeaderMap::new();
         h.insert(fusebox::STEP, axum::http::HeaderValue::from_static("two"));
         let e = parse(
-            Flavor::OpenAi,
+            Provider::OpenAi,
             &h,
             json!({"model":"x","messages":m}).to_string().as_bytes(),
         );

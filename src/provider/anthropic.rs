@@ -9,7 +9,7 @@ use super::{ErrorKind, LlmRequest, LlmResponse, Opened, Provider, ProviderError,
 use crate::clock::Clock;
 use crate::wire::anthropic::{parse_reply, render_request};
 use crate::wire::headers::anthropic_feedback;
-use crate::wire::WireKind;
+use crate::wire::Api;
 use serde_json::Value;
 use std::sync::Arc;
 
@@ -37,8 +37,8 @@ impl AnthropicClient {
 
 #[async_trait::async_trait]
 impl Provider for AnthropicClient {
-    fn wire(&self) -> Option<WireKind> {
-        Some(WireKind::Anthropic)
+    fn wire(&self) -> Option<Api> {
+        Some(Api::Messages)
     }
 
     async fn complete(&self, req: &LlmRequest) -> Result<LlmResponse, ProviderError> {
@@ -54,7 +54,7 @@ impl Provider for AnthropicClient {
             .header(reqwest::header::CONTENT_TYPE, "application/json")
             .body(body);
         // The client's `anthropic-version` stands in for fusebox's own.
-        let theirs = out.client_headers(WireKind::Anthropic);
+        let theirs = out.client_headers(Api::Messages);
         if !theirs.iter().any(|(k, _)| *k == "anthropic-version") {
             b = b.header("anthropic-version", VERSION);
         }
@@ -74,7 +74,7 @@ impl Provider for AnthropicClient {
                     .and_then(Value::as_str)
                     .map(super::http::stream_error_kind)
             });
-            let mut e = status_error(name, status, body, WireKind::Anthropic, rate);
+            let mut e = status_error(name, status, body, Api::Messages, rate);
             // A client error keeps its status's kind unless the body names
             // a more specific one (`request_too_large`).
             if (status == 400 || status == 413) && named == Some(ErrorKind::TooLarge) {
@@ -83,7 +83,7 @@ impl Provider for AnthropicClient {
             return Err(e);
         }
         if out.stream {
-            let stream = SseStream::new(name, resp, self.ep.idle, WireKind::Anthropic);
+            let stream = SseStream::new(name, resp, self.ep.idle, Api::Messages);
             return open_stream(stream, rate, req, &self.clock, start).await;
         }
         let body = read_body(name, resp).await?;
@@ -99,7 +99,7 @@ impl Provider for AnthropicClient {
         let elapsed = self.clock.now().saturating_duration_since(start);
         let mut resp = LlmResponse::measured(Arc::from(r.text), r.tool_calls, usage, rate, elapsed);
         resp.wire = Some(Box::new(WireAnswer {
-            kind: WireKind::Anthropic,
+            kind: Api::Messages,
             id: r.id,
             model: r.model,
             finish: r.finish,

@@ -135,7 +135,7 @@ pub fn status_error(
     provider: &str,
     status: u16,
     body: bytes::Bytes,
-    wire: crate::wire::WireKind,
+    wire: crate::wire::Api,
     rate: crate::resilience::limiter::RateFeedback,
 ) -> ProviderError {
     let v: Option<serde_json::Value> = serde_json::from_slice(&body).ok();
@@ -273,7 +273,7 @@ pub struct SseStream {
     pending: std::collections::VecDeque<crate::wire::sse::SseItem>,
     idle: Duration,
     reader: Reader,
-    kind: crate::wire::WireKind,
+    kind: crate::wire::Api,
     seen_events: bool,
     ended: bool,
     /// Events that could not be read, skipped.
@@ -282,7 +282,7 @@ pub struct SseStream {
 
 impl SseStream {
     /// Reads `resp` as a stream of `kind`.
-    pub fn new(provider: &str, resp: reqwest::Response, idle: Duration, kind: crate::wire::WireKind) -> Self {
+    pub fn new(provider: &str, resp: reqwest::Response, idle: Duration, kind: crate::wire::Api) -> Self {
         Self {
             provider: provider.to_string(),
             body: Box::pin(resp.bytes_stream()),
@@ -290,8 +290,8 @@ impl SseStream {
             pending: Default::default(),
             idle,
             reader: match kind {
-                crate::wire::WireKind::OpenAi => Reader::OpenAi,
-                crate::wire::WireKind::Anthropic => Reader::Anthropic(Default::default()),
+                crate::wire::Api::Chat | crate::wire::Api::Responses => Reader::OpenAi,
+                crate::wire::Api::Messages => Reader::Anthropic(Default::default()),
             },
             kind,
             seen_events: false,

@@ -10,7 +10,7 @@ pub mod stream;
 
 use crate::resilience::breaker::FailureKind;
 use crate::resilience::limiter::RateFeedback;
-use crate::wire::{Finish, Params, WireKind};
+use crate::wire::{Api, Finish, Params};
 use serde::{Deserialize, Serialize};
 use std::sync::Arc;
 use std::time::Duration;
@@ -140,7 +140,7 @@ pub struct LlmResponse {
 #[derive(Clone, Debug, Default)]
 pub struct WireAnswer {
     /// The API it answered in.
-    pub kind: WireKind,
+    pub kind: Api,
     /// Its id of the answer.
     pub id: String,
     /// The model it names.
@@ -372,7 +372,7 @@ pub struct ProviderError {
     pub usage: Usage,
     /// The upstream's error body as it sent it, and its API (an HTTP
     /// error answer), for passing a client's own mistake back to it.
-    pub body: Option<(WireKind, bytes::Bytes)>,
+    pub body: Option<(Api, bytes::Bytes)>,
     /// A tool's own answer to a call it failed (an MCP `isError` result),
     /// passed back to the caller as it came.
     pub answer: Option<Arc<str>>,
@@ -414,7 +414,7 @@ impl ProviderError {
 pub trait Provider: Send + Sync {
     /// The API it speaks, when it answers over the wire (a client's body
     /// of this API is passed through to it).
-    fn wire(&self) -> Option<WireKind> {
+    fn wire(&self) -> Option<Api> {
         None
     }
 

@@ -13,7 +13,7 @@ use crate::clock::Clock;
 use crate::resilience::limiter::RateFeedback;
 use crate::wire::headers::{openai_feedback, retry_after};
 use crate::wire::openai::{parse_reply, render_request, Dialect};
-use crate::wire::WireKind;
+use crate::wire::Api;
 use serde_json::Value;
 use std::sync::Arc;
 
@@ -52,8 +52,8 @@ impl OpenAiClient {
 
 #[async_trait::async_trait]
 impl Provider for OpenAiClient {
-    fn wire(&self) -> Option<WireKind> {
-        Some(WireKind::OpenAi)
+    fn wire(&self) -> Option<Api> {
+        Some(Api::Chat)
     }
 
     async fn complete(&self, req: &LlmRequest) -> Result<LlmResponse, ProviderError> {
@@ -90,7 +90,7 @@ impl Provider for OpenAiClient {
         let rate = self.feedback(resp.headers());
         let body = read_body(name, resp).await?;
         if !(200..300).contains(&status) {
-            return Err(status_error(name, status, body, WireKind::OpenAi, rate));
+            return Err(status_error(name, status, body, Api::Chat, rate));
         }
         let v: Value = serde_json::from_slice(&body).map_err(|e| {
             ProviderError::new(
@@ -124,7 +124,7 @@ impl Provider for OpenAiClient {
         let mut b = with_ids(post(&self.http, &self.ep, self.url.as_ref()), req)
             .header(reqwest::header::CONTENT_TYPE, "application/json")
             .body(body);
-        for (k, v) in out.client_headers(WireKind::OpenAi) {
+        for (k, v) in out.client_headers(Api::Chat) {
             b = b.header(*k, v.clone());
         }
         if let Some(k) = &self.ep.key {
@@ -135,10 +135,10 @@ impl Provider for OpenAiClient {
         let rate = self.feedback(resp.headers());
         if !(200..300).contains(&status) {
             let body = read_body(name, resp).await.unwrap_or_default();
-            return Err(status_error(name, status, body, WireKind::OpenAi, rate));
+            return Err(status_error(name, status, body, Api::Chat, rate));
         }
         if out.stream {
-            let stream = SseStream::new(name, resp, self.ep.idle, WireKind::OpenAi);
+            let stream = SseStream::new(name, resp, self.ep.idle, Api::Chat);
             return open_stream(stream, rate, req, &self.clock, start).await;
         }
         let body = read_body(name, resp).await?;
@@ -169,7 +169,7 @@ impl Provider for OpenAiClient {
         let start = body.len() - body.trim_ascii_start().len();
         let body = body.slice(start..start + body.trim_ascii().len());
         resp.wire = Some(Box::new(WireAnswer {
-            kind: WireKind::OpenAi,
+            kind: Api::Chat,
             id: r.id,
             model: r.model,
             finish: r.finish,

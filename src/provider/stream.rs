@@ -4,7 +4,7 @@
 
 use super::{ErrorKind, LlmResponse, ProviderError, WireAnswer};
 use crate::resilience::limiter::RateFeedback;
-use crate::wire::{Assembler, Delta, WireKind};
+use crate::wire::{Api, Assembler, Delta};
 use smallvec::SmallVec;
 use std::sync::Arc;
 
@@ -45,7 +45,7 @@ pub trait PieceStream: Send {
 /// rest to read.
 pub struct Live {
     /// The API the pieces are in.
-    pub kind: WireKind,
+    pub kind: Api,
     /// Rate-limit feedback from the response headers.
     pub rate: RateFeedback,
     /// Pieces read so far: up to and including the first with content.

@@ -14,7 +14,7 @@ use crate::request::{AgentRequest, Via};
 use crate::resilience::budget::BudgetExceeded;
 use crate::resilience::session::InSession;
 use crate::telemetry::events::{Arrival, EventKind};
-use crate::wire::WireKind;
+use crate::wire::Api;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
@@ -74,7 +74,7 @@ pub enum ChatEnd {
         /// Which model of the chain answered.
         model: String,
         /// The end of the stream.
-        tail: Vec<(WireKind, Piece, bool)>,
+        tail: Vec<(Api, Piece, bool)>,
     },
     /// The client's stream broke after its first byte: it ends on an error.
     Cut {

@@ -9,7 +9,7 @@ use crate::outcome::Level;
 use crate::provider::stream::Live;
 use crate::provider::{ErrorKind, LlmResponse, Piece, ProviderError, Usage};
 use crate::resilience::budget::BudgetExceeded;
-use crate::wire::{Assembler, Delta, WireKind};
+use crate::wire::{Api, Assembler, Delta};
 
 /// What a client is told when its answer starts streaming.
 #[derive(Clone, Debug)]
@@ -36,7 +36,7 @@ pub trait StreamSink: Send {
     /// One piece of the answer, in `kind`'s format; `own` when it comes
     /// from the first upstream that streamed (so, of the client's API, it
     /// may go as sent).
-    fn piece(&mut self, kind: WireKind, piece: &Piece, own: bool);
+    fn piece(&mut self, kind: Api, piece: &Piece, own: bool);
     /// The answer goes on from `model`, continuing a cut one: what is
     /// written from now on names it.
     fn resumed_by(&mut self, _model: &str) {}
@@ -61,7 +61,7 @@ pub struct Streaming<'s> {
     carried: Usage,
     /// The held end of the answer (its finish and terminator), for the
     /// client's last chunk: `(API, piece, own)`.
-    pub tail: Vec<(WireKind, Piece, bool)>,
+    pub tail: Vec<(Api, Piece, bool)>,
 }
 
 /// How a streamed attempt went.
@@ -138,7 +138,7 @@ impl<'s> Streaming<'s> {
     }
 
     /// Sends `p`, noting what it says.
-    fn send(&mut self, kind: WireKind, p: &Piece) {
+    fn send(&mut self, kind: Api, p: &Piece) {
         if !self.skip.is_empty() && p.deltas.iter().any(|d| matches!(d, Delta::Text(_))) {
             let mut p = p.clone();
             for d in &mut p.deltas {
@@ -239,7 +239,7 @@ impl<'s> Streaming<'s> {
     /// Sends held pieces of a checked answer: up to its finish, opening the
     /// client's stream first if need be; the finish and what follows are
     /// kept as the tail.
-    pub(crate) fn flush(&mut self, kind: WireKind, held: Vec<Piece>, head: StreamHead) {
+    pub(crate) fn flush(&mut self, kind: Api, held: Vec<Piece>, head: StreamHead) {
         if !self.started {
             self.open(head);
         }

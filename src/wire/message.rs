@@ -7,7 +7,7 @@
 //! the deferred spool; a message of older logs (`{"role", "content":
 //! "text"}`) reads as before.
 
-use super::WireKind;
+use super::Api;
 use serde::{Deserialize, Serialize};
 use std::borrow::Cow;
 use std::sync::{Arc, LazyLock};
@@ -114,7 +114,7 @@ pub enum Part {
     /// where [`Part::droppable`] says it may be left out.
     Opaque {
         /// The API whose format `value` is in.
-        wire: WireKind,
+        wire: Api,
         /// The part as sent.
         value: Arc<serde_json::Value>,
     },

@@ -28,23 +28,32 @@ pub use request::{BadRequest, Outgoing, Params, Request, ToolChoice};
 
 use serde::{Deserialize, Serialize};
 
-/// Which API a body is in.
+/// Which API a body is in: the one a client speaks, and the one an
+/// upstream speaks (OpenAI chat completions or Anthropic messages; no
+/// upstream speaks Responses, whose clients are always translated).
+/// Which OpenAI-compatible server a chat upstream is, is its
+/// [`openai::Dialect`], not another API.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum WireKind {
+pub enum Api {
     /// OpenAI chat completions (and OpenAI-compatible servers).
     #[default]
-    OpenAi,
+    #[serde(rename = "openai")]
+    Chat,
     /// Anthropic messages.
-    Anthropic,
+    #[serde(rename = "anthropic")]
+    Messages,
+    /// OpenAI responses.
+    #[serde(rename = "responses")]
+    Responses,
 }
 
-impl WireKind {
+impl Api {
     /// The API's name, for messages.
     pub fn as_str(self) -> &'static str {
         match self {
-            WireKind::OpenAi => "openai",
-            WireKind::Anthropic => "anthropic",
+            Api::Chat => "openai",
+            Api::Messages => "anthropic",
+            Api::Responses => "responses",
         }
     }
 }

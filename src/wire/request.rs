@@ -5,7 +5,7 @@
 
 use super::message::{Message, ToolSpec};
 use super::raw::RawBody;
-use super::WireKind;
+use super::Api;
 use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 use std::sync::Arc;
@@ -27,7 +27,7 @@ pub enum ToolChoice {
 #[derive(Clone, Debug, Default)]
 pub struct Params {
     /// The API the client speaks.
-    pub wire: WireKind,
+    pub wire: Api,
     /// Tool choice.
     pub tool_choice: Option<ToolChoice>,
     /// `parallel_tool_calls` (Anthropic: the inverse of `disable_parallel_tool_use`).
@@ -50,7 +50,7 @@ pub struct Params {
     /// What only one API can do, named (`response_format`, `n > 1`,
     /// `logprobs` only OpenAI's; `thinking` only Anthropic's): a model of
     /// another API cannot honour the request and is skipped.
-    pub needs: Vec<(&'static str, WireKind)>,
+    pub needs: Vec<(&'static str, Api)>,
     /// OpenAI's `response_format` (read from the client's request, for a
     /// translated call to an OpenAI model).
     pub response_format: Option<Value>,
@@ -80,7 +80,7 @@ impl Params {
     }
 
     /// Why a model of API `to` cannot serve this request, if it cannot.
-    pub fn cannot_honour(&self, to: WireKind) -> Option<String> {
+    pub fn cannot_honour(&self, to: Api) -> Option<String> {
         self.needs
             .iter()
             .find(|(_, only)| *only != to)
@@ -419,7 +419,7 @@ pub(crate) fn kept_messages(
 
 impl Outgoing<'_> {
     /// The client's body, when it may be passed on to an upstream of `wire`.
-    pub fn passthrough(&self, wire: WireKind) -> Option<&RawBody> {
+    pub fn passthrough(&self, wire: Api) -> Option<&RawBody> {
         (self.params.wire == wire)
             .then_some(self.params.raw.as_deref())
             .flatten()
@@ -428,7 +428,7 @@ impl Outgoing<'_> {
     /// The client's own headers for an upstream of `wire`: those of its
     /// API, when its body is passed on (a body fusebox wrote anew may not
     /// do what a beta header says it does).
-    pub fn client_headers(&self, wire: WireKind) -> &[(&'static str, http::HeaderValue)] {
+    pub fn client_headers(&self, wire: Api) -> &[(&'static str, http::HeaderValue)] {
         match self.passthrough(wire) {
             Some(_) => &self.params.headers,
             None => &[],

@@ -10,7 +10,7 @@ use fusebox::provider::{Piece, Provider};
 use fusebox::runner::chat::{ChatEnd, ChatRequest};
 use fusebox::runner::stream::{StreamHead, StreamSink};
 use fusebox::runner::Runner;
-use fusebox::wire::WireKind;
+use fusebox::wire::Api;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -122,7 +122,7 @@ impl StreamSink for Collected {
     fn start(&mut self, head: StreamHead) {
         self.started = Some(head);
     }
-    fn piece(&mut self, _: WireKind, _: &Piece, _: bool) {
+    fn piece(&mut self, _: Api, _: &Piece, _: bool) {
         self.pieces += 1;
     }
 }

@@ -4,7 +4,7 @@
 use crate::wire::message::{Content, ImageSource, Message, Origin, Part, Role, ToolCall, ToolKind, ToolSpec};
 use crate::wire::raw::{to_raw, RawBody};
 use crate::wire::request::{self as rq, BadRequest, Obj, Outgoing, Params, Request, ToolChoice};
-use crate::wire::WireKind;
+use crate::wire::Api;
 use serde_json::value::RawValue;
 use serde_json::{json, Value};
 use smallvec::SmallVec;
@@ -40,14 +40,14 @@ pub fn parse_request(bytes: &[u8]) -> Result<Request, BadRequest> {
     let (tools, offered) = tools(&obj)?;
     let mut needs = Vec::new();
     if offered.server {
-        needs.push(("server tools", WireKind::Anthropic));
+        needs.push(("server tools", Api::Messages));
     }
     if offered.defined {
-        needs.push(("Anthropic-defined tools", WireKind::Anthropic));
+        needs.push(("Anthropic-defined tools", Api::Messages));
     }
     if let Some(t) = rq::opt_obj(&obj, "thinking", "thinking")? {
         if rq::opt_str(t, "type", "thinking.type")? == Some("enabled") {
-            needs.push(("thinking", WireKind::Anthropic));
+            needs.push(("thinking", Api::Messages));
         }
     }
     if messages.iter().any(|m| {
@@ -56,7 +56,7 @@ pub fn parse_request(bytes: &[u8]) -> Result<Request, BadRequest> {
             .iter()
             .any(|p| matches!(p, Part::Opaque { .. }) && !p.droppable())
     }) {
-        needs.push(("document content", WireKind::Anthropic));
+        needs.push(("document content", Api::Messages));
     }
     let (tool_choice, parallel_tool_calls) = tool_choice(&obj)?;
     let user = match rq::opt_obj(&obj, "metadata", "metadata")? {
@@ -64,7 +64,7 @@ pub fn parse_request(bytes: &[u8]) -> Result<Request, BadRequest> {
         None => None,
     };
     let params = Params {
-        wire: WireKind::Anthropic,
+        wire: Api::Messages,
         tool_choice,
         parallel_tool_calls,
         temperature: rq::opt_f64(&obj, "temperature", "temperature")?,
@@ -225,7 +225,7 @@ fn part(v: &Value, path: &str) -> Result<Part, BadRequest> {
                 "url" => ImageSource::Url(rq::required_str(s, "url", &format!("{sp}.url"))?.into()),
                 _ => {
                     return Ok(Part::Opaque {
-                        wire: WireKind::Anthropic,
+                        wire: Api::Messages,
                         value: Arc::new(v.clone()),
                     })
                 }
@@ -233,7 +233,7 @@ fn part(v: &Value, path: &str) -> Result<Part, BadRequest> {
             Part::Image { source, detail: None }
         }
         _ => Part::Opaque {
-            wire: WireKind::Anthropic,
+            wire: Api::Messages,
             value: Arc::new(v.clone()),
         },
     })
@@ -316,10 +316,10 @@ fn tool_choice(obj: &Obj) -> Result<(Option<ToolChoice>, Option<bool>), BadReque
 /// conversation where fusebox changed it, replaced), else the typed call.
 /// `Err` names what this API cannot honour.
 pub fn render_request(o: &Outgoing) -> Result<Vec<u8>, String> {
-    if let Some(raw) = o.passthrough(WireKind::Anthropic) {
+    if let Some(raw) = o.passthrough(Api::Messages) {
         return passthrough(raw, o);
     }
-    if let Some(why) = o.params.cannot_honour(WireKind::Anthropic) {
+    if let Some(why) = o.params.cannot_honour(Api::Messages) {
         return Err(why);
     }
     let custom = o.tools.iter().any(|t| t.kind == ToolKind::Custom)
@@ -417,7 +417,7 @@ fn block_of(p: &Part) -> Result<Option<Value>, String> {
             json!({"type": "image", "source": source})
         }
         Part::Opaque {
-            wire: WireKind::Anthropic,
+            wire: Api::Messages,
             value,
         } => (**value).clone(),
         p if p.droppable() => return Ok(None),

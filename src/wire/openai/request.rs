@@ -6,7 +6,7 @@ use super::{Dialect, ROLES};
 use crate::wire::message::{Content, ImageSource, Message, Origin, Part, Role, ToolCall, ToolKind, ToolSpec};
 use crate::wire::raw::{to_raw, RawBody};
 use crate::wire::request::{self as rq, BadRequest, Obj, Outgoing, Params, Request, ToolChoice};
-use crate::wire::WireKind;
+use crate::wire::Api;
 use serde_json::value::RawValue;
 use serde_json::{json, Value};
 use smallvec::SmallVec;
@@ -30,31 +30,31 @@ pub fn parse_request(bytes: &[u8]) -> Result<Request, BadRequest> {
     };
     let mut needs = Vec::new();
     if tools.iter().any(|t| t.kind == ToolKind::Custom) {
-        needs.push(("custom tools", WireKind::OpenAi));
+        needs.push(("custom tools", Api::Chat));
     }
     let choices = rq::opt_u32(&obj, "n", "n")?.filter(|&n| n > 1);
     if choices.is_some() {
-        needs.push(("n > 1", WireKind::OpenAi));
+        needs.push(("n > 1", Api::Chat));
     }
     if rq::opt_bool(&obj, "logprobs", "logprobs")? == Some(true) {
-        needs.push(("logprobs", WireKind::OpenAi));
+        needs.push(("logprobs", Api::Chat));
     }
     if let Some(f) = rq::opt_obj(&obj, "response_format", "response_format")? {
         if rq::opt_str(f, "type", "response_format.type")?.is_some_and(|t| t != "text") {
-            needs.push(("response_format", WireKind::OpenAi));
+            needs.push(("response_format", Api::Chat));
         }
     }
     if obj.get("audio").is_some_and(|a| !a.is_null()) {
-        needs.push(("audio output", WireKind::OpenAi));
+        needs.push(("audio output", Api::Chat));
     }
     if messages
         .iter()
         .any(|m| m.content.parts().iter().any(|p| matches!(p, Part::Opaque { .. })))
     {
-        needs.push(("audio or file content", WireKind::OpenAi));
+        needs.push(("audio or file content", Api::Chat));
     }
     let params = Params {
-        wire: WireKind::OpenAi,
+        wire: Api::Chat,
         tool_choice: rq::tool_choice(&obj)?,
         parallel_tool_calls: rq::opt_bool(&obj, "parallel_tool_calls", "parallel_tool_calls")?,
         temperature: rq::opt_f64(&obj, "temperature", "temperature")?,
@@ -167,7 +167,7 @@ fn content(v: &Value, path: &str, refusal: &mut Option<Arc<str>>) -> Result<Cont
                 *refusal = Some(rq::required_str(part, "refusal", &format!("{pp}.refusal"))?.into());
             }
             _ => out.push(Part::Opaque {
-                wire: WireKind::OpenAi,
+                wire: Api::Chat,
                 value: Arc::new(p.clone()),
             }),
         }
@@ -253,10 +253,10 @@ fn tools(obj: &Obj) -> Result<Vec<ToolSpec>, BadRequest> {
 /// changed them), else the typed call. `Err` names what this API cannot
 /// honour.
 pub fn render_request(o: &Outgoing, dialect: Dialect) -> Result<Vec<u8>, String> {
-    if let Some(raw) = o.passthrough(WireKind::OpenAi) {
+    if let Some(raw) = o.passthrough(Api::Chat) {
         return passthrough(raw, o, dialect);
     }
-    if let Some(why) = o.params.cannot_honour(WireKind::OpenAi) {
+    if let Some(why) = o.params.cannot_honour(Api::Chat) {
         return Err(why);
     }
     let mut b = Obj::new();
@@ -392,10 +392,7 @@ fn render_message(m: &Message, dialect: Dialect) -> Result<Value, String> {
                         }
                         out.push(json!({"type": "image_url", "image_url": image}));
                     }
-                    Part::Opaque {
-                        wire: WireKind::OpenAi,
-                        value,
-                    } => out.push((**value).clone()),
+                    Part::Opaque { wire: Api::Chat, value } => out.push((**value).clone()),
                     p if p.droppable() => {}
                     p => return Err(format!("cannot honour {} content", p.kind())),
                 }

@@ -2,7 +2,7 @@
 
 use crate::wire::message::{Content, ImageSource, Message, Part, Role, ToolCall, ToolKind, ToolSpec};
 use crate::wire::request::{self as rq, BadRequest, Obj, Params, Request};
-use crate::wire::WireKind;
+use crate::wire::Api;
 use serde_json::{json, Value};
 use std::sync::Arc;
 
@@ -39,7 +39,7 @@ pub fn parse_request(bytes: &[u8]) -> Result<Request, BadRequest> {
     let mut needs = Vec::new();
     let response_format = match rq::opt_obj(&obj, "text", "text")?.and_then(|t| t.get("format")) {
         Some(f) if f.get("type").and_then(Value::as_str).is_some_and(|t| t != "text") => {
-            needs.push(("text.format", WireKind::OpenAi));
+            needs.push(("text.format", Api::Chat));
             Some(format_of(f))
         }
         _ => None,
@@ -49,7 +49,7 @@ pub fn parse_request(bytes: &[u8]) -> Result<Request, BadRequest> {
         .and_then(Value::as_str)
         .map(str::to_string);
     let params = Params {
-        wire: WireKind::OpenAi,
+        wire: Api::Chat,
         tool_choice: rq::tool_choice(&obj)?,
         parallel_tool_calls: rq::opt_bool(&obj, "parallel_tool_calls", "parallel_tool_calls")?,
         temperature: rq::opt_f64(&obj, "temperature", "temperature")?,
