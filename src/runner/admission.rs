@@ -3,16 +3,14 @@
 //! held while the call runs, then settled with what it used, whatever
 //! ends it.
 
-use super::llm::{Hop, HopResult, LlmFailure, Tally};
+use super::llm::{Hop, HopResult, Tally};
 use super::stream::Spend;
 use super::{ModelSlot, Runner};
-use crate::provider::LlmResponse;
-use crate::resilience::breaker::{Breaker, CallRecord, FailureKind, Permit};
+use crate::resilience::breaker::{Breaker, Permit};
 use crate::resilience::budget::BudgetExceeded;
 use crate::resilience::limiter::RateFeedback;
-use crate::telemetry::events::{Attempt, EventKind, Step, StepKind};
+use crate::telemetry::events::{EventKind, Step, StepKind};
 use smallvec::SmallVec;
-use std::time::Duration;
 
 impl Runner {
     /// Admits one attempt on model `mi` for `user`: both breakers (the
@@ -92,22 +90,20 @@ impl Runner {
         Ok((held, now))
     }
 
-    /// Settles one attempt: the limiter, the budgets and the fleet's
-    /// allowances with what it used, the request's tally, and both
-    /// breakers with how it went (a client-side failure is neutral to
-    /// them). Returns the trips it caused, per breaker.
+    /// Settles one attempt's reservations with what it used: the
+    /// limiter, the budgets and the fleet's allowances, and the request's
+    /// tally. Its breakers and counts are the [`super::attempt::Attempt`]'s.
     pub(super) fn settle(
         &self,
         user: &str,
         mi: usize,
-        permits: Permits,
+        (permit, res): Reserved,
         allowance: Option<super::shared::Reserved>,
-        spent: Spent<'_>,
+        spent: &Spent<'_>,
         tally: &mut Tally,
-    ) -> [Option<String>; 2] {
+    ) {
         let m = &self.models[mi];
         let p = &self.providers[m.provider];
-        let (pp, mp, permit, res) = permits;
         let u = spent.usage;
         let tokens = u.total();
         let cost = m.cost(u.input, u.output);
@@ -117,20 +113,14 @@ impl Runner {
         self.settle_allowance(user, allowance, tokens, cost);
         tally.tokens += u64::from(tokens);
         tally.cost += cost;
-        let lat_ms = spent.latency.as_millis() as u64;
-        let (pt, mt) = (self.registry.get(p.target), self.registry.get(m.target));
-        for t in [pt, mt] {
-            t.stats.latency.record(lat_ms);
-        }
-        let rec = CallRecord {
-            failure: spent.failure,
-            latency: spent.latency,
-            tokens,
-            tokens_per_s: spent.tokens_per_s,
-        };
-        [
-            pt.breaker.record(pp, &rec, spent.end),
-            mt.breaker.record(mp, &rec, spent.end),
+    }
+
+    /// Model `mi`'s targets: its provider's, then its own.
+    pub(super) fn model_targets(&self, mi: usize) -> super::attempt::Targets<'_> {
+        let m = &self.models[mi];
+        smallvec::smallvec![
+            self.registry.get(self.providers[m.provider].target),
+            self.registry.get(m.target)
         ]
     }
 }
@@ -156,22 +146,16 @@ impl Refusal {
     }
 }
 
-/// Breaker probes, a rate-limit reservation and a budget reservation, to settle.
-pub(super) type Permits = (
-    crate::resilience::breaker::Permit,
-    crate::resilience::breaker::Permit,
+/// A rate-limit reservation and a budget reservation, to settle.
+pub(super) type Reserved = (
     crate::resilience::limiter::LimitPermit,
     crate::resilience::budget::Reservation,
 );
 
-/// What one attempt spent, and how it went.
+/// What one attempt used, and when it ended.
 pub(super) struct Spent<'r> {
     pub usage: crate::provider::Usage,
     pub rate: &'r RateFeedback,
-    /// How it failed (`None`: it did not).
-    pub failure: Option<FailureKind>,
-    pub tokens_per_s: Option<f64>,
-    pub latency: Duration,
     pub end: tokio::time::Instant,
 }
 
@@ -208,8 +192,9 @@ impl Held<'_> {
             .collect()
     }
 
-    /// Hands everything over for settlement with the call's actual usage.
-    pub(super) fn disarm(mut self) -> Permits {
+    /// Hands everything over for settlement with the call's actual usage:
+    /// the breakers' probes (provider's, model's) and the reservations.
+    pub(super) fn disarm(mut self) -> ([Permit; 2], Reserved) {
         let taken = (
             self.probes[0].take(),
             self.probes[1].take(),
@@ -217,7 +202,7 @@ impl Held<'_> {
             self.res.take(),
         );
         match taken {
-            (Some(a), Some(b), Some(c), Some(d)) => (a, b, c, d),
+            (Some(a), Some(b), Some(c), Some(d)) => ([a, b], (c, d)),
             _ => unreachable!("disarm is called only once everything is held"),
         }
     }
@@ -264,26 +249,21 @@ impl Runner {
         }
     }
 
-    /// Model `mi` refused a call before it was made (after `tries`): the
-    /// next model is tried, unless a budget refused.
-    pub(super) fn refused(
-        &self,
-        request: u64,
-        mi: usize,
-        refusal: Refusal,
-        tries: u32,
-    ) -> Result<Result<(LlmResponse, u32), Hop>, LlmFailure> {
+    /// Model `mi` refused a call before it was made (after `tries`),
+    /// announced: the hop it ends (the next model may take the call), or
+    /// the budget that refused it (no model may).
+    pub(super) fn refused(&self, request: u64, mi: usize, refusal: Refusal, tries: u32) -> Result<Hop, BudgetExceeded> {
         self.announce_step(request, self.model_target(mi), refusal.step());
         let result = match refusal {
             Refusal::Open => HopResult::Open,
             Refusal::Rate => HopResult::Rate,
-            Refusal::Budget(e) => return Err(LlmFailure::Budget(e)),
+            Refusal::Budget(e) => return Err(e),
         };
-        Ok(Err(Hop {
+        Ok(Hop {
             model: mi,
             result,
             tries,
-        }))
+        })
     }
 
     /// Model `mi`'s target (`model:NAME`).
@@ -296,13 +276,6 @@ impl Runner {
         if self.events.has_subscribers() {
             self.events
                 .emit(EventKind::Step(Box::new(Step { request, target, kind })));
-        }
-    }
-
-    /// Emits an attempt record when someone (the recorder) listens.
-    pub(crate) fn announce_attempt(&self, make: impl FnOnce() -> Attempt) {
-        if self.events.has_subscribers() {
-            self.events.emit(EventKind::Attempt(Box::new(make())));
         }
     }
 }

@@ -371,7 +371,7 @@ impl Runner {
                 }
                 Ok((resp, mi)) => {
                     session.add_tokens(u64::from(resp.usage.total()));
-                    if mi != primary {
+                    if Runner::answered_level(primary, mi, &trail.tally.hops) == Level::Fallback {
                         trail.fallback = true;
                     }
                     trail.model_q = trail.model_q.min(self.quality_ratio(mi, primary));

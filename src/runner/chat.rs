@@ -192,11 +192,9 @@ impl Runner {
                     (Some(p), Some(a)) => self.quality_ratio(a, p),
                     _ => 1.0,
                 };
-                let resumed = tally.hops.iter().any(|h| h.result == HopResult::Resumed);
-                let level = if primary == answered && !resumed {
-                    Level::None
-                } else {
-                    Level::Fallback
+                let level = match (primary, answered) {
+                    (Some(p), Some(a)) => Runner::answered_level(p, a, &tally.hops),
+                    _ => Level::Fallback,
                 };
                 (level, q, None)
             }

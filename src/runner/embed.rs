@@ -3,15 +3,16 @@
 //! user's budgets, one attempt, no fallback (another model's vectors would
 //! not be comparable), ending in exactly one outcome.
 
-use super::admission::{Refusal, Spent};
+use super::admission::Spent;
+use super::attempt::Verdict;
 use super::ending::Ended;
 use super::llm::{Hop, HopResult, Tally};
 use super::Runner;
 use crate::outcome::{Level, Outcome};
-use crate::provider::{EmbedRequest, Embedded, ProviderError};
+use crate::provider::{EmbedRequest, Embedded, ErrorKind, ProviderError};
 use crate::request::{AgentRequest, Via};
-use crate::resilience::breaker::FailureKind;
-use crate::telemetry::events::{Arrival, Attempt, StepKind};
+use crate::resilience::breaker::CallRecord;
+use crate::telemetry::events::{Arrival, Attempt};
 use std::sync::Arc;
 
 /// An embeddings call asked for by an outside client.
@@ -96,32 +97,27 @@ impl Runner {
     async fn embed_on(&self, call: &EmbedCall, mi: usize, tally: &mut Tally) -> EmbedEnd {
         let m = &self.models[mi];
         let p = &self.providers[m.provider];
-        let pt = self.registry.get(p.target);
         let spend = super::stream::Spend::default();
         let (mut held, now) = match self.admit(&call.user, mi, call.chars, 0, || false).await {
             Ok(h) => h,
-            Err(Refusal::Open) => {
-                tally.hops.push(hop(mi, HopResult::Open));
-                self.announce_step(call.id, self.model_target(mi), StepKind::ShortCircuit);
-                return EmbedEnd::Unavailable(format!("{} is unavailable (breaker open)", m.name));
-            }
-            Err(Refusal::Rate) => {
-                tally.hops.push(hop(mi, HopResult::Rate));
-                self.announce_step(call.id, self.model_target(mi), StepKind::RateLimited);
-                return EmbedEnd::Unavailable(format!("{} has no rate-limit capacity now", m.name));
-            }
-            Err(Refusal::Budget(e)) => {
-                let reason = e.to_string();
-                self.announce_step(call.id, self.model_target(mi), StepKind::BudgetRefused { reason });
-                self.note_budget_rejection(&call.user, &e);
-                return EmbedEnd::Refused(e);
+            Err(refusal) => {
+                return match self.refused(call.id, mi, refusal, 1) {
+                    Ok(hop) => {
+                        let why = match hop.result {
+                            HopResult::Open => format!("{} is unavailable (breaker open)", m.name),
+                            _ => format!("{} has no rate-limit capacity now", m.name),
+                        };
+                        tally.hops.push(hop);
+                        EmbedEnd::Unavailable(why)
+                    }
+                    Err(e) => {
+                        self.note_budget_rejection(&call.user, &e);
+                        EmbedEnd::Refused(e)
+                    }
+                };
             }
         };
-        let mt = self.registry.get(m.target);
-        for t in [pt, mt] {
-            t.stats.attempts.inc();
-        }
-        tally.attempts += 1;
+        let attempt = self.attempt(self.model_targets(mi), now, tally);
         held.calling = Some(&spend);
         let req = EmbedRequest {
             request_id: call.id,
@@ -130,58 +126,47 @@ impl Runner {
             chars: call.chars,
         };
         let result = crate::provider::within(p.timeout, "embeddings call", p.client.embed(&req)).await;
-        let permits = held.disarm();
+        let allowance = held.allowance.take();
+        let (probes, reserved) = held.disarm();
         let end = self.clock.now();
-        let latency = end.saturating_duration_since(now);
         let (usage, rate, failure) = match &result {
             Ok(e) => (e.usage, e.rate, None),
-            Err(e) => (e.usage, e.rate, Some(e.kind.failure())),
+            Err(e) => (e.usage, e.rate, Some(e.kind)),
         };
         let spent = Spent {
             usage,
             rate: &rate,
-            failure,
-            tokens_per_s: None,
-            latency,
             end,
         };
-        self.settle(&call.user, mi, permits, None, spent, tally);
+        self.settle(&call.user, mi, reserved, allowance, &spent, tally);
+        let rec = CallRecord {
+            failure: failure.map(ErrorKind::failure),
+            tokens: usage.total(),
+            ..CallRecord::default()
+        };
+        let verdict = failure.map_or(Verdict::Ok, Verdict::Failed);
+        let provider = self.registry.get(p.target);
         let failed = result.as_ref().err();
-        self.announce_attempt(|| Attempt {
+        attempt.end(self, probes, verdict, rec, end, |latency| Attempt {
             model: Some(m.name.to_string()),
             status: failed.map_or(Some(200), |e| e.status),
             transport: failed.and_then(|e| e.kind.transport()),
             latency_ms: latency.as_millis() as u64,
             input_tokens: usage.input,
             rate,
-            ..Attempt::of(call.id, pt.target.clone())
+            ..Attempt::of(call.id, provider.target.clone())
         });
-        for t in [pt, mt] {
-            match failure {
-                None => t.stats.ok.inc(),
-                Some(FailureKind::Client) => t.stats.client_errors.inc(),
-                Some(_) => t.stats.failed.inc(),
-            }
-        }
-        tally.hops.push(hop(
-            mi,
-            match &result {
+        tally.hops.push(Hop {
+            model: mi,
+            result: match &result {
                 Ok(_) => HopResult::Ok,
                 Err(e) => HopResult::Failed(e.kind, e.status),
             },
-        ));
+            tries: 1,
+        });
         match result {
             Ok(e) => EmbedEnd::Answer(e),
             Err(e) => EmbedEnd::Failed(Box::new(e)),
         }
-    }
-}
-
-/// The one hop of an embeddings call on model `mi`, for the tally.
-fn hop(mi: usize, result: HopResult) -> Hop {
-    Hop {
-        model: mi,
-        result,
-        tries: 1,
     }
 }

@@ -91,4 +91,19 @@ impl Runner {
     pub(super) fn quality_ratio(&self, answered: usize, primary: usize) -> f64 {
         (self.models[answered].cfg.quality / self.models[primary].cfg.quality.max(1e-9)).min(1.0)
     }
+
+    /// The level of an answer from model `answered` after `hops`: a
+    /// fallback when another model than the route's first choice
+    /// `primary` answered, or it continued an answer another cut off.
+    pub(super) fn answered_level(primary: usize, answered: usize, hops: &[super::call::Hop]) -> Level {
+        use super::call::HopResult;
+        let continued = hops
+            .iter()
+            .any(|h| matches!(h.result, HopResult::Resumed | HopResult::Cut(_)));
+        if answered == primary && !continued {
+            Level::None
+        } else {
+            Level::Fallback
+        }
+    }
 }

@@ -4,13 +4,14 @@
 //! → provider call with retries → settle and calibrate.
 
 use super::admission::Spent;
+use super::attempt::{Attempt, RetryPolicy, Verdict};
 use super::stream::{Pumped, Spend, StreamHead, Streaming};
 use super::{ModelSlot, Runner};
-use crate::outcome::Level;
 use crate::provider::{ErrorKind, LlmRequest, LlmResponse, Message, Piece, ProviderError, Role, Usage};
-use crate::resilience::breaker::{watched, FailureKind};
+use crate::resilience::breaker::{watched, CallRecord, FailureKind};
 use crate::resilience::limiter::RateFeedback;
-use crate::telemetry::events::{Attempt, EventKind, StepKind};
+use crate::telemetry::events::{self, EventKind, StepKind};
+use smallvec::SmallVec;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
@@ -247,9 +248,7 @@ impl Runner {
     ) -> Result<Result<(LlmResponse, u32), Hop>, LlmFailure> {
         let m = &self.models[mi];
         let p = &self.providers[m.provider];
-        let (pt, mt) = (self.registry.get(p.target), self.registry.get(m.target));
         let chars = req.prompt_chars();
-        let mut attempt = 0u32;
         let spend = Spend::default();
         let hop = |result, tries| {
             Ok(Err(Hop {
@@ -258,7 +257,15 @@ impl Runner {
                 tries,
             }))
         };
+        let mut retries = self.retries(RetryPolicy {
+            retries: true,
+            key: call.request_id ^ ((call.step as u64) << 40),
+            deadline: call.deadline,
+            request: call.request_id,
+            targets: self.model_targets(mi),
+        });
         loop {
+            let attempt = retries.made();
             if call.deadline.is_some_and(|d| self.clock.now() >= d) {
                 return hop(HopResult::Failed(ErrorKind::Timeout, None), attempt);
             }
@@ -269,11 +276,12 @@ impl Runner {
                 .await;
             let (mut held, now) = match admitted {
                 Ok(h) => h,
-                Err(refusal) => return self.refused(call.request_id, mi, refusal, attempt),
+                Err(refusal) => {
+                    let refused = self.refused(call.request_id, mi, refusal, attempt);
+                    return refused.map(Err).map_err(LlmFailure::Budget);
+                }
             };
-            pt.stats.attempts.inc();
-            mt.stats.attempts.inc();
-            tally.attempts += 1;
+            let started = self.attempt(self.model_targets(mi), now, tally);
             req.attempt = attempt;
             spend.clear();
             held.calling = Some(&spend);
@@ -311,7 +319,8 @@ impl Runner {
             };
             let result = watched(&mut held.watched(), now, within, attempted).await;
             let end = self.clock.now();
-            let (tripped, semantic) = self.conclude(call, mi, held, (now, end), &result, &req, tally);
+            let (tripped, semantic) = self.conclude(call, mi, held, started, end, &result, &req, tally);
+            let tries = attempt + 1;
             match result {
                 Attempted::Answer(resp, pieces) => {
                     if let Some(why) = semantic {
@@ -319,23 +328,23 @@ impl Runner {
                         // call cannot be taken back: the stream ends on it.
                         if streaming.as_ref().is_some_and(|s| s.started) {
                             let e = ProviderError::new(ErrorKind::ServerError, Some(200), why);
-                            return hop(HopResult::Cut(Box::new(e)), attempt + 1);
+                            return hop(HopResult::Cut(Box::new(e)), tries);
                         }
-                        return hop(HopResult::Semantic(why), attempt + 1);
+                        return hop(HopResult::Semantic(why), tries);
                     }
                     if let Some(s) = streaming.as_deref_mut().filter(|_| req.stream == Some(true)) {
                         let kind = resp.wire.as_ref().map_or(call.params.wire, |w| w.kind);
                         let head = self.stream_head(call, mi, tally, &resp);
                         s.flush(kind, pieces, head);
                     }
-                    return Ok(Ok((resp, attempt + 1)));
+                    return Ok(Ok((resp, tries)));
                 }
                 Attempted::OverBudget(_, why) => return Err(LlmFailure::OverBudget(why)),
                 Attempted::Failed(e) => {
-                    self.report_failure(mi, &e, tripped);
+                    self.report_failure(mi, &e, &tripped);
                     if streaming.as_ref().is_some_and(|s| s.started) {
                         // After the first byte nothing is retried.
-                        return hop(HopResult::Cut(Box::new(e)), attempt + 1);
+                        return hop(HopResult::Cut(Box::new(e)), tries);
                     }
                     if e.kind == ErrorKind::Unsupported {
                         return hop(HopResult::Unsupported(e.message), attempt);
@@ -349,21 +358,14 @@ impl Runner {
                         tally.hops.push(Hop {
                             model: mi,
                             result: HopResult::Failed(e.kind, e.status),
-                            tries: attempt + 1,
+                            tries,
                         });
                         return Err(LlmFailure::Upstream(Box::new(e)));
                     }
-                    let key = call.request_id ^ ((call.step as u64) << 40);
-                    let elsewhere = self.any_admits(rest);
-                    let admits = self.admits(m, end);
-                    let Some(wait) = self.retry_wait(&e, attempt, admits, elsewhere, call.deadline, key, end) else {
-                        return hop(HopResult::Failed(e.kind, e.status), attempt + 1);
-                    };
-                    pt.stats.retries.inc();
-                    mt.stats.retries.inc();
-                    self.announce_step(call.request_id, self.model_target(mi), StepKind::retry(wait, &e));
-                    Box::pin(tokio::time::sleep(wait)).await;
-                    attempt += 1;
+                    let (admits, elsewhere) = (self.admits(m, end), self.any_admits(rest));
+                    if !retries.again(&e, admits, elsewhere, end).await {
+                        return hop(HopResult::Failed(e.kind, e.status), tries);
+                    }
                 }
             }
         }
@@ -381,9 +383,9 @@ impl Runner {
         }
     }
 
-    /// Settles one finished attempt of `req` on model `mi` with what it
-    /// used, counts it on both its targets and records it, the same way
-    /// whatever ended it (`times`: when it started and ended). Returns the
+    /// Ends one attempt of `req` on model `mi` at `end`: its reservations
+    /// settled with what it used, then the attempt ended (breakers,
+    /// counts, its record), the same way whatever ended it. Returns the
     /// trips it caused, per breaker, and its semantic failure.
     #[expect(
         clippy::too_many_arguments,
@@ -394,42 +396,42 @@ impl Runner {
         call: &LlmCall<'_>,
         mi: usize,
         mut held: super::admission::Held<'_>,
-        (start, end): (tokio::time::Instant, tokio::time::Instant),
+        attempt: Attempt<'_>,
+        end: tokio::time::Instant,
         result: &Attempted,
         req: &LlmRequest,
         tally: &mut Tally,
-    ) -> ([Option<String>; 2], Option<String>) {
+    ) -> (SmallVec<[Option<String>; 2]>, Option<String>) {
         let semantic = self.semantic_failure(result, req);
         let m = &self.models[mi];
-        let targets = [
-            self.registry.get(self.providers[m.provider].target),
-            self.registry.get(m.target),
-        ];
         let allowance = held.allowance.take();
-        let permits = held.disarm();
-        let latency = end.saturating_duration_since(start);
-        m.note_latency(latency);
+        let (probes, reserved) = held.disarm();
+        m.note_latency(end.saturating_duration_since(attempt.start()));
         let (usage, rate, failure, tokens_per_s) = result.spent(semantic.is_some());
         let spent = Spent {
             usage,
             rate: &rate,
-            failure,
-            tokens_per_s,
-            latency,
             end,
         };
-        let tripped = self.settle(call.user, mi, permits, allowance, spent, tally);
+        self.settle(call.user, mi, reserved, allowance, &spent, tally);
+        let provider = self.registry.get(self.providers[m.provider].target);
         if let Attempted::Answer(resp, _) = result {
-            self.note_skipped(call.request_id, targets[0], resp);
+            self.note_skipped(call.request_id, provider, resp);
         }
-        self.count_attempt(targets, result, semantic.is_some(), m.min_tokens_per_s);
+        let verdict = result.verdict(semantic.is_some(), m.min_tokens_per_s);
         // An answer cut at the budget was not a call that went wrong.
-        if !matches!(result, Attempted::OverBudget(..)) {
-            if failure.is_some() {
-                tally.wasted += u64::from(usage.total());
-            }
-            self.announce_attempt(|| result.record(call.request_id, targets[0], m, latency, semantic.clone()));
+        if failure.is_some() && verdict != Verdict::Cut {
+            tally.wasted += u64::from(usage.total());
         }
+        let rec = CallRecord {
+            failure,
+            latency: Duration::ZERO,
+            tokens: usage.total(),
+            tokens_per_s,
+        };
+        let tripped = attempt.end(self, probes, verdict, rec, end, |latency| {
+            result.record(call.request_id, provider, m, latency, semantic.clone())
+        });
         (tripped, semantic)
     }
 
@@ -450,7 +452,7 @@ impl Runner {
     /// What a provider's failure tells others: its limiter counts a 429,
     /// and when the provider itself said so (429, 5xx, 529; a transport
     /// error may be this host's network) the fleet hears of the trips.
-    fn report_failure(&self, mi: usize, e: &ProviderError, tripped: [Option<String>; 2]) {
+    fn report_failure(&self, mi: usize, e: &ProviderError, tripped: &[Option<String>]) {
         let m = &self.models[mi];
         let p = &self.providers[m.provider];
         if e.kind == ErrorKind::RateLimited {
@@ -459,43 +461,8 @@ impl Runner {
         if let (Some(fleet), Some(_)) = (self.shared.get(), e.status) {
             for (t, why) in [p.target, m.target].into_iter().zip(tripped) {
                 if let Some(why) = why {
-                    fleet.trip(self.registry.get(t).target.clone(), why);
+                    fleet.trip(self.registry.get(t).target.clone(), why.clone());
                 }
-            }
-        }
-    }
-
-    /// Counts one attempt's result on its provider's and model's targets:
-    /// an answer that is semantically wrong, or slower than
-    /// `min_tokens_per_s`, is a failure; a client-side error is neither.
-    fn count_attempt(
-        &self,
-        targets: [&super::registry::Entry; 2],
-        result: &Attempted,
-        semantic: bool,
-        min_tokens_per_s: f64,
-    ) {
-        for t in targets {
-            match result {
-                Attempted::Answer(..) if semantic => {
-                    t.stats.failed.inc();
-                    t.stats.semantic.inc();
-                }
-                Attempted::Answer(resp, _) if resp.tokens_per_s.is_some_and(|tps| tps < min_tokens_per_s) => {
-                    t.stats.failed.inc()
-                }
-                Attempted::Answer(..) => t.stats.ok.inc(),
-                Attempted::Failed(e) => {
-                    if e.kind.failure() == FailureKind::Client {
-                        t.stats.client_errors.inc();
-                    } else {
-                        t.stats.failed.inc();
-                    }
-                    if e.kind == ErrorKind::Timeout {
-                        t.stats.timeouts.inc();
-                    }
-                }
-                Attempted::OverBudget(..) => {}
             }
         }
     }
@@ -553,15 +520,10 @@ impl Runner {
         let primary = call.route.chain[0];
         let mut chain: Vec<_> = tally.hops.iter().map(|h| self.hop_of(h)).collect();
         chain.push(crate::outcome::Hop::ok(&self.models[mi].name));
-        let q = self.models[mi].cfg.quality / self.models[primary].cfg.quality.max(1e-9);
         StreamHead {
-            level: if mi == primary && tally.hops.is_empty() {
-                Level::None
-            } else {
-                Level::Fallback
-            },
+            level: Runner::answered_level(primary, mi, &tally.hops),
             chain,
-            quality: (q.min(1.0) * 100.0).round() / 100.0,
+            quality: (self.quality_ratio(mi, primary) * 100.0).round() / 100.0,
             attempts: tally.attempts,
             id: String::new(),
             model: self.models[mi].name.to_string(),
@@ -609,6 +571,18 @@ impl Attempted {
         }
     }
 
+    /// How its targets count it: an answer that is semantically wrong, or
+    /// slower than `min_tokens_per_s`, is a failure.
+    fn verdict(&self, semantic: bool, min_tokens_per_s: f64) -> Verdict {
+        match self {
+            Attempted::Answer(..) if semantic => Verdict::Semantic,
+            Attempted::Answer(resp, _) if resp.tokens_per_s.is_some_and(|tps| tps < min_tokens_per_s) => Verdict::Slow,
+            Attempted::Answer(..) => Verdict::Ok,
+            Attempted::Failed(e) => Verdict::Failed(e.kind),
+            Attempted::OverBudget(..) => Verdict::Cut,
+        }
+    }
+
     /// The attempt's record for the recorder.
     fn record(
         &self,
@@ -617,12 +591,12 @@ impl Attempted {
         m: &super::ModelSlot,
         latency: Duration,
         semantic: Option<String>,
-    ) -> Attempt {
-        let mut a = Attempt {
+    ) -> events::Attempt {
+        let mut a = events::Attempt {
             model: Some(m.name.to_string()),
             latency_ms: latency.as_millis() as u64,
             semantic_failure: semantic,
-            ..Attempt::of(request, provider.target.clone())
+            ..events::Attempt::of(request, provider.target.clone())
         };
         let (usage, rate) = match self {
             Attempted::Answer(resp, _) => {

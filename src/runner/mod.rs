@@ -4,6 +4,7 @@
 
 mod admission;
 pub mod agent;
+mod attempt;
 mod blame;
 mod call;
 pub mod chat;
@@ -13,7 +14,6 @@ mod ending;
 pub mod llm;
 pub mod registry;
 pub mod reload;
-mod retry;
 mod scope;
 pub mod shared;
 mod snapshot;

@@ -1,11 +1,12 @@
 //! One tool call: drill mode → breaker → bulkhead → call with retries (only
 //! for idempotent tools) → record. Successful results feed the cache.
 
+use super::attempt::{RetryPolicy, Verdict};
 use super::llm::Tally;
 use super::Runner;
 use crate::clock::hash_str;
-use crate::provider::{ErrorKind, ToolCall};
-use crate::resilience::breaker::{watched, CallRecord, FailureKind};
+use crate::provider::ToolCall;
+use crate::resilience::breaker::{watched, CallRecord};
 use crate::telemetry::events::{Attempt, StepKind};
 use std::sync::Arc;
 use std::time::Duration;
@@ -102,7 +103,14 @@ impl Runner {
             return Err(ToolFailure::Drill);
         }
         let timeout = Duration::from_millis(slot.cfg.timeout_ms);
-        let mut attempt = 0u32;
+        // Only an idempotent tool is called twice.
+        let mut retries = self.retries(RetryPolicy {
+            retries: slot.cfg.idempotent,
+            key: request_id ^ hash_str(&slot.name),
+            deadline: None,
+            request: request_id,
+            targets: smallvec::smallvec![t],
+        });
         loop {
             let mut permit = match t.breaker.try_acquire(self.clock.now()) {
                 Ok(p) => p,
@@ -121,70 +129,38 @@ impl Runner {
                     return Err(ToolFailure::PoolFull);
                 }
             };
-            t.stats.attempts.inc();
-            tally.attempts += 1;
-            let t0 = self.clock.now();
+            let attempt = self.attempt(smallvec::smallvec![t], self.clock.now(), tally);
+            let n = retries.made();
             let r = watched(
                 &mut [(&t.breaker, &mut permit)],
-                t0,
+                attempt.start(),
                 timeout,
                 self.executor
-                    .call_within(&slot.name, &call.arguments, request_id, attempt, timeout),
+                    .call_within(&slot.name, &call.arguments, request_id, n, timeout),
             )
             .await;
             drop(slot_guard);
             let end = self.clock.now();
-            let latency = end.saturating_duration_since(t0);
-            t.stats.latency.record(latency.as_millis() as u64);
-            self.announce_attempt(|| attempt_of(request_id, &t.target, &r, latency));
+            let failure = r.as_ref().err().map(|e| e.kind.failure());
+            let verdict = r.as_ref().map_or_else(|e| Verdict::Failed(e.kind), |_| Verdict::Ok);
+            let rec = CallRecord {
+                failure,
+                ..CallRecord::default()
+            };
+            attempt.end(self, [permit], verdict, rec, end, |latency| {
+                attempt_of(request_id, &t.target, &r, latency)
+            });
             match r {
                 Ok(text) => {
-                    t.breaker.record(
-                        permit,
-                        &CallRecord {
-                            latency,
-                            ..CallRecord::default()
-                        },
-                        end,
-                    );
-                    t.stats.ok.inc();
                     if slot.cfg.cache_ttl_s > 0 {
                         self.cache.put(key, text.clone(), end);
                     }
                     return Ok(text);
                 }
                 Err(e) => {
-                    t.breaker.record(
-                        permit,
-                        &CallRecord {
-                            failure: Some(e.kind.failure()),
-                            latency,
-                            ..CallRecord::default()
-                        },
-                        end,
-                    );
-                    if e.kind.failure() == FailureKind::Client {
-                        t.stats.client_errors.inc();
-                    } else {
-                        t.stats.failed.inc();
-                    }
-                    if e.kind == ErrorKind::Timeout {
-                        t.stats.timeouts.inc();
-                    }
-                    // Only an idempotent tool is called twice.
-                    let key = request_id ^ hash_str(&slot.name);
-                    let wait = slot
-                        .cfg
-                        .idempotent
-                        .then(|| self.retry_wait(&e, attempt, t.breaker.would_admit(end), false, None, key, end))
-                        .flatten();
-                    let Some(wait) = wait else {
+                    if !retries.again(&e, t.breaker.would_admit(end), false, end).await {
                         return Err(ToolFailure::Failed(e.kind.label(e.status), e.answer));
-                    };
-                    t.stats.retries.inc();
-                    self.announce_step(request_id, t.target.clone(), StepKind::retry(wait, &e));
-                    tokio::time::sleep(wait).await;
-                    attempt += 1;
+                    }
                 }
             }
         }

@@ -1,0 +1,215 @@
+//! One guarded attempt and the one retry decision, the same for model,
+//! embeddings and tool calls: an attempt is counted as it starts on each
+//! of its targets and in the request's tally, and, whatever ends it, its
+//! latency is recorded, its breakers are told how it went, its result is
+//! counted and its record announced. The kinds of call differ only in how
+//! they are admitted and made (`admission.rs`, `llm.rs`, `embed.rs`,
+//! `tool.rs`).
+
+use super::llm::Tally;
+use super::registry::Entry;
+use super::Runner;
+use crate::provider::{ErrorKind, ProviderError};
+use crate::resilience::breaker::{CallRecord, FailureKind, Permit};
+use crate::resilience::retry::backoff;
+use crate::telemetry::events::{self, StepKind};
+use smallvec::SmallVec;
+use std::time::Duration;
+use tokio::time::Instant;
+
+/// An attempt's targets: a model's provider and the model, or a tool.
+pub(super) type Targets<'r> = SmallVec<[&'r Entry; 2]>;
+
+/// One attempt, admitted and under way.
+pub(super) struct Attempt<'r> {
+    targets: Targets<'r>,
+    start: Instant,
+}
+
+/// How an attempt went, as its targets count it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Verdict {
+    /// It answered.
+    Ok,
+    /// It answered with a tool call that breaks its tool's schema.
+    Semantic,
+    /// It answered slower than the model's `min_tokens_per_s`.
+    Slow,
+    /// It failed so.
+    Failed(ErrorKind),
+    /// It was cut at the user's hard budget: not a call that went wrong.
+    Cut,
+}
+
+impl Runner {
+    /// Starts an attempt on `targets`, admitted at `start`: counted on each
+    /// and in the request's tally.
+    pub(super) fn attempt<'r>(&self, targets: Targets<'r>, start: Instant, tally: &mut Tally) -> Attempt<'r> {
+        for t in &targets {
+            t.stats.attempts.inc();
+        }
+        tally.attempts += 1;
+        Attempt { targets, start }
+    }
+
+    /// Emits an attempt record when someone (the recorder) listens.
+    fn announce_attempt(&self, make: impl FnOnce() -> events::Attempt) {
+        if self.events.has_subscribers() {
+            self.events.emit(events::EventKind::Attempt(Box::new(make())));
+        }
+    }
+}
+
+impl Attempt<'_> {
+    /// When it was admitted.
+    pub(super) fn start(&self) -> Instant {
+        self.start
+    }
+
+    /// Ends it at `end`: its latency recorded on each target, each
+    /// target's breaker told with its probe (`probes`, in target order)
+    /// and `call`, its result counted as `verdict`, and its record (made
+    /// with its latency) announced unless it was [`Verdict::Cut`]. The
+    /// trips it caused, per target.
+    pub(super) fn end(
+        self,
+        runner: &Runner,
+        probes: impl IntoIterator<Item = Permit>,
+        verdict: Verdict,
+        mut call: CallRecord,
+        end: Instant,
+        record: impl FnOnce(Duration) -> events::Attempt,
+    ) -> SmallVec<[Option<String>; 2]> {
+        call.latency = end.saturating_duration_since(self.start);
+        let ms = call.latency.as_millis() as u64;
+        for t in &self.targets {
+            t.stats.latency.record(ms);
+        }
+        let trips = self
+            .targets
+            .iter()
+            .zip(probes)
+            .map(|(t, p)| t.breaker.record(p, &call, end))
+            .collect();
+        for t in &self.targets {
+            let s = &t.stats;
+            match verdict {
+                Verdict::Ok => s.ok.inc(),
+                Verdict::Semantic => {
+                    s.failed.inc();
+                    s.semantic.inc();
+                }
+                Verdict::Slow => s.failed.inc(),
+                Verdict::Failed(kind) => {
+                    if kind.failure() == FailureKind::Client {
+                        s.client_errors.inc();
+                    } else {
+                        s.failed.inc();
+                    }
+                    if kind == ErrorKind::Timeout {
+                        s.timeouts.inc();
+                    }
+                }
+                Verdict::Cut => {}
+            }
+        }
+        if verdict != Verdict::Cut {
+            runner.announce_attempt(|| record(call.latency));
+        }
+        trips
+    }
+}
+
+/// What the retry loop needs to know of a call besides each failure.
+pub(super) struct RetryPolicy<'r> {
+    /// Whether a failed try may be retried at all (a tool only when it is
+    /// idempotent).
+    pub retries: bool,
+    /// The call's key (each retry's jitter is drawn from it).
+    pub key: u64,
+    /// When the call must have answered by.
+    pub deadline: Option<Instant>,
+    /// The request it is made for.
+    pub request: u64,
+    /// Where a retry is counted (and announced, on the last).
+    pub targets: Targets<'r>,
+}
+
+/// A call's retries: the policy, and how many were made. A call's loop
+/// asks [`Retries::again`] after each failed try.
+pub(super) struct Retries<'r> {
+    runner: &'r Runner,
+    policy: RetryPolicy<'r>,
+    made: u32,
+}
+
+impl Runner {
+    /// The retries of a call under `policy`.
+    pub(super) fn retries<'r>(&'r self, policy: RetryPolicy<'r>) -> Retries<'r> {
+        Retries {
+            runner: self,
+            policy,
+            made: 0,
+        }
+    }
+}
+
+impl Retries<'_> {
+    /// The try being made (from 0): the retries made so far.
+    pub(super) fn made(&self) -> u32 {
+        self.made
+    }
+
+    /// After the try failed with `e` at `end`: whether to try again, the
+    /// backoff waited out (the target still admitting calls: `admits`;
+    /// another could take the call: `elsewhere`). A retry is counted on
+    /// each target and announced on the last. The backoff is boxed, so its
+    /// future does not enlarge every call's.
+    pub(super) async fn again(&mut self, e: &ProviderError, admits: bool, elsewhere: bool, end: Instant) -> bool {
+        let (r, p) = (self.runner, &self.policy);
+        let Some(wait) = r.retry_wait(p, e, self.made, admits, elsewhere, end) else {
+            return false;
+        };
+        for t in &p.targets {
+            t.stats.retries.inc();
+        }
+        if let Some(t) = p.targets.last() {
+            r.announce_step(p.request, t.target.clone(), StepKind::retry(wait, e));
+        }
+        Box::pin(tokio::time::sleep(wait)).await;
+        self.made += 1;
+        true
+    }
+}
+
+impl Runner {
+    /// How long to wait before retrying after try `attempt` failed with
+    /// `e`, or None if it is not retried: the policy allows retries, the
+    /// error is retryable (a timeout only where nothing `elsewhere` could
+    /// take the call, unless `[retry] timeouts`), retries left, a
+    /// Retry-After within the backoff cap, the target still admitting
+    /// calls (`admits`), the wait ending before the deadline, and room in
+    /// the retry budget (taken only when all else holds).
+    fn retry_wait(
+        &self,
+        policy: &RetryPolicy<'_>,
+        e: &ProviderError,
+        attempt: u32,
+        admits: bool,
+        elsewhere: bool,
+        now: Instant,
+    ) -> Option<Duration> {
+        let cfg = &self.cfg.retry;
+        let timeout = e.kind == ErrorKind::Timeout;
+        let wait = backoff(cfg, self.seed, policy.key, attempt, e.retry_after);
+        let retry = policy.retries
+            && e.kind.retryable()
+            && !(timeout && elsewhere && !cfg.timeouts)
+            && policy.deadline.is_none_or(|d| now + wait < d)
+            && attempt < cfg.max_retries
+            && e.retry_after.is_none_or(|ra| ra <= Duration::from_millis(cfg.cap_ms))
+            && admits
+            && self.retry_budget.try_withdraw(now);
+        retry.then_some(wait)
+    }
+}
