@@ -107,3 +107,40 @@ impl Runner {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::call::{Hop, HopResult};
+    use super::*;
+
+    fn hop(model: usize, result: HopResult) -> Hop {
+        Hop {
+            model,
+            result,
+            tries: 1,
+        }
+    }
+
+    #[test]
+    fn an_answer_is_a_fallback_when_another_model_gave_it_or_it_continued_a_cut_one() {
+        let failed = hop(1, HopResult::Failed(crate::provider::ErrorKind::ServerError, Some(503)));
+        assert_eq!(Runner::answered_level(0, 0, &[]), Level::None);
+        // A cheaper tier tried first (budget pressure) and failed: the
+        // route's first choice still answered.
+        assert_eq!(Runner::answered_level(0, 0, std::slice::from_ref(&failed)), Level::None);
+        assert_eq!(Runner::answered_level(0, 1, &[]), Level::Fallback);
+        let cut = hop(
+            1,
+            HopResult::Cut(Box::new(crate::provider::ProviderError::new(
+                crate::provider::ErrorKind::ServerError,
+                None,
+                "reset",
+            ))),
+        );
+        assert_eq!(Runner::answered_level(0, 0, &[cut]), Level::Fallback);
+        assert_eq!(
+            Runner::answered_level(0, 0, &[failed, hop(0, HopResult::Resumed)]),
+            Level::Fallback
+        );
+    }
+}

@@ -847,3 +847,50 @@ async fn a_tool_call_dropped_midway_ends_failed_once() {
         vec![(7, Level::Failed, Some("The client went away before the answer.".into()))]
     );
 }
+
+/// A provider whose embeddings never answer.
+struct StalledEmbeddings;
+
+#[async_trait::async_trait]
+impl Provider for StalledEmbeddings {
+    async fn complete(
+        &self,
+        _: &fusebox::provider::LlmRequest,
+    ) -> Result<fusebox::provider::LlmResponse, fusebox::provider::ProviderError> {
+        unreachable!("only embeddings are asked for")
+    }
+
+    async fn embed(
+        &self,
+        _: &fusebox::provider::EmbedRequest,
+    ) -> Result<fusebox::provider::Embedded, fusebox::provider::ProviderError> {
+        tokio::time::sleep(Duration::from_secs(3_600)).await;
+        unreachable!("the call times out first")
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_embeddings_call_that_times_out_counts_as_a_timeout_like_any_attempt() {
+    let r = runner(
+        Config::default(),
+        vec![("openai", Arc::new(StalledEmbeddings) as Arc<dyn Provider>)],
+        None,
+    );
+    let body = fusebox::wire::RawBody::parse(br#"{"model":"gpt-4o","input":"hello"}"#).unwrap();
+    let done = r
+        .embed(fusebox::runner::embed::EmbedCall {
+            id: 1,
+            user: "alice".into(),
+            sub_user: None,
+            model: "gpt-4o".into(),
+            body: Arc::new(body),
+            chars: 5,
+        })
+        .await;
+    assert_eq!(done.outcome.level, Level::Failed);
+    assert_eq!(done.outcome.path(), vec!["gpt-4o ✗timeout".to_string()]);
+    for target in ["provider:openai", "model:gpt-4o"] {
+        let s = stats(&r, target);
+        assert_eq!((s.attempts, s.failed, s.timeouts, s.ok), (1, 1, 1, 0), "{target}");
+    }
+}
