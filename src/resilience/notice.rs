@@ -22,10 +22,10 @@ pub struct Transition {
 /// A user or global budget crossed its soft limit.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
 pub struct BudgetWarning {
-    /// The user, or `*` for the global budget.
-    pub user: String,
-    /// Which budget, e.g. `user tokens/minute`.
-    pub budget: String,
+    /// Whose budget.
+    pub scope: crate::resilience::budget::Scope,
+    /// Which of its budgets.
+    pub budget: crate::resilience::budget::Budget,
     /// Used so far.
     pub used: f64,
     /// The limit.

@@ -2,11 +2,13 @@
 //! window), what the request would use and when it could go.
 
 use compact_str::CompactString;
+use serde::{Deserialize, Serialize};
 use std::fmt;
 use std::time::Duration;
 
 /// Whose budget.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
 pub enum Scope {
     /// Everyone's together.
     Global,
@@ -14,8 +16,27 @@ pub enum Scope {
     User(CompactString),
 }
 
+impl Scope {
+    /// The user it is, or `*` for everyone.
+    pub fn user(&self) -> &str {
+        match self {
+            Scope::Global => "*",
+            Scope::User(u) => u,
+        }
+    }
+
+    /// What kind of scope: `global` or `user`.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Scope::Global => "global",
+            Scope::User(_) => "user",
+        }
+    }
+}
+
 /// A budget's window.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
 pub enum Window {
     /// The current minute.
     Minute,
@@ -46,7 +67,8 @@ impl Window {
 }
 
 /// What a budget counts.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
 pub enum Metric {
     /// Tokens, input and output.
     Tokens,
@@ -55,7 +77,7 @@ pub enum Metric {
 }
 
 /// One budget of a scope: what it counts over which window.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Budget {
     /// What it counts.
     pub metric: Metric,

@@ -181,10 +181,9 @@ impl Check<'_> {
     #[cold]
     fn announce(&self, w: &mut Win, limit: f64, budget: Budget) {
         w.warned = true;
-        let (user, whose) = self.user.map_or(("*", "global"), |u| (u, "user"));
         self.events.announce(Notice::BudgetWarning(BudgetWarning {
-            user: user.to_string(),
-            budget: format!("{whose} {budget}"),
+            scope: self.user.map_or(Scope::Global, |u| Scope::User(u.into())),
+            budget,
             used: w.used,
             limit,
         }));

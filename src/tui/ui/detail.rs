@@ -225,7 +225,7 @@ fn user(row: &UserRow, app: &App, lines: &mut Vec<Line<'static>>) {
     )));
     lines.push(Line::from(""));
     let mine = |k: &EventKind| match k {
-        EventKind::BudgetWarning(w) => w.user == u.user,
+        EventKind::BudgetWarning(w) => w.scope.user() == u.user,
         EventKind::BudgetRejected { user, .. } => *user == u.user,
         _ => false,
     };

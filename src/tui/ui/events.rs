@@ -30,13 +30,15 @@ fn what(e: &Event) -> String {
             reason,
         }) => format!("{breaker} {from} → {to}: {reason}"),
         EventKind::BudgetWarning(BudgetWarning {
-            user,
+            scope,
             budget,
             used,
             limit,
         }) => {
             format!(
-                "budget warning {user}: {budget} at {:.0}% ({used:.0} of {limit:.0})",
+                "budget warning {}: {} {budget} at {:.0}% ({used:.0} of {limit:.0})",
+                scope.user(),
+                scope.kind(),
                 used / limit * 100.0
             )
         }
@@ -152,4 +154,40 @@ pub fn draw(f: &mut Frame, area: Rect, app: &App, theme: &Theme) {
         Paragraph::new(lines).block(pane_block(app, Pane::Events, theme, extra)),
         area,
     );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::resilience::budget::{Budget, Scope, Window};
+
+    fn warning(scope: Scope, budget: Budget) -> Event {
+        Event {
+            t_ms: 0,
+            kind: EventKind::BudgetWarning(BudgetWarning {
+                scope,
+                budget,
+                used: 850.0,
+                limit: 1000.0,
+            }),
+            instance: None,
+        }
+    }
+
+    #[test]
+    fn a_budget_warning_names_whose_budget_it_is_and_which() {
+        let user = warning(Scope::User("alice".into()), Budget::tokens(Window::Minute));
+        assert_eq!(
+            describe(&user),
+            "budget warning alice: user tokens/minute at 85% (850 of 1000)"
+        );
+        let global = warning(Scope::Global, Budget::usd(Window::Day));
+        assert_eq!(
+            describe(&global),
+            "budget warning *: global cost/day (USD) at 85% (850 of 1000)"
+        );
+        // As the live view sends it to an attached console, and back.
+        let wire = serde_json::to_string(&user).unwrap();
+        assert_eq!(serde_json::from_str::<Event>(&wire).unwrap(), user);
+    }
 }
