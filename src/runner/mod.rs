@@ -12,6 +12,7 @@ pub mod command;
 pub mod embed;
 mod ending;
 pub mod llm;
+mod model_call;
 pub mod registry;
 pub mod reload;
 mod scope;

@@ -1,0 +1,420 @@
+//! One model of the chain tried, with retries: each try admitted
+//! (`admission.rs`), made whole or streamed to the client, settled and
+//! ended as an [`Attempt`], and retried as [`Retries`] allow. What the
+//! chain walk in `llm.rs` does next depends only on the hop it returns.
+
+use super::admission::Spent;
+use super::attempt::{Attempt, RetryPolicy, Verdict};
+use super::llm::{Hop, HopResult, LlmCall, LlmFailure, Tally};
+use super::stream::{Pumped, Spend, StreamHead, Streaming};
+use super::Runner;
+use crate::provider::{ErrorKind, LlmRequest, LlmResponse, Piece, ProviderError};
+use crate::resilience::breaker::{watched, CallRecord, FailureKind};
+use crate::resilience::limiter::RateFeedback;
+use crate::telemetry::events::{self, EventKind};
+use smallvec::SmallVec;
+use std::time::Duration;
+
+impl Runner {
+    /// An attempt's share of the time left before `deadline` (none
+    /// without one): all of it for the last model that could take the
+    /// call, else an even share with each later one that could.
+    fn share_of(
+        &self,
+        deadline: Option<tokio::time::Instant>,
+        rest: &[usize],
+        now: tokio::time::Instant,
+    ) -> Option<Duration> {
+        let left = deadline?.saturating_duration_since(now);
+        let later = rest.iter().filter(|&&m| self.admits(&self.models[m], now)).count() as u32;
+        Some(left / (later + 1))
+    }
+
+    /// Tries one model, with retries; `Ok(Err(hop))` means "go to the next".
+    /// Order per attempt: breakers (the cheapest refusal; retries live inside
+    /// them) → limiter (waits only when no later model could take the call)
+    /// → budget reservation → call → settle everything with actual usage.
+    /// The rare waits (the limiter, a fleet's allowance, a retry's backoff)
+    /// are boxed, so their futures do not enlarge every request's.
+    pub(super) async fn try_model(
+        &self,
+        call: &LlmCall<'_>,
+        mi: usize,
+        mut req: LlmRequest,
+        rest: &[usize],
+        tally: &mut Tally,
+        mut streaming: Option<&mut Streaming<'_>>,
+    ) -> Result<Result<(LlmResponse, u32), Hop>, LlmFailure> {
+        let m = &self.models[mi];
+        let p = &self.providers[m.provider];
+        let chars = req.prompt_chars();
+        let spend = Spend::default();
+        let hop = |result, tries| {
+            Ok(Err(Hop {
+                model: mi,
+                result,
+                tries,
+            }))
+        };
+        let mut retries = self.retries(RetryPolicy {
+            retries: true,
+            key: call.request_id ^ ((call.step as u64) << 40),
+            deadline: call.deadline,
+            request: call.request_id,
+            targets: self.model_targets(mi),
+        });
+        loop {
+            let attempt = retries.made();
+            if call.deadline.is_some_and(|d| self.clock.now() >= d) {
+                return hop(HopResult::Failed(ErrorKind::Timeout, None), attempt);
+            }
+            // Every choice may use the whole cap: all are reserved.
+            let output = call.params.output_bound(req.max_tokens);
+            let admitted = self
+                .admit(call.user, mi, chars, output, || !self.any_admits(rest))
+                .await;
+            let (mut held, now) = match admitted {
+                Ok(h) => h,
+                Err(refusal) => {
+                    let refused = self.refused(call.request_id, mi, refusal, attempt);
+                    return refused.map(Err).map_err(LlmFailure::Budget);
+                }
+            };
+            let started = self.attempt(self.model_targets(mi), now, tally);
+            req.attempt = attempt;
+            spend.clear();
+            held.calling = Some(&spend);
+            let streams = streaming.is_some() && req.stream == Some(true);
+            let room = held
+                .res
+                .as_ref()
+                .filter(|_| streams)
+                .and_then(|r| self.budgets.room(call.user, r, self.clock.ms_at(now)));
+            // Within the request's deadline, this attempt's share of it.
+            let share = self.share_of(call.deadline, rest, now);
+            let timeout = share.map_or(p.timeout, |s| s.min(p.timeout));
+            // A stream has no timeout of its own once open (an idle one
+            // only); its first content must come within the model's limit.
+            let within = if streams {
+                share.unwrap_or(Duration::MAX)
+            } else {
+                timeout
+            };
+            let first_token = match m.cfg.first_token_timeout_ms {
+                0 => timeout,
+                ms => timeout.min(Duration::from_millis(ms)),
+            };
+            let attempted = async {
+                match streaming.as_deref_mut() {
+                    Some(s) if streams => {
+                        let head = self.stream_head_of(call, mi, tally);
+                        Box::pin(self.stream_attempt(mi, &req, s, room, &spend, head, first_token)).await
+                    }
+                    _ => match p.client.complete_within(&req, timeout).await {
+                        Ok(resp) => Attempted::Answer(resp, Vec::new()),
+                        Err(e) => Attempted::Failed(e),
+                    },
+                }
+            };
+            let result = watched(&mut held.watched(), now, within, attempted).await;
+            let end = self.clock.now();
+            let (tripped, semantic) = self.conclude(call, mi, held, started, end, &result, &req, tally);
+            let tries = attempt + 1;
+            match result {
+                Attempted::Answer(resp, pieces) => {
+                    if let Some(why) = semantic {
+                        // Once the client's stream has started, a bad tool
+                        // call cannot be taken back: the stream ends on it.
+                        if streaming.as_ref().is_some_and(|s| s.started) {
+                            let e = ProviderError::new(ErrorKind::ServerError, Some(200), why);
+                            return hop(HopResult::Cut(Box::new(e)), tries);
+                        }
+                        return hop(HopResult::Semantic(why), tries);
+                    }
+                    if let Some(s) = streaming.as_deref_mut().filter(|_| req.stream == Some(true)) {
+                        let kind = resp.wire.as_ref().map_or(call.params.wire, |w| w.kind);
+                        let head = self.stream_head(call, mi, tally, &resp);
+                        s.flush(kind, pieces, head);
+                    }
+                    return Ok(Ok((resp, tries)));
+                }
+                Attempted::OverBudget(_, why) => return Err(LlmFailure::OverBudget(why)),
+                Attempted::Failed(e) => {
+                    self.report_failure(mi, &e, &tripped);
+                    if streaming.as_ref().is_some_and(|s| s.started) {
+                        // After the first byte nothing is retried.
+                        return hop(HopResult::Cut(Box::new(e)), tries);
+                    }
+                    if e.kind == ErrorKind::Unsupported {
+                        return hop(HopResult::Unsupported(e.message), attempt);
+                    }
+                    // The client's own body (its messages as sent, too)
+                    // refused as malformed goes back to it; a body fusebox
+                    // changed (trimmed, resumed) falls back instead.
+                    let passed_through =
+                        req.own_messages && call.params.raw.is_some() && p.client.wire() == Some(call.params.wire);
+                    if e.client_fault() && passed_through {
+                        tally.hops.push(Hop {
+                            model: mi,
+                            result: HopResult::Failed(e.kind, e.status),
+                            tries,
+                        });
+                        return Err(LlmFailure::Upstream(Box::new(e)));
+                    }
+                    let (admits, elsewhere) = (self.admits(m, end), self.any_admits(rest));
+                    if !retries.again(&e, admits, elsewhere, end).await {
+                        return hop(HopResult::Failed(e.kind, e.status), tries);
+                    }
+                }
+            }
+        }
+    }
+
+    /// The first tool call of an answer that breaks its tool's schema, in
+    /// words.
+    fn semantic_failure(&self, result: &Attempted, req: &LlmRequest) -> Option<String> {
+        match result {
+            Attempted::Answer(resp, _) => resp
+                .tool_calls
+                .iter()
+                .find_map(|c| self.schemas.check(c, &req.tools).err()),
+            _ => None,
+        }
+    }
+
+    /// Ends one attempt of `req` on model `mi` at `end`: its reservations
+    /// settled with what it used, then the attempt ended (breakers,
+    /// counts, its record), the same way whatever ended it. Returns the
+    /// trips it caused, per breaker, and its semantic failure.
+    #[expect(
+        clippy::too_many_arguments,
+        reason = "the attempt's parts, each from another stage of try_model; a struct would only move the list"
+    )]
+    fn conclude(
+        &self,
+        call: &LlmCall<'_>,
+        mi: usize,
+        mut held: super::admission::Held<'_>,
+        attempt: Attempt<'_>,
+        end: tokio::time::Instant,
+        result: &Attempted,
+        req: &LlmRequest,
+        tally: &mut Tally,
+    ) -> (SmallVec<[Option<String>; 2]>, Option<String>) {
+        let semantic = self.semantic_failure(result, req);
+        let m = &self.models[mi];
+        let allowance = held.allowance.take();
+        let (probes, reserved) = held.disarm();
+        m.note_latency(end.saturating_duration_since(attempt.start()));
+        let (usage, rate, failure, tokens_per_s) = result.spent(semantic.is_some());
+        let spent = Spent {
+            usage,
+            rate: &rate,
+            end,
+        };
+        self.settle(call.user, mi, reserved, allowance, &spent, tally);
+        let provider = self.registry.get(self.providers[m.provider].target);
+        if let Attempted::Answer(resp, _) = result {
+            self.note_skipped(call.request_id, provider, resp);
+        }
+        let verdict = result.verdict(semantic.is_some(), m.min_tokens_per_s);
+        // An answer cut at the budget was not a call that went wrong.
+        if failure.is_some() && verdict != Verdict::Cut {
+            tally.wasted += u64::from(usage.total());
+        }
+        let rec = CallRecord {
+            failure,
+            latency: Duration::ZERO,
+            tokens: usage.total(),
+            tokens_per_s,
+        };
+        let tripped = attempt.end(self, probes, verdict, rec, end, |latency| {
+            result.record(call.request_id, provider, m, latency, semantic.clone())
+        });
+        (tripped, semantic)
+    }
+
+    /// Counts and announces the events of `resp`'s stream that could not
+    /// be read and were skipped.
+    fn note_skipped(&self, request: u64, provider: &super::registry::Entry, resp: &LlmResponse) {
+        let count = resp.wire.as_ref().map_or(0, |w| w.skipped);
+        if count > 0 {
+            provider.stats.malformed.add(u64::from(count));
+            self.events.emit(EventKind::EventsSkipped {
+                target: provider.target.clone(),
+                request,
+                count,
+            });
+        }
+    }
+
+    /// What a provider's failure tells others: its limiter counts a 429,
+    /// and when the provider itself said so (429, 5xx, 529; a transport
+    /// error may be this host's network) the fleet hears of the trips.
+    fn report_failure(&self, mi: usize, e: &ProviderError, tripped: &[Option<String>]) {
+        let m = &self.models[mi];
+        let p = &self.providers[m.provider];
+        if e.kind == ErrorKind::RateLimited {
+            p.limiter.count_rate_limited();
+        }
+        if let (Some(fleet), Some(_)) = (self.shared.get(), e.status) {
+            for (t, why) in [p.target, m.target].into_iter().zip(tripped) {
+                if let Some(why) = why {
+                    fleet.trip(self.registry.get(t).target.clone(), why.clone());
+                }
+            }
+        }
+    }
+
+    /// One streamed attempt: opened (its first content come) within
+    /// `first_token`, then read to its end by the client's stream.
+    #[expect(clippy::too_many_arguments, reason = "the attempt's parts, as try_model holds them")]
+    async fn stream_attempt(
+        &self,
+        mi: usize,
+        req: &LlmRequest,
+        s: &mut Streaming<'_>,
+        room: Option<(u64, crate::resilience::budget::BudgetExceeded)>,
+        spend: &Spend,
+        mut head: StreamHead,
+        first_token: Duration,
+    ) -> Attempted {
+        let p = &self.providers[self.models[mi].provider];
+        let opened = crate::provider::within(first_token, "first token", p.client.open(req)).await;
+        let live = match opened {
+            // Answered whole (no content to stream, or a model that does
+            // not stream): its pieces are written from the answer.
+            Ok(crate::provider::Opened::Whole(resp)) => {
+                let pieces = resp.reply().deltas().into_iter().map(Piece::said).collect();
+                return Attempted::Answer(resp, pieces);
+            }
+            Ok(crate::provider::Opened::Live(live)) => {
+                // Opened at its first content: the time to first token.
+                let ttft = self.clock.now().saturating_duration_since(live.started);
+                let m = &self.models[mi];
+                for t in [p.target, m.target] {
+                    self.registry.get(t).stats.ttft.record(ttft.as_millis() as u64);
+                }
+                live
+            }
+            Err(e) => return Attempted::Failed(e),
+        };
+        let head = |acc: &crate::wire::Assembler| {
+            let r = acc.reply();
+            head.id.clone_from(&r.id);
+            if !r.model.is_empty() {
+                head.model.clone_from(&r.model);
+            }
+            head
+        };
+        match s.pump(live, room, spend, head).await {
+            Pumped::Whole(resp, held) => Attempted::Answer(resp, held),
+            Pumped::Broke(e) => Attempted::Failed(e),
+            Pumped::OverBudget(u, why) => Attempted::OverBudget(u, why),
+        }
+    }
+
+    /// What a client is told as model `mi`'s answer starts streaming.
+    fn stream_head_of(&self, call: &LlmCall<'_>, mi: usize, tally: &Tally) -> StreamHead {
+        let primary = call.route.chain[0];
+        let mut chain: Vec<_> = tally.hops.iter().map(|h| self.hop_of(h)).collect();
+        chain.push(crate::outcome::Hop::ok(&self.models[mi].name));
+        StreamHead {
+            level: Runner::answered_level(primary, mi, &tally.hops),
+            chain,
+            quality: (self.quality_ratio(mi, primary) * 100.0).round() / 100.0,
+            attempts: tally.attempts,
+            id: String::new(),
+            model: self.models[mi].name.to_string(),
+        }
+    }
+
+    /// [`Runner::stream_head_of`] for a whole answer.
+    fn stream_head(&self, call: &LlmCall<'_>, mi: usize, tally: &Tally, resp: &LlmResponse) -> StreamHead {
+        let mut h = self.stream_head_of(call, mi, tally);
+        if let Some(w) = &resp.wire {
+            h.id.clone_from(&w.id);
+            if !w.model.is_empty() {
+                h.model.clone_from(&w.model);
+            }
+        }
+        h
+    }
+}
+
+/// How one attempt ended.
+enum Attempted {
+    /// An answer (and, streamed, the pieces still to send).
+    Answer(LlmResponse, Vec<crate::provider::Piece>),
+    /// A failure.
+    Failed(ProviderError),
+    /// Cut at the user's hard budget.
+    OverBudget(crate::provider::Usage, crate::resilience::budget::BudgetExceeded),
+}
+
+impl Attempted {
+    /// What it used and reported, and how it failed (a semantic failure is
+    /// one), for settling it: usage, rate feedback, failure, tokens/s.
+    fn spent(&self, semantic: bool) -> (crate::provider::Usage, RateFeedback, Option<FailureKind>, Option<f64>) {
+        match self {
+            Attempted::Answer(resp, _) => (
+                resp.usage,
+                resp.rate,
+                semantic.then_some(FailureKind::Semantic),
+                resp.tokens_per_s,
+            ),
+            Attempted::OverBudget(usage, _) => (*usage, RateFeedback::default(), Some(FailureKind::Client), None),
+            Attempted::Failed(e) => (e.usage, e.rate, Some(e.kind.failure()), None),
+        }
+    }
+
+    /// How its targets count it: an answer that is semantically wrong, or
+    /// slower than `min_tokens_per_s`, is a failure.
+    fn verdict(&self, semantic: bool, min_tokens_per_s: f64) -> Verdict {
+        match self {
+            Attempted::Answer(..) if semantic => Verdict::Semantic,
+            Attempted::Answer(resp, _) if resp.tokens_per_s.is_some_and(|tps| tps < min_tokens_per_s) => Verdict::Slow,
+            Attempted::Answer(..) => Verdict::Ok,
+            Attempted::Failed(e) => Verdict::Failed(e.kind),
+            Attempted::OverBudget(..) => Verdict::Cut,
+        }
+    }
+
+    /// The attempt's record for the recorder.
+    fn record(
+        &self,
+        request: u64,
+        provider: &super::registry::Entry,
+        m: &super::ModelSlot,
+        latency: Duration,
+        semantic: Option<String>,
+    ) -> events::Attempt {
+        let mut a = events::Attempt {
+            model: Some(m.name.to_string()),
+            latency_ms: latency.as_millis() as u64,
+            semantic_failure: semantic,
+            ..events::Attempt::of(request, provider.target.clone())
+        };
+        let (usage, rate) = match self {
+            Attempted::Answer(resp, _) => {
+                a.status = Some(200);
+                a.tool_calls = resp.tool_calls.iter().map(|c| c.name.clone()).collect();
+                a.tool_keys = (0..resp.tool_calls.len()).map(|i| resp.tool_key(i)).collect();
+                a.response_model = resp.wire.as_ref().map(|w| w.model.clone()).filter(|m| !m.is_empty());
+                a.response_id = resp.wire.as_ref().map(|w| w.id.clone()).filter(|id| !id.is_empty());
+                a.finish = Some(resp.finish());
+                (resp.usage, resp.rate)
+            }
+            Attempted::Failed(e) => {
+                a.status = e.status;
+                a.transport = e.kind.transport();
+                (e.usage, e.rate)
+            }
+            Attempted::OverBudget(usage, _) => (*usage, RateFeedback::default()),
+        };
+        a.input_tokens = usage.input;
+        a.output_tokens = usage.output;
+        a.rate = rate;
+        a
+    }
+}
