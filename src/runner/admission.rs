@@ -116,11 +116,11 @@ impl Runner {
     }
 
     /// Model `mi`'s targets: its provider's, then its own.
-    pub(super) fn model_targets(&self, mi: usize) -> super::attempt::Targets<'_> {
+    pub(super) fn model_targets(&self, mi: usize) -> [&super::registry::Entry; 2] {
         let m = &self.models[mi];
-        smallvec::smallvec![
+        [
             self.registry.get(self.providers[m.provider].target),
-            self.registry.get(m.target)
+            self.registry.get(m.target),
         ]
     }
 }

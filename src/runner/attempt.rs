@@ -18,7 +18,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 /// An attempt's targets: a model's provider and the model, or a tool.
-pub(super) type Targets<'r> = SmallVec<[&'r Entry; 2]>;
+pub(super) type Targets<'r> = &'r [&'r Entry];
 
 /// One attempt, admitted and under way.
 pub(super) struct Attempt<'r> {
@@ -45,7 +45,7 @@ impl Runner {
     /// Starts an attempt on `targets`, admitted at `start`: counted on each
     /// and in the request's tally.
     pub(super) fn attempt<'r>(&self, targets: Targets<'r>, start: Instant, tally: &mut Tally) -> Attempt<'r> {
-        for t in &targets {
+        for t in targets {
             t.stats.attempts.inc();
         }
         tally.attempts += 1;
@@ -66,11 +66,11 @@ impl Attempt<'_> {
         self.start
     }
 
-    /// Ends it at `end`: its latency recorded on each target, each
-    /// target's breaker told with its probe (`probes`, in target order)
-    /// and `call`, its result counted as `verdict`, and its record (made
+    /// Ends it at `end`: on each target its latency recorded, its
+    /// breaker told with its probe (`probes`, in target order) and
+    /// `call`, and its result counted as `verdict`; then its record (made
     /// with its latency) announced unless it was [`Verdict::Cut`]. The
-    /// trips it caused, per target.
+    /// trips it caused, per target, and its latency.
     pub(super) fn end(
         self,
         runner: &Runner,
@@ -79,20 +79,14 @@ impl Attempt<'_> {
         mut call: CallRecord,
         end: Instant,
         record: impl FnOnce(Duration) -> events::Attempt,
-    ) -> SmallVec<[Option<String>; 2]> {
+    ) -> (SmallVec<[Option<String>; 2]>, Duration) {
         call.latency = end.saturating_duration_since(self.start);
         let ms = call.latency.as_millis() as u64;
-        for t in &self.targets {
-            t.stats.latency.record(ms);
-        }
-        let trips = self
-            .targets
-            .iter()
-            .zip(probes)
-            .map(|(t, p)| t.breaker.record(p, &call, end))
-            .collect();
-        for t in &self.targets {
+        let mut trips = SmallVec::new();
+        for (t, probe) in self.targets.iter().zip(probes) {
             let s = &t.stats;
+            s.latency.record(ms);
+            trips.push(t.breaker.record(probe, &call, end));
             match verdict {
                 Verdict::Ok => s.ok.inc(),
                 Verdict::Semantic => {
@@ -116,7 +110,7 @@ impl Attempt<'_> {
         if verdict != Verdict::Cut {
             runner.announce_attempt(|| record(call.latency));
         }
-        trips
+        (trips, call.latency)
     }
 }
 
@@ -170,7 +164,7 @@ impl Retries<'_> {
         let Some(wait) = r.retry_wait(p, e, self.made, admits, elsewhere, end) else {
             return false;
         };
-        for t in &p.targets {
+        for t in p.targets {
             t.stats.retries.inc();
         }
         if let Some(t) = p.targets.last() {

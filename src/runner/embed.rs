@@ -117,7 +117,8 @@ impl Runner {
                 };
             }
         };
-        let attempt = self.attempt(self.model_targets(mi), now, tally);
+        let targets = self.model_targets(mi);
+        let attempt = self.attempt(&targets, now, tally);
         held.calling = Some(&spend);
         let req = EmbedRequest {
             request_id: call.id,

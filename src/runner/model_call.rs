@@ -49,6 +49,7 @@ impl Runner {
         let p = &self.providers[m.provider];
         let chars = req.prompt_chars();
         let spend = Spend::default();
+        let targets = self.model_targets(mi);
         let hop = |result, tries| {
             Ok(Err(Hop {
                 model: mi,
@@ -61,7 +62,7 @@ impl Runner {
             key: call.request_id ^ ((call.step as u64) << 40),
             deadline: call.deadline,
             request: call.request_id,
-            targets: self.model_targets(mi),
+            targets: &targets,
         });
         loop {
             let attempt = retries.made();
@@ -80,7 +81,7 @@ impl Runner {
                     return refused.map(Err).map_err(LlmFailure::Budget);
                 }
             };
-            let started = self.attempt(self.model_targets(mi), now, tally);
+            let started = self.attempt(&targets, now, tally);
             req.attempt = attempt;
             spend.clear();
             held.calling = Some(&spend);
@@ -205,7 +206,6 @@ impl Runner {
         let m = &self.models[mi];
         let allowance = held.allowance.take();
         let (probes, reserved) = held.disarm();
-        m.note_latency(end.saturating_duration_since(attempt.start()));
         let (usage, rate, failure, tokens_per_s) = result.spent(semantic.is_some());
         let spent = Spent {
             usage,
@@ -228,9 +228,10 @@ impl Runner {
             tokens: usage.total(),
             tokens_per_s,
         };
-        let tripped = attempt.end(self, probes, verdict, rec, end, |latency| {
+        let (tripped, latency) = attempt.end(self, probes, verdict, rec, end, |latency| {
             result.record(call.request_id, provider, m, latency, semantic.clone())
         });
+        m.note_latency(latency);
         (tripped, semantic)
     }
 

@@ -109,7 +109,7 @@ impl Runner {
             key: request_id ^ hash_str(&slot.name),
             deadline: None,
             request: request_id,
-            targets: smallvec::smallvec![t],
+            targets: std::slice::from_ref(&t),
         });
         loop {
             let mut permit = match t.breaker.try_acquire(self.clock.now()) {
@@ -129,7 +129,7 @@ impl Runner {
                     return Err(ToolFailure::PoolFull);
                 }
             };
-            let attempt = self.attempt(smallvec::smallvec![t], self.clock.now(), tally);
+            let attempt = self.attempt(std::slice::from_ref(&t), self.clock.now(), tally);
             let n = retries.made();
             let r = watched(
                 &mut [(&t.breaker, &mut permit)],
