@@ -13,16 +13,13 @@ use crate::provider::{ErrorKind, ProviderError};
 use crate::resilience::breaker::{CallRecord, FailureKind, Permit};
 use crate::resilience::retry::backoff;
 use crate::telemetry::events::{self, StepKind};
-use smallvec::SmallVec;
 use std::time::Duration;
 use tokio::time::Instant;
 
-/// An attempt's targets: a model's provider and the model, or a tool.
-pub(super) type Targets<'r> = &'r [&'r Entry];
-
-/// One attempt, admitted and under way.
-pub(super) struct Attempt<'r> {
-    targets: Targets<'r>,
+/// One attempt, admitted and under way, on `N` targets: a model's
+/// provider and the model, or a tool.
+pub(super) struct Attempt<'r, const N: usize> {
+    targets: &'r [&'r Entry; N],
     start: Instant,
 }
 
@@ -44,7 +41,12 @@ pub(super) enum Verdict {
 impl Runner {
     /// Starts an attempt on `targets`, admitted at `start`: counted on each
     /// and in the request's tally.
-    pub(super) fn attempt<'r>(&self, targets: Targets<'r>, start: Instant, tally: &mut Tally) -> Attempt<'r> {
+    pub(super) fn attempt<'r, const N: usize>(
+        &self,
+        targets: &'r [&'r Entry; N],
+        start: Instant,
+        tally: &mut Tally,
+    ) -> Attempt<'r, N> {
         for t in targets {
             t.stats.attempts.inc();
         }
@@ -60,7 +62,7 @@ impl Runner {
     }
 }
 
-impl Attempt<'_> {
+impl<const N: usize> Attempt<'_, N> {
     /// When it was admitted.
     pub(super) fn start(&self) -> Instant {
         self.start
@@ -74,19 +76,19 @@ impl Attempt<'_> {
     pub(super) fn end(
         self,
         runner: &Runner,
-        probes: impl IntoIterator<Item = Permit>,
+        probes: [Permit; N],
         verdict: Verdict,
         mut call: CallRecord,
         end: Instant,
         record: impl FnOnce(Duration) -> events::Attempt,
-    ) -> (SmallVec<[Option<String>; 2]>, Duration) {
+    ) -> ([Option<String>; N], Duration) {
         call.latency = end.saturating_duration_since(self.start);
         let ms = call.latency.as_millis() as u64;
-        let mut trips = SmallVec::new();
-        for (t, probe) in self.targets.iter().zip(probes) {
+        let mut trips = [const { None }; N];
+        for ((t, probe), trip) in self.targets.iter().zip(probes).zip(&mut trips) {
             let s = &t.stats;
             s.latency.record(ms);
-            trips.push(t.breaker.record(probe, &call, end));
+            *trip = t.breaker.record(probe, &call, end);
             match verdict {
                 Verdict::Ok => s.ok.inc(),
                 Verdict::Semantic => {
@@ -126,7 +128,7 @@ pub(super) struct RetryPolicy<'r> {
     /// The request it is made for.
     pub request: u64,
     /// Where a retry is counted (and announced, on the last).
-    pub targets: Targets<'r>,
+    pub targets: &'r [&'r Entry],
 }
 
 /// A call's retries: the policy, and how many were made. A call's loop

@@ -12,7 +12,6 @@ use crate::provider::{ErrorKind, LlmRequest, LlmResponse, Piece, ProviderError};
 use crate::resilience::breaker::{watched, CallRecord, FailureKind};
 use crate::resilience::limiter::RateFeedback;
 use crate::telemetry::events::{self, EventKind};
-use smallvec::SmallVec;
 use std::time::Duration;
 
 impl Runner {
@@ -196,12 +195,12 @@ impl Runner {
         call: &LlmCall<'_>,
         mi: usize,
         mut held: super::admission::Held<'_>,
-        attempt: Attempt<'_>,
+        attempt: Attempt<'_, 2>,
         end: tokio::time::Instant,
         result: &Attempted,
         req: &LlmRequest,
         tally: &mut Tally,
-    ) -> (SmallVec<[Option<String>; 2]>, Option<String>) {
+    ) -> ([Option<String>; 2], Option<String>) {
         let semantic = self.semantic_failure(result, req);
         let m = &self.models[mi];
         let allowance = held.allowance.take();

@@ -129,7 +129,7 @@ impl Runner {
                     return Err(ToolFailure::PoolFull);
                 }
             };
-            let attempt = self.attempt(std::slice::from_ref(&t), self.clock.now(), tally);
+            let attempt = self.attempt(std::array::from_ref(&t), self.clock.now(), tally);
             let n = retries.made();
             let r = watched(
                 &mut [(&t.breaker, &mut permit)],
