@@ -41,6 +41,7 @@ pub(super) enum Verdict {
 impl Runner {
     /// Starts an attempt on `targets`, admitted at `start`: counted on each
     /// and in the request's tally.
+    #[inline]
     pub(super) fn attempt<'r, const N: usize>(
         &self,
         targets: &'r [&'r Entry; N],
@@ -85,10 +86,11 @@ impl<const N: usize> Attempt<'_, N> {
         call.latency = end.saturating_duration_since(self.start);
         let ms = call.latency.as_millis() as u64;
         let mut trips = [const { None }; N];
-        for ((t, probe), trip) in self.targets.iter().zip(probes).zip(&mut trips) {
+        for (i, probe) in probes.into_iter().enumerate() {
+            let t = self.targets[i];
             let s = &t.stats;
             s.latency.record(ms);
-            *trip = t.breaker.record(probe, &call, end);
+            trips[i] = t.breaker.record(probe, &call, end);
             match verdict {
                 Verdict::Ok => s.ok.inc(),
                 Verdict::Semantic => {
@@ -116,7 +118,8 @@ impl<const N: usize> Attempt<'_, N> {
     }
 }
 
-/// What the retry loop needs to know of a call besides each failure.
+/// What the retry decision needs to know of a call besides its failure
+/// (built when a try fails: a call that does not fail pays nothing for it).
 pub(super) struct RetryPolicy<'r> {
     /// Whether a failed try may be retried at all (a tool only when it is
     /// idempotent).
@@ -131,49 +134,33 @@ pub(super) struct RetryPolicy<'r> {
     pub targets: &'r [&'r Entry],
 }
 
-/// A call's retries: the policy, and how many were made. A call's loop
-/// asks [`Retries::again`] after each failed try.
-pub(super) struct Retries<'r> {
-    runner: &'r Runner,
-    policy: RetryPolicy<'r>,
-    made: u32,
-}
-
 impl Runner {
-    /// The retries of a call under `policy`.
-    pub(super) fn retries<'r>(&'r self, policy: RetryPolicy<'r>) -> Retries<'r> {
-        Retries {
-            runner: self,
-            policy,
-            made: 0,
-        }
-    }
-}
-
-impl Retries<'_> {
-    /// The try being made (from 0): the retries made so far.
-    pub(super) fn made(&self) -> u32 {
-        self.made
-    }
-
-    /// After the try failed with `e` at `end`: whether to try again, the
-    /// backoff waited out (the target still admitting calls: `admits`;
-    /// another could take the call: `elsewhere`). A retry is counted on
-    /// each target and announced on the last. The backoff is boxed, so its
+    /// After try `*made` of a call under `policy` failed with `e` at
+    /// `end`: whether to try again, the backoff waited out and `*made`
+    /// counted up (the target still admitting calls: `admits`; another
+    /// could take the call: `elsewhere`). A retry is counted on each
+    /// target and announced on the last. The backoff is boxed, so its
     /// future does not enlarge every call's.
-    pub(super) async fn again(&mut self, e: &ProviderError, admits: bool, elsewhere: bool, end: Instant) -> bool {
-        let (r, p) = (self.runner, &self.policy);
-        let Some(wait) = r.retry_wait(p, e, self.made, admits, elsewhere, end) else {
+    pub(super) async fn again(
+        &self,
+        policy: &RetryPolicy<'_>,
+        made: &mut u32,
+        e: &ProviderError,
+        admits: bool,
+        elsewhere: bool,
+        end: Instant,
+    ) -> bool {
+        let Some(wait) = self.retry_wait(policy, e, *made, admits, elsewhere, end) else {
             return false;
         };
-        for t in p.targets {
+        for t in policy.targets {
             t.stats.retries.inc();
         }
-        if let Some(t) = p.targets.last() {
-            r.announce_step(p.request, t.target.clone(), StepKind::retry(wait, e));
+        if let Some(t) = policy.targets.last() {
+            self.announce_step(policy.request, t.target.clone(), StepKind::retry(wait, e));
         }
         Box::pin(tokio::time::sleep(wait)).await;
-        self.made += 1;
+        *made += 1;
         true
     }
 }

@@ -56,15 +56,9 @@ impl Runner {
                 tries,
             }))
         };
-        let mut retries = self.retries(RetryPolicy {
-            retries: true,
-            key: call.request_id ^ ((call.step as u64) << 40),
-            deadline: call.deadline,
-            request: call.request_id,
-            targets: &targets,
-        });
+        let mut made = 0u32;
         loop {
-            let attempt = retries.made();
+            let attempt = made;
             if call.deadline.is_some_and(|d| self.clock.now() >= d) {
                 return hop(HopResult::Failed(ErrorKind::Timeout, None), attempt);
             }
@@ -161,8 +155,15 @@ impl Runner {
                         });
                         return Err(LlmFailure::Upstream(Box::new(e)));
                     }
+                    let policy = RetryPolicy {
+                        retries: true,
+                        key: call.request_id ^ ((call.step as u64) << 40),
+                        deadline: call.deadline,
+                        request: call.request_id,
+                        targets: &targets,
+                    };
                     let (admits, elsewhere) = (self.admits(m, end), self.any_admits(rest));
-                    if !retries.again(&e, admits, elsewhere, end).await {
+                    if !self.again(&policy, &mut made, &e, admits, elsewhere, end).await {
                         return hop(HopResult::Failed(e.kind, e.status), tries);
                     }
                 }

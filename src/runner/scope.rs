@@ -26,6 +26,7 @@ pub(super) struct Scope<'a> {
 impl Runner {
     /// Begins request `request` of `user`: counted, announced (`arrival`
     /// is made only when someone listens), a deposit into the retry budget.
+    #[inline]
     pub(super) fn begin<'a>(&'a self, request: u64, user: &'a str, arrival: impl FnOnce() -> Arrival) -> Scope<'a> {
         let start = self.clock.now();
         self.totals.requests.fetch_add(1, Ordering::Relaxed);
@@ -60,6 +61,7 @@ impl Scope<'_> {
     }
 
     /// Ends it in `outcome`, counted and announced once.
+    #[inline]
     pub fn end(mut self, outcome: &Outcome, tally: &Tally) {
         self.open = false;
         self.runner.count_outcome(outcome, tally);

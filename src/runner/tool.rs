@@ -103,14 +103,7 @@ impl Runner {
             return Err(ToolFailure::Drill);
         }
         let timeout = Duration::from_millis(slot.cfg.timeout_ms);
-        // Only an idempotent tool is called twice.
-        let mut retries = self.retries(RetryPolicy {
-            retries: slot.cfg.idempotent,
-            key: request_id ^ hash_str(&slot.name),
-            deadline: None,
-            request: request_id,
-            targets: std::slice::from_ref(&t),
-        });
+        let mut made = 0u32;
         loop {
             let mut permit = match t.breaker.try_acquire(self.clock.now()) {
                 Ok(p) => p,
@@ -130,7 +123,7 @@ impl Runner {
                 }
             };
             let attempt = self.attempt(std::array::from_ref(&t), self.clock.now(), tally);
-            let n = retries.made();
+            let n = made;
             let r = watched(
                 &mut [(&t.breaker, &mut permit)],
                 attempt.start(),
@@ -158,7 +151,18 @@ impl Runner {
                     return Ok(text);
                 }
                 Err(e) => {
-                    if !retries.again(&e, t.breaker.would_admit(end), false, end).await {
+                    // Only an idempotent tool is called twice.
+                    let policy = RetryPolicy {
+                        retries: slot.cfg.idempotent,
+                        key: request_id ^ hash_str(&slot.name),
+                        deadline: None,
+                        request: request_id,
+                        targets: std::slice::from_ref(&t),
+                    };
+                    if !self
+                        .again(&policy, &mut made, &e, t.breaker.would_admit(end), false, end)
+                        .await
+                    {
                         return Err(ToolFailure::Failed(e.kind.label(e.status), e.answer));
                     }
                 }
