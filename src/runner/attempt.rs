@@ -141,7 +141,7 @@ impl Runner {
     /// could take the call: `elsewhere`). A retry is counted on each
     /// target and announced on the last. The backoff is boxed, so its
     /// future does not enlarge every call's.
-    pub(super) async fn again(
+    pub(super) async fn retry(
         &self,
         policy: &RetryPolicy<'_>,
         made: &mut u32,

@@ -1,6 +1,6 @@
 //! One model of the chain tried, with retries: each try admitted
 //! (`admission.rs`), made whole or streamed to the client, settled and
-//! ended as an [`Attempt`], and retried as [`Retries`] allow. What the
+//! ended as an [`Attempt`], and retried as [`Runner::retry`] allows. What the
 //! chain walk in `llm.rs` does next depends only on the hop it returns.
 
 use super::admission::Spent;
@@ -163,7 +163,7 @@ impl Runner {
                         targets: &targets,
                     };
                     let (admits, elsewhere) = (self.admits(m, end), self.any_admits(rest));
-                    if !self.again(&policy, &mut made, &e, admits, elsewhere, end).await {
+                    if !self.retry(&policy, &mut made, &e, admits, elsewhere, end).await {
                         return hop(HopResult::Failed(e.kind, e.status), tries);
                     }
                 }

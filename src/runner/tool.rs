@@ -160,7 +160,7 @@ impl Runner {
                         targets: std::slice::from_ref(&t),
                     };
                     if !self
-                        .again(&policy, &mut made, &e, t.breaker.would_admit(end), false, end)
+                        .retry(&policy, &mut made, &e, t.breaker.would_admit(end), false, end)
                         .await
                     {
                         return Err(ToolFailure::Failed(e.kind.label(e.status), e.answer));
