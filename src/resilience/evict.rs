@@ -76,8 +76,11 @@ impl<V: Idle> Slots<V> {
     }
 
     /// The slot of `key`, added with the value `add` makes if the key is
-    /// new (then true).
-    pub fn find_or_add(&mut self, key: &str, add: impl FnOnce() -> V) -> (u32, bool) {
+    /// new (then true). An owned key is kept as it is, not copied.
+    pub fn find_or_add<K>(&mut self, key: K, add: impl FnOnce() -> V) -> (u32, bool)
+    where
+        K: AsRef<str> + Into<CompactString>,
+    {
         let Slots {
             index,
             slots,
@@ -85,8 +88,8 @@ impl<V: Idle> Slots<V> {
             hasher,
             ..
         } = self;
-        let hash = hasher.hash_one(key);
-        if let Some(&i) = index.find(hash, |&i| slots[i as usize].key == key) {
+        let hash = hasher.hash_one(key.as_ref());
+        if let Some(&i) = index.find(hash, |&i| slots[i as usize].key == key.as_ref()) {
             return (i, false);
         }
         let slot = Slot {

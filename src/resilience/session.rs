@@ -65,7 +65,7 @@ impl Sessions {
             started_ms: now_ms,
             ..SessionState::default()
         };
-        let (slot, added) = t.find_or_add(&key, fresh);
+        let (slot, added) = t.find_or_add(key, fresh);
         // Idle past eviction but not yet swept: forgotten all the same, so
         // it starts anew (its deadline too) rather than by when a sweep ran.
         let s = t.get_mut(slot);
@@ -116,13 +116,16 @@ impl Sessions {
 
 /// The table's key of `user`'s `session`: the user's length, then both,
 /// so that no two pairs share a key whatever the names hold.
+/// Built in a `String`, whose buffer the key then keeps.
 fn owned_key(user: &str, session: &str) -> compact_str::CompactString {
-    let mut key = compact_str::CompactString::with_capacity(user.len() + session.len() + 4);
-    key.push_str(itoa::Buffer::new().format(user.len()));
+    let mut len = itoa::Buffer::new();
+    let len = len.format(user.len());
+    let mut key = String::with_capacity(len.len() + 1 + user.len() + session.len());
+    key.push_str(len);
     key.push(':');
     key.push_str(user);
     key.push_str(session);
-    key
+    key.into()
 }
 
 /// One request admitted to its session ([`Sessions::enter`]). A session

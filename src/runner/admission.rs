@@ -116,6 +116,7 @@ impl Runner {
     }
 
     /// Model `mi`'s targets: its provider's, then its own.
+    #[inline]
     pub(super) fn model_targets(&self, mi: usize) -> [&super::registry::Entry; 2] {
         let m = &self.models[mi];
         [
@@ -252,6 +253,7 @@ impl Runner {
     /// Model `mi` refused a call before it was made (after `tries`),
     /// announced: the hop it ends (the next model may take the call), or
     /// the budget that refused it (no model may).
+    #[cold]
     pub(super) fn refused(&self, request: u64, mi: usize, refusal: Refusal, tries: u32) -> Result<Hop, BudgetExceeded> {
         self.announce_step(request, self.model_target(mi), refusal.step());
         let result = match refusal {

@@ -135,27 +135,28 @@ impl Runner {
             request: req.clone(),
             via: Via::Agent,
         });
-        let (o, tally) = self.run_once(req, true, scope.start(), answer_key).await;
-        scope.end(&o, &tally);
+        let mut trail = Trail::new(answer_key);
+        let o = self.run_once(req, true, scope.start(), &mut trail).await;
+        scope.end(&o, &trail.tally);
         o
     }
 
-    /// Runs the loop once, starting `now`; `may_defer` is false when
-    /// re-driving the spool. The outcome's latency runs from `now` to when
-    /// the request left its session; its tally comes with it.
+    /// Runs the loop once, starting `now`, on a fresh `trail` (its tally
+    /// stays there for the caller); `may_defer` is false when re-driving
+    /// the spool. The outcome's latency runs from `now` to when the request
+    /// left its session.
     async fn run_once(
         &self,
         req: &AgentRequest,
         may_defer: bool,
         now: tokio::time::Instant,
-        answer_key: u64,
-    ) -> (Outcome, Tally) {
-        let mut trail = Trail::new(answer_key);
+        trail: &mut Trail,
+    ) -> Outcome {
         let now_ms = self.clock.ms_at(now);
         let (end, left) = match self.sessions.enter(&req.user, &req.session, now_ms) {
             Err(q) => (End::Failed(format!("Request refused: {q}.")), now),
             Ok(session) => {
-                let end = self.agent_loop(req, &session, may_defer, now, &mut trail).await;
+                let end = self.agent_loop(req, &session, may_defer, now, trail).await;
                 let left = self.clock.now();
                 session.leave(self.clock.ms_at(left));
                 (end, left)
@@ -190,20 +191,19 @@ impl Runner {
         let ended = Ended {
             level,
             quality: trail.quality * trail.model_q,
-            chain: trail.chain,
-            missing: trail.missing,
+            chain: std::mem::take(&mut trail.chain),
+            missing: std::mem::take(&mut trail.missing),
             user_message,
             answer,
             stale_ms: trail.stale_ms,
         };
-        let o = self.outcome(
+        self.outcome(
             req.id,
             &req.user,
             ended,
             &trail.tally,
             left.saturating_duration_since(now),
-        );
-        (o, trail.tally)
+        )
     }
 
     /// A request's key in the answer cache: its route and last user message.
@@ -516,8 +516,8 @@ impl Runner {
         let o = if give_up {
             None
         } else {
-            let key = Self::answer_key(&d.request);
-            Some(self.run_once(&d.request, false, self.clock.now(), key).await.0)
+            let mut trail = Trail::new(Self::answer_key(&d.request));
+            Some(self.run_once(&d.request, false, self.clock.now(), &mut trail).await)
         };
         let level = o.as_ref().map(|o| o.level).unwrap_or(Level::Failed);
         let age = self.clock.wall_ms().saturating_sub(d.deferred_at_ms);

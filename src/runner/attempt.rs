@@ -74,6 +74,7 @@ impl<const N: usize> Attempt<'_, N> {
     /// `call`, and its result counted as `verdict`; then its record (made
     /// with its latency) announced unless it was [`Verdict::Cut`]. The
     /// trips it caused, per target, and its latency.
+    #[inline]
     pub(super) fn end(
         self,
         runner: &Runner,
@@ -85,12 +86,12 @@ impl<const N: usize> Attempt<'_, N> {
     ) -> ([Option<String>; N], Duration) {
         call.latency = end.saturating_duration_since(self.start);
         let ms = call.latency.as_millis() as u64;
-        let mut trips = [const { None }; N];
-        for (i, probe) in probes.into_iter().enumerate() {
+        let mut i = 0;
+        let trips = probes.map(|probe| {
             let t = self.targets[i];
+            i += 1;
             let s = &t.stats;
             s.latency.record(ms);
-            trips[i] = t.breaker.record(probe, &call, end);
             match verdict {
                 Verdict::Ok => s.ok.inc(),
                 Verdict::Semantic => {
@@ -110,7 +111,8 @@ impl<const N: usize> Attempt<'_, N> {
                 }
                 Verdict::Cut => {}
             }
-        }
+            t.breaker.record(probe, &call, end)
+        });
         if verdict != Verdict::Cut {
             runner.announce_attempt(|| record(call.latency));
         }
@@ -173,6 +175,7 @@ impl Runner {
     /// Retry-After within the backoff cap, the target still admitting
     /// calls (`admits`), the wait ending before the deadline, and room in
     /// the retry budget (taken only when all else holds).
+    #[cold]
     fn retry_wait(
         &self,
         policy: &RetryPolicy<'_>,

@@ -252,6 +252,7 @@ impl Runner {
     /// What a provider's failure tells others: its limiter counts a 429,
     /// and when the provider itself said so (429, 5xx, 529; a transport
     /// error may be this host's network) the fleet hears of the trips.
+    #[cold]
     fn report_failure(&self, mi: usize, e: &ProviderError, tripped: &[Option<String>]) {
         let m = &self.models[mi];
         let p = &self.providers[m.provider];
