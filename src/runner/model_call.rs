@@ -12,6 +12,7 @@ use crate::provider::{ErrorKind, LlmRequest, LlmResponse, Piece, ProviderError};
 use crate::resilience::breaker::{watched, CallRecord, FailureKind};
 use crate::resilience::limiter::RateFeedback;
 use crate::telemetry::events::{self, EventKind};
+use futures_util::future::BoxFuture;
 use std::time::Duration;
 
 impl Runner {
@@ -102,7 +103,7 @@ impl Runner {
                 match streaming.as_deref_mut() {
                     Some(s) if streams => {
                         let head = self.stream_head_of(call, mi, tally);
-                        Box::pin(self.stream_attempt(mi, &req, s, room, &spend, head, first_token)).await
+                        self.streamed(mi, &req, s, room, &spend, head, first_token).await
                     }
                     _ => match p.client.complete_within(&req, timeout).await {
                         Ok(resp) => Attempted::Answer(resp, Vec::new()),
@@ -266,6 +267,27 @@ impl Runner {
                 }
             }
         }
+    }
+
+    /// [`Runner::stream_attempt`] boxed behind a `dyn` future, so its code
+    /// stays out of line: a whole call's attempt is the hot path, and the
+    /// stream's machinery would otherwise be inlined into it.
+    #[expect(
+        clippy::too_many_arguments,
+        reason = "stream_attempt's own arguments, passed through"
+    )]
+    #[inline(never)]
+    fn streamed<'a>(
+        &'a self,
+        mi: usize,
+        req: &'a LlmRequest,
+        s: &'a mut Streaming<'_>,
+        room: Option<(u64, crate::resilience::budget::BudgetExceeded)>,
+        spend: &'a Spend,
+        head: StreamHead,
+        first_token: Duration,
+    ) -> BoxFuture<'a, Attempted> {
+        Box::pin(self.stream_attempt(mi, req, s, room, spend, head, first_token))
     }
 
     /// One streamed attempt: opened (its first content come) within

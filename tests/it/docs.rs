@@ -897,9 +897,15 @@ fn the_quick_start_and_serve_commands_run() {
                             std::thread::sleep(Duration::from_millis(50));
                         }
                     });
-                    let shown = console(&["serve"], "127.0.0.1:8787");
+                    // `q` is typed only once the probe has its answer, so the
+                    // gateway is still up when the probe connects.
+                    let (mut probe, mut answer) = (Some(probe), String::new());
+                    let shown = console_typed(&["serve"], &[("127.0.0.1:8787", "q")], &mut |_, _| {
+                        if let Some(p) = probe.take() {
+                            answer = p.join().unwrap();
+                        }
+                    });
                     assert!(shown.contains("SERVE"), "{}", s.at);
-                    let answer = probe.join().unwrap();
                     assert!(
                         answer.starts_with("HTTP/1.0 200") || answer.starts_with("HTTP/1.1 200"),
                         "{answer}"
