@@ -128,7 +128,7 @@ impl Hop {
 
     fn write(&self, f: &mut fmt::Formatter<'_>, ascii: bool) -> fmt::Result {
         let text = |f: &mut fmt::Formatter<'_>, s: &str| {
-            if !ascii {
+            if !ascii || s.bytes().all(|b| (0x20..0x7f).contains(&b)) {
                 return f.write_str(s);
             }
             s.chars()

@@ -67,14 +67,17 @@ async fn handle(gw: Arc<Gateway>, api: Api, req: axum::extract::Request) -> Answ
         .map(|k| compact_str::CompactString::from(&*k.0));
     let req = chat_request(&gw, &parts.headers, asked, caller.as_deref(), key)
         .map_err(|(field, why)| GatewayError::bad_request(api, why, field))?;
+    // The call's future is boxed, so this handler's own stays small: axum
+    // boxes the handler's, and a future is moved whole, every byte of its
+    // largest state.
     if stream {
-        return Ok(super::stream::streamed(gw, client, req).await);
+        return Ok(Box::pin(super::stream::streamed(gw, client, req)).await);
     }
     let id = req.id;
     // Dropped with this handler when the client disconnects (or the
     // gateway's drain time is over): the upstream call is cancelled and its
     // reservations released (see `Runner::chat`).
-    let Some(chat) = super::until_cut(&gw, gw.runner.chat(req, None)).await else {
+    let Some(chat) = super::until_cut(&gw, Box::pin(gw.runner.chat(req, None))).await else {
         return Err(GatewayError::new(
             api,
             StatusCode::SERVICE_UNAVAILABLE,
@@ -199,21 +202,35 @@ pub(super) fn outcome_headers(
         h.insert(HeaderName::from_static(fusebox::CHAIN), v);
     }
     if let Some((quality, attempts)) = more {
-        if let Ok(v) = HeaderValue::try_from(format!("{quality:.2}")) {
+        if let Ok(v) = HeaderValue::try_from(two_decimals(quality)) {
             h.insert(HeaderName::from_static(fusebox::QUALITY), v);
         }
         h.insert(HeaderName::from_static(fusebox::ATTEMPTS), HeaderValue::from(attempts));
     }
 }
 
+/// `q` with two decimals, as `{:.2}` writes it (without formatting a
+/// float, which costs more than the rest of the headers together).
+fn two_decimals(q: f64) -> String {
+    use std::fmt::Write as _;
+    let hundredths = q * 100.0;
+    let r = hundredths.round();
+    // Away from a half, rounding the product rounds as `{:.2}` does.
+    if !(0.0..1e9).contains(&r) || (hundredths - r).abs() >= 0.49 {
+        return format!("{q:.2}");
+    }
+    let r = r as u64;
+    let mut s = String::with_capacity(12);
+    let _ = write!(s, "{}.{:02}", r / 100, r % 100);
+    s
+}
+
 /// The whole response for a call whose client's stream (if it asked for
 /// one) never started.
 pub(super) fn respond(client: &Client, id: u64, chat: Chat, stream: bool) -> Response {
-    let o = &chat.outcome;
-    let mut meta = HeaderMap::new();
-    outcome_headers(&mut meta, o.level, &o.chain, Some((o.quality, o.attempts)));
+    let o = chat.outcome;
     let mut resp = answer(client, id, chat.end, stream).unwrap_or_else(IntoResponse::into_response);
-    resp.headers_mut().extend(meta);
+    outcome_headers(resp.headers_mut(), o.level, &o.chain, Some((o.quality, o.attempts)));
     resp
 }
 
@@ -260,4 +277,32 @@ fn written(client: &Client, id: u64, reply: &crate::wire::Reply) -> Vec<u8> {
     let mut w = super::client_api::Writer::new(client, id, &reply.id, &reply.model);
     reply.deltas().iter().for_each(|d| w.write(d, &mut out));
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::two_decimals;
+
+    #[test]
+    fn a_quality_has_two_decimals_as_the_float_format_writes_them() {
+        let mut q = 0.0;
+        while q <= 2.0 {
+            assert_eq!(two_decimals(q), format!("{q:.2}"), "{q}");
+            q += 0.0005;
+        }
+        for q in [
+            0.125,
+            0.375,
+            0.005,
+            0.015,
+            1.005,
+            0.85 * 0.9,
+            f64::NAN,
+            -0.5,
+            1e12,
+            0.999_999,
+        ] {
+            assert_eq!(two_decimals(q), format!("{q:.2}"), "{q}");
+        }
+    }
 }

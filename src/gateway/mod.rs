@@ -155,8 +155,7 @@ fn router(
         router
     };
     // Outermost: every answer is named, a refusal at the door too.
-    let keys = Arc::new(request_key::Keys::default());
-    let router = router.layer(axum::middleware::from_fn_with_state(keys, request_key::tag));
+    let router = router.layer(request_key::Tag::default());
     if let Some(fleet) = gw.opts.fleet.clone() {
         tokio::spawn(follow_keys(gw.clone(), fleet));
     }

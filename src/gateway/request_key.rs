@@ -3,12 +3,15 @@
 //! caller's own `x-request-id` when it sent a usable one, else one made
 //! here, unique across instances and restarts.
 
-use axum::extract::{Request, State};
+use axum::extract::Request;
 use axum::http::{HeaderName, HeaderValue};
-use axum::middleware::Next;
 use axum::response::Response;
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
+use std::task::{Context, Poll};
+use tower::{Layer, Service};
 
 /// The caller's own id, kept when usable.
 const H_CALLER_ID: &str = "x-request-id";
@@ -53,17 +56,76 @@ impl Keys {
     }
 }
 
-/// Names the request (in its extensions, for the handlers) and its answer,
-/// whatever the answer is.
-pub async fn tag(State(keys): State<Arc<Keys>>, mut req: Request, next: Next) -> Response {
-    let key = keys.name(req.headers().get(H_CALLER_ID));
-    req.extensions_mut().insert(RequestKey(key.clone()));
-    let mut resp = next.run(req).await;
-    if let Ok(v) = HeaderValue::try_from(key.as_ref()) {
-        resp.headers_mut()
-            .insert(HeaderName::from_static(crate::wire::fusebox::REQUEST_ID), v);
+/// The layer naming each request (in its extensions, for the handlers)
+/// and its answer, whatever the answer is. A layer of its own rather than
+/// a middleware function, which would box every request's future.
+#[derive(Clone, Default)]
+pub struct Tag(Arc<Keys>);
+
+impl<S> Layer<S> for Tag {
+    type Service = Tagged<S>;
+
+    fn layer(&self, inner: S) -> Tagged<S> {
+        Tagged {
+            inner,
+            keys: self.0.clone(),
+        }
     }
-    resp
+}
+
+/// A service whose requests and answers are named.
+#[derive(Clone)]
+pub struct Tagged<S> {
+    inner: S,
+    keys: Arc<Keys>,
+}
+
+impl<S, E> Service<Request> for Tagged<S>
+where
+    S: Service<Request, Response = Response, Error = E>,
+{
+    type Response = Response;
+    type Error = E;
+    type Future = Named<S::Future>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), E>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, mut req: Request) -> Self::Future {
+        let key = self.keys.name(req.headers().get(H_CALLER_ID));
+        req.extensions_mut().insert(RequestKey(key.clone()));
+        Named {
+            answer: self.inner.call(req),
+            key,
+        }
+    }
+}
+
+pin_project_lite::pin_project! {
+    /// A request's answer, to be named.
+    pub struct Named<F> {
+        #[pin]
+        answer: F,
+        key: Arc<str>,
+    }
+}
+
+impl<F, E> Future for Named<F>
+where
+    F: Future<Output = Result<Response, E>>,
+{
+    type Output = Result<Response, E>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = self.project();
+        let mut resp = std::task::ready!(this.answer.poll(cx))?;
+        if let Ok(v) = HeaderValue::try_from(this.key.as_ref()) {
+            const NAME: HeaderName = HeaderName::from_static(crate::wire::fusebox::REQUEST_ID);
+            resp.headers_mut().insert(NAME, v);
+        }
+        Poll::Ready(Ok(resp))
+    }
 }
 
 #[cfg(test)]

@@ -3,10 +3,12 @@
 //! [`crate::wire::headers`].
 
 use super::http::{
-    header_getter, open_stream, post, read_body, status_error, transport_error, with_ids, Endpoint, SseStream,
+    header_getter, open_stream, post, read_body, says_rate, status_error, transport_error, with_ids, Endpoint,
+    SseStream,
 };
 use super::{ErrorKind, LlmRequest, LlmResponse, Opened, Provider, ProviderError, WireAnswer};
 use crate::clock::Clock;
+use crate::resilience::limiter::RateFeedback;
 use crate::wire::anthropic::{parse_reply, render_request};
 use crate::wire::headers::anthropic_feedback;
 use crate::wire::Api;
@@ -66,7 +68,10 @@ impl Provider for AnthropicClient {
         }
         let resp = b.send().await.map_err(|e| transport_error(name, &e))?;
         let status = resp.status().as_u16();
-        let rate = anthropic_feedback(&header_getter(resp.headers()), self.clock.wall_ms());
+        let rate = match says_rate(resp.headers(), "anthropic-ratelimit-") {
+            true => anthropic_feedback(&header_getter(resp.headers()), self.clock.wall_ms()),
+            false => RateFeedback::default(),
+        };
         if !(200..300).contains(&status) {
             let body = read_body(name, resp).await.unwrap_or_default();
             let named = serde_json::from_slice::<Value>(&body).ok().and_then(|v| {

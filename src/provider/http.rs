@@ -56,6 +56,14 @@ impl Secret {
         Self(s)
     }
 
+    /// The key after `scheme` as a header value, marked sensitive (kept
+    /// out of debug output); `None` when it is no header value.
+    pub fn header(&self, scheme: &str) -> Option<reqwest::header::HeaderValue> {
+        let mut v = reqwest::header::HeaderValue::try_from(format!("{scheme}{}", self.0)).ok()?;
+        v.set_sensitive(true);
+        Some(v)
+    }
+
     /// The key, for the request header only.
     pub fn expose(&self) -> &str {
         &self.0
@@ -122,6 +130,14 @@ pub async fn read_body(provider: &str, resp: reqwest::Response) -> Result<bytes:
         out.extend_from_slice(&chunk);
     }
     Ok(out.into())
+}
+
+/// Whether an answer says anything of its rate limits: a header named
+/// `prefix…` or `retry-after…` (one pass over its names, where looking up
+/// each header a provider may send would hash every name).
+pub fn says_rate(h: &reqwest::header::HeaderMap, prefix: &str) -> bool {
+    h.keys()
+        .any(|k| k.as_str().starts_with(prefix) || k.as_str().starts_with("retry-after"))
 }
 
 /// A header lookup over reqwest's map, for the header parsers.
@@ -229,10 +245,13 @@ pub fn build(
 /// Sends the request with the ids the mock server uses for determinism
 /// (real providers ignore unknown headers).
 pub fn with_ids(b: reqwest::RequestBuilder, req: &super::LlmRequest) -> reqwest::RequestBuilder {
-    use reqwest::header::HeaderValue;
-    b.header(fusebox::REQUEST, HeaderValue::from(req.request_id))
-        .header(fusebox::STEP, HeaderValue::from(req.step))
-        .header(fusebox::ATTEMPT, HeaderValue::from(req.attempt))
+    use reqwest::header::{HeaderName, HeaderValue};
+    const REQUEST: HeaderName = HeaderName::from_static(fusebox::REQUEST);
+    const STEP: HeaderName = HeaderName::from_static(fusebox::STEP);
+    const ATTEMPT: HeaderName = HeaderName::from_static(fusebox::ATTEMPT);
+    b.header(REQUEST, HeaderValue::from(req.request_id))
+        .header(STEP, HeaderValue::from(req.step))
+        .header(ATTEMPT, HeaderValue::from(req.attempt))
 }
 
 /// A POST to `ep`: its URL parsed once, when the client was made.

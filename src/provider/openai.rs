@@ -4,7 +4,8 @@
 //! [`crate::wire::openai`], rate-limit headers by [`crate::wire::headers`].
 
 use super::http::{
-    header_getter, open_stream, post, read_body, status_error, transport_error, with_ids, Endpoint, SseStream,
+    header_getter, open_stream, post, read_body, says_rate, status_error, transport_error, with_ids, Endpoint,
+    SseStream,
 };
 use super::{
     EmbedRequest, Embedded, ErrorKind, LlmRequest, LlmResponse, Opened, Provider, ProviderError, Usage, WireAnswer,
@@ -12,8 +13,9 @@ use super::{
 use crate::clock::Clock;
 use crate::resilience::limiter::RateFeedback;
 use crate::wire::headers::{openai_feedback, retry_after};
-use crate::wire::openai::{parse_reply, render_request, Dialect};
+use crate::wire::openai::{read_reply, render_request, Dialect};
 use crate::wire::Api;
+use reqwest::header::HeaderValue;
 use serde_json::Value;
 use std::sync::Arc;
 
@@ -22,14 +24,21 @@ pub struct OpenAiClient {
     http: reqwest::Client,
     ep: Endpoint,
     url: Option<reqwest::Url>,
+    /// `Bearer KEY`, made once (a key that is no header value is sent as
+    /// given, for the request to fail on it).
+    auth: Option<HeaderValue>,
     dialect: Dialect,
     clock: Clock,
 }
+
+/// A JSON body's content type.
+const JSON: HeaderValue = HeaderValue::from_static("application/json");
 
 impl OpenAiClient {
     /// A client for `ep`.
     pub fn new(http: reqwest::Client, ep: Endpoint, dialect: Dialect, clock: Clock) -> Self {
         Self {
+            auth: ep.key.as_ref().and_then(|k| k.header("Bearer ")),
             url: reqwest::Url::parse(&ep.url).ok(),
             http,
             ep,
@@ -39,6 +48,9 @@ impl OpenAiClient {
     }
 
     fn feedback(&self, h: &reqwest::header::HeaderMap) -> RateFeedback {
+        if !says_rate(h, "x-ratelimit-") {
+            return RateFeedback::default();
+        }
         let get = header_getter(h);
         match self.dialect {
             Dialect::OpenAi | Dialect::Compatible => openai_feedback(&get, self.clock.wall_ms()),
@@ -57,7 +69,7 @@ impl Provider for OpenAiClient {
     }
 
     async fn complete(&self, req: &LlmRequest) -> Result<LlmResponse, ProviderError> {
-        self.open(req).await?.whole().await
+        self.call(req).await?.whole().await
     }
 
     async fn embed(&self, req: &EmbedRequest) -> Result<Embedded, ProviderError> {
@@ -116,20 +128,30 @@ impl Provider for OpenAiClient {
     }
 
     async fn open(&self, req: &LlmRequest) -> Result<Opened, ProviderError> {
+        self.call(req).await
+    }
+}
+
+impl OpenAiClient {
+    /// One call, answered whole or opened as a stream (a plain future, so
+    /// a whole call's boxed future holds it in place rather than a second box).
+    async fn call(&self, req: &LlmRequest) -> Result<Opened, ProviderError> {
         let name = &self.ep.name;
         let start = self.clock.now();
         let out = req.outgoing(self.ep.stream);
         let body =
             render_request(&out, self.dialect).map_err(|why| ProviderError::new(ErrorKind::Unsupported, None, why))?;
         let mut b = with_ids(post(&self.http, &self.ep, self.url.as_ref()), req)
-            .header(reqwest::header::CONTENT_TYPE, "application/json")
+            .header(reqwest::header::CONTENT_TYPE, JSON)
             .body(body);
         for (k, v) in out.client_headers(Api::Chat) {
             b = b.header(*k, v.clone());
         }
-        if let Some(k) = &self.ep.key {
-            b = b.bearer_auth(k.expose());
-        }
+        b = match (&self.auth, &self.ep.key) {
+            (Some(auth), _) => b.header(reqwest::header::AUTHORIZATION, auth.clone()),
+            (None, Some(k)) => b.bearer_auth(k.expose()),
+            (None, None) => b,
+        };
         let resp = b.send().await.map_err(|e| transport_error(name, &e))?;
         let status = resp.status().as_u16();
         let rate = self.feedback(resp.headers());
@@ -143,7 +165,7 @@ impl Provider for OpenAiClient {
         }
         let body = read_body(name, resp).await?;
         // DeepSeek sends empty lines while the request is queued.
-        let v: Value = serde_json::from_slice(body.trim_ascii()).map_err(|e| {
+        let r = read_reply(body.trim_ascii()).map_err(|e| {
             let kind = if body.is_empty() {
                 ErrorKind::Reset
             } else {
@@ -151,7 +173,6 @@ impl Provider for OpenAiClient {
             };
             ProviderError::new(kind, None, format!("{name}: unreadable response body: {e}"))
         })?;
-        let r = parse_reply(&v);
         let usage = r.usage.unwrap_or_else(|| Usage {
             input: crate::request::tokens_in_chars(req.prompt_chars()),
             output: crate::request::tokens_in_chars(

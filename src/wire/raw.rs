@@ -62,14 +62,9 @@ impl RawBody {
             out.push(b':');
             out.extend_from_slice(v.as_bytes());
         };
-        let mut done = vec![false; set.len()];
-        // Where each key is written last: a repeated key keeps only its
-        // last value, as JSON readers do. Counted once, not per member.
-        let mut last: std::collections::HashMap<&str, usize> =
-            std::collections::HashMap::with_capacity(self.members.len());
-        for (i, (k, _)) in self.members.iter().enumerate() {
-            last.insert(k, i);
-        }
+        let mut done: smallvec::SmallVec<[bool; 8]> = smallvec::smallvec![false; set.len()];
+        // A repeated key keeps only its last value, as JSON readers do.
+        let last = Repeats::of(&self.members);
         for (i, (k, v)) in self.members.iter().enumerate() {
             if remove.contains(&&**k) {
                 continue;
@@ -80,7 +75,7 @@ impl RawBody {
                     done[j] = true;
                     put(&mut out, k, set[j].1.get());
                 }
-                None if last.get(&**k) != Some(&i) => {}
+                None if !last.is_last(i, k) => {}
                 None => put(&mut out, k, v.get()),
             }
         }
@@ -91,6 +86,39 @@ impl RawBody {
         }
         out.push(b'}');
         out
+    }
+}
+
+/// Which member is the last of its key, for a body whose keys repeat.
+enum Repeats<'a> {
+    /// Every key once (a client's body, nearly always): no map built.
+    None,
+    /// Where each key is written last.
+    Last(std::collections::HashMap<&'a str, usize>),
+}
+
+impl<'a> Repeats<'a> {
+    fn of(members: &'a [(Box<str>, Box<RawValue>)]) -> Self {
+        // Up to this many members, comparing each key with those before it
+        // costs less than hashing them all.
+        const FEW: usize = 32;
+        let repeats = members.len() > FEW
+            || members
+                .iter()
+                .enumerate()
+                .any(|(i, (k, _))| members[..i].iter().any(|(before, _)| before == k));
+        if !repeats {
+            return Repeats::None;
+        }
+        Repeats::Last(members.iter().enumerate().map(|(i, (k, _))| (&**k, i)).collect())
+    }
+
+    /// Whether member `i`, of `key`, is its key's last.
+    fn is_last(&self, i: usize, key: &str) -> bool {
+        match self {
+            Repeats::None => true,
+            Repeats::Last(last) => last.get(key) == Some(&i),
+        }
     }
 }
 
@@ -152,6 +180,12 @@ mod tests {
             String::from_utf8(b.render(&[("a", &one)], &[])).unwrap(),
             r#"{"a":9,"b":3}"#
         );
+        // A body of many members, one repeated: the same, found by a map.
+        let many: Vec<String> = (0..40).map(|i| format!("\"k{i}\":{i}")).collect();
+        let b = RawBody::parse(format!("{{{},\"k3\":\"last\"}}", many.join(",")).as_bytes()).unwrap();
+        let out = String::from_utf8(b.render(&[], &[])).unwrap();
+        assert!(out.starts_with(r#"{"k0":0,"k1":1,"k2":2,"k4":4,"#), "{out}");
+        assert!(out.ends_with(r#""k39":39,"k3":"last"}"#), "{out}");
     }
 
     #[test]

@@ -8,6 +8,7 @@ use super::raw::RawBody;
 use super::Api;
 use serde_json::value::RawValue;
 use serde_json::{Map, Value};
+use std::fmt::Display;
 use std::sync::Arc;
 
 /// Which tool the model must (or must not) call.
@@ -116,8 +117,8 @@ pub struct BadRequest {
 
 impl BadRequest {
     /// `field` has `problem`.
-    pub fn field(field: impl Into<String>, problem: &str) -> Self {
-        let field = field.into();
+    pub fn field(field: impl Display, problem: &str) -> Self {
+        let field = field.to_string();
         Self {
             message: format!("{field}: {problem}"),
             field: Some(field),
@@ -139,9 +140,31 @@ impl std::fmt::Display for BadRequest {
 /// A JSON object.
 pub(crate) type Obj = Map<String, Value>;
 
+/// Element `.1` of the array at path `.0` (`messages[2]`): a path written
+/// out only when an error names it.
+#[derive(Clone, Copy)]
+pub(crate) struct Index<'a>(pub &'a dyn Display, pub usize);
+
+impl Display for Index<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}[{}]", self.0, self.1)
+    }
+}
+
+/// Member `.1` of the object at path `.0` (`messages[2].content`).
+#[derive(Clone, Copy)]
+pub(crate) struct Key<'a>(pub &'a dyn Display, pub &'a str);
+
+impl Display for Key<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}.{}", self.0, self.1)
+    }
+}
+
 /// Reads a request body: a JSON object, as members (for pass-through) and
-/// as a value (for reading).
-pub(crate) fn body(bytes: &[u8]) -> Result<(RawBody, Obj), BadRequest> {
+/// as a value (for reading), but for the members named in `lazy`, which
+/// its reader reads from the members itself.
+pub(crate) fn body(bytes: &[u8], lazy: &[&str]) -> Result<(RawBody, Obj), BadRequest> {
     let raw = RawBody::parse(bytes).map_err(|e| {
         if e.is_data() {
             BadRequest::body("request body must be a JSON object".into())
@@ -151,7 +174,7 @@ pub(crate) fn body(bytes: &[u8]) -> Result<(RawBody, Obj), BadRequest> {
     })?;
     let mut obj = Obj::new();
     // One pass; a repeated key's last value stands, as in the raw body.
-    for (key, v) in raw.members() {
+    for (key, v) in raw.members().filter(|(k, _)| !lazy.contains(k)) {
         if let Ok(v) = serde_json::from_str::<Value>(v.get()) {
             obj.insert(key.to_string(), v);
         }
@@ -159,7 +182,7 @@ pub(crate) fn body(bytes: &[u8]) -> Result<(RawBody, Obj), BadRequest> {
     Ok((raw, obj))
 }
 
-pub(crate) fn required_str<'a>(obj: &'a Obj, key: &str, path: &str) -> Result<&'a str, BadRequest> {
+pub(crate) fn required_str<'a>(obj: &'a Obj, key: &str, path: impl Display) -> Result<&'a str, BadRequest> {
     match obj.get(key) {
         None | Some(Value::Null) => Err(BadRequest::field(path, "field required")),
         Some(Value::String(s)) => Ok(s),
@@ -167,7 +190,7 @@ pub(crate) fn required_str<'a>(obj: &'a Obj, key: &str, path: &str) -> Result<&'
     }
 }
 
-pub(crate) fn opt_str<'a>(obj: &'a Obj, key: &str, path: &str) -> Result<Option<&'a str>, BadRequest> {
+pub(crate) fn opt_str<'a>(obj: &'a Obj, key: &str, path: impl Display) -> Result<Option<&'a str>, BadRequest> {
     match obj.get(key) {
         None | Some(Value::Null) => Ok(None),
         Some(Value::String(s)) => Ok(Some(s)),
@@ -175,7 +198,7 @@ pub(crate) fn opt_str<'a>(obj: &'a Obj, key: &str, path: &str) -> Result<Option<
     }
 }
 
-pub(crate) fn opt_bool(obj: &Obj, key: &str, path: &str) -> Result<Option<bool>, BadRequest> {
+pub(crate) fn opt_bool(obj: &Obj, key: &str, path: impl Display) -> Result<Option<bool>, BadRequest> {
     match obj.get(key) {
         None | Some(Value::Null) => Ok(None),
         Some(Value::Bool(b)) => Ok(Some(*b)),
@@ -183,7 +206,7 @@ pub(crate) fn opt_bool(obj: &Obj, key: &str, path: &str) -> Result<Option<bool>,
     }
 }
 
-pub(crate) fn opt_u32(obj: &Obj, key: &str, path: &str) -> Result<Option<u32>, BadRequest> {
+pub(crate) fn opt_u32(obj: &Obj, key: &str, path: impl Display) -> Result<Option<u32>, BadRequest> {
     match obj.get(key) {
         None | Some(Value::Null) => Ok(None),
         Some(v) => match v.as_u64().and_then(|n| u32::try_from(n).ok()) {
@@ -194,7 +217,7 @@ pub(crate) fn opt_u32(obj: &Obj, key: &str, path: &str) -> Result<Option<u32>, B
     }
 }
 
-pub(crate) fn opt_f64(obj: &Obj, key: &str, path: &str) -> Result<Option<f64>, BadRequest> {
+pub(crate) fn opt_f64(obj: &Obj, key: &str, path: impl Display) -> Result<Option<f64>, BadRequest> {
     match obj.get(key) {
         None | Some(Value::Null) => Ok(None),
         Some(v) => v
@@ -205,7 +228,7 @@ pub(crate) fn opt_f64(obj: &Obj, key: &str, path: &str) -> Result<Option<f64>, B
     }
 }
 
-pub(crate) fn opt_obj<'a>(obj: &'a Obj, key: &str, path: &str) -> Result<Option<&'a Obj>, BadRequest> {
+pub(crate) fn opt_obj<'a>(obj: &'a Obj, key: &str, path: impl Display) -> Result<Option<&'a Obj>, BadRequest> {
     match obj.get(key) {
         None | Some(Value::Null) => Ok(None),
         Some(Value::Object(o)) => Ok(Some(o)),
@@ -213,7 +236,7 @@ pub(crate) fn opt_obj<'a>(obj: &'a Obj, key: &str, path: &str) -> Result<Option<
     }
 }
 
-pub(crate) fn array<'a>(obj: &'a Obj, key: &str, path: &str) -> Result<&'a [Value], BadRequest> {
+pub(crate) fn array<'a>(obj: &'a Obj, key: &str, path: impl Display) -> Result<&'a [Value], BadRequest> {
     match obj.get(key) {
         None | Some(Value::Null) => Ok(&[]),
         Some(Value::Array(a)) => Ok(a),
@@ -221,7 +244,7 @@ pub(crate) fn array<'a>(obj: &'a Obj, key: &str, path: &str) -> Result<&'a [Valu
     }
 }
 
-pub(crate) fn object<'a>(v: &'a Value, path: &str) -> Result<&'a Obj, BadRequest> {
+pub(crate) fn object(v: &Value, path: impl Display) -> Result<&Obj, BadRequest> {
     v.as_object()
         .ok_or_else(|| BadRequest::field(path, "expected an object"))
 }
@@ -311,7 +334,7 @@ pub(crate) fn allowed_tools(obj: &Obj, tools: Vec<ToolSpec>) -> Vec<ToolSpec> {
 }
 
 /// A tool's JSON schema (an empty object schema when absent).
-pub(crate) fn schema(obj: &Obj, key: &str, path: &str) -> Result<Value, BadRequest> {
+pub(crate) fn schema(obj: &Obj, key: &str, path: impl Display) -> Result<Value, BadRequest> {
     match obj.get(key) {
         None | Some(Value::Null) => Ok(serde_json::json!({"type": "object", "properties": {}})),
         Some(v @ Value::Object(_)) => Ok(v.clone()),
@@ -320,8 +343,8 @@ pub(crate) fn schema(obj: &Obj, key: &str, path: &str) -> Result<Value, BadReque
 }
 
 /// A tool's name: a non-empty string.
-pub(crate) fn tool_name<'a>(obj: &'a Obj, path: &str) -> Result<&'a str, BadRequest> {
-    let name = required_str(obj, "name", path)?;
+pub(crate) fn tool_name(obj: &Obj, path: impl Display) -> Result<&str, BadRequest> {
+    let name = required_str(obj, "name", &path)?;
     if name.is_empty() {
         return Err(BadRequest::field(path, "must not be empty"));
     }

@@ -8,11 +8,12 @@ use crate::wire::Api;
 use serde_json::value::RawValue;
 use serde_json::{json, Value};
 use smallvec::SmallVec;
+use std::fmt::Display;
 use std::sync::Arc;
 
 /// Reads a messages request body.
 pub fn parse_request(bytes: &[u8]) -> Result<Request, BadRequest> {
-    let (raw, obj) = rq::body(bytes)?;
+    let (raw, obj) = rq::body(bytes, &[])?;
     let model = rq::model(&obj)?;
     let stream = rq::opt_bool(&obj, "stream", "stream")?.unwrap_or(false);
     let max_tokens = rq::opt_u32(&obj, "max_tokens", "max_tokens")?
@@ -24,8 +25,8 @@ pub fn parse_request(bytes: &[u8]) -> Result<Request, BadRequest> {
         Some(Value::Array(blocks)) => {
             let mut text = Vec::new();
             for (i, b) in blocks.iter().enumerate() {
-                let b = rq::object(b, &format!("system[{i}]"))?;
-                text.push(rq::required_str(b, "text", &format!("system[{i}].text"))?);
+                let b = rq::object(b, rq::Index(&"system", i))?;
+                text.push(rq::required_str(b, "text", rq::Key(&rq::Index(&"system", i), "text"))?);
             }
             messages.push(Message::system(text.join("\n")));
         }
@@ -109,10 +110,10 @@ fn read_messages(obj: &Obj, out: &mut Vec<Message>) -> Result<(), BadRequest> {
 
 /// Reads turn `i` into messages (none for a turn with nothing in it).
 fn read_turn(i: usize, m: &Value, out: &mut Vec<Message>) -> Result<(), BadRequest> {
-    let path = format!("messages[{i}]");
-    let m = rq::object(m, &path)?;
-    let role_path = format!("{path}.role");
-    let role = match rq::required_str(m, "role", &role_path)? {
+    let path = rq::Index(&"messages", i);
+    let m = rq::object(m, path)?;
+    let role_path = rq::Key(&path, "role");
+    let role = match rq::required_str(m, "role", role_path)? {
         "user" => Role::User,
         "assistant" => Role::Assistant,
         _ => {
@@ -122,7 +123,7 @@ fn read_turn(i: usize, m: &Value, out: &mut Vec<Message>) -> Result<(), BadReque
             ))
         }
     };
-    let cpath = format!("{path}.content");
+    let cpath = rq::Key(&path, "content");
     let blocks = match m.get("content") {
         None | Some(Value::Null) => return Err(BadRequest::field(cpath, "field required")),
         Some(Value::String(s)) => {
@@ -141,13 +142,13 @@ fn read_turn(i: usize, m: &Value, out: &mut Vec<Message>) -> Result<(), BadReque
     let mut calls = Vec::new();
     let mut reasoning = String::new();
     for (j, b) in blocks.iter().enumerate() {
-        let bp = format!("{cpath}[{j}]");
+        let bp = rq::Index(&cpath, j);
         let block = b
             .as_object()
-            .ok_or_else(|| BadRequest::field(bp.as_str(), "expected a content part object"))?;
-        match rq::required_str(block, "type", &format!("{bp}.type"))? {
+            .ok_or_else(|| BadRequest::field(bp, "expected a content part object"))?;
+        match rq::required_str(block, "type", rq::Key(&bp, "type"))? {
             "tool_result" => {
-                let id = rq::required_str(block, "tool_use_id", &format!("{bp}.tool_use_id"))?;
+                let id = rq::required_str(block, "tool_use_id", rq::Key(&bp, "tool_use_id"))?;
                 let content = match block.get("content") {
                     None | Some(Value::Null) => Content::default(),
                     Some(Value::String(s)) => Content::Text(s.as_str().into()),
@@ -155,7 +156,7 @@ fn read_turn(i: usize, m: &Value, out: &mut Vec<Message>) -> Result<(), BadReque
                         inner
                             .iter()
                             .enumerate()
-                            .map(|(k, p)| part(p, &format!("{bp}.content[{k}]")))
+                            .map(|(k, p)| part(p, &rq::Index(&rq::Key(&bp, "content"), k)))
                             .collect::<Result<Vec<_>, _>>()?
                             .into(),
                     ),
@@ -168,13 +169,13 @@ fn read_turn(i: usize, m: &Value, out: &mut Vec<Message>) -> Result<(), BadReque
                 };
                 let mut msg = Message::new(Role::Tool, content);
                 msg.tool_call_id = Some(id.into());
-                msg.is_error = rq::opt_bool(block, "is_error", &format!("{bp}.is_error"))?.unwrap_or(false);
+                msg.is_error = rq::opt_bool(block, "is_error", rq::Key(&bp, "is_error"))?.unwrap_or(false);
                 out.push(msg);
             }
             "tool_use" if role == Role::Assistant => calls.push(ToolCall {
                 kind: ToolKind::Function,
-                id: rq::required_str(block, "id", &format!("{bp}.id"))?.to_string(),
-                name: rq::required_str(block, "name", &format!("{bp}.name"))?.to_string(),
+                id: rq::required_str(block, "id", rq::Key(&bp, "id"))?.to_string(),
+                name: rq::required_str(block, "name", rq::Key(&bp, "name"))?.to_string(),
                 arguments: match block.get("input") {
                     Some(v @ Value::Object(_)) => v.to_string(),
                     Some(Value::String(s)) => s.clone(),
@@ -208,21 +209,21 @@ fn read_turn(i: usize, m: &Value, out: &mut Vec<Message>) -> Result<(), BadReque
 }
 
 /// One content block: `text`, `image` (base64 or URL), or kept as sent.
-fn part(v: &Value, path: &str) -> Result<Part, BadRequest> {
+fn part(v: &Value, path: &dyn Display) -> Result<Part, BadRequest> {
     let b = v
         .as_object()
         .ok_or_else(|| BadRequest::field(path, "expected a content part object"))?;
-    Ok(match rq::required_str(b, "type", &format!("{path}.type"))? {
-        "text" => Part::text(rq::required_str(b, "text", &format!("{path}.text"))?),
+    Ok(match rq::required_str(b, "type", rq::Key(&path, "type"))? {
+        "text" => Part::text(rq::required_str(b, "text", rq::Key(&path, "text"))?),
         "image" => {
-            let sp = format!("{path}.source");
-            let s = rq::opt_obj(b, "source", &sp)?.ok_or_else(|| BadRequest::field(sp.as_str(), "field required"))?;
-            let source = match rq::required_str(s, "type", &format!("{sp}.type"))? {
+            let sp = rq::Key(&path, "source");
+            let s = rq::opt_obj(b, "source", sp)?.ok_or_else(|| BadRequest::field(sp, "field required"))?;
+            let source = match rq::required_str(s, "type", rq::Key(&sp, "type"))? {
                 "base64" => ImageSource::Base64 {
-                    media_type: rq::required_str(s, "media_type", &format!("{sp}.media_type"))?.into(),
-                    data: rq::required_str(s, "data", &format!("{sp}.data"))?.into(),
+                    media_type: rq::required_str(s, "media_type", rq::Key(&sp, "media_type"))?.into(),
+                    data: rq::required_str(s, "data", rq::Key(&sp, "data"))?.into(),
                 },
-                "url" => ImageSource::Url(rq::required_str(s, "url", &format!("{sp}.url"))?.into()),
+                "url" => ImageSource::Url(rq::required_str(s, "url", rq::Key(&sp, "url"))?.into()),
                 _ => {
                     return Ok(Part::Opaque {
                         wire: Api::Messages,
@@ -260,15 +261,15 @@ fn tools(obj: &Obj) -> Result<(Vec<ToolSpec>, Offered), BadRequest> {
     let mut out = Vec::new();
     let mut offered = Offered::default();
     for (i, t) in rq::array(obj, "tools", "tools")?.iter().enumerate() {
-        let path = format!("tools[{i}]");
-        let t = rq::object(t, &path)?;
-        match rq::opt_str(t, "type", &format!("{path}.type"))? {
+        let path = rq::Index(&"tools", i);
+        let t = rq::object(t, path)?;
+        match rq::opt_str(t, "type", rq::Key(&path, "type"))? {
             None | Some("custom") => {}
             Some(ty) if CLIENT_RUN.iter().any(|p| ty.starts_with(p)) => {
                 offered.defined = true;
                 out.push(ToolSpec {
                     kind: ToolKind::Function,
-                    name: rq::tool_name(t, &format!("{path}.name"))?.into(),
+                    name: rq::tool_name(t, rq::Key(&path, "name"))?.into(),
                     description: "".into(),
                     schema: Arc::new(json!({"type": "object"})),
                 });
@@ -281,11 +282,11 @@ fn tools(obj: &Obj) -> Result<(Vec<ToolSpec>, Offered), BadRequest> {
         }
         out.push(ToolSpec {
             kind: ToolKind::Function,
-            name: rq::tool_name(t, &format!("{path}.name"))?.into(),
-            description: rq::opt_str(t, "description", &format!("{path}.description"))?
+            name: rq::tool_name(t, rq::Key(&path, "name"))?.into(),
+            description: rq::opt_str(t, "description", rq::Key(&path, "description"))?
                 .unwrap_or_default()
                 .into(),
-            schema: rq::schema(t, "input_schema", &format!("{path}.input_schema"))?.into(),
+            schema: rq::schema(t, "input_schema", rq::Key(&path, "input_schema"))?.into(),
         });
     }
     Ok((out, offered))

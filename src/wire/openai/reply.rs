@@ -84,6 +84,179 @@ fn calls_of(m: &Value) -> Vec<ToolCall> {
         .unwrap_or_default()
 }
 
+/// Reads a `chat.completion` body (its first choice) from its bytes: in
+/// one pass into the fields fusebox reads, or, for a body of another
+/// shape than the usual (content as parts, arguments as an object, a
+/// field of another type), as [`parse_reply`] reads it. `Err` when the
+/// body is not JSON.
+pub fn read_reply(body: &[u8]) -> Result<Reply, serde_json::Error> {
+    match serde_json::from_slice::<typed::Completion>(body) {
+        Ok(c) => Ok(c.into()),
+        Err(_) => serde_json::from_slice::<Value>(body).map(|v| parse_reply(&v)),
+    }
+}
+
+/// The usual `chat.completion` body, borrowed from its bytes where no
+/// escape is in the way; members fusebox does not read are skipped.
+mod typed {
+    use super::{Finish, ToolCall, ToolKind, Usage};
+    use serde::Deserialize;
+    use std::borrow::Cow;
+
+    type Text<'a> = Option<Cow<'a, str>>;
+
+    fn own(t: Text) -> String {
+        t.map(Cow::into_owned).unwrap_or_default()
+    }
+
+    #[derive(Deserialize)]
+    pub(super) struct Completion<'a> {
+        #[serde(default, borrow)]
+        id: Text<'a>,
+        #[serde(default, borrow)]
+        model: Text<'a>,
+        #[serde(default, borrow)]
+        choices: Option<Vec<Choice<'a>>>,
+        #[serde(default)]
+        usage: Option<Counts>,
+    }
+
+    #[derive(Deserialize)]
+    struct Choice<'a> {
+        #[serde(default, borrow)]
+        message: Option<Message<'a>>,
+        #[serde(default, borrow)]
+        finish_reason: Text<'a>,
+    }
+
+    #[derive(Deserialize)]
+    struct Message<'a> {
+        #[serde(default, borrow)]
+        content: Text<'a>,
+        #[serde(default, borrow)]
+        reasoning_content: Text<'a>,
+        #[serde(default, borrow)]
+        refusal: Text<'a>,
+        #[serde(default, borrow)]
+        tool_calls: Option<Vec<Call<'a>>>,
+    }
+
+    #[derive(Deserialize)]
+    struct Call<'a> {
+        #[serde(default, borrow)]
+        id: Text<'a>,
+        #[serde(default, borrow, rename = "type")]
+        kind: Text<'a>,
+        #[serde(default, borrow)]
+        function: Option<Function<'a>>,
+        #[serde(default, borrow)]
+        custom: Option<Custom<'a>>,
+    }
+
+    #[derive(Deserialize)]
+    struct Function<'a> {
+        #[serde(default, borrow)]
+        name: Text<'a>,
+        #[serde(default, borrow)]
+        arguments: Text<'a>,
+    }
+
+    #[derive(Deserialize)]
+    struct Custom<'a> {
+        #[serde(default, borrow)]
+        name: Text<'a>,
+        #[serde(default, borrow)]
+        input: Text<'a>,
+    }
+
+    #[derive(Deserialize)]
+    struct Counts {
+        #[serde(default)]
+        prompt_tokens: Option<u64>,
+        #[serde(default)]
+        completion_tokens: Option<u64>,
+        #[serde(default)]
+        prompt_tokens_details: Option<Details>,
+        #[serde(default)]
+        prompt_cache_hit_tokens: Option<u64>,
+    }
+
+    #[derive(Deserialize)]
+    struct Details {
+        #[serde(default)]
+        cached_tokens: Option<u64>,
+    }
+
+    fn count(n: u64) -> u32 {
+        n.min(u64::from(u32::MAX)) as u32
+    }
+
+    impl From<Counts> for Option<Usage> {
+        fn from(u: Counts) -> Self {
+            Some(Usage {
+                input: count(u.prompt_tokens?),
+                output: u.completion_tokens.map_or(0, count),
+                cached_input: u
+                    .prompt_tokens_details
+                    .and_then(|d| d.cached_tokens)
+                    .or(u.prompt_cache_hit_tokens)
+                    .map_or(0, count),
+            })
+        }
+    }
+
+    impl From<Call<'_>> for ToolCall {
+        fn from(c: Call) -> Self {
+            let (kind, name, arguments) = match (c.kind.as_deref(), c.function, c.custom) {
+                (Some("custom"), _, custom) => {
+                    let (n, i) = custom.map_or((None, None), |c| (c.name, c.input));
+                    (ToolKind::Custom, n, i)
+                }
+                (_, function, _) => {
+                    let (n, a) = function.map_or((None, None), |f| (f.name, f.arguments));
+                    (ToolKind::Function, n, a)
+                }
+            };
+            ToolCall {
+                id: own(c.id),
+                name: own(name),
+                arguments: own(arguments),
+                kind,
+            }
+        }
+    }
+
+    impl From<Completion<'_>> for super::Reply {
+        fn from(c: Completion) -> Self {
+            let (message, finish) = match c.choices.and_then(|v| v.into_iter().next()) {
+                Some(first) => (first.message, first.finish_reason),
+                None => (None, None),
+            };
+            let m = message.unwrap_or(Message {
+                content: None,
+                reasoning_content: None,
+                refusal: None,
+                tool_calls: None,
+            });
+            super::Reply {
+                id: own(c.id),
+                model: own(c.model),
+                text: own(m.content),
+                reasoning: own(m.reasoning_content),
+                refusal: own(m.refusal),
+                tool_calls: m
+                    .tool_calls
+                    .unwrap_or_default()
+                    .into_iter()
+                    .map(ToolCall::from)
+                    .collect(),
+                finish: finish.as_deref().map(Finish::from_openai),
+                usage: c.usage.and_then(Option::from),
+            }
+        }
+    }
+}
+
 /// Reads a `chat.completion` body (its first choice).
 pub fn parse_reply(v: &Value) -> Reply {
     let m = v.pointer("/choices/0/message").unwrap_or(&Value::Null);
@@ -149,4 +322,43 @@ pub fn render_reply(f: &Frame, r: &Reply) -> Value {
         v["usage"] = usage(u, f.dialect);
     }
     v
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Bodies of every shape an upstream may send: the one-pass read gives
+    /// what the general read gives.
+    #[test]
+    fn a_body_read_in_one_pass_reads_as_the_general_read_does() {
+        let bodies = [
+            // The usual: text, usage with cached tokens, a finish.
+            r#"{"id":"chatcmpl-1","object":"chat.completion","created":1,"model":"gpt-4o","choices":[{"index":0,"message":{"role":"assistant","content":"Hi \"there\"\n\u00e9","refusal":null},"logprobs":null,"finish_reason":"stop"}],"usage":{"prompt_tokens":12,"completion_tokens":3,"total_tokens":15,"prompt_tokens_details":{"cached_tokens":4}}}"#,
+            // Tool calls, a custom one among them; DeepSeek's usage and reasoning.
+            r#"{"id":"x","model":"deepseek-chat","choices":[{"message":{"content":null,"reasoning_content":"think","tool_calls":[{"id":"call_1","type":"function","function":{"name":"get_order","arguments":"{\"id\":1}"}},{"id":"c2","type":"custom","custom":{"name":"sh","input":"ls"}}]},"finish_reason":"tool_calls"}],"usage":{"prompt_tokens":7,"completion_tokens":2,"prompt_cache_hit_tokens":5,"prompt_cache_miss_tokens":2}}"#,
+            // Content as parts; arguments as an object; an id that is a number.
+            r#"{"id":5,"model":"m","choices":[{"message":{"content":[{"type":"text","text":"a"},{"type":"text","text":"b"}],"tool_calls":[{"id":"c","function":{"name":"f","arguments":{"k":1}}}]}}]}"#,
+            // No choices, no usage; usage without prompt tokens; a refusal.
+            r#"{"choices":[]}"#,
+            r#"{"choices":null,"usage":{"completion_tokens":3}}"#,
+            r#"{"choices":[{"message":{"content":null,"refusal":"no"},"finish_reason":"content_filter"},{"message":{"content":"second"}}]}"#,
+            // A count beyond u32, a negative one, a duplicate member.
+            r#"{"choices":[{"message":{"content":"a"}}],"usage":{"prompt_tokens":99999999999,"completion_tokens":-1}}"#,
+            r#"{"id":"a","id":"b","choices":[{"message":{"content":"a"}}]}"#,
+        ];
+        for b in bodies {
+            let general = parse_reply(&serde_json::from_str::<Value>(b).unwrap());
+            assert_eq!(read_reply(b.as_bytes()).unwrap(), general, "{b}");
+        }
+        // The usual shapes are read in the one pass.
+        for b in &bodies[..2] {
+            assert!(serde_json::from_str::<typed::Completion>(b).is_ok(), "{b}");
+        }
+        let r = read_reply(bodies[1].as_bytes()).unwrap();
+        assert_eq!(r.tool_calls[1].kind, ToolKind::Custom);
+        assert_eq!(r.tool_calls[0].arguments, r#"{"id":1}"#);
+        assert_eq!(r.usage.map(|u| u.cached_input), Some(5));
+        assert!(read_reply(b"{\"choices\": [").is_err());
+    }
 }

@@ -10,14 +10,23 @@ use crate::wire::Api;
 use serde_json::value::RawValue;
 use serde_json::{json, Value};
 use smallvec::SmallVec;
+use std::fmt::Display;
 use std::sync::Arc;
 
 /// Reads a chat-completions request body.
 pub fn parse_request(bytes: &[u8]) -> Result<Request, BadRequest> {
-    let (raw, obj) = rq::body(bytes)?;
+    let (raw, mut obj) = rq::body(bytes, &["messages"])?;
     let model = rq::model(&obj)?;
     let stream = rq::opt_bool(&obj, "stream", "stream")?.unwrap_or(false);
-    let messages = messages(&obj)?;
+    let messages = match raw.get("messages").and_then(usual::messages) {
+        Some(m) => m,
+        None => {
+            if let Some(v) = raw.get("messages").and_then(|v| serde_json::from_str(v.get()).ok()) {
+                obj.insert("messages".into(), v);
+            }
+            messages_of(&obj)?
+        }
+    };
     let tools = rq::allowed_tools(&obj, tools(&obj)?);
     let (max_tokens, completion_tokens_key) = match rq::opt_u32(&obj, "max_completion_tokens", "max_completion_tokens")?
     {
@@ -81,55 +90,197 @@ pub fn parse_request(bytes: &[u8]) -> Result<Request, BadRequest> {
     })
 }
 
-fn messages(obj: &Obj) -> Result<Vec<Message>, BadRequest> {
+fn messages_of(obj: &Obj) -> Result<Vec<Message>, BadRequest> {
     let arr = rq::messages_array(obj)?;
     let mut out = Vec::with_capacity(arr.len());
     for (i, m) in arr.iter().enumerate() {
-        let path = format!("messages[{i}]");
-        let m = rq::object(m, &path)?;
-        let role_path = format!("{path}.role");
-        let role = match rq::required_str(m, "role", &role_path)? {
-            "system" => Role::System,
-            "developer" => Role::Developer,
-            "user" => Role::User,
-            "assistant" => Role::Assistant,
-            "tool" | "function" => Role::Tool,
-            _ => {
+        let path = rq::Index(&"messages", i);
+        let m = rq::object(m, path)?;
+        let role_path = rq::Key(&path, "role");
+        let role = match role_named(rq::required_str(m, "role", role_path)?) {
+            Some(role) => role,
+            None => {
                 let expected = format!("unsupported role; expected one of {}", ROLES.join(", "));
                 return Err(BadRequest::field(role_path, &expected));
             }
         };
-        let content_path = format!("{path}.content");
+        let content_path = rq::Key(&path, "content");
         let tool_calls = match role {
-            Role::Assistant => calls(m, &format!("{path}.tool_calls"))?,
+            Role::Assistant => calls(m, &rq::Key(&path, "tool_calls"))?,
             _ => Vec::new(),
         };
-        let mut refusal = rq::opt_str(m, "refusal", &format!("{path}.refusal"))?.map(Arc::from);
+        let mut refusal = rq::opt_str(m, "refusal", rq::Key(&path, "refusal"))?.map(Arc::from);
         let content = match m.get("content") {
             None | Some(Value::Null) if role == Role::Assistant => Content::default(),
             None | Some(Value::Null) => return Err(BadRequest::field(content_path, "field required")),
             Some(c) => content(c, &content_path, &mut refusal)?,
         };
-        let mut msg = Message::assistant(content, tool_calls);
-        msg.role = role;
-        msg.refusal = refusal;
-        msg.name = rq::opt_str(m, "name", &format!("{path}.name"))?.map(Arc::from);
-        if role == Role::Tool {
-            msg.tool_call_id = rq::opt_str(m, "tool_call_id", &format!("{path}.tool_call_id"))?.map(Arc::from);
-        }
-        msg.reasoning = rq::opt_str(m, "reasoning_content", &format!("{path}.reasoning_content"))?.map(Arc::from);
-        msg.origin = Some(Origin {
-            index: i as u32,
-            pieces: 1,
-        });
-        out.push(msg);
+        out.push(message(
+            i,
+            role,
+            content,
+            tool_calls,
+            Said {
+                refusal,
+                name: rq::opt_str(m, "name", rq::Key(&path, "name"))?,
+                tool_call_id: match role {
+                    Role::Tool => rq::opt_str(m, "tool_call_id", rq::Key(&path, "tool_call_id"))?,
+                    _ => None,
+                },
+                reasoning: rq::opt_str(m, "reasoning_content", rq::Key(&path, "reasoning_content"))?,
+            },
+        ));
     }
     Ok(out)
 }
 
+/// What a message may say besides its content and calls.
+struct Said<'a> {
+    refusal: Option<Arc<str>>,
+    name: Option<&'a str>,
+    tool_call_id: Option<&'a str>,
+    reasoning: Option<&'a str>,
+}
+
+/// Message `i` of a client's `messages`, read.
+fn message(i: usize, role: Role, content: Content, tool_calls: Vec<ToolCall>, said: Said) -> Message {
+    let mut msg = Message::assistant(content, tool_calls);
+    msg.role = role;
+    msg.refusal = said.refusal;
+    msg.name = said.name.map(Arc::from);
+    if role == Role::Tool {
+        msg.tool_call_id = said.tool_call_id.map(Arc::from);
+    }
+    msg.reasoning = said.reasoning.map(Arc::from);
+    msg.origin = Some(Origin {
+        index: i as u32,
+        pieces: 1,
+    });
+    msg
+}
+
+/// The usual `messages`, read in one pass from the client's bytes: text
+/// content, tool calls whose arguments are text. Anything else (content
+/// parts, a member of another type, a role or call that is wrong) is left
+/// to the general read, which reads every shape and names what is wrong.
+mod usual {
+    use super::{message, Said, ToolCall, ToolKind};
+    use crate::wire::message::{Content, Message, Role};
+    use serde::Deserialize;
+    use serde_json::value::RawValue;
+    use std::borrow::Cow;
+
+    type Text<'a> = Option<Cow<'a, str>>;
+
+    #[derive(Deserialize)]
+    struct Msg<'a> {
+        #[serde(borrow)]
+        role: Cow<'a, str>,
+        #[serde(default, borrow)]
+        content: Text<'a>,
+        #[serde(default, borrow)]
+        tool_calls: Option<Vec<Call<'a>>>,
+        #[serde(default, borrow)]
+        refusal: Text<'a>,
+        #[serde(default, borrow)]
+        name: Text<'a>,
+        #[serde(default, borrow)]
+        tool_call_id: Text<'a>,
+        #[serde(default, borrow)]
+        reasoning_content: Text<'a>,
+    }
+
+    #[derive(Deserialize)]
+    struct Call<'a> {
+        #[serde(default, borrow)]
+        id: Text<'a>,
+        #[serde(default, borrow, rename = "type")]
+        kind: Text<'a>,
+        #[serde(default, borrow)]
+        function: Option<Function<'a>>,
+        #[serde(default, borrow)]
+        custom: Option<Custom<'a>>,
+    }
+
+    #[derive(Deserialize)]
+    struct Function<'a> {
+        #[serde(borrow)]
+        name: Cow<'a, str>,
+        #[serde(default, borrow)]
+        arguments: Text<'a>,
+    }
+
+    #[derive(Deserialize)]
+    struct Custom<'a> {
+        #[serde(borrow)]
+        name: Cow<'a, str>,
+        #[serde(default, borrow)]
+        input: Text<'a>,
+    }
+
+    /// The messages, or `None` for the general read to take them.
+    pub(super) fn messages(raw: &RawValue) -> Option<Vec<Message>> {
+        let wire: Vec<Msg> = serde_json::from_str(raw.get()).ok()?;
+        if wire.is_empty() {
+            return None;
+        }
+        wire.into_iter().enumerate().map(|(i, m)| read(i, m)).collect()
+    }
+
+    fn read(i: usize, m: Msg) -> Option<Message> {
+        let role = super::role_named(&m.role)?;
+        let tool_calls = match role {
+            Role::Assistant => m
+                .tool_calls
+                .unwrap_or_default()
+                .into_iter()
+                .map(call)
+                .collect::<Option<Vec<_>>>()?,
+            _ => Vec::new(),
+        };
+        let content = match m.content {
+            Some(text) => Content::Text(text.as_ref().into()),
+            None if role == Role::Assistant => Content::default(),
+            None => return None,
+        };
+        let said = Said {
+            refusal: m.refusal.as_deref().map(Into::into),
+            name: m.name.as_deref(),
+            tool_call_id: m.tool_call_id.as_deref(),
+            reasoning: m.reasoning_content.as_deref(),
+        };
+        Some(message(i, role, content, tool_calls, said))
+    }
+
+    fn call(c: Call) -> Option<ToolCall> {
+        let (kind, name, arguments) = match c.kind.as_deref() {
+            Some("custom") => c.custom.map(|f| (ToolKind::Custom, f.name, f.input))?,
+            _ => c.function.map(|f| (ToolKind::Function, f.name, f.arguments))?,
+        };
+        Some(ToolCall {
+            id: c.id.map(Cow::into_owned).unwrap_or_default(),
+            name: name.into_owned(),
+            arguments: arguments.map(Cow::into_owned).unwrap_or_default(),
+            kind,
+        })
+    }
+}
+
+/// The role a message names, of those chat completions know.
+fn role_named(role: &str) -> Option<Role> {
+    Some(match role {
+        "system" => Role::System,
+        "developer" => Role::Developer,
+        "user" => Role::User,
+        "assistant" => Role::Assistant,
+        "tool" | "function" => Role::Tool,
+        _ => return None,
+    })
+}
+
 /// A message's content: a string, or parts (`text`, `image_url`; a
 /// `refusal` part goes to `refusal`; others are kept as they are).
-fn content(v: &Value, path: &str, refusal: &mut Option<Arc<str>>) -> Result<Content, BadRequest> {
+fn content(v: &Value, path: &dyn Display, refusal: &mut Option<Arc<str>>) -> Result<Content, BadRequest> {
     let parts = match v {
         Value::String(s) => return Ok(Content::Text(s.as_str().into())),
         Value::Array(parts) => parts,
@@ -142,19 +293,19 @@ fn content(v: &Value, path: &str, refusal: &mut Option<Arc<str>>) -> Result<Cont
     };
     let mut out = Vec::with_capacity(parts.len());
     for (j, p) in parts.iter().enumerate() {
-        let pp = format!("{path}[{j}]");
+        let pp = rq::Index(&path, j);
         let part = p
             .as_object()
-            .ok_or_else(|| BadRequest::field(pp.as_str(), "expected a content part object"))?;
-        match rq::required_str(part, "type", &format!("{pp}.type"))? {
-            "text" => out.push(Part::text(rq::required_str(part, "text", &format!("{pp}.text"))?)),
+            .ok_or_else(|| BadRequest::field(pp, "expected a content part object"))?;
+        match rq::required_str(part, "type", rq::Key(&pp, "type"))? {
+            "text" => out.push(Part::text(rq::required_str(part, "text", rq::Key(&pp, "text"))?)),
             "image_url" => {
-                let ipath = format!("{pp}.image_url");
+                let ipath = rq::Key(&pp, "image_url");
                 let image = match part.get("image_url") {
                     Some(Value::String(url)) => (url.as_str(), None),
                     Some(Value::Object(o)) => (
-                        rq::required_str(o, "url", &format!("{ipath}.url"))?,
-                        rq::opt_str(o, "detail", &format!("{ipath}.detail"))?,
+                        rq::required_str(o, "url", rq::Key(&ipath, "url"))?,
+                        rq::opt_str(o, "detail", rq::Key(&ipath, "detail"))?,
                     ),
                     _ => return Err(BadRequest::field(ipath, "expected an object with a url")),
                 };
@@ -164,7 +315,7 @@ fn content(v: &Value, path: &str, refusal: &mut Option<Arc<str>>) -> Result<Cont
                 });
             }
             "refusal" => {
-                *refusal = Some(rq::required_str(part, "refusal", &format!("{pp}.refusal"))?.into());
+                *refusal = Some(rq::required_str(part, "refusal", rq::Key(&pp, "refusal"))?.into());
             }
             _ => out.push(Part::Opaque {
                 wire: Api::Chat,
@@ -175,25 +326,25 @@ fn content(v: &Value, path: &str, refusal: &mut Option<Arc<str>>) -> Result<Cont
     Ok(Content::Parts(out.into()))
 }
 
-fn calls(m: &Obj, path: &str) -> Result<Vec<ToolCall>, BadRequest> {
+fn calls(m: &Obj, path: &dyn Display) -> Result<Vec<ToolCall>, BadRequest> {
     let mut out = Vec::new();
     for (i, c) in rq::array(m, "tool_calls", path)?.iter().enumerate() {
-        let cp = format!("{path}[{i}]");
-        let c = rq::object(c, &cp)?;
-        let id = rq::opt_str(c, "id", &format!("{cp}.id"))?
+        let cp = rq::Index(&path, i);
+        let c = rq::object(c, cp)?;
+        let id = rq::opt_str(c, "id", rq::Key(&cp, "id"))?
             .unwrap_or_default()
             .to_string();
-        let kind = match rq::opt_str(c, "type", &format!("{cp}.type"))? {
+        let kind = match rq::opt_str(c, "type", rq::Key(&cp, "type"))? {
             Some("custom") => ToolKind::Custom,
             _ => ToolKind::Function,
         };
         let key = kind_key(kind);
-        let f = rq::opt_obj(c, key, &format!("{cp}.{key}"))?
+        let f = rq::opt_obj(c, key, rq::Key(&cp, key))?
             .ok_or_else(|| BadRequest::field(format!("{cp}.{key}"), "field required"))?;
         let input = if kind == ToolKind::Custom { "input" } else { "arguments" };
         out.push(ToolCall {
             id,
-            name: rq::required_str(f, "name", &format!("{cp}.{key}.name"))?.to_string(),
+            name: rq::required_str(f, "name", rq::Key(&rq::Key(&cp, key), "name"))?.to_string(),
             arguments: match f.get(input) {
                 Some(Value::String(s)) => s.clone(),
                 None | Some(Value::Null) => String::new(),
@@ -216,9 +367,9 @@ pub(super) fn kind_key(kind: ToolKind) -> &'static str {
 fn tools(obj: &Obj) -> Result<Vec<ToolSpec>, BadRequest> {
     let mut out = Vec::new();
     for (i, t) in rq::array(obj, "tools", "tools")?.iter().enumerate() {
-        let path = format!("tools[{i}]");
-        let t = rq::object(t, &path)?;
-        let kind = match rq::opt_str(t, "type", &format!("{path}.type"))? {
+        let path = rq::Index(&"tools", i);
+        let t = rq::object(t, path)?;
+        let kind = match rq::opt_str(t, "type", rq::Key(&path, "type"))? {
             None | Some("function") => ToolKind::Function,
             Some("custom") => ToolKind::Custom,
             Some(other) => {
@@ -229,15 +380,15 @@ fn tools(obj: &Obj) -> Result<Vec<ToolSpec>, BadRequest> {
             }
         };
         let key = kind_key(kind);
-        let fpath = format!("{path}.{key}");
-        let f = rq::opt_obj(t, key, &fpath)?.ok_or_else(|| BadRequest::field(fpath.as_str(), "field required"))?;
+        let fpath = rq::Key(&path, key);
+        let f = rq::opt_obj(t, key, fpath)?.ok_or_else(|| BadRequest::field(fpath, "field required"))?;
         let schema = match kind {
-            ToolKind::Function => rq::schema(f, "parameters", &format!("{fpath}.parameters"))?,
+            ToolKind::Function => rq::schema(f, "parameters", rq::Key(&fpath, "parameters"))?,
             ToolKind::Custom => f.get("format").cloned().unwrap_or_else(|| json!({"type": "text"})),
         };
         out.push(ToolSpec {
-            name: rq::tool_name(f, &format!("{fpath}.name"))?.into(),
-            description: rq::opt_str(f, "description", &format!("{fpath}.description"))?
+            name: rq::tool_name(f, rq::Key(&fpath, "name"))?.into(),
+            description: rq::opt_str(f, "description", rq::Key(&fpath, "description"))?
                 .unwrap_or_default()
                 .into(),
             schema: schema.into(),
@@ -440,6 +591,53 @@ mod tests {
             stream: false,
         };
         serde_json::from_slice(&render_request(&o, dialect).unwrap()).unwrap()
+    }
+
+    /// `messages` of every shape: what the one-pass read gives, when it
+    /// reads them, is what the general read gives, and a whole request
+    /// reads alike either way.
+    #[test]
+    fn usual_messages_read_in_one_pass_as_the_general_read_reads_them() {
+        let read_generally = |messages: &str| {
+            let mut obj = Obj::new();
+            obj.insert("messages".into(), serde_json::from_str(messages).unwrap());
+            messages_of(&obj)
+        };
+        let usual = [
+            r#"[{"role":"system","content":"Be brief."},{"role":"user","content":"Where is \"order\" #1?\n","name":"ann"}]"#,
+            r#"[{"role":"developer","content":"x"},{"role":"assistant","content":null,"tool_calls":[{"id":"c1","type":"function","function":{"name":"get_order","arguments":"{\"id\":1}"}},{"id":"c2","type":"custom","custom":{"name":"sh","input":"ls"}}],"refusal":null,"reasoning_content":"r"},{"role":"tool","tool_call_id":"c1","content":"ok","name":"get_order"},{"role":"function","content":"f"}]"#,
+            r#"[{"role":"assistant","refusal":"no"},{"role":"user","content":""}]"#,
+            r#"[{"role":"assistant","content":"a","tool_calls":[{"function":{"name":"f"}}],"extra":{"k":[1]}}]"#,
+        ];
+        for m in usual {
+            let raw: Box<RawValue> = serde_json::from_str(m).unwrap();
+            let fast = usual::messages(&raw).unwrap_or_else(|| panic!("not read in one pass: {m}"));
+            assert_eq!(Ok(fast), read_generally(m), "{m}");
+        }
+        // Others are the general read's, errors named as ever.
+        let others = [
+            r#"[]"#,
+            r#"null"#,
+            r#"[{"role":"user","content":[{"type":"text","text":"parts"}]}]"#,
+            r#"[{"role":"user"}]"#,
+            r#"[{"role":"robot","content":"x"}]"#,
+            r#"[{"role":"assistant","content":null,"tool_calls":[{"id":"c","function":{"name":"f","arguments":{"k":1}}}]}]"#,
+            r#"[{"role":"assistant","content":null,"tool_calls":[{"id":"c","type":"custom","function":{"name":"f"}}]}]"#,
+            r#"[{"role":"user","content":"a","role":"user"}]"#,
+            r#"[{"role":"user","content":"a","name":7}]"#,
+            r#"[{"role":"user","content":"","tool_call_id":5}]"#,
+        ];
+        for m in others {
+            let raw: Box<RawValue> = serde_json::from_str(m).unwrap();
+            assert!(usual::messages(&raw).is_none(), "{m}");
+        }
+        for m in usual.iter().chain(&others) {
+            let body = format!(r#"{{"model":"gpt-4o","messages":{m}}}"#);
+            let whole = parse_request(body.as_bytes()).map(|r| r.messages);
+            let mut obj = Obj::new();
+            obj.insert("messages".into(), serde_json::from_str(m).unwrap());
+            assert_eq!(whole, messages_of(&obj), "{m}");
+        }
     }
 
     #[test]

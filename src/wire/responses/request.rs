@@ -4,11 +4,12 @@ use crate::wire::message::{Content, ImageSource, Message, Part, Role, ToolCall, 
 use crate::wire::request::{self as rq, BadRequest, Obj, Params, Request};
 use crate::wire::Api;
 use serde_json::{json, Value};
+use std::fmt::Display;
 use std::sync::Arc;
 
 /// Reads a `POST /v1/responses` body.
 pub fn parse_request(bytes: &[u8]) -> Result<Request, BadRequest> {
-    let (_, obj) = rq::body(bytes)?;
+    let (_, obj) = rq::body(bytes, &[])?;
     let model = rq::model(&obj)?;
     if obj.get("previous_response_id").is_some_and(|v| !v.is_null()) {
         return Err(BadRequest::field(
@@ -94,7 +95,7 @@ fn format_of(f: &Value) -> Value {
     }
 }
 
-fn content(v: &Value, path: &str) -> Result<Content, BadRequest> {
+fn content(v: &Value, path: &dyn Display) -> Result<Content, BadRequest> {
     let parts = match v {
         Value::String(s) => return Ok(Content::Text(s.as_str().into())),
         Value::Array(p) => p,
@@ -107,14 +108,14 @@ fn content(v: &Value, path: &str) -> Result<Content, BadRequest> {
     };
     let mut out = Vec::with_capacity(parts.len());
     for (j, p) in parts.iter().enumerate() {
-        let pp = format!("{path}[{j}]");
-        let part = rq::object(p, &pp)?;
-        match rq::required_str(part, "type", &format!("{pp}.type"))? {
+        let pp = rq::Index(&path, j);
+        let part = rq::object(p, pp)?;
+        match rq::required_str(part, "type", rq::Key(&pp, "type"))? {
             "input_text" | "output_text" | "text" => {
-                out.push(Part::text(rq::required_str(part, "text", &format!("{pp}.text"))?))
+                out.push(Part::text(rq::required_str(part, "text", rq::Key(&pp, "text"))?))
             }
             "input_image" => {
-                let url = rq::opt_str(part, "image_url", &format!("{pp}.image_url"))?.ok_or_else(|| {
+                let url = rq::opt_str(part, "image_url", rq::Key(&pp, "image_url"))?.ok_or_else(|| {
                     BadRequest::field(
                         format!("{pp}.image_url"),
                         "field required (fusebox keeps no files: send images by URL or as a data: URL)",
@@ -122,7 +123,7 @@ fn content(v: &Value, path: &str) -> Result<Content, BadRequest> {
                 })?;
                 out.push(Part::Image {
                     source: ImageSource::from_url(url),
-                    detail: rq::opt_str(part, "detail", &format!("{pp}.detail"))?.map(Arc::from),
+                    detail: rq::opt_str(part, "detail", rq::Key(&pp, "detail"))?.map(Arc::from),
                 });
             }
             "refusal" => {}
@@ -145,12 +146,12 @@ fn content(v: &Value, path: &str) -> Result<Content, BadRequest> {
 /// each `function_call_output` as a tool result.
 fn read_items(items: &[Value], out: &mut Vec<Message>) -> Result<(), BadRequest> {
     for (i, item) in items.iter().enumerate() {
-        let path = format!("input[{i}]");
-        let it = rq::object(item, &path)?;
-        let ty = rq::opt_str(it, "type", &format!("{path}.type"))?.unwrap_or("message");
+        let path = rq::Index(&"input", i);
+        let it = rq::object(item, path)?;
+        let ty = rq::opt_str(it, "type", rq::Key(&path, "type"))?.unwrap_or("message");
         match ty {
             "message" => {
-                let role = match rq::required_str(it, "role", &format!("{path}.role"))? {
+                let role = match rq::required_str(it, "role", rq::Key(&path, "role"))? {
                     "user" => Role::User,
                     "assistant" => Role::Assistant,
                     "system" => Role::System,
@@ -165,14 +166,14 @@ fn read_items(items: &[Value], out: &mut Vec<Message>) -> Result<(), BadRequest>
                 let c = it
                     .get("content")
                     .ok_or_else(|| BadRequest::field(format!("{path}.content"), "field required"))?;
-                out.push(Message::new(role, content(c, &format!("{path}.content"))?));
+                out.push(Message::new(role, content(c, &rq::Key(&path, "content"))?));
             }
             "function_call" => {
                 let call = ToolCall {
                     kind: ToolKind::Function,
-                    id: rq::required_str(it, "call_id", &format!("{path}.call_id"))?.to_string(),
-                    name: rq::required_str(it, "name", &format!("{path}.name"))?.to_string(),
-                    arguments: rq::opt_str(it, "arguments", &format!("{path}.arguments"))?
+                    id: rq::required_str(it, "call_id", rq::Key(&path, "call_id"))?.to_string(),
+                    name: rq::required_str(it, "name", rq::Key(&path, "name"))?.to_string(),
+                    arguments: rq::opt_str(it, "arguments", rq::Key(&path, "arguments"))?
                         .unwrap_or("{}")
                         .to_string(),
                 };
@@ -186,11 +187,11 @@ fn read_items(items: &[Value], out: &mut Vec<Message>) -> Result<(), BadRequest>
                 }
             }
             "function_call_output" => {
-                let id = rq::required_str(it, "call_id", &format!("{path}.call_id"))?;
+                let id = rq::required_str(it, "call_id", rq::Key(&path, "call_id"))?;
                 let c = it
                     .get("output")
                     .ok_or_else(|| BadRequest::field(format!("{path}.output"), "field required"))?;
-                let mut m = Message::new(Role::Tool, content(c, &format!("{path}.output"))?);
+                let mut m = Message::new(Role::Tool, content(c, &rq::Key(&path, "output"))?);
                 m.tool_call_id = Some(id.into());
                 out.push(m);
             }
@@ -218,16 +219,16 @@ fn read_items(items: &[Value], out: &mut Vec<Message>) -> Result<(), BadRequest>
 fn tools(obj: &Obj) -> Result<Vec<ToolSpec>, BadRequest> {
     let mut out = Vec::new();
     for (i, t) in rq::array(obj, "tools", "tools")?.iter().enumerate() {
-        let path = format!("tools[{i}]");
-        let t = rq::object(t, &path)?;
-        match rq::required_str(t, "type", &format!("{path}.type"))? {
+        let path = rq::Index(&"tools", i);
+        let t = rq::object(t, path)?;
+        match rq::required_str(t, "type", rq::Key(&path, "type"))? {
             "function" => out.push(ToolSpec {
                 kind: ToolKind::Function,
-                name: rq::tool_name(t, &format!("{path}.name"))?.into(),
-                description: rq::opt_str(t, "description", &format!("{path}.description"))?
+                name: rq::tool_name(t, rq::Key(&path, "name"))?.into(),
+                description: rq::opt_str(t, "description", rq::Key(&path, "description"))?
                     .unwrap_or_default()
                     .into(),
-                schema: rq::schema(t, "parameters", &format!("{path}.parameters"))?.into(),
+                schema: rq::schema(t, "parameters", rq::Key(&path, "parameters"))?.into(),
             }),
             "custom" => {
                 return Err(BadRequest::field(
