@@ -10,6 +10,7 @@ use crate::wire::fusebox;
 use crate::wire::openai::Dialect;
 use std::collections::HashMap;
 use std::sync::Arc;
+use std::task::Poll;
 use std::time::Duration;
 
 /// Largest response body read (error bodies and non-streamed answers).
@@ -291,6 +292,10 @@ pub struct SseStream {
     parser: crate::wire::sse::SseParser,
     pending: std::collections::VecDeque<crate::wire::sse::SseItem>,
     idle: Duration,
+    /// The idle timer, made when the stream first waits.
+    idle_timer: Option<std::pin::Pin<Box<tokio::time::Sleep>>>,
+    /// It is waiting for bytes (its idle timer is running).
+    waiting: bool,
     reader: Reader,
     kind: crate::wire::Api,
     seen_events: bool,
@@ -308,6 +313,8 @@ impl SseStream {
             parser: crate::wire::sse::SseParser::new(),
             pending: Default::default(),
             idle,
+            idle_timer: None,
+            waiting: false,
             reader: match kind {
                 crate::wire::Api::Chat | crate::wire::Api::Responses => Reader::OpenAi,
                 crate::wire::Api::Messages => Reader::Anthropic(Default::default()),
@@ -358,30 +365,52 @@ impl SseStream {
     }
 }
 
-#[async_trait::async_trait]
 impl super::PieceStream for SseStream {
-    async fn next(&mut self) -> Option<Result<super::Piece, ProviderError>> {
-        use futures_util::StreamExt;
+    fn poll_piece(&mut self, cx: &mut std::task::Context<'_>) -> Poll<Option<Result<super::Piece, ProviderError>>> {
+        use std::future::Future;
         loop {
             if let Some(item) = self.pending.pop_front() {
-                return Some(self.piece(item).map_err(|e| *e));
+                return Poll::Ready(Some(self.piece(item).map_err(|e| *e)));
             }
             if self.ended {
-                return None;
+                return Poll::Ready(None);
             }
-            let bytes = match tokio::time::timeout(self.idle, self.body.next()).await {
-                Err(_) => {
+            let next = match self.body.as_mut().poll_next(cx) {
+                Poll::Ready(next) => {
+                    self.waiting = false;
+                    next
+                }
+                Poll::Pending => {
+                    // The idle time runs from when the stream first had
+                    // nothing to give, one timer for the stream's life.
+                    let deadline = (!self.waiting).then(|| tokio::time::Instant::now() + self.idle);
+                    self.waiting = true;
+                    let idle = match (&mut self.idle_timer, deadline) {
+                        (Some(idle), Some(at)) => {
+                            idle.as_mut().reset(at);
+                            idle
+                        }
+                        (Some(idle), None) => idle,
+                        (timer, at) => timer.insert(Box::pin(tokio::time::sleep_until(
+                            at.unwrap_or_else(|| tokio::time::Instant::now() + self.idle),
+                        ))),
+                    };
+                    if idle.as_mut().poll(cx).is_pending() {
+                        return Poll::Pending;
+                    }
                     self.ended = true;
                     let msg = format!("{}: no stream data for {:?}", self.provider, self.idle);
-                    return Some(Err(ProviderError::new(ErrorKind::Timeout, None, msg)));
+                    return Poll::Ready(Some(Err(ProviderError::new(ErrorKind::Timeout, None, msg))));
                 }
-                Ok(None) => {
+            };
+            let bytes = match next {
+                None => {
                     self.ended = true;
                     self.pending.extend(self.parser.finish());
                     continue;
                 }
-                Ok(Some(Ok(b))) => b,
-                Ok(Some(Err(e))) => {
+                Some(Ok(b)) => b,
+                Some(Err(e)) => {
                     self.ended = true;
                     let kind = if self.seen_events {
                         ErrorKind::Truncated
@@ -389,7 +418,7 @@ impl super::PieceStream for SseStream {
                         transport_error(&self.provider, &e).kind
                     };
                     let msg = format!("{}: stream broke: {e}", self.provider);
-                    return Some(Err(ProviderError::new(kind, None, msg)));
+                    return Poll::Ready(Some(Err(ProviderError::new(kind, None, msg))));
                 }
             };
             match self.parser.feed(&bytes) {
@@ -397,7 +426,7 @@ impl super::PieceStream for SseStream {
                 Err(e) => {
                     self.ended = true;
                     let msg = format!("{}: {e}", self.provider);
-                    return Some(Err(ProviderError::new(ErrorKind::ServerError, None, msg)));
+                    return Poll::Ready(Some(Err(ProviderError::new(ErrorKind::ServerError, None, msg))));
                 }
             }
         }
@@ -413,12 +442,11 @@ pub async fn open_stream(
     clock: &Clock,
     started: tokio::time::Instant,
 ) -> Result<super::Opened, ProviderError> {
-    use super::PieceStream;
     let kind = stream.kind;
     let skipped = stream.skipped.clone();
     let mut head = Vec::new();
     loop {
-        match stream.next().await {
+        match (&mut stream as &mut dyn super::PieceStream).piece().await {
             Some(Ok(p)) => {
                 let content = p.has_content();
                 head.push(p);

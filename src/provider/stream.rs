@@ -7,6 +7,7 @@ use crate::resilience::limiter::RateFeedback;
 use crate::wire::{Api, Assembler, Delta};
 use smallvec::SmallVec;
 use std::sync::Arc;
+use std::task::Poll;
 
 /// One piece of a stream: an SSE event (or keep-alive comment).
 #[derive(Clone, Debug, Default)]
@@ -33,12 +34,19 @@ impl Piece {
     }
 }
 
-/// The rest of a stream.
-#[async_trait::async_trait]
+/// The rest of a stream, polled piece by piece (not an `async fn`, whose
+/// future a trait object would box at every piece).
 pub trait PieceStream: Send {
     /// The next piece; `None` once the body has ended (whether it ended
     /// whole is for the reader to tell, from the terminator).
-    async fn next(&mut self) -> Option<Result<Piece, ProviderError>>;
+    fn poll_piece(&mut self, cx: &mut std::task::Context<'_>) -> Poll<Option<Result<Piece, ProviderError>>>;
+}
+
+impl<'s> dyn PieceStream + 's {
+    /// The next piece, awaited.
+    pub fn piece(&mut self) -> impl std::future::Future<Output = Option<Result<Piece, ProviderError>>> + use<'_, 's> {
+        std::future::poll_fn(move |cx| self.poll_piece(cx))
+    }
 }
 
 /// An answer streaming in: what arrived up to its first content, and the
@@ -88,7 +96,7 @@ impl Live {
             p.deltas.iter().for_each(|d| acc.take(d));
         }
         loop {
-            match self.rest.next().await {
+            match self.rest.piece().await {
                 Some(Ok(p)) => p.deltas.iter().for_each(|d| acc.take(d)),
                 Some(Err(mut e)) => {
                     e.usage = self.usage_so_far(&acc);

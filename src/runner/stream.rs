@@ -192,7 +192,7 @@ impl<'s> Streaming<'s> {
         loop {
             let p = match first.next() {
                 Some(p) => p,
-                None => match live.rest.next().await {
+                None => match live.rest.piece().await {
                     Some(Ok(p)) => p,
                     Some(Err(mut e)) => {
                         e.usage = live.usage_so_far(&acc);

@@ -15,10 +15,19 @@ pub fn write_event(name: Option<&str>, data: &str, out: &mut Vec<u8>) {
         out.extend_from_slice(name.as_bytes());
         out.push(b'\n');
     }
-    for line in data.split('\n') {
+    let mut rest = data.as_bytes();
+    loop {
+        let (line, more) = match memchr::memchr(b'\n', rest) {
+            Some(i) => (&rest[..i], Some(&rest[i + 1..])),
+            None => (rest, None),
+        };
         out.extend_from_slice(b"data: ");
-        out.extend_from_slice(line.as_bytes());
+        out.extend_from_slice(line);
         out.push(b'\n');
+        match more {
+            Some(more) => rest = more,
+            None => break,
+        }
     }
     out.push(b'\n');
 }
@@ -166,7 +175,7 @@ impl SseParser {
                 rest = &rest[1..];
             }
         }
-        while let Some(pos) = rest.iter().position(|&b| b == b'\n' || b == b'\r') {
+        while let Some(pos) = memchr::memchr2(b'\n', b'\r', rest) {
             let (body, tail) = rest.split_at(pos);
             if self.line.is_empty() {
                 self.check_len(body.len())?;
@@ -221,11 +230,11 @@ impl SseParser {
         }
         if let Some(text) = line.strip_prefix(b":") {
             let text = text.strip_prefix(b" ").unwrap_or(text);
-            out.push(SseItem::Comment(String::from_utf8_lossy(text).into_owned()));
+            out.push(SseItem::Comment(lossy(text)));
             return Ok(());
         }
         self.pending = true;
-        let (field, value) = match line.iter().position(|&b| b == b':') {
+        let (field, value) = match memchr::memchr(b':', line) {
             Some(i) => {
                 let v = &line[i + 1..];
                 (&line[..i], v.strip_prefix(b" ").unwrap_or(v))
@@ -234,7 +243,7 @@ impl SseParser {
         };
         match field {
             b"data" => {
-                let value = String::from_utf8_lossy(value);
+                let value = lossy_str(value);
                 if self.data.len() + value.len() + 1 > self.max_line {
                     return Err(SseError::EventTooLarge { limit: self.max_line });
                 }
@@ -295,7 +304,17 @@ impl SseParser {
 }
 
 fn lossy(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
+    lossy_str(b).into_owned()
+}
+
+/// `b` as text, invalid UTF-8 replaced. Valid text (all but always) is
+/// checked by the word-at-a-time validation rather than the lossy
+/// reader's byte-at-a-time one.
+fn lossy_str(b: &[u8]) -> std::borrow::Cow<'_, str> {
+    match std::str::from_utf8(b) {
+        Ok(s) => s.into(),
+        Err(_) => String::from_utf8_lossy(b),
+    }
 }
 
 /// The `data` of each event in `out`, read as JSON (for tests of writers).
