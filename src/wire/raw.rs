@@ -16,7 +16,13 @@ pub struct RawBody {
 impl RawBody {
     /// Reads a JSON object; anything else is an error.
     pub fn parse(bytes: &[u8]) -> Result<Self, serde_json::Error> {
-        serde_json::from_slice(bytes)
+        // Text checked once as a whole, not each string (and each member's
+        // raw text) as it is read; bytes that are not UTF-8 are left to the
+        // byte reader, whose error says where.
+        match std::str::from_utf8(bytes) {
+            Ok(text) => serde_json::from_str(text),
+            Err(_) => serde_json::from_slice(bytes),
+        }
     }
 
     /// The value of `key` as written (the last one, if the key repeats).
@@ -168,6 +174,13 @@ mod tests {
             String::from_utf8(out).unwrap(),
             r#"{"z":1.50,"model":"b","messages":[ {"role":"user"} ],"stream_options":{"include_usage":true}}"#
         );
+    }
+
+    #[test]
+    fn bytes_that_are_not_utf_8_are_refused_saying_where() {
+        let e = RawBody::parse(b"{\"model\":\"a\xff\"}").unwrap_err();
+        assert!(e.to_string().contains("line 1 column"), "{e}");
+        assert!(RawBody::parse("{\"model\":\"é\"}".as_bytes()).is_ok());
     }
 
     #[test]

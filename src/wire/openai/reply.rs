@@ -90,7 +90,12 @@ fn calls_of(m: &Value) -> Vec<ToolCall> {
 /// field of another type), as [`parse_reply`] reads it. `Err` when the
 /// body is not JSON.
 pub fn read_reply(body: &[u8]) -> Result<Reply, serde_json::Error> {
-    match serde_json::from_slice::<typed::Completion>(body) {
+    // Text checked once as a whole, not each string as it is read.
+    let usual = match std::str::from_utf8(body) {
+        Ok(text) => serde_json::from_str::<typed::Completion>(text),
+        Err(_) => serde_json::from_slice::<typed::Completion>(body),
+    };
+    match usual {
         Ok(c) => Ok(c.into()),
         Err(_) => serde_json::from_slice::<Value>(body).map(|v| parse_reply(&v)),
     }
