@@ -282,6 +282,7 @@ fn users(known: &[(&str, &Snapshot)], counted: &[&Snapshot]) -> Vec<UserRow> {
                     shares: [0.0; 4],
                     pressure: 0.0,
                     rejections: 0,
+                    spend_rate: Default::default(),
                 });
             for (a, b) in c.tokens.iter_mut().zip(u.view.tokens) {
                 *a += b;
@@ -292,6 +293,12 @@ fn users(known: &[(&str, &Snapshot)], counted: &[&Snapshot]) -> Vec<UserRow> {
             c.cost_day += u.view.cost_day;
             c.pressure = c.pressure.max(u.view.pressure);
             c.rejections += u.view.rejections;
+            let (a, b) = (&mut c.spend_rate, &u.view.spend_rate);
+            a.tokens_per_minute += b.tokens_per_minute;
+            a.baseline_per_minute += b.baseline_per_minute;
+            a.open_ms = a.open_ms.max(b.open_ms);
+            a.trip_ratio = a.trip_ratio.max(b.trip_ratio);
+            a.trips += b.trips;
         }
     }
     let mut rows: Vec<_> = combined.into_values().collect();

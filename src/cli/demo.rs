@@ -155,7 +155,7 @@ fn refuse(args: &DemoArgs, cfg: &Config, scenario: &Scenario, speed: Speed, http
         bail!(
             "the demo sends synthetic traffic ({} at about {:.0} requests/s) to {}, which are not on this machine: up to about ${:.2} a minute at the configured prices; add --yes to send it",
             scenario.name,
-            scenario.rps + scenario.noisy.as_ref().map_or(0.0, |n| n.rps),
+            scenario.peak_rps(),
             remote.join(", "),
             synthetic_cost_per_min(cfg, scenario)
         );
@@ -182,6 +182,6 @@ fn synthetic_cost_per_min(cfg: &Config, scenario: &Scenario) -> f64 {
         })
         .sum::<f64>()
         / sample as f64;
-    let rps = scenario.rps + scenario.noisy.as_ref().map_or(0.0, |n| n.rps);
+    let rps = scenario.peak_rps();
     per_request * rps * 60.0
 }

@@ -122,6 +122,48 @@ pub struct BudgetConfig {
     pub idle_evict_s: u64,
     /// Track at most this many users; the idlest are evicted first.
     pub max_tracked_users: usize,
+    /// The spend-rate breaker (off unless enabled).
+    pub spend_rate: SpendRateConfig,
+}
+
+/// The spend-rate breaker: a user's (and, with `global`, everyone's)
+/// spend velocity well above its own recent baseline refuses its requests
+/// for a cooldown, so a runaway agent loop stops in minutes rather than at
+/// a daily cap.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct SpendRateConfig {
+    /// Whether users' spend rates are watched.
+    pub enabled: bool,
+    /// Watch everyone's spend rate together too.
+    pub global: bool,
+    /// Trips when the last minute's rate passes this multiple of the baseline.
+    pub multiple: f64,
+    /// The baseline is the rate over about this many minutes.
+    pub baseline_minutes: u64,
+    /// A scope is judged only after this many minutes of history.
+    pub warmup_minutes: u64,
+    /// Rates below this many tokens a minute never trip.
+    pub min_tokens_per_minute: f64,
+    /// Rates below this many USD a minute never trip (0 = only tokens are judged).
+    pub min_usd_per_minute: f64,
+    /// How long a tripped scope is refused (s).
+    pub cooldown_s: u64,
+}
+
+impl Default for SpendRateConfig {
+    fn default() -> Self {
+        Self {
+            enabled: false,
+            global: false,
+            multiple: 2.0,
+            baseline_minutes: 60,
+            warmup_minutes: 10,
+            min_tokens_per_minute: 5_000.0,
+            min_usd_per_minute: 0.0,
+            cooldown_s: 300,
+        }
+    }
 }
 
 impl Default for BudgetConfig {
@@ -138,6 +180,7 @@ impl Default for BudgetConfig {
             global_cost_per_day_usd: 2_000.0,
             idle_evict_s: 900,
             max_tracked_users: 100_000,
+            spend_rate: SpendRateConfig::default(),
         }
     }
 }

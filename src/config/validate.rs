@@ -291,6 +291,30 @@ impl Config {
         if self.budgets.max_tracked_users == 0 {
             return Err(c.bad("budgets.max_tracked_users".into(), "must be at least 1".into()));
         }
+        let sr = &self.budgets.spend_rate;
+        if !(sr.multiple.is_finite() && sr.multiple > 1.0) {
+            return Err(c.bad(
+                "budgets.spend_rate.multiple".into(),
+                format!(
+                    "{} must be a number greater than 1 (a rate this many times its baseline trips)",
+                    sr.multiple
+                ),
+            ));
+        }
+        for (k, v) in [
+            ("budgets.spend_rate.min_tokens_per_minute", sr.min_tokens_per_minute),
+            ("budgets.spend_rate.min_usd_per_minute", sr.min_usd_per_minute),
+        ] {
+            if !(v.is_finite() && v >= 0.0) {
+                return Err(c.bad(k.into(), format!("{v} must be ≥ 0")));
+            }
+        }
+        if sr.baseline_minutes < 2 || sr.cooldown_s == 0 {
+            return Err(c.bad(
+                "budgets.spend_rate".into(),
+                "baseline_minutes must be at least 2 and cooldown_s at least 1".into(),
+            ));
+        }
         if self.sessions.max_concurrent == 0 || self.sessions.max_steps == 0 {
             return Err(c.bad(
                 "sessions".into(),

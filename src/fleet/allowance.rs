@@ -152,6 +152,7 @@ impl Scope {
             limit,
             alone: want,
             first_in_window: false,
+            rate: None,
         }
     }
 }

@@ -118,6 +118,11 @@ impl<V: Idle> Slots<V> {
         &mut self.slots[i as usize].value
     }
 
+    /// The key of slot `i` (kept, as for [`Slots::get_mut`]).
+    pub fn key(&self, i: u32) -> &str {
+        &self.slots[i as usize].key
+    }
+
     /// Keys tracked.
     pub fn len(&self) -> usize {
         self.index.len()

@@ -43,6 +43,17 @@ pub struct RefillFrozen {
     pub reason: String,
 }
 
+/// A spend-rate breaker opened: a scope's spend velocity passed a
+/// multiple of its baseline.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct SpendRateTrip {
+    /// Whose spending.
+    pub scope: crate::resilience::budget::Scope,
+    /// Why, and until when.
+    #[serde(flatten)]
+    pub trip: crate::resilience::budget::Trip,
+}
+
 /// One announcement.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Notice {
@@ -52,6 +63,8 @@ pub enum Notice {
     BudgetWarning(BudgetWarning),
     /// Limiter refills were frozen.
     RefillFrozen(RefillFrozen),
+    /// A spend-rate breaker opened.
+    SpendRate(SpendRateTrip),
 }
 
 /// Where mechanisms announce what they did.

@@ -9,7 +9,7 @@
 use crate::clock::Clock;
 use crate::outcome::Outcome;
 use crate::resilience::notice::{Announce, Notice};
-pub use crate::resilience::notice::{BudgetWarning, RefillFrozen, Transition};
+pub use crate::resilience::notice::{BudgetWarning, RefillFrozen, SpendRateTrip, Transition};
 use crate::target::Target;
 use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
@@ -36,6 +36,8 @@ pub enum EventKind {
     },
     /// Limiter refills were frozen (Retry-After or operator).
     RefillFrozen(RefillFrozen),
+    /// A user's or everyone's spend-rate breaker opened.
+    SpendRateTripped(SpendRateTrip),
     /// An operator command was applied.
     Operator {
         /// The command.
@@ -264,6 +266,7 @@ impl Announce for EventBus {
             Notice::Transition(t) => EventKind::Transition(t),
             Notice::BudgetWarning(w) => EventKind::BudgetWarning(w),
             Notice::RefillFrozen(f) => EventKind::RefillFrozen(f),
+            Notice::SpendRate(t) => EventKind::SpendRateTripped(t),
         });
     }
 }

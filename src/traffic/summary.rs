@@ -109,6 +109,9 @@ pub struct Summary {
     pub cost_usd: f64,
     /// Budget rejections per user.
     pub budget_rejections: BTreeMap<String, u64>,
+    /// Every spend-rate breaker that opened, in order.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub spend_rate_trips: Vec<SpendRateRec>,
     /// Virtual time covered (ms).
     pub virtual_ms: u64,
     /// Real time taken (ms).
@@ -130,15 +133,25 @@ pub struct Summary {
     pub fleet: Option<crate::fleet::FleetSummary>,
 }
 
-/// Keeps a run's transitions (the only events a summary needs) as they
-/// happen, so a long run does not hold every event; the task ends when the
-/// bus closes its subscribers.
+/// A spend-rate breaker that opened, when (virtual ms).
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct SpendRateRec {
+    /// When it opened.
+    pub t_ms: u64,
+    /// Whose, and why.
+    #[serde(flatten)]
+    pub trip: crate::telemetry::events::SpendRateTrip,
+}
+
+/// Keeps a run's transitions and spend-rate trips (the only events a
+/// summary needs) as they happen, so a long run does not hold every event;
+/// the task ends when the bus closes its subscribers.
 pub fn collect_transitions(runner: &Runner) -> tokio::task::JoinHandle<Vec<Event>> {
     let mut rx = runner.events().subscribe_notable();
     tokio::spawn(async move {
         let mut kept = Vec::new();
         while let Some(e) = rx.recv().await {
-            if matches!(e.kind, EventKind::Transition(_)) {
+            if matches!(e.kind, EventKind::Transition(_) | EventKind::SpendRateTripped(_)) {
                 kept.push(e);
             }
         }
@@ -157,6 +170,16 @@ impl Summary {
             .iter()
             .filter_map(|e| match &e.kind {
                 EventKind::Transition(t) => Some(TransitionRec::of(e.t_ms, t)),
+                _ => None,
+            })
+            .collect();
+        let spend_rate_trips = events
+            .iter()
+            .filter_map(|e| match &e.kind {
+                EventKind::SpendRateTripped(trip) => Some(SpendRateRec {
+                    t_ms: e.t_ms,
+                    trip: trip.clone(),
+                }),
                 _ => None,
             })
             .collect();
@@ -189,6 +212,7 @@ impl Summary {
                 .iter()
                 .map(|e| (e.key().clone(), *e.value()))
                 .collect(),
+            spend_rate_trips,
             virtual_ms,
             wall_ms,
             bad_lines: None,

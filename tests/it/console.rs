@@ -142,6 +142,29 @@ async fn panes_in_an_incident() {
                 shares: [0.925, 0.0074, 0.00185, 0.0024],
                 pressure: 0.925,
                 rejections: 3,
+                spend_rate: Default::default(),
+            },
+            instance: None,
+        },
+    );
+    // An agent whose spend-rate breaker is open: said under its row.
+    snap.top_users.insert(
+        0,
+        fusebox::telemetry::snapshot::UserRow {
+            view: fusebox::resilience::budget::UserView {
+                user: "agent-loop".into(),
+                tokens: [21_000.0, 260_000.0, 260_000.0],
+                cost_day: 0.31,
+                shares: [0.42, 0.52, 0.13, 0.062],
+                pressure: 1.0,
+                rejections: 9,
+                spend_rate: fusebox::resilience::budget::RateView {
+                    tokens_per_minute: 9_000.0,
+                    baseline_per_minute: 6_100.0,
+                    open_ms: 252_400,
+                    trip_ratio: 3.1,
+                    trips: 1,
+                },
             },
             instance: None,
         },
@@ -159,6 +182,10 @@ async fn panes_in_an_incident() {
     assert!(l.contains("FROZEN (operator)"), "{l}");
     let b = render_pane(&app, 76, 10, ui::budgets::draw);
     assert!(b.contains("!tenant-heavy"), "near-limit users are marked in text: {b}");
+    assert!(
+        b.contains("!agent-loop") && b.contains("⊘ spend-rate breaker open 4m13s: ×3.1 its baseline"),
+        "an open spend-rate breaker is said under its user: {b}"
+    );
     assert!(
         b.lines()
             .any(|l| l.contains("tenant-big") && l.trim_end().ends_with("14    │")),

@@ -22,10 +22,14 @@ struct Run {
 }
 
 async fn run(name: &str, minutes: u64, seed: u64) -> Run {
+    run_with(name, minutes, seed, Config::default()).await
+}
+
+async fn run_with(name: &str, minutes: u64, seed: u64, cfg: Config) -> Run {
     let dir = tempfile::tempdir().unwrap();
     let mut parts = RunnerParts::mock(Clock::with_wall_anchor(0), Seed(seed));
     parts.spool = Some(dir.path().join("spool.jsonl"));
-    let runner = Runner::new(Config::default(), parts).unwrap();
+    let runner = Runner::new(cfg, parts).unwrap();
     let mut rx = runner.events().subscribe();
     let scenario = Scenario::load(name).unwrap();
     let demo = run_scenario(runner.clone(), &scenario, Duration::from_secs(minutes * 60), Seed(seed)).await;
@@ -188,6 +192,64 @@ async fn noisy_tenant_does_not_hurt_other_users() {
     let ok = others.iter().filter(|o| o.level == Level::None).count();
     assert!(ok as f64 >= 0.99 * others.len() as f64, "{ok} of {}", others.len());
     assert!(others.iter().all(|o| o.level != Level::Failed));
+}
+
+/// A runaway agent loop (its spend tripled at 15 minutes) against the
+/// same run without the spend-rate breaker.
+#[tokio::test(start_paused = true)]
+async fn runaway_agent_is_stopped_by_its_spend_rate_breaker_within_two_minutes() {
+    const SURGE_MS: u64 = 900_000;
+    let mut cfg = Config::default();
+    cfg.budgets.spend_rate.enabled = true;
+    let on = run_with("runaway-agent", 25, 7, cfg).await;
+    let off = run("runaway-agent", 25, 7).await;
+    let trips = |r: &Run| -> Vec<(u64, String)> {
+        r.events
+            .iter()
+            .filter_map(|e| match &e.kind {
+                EventKind::SpendRateTripped(t) => Some((e.t_ms, t.scope.user().to_string())),
+                _ => None,
+            })
+            .collect()
+    };
+    let tripped = trips(&on);
+    assert!(trips(&off).is_empty());
+    assert!(
+        !tripped.is_empty() && tripped.iter().all(|(_, u)| u == "agent-loop"),
+        "{tripped:?}"
+    );
+    let first = tripped[0].0;
+    assert!(
+        first > SURGE_MS && first - SURGE_MS <= 120_000,
+        "opened {} s after the surge",
+        (first as i64 - SURGE_MS as i64) / 1000
+    );
+    // Refused while open, with the reason.
+    assert!(on.summary.budget_rejections["agent-loop"] > 0);
+    let said = |o: &&fusebox::outcome::Outcome| {
+        o.user_message
+            .as_deref()
+            .is_some_and(|m| m.contains("spend-rate breaker open"))
+    };
+    let refused: Vec<_> = on.demo.outcomes.iter().filter(said).collect();
+    assert!(!refused.is_empty() && refused.iter().all(|o| o.user == "agent-loop"));
+    // What the runaway spent after its surge: well under half as much.
+    let spent_after = |r: &Run| -> u64 {
+        r.demo
+            .outcomes
+            .iter()
+            .filter(|o| o.user == "agent-loop" && o.request >= 9_000_000)
+            .map(|o| o.tokens)
+            .sum()
+    };
+    let (a, b) = (spent_after(&on), spent_after(&off));
+    assert!(a * 2 < b, "the runaway spent {a} tokens with the breaker, {b} without");
+    // Every other user is served exactly as without it.
+    let others = |r: &Run| -> (usize, usize) {
+        let o: Vec<_> = r.demo.outcomes.iter().filter(|o| o.user != "agent-loop").collect();
+        (o.len(), o.iter().filter(|o| o.level == Level::None).count())
+    };
+    assert_eq!(others(&on), others(&off));
 }
 
 #[tokio::test(start_paused = true)]

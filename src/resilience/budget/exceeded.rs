@@ -130,6 +130,18 @@ pub struct BudgetExceeded {
     pub alone: f64,
     /// The first refusal of this user in this minute (worth announcing).
     pub first_in_window: bool,
+    /// Refused by the scope's spend-rate breaker rather than a total.
+    pub rate: Option<RateRefusal>,
+}
+
+/// A refusal by a scope's spend-rate breaker: why it opened, and how long
+/// it stays open.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct RateRefusal {
+    /// Why it opened.
+    pub trip: super::Trip,
+    /// Until it closes.
+    pub left: Duration,
 }
 
 /// How soon to try a budget whose store is unreachable.
@@ -142,9 +154,30 @@ impl BudgetExceeded {
     }
 
     /// When to try again: the refusing window's length (at most that until
-    /// it has room again), or a few seconds for a store that is unreachable.
+    /// it has room again), until a spend-rate breaker closes, or a few
+    /// seconds for a store that is unreachable.
     pub fn retry_after(&self) -> Duration {
+        if let Some(r) = self.rate {
+            return r.left;
+        }
         self.budget.map_or(UNREACHABLE_RETRY, |b| b.window.len())
+    }
+
+    /// A refusal of `scope` by its open spend-rate breaker.
+    pub fn spend_rate(scope: Scope, trip: super::Trip, now_ms: u64) -> Self {
+        Self {
+            scope,
+            fleet: false,
+            budget: None,
+            would: 0.0,
+            limit: 0.0,
+            alone: 0.0,
+            first_in_window: true,
+            rate: Some(RateRefusal {
+                trip,
+                left: Duration::from_millis(trip.until_ms.saturating_sub(now_ms)),
+            }),
+        }
     }
 
     /// A fleet budget of `scope` that cannot be checked because its store
@@ -158,6 +191,7 @@ impl BudgetExceeded {
             limit: 0.0,
             alone: 0.0,
             first_in_window: false,
+            rate: None,
         }
     }
 
@@ -184,6 +218,14 @@ impl BudgetExceeded {
 impl fmt::Display for BudgetExceeded {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let whose = self.whose();
+        if let Some(r) = self.rate {
+            return write!(
+                f,
+                "{whose} spend-rate breaker open: {}; requests resume in {}s",
+                r.trip.describe(),
+                r.left.as_millis().div_ceil(1000)
+            );
+        }
         let Some(budget) = self.budget else {
             return write!(
                 f,

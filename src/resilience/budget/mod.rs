@@ -8,14 +8,16 @@
 //! window. Idle users are evicted so memory stays bounded.
 
 mod exceeded;
+mod rate;
 mod view;
 
 use crate::config::access::UserBudgets;
 use crate::config::BudgetConfig;
 use crate::resilience::evict;
-use crate::resilience::notice::{Announce, BudgetWarning, Notice};
-pub use exceeded::{Budget, BudgetExceeded, Metric, Scope, Window};
+use crate::resilience::notice::{self, Announce, BudgetWarning, Notice};
+pub use exceeded::{Budget, BudgetExceeded, Metric, RateRefusal, Scope, Window};
 use parking_lot::Mutex;
+pub use rate::{RateView, SpendRate, Trip};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 pub use view::{GlobalView, UserView};
@@ -90,6 +92,8 @@ struct UserState {
     rejections: u64,
     /// Minute period of the last announced refusal.
     announced: u64,
+    /// Its spend rate and spend-rate breaker.
+    rate: SpendRate,
 }
 
 /// A user's limits: tokens per minute, hour and day, USD per day (0 =
@@ -125,6 +129,8 @@ struct GlobalState {
     tokens_day: Win,
     cost_hour: Win,
     cost_day: Win,
+    /// Everyone's spend rate and its breaker.
+    rate: SpendRate,
 }
 
 /// All budgets.
@@ -164,6 +170,7 @@ impl Check<'_> {
                 limit,
                 alone: add,
                 first_in_window: true,
+                rate: None,
             });
         }
         Ok(())
@@ -252,6 +259,10 @@ impl Budgets {
             events: &*self.events,
             soft: c.soft_ratio,
         };
+        if let Some(trip) = u.rate.open(now_ms).filter(|_| c.spend_rate.enabled) {
+            let e = BudgetExceeded::spend_rate(scope_of(Some(user)), trip, now_ms);
+            return Err(Self::refused(u, e, now_ms));
+        }
         let checked = uc
             .over(&u.minute, t, u.limits.minute, TOKENS_MINUTE)
             .and_then(|_| uc.over(&u.hour, t, u.limits.hour, TOKENS_HOUR))
@@ -266,6 +277,17 @@ impl Budgets {
         g.tokens_day.roll(now_ms, DAY);
         g.cost_hour.roll(now_ms, HOUR);
         g.cost_day.roll(now_ms, DAY);
+        if let Some(trip) = g
+            .rate
+            .open(now_ms)
+            .filter(|_| c.spend_rate.enabled && c.spend_rate.global)
+        {
+            return Err(Self::refused(
+                u,
+                BudgetExceeded::spend_rate(Scope::Global, trip, now_ms),
+                now_ms,
+            ));
+        }
         let gc = Check {
             user: None,
             events: &*self.events,
@@ -320,10 +342,13 @@ impl Budgets {
         e
     }
 
-    /// Settles a reservation with actual usage (may be more or less).
+    /// Settles a reservation with actual usage (may be more or less), and
+    /// counts it in the spend rates.
     pub fn settle(&self, r: Reservation, tokens: u32, cost: f64, now_ms: u64) {
         let dt = tokens as f64 - r.tokens;
         let dc = cost - r.cost;
+        let sr = &self.cfg.spend_rate;
+        let mut trips: [Option<(Scope, Trip)>; 2] = [None, None];
         {
             let mut guard = super::lock(&self.global);
             let g = &mut *guard;
@@ -336,6 +361,9 @@ impl Budgets {
                 ],
                 now_ms,
             );
+            if sr.enabled && sr.global {
+                trips[0] = g.rate.add(sr, tokens as f64, cost, now_ms).map(|t| (Scope::Global, t));
+            }
         }
         let mut users = super::lock(&self.users);
         let u = users.get_mut(r.user);
@@ -350,6 +378,38 @@ impl Budgets {
             ],
             now_ms,
         );
+        if sr.enabled {
+            if let Some(t) = u.rate.add(sr, tokens as f64, cost, now_ms) {
+                trips[1] = Some((Scope::User(users.key(r.user).into()), t));
+            }
+        }
+        drop(users);
+        // Announced outside the locks (rare).
+        for (scope, trip) in trips.into_iter().flatten() {
+            self.events
+                .announce(Notice::SpendRate(notice::SpendRateTrip { scope, trip }));
+        }
+    }
+
+    /// Closes `user`'s spend-rate breaker (`None`: everyone's); whether it
+    /// was open.
+    pub fn reset_spend_rate(&self, user: Option<&str>, now_ms: u64) -> bool {
+        match user {
+            Some(user) => {
+                let mut users = super::lock(&self.users);
+                let Some(slot) = users.find(user) else { return false };
+                let rate = &mut users.get_mut(slot).rate;
+                let was = rate.open(now_ms).is_some();
+                rate.reset();
+                was
+            }
+            None => {
+                let mut g = super::lock(&self.global);
+                let was = g.rate.open(now_ms).is_some();
+                g.rate.reset();
+                was
+            }
+        }
     }
 
     /// How many tokens the call holding `r` may use in all before a hard
@@ -376,6 +436,7 @@ impl Budgets {
                     limit: limit as f64,
                     alone: 0.0,
                     first_in_window: false,
+                    rate: None,
                 };
                 tightest = Some((room, e));
             }
@@ -492,6 +553,57 @@ mod tests {
         let err = b.reserve("b", 10, 0.2, 0).unwrap_err();
         assert_eq!((&err.scope, err.budget), (&Scope::Global, Some(USD_HOUR)));
         assert_eq!(err.retry_after(), std::time::Duration::from_secs(3_600));
+    }
+
+    #[tokio::test]
+    async fn a_tripped_spend_rate_refuses_its_user_alone_until_the_cooldown_or_a_reset() {
+        let heard = Arc::new(Heard::default());
+        let mut cfg = BudgetConfig {
+            user_tokens_per_minute: 0,
+            user_tokens_per_hour: 0,
+            user_tokens_per_day: 0,
+            ..BudgetConfig::default()
+        };
+        cfg.spend_rate.enabled = true;
+        let b = Budgets::new(cfg, heard.clone());
+        // 20k tokens a minute for an hour, then 60k: a call every 6 s.
+        let mut opened = None;
+        for step in 0..640u64 {
+            let now = step * 6_000;
+            let per_call = if step < 600 { 2_000 } else { 6_000 };
+            match b.reserve("loop", per_call, 0.0, now) {
+                Ok(r) => b.settle(r, per_call, 0.0, now),
+                Err(e) => {
+                    opened.get_or_insert((now, e));
+                }
+            }
+            let r = b.reserve("other", 100, 0.0, now).expect("others are not refused");
+            b.settle(r, 100, 0.0, now);
+        }
+        let (at, e) = opened.expect("the loop is refused");
+        assert!(at > 3_600_000 && at <= 3_720_000, "{at}");
+        assert_eq!(e.scope, Scope::User("loop".into()));
+        assert!(e.to_string().starts_with("user loop spend-rate breaker open: "), "{e}");
+        assert!(
+            e.retry_after() > std::time::Duration::from_secs(200),
+            "{:?}",
+            e.retry_after()
+        );
+        let trips: Vec<_> = heard
+            .all()
+            .into_iter()
+            .filter_map(|n| match n {
+                Notice::SpendRate(t) => Some(t),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(trips.len(), 1);
+        assert_eq!(trips[0].scope, Scope::User("loop".into()));
+        let view = b.top_users(1, at);
+        assert_eq!(view[0].user, "loop");
+        assert!(view[0].spend_rate.open_ms > 0 && view[0].pressure == 1.0);
+        assert!(b.reset_spend_rate(Some("loop"), at));
+        assert!(b.reserve("loop", 10, 0.0, at).is_ok());
     }
 
     #[tokio::test]

@@ -20,6 +20,9 @@ pub struct UserView {
     pub pressure: f64,
     /// Requests refused by a budget.
     pub rejections: u64,
+    /// Its spend rate and spend-rate breaker.
+    #[serde(default)]
+    pub spend_rate: super::RateView,
 }
 
 /// Global usage, for views.
@@ -31,6 +34,9 @@ pub struct GlobalView {
     pub cost: [f64; 2],
     /// Highest share of any global limit.
     pub pressure: f64,
+    /// Everyone's spend rate and its breaker.
+    #[serde(default)]
+    pub spend_rate: super::RateView,
 }
 
 /// Share of each global limit used in the current window, hour and day
@@ -62,6 +68,7 @@ impl Budgets {
             tokens: [g.tokens_hour.used, g.tokens_day.used],
             cost: [g.cost_hour.used, g.cost_day.used],
             pressure,
+            spend_rate: g.rate.view(&self.cfg.spend_rate, now_ms),
         }
     }
 
@@ -85,13 +92,17 @@ impl Budgets {
                     share(tokens[2], u.limits.day),
                     share(cost_day, u.limits.cost_day),
                 ];
+                let spend_rate = u.rate.view(&self.cfg.spend_rate, now_ms);
+                // An open spend-rate breaker is as pressing as a spent budget.
+                let open = if spend_rate.open_ms > 0 { 1.0 } else { 0.0 };
                 UserView {
                     user: user.to_string(),
                     tokens,
                     cost_day,
                     shares,
-                    pressure: shares.iter().copied().fold(0.0, f64::max),
+                    pressure: shares.iter().copied().fold(open, f64::max),
                     rejections: u.rejections,
+                    spend_rate,
                 }
             })
             .collect();

@@ -13,7 +13,7 @@ use crate::provider::Message;
 use crate::request::AgentRequest;
 use crate::runner::Runner;
 use compact_str::format_compact;
-use scenario::Scenario;
+use scenario::{Scenario, Tenant};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::task::JoinSet;
@@ -31,8 +31,12 @@ const QUESTIONS: &[&str] = &[
     "Please notify me when order #{} ships.",
 ];
 
-/// Request ids of the flooding tenant start here (ordinary ones count from 1).
+/// Request ids of the flooding tenant start here (ordinary ones count from
+/// 1); those of the scenario's `k`-th tenant at `k` times [`TENANT_IDS`] more.
 pub const NOISY_IDS: u64 = 9_000_000;
+
+/// The room of request ids each tenant has.
+pub const TENANT_IDS: u64 = 1_000_000_000;
 
 /// One request of ordinary traffic.
 pub fn make_request(seed: Seed, id: u64, users: u32) -> AgentRequest {
@@ -76,6 +80,41 @@ fn noisy_request(seed: Seed, id: u64, user: &str, chars: usize) -> AgentRequest 
     }
 }
 
+/// One tenant's arrivals, as they come.
+struct TenantArrivals<'s> {
+    tenant: &'s Tenant,
+    rng: fastrand::Rng,
+    stop: Instant,
+    next: Option<Instant>,
+    /// The last request id given.
+    id: u64,
+}
+
+impl<'s> TenantArrivals<'s> {
+    /// The `k`-th tenant's arrivals within `[start, end)`.
+    fn new(tenant: &'s Tenant, k: u64, seed: Seed, start: Instant, end: Instant) -> Self {
+        let mut rng = seed.stream(purpose::LOAD, u64::MAX - 1 - k);
+        let stop = (start + Duration::from_secs(tenant.to_s)).min(end);
+        let next = Some(start + Duration::from_secs(tenant.from_s) + gap(rng.f64(), tenant.rps)).filter(|t| *t < stop);
+        Self {
+            tenant,
+            rng,
+            stop,
+            next,
+            id: NOISY_IDS + k * TENANT_IDS,
+        }
+    }
+
+    /// Its next request and when it arrives; the one after is drawn.
+    fn take(&mut self, seed: Seed) -> (Instant, AgentRequest) {
+        let at = self.next.unwrap_or(self.stop);
+        self.id += 1;
+        self.next = Some(at + gap(self.rng.f64(), self.tenant.rps)).filter(|t| *t < self.stop);
+        let t = self.tenant;
+        (at, noisy_request(seed, self.id, &t.user, t.prompt_chars))
+    }
+}
+
 /// Exponential inter-arrival time for `rps`, from a uniform draw.
 fn gap(u: f64, rps: f64) -> Duration {
     Duration::from_secs_f64(-(1.0 - u).max(1e-12).ln() / rps)
@@ -102,36 +141,28 @@ pub async fn run_scenario(runner: Arc<Runner>, scenario: &Scenario, duration: Du
     }
     background.spawn(runner.clone().run_deferred_loop());
 
-    // Arrivals are generated as they come (two Poisson streams merged), so a
-    // long run never holds its whole future in memory.
+    // Arrivals are generated as they come (Poisson streams merged: ordinary
+    // traffic and each tenant's), so a long run never holds its whole future
+    // in memory. Ordinary traffic goes first at a tie, then tenants in order.
     let mut ordinary = seed.stream(purpose::LOAD, u64::MAX);
     let mut next_ordinary = Some(start + gap(ordinary.f64(), scenario.rps)).filter(|t| *t < end);
-    let mut noisy_rng = seed.stream(purpose::LOAD, u64::MAX - 1);
-    let noisy_stop = scenario
-        .noisy
-        .as_ref()
-        .map(|n| (start + Duration::from_secs(n.to_s)).min(end));
-    let mut next_noisy = scenario
-        .noisy
-        .as_ref()
-        .map(|n| start + Duration::from_secs(n.from_s) + gap(noisy_rng.f64(), n.rps))
-        .filter(|t| noisy_stop.is_some_and(|stop| *t < stop));
+    let mut tenants: Vec<TenantArrivals> = scenario
+        .tenants()
+        .enumerate()
+        .map(|(k, t)| TenantArrivals::new(t, k as u64, seed, start, end))
+        .collect();
     let mut tasks: JoinSet<(usize, Outcome)> = JoinSet::new();
     let mut outcomes: Vec<Option<Outcome>> = Vec::new();
-    let (mut id, mut nid) = (0u64, NOISY_IDS);
+    let mut id = 0u64;
     loop {
-        let (at, req) = match (next_ordinary, next_noisy, &scenario.noisy) {
-            (Some(o), n, _) if n.is_none_or(|n| o <= n) => {
+        let tenant = tenants.iter_mut().filter(|t| t.next.is_some()).min_by_key(|t| t.next);
+        let (at, req) = match (next_ordinary, tenant) {
+            (Some(o), t) if t.as_ref().is_none_or(|t| t.next.is_some_and(|n| o <= n)) => {
                 id += 1;
                 next_ordinary = Some(o + gap(ordinary.f64(), scenario.rps)).filter(|t| *t < end);
                 (o, make_request(seed, id, scenario.users))
             }
-            (_, Some(n), Some(noisy)) => {
-                nid += 1;
-                next_noisy =
-                    Some(n + gap(noisy_rng.f64(), noisy.rps)).filter(|t| noisy_stop.is_some_and(|stop| *t < stop));
-                (n, noisy_request(seed, nid, &noisy.user, noisy.prompt_chars))
-            }
+            (_, Some(t)) => t.take(seed),
             _ => break,
         };
         tokio::time::sleep_until(at).await;

@@ -19,10 +19,11 @@ pub enum ScenarioError {
     Invalid(String, String, String),
 }
 
-/// One flooding tenant.
+/// A named tenant's own traffic at a steady rate over a span of time
+/// (the flooding tenant, or an agent whose loop runs away).
 #[derive(Clone, Debug, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
-pub struct Noisy {
+pub struct Tenant {
     /// Its user name.
     pub user: String,
     /// Its requests per second.
@@ -89,10 +90,29 @@ pub struct Scenario {
     pub repeat_s: u64,
     /// A flooding tenant.
     #[serde(default)]
-    pub noisy: Option<Noisy>,
+    pub noisy: Option<Tenant>,
+    /// More tenants' traffic; two entries for one user add up (a steady
+    /// rate, and a surge on top of it).
+    #[serde(default)]
+    pub tenants: Vec<Tenant>,
     /// Fault changes.
     #[serde(default)]
     pub timeline: Vec<TimelineStep>,
+}
+
+/// The most `[[tenants]]` entries a scenario may have.
+pub const MAX_TENANTS: usize = 64;
+
+impl Scenario {
+    /// Every tenant's traffic: the flooding tenant first, then the others.
+    pub fn tenants(&self) -> impl Iterator<Item = &Tenant> {
+        self.noisy.iter().chain(&self.tenants)
+    }
+
+    /// Requests a second of all its traffic at its busiest (every tenant at once).
+    pub fn peak_rps(&self) -> f64 {
+        self.rps + self.tenants().map(|t| t.rps).sum::<f64>()
+    }
 }
 
 fn five() -> f64 {
@@ -111,6 +131,7 @@ const BUILT_IN: &[(&str, &str)] = &[
     ("hallucination", include_str!("scenarios/hallucination.toml")),
     ("noisy-tenant", include_str!("scenarios/noisy-tenant.toml")),
     ("tour", include_str!("scenarios/tour.toml")),
+    ("runaway-agent", include_str!("scenarios/runaway-agent.toml")),
 ];
 
 impl Scenario {
@@ -152,13 +173,18 @@ impl Scenario {
         if s.users == 0 {
             return bad("users", "must be at least 1");
         }
-        if let Some(n) = &s.noisy {
+        let named = s.noisy.iter().map(|n| ("noisy".to_string(), n));
+        let tenants = s.tenants.iter().enumerate().map(|(i, t)| (format!("tenants[{i}]"), t));
+        for (at, n) in named.chain(tenants) {
             if !(n.rps.is_finite() && n.rps > 0.0 && n.rps <= 100_000.0) {
-                return bad("noisy.rps", "must be greater than 0 and at most 100000");
+                return bad(&format!("{at}.rps"), "must be greater than 0 and at most 100000");
             }
             if n.to_s <= n.from_s {
-                return bad("noisy.to_s", "must be after noisy.from_s");
+                return bad(&format!("{at}.to_s"), &format!("must be after {at}.from_s"));
             }
+        }
+        if s.tenants.len() > MAX_TENANTS {
+            return bad("tenants", &format!("at most {MAX_TENANTS} entries"));
         }
         for (i, st) in s.timeline.iter().enumerate() {
             if let Err(e) = st.spec().check() {

@@ -13,24 +13,28 @@ use ratatui::Frame;
 pub fn draw(f: &mut Frame, area: Rect, app: &App, theme: &Theme) {
     let s = &app.snap;
     let g = &s.global;
-    let mut lines = vec![
-        Line::from(vec![
-            Span::styled("global ", theme.title),
-            Span::raw(format!(
-                "tokens h/d {}/{}  ${:.2}/h ${:.2}/d  ",
-                human(g.tokens[0]),
-                human(g.tokens[1]),
-                g.cost[0],
-                g.cost[1]
-            )),
-            Span::styled(bar(g.pressure, 10), theme.gauge(g.pressure)),
-            Span::raw(format!(" {:.0}%", g.pressure * 100.0)),
-        ]),
-        Line::from(Span::styled(
-            "  user                minute      hour        day          $/day   rej",
-            theme.dim,
+    let mut lines = vec![Line::from(vec![
+        Span::styled("global ", theme.title),
+        Span::raw(format!(
+            "tokens h/d {}/{}  ${:.2}/h ${:.2}/d  ",
+            human(g.tokens[0]),
+            human(g.tokens[1]),
+            g.cost[0],
+            g.cost[1]
         )),
-    ];
+        Span::styled(bar(g.pressure, 10), theme.gauge(g.pressure)),
+        Span::raw(format!(" {:.0}%", g.pressure * 100.0)),
+    ])];
+    if g.spend_rate.open_ms > 0 {
+        lines.push(Line::from(Span::styled(
+            format!("  {}", rate_open(&g.spend_rate)),
+            theme.error,
+        )));
+    }
+    lines.push(Line::from(Span::styled(
+        "  user                minute      hour        day          $/day   rej",
+        theme.dim,
+    )));
     let rows = app.user_rows();
     let sel = app.selection(Pane::Budgets);
     let focused = app.focus == Pane::Budgets;
@@ -71,6 +75,12 @@ pub fn draw(f: &mut Frame, area: Rect, app: &App, theme: &Theme) {
             if u.rejections > 0 { theme.error } else { theme.dim },
         ));
         lines.push(Line::from(spans));
+        if u.spend_rate.open_ms > 0 {
+            lines.push(Line::from(Span::styled(
+                format!("    {}", rate_open(&u.spend_rate)),
+                theme.error,
+            )));
+        }
     }
     if rows.is_empty() {
         lines.push(Line::from(Span::styled("  no users yet", theme.dim)));
@@ -82,6 +92,18 @@ pub fn draw(f: &mut Frame, area: Rect, app: &App, theme: &Theme) {
     );
     let p = Paragraph::new(lines).block(pane_block(app, Pane::Budgets, theme, &extra));
     f.render_widget(p, area);
+}
+
+/// An open spend-rate breaker, under its user's row (or the global one):
+/// `spend-rate breaker open 4m12s: ×3.1 its baseline`.
+fn rate_open(r: &crate::resilience::budget::RateView) -> String {
+    let s = r.open_ms.div_ceil(1000);
+    format!(
+        "⊘ spend-rate breaker open {}m{:02}s: ×{:.1} its baseline",
+        s / 60,
+        s % 60,
+        r.trip_ratio
+    )
 }
 
 fn truncate(s: &str, n: usize) -> String {

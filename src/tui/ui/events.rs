@@ -3,7 +3,7 @@
 
 use super::{clock, pane_block, scroll};
 use crate::resilience::breaker::BreakerState;
-use crate::telemetry::events::{BudgetWarning, RefillFrozen, Transition};
+use crate::telemetry::events::{BudgetWarning, RefillFrozen, SpendRateTrip, Transition};
 use crate::telemetry::events::{Event, EventKind, InstanceChange};
 use crate::tui::app::{App, Pane};
 use crate::tui::theme::Theme;
@@ -43,6 +43,13 @@ fn what(e: &Event) -> String {
             )
         }
         EventKind::BudgetRejected { user, reason } => format!("rejected {user}: {reason}"),
+        EventKind::SpendRateTripped(SpendRateTrip { scope, trip }) => format!(
+            "spend-rate breaker {} {} open {}s: {}",
+            scope.kind(),
+            scope.user(),
+            trip.until_ms.saturating_sub(e.t_ms) / 1000,
+            trip.describe()
+        ),
         EventKind::RefillFrozen(RefillFrozen {
             provider,
             for_ms,
@@ -104,9 +111,10 @@ fn style(theme: &Theme, e: &Event) -> Style {
         EventKind::BudgetWarning(BudgetWarning { .. })
         | EventKind::RefillFrozen(RefillFrozen { .. })
         | EventKind::EventsSkipped { .. } => theme.warn,
-        EventKind::BudgetRejected { .. } | EventKind::RecordingFailed { .. } | EventKind::CommandRefused { .. } => {
-            theme.error
-        }
+        EventKind::BudgetRejected { .. }
+        | EventKind::SpendRateTripped(_)
+        | EventKind::RecordingFailed { .. }
+        | EventKind::CommandRefused { .. } => theme.error,
         _ => theme.dim,
     }
 }
