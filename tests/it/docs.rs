@@ -14,13 +14,14 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 /// The documents checked.
-const DOCS: [&str; 7] = [
+const DOCS: [&str; 8] = [
     "README.md",
     "docs/api.md",
     "docs/architecture.md",
     "docs/config.md",
     "docs/limits.md",
     "docs/operator.md",
+    "docs/overload.md",
     "docs/traffic-log.md",
 ];
 
@@ -940,7 +941,9 @@ fn check_of(cmd: &str) -> Option<Check> {
         | "fusebox mock --listen 127.0.0.1:8790"
         | "fusebox check-config FILE"
         | "fusebox keys new alice-app --user alice --route default"
-        | "fusebox keys operator ana --scope operate" => Run,
+        | "fusebox keys operator ana --scope operate"
+        | "fusebox demo --headless --scenario runaway-agent --seed 7 --duration 25m --config examples/spend-rate.toml"
+        | "fusebox demo --headless --scenario runaway-agent --seed 7 --duration 25m" => Run,
         "fusebox keys hash" => Elsewhere("reads a secret on standard input (the keys test pipes one in)"),
         "fusebox keys new" => Elsewhere("needs a name and a user: run with both just below it in docs/api.md"),
         "fusebox serve" | "fusebox serve --readonly" | "fusebox demo" | "fusebox replay LOG" => {
