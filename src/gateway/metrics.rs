@@ -294,6 +294,7 @@ fn budgets_and_store(enc: &mut DescriptorEncoder, r: &Runner) -> std::fmt::Resul
         .filter_map(|(w, k, s)| Some(([("window", w), ("kind", k)], ConstGauge::new(s?)))),
     )?;
     user_budgets(enc, r)?;
+    spend_rate(enc, r)?;
     let store = r.store().view();
     single(
         enc,
@@ -308,6 +309,25 @@ fn budgets_and_store(enc: &mut DescriptorEncoder, r: &Runner) -> std::fmt::Resul
         &ConstGauge::new(i64::from(store.instances)),
     )?;
     Ok(())
+}
+
+/// The spend-rate breakers open now: everyone's (`user="*"`), and the
+/// users' among the [`TOP_USERS`] most pressed (an open one counts as
+/// fully pressed), with the seconds until each closes.
+fn spend_rate(enc: &mut DescriptorEncoder, r: &Runner) -> std::fmt::Result {
+    let now = r.clock().elapsed_ms();
+    let global = r.budgets().global_view(now).spend_rate;
+    let users = r.budgets().top_users(TOP_USERS, now);
+    let open = std::iter::once(("*", global.open_ms))
+        .chain(users.iter().map(|u| (u.user.as_str(), u.spend_rate.open_ms)))
+        .filter(|(_, ms)| *ms > 0);
+    family(
+        enc,
+        "fusebox_spend_rate_open_seconds",
+        "Seconds until an open spend-rate breaker closes, by user (* for everyone's)",
+        MetricType::Gauge,
+        open.map(|(user, ms)| ([("user", user)], ConstGauge::new(ms as f64 / 1000.0))),
+    )
 }
 
 /// The share of their daily budgets the users nearest them have used

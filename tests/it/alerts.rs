@@ -394,3 +394,54 @@ async fn every_metric_the_alerts_and_board_use_is_scraped_with_the_values_sent()
     );
     assert_eq!(value(&scrape, "fusebox_spans_dropped_total", &[]), Some(0.0));
 }
+
+/// An open spend-rate breaker is scraped with the seconds until it closes;
+/// closed ones (everyone's here) are not.
+#[tokio::test]
+async fn an_open_spend_rate_breaker_is_scraped_until_it_closes() {
+    let mut cfg = Config::default();
+    cfg.budgets.spend_rate.enabled = true;
+    cfg.budgets.spend_rate.global = true;
+    cfg.budgets.user_tokens_per_minute = 0;
+    cfg.budgets.user_tokens_per_hour = 0;
+    cfg.budgets.user_tokens_per_day = 0;
+    let runner = Runner::new(cfg, RunnerParts::mock(Clock::system(), Seed(5))).unwrap();
+    // The budgets driven directly, on times ahead of the runner's clock: an
+    // hour at 20k tokens a minute, then a loop at 60k, beside a steady user
+    // that keeps everyone's rate from tripling.
+    let b = runner.budgets();
+    let mut until = None;
+    for step in 0..640u64 {
+        let now = step * 6_000;
+        for (user, tokens) in [("loop", if step < 600 { 2_000 } else { 6_000 }), ("steady", 20_000)] {
+            match b.reserve(user, tokens, 0.0, now) {
+                Ok(r) => b.settle(r, tokens, 0.0, now),
+                Err(e) => {
+                    until.get_or_insert(e.rate.expect("refused by the spend-rate breaker").trip.until_ms);
+                }
+            }
+        }
+    }
+    let until = until.expect("the loop's breaker opened");
+    let addr = fusebox::gateway::spawn(runner.clone(), "127.0.0.1:0", GatewayOptions::default())
+        .await
+        .unwrap()
+        .addr;
+    let scrape = reqwest::get(format!("http://{addr}/metrics"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let left = value(&scrape, "fusebox_spend_rate_open_seconds", &[("user", "loop")]).expect("scraped");
+    let now = runner.clock().elapsed_ms() as f64 / 1000.0;
+    assert!((left - (until as f64 / 1000.0 - now)).abs() < 5.0, "{left} s left");
+    assert_eq!(
+        value(&scrape, "fusebox_spend_rate_open_seconds", &[("user", "steady")]),
+        None
+    );
+    assert_eq!(
+        value(&scrape, "fusebox_spend_rate_open_seconds", &[("user", "*")]),
+        None
+    );
+}

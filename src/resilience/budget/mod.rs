@@ -607,6 +607,49 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_tripped_global_spend_rate_refuses_everyone_only_when_watched() {
+        for global in [false, true] {
+            let mut cfg = BudgetConfig {
+                user_tokens_per_minute: 0,
+                user_tokens_per_hour: 0,
+                user_tokens_per_day: 0,
+                global_tokens_per_hour: 0,
+                global_tokens_per_day: 0,
+                ..BudgetConfig::default()
+            };
+            cfg.spend_rate.enabled = true;
+            cfg.spend_rate.global = global;
+            let b = budgets(cfg);
+            // Many users, each steady, together tripling at the hour: no
+            // user's own rate moves, everyone's does.
+            let mut refused = None;
+            for step in 0..640u64 {
+                let now = step * 6_000;
+                let users = if step < 600 { 10 } else { 30 };
+                for u in 0..users {
+                    match b.reserve(&format!("u{u}"), 1_000, 0.0, now) {
+                        Ok(r) => b.settle(r, 1_000, 0.0, now),
+                        Err(e) => {
+                            refused.get_or_insert(e);
+                        }
+                    }
+                }
+            }
+            match (global, refused) {
+                (false, None) => {}
+                (true, Some(e)) => {
+                    assert_eq!(e.scope, Scope::Global);
+                    assert!(e.to_string().starts_with("global spend-rate breaker open"), "{e}");
+                    assert!(b.global_view(3_800_000).spend_rate.open_ms > 0);
+                    assert!(b.reset_spend_rate(None, 3_800_000));
+                    assert!(b.reserve("u0", 1, 0.0, 3_800_000).is_ok());
+                }
+                (g, e) => panic!("global {g}: refused {e:?}"),
+            }
+        }
+    }
+
+    #[tokio::test]
     async fn tracked_users_stay_bounded() {
         let b = budgets(BudgetConfig {
             max_tracked_users: 1000,
