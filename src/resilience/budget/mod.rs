@@ -5,7 +5,9 @@
 //! it actually used, so concurrent requests cannot overshoot. A reservation
 //! that would exceed a budget is refused with an error naming the budget; at
 //! the soft ratio (80 % by default) a warning event is emitted once per
-//! window. Idle users are evicted so memory stays bounded.
+//! window. What settles also feeds each user's (and everyone's) spend rate
+//! (`rate.rs`), whose breaker, once open, refuses like a spent budget.
+//! Idle users are evicted so memory stays bounded.
 
 mod exceeded;
 mod rate;
