@@ -94,8 +94,9 @@ struct UserState {
     rejections: u64,
     /// Minute period of the last announced refusal.
     announced: u64,
-    /// Its spend rate and spend-rate breaker.
-    rate: SpendRate,
+    /// Its spend rate and spend-rate breaker, once watched (boxed: most
+    /// runs do not watch it, and a user's state stays small).
+    rate: Option<Box<SpendRate>>,
 }
 
 /// A user's limits: tokens per minute, hour and day, USD per day (0 =
@@ -261,7 +262,12 @@ impl Budgets {
             events: &*self.events,
             soft: c.soft_ratio,
         };
-        if let Some(trip) = u.rate.open(now_ms).filter(|_| c.spend_rate.enabled) {
+        if let Some(trip) = u
+            .rate
+            .as_ref()
+            .and_then(|r| r.open(now_ms))
+            .filter(|_| c.spend_rate.enabled)
+        {
             let e = BudgetExceeded::spend_rate(scope_of(Some(user)), trip, now_ms);
             return Err(Self::refused(u, e, now_ms));
         }
@@ -381,7 +387,8 @@ impl Budgets {
             now_ms,
         );
         if sr.enabled {
-            if let Some(t) = u.rate.add(sr, tokens as f64, cost, now_ms) {
+            let rate = u.rate.get_or_insert_with(Default::default);
+            if let Some(t) = rate.add(sr, tokens as f64, cost, now_ms) {
                 trips[1] = Some((Scope::User(users.key(r.user).into()), t));
             }
         }
@@ -400,7 +407,9 @@ impl Budgets {
             Some(user) => {
                 let mut users = super::lock(&self.users);
                 let Some(slot) = users.find(user) else { return false };
-                let rate = &mut users.get_mut(slot).rate;
+                let Some(rate) = users.get_mut(slot).rate.as_mut() else {
+                    return false;
+                };
                 let was = rate.open(now_ms).is_some();
                 rate.reset();
                 was

@@ -92,7 +92,11 @@ impl Budgets {
                     share(tokens[2], u.limits.day),
                     share(cost_day, u.limits.cost_day),
                 ];
-                let spend_rate = u.rate.view(&self.cfg.spend_rate, now_ms);
+                let spend_rate = u
+                    .rate
+                    .as_ref()
+                    .map(|r| r.view(&self.cfg.spend_rate, now_ms))
+                    .unwrap_or_default();
                 // An open spend-rate breaker is as pressing as a spent budget.
                 let open = if spend_rate.open_ms > 0 { 1.0 } else { 0.0 };
                 UserView {
