@@ -50,7 +50,7 @@ fn limiter(c: &mut Criterion) {
         bench.iter(|| {
             let now = tokio::time::Instant::now();
             let p = l.try_acquire(4, 1, now).unwrap();
-            l.settle(p, 1, 1, now);
+            l.settle(p, 1, 1, fusebox::resilience::limiter::Signal::Neutral, now);
         })
     });
 }

@@ -84,6 +84,44 @@ pub struct LimiterConfig {
     pub drift_threshold: f64,
     /// …on average over this many calls.
     pub drift_window: u32,
+    /// Adaptive concurrency (off unless enabled).
+    pub adaptive: AdaptiveConfig,
+}
+
+/// Adaptive concurrency: each provider's concurrency limit found from how
+/// its calls go. It grows by about one a round trip while calls answer at
+/// steady latency and the limit is in use, and is multiplied by `backoff`
+/// on a 429, 503 or 529 and when the recent time to first token passes
+/// `tolerance` times its long-run baseline. A provider's `concurrency`,
+/// when set, is its ceiling; RPM and TPM stay hard caps.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct AdaptiveConfig {
+    /// Whether limits adapt.
+    pub enabled: bool,
+    /// The limit never goes below this.
+    pub floor: u32,
+    /// The limit a provider starts at.
+    pub initial: u32,
+    /// The limit never goes above this (nor above a provider's `concurrency`).
+    pub ceiling: u32,
+    /// An overload multiplies the limit by this (0..1).
+    pub backoff: f64,
+    /// Recent latency above this multiple of its baseline cuts the limit.
+    pub tolerance: f64,
+}
+
+impl Default for AdaptiveConfig {
+    fn default() -> Self {
+        Self {
+            enabled: false,
+            floor: 1,
+            initial: 16,
+            ceiling: 256,
+            backoff: 0.9,
+            tolerance: 2.0,
+        }
+    }
 }
 
 impl Default for LimiterConfig {
@@ -92,6 +130,7 @@ impl Default for LimiterConfig {
             wait_timeout_ms: 2_000,
             drift_threshold: 0.3,
             drift_window: 10,
+            adaptive: AdaptiveConfig::default(),
         }
     }
 }

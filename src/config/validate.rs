@@ -275,6 +275,7 @@ impl Config {
         if self.limiter.drift_window == 0 {
             return Err(c.bad("limiter.drift_window".into(), "must be at least 1 call".into()));
         }
+        check_adaptive(&self.limiter.adaptive, c)?;
         c.ratio("budgets.soft_ratio", self.budgets.soft_ratio, false)?;
         for (k, v) in [
             ("budgets.user_cost_per_day_usd", self.budgets.user_cost_per_day_usd),
@@ -444,3 +445,46 @@ fn check_http_tool(name: &str, t: &super::ToolConfig, c: &Check) -> Result<(), C
     }
     Ok(())
 }
+
+/// `[limiter.adaptive]`: floor ≤ initial ≤ ceiling, a backoff that cuts,
+/// a tolerance above 1.
+fn check_adaptive(a: &super::AdaptiveConfig, c: &Check) -> Result<(), ConfigError> {
+    let bad = |k: &str, m: String| Err(c.bad(format!("limiter.adaptive.{k}"), m));
+    if a.floor == 0 {
+        return bad("floor", "must be at least 1 call".into());
+    }
+    if a.ceiling > MAX_ADAPTIVE_CEILING {
+        return bad(
+            "ceiling",
+            format!("{} must be at most {MAX_ADAPTIVE_CEILING}", a.ceiling),
+        );
+    }
+    if !(a.floor..=a.ceiling).contains(&a.initial) {
+        return bad(
+            "initial",
+            format!(
+                "{} must be between floor ({}) and ceiling ({})",
+                a.initial, a.floor, a.ceiling
+            ),
+        );
+    }
+    if !(a.backoff.is_finite() && a.backoff > 0.0 && a.backoff < 1.0) {
+        return bad(
+            "backoff",
+            format!("{} must be greater than 0 and less than 1", a.backoff),
+        );
+    }
+    if !(a.tolerance.is_finite() && a.tolerance > 1.0) {
+        return bad(
+            "tolerance",
+            format!(
+                "{} must be a number greater than 1 (a multiple of the baseline latency)",
+                a.tolerance
+            ),
+        );
+    }
+    Ok(())
+}
+
+/// The highest adaptive concurrency ceiling.
+pub const MAX_ADAPTIVE_CEILING: u32 = 100_000;

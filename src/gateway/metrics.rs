@@ -7,6 +7,7 @@
 use super::{Gateway, Shared};
 use crate::outcome::Level;
 use crate::resilience::breaker::BreakerState;
+use crate::resilience::limiter::adaptive::Move;
 use crate::runner::Runner;
 use crate::telemetry::histogram::{HistogramView, BOUNDS_MS};
 use crate::telemetry::stats::StatsView;
@@ -251,6 +252,32 @@ fn limiters(enc: &mut DescriptorEncoder, r: &Runner, now: tokio::time::Instant) 
         limiters
             .iter()
             .map(|(p, v)| ([("provider", *p)], ConstGauge::new(i64::from(v.concurrency.0)))),
+    )?;
+    family(
+        enc,
+        "fusebox_limiter_concurrency_limit",
+        "Calls a provider may have in flight (its adaptive limit, or its configured concurrency; absent when uncapped)",
+        MetricType::Gauge,
+        limiters
+            .iter()
+            .filter(|(_, v)| v.concurrency.1 > 0)
+            .map(|(p, v)| ([("provider", *p)], ConstGauge::new(i64::from(v.concurrency.1)))),
+    )?;
+    family(
+        enc,
+        "fusebox_limiter_adaptive_moves",
+        "Moves of a provider's adaptive concurrency limit, by why it moved",
+        MetricType::Counter,
+        limiters.iter().flat_map(|(p, v)| {
+            v.adaptive.into_iter().flat_map(move |a| {
+                Move::ALL.into_iter().map(move |m| {
+                    (
+                        [("provider", *p), ("why", m.name())],
+                        ConstCounter::new(a.moves[m as usize]),
+                    )
+                })
+            })
+        }),
     )?;
     Ok(())
 }

@@ -328,6 +328,8 @@ impl MockServer {
             Ok(c) => c,
             Err(e) => return error_response(provider, 400, &e.message, e.field.as_deref(), backend.rate_now()),
         };
+        // Served until its answer is played (a stream's, until its head).
+        let _serving = backend.mock.serve();
         let plan = backend.mock.plan(&call.req);
         tracing::debug!(
             provider = provider.name(),
@@ -353,7 +355,10 @@ impl MockServer {
             match q.take(cost) {
                 Ok(mut snap) => {
                     if let MockReply::Status {
-                        code: 429, retry_after, ..
+                        code: 429,
+                        quota: true,
+                        retry_after,
+                        ..
                     } = &plan
                     {
                         snap.tokens_exhausted = Some(retry_after.unwrap_or(Duration::from_secs(60)));
@@ -425,6 +430,7 @@ impl Exchange<'_> {
                 retry_after,
                 message,
                 delay,
+                ..
             } => {
                 sleep_until(arrived + delay).await;
                 if provider.api() == Api::Messages && code == 529 && stream {

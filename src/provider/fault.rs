@@ -53,6 +53,12 @@ pub enum Fault {
         /// Stall (ms).
         ms: u64,
     },
+    /// Serves at most this many calls at once and answers 429 to a call
+    /// above it (a provider's real capacity; providers only).
+    Capacity {
+        /// Calls served at once.
+        concurrent: u32,
+    },
 }
 
 impl Fault {
@@ -75,6 +81,7 @@ impl Fault {
             Fault::BadArguments => "bad arguments".into(),
             Fault::TokenBlowup { factor } => format!("token blow-up ×{factor}"),
             Fault::KeepAliveStall { ms } => format!("keep-alive stall {ms}ms"),
+            Fault::Capacity { concurrent } => format!("capacity {concurrent} at once"),
         }
     }
 
@@ -160,6 +167,9 @@ impl FaultSpec {
             Fault::TokenBlowup { factor } if !(1..=MAX_BLOWUP).contains(&factor) => {
                 bad("fault.factor", format!("must be between 1 and {MAX_BLOWUP}"))
             }
+            Fault::Capacity { concurrent } if !(1..=MAX_CAPACITY).contains(&concurrent) => {
+                bad("fault.concurrent", format!("must be between 1 and {MAX_CAPACITY}"))
+            }
             _ => Ok(()),
         }
     }
@@ -172,6 +182,8 @@ pub const MAX_FAULT_MS: u64 = 600_000;
 pub const MIN_TOKENS_PER_S: f64 = 0.1;
 /// The largest `token_blowup` factor.
 pub const MAX_BLOWUP: u32 = 1_000;
+/// The largest `capacity` a fault may give a provider.
+pub const MAX_CAPACITY: u32 = 100_000;
 
 /// A fault spec out of bounds: the field and what it must be.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]

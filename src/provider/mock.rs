@@ -7,6 +7,7 @@ use super::{ErrorKind, LlmRequest, LlmResponse, Provider, ProviderError, Role, T
 use crate::clock::{mix, purpose, Seed};
 use crate::resilience::limiter::RateFeedback;
 use crate::target::Target;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -57,6 +58,17 @@ pub struct MockProvider {
     profile: Profile,
     seed: Seed,
     faults: Arc<FaultTable>,
+    /// Calls being served now (a `capacity` fault answers 429 above it).
+    busy: AtomicU32,
+}
+
+/// One call counted as being served by a mock provider, until dropped.
+pub struct Serving<'a>(&'a AtomicU32);
+
+impl Drop for Serving<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
 }
 
 impl MockProvider {
@@ -72,7 +84,15 @@ impl MockProvider {
             profile,
             seed,
             faults,
+            busy: AtomicU32::new(0),
         }
+    }
+
+    /// Counts a call as served until the guard is dropped: take it before
+    /// [`MockProvider::plan`] and hold it while the call is played.
+    pub fn serve(&self) -> Serving<'_> {
+        self.busy.fetch_add(1, Ordering::Relaxed);
+        Serving(&self.busy)
     }
 }
 
@@ -124,6 +144,8 @@ pub enum MockReply {
     Status {
         /// Status code.
         code: u16,
+        /// A 429 for a spent quota (its rate headers say so), not for load.
+        quota: bool,
         /// Retry-After to send.
         retry_after: Option<Duration>,
         /// Provider-style message.
@@ -204,6 +226,7 @@ impl MockProvider {
             Fault::Status { code, retry_after_ms } => {
                 return MockReply::Status {
                     code,
+                    quota: true,
                     retry_after: retry_after_ms.map(Duration::from_millis),
                     message: status_message(code),
                     delay: Duration::from_millis(40 + rng.u64(0..60)),
@@ -257,6 +280,16 @@ impl MockProvider {
             }
             Fault::TokenBlowup { factor } => output = output.saturating_mul(factor.max(1)),
             Fault::KeepAliveStall { ms } => stall = Duration::from_millis(ms),
+            Fault::Capacity { concurrent } if self.busy.load(Ordering::Relaxed) > concurrent => {
+                return MockReply::Status {
+                    code: 429,
+                    quota: false,
+                    retry_after: None,
+                    message: "Too many concurrent requests".into(),
+                    delay: Duration::from_millis(40 + rng.u64(0..60)),
+                };
+            }
+            Fault::Capacity { .. } => {}
         }
         // A cut answer given back to continue (as a prefill, or followed by
         // the ask for the rest): only what follows it, as a model would.
@@ -284,6 +317,7 @@ impl MockProvider {
 #[async_trait::async_trait]
 impl Provider for MockProvider {
     async fn complete(&self, req: &LlmRequest) -> Result<LlmResponse, ProviderError> {
+        let _serving = self.serve();
         match self.plan(req) {
             MockReply::Answer {
                 text,
@@ -309,6 +343,7 @@ impl Provider for MockProvider {
             }
             MockReply::Status {
                 code,
+                quota,
                 retry_after,
                 message,
                 delay,
@@ -318,7 +353,7 @@ impl Provider for MockProvider {
                 e.retry_after = retry_after;
                 e.rate = RateFeedback {
                     retry_after,
-                    remaining_tokens: (code == 429).then_some(0),
+                    remaining_tokens: (code == 429 && quota).then_some(0),
                     ..RateFeedback::default()
                 };
                 Err(e)

@@ -6,11 +6,14 @@
 use super::llm::{Hop, HopResult, Tally};
 use super::stream::Spend;
 use super::{ModelSlot, Runner};
+use crate::provider::ErrorKind;
 use crate::resilience::breaker::{Breaker, Permit};
 use crate::resilience::budget::BudgetExceeded;
-use crate::resilience::limiter::RateFeedback;
+use crate::resilience::limiter::{RateFeedback, Signal};
 use crate::telemetry::events::{EventKind, Step, StepKind};
 use smallvec::SmallVec;
+use std::time::Duration;
+use tokio::time::Instant;
 
 impl Runner {
     /// Admits one attempt on model `mi` for `user`: both breakers (the
@@ -107,7 +110,7 @@ impl Runner {
         let u = spent.usage;
         let tokens = u.total();
         let cost = m.cost(u.input, u.output);
-        p.limiter.settle(permit, u.input, u.output, spent.end);
+        p.limiter.settle(permit, u.input, u.output, spent.signal, spent.end);
         p.limiter.calibrate(spent.rate, spent.end);
         self.budgets.settle(res, tokens, cost, self.clock.ms_at(spent.end));
         self.settle_allowance(user, allowance, tokens, cost);
@@ -123,6 +126,17 @@ impl Runner {
             self.registry.get(self.providers[m.provider].target),
             self.registry.get(m.target),
         ]
+    }
+}
+
+/// How an attempt admitted at `admitted` went, for an adaptive
+/// concurrency limit: answered (in `rtt`, where that is one sample of the
+/// provider's response time), overloaded (429, 503, 529), or neither.
+pub(super) fn signal(failed: Option<ErrorKind>, rtt: Option<Duration>, admitted: Instant) -> Signal {
+    match failed {
+        None => Signal::Answered { rtt, admitted },
+        Some(ErrorKind::RateLimited | ErrorKind::Overloaded) => Signal::Overloaded { admitted },
+        Some(_) => Signal::Neutral,
     }
 }
 
@@ -157,6 +171,8 @@ pub(super) type Reserved = (
 pub(super) struct Spent<'r> {
     pub usage: crate::provider::Usage,
     pub rate: &'r RateFeedback,
+    /// How it went, for an adaptive concurrency limit.
+    pub signal: Signal,
     pub end: tokio::time::Instant,
 }
 
@@ -233,7 +249,9 @@ impl Drop for Held<'_> {
         });
         let (tokens, cost) = (input.saturating_add(output), self.model.cost(input, output));
         if let Some(p) = self.permit.take() {
-            self.provider.limiter.settle(p, input, output, r.clock.now());
+            self.provider
+                .limiter
+                .settle(p, input, output, Signal::Neutral, r.clock.now());
         }
         if let Some(res) = self.res.take() {
             r.budgets.settle(res, tokens, cost, r.clock.elapsed_ms());

@@ -134,9 +134,11 @@ impl Runner {
             Ok(e) => (e.usage, e.rate, None),
             Err(e) => (e.usage, e.rate, Some(e.kind)),
         };
+        // Embeddings answer in their own time: no sample of the chat latency.
         let spent = Spent {
             usage,
             rate: &rate,
+            signal: super::admission::signal(failure, None, attempt.start()),
             end,
         };
         self.settle(&call.user, mi, reserved, allowance, &spent, tally);

@@ -10,7 +10,7 @@ use super::stream::{Pumped, Spend, StreamHead, Streaming};
 use super::Runner;
 use crate::provider::{ErrorKind, LlmRequest, LlmResponse, Piece, ProviderError};
 use crate::resilience::breaker::{watched, CallRecord, FailureKind};
-use crate::resilience::limiter::RateFeedback;
+use crate::resilience::limiter::{RateFeedback, Signal};
 use crate::telemetry::events::{self, EventKind};
 use futures_util::future::BoxFuture;
 use std::time::Duration;
@@ -113,7 +113,7 @@ impl Runner {
             };
             let result = watched(&mut held.watched(), now, within, attempted).await;
             let end = self.clock.now();
-            let (tripped, semantic) = self.conclude(call, mi, held, started, end, &result, &req, tally);
+            let (tripped, semantic) = self.conclude(call, mi, held, started, end, &result, &req, streams, tally);
             let tries = attempt + 1;
             match result {
                 Attempted::Answer(resp, pieces) => {
@@ -187,7 +187,9 @@ impl Runner {
     /// Ends one attempt of `req` on model `mi` at `end`: its reservations
     /// settled with what it used, then the attempt ended (breakers,
     /// counts, its record), the same way whatever ended it. Returns the
-    /// trips it caused, per breaker, and its semantic failure.
+    /// trips it caused, per breaker, and its semantic failure. A whole
+    /// answer's latency is a sample of the provider's response time; a
+    /// stream's (`streamed`) is its time to first token, taken as it came.
     #[expect(
         clippy::too_many_arguments,
         reason = "the attempt's parts, each from another stage of try_model; a struct would only move the list"
@@ -201,6 +203,7 @@ impl Runner {
         end: tokio::time::Instant,
         result: &Attempted,
         req: &LlmRequest,
+        streamed: bool,
         tally: &mut Tally,
     ) -> ([Option<String>; 2], Option<String>) {
         let semantic = self.semantic_failure(result, req);
@@ -208,9 +211,19 @@ impl Runner {
         let allowance = held.allowance.take();
         let (probes, reserved) = held.disarm();
         let (usage, rate, failure, tokens_per_s) = result.spent(semantic.is_some());
+        let admitted = attempt.start();
+        let signal = match result {
+            Attempted::OverBudget(..) => Signal::Neutral,
+            Attempted::Failed(e) => super::admission::signal(Some(e.kind), None, admitted),
+            Attempted::Answer(..) => {
+                let rtt = (!streamed).then(|| end.saturating_duration_since(admitted));
+                super::admission::signal(None, rtt, admitted)
+            }
+        };
         let spent = Spent {
             usage,
             rate: &rate,
+            signal,
             end,
         };
         self.settle(call.user, mi, reserved, allowance, &spent, tally);
@@ -319,6 +332,7 @@ impl Runner {
                 for t in [p.target, m.target] {
                     self.registry.get(t).stats.ttft.record(ttft.as_millis() as u64);
                 }
+                p.limiter.first_token(ttft, live.started, self.clock.now());
                 live
             }
             Err(e) => return Attempted::Failed(e),

@@ -445,3 +445,56 @@ async fn an_open_spend_rate_breaker_is_scraped_until_it_closes() {
         None
     );
 }
+
+#[tokio::test]
+async fn an_adaptive_limit_and_its_moves_are_scraped() {
+    use fusebox::resilience::limiter::Signal;
+    let mut cfg = Config::default();
+    cfg.limiter.adaptive.enabled = true;
+    let runner = Runner::new(cfg, RunnerParts::mock(Clock::system(), Seed(5))).unwrap();
+    // openai's limiter driven directly: 16 calls held, then a 429.
+    let openai = runner.providers().iter().find(|p| p.name == "openai").unwrap();
+    let now = tokio::time::Instant::now();
+    let held: Vec<_> = (0..16)
+        .map(|_| openai.limiter.try_acquire(400, 100, now).unwrap())
+        .collect();
+    assert!(
+        openai.limiter.try_acquire(400, 100, now).is_err(),
+        "the limit starts at 16"
+    );
+    for (i, p) in held.into_iter().enumerate() {
+        let signal = if i == 0 {
+            Signal::Overloaded { admitted: now }
+        } else {
+            Signal::Neutral
+        };
+        openai.limiter.settle(p, 100, 0, signal, now);
+    }
+    let addr = fusebox::gateway::spawn(runner.clone(), "127.0.0.1:0", GatewayOptions::default())
+        .await
+        .unwrap()
+        .addr;
+    let scrape = reqwest::get(format!("http://{addr}/metrics"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let limit = |p: &str| value(&scrape, "fusebox_limiter_concurrency_limit", &[("provider", p)]);
+    // 16 × 0.9, and the others untouched; deepseek's own cap of 10 is its ceiling.
+    assert_eq!(
+        (limit("openai"), limit("anthropic"), limit("deepseek")),
+        (Some(14.0), Some(16.0), Some(10.0))
+    );
+    let moves = |why: &str| {
+        value(
+            &scrape,
+            "fusebox_limiter_adaptive_moves_total",
+            &[("provider", "openai"), ("why", why)],
+        )
+    };
+    assert_eq!(
+        (moves("overload"), moves("grew"), moves("latency")),
+        (Some(1.0), Some(0.0), Some(0.0))
+    );
+}

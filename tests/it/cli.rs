@@ -41,6 +41,10 @@ fn invalid_configs_are_rejected_with_the_key_path() {
         ("empty_ramp.toml", &["breaker.half_open_ramp"]),
         ("compatible_without_url.toml", &["providers.local.base_url"]),
         ("hosted_without_key.toml", &["providers.openai.api_key_env"]),
+        (
+            "adaptive_initial_below_floor.toml",
+            &["limiter.adaptive.initial", "between floor (20) and ceiling (256)"],
+        ),
     ];
     for (file, needles) in cases {
         let path = format!("{}/tests/invalid_configs/{file}", env!("CARGO_MANIFEST_DIR"));

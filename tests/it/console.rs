@@ -169,6 +169,18 @@ async fn panes_in_an_incident() {
             instance: None,
         },
     );
+    // openai's adaptive limit, just cut on a 429.
+    let openai = snap.limiters.iter_mut().find(|l| l.provider == "openai").unwrap();
+    openai.limiter.concurrency = (14, 14);
+    openai.limiter.adaptive = Some(fusebox::resilience::limiter::AdaptiveView {
+        limit: 14,
+        floor: 1,
+        ceiling: 256,
+        moved: Some(fusebox::resilience::limiter::adaptive::Move::Overloaded),
+        moved_ms_ago: Some(3_400),
+        latency_ms: Some((1_840.0, 1_790.0)),
+        moves: [40, 3, 0],
+    });
     app.snap = Arc::new(snap);
     insta::assert_snapshot!("header", render_pane(&app, 140, 3, ui::header::draw));
     insta::assert_snapshot!("breakers_open", render_pane(&app, 140, 13, ui::breakers::draw));
@@ -180,6 +192,7 @@ async fn panes_in_an_incident() {
     assert!(s.contains("provider:openai") && s.contains("open"), "{s}");
     let l = render_pane(&app, 64, 11, ui::limiters::draw);
     assert!(l.contains("FROZEN (operator)"), "{l}");
+    assert!(l.contains("conc 14/14 adaptive cut: overload 3s ago"), "{l}");
     let b = render_pane(&app, 76, 10, ui::budgets::draw);
     assert!(b.contains("!tenant-heavy"), "near-limit users are marked in text: {b}");
     assert!(

@@ -4,7 +4,7 @@
 
 use fusebox::clock::Clock;
 use fusebox::config::{LimiterConfig, ProviderConfig};
-use fusebox::resilience::limiter::{Estimate, LimitDenied, LimitPermit, Limiter, RateFeedback};
+use fusebox::resilience::limiter::{Estimate, LimitDenied, LimitPermit, Limiter, RateFeedback, Signal};
 use fusebox::telemetry::events::RefillFrozen;
 use fusebox::telemetry::events::{EventBus, EventKind};
 use proptest::prelude::*;
@@ -368,7 +368,7 @@ fn check_model(limits: Limits, ops: Vec<Op>) -> Result<(), TestCaseError> {
                 }
                 let p = held.swap_remove(which.index(held.len()));
                 model.settle(p.estimate(), input, output, t);
-                limiter.settle(p, input, output, now);
+                limiter.settle(p, input, output, Signal::Neutral, now);
             }
             Op::Release(which) => {
                 if held.is_empty() {
@@ -524,7 +524,7 @@ async fn settle_refunds_or_charges_the_difference() {
         )
     );
     assert_eq!(v.concurrency, (1, 2));
-    l.settle(p, 100, 200, t0);
+    l.settle(p, 100, 200, Signal::Neutral, t0);
     let v = l.view(t0);
     assert_eq!(
         (v.tpm, v.otpm),
@@ -534,7 +534,7 @@ async fn settle_refunds_or_charges_the_difference() {
     assert_eq!(v.concurrency, (0, 2));
 
     let p = l.try_acquire(400, 1_000, t0).unwrap();
-    l.settle(p, 300, 1_500, t0);
+    l.settle(p, 300, 1_500, Signal::Neutral, t0);
     let v = l.view(t0);
     assert_eq!(
         v.tpm,
@@ -692,7 +692,7 @@ async fn acquire_waits_for_a_free_slot() {
     let l2 = l.clone();
     let task = tokio::spawn(async move {
         tokio::time::sleep(ms(321)).await;
-        l2.settle(held, 10, 10, Instant::now());
+        l2.settle(held, 10, 10, Signal::Neutral, Instant::now());
     });
     let p = l.acquire(100, 100).await.expect("a slot within the timeout");
     assert_eq!(Instant::now() - t0, ms(321), "woken by the settle");
@@ -725,7 +725,7 @@ async fn acquire_times_out_while_frozen() {
 fn drift(l: &Limiter, calls: u32, actual: u32, now: Instant) {
     for _ in 0..calls {
         let p = l.try_acquire(400, 0, now).unwrap();
-        l.settle(p, actual, 0, now);
+        l.settle(p, actual, 0, Signal::Neutral, now);
     }
 }
 

@@ -260,3 +260,63 @@ async fn same_seed_gives_a_byte_identical_summary() {
     let c = serde_json::to_string(&run("tour", 6, 10).await.summary).unwrap();
     assert_ne!(a, c, "another seed gives other traffic");
 }
+
+/// openai's calls while its capacity is down (180–480 s): the share of the
+/// capacity its answered calls used (call-time inside the window over 15
+/// calls × 300 s), its attempts and how many were 429'd.
+fn during_the_drop(r: &Run) -> (f64, usize, usize) {
+    const FROM: u64 = 180_000;
+    const TO: u64 = 480_000;
+    let openai = Target::provider("openai");
+    let mut busy_ms = 0u64;
+    let (mut calls, mut rate_limited) = (0, 0);
+    for e in &r.events {
+        let EventKind::Attempt(a) = &e.kind else { continue };
+        if a.target != openai {
+            continue;
+        }
+        let (start, end) = (e.t_ms.saturating_sub(a.latency_ms), e.t_ms);
+        if end <= FROM || start >= TO {
+            continue;
+        }
+        calls += 1;
+        match a.status {
+            Some(200) => busy_ms += end.min(TO) - start.max(FROM),
+            Some(429) => rate_limited += 1,
+            _ => {}
+        }
+    }
+    (busy_ms as f64 / (15.0 * (TO - FROM) as f64), calls, rate_limited)
+}
+
+#[tokio::test(start_paused = true)]
+async fn adaptive_concurrency_finds_a_dropped_capacity_without_429s() {
+    let defaults = run("capacity-drop", 10, 7).await;
+    let mut cfg = Config::default();
+    cfg.breaker.count_rate_limited = false;
+    let static_limit = run_with("capacity-drop", 10, 7, cfg.clone()).await;
+    cfg.limiter.adaptive.enabled = true;
+    let adaptive = run_with("capacity-drop", 10, 7, cfg).await;
+    for (name, r) in [
+        ("defaults", &defaults),
+        ("static", &static_limit),
+        ("adaptive", &adaptive),
+    ] {
+        let (goodput, calls, limited) = during_the_drop(r);
+        eprintln!("{name}: goodput {goodput:.3} of the capacity, {limited} of {calls} calls 429'd");
+    }
+    let (goodput, calls, limited) = during_the_drop(&adaptive);
+    assert!(goodput >= 0.9, "goodput {goodput:.3} of the capacity");
+    assert!(limited * 20 <= calls, "{limited} of {calls} calls 429'd");
+    // The static limit sends everything: most calls are 429'd, and with
+    // the breaker counting them (the defaults) it is open most of the drop.
+    let (_, calls, limited) = during_the_drop(&static_limit);
+    assert!(limited * 2 > calls, "{limited} of {calls} calls 429'd");
+    let (goodput, ..) = during_the_drop(&defaults);
+    assert!(goodput < 0.5, "goodput {goodput:.3} of the capacity");
+    // The limit ends where it was cut or grew back, within its bounds.
+    let now = tokio::time::Instant::now();
+    let openai = adaptive.runner.providers().iter().find(|p| p.name == "openai").unwrap();
+    let view = openai.limiter.view(now).adaptive.unwrap();
+    assert!(view.moved.is_some() && (1..=256).contains(&view.limit), "{view:?}");
+}

@@ -6,13 +6,17 @@
 //! refunding or charging the difference; the estimator corrects itself when
 //! it drifts. Provider feedback (remaining tokens/requests, reset times,
 //! Retry-After) calibrates the buckets; refills can be frozen for a
-//! Retry-After or by an operator.
+//! Retry-After or by an operator. With `[limiter.adaptive]` the
+//! concurrency cap follows how the provider's calls go ([`adaptive`]).
 
+pub mod adaptive;
 mod bucket;
 mod estimate;
 
 use crate::config::{LimiterConfig, ProviderConfig};
 use crate::resilience::notice::{Announce, Notice, RefillFrozen};
+use adaptive::Adaptive;
+pub use adaptive::{AdaptiveView, Signal};
 use bucket::Bucket;
 pub use estimate::Estimate;
 use estimate::Estimator;
@@ -88,6 +92,10 @@ pub struct LimiterView {
     pub rate_limited: u64,
     /// Milliseconds since the last header calibration.
     pub calibrated_ms_ago: Option<u64>,
+    /// The adaptive concurrency limit, where limits adapt (its cap is
+    /// `concurrency`'s second figure).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub adaptive: Option<AdaptiveView>,
 }
 
 /// How often a leased limiter's waiters look again for a top-up.
@@ -105,6 +113,8 @@ pub struct Limiter {
     released: Notify,
     /// Tasks waiting in `acquire`; releases only notify when there are any.
     waiters: AtomicUsize,
+    /// Whether the concurrency cap adapts (read without the lock).
+    adapts: bool,
 }
 
 struct State {
@@ -114,6 +124,8 @@ struct State {
     rpm: Option<Bucket>,
     in_flight: u32,
     max_in_flight: u32,
+    /// The adaptive cap, which replaces `max_in_flight` (its ceiling).
+    adaptive: Option<Adaptive>,
     last: Instant,
     frozen_until: Option<Instant>,
     frozen_by_operator: bool,
@@ -139,6 +151,10 @@ impl Limiter {
                 rpm: Bucket::per_minute(p.rpm),
                 in_flight: 0,
                 max_in_flight: p.concurrency,
+                adaptive: cfg
+                    .adaptive
+                    .enabled
+                    .then(|| Adaptive::new(&cfg.adaptive, p.concurrency)),
                 last: now,
                 frozen_until: None,
                 frozen_by_operator: false,
@@ -154,6 +170,7 @@ impl Limiter {
                 calibrated_at: None,
                 short: [0.0; 4],
             }),
+            adapts: cfg.adaptive.enabled,
             cfg,
             released: Notify::new(),
             waiters: AtomicUsize::new(0),
@@ -190,7 +207,8 @@ impl Limiter {
             }
         }
         let frozen_for = s.frozen_for(now);
-        let slots_full = s.max_in_flight > 0 && s.in_flight >= s.max_in_flight;
+        let cap = s.cap();
+        let slots_full = cap > 0 && s.in_flight >= cap;
         if wait.is_zero() && !slots_full {
             let mut taken = [0.0; 4];
             for (i, (b, n)) in [
@@ -321,10 +339,15 @@ impl Limiter {
     }
 
     /// Settles a call with what it actually used; refunds or charges the
-    /// difference and corrects the estimator.
-    pub fn settle(&self, permit: LimitPermit, input: u32, output: u32, now: Instant) {
+    /// difference, corrects the estimator and, where the cap adapts,
+    /// learns from how the call went.
+    pub fn settle(&self, permit: LimitPermit, input: u32, output: u32, signal: Signal, now: Instant) {
         let mut s = super::lock(&self.inner);
         s.refill(now);
+        let in_flight = s.in_flight;
+        if let Some(a) = s.adaptive.as_mut() {
+            a.learn(signal, in_flight, now);
+        }
         let est = permit.est;
         let [t, i, o] = permit.taken;
         if let Some(b) = s.tpm.as_mut() {
@@ -342,6 +365,16 @@ impl Limiter {
         self.wake();
         if let Some((old, new)) = corrected {
             tracing::debug!(provider = %self.name, old, new, "estimator corrected chars/token");
+        }
+    }
+
+    /// A stream's time to first token, one sample of the provider's
+    /// response time where the cap adapts.
+    pub fn first_token(&self, ttft: Duration, admitted: Instant, now: Instant) {
+        if self.adapts {
+            if let Some(a) = super::lock(&self.inner).adaptive.as_mut() {
+                a.sample(ttft, admitted, now);
+            }
         }
     }
 
@@ -471,7 +504,7 @@ impl Limiter {
             itpm: s.itpm.map(|b| b.view()),
             otpm: s.otpm.map(|b| b.view()),
             rpm: s.rpm.map(|b| b.view()),
-            concurrency: (s.in_flight, s.max_in_flight),
+            concurrency: (s.in_flight, s.cap()),
             frozen: if s.frozen_by_operator {
                 Some(Frozen::ByOperator)
             } else {
@@ -485,11 +518,18 @@ impl Limiter {
             calibrated_ms_ago: s
                 .calibrated_at
                 .map(|t| now.saturating_duration_since(t).as_millis() as u64),
+            adaptive: s.adaptive.as_ref().map(|a| a.view(now)),
         }
     }
 }
 
 impl State {
+    /// Calls allowed in flight (0 = no cap).
+    #[inline]
+    fn cap(&self) -> u32 {
+        self.adaptive.as_ref().map_or(self.max_in_flight, Adaptive::cap)
+    }
+
     fn frozen_for(&self, now: Instant) -> Option<Duration> {
         if self.frozen_by_operator {
             return Some(Duration::MAX);

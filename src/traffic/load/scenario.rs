@@ -132,6 +132,7 @@ const BUILT_IN: &[(&str, &str)] = &[
     ("noisy-tenant", include_str!("scenarios/noisy-tenant.toml")),
     ("tour", include_str!("scenarios/tour.toml")),
     ("runaway-agent", include_str!("scenarios/runaway-agent.toml")),
+    ("capacity-drop", include_str!("scenarios/capacity-drop.toml")),
 ];
 
 impl Scenario {

@@ -157,6 +157,23 @@ fn limiter(row: &LimiterRow, app: &App, lines: &mut Vec<Line<'static>>) {
         l.rejected,
         l.chars_per_token
     )));
+    if let Some(a) = l.adaptive {
+        lines.push(Line::from(format!(
+            "adaptive concurrency limit {} (floor {}, ceiling {}){}",
+            a.limit,
+            a.floor,
+            a.ceiling,
+            match (a.moved, a.moved_ms_ago) {
+                (Some(m), Some(ms)) => format!(" · last move {:.0} s ago: {}", ms as f64 / 1000.0, m.label()),
+                _ => " · not moved yet".into(),
+            }
+        )));
+        if let Some((recent, baseline)) = a.latency_ms {
+            lines.push(Line::from(format!(
+                "response time {recent:.0} ms recently, {baseline:.0} ms baseline"
+            )));
+        }
+    }
     lines.push(Line::from(match l.frozen {
         Some(crate::resilience::limiter::Frozen::ByOperator) => {
             "refills frozen by an operator, until unfrozen".to_string()

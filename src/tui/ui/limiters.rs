@@ -44,8 +44,18 @@ pub fn draw(f: &mut Frame, area: Rect, app: &App, theme: &Theme) {
                     theme.base
                 },
             ),
-            Span::raw(format!("  429s {}  waited-out {}", l.rate_limited, l.rejected)),
         ];
+        if let Some(a) = l.adaptive {
+            let moved = match (a.moved, a.moved_ms_ago) {
+                (Some(m), Some(ms)) => format!(" {} {}s ago", m.short(), ms / 1000),
+                _ => String::new(),
+            };
+            head.push(Span::styled(format!(" adaptive{moved}"), theme.dim));
+        }
+        head.push(Span::raw(format!(
+            "  429s {}  waited-out {}",
+            l.rate_limited, l.rejected
+        )));
         match l.frozen {
             Some(Frozen::For { ms }) => head.push(Span::styled(
                 format!("  FROZEN {:.0}s (retry-after)", (ms as f64 / 1000.0).ceil()),

@@ -1,0 +1,359 @@
+//! Adaptive concurrency: a provider's concurrency limit found from how its
+//! calls go, within a floor and a ceiling.
+//!
+//! Additive increase: while the limit is in use (nine tenths of it in
+//! flight) every answer adds 1/limit, about one a round trip.
+//! Multiplicative decrease: an overload answer (429, 503, 529) says the
+//! provider's capacity is below the calls in flight: the limit becomes
+//! `backoff` times the lower of the two. A recent response time above
+//! `tolerance` times its long-run baseline multiplies it by `backoff` (a
+//! latency gradient, as
+//! Netflix's concurrency-limits and Envoy's adaptive concurrency use). A
+//! decrease counts once a round trip: only a call admitted after the last
+//! cut may cut again; the others were admitted under the larger limit and
+//! say nothing about the smaller one.
+
+use crate::config::AdaptiveConfig;
+use serde::{Deserialize, Serialize};
+use std::time::Duration;
+use tokio::time::Instant;
+
+/// Why the limit last moved.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Move {
+    /// Calls answered at steady latency with the limit in use: it grew.
+    Grew,
+    /// A 429, 503 or 529: it was cut.
+    Overloaded,
+    /// Response times rose past the tolerance: it was cut.
+    Slower,
+}
+
+impl Move {
+    /// Every move, in the order of [`AdaptiveView::moves`].
+    pub const ALL: [Move; 3] = [Move::Grew, Move::Overloaded, Move::Slower];
+
+    /// Its name on `/metrics`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Move::Grew => "grew",
+            Move::Overloaded => "overload",
+            Move::Slower => "latency",
+        }
+    }
+
+    /// In a word or two, for the limiters pane.
+    pub fn short(self) -> &'static str {
+        match self {
+            Move::Grew => "grew",
+            Move::Overloaded => "cut: overload",
+            Move::Slower => "cut: latency",
+        }
+    }
+
+    /// In words, for views.
+    pub fn label(self) -> &'static str {
+        match self {
+            Move::Grew => "grew: answers steady",
+            Move::Overloaded => "cut: overloaded (429/503/529)",
+            Move::Slower => "cut: latency rose",
+        }
+    }
+}
+
+/// An adaptive limit's live figures.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct AdaptiveView {
+    /// The limit now (calls at once).
+    pub limit: u32,
+    /// Its floor.
+    pub floor: u32,
+    /// Its ceiling.
+    pub ceiling: u32,
+    /// Why it last moved, if it has.
+    pub moved: Option<Move>,
+    /// How long ago (ms).
+    pub moved_ms_ago: Option<u64>,
+    /// Recent response time (ms), and its long-run baseline.
+    pub latency_ms: Option<(f64, f64)>,
+    /// Moves since start, in the order of [`Move::ALL`].
+    pub moves: [u64; 3],
+}
+
+/// How one call went, as the limit learns from it.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Signal {
+    /// It answered; `rtt` is its response time where it is one sample of
+    /// it (a whole answer; a stream gives its time to first token apart).
+    Answered {
+        /// Response time.
+        rtt: Option<Duration>,
+        /// When it was admitted.
+        admitted: Instant,
+    },
+    /// The provider said it is overloaded (429, 503, 529).
+    Overloaded {
+        /// When it was admitted.
+        admitted: Instant,
+    },
+    /// Nothing to learn (another failure, a call cut or given up).
+    Neutral,
+}
+
+/// Samples before the latency baseline is trusted.
+const WARMUP: u32 = 20;
+/// Weight of a new sample in the recent response time (about 10 calls).
+const SHORT: f64 = 0.1;
+/// Weight of a new sample in the long-run baseline (about 100 calls).
+const LONG: f64 = 0.01;
+
+/// One provider's adaptive limit.
+#[derive(Clone, Debug)]
+pub struct Adaptive {
+    limit: f64,
+    floor: f64,
+    ceiling: f64,
+    backoff: f64,
+    tolerance: f64,
+    /// Recent and long-run response time (ms), and samples seen.
+    short: f64,
+    long: f64,
+    samples: u32,
+    cut_at: Option<Instant>,
+    moved: Option<(Move, Instant)>,
+    moves: [u64; 3],
+}
+
+impl Adaptive {
+    /// A limit under `cfg`, its ceiling lowered to `hard_cap` when that is
+    /// set (a provider's own `concurrency`).
+    pub fn new(cfg: &AdaptiveConfig, hard_cap: u32) -> Self {
+        let ceiling = match hard_cap {
+            0 => cfg.ceiling,
+            c => c.min(cfg.ceiling),
+        }
+        .max(cfg.floor) as f64;
+        let floor = f64::from(cfg.floor);
+        Self {
+            limit: f64::from(cfg.initial).clamp(floor, ceiling),
+            floor,
+            ceiling,
+            backoff: cfg.backoff,
+            tolerance: cfg.tolerance,
+            short: 0.0,
+            long: 0.0,
+            samples: 0,
+            cut_at: None,
+            moved: None,
+            moves: [0; 3],
+        }
+    }
+
+    /// Calls allowed at once now.
+    #[inline]
+    pub fn cap(&self) -> u32 {
+        self.limit as u32
+    }
+
+    /// Learns from a call that ended at `now` with `in_flight` calls (its
+    /// own among them) still held.
+    pub fn learn(&mut self, signal: Signal, in_flight: u32, now: Instant) {
+        match signal {
+            Signal::Answered { rtt, admitted } => {
+                if let Some(rtt) = rtt {
+                    self.sample(rtt, admitted, now);
+                }
+                if f64::from(in_flight) >= 0.9 * self.limit && self.limit < self.ceiling {
+                    let was = self.cap();
+                    self.limit = (self.limit + 1.0 / self.limit).min(self.ceiling);
+                    if self.cap() > was {
+                        self.moved_at(Move::Grew, now);
+                    }
+                }
+            }
+            Signal::Overloaded { admitted } => self.cut(Move::Overloaded, in_flight, admitted, now),
+            Signal::Neutral => {}
+        }
+    }
+
+    /// One response-time sample (a whole answer's, or a stream's time to
+    /// first token) of a call admitted at `admitted`.
+    pub fn sample(&mut self, rtt: Duration, admitted: Instant, now: Instant) {
+        let ms = rtt.as_secs_f64() * 1000.0;
+        if self.samples == 0 {
+            (self.short, self.long) = (ms, ms);
+        } else {
+            self.short += SHORT * (ms - self.short);
+            self.long += LONG * (ms - self.long);
+        }
+        self.samples = self.samples.saturating_add(1);
+        if self.samples >= WARMUP && self.short > self.tolerance * self.long {
+            self.cut(Move::Slower, u32::MAX, admitted, now);
+        }
+    }
+
+    /// Multiplies the limit, or the calls in flight when fewer, by the
+    /// backoff, once a round trip.
+    fn cut(&mut self, why: Move, in_flight: u32, admitted: Instant, now: Instant) {
+        if self.cut_at.is_some_and(|c| admitted < c) {
+            return;
+        }
+        self.limit = (self.limit.min(f64::from(in_flight)) * self.backoff).max(self.floor);
+        self.cut_at = Some(now);
+        self.moved_at(why, now);
+    }
+
+    fn moved_at(&mut self, why: Move, now: Instant) {
+        self.moved = Some((why, now));
+        self.moves[why as usize] += 1;
+    }
+
+    /// Live figures.
+    pub fn view(&self, now: Instant) -> AdaptiveView {
+        AdaptiveView {
+            limit: self.cap(),
+            floor: self.floor as u32,
+            ceiling: self.ceiling as u32,
+            moved: self.moved.map(|(m, _)| m),
+            moved_ms_ago: self
+                .moved
+                .map(|(_, t)| now.saturating_duration_since(t).as_millis() as u64),
+            latency_ms: (self.samples > 0).then_some((self.short, self.long)),
+            moves: self.moves,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cfg(floor: u32, initial: u32, ceiling: u32) -> AdaptiveConfig {
+        AdaptiveConfig {
+            enabled: true,
+            floor,
+            initial,
+            ceiling,
+            ..AdaptiveConfig::default()
+        }
+    }
+
+    fn answered(a: &mut Adaptive, ms: u64, admitted: Instant, now: Instant) {
+        let in_flight = a.cap();
+        a.learn(
+            Signal::Answered {
+                rtt: Some(Duration::from_millis(ms)),
+                admitted,
+            },
+            in_flight,
+            now,
+        );
+    }
+
+    #[test]
+    fn grows_about_one_a_round_trip_while_in_use_and_stops_at_the_ceiling() {
+        let t0 = Instant::now();
+        let mut a = Adaptive::new(&cfg(1, 10, 12), 0);
+        for _ in 0..10 {
+            answered(&mut a, 500, t0, t0);
+        }
+        assert_eq!(
+            a.cap(),
+            10,
+            "ten answers at a limit of ten add 1/10 each, less as it grows"
+        );
+        answered(&mut a, 500, t0, t0);
+        assert_eq!(a.cap(), 11);
+        for _ in 0..100 {
+            answered(&mut a, 500, t0, t0);
+        }
+        assert_eq!(a.cap(), 12);
+        assert_eq!(a.view(t0).moved, Some(Move::Grew));
+    }
+
+    #[test]
+    fn does_not_grow_while_mostly_idle() {
+        let t0 = Instant::now();
+        let mut a = Adaptive::new(&cfg(1, 10, 100), 0);
+        for _ in 0..100 {
+            a.learn(
+                Signal::Answered {
+                    rtt: None,
+                    admitted: t0,
+                },
+                4,
+                t0,
+            );
+        }
+        assert_eq!(a.cap(), 10);
+        assert_eq!(a.view(t0).moved, None);
+    }
+
+    #[test]
+    fn an_overload_cuts_once_a_round_trip() {
+        let t0 = Instant::now();
+        let mut a = Adaptive::new(&cfg(1, 20, 100), 0);
+        let t1 = t0 + Duration::from_secs(1);
+        // Three 429s of calls admitted before the first cut: one cut.
+        for _ in 0..3 {
+            a.learn(Signal::Overloaded { admitted: t0 }, 20, t1);
+        }
+        assert_eq!(a.cap(), 18);
+        // A call admitted after that cut may cut again.
+        a.learn(
+            Signal::Overloaded {
+                admitted: t1 + Duration::from_millis(1),
+            },
+            18,
+            t1 + Duration::from_secs(1),
+        );
+        assert_eq!(a.cap(), 16);
+        assert_eq!(a.view(t1).moved, Some(Move::Overloaded));
+        assert_eq!(a.view(t1).moves, [0, 2, 0]);
+        // Fewer calls in flight than the limit: the capacity is below them.
+        a.learn(
+            Signal::Overloaded {
+                admitted: t1 + Duration::from_secs(2),
+            },
+            10,
+            t1 + Duration::from_secs(3),
+        );
+        assert_eq!(a.cap(), 9);
+    }
+
+    #[test]
+    fn never_leaves_floor_and_ceiling_and_a_providers_cap_is_the_ceiling() {
+        let t0 = Instant::now();
+        let mut a = Adaptive::new(&cfg(3, 4, 256), 0);
+        for i in 0..50u64 {
+            let t = t0 + Duration::from_secs(i);
+            a.learn(Signal::Overloaded { admitted: t }, 1, t);
+        }
+        assert_eq!(a.cap(), 3);
+        let b = Adaptive::new(&cfg(1, 16, 256), 8);
+        assert_eq!((b.cap(), b.view(t0).ceiling), (8, 8));
+    }
+
+    #[test]
+    fn latency_past_the_tolerance_cuts_and_steady_latency_does_not() {
+        let t0 = Instant::now();
+        let mut a = Adaptive::new(&cfg(1, 20, 20), 0);
+        for i in 0..200u64 {
+            // Jitter of ±40 % around 1 s never cuts.
+            answered(&mut a, 600 + (i * 37) % 800, t0, t0);
+        }
+        assert_eq!(a.cap(), 20);
+        let t1 = t0 + Duration::from_secs(10);
+        let mut cut_after = None;
+        for i in 0..20u32 {
+            answered(&mut a, 4_000, t1, t1);
+            if a.cap() < 20 {
+                cut_after = Some(i + 1);
+                break;
+            }
+        }
+        assert!(cut_after.is_some_and(|n| n <= 10), "{cut_after:?}");
+        assert_eq!(a.view(t1).moved, Some(Move::Slower));
+    }
+}
