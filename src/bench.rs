@@ -43,13 +43,33 @@ pub struct BenchResult {
 /// large to bind at a million requests a second, so every bucket, budget
 /// and breaker is checked and the measured path is the decision logic.
 pub fn bench_runner() -> Arc<Runner> {
-    bench_runner_with(1 << 50)
+    bench_runner_with(1 << 50, false)
+}
+
+/// How a run spreads its load, and what it turns on.
+#[derive(Clone, Copy, Debug)]
+pub struct Shape {
+    /// Worker threads.
+    pub threads: usize,
+    /// Distinct users the requests are spread over.
+    pub users: u64,
+    /// The overload controls on: adaptive concurrency (its limit far above
+    /// the load) and the spend-rate breakers, per user and global.
+    pub overload_control: bool,
 }
 
 /// Like [`bench_runner`], with provider buckets of `limit` per minute.
-fn bench_runner_with(limit: u64) -> Arc<Runner> {
+fn bench_runner_with(limit: u64, overload_control: bool) -> Arc<Runner> {
     const HUGE: u64 = 1 << 50;
     let mut cfg = Config::default();
+    if overload_control {
+        let a = &mut cfg.limiter.adaptive;
+        a.enabled = true;
+        a.ceiling = crate::config::MAX_ADAPTIVE_CEILING;
+        a.initial = a.ceiling;
+        cfg.budgets.spend_rate.enabled = true;
+        cfg.budgets.spend_rate.global = true;
+    }
     for p in cfg.providers.values_mut() {
         p.tpm = limit;
         p.itpm = limit;
@@ -84,13 +104,8 @@ fn bench_runner_with(limit: u64) -> Arc<Runner> {
 /// leases run out and are topped up, but far above the load. With `otlp`
 /// (an OTLP/HTTP traces URL) each decision is a request traced there, as
 /// the gateway traces its calls.
-pub fn run(
-    requests: u64,
-    threads: usize,
-    users: u64,
-    state: Option<&str>,
-    otlp: Option<&str>,
-) -> anyhow::Result<BenchResult> {
+pub fn run(requests: u64, shape: Shape, state: Option<&str>, otlp: Option<&str>) -> anyhow::Result<BenchResult> {
+    let Shape { threads, users, .. } = shape;
     // Fleet tasks (lease top-ups, heartbeats) run on their own runtime.
     let setup = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)
@@ -98,8 +113,8 @@ pub fn run(
         .build()?;
     let (runner, fleet) = setup.block_on(async {
         let runner = match state {
-            Some(_) => bench_runner_with(1_000_000_000),
-            None => bench_runner(),
+            Some(_) => bench_runner_with(1_000_000_000, shape.overload_control),
+            None => bench_runner_with(1 << 50, shape.overload_control),
         };
         let fleet = match state {
             Some(url) => Some(crate::fleet::Fleet::start(url, runner.clone()).await?),

@@ -76,6 +76,10 @@ enum Cmd {
         /// Trace every decision as a request to this OTLP/HTTP collector (e.g. http://127.0.0.1:4318).
         #[arg(long, value_name = "URL")]
         otlp_endpoint: Option<String>,
+        /// Turn on the overload controls (adaptive concurrency, the spend-rate
+        /// breakers), watching every call though the load never trips them.
+        #[arg(long)]
+        overload_control: bool,
     },
 }
 
@@ -148,6 +152,7 @@ fn dispatch(cli: Cli) -> Result<()> {
             users,
             state,
             otlp_endpoint,
+            overload_control,
         } => {
             let threads = threads
                 .unwrap_or_else(|| std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1))
@@ -159,7 +164,12 @@ fn dispatch(cli: Cli) -> Result<()> {
                 bail!("--users must be at least 1");
             }
             let otlp = otlp_endpoint.as_deref().and_then(|u| crate::otel::endpoint(Some(u)));
-            let r = crate::bench::run(requests, threads, users, state.as_deref(), otlp.as_deref())?;
+            let shape = crate::bench::Shape {
+                threads,
+                users,
+                overload_control,
+            };
+            let r = crate::bench::run(requests, shape, state.as_deref(), otlp.as_deref())?;
             println!("{}", serde_json::to_string(&r)?);
             Ok(())
         }

@@ -111,6 +111,9 @@ pub struct AdaptiveConfig {
     pub tolerance: f64,
 }
 
+/// The highest adaptive concurrency ceiling.
+pub const MAX_ADAPTIVE_CEILING: u32 = 100_000;
+
 impl Default for AdaptiveConfig {
     fn default() -> Self {
         Self {

@@ -449,6 +449,7 @@ fn check_http_tool(name: &str, t: &super::ToolConfig, c: &Check) -> Result<(), C
 /// `[limiter.adaptive]`: floor ≤ initial ≤ ceiling, a backoff that cuts,
 /// a tolerance above 1.
 fn check_adaptive(a: &super::AdaptiveConfig, c: &Check) -> Result<(), ConfigError> {
+    use super::MAX_ADAPTIVE_CEILING;
     let bad = |k: &str, m: String| Err(c.bad(format!("limiter.adaptive.{k}"), m));
     if a.floor == 0 {
         return bad("floor", "must be at least 1 call".into());
@@ -485,6 +486,3 @@ fn check_adaptive(a: &super::AdaptiveConfig, c: &Check) -> Result<(), ConfigErro
     }
     Ok(())
 }
-
-/// The highest adaptive concurrency ceiling.
-pub const MAX_ADAPTIVE_CEILING: u32 = 100_000;

@@ -158,14 +158,16 @@ fn headless_demo_writes_the_summary_contract() {
 
 #[test]
 fn bench_prints_one_json_line() {
-    let o = fusebox(&["bench", "--requests", "20000", "--threads", "2"]);
-    assert!(o.status.success(), "{}", stderr(&o));
-    let out = String::from_utf8_lossy(&o.stdout);
-    assert_eq!(out.lines().count(), 1);
-    let v: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
-    assert_eq!(v["requests"], 20000);
-    for k in ["wall_s", "req_per_s", "p50_us", "p99_us"] {
-        assert!(v[k].as_f64().unwrap() > 0.0, "{k}");
+    for extra in [&[][..], &["--overload-control"]] {
+        let o = fusebox(&[&["bench", "--requests", "20000", "--threads", "2"], extra].concat());
+        assert!(o.status.success(), "{}", stderr(&o));
+        let out = String::from_utf8_lossy(&o.stdout);
+        assert_eq!(out.lines().count(), 1);
+        let v: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+        assert_eq!(v["requests"], 20000);
+        for k in ["wall_s", "req_per_s", "p50_us", "p99_us"] {
+            assert!(v[k].as_f64().unwrap() > 0.0, "{k}");
+        }
     }
 }
 

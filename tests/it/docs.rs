@@ -956,7 +956,9 @@ fn check_of(cmd: &str) -> Option<Check> {
             Elsewhere("the console over running gateways, run by the attach walkthrough check")
         }
         "fusebox demo --config fusebox.toml" => Elsewhere("calls the paid providers of the config the README writes"),
-        "cargo run --release -- bench" => Elsewhere("4,000,000 decisions on every core: a measurement, run by hand"),
+        "cargo run --release -- bench" | "cargo run --release -- bench --overload-control" => {
+            Elsewhere("4,000,000 decisions on every core: a measurement, run by hand (the cli test runs a short one)")
+        }
         "cargo run --release -- bench --state redis://127.0.0.1:6379/0" => {
             Elsewhere("a measurement against Redis, run by hand (the fleet tests run the store)")
         }

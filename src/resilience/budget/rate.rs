@@ -30,8 +30,13 @@ impl Decaying {
     }
 
     fn add(&mut self, amount: f64, now_ms: u64, tau_ms: f64) {
+        // Calls often settle in the same millisecond: nothing to decay.
+        if now_ms <= self.at_ms {
+            self.sum += amount;
+            return;
+        }
         self.sum = self.at(now_ms, tau_ms) + amount;
-        self.at_ms = self.at_ms.max(now_ms);
+        self.at_ms = now_ms;
     }
 
     /// The rate a minute over a window of `tau_ms`, given `history_ms` of
@@ -118,7 +123,12 @@ impl SpendRate {
     pub fn add(&mut self, c: &SpendRateConfig, tokens: f64, usd: f64, now_ms: u64) -> Option<Trip> {
         let base_ms = c.baseline_minutes as f64 * MINUTE_MS;
         let first = *self.first_ms.get_or_insert(now_ms);
-        for (pair, amount) in [(&mut self.tokens, tokens), (&mut self.usd, usd)] {
+        // Dollars are watched only when they are judged.
+        let watched = if c.min_usd_per_minute > 0.0 { 2 } else { 1 };
+        for (pair, amount) in [(&mut self.tokens, tokens), (&mut self.usd, usd)]
+            .into_iter()
+            .take(watched)
+        {
             pair.fast.add(amount, now_ms, MINUTE_MS);
             pair.base.add(amount, now_ms, base_ms);
         }
