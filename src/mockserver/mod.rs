@@ -328,8 +328,7 @@ impl MockServer {
             Ok(c) => c,
             Err(e) => return error_response(provider, 400, &e.message, e.field.as_deref(), backend.rate_now()),
         };
-        // Served until its answer is played (a stream's, until its head).
-        let _serving = backend.mock.serve();
+        let serving = backend.mock.serve();
         let plan = backend.mock.plan(&call.req);
         tracing::debug!(
             provider = provider.name(),
@@ -379,8 +378,26 @@ impl MockServer {
             conn,
             arrived,
         };
-        exchange.play(plan).await
+        served_to_the_end(exchange.play(plan).await, serving)
     }
+}
+
+/// A response that counts as served until its body is done: a stream's
+/// body plays after its head is sent (and is dropped if its client goes).
+fn served_to_the_end(resp: Response, serving: crate::provider::mock::Serving) -> Response {
+    let streamed = resp
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .is_some_and(|v| v.as_bytes().starts_with(b"text/event-stream"));
+    if !streamed {
+        return resp;
+    }
+    resp.map(|body| {
+        Body::from_stream(futures_util::StreamExt::map(body.into_data_stream(), move |chunk| {
+            let _served = &serving;
+            chunk
+        }))
+    })
 }
 
 /// One call being answered.

@@ -59,13 +59,13 @@ pub struct MockProvider {
     seed: Seed,
     faults: Arc<FaultTable>,
     /// Calls being served now (a `capacity` fault answers 429 above it).
-    busy: AtomicU32,
+    busy: Arc<AtomicU32>,
 }
 
 /// One call counted as being served by a mock provider, until dropped.
-pub struct Serving<'a>(&'a AtomicU32);
+pub struct Serving(Arc<AtomicU32>);
 
-impl Drop for Serving<'_> {
+impl Drop for Serving {
     fn drop(&mut self) {
         self.0.fetch_sub(1, Ordering::Relaxed);
     }
@@ -84,15 +84,15 @@ impl MockProvider {
             profile,
             seed,
             faults,
-            busy: AtomicU32::new(0),
+            busy: Arc::default(),
         }
     }
 
     /// Counts a call as served until the guard is dropped: take it before
     /// [`MockProvider::plan`] and hold it while the call is played.
-    pub fn serve(&self) -> Serving<'_> {
+    pub fn serve(&self) -> Serving {
         self.busy.fetch_add(1, Ordering::Relaxed);
-        Serving(&self.busy)
+        Serving(self.busy.clone())
     }
 }
 

@@ -181,13 +181,12 @@ impl Adaptive {
     /// first token) of a call admitted at `admitted`.
     pub fn sample(&mut self, rtt: Duration, admitted: Instant, now: Instant) {
         let ms = rtt.as_secs_f64() * 1000.0;
-        if self.samples == 0 {
-            (self.short, self.long) = (ms, ms);
-        } else {
-            self.short += SHORT * (ms - self.short);
-            self.long += LONG * (ms - self.long);
-        }
         self.samples = self.samples.saturating_add(1);
+        // The plain mean until there are enough samples for each weight,
+        // so neither leans on the first few calls.
+        let n = f64::from(self.samples);
+        self.short += SHORT.max(1.0 / n) * (ms - self.short);
+        self.long += LONG.max(1.0 / n) * (ms - self.long);
         if self.samples >= WARMUP && self.short > self.tolerance * self.long {
             self.cut(Move::Slower, u32::MAX, admitted, now);
         }
@@ -333,6 +332,17 @@ mod tests {
         assert_eq!(a.cap(), 3);
         let b = Adaptive::new(&cfg(1, 16, 256), 8);
         assert_eq!((b.cap(), b.view(t0).ceiling), (8, 8));
+    }
+
+    #[test]
+    fn a_fast_first_call_is_no_baseline() {
+        let t0 = Instant::now();
+        let mut a = Adaptive::new(&cfg(1, 20, 20), 0);
+        answered(&mut a, 100, t0, t0);
+        for i in 0..200u64 {
+            answered(&mut a, 500 + (i * 37) % 3_500, t0, t0);
+        }
+        assert_eq!((a.cap(), a.view(t0).moved), (20, None));
     }
 
     #[test]
