@@ -342,20 +342,22 @@ fn timeline(known: &[(&str, &Snapshot)], notes: &[Event], wall_ms: u64, t_ms: u6
     all.split_off(skip)
 }
 
-/// The fleet's adaptive limits of one provider: limits, floors and
-/// ceilings summed; the latest move of any; latencies the mean.
+/// The fleet's adaptive limits of one provider: limits, floors, ceilings
+/// and moves summed; the latest move of any; latencies the mean.
 fn merge_adaptive(views: &[&LimiterView]) -> Option<crate::resilience::limiter::AdaptiveView> {
     let all: Vec<_> = views.iter().filter_map(|v| v.adaptive).collect();
-    let first = *all.first()?;
+    if all.is_empty() {
+        return None;
+    }
     let latest = all.iter().filter(|a| a.moved.is_some()).min_by_key(|a| a.moved_ms_ago);
     let lat: Vec<_> = all.iter().filter_map(|a| a.latency_ms).collect();
-    let n = lat.len().max(1) as f64;
+    let n = lat.len() as f64;
     Some(crate::resilience::limiter::AdaptiveView {
         limit: all.iter().map(|a| a.limit).sum(),
         floor: all.iter().map(|a| a.floor).sum(),
         ceiling: all.iter().map(|a| a.ceiling).sum(),
-        moved: latest.map_or(first.moved, |a| a.moved),
-        moved_ms_ago: latest.map_or(first.moved_ms_ago, |a| a.moved_ms_ago),
+        moved: latest.and_then(|a| a.moved),
+        moved_ms_ago: latest.and_then(|a| a.moved_ms_ago),
         moves: all.iter().fold([0; 3], |m, a| [0, 1, 2].map(|i| m[i] + a.moves[i])),
         latency_ms: (!lat.is_empty()).then(|| {
             let (s, l) = lat.iter().fold((0.0, 0.0), |a, b| (a.0 + b.0, a.1 + b.1));

@@ -184,6 +184,20 @@ fn samples(text: &str) -> HashMap<String, Vec<BTreeMap<String, String>>> {
     out
 }
 
+/// `/metrics` of a gateway over `runner`.
+async fn scrape(runner: &std::sync::Arc<Runner>) -> String {
+    let addr = fusebox::gateway::spawn(runner.clone(), "127.0.0.1:0", GatewayOptions::default())
+        .await
+        .unwrap()
+        .addr;
+    reqwest::get(format!("http://{addr}/metrics"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap()
+}
+
 fn value(scrape: &str, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
     scrape.lines().find_map(|l| {
         let (series, v) = l.rsplit_once(' ')?;
@@ -423,16 +437,7 @@ async fn an_open_spend_rate_breaker_is_scraped_until_it_closes() {
         }
     }
     let until = until.expect("the loop's breaker opened");
-    let addr = fusebox::gateway::spawn(runner.clone(), "127.0.0.1:0", GatewayOptions::default())
-        .await
-        .unwrap()
-        .addr;
-    let scrape = reqwest::get(format!("http://{addr}/metrics"))
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let scrape = scrape(&runner).await;
     let left = value(&scrape, "fusebox_spend_rate_open_seconds", &[("user", "loop")]).expect("scraped");
     let now = runner.clock().elapsed_ms() as f64 / 1000.0;
     assert!((left - (until as f64 / 1000.0 - now)).abs() < 5.0, "{left} s left");
@@ -470,16 +475,7 @@ async fn an_adaptive_limit_and_its_moves_are_scraped() {
         };
         openai.limiter.settle(p, 100, 0, signal, now);
     }
-    let addr = fusebox::gateway::spawn(runner.clone(), "127.0.0.1:0", GatewayOptions::default())
-        .await
-        .unwrap()
-        .addr;
-    let scrape = reqwest::get(format!("http://{addr}/metrics"))
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let scrape = scrape(&runner).await;
     let limit = |p: &str| value(&scrape, "fusebox_limiter_concurrency_limit", &[("provider", p)]);
     // 16 × 0.9, and the others untouched; deepseek's own cap of 10 is its ceiling.
     assert_eq!(
