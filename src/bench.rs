@@ -69,6 +69,7 @@ fn bench_runner_with(limit: u64, overload_control: bool) -> Arc<Runner> {
         a.initial = a.ceiling;
         cfg.budgets.spend_rate.enabled = true;
         cfg.budgets.spend_rate.global = true;
+        cfg.limiter.queue.enabled = true;
     }
     for p in cfg.providers.values_mut() {
         p.tpm = limit;

@@ -59,6 +59,12 @@ pub enum Command {
     /// (breaker settings, states kept); refused whole, changing nothing,
     /// when the file does not read or a change needs a restart.
     Reload,
+    /// Close a spend-rate breaker: a user's, or (no user) the global one.
+    ResetSpendRate {
+        /// The user (none: the global breaker).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        user: Option<String>,
+    },
 }
 
 /// What a command acts on: two commands on the same subject supersede each
@@ -75,6 +81,8 @@ pub enum Subject {
     Drill,
     /// The config.
     Config,
+    /// A user's spend-rate breaker (none: the global one).
+    SpendRate(Option<String>),
 }
 
 impl std::fmt::Display for Subject {
@@ -85,6 +93,8 @@ impl std::fmt::Display for Subject {
             Subject::Fault(t) => write!(f, "fault/{t}"),
             Subject::Drill => f.write_str("drill"),
             Subject::Config => f.write_str("config"),
+            Subject::SpendRate(Some(u)) => write!(f, "spend_rate/user:{u}"),
+            Subject::SpendRate(None) => f.write_str("spend_rate/global"),
         }
     }
 }
@@ -108,7 +118,7 @@ impl Command {
             | Command::FreezeRefill { target }
             | Command::UnfreezeRefill { target }
             | Command::SetFault { target, .. } => Some(target),
-            Command::DrillOn | Command::DrillOff | Command::Reload => None,
+            Command::DrillOn | Command::DrillOff | Command::Reload | Command::ResetSpendRate { .. } => None,
         }
     }
 
@@ -119,6 +129,7 @@ impl Command {
             Command::SetFault { target, .. } => Subject::Fault(target.clone()),
             Command::DrillOn | Command::DrillOff => Subject::Drill,
             Command::Reload => Subject::Config,
+            Command::ResetSpendRate { user } => Subject::SpendRate(user.clone()),
             Command::ForceOpen { target }
             | Command::ForceClosed { target }
             | Command::Disable { target }
@@ -133,6 +144,10 @@ impl Command {
             Command::FreezeRefill { target } | Command::UnfreezeRefill { target } => {
                 format!("{} {}", self.action(), target.name())
             }
+            Command::ResetSpendRate { user } => match user {
+                Some(u) => format!("{} user {}", self.action(), bounded(u)),
+                None => format!("{} global", self.action()),
+            },
             _ => match self.target() {
                 Some(t) => format!("{} {t}", self.action()),
                 None => self.action().to_string(),
@@ -212,6 +227,9 @@ pub enum CommandError {
     /// A fault out of bounds (the field and its bound).
     #[error("fault {0}")]
     BadFault(FaultError),
+    /// A user no budget can be kept for.
+    #[error("{0}")]
+    BadUser(String),
 }
 
 impl CommandError {
@@ -220,6 +238,7 @@ impl CommandError {
         match self {
             CommandError::BadFault(e) => format!("fault.{}", e.field),
             CommandError::UnknownAction(_) => "action".into(),
+            CommandError::BadUser(_) => "user".into(),
             _ => "target".into(),
         }
     }
@@ -246,6 +265,7 @@ mod tests {
             Command::DrillOn,
             Command::DrillOff,
             Command::Reload,
+            Command::ResetSpendRate { user: None },
         ];
         assert_eq!(all.len(), Command::ACTIONS.len());
         for (c, name) in all.iter().zip(Command::ACTIONS) {

@@ -79,6 +79,8 @@ pub enum HopEnd {
     Drill,
     /// Skipped: no rate-limit capacity in time.
     Rate,
+    /// Skipped: shed from its provider's queue (capacity short).
+    Shed,
     /// Skipped: its pool and queue are full.
     Pool,
     /// Skipped: its recent latency breaks the route's SLA.
@@ -164,6 +166,7 @@ fn write_end(f: &mut fmt::Formatter<'_>, end: &HopEnd, ascii: bool, text: &Text<
         HopEnd::Open => skip(f, "⊘", "open"),
         HopEnd::Drill => skip(f, "⊘", "drill"),
         HopEnd::Rate => skip(f, "⏳", "rate"),
+        HopEnd::Shed => skip(f, "⏳", "shed"),
         HopEnd::Pool => skip(f, "⏳", "pool"),
         HopEnd::Sla => skip(f, "⌛", "sla"),
         HopEnd::Unsupported(why) => {

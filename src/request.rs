@@ -32,6 +32,9 @@ pub struct AgentRequest {
     pub max_tokens: u32,
     /// LLM steps allowed (0 = the session default).
     pub max_steps: u32,
+    /// How urgent it is where capacity is short (`None`: as its route says).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub priority: Option<crate::config::Priority>,
 }
 
 /// How a request came in, so a replay drives it as it was driven.

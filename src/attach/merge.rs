@@ -250,6 +250,7 @@ fn limiters(known: &[(&str, &Snapshot)], counted: &[&Snapshot]) -> Vec<LimiterRo
             rate_limited: views.iter().map(|v| v.rate_limited).sum(),
             calibrated_ms_ago: views.iter().filter_map(|v| v.calibrated_ms_ago).min(),
             adaptive: merge_adaptive(&views),
+            queue: merge_queue(&views),
         };
         out.push(LimiterRow {
             provider: provider.to_string(),
@@ -344,6 +345,30 @@ fn timeline(known: &[(&str, &Snapshot)], notes: &[Event], wall_ms: u64, t_ms: u6
 
 /// The fleet's adaptive limits of one provider: limits, floors, ceilings
 /// and moves summed; the latest move of any; latencies the mean.
+/// The instances' queues as one: waiting, room and sheds add up; the
+/// tenants shed most across them.
+fn merge_queue(views: &[&LimiterView]) -> Option<crate::resilience::limiter::QueueView> {
+    let all: Vec<_> = views.iter().filter_map(|v| v.queue.as_ref()).collect();
+    if all.is_empty() {
+        return None;
+    }
+    let mut by: BTreeMap<&str, u64> = BTreeMap::new();
+    for q in &all {
+        for (t, n) in &q.shed_most {
+            *by.entry(t.as_str()).or_default() += n;
+        }
+    }
+    let mut shed_most: Vec<(String, u64)> = by.into_iter().map(|(t, n)| (t.to_string(), n)).collect();
+    shed_most.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+    shed_most.truncate(3);
+    Some(crate::resilience::limiter::QueueView {
+        waiting: all.iter().fold([0; 3], |w, q| [0, 1, 2].map(|i| w[i] + q.waiting[i])),
+        max: all.iter().map(|q| q.max).sum(),
+        shed: all.iter().fold([0; 3], |w, q| [0, 1, 2].map(|i| w[i] + q.shed[i])),
+        shed_most,
+    })
+}
+
 fn merge_adaptive(views: &[&LimiterView]) -> Option<crate::resilience::limiter::AdaptiveView> {
     let all: Vec<_> = views.iter().filter_map(|v| v.adaptive).collect();
     if all.is_empty() {

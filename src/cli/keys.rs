@@ -28,6 +28,9 @@ pub enum KeysCmd {
         /// for reporting; they are still billed to --user.
         #[arg(long)]
         sub_users: bool,
+        /// The most urgent priority its calls may have: critical, default or batch.
+        #[arg(long, default_value = "default", value_parser = priority)]
+        priority: crate::config::Priority,
         /// Share it with the fleet on this Redis (`redis://HOST:PORT/DB`)
         /// instead of printing its config entry.
         #[arg(long)]
@@ -59,6 +62,11 @@ pub enum KeysCmd {
     Hash,
 }
 
+/// A priority by name.
+fn priority(s: &str) -> Result<crate::config::Priority, String> {
+    crate::config::Priority::parse(s).ok_or_else(|| format!("`{s}` is not a priority: critical, default or batch"))
+}
+
 /// An operator token's scope.
 #[derive(Clone, Copy, ValueEnum)]
 pub enum ScopeArg {
@@ -77,6 +85,7 @@ pub fn keys(cmd: KeysCmd) -> Result<()> {
             routes,
             expires,
             sub_users,
+            priority,
             state,
         } => {
             if user.trim().is_empty() {
@@ -94,6 +103,7 @@ pub fn keys(cmd: KeysCmd) -> Result<()> {
                 expires,
                 budgets: None,
                 sub_users,
+                priority,
             };
             match state {
                 None => show(&secret, "keys", &name, &key),

@@ -76,8 +76,9 @@ enum Cmd {
         /// Trace every decision as a request to this OTLP/HTTP collector (e.g. http://127.0.0.1:4318).
         #[arg(long, value_name = "URL")]
         otlp_endpoint: Option<String>,
-        /// Turn on the overload controls (adaptive concurrency, the spend-rate
-        /// breakers), watching every call though the load never trips them.
+        /// Turn on the overload controls (adaptive concurrency, the
+        /// priority queue, the spend-rate breakers), watching every call
+        /// though the load never trips them.
         #[arg(long)]
         overload_control: bool,
     },

@@ -113,6 +113,11 @@ pub struct KeyConfig {
     /// for reporting: recorded with each request, still billed to `user`.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub sub_users: bool,
+    /// The most urgent priority its calls may have: a call asking for
+    /// more (`x-fusebox-priority`) gets this. Only a key given `critical`
+    /// sends critical traffic; a `batch` key's calls are all batch.
+    #[serde(default, skip_serializing_if = "super::Priority::is_default")]
+    pub priority: super::Priority,
 }
 
 /// A user's own budgets (each unset one is the `[budgets]` default).

@@ -97,6 +97,7 @@ impl Default for Config {
                 defer: true,
                 named_fallback: true,
                 stream_resume: true,
+                priority: Default::default(),
             },
         )]);
         let tools = tools();

@@ -86,6 +86,140 @@ pub struct LimiterConfig {
     pub drift_window: u32,
     /// Adaptive concurrency (off unless enabled).
     pub adaptive: AdaptiveConfig,
+    /// The waiting queue: priorities and fair shares (off unless enabled).
+    pub queue: QueueConfig,
+}
+
+/// How urgent a request is. When a provider is short of capacity its
+/// waiting calls are served `critical` first and `batch` last, and shed
+/// the other way round.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Priority {
+    /// Served first, shed last.
+    Critical,
+    /// Everything not marked otherwise.
+    #[default]
+    Default,
+    /// Served when nothing else waits, shed first.
+    Batch,
+}
+
+impl Priority {
+    /// Every priority, most urgent first (the order of [`Priority::index`]).
+    pub const ALL: [Priority; 3] = [Priority::Critical, Priority::Default, Priority::Batch];
+
+    /// Its position in [`Priority::ALL`].
+    pub fn index(self) -> usize {
+        self as usize
+    }
+
+    /// Its name, as `x-fusebox-priority` gives it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Priority::Critical => "critical",
+            Priority::Default => "default",
+            Priority::Batch => "batch",
+        }
+    }
+
+    /// The priority `s` names.
+    pub fn parse(s: &str) -> Option<Priority> {
+        Priority::ALL.into_iter().find(|p| p.name().eq_ignore_ascii_case(s))
+    }
+
+    /// Whether this is the default (left out where written).
+    pub fn is_default(&self) -> bool {
+        *self == Priority::Default
+    }
+}
+
+/// The waiting queue of each provider. Without it, calls that find no
+/// capacity wait up to `wait_timeout_ms` in no particular order. With it,
+/// they queue by priority and, within a priority, in weighted fair shares
+/// across tenants (a tenant's share of tokens follows its weight, whatever
+/// it sends); a call not served by its priority's deadline, or pushed out
+/// of a full queue by a more urgent one, is shed with 429 and Retry-After.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct QueueConfig {
+    /// Whether calls queue by priority and fair shares.
+    pub enabled: bool,
+    /// Calls that may wait for one provider at once.
+    pub max_waiting: u32,
+    /// How long a call of each priority may wait (ms).
+    pub deadline_ms: PriorityDeadlines,
+    /// Tenants grouping several users under one share; every other user
+    /// is a tenant of its own with weight 1.
+    pub tenants: std::collections::BTreeMap<String, TenantConfig>,
+}
+
+/// How long a waiting call of each priority may wait (ms).
+#[derive(Clone, Copy, Debug, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct PriorityDeadlines {
+    /// `critical` calls.
+    pub critical: u64,
+    /// `default` calls.
+    pub default: u64,
+    /// `batch` calls.
+    pub batch: u64,
+}
+
+impl PriorityDeadlines {
+    /// The deadline of `p`.
+    pub fn of(&self, p: Priority) -> u64 {
+        match p {
+            Priority::Critical => self.critical,
+            Priority::Default => self.default,
+            Priority::Batch => self.batch,
+        }
+    }
+}
+
+impl Default for PriorityDeadlines {
+    fn default() -> Self {
+        Self {
+            critical: 10_000,
+            default: 5_000,
+            batch: 2_000,
+        }
+    }
+}
+
+/// A tenant: users sharing one fair share.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct TenantConfig {
+    /// Its users.
+    pub users: Vec<String>,
+    /// Its share against a weight-1 tenant's.
+    #[serde(default = "one_weight")]
+    pub weight: u32,
+}
+
+fn one_weight() -> u32 {
+    1
+}
+
+/// The largest tenant weight.
+pub const MAX_TENANT_WEIGHT: u32 = 1_000;
+
+/// The most users the `[limiter.queue.tenants]` may name in all.
+pub const MAX_TENANT_USERS: usize = 100_000;
+
+/// The most calls one provider's queue may hold.
+pub const MAX_QUEUE: u32 = 100_000;
+
+impl Default for QueueConfig {
+    fn default() -> Self {
+        Self {
+            enabled: false,
+            max_waiting: 1_000,
+            deadline_ms: PriorityDeadlines::default(),
+            tenants: Default::default(),
+        }
+    }
 }
 
 /// Adaptive concurrency: each provider's concurrency limit found from how
@@ -134,6 +268,7 @@ impl Default for LimiterConfig {
             drift_threshold: 0.3,
             drift_window: 10,
             adaptive: AdaptiveConfig::default(),
+            queue: QueueConfig::default(),
         }
     }
 }

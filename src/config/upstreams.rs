@@ -188,6 +188,9 @@ pub struct RouteConfig {
     /// tool calls are never resumed).
     #[serde(default = "yes")]
     pub stream_resume: bool,
+    /// The priority of its calls where the caller names none.
+    #[serde(default, skip_serializing_if = "super::Priority::is_default")]
+    pub priority: super::Priority,
 }
 
 fn half() -> f64 {

@@ -276,6 +276,7 @@ impl Config {
             return Err(c.bad("limiter.drift_window".into(), "must be at least 1 call".into()));
         }
         check_adaptive(&self.limiter.adaptive, c)?;
+        check_queue(&self.limiter.queue, c)?;
         c.ratio("budgets.soft_ratio", self.budgets.soft_ratio, false)?;
         for (k, v) in [
             ("budgets.user_cost_per_day_usd", self.budgets.user_cost_per_day_usd),
@@ -448,6 +449,50 @@ fn check_http_tool(name: &str, t: &super::ToolConfig, c: &Check) -> Result<(), C
 
 /// `[limiter.adaptive]`: floor ≤ initial ≤ ceiling, a backoff that cuts,
 /// a tolerance above 1.
+fn check_queue(q: &super::QueueConfig, c: &Check) -> Result<(), ConfigError> {
+    use super::{Priority, MAX_QUEUE, MAX_TENANT_USERS, MAX_TENANT_WEIGHT};
+    let bad = |k: String, m: String| Err(c.bad(format!("limiter.queue.{k}"), m));
+    if !(1..=MAX_QUEUE).contains(&q.max_waiting) {
+        return bad(
+            "max_waiting".into(),
+            format!("{} must be from 1 to {MAX_QUEUE} calls", q.max_waiting),
+        );
+    }
+    for p in Priority::ALL {
+        let ms = q.deadline_ms.of(p);
+        if !(1..=3_600_000).contains(&ms) {
+            return bad(
+                format!("deadline_ms.{}", p.name()),
+                format!("{ms} must be from 1 to 3600000 ms"),
+            );
+        }
+    }
+    let mut seen = std::collections::HashMap::new();
+    for (name, t) in &q.tenants {
+        if !(1..=MAX_TENANT_WEIGHT).contains(&t.weight) {
+            return bad(
+                format!("tenants.{name}.weight"),
+                format!("{} must be from 1 to {MAX_TENANT_WEIGHT}", t.weight),
+            );
+        }
+        if t.users.is_empty() {
+            return bad(format!("tenants.{name}.users"), "must name at least one user".into());
+        }
+        for u in &t.users {
+            if let Some(other) = seen.insert(u.as_str(), name.as_str()) {
+                return bad(
+                    format!("tenants.{name}.users"),
+                    format!("user `{u}` is already in tenant `{other}`; a user belongs to one tenant"),
+                );
+            }
+        }
+        if seen.len() > MAX_TENANT_USERS {
+            return bad("tenants".into(), format!("more than {MAX_TENANT_USERS} users in all"));
+        }
+    }
+    Ok(())
+}
+
 fn check_adaptive(a: &super::AdaptiveConfig, c: &Check) -> Result<(), ConfigError> {
     use super::MAX_ADAPTIVE_CEILING;
     let bad = |k: &str, m: String| Err(c.bad(format!("limiter.adaptive.{k}"), m));

@@ -37,6 +37,8 @@ pub struct Caller {
     pub expires_ms: Option<u64>,
     /// Its calls may name a sub-user for reporting.
     pub sub_users: bool,
+    /// The most urgent priority its calls may have.
+    pub priority: crate::config::Priority,
     /// The models its routes reach, found on its first call.
     reach: std::sync::OnceLock<Arc<[usize]>>,
 }
@@ -220,6 +222,7 @@ fn callers<'a>(
                 routes: k.routes.clone(),
                 expires_ms: k.expires.map(|e| e.unix_ms()),
                 sub_users: k.sub_users,
+                priority: k.priority,
                 reach: Default::default(),
             };
             (k.hash, Arc::new(caller))

@@ -8,6 +8,7 @@ use super::auth::Caller;
 use super::client_api::Client;
 use super::error::{read_body, GatewayError};
 use super::{Gateway, Shared};
+use crate::config::Priority;
 use crate::limits::MAX_NAME_LEN;
 use crate::runner::chat::{Chat, ChatEnd, ChatRequest};
 use crate::wire::{fusebox, responses, Api, Request};
@@ -154,6 +155,7 @@ fn chat_request(
             }
         },
     };
+    let priority = priority_of(gw, header(fusebox::PRIORITY), caller, &asked.model)?;
     let id = gw.ids.next(headers);
     Ok(ChatRequest {
         id,
@@ -171,7 +173,35 @@ fn chat_request(
         reach: caller.and_then(|c| c.reach(&gw.runner)),
         deadline_ms,
         key,
+        priority,
     })
+}
+
+/// A call's priority: what `x-fusebox-priority` asks for, else its
+/// route's, no more urgent than its key allows (without keys, any);
+/// `None` where that is its route's.
+fn priority_of(
+    gw: &Gateway,
+    asked: Option<&[u8]>,
+    caller: Option<&Caller>,
+    route: &str,
+) -> Result<Option<Priority>, (&'static str, String)> {
+    let asked = match asked {
+        None => None,
+        Some(v) => Some(
+            std::str::from_utf8(v)
+                .ok()
+                .and_then(|s| Priority::parse(s.trim()))
+                .ok_or((
+                    fusebox::PRIORITY,
+                    format!("{} is one of critical, default or batch", fusebox::PRIORITY),
+                ))?,
+        ),
+    };
+    let of_route = gw.runner.route_for(route).map(|r| r.cfg.priority).unwrap_or_default();
+    let cap = caller.map_or(Priority::Critical, |c| c.priority);
+    let p = asked.unwrap_or(of_route).max(cap);
+    Ok((p != of_route).then_some(p))
 }
 
 /// Output tokens reserved for a call whose client set no cap.

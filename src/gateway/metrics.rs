@@ -279,6 +279,39 @@ fn limiters(enc: &mut DescriptorEncoder, r: &Runner, now: tokio::time::Instant) 
             })
         }),
     )?;
+    use crate::config::Priority;
+    family(
+        enc,
+        "fusebox_queue_waiting",
+        "Calls waiting in a provider's queue for capacity, by priority",
+        MetricType::Gauge,
+        limiters.iter().flat_map(|(p, v)| {
+            v.queue.iter().flat_map(move |q| {
+                Priority::ALL.into_iter().map(move |pr| {
+                    (
+                        [("provider", *p), ("priority", pr.name())],
+                        ConstGauge::new(i64::from(q.waiting[pr.index()])),
+                    )
+                })
+            })
+        }),
+    )?;
+    family(
+        enc,
+        "fusebox_queue_shed",
+        "Calls shed from a provider's queue (deadline passed, or no room), by priority",
+        MetricType::Counter,
+        limiters.iter().flat_map(|(p, v)| {
+            v.queue.iter().flat_map(move |q| {
+                Priority::ALL.into_iter().map(move |pr| {
+                    (
+                        [("provider", *p), ("priority", pr.name())],
+                        ConstCounter::new(q.shed[pr.index()]),
+                    )
+                })
+            })
+        }),
+    )?;
     Ok(())
 }
 

@@ -386,6 +386,7 @@ fn request(span: &Span, id: LogId, attempts: &[AttemptRec], ms: impl Fn(u64) -> 
         content_hash: None,
         answer_key: None,
         via,
+        priority: text(kv, "fusebox.priority").and_then(|p| crate::config::Priority::parse(&p)),
     }
 }
 

@@ -251,6 +251,11 @@ impl Assembler {
                 attrs.push(KeyValue::new("fusebox.reason", reason));
                 "fusebox.budget_refused"
             }
+            StepKind::Shed { priority, why } => {
+                attrs.push(KeyValue::new("fusebox.priority", priority.name()));
+                attrs.push(KeyValue::new("fusebox.reason", why.label()));
+                "fusebox.shed"
+            }
         };
         if s.target.kind() == Kind::Model && name != "fusebox.retry" {
             open.last_model = Some(s.target.name().to_string());
@@ -345,6 +350,9 @@ impl Assembler {
             }
             if let Some(s) = &r.sub_user {
                 attrs.push(KeyValue::new("fusebox.sub_user", s.to_string()));
+            }
+            if let Some(p) = r.priority {
+                attrs.push(KeyValue::new("fusebox.priority", p.name()));
             }
         }
         let status = match o.level {

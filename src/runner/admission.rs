@@ -6,10 +6,11 @@
 use super::llm::{Hop, HopResult, Tally};
 use super::stream::Spend;
 use super::{ModelSlot, Runner};
+use crate::config::Priority;
 use crate::provider::ErrorKind;
 use crate::resilience::breaker::{Breaker, Permit};
 use crate::resilience::budget::BudgetExceeded;
-use crate::resilience::limiter::{RateFeedback, Signal};
+use crate::resilience::limiter::{LimitDenied, RateFeedback, ShedWhy, Signal};
 use crate::telemetry::events::{EventKind, Step, StepKind};
 use smallvec::SmallVec;
 use std::time::Duration;
@@ -18,15 +19,20 @@ use tokio::time::Instant;
 impl Runner {
     /// Admits one attempt on model `mi` for `user`: both breakers (the
     /// cheapest refusal), the provider's limiter (waiting for capacity
-    /// only when `may_wait` says no later model could take the call), the
-    /// user's budgets and, in a fleet, its allowances. What the attempt
-    /// holds and when it was admitted, or why not.
+    /// only when `may_wait` says no later model could take the call; in
+    /// the provider's queue at `priority`, where calls queue, and never
+    /// past `deadline`), the user's budgets and, in a fleet, its
+    /// allowances. What the attempt holds and when it was admitted, or why
+    /// not.
+    #[allow(clippy::too_many_arguments)]
     pub(super) async fn admit<'a>(
         &'a self,
         user: &'a str,
         mi: usize,
         chars: usize,
         max_tokens: u32,
+        priority: Priority,
+        deadline: Option<Instant>,
         may_wait: impl FnOnce() -> bool,
     ) -> Result<(Held<'a>, tokio::time::Instant), Refusal> {
         let m = &self.models[mi];
@@ -58,16 +64,35 @@ impl Runner {
             res: None,
             allowance: None,
         };
-        let now = match p.limiter.try_acquire(chars, max_tokens, now) {
-            Ok(permit) => {
+        // Calls waiting in the provider's queue are not overtaken.
+        let free = (!p.limiter.queued()).then(|| p.limiter.try_acquire(chars, max_tokens, now));
+        let now = match free {
+            Some(Ok(permit)) => {
                 held.permit = Some(permit);
                 now
             }
-            Err(_) if may_wait() => {
-                held.permit = Box::pin(p.limiter.acquire(chars, max_tokens)).await.ok();
+            _ if may_wait() => {
+                let queue = &self.cfg.limiter.queue;
+                let waited = if queue.enabled {
+                    let place = self.tenants.place(user, priority);
+                    let until = now + Duration::from_millis(queue.deadline_ms.of(priority));
+                    let until = deadline.map_or(until, |d| d.min(until));
+                    Box::pin(p.limiter.acquire_queued(chars, max_tokens, &place, until)).await
+                } else {
+                    Box::pin(p.limiter.acquire(chars, max_tokens)).await
+                };
+                match waited {
+                    Ok(permit) => held.permit = Some(permit),
+                    Err(LimitDenied::Shed(why)) => {
+                        drop(held);
+                        pt.stats.rejected_rate.inc();
+                        return Err(Refusal::Shed(priority, why));
+                    }
+                    Err(_) => {}
+                }
                 self.clock.now()
             }
-            Err(_) => {
+            _ => {
                 p.limiter.count_rejected();
                 now
             }
@@ -148,6 +173,8 @@ pub(super) enum Refusal {
     Rate,
     /// A budget refused.
     Budget(BudgetExceeded),
+    /// Shed from the provider's queue, at this priority.
+    Shed(Priority, ShedWhy),
 }
 
 impl Refusal {
@@ -157,6 +184,10 @@ impl Refusal {
             Refusal::Open => StepKind::ShortCircuit,
             Refusal::Rate => StepKind::RateLimited,
             Refusal::Budget(e) => StepKind::BudgetRefused { reason: e.to_string() },
+            Refusal::Shed(p, why) => StepKind::Shed {
+                priority: *p,
+                why: *why,
+            },
         }
     }
 }
@@ -277,6 +308,7 @@ impl Runner {
         let result = match refusal {
             Refusal::Open => HopResult::Open,
             Refusal::Rate => HopResult::Rate,
+            Refusal::Shed(p, why) => HopResult::Shed(p, why),
             Refusal::Budget(e) => return Err(e),
         };
         Ok(Hop {

@@ -341,7 +341,7 @@ impl Runner {
                 trail.miss("steps");
                 break;
             }
-            let call = LlmCall::new(
+            let mut call = LlmCall::new(
                 req.id,
                 &req.user,
                 route,
@@ -350,6 +350,7 @@ impl Runner {
                 offered.clone(),
                 max_tokens,
             );
+            call.priority = req.priority.unwrap_or(call.priority);
             let r = self.call_llm(&call, &mut trail.tally).await;
             self.push_hops(trail);
             match r {
@@ -358,7 +359,10 @@ impl Runner {
                     return End::Failed(format!("Request refused: {e}."));
                 }
                 Err(_) if step == 0 => {
-                    return self.no_model(req, route.cfg.defer && may_defer, trail).await;
+                    // A shed request is refused now, not deferred to add
+                    // to the load later.
+                    let shed = matches!(trail.tally.hops.last(), Some(h) if matches!(h.result, HopResult::Shed(..)));
+                    return self.no_model(req, route.cfg.defer && may_defer && !shed, trail).await;
                 }
                 Err(_) => {
                     // Feature degradation: answer with what the tools gave.
@@ -411,6 +415,7 @@ impl Runner {
             max_tokens,
         );
         call.params = no_more_tools();
+        call.priority = req.priority.unwrap_or(call.priority);
         let r = self.call_llm(&call, &mut trail.tally).await;
         self.push_hops(trail);
         match r {

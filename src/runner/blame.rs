@@ -33,7 +33,12 @@ fn let_down(r: &HopResult) -> Option<bool> {
             kind,
             ErrorKind::BadRequest | ErrorKind::NotFound | ErrorKind::Unprocessable
         )),
-        HopResult::Open | HopResult::Rate | HopResult::Sla | HopResult::Semantic(_) | HopResult::Cut(_) => Some(true),
+        HopResult::Open
+        | HopResult::Rate
+        | HopResult::Shed(..)
+        | HopResult::Sla
+        | HopResult::Semantic(_)
+        | HopResult::Cut(_) => Some(true),
     }
 }
 

@@ -36,6 +36,8 @@ pub struct LlmCall<'a> {
     pub reach: Option<&'a [usize]>,
     /// When the whole chain must have answered by (`None`: no deadline).
     pub deadline: Option<tokio::time::Instant>,
+    /// How urgent it is where capacity is short.
+    pub priority: crate::config::Priority,
 }
 
 impl<'a> LlmCall<'a> {
@@ -63,6 +65,7 @@ impl<'a> LlmCall<'a> {
             only_first: false,
             reach: None,
             deadline: None,
+            priority: route.cfg.priority,
         }
     }
 }
@@ -82,6 +85,8 @@ pub enum HopResult {
     Open,
     /// Skipped: no rate-limit capacity in time.
     Rate,
+    /// Shed from its provider's queue (at this priority, for this reason).
+    Shed(crate::config::Priority, crate::resilience::limiter::ShedWhy),
     /// Skipped: recent latency breaks the route's SLA.
     Sla,
     /// Failed (after retries).

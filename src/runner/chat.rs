@@ -54,6 +54,8 @@ pub struct ChatRequest {
     pub deadline_ms: Option<u64>,
     /// Its name outside (`x-fusebox-request-id`), carried into its outcome.
     pub key: Option<compact_str::CompactString>,
+    /// How urgent it is where capacity is short (`None`: as its route says).
+    pub priority: Option<crate::config::Priority>,
 }
 
 /// How a chat completion ended.
@@ -150,6 +152,7 @@ fn arrival(req: &ChatRequest) -> Arrival {
             critical_tools: Vec::new(),
             max_tokens: req.max_tokens,
             max_steps: 1,
+            priority: req.priority,
         },
         via: Via::Gateway,
     }
@@ -275,6 +278,7 @@ impl Runner {
             .filter(|&ms| ms > 0)
             .min();
         call.deadline = ms.map(|ms| self.clock.now() + Duration::from_millis(ms));
+        call.priority = req.priority.unwrap_or(call.priority);
         let result = self.call_llm_streamed(&call, tally, streaming.as_deref_mut()).await;
         let started = streaming.as_ref().is_some_and(|s| s.started);
         match result {
@@ -345,14 +349,30 @@ impl Runner {
                 }
             }
             Err(LlmFailure::Exhausted)
-                if !tally.hops.is_empty() && tally.hops.iter().all(|h| h.result == HopResult::Rate) =>
+                if !tally.hops.is_empty()
+                    && tally
+                        .hops
+                        .iter()
+                        .all(|h| matches!(h.result, HopResult::Rate | HopResult::Shed(..))) =>
             {
-                ChatEnd::RateLimited {
-                    reason: format!(
-                        "rate limit: no model of route `{}` has capacity under its provider's limits right now",
-                        req.route
-                    ),
-                    retry_after: Duration::from_secs(1),
+                match tally.hops.last().map(|h| (h.model, &h.result)) {
+                    Some((mi, HopResult::Shed(p, why))) => ChatEnd::RateLimited {
+                        reason: format!(
+                            "shed: provider `{}` is short of capacity and this {} call {} in its queue (more urgent calls and other tenants' fair shares go first)",
+                            self.providers[self.models[mi].provider].name,
+                            p.name(),
+                            why.label(),
+                        ),
+                        retry_after: Duration::from_millis(self.cfg.limiter.queue.deadline_ms.of(*p))
+                            .max(Duration::from_secs(1)),
+                    },
+                    _ => ChatEnd::RateLimited {
+                        reason: format!(
+                            "rate limit: no model of route `{}` has capacity under its provider's limits right now",
+                            req.route
+                        ),
+                        retry_after: Duration::from_secs(1),
+                    },
                 }
             }
             Err(LlmFailure::Exhausted) => {

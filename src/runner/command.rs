@@ -39,6 +39,10 @@ impl Runner {
     pub fn check(&self, cmd: &Command) -> Result<(), CommandError> {
         match cmd {
             Command::DrillOn | Command::DrillOff | Command::Reload => Ok(()),
+            Command::ResetSpendRate { user: Some(u) } if u.is_empty() || u.len() > crate::limits::MAX_NAME_LEN => Err(
+                CommandError::BadUser(format!("user must be 1 to {} bytes", crate::limits::MAX_NAME_LEN)),
+            ),
+            Command::ResetSpendRate { .. } => Ok(()),
             Command::SetFault { target, fault } => {
                 fault.check().map_err(CommandError::BadFault)?;
                 self.fault_target(target)
@@ -129,6 +133,10 @@ impl Runner {
                 "drill mode off".into()
             }
             Command::Reload => format!("reloaded {}", self.reload_file().map_err(CommandError::Invalid)?),
+            Command::ResetSpendRate { user } => {
+                let closed = self.budgets.reset_spend_rate(user.as_deref(), self.clock.ms_at(now));
+                done(closed, "spend-rate breaker closed", "closed")
+            }
         })
     }
 }

@@ -98,7 +98,10 @@ impl Runner {
         let m = &self.models[mi];
         let p = &self.providers[m.provider];
         let spend = super::stream::Spend::default();
-        let (mut held, now) = match self.admit(&call.user, mi, call.chars, 0, || false).await {
+        let (mut held, now) = match self
+            .admit(&call.user, mi, call.chars, 0, Default::default(), None, || false)
+            .await
+        {
             Ok(h) => h,
             Err(refusal) => {
                 return match self.refused(call.id, mi, refusal, 1) {

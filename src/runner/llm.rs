@@ -22,6 +22,7 @@ impl Runner {
             HopResult::Ok => HopEnd::Ok,
             HopResult::Open => HopEnd::Open,
             HopResult::Rate => HopEnd::Rate,
+            HopResult::Shed(..) => HopEnd::Shed,
             HopResult::Sla => HopEnd::Sla,
             HopResult::Failed(k, s) => HopEnd::Failed(k.label(*s).into()),
             HopResult::Semantic(_) => HopEnd::Semantic,

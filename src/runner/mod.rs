@@ -19,6 +19,7 @@ mod scope;
 pub mod shared;
 mod snapshot;
 pub mod stream;
+mod tenants;
 pub mod tool;
 pub mod tool_call;
 
@@ -207,6 +208,8 @@ pub struct Runner {
     drill: AtomicBool,
     totals: Totals,
     store: Arc<crate::telemetry::store::StoreStatus>,
+    /// Whose fair share each user's calls use where calls queue.
+    tenants: tenants::Tenants,
     /// Fleet mode: the fleet's budgets, deferred stream and trips.
     shared: std::sync::OnceLock<Arc<dyn Shared>>,
     /// The config file a reload reads again (`serve --config`).
@@ -240,6 +243,7 @@ fn model_routes(routes: &NameMap<RouteSlot>, models: &[ModelSlot]) -> NameMap<Ro
                     defer: false,
                     named_fallback: false,
                     stream_resume: false,
+                    priority: Default::default(),
                 },
             ),
         };
@@ -376,6 +380,7 @@ impl Runner {
             cache: ResultCache::new(cfg.degradation.cache_capacity),
             schemas: crate::tools::Schemas::default(),
             no_tools: Arc::from(Vec::new()),
+            tenants: tenants::Tenants::new(&cfg.limiter.queue),
             cfg,
             clock,
             seed,

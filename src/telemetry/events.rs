@@ -170,6 +170,13 @@ pub enum StepKind {
         /// Which budget, and by how much.
         reason: String,
     },
+    /// Shed from its provider's waiting queue.
+    Shed {
+        /// The call's priority.
+        priority: crate::config::Priority,
+        /// Why.
+        why: crate::resilience::limiter::ShedWhy,
+    },
 }
 
 /// A request as it came in, for the recorder.

@@ -186,7 +186,7 @@ impl Action {
             Action::Sort => "cycle the sort order of the focused table",
             Action::ForceOpen => "force the selected breaker open",
             Action::ForceClose => "force the selected breaker closed",
-            Action::Reset => "reset the selected breaker to automatic",
+            Action::Reset => "reset the selected breaker (pane 3: a user's spend-rate one)",
             Action::Disable => "disable the selected breaker (metrics only)",
             Action::ToggleRefill => "freeze/unfreeze refills of the selected limiter",
             Action::FreezeDisplay => "freeze/unfreeze the display",

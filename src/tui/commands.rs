@@ -70,6 +70,26 @@ impl App {
         self.confirm_or_send(a, prompt, Order { command: cmd, to })
     }
 
+    /// Closes the selected user's spend-rate breaker (pane 3).
+    pub(super) fn spend_rate_command(&mut self) -> Effect {
+        let rows = self.user_rows();
+        let Some(u) = rows.get(self.selection(Pane::Budgets)) else {
+            self.status = "select a user first (pane 3)".into();
+            return Effect::None;
+        };
+        let (user, to) = (u.view.user.clone(), u.instance.clone());
+        if u.view.spend_rate.open_ms == 0 {
+            self.status = format!("{user}'s spend-rate breaker is not open");
+            return Effect::None;
+        }
+        let prompt = match &to {
+            Some(i) => format!("Close {user}'s spend-rate breaker on {i}?"),
+            None => format!("Close {user}'s spend-rate breaker?"),
+        };
+        let command = Command::ResetSpendRate { user: Some(user) };
+        self.confirm_or_send(Action::Reset, prompt, Order { command, to })
+    }
+
     pub(super) fn refill_command(&mut self) -> Effect {
         let Some((p, to)) = self.selected_provider() else {
             self.status = "select a limiter (pane 2) or a provider breaker first".into();

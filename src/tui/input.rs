@@ -170,6 +170,7 @@ impl App {
                 return Effect::Clock(a)
             }
             Action::WriteIncident => return Effect::WriteIncident,
+            Action::Reset if self.focus == Pane::Budgets => return self.spend_rate_command(),
             Action::ForceOpen | Action::ForceClose | Action::Reset | Action::Disable => return self.breaker_command(a),
             Action::ToggleRefill => return self.refill_command(),
             Action::CycleFault => return self.fault_command(),

@@ -21,6 +21,9 @@ pub const USER: &str = "x-fusebox-user";
 pub const SESSION: &str = "x-fusebox-session";
 /// A caller's fallback choice for this request (read).
 pub const FALLBACK: &str = "x-fusebox-fallback";
+/// A caller's priority: `critical`, `default` or `batch` (read; its key
+/// caps it).
+pub const PRIORITY: &str = "x-fusebox-priority";
 /// A caller's deadline in milliseconds (read).
 pub const DEADLINE_MS: &str = "x-fusebox-deadline-ms";
 /// The operator issuing a command (read on `/_fusebox/commands`, sent by

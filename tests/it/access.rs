@@ -27,6 +27,7 @@ fn key(secret: &str, user: &str) -> KeyConfig {
         expires: None,
         budgets: None,
         sub_users: false,
+        priority: Default::default(),
     }
 }
 

@@ -494,3 +494,32 @@ async fn an_adaptive_limit_and_its_moves_are_scraped() {
         (Some(1.0), Some(0.0), Some(0.0))
     );
 }
+
+#[tokio::test]
+async fn a_queue_scrapes_its_waiting_and_shed_calls_by_priority() {
+    use fusebox::config::Priority;
+    use fusebox::resilience::limiter::Place;
+    let mut cfg = Config::default();
+    cfg.limiter.queue.enabled = true;
+    let runner = Runner::new(cfg, RunnerParts::mock(Clock::system(), Seed(5))).unwrap();
+    // deepseek's 10 slots taken; a batch call waits past its deadline.
+    let deepseek = runner.providers().iter().find(|p| p.name == "deepseek").unwrap();
+    let now = tokio::time::Instant::now();
+    let held: Vec<_> = (0..10)
+        .map(|_| deepseek.limiter.try_acquire(400, 100, now).unwrap())
+        .collect();
+    let place = Place {
+        priority: Priority::Batch,
+        tenant: "nightly".into(),
+        weight: 1,
+    };
+    assert!(deepseek.limiter.acquire_queued(400, 100, &place, now).await.is_err());
+    let scrape = scrape(&runner).await;
+    let of = |name: &str, p: &str, pr: &str| value(&scrape, name, &[("provider", p), ("priority", pr)]);
+    assert_eq!(of("fusebox_queue_shed_total", "deepseek", "batch"), Some(1.0));
+    assert_eq!(of("fusebox_queue_shed_total", "deepseek", "critical"), Some(0.0));
+    assert_eq!(of("fusebox_queue_waiting", "openai", "default"), Some(0.0));
+    for p in held {
+        deepseek.limiter.release(p, now);
+    }
+}

@@ -45,6 +45,13 @@ fn invalid_configs_are_rejected_with_the_key_path() {
             "adaptive_initial_below_floor.toml",
             &["limiter.adaptive.initial", "between floor (20) and ceiling (256)"],
         ),
+        (
+            "tenant_user_twice.toml",
+            &[
+                "limiter.queue.tenants.globex.users",
+                "user `bob` is already in tenant `acme`",
+            ],
+        ),
     ];
     for (file, needles) in cases {
         let path = format!("{}/tests/invalid_configs/{file}", env!("CARGO_MANIFEST_DIR"));

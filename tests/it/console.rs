@@ -181,6 +181,13 @@ async fn panes_in_an_incident() {
         latency_ms: Some((1_840.0, 1_790.0)),
         moves: [40, 3, 0],
     });
+    // Its queue, shedding the flooding tenant.
+    openai.limiter.queue = Some(fusebox::resilience::limiter::QueueView {
+        waiting: [0, 12, 3],
+        max: 1_000,
+        shed: [0, 2_327, 339],
+        shed_most: vec![("tenant-noisy".into(), 2_327), ("tenant-batch".into(), 339)],
+    });
     app.snap = Arc::new(snap);
     insta::assert_snapshot!("header", render_pane(&app, 140, 3, ui::header::draw));
     insta::assert_snapshot!("breakers_open", render_pane(&app, 140, 13, ui::breakers::draw));
@@ -193,6 +200,7 @@ async fn panes_in_an_incident() {
     let l = render_pane(&app, 64, 11, ui::limiters::draw);
     assert!(l.contains("FROZEN (operator)"), "{l}");
     assert!(l.contains("conc 14/14 adaptive cut: overload 3s ago"), "{l}");
+    assert!(l.contains("queue c0 d12 b3 shed 2.7k tenant-noisy"), "{l}");
     let b = render_pane(&app, 76, 10, ui::budgets::draw);
     assert!(b.contains("!tenant-heavy"), "near-limit users are marked in text: {b}");
     assert!(
@@ -209,6 +217,22 @@ async fn panes_in_an_incident() {
         c.contains("gpt-4o ⊘open → claude-haiku ✓") && c.contains("fallback q=0.85"),
         "{c}"
     );
+    // `r` on a user whose spend-rate breaker is open closes it (as it
+    // resets a breaker, without asking).
+    let keys = KeyMap::defaults();
+    app.on_key(key('3'), &keys);
+    assert_eq!(
+        app.on_key(key('r'), &keys),
+        Effect::Send(Order {
+            command: Command::ResetSpendRate {
+                user: Some("agent-loop".into())
+            },
+            to: None
+        })
+    );
+    app.on_key(key('j'), &keys);
+    assert_eq!(app.on_key(key('r'), &keys), Effect::None);
+    assert_eq!(app.status, "tenant-heavy's spend-rate breaker is not open");
 }
 
 #[tokio::test(start_paused = true)]

@@ -945,7 +945,8 @@ fn check_of(cmd: &str) -> Option<Check> {
         | "fusebox demo --headless --scenario runaway-agent --seed 7 --duration 25m --config examples/spend-rate.toml"
         | "fusebox demo --headless --scenario runaway-agent --seed 7 --duration 25m"
         | "fusebox demo --headless --scenario capacity-drop --seed 7 --config examples/adaptive.toml"
-        | "fusebox demo --headless --scenario capacity-drop --seed 7" => Run,
+        | "fusebox demo --headless --scenario capacity-drop --seed 7"
+        | "fusebox demo --headless --scenario fair-shares --seed 7 --config examples/fair-shares.toml" => Run,
         "fusebox keys hash" => Elsewhere("reads a secret on standard input (the keys test pipes one in)"),
         "fusebox keys new" => Elsewhere("needs a name and a user: run with both just below it in docs/api.md"),
         "fusebox serve" | "fusebox serve --readonly" | "fusebox demo" | "fusebox replay LOG" => {

@@ -3,8 +3,8 @@
 //! Retry-After and operator freezes, waiting acquires and estimator drift.
 
 use fusebox::clock::Clock;
-use fusebox::config::{LimiterConfig, ProviderConfig};
-use fusebox::resilience::limiter::{Estimate, LimitDenied, LimitPermit, Limiter, RateFeedback, Signal};
+use fusebox::config::{LimiterConfig, Priority, ProviderConfig};
+use fusebox::resilience::limiter::{Estimate, LimitDenied, LimitPermit, Limiter, Place, RateFeedback, ShedWhy, Signal};
 use fusebox::telemetry::events::RefillFrozen;
 use fusebox::telemetry::events::{EventBus, EventKind};
 use proptest::prelude::*;
@@ -763,4 +763,86 @@ async fn estimator_corrects_drift_beyond_the_threshold() {
         drift(&l, 30, actual, t0);
         assert_eq!(l.view(t0).chars_per_token, 4.0, "actual {actual}");
     }
+}
+
+/// One call at a time, calls queue by priority and fair shares.
+fn one_slot_queued() -> (Limiter, Instant) {
+    let mut cfg = LimiterConfig::default();
+    cfg.queue.enabled = true;
+    limiter(provider(0, 0, 0, 0, 1), cfg)
+}
+
+fn place(p: Priority, tenant: &str) -> Place {
+    Place {
+        priority: p,
+        tenant: tenant.into(),
+        weight: 1,
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_queue_serves_by_priority_and_sheds_at_the_deadline() {
+    let (l, t0) = one_slot_queued();
+    let l = Arc::new(l);
+    let held = l.try_acquire(40, 10, t0).unwrap();
+    let served = Arc::new(parking_lot::Mutex::new(Vec::new()));
+    let mut tasks = tokio::task::JoinSet::new();
+    for (i, (p, tenant, wait_ms)) in [
+        (Priority::Batch, "b", 2_000),
+        (Priority::Default, "d", 5_000),
+        (Priority::Critical, "c", 10_000),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let (l, served) = (l.clone(), served.clone());
+        tasks.spawn(async move {
+            tokio::time::sleep(ms(i as u64)).await;
+            let r = l.acquire_queued(40, 10, &place(p, tenant), t0 + ms(wait_ms)).await;
+            if let Ok(permit) = r {
+                served.lock().push((tenant, Instant::now() - t0));
+                tokio::time::sleep(ms(1_500)).await;
+                l.release(permit, Instant::now());
+            }
+            (tenant, r.err())
+        });
+    }
+    tokio::time::sleep(ms(10)).await;
+    assert_eq!(l.view(t0 + ms(10)).queue.unwrap().waiting, [1, 1, 1]);
+    // A new call does not overtake them.
+    assert!(l.queued());
+    tokio::time::sleep_until(t0 + ms(1_000)).await;
+    l.release(held, Instant::now());
+    let mut ends = Vec::new();
+    while let Some(r) = tasks.join_next().await {
+        ends.push(r.unwrap());
+    }
+    ends.sort_by_key(|e| e.0);
+    // The critical call gets the slot given back at 1 s, the default one
+    // at 2.5 s; the batch call waited its 2 s deadline and was shed.
+    assert_eq!(*served.lock(), [("c", ms(1_000)), ("d", ms(2_500))]);
+    assert_eq!(
+        ends,
+        [
+            ("b", Some(LimitDenied::Shed(ShedWhy::Deadline))),
+            ("c", None),
+            ("d", None)
+        ]
+    );
+    let q = l.view(Instant::now()).queue.unwrap();
+    assert_eq!((q.waiting, q.shed), ([0, 0, 0], [0, 0, 1]));
+    assert!(!l.queued());
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_caller_gone_from_the_queue_leaves_no_trace() {
+    let (l, t0) = one_slot_queued();
+    let held = l.try_acquire(40, 10, t0).unwrap();
+    let at = place(Priority::Default, "x");
+    let waiting = l.acquire_queued(40, 10, &at, t0 + ms(5_000));
+    assert!(tokio::time::timeout(ms(100), waiting).await.is_err());
+    let q = l.view(Instant::now()).queue.unwrap();
+    assert_eq!((q.waiting, q.shed), ([0, 0, 0], [0, 0, 0]));
+    l.release(held, Instant::now());
+    assert!(l.try_acquire(40, 10, Instant::now()).is_ok());
 }

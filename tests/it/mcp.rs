@@ -168,6 +168,7 @@ async fn operators_command_mcp_tools_and_a_breaker_recovers() {
         expires: None,
         budgets: None,
         sub_users: false,
+        priority: Default::default(),
     };
     let cfg = Config {
         keys: [("team-app".to_string(), key)].into(),

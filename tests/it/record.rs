@@ -275,6 +275,7 @@ mod every_line_reads_back {
                             critical_tools: Vec::new(),
                             max_tokens,
                             max_steps,
+                            priority: None,
                         },
                         via,
                     }))

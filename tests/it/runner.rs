@@ -894,3 +894,60 @@ async fn an_embeddings_call_that_times_out_counts_as_a_timeout_like_any_attempt(
         assert_eq!((s.attempts, s.failed, s.timeouts, s.ok), (1, 1, 1, 0), "{target}");
     }
 }
+
+/// An operator closes a user's spend-rate breaker before its cooldown;
+/// the command says whether it was open, and refuses a user no budget
+/// could be kept for.
+#[tokio::test(start_paused = true)]
+async fn an_operator_closes_a_spend_rate_breaker() {
+    let mut cfg = Config::default();
+    cfg.budgets.spend_rate.enabled = true;
+    (
+        cfg.budgets.user_tokens_per_minute,
+        cfg.budgets.user_tokens_per_hour,
+        cfg.budgets.user_tokens_per_day,
+    ) = (0, 0, 0);
+    let r = runner(cfg, vec![], None);
+    let b = r.budgets();
+    // An hour steady, then three times the rate until it is refused.
+    let mut refused = false;
+    for step in 0..700u64 {
+        tokio::time::advance(Duration::from_secs(6)).await;
+        let now = r.clock().elapsed_ms();
+        let tokens = if step < 600 { 1_000 } else { 3_000 };
+        match b.reserve("loop", tokens, 0.0, now) {
+            Ok(res) => b.settle(res, tokens, 0.0, now),
+            Err(_) => {
+                refused = true;
+                break;
+            }
+        }
+    }
+    assert!(refused, "the tripled rate opens the breaker");
+    let mut events = r.events().subscribe();
+    let reset = |user: &str| Command::ResetSpendRate {
+        user: Some(user.into()),
+    };
+    r.apply(&reset("loop"), &Issuer::operator("ana")).unwrap();
+    let now = r.clock().elapsed_ms();
+    assert!(b.reserve("loop", 10, 0.0, now).is_ok(), "served again at once");
+    r.apply(&reset("loop"), &Issuer::operator("ana")).unwrap();
+    r.apply(&Command::ResetSpendRate { user: None }, &Issuer::operator("ana"))
+        .unwrap();
+    let results: Vec<String> = std::iter::from_fn(|| events.try_recv().ok())
+        .filter_map(|e| match e.kind {
+            EventKind::Operator { command, result, .. } => Some(format!("{}: {result}", command.describe())),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        results,
+        [
+            "reset_spend_rate user loop: spend-rate breaker closed",
+            "reset_spend_rate user loop: already closed: nothing changed",
+            "reset_spend_rate global: already closed: nothing changed",
+        ]
+    );
+    let e = r.apply(&reset(&"x".repeat(300)), &Issuer::operator("ana")).unwrap_err();
+    assert_eq!(e.field(), "user");
+}

@@ -26,12 +26,16 @@ async fn run(name: &str, minutes: u64, seed: u64) -> Run {
 }
 
 async fn run_with(name: &str, minutes: u64, seed: u64, cfg: Config) -> Run {
+    run_this(Scenario::load(name).unwrap(), minutes, seed, cfg).await
+}
+
+async fn run_this(scenario: Scenario, minutes: u64, seed: u64, cfg: Config) -> Run {
+    let name = scenario.name.as_str();
     let dir = tempfile::tempdir().unwrap();
     let mut parts = RunnerParts::mock(Clock::with_wall_anchor(0), Seed(seed));
     parts.spool = Some(dir.path().join("spool.jsonl"));
     let runner = Runner::new(cfg, parts).unwrap();
     let mut rx = runner.events().subscribe();
-    let scenario = Scenario::load(name).unwrap();
     let demo = run_scenario(runner.clone(), &scenario, Duration::from_secs(minutes * 60), Seed(seed)).await;
     let mut events = Vec::new();
     while let Ok(e) = rx.try_recv() {
@@ -319,4 +323,84 @@ async fn adaptive_concurrency_finds_a_dropped_capacity_without_429s() {
     let openai = adaptive.runner.providers().iter().find(|p| p.name == "openai").unwrap();
     let view = openai.limiter.view(now).adaptive.unwrap();
     assert!(view.moved.is_some() && (1..=256).contains(&view.limit), "{view:?}");
+}
+
+/// Per tenant (the users named `tenant-*`): requests, the share answered
+/// by the model (whole, or with a tool's part missing), and the p99
+/// latency of those answered (ms).
+fn by_tenant(r: &Run) -> std::collections::BTreeMap<String, (usize, f64, u64)> {
+    let mut by: std::collections::BTreeMap<String, Vec<&fusebox::outcome::Outcome>> = Default::default();
+    for o in &r.demo.outcomes {
+        if o.user.starts_with("tenant-") {
+            by.entry(o.user.to_string()).or_default().push(o);
+        }
+    }
+    by.into_iter()
+        .map(|(t, os)| {
+            let mut lat: Vec<u64> = os
+                .iter()
+                .filter(|o| matches!(o.level, Level::None | Level::Partial))
+                .map(|o| o.latency_ms)
+                .collect();
+            lat.sort_unstable();
+            let ok = lat.len() as f64 / os.len() as f64;
+            let p99 = lat
+                .get((lat.len() * 99 / 100).min(lat.len().saturating_sub(1)))
+                .copied();
+            (t, (os.len(), ok, p99.unwrap_or(0)))
+        })
+        .collect()
+}
+
+#[tokio::test(start_paused = true)]
+async fn fair_shares_keep_quiet_tenants_whole_through_a_flood() {
+    let cfg = Config::parse(include_str!("../../examples/fair-shares.toml"), "fair-shares.toml").unwrap();
+    let mut off = cfg.clone();
+    off.limiter.queue.enabled = false;
+    let flood = Scenario::load("fair-shares").unwrap();
+    // The same arrivals, the flooding tenant's aside.
+    let mut calm = flood.clone();
+    calm.noisy.as_mut().unwrap().rps = 1e-9;
+    let fair = run_this(flood.clone(), 10, 7, cfg.clone()).await;
+    let alone = run_this(calm, 10, 7, cfg).await;
+    let unordered = run_this(flood, 10, 7, off).await;
+    let (fair_t, alone_t, off_t) = (by_tenant(&fair), by_tenant(&alone), by_tenant(&unordered));
+    for (t, (n, ok, p99)) in &fair_t {
+        let (_, ok_alone, p99_alone) = alone_t.get(t).copied().unwrap_or_default();
+        let (_, ok_off, p99_off) = off_t[t];
+        eprintln!(
+            "{t}: {n} requests; answered {:.1} % (alone {:.1} %, no queue {:.1} %); p99 {p99} ms (alone {p99_alone} ms, no queue {p99_off} ms)",
+            ok * 100.0,
+            ok_alone * 100.0,
+            ok_off * 100.0
+        );
+    }
+    for t in ["tenant-a", "tenant-b", "tenant-c"] {
+        let ((_, ok, p99), (_, ok_alone, p99_alone)) = (fair_t[t], alone_t[t]);
+        assert!(ok >= ok_alone * 0.9, "{t}: answered {ok} against {ok_alone} alone");
+        assert!(
+            p99 * 10 <= p99_alone * 11,
+            "{t}: p99 {p99} ms against {p99_alone} ms alone"
+        );
+        // Without the queue the flood takes their capacity.
+        assert!(off_t[t].1 < 0.9, "{t}: answered {} without the queue", off_t[t].1);
+    }
+    assert!(fair_t["tenant-ops"].1 >= 0.99, "critical: {:?}", fair_t["tenant-ops"]);
+    // Batch is shed first: less of it answered than of any default tenant,
+    // and no critical call shed at all.
+    assert!(fair_t["tenant-batch"].1 < fair_t["tenant-noisy"].1);
+    let now = tokio::time::Instant::now();
+    let openai = fair.runner.providers().iter().find(|p| p.name == "openai").unwrap();
+    let q = openai.limiter.view(now).queue.unwrap();
+    eprintln!("shed (critical, default, batch): {:?}; most: {:?}", q.shed, q.shed_most);
+    assert_eq!(q.waiting, [0, 0, 0]);
+    assert!(q.shed[0] == 0 && q.shed[2] > 0 && q.shed[1] > 0, "{q:?}");
+    assert_eq!(q.shed_most[0].0, "tenant-noisy");
+    // A shed request says so in its chain.
+    let shed = fair
+        .demo
+        .outcomes
+        .iter()
+        .find(|o| o.user == "tenant-batch" && o.level == Level::Fallback);
+    assert!(shed.is_some_and(|o| o.path().iter().any(|h| h.contains("shed"))));
 }

@@ -28,6 +28,7 @@ fn key(secret: &str, user: &str, routes: &[&str]) -> KeyConfig {
         expires: None,
         budgets: None,
         sub_users: false,
+        priority: Default::default(),
     }
 }
 
@@ -636,3 +637,63 @@ async fn serve_s_memory_stays_bounded_whatever_one_client_throws_at_it() {
 
 /// The bound `docs/limits.md` states for `serve` under one hostile client.
 const SERVE_RSS_BOUND_MB: u64 = 300;
+
+/// A provider short of capacity sheds a waiting call with 429, a
+/// Retry-After and the reason; `x-fusebox-priority` is honoured only as
+/// far as the caller's key allows, and a bad one is refused naming it.
+#[tokio::test]
+async fn a_shed_call_says_why_and_a_key_caps_its_priority() {
+    let mut cfg = config("[routes.solo]\nchain = [\"gpt-4o\"]\n");
+    cfg.providers.get_mut("openai").unwrap().concurrency = 1;
+    let q = &mut cfg.limiter.queue;
+    q.enabled = true;
+    (q.deadline_ms.critical, q.deadline_ms.default, q.deadline_ms.batch) = (1, 1, 1);
+    let ops = KeyConfig {
+        priority: fusebox::config::Priority::Critical,
+        ..key(BOB, "ops", &[])
+    };
+    let p = Proxy::start(with_keys(cfg, &[("alice", key(ALICE, "alice", &[])), ("ops", ops)])).await;
+    // The one slot is taken: every call waits, and is shed at its deadline.
+    let openai = p.runner.providers().iter().find(|s| s.name == "openai").unwrap();
+    let held = openai.limiter.try_acquire(40, 10, tokio::time::Instant::now()).unwrap();
+    let shed = |secret: &'static str, asked: &'static str| {
+        let p = &p;
+        async move {
+            let r = p
+                .http
+                .post(format!("{}/v1/chat/completions", p.base))
+                .bearer_auth(secret)
+                .header("x-fusebox-priority", asked)
+                .json(&chat("solo"))
+                .send()
+                .await
+                .unwrap();
+            let after = r.headers().get("retry-after").map(|v| v.to_str().unwrap().to_string());
+            let body: Value = r.json().await.unwrap();
+            (body["error"]["message"].as_str().unwrap_or_default().to_string(), after)
+        }
+    };
+    // Alice's key allows `default` at most: asking `critical` gets that.
+    let (message, after) = shed(ALICE, "critical").await;
+    assert!(
+        message.contains("shed: provider `openai` is short of capacity and this default call waited its deadline"),
+        "{message}"
+    );
+    assert_eq!(after.as_deref(), Some("1"));
+    let (message, _) = shed(BOB, "critical").await;
+    assert!(message.contains("this critical call"), "{message}");
+    let (message, _) = shed(BOB, "batch").await;
+    assert!(message.contains("this batch call"), "{message}");
+    let (status, body) = p
+        .call_as(ALICE, &chat("solo"), &[("x-fusebox-priority", "urgent")])
+        .await;
+    assert_eq!(status, 400);
+    assert_eq!(body["error"]["param"], "x-fusebox-priority", "{body}");
+    let q = openai.limiter.view(tokio::time::Instant::now()).queue.unwrap();
+    assert_eq!((q.waiting, q.shed), ([0, 0, 0], [1, 1, 1]));
+    assert_eq!(q.shed_most, [("ops".to_string(), 2), ("alice".to_string(), 1)]);
+    // With its slot back, the provider answers.
+    openai.limiter.release(held, tokio::time::Instant::now());
+    let (status, _) = p.call_as(ALICE, &chat("solo"), &[]).await;
+    assert_eq!(status, 200);
+}

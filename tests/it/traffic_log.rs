@@ -52,6 +52,7 @@ fn request(t_ms: u64, id: u64, user: &str) -> RequestRec {
         content_hash: None,
         answer_key: None,
         via: Default::default(),
+        priority: None,
     }
 }
 
@@ -89,6 +90,7 @@ fn all_kinds_reads_every_kind_and_skips_unknown_ones() {
             content_hash: Some("sha256:9f2c".into()),
             answer_key: None,
             via: Default::default(),
+            priority: None,
         }),
         Record::Attempt(AttemptRec {
             t_ms: 5,
@@ -286,7 +288,7 @@ const BAD: &[(&str, u64, &str, &str)] = &[
         3,
         "action",
         "unknown action `explode`, expected one of force_open, force_closed, disable, reset, freeze_refill, \
-         unfreeze_refill, set_fault, drill_on, drill_off, reload",
+         unfreeze_refill, set_fault, drill_on, drill_off, reload, reset_spend_rate",
     ),
     (
         "bad_fault.jsonl",
@@ -793,6 +795,7 @@ fn arb_record() -> impl Strategy<Value = Record> {
                     content_hash: hash,
                     answer_key: None,
                     via: Default::default(),
+                    priority: None,
                 })
             },
         );

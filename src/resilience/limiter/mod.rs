@@ -7,11 +7,13 @@
 //! it drifts. Provider feedback (remaining tokens/requests, reset times,
 //! Retry-After) calibrates the buckets; refills can be frozen for a
 //! Retry-After or by an operator. With `[limiter.adaptive]` the
-//! concurrency cap follows how the provider's calls go ([`adaptive`]).
+//! concurrency cap follows how the provider's calls go ([`adaptive`]);
+//! with `[limiter.queue]` calls wait by priority and fair shares ([`queue`]).
 
 pub mod adaptive;
 mod bucket;
 mod estimate;
+pub mod queue;
 
 use crate::config::{LimiterConfig, ProviderConfig};
 use crate::resilience::notice::{Announce, Notice, RefillFrozen};
@@ -21,6 +23,8 @@ use bucket::Bucket;
 pub use estimate::Estimate;
 use estimate::Estimator;
 use parking_lot::Mutex;
+use queue::FairQueue;
+pub use queue::{Place, QueueView, ShedWhy};
 use serde::{Deserialize, Serialize};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -54,6 +58,8 @@ pub enum LimitDenied {
     Wait(Duration),
     /// Waited `wait_timeout_ms` without capacity.
     TimedOut,
+    /// Shed from the waiting queue.
+    Shed(ShedWhy),
 }
 
 /// Why a limiter's refills are frozen.
@@ -96,6 +102,9 @@ pub struct LimiterView {
     /// `concurrency`'s second figure).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub adaptive: Option<AdaptiveView>,
+    /// The waiting queue, where calls queue by priority and fair shares.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub queue: Option<QueueView>,
 }
 
 /// How often a leased limiter's waiters look again for a top-up.
@@ -115,6 +124,8 @@ pub struct Limiter {
     waiters: AtomicUsize,
     /// Whether the concurrency cap adapts (read without the lock).
     adapts: bool,
+    /// Calls waiting by priority and fair shares (`[limiter.queue]`).
+    queue: Option<FairQueue>,
 }
 
 struct State {
@@ -171,6 +182,7 @@ impl Limiter {
                 short: [0.0; 4],
             }),
             adapts: cfg.adaptive.enabled,
+            queue: cfg.queue.enabled.then(|| FairQueue::new(cfg.queue.max_waiting)),
             cfg,
             released: Notify::new(),
             waiters: AtomicUsize::new(0),
@@ -279,6 +291,56 @@ impl Limiter {
                     }
                     self.waiters.fetch_sub(1, Ordering::AcqRel);
                 }
+            }
+        }
+    }
+
+    /// Whether calls wait in its queue, so a new call must queue behind
+    /// them rather than take capacity freed for them.
+    #[inline]
+    pub fn queued(&self) -> bool {
+        self.queue.as_ref().is_some_and(|q| !q.is_empty())
+    }
+
+    /// Waits for capacity in the queue at `place` until `deadline`: only
+    /// the call at the head of the queue takes capacity. Without a queue,
+    /// as [`Limiter::acquire`].
+    pub async fn acquire_queued(
+        &self,
+        prompt_chars: usize,
+        max_tokens: u32,
+        place: &Place,
+        deadline: Instant,
+    ) -> Result<LimitPermit, LimitDenied> {
+        let Some(q) = &self.queue else {
+            return self.acquire(prompt_chars, max_tokens).await;
+        };
+        let cost = u64::from(self.estimate(prompt_chars, max_tokens).total());
+        // Dropped (the caller gone), it leaves the queue.
+        let ticket = q.join(place, cost).map_err(|s| LimitDenied::Shed(s.why))?;
+        loop {
+            let now = Instant::now();
+            let mut until = deadline;
+            if ticket.is_head() {
+                match self.try_acquire(prompt_chars, max_tokens, now) {
+                    Ok(p) => {
+                        ticket.served();
+                        return Ok(p);
+                    }
+                    Err(wait) => until = until.min(now + wait.max(Duration::from_millis(1))),
+                }
+            }
+            if ticket.displaced() {
+                return Err(LimitDenied::Shed(ShedWhy::Displaced));
+            }
+            if now >= deadline {
+                ticket.shed(ShedWhy::Deadline);
+                return Err(LimitDenied::Shed(ShedWhy::Deadline));
+            }
+            tokio::select! {
+                biased;
+                _ = ticket.called() => {}
+                _ = tokio::time::sleep_until(until) => {}
             }
         }
     }
@@ -398,6 +460,9 @@ impl Limiter {
         if self.waiters.load(Ordering::Acquire) > 0 {
             self.released.notify_one();
         }
+        if let Some(q) = &self.queue {
+            q.wake_head();
+        }
     }
 
     /// Calibrates from provider feedback; a Retry-After freezes refills.
@@ -487,6 +552,9 @@ impl Limiter {
         s.frozen_until = None;
         drop(s);
         self.released.notify_waiters();
+        if let Some(q) = &self.queue {
+            q.wake_head();
+        }
         changed
     }
 
@@ -519,6 +587,7 @@ impl Limiter {
                 .calibrated_at
                 .map(|t| now.saturating_duration_since(t).as_millis() as u64),
             adaptive: s.adaptive.as_ref().map(|a| a.view(now)),
+            queue: self.queue.as_ref().map(FairQueue::view),
         }
     }
 }

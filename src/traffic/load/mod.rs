@@ -60,10 +60,12 @@ pub fn make_request(seed: Seed, id: u64, users: u32) -> AgentRequest {
         max_tokens: 512,
         max_steps: 4,
         sub_user: None,
+        priority: None,
     }
 }
 
-fn noisy_request(seed: Seed, id: u64, user: &str, chars: usize) -> AgentRequest {
+fn noisy_request(seed: Seed, id: u64, t: &Tenant) -> AgentRequest {
+    let (user, chars) = (t.user.as_str(), t.prompt_chars);
     let mut rng = seed.stream(purpose::LOAD, id);
     let doc = "Summarise this contract clause by clause. ".repeat(chars / 42 + 1);
     AgentRequest {
@@ -77,6 +79,7 @@ fn noisy_request(seed: Seed, id: u64, user: &str, chars: usize) -> AgentRequest 
         max_tokens: 1024,
         max_steps: 2,
         sub_user: None,
+        priority: t.priority,
     }
 }
 
@@ -110,8 +113,7 @@ impl<'s> TenantArrivals<'s> {
         let at = self.next.unwrap_or(self.stop);
         self.id += 1;
         self.next = Some(at + gap(self.rng.f64(), self.tenant.rps)).filter(|t| *t < self.stop);
-        let t = self.tenant;
-        (at, noisy_request(seed, self.id, &t.user, t.prompt_chars))
+        (at, noisy_request(seed, self.id, self.tenant))
     }
 }
 

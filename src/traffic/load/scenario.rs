@@ -35,6 +35,9 @@ pub struct Tenant {
     /// Prompt size of its requests (characters).
     #[serde(default = "long_prompt")]
     pub prompt_chars: usize,
+    /// The priority of its requests (none: as the route says).
+    #[serde(default)]
+    pub priority: Option<crate::config::Priority>,
 }
 
 fn long_prompt() -> usize {
@@ -133,6 +136,7 @@ const BUILT_IN: &[(&str, &str)] = &[
     ("tour", include_str!("scenarios/tour.toml")),
     ("runaway-agent", include_str!("scenarios/runaway-agent.toml")),
     ("capacity-drop", include_str!("scenarios/capacity-drop.toml")),
+    ("fair-shares", include_str!("scenarios/fair-shares.toml")),
 ];
 
 impl Scenario {

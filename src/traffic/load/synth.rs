@@ -49,6 +49,7 @@ pub fn gateway_log(n: u64, rps: u64, out: &mut impl Write) -> std::io::Result<()
             content_hash: None,
             answer_key: None,
             via: Via::Agent,
+            priority: None,
         });
         writeln!(out, "{}", request.to_line())?;
         let latency = 200 + rng.u64(..400);

@@ -151,6 +151,9 @@ pub struct RequestRec {
     /// How it came in: the agent loop, the gateway, embeddings.
     #[serde(default, skip_serializing_if = "Via::is_agent")]
     pub via: Via,
+    /// Its priority, where it differs from its route's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub priority: Option<crate::config::Priority>,
 }
 
 /// A cache key as a recording keeps it: 16 hex digits of a salted hash,
@@ -294,6 +297,7 @@ impl OperatorRec {
             Command::SetFault { fault, .. } => serde_json::to_value(fault)
                 .ok()
                 .map(|f| Map::from_iter([("fault".to_string(), f)])),
+            Command::ResetSpendRate { user: Some(u) } => Some(Map::from_iter([("user".to_string(), u.clone().into())])),
             _ => None,
         };
         OperatorRec {
@@ -313,8 +317,10 @@ impl OperatorRec {
         let mut v = Map::new();
         v.insert("action".into(), self.action.clone().into());
         v.insert("target".into(), self.target.clone().into());
-        if let Some(f) = self.args.as_ref().and_then(|a| a.get("fault")) {
-            v.insert("fault".into(), f.clone());
+        for arg in ["fault", "user"] {
+            if let Some(a) = self.args.as_ref().and_then(|a| a.get(arg)) {
+                v.insert(arg.into(), a.clone());
+            }
         }
         serde_json::from_value(Value::Object(v)).map_err(|e| CommandError::Invalid(e.to_string()))
     }

@@ -371,6 +371,7 @@ pub fn record_of(ev: &Event, t_ms: u64, content: Content, salt: &Salt) -> Option
                 content_hash: (content == Content::Hash).then(|| format!("{:016x}", hash_str(&text()))),
                 answer_key: keyed.then(|| salt.key(Runner::answer_key(r))),
                 via: arrival.via,
+                priority: r.priority,
             })
         }
         EventKind::Attempt(a) => Record::Attempt(AttemptRec {

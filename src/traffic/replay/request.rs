@@ -54,6 +54,7 @@ pub fn agent_request(q: RequestRec) -> AgentRequest {
         critical_tools: q.critical_tools,
         max_tokens: q.max_tokens,
         max_steps: q.max_steps.unwrap_or(0),
+        priority: q.priority,
     }
 }
 
@@ -94,6 +95,7 @@ pub fn gateway_call(runner: &Runner, req: &AgentRequest) -> ChatRequest {
         reach: None,
         deadline_ms: None,
         key: None,
+        priority: req.priority,
     }
 }
 

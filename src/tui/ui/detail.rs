@@ -174,6 +174,23 @@ fn limiter(row: &LimiterRow, app: &App, lines: &mut Vec<Line<'static>>) {
             )));
         }
     }
+    if let Some(q) = &l.queue {
+        let [c, d, b] = q.waiting;
+        let [sc, sd, sb] = q.shed;
+        lines.push(Line::from(format!(
+            "queue: {c} critical, {d} default, {b} batch waiting (room for {})",
+            q.max
+        )));
+        let most: Vec<String> = q.shed_most.iter().map(|(t, n)| format!("{t} {n}")).collect();
+        lines.push(Line::from(format!(
+            "shed since start: {sc} critical, {sd} default, {sb} batch{}",
+            if most.is_empty() {
+                String::new()
+            } else {
+                format!(" · most: {}", most.join(", "))
+            }
+        )));
+    }
     lines.push(Line::from(match l.frozen {
         Some(crate::resilience::limiter::Frozen::ByOperator) => {
             "refills frozen by an operator, until unfrozen".to_string()

@@ -1,5 +1,6 @@
 //! The limiters pane: per provider, token buckets as gauges (TPM, or input
-//! and output buckets), RPM, concurrency, calibration, 429s and freezes.
+//! and output buckets), RPM, concurrency, the waiting queue by priority
+//! and whom it sheds, calibration, 429s and freezes.
 
 use super::{bar, human, pane_block, scroll};
 use crate::resilience::limiter::Frozen;
@@ -75,6 +76,23 @@ pub fn draw(f: &mut Frame, area: Rect, app: &App, theme: &Theme) {
                     Span::raw(format!(" {:>5}/{:<5} ", human(level.max(0.0)), human(cap))),
                 ]);
             }
+        }
+        if let Some(q) = &l.queue {
+            let waiting: u32 = q.waiting.iter().sum();
+            let [c, d, b] = q.waiting;
+            let mut g = vec![Span::styled(
+                format!("queue c{c} d{d} b{b} "),
+                if waiting > 0 { theme.warn } else { theme.base },
+            )];
+            let shed: u64 = q.shed.iter().sum();
+            if shed > 0 {
+                let most = q.shed_most.first().map_or("", |(t, _)| t.as_str());
+                g.push(Span::styled(
+                    format!("shed {} {most} ", human(shed as f64)),
+                    theme.error,
+                ));
+            }
+            gauges.push(g);
         }
         let calibrated = match l.calibrated_ms_ago {
             Some(ms) => format!("calibrated {}s ago", ms / 1000),

@@ -140,6 +140,7 @@ pub fn ask(id: u64, user: &str) -> AgentRequest {
         critical_tools: vec![],
         max_tokens: 256,
         max_steps: 2,
+        priority: None,
         sub_user: None,
     }
 }
@@ -290,5 +291,6 @@ pub fn chat_request(id: u64) -> fusebox::runner::chat::ChatRequest {
         reach: None,
         deadline_ms: None,
         key: None,
+        priority: None,
     }
 }
