@@ -390,9 +390,7 @@ impl Limiter {
             }
         }
         drop(guard);
-        if self.waiters.load(Ordering::Acquire) > 0 {
-            self.released.notify_waiters();
-        }
+        self.wake_all();
     }
 
     /// Counts a request that was turned away without waiting.
@@ -456,9 +454,21 @@ impl Limiter {
         self.wake();
     }
 
+    /// Capacity was given back: one waiter looks again (the queue's head,
+    /// where calls queue).
     fn wake(&self) {
         if self.waiters.load(Ordering::Acquire) > 0 {
             self.released.notify_one();
+        }
+        if let Some(q) = &self.queue {
+            q.wake_head();
+        }
+    }
+
+    /// Capacity may be back for many: every waiter looks again.
+    fn wake_all(&self) {
+        if self.waiters.load(Ordering::Acquire) > 0 {
+            self.released.notify_waiters();
         }
         if let Some(q) = &self.queue {
             q.wake_head();
@@ -551,10 +561,7 @@ impl Limiter {
         s.frozen_by_operator = false;
         s.frozen_until = None;
         drop(s);
-        self.released.notify_waiters();
-        if let Some(q) = &self.queue {
-            q.wake_head();
-        }
+        self.wake_all();
         changed
     }
 
