@@ -279,40 +279,36 @@ fn limiters(enc: &mut DescriptorEncoder, r: &Runner, now: tokio::time::Instant) 
             })
         }),
     )?;
-    use crate::config::Priority;
     family(
         enc,
         "fusebox_queue_waiting",
         "Calls waiting in a provider's queue for capacity, by priority",
         MetricType::Gauge,
-        limiters.iter().flat_map(|(p, v)| {
-            v.queue.iter().flat_map(move |q| {
-                Priority::ALL.into_iter().map(move |pr| {
-                    (
-                        [("provider", *p), ("priority", pr.name())],
-                        ConstGauge::new(i64::from(q.waiting[pr.index()])),
-                    )
-                })
-            })
-        }),
+        per_priority(&limiters, |q, i| ConstGauge::new(i64::from(q.waiting[i]))),
     )?;
     family(
         enc,
         "fusebox_queue_shed",
         "Calls shed from a provider's queue (deadline passed, or no room), by priority",
         MetricType::Counter,
-        limiters.iter().flat_map(|(p, v)| {
-            v.queue.iter().flat_map(move |q| {
-                Priority::ALL.into_iter().map(move |pr| {
-                    (
-                        [("provider", *p), ("priority", pr.name())],
-                        ConstCounter::new(q.shed[pr.index()]),
-                    )
-                })
-            })
-        }),
+        per_priority(&limiters, |q, i| ConstCounter::new(q.shed[i])),
     )?;
     Ok(())
+}
+
+/// One figure of each provider's queue per priority, labelled.
+fn per_priority<'a, T>(
+    limiters: &'a [(&'a str, crate::resilience::limiter::LimiterView)],
+    figure: impl Fn(&crate::resilience::limiter::QueueView, usize) -> T + Copy + 'a,
+) -> impl Iterator<Item = ([(&'static str, &'a str); 2], T)> + 'a {
+    use crate::config::Priority;
+    limiters.iter().flat_map(move |(p, v)| {
+        v.queue.iter().flat_map(move |q| {
+            Priority::ALL
+                .into_iter()
+                .map(move |pr| ([("provider", *p), ("priority", pr.name())], figure(q, pr.index())))
+        })
+    })
 }
 
 /// The global budgets and the shared store's health.
