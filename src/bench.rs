@@ -54,7 +54,8 @@ pub struct Shape {
     /// Distinct users the requests are spread over.
     pub users: u64,
     /// The overload controls on: adaptive concurrency (its limit far above
-    /// the load) and the spend-rate breakers, per user and global.
+    /// the load), the priority queue, the spend-rate breakers (per user and
+    /// global) and hedging (after 10 s: every call is raced, none hedged).
     pub overload_control: bool,
 }
 
@@ -70,6 +71,9 @@ fn bench_runner_with(limit: u64, overload_control: bool) -> Arc<Runner> {
         cfg.budgets.spend_rate.enabled = true;
         cfg.budgets.spend_rate.global = true;
         cfg.limiter.queue.enabled = true;
+        for r in cfg.routes.values_mut() {
+            r.hedge = crate::config::Hedge::AfterMs(10_000);
+        }
     }
     for p in cfg.providers.values_mut() {
         p.tpm = limit;

@@ -99,6 +99,8 @@ pub enum HopEnd {
     Stale(Box<HopEnd>),
     /// The cache's answer, this many seconds old (the hop named `cache`).
     Age(u64),
+    /// Cancelled in flight: a hedged attempt answered first.
+    Outrun,
 }
 
 impl Hop {
@@ -169,6 +171,7 @@ fn write_end(f: &mut fmt::Formatter<'_>, end: &HopEnd, ascii: bool, text: &Text<
         HopEnd::Shed => skip(f, "⏳", "shed"),
         HopEnd::Pool => skip(f, "⏳", "pool"),
         HopEnd::Sla => skip(f, "⌛", "sla"),
+        HopEnd::Outrun => f.write_str(if ascii { "cancelled outrun" } else { "⏱outrun" }),
         HopEnd::Unsupported(why) => {
             f.write_str("skipped: ")?;
             text(f, why)
@@ -268,6 +271,7 @@ mod tests {
             (tried(HopEnd::Open, 1), "gpt-4o ⊘open", "gpt-4o skipped open"),
             (tried(HopEnd::Rate, 1), "gpt-4o ⏳rate", "gpt-4o skipped rate"),
             (tried(HopEnd::Sla, 1), "gpt-4o ⌛sla", "gpt-4o skipped sla"),
+            (tried(HopEnd::Outrun, 1), "gpt-4o ⏱outrun", "gpt-4o cancelled outrun"),
             (
                 tried(HopEnd::Cut("timeout".into()), 1),
                 "gpt-4o ✗cut timeout",

@@ -99,6 +99,8 @@ pub fn combine(parts: &[Part<'_>], notes: &[Event], t_ms: u64, wall_ms: u64, eve
     out.store.redis = !counted.is_empty() && counted.iter().all(|s| s.store.redis);
     out.store.degraded = counted.iter().any(|s| s.store.degraded);
     out.store.instances = counted.iter().map(|s| s.store.instances).max().unwrap_or(0);
+    out.store.retries_granted = counted.iter().map(|s| s.store.retries_granted).sum();
+    out.store.retries_refused = counted.iter().map(|s| s.store.retries_refused).sum();
     out.breakers = breakers(&known, &counted);
     out.limiters = limiters(&known, &counted);
     out.top_users = users(&known, &counted);
@@ -196,6 +198,7 @@ fn add_stats(a: &mut StatsView, b: &StatsView) {
     a.rejected_open += b.rejected_open;
     a.rejected_rate += b.rejected_rate;
     a.retries += b.retries;
+    a.hedged += b.hedged;
     a.timeouts += b.timeouts;
     a.semantic += b.semantic;
     a.client_errors += b.client_errors;

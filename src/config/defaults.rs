@@ -98,6 +98,7 @@ impl Default for Config {
                 named_fallback: true,
                 stream_resume: true,
                 priority: Default::default(),
+                hedge: Default::default(),
             },
         )]);
         let tools = tools();

@@ -413,6 +413,8 @@ pub struct RetryConfig {
     pub budget_ratio: f64,
     /// Retries always allowed per second regardless of the ratio.
     pub budget_min_per_s: u32,
+    /// Hedged calls may be at most this share of requests.
+    pub hedge_ratio: f64,
 }
 
 impl Default for RetryConfig {
@@ -424,6 +426,7 @@ impl Default for RetryConfig {
             cap_ms: 20_000,
             budget_ratio: 0.2,
             budget_min_per_s: 2,
+            hedge_ratio: 0.1,
         }
     }
 }

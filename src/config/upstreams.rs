@@ -191,6 +191,74 @@ pub struct RouteConfig {
     /// The priority of its calls where the caller names none.
     #[serde(default, skip_serializing_if = "super::Priority::is_default")]
     pub priority: super::Priority,
+    /// Hedge a non-streamed, tool-free call that has not answered by then:
+    /// a delay in ms, or `"p95"` (the first model's p95 latency so far).
+    #[serde(default, skip_serializing_if = "Hedge::is_off")]
+    pub hedge: Hedge,
+}
+
+/// When a route's call is hedged: a second attempt sent to the next model
+/// while the first still runs, the first answer taken.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Hedge {
+    /// Never.
+    #[default]
+    Off,
+    /// After this many ms without an answer.
+    AfterMs(u64),
+    /// After the first model's p95 latency so far (once it has answered
+    /// [`Hedge::MIN_CALLS`] calls).
+    P95,
+}
+
+impl Hedge {
+    /// The longest set delay (ms).
+    pub const MAX_MS: u64 = 600_000;
+    /// Calls a model answers before its p95 is trusted.
+    pub const MIN_CALLS: u64 = 20;
+
+    fn is_off(&self) -> bool {
+        *self == Hedge::Off
+    }
+}
+
+impl Serialize for Hedge {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self {
+            Hedge::Off => s.serialize_str("off"),
+            Hedge::AfterMs(ms) => s.serialize_u64(*ms),
+            Hedge::P95 => s.serialize_str("p95"),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for Hedge {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl serde::de::Visitor<'_> for V {
+            type Value = Hedge;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                write!(f, "a delay in ms (1 to {}), \"p95\" or \"off\"", Hedge::MAX_MS)
+            }
+            fn visit_i64<E: serde::de::Error>(self, v: i64) -> Result<Hedge, E> {
+                match u64::try_from(v) {
+                    Ok(ms) if (1..=Hedge::MAX_MS).contains(&ms) => Ok(Hedge::AfterMs(ms)),
+                    _ => Err(E::invalid_value(serde::de::Unexpected::Signed(v), &self)),
+                }
+            }
+            fn visit_u64<E: serde::de::Error>(self, v: u64) -> Result<Hedge, E> {
+                self.visit_i64(i64::try_from(v).unwrap_or(-1))
+            }
+            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<Hedge, E> {
+                match v {
+                    "p95" => Ok(Hedge::P95),
+                    "off" => Ok(Hedge::Off),
+                    _ => Err(E::invalid_value(serde::de::Unexpected::Str(v), &self)),
+                }
+            }
+        }
+        d.deserialize_any(V)
+    }
 }
 
 fn half() -> f64 {

@@ -324,6 +324,7 @@ impl Config {
             ));
         }
         c.ratio("retry.budget_ratio", self.retry.budget_ratio, true)?;
+        c.ratio("retry.hedge_ratio", self.retry.hedge_ratio, true)?;
         if self.retry.base_ms == 0 || self.retry.cap_ms < self.retry.base_ms {
             return Err(c.bad("retry.cap_ms".into(), "need base_ms ≥ 1 and cap_ms ≥ base_ms".into()));
         }

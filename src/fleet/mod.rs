@@ -12,6 +12,7 @@ pub mod allowance;
 pub mod deferred;
 pub mod keys;
 pub mod lease;
+pub mod retries;
 pub mod store;
 
 use crate::command::{Command, Issuer, Subject};
@@ -117,6 +118,8 @@ pub struct Fleet {
     queue: Arc<deferred::SharedQueue>,
     /// Users' budgets, shared.
     allowances: Arc<allowance::Allowances>,
+    /// The retry budget, shared.
+    retries: Arc<retries::SharedRetries>,
     /// Where operators reach this instance's live view (its heartbeat
     /// says so, for `fusebox attach --state`); empty until it serves.
     admin_url: Mutex<String>,
@@ -125,6 +128,7 @@ pub struct Fleet {
 /// What this instance shares with its runner.
 struct Sharing {
     allowances: Arc<allowance::Allowances>,
+    retries: Arc<retries::SharedRetries>,
     queue: Arc<deferred::SharedQueue>,
     /// Breaker trips to tell the others about (target, reason).
     trips: tokio::sync::mpsc::UnboundedSender<(Target, String)>,
@@ -144,6 +148,10 @@ impl Shared for Sharing {
 
     fn settle(&self, user: &str, reserved: Reserved, tokens: u32, cost: f64) {
         self.allowances.settle(user, reserved, tokens, cost);
+    }
+
+    async fn retry(&self) -> Option<bool> {
+        self.retries.take().await
     }
 
     async fn defer(&self, deferred: &Deferred) -> bool {
@@ -168,6 +176,10 @@ pub struct FleetSummary {
     pub deferred_shared: u64,
     /// Deferred requests from the stream (any instance's) re-driven here.
     pub deferred_redriven: u64,
+    /// Retries (and hedges) here the fleet's retry budget granted.
+    pub retries_granted: u64,
+    /// Retries here it refused.
+    pub retries_refused: u64,
 }
 
 impl Fleet {
@@ -201,10 +213,12 @@ impl Fleet {
             cfg.state.budgets_fail,
             *runner.clock(),
         ));
+        let retries = Arc::new(retries::SharedRetries::new(store.clone(), runner.clone()));
         let me = Arc::new(Self {
             client,
             conn: conn.clone(),
             store,
+            retries,
             instance: instance.clone(),
             runner: runner.clone(),
             unsent: Mutex::new(Vec::new()),
@@ -227,8 +241,10 @@ impl Fleet {
         tokio::spawn(me.clone().listen());
         let (trips, rx) = tokio::sync::mpsc::unbounded_channel();
         tokio::spawn(me.clone().share_trips(rx));
+        tokio::spawn(me.retries.clone().share());
         me.runner.share_with(Arc::new(Sharing {
             allowances: me.allowances.clone(),
+            retries: me.retries.clone(),
             queue: me.queue.clone(),
             trips,
         }));
@@ -259,6 +275,8 @@ impl Fleet {
             round_trips: self.round_trips(),
             deferred_shared: self.queue.added.load(std::sync::atomic::Ordering::Relaxed),
             deferred_redriven: self.queue.redriven.load(std::sync::atomic::Ordering::Relaxed),
+            retries_granted: view.retries_granted,
+            retries_refused: view.retries_refused,
         }
     }
 

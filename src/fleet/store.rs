@@ -3,6 +3,8 @@
 //!
 //! - [`Store::take`] takes from token buckets (provider rate limits).
 //! - [`Store::grant`] grants usage within minute/hour/day windows (budgets).
+//! - [`Store::retry`] counts requests into a retry budget and takes retries
+//!   from it (the fleet's retry budget).
 //!
 //! [`RedisStore`] runs each as one Lua script (EVALSHA) reading time from
 //! Redis `TIME`; [`MemoryStore`] does the same in-process, and is what an
@@ -65,6 +67,39 @@ pub trait Store: Send + Sync {
     /// `limits` (0 = none), counting what it grants; `now_ms` is the store's
     /// own clock if None.
     async fn grant(&self, key: &str, want: f64, limits: [f64; 3], now_ms: Option<u64>) -> Result<Granted, StoreError>;
+
+    /// Counts `requests` into the retry budget `key` and grants up to
+    /// `want` retries, each while the retries of the last
+    /// [`RETRY_WINDOW_S`] seconds stay under `floor + ratio × requests`
+    /// of that window; `now_ms` is the store's own clock if None.
+    async fn retry(
+        &self,
+        key: &str,
+        requests: u64,
+        want: u32,
+        budget: RetryShare,
+        now_ms: Option<u64>,
+    ) -> Result<u32, StoreError>;
+}
+
+/// The window of a shared retry budget (s).
+pub const RETRY_WINDOW_S: u64 = 10;
+
+/// What a shared retry budget allows in its window.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct RetryShare {
+    /// Retries per request.
+    pub ratio: f64,
+    /// Retries allowed whatever the requests.
+    pub floor: f64,
+}
+
+impl RetryShare {
+    /// Retries granted of `want` when the window holds `requests` and `retries`.
+    fn grant(&self, requests: u64, retries: u64, want: u32) -> u32 {
+        let room = (self.floor + self.ratio * requests as f64 - retries as f64).ceil();
+        room.clamp(0.0, f64::from(want)) as u32
+    }
 }
 
 /// The Lua script of [`Store::take`]. KEYS: buckets; ARGV: capacity, refill
@@ -139,12 +174,47 @@ redis.call('PEXPIRE', KEYS[1], 86400000)
 return {string.format('%.17g', grant), tostring(bound)}
 "#;
 
+/// The Lua script of [`Store::retry`]. KEYS[1]: the budget's hash (per
+/// second slot `i`: `s<i>` the second, `q<i>` requests, `r<i>` retries);
+/// ARGV: requests, want, ratio, floor, `now` in ms or ''. Returns the
+/// retries granted.
+const RETRY: &str = r#"
+local now
+if ARGV[5] and ARGV[5] ~= '' then
+  now = tonumber(ARGV[5])
+else
+  local t = redis.call('TIME')
+  now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+local s = math.floor(now / 1000)
+local i = s % 10
+if tonumber(redis.call('HGET', KEYS[1], 's' .. i)) ~= s then
+  redis.call('HSET', KEYS[1], 's' .. i, s, 'q' .. i, 0, 'r' .. i, 0)
+end
+redis.call('HINCRBY', KEYS[1], 'q' .. i, tonumber(ARGV[1]))
+local q, r = 0, 0
+for j = 0, 9 do
+  local v = redis.call('HMGET', KEYS[1], 's' .. j, 'q' .. j, 'r' .. j)
+  local sj = tonumber(v[1])
+  if sj and sj <= s and s - sj < 10 then
+    q = q + tonumber(v[2])
+    r = r + tonumber(v[3])
+  end
+end
+local room = math.ceil(tonumber(ARGV[4]) + tonumber(ARGV[3]) * q - r)
+local grant = math.max(0, math.min(tonumber(ARGV[2]), room))
+redis.call('HINCRBY', KEYS[1], 'r' .. i, grant)
+redis.call('PEXPIRE', KEYS[1], 20000)
+return grant
+"#;
+
 /// The store on Redis: each operation is one atomic script.
 #[derive(Clone)]
 pub struct RedisStore {
     conn: ConnectionManager,
     take: Script,
     grant: Script,
+    retry: Script,
 }
 
 impl RedisStore {
@@ -154,6 +224,7 @@ impl RedisStore {
             conn,
             take: Script::new(TAKE),
             grant: Script::new(GRANT),
+            retry: Script::new(RETRY),
         }
     }
 }
@@ -198,6 +269,22 @@ impl Store for RedisStore {
             bound: bound.parse::<usize>().ok().filter(|b| *b > 0).map(|b| b - 1),
         })
     }
+
+    async fn retry(
+        &self,
+        key: &str,
+        requests: u64,
+        want: u32,
+        budget: RetryShare,
+        now_ms: Option<u64>,
+    ) -> Result<u32, StoreError> {
+        let mut inv = self.retry.prepare_invoke();
+        inv.key(key).arg(requests).arg(want).arg(budget.ratio).arg(budget.floor);
+        inv.arg(now_ms.map_or(String::new(), |t| t.to_string()));
+        inv.invoke_async(&mut self.conn.clone())
+            .await
+            .map_err(|e| StoreError(e.to_string()))
+    }
 }
 
 /// The store in this process: the same operations on local maps, on the
@@ -208,7 +295,12 @@ pub struct MemoryStore {
     buckets: Mutex<HashMap<String, (f64, u64)>>,
     /// Per key and window: the window's index and its usage.
     usage: Mutex<HashMap<String, [(u64, f64); 3]>>,
+    /// Per retry budget, its second slots.
+    retries: Mutex<HashMap<String, [RetrySlot; RETRY_WINDOW_S as usize]>>,
 }
+
+/// One second of a retry budget: the second, requests, retries.
+type RetrySlot = (u64, u64, u64);
 
 impl MemoryStore {
     /// An empty store on `clock`.
@@ -217,6 +309,7 @@ impl MemoryStore {
             clock,
             buckets: Mutex::new(HashMap::new()),
             usage: Mutex::new(HashMap::new()),
+            retries: Mutex::new(HashMap::new()),
         }
     }
 
@@ -272,5 +365,30 @@ impl Store for MemoryStore {
             w.1 += g.grant;
         }
         Ok(g)
+    }
+
+    async fn retry(
+        &self,
+        key: &str,
+        requests: u64,
+        want: u32,
+        budget: RetryShare,
+        now_ms: Option<u64>,
+    ) -> Result<u32, StoreError> {
+        let s = now_ms.unwrap_or_else(|| self.clock.wall_ms()) / 1_000;
+        let mut map = self.retries.lock();
+        let slots = map
+            .entry(key.to_string())
+            .or_insert([(u64::MAX, 0, 0); RETRY_WINDOW_S as usize]);
+        let slot = &mut slots[(s % RETRY_WINDOW_S) as usize];
+        if slot.0 != s {
+            *slot = (s, 0, 0);
+        }
+        slot.1 += requests;
+        let live = slots.iter().filter(|x| x.0 <= s && s - x.0 < RETRY_WINDOW_S);
+        let (q, r) = live.fold((0, 0), |(q, r), x| (q + x.1, r + x.2));
+        let grant = budget.grant(q, r, want);
+        slots[(s % RETRY_WINDOW_S) as usize].2 += u64::from(grant);
+        Ok(grant)
     }
 }

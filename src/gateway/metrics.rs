@@ -168,6 +168,11 @@ fn targets(enc: &mut DescriptorEncoder, r: &Runner, now: tokio::time::Instant) -
         ),
         ("fusebox_failures", "Calls to a target that failed", |s| s.failed),
         ("fusebox_retries", "Retries of calls to a target", |s| s.retries),
+        (
+            "fusebox_hedged",
+            "Calls to a model raced by a hedged call to the next model",
+            |s| s.hedged,
+        ),
         ("fusebox_rejected_open", "Calls refused by an open breaker", |s| {
             s.rejected_open
         }),
@@ -363,6 +368,14 @@ fn budgets_and_store(enc: &mut DescriptorEncoder, r: &Runner) -> std::fmt::Resul
         "fusebox_fleet_instances",
         "Live fusebox instances sharing the store (by heartbeat)",
         &ConstGauge::new(i64::from(store.instances)),
+    )?;
+    family(
+        enc,
+        "fusebox_fleet_retries",
+        "Retries (and hedges) of this instance the fleet's retry budget granted or refused",
+        MetricType::Counter,
+        [("granted", store.retries_granted), ("refused", store.retries_refused)]
+            .map(|(answer, n)| ([("answer", answer)], ConstCounter::new(n))),
     )?;
     Ok(())
 }

@@ -251,6 +251,10 @@ impl Assembler {
                 attrs.push(KeyValue::new("fusebox.reason", reason));
                 "fusebox.budget_refused"
             }
+            StepKind::Hedge { after_ms } => {
+                attrs.push(KeyValue::new("fusebox.hedge.after_ms", after_ms as i64));
+                "fusebox.hedge"
+            }
             StepKind::Shed { priority, why } => {
                 attrs.push(KeyValue::new("fusebox.priority", priority.name()));
                 attrs.push(KeyValue::new("fusebox.reason", why.label()));

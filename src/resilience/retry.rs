@@ -1,6 +1,7 @@
 //! Retries: exponential backoff with full jitter that honours Retry-After,
 //! and a retry budget (retries ≤ a share of requests, Envoy/tower style) so
-//! an outage does not turn into a retry storm.
+//! an outage does not turn into a retry storm; hedged calls have a budget
+//! of their own, counted beside it.
 
 use crate::clock::{purpose, Seed};
 use crate::config::RetryConfig;
@@ -21,12 +22,17 @@ pub fn backoff(cfg: &RetryConfig, seed: Seed, key: u64, attempt: u32, retry_afte
 
 const SLOTS: usize = 10;
 
-/// Retries allowed as a share of recent requests (10-second window).
+/// One second of the window: which second, requests, retries, hedges.
+type Slot = (u64, u32, u32, u32);
+
+/// Retries (and hedges) allowed as a share of recent requests (10-second
+/// window).
 pub struct RetryBudget {
     ratio: f64,
     min_per_s: u32,
+    hedge_ratio: f64,
     origin: Instant,
-    slots: Mutex<[(u64, u32, u32); SLOTS]>,
+    slots: Mutex<[Slot; SLOTS]>,
 }
 
 impl RetryBudget {
@@ -35,8 +41,9 @@ impl RetryBudget {
         Self {
             ratio: cfg.budget_ratio,
             min_per_s: cfg.budget_min_per_s,
+            hedge_ratio: cfg.hedge_ratio,
             origin,
-            slots: Mutex::new([(u64::MAX, 0, 0); SLOTS]),
+            slots: Mutex::new([(u64::MAX, 0, 0, 0); SLOTS]),
         }
     }
 
@@ -48,36 +55,52 @@ impl RetryBudget {
     pub fn deposit(&self, now: Instant) {
         let s = self.sec(now);
         let mut g = self.slots.lock();
-        let slot = &mut g[(s % SLOTS as u64) as usize];
-        if slot.0 != s {
-            *slot = (s, 0, 0);
-        }
-        slot.1 += 1;
+        current(&mut g, s).1 += 1;
     }
 
     /// Takes one retry from the budget, if there is room.
     pub fn try_withdraw(&self, now: Instant) -> bool {
         let s = self.sec(now);
         let mut g = self.slots.lock();
-        let (mut reqs, mut retries) = (0u64, 0u64);
-        for slot in g.iter() {
-            if slot.0 != u64::MAX && s.saturating_sub(slot.0) < SLOTS as u64 {
-                reqs += slot.1 as u64;
-                retries += slot.2 as u64;
-            }
-        }
+        let (reqs, retries, _) = window(&g, s);
         let allowed = (self.min_per_s as u64 * SLOTS as u64) as f64 + self.ratio * reqs as f64;
-        if (retries as f64) < allowed {
-            let slot = &mut g[(s % SLOTS as u64) as usize];
-            if slot.0 != s {
-                *slot = (s, 0, 0);
-            }
-            slot.2 += 1;
-            true
-        } else {
-            false
+        let room = (retries as f64) < allowed;
+        if room {
+            current(&mut g, s).2 += 1;
         }
+        room
     }
+
+    /// Takes one hedged call from its budget, if there is room.
+    pub fn try_hedge(&self, now: Instant) -> bool {
+        let s = self.sec(now);
+        let mut g = self.slots.lock();
+        let (reqs, _, hedges) = window(&g, s);
+        let room = (hedges as f64) < self.hedge_ratio * reqs as f64;
+        if room {
+            current(&mut g, s).3 += 1;
+        }
+        room
+    }
+}
+
+/// Requests, retries and hedges of the window ending at second `s`.
+fn window(slots: &[Slot; SLOTS], s: u64) -> (u64, u64, u64) {
+    let live = slots
+        .iter()
+        .filter(|slot| slot.0 != u64::MAX && s.saturating_sub(slot.0) < SLOTS as u64);
+    live.fold((0, 0, 0), |(q, r, h), slot| {
+        (q + slot.1 as u64, r + slot.2 as u64, h + slot.3 as u64)
+    })
+}
+
+/// Second `s`'s slot, emptied first if it held an older second.
+fn current(slots: &mut [Slot; SLOTS], s: u64) -> &mut Slot {
+    let slot = &mut slots[(s % SLOTS as u64) as usize];
+    if slot.0 != s {
+        *slot = (s, 0, 0, 0);
+    }
+    slot
 }
 
 #[cfg(test)]
@@ -118,5 +141,27 @@ mod tests {
         assert_eq!(granted, 20);
         tokio::time::advance(Duration::from_secs(11)).await;
         assert!(!b.try_withdraw(Instant::now()), "old requests left the window");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn hedges_have_a_budget_of_their_own() {
+        let cfg = RetryConfig {
+            budget_ratio: 0.2,
+            budget_min_per_s: 0,
+            hedge_ratio: 0.05,
+            ..RetryConfig::default()
+        };
+        let now = Instant::now();
+        let b = RetryBudget::new(&cfg, now);
+        assert!(!b.try_hedge(now), "no request, no hedge");
+        for _ in 0..100 {
+            b.deposit(now);
+        }
+        assert_eq!((0..100).filter(|_| b.try_hedge(now)).count(), 5);
+        assert_eq!(
+            (0..100).filter(|_| b.try_withdraw(now)).count(),
+            20,
+            "retries untouched"
+        );
     }
 }

@@ -155,6 +155,9 @@ impl Runner {
         let Some(wait) = self.retry_wait(policy, e, *made, admits, elsewhere, end) else {
             return false;
         };
+        if !self.take_retry(end).await {
+            return false;
+        }
         for t in policy.targets {
             t.stats.retries.inc();
         }
@@ -168,13 +171,24 @@ impl Runner {
 }
 
 impl Runner {
+    /// Takes one retry (or hedge) from the retry budget: the fleet's where
+    /// the runner is in one that can say, else its own.
+    pub(super) async fn take_retry(&self, now: Instant) -> bool {
+        if let Some(fleet) = self.shared.get() {
+            if let Some(ok) = fleet.retry().await {
+                return ok;
+            }
+        }
+        self.retry_budget.try_withdraw(now)
+    }
+
     /// How long to wait before retrying after try `attempt` failed with
     /// `e`, or None if it is not retried: the policy allows retries, the
     /// error is retryable (a timeout only where nothing `elsewhere` could
     /// take the call, unless `[retry] timeouts`), retries left, a
     /// Retry-After within the backoff cap, the target still admitting
-    /// calls (`admits`), the wait ending before the deadline, and room in
-    /// the retry budget (taken only when all else holds).
+    /// calls (`admits`) and the wait ending before the deadline. The
+    /// retry budget is asked after.
     #[cold]
     fn retry_wait(
         &self,
@@ -194,8 +208,7 @@ impl Runner {
             && policy.deadline.is_none_or(|d| now + wait < d)
             && attempt < cfg.max_retries
             && e.retry_after.is_none_or(|ra| ra <= Duration::from_millis(cfg.cap_ms))
-            && admits
-            && self.retry_budget.try_withdraw(now);
+            && admits;
         retry.then_some(wait)
     }
 }

@@ -38,7 +38,8 @@ fn let_down(r: &HopResult) -> Option<bool> {
         | HopResult::Shed(..)
         | HopResult::Sla
         | HopResult::Semantic(_)
-        | HopResult::Cut(_) => Some(true),
+        | HopResult::Cut(_)
+        | HopResult::Outrun => Some(true),
     }
 }
 

@@ -99,6 +99,8 @@ pub enum HopResult {
     Resumed,
     /// Skipped: the model's API cannot carry the request (the reason).
     Unsupported(String),
+    /// Cancelled in flight: a hedged attempt answered first.
+    Outrun,
 }
 
 /// One model of the chain and how it went.
@@ -128,6 +130,8 @@ pub struct Tally {
     /// Tool targets called or skipped (registry indices), with whether
     /// each let the request down.
     pub tools: SmallVec<[(usize, bool); 2]>,
+    /// The model being tried now (a hedge names the call it races).
+    pub trying: Option<usize>,
 }
 
 /// Why no model answered.

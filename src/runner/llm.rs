@@ -29,6 +29,7 @@ impl Runner {
             HopResult::Cut(e) => HopEnd::Cut(e.kind.label(e.status).into()),
             HopResult::Resumed => HopEnd::Resumed,
             HopResult::Unsupported(why) => HopEnd::Unsupported(why.clone()),
+            HopResult::Outrun => HopEnd::Outrun,
         };
         crate::outcome::Hop {
             tries: h.tries,
@@ -39,7 +40,7 @@ impl Runner {
     /// The order in which the route's models are tried now: cheaper tiers
     /// first under global budget pressure.
     /// Models the caller may not reach (see [`LlmCall::reach`]) are left out.
-    fn plan<'a>(&self, call: &LlmCall<'a>) -> std::borrow::Cow<'a, [usize]> {
+    pub(super) fn plan<'a>(&self, call: &LlmCall<'a>) -> std::borrow::Cow<'a, [usize]> {
         use std::borrow::Cow;
         let route = call.route;
         let chain = if call.only_first {
@@ -73,8 +74,24 @@ impl Runner {
     /// Runs one LLM call through the chain, streaming the answer to
     /// `streaming` as it arrives when there is one (retries and fallback
     /// happen before its first byte; after it, a cut answer is continued
-    /// by the next model where the route says `stream_resume`).
+    /// by the next model where the route says `stream_resume`). A whole,
+    /// tool-free call on a route that hedges is hedged (`hedge.rs`).
     pub async fn call_llm_streamed(
+        &self,
+        call: &LlmCall<'_>,
+        tally: &mut Tally,
+        streaming: Option<&mut Streaming<'_>>,
+    ) -> Result<(LlmResponse, usize), LlmFailure> {
+        if streaming.is_none() {
+            if let Some(after) = self.hedge_delay(call) {
+                return self.hedged(call, tally, after).await;
+            }
+        }
+        self.walk(call, tally, streaming).await
+    }
+
+    /// The walk along the chain [`Runner::call_llm_streamed`] describes.
+    pub(super) async fn walk(
         &self,
         call: &LlmCall<'_>,
         tally: &mut Tally,
@@ -155,6 +172,7 @@ impl Runner {
                     params: call.params.clone(),
                     stream: call.stream,
                 };
+                tally.trying = Some(mi);
                 let mut hop = match self
                     .try_model(call, mi, req, rest, tally, streaming.as_deref_mut())
                     .await?

@@ -11,6 +11,7 @@ pub mod chat;
 pub mod command;
 pub mod embed;
 mod ending;
+mod hedge;
 pub mod llm;
 mod model_call;
 pub mod registry;
@@ -244,6 +245,7 @@ fn model_routes(routes: &NameMap<RouteSlot>, models: &[ModelSlot]) -> NameMap<Ro
                     named_fallback: false,
                     stream_resume: false,
                     priority: Default::default(),
+                    hedge: Default::default(),
                 },
             ),
         };

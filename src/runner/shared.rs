@@ -1,5 +1,6 @@
 //! What a fleet of instances shares with this runner: the users' budget
-//! allowances, the deferred stream and provider-signalled breaker trips.
+//! allowances, the retry budget, the deferred stream and
+//! provider-signalled breaker trips.
 //! The runner owns this interface and the fleet implements it, so the
 //! fleet depends on the runner and not the other way round.
 
@@ -29,6 +30,10 @@ pub trait Shared: Send + Sync {
 
     /// Settles a reservation with what the call used.
     fn settle(&self, user: &str, reserved: Reserved, tokens: u32, cost: f64);
+
+    /// Takes one retry (or hedge) from the fleet's retry budget; None when
+    /// the fleet cannot say now (the runner's own budget decides).
+    async fn retry(&self) -> Option<bool>;
 
     /// Puts a deferred request on the fleet's stream; false if it cannot
     /// take it now (the runner spools it locally).

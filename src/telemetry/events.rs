@@ -170,6 +170,12 @@ pub enum StepKind {
         /// Which budget, and by how much.
         reason: String,
     },
+    /// A call slow to answer is hedged: a second attempt goes to the
+    /// next model (the target: the model the first is waiting on).
+    Hedge {
+        /// How long the first had run (ms).
+        after_ms: u64,
+    },
     /// Shed from its provider's waiting queue.
     Shed {
         /// The call's priority.

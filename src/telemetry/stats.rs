@@ -19,6 +19,8 @@ pub struct TargetStats {
     pub rejected_rate: Counter,
     /// Retries made.
     pub retries: Counter,
+    /// Calls hedged: slow to answer, raced by a second attempt elsewhere.
+    pub hedged: Counter,
     /// Failures that were timeouts.
     pub timeouts: Counter,
     /// Semantic failures (hallucinated tools, bad arguments).
@@ -55,6 +57,9 @@ pub struct StatsView {
     pub rejected_rate: u64,
     /// Retries.
     pub retries: u64,
+    /// Calls hedged.
+    #[serde(default)]
+    pub hedged: u64,
     /// Timeouts among the failures.
     pub timeouts: u64,
     /// Semantic failures among the failures.
@@ -91,6 +96,7 @@ impl TargetStats {
             rejected_open: l(&self.rejected_open),
             rejected_rate: l(&self.rejected_rate),
             retries: l(&self.retries),
+            hedged: l(&self.hedged),
             timeouts: l(&self.timeouts),
             semantic: l(&self.semantic),
             client_errors: l(&self.client_errors),

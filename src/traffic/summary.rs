@@ -60,6 +60,11 @@ fn counts<S: serde::Serializer>(targets: &BTreeMap<Target, StatsView>, s: S) -> 
         rejected_rate: u64,
         retries: u64,
         client_errors: u64,
+        #[serde(skip_serializing_if = "is_zero")]
+        hedged: u64,
+    }
+    fn is_zero(n: &u64) -> bool {
+        *n == 0
     }
     s.collect_map(targets.iter().map(|(t, v)| {
         let c = Counts {
@@ -70,6 +75,7 @@ fn counts<S: serde::Serializer>(targets: &BTreeMap<Target, StatsView>, s: S) -> 
             rejected_rate: v.rejected_rate,
             retries: v.retries,
             client_errors: v.client_errors,
+            hedged: v.hedged,
         };
         (t, c)
     }))

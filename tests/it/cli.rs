@@ -45,6 +45,7 @@ fn invalid_configs_are_rejected_with_the_key_path() {
             "adaptive_initial_below_floor.toml",
             &["limiter.adaptive.initial", "between floor (20) and ceiling (256)"],
         ),
+        ("hedge_not_a_delay.toml", &["line 3", "hedge", "\"p95\""]),
         (
             "tenant_user_twice.toml",
             &[

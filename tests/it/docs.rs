@@ -946,7 +946,8 @@ fn check_of(cmd: &str) -> Option<Check> {
         | "fusebox demo --headless --scenario runaway-agent --seed 7 --duration 25m"
         | "fusebox demo --headless --scenario capacity-drop --seed 7 --config examples/adaptive.toml"
         | "fusebox demo --headless --scenario capacity-drop --seed 7"
-        | "fusebox demo --headless --scenario fair-shares --seed 7 --config examples/fair-shares.toml" => Run,
+        | "fusebox demo --headless --scenario fair-shares --seed 7 --config examples/fair-shares.toml"
+        | "fusebox demo --headless --scenario heavy-tail --seed 7 --config examples/hedging.toml" => Run,
         "fusebox keys hash" => Elsewhere("reads a secret on standard input (the keys test pipes one in)"),
         "fusebox keys new" => Elsewhere("needs a name and a user: run with both just below it in docs/api.md"),
         "fusebox serve" | "fusebox serve --readonly" | "fusebox demo" | "fusebox replay LOG" => {
@@ -957,6 +958,9 @@ fn check_of(cmd: &str) -> Option<Check> {
             Elsewhere("the console over running gateways, run by the attach walkthrough check")
         }
         "fusebox demo --config fusebox.toml" => Elsewhere("calls the paid providers of the config the README writes"),
+        "fusebox demo --headless --scenario retry-storm --speed 1 --duration 7m --state redis://127.0.0.1:6379/0 --config examples/fleet-retries.toml" => {
+            Elsewhere("7 minutes on a Redis: the fleet test runs 20 s of the same brownout on four instances")
+        }
         "cargo run --release -- bench" | "cargo run --release -- bench --overload-control" => {
             Elsewhere("4,000,000 decisions on every core: a measurement, run by hand (the cli test runs a short one)")
         }

@@ -663,3 +663,80 @@ fn a_revoked_key_is_refused_across_the_fleet_within_a_second() {
     seen.push_str(&stored);
     assert!(!seen.contains(&secret), "the secret leaked");
 }
+
+/// A brownout from the start: openai fails seven calls in ten.
+const BROWNOUT: &str = r#"name = "brownout"
+rps = 2.0
+users = 50
+[[timeline]]
+at_s = 0
+target = "provider:openai"
+fault = { type = "status", code = 503 }
+rate = 0.7
+"#;
+
+/// Retries in a recording, as its outcome lines' chains count them
+/// (`gpt-4o ✗503×3`: two).
+fn recorded_retries(path: &std::path::Path) -> u64 {
+    let text = std::fs::read_to_string(path).unwrap();
+    let outcomes = text
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+        .filter(|v| v["kind"] == "outcome");
+    let hops: Vec<String> = outcomes
+        .flat_map(|v| v["chain"].as_array().unwrap().clone())
+        .map(|h| h.as_str().unwrap().to_string())
+        .collect();
+    hops.iter()
+        .filter_map(|h| h.rsplit_once('×').and_then(|(_, n)| n.parse::<u64>().ok()))
+        .map(|tries| tries - 1)
+        .sum()
+}
+
+/// Four instances through a brownout on one Redis: their retries together,
+/// counted in their recordings, stay within the one budget they share.
+#[test]
+fn four_instances_share_one_retry_budget() {
+    let Some(redis) = Redis::start() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let path = |name: &str| dir.path().join(name);
+    std::fs::write(path("brownout.toml"), BROWNOUT).unwrap();
+    let cfg = format!("{}/examples/fleet-retries.toml", env!("CARGO_MANIFEST_DIR"));
+    let demos: Vec<_> = (0..4)
+        .map(|i| {
+            let mut c = Command::new(env!("CARGO_BIN_EXE_fusebox"));
+            c.args(["demo", "--headless", "--speed", "1", "--duration", "20s", "--seed"])
+                .arg(i.to_string())
+                .arg("--scenario")
+                .arg(path("brownout.toml"))
+                .args(["--config", &cfg, "--state", &redis.url(), "--record"])
+                .arg(path(&format!("{i}.jsonl")))
+                .arg("--summary-json")
+                .arg(path(&format!("{i}.json")))
+                .stdout(Stdio::null())
+                .stderr(Stdio::null());
+            c.spawn().expect("run fusebox demo")
+        })
+        .collect();
+    for mut d in demos {
+        assert!(d.wait().unwrap().success());
+    }
+    let (mut retries, mut requests, mut granted, mut denied) = (0, 0, 0, 0);
+    for i in 0..4 {
+        retries += recorded_retries(&path(&format!("{i}.jsonl")));
+        let s: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(path(&format!("{i}.json"))).unwrap()).unwrap();
+        requests += s["requests"].as_u64().unwrap();
+        granted += s["fleet"]["retries_granted"].as_u64().unwrap();
+        denied += s["fleet"]["retries_refused"].as_u64().unwrap();
+    }
+    // Over the 20 s (three 10 s windows at most, the requests' ends
+    // included): the floor, 2 a second, three times; a tenth of requests.
+    let budget = 3.0 * 20.0 + 0.1 * requests as f64;
+    eprintln!("4 instances, {requests} requests: {retries} retries recorded (budget {budget:.0}); granted {granted}, refused {denied}");
+    assert!(retries as f64 <= budget, "{retries} retries against {budget}");
+    assert!(denied > 0, "the budget was reached");
+    assert!(retries <= granted, "every retry drew from the fleet's budget");
+    // Each instance alone may retry up to its own floor: together four times it.
+    assert!((retries as f64) < 4.0 * 2.0 * 20.0, "{retries}");
+}

@@ -951,3 +951,61 @@ async fn an_operator_closes_a_spend_rate_breaker() {
     let e = r.apply(&reset(&"x".repeat(300)), &Issuer::operator("ana")).unwrap_err();
     assert_eq!(e.field(), "user");
 }
+
+/// The default route hedging after `ms`, between gpt-4o (slow: 5 s) and
+/// claude-haiku (0.1 s).
+fn hedging(ms: u64) -> (Arc<fusebox::runner::Runner>, Arc<Scripted>, Arc<Scripted>) {
+    let mut cfg = Config::default();
+    let route = cfg.routes.get_mut("default").unwrap();
+    route.chain = vec!["gpt-4o".into(), "claude-haiku".into()];
+    route.hedge = fusebox::config::Hedge::AfterMs(ms);
+    let slow = Step::Ok {
+        delay_ms: 5_000,
+        output: 50,
+        tool_calls: vec![],
+    };
+    let openai = Scripted::new(vec![], slow);
+    let anthropic = Scripted::new(vec![], Step::ok());
+    let r = runner(
+        cfg,
+        vec![
+            ("openai", openai.clone() as Arc<dyn Provider>),
+            ("anthropic", anthropic.clone() as Arc<dyn Provider>),
+        ],
+        None,
+    );
+    (r, openai, anthropic)
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_slow_call_is_hedged_and_the_first_answer_taken() {
+    let (r, openai, anthropic) = hedging(500);
+    let o = r.run(&ask(1, "alice")).await;
+    assert_eq!(o.path(), vec!["gpt-4o ⏱outrun", "claude-haiku ✓"]);
+    assert_eq!(o.latency_ms, 600, "the hedge's answer, not the slow one's");
+    assert_eq!((openai.calls(), anthropic.calls()), (1, 1));
+    assert_eq!(stats(&r, "model:gpt-4o").hedged, 1);
+    assert_eq!(o.attempts, 2);
+    // Both calls are charged: the cancelled one at its estimate.
+    let now = r.clock().elapsed_ms();
+    let alice = r.budgets().top_users(1, now).remove(0);
+    assert!(alice.tokens[0] > 70.0 + 256.0, "{:?}", alice.tokens);
+    assert_eq!(
+        r.providers()[0].limiter.view(tokio::time::Instant::now()).concurrency.0,
+        0
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn hedges_stay_within_their_budget_and_skip_tool_calls() {
+    let (r, openai, anthropic) = hedging(500);
+    let asks: Vec<_> = (0..20).map(|id| ask(id, &format!("user-{id}"))).collect();
+    futures_util::future::join_all(asks.iter().map(|a| r.run(a))).await;
+    // A tenth of the 20 requests.
+    assert_eq!((openai.calls(), anthropic.calls()), (20, 2));
+    assert_eq!(stats(&r, "model:gpt-4o").hedged, 2);
+    // A call that offers tools is not hedged.
+    tokio::time::advance(Duration::from_secs(60)).await;
+    let o = r.run(&ask_with_tools(30, "alice")).await;
+    assert!(o.latency_ms >= 5_000 && anthropic.calls() == 2, "{:?}", o.path());
+}

@@ -404,3 +404,153 @@ async fn fair_shares_keep_quiet_tenants_whole_through_a_flood() {
         .find(|o| o.user == "tenant-batch" && o.level == Level::Fallback);
     assert!(shed.is_some_and(|o| o.path().iter().any(|h| h.contains("shed"))));
 }
+
+/// Latencies (ms, sorted) of `user`'s answered requests, and how many it sent.
+fn answered_latencies(r: &Run, user: &str) -> (Vec<u64>, usize) {
+    let mine: Vec<_> = r.demo.outcomes.iter().filter(|o| o.user == user).collect();
+    let mut lat: Vec<u64> = mine
+        .iter()
+        .filter(|o| matches!(o.level, Level::None | Level::Partial | Level::Fallback))
+        .map(|o| o.latency_ms)
+        .collect();
+    lat.sort_unstable();
+    (lat, mine.len())
+}
+
+fn quantile(sorted: &[u64], q: f64) -> u64 {
+    sorted[((sorted.len() as f64 * q) as usize).min(sorted.len() - 1)]
+}
+
+#[tokio::test(start_paused = true)]
+async fn hedging_cuts_a_heavy_tail_within_its_budget() {
+    let cfg = Config::parse(include_str!("../../examples/hedging.toml"), "hedging.toml").unwrap();
+    let (mut off, mut p95) = (cfg.clone(), cfg.clone());
+    off.routes.get_mut("default").unwrap().hedge = fusebox::config::Hedge::Off;
+    p95.routes.get_mut("default").unwrap().hedge = fusebox::config::Hedge::P95;
+    let hedged = run_with("heavy-tail", 10, 7, cfg).await;
+    let plain = run_with("heavy-tail", 10, 7, off).await;
+    let by_p95 = run_with("heavy-tail", 10, 7, p95).await;
+    let hedges = |r: &Run| -> u64 { r.summary.targets.values().map(|s| s.hedged).sum() };
+    let mut figures = Vec::new();
+    for r in [&hedged, &plain, &by_p95] {
+        let (lat, sent) = answered_latencies(r, "tenant-summaries");
+        let (p50, p99) = (quantile(&lat, 0.5), quantile(&lat, 0.99));
+        eprintln!(
+            "tenant-summaries: {sent} requests, {} answered; p50 {p50} ms, p99 {p99} ms; hedges {} ({:.1} % of its requests)",
+            lat.len(),
+            hedges(r),
+            hedges(r) as f64 * 100.0 / sent as f64
+        );
+        assert_eq!(lat.len(), sent, "every request answered");
+        figures.push((sent as u64, p50, p99));
+    }
+    let [(sent, p50, p99), (_, plain_p50, plain_p99), (_, _, p95_p99)] = figures[..] else {
+        unreachable!()
+    };
+    assert!(
+        plain_p99 >= 8 * plain_p50,
+        "the tail is heavy: {plain_p99} against {plain_p50}"
+    );
+    assert!(p99 <= 2 * p50, "hedged p99 {p99} ms against p50 {p50} ms");
+    assert!(hedges(&hedged) * 10 <= sent, "at most a tenth more calls");
+    assert!(hedges(&hedged) > 0 && hedges(&plain) == 0);
+    // Hedging at the first model's p95 so far cuts the tail too.
+    assert!(
+        p95_p99 * 2 < plain_p99 && hedges(&by_p95) * 10 <= sent,
+        "p95: p99 {p95_p99} ms"
+    );
+    // A hedged request names the call it outran.
+    let outrun = hedged
+        .demo
+        .outcomes
+        .iter()
+        .find(|o| o.path().iter().any(|h| h.contains("outrun")));
+    assert!(outrun.is_some_and(|o| o.path().len() == 2), "{outrun:?}");
+}
+
+/// A fleet member that shares only the retry budget (in a store in this
+/// process, on the runners' virtual clock); budgets, deferral and trips
+/// stay its own.
+struct RetriesOnly(Arc<fusebox::fleet::retries::SharedRetries>);
+
+#[async_trait::async_trait]
+impl fusebox::runner::shared::Shared for RetriesOnly {
+    async fn reserve(
+        &self,
+        _: &str,
+        _: fusebox::resilience::budget::UserLimits,
+        _: u32,
+        _: f64,
+    ) -> Result<fusebox::runner::shared::Reserved, fusebox::resilience::budget::BudgetExceeded> {
+        Ok(Default::default())
+    }
+    fn settle(&self, _: &str, _: fusebox::runner::shared::Reserved, _: u32, _: f64) {}
+    async fn retry(&self) -> Option<bool> {
+        self.0.take().await
+    }
+    async fn defer(&self, _: &fusebox::resilience::defer::Deferred) -> bool {
+        false
+    }
+    fn trip(&self, _: Target, _: String) {}
+}
+
+/// Four instances running `scenario` at once on one virtual clock, sharing
+/// a retry budget when `shared`: each one's outcomes.
+async fn fleet_of_four(scenario: &Scenario, cfg: &Config, shared: bool) -> Vec<DemoRun> {
+    let clock = Clock::with_wall_anchor(0);
+    let store: Arc<dyn fusebox::fleet::store::Store> = Arc::new(fusebox::fleet::store::MemoryStore::new(clock));
+    let dirs: Vec<_> = (0..4).map(|_| tempfile::tempdir().unwrap()).collect();
+    let runners: Vec<_> = dirs
+        .iter()
+        .enumerate()
+        .map(|(i, dir)| {
+            let mut parts = RunnerParts::mock(clock, Seed(7 + i as u64));
+            parts.spool = Some(dir.path().join("spool.jsonl"));
+            let runner = Runner::new(cfg.clone(), parts).unwrap();
+            if shared {
+                let retries = Arc::new(fusebox::fleet::retries::SharedRetries::new(
+                    store.clone(),
+                    runner.clone(),
+                ));
+                tokio::spawn(retries.clone().share());
+                runner.share_with(Arc::new(RetriesOnly(retries)));
+            }
+            runner
+        })
+        .collect();
+    let runs = runners
+        .iter()
+        .enumerate()
+        .map(|(i, r)| run_scenario(r.clone(), scenario, Duration::from_secs(420), Seed(7 + i as u64)));
+    futures_util::future::join_all(runs).await
+}
+
+/// Retries of provider calls, as the recording's chains count them
+/// (`gpt-4o ✗503×3`: two).
+fn retries(runs: &[DemoRun]) -> u64 {
+    let hops = runs.iter().flat_map(|r| &r.outcomes).flat_map(|o| &o.chain);
+    hops.map(|h| u64::from(h.tries.saturating_sub(1))).sum()
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_fleets_retries_stay_within_one_shared_budget() {
+    let cfg = Config::parse(include_str!("../../examples/fleet-retries.toml"), "fleet-retries.toml").unwrap();
+    let storm = Scenario::load("retry-storm").unwrap();
+    let shared = fleet_of_four(&storm, &cfg, true).await;
+    let apart = fleet_of_four(&storm, &cfg, false).await;
+    let requests: usize = shared.iter().map(|r| r.outcomes.len()).sum();
+    let (with, without) = (retries(&shared), retries(&apart));
+    // The shared budget over the outage (5 minutes and the backoff after):
+    // its floor once, and its share of the fleet's requests.
+    let floor_s = f64::from(cfg.retry.budget_min_per_s);
+    let budget = floor_s * 310.0 + cfg.retry.budget_ratio * requests as f64;
+    eprintln!(
+        "4 instances, {requests} requests: retries {with} with the shared budget (≤ {budget:.0}), {without} with one budget each ({:.2}×)",
+        without as f64 / with as f64
+    );
+    assert!(
+        with > 0 && (with as f64) <= budget,
+        "{with} retries against a budget of {budget}"
+    );
+    assert!(without as f64 >= 2.5 * with as f64, "{without} against {with}");
+}

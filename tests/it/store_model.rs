@@ -1,5 +1,6 @@
 //! The same property test of the shared store's operations (token buckets
-//! for provider limits, windowed grants for budgets) against both stores:
+//! for provider limits, windowed grants for budgets, the retry budget)
+//! against both stores:
 //! the in-process one and Redis (a real `redis-server`, skipped with a
 //! notice when it is not installed). Each random sequence of takes, grants
 //! and clock steps must give what a small reference model gives.
@@ -8,7 +9,7 @@ use crate::common;
 
 use common::redis::Redis;
 use fusebox::clock::Clock;
-use fusebox::fleet::store::{MemoryStore, RedisStore, Store, Take, WINDOWS_MS};
+use fusebox::fleet::store::{MemoryStore, RedisStore, RetryShare, Store, Take, RETRY_WINDOW_S, WINDOWS_MS};
 use proptest::prelude::*;
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -23,13 +24,18 @@ const START_MS: u64 = 1_800_000_000_000 - 5_000;
 enum Op {
     Take { bucket: usize, want: f64 },
     Grant { budget: usize, want: f64 },
+    Retry { requests: u64, want: u32 },
     Advance { ms: u64 },
 }
+
+/// The retry budget: a fifth of requests plus 5 a window.
+const RETRIES: RetryShare = RetryShare { ratio: 0.2, floor: 5.0 };
 
 fn op() -> impl Strategy<Value = Op> {
     prop_oneof![
         (0..2usize, 0.0..400.0f64).prop_map(|(bucket, want)| Op::Take { bucket, want }),
         (0..2usize, 0.0..200.0f64).prop_map(|(budget, want)| Op::Grant { budget, want }),
+        (0..30u64, 0..4u32).prop_map(|(requests, want)| Op::Retry { requests, want }),
         prop_oneof![0..2_000u64, 0..120_000u64, Just(3_600_000u64)].prop_map(|ms| Op::Advance { ms }),
     ]
 }
@@ -41,6 +47,8 @@ struct Model {
     buckets: [Option<(f64, u64)>; 2],
     /// Window index and usage per budget and window.
     used: [[(u64, f64); 3]; 2],
+    /// The retry budget's requests and retries, by second.
+    retries: std::collections::BTreeMap<u64, (u64, u64)>,
 }
 
 impl Model {
@@ -71,6 +79,21 @@ impl Model {
         for w in &mut self.used[k] {
             w.1 += grant;
         }
+        grant
+    }
+
+    /// Retries granted one by one while the window's stay under the budget.
+    fn retry(&mut self, requests: u64, want: u32, now_ms: u64) -> u32 {
+        let s = now_ms / 1_000;
+        self.retries.entry(s).or_default().0 += requests;
+        let window = self.retries.range(s + 1 - RETRY_WINDOW_S..=s);
+        let (q, mut r) = window.fold((0, 0), |(q, r), (_, x)| (q + x.0, r + x.1));
+        let mut grant = 0;
+        while grant < want && (r as f64) < RETRIES.floor + RETRIES.ratio * q as f64 {
+            grant += 1;
+            r += 1;
+        }
+        self.retries.get_mut(&s).unwrap().1 += u64::from(grant);
         grant
     }
 }
@@ -119,6 +142,13 @@ async fn check(store: &dyn Store, prefix: &str, ops: &[Op]) -> Result<(), TestCa
                     got.grant
                 );
                 prop_assert_eq!(got.bound.is_some(), expected < want - 1e-9, "bound {:?}", got.bound);
+            }
+            Op::Retry { requests, want } => {
+                let got = store
+                    .retry(&format!("{prefix}:retries"), requests, want, RETRIES, Some(now_ms))
+                    .await
+                    .unwrap();
+                prop_assert_eq!(got, model.retry(requests, want, now_ms), "retry {:?}", op);
             }
             Op::Advance { ms } => now_ms += ms,
         }

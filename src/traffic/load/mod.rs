@@ -74,10 +74,14 @@ fn noisy_request(seed: Seed, id: u64, t: &Tenant) -> AgentRequest {
         session: format_compact!("{user}/s{}", rng.u32(0..50)),
         route: "default".into(),
         messages: [Message::system(SYSTEM_PROMPT), Message::user(doc)].into(),
-        tools: vec!["search_docs".into()],
+        tools: if t.tools {
+            vec!["search_docs".into()]
+        } else {
+            Vec::new()
+        },
         critical_tools: Vec::new(),
-        max_tokens: 1024,
-        max_steps: 2,
+        max_tokens: t.max_tokens,
+        max_steps: if t.tools { 2 } else { 1 },
         sub_user: None,
         priority: t.priority,
     }

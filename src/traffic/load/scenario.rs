@@ -38,10 +38,23 @@ pub struct Tenant {
     /// The priority of its requests (none: as the route says).
     #[serde(default)]
     pub priority: Option<crate::config::Priority>,
+    /// Its requests offer the model a tool (`search_docs`, two steps);
+    /// `false`: one tool-free call each.
+    #[serde(default = "yes")]
+    pub tools: bool,
+    /// Output cap of its requests (tokens).
+    #[serde(default = "long_answer")]
+    pub max_tokens: u32,
 }
 
 fn long_prompt() -> usize {
     8_000
+}
+fn long_answer() -> u32 {
+    1_024
+}
+fn yes() -> bool {
+    true
 }
 
 /// A fault change at a point in time.
@@ -137,6 +150,8 @@ const BUILT_IN: &[(&str, &str)] = &[
     ("runaway-agent", include_str!("scenarios/runaway-agent.toml")),
     ("capacity-drop", include_str!("scenarios/capacity-drop.toml")),
     ("fair-shares", include_str!("scenarios/fair-shares.toml")),
+    ("heavy-tail", include_str!("scenarios/heavy-tail.toml")),
+    ("retry-storm", include_str!("scenarios/retry-storm.toml")),
 ];
 
 impl Scenario {
@@ -186,6 +201,12 @@ impl Scenario {
             }
             if n.to_s <= n.from_s {
                 return bad(&format!("{at}.to_s"), &format!("must be after {at}.from_s"));
+            }
+            if n.prompt_chars > 1_000_000 {
+                return bad(&format!("{at}.prompt_chars"), "must be at most 1000000");
+            }
+            if !(1..=100_000).contains(&n.max_tokens) {
+                return bad(&format!("{at}.max_tokens"), "must be 1 to 100000");
             }
         }
         if s.tenants.len() > MAX_TENANTS {

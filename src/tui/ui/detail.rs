@@ -341,8 +341,8 @@ fn breaker(b: &BreakerRow, app: &App, lines: &mut Vec<Line<'static>>) {
         lines.push(Line::from(format!("time to first token, since start: {}", q(&st.ttft))));
     }
     lines.push(Line::from(format!(
-        "calls {} · ok {} · failed {} (timeouts {}, semantic {}) · client errors {} · short-circuited {} · refused for capacity {} · retries {}",
-        st.attempts, st.ok, st.failed, st.timeouts, st.semantic, st.client_errors, st.rejected_open, st.rejected_rate, st.retries
+        "calls {} · ok {} · failed {} (timeouts {}, semantic {}) · client errors {} · short-circuited {} · refused for capacity {} · retries {} · hedged {}",
+        st.attempts, st.ok, st.failed, st.timeouts, st.semantic, st.client_errors, st.rejected_open, st.rejected_rate, st.retries, st.hedged
     )));
     if let Some(p) = &b.pool {
         lines.push(Line::from(format!(

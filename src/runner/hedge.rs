@@ -1,0 +1,146 @@
+//! Hedged calls: a whole (not streamed to the client), tool-free call on a
+//! route with `hedge` set that has not answered by the hedge delay gets a
+//! second attempt on the next models of its plan (the same model where the
+//! plan has one), within the hedge budget. The first answer is taken and
+//! the other attempt cancelled; both are charged (a cancelled attempt
+//! settles its reservations with what it was estimated to use). A first
+//! attempt that fails while the hedge runs waits for the hedge.
+
+use super::llm::{Hop, HopResult, LlmCall, LlmFailure, Tally};
+use super::Runner;
+use crate::config::Hedge;
+use crate::provider::LlmResponse;
+use crate::telemetry::events::StepKind;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::task::Poll;
+use std::time::Duration;
+
+type Answer = Result<(LlmResponse, usize), LlmFailure>;
+
+impl Runner {
+    /// How long `call` waits for its answer before it is hedged; None when
+    /// it is not hedged (the route does not, it offers tools, or with
+    /// `p95` its first model has not answered enough calls yet).
+    pub(super) fn hedge_delay(&self, call: &LlmCall<'_>) -> Option<Duration> {
+        let ms = match call.route.cfg.hedge {
+            Hedge::Off => return None,
+            _ if !call.tools.is_empty() => return None,
+            Hedge::AfterMs(ms) => ms,
+            Hedge::P95 => {
+                let first = *self.plan(call).first()?;
+                let latency = self.registry.get(self.models[first].target).stats.latency.view();
+                if latency.count() < Hedge::MIN_CALLS {
+                    return None;
+                }
+                latency.quantile(0.95)?
+            }
+        };
+        Some(Duration::from_millis(ms))
+    }
+
+    /// Runs `call` along its chain and, when it has not answered `after`
+    /// its start and the hedge budget has room, races a second attempt
+    /// against it.
+    pub(super) async fn hedged(&self, call: &LlmCall<'_>, tally: &mut Tally, after: Duration) -> Answer {
+        let (mut other, started);
+        let (answer, first_ended, second_ended) = {
+            let first = self.walk(call, tally, None);
+            tokio::pin!(first);
+            // An answer at once needs no race (and no timer).
+            if let Poll::Ready(answer) = std::future::poll_fn(|cx| Poll::Ready(first.as_mut().poll(cx))).await {
+                return answer;
+            }
+            (other, started) = (Tally::default(), AtomicBool::new(false));
+            let second = self.hedge(call, after, &mut other, &started);
+            Box::pin(race(first, second, &started)).await
+        };
+        // The attempt still in flight was cancelled by the other's answer.
+        for (ended, t) in [(first_ended, &mut *tally), (second_ended, &mut other)] {
+            if let (false, Some(model)) = (ended, t.trying) {
+                t.hops.push(Hop {
+                    model,
+                    result: HopResult::Outrun,
+                    tries: 1,
+                });
+            }
+        }
+        if started.load(Ordering::Relaxed) {
+            tally.hops.extend(other.hops);
+            tally.tokens += other.tokens;
+            tally.wasted += other.wasted;
+            tally.cost += other.cost;
+            tally.attempts += other.attempts;
+            tally.tools.extend(other.tools);
+        }
+        answer
+    }
+
+    /// The hedge of `call`: after `after`, with room in the hedge budget,
+    /// the call on the models after its first (None without room).
+    async fn hedge(
+        &self,
+        call: &LlmCall<'_>,
+        after: Duration,
+        tally: &mut Tally,
+        started: &AtomicBool,
+    ) -> Option<Answer> {
+        tokio::time::sleep(after).await;
+        let plan = self.plan(call);
+        let &preferred = plan.first()?;
+        // Within the hedge budget and, in a fleet, its retry budget.
+        let in_fleet = self.shared.get().is_some();
+        if !self.retry_budget.try_hedge(self.clock.now()) || (in_fleet && !self.take_retry(self.clock.now()).await) {
+            return None;
+        }
+        started.store(true, Ordering::Relaxed);
+        self.registry.get(self.models[preferred].target).stats.hedged.inc();
+        let after_ms = after.as_millis() as u64;
+        self.announce_step(
+            call.request_id,
+            self.model_target(preferred),
+            StepKind::Hedge { after_ms },
+        );
+        let next = if plan.len() > 1 { &plan[1..] } else { &plan[..] };
+        let second = LlmCall {
+            reach: Some(next),
+            ..call.clone()
+        };
+        Some(self.walk(&second, tally, None).await)
+    }
+}
+
+/// The first answer of `first` and `second` (which answers None when it
+/// never starts); a failure of one while the other runs waits for the
+/// other. Returns the answer and whether each ran to its end.
+async fn race(
+    mut first: Pin<&mut impl Future<Output = Answer>>,
+    second: impl Future<Output = Option<Answer>>,
+    started: &AtomicBool,
+) -> (Answer, bool, bool) {
+    tokio::pin!(second);
+    let mut failed: Option<Answer> = None;
+    let mut second_over = false;
+    loop {
+        tokio::select! {
+            biased;
+            a = first.as_mut(), if failed.is_none() => {
+                let hedging = started.load(Ordering::Relaxed) && !second_over;
+                if a.is_ok() || !hedging {
+                    return (a, true, second_over);
+                }
+                failed = Some(a);
+            }
+            b = &mut second, if !second_over => {
+                second_over = true;
+                match (b, failed.take()) {
+                    (Some(Ok(answer)), first_failed) => return (Ok(answer), first_failed.is_some(), true),
+                    (Some(Err(_)), Some(a)) => return (a, true, true),
+                    (_, None) => {}
+                    (None, Some(a)) => return (a, true, true),
+                }
+            }
+        }
+    }
+}
