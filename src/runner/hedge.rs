@@ -44,7 +44,9 @@ impl Runner {
     /// its start and the hedge budget has room, races a second attempt
     /// against it.
     pub(super) async fn hedged(&self, call: &LlmCall<'_>, tally: &mut Tally, after: Duration) -> Answer {
-        let (mut other, started);
+        // The hedge's tally and whether it started, boxed: only a call
+        // that does not answer at once pays for them.
+        let mut leg: Box<(Tally, AtomicBool)>;
         let (answer, first_ended, second_ended) = {
             let first = self.walk(call, tally, None);
             tokio::pin!(first);
@@ -52,10 +54,12 @@ impl Runner {
             if let Poll::Ready(answer) = std::future::poll_fn(|cx| Poll::Ready(first.as_mut().poll(cx))).await {
                 return answer;
             }
-            (other, started) = (Tally::default(), AtomicBool::new(false));
-            let second = self.hedge(call, after, &mut other, &started);
-            Box::pin(race(first, second, &started)).await
+            leg = Box::default();
+            let (other, started) = &mut *leg;
+            let second = self.hedge(call, after, other, started);
+            Box::pin(race(first, second, started)).await
         };
+        let (mut other, started) = *leg;
         // The attempt still in flight was cancelled by the other's answer.
         for (ended, t) in [(first_ended, &mut *tally), (second_ended, &mut other)] {
             if let (false, Some(model)) = (ended, t.trying) {
