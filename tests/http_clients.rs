@@ -104,13 +104,14 @@ async fn healthy_answers_in_every_format_and_mode() {
         }
         // Rate-limit headers calibrate OpenAI and Anthropic.
         let r = c["openai"].complete(&request(6, false)).await.unwrap();
+        let rate = r.rate.expect("openai's answer says its limits");
         assert!(
-            r.rate.remaining_tokens.is_some() && r.rate.remaining_requests.is_some(),
-            "{:?}",
-            r.rate
+            rate.remaining_tokens.is_some() && rate.remaining_requests.is_some(),
+            "{rate:?}"
         );
         let r = c["anthropic"].complete(&request(6, false)).await.unwrap();
-        assert!(r.rate.remaining_input_tokens.is_some(), "{:?}", r.rate);
+        let rate = r.rate.expect("anthropic's answer says its limits");
+        assert!(rate.remaining_input_tokens.is_some(), "{rate:?}");
     }
 }
 

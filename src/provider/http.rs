@@ -171,7 +171,7 @@ pub fn status_error(
     }
     let mut e = ProviderError::new(kind, Some(status), format!("{provider}: HTTP {status}: {msg}"));
     e.retry_after = rate.retry_after;
-    e.rate = rate;
+    e.rate = rate.boxed();
     e.body = Some((wire, body));
     e
 }

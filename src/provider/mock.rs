@@ -337,7 +337,7 @@ impl Provider for MockProvider {
                     tool_keys: Vec::new(),
                     usage,
                     tokens_per_s: Some(measured),
-                    rate: RateFeedback::default(),
+                    rate: None,
                     wire: None,
                 })
             }
@@ -355,7 +355,8 @@ impl Provider for MockProvider {
                     retry_after,
                     remaining_tokens: (code == 429 && quota).then_some(0),
                     ..RateFeedback::default()
-                };
+                }
+                .boxed();
                 Err(e)
             }
             MockReply::Timeout => {

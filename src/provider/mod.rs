@@ -129,8 +129,10 @@ pub struct LlmResponse {
     pub usage: Usage,
     /// Output tokens per second, when measured.
     pub tokens_per_s: Option<f64>,
-    /// Rate-limit feedback from headers.
-    pub rate: RateFeedback,
+    /// Rate-limit feedback from headers, where they said any (boxed: most
+    /// answers carry none, and an answer is moved through every layer of
+    /// the call; see [`RateFeedback::boxed`]).
+    pub rate: Option<Box<RateFeedback>>,
     /// What an answer over the wire said besides text and tool calls, and
     /// the upstream's own body.
     pub wire: Option<Box<WireAnswer>>,
@@ -209,7 +211,7 @@ impl LlmResponse {
             tool_keys: Vec::new(),
             usage,
             tokens_per_s: Some(usage.output as f64 / secs),
-            rate,
+            rate: rate.boxed(),
             wire: None,
         }
     }
@@ -366,8 +368,9 @@ pub struct ProviderError {
     pub message: String,
     /// Retry-After, when given.
     pub retry_after: Option<Duration>,
-    /// Rate-limit feedback from headers.
-    pub rate: RateFeedback,
+    /// Rate-limit feedback from headers, where they said any (boxed, as
+    /// an answer's is).
+    pub rate: Option<Box<RateFeedback>>,
     /// Tokens consumed before the failure (e.g. a truncated stream).
     pub usage: Usage,
     /// The upstream's error body as it sent it, and its API (an HTTP
@@ -392,7 +395,7 @@ impl ProviderError {
             status,
             message: message.into(),
             retry_after: None,
-            rate: RateFeedback::default(),
+            rate: None,
             usage: Usage::default(),
             body: None,
             answer: None,
@@ -490,7 +493,7 @@ impl Provider for InstantProvider {
                 cached_input: 0,
             },
             tokens_per_s: None,
-            rate: RateFeedback::default(),
+            rate: None,
             wire: None,
         })
     }

@@ -135,7 +135,11 @@ impl Runner {
         let end = self.clock.now();
         let (usage, rate, failure) = match &result {
             Ok(e) => (e.usage, e.rate, None),
-            Err(e) => (e.usage, e.rate, Some(e.kind)),
+            Err(e) => (
+                e.usage,
+                *crate::resilience::limiter::RateFeedback::of(&e.rate),
+                Some(e.kind),
+            ),
         };
         // Embeddings answer in their own time: no sample of the chat latency.
         let spent = Spent {

@@ -224,7 +224,7 @@ impl Runner {
         };
         let spent = Spent {
             usage,
-            rate: &rate,
+            rate,
             signal,
             end,
         };
@@ -395,16 +395,16 @@ enum Attempted {
 impl Attempted {
     /// What it used and reported, and how it failed (a semantic failure is
     /// one), for settling it: usage, rate feedback, failure, tokens/s.
-    fn spent(&self, semantic: bool) -> (crate::provider::Usage, RateFeedback, Option<FailureKind>, Option<f64>) {
+    fn spent(&self, semantic: bool) -> (crate::provider::Usage, &RateFeedback, Option<FailureKind>, Option<f64>) {
         match self {
             Attempted::Answer(resp, _) => (
                 resp.usage,
-                resp.rate,
+                RateFeedback::of(&resp.rate),
                 semantic.then_some(FailureKind::Semantic),
                 resp.tokens_per_s,
             ),
-            Attempted::OverBudget(usage, _) => (*usage, RateFeedback::default(), Some(FailureKind::Client), None),
-            Attempted::Failed(e) => (e.usage, e.rate, Some(e.kind.failure()), None),
+            Attempted::OverBudget(usage, _) => (*usage, &RateFeedback::NONE, Some(FailureKind::Client), None),
+            Attempted::Failed(e) => (e.usage, RateFeedback::of(&e.rate), Some(e.kind.failure()), None),
         }
     }
 
@@ -443,12 +443,12 @@ impl Attempted {
                 a.response_model = resp.wire.as_ref().map(|w| w.model.clone()).filter(|m| !m.is_empty());
                 a.response_id = resp.wire.as_ref().map(|w| w.id.clone()).filter(|id| !id.is_empty());
                 a.finish = Some(resp.finish());
-                (resp.usage, resp.rate)
+                (resp.usage, *RateFeedback::of(&resp.rate))
             }
             Attempted::Failed(e) => {
                 a.status = e.status;
                 a.transport = e.kind.transport();
-                (e.usage, e.rate)
+                (e.usage, *RateFeedback::of(&e.rate))
             }
             Attempted::OverBudget(usage, _) => (*usage, RateFeedback::default()),
         };

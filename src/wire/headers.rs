@@ -26,6 +26,29 @@ pub struct RateFeedback {
     pub retry_after: Option<Duration>,
 }
 
+impl RateFeedback {
+    /// Feedback that says nothing.
+    pub const NONE: Self = Self {
+        remaining_tokens: None,
+        remaining_input_tokens: None,
+        remaining_output_tokens: None,
+        remaining_requests: None,
+        reset_tokens: None,
+        reset_requests: None,
+        retry_after: None,
+    };
+
+    /// Boxed where it says anything, as answers and errors carry it.
+    pub fn boxed(self) -> Option<Box<Self>> {
+        (self != Self::NONE).then(|| Box::new(self))
+    }
+
+    /// What a boxed feedback says ([`RateFeedback::NONE`] for none).
+    pub fn of(boxed: &Option<Box<Self>>) -> &Self {
+        boxed.as_deref().unwrap_or(&Self::NONE)
+    }
+}
+
 const NS_PER_SEC: u128 = 1_000_000_000;
 /// Fractional digits kept (more are accepted and truncated).
 const MAX_FRAC_DIGITS: u32 = 18;

@@ -53,7 +53,7 @@ async fn play(
     let fail = |kind: ErrorKind, status: Option<u16>| {
         let mut e = ProviderError::new(kind, status, format!("replayed {} ({})", a.target, kind.label(status)));
         e.retry_after = rate.retry_after;
-        e.rate = rate;
+        e.rate = rate.boxed();
         e.usage = usage;
         e
     };

@@ -9,7 +9,6 @@ use fusebox::clock::{Clock, Seed};
 use fusebox::config::Config;
 use fusebox::provider::{ErrorKind, LlmRequest, LlmResponse, Message, Provider, ProviderError, ToolCall, Usage};
 use fusebox::request::AgentRequest;
-use fusebox::resilience::limiter::RateFeedback;
 use fusebox::runner::{Runner, RunnerParts};
 use parking_lot::Mutex;
 use std::collections::VecDeque;
@@ -100,7 +99,7 @@ impl Provider for Scripted {
                         cached_input: 0,
                     },
                     tokens_per_s: None,
-                    rate: RateFeedback::default(),
+                    rate: None,
                     wire: None,
                 })
             }
