@@ -102,18 +102,31 @@ impl RetryShare {
     }
 }
 
+/// Opens every script: `clock(arg, per_s)` is `arg` where the caller gave
+/// a time (tests on a virtual clock), else Redis's own `TIME`, in units of
+/// `1 / per_s` seconds.
+macro_rules! lua {
+    ($body:literal) => {
+        concat!(
+            r#"
+local function clock(arg, per_s)
+  if arg and arg ~= '' then return tonumber(arg) end
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * per_s + math.floor(tonumber(t[2]) * per_s / 1000000)
+end
+"#,
+            $body
+        )
+    };
+}
+
 /// The Lua script of [`Store::take`]. KEYS: buckets; ARGV: capacity, refill
 /// per second, want, per bucket; then `now` in µs or ''. Levels are kept as
 /// strings (Lua numbers are doubles).
-const TAKE: &str = r#"
-local now
+const TAKE: &str = lua!(
+    r#"
 local n = #KEYS
-if ARGV[3 * n + 1] and ARGV[3 * n + 1] ~= '' then
-  now = tonumber(ARGV[3 * n + 1])
-else
-  local t = redis.call('TIME')
-  now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-end
+local now = clock(ARGV[3 * n + 1], 1000000)
 local out = {}
 for i = 1, n do
   local cap = tonumber(ARGV[3 * i - 2])
@@ -138,19 +151,15 @@ for i = 1, n do
   out[2 * i] = string.format('%.17g', level)
 end
 return out
-"#;
+"#
+);
 
 /// The Lua script of [`Store::grant`]. KEYS[1]: the usage hash; ARGV: want,
 /// minute, hour and day limits (0 = none), `now` in ms or ''. Returns the
 /// grant and the bounding window (0 = none, else 1..3), as strings.
-const GRANT: &str = r#"
-local now
-if ARGV[5] and ARGV[5] ~= '' then
-  now = tonumber(ARGV[5])
-else
-  local t = redis.call('TIME')
-  now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-end
+const GRANT: &str = lua!(
+    r#"
+local now = clock(ARGV[5], 1000)
 local lens = {60000, 3600000, 86400000}
 local grant = tonumber(ARGV[1])
 local bound = 0
@@ -172,20 +181,16 @@ for i = 1, 3 do
 end
 redis.call('PEXPIRE', KEYS[1], 86400000)
 return {string.format('%.17g', grant), tostring(bound)}
-"#;
+"#
+);
 
 /// The Lua script of [`Store::retry`]. KEYS[1]: the budget's hash (per
 /// second slot `i`: `s<i>` the second, `q<i>` requests, `r<i>` retries);
 /// ARGV: requests, want, ratio, floor, `now` in ms or ''. Returns the
 /// retries granted.
-const RETRY: &str = r#"
-local now
-if ARGV[5] and ARGV[5] ~= '' then
-  now = tonumber(ARGV[5])
-else
-  local t = redis.call('TIME')
-  now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-end
+const RETRY: &str = lua!(
+    r#"
+local now = clock(ARGV[5], 1000)
 local s = math.floor(now / 1000)
 local i = s % 10
 if tonumber(redis.call('HGET', KEYS[1], 's' .. i)) ~= s then
@@ -206,7 +211,8 @@ local grant = math.max(0, math.min(tonumber(ARGV[2]), room))
 redis.call('HINCRBY', KEYS[1], 'r' .. i, grant)
 redis.call('PEXPIRE', KEYS[1], 20000)
 return grant
-"#;
+"#
+);
 
 /// The store on Redis: each operation is one atomic script.
 #[derive(Clone)]
@@ -229,6 +235,21 @@ impl RedisStore {
     }
 }
 
+impl RedisStore {
+    /// Runs a prepared script, its last argument the caller's time (`''`:
+    /// Redis's own).
+    async fn run<T: redis::FromRedisValue>(
+        &self,
+        mut inv: redis::ScriptInvocation<'_>,
+        now: Option<u64>,
+    ) -> Result<T, StoreError> {
+        inv.arg(now.map_or(String::new(), |t| t.to_string()));
+        inv.invoke_async(&mut self.conn.clone())
+            .await
+            .map_err(|e| StoreError(e.to_string()))
+    }
+}
+
 fn num(s: Option<&String>) -> f64 {
     s.and_then(|s| s.parse().ok()).unwrap_or(0.0)
 }
@@ -240,11 +261,7 @@ impl Store for RedisStore {
         for b in buckets {
             inv.key(&b.key).arg(b.capacity).arg(b.per_s).arg(b.want);
         }
-        inv.arg(now_us.map_or(String::new(), |t| t.to_string()));
-        let out: Vec<String> = inv
-            .invoke_async(&mut self.conn.clone())
-            .await
-            .map_err(|e| StoreError(e.to_string()))?;
+        let out: Vec<String> = self.run(inv, now_us).await?;
         Ok((0..buckets.len())
             .map(|i| Taken {
                 grant: num(out.get(2 * i)),
@@ -259,11 +276,7 @@ impl Store for RedisStore {
         for l in limits {
             inv.arg(l);
         }
-        inv.arg(now_ms.map_or(String::new(), |t| t.to_string()));
-        let (grant, bound): (String, String) = inv
-            .invoke_async(&mut self.conn.clone())
-            .await
-            .map_err(|e| StoreError(e.to_string()))?;
+        let (grant, bound): (String, String) = self.run(inv, now_ms).await?;
         Ok(Granted {
             grant: grant.parse().unwrap_or(0.0),
             bound: bound.parse::<usize>().ok().filter(|b| *b > 0).map(|b| b - 1),
@@ -280,10 +293,7 @@ impl Store for RedisStore {
     ) -> Result<u32, StoreError> {
         let mut inv = self.retry.prepare_invoke();
         inv.key(key).arg(requests).arg(want).arg(budget.ratio).arg(budget.floor);
-        inv.arg(now_ms.map_or(String::new(), |t| t.to_string()));
-        inv.invoke_async(&mut self.conn.clone())
-            .await
-            .map_err(|e| StoreError(e.to_string()))
+        self.run(inv, now_ms).await
     }
 }
 
