@@ -132,6 +132,9 @@ pub struct Tally {
     pub tools: SmallVec<[(usize, bool); 2]>,
     /// The model being tried now (a hedge names the call it races).
     pub trying: Option<usize>,
+    /// The first refusal of the request as too long for a model, told to
+    /// the client when no model of the chain could take it.
+    pub too_large: Option<Box<crate::provider::ProviderError>>,
 }
 
 /// Why no model answered.

@@ -102,6 +102,8 @@ impl Runner {
         let factor = route.cfg.max_tokens_factor;
         let sla = route.cfg.latency_sla_ms;
         let mut hop_no = 0i32;
+        let first_hop = tally.hops.len();
+        tally.too_large = None;
         // The answer cut mid-stream being continued, and how it was cut.
         let mut cut: Option<ProviderError> = None;
         // What the last cut attempt used, for the usage the client is told.
@@ -221,9 +223,18 @@ impl Runner {
                 }
             }
         }
-        match cut {
-            Some(e) => Err(LlmFailure::Cut(Box::new(e))),
-            None => Err(LlmFailure::Exhausted),
+        // A request too long for every model it could go to is the
+        // client's to shorten: it is told what the first model said.
+        let too_large = |h: &Hop| {
+            matches!(
+                h.result,
+                HopResult::Failed(ErrorKind::TooLarge, _) | HopResult::Unsupported(_)
+            )
+        };
+        match (cut, tally.too_large.take()) {
+            (Some(e), _) => Err(LlmFailure::Cut(Box::new(e))),
+            (None, Some(e)) if tally.hops[first_hop..].iter().all(too_large) => Err(LlmFailure::Upstream(e)),
+            (None, _) => Err(LlmFailure::Exhausted),
         }
     }
 

@@ -158,6 +158,12 @@ impl Runner {
                         });
                         return Err(LlmFailure::Upstream(Box::new(e)));
                     }
+                    if e.kind == ErrorKind::TooLarge {
+                        // Not retried; a model with a longer context may take it.
+                        let (kind, status) = (e.kind, e.status);
+                        tally.too_large.get_or_insert_with(|| Box::new(e));
+                        return hop(HopResult::Failed(kind, status), tries);
+                    }
                     let policy = RetryPolicy {
                         retries: true,
                         key: call.request_id ^ ((call.step as u64) << 40),

@@ -712,6 +712,32 @@ async fn the_clients_own_mistake_comes_back_as_the_upstream_said_and_is_not_retr
     assert_eq!(view.calls_in_window, 0, "not counted against the breaker");
 }
 
+#[tokio::test]
+async fn a_prompt_too_long_for_every_model_is_the_clients_to_shorten() {
+    let p = Proxy::start(config(ROUTES)).await;
+    let refusal = json!({"message": "This model's maximum context length is 128000 tokens. However, your messages resulted in 130412 tokens.",
+                         "type": "invalid_request_error", "param": "messages", "code": "context_length_exceeded"});
+    p.upstream.state.faults.lock().refuse = Some(refusal.clone());
+    *p.upstream.state.anthropic_too_large.lock() = true;
+    // Each model is asked once (one with a longer context might take it),
+    // then the client gets the first model's refusal as it sent it.
+    let r = p.post("/v1/chat/completions", &openai_turn1("default")).await;
+    assert_eq!(r.status(), 400);
+    assert_eq!(
+        header(&r, "x-fusebox-chain"),
+        "gpt-4o failed 400, claude-haiku failed 413"
+    );
+    let v: Value = r.json().await.unwrap();
+    assert_eq!(v, json!({ "error": refusal }));
+    let statuses: Vec<u16> = p.upstream.received().iter().map(|r| r.status).collect();
+    assert_eq!(statuses, vec![400, 413]);
+    // A model that takes it answers.
+    *p.upstream.state.anthropic_too_large.lock() = false;
+    let r = p.post("/v1/chat/completions", &openai_turn1("default")).await;
+    assert_eq!(r.status(), 200);
+    assert_eq!(header(&r, "x-fusebox-chain"), "gpt-4o failed 400, claude-haiku ok");
+}
+
 /// A random valid chat-completions request: messages of every role, tool
 /// loops with matching ids, content parts, sampling parameters and
 /// unknown fields.

@@ -97,6 +97,8 @@ pub struct StrictState {
     pub no_prefill: Mutex<bool>,
     /// The OpenAI endpoint's faults.
     pub faults: Mutex<Faults>,
+    /// The Anthropic endpoint refuses every request as too large (its 413).
+    pub anthropic_too_large: Mutex<bool>,
 }
 
 impl Faults {
@@ -721,6 +723,14 @@ async fn anthropic(State(state): State<Arc<StrictState>>, headers: HeaderMap, bo
             400,
             "invalid_request_error",
             "This model does not support assistant message prefill. The conversation must end with a user message.",
+        );
+    }
+    if *state.anthropic_too_large.lock() {
+        record(413);
+        return anthropic_error(
+            413,
+            "request_too_large",
+            "Request exceeds the maximum allowed number of bytes.",
         );
     }
     if state.is_down(Api::Anthropic, &b) {
