@@ -13,3 +13,9 @@ pub const MAX_TARGET_LEN: usize = 128;
 /// a gateway connection; a larger one is answered 431. Real clients send a
 /// few KiB; common proxies stop at 8 to 64 KiB.
 pub const MAX_HEAD_BYTES: usize = 64 * 1024;
+
+/// How long a streamed answer's client may leave it unread (its
+/// connection taking no more while the call has more to give) before the
+/// call is dropped, ending failed as for a client that left: a client that
+/// stops reading keeps no upstream stream, limiter slot or reservation.
+pub const CLIENT_STALL: std::time::Duration = std::time::Duration::from_secs(60);

@@ -131,6 +131,12 @@ impl Collector for RunnerMetrics {
         )?;
         single(
             &mut enc,
+            "fusebox_streams_stalled",
+            "Streamed calls dropped because their client read nothing for the stall time",
+            &ConstCounter::new(self.0.streams_stalled.load(std::sync::atomic::Ordering::Relaxed)),
+        )?;
+        single(
+            &mut enc,
             "fusebox_request_duration_seconds",
             "Gateway request latency, arrival to response",
             &self.0.latency.0,

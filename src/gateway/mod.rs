@@ -17,6 +17,7 @@ mod live;
 mod mcp;
 mod metrics;
 mod request_key;
+mod stall;
 mod stream;
 
 use crate::command::{Command, Issuer};
@@ -99,6 +100,8 @@ struct Gateway {
     access: auth::Access,
     /// Event watchers dropped for falling behind.
     watchers_dropped: Arc<AtomicU64>,
+    /// Streamed calls dropped because their client stopped reading.
+    streams_stalled: Arc<AtomicU64>,
     /// Whether it is closing.
     closing: closing::Watch,
 }
@@ -124,6 +127,7 @@ fn router(
         latency: Latency::default(),
         conns,
         watchers_dropped: Arc::default(),
+        streams_stalled: Arc::default(),
         closing,
     });
     let router = Router::new()

@@ -7,11 +7,13 @@
 //! translated otherwise. The stream ends with the upstream's own end, its
 //! last chunk carrying `fusebox: {level, chain, quality}`, or, cut, with an
 //! error event in the client's API (never a clean end). A client that goes
-//! away drops the body, and with it the call.
+//! away drops the body, and with it the call; one that stops reading
+//! loses it too (`stall.rs`).
 
 use super::chat::{outcome_headers, respond};
 use super::client_api::{Client, Writer};
 use super::error::GatewayError;
+use super::stall::{Call, Running};
 use super::Gateway;
 use crate::outcome::Outcome;
 use crate::provider::Piece;
@@ -200,13 +202,10 @@ fn with_meta(events: &[u8], meta: &Value) -> Vec<u8> {
     out
 }
 
-/// The call, boxed: what the body drives.
-type Call = std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>;
-
 /// The client's stream: runs the call whenever the connection wants more,
 /// and hands over what it wrote meanwhile.
 struct Drive {
-    call: Option<Call>,
+    call: Option<Arc<Running>>,
     out: SharedOut,
 }
 
@@ -218,10 +217,8 @@ impl futures_util::Stream for Drive {
         cx: &mut std::task::Context<'_>,
     ) -> std::task::Poll<Option<Self::Item>> {
         use std::task::Poll;
-        if let Some(call) = self.call.as_mut() {
-            if call.as_mut().poll(cx).is_ready() {
-                self.call = None;
-            }
+        if self.call.as_ref().is_some_and(|call| call.poll(cx)) {
+            self.call = None;
         }
         let bytes = std::mem::take(&mut self.out.lock().bytes);
         match (bytes.is_empty(), self.call.is_some()) {
@@ -288,7 +285,7 @@ pub(super) async fn streamed(gw: Arc<Gateway>, client: Client, req: ChatRequest)
     };
     gw.latency.observe(arrived.elapsed());
     let body = Body::from_stream(Drive {
-        call: (!done).then_some(call),
+        call: (!done).then(|| Running::watched(call, gw.streams_stalled.clone())),
         out,
     });
     let mut resp = super::event_stream(body);

@@ -175,11 +175,16 @@ pub(crate) fn body(bytes: &[u8], lazy: &[&str]) -> Result<(RawBody, Obj), BadReq
     let mut obj = Obj::new();
     // One pass; a repeated key's last value stands, as in the raw body.
     for (key, v) in raw.members().filter(|(k, _)| !lazy.contains(k)) {
-        if let Ok(v) = serde_json::from_str::<Value>(v.get()) {
-            obj.insert(key.to_string(), v);
-        }
+        obj.insert(key.to_string(), member(key, v)?);
     }
     Ok((raw, obj))
+}
+
+/// A member's value read from its text (valid JSON): refused, naming the
+/// member, only where it nests deeper than the reader goes (128 levels)
+/// or holds a number no float can.
+pub(crate) fn member(key: &str, v: &serde_json::value::RawValue) -> Result<Value, BadRequest> {
+    serde_json::from_str(v.get()).map_err(|e| BadRequest::field(key, &format!("cannot be read: {e}")))
 }
 
 pub(crate) fn required_str<'a>(obj: &'a Obj, key: &str, path: impl Display) -> Result<&'a str, BadRequest> {

@@ -503,6 +503,26 @@ async fn bad_requests_are_refused_with_the_field_named() {
     assert_eq!(r.status(), 404);
     let v: Value = r.json().await.unwrap();
     assert!(v["error"]["message"].as_str().unwrap().contains("no-such-model"));
+    // Nested deeper than the reader goes: refused naming the member, in
+    // either API (not taken for a member left out).
+    let nested = "[".repeat(1_000) + &"]".repeat(1_000);
+    for (path, more) in [("/v1/chat/completions", ""), ("/v1/messages", r#""max_tokens":16,"#)] {
+        let r = f
+            .http
+            .post(format!("{}{path}", f.base))
+            .header("content-type", "application/json")
+            .body(format!(r#"{{"model":"default",{more}"messages":{nested}}}"#))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 400, "{path}");
+        let v: Value = r.json().await.unwrap();
+        let said = v["error"]["message"].as_str().unwrap();
+        assert!(
+            said.starts_with("messages: cannot be read: recursion limit exceeded"),
+            "{path}: {said}"
+        );
+    }
     let mut big = ask("default", "x");
     big["messages"][1]["content"] = json!("a".repeat(20_000));
     let r = f.post(&big).await;

@@ -35,6 +35,7 @@ mod request_id;
 mod runner;
 mod scenarios;
 mod sdk;
+mod stalled;
 mod store_model;
 mod streaming;
 mod tenancy;

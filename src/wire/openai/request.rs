@@ -21,8 +21,8 @@ pub fn parse_request(bytes: &[u8]) -> Result<Request, BadRequest> {
     let messages = match raw.get("messages").and_then(usual::messages) {
         Some(m) => m,
         None => {
-            if let Some(v) = raw.get("messages").and_then(|v| serde_json::from_str(v.get()).ok()) {
-                obj.insert("messages".into(), v);
+            if let Some(v) = raw.get("messages") {
+                obj.insert("messages".into(), rq::member("messages", v)?);
             }
             messages_of(&obj)?
         }

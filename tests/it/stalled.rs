@@ -1,0 +1,210 @@
+//! A streamed answer's client that stops reading loses its call after the
+//! stall time (its upstream stream, limiter slot and reservations freed,
+//! its outcome counted once), while a slow upstream read by a patient
+//! client is never cut for it. On a paused clock, over real sockets.
+
+use fusebox::clock::{Clock, Seed};
+use fusebox::config::Config;
+use fusebox::gateway::GatewayOptions;
+use fusebox::provider::stream::{Live, Opened, Piece, PieceStream};
+use fusebox::provider::{LlmRequest, LlmResponse, Provider, ProviderError};
+use fusebox::runner::{Runner, RunnerParts};
+use fusebox::wire::reply::{Finish, Usage};
+use fusebox::wire::{Api, Delta};
+use serde_json::json;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+/// A provider whose streams send `words` pieces of text (`None`: without
+/// end), `gap` apart; counts the streams it opened and those dropped.
+struct Words {
+    words: Option<u32>,
+    gap: Duration,
+    opened: AtomicU32,
+    dropped: Arc<AtomicU32>,
+}
+
+struct Stream {
+    left: Option<u32>,
+    gap: Duration,
+    wait: Option<Pin<Box<tokio::time::Sleep>>>,
+    yielded: bool,
+    dropped: Arc<AtomicU32>,
+}
+
+fn piece() -> Piece {
+    Piece::said(Delta::Text("word ".repeat(200)))
+}
+
+impl PieceStream for Stream {
+    fn poll_piece(&mut self, cx: &mut Context<'_>) -> Poll<Option<Result<Piece, ProviderError>>> {
+        match self.left {
+            // The end: its finish, usage and terminator, then no more.
+            Some(0) => {
+                self.left = None;
+                self.gap = Duration::MAX;
+                let end = [Delta::Finish(Finish::Stop), Delta::Usage(Usage::default()), Delta::Done];
+                return Poll::Ready(Some(Ok(Piece {
+                    raw: Default::default(),
+                    deltas: end.into_iter().collect(),
+                })));
+            }
+            None if self.gap == Duration::MAX => return Poll::Ready(None),
+            _ => {}
+        }
+        // Each piece comes `gap` after the last; with none, after a yield,
+        // as a socket's read would.
+        let gap = self.gap;
+        let wait = self.wait.get_or_insert_with(|| Box::pin(tokio::time::sleep(gap)));
+        if gap.is_zero() && !self.yielded {
+            self.yielded = true;
+            cx.waker().wake_by_ref();
+            return Poll::Pending;
+        }
+        if !gap.is_zero() && wait.as_mut().poll(cx).is_pending() {
+            return Poll::Pending;
+        }
+        self.yielded = false;
+        self.wait = None;
+        self.left = self.left.map(|n| n - 1);
+        Poll::Ready(Some(Ok(piece())))
+    }
+}
+
+impl Drop for Stream {
+    fn drop(&mut self) {
+        self.dropped.fetch_add(1, Ordering::SeqCst);
+    }
+}
+
+#[async_trait::async_trait]
+impl Provider for Words {
+    async fn complete(&self, _req: &LlmRequest) -> Result<LlmResponse, ProviderError> {
+        unreachable!("every call is streamed")
+    }
+
+    async fn open(&self, _req: &LlmRequest) -> Result<Opened, ProviderError> {
+        self.opened.fetch_add(1, Ordering::SeqCst);
+        Ok(Opened::Live(Live {
+            kind: Api::Chat,
+            rate: Default::default(),
+            head: vec![piece()],
+            rest: Box::new(Stream {
+                left: self.words,
+                gap: self.gap,
+                wait: None,
+                yielded: false,
+                dropped: self.dropped.clone(),
+            }),
+            started: tokio::time::Instant::now(),
+            clock: Clock::system(),
+            prompt_chars: 20,
+            skipped: Arc::default(),
+        }))
+    }
+}
+
+/// A gateway whose every provider is `words`; its address and runner.
+async fn gateway(words: Arc<Words>) -> (String, Arc<Runner>) {
+    let mut parts = RunnerParts::mock(Clock::system(), Seed(9));
+    let mut cfg = Config::default();
+    // Budgets far above what a stream that fills the sockets uses.
+    cfg.budgets.user_tokens_per_minute = 1 << 40;
+    cfg.budgets.user_tokens_per_hour = 1 << 40;
+    cfg.budgets.user_tokens_per_day = 1 << 40;
+    cfg.budgets.user_cost_per_day_usd = 1e12;
+    cfg.budgets.global_tokens_per_hour = 1 << 40;
+    cfg.budgets.global_tokens_per_day = 1 << 40;
+    cfg.budgets.global_cost_per_hour_usd = 1e12;
+    cfg.budgets.global_cost_per_day_usd = 1e12;
+    parts.providers = cfg
+        .providers
+        .keys()
+        .map(|n| (n.clone(), words.clone() as Arc<dyn Provider>))
+        .collect();
+    let runner = Runner::new(cfg, parts).unwrap();
+    let addr = fusebox::gateway::spawn(runner.clone(), "127.0.0.1:0", GatewayOptions::default())
+        .await
+        .unwrap()
+        .addr;
+    (format!("http://{addr}"), runner)
+}
+
+fn ask() -> serde_json::Value {
+    json!({"model": "default", "stream": true, "max_tokens": 1000000, "user": "reader",
+           "messages": [{"role": "user", "content": "Tell me everything."}]})
+}
+
+async fn stalled(base: &str) -> String {
+    let metrics = reqwest::get(format!("{base}/metrics"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let line = metrics
+        .lines()
+        .find(|l| l.starts_with("fusebox_streams_stalled_total "));
+    line.unwrap_or("no fusebox_streams_stalled_total").to_string()
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_client_that_stops_reading_its_stream_loses_the_call() {
+    let words = Arc::new(Words {
+        words: None,
+        gap: Duration::ZERO,
+        opened: AtomicU32::new(0),
+        dropped: Arc::default(),
+    });
+    let (base, runner) = gateway(words.clone()).await;
+    let resp = reqwest::Client::new()
+        .post(format!("{base}/v1/chat/completions"))
+        .json(&ask())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    // The client holds its connection and reads nothing: the sockets fill,
+    // the call waits to run; a minute on, it is dropped.
+    tokio::time::sleep(Duration::from_secs(59)).await;
+    assert_eq!(words.dropped.load(Ordering::SeqCst), 0, "not before the stall time");
+    tokio::time::sleep(Duration::from_secs(30)).await;
+    assert_eq!(words.dropped.load(Ordering::SeqCst), 1, "the upstream stream is closed");
+    assert_eq!(runner.totals().abandoned.load(Ordering::Relaxed), 1);
+    let openai = &runner.providers()[0];
+    let now = tokio::time::Instant::now();
+    assert_eq!(openai.limiter.view(now).concurrency.0, 0, "its slot is free");
+    assert_eq!(stalled(&base).await, "fusebox_streams_stalled_total 1");
+    drop(resp);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_slow_upstream_read_by_its_client_is_not_a_stall() {
+    let words = Arc::new(Words {
+        words: Some(3),
+        gap: Duration::from_secs(100),
+        opened: AtomicU32::new(0),
+        dropped: Arc::default(),
+    });
+    let (base, runner) = gateway(words.clone()).await;
+    let resp = reqwest::Client::new()
+        .post(format!("{base}/v1/chat/completions"))
+        .json(&ask())
+        .send()
+        .await
+        .unwrap();
+    let text = resp.text().await.unwrap();
+    assert!(
+        text.ends_with("data: [DONE]\n\n"),
+        "{}",
+        &text[text.len().saturating_sub(200)..]
+    );
+    assert_eq!(text.matches("word ").count(), 4 * 200, "the head and three pieces");
+    assert_eq!(runner.totals().abandoned.load(Ordering::Relaxed), 0);
+    assert_eq!(stalled(&base).await, "fusebox_streams_stalled_total 0");
+    assert_eq!(words.opened.load(Ordering::SeqCst), 1);
+}
