@@ -233,9 +233,7 @@ impl RedisStore {
             retry: Script::new(RETRY),
         }
     }
-}
 
-impl RedisStore {
     /// Runs a prepared script, its last argument the caller's time (`''`:
     /// Redis's own).
     async fn run<T: redis::FromRedisValue>(

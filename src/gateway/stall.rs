@@ -68,6 +68,14 @@ impl Running {
     }
 }
 
+impl Running {
+    /// Drops the call (its stream went away).
+    pub(super) fn end(&self) {
+        let call = self.call.lock().take();
+        drop(call);
+    }
+}
+
 /// Drops the call when it has waited [`CLIENT_STALL`] to run; returns once
 /// the call has ended or the stream has gone.
 async fn watch(running: Weak<Running>, stalled: Arc<AtomicU64>) {

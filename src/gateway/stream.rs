@@ -209,6 +209,16 @@ struct Drive {
     out: SharedOut,
 }
 
+impl Drop for Drive {
+    /// The client went away: its call is dropped now (the wakers its
+    /// upstream holds keep the call's shared state alive, not the call).
+    fn drop(&mut self) {
+        if let Some(call) = self.call.take() {
+            call.end();
+        }
+    }
+}
+
 impl futures_util::Stream for Drive {
     type Item = Result<Bytes, std::io::Error>;
 

@@ -159,7 +159,7 @@ impl Runner {
                 let mut own_messages = !trimmed || Arc::ptr_eq(&messages, &call.messages);
                 if let Some(s) = streaming.as_deref_mut().filter(|_| cut.is_some()) {
                     let spent = std::mem::take(&mut carry);
-                    messages = continuation(&messages, s.resume(&m.api_name, spent), prefill);
+                    messages = continuation(&messages, s.resume(&m.api_name, spent, prefill), prefill);
                     own_messages = false;
                 }
                 let req = LlmRequest {

@@ -14,6 +14,7 @@ mod ending;
 mod hedge;
 pub mod llm;
 mod model_call;
+mod overlap;
 pub mod registry;
 pub mod reload;
 mod scope;

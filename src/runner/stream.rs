@@ -5,6 +5,7 @@
 //! the outcome; output is counted against the user's hard token budgets as
 //! it streams, and the stream is cut where it would pass one.
 
+use super::overlap::Overlap;
 use crate::outcome::Level;
 use crate::provider::stream::Live;
 use crate::provider::{ErrorKind, LlmResponse, Piece, ProviderError, Usage};
@@ -56,6 +57,9 @@ pub struct Streaming<'s> {
     /// Whitespace the client was sent at the cut that a continuation,
     /// given the answer without it, sends again.
     skip: String,
+    /// A continuation asked for in a user turn, held while it may begin
+    /// by repeating what was sent.
+    overlap: Option<Overlap>,
     /// What the cut attempts before the one streaming now used: added to
     /// the usage the client is told, which covers all it received.
     carried: Usage,
@@ -92,6 +96,7 @@ impl<'s> Streaming<'s> {
             only_text: true,
             resumed: false,
             skip: String::new(),
+            overlap: None,
             carried: Usage::default(),
             tail: Vec::new(),
         }
@@ -100,14 +105,16 @@ impl<'s> Streaming<'s> {
     /// The answer so far, for `model` to continue after an attempt cut
     /// having used `spent`: without its trailing whitespace, which APIs
     /// refuse at the end of a prefill (and which the continuation's first
-    /// text is not sent again).
-    pub fn resume(&mut self, model: &str, spent: Usage) -> &str {
+    /// text is not sent again). Without a `prefill` (asked for the rest in
+    /// a user turn) a repeat of the answer's end is left out.
+    pub fn resume(&mut self, model: &str, spent: Usage, prefill: bool) -> &str {
         self.resumed = true;
         self.carried.input = self.carried.input.saturating_add(spent.input);
         self.carried.output = self.carried.output.saturating_add(spent.output);
         self.sink.resumed_by(model);
         let kept = self.sent_text.trim_end().len();
         self.skip = self.sent_text[kept..].to_string();
+        self.overlap = (!prefill).then(|| Overlap::after(&self.sent_text[..kept]));
         &self.sent_text[..kept]
     }
 
@@ -132,13 +139,46 @@ impl<'s> Streaming<'s> {
         Some(p)
     }
 
+    /// Sends what a continuation's start held, its repeat left out.
+    fn release_overlap(&mut self, kind: Api) {
+        if let Some(text) = self.overlap.take().map(Overlap::release) {
+            if !text.is_empty() {
+                self.send_now(kind, &Piece::said(Delta::Text(text)));
+            }
+        }
+    }
+
     fn open(&mut self, head: StreamHead) {
         self.started = true;
         self.sink.start(head);
     }
 
-    /// Sends `p`, noting what it says.
+    /// Sends `p`, noting what it says; a continuation's start is held
+    /// while it may repeat what was sent.
     fn send(&mut self, kind: Api, p: &Piece) {
+        let Some(o) = self.overlap.as_mut() else {
+            return self.send_now(kind, p);
+        };
+        if p.deltas.iter().any(|d| d.is_content() && text_of(d).is_none()) {
+            self.release_overlap(kind);
+            return self.send_now(kind, p);
+        }
+        let text: String = p.deltas.iter().filter_map(text_of).collect();
+        let decided = o.take(&text);
+        if decided.is_some() {
+            self.overlap = None;
+        }
+        // The piece with its text held, or replaced by what is sent.
+        let mut p = p.clone();
+        p.deltas.retain(|d| text_of(d).is_none());
+        p.deltas.extend(decided.filter(|t| !t.is_empty()).map(Delta::Text));
+        if !p.deltas.is_empty() {
+            self.send_now(kind, &p);
+        }
+    }
+
+    /// Sends `p` as it is but for whitespace sent before a cut.
+    fn send_now(&mut self, kind: Api, p: &Piece) {
         if !self.skip.is_empty() && p.deltas.iter().any(|d| matches!(d, Delta::Text(_))) {
             let mut p = p.clone();
             for d in &mut p.deltas {
@@ -148,7 +188,7 @@ impl<'s> Streaming<'s> {
                 }
             }
             self.skip.clear();
-            return self.send(kind, &p);
+            return self.send_now(kind, &p);
         }
         for d in &p.deltas {
             match d {
@@ -246,6 +286,7 @@ impl<'s> Streaming<'s> {
         let mut pieces = held.into_iter();
         for p in pieces.by_ref() {
             if p.deltas.iter().any(|d| matches!(d, Delta::Finish(_) | Delta::Done)) {
+                self.release_overlap(kind);
                 let p = self.carrying(&p).unwrap_or(p);
                 self.tail.push((kind, p, !self.resumed));
                 break;
@@ -287,5 +328,13 @@ impl Spend {
     /// Unmeasured again (a new attempt).
     pub(crate) fn clear(&self) {
         self.0.store(u64::MAX, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
+/// A text delta's text.
+fn text_of(d: &Delta) -> Option<&str> {
+    match d {
+        Delta::Text(t) => Some(t),
+        _ => None,
     }
 }

@@ -323,6 +323,24 @@ async fn a_model_that_refuses_a_prefill_continues_in_a_user_turn_and_the_usage_c
 }
 
 #[tokio::test]
+async fn a_continuation_that_repeats_the_end_of_the_answer_is_sent_without_the_repeat() {
+    let p = Proxy::start(config(ROUTES)).await;
+    {
+        let mut plan = p.upstream.state.stream.lock();
+        plan.gap = Duration::from_millis(100);
+        plan.reset_after = Some((Api::OpenAi, 3));
+    }
+    *p.upstream.state.continues.lock() = true;
+    *p.upstream.state.no_prefill.lock() = true;
+    // Asked for the rest of "Order 38100 is", it begins "38100 is in …".
+    *p.upstream.state.repeats.lock() = 2;
+    let text = soon("the stream", open(&p, &ask(false)).await.rest()).await;
+    assert_eq!(openai_text(&text), ANSWER, "the repeat left out: {text}");
+    let asked = p.upstream.bodies(Api::Anthropic);
+    assert_eq!(asked.len(), 2, "a refused prefill, then a user turn");
+}
+
+#[tokio::test]
 async fn a_user_at_the_edge_of_a_hard_budget_is_cut_at_the_budget() {
     let mut cfg = config(ROUTES);
     cfg.budgets.user_tokens_per_minute = 150;

@@ -99,6 +99,9 @@ pub struct StrictState {
     pub faults: Mutex<Faults>,
     /// The Anthropic endpoint refuses every request as too large (its 413).
     pub anthropic_too_large: Mutex<bool>,
+    /// Asked for the rest of an answer in a user turn, begin by writing
+    /// again this many of its last words, as models do.
+    pub repeats: Mutex<usize>,
 }
 
 impl Faults {
@@ -460,7 +463,13 @@ fn decide(state: &StrictState, api: Api, b: &Value) -> (bool, String) {
             _ => String::new(),
         };
         if let Some(rest) = text.strip_prefix(prefix.trim_end()) {
-            return (false, rest.to_string());
+            let asked = messages.last().is_some_and(|m| m["role"] == "user");
+            let words: Vec<&str> = prefix.split_whitespace().collect();
+            let again = words[words.len().saturating_sub(*state.repeats.lock())..].join(" ");
+            return match asked && !again.is_empty() {
+                true => (false, format!("{again}{rest}")),
+                false => (false, rest.to_string()),
+            };
         }
     }
     (tools && !choice_none, text)
