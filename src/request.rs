@@ -35,6 +35,13 @@ pub struct AgentRequest {
     /// How urgent it is where capacity is short (`None`: as its route says).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub priority: Option<crate::config::Priority>,
+    /// Choices asked for (OpenAI's `n`), when more than one: each may use
+    /// the whole output cap.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub choices: Option<u32>,
+    /// The only models the caller's key may reach, by name (`None`: any).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reach: Option<Vec<CompactString>>,
 }
 
 /// How a request came in, so a replay drives it as it was driven.

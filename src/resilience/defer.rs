@@ -31,7 +31,7 @@ pub struct Deferred {
 #[derive(Serialize, Deserialize)]
 #[serde(tag = "op", rename_all = "snake_case")]
 enum Line {
-    Add(Deferred),
+    Add(Box<Deferred>),
     Done { id: u64, level: String },
 }
 
@@ -57,7 +57,7 @@ impl Spool {
                 let line = line.map_err(err)?;
                 // A torn last line from a crash is skipped.
                 match serde_json::from_str::<Line>(&line) {
-                    Ok(Line::Add(d)) => pending.push(d),
+                    Ok(Line::Add(d)) => pending.push(*d),
                     Ok(Line::Done { id, .. }) => pending.retain(|d| d.request.id != id),
                     Err(_) => tracing::warn!(path = %path.display(), "skipping unreadable spool line"),
                 }
@@ -67,7 +67,7 @@ impl Spool {
         {
             let mut f = File::create(&tmp).map_err(err)?;
             for d in &pending {
-                let line = serde_json::to_string(&Line::Add(d.clone())).map_err(|e| err(e.into()))?;
+                let line = serde_json::to_string(&Line::Add(Box::new(d.clone()))).map_err(|e| err(e.into()))?;
                 writeln!(f, "{line}").map_err(err)?;
             }
             f.sync_all().map_err(err)?;
@@ -99,7 +99,7 @@ impl Spool {
 
     /// Durably records a deferred request.
     pub fn add(&self, d: Deferred) -> Result<(), SpoolError> {
-        self.append(&Line::Add(d.clone()))?;
+        self.append(&Line::Add(Box::new(d.clone())))?;
         self.pending.lock().push(d);
         Ok(())
     }

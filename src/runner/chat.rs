@@ -136,7 +136,7 @@ pub enum CutBy {
 }
 
 /// A chat call as the agent request it stands for, for the recorder.
-fn arrival(req: &ChatRequest) -> Arrival {
+fn arrival(req: &ChatRequest, models: &[super::ModelSlot]) -> Arrival {
     Arrival {
         request: AgentRequest {
             id: req.id,
@@ -153,6 +153,11 @@ fn arrival(req: &ChatRequest) -> Arrival {
             max_tokens: req.max_tokens,
             max_steps: 1,
             priority: req.priority,
+            choices: req.params.choices,
+            reach: req
+                .reach
+                .as_ref()
+                .map(|r| r.iter().map(|&m| models[m].name.as_ref().into()).collect()),
         },
         via: Via::Gateway,
     }
@@ -163,7 +168,7 @@ impl Runner {
     /// as it arrives when one is given. Dropping the future (the client
     /// went away) cancels the upstream call and releases what it reserved.
     pub async fn chat(&self, req: ChatRequest, sink: Option<&mut dyn StreamSink>) -> Chat {
-        let scope = self.begin(req.id, &req.user, || arrival(&req));
+        let scope = self.begin(req.id, &req.user, || arrival(&req, &self.models));
         let mut tally = Tally::default();
         let mut streaming = sink.map(Streaming::new);
         let entered = req

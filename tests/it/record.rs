@@ -263,6 +263,7 @@ mod every_line_reads_back {
         )
             .prop_map(
                 move |((user, sub_user, session, route), (max_tokens, max_steps, tools), msgs, via)| {
+                    let reach = (!tools.is_empty()).then(|| tools.iter().map(|t| t.as_str().into()).collect());
                     EventKind::Request(Box::new(Arrival {
                         request: AgentRequest {
                             id: n,
@@ -276,6 +277,8 @@ mod every_line_reads_back {
                             max_tokens,
                             max_steps,
                             priority: None,
+                            choices: Some(max_steps),
+                            reach,
                         },
                         via,
                     }))

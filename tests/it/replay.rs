@@ -416,3 +416,82 @@ async fn a_recorded_gateway_log_replays_as_gateway_calls() {
         );
     }
 }
+
+#[tokio::test]
+async fn a_recorded_call_replays_with_its_choices_and_its_keys_reach() {
+    use crate::gateway::gateway;
+    use fusebox::config::access::SecretHash;
+    use fusebox::config::KeyConfig;
+    use fusebox::gateway::GatewayOptions;
+    use fusebox::provider::fault::{Fault, FaultSpec};
+    use fusebox::traffic::log::Record;
+    use fusebox::traffic::replay::{agent_request, gateway_call};
+    use serde_json::json;
+    const SECRET: &str = "sk-app-0123456789";
+    let mut cfg = Config::default();
+    let key = KeyConfig {
+        hash: SecretHash::of(SECRET),
+        user: "alice".into(),
+        routes: vec!["gpt-4o".into()],
+        expires: None,
+        budgets: None,
+        sub_users: false,
+        priority: Default::default(),
+    };
+    cfg.keys.insert("app".into(), key);
+    cfg.validate("test").unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("serve.jsonl");
+    let f = gateway(cfg.clone(), GatewayOptions::default()).await;
+    let header = Header {
+        v: 1,
+        started_at: "2026-12-05T02:00:00Z".into(),
+        seed: SEED,
+        tools: Default::default(),
+    };
+    let rec = Recorder::start(&log, RecordOptions::default(), header, f.runner.events()).unwrap();
+    // gpt-4o down: named, it would fall back to a model that takes `n`
+    // (deepseek), but the key reaches gpt-4o alone.
+    let down = Fault::Status {
+        code: 503,
+        retry_after_ms: None,
+    };
+    f.faults.set(&Target::provider("openai"), FaultSpec::always(down));
+    let body = json!({"model": "gpt-4o", "n": 2, "max_tokens": 64,
+                      "messages": [{"role": "user", "content": "Where is order #38100?"}]});
+    let r = f
+        .http
+        .post(format!("{}/v1/chat/completions", f.base))
+        .bearer_auth(SECRET)
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.headers()["x-fusebox-level"], "failed");
+    f.runner.events().close_subscribers();
+    rec.finish().unwrap();
+    // The record keeps both.
+    let mut reader = LogReader::open(&log, false).unwrap();
+    let q = loop {
+        match reader.next_record().unwrap() {
+            Some(Record::Request(q)) => break q,
+            Some(_) => {}
+            None => panic!("no request recorded"),
+        }
+    };
+    assert_eq!((q.choices, q.reach.clone()), (Some(2), Some(vec!["gpt-4o".into()])));
+    // Replayed, the call asks as many choices of the models the key reached...
+    let call = gateway_call(&f.runner, &agent_request(q));
+    assert_eq!(call.params.choices, Some(2));
+    let gpt = f.runner.models().iter().position(|m| &*m.name == "gpt-4o");
+    assert_eq!(call.reach.as_deref(), gpt.as_ref().map(std::slice::from_ref));
+    // ...and ends as it did.
+    let (_, out) = replay_with(dir.path(), &log, cfg, "reach").await;
+    assert_eq!(out.levels.len(), 1);
+    for (id, (rec, rep)) in &out.levels {
+        assert!(
+            rec.is_some() && rec == rep,
+            "request {id}: recorded {rec:?}, replayed {rep:?}"
+        );
+    }
+}

@@ -53,6 +53,8 @@ fn request(t_ms: u64, id: u64, user: &str) -> RequestRec {
         answer_key: None,
         via: Default::default(),
         priority: None,
+        choices: None,
+        reach: None,
     }
 }
 
@@ -91,6 +93,8 @@ fn all_kinds_reads_every_kind_and_skips_unknown_ones() {
             answer_key: None,
             via: Default::default(),
             priority: None,
+            choices: None,
+            reach: None,
         }),
         Record::Attempt(AttemptRec {
             t_ms: 5,
@@ -796,6 +800,8 @@ fn arb_record() -> impl Strategy<Value = Record> {
                     answer_key: None,
                     via: Default::default(),
                     priority: None,
+                    choices: None,
+                    reach: None,
                 })
             },
         );

@@ -61,6 +61,8 @@ pub fn make_request(seed: Seed, id: u64, users: u32) -> AgentRequest {
         max_steps: 4,
         sub_user: None,
         priority: None,
+        choices: None,
+        reach: None,
     }
 }
 
@@ -84,6 +86,8 @@ fn noisy_request(seed: Seed, id: u64, t: &Tenant) -> AgentRequest {
         max_steps: if t.tools { 2 } else { 1 },
         sub_user: None,
         priority: t.priority,
+        choices: None,
+        reach: None,
     }
 }
 

@@ -50,6 +50,8 @@ pub fn gateway_log(n: u64, rps: u64, out: &mut impl Write) -> std::io::Result<()
             answer_key: None,
             via: Via::Agent,
             priority: None,
+            choices: None,
+            reach: None,
         });
         writeln!(out, "{}", request.to_line())?;
         let latency = 200 + rng.u64(..400);

@@ -53,6 +53,9 @@ pub fn fit(rec: &mut Record) {
         if let Some(s) = &mut r.sub_user {
             cut(s, crate::limits::MAX_NAME_LEN);
         }
+        for m in r.reach.iter_mut().flatten() {
+            cut(m, crate::limits::MAX_NAME_LEN);
+        }
     }
 }
 
@@ -71,7 +74,7 @@ pub fn line_of(mut rec: Record) -> String {
         match (&mut rec, step) {
             (Record::Request(r), 0) => r.messages = None,
             (Record::Attempt(a), 0) => a.answer = None,
-            (Record::Request(r), _) => (r.tools.clear(), r.critical_tools.clear()).1,
+            (Record::Request(r), _) => (r.tools.clear(), r.critical_tools.clear(), r.reach = None).2,
             (Record::Attempt(a), _) => (a.tool_calls.clear(), a.semantic_failure = None).1,
             _ => {}
         }
@@ -122,9 +125,11 @@ pub(super) fn validate(rec: &Record) -> Result<(), Bad> {
         Record::Request(r) => {
             let max = crate::limits::MAX_NAME_LEN;
             let sub_user = r.sub_user.as_ref().map(|s| ("sub_user", s));
+            let reach = r.reach.iter().flatten().map(|m| ("reach", m));
             match [("user", &r.user), ("session", &r.session), ("route", &r.route)]
                 .into_iter()
                 .chain(sub_user)
+                .chain(reach)
                 .find(|(_, n)| n.len() > max)
             {
                 Some((field, _)) => Err(bad(field, format!("longer than {max} bytes"))),
@@ -258,6 +263,8 @@ fn check_request(o: &Map<String, Value>) -> Result<(), Bad> {
     opt::<Option<Vec<Message>>>(o, "messages")?;
     opt::<Option<String>>(o, "content_hash")?;
     opt::<Option<Key>>(o, "answer_key")?;
+    opt::<Option<u32>>(o, "choices")?;
+    opt::<Option<Vec<String>>>(o, "reach")?;
     opt::<Via>(o, "via")
 }
 

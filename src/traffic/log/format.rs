@@ -154,6 +154,12 @@ pub struct RequestRec {
     /// Its priority, where it differs from its route's.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub priority: Option<crate::config::Priority>,
+    /// Choices asked for (`n`), when more than one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub choices: Option<u32>,
+    /// The only models its caller's key could reach, by name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reach: Option<Vec<CompactString>>,
 }
 
 /// A cache key as a recording keeps it: 16 hex digits of a salted hash,

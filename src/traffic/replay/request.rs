@@ -55,6 +55,8 @@ pub fn agent_request(q: RequestRec) -> AgentRequest {
         max_tokens: q.max_tokens,
         max_steps: q.max_steps.unwrap_or(0),
         priority: q.priority,
+        choices: q.choices,
+        reach: q.reach,
     }
 }
 
@@ -88,11 +90,18 @@ pub fn gateway_call(runner: &Runner, req: &AgentRequest) -> ChatRequest {
         max_tokens: req.max_tokens,
         params: Arc::new(Params {
             from_client: true,
+            choices: req.choices,
             ..Params::default()
         }),
         stream: false,
         fallback: true,
-        reach: None,
+        // Models of this config the recorded key reached, by name.
+        reach: req.reach.as_ref().map(|names| {
+            let models = runner.models();
+            (0..models.len())
+                .filter(|&m| names.iter().any(|n| *n == *models[m].name))
+                .collect()
+        }),
         deadline_ms: None,
         key: None,
         priority: req.priority,

@@ -140,6 +140,8 @@ pub fn ask(id: u64, user: &str) -> AgentRequest {
         max_tokens: 256,
         max_steps: 2,
         priority: None,
+        choices: None,
+        reach: None,
         sub_user: None,
     }
 }
