@@ -133,7 +133,7 @@ impl Collector for RunnerMetrics {
             &mut enc,
             "fusebox_streams_stalled",
             "Streamed calls dropped because their client read nothing for the stall time",
-            &ConstCounter::new(self.0.streams_stalled.load(std::sync::atomic::Ordering::Relaxed)),
+            &ConstCounter::new(self.0.stalls.stalled.load(std::sync::atomic::Ordering::Relaxed)),
         )?;
         single(
             &mut enc,

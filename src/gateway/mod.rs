@@ -100,8 +100,8 @@ struct Gateway {
     access: auth::Access,
     /// Event watchers dropped for falling behind.
     watchers_dropped: Arc<AtomicU64>,
-    /// Streamed calls dropped because their client stopped reading.
-    streams_stalled: Arc<AtomicU64>,
+    /// Streamed calls running, watched for clients that stop reading.
+    stalls: Arc<stall::Stalls>,
     /// Whether it is closing.
     closing: closing::Watch,
 }
@@ -127,7 +127,7 @@ fn router(
         latency: Latency::default(),
         conns,
         watchers_dropped: Arc::default(),
-        streams_stalled: Arc::default(),
+        stalls: Arc::default(),
         closing,
     });
     let router = Router::new()

@@ -13,7 +13,7 @@
 use super::chat::{outcome_headers, respond};
 use super::client_api::{Client, Writer};
 use super::error::GatewayError;
-use super::stall::{Call, Running};
+use super::stall::{Call, Watched};
 use super::Gateway;
 use crate::outcome::Outcome;
 use crate::provider::Piece;
@@ -205,18 +205,8 @@ fn with_meta(events: &[u8], meta: &Value) -> Vec<u8> {
 /// The client's stream: runs the call whenever the connection wants more,
 /// and hands over what it wrote meanwhile.
 struct Drive {
-    call: Option<Arc<Running>>,
+    call: Option<Watched>,
     out: SharedOut,
-}
-
-impl Drop for Drive {
-    /// The client went away: its call is dropped now (the wakers its
-    /// upstream holds keep the call's shared state alive, not the call).
-    fn drop(&mut self) {
-        if let Some(call) = self.call.take() {
-            call.end();
-        }
-    }
 }
 
 impl futures_util::Stream for Drive {
@@ -295,7 +285,7 @@ pub(super) async fn streamed(gw: Arc<Gateway>, client: Client, req: ChatRequest)
     };
     gw.latency.observe(arrived.elapsed());
     let body = Body::from_stream(Drive {
-        call: (!done).then(|| Running::watched(call, gw.streams_stalled.clone())),
+        call: (!done).then(|| gw.stalls.watch(call)),
         out,
     });
     let mut resp = super::event_stream(body);
