@@ -257,7 +257,7 @@ async fn semantic_faults_reach_the_runner_as_semantic_failures() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn retry_after_keeps_traffic_off_the_provider_and_headers_lower_the_bucket() {
+async fn retry_after_keeps_traffic_off_the_provider_and_headers_calibrate_the_limiter() {
     let (faults, base) = server().await;
     let mut cfg = Config::default();
     quick(&mut cfg);
@@ -273,16 +273,15 @@ async fn retry_after_keeps_traffic_off_the_provider_and_headers_lower_the_bucket
             .view()
             .attempts
     };
-    // Remaining-token headers lower the local bucket.
+    // Rate-limit headers calibrate the local limiter. (What a calibration
+    // does to the buckets is held on a paused clock in `limiter_props`:
+    // here the bucket is full again a few ms after the call, at the reset
+    // the provider announced.)
     let o = r.run(&ask(1)).await;
     assert_eq!(o.level, Level::None, "{:?}", o.path());
     let lim = &r.providers().iter().find(|p| p.name == "openai").unwrap().limiter;
     let v = lim.view(tokio::time::Instant::now());
     assert!(v.calibrated_ms_ago.is_some(), "{v:?}");
-    assert!(
-        v.tpm.unwrap().0 < v.tpm.unwrap().1,
-        "the provider's remaining count lowered the bucket: {v:?}"
-    );
     // A 429 with retry-after: 2 freezes the limiter: no request reaches openai for 2 s.
     set(
         &faults,
