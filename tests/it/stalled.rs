@@ -28,6 +28,17 @@ struct Words {
     dropped: Arc<AtomicU32>,
 }
 
+impl Words {
+    fn new(words: Option<u32>, gap: Duration) -> Arc<Self> {
+        Arc::new(Self {
+            words,
+            gap,
+            opened: AtomicU32::new(0),
+            dropped: Arc::default(),
+        })
+    }
+}
+
 struct Stream {
     left: Option<u32>,
     gap: Duration,
@@ -134,9 +145,12 @@ async fn gateway(words: Arc<Words>) -> (String, Arc<Runner>) {
     (format!("http://{addr}"), runner)
 }
 
-fn ask() -> serde_json::Value {
-    json!({"model": "default", "stream": true, "max_tokens": 1000000, "user": "reader",
-           "messages": [{"role": "user", "content": "Tell me everything."}]})
+/// A streamed chat call to the gateway at `base`, its head read.
+async fn ask(base: &str) -> reqwest::Response {
+    let body = json!({"model": "default", "stream": true, "max_tokens": 1000000, "user": "reader",
+                      "messages": [{"role": "user", "content": "Tell me everything."}]});
+    let url = format!("{base}/v1/chat/completions");
+    reqwest::Client::new().post(url).json(&body).send().await.unwrap()
 }
 
 async fn stalled(base: &str) -> String {
@@ -154,19 +168,9 @@ async fn stalled(base: &str) -> String {
 
 #[tokio::test(start_paused = true)]
 async fn a_client_that_stops_reading_its_stream_loses_the_call() {
-    let words = Arc::new(Words {
-        words: None,
-        gap: Duration::ZERO,
-        opened: AtomicU32::new(0),
-        dropped: Arc::default(),
-    });
+    let words = Words::new(None, Duration::ZERO);
     let (base, runner) = gateway(words.clone()).await;
-    let resp = reqwest::Client::new()
-        .post(format!("{base}/v1/chat/completions"))
-        .json(&ask())
-        .send()
-        .await
-        .unwrap();
+    let resp = ask(&base).await;
     assert_eq!(resp.status(), 200);
     // The client holds its connection and reads nothing: the sockets fill,
     // the call waits to run; a minute on, it is dropped.
@@ -184,19 +188,9 @@ async fn a_client_that_stops_reading_its_stream_loses_the_call() {
 
 #[tokio::test(start_paused = true)]
 async fn a_slow_upstream_read_by_its_client_is_not_a_stall() {
-    let words = Arc::new(Words {
-        words: Some(3),
-        gap: Duration::from_secs(100),
-        opened: AtomicU32::new(0),
-        dropped: Arc::default(),
-    });
+    let words = Words::new(Some(3), Duration::from_secs(100));
     let (base, runner) = gateway(words.clone()).await;
-    let resp = reqwest::Client::new()
-        .post(format!("{base}/v1/chat/completions"))
-        .json(&ask())
-        .send()
-        .await
-        .unwrap();
+    let resp = ask(&base).await;
     let text = resp.text().await.unwrap();
     assert!(
         text.ends_with("data: [DONE]\n\n"),
