@@ -7,6 +7,7 @@
 pub mod alloc;
 pub mod attach;
 pub mod bench;
+pub mod blame;
 pub mod cli;
 pub mod clock;
 pub mod command;

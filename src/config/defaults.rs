@@ -27,6 +27,7 @@ pub(super) fn provider(tpm: u64, itpm: u64, otpm: u64, rpm: u64, concurrency: u3
 fn model(provider: &str, input: f64, output: f64, tier: Tier, quality: f64) -> ModelConfig {
     ModelConfig {
         first_token_timeout_ms: super::upstreams::FIRST_TOKEN_TIMEOUT_MS,
+        prefill_ms_per_1k: super::upstreams::PREFILL_MS_PER_1K,
         prefill: None,
         provider: provider.into(),
         api_name: None,

@@ -132,6 +132,11 @@ pub struct ModelConfig {
     /// timeout). Raise it for reasoning models that think long first.
     #[serde(default = "first_token_ms")]
     pub first_token_timeout_ms: u64,
+    /// How much longer (ms) the first token may take for each thousand
+    /// tokens of prompt: a long prompt takes the model longer to read, and
+    /// its length is the caller's, not a sign of the provider's health.
+    #[serde(default = "prefill_ms")]
+    pub prefill_ms_per_1k: u64,
     /// Whether it continues an answer given as a last assistant turn (a
     /// prefill), as a cut stream is resumed. Unset: as its provider's API
     /// does (Anthropic's and the mock's do, OpenAI-style ones do not);
@@ -146,6 +151,14 @@ pub const FIRST_TOKEN_TIMEOUT_MS: u64 = 15_000;
 
 fn first_token_ms() -> u64 {
     FIRST_TOKEN_TIMEOUT_MS
+}
+
+/// How much longer a first token may take per thousand prompt tokens by
+/// default (a generous reading pace: 4,000 tokens a second).
+pub const PREFILL_MS_PER_1K: u64 = 250;
+
+fn prefill_ms() -> u64 {
+    PREFILL_MS_PER_1K
 }
 
 fn default_tier() -> Tier {

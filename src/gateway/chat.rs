@@ -298,6 +298,7 @@ fn answer(client: &Client, id: u64, end: ChatEnd, stream: bool) -> Answer {
         ChatEnd::Unservable { reason, param } => Err(error(StatusCode::BAD_REQUEST, reason).param(param)),
         ChatEnd::Upstream(e) => Err(GatewayError::upstream(api, &e)),
         ChatEnd::Cut { reason, .. } => Err(error(StatusCode::BAD_GATEWAY, reason)),
+        ChatEnd::Deadline { reason } => Err(error(StatusCode::GATEWAY_TIMEOUT, reason)),
     }
 }
 

@@ -46,7 +46,7 @@ fn cut_type(by: CutBy) -> &'static str {
     match by {
         CutBy::Upstream(ErrorKind::Overloaded) => "overloaded_error",
         CutBy::Upstream(ErrorKind::RateLimited) => "rate_limit_error",
-        CutBy::Upstream(ErrorKind::Timeout) => "timeout_error",
+        CutBy::Upstream(ErrorKind::Timeout | ErrorKind::Deadline) => "timeout_error",
         CutBy::Upstream(_) => "server_error",
         CutBy::Budget => "budget_exceeded",
     }

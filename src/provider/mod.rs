@@ -276,6 +276,12 @@ pub enum ErrorKind {
     /// The request cannot be put in this provider's API (something only
     /// the client's API can express): the model is skipped, not blamed.
     Unsupported,
+    /// The caller's deadline passed before the answer came (the time
+    /// bound that ended the call was the deadline's, not the provider's).
+    Deadline,
+    /// fusebox had no file descriptor left for the call: refused before
+    /// the upstream was reached, or its connect failed for want of one.
+    Local,
 }
 
 impl ErrorKind {
@@ -321,14 +327,17 @@ impl ErrorKind {
         )
     }
 
-    /// How the breaker counts it.
+    /// How the breaker counts it: only a provider's fault is counted
+    /// ([`crate::blame`]).
     pub fn failure(self) -> FailureKind {
+        if !crate::blame::Ending::of(self).feeds().breaker {
+            return FailureKind::Blameless;
+        }
         match self {
             Self::RateLimited => FailureKind::RateLimited,
-            Self::Overloaded | Self::ServerError | Self::Connect | Self::Reset => FailureKind::Server,
             Self::Timeout => FailureKind::Timeout,
             Self::Truncated => FailureKind::Truncated,
-            _ => FailureKind::Client,
+            _ => FailureKind::Server,
         }
     }
 
@@ -341,6 +350,8 @@ impl ErrorKind {
             (Self::Reset, _) => "reset".into(),
             (Self::Truncated, _) => "truncated".into(),
             (Self::Unsupported, _) => "unsupported".into(),
+            (Self::Deadline, _) => "deadline".into(),
+            (Self::Local, _) => "no descriptors".into(),
             // `ServerError` → `server error`.
             (k, None) => format!("{k:?}")
                 .chars()

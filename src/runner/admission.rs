@@ -156,11 +156,12 @@ impl Runner {
 
 /// How an attempt admitted at `admitted` went, for an adaptive
 /// concurrency limit: answered (in `rtt`, where that is one sample of the
-/// provider's response time), overloaded (429, 503, 529), or neither.
+/// provider's response time), overloaded (the failures that say so, see
+/// [`crate::blame`]: 429, 503, 529), or neither.
 pub(super) fn signal(failed: Option<ErrorKind>, rtt: Option<Duration>, admitted: Instant) -> Signal {
     match failed {
         None => Signal::Answered { rtt, admitted },
-        Some(ErrorKind::RateLimited | ErrorKind::Overloaded) => Signal::Overloaded { admitted },
+        Some(k) if crate::blame::Ending::of(k).feeds().limit => Signal::Overloaded { admitted },
         Some(_) => Signal::Neutral,
     }
 }

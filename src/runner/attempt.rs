@@ -9,8 +9,9 @@
 use super::llm::Tally;
 use super::registry::Entry;
 use super::Runner;
+use crate::blame::Ending;
 use crate::provider::{ErrorKind, ProviderError};
-use crate::resilience::breaker::{CallRecord, FailureKind, Permit};
+use crate::resilience::breaker::{CallRecord, Permit};
 use crate::resilience::retry::backoff;
 use crate::telemetry::events::{self, StepKind};
 use std::time::Duration;
@@ -73,7 +74,10 @@ impl<const N: usize> Attempt<'_, N> {
     /// breaker told with its probe (`probes`, in target order) and
     /// `call`, and its result counted as `verdict`; then its record (made
     /// with its latency) announced unless it was [`Verdict::Cut`]. The
-    /// trips it caused, per target, and its latency.
+    /// breakers judge its pace by `judged` where that is given (a
+    /// stream's time to first token: how long the rest runs is the
+    /// caller's asking), else by its whole latency. The trips it caused,
+    /// per target, and the latency judged.
     #[inline]
     pub(super) fn end(
         self,
@@ -81,11 +85,12 @@ impl<const N: usize> Attempt<'_, N> {
         probes: [Permit; N],
         verdict: Verdict,
         mut call: CallRecord,
-        end: Instant,
+        (end, judged): (Instant, Option<Duration>),
         record: impl FnOnce(Duration) -> events::Attempt,
     ) -> ([Option<String>; N], Duration) {
-        call.latency = end.saturating_duration_since(self.start);
-        let ms = call.latency.as_millis() as u64;
+        let took = end.saturating_duration_since(self.start);
+        call.latency = judged.unwrap_or(took);
+        let ms = took.as_millis() as u64;
         let mut i = 0;
         let trips = probes.map(|probe| {
             let t = self.targets[i];
@@ -100,10 +105,10 @@ impl<const N: usize> Attempt<'_, N> {
                 }
                 Verdict::Slow => s.failed.inc(),
                 Verdict::Failed(kind) => {
-                    if kind.failure() == FailureKind::Client {
-                        s.client_errors.inc();
-                    } else {
+                    if Ending::of(kind).feeds().health {
                         s.failed.inc();
+                    } else {
+                        s.client_errors.inc();
                     }
                     if kind == ErrorKind::Timeout {
                         s.timeouts.inc();
@@ -114,7 +119,7 @@ impl<const N: usize> Attempt<'_, N> {
             t.breaker.record(probe, &call, end)
         });
         if verdict != Verdict::Cut {
-            runner.announce_attempt(|| record(call.latency));
+            runner.announce_attempt(|| record(took));
         }
         (trips, call.latency)
     }

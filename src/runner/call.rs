@@ -144,6 +144,8 @@ pub enum LlmFailure {
     Budget(BudgetExceeded),
     /// Every model was skipped or failed.
     Exhausted,
+    /// The request's deadline passed before any model answered.
+    Deadline,
     /// The upstream refused the client's own request as malformed (400,
     /// 404, 422 to a body passed through): the client's mistake, passed
     /// back to it rather than tried elsewhere.

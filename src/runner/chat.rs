@@ -107,6 +107,12 @@ pub enum ChatEnd {
     /// The upstream refused the client's request as malformed; its error
     /// goes back to the client as it was.
     Upstream(Box<ProviderError>),
+    /// The request's deadline passed before any model answered: the
+    /// caller's to give more time (not a provider's failure).
+    Deadline {
+        /// Which deadline, in words.
+        reason: String,
+    },
     /// The request can never be served as asked (it alone is more than a
     /// budget allows): the client's mistake, not a reason to wait.
     Unservable {
@@ -212,6 +218,7 @@ impl Runner {
             }
             ChatEnd::Unavailable { message } => (Level::Failed, 0.0, Some(message.clone())),
             ChatEnd::Unservable { reason, .. } => (Level::Failed, 0.0, Some(format!("Request refused: {reason}."))),
+            ChatEnd::Deadline { reason } => (Level::Failed, 0.0, Some(format!("Request timed out: {reason}."))),
             ChatEnd::Upstream(e) => (
                 Level::Failed,
                 0.0,
@@ -278,6 +285,18 @@ impl Runner {
         call.stream = Some(req.stream);
         call.only_first = !req.fallback;
         call.reach = req.reach.as_deref();
+        // The caller's deadline, or the route's where that is sooner.
+        let deadline = match (req.deadline_ms.filter(|&ms| ms > 0), route.cfg.deadline_ms) {
+            (Some(ms), r) if r == 0 || ms <= r => Some(format!(
+                "its deadline of {ms} ms ({}) passed before any model answered; allow more time",
+                crate::wire::fusebox::DEADLINE_MS
+            )),
+            (_, 0) => None,
+            (_, r) => Some(format!(
+                "route `{}` answers within {r} ms (its deadline_ms) and no model answered in that time",
+                req.route
+            )),
+        };
         let ms = [req.deadline_ms.unwrap_or(0), route.cfg.deadline_ms]
             .into_iter()
             .filter(|&ms| ms > 0)
@@ -402,6 +421,9 @@ impl Runner {
                 ChatEnd::Unavailable { message }
             }
             Err(LlmFailure::Upstream(e)) => ChatEnd::Upstream(e),
+            Err(LlmFailure::Deadline) => ChatEnd::Deadline {
+                reason: deadline.unwrap_or_else(|| "its deadline passed".into()),
+            },
         }
     }
 

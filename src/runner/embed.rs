@@ -157,7 +157,7 @@ impl Runner {
         let verdict = failure.map_or(Verdict::Ok, Verdict::Failed);
         let provider = self.registry.get(p.target);
         let failed = result.as_ref().err();
-        attempt.end(self, probes, verdict, rec, end, |latency| Attempt {
+        attempt.end(self, probes, verdict, rec, (end, None), |latency| Attempt {
             model: Some(m.name.to_string()),
             status: failed.map_or(Some(200), |e| e.status),
             transport: failed.and_then(|e| e.kind.transport()),

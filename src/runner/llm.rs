@@ -231,9 +231,15 @@ impl Runner {
                 HopResult::Failed(ErrorKind::TooLarge, _) | HopResult::Unsupported(_)
             )
         };
+        // One whose deadline passed first is the caller's to give more time.
+        let late = call.deadline.is_some_and(|d| self.clock.now() >= d)
+            || tally.hops[first_hop..]
+                .iter()
+                .any(|h| h.result == HopResult::Failed(ErrorKind::Deadline, None));
         match (cut, tally.too_large.take()) {
             (Some(e), _) => Err(LlmFailure::Cut(Box::new(e))),
             (None, Some(e)) if tally.hops[first_hop..].iter().all(too_large) => Err(LlmFailure::Upstream(e)),
+            (None, _) if late => Err(LlmFailure::Deadline),
             (None, _) => Err(LlmFailure::Exhausted),
         }
     }

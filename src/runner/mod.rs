@@ -5,7 +5,6 @@
 mod admission;
 pub mod agent;
 mod attempt;
-mod blame;
 mod call;
 pub mod chat;
 pub mod command;
@@ -14,6 +13,7 @@ mod ending;
 mod hedge;
 pub mod llm;
 mod model_call;
+mod needs;
 mod overlap;
 pub mod registry;
 pub mod reload;
@@ -91,6 +91,47 @@ pub struct ModelSlot {
 }
 
 impl ModelSlot {
+    /// The provider's own time bound on `req` (`chars` of prompt) on this
+    /// model, whose provider's timeout is `timeout`: a whole answer's, or
+    /// a stream's first token's (`first_token_timeout_ms`, within the
+    /// timeout; just the timeout when the caller asked the model to reason
+    /// first, as its thinking comes before its first token for as long as
+    /// it was asked to). Either way, the time to read the prompt
+    /// (`prefill_ms_per_1k`) comes on top: a long prompt is the caller's.
+    pub(crate) fn own_bound(
+        &self,
+        timeout: Duration,
+        req: &crate::provider::LlmRequest,
+        chars: usize,
+        streams: bool,
+    ) -> Duration {
+        let first = match self.cfg.first_token_timeout_ms {
+            ms if streams && ms > 0 && !req.params.asks_reasoning() => timeout.min(Duration::from_millis(ms)),
+            _ => timeout,
+        };
+        first.saturating_add(self.reading(chars))
+    }
+
+    /// How long the model may take to read `chars` of prompt: for each
+    /// whole thousand tokens of it, `prefill_ms_per_1k`.
+    fn reading(&self, chars: usize) -> Duration {
+        let thousands = u64::from(crate::request::tokens_in_chars(chars)) / 1000;
+        Duration::from_millis(thousands.saturating_mul(self.cfg.prefill_ms_per_1k))
+    }
+
+    /// Output tokens a second of a whole answer of `output` tokens that
+    /// took `took` for `chars` of prompt, the time to read it left out.
+    pub(crate) fn pace(&self, output: u32, took: Duration, chars: usize) -> f64 {
+        let writing = took.saturating_sub(self.reading(chars)).as_secs_f64().max(1e-3);
+        f64::from(output) / writing
+    }
+
+    /// The part of a time to first token that `req`'s prompt does not
+    /// account for (what says how fast the provider is).
+    pub(crate) fn beyond_prompt(&self, ttft: Duration, req: &crate::provider::LlmRequest) -> Duration {
+        ttft.saturating_sub(self.reading(req.prompt_chars()))
+    }
+
     /// Cost of a call in USD.
     #[inline]
     pub fn cost(&self, input: u32, output: u32) -> f64 {

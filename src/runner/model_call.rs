@@ -61,7 +61,7 @@ impl Runner {
         loop {
             let attempt = made;
             if call.deadline.is_some_and(|d| self.clock.now() >= d) {
-                return hop(HopResult::Failed(ErrorKind::Timeout, None), attempt);
+                return hop(HopResult::Failed(ErrorKind::Deadline, None), attempt);
             }
             // Every choice may use the whole cap: all are reserved.
             let output = call.params.output_bound(req.max_tokens);
@@ -87,35 +87,40 @@ impl Runner {
                 .as_ref()
                 .filter(|_| streams)
                 .and_then(|r| self.budgets.room(call.user, r, self.clock.ms_at(now)));
-            // Within the request's deadline, this attempt's share of it.
+            // The provider's own bound on this call (a whole answer's
+            // timeout; a stream's first token), and within the request's
+            // deadline, this attempt's share of it: when the share is the
+            // shorter, running out of it is the caller's doing.
+            let own = m.own_bound(p.timeout, &req, chars, streams);
             let share = self.share_of(call.deadline, rest, now);
-            let timeout = share.map_or(p.timeout, |s| s.min(p.timeout));
+            let bound = share.map_or(own, |s| s.min(own));
             // A stream has no timeout of its own once open (an idle one
-            // only); its first content must come within the model's limit.
-            let within = if streams {
-                share.unwrap_or(Duration::MAX)
-            } else {
-                timeout
-            };
-            let first_token = match m.cfg.first_token_timeout_ms {
-                0 => timeout,
-                ms => timeout.min(Duration::from_millis(ms)),
-            };
+            // only, and the request's deadline).
+            let within = if streams { share.unwrap_or(Duration::MAX) } else { bound };
             let attempted = async {
                 match streaming.as_deref_mut() {
                     Some(s) if streams => {
                         let head = self.stream_head_of(call, mi, tally);
-                        self.streamed(mi, &req, s, room, &spend, head, first_token).await
+                        self.streamed(mi, &req, s, room, &spend, head, (bound, call.deadline))
+                            .await
                     }
-                    _ => match p.client.complete_within(&req, timeout).await {
+                    _ => match p.client.complete_within(&req, bound).await {
                         Ok(resp) => Attempted::Answer(resp, Vec::new()),
                         Err(e) => Attempted::Failed(e),
                     },
                 }
             };
-            let result = watched(&mut held.watched(), now, within, attempted).await;
+            let opened = || spend.first_token().is_some();
+            let mut result = watched(&mut held.watched(), now, within, opened, attempted).await;
             let end = self.clock.now();
-            let (tripped, semantic) = self.conclude(call, mi, held, started, end, &result, &req, streams, tally);
+            if let Attempted::Failed(e) = &mut result {
+                if e.kind == ErrorKind::Timeout && bound < own && end.saturating_duration_since(now) >= bound {
+                    e.kind = ErrorKind::Deadline;
+                    e.message = format!("the request's deadline came before {} answered", m.name);
+                }
+            }
+            let streamed = streams.then_some(&spend);
+            let (tripped, semantic) = self.conclude(call, mi, held, started, end, &result, &req, streamed, tally);
             let tries = attempt + 1;
             match result {
                 Attempted::Answer(resp, pieces) => {
@@ -197,7 +202,8 @@ impl Runner {
     /// counts, its record), the same way whatever ended it. Returns the
     /// trips it caused, per breaker, and its semantic failure. A whole
     /// answer's latency is a sample of the provider's response time; a
-    /// stream's (`streamed`) is its time to first token, taken as it came.
+    /// stream's (`streamed`, its spend) is its time to first token, taken
+    /// as it came, and its pace is judged by that, not by its length.
     #[expect(
         clippy::too_many_arguments,
         reason = "the attempt's parts, each from another stage of try_model; a struct would only move the list"
@@ -211,20 +217,25 @@ impl Runner {
         end: tokio::time::Instant,
         result: &Attempted,
         req: &LlmRequest,
-        streamed: bool,
+        streamed: Option<&Spend>,
         tally: &mut Tally,
     ) -> ([Option<String>; 2], Option<String>) {
         let semantic = self.semantic_failure(result, req);
         let m = &self.models[mi];
         let allowance = held.allowance.take();
         let (probes, reserved) = held.disarm();
-        let (usage, rate, failure, tokens_per_s) = result.spent(semantic.is_some());
+        let (usage, rate, failure, mut tokens_per_s) = result.spent(semantic.is_some());
         let admitted = attempt.start();
+        if streamed.is_none() {
+            // A whole answer's pace leaves out the time to read its prompt.
+            let took = end.saturating_duration_since(admitted);
+            tokens_per_s = tokens_per_s.map(|_| m.pace(usage.output, took, req.prompt_chars()));
+        }
         let signal = match result {
             Attempted::OverBudget(..) => Signal::Neutral,
             Attempted::Failed(e) => super::admission::signal(Some(e.kind), None, admitted),
             Attempted::Answer(..) => {
-                let rtt = (!streamed).then(|| end.saturating_duration_since(admitted));
+                let rtt = streamed.is_none().then(|| end.saturating_duration_since(admitted));
                 super::admission::signal(None, rtt, admitted)
             }
         };
@@ -239,7 +250,7 @@ impl Runner {
         if let Attempted::Answer(resp, _) = result {
             self.note_skipped(call.request_id, provider, resp);
         }
-        let verdict = result.verdict(semantic.is_some(), m.min_tokens_per_s);
+        let verdict = result.verdict(semantic.is_some(), tokens_per_s, m.min_tokens_per_s);
         // An answer cut at the budget was not a call that went wrong.
         if failure.is_some() && verdict != Verdict::Cut {
             tally.wasted += u64::from(usage.total());
@@ -250,7 +261,8 @@ impl Runner {
             tokens: usage.total(),
             tokens_per_s,
         };
-        let (tripped, latency) = attempt.end(self, probes, verdict, rec, end, |latency| {
+        let judged = streamed.and_then(Spend::first_token);
+        let (tripped, latency) = attempt.end(self, probes, verdict, rec, (end, judged), |latency| {
             result.record(call.request_id, provider, m, latency, semantic.clone())
         });
         m.note_latency(latency);
@@ -306,13 +318,14 @@ impl Runner {
         room: Option<(u64, crate::resilience::budget::BudgetExceeded)>,
         spend: &'a Spend,
         head: StreamHead,
-        first_token: Duration,
+        bounds: (Duration, Option<tokio::time::Instant>),
     ) -> BoxFuture<'a, Attempted> {
-        Box::pin(self.stream_attempt(mi, req, s, room, spend, head, first_token))
+        Box::pin(self.stream_attempt(mi, req, s, room, spend, head, bounds))
     }
 
     /// One streamed attempt: opened (its first content come) within
-    /// `first_token`, then read to its end by the client's stream.
+    /// `first_token`, then read to its end by the client's stream, which
+    /// ends at the request's `deadline` where it has one.
     #[expect(clippy::too_many_arguments, reason = "the attempt's parts, as try_model holds them")]
     async fn stream_attempt(
         &self,
@@ -322,7 +335,7 @@ impl Runner {
         room: Option<(u64, crate::resilience::budget::BudgetExceeded)>,
         spend: &Spend,
         mut head: StreamHead,
-        first_token: Duration,
+        (first_token, deadline): (Duration, Option<tokio::time::Instant>),
     ) -> Attempted {
         let p = &self.providers[self.models[mi].provider];
         let opened = crate::provider::within(first_token, "first token", p.client.open(req)).await;
@@ -333,14 +346,19 @@ impl Runner {
                 let pieces = resp.reply().deltas().into_iter().map(Piece::said).collect();
                 return Attempted::Answer(resp, pieces);
             }
-            Ok(crate::provider::Opened::Live(live)) => {
+            Ok(crate::provider::Opened::Live(mut live)) => {
                 // Opened at its first content: the time to first token.
-                let ttft = self.clock.now().saturating_duration_since(live.started);
+                let now = self.clock.now();
+                let ttft = now.saturating_duration_since(live.started);
                 let m = &self.models[mi];
                 for t in [p.target, m.target] {
                     self.registry.get(t).stats.ttft.record(ttft.as_millis() as u64);
                 }
-                p.limiter.first_token(ttft, live.started, self.clock.now());
+                spend.opened(ttft);
+                p.limiter.first_token(m.beyond_prompt(ttft, req), live.started, now);
+                // Its output rate is measured from here: the time to its
+                // first token was judged apart, against what was asked.
+                live.started = now;
                 live
             }
             Err(e) => return Attempted::Failed(e),
@@ -353,7 +371,29 @@ impl Runner {
             }
             head
         };
-        match s.pump(live, room, spend, head).await {
+        let pumped = s.pump(live, room, spend, head);
+        let pumped = match deadline {
+            Some(d) => match tokio::time::timeout_at(d, pumped).await {
+                Ok(p) => p,
+                Err(_) => {
+                    let mut e = ProviderError::new(
+                        ErrorKind::Deadline,
+                        None,
+                        format!("the request's deadline came before {} finished", self.models[mi].name),
+                    );
+                    e.usage = spend
+                        .get()
+                        .map_or_else(Default::default, |(input, output)| crate::provider::Usage {
+                            input,
+                            output,
+                            cached_input: 0,
+                        });
+                    return Attempted::Failed(e);
+                }
+            },
+            None => pumped.await,
+        };
+        match pumped {
             Pumped::Whole(resp, held) => Attempted::Answer(resp, held),
             Pumped::Broke(e) => Attempted::Failed(e),
             Pumped::OverBudget(u, why) => Attempted::OverBudget(u, why),
@@ -409,17 +449,17 @@ impl Attempted {
                 semantic.then_some(FailureKind::Semantic),
                 resp.tokens_per_s,
             ),
-            Attempted::OverBudget(usage, _) => (*usage, &RateFeedback::NONE, Some(FailureKind::Client), None),
+            Attempted::OverBudget(usage, _) => (*usage, &RateFeedback::NONE, Some(FailureKind::Blameless), None),
             Attempted::Failed(e) => (e.usage, RateFeedback::of(&e.rate), Some(e.kind.failure()), None),
         }
     }
 
     /// How its targets count it: an answer that is semantically wrong, or
-    /// slower than `min_tokens_per_s`, is a failure.
-    fn verdict(&self, semantic: bool, min_tokens_per_s: f64) -> Verdict {
+    /// whose pace (`tokens_per_s`) is under `min_tokens_per_s`, is a failure.
+    fn verdict(&self, semantic: bool, tokens_per_s: Option<f64>, min_tokens_per_s: f64) -> Verdict {
         match self {
             Attempted::Answer(..) if semantic => Verdict::Semantic,
-            Attempted::Answer(resp, _) if resp.tokens_per_s.is_some_and(|tps| tps < min_tokens_per_s) => Verdict::Slow,
+            Attempted::Answer(..) if tokens_per_s.is_some_and(|tps| tps < min_tokens_per_s) => Verdict::Slow,
             Attempted::Answer(..) => Verdict::Ok,
             Attempted::Failed(e) => Verdict::Failed(e.kind),
             Attempted::OverBudget(..) => Verdict::Cut,

@@ -304,30 +304,54 @@ impl<'s> Streaming<'s> {
 /// What an attempt in flight has used so far, as its stream reports it:
 /// what it is charged if the call is dropped midway (the client went
 /// away). Unmeasured (a whole answer awaited), it is charged as reserved.
+/// A stream also notes how long its first token took: from then on its
+/// pace is judged by its rate, not by how long the answer runs.
 #[derive(Debug)]
-pub(crate) struct Spend(std::sync::atomic::AtomicU64);
+pub(crate) struct Spend {
+    used: std::sync::atomic::AtomicU64,
+    /// The time to first token in µs, plus one; 0 until it came.
+    first: std::sync::atomic::AtomicU64,
+}
 
 impl Default for Spend {
     fn default() -> Self {
-        Self(std::sync::atomic::AtomicU64::new(u64::MAX))
+        Self {
+            used: std::sync::atomic::AtomicU64::new(u64::MAX),
+            first: std::sync::atomic::AtomicU64::new(0),
+        }
     }
 }
 
 impl Spend {
     pub(crate) fn set(&self, u: Usage) {
         let packed = (u64::from(u.input) << 32) | u64::from(u.output.min(u32::MAX - 1));
-        self.0.store(packed, std::sync::atomic::Ordering::Relaxed);
+        self.used.store(packed, std::sync::atomic::Ordering::Relaxed);
     }
 
     /// Input and output tokens, once measured.
     pub(crate) fn get(&self) -> Option<(u32, u32)> {
-        let v = self.0.load(std::sync::atomic::Ordering::Relaxed);
+        let v = self.used.load(std::sync::atomic::Ordering::Relaxed);
         (v != u64::MAX).then_some(((v >> 32) as u32, v as u32))
+    }
+
+    /// Notes that the stream's first token came `ttft` after the call began.
+    pub(crate) fn opened(&self, ttft: std::time::Duration) {
+        let us = u64::try_from(ttft.as_micros()).unwrap_or(u64::MAX - 1);
+        self.first.store(us + 1, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// How long the stream's first token took, once it came.
+    pub(crate) fn first_token(&self) -> Option<std::time::Duration> {
+        match self.first.load(std::sync::atomic::Ordering::Relaxed) {
+            0 => None,
+            us => Some(std::time::Duration::from_micros(us - 1)),
+        }
     }
 
     /// Unmeasured again (a new attempt).
     pub(crate) fn clear(&self) {
-        self.0.store(u64::MAX, std::sync::atomic::Ordering::Relaxed);
+        self.used.store(u64::MAX, std::sync::atomic::Ordering::Relaxed);
+        self.first.store(0, std::sync::atomic::Ordering::Relaxed);
     }
 }
 

@@ -128,6 +128,7 @@ impl Runner {
                 &mut [(&t.breaker, &mut permit)],
                 attempt.start(),
                 timeout,
+                || false,
                 self.executor
                     .call_within(&slot.name, &call.arguments, request_id, n, timeout),
             )
@@ -140,7 +141,7 @@ impl Runner {
                 failure,
                 ..CallRecord::default()
             };
-            attempt.end(self, [permit], verdict, rec, end, |latency| {
+            attempt.end(self, [permit], verdict, rec, (end, None), |latency| {
                 attempt_of(request_id, &t.target, &r, latency)
             });
             match r {

@@ -80,6 +80,12 @@ impl Params {
         cap.saturating_mul(self.choices.unwrap_or(1).max(1))
     }
 
+    /// Whether the client asked the model to reason before it answers
+    /// (OpenAI's `reasoning_effort`, Anthropic's `thinking`).
+    pub fn asks_reasoning(&self) -> bool {
+        self.reasoning_effort.is_some() || self.needs.iter().any(|(n, _)| *n == "thinking")
+    }
+
     /// Why a model of API `to` cannot serve this request, if it cannot.
     pub fn cannot_honour(&self, to: Api) -> Option<String> {
         self.needs

@@ -302,7 +302,7 @@ impl Model {
             Outcome::Costly(k) => (Some(k), COSTLY_TOKENS),
         };
         match kind {
-            Some(FailureKind::Client) => Verdict::Neutral,
+            Some(FailureKind::Blameless) => Verdict::Neutral,
             // An ignored 429 is neither a success nor a failure.
             Some(FailureKind::RateLimited) if !s.count_rate_limited => Verdict::Neutral,
             Some(_) => Verdict::Counted(true, false, tokens),
@@ -474,7 +474,7 @@ fn outcome_strategy(fail_weight: u32) -> impl Strategy<Value = Outcome> {
         FailureKind::Truncated,
         FailureKind::Semantic,
         FailureKind::TokenRate,
-        FailureKind::Client,
+        FailureKind::Blameless,
     ]);
     prop_oneof![
         12 => Just(Outcome::Ok),
@@ -1125,7 +1125,7 @@ async fn token_cost_threshold_trips_on_a_failed_call_only() {
     };
     r.call(0, cost(None, 50_000));
     r.call(0, cost(Some(FailureKind::Server), 5_000));
-    r.call(0, cost(Some(FailureKind::Client), 50_000));
+    r.call(0, cost(Some(FailureKind::Blameless), 50_000));
     r.call(0, cost(Some(FailureKind::RateLimited), 50_000));
     assert_eq!(r.state(), BreakerState::Closed);
     assert!(r.events().is_empty());
@@ -1164,7 +1164,7 @@ async fn rate_limited_counts_only_when_configured() {
 async fn client_errors_never_count() {
     let mut r = Rig::new(BreakerConfig::default());
     for _ in 0..30 {
-        r.call(0, fail(FailureKind::Client));
+        r.call(0, fail(FailureKind::Blameless));
     }
     let v = r.breaker.view(r.at(0));
     assert_eq!(
@@ -1175,7 +1175,7 @@ async fn client_errors_never_count() {
     for _ in 0..4 {
         r.call(0, fail(FailureKind::Server));
     }
-    r.call(0, fail(FailureKind::Client));
+    r.call(0, fail(FailureKind::Blameless));
     assert_eq!(r.breaker.view(r.at(0)).consecutive_failures, 4);
     r.call(0, fail(FailureKind::Server));
     assert_eq!(
@@ -1186,7 +1186,7 @@ async fn client_errors_never_count() {
     // In half-open a client error gives its probe slot back and judges nothing.
     let t = 30_000;
     let (a, b) = (r.acquire(t), r.acquire(t));
-    r.record(a, t, fail(FailureKind::Client));
+    r.record(a, t, fail(FailureKind::Blameless));
     let v = r.breaker.view(r.at(t));
     assert_eq!((v.half_open_stage, v.probes_in_flight), (Some((0, 2)), 1));
     let c = r.acquire(t);

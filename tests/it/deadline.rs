@@ -84,7 +84,7 @@ async fn a_deadline_bounds_the_chain_and_the_fallback_answers_within_it() {
     // (The timer ends on the millisecond after the share's 1,666.67 ms.)
     assert_eq!(took, Duration::from_millis(1_667 + 100), "{took:?}");
     assert!(
-        chat.outcome.path()[0].starts_with("gpt-4o ✗timeout"),
+        chat.outcome.path()[0].starts_with("gpt-4o ✗deadline"),
         "{:?}",
         chat.outcome.path()
     );

@@ -7,6 +7,7 @@
 mod access;
 mod alerts;
 mod attach;
+mod blame;
 mod breaker_props;
 mod cli;
 mod common;

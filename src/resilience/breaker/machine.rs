@@ -201,7 +201,7 @@ impl Inner {
             self.advance(now, &mut fired);
         }
         let neutral = match call.failure {
-            Some(FailureKind::Client) => true,
+            Some(FailureKind::Blameless) => true,
             Some(FailureKind::RateLimited) => !self.cfg.count_rate_limited,
             _ => false,
         };
@@ -364,6 +364,6 @@ fn kind_name(f: FailureKind) -> &'static str {
         FailureKind::Truncated => "truncated stream",
         FailureKind::Semantic => "semantic failure",
         FailureKind::TokenRate => "token-rate collapse",
-        FailureKind::Client => "client error",
+        FailureKind::Blameless => "not its fault",
     }
 }

@@ -76,8 +76,9 @@ pub enum FailureKind {
     Semantic,
     /// Output token rate under the floor.
     TokenRate,
-    /// The caller's fault (4xx): recorded, never counted against the target.
-    Client,
+    /// Not the target's fault (the caller's or fusebox's own, see
+    /// `docs/blame.md`): recorded, never counted against the target.
+    Blameless,
 }
 
 /// What the breaker learns from one finished call.

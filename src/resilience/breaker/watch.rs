@@ -10,11 +10,15 @@ use tokio::time::Instant;
 /// breaker whose slow-call bound the call outlasts that it is overdue the
 /// moment it does ([`Breaker::overdue`]): a target that turned slow trips
 /// on the calls in flight, not seconds later when they end. No timer is
-/// armed for a bound that `within` (the call's own timeout) ends first.
+/// armed for a bound that `within` (the call's own timeout) ends first,
+/// and none is told once `judged` says the call's pace is no longer its
+/// length (a stream whose first token came is judged by its rate: how
+/// long it runs is what its caller asked for).
 pub async fn watched<F: std::future::Future>(
     permits: &mut [(&Breaker, &mut Permit)],
     start: Instant,
     within: Duration,
+    judged: impl Fn() -> bool,
     call: F,
 ) -> F::Output {
     let mut marks: smallvec::SmallVec<[(Instant, usize); 2]> = permits
@@ -36,6 +40,9 @@ pub async fn watched<F: std::future::Future>(
             biased;
             out = &mut call => return out,
             () = tokio::time::sleep_until(at) => {
+                if judged() {
+                    break;
+                }
                 let (b, p) = &mut permits[i];
                 b.overdue(p, at);
             }

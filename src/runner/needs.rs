@@ -11,8 +11,8 @@
 
 use super::llm::{HopResult, Tally};
 use super::Runner;
+use crate::blame::Ending;
 use crate::outcome::Level;
-use crate::provider::ErrorKind;
 use smallvec::SmallVec;
 
 impl Tally {
@@ -24,21 +24,19 @@ impl Tally {
 }
 
 /// Whether a hop let the request down; `None` when the request did not
-/// need its model. A refusal of the request as malformed is the client's.
+/// need its model. A failure that was not the provider's (the caller's
+/// or fusebox's own, [`crate::blame`]) let nothing down.
 fn let_down(r: &HopResult) -> Option<bool> {
     match r {
         HopResult::Ok | HopResult::Resumed => Some(false),
         HopResult::Unsupported(_) => None,
-        HopResult::Failed(kind, _) => Some(!matches!(
-            kind,
-            ErrorKind::BadRequest | ErrorKind::NotFound | ErrorKind::Unprocessable
-        )),
+        HopResult::Failed(kind, _) => Some(Ending::of(*kind).feeds().health),
+        HopResult::Cut(e) => Some(Ending::of(e.kind).feeds().health),
         HopResult::Open
         | HopResult::Rate
         | HopResult::Shed(..)
         | HopResult::Sla
         | HopResult::Semantic(_)
-        | HopResult::Cut(_)
         | HopResult::Outrun => Some(true),
     }
 }
