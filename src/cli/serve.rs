@@ -42,14 +42,20 @@ pub struct ServeArgs {
     /// Largest request body accepted, in bytes (larger ones get 413).
     #[arg(long, default_value_t = crate::gateway::DEFAULT_MAX_BODY)]
     pub max_body_bytes: usize,
-    /// Client connections open at once at most; more are closed as they
-    /// arrive (keep it under the process's file-descriptor limit).
+    /// Client connections open at once at most: past it a new one takes
+    /// the slot of the one waiting longest on its client (idle, or its
+    /// request still arriving), or is closed as it arrives when all are
+    /// busy.
     #[arg(long, default_value_t = ConnLimits::default().max_connections)]
     pub max_connections: usize,
     /// Seconds a client may take to send a request's headers (and a
     /// keep-alive connection may stay idle) before it is closed.
     #[arg(long, default_value_t = ConnLimits::default().header_timeout.as_secs())]
     pub header_timeout_s: u64,
+    /// Seconds a client may take to send a request's body, from its
+    /// headers on (408 past it, and the connection closed).
+    #[arg(long, default_value_t = ConnLimits::default().body_timeout.as_secs())]
+    pub body_timeout_s: u64,
     /// MCP sessions open at once at `/mcp`, in all; past it an
     /// `initialize` is refused (503).
     #[arg(long, default_value_t = McpLimits::default().sessions)]
@@ -168,6 +174,7 @@ pub fn serve(mut args: ServeArgs) -> Result<()> {
             conns: ConnLimits {
                 max_connections: args.max_connections.max(1),
                 header_timeout: Duration::from_secs(args.header_timeout_s.max(1)),
+                body_timeout: Duration::from_secs(args.body_timeout_s.max(1)),
             },
             fleet: run.fleet().cloned(),
             mcp,

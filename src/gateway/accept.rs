@@ -1,26 +1,35 @@
 //! The gateway's accept loop: HTTP/1.1 connections, at most a configured
-//! number at once (more are closed as they arrive, and said so in the log,
-//! rather than exhausting the file descriptors), each closed when its
-//! client takes longer than the header timeout to send a request's headers
-//! — which also closes keep-alive connections left idle that long.
+//! number at once, each closed when its client takes longer than the
+//! header timeout to send a request's headers — which also closes
+//! keep-alive connections left idle that long — or than the body timeout
+//! to send its body. With every slot taken, a new connection takes the
+//! slot of the one that has waited on its client longest (`conns.rs`);
+//! when all are busy answering, it is closed as it arrives, and said so
+//! in the log, rather than exhausting the file descriptors.
 
+use super::conns::{Answered, Arrival, Conn, Conns};
+use axum::body::Body;
 use axum::Router;
+use http_body::Body as _;
+use hyper::body::Incoming;
 use hyper_util::rt::{TokioIo, TokioTimer};
-use hyper_util::service::TowerToHyperService;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
 
-/// How many connections and how long a header may take.
+/// How many connections, and how long a request's head and body may take.
 #[derive(Clone, Copy, Debug)]
 pub struct ConnLimits {
-    /// Open connections at most; more are closed at accept.
+    /// Open connections at most.
     pub max_connections: usize,
     /// The longest a client may take to send a request's headers, and the
     /// longest a keep-alive connection may stay idle.
     pub header_timeout: Duration,
+    /// The longest a client may take to send a request's body, from its
+    /// headers on: 408 past it.
+    pub body_timeout: Duration,
 }
 
 impl Default for ConnLimits {
@@ -28,6 +37,7 @@ impl Default for ConnLimits {
         Self {
             max_connections: 4_096,
             header_timeout: Duration::from_secs(30),
+            body_timeout: Duration::from_secs(30),
         }
     }
 }
@@ -37,9 +47,15 @@ impl Default for ConnLimits {
 pub struct ConnCounts {
     /// Open now.
     pub open: AtomicU64,
-    /// Closed at accept because `max_connections` were open.
+    /// Closed at accept because `max_connections` were open and busy.
     pub refused: AtomicU64,
+    /// Closed to give their slot to a new connection: they were waiting
+    /// on their clients, longest of all.
+    pub evicted: AtomicU64,
 }
+
+/// How long a new connection waits for the slot of the one it evicted.
+const EVICTION_WAIT: Duration = Duration::from_secs(1);
 
 /// Connections the kernel holds ready for `accept` (capped by
 /// `net.core.somaxconn`): a burst of new connections while the loop is
@@ -83,7 +99,9 @@ pub async fn serve(
         .header_read_timeout(limits.header_timeout)
         .max_header_size(crate::limits::MAX_HEAD_BYTES)
         .keep_alive(true);
+    let conns = Arc::new(Conns::default());
     let mut warned_at: Option<std::time::Instant> = None;
+    let mut accept_warned: Option<std::time::Instant> = None;
     loop {
         let accepted = tokio::select! {
             biased;
@@ -94,20 +112,35 @@ pub async fn serve(
             Ok((tcp, _)) => tcp,
             Err(e) => {
                 // Out of file descriptors (or another transient failure):
-                // wait a little rather than spin.
-                tracing::warn!(error = %e, "gateway: accept failed");
+                // wait a little rather than spin, and say so once a second.
+                if accept_warned.is_none_or(|t| t.elapsed() >= Duration::from_secs(1)) {
+                    accept_warned = Some(std::time::Instant::now());
+                    tracing::warn!(error = %e, "gateway: accept failed");
+                }
                 tokio::time::sleep(Duration::from_millis(50)).await;
                 continue;
             }
         };
-        let Ok(slot) = slots.clone().try_acquire_owned() else {
+        let slot = match slots.clone().try_acquire_owned() {
+            Ok(slot) => Some(slot),
+            Err(_) if conns.evict_longest_waiting() => {
+                counts.evicted.fetch_add(1, Ordering::Relaxed);
+                // The evicted connection gives its slot back as it closes.
+                match tokio::time::timeout(EVICTION_WAIT, slots.clone().acquire_owned()).await {
+                    Ok(Ok(slot)) => Some(slot),
+                    _ => None,
+                }
+            }
+            Err(_) => None,
+        };
+        let Some(slot) = slot else {
             let n = counts.refused.fetch_add(1, Ordering::Relaxed) + 1;
             if warned_at.is_none_or(|t| t.elapsed() >= Duration::from_secs(10)) {
                 warned_at = Some(std::time::Instant::now());
                 tracing::warn!(
                     max_connections = limits.max_connections,
                     refused = n,
-                    "gateway: connection refused at accept, the most connections are open"
+                    "gateway: connection refused at accept, the most connections are open and busy"
                 );
             }
             drop(tcp);
@@ -118,17 +151,62 @@ pub async fn serve(
         if let Err(e) = tcp.set_nodelay(true) {
             tracing::debug!(error = %e, "cannot set TCP_NODELAY on a client connection");
         }
-        let conn = graceful.watch(http.serve_connection(TokioIo::new(tcp), TowerToHyperService::new(app.clone())));
-        let counts = counts.clone();
+        let (id, conn) = conns.open();
+        let svc = ConnService {
+            app: app.clone(),
+            conn: conn.clone(),
+            body_timeout: limits.body_timeout,
+        };
+        let served = graceful.watch(http.serve_connection(TokioIo::new(tcp), svc));
+        let (counts, conns) = (counts.clone(), conns.clone());
         counts.open.fetch_add(1, Ordering::Relaxed);
         tokio::spawn(async move {
-            if let Err(e) = conn.await {
-                tracing::debug!(error = %e, "gateway connection ended");
+            tokio::select! {
+                r = served => if let Err(e) = r {
+                    tracing::debug!(error = %e, "gateway connection ended");
+                },
+                () = conn.evicted.notified() => {
+                    tracing::debug!("gateway connection closed: its slot went to a new connection");
+                }
             }
+            conns.close(id);
             counts.open.fetch_sub(1, Ordering::Relaxed);
             drop(slot);
         });
     }
     drop(listener);
     graceful.shutdown().await;
+}
+
+/// One connection's requests: each body watched as it arrives (in time,
+/// and the connection busy once it has come), each answer's end noted.
+#[derive(Clone)]
+struct ConnService {
+    app: Router,
+    conn: Arc<Conn>,
+    body_timeout: Duration,
+}
+
+impl hyper::service::Service<http::Request<Incoming>> for ConnService {
+    type Response = http::Response<Answered>;
+    type Error = std::convert::Infallible;
+    type Future = futures_util::future::BoxFuture<'static, Result<Self::Response, Self::Error>>;
+
+    fn call(&self, req: http::Request<Incoming>) -> Self::Future {
+        let (parts, body) = req.into_parts();
+        let body = if body.is_end_stream() {
+            self.conn.busy();
+            Body::new(body)
+        } else {
+            Body::new(Arrival::new(body, self.conn.clone(), self.body_timeout))
+        };
+        let mut app = self.app.clone();
+        let conn = self.conn.clone();
+        // A router is always ready: it is called without polling first.
+        let answer = tower::Service::call(&mut app, http::Request::from_parts(parts, body));
+        Box::pin(async move {
+            let Ok(resp) = answer.await;
+            Ok(resp.map(|b| Answered::new(b, conn)))
+        })
+    }
 }

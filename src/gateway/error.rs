@@ -111,9 +111,9 @@ impl IntoResponse for GatewayError {
     }
 }
 
-/// Reads a request body of at most `max` bytes: 413 when it is longer, 400
-/// when it cannot be read (a malformed chunked encoding, a cut body); the
-/// connection closes after either.
+/// Reads a request body of at most `max` bytes: 413 when it is longer, 408
+/// when it did not arrive in time, 400 when it cannot be read (a malformed
+/// chunked encoding, a cut body); the connection closes after any.
 pub(super) async fn read_body(body: Body, max: usize, api: Api) -> Result<Bytes, GatewayError> {
     read_bytes(body, max)
         .await
@@ -124,7 +124,17 @@ pub(super) async fn read_body(body: Body, max: usize, api: Api) -> Result<Bytes,
 /// protocol to write.
 pub(super) async fn read_bytes(body: Body, max: usize) -> Result<Bytes, (StatusCode, String)> {
     axum::body::to_bytes(body, max).await.map_err(|e| {
-        let too_long = std::error::Error::source(&e).is_some_and(|s| s.is::<http_body_util::LengthLimitError>());
+        let causes = || std::iter::successors(std::error::Error::source(&e), |s| s.source());
+        let too_long = causes().any(|s| s.is::<http_body_util::LengthLimitError>());
+        if let Some(late) = causes().find_map(|s| s.downcast_ref::<super::conns::BodyTimeout>()) {
+            return (
+                StatusCode::REQUEST_TIMEOUT,
+                format!(
+                    "the request body did not arrive within {} s (the gateway's --body-timeout-s); send it whole at once",
+                    late.0.as_secs()
+                ),
+            );
+        }
         if too_long {
             (
                 StatusCode::PAYLOAD_TOO_LARGE,

@@ -114,8 +114,14 @@ impl Collector for RunnerMetrics {
         single(
             &mut enc,
             "fusebox_connections_refused",
-            "Client connections closed at accept because the most were open",
+            "Client connections closed at accept because the most were open and busy",
             &ConstCounter::new(c.refused.load(std::sync::atomic::Ordering::Relaxed)),
+        )?;
+        single(
+            &mut enc,
+            "fusebox_connections_evicted",
+            "Client connections closed to give their slot to a new one: of those waiting on their clients (idle, or a request still arriving), the one waiting longest",
+            &ConstCounter::new(c.evicted.load(std::sync::atomic::Ordering::Relaxed)),
         )?;
         single(
             &mut enc,

@@ -11,6 +11,7 @@ mod auth;
 mod chat;
 mod client_api;
 pub mod closing;
+mod conns;
 mod embeddings;
 mod error;
 mod live;

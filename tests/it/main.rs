@@ -14,6 +14,7 @@ mod common;
 mod console;
 mod deadline;
 mod docs;
+mod door;
 mod drain;
 mod faithful;
 mod faults;
