@@ -12,6 +12,7 @@ pub mod cli;
 pub mod clock;
 pub mod command;
 pub mod config;
+pub mod descriptors;
 pub mod fleet;
 pub mod gateway;
 pub mod limits;

@@ -97,6 +97,10 @@ pub fn main() -> i32 {
         _ => None,
     };
     let _log = logging(log_dir);
+    match crate::descriptors::raise() {
+        Ok(limit) => tracing::info!(limit, "open files"),
+        Err(e) => tracing::warn!(error = %e, "cannot read or raise the limit on open files"),
+    }
     match dispatch(cli) {
         Ok(()) => 0,
         Err(e) => {

@@ -8,6 +8,7 @@
 //! in the log, rather than exhausting the file descriptors.
 
 use super::conns::{Answered, Arrival, Conn, Conns};
+use crate::descriptors::Use;
 use axum::body::Body;
 use axum::Router;
 use http_body::Body as _;
@@ -99,6 +100,15 @@ pub async fn serve(
         .header_read_timeout(limits.header_timeout)
         .max_header_size(crate::limits::MAX_HEAD_BYTES)
         .keep_alive(true);
+    let fds = crate::descriptors::view();
+    if fds.usable > 0 && limits.max_connections as u64 > fds.usable / 2 {
+        tracing::warn!(
+            max_connections = limits.max_connections,
+            open_files = fds.limit,
+            "gateway: the open-file limit leaves descriptors for {} connections with their upstream calls; more are closed at accept (raise `ulimit -n`)",
+            fds.usable / 2
+        );
+    }
     let conns = Arc::new(Conns::default());
     let mut warned_at: Option<std::time::Instant> = None;
     let mut accept_warned: Option<std::time::Instant> = None;
@@ -121,26 +131,17 @@ pub async fn serve(
                 continue;
             }
         };
-        let slot = match slots.clone().try_acquire_owned() {
-            Ok(slot) => Some(slot),
-            Err(_) if conns.evict_longest_waiting() => {
-                counts.evicted.fetch_add(1, Ordering::Relaxed);
-                // The evicted connection gives its slot back as it closes.
-                match tokio::time::timeout(EVICTION_WAIT, slots.clone().acquire_owned()).await {
-                    Ok(Ok(slot)) => Some(slot),
-                    _ => None,
-                }
-            }
-            Err(_) => None,
-        };
-        let Some(slot) = slot else {
+        let Some(room) = room(&slots, &conns, &counts).await else {
             let n = counts.refused.fetch_add(1, Ordering::Relaxed) + 1;
             if warned_at.is_none_or(|t| t.elapsed() >= Duration::from_secs(10)) {
                 warned_at = Some(std::time::Instant::now());
+                let fds = crate::descriptors::view();
                 tracing::warn!(
                     max_connections = limits.max_connections,
+                    descriptors_in_use = fds.in_use,
+                    descriptors_usable = fds.usable,
                     refused = n,
-                    "gateway: connection refused at accept, the most connections are open and busy"
+                    "gateway: connection refused at accept, the most connections (or descriptors) are busy"
                 );
             }
             drop(tcp);
@@ -171,11 +172,38 @@ pub async fn serve(
             }
             conns.close(id);
             counts.open.fetch_sub(1, Ordering::Relaxed);
-            drop(slot);
+            drop(room);
         });
     }
     drop(listener);
     graceful.shutdown().await;
+}
+
+/// A slot for a new connection and a descriptor for its socket: free
+/// ones, else those of the connection waiting longest on its client,
+/// which is told to close; `None` when every connection is busy.
+async fn room(
+    slots: &Arc<Semaphore>,
+    conns: &Conns,
+    counts: &ConnCounts,
+) -> Option<(tokio::sync::OwnedSemaphorePermit, crate::descriptors::Held)> {
+    if let (Ok(slot), Some(fd)) = (
+        slots.clone().try_acquire_owned(),
+        crate::descriptors::take(Use::Connection),
+    ) {
+        return Some((slot, fd));
+    }
+    if !conns.evict_longest_waiting() {
+        return None;
+    }
+    counts.evicted.fetch_add(1, Ordering::Relaxed);
+    // The evicted connection gives both back as it closes.
+    let slot = tokio::time::timeout(EVICTION_WAIT, slots.clone().acquire_owned())
+        .await
+        .ok()?
+        .ok()?;
+    let fd = crate::descriptors::take_within(Use::Connection, EVICTION_WAIT).await?;
+    Some((slot, fd))
 }
 
 /// One connection's requests: each body watched as it arrives (in time,

@@ -123,6 +123,25 @@ impl Collector for RunnerMetrics {
             "Client connections closed to give their slot to a new one: of those waiting on their clients (idle, or a request still arriving), the one waiting longest",
             &ConstCounter::new(c.evicted.load(std::sync::atomic::Ordering::Relaxed)),
         )?;
+        let fds = crate::descriptors::view();
+        single(
+            &mut enc,
+            "fusebox_descriptors_in_use",
+            "File descriptors held by client connections and upstream calls",
+            &ConstGauge::new(fds.in_use as i64),
+        )?;
+        single(
+            &mut enc,
+            "fusebox_descriptors_usable",
+            "The most descriptors connections and upstream calls may hold (the open-file limit less a reserve; 0: not bounded)",
+            &ConstGauge::new(fds.usable.min(i64::MAX as u64) as i64),
+        )?;
+        single(
+            &mut enc,
+            "fusebox_descriptor_refusals",
+            "Upstream calls refused before any upstream for want of a file descriptor (fusebox's own limit, not a provider's)",
+            &ConstCounter::new(fds.refused),
+        )?;
         single(
             &mut enc,
             "fusebox_records_dropped",

@@ -3,8 +3,7 @@
 //! [`crate::wire::headers`].
 
 use super::http::{
-    header_getter, open_stream, post, read_body, says_rate, status_error, transport_error, with_ids, Endpoint,
-    SseStream,
+    header_getter, open_stream, post, read_body, says_rate, status_error, with_ids, Endpoint, SseStream,
 };
 use super::{ErrorKind, LlmRequest, LlmResponse, Opened, Provider, ProviderError, WireAnswer};
 use crate::clock::Clock;
@@ -66,7 +65,7 @@ impl Provider for AnthropicClient {
         if let Some(k) = &self.ep.key {
             b = b.header("x-api-key", k.expose());
         }
-        let resp = b.send().await.map_err(|e| transport_error(name, &e))?;
+        let (resp, fd) = super::http::send(name, b).await?;
         let status = resp.status().as_u16();
         let rate = match says_rate(resp.headers(), "anthropic-ratelimit-") {
             true => anthropic_feedback(&header_getter(resp.headers()), self.clock.wall_ms()),
@@ -88,7 +87,7 @@ impl Provider for AnthropicClient {
             return Err(e);
         }
         if out.stream {
-            let stream = SseStream::new(name, resp, self.ep.idle, Api::Messages);
+            let stream = SseStream::new(name, (resp, fd), self.ep.idle, Api::Messages);
             return open_stream(stream, rate, req, &self.clock, start).await;
         }
         let body = read_body(name, resp).await?;

@@ -84,13 +84,49 @@ pub fn client() -> Result<reqwest::Client, SetupError> {
         .redirect(reqwest::redirect::Policy::none())
         .connect_timeout(Duration::from_secs(10))
         .pool_idle_timeout(Duration::from_secs(90))
+        // Idle sockets are descriptors no call counts: kept few (see
+        // `descriptors`), enough for a steady load's reuse.
+        .pool_max_idle_per_host(64)
         .tcp_nodelay(true)
         .build()
         .map_err(|e| SetupError::Client(e.to_string()))
 }
 
-/// Classifies a transport error (no status).
+/// Sends `b` to `provider`, holding one of the process's descriptors for
+/// its socket (the caller keeps the hold while it reads the answer). None
+/// left is fusebox's own refusal, made before the upstream is touched.
+pub async fn send(
+    provider: &str,
+    b: reqwest::RequestBuilder,
+) -> Result<(reqwest::Response, crate::descriptors::Held), ProviderError> {
+    let Some(fd) = crate::descriptors::take(crate::descriptors::Use::Call) else {
+        crate::descriptors::refused();
+        return Err(no_descriptor(provider));
+    };
+    let resp = b.send().await.map_err(|e| transport_error(provider, &e))?;
+    Ok((resp, fd))
+}
+
+/// A call to `provider` fusebox had no file descriptor for.
+fn no_descriptor(provider: &str) -> ProviderError {
+    let v = crate::descriptors::view();
+    ProviderError::new(
+        ErrorKind::Local,
+        None,
+        format!(
+            "{provider}: fusebox has no file descriptor left for the call ({} of {} in use under a limit of {} open files)",
+            v.in_use, v.usable, v.limit
+        ),
+    )
+}
+
+/// Classifies a transport error (no status): a connect the kernel refused
+/// a descriptor for is fusebox's own ([`ErrorKind::Local`]).
 pub fn transport_error(provider: &str, e: &reqwest::Error) -> ProviderError {
+    if crate::descriptors::exhausted(e) {
+        crate::descriptors::refused();
+        return no_descriptor(provider);
+    }
     let kind = if e.is_timeout() {
         ErrorKind::Timeout
     } else if e.is_connect() {
@@ -302,12 +338,20 @@ pub struct SseStream {
     ended: bool,
     /// Events that could not be read, skipped.
     skipped: Arc<std::sync::atomic::AtomicU32>,
+    /// The descriptor its socket holds.
+    _fd: crate::descriptors::Held,
 }
 
 impl SseStream {
-    /// Reads `resp` as a stream of `kind`.
-    pub fn new(provider: &str, resp: reqwest::Response, idle: Duration, kind: crate::wire::Api) -> Self {
+    /// Reads `resp` (whose socket holds `fd`) as a stream of `kind`.
+    pub fn new(
+        provider: &str,
+        (resp, fd): (reqwest::Response, crate::descriptors::Held),
+        idle: Duration,
+        kind: crate::wire::Api,
+    ) -> Self {
         Self {
+            _fd: fd,
             provider: provider.to_string(),
             body: Box::pin(resp.bytes_stream()),
             parser: crate::wire::sse::SseParser::new(),

@@ -4,8 +4,7 @@
 //! [`crate::wire::openai`], rate-limit headers by [`crate::wire::headers`].
 
 use super::http::{
-    header_getter, open_stream, post, read_body, says_rate, status_error, transport_error, with_ids, Endpoint,
-    SseStream,
+    header_getter, open_stream, post, read_body, says_rate, status_error, with_ids, Endpoint, SseStream,
 };
 use super::{
     EmbedRequest, Embedded, ErrorKind, LlmRequest, LlmResponse, Opened, Provider, ProviderError, Usage, WireAnswer,
@@ -97,7 +96,7 @@ impl Provider for OpenAiClient {
         if let Some(k) = &self.ep.key {
             b = b.bearer_auth(k.expose());
         }
-        let resp = b.send().await.map_err(|e| transport_error(name, &e))?;
+        let (resp, _fd) = super::http::send(name, b).await?;
         let status = resp.status().as_u16();
         let rate = self.feedback(resp.headers());
         let body = read_body(name, resp).await?;
@@ -152,7 +151,7 @@ impl OpenAiClient {
             (None, Some(k)) => b.bearer_auth(k.expose()),
             (None, None) => b,
         };
-        let resp = b.send().await.map_err(|e| transport_error(name, &e))?;
+        let (resp, fd) = super::http::send(name, b).await?;
         let status = resp.status().as_u16();
         let rate = self.feedback(resp.headers());
         if !(200..300).contains(&status) {
@@ -160,7 +159,7 @@ impl OpenAiClient {
             return Err(status_error(name, status, body, Api::Chat, rate));
         }
         if out.stream {
-            let stream = SseStream::new(name, resp, self.ep.idle, Api::Chat);
+            let stream = SseStream::new(name, (resp, fd), self.ep.idle, Api::Chat);
             return open_stream(stream, rate, req, &self.clock, start).await;
         }
         let body = read_body(name, resp).await?;

@@ -399,6 +399,16 @@ impl Runner {
                     },
                 }
             }
+            Err(LlmFailure::Exhausted)
+                if tally
+                    .hops
+                    .iter()
+                    .any(|h| h.result == HopResult::Failed(ErrorKind::Local, None)) =>
+            {
+                ChatEnd::Unavailable {
+                    message: "fusebox is out of file descriptors and refused this call before reaching any provider (its own limit, not a provider's); try again shortly".into(),
+                }
+            }
             Err(LlmFailure::Exhausted) => {
                 // Answers that failed the request's own checks (a tool its
                 // schema does not allow, say) are the client's to fix: name them.

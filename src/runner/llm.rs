@@ -210,7 +210,12 @@ impl Runner {
                     HopResult::Cut(e) => Some(e.clone()),
                     _ => None,
                 };
+                // fusebox short of its own resources: no other model helps.
+                let own = hop.result == HopResult::Failed(ErrorKind::Local, None);
                 tally.hops.push(hop);
+                if own {
+                    break 'models;
+                }
                 let Some(e) = broke else { continue 'models };
                 match streaming.as_deref_mut() {
                     // A text answer cut mid-stream: the next model continues it.

@@ -9,7 +9,7 @@ use super::ToolExecutor;
 use crate::clock::Clock;
 use crate::config::http_tool::Template;
 use crate::config::{Config, ToolBackend};
-use crate::provider::http::{client, header_getter, read_body, transport_error};
+use crate::provider::http::{client, header_getter, read_body};
 use crate::provider::{ErrorKind, ProviderError};
 use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
 use serde_json::{Map, Value};
@@ -169,7 +169,7 @@ impl HttpTools {
         } else {
             req.json(&args)
         };
-        let resp = req.send().await.map_err(|e| transport_error(name, &e))?;
+        let (resp, _fd) = crate::provider::http::send(name, req).await?;
         let status = resp.status().as_u16();
         let retry_after = crate::wire::headers::retry_after(&header_getter(resp.headers()), self.clock.wall_ms());
         let body = read_body(name, resp).await?;

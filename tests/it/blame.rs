@@ -343,3 +343,39 @@ async fn a_gateway_caller_past_its_deadline_is_answered_504_naming_it() {
     }
     assert_eq!(health(&f.runner, Target::provider("openai")), (BreakerState::Closed, 0));
 }
+
+/// A provider fusebox has no descriptor for: every call refused before it.
+struct NoDescriptor(AtomicU32);
+
+#[async_trait::async_trait]
+impl Provider for NoDescriptor {
+    async fn complete(&self, _req: &LlmRequest) -> Result<LlmResponse, ProviderError> {
+        self.0.fetch_add(1, Ordering::SeqCst);
+        Err(ProviderError::new(
+            fusebox::provider::ErrorKind::Local,
+            None,
+            "fusebox has no file descriptor left for the call",
+        ))
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn fuseboxs_own_shortage_is_refused_as_its_own_and_tries_no_other_model() {
+    let p = Arc::new(NoDescriptor(AtomicU32::new(0)));
+    let r = over(p.clone());
+    for id in 0..12 {
+        let chat = r.chat(request(id, "anyone"), None).await;
+        match &chat.end {
+            ChatEnd::Unavailable { message } => assert!(message.contains("file descriptors"), "{message}"),
+            end => panic!("{end:?}"),
+        }
+        assert_eq!(chat.outcome.path(), vec!["gpt-4o ✗no descriptors".to_string()]);
+    }
+    assert_eq!(
+        p.0.load(Ordering::SeqCst),
+        12,
+        "one attempt a request, no retry, no other model"
+    );
+    assert_eq!(health(&r, Target::provider("openai")), (BreakerState::Closed, 0));
+    assert_eq!(health(&r, Target::model("gpt-4o")), (BreakerState::Closed, 0));
+}

@@ -190,13 +190,27 @@ impl Serve {
 
     /// Starts it with `args` and the environment variables `envs` too.
     pub fn start_with_env(args: &[&str], envs: &[(&str, &str)]) -> Self {
+        Self::start_in(std::process::Command::new(env!("CARGO_BIN_EXE_fusebox")), args, envs)
+    }
+
+    /// Starts it with `args` and `envs`, allowed `files` open files at
+    /// most (soft and hard limits, as `ulimit -n` sets them).
+    pub fn start_with_open_files(files: u32, args: &[&str], envs: &[(&str, &str)]) -> Self {
+        let mut sh = std::process::Command::new("sh");
+        sh.args(["-c", "ulimit -n \"$0\" && exec \"$@\""])
+            .arg(files.to_string())
+            .arg(env!("CARGO_BIN_EXE_fusebox"));
+        Self::start_in(sh, args, envs)
+    }
+
+    fn start_in(mut cmd: std::process::Command, args: &[&str], envs: &[(&str, &str)]) -> Self {
         use std::io::BufRead;
         let listen = if args.contains(&"--listen") {
             &[][..]
         } else {
             &["--listen", "127.0.0.1:0"][..]
         };
-        let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_fusebox"))
+        let mut child = cmd
             .args(["serve", "--headless"])
             .args(listen)
             .args(args)
@@ -236,6 +250,13 @@ impl Serve {
     pub fn kill(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+    }
+
+    /// Its open files now.
+    pub fn open_files(&self) -> usize {
+        std::fs::read_dir(format!("/proc/{}/fd", self.child.id()))
+            .unwrap()
+            .count()
     }
 
     /// Resident memory now (kB).
