@@ -19,3 +19,18 @@ pub const MAX_HEAD_BYTES: usize = 64 * 1024;
 /// call is dropped, ending failed as for a client that left: a client that
 /// stops reading keeps no upstream stream, limiter slot or reservation.
 pub const CLIENT_STALL: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// The most of a streamed answer the gateway holds for a client that has
+/// not taken it (beyond its connection's write buffer, [`WRITE_BUFFER`]):
+/// past it the upstream's answer is left unread in its socket until the
+/// client reads, so a client that stops reading costs this, not the answer.
+pub const STREAM_BACKLOG: usize = 64 * 1024;
+
+/// The most of a streamed answer's text kept beside what goes to the
+/// client (for its outcome and record, and to resume it if it is cut): an
+/// answer longer than this is not resumed, and its record keeps this much.
+pub const STREAM_TEXT_KEPT: usize = 256 * 1024;
+
+/// The most a gateway connection buffers to write (and to read: a
+/// request's head must fit, see [`MAX_HEAD_BYTES`]).
+pub const WRITE_BUFFER: usize = 2 * MAX_HEAD_BYTES;

@@ -99,6 +99,7 @@ pub async fn serve(
     http.timer(TokioTimer::new())
         .header_read_timeout(limits.header_timeout)
         .max_header_size(crate::limits::MAX_HEAD_BYTES)
+        .max_buf_size(crate::limits::WRITE_BUFFER)
         .keep_alive(true);
     let fds = crate::descriptors::view();
     if fds.usable > 0 && limits.max_connections as u64 > fds.usable / 2 {

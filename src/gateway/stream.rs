@@ -154,6 +154,10 @@ impl StreamSink for ClientSink {
             w.rename(model);
         }
     }
+
+    fn backlog(&self) -> usize {
+        self.out.lock().bytes.len()
+    }
 }
 
 /// The outcome as the last chunk carries it.

@@ -219,7 +219,7 @@ impl Runner {
                 let Some(e) = broke else { continue 'models };
                 match streaming.as_deref_mut() {
                     // A text answer cut mid-stream: the next model continues it.
-                    Some(s) if route.cfg.stream_resume && s.only_text && self.any_admits(rest) => {
+                    Some(s) if route.cfg.stream_resume && s.resumable() && self.any_admits(rest) => {
                         carry = e.usage;
                         cut.get_or_insert(*e);
                         continue 'models;

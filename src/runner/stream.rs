@@ -41,6 +41,13 @@ pub trait StreamSink: Send {
     /// The answer goes on from `model`, continuing a cut one: what is
     /// written from now on names it.
     fn resumed_by(&mut self, _model: &str) {}
+
+    /// Bytes written and not yet taken by the client: past
+    /// [`crate::limits::STREAM_BACKLOG`] the stream waits for its client
+    /// before it reads more of the upstream's answer.
+    fn backlog(&self) -> usize {
+        0
+    }
 }
 
 /// A client's stream as the runner drives it.
@@ -48,10 +55,13 @@ pub struct Streaming<'s> {
     sink: &'s mut dyn StreamSink,
     /// The client's stream has started.
     pub started: bool,
-    /// The text the client was sent (to resume a cut answer from).
+    /// The text the client was sent (to resume a cut answer from), while
+    /// it is within [`crate::limits::STREAM_TEXT_KEPT`].
     pub sent_text: String,
     /// Nothing but text went out.
     pub only_text: bool,
+    /// More text went out than is kept: the answer cannot be resumed.
+    pub too_long: bool,
     /// The upstream now streaming continues another's cut answer.
     pub resumed: bool,
     /// Whitespace the client was sent at the cut that a continuation,
@@ -94,6 +104,7 @@ impl<'s> Streaming<'s> {
             started: false,
             sent_text: String::new(),
             only_text: true,
+            too_long: false,
             resumed: false,
             skip: String::new(),
             overlap: None,
@@ -116,6 +127,12 @@ impl<'s> Streaming<'s> {
         self.skip = self.sent_text[kept..].to_string();
         self.overlap = (!prefill).then(|| Overlap::after(&self.sent_text[..kept]));
         &self.sent_text[..kept]
+    }
+
+    /// Whether a model could continue the answer if it were cut: nothing
+    /// but text went out, and all of it is kept.
+    pub fn resumable(&self) -> bool {
+        self.only_text && !self.too_long
     }
 
     /// What the earlier, cut attempts used (none unless resumed).
@@ -192,7 +209,10 @@ impl<'s> Streaming<'s> {
         }
         for d in &p.deltas {
             match d {
-                Delta::Text(t) => self.sent_text.push_str(t),
+                Delta::Text(t) if self.sent_text.len() + t.len() > crate::limits::STREAM_TEXT_KEPT => {
+                    self.too_long = true;
+                }
+                Delta::Text(t) if !self.too_long => self.sent_text.push_str(t),
                 d if d.is_content() => self.only_text = false,
                 _ => {}
             }
@@ -215,7 +235,8 @@ impl<'s> Streaming<'s> {
         head: impl FnOnce(&Assembler) -> StreamHead,
     ) -> Pumped {
         let kind = live.kind;
-        let mut acc = Assembler::default();
+        // The text went on to the client: what is kept of it is bounded.
+        let mut acc = Assembler::keeping(crate::limits::STREAM_TEXT_KEPT);
         let mut held: Vec<Piece> = Vec::new();
         let mut head = Some(head);
         // An answer that begins with a tool call is held whole: it is
@@ -261,6 +282,11 @@ impl<'s> Streaming<'s> {
                 }
             }
             self.send(kind, &p);
+            // What the client has not taken stays in the upstream's socket,
+            // not here: the rest is read once the client reads this.
+            if self.sink.backlog() >= crate::limits::STREAM_BACKLOG {
+                tokio::task::yield_now().await;
+            }
         }
         if !acc.finished() {
             let mut e = ProviderError::new(ErrorKind::Truncated, None, "stream ended before its answer finished");
@@ -360,5 +386,36 @@ fn text_of(d: &Delta) -> Option<&str> {
     match d {
         Delta::Text(t) => Some(t),
         _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    struct Nowhere;
+
+    impl StreamSink for Nowhere {
+        fn start(&mut self, _: StreamHead) {}
+        fn piece(&mut self, _: Api, _: &Piece, _: bool) {}
+    }
+
+    #[test]
+    fn an_answer_longer_than_the_text_kept_is_not_resumable_and_keeps_no_more() {
+        let mut sink = Nowhere;
+        let mut s = Streaming::new(&mut sink);
+        let chunk = "x".repeat(64 * 1024);
+        for _ in 0..4 {
+            s.send_now(Api::Chat, &Piece::said(Delta::Text(chunk.clone())));
+        }
+        assert!(s.resumable(), "256 KiB is kept whole");
+        s.send_now(Api::Chat, &Piece::said(Delta::Text("more".into())));
+        assert!(!s.resumable());
+        assert_eq!(s.sent_text.len(), crate::limits::STREAM_TEXT_KEPT);
+        let mut acc = Assembler::keeping(8);
+        for t in ["1234", "5678", "9"] {
+            acc.take(&Delta::Text(t.into()));
+        }
+        assert_eq!((acc.reply().text.as_str(), acc.chars()), ("12345678", 9));
     }
 }

@@ -208,14 +208,32 @@ pub struct Assembler {
     chars: usize,
     /// Whether the terminator arrived.
     pub done: bool,
+    /// The most bytes of text (and of reasoning, of refusal) kept, where
+    /// the text went on elsewhere as it came; the rest is counted only.
+    keep: Option<usize>,
 }
 
 /// Most tool calls one answer may make (a bound on what a stream can make us hold).
 const MAX_CALLS: u32 = 1024;
 
 impl Assembler {
+    /// An assembler of a stream passed on as it comes, keeping at most
+    /// `bytes` of its text (and of its reasoning, of its refusal).
+    pub fn keeping(bytes: usize) -> Self {
+        Self {
+            keep: Some(bytes),
+            ..Self::default()
+        }
+    }
+
     /// Takes one piece.
     pub fn take(&mut self, d: &Delta) {
+        let keep = self.keep;
+        let kept = |into: &mut String, t: &str| {
+            if keep.is_none_or(|k| into.len() + t.len() <= k) {
+                into.push_str(t);
+            }
+        };
         let r = &mut self.reply;
         match d {
             Delta::Start { id, model } => {
@@ -228,15 +246,15 @@ impl Assembler {
             }
             Delta::Text(t) => {
                 self.chars += t.len();
-                r.text.push_str(t);
+                kept(&mut r.text, t);
             }
             Delta::Reasoning(t) => {
                 self.chars += t.len();
-                r.reasoning.push_str(t);
+                kept(&mut r.reasoning, t);
             }
             Delta::Refusal(t) => {
                 self.chars += t.len();
-                r.refusal.push_str(t);
+                kept(&mut r.refusal, t);
             }
             Delta::ToolStart { index, id, name } if *index < MAX_CALLS => {
                 self.chars += name.len();

@@ -202,3 +202,100 @@ async fn a_slow_upstream_read_by_its_client_is_not_a_stall() {
     assert_eq!(stalled(&base).await, "fusebox_streams_stalled_total 0");
     assert_eq!(words.opened.load(Ordering::SeqCst), 1);
 }
+
+/// An OpenAI-compatible upstream whose every answer streams `events`
+/// events of 16 KiB of text each, as fast as its client takes them;
+/// counts the events it has sent.
+async fn firehose(events: usize) -> (String, Arc<std::sync::atomic::AtomicUsize>) {
+    use axum::response::IntoResponse;
+    use futures_util::StreamExt as _;
+    let sent = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let text = "lorem ".repeat(16 * 1024 / 6);
+    let chunk = |delta: serde_json::Value, finish: serde_json::Value| {
+        let v = json!({"id": "chatcmpl-1", "object": "chat.completion.chunk", "created": 1, "model": "gpt-4o",
+                       "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]});
+        bytes::Bytes::from(format!("data: {v}\n\n"))
+    };
+    let event = chunk(json!({"content": text}), serde_json::Value::Null);
+    let end = bytes::Bytes::from(format!(
+        "{}data: [DONE]\n\n",
+        String::from_utf8_lossy(&chunk(json!({}), json!("stop")))
+    ));
+    let counter = sent.clone();
+    let app = axum::Router::new().route(
+        "/v1/chat/completions",
+        axum::routing::post(move || {
+            let (event, end, counter) = (event.clone(), end.clone(), counter.clone());
+            async move {
+                let body = futures_util::stream::iter(0..=events).map(move |i| {
+                    counter.fetch_add(1, Ordering::Relaxed);
+                    Ok::<_, std::io::Error>(if i < events { event.clone() } else { end.clone() })
+                });
+                (
+                    [("content-type", "text/event-stream")],
+                    axum::body::Body::from_stream(body),
+                )
+                    .into_response()
+            }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    (format!("http://{addr}"), sent)
+}
+
+#[tokio::test]
+async fn clients_that_stop_reading_large_answers_cost_the_gateway_a_bounded_backlog() {
+    use tokio::io::AsyncWriteExt;
+    // Answers of 9 MiB each.
+    let (upstream, sent) = firehose(576).await;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("fusebox.toml");
+    let cfg = format!(
+        "[providers.openai]\nkind = \"openai-compatible\"\nbase_url = \"{upstream}\"\napi_key_env = \"UP_KEY\"\n\
+         [models.gpt-4o]\nprovider = \"openai\"\ninput_per_m = 2.5\noutput_per_m = 10.0\n\
+         [routes.default]\nchain = [\"gpt-4o\"]\n\
+         [budgets]\nuser_tokens_per_minute = 1000000000000\nuser_tokens_per_hour = 1000000000000\n\
+         user_tokens_per_day = 1000000000000\nglobal_tokens_per_hour = 1000000000000\nglobal_tokens_per_day = 1000000000000\n"
+    );
+    std::fs::write(&path, cfg).unwrap();
+    let config = path.display().to_string();
+    let serve = tokio::task::spawn_blocking(move || {
+        crate::common::Serve::start_with_env(&["--config", &config], &[("UP_KEY", "sk-test")])
+    })
+    .await
+    .unwrap();
+    let before = serve.rss_kb();
+    // 100 clients ask for a streamed answer and read none of it.
+    let addr = serve.base.trim_start_matches("http://").to_string();
+    let body = json!({"model": "default", "stream": true, "user": "reader",
+                      "messages": [{"role": "user", "content": "Tell me everything."}]})
+    .to_string();
+    let mut clients = Vec::new();
+    for _ in 0..100 {
+        let mut tcp = tokio::net::TcpStream::connect(&addr).await.unwrap();
+        let head = format!(
+            "POST /v1/chat/completions HTTP/1.1\r\nhost: {addr}\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
+            body.len()
+        );
+        tcp.write_all(head.as_bytes()).await.unwrap();
+        clients.push(tcp);
+    }
+    // Until the upstream sends no more: every socket between is full.
+    let mut last = usize::MAX;
+    for _ in 0..600 {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let now = sent.load(Ordering::Relaxed);
+        if now == last && now > 100 {
+            break;
+        }
+        last = now;
+    }
+    let grew_mb = serve.rss_kb().saturating_sub(before) / 1024;
+    let sent_mb = sent.load(Ordering::Relaxed) * 16 / 1024;
+    println!("100 stalled streams: the gateway grew {grew_mb} MiB while the upstream sent {sent_mb} MiB");
+    assert!(sent_mb < 100 * 9, "the upstream stopped before the answers' ends");
+    assert!(grew_mb <= 100, "{grew_mb} MiB for 100 stalled streams");
+    drop(clients);
+}
