@@ -64,6 +64,14 @@ impl Runner {
             res: None,
             allowance: None,
         };
+        // Whose call it is, for a limit that adapts (see `Limiter::arrives`).
+        let tenant = if p.limiter.adapts() {
+            let key = self.tenants.key(user);
+            p.limiter.arrives(key);
+            key
+        } else {
+            0
+        };
         // Calls waiting in the provider's queue are not overtaken.
         let free = (!p.limiter.queued()).then(|| p.limiter.try_acquire(chars, max_tokens, now));
         let now = match free {
@@ -97,6 +105,7 @@ impl Runner {
                 now
             }
         };
+        held.permit = held.permit.take().map(|p| p.of(tenant));
         let Some(est) = held.permit.as_ref().map(|p| p.estimate()) else {
             drop(held);
             pt.stats.rejected_rate.inc();

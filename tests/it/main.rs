@@ -36,7 +36,9 @@ mod replay;
 mod request_id;
 mod runner;
 mod scenarios;
+
 mod sdk;
+mod shared;
 mod stalled;
 mod store_model;
 mod streaming;

@@ -12,6 +12,17 @@
 //! decrease counts once a round trip: only a call admitted after the last
 //! cut may cut again; the others were admitted under the larger limit and
 //! say nothing about the smaller one.
+//!
+//! An overload cuts only when it is not one tenant's alone: a provider
+//! that refuses one tenant's calls (its prompts too large for a token
+//! limit, its own quota) while it answers the others has capacity, and
+//! that tenant must not shrink the limit everyone shares. So each limit
+//! remembers the tenants of its last calls ([`Recent`]); an overload is
+//! one tenant's own when that tenant has had three or more of them there
+//! and the other tenants' calls were overloaded less than a quarter as
+//! often. With no other tenant among them, a tenant alone cannot be told
+//! from the provider: it cuts, but the limit it cut from is given back as
+//! soon as another tenant's call comes ([`Adaptive::arrives`]).
 
 use crate::config::AdaptiveConfig;
 use serde::{Deserialize, Serialize};
@@ -108,6 +119,39 @@ const SHORT: f64 = 0.1;
 /// Weight of a new sample in the long-run baseline (about 100 calls).
 const LONG: f64 = 0.01;
 
+/// Calls remembered, whose tenants say whether an overload is one
+/// tenant's alone.
+const RECENT: usize = 32;
+
+/// The tenants of a limit's last calls, and which were overloads.
+#[derive(Clone, Debug, Default)]
+struct Recent {
+    calls: [(u64, bool); RECENT],
+    next: usize,
+    seen: usize,
+}
+
+impl Recent {
+    fn note(&mut self, tenant: u64, overloaded: bool) {
+        self.calls[self.next] = (tenant, overloaded);
+        self.next = (self.next + 1) % RECENT;
+        self.seen = (self.seen + 1).min(RECENT);
+    }
+
+    /// The other tenants' recent calls, and whether an overload of
+    /// `tenant`'s (counted in already) is its own: it has had three or
+    /// more, and the others were overloaded less than a quarter as often.
+    fn others(&self, tenant: u64) -> (usize, bool) {
+        let count = |mine: bool| {
+            let calls = self.calls[..self.seen].iter().filter(|(t, _)| (*t == tenant) == mine);
+            calls.fold((0, 0), |(n, o), (_, over)| (n + 1, o + usize::from(*over)))
+        };
+        let ((calls, over), (theirs, their_over)) = (count(true), count(false));
+        let own = over >= 3 && theirs > 0 && 4 * their_over * calls < over * theirs;
+        (theirs, own)
+    }
+}
+
 /// One provider's adaptive limit.
 #[derive(Clone, Debug)]
 pub struct Adaptive {
@@ -123,6 +167,10 @@ pub struct Adaptive {
     cut_at: Option<Instant>,
     moved: Option<(Move, Instant)>,
     moves: [u64; 3],
+    recent: Recent,
+    /// The tenant whose overloads alone, with no other tenant about, cut
+    /// the limit, and the limit before they did.
+    solo: Option<(u64, f64)>,
 }
 
 impl Adaptive {
@@ -147,6 +195,8 @@ impl Adaptive {
             cut_at: None,
             moved: None,
             moves: [0; 3],
+            recent: Recent::default(),
+            solo: None,
         }
     }
 
@@ -156,11 +206,23 @@ impl Adaptive {
         self.limit as u32
     }
 
-    /// Learns from a call that ended at `now` with `in_flight` calls (its
-    /// own among them) still held.
-    pub fn learn(&mut self, signal: Signal, in_flight: u32, now: Instant) {
+    /// A call of `tenant`'s is coming: a limit cut by another tenant's
+    /// overloads alone is given back.
+    pub fn arrives(&mut self, tenant: u64) {
+        if let Some((solo, before)) = self.solo {
+            if solo != tenant {
+                self.limit = self.limit.max(before);
+                self.solo = None;
+            }
+        }
+    }
+
+    /// Learns from a call of `tenant`'s that ended at `now` with
+    /// `in_flight` calls (its own among them) still held.
+    pub fn learn(&mut self, signal: Signal, tenant: u64, in_flight: u32, now: Instant) {
         match signal {
             Signal::Answered { rtt, admitted } => {
+                self.recent.note(tenant, false);
                 if let Some(rtt) = rtt {
                     self.sample(rtt, admitted, now);
                 }
@@ -172,7 +234,19 @@ impl Adaptive {
                     }
                 }
             }
-            Signal::Overloaded { admitted } => self.cut(Move::Overloaded, in_flight, admitted, now),
+            Signal::Overloaded { admitted } => {
+                self.recent.note(tenant, true);
+                let (others, own) = self.recent.others(tenant);
+                if own {
+                    return;
+                }
+                self.solo = match (others, self.solo) {
+                    (0, Some((t, before))) if t == tenant => Some((t, before.max(self.limit))),
+                    (0, _) => Some((tenant, self.limit)),
+                    _ => None,
+                };
+                self.cut(Move::Overloaded, in_flight, admitted, now);
+            }
             Signal::Neutral => {}
         }
     }
@@ -245,6 +319,7 @@ mod tests {
                 rtt: Some(Duration::from_millis(ms)),
                 admitted,
             },
+            0,
             in_flight,
             now,
         );
@@ -281,6 +356,7 @@ mod tests {
                     rtt: None,
                     admitted: t0,
                 },
+                0,
                 4,
                 t0,
             );
@@ -296,7 +372,7 @@ mod tests {
         let t1 = t0 + Duration::from_secs(1);
         // Three 429s of calls admitted before the first cut: one cut.
         for _ in 0..3 {
-            a.learn(Signal::Overloaded { admitted: t0 }, 20, t1);
+            a.learn(Signal::Overloaded { admitted: t0 }, 0, 20, t1);
         }
         assert_eq!(a.cap(), 18);
         // A call admitted after that cut may cut again.
@@ -304,6 +380,7 @@ mod tests {
             Signal::Overloaded {
                 admitted: t1 + Duration::from_millis(1),
             },
+            0,
             18,
             t1 + Duration::from_secs(1),
         );
@@ -315,6 +392,7 @@ mod tests {
             Signal::Overloaded {
                 admitted: t1 + Duration::from_secs(2),
             },
+            0,
             10,
             t1 + Duration::from_secs(3),
         );
@@ -327,7 +405,7 @@ mod tests {
         let mut a = Adaptive::new(&cfg(3, 4, 256), 0);
         for i in 0..50u64 {
             let t = t0 + Duration::from_secs(i);
-            a.learn(Signal::Overloaded { admitted: t }, 1, t);
+            a.learn(Signal::Overloaded { admitted: t }, 0, 1, t);
         }
         assert_eq!(a.cap(), 3);
         let b = Adaptive::new(&cfg(1, 16, 256), 8);
@@ -365,5 +443,45 @@ mod tests {
         }
         assert!(cut_after.is_some_and(|n| n <= 10), "{cut_after:?}");
         assert_eq!(a.view(t1).moved, Some(Move::Slower));
+    }
+
+    #[test]
+    fn one_tenants_overloads_cut_nothing_while_the_others_are_answered() {
+        let t0 = Instant::now();
+        let mut a = Adaptive::new(&cfg(1, 16, 64), 0);
+        let answer = |a: &mut Adaptive, tenant: u64, at: Instant| {
+            let signal = Signal::Answered {
+                rtt: None,
+                admitted: at,
+            };
+            a.learn(signal, tenant, 4, at);
+        };
+        let overload = |a: &mut Adaptive, tenant: u64, at: Instant| {
+            a.learn(Signal::Overloaded { admitted: at }, tenant, 16, at);
+        };
+        for i in 0..100u64 {
+            let t = t0 + Duration::from_secs(i);
+            answer(&mut a, 2, t);
+            overload(&mut a, 1, t);
+        }
+        assert_eq!(a.cap(), 12, "two cuts, then tenant 1's 429s are its own");
+        // The other tenant overloaded too: the provider is short.
+        let t = t0 + Duration::from_secs(200);
+        for i in 0..12 {
+            overload(&mut a, 2, t + Duration::from_secs(i));
+        }
+        overload(&mut a, 1, t + Duration::from_secs(20));
+        assert!(a.cap() < 12);
+        // A tenant alone is not told from the provider: it cuts, until
+        // another tenant's call comes.
+        let mut alone = Adaptive::new(&cfg(1, 16, 64), 0);
+        for i in 0..40u64 {
+            overload(&mut alone, 1, t0 + Duration::from_secs(i));
+        }
+        assert_eq!(alone.cap(), 1);
+        alone.arrives(1);
+        assert_eq!(alone.cap(), 1, "its own next call changes nothing");
+        alone.arrives(2);
+        assert_eq!(alone.cap(), 16, "another's is served at the limit it had");
     }
 }

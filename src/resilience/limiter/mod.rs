@@ -40,12 +40,20 @@ pub struct LimitPermit {
     /// What was taken from the tpm, itpm and otpm buckets (a call bigger
     /// than a bucket takes at most its capacity).
     taken: [f64; 3],
+    /// Whose call it is (a tenant's key), for an adaptive limit.
+    tenant: u64,
 }
 
 impl LimitPermit {
     /// The estimate the capacity was taken for.
     pub fn estimate(&self) -> Estimate {
         self.est
+    }
+
+    /// The permit of a call of `tenant`'s (a key: see
+    /// [`Limiter::arrives`]).
+    pub fn of(self, tenant: u64) -> Self {
+        Self { tenant, ..self }
     }
 }
 
@@ -241,6 +249,7 @@ impl Limiter {
             return Ok(LimitPermit {
                 est,
                 taken: [taken[0], taken[1], taken[2]],
+                tenant: 0,
             });
         }
         for (i, (b, n)) in [
@@ -406,7 +415,7 @@ impl Limiter {
         s.refill(now);
         let in_flight = s.in_flight;
         if let Some(a) = s.adaptive.as_mut() {
-            a.learn(signal, in_flight, now);
+            a.learn(signal, permit.tenant, in_flight, now);
         }
         let est = permit.est;
         let [t, i, o] = permit.taken;
@@ -425,6 +434,20 @@ impl Limiter {
         self.wake();
         if let Some((old, new)) = corrected {
             tracing::debug!(provider = %self.name, old, new, "estimator corrected chars/token");
+        }
+    }
+
+    /// Whether its concurrency cap adapts (`[limiter.adaptive]`).
+    pub fn adapts(&self) -> bool {
+        self.adapts
+    }
+
+    /// A call of `tenant`'s (a key for whoever shares fairly: see
+    /// `[limiter.queue.tenants]`) is about to be admitted: an adaptive
+    /// limit cut by another tenant's overloads alone is given back.
+    pub fn arrives(&self, tenant: u64) {
+        if let Some(a) = super::lock(&self.inner).adaptive.as_mut() {
+            a.arrives(tenant);
         }
     }
 
