@@ -19,3 +19,12 @@ pub const MAX_HEAD_BYTES: usize = 64 * 1024;
 /// call is dropped, ending failed as for a client that left: a client that
 /// stops reading keeps no upstream stream, limiter slot or reservation.
 pub const CLIENT_STALL: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// The largest config file read, at start or on a reload: a config is a
+/// few KiB; a larger file is the wrong one, refused before it is read.
+pub const MAX_CONFIG_BYTES: u64 = 4 * 1024 * 1024;
+
+/// How long a reload waits for its config file to be read (on a blocking
+/// thread) before refusing it: a stalled mount holds that thread, never
+/// the gateway.
+pub const CONFIG_READ_TIME: std::time::Duration = std::time::Duration::from_secs(5);

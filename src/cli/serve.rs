@@ -234,7 +234,8 @@ pub fn serve(mut args: ServeArgs) -> Result<()> {
                         status(&runner);
                     }
                 }
-                Some(()) = hup.recv() => reload(&runner, &say),
+                // Its own task: the loop keeps its ticks and hears Ctrl-C meanwhile.
+                Some(()) = hup.recv() => drop(tokio::spawn(reload(runner.clone()))),
                 _ = &mut stop => break,
             }
         }
@@ -246,13 +247,16 @@ pub fn serve(mut args: ServeArgs) -> Result<()> {
 }
 
 /// Reads the config again and applies what can change in place (breaker
-/// settings, states kept); a file that does not read, or a change that
-/// needs a restart, is refused and nothing changes. Said on stderr.
-fn reload(runner: &Runner, say: &dyn Fn(String)) {
-    match runner.reload_file() {
-        Ok(done) => say(format!("fusebox serve: reloaded {done}")),
-        Err(why) => say(format!("fusebox serve: reload refused: {why}")),
-    }
+/// settings, states kept); a file that does not read (in time), or a
+/// change that needs a restart, is refused and nothing changes. Said on
+/// stderr.
+async fn reload(runner: Arc<Runner>) {
+    use std::io::Write;
+    let line = match runner.reload_file().await {
+        Ok(done) => format!("fusebox serve: reloaded {done}"),
+        Err(why) => format!("fusebox serve: reload refused: {why}"),
+    };
+    let _ = writeln!(std::io::stderr(), "{line}");
 }
 
 /// Closes the gateway losing no request: none taken any more, those in

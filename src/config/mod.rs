@@ -9,6 +9,7 @@ use std::path::Path;
 
 pub mod access;
 mod defaults;
+pub mod file;
 pub mod http_tool;
 pub mod mcp;
 mod resilience;
@@ -30,6 +31,32 @@ pub enum ConfigError {
         path: String,
         /// Why.
         source: std::io::Error,
+    },
+    /// Not a regular file (a FIFO, a device): refused without reading it.
+    #[error("config file {path} is not a regular file (it is {kind}): give the path of the config file itself")]
+    NotAFile {
+        /// The file.
+        path: String,
+        /// What it is instead.
+        kind: &'static str,
+    },
+    /// Larger than a config may be (`limits::MAX_CONFIG_BYTES`).
+    #[error("config file {path} is {size} bytes, more than the {max} bytes a config may be: is it the right file?")]
+    TooLarge {
+        /// The file.
+        path: String,
+        /// Its size.
+        size: u64,
+        /// The bound.
+        max: u64,
+    },
+    /// A reload's read did not end in time (a stalled mount or device).
+    #[error("config file {path} did not read in {} s (is its storage stalled?): nothing was applied; reload again once it reads", within.as_secs())]
+    Stalled {
+        /// The file.
+        path: String,
+        /// How long the reload waited.
+        within: std::time::Duration,
     },
     /// The TOML did not parse or did not match the schema.
     #[error("{path}: {message}")]
@@ -200,12 +227,10 @@ impl Config {
 }
 
 impl Config {
-    /// Reads, parses and validates a config file.
+    /// Reads (a regular file within its bound: [`file::read`]), parses and
+    /// validates a config file.
     pub fn load(path: &Path) -> Result<Self, ConfigError> {
-        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
-            path: path.display().to_string(),
-            source,
-        })?;
+        let text = file::read(path)?;
         Self::parse(&text, &path.display().to_string())
     }
 

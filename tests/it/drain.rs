@@ -295,3 +295,55 @@ async fn sighup_or_the_reload_command_applies_new_breaker_settings_keeping_state
     assert_eq!(row["config"]["consecutive_failures"], 9, "{row}");
     assert_eq!(row["breaker"]["state"], "forced_open", "the state is kept: {row}");
 }
+
+/// A reload whose file is a FIFO (a read of it waits for a writer for
+/// ever) or larger than a config may be is refused at once, naming the
+/// file and why, and the gateway goes on answering: its health, its calls
+/// and SIGTERM. On one thread (`--threads 1`) a read on the runtime would
+/// hold all of them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reload_from_a_fifo_or_an_oversized_file_is_refused_and_the_gateway_keeps_serving() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("fb.toml");
+    std::fs::write(&cfg, "[breaker]\nconsecutive_failures = 5\n").unwrap();
+    let path = cfg.display().to_string();
+    let mut serve = tokio::task::spawn_blocking(move || Serve::start_with(&["--config", &path, "--threads", "1"]))
+        .await
+        .unwrap();
+    let base = serve.base.clone();
+    // Bounds what a gateway that stopped answering would cost the test.
+    let http = reqwest::Client::builder()
+        .timeout(Duration::from_secs(10))
+        .build()
+        .unwrap();
+    std::fs::remove_file(&cfg).unwrap();
+    let made = std::process::Command::new("mkfifo").arg(&cfg).status().unwrap();
+    assert!(made.success(), "mkfifo");
+    serve.signal("HUP");
+    let health = http.get(format!("{base}/healthz")).send().await;
+    assert_eq!(health.map(|r| r.status().as_u16()).ok(), Some(200), "still answering");
+    let s = until_reloads(&base, 1).await;
+    let (applied, why) = reloads(&s)[0].clone();
+    assert!(
+        !applied && why.contains("fb.toml") && why.contains("not a regular file (it is a FIFO)"),
+        "{why}"
+    );
+    // Larger than a config may be: refused naming the bound, unread.
+    std::fs::remove_file(&cfg).unwrap();
+    std::fs::File::create(&cfg).unwrap().set_len((4 << 20) + 1).unwrap();
+    serve.signal("HUP");
+    let s = until_reloads(&base, 2).await;
+    let (applied, why) = reloads(&s)[1].clone();
+    assert!(!applied && why.contains("more than the 4194304 bytes"), "{why}");
+    let asked = http
+        .post(format!("{base}/v1/chat/completions"))
+        .json(&json!({"model": "default", "messages": [{"role": "user", "content": "Where is order #38100?"}]}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(asked.status(), 200, "a call is answered");
+    assert_eq!(openai_row(&s)["config"]["consecutive_failures"], 5, "nothing changed");
+    serve.signal("TERM");
+    let exit = tokio::task::spawn_blocking(move || serve.wait()).await.unwrap();
+    assert!(exit.success(), "{exit}");
+}
