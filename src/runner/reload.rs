@@ -125,9 +125,10 @@ impl Runner {
             let _reading = reading;
             Config::load(&path)
         };
+        // Said in events view-only tokens read: without the file's text.
         crate::config::file::off_runtime(&src.path, crate::limits::CONFIG_READ_TIME, read)
             .await
-            .map_err(|e| e.to_string())
+            .map_err(|e| e.without_text())
     }
 
     /// Takes a reload's file as [`Runner::read_reload`] read it (`None`:

@@ -347,3 +347,63 @@ async fn a_reload_from_a_fifo_or_an_oversized_file_is_refused_and_the_gateway_ke
     let exit = tokio::task::spawn_blocking(move || serve.wait()).await.unwrap();
     assert!(exit.success(), "{exit}");
 }
+
+/// A refused reload says where (the file, line, column and key) and what
+/// is wrong, never the file's text, which may hold a secret: the events
+/// it is said in are read by view-only tokens too. So does the answer to
+/// an operator's reload command.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_reload_says_where_and_what_without_quoting_the_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("fb.toml");
+    std::fs::write(&cfg, "[breaker]\nconsecutive_failures = 5\n").unwrap();
+    let path = cfg.display().to_string();
+    let serve = tokio::task::spawn_blocking(move || Serve::start_with(&["--config", &path]))
+        .await
+        .unwrap();
+    let base = serve.base.clone();
+    let cases: [(&str, &[&str]); 3] = [
+        // A string never closed: toml would show the line.
+        (
+            "[breaker]\nconsecutive_failures = 5\n[providers.openai]\nbase_url = \"https://sk-live-SECRET\n",
+            &["fb.toml", "line 4, column 35"],
+        ),
+        // A value of the wrong type: serde would quote it.
+        (
+            "[breaker]\nconsecutive_failures = \"sk-live-SECRET\"\n",
+            &[
+                "fb.toml",
+                "line 2, column 24",
+                "breaker.consecutive_failures",
+                "invalid type: string (not shown), expected",
+            ],
+        ),
+        // A URL that does not check: it may carry a credential.
+        (
+            "[providers.openai]\nkind = \"openai-compatible\"\nbase_url = \"ftp://me:sk-live-SECRET@example.com/v1\"\n",
+            &["fb.toml", "providers.openai.base_url", "not an http:// or https:// URL"],
+        ),
+    ];
+    for (n, (text, said)) in cases.iter().enumerate() {
+        std::fs::write(&cfg, text).unwrap();
+        serve.signal("HUP");
+        let s = until_reloads(&base, n + 1).await;
+        let (applied, why) = reloads(&s)[n].clone();
+        assert!(!applied, "{why}");
+        for part in *said {
+            assert!(why.contains(part), "`{part}` in {why}");
+        }
+        assert!(!why.contains("SECRET"), "{why}");
+    }
+    let reloaded = reqwest::Client::new()
+        .post(format!("{base}/_fusebox/commands"))
+        .json(&json!({"action": "reload"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(reloaded.status(), 400);
+    let answer = reloaded.text().await.unwrap();
+    assert!(answer.contains("base_url") && !answer.contains("SECRET"), "{answer}");
+    let events = snapshot(&base).await["events"].to_string();
+    assert!(!events.contains("SECRET"), "{events}");
+}
