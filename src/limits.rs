@@ -9,6 +9,10 @@ pub const MAX_NAME_LEN: usize = 256;
 /// most of an operator's text an event keeps.
 pub const MAX_TARGET_LEN: usize = 128;
 
+/// The largest prompt and output cap (tokens) a request may give, a
+/// replay read or a recording hold: beyond any model's context window.
+pub const MAX_TOKENS: u32 = 2_000_000;
+
 /// The most bytes a request's head (request line and headers) may take on
 /// a gateway connection; a larger one is answered 431. Real clients send a
 /// few KiB; common proxies stop at 8 to 64 KiB.
