@@ -203,6 +203,12 @@ pub fn serve(mut args: ServeArgs) -> Result<()> {
             run.finish()?;
             return Ok(shown?);
         }
+        // Heard from before the address is said: whoever reads it may
+        // signal at once (SIGHUP's default would end the process).
+        // Created once, so a Ctrl-C during a tick is not missed.
+        let stop = interrupted();
+        tokio::pin!(stop);
+        let mut hup = hangups();
         // Said on stderr, which may have been closed (`2>&1 | head -1`):
         // the gateway goes on serving all the same.
         let say = |line: String| {
@@ -221,10 +227,6 @@ pub fn serve(mut args: ServeArgs) -> Result<()> {
         }
         let mut tick = tokio::time::interval(Duration::from_secs(1));
         let mut n = 0u64;
-        // Created once, so a Ctrl-C during a tick is not missed.
-        let stop = interrupted();
-        tokio::pin!(stop);
-        let mut hup = hangups();
         loop {
             tokio::select! {
                 _ = tick.tick() => {
