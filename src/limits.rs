@@ -9,6 +9,10 @@ pub const MAX_NAME_LEN: usize = 256;
 /// most of an operator's text an event keeps.
 pub const MAX_TARGET_LEN: usize = 128;
 
+/// The largest prompt and output cap (tokens) a request may give, a
+/// replay read or a recording hold: beyond any model's context window.
+pub const MAX_TOKENS: u32 = 2_000_000;
+
 /// The most bytes a request's head (request line and headers) may take on
 /// a gateway connection; a larger one is answered 431. Real clients send a
 /// few KiB; common proxies stop at 8 to 64 KiB.
@@ -34,3 +38,12 @@ pub const STREAM_TEXT_KEPT: usize = 256 * 1024;
 /// The most a gateway connection buffers to write (and to read: a
 /// request's head must fit, see [`MAX_HEAD_BYTES`]).
 pub const WRITE_BUFFER: usize = 2 * MAX_HEAD_BYTES;
+
+/// The largest config file read, at start or on a reload: a config is a
+/// few KiB; a larger file is the wrong one, refused before it is read.
+pub const MAX_CONFIG_BYTES: u64 = 4 * 1024 * 1024;
+
+/// How long a reload waits for its config file to be read (on a blocking
+/// thread) before refusing it: a stalled mount holds that thread, never
+/// the gateway.
+pub const CONFIG_READ_TIME: std::time::Duration = std::time::Duration::from_secs(5);

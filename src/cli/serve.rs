@@ -210,6 +210,12 @@ pub fn serve(mut args: ServeArgs) -> Result<()> {
             run.finish()?;
             return Ok(shown?);
         }
+        // Heard from before the address is said: whoever reads it may
+        // signal at once (SIGHUP's default would end the process).
+        // Created once, so a Ctrl-C during a tick is not missed.
+        let stop = interrupted();
+        tokio::pin!(stop);
+        let mut hup = hangups();
         // Said on stderr, which may have been closed (`2>&1 | head -1`):
         // the gateway goes on serving all the same.
         let say = |line: String| {
@@ -228,10 +234,6 @@ pub fn serve(mut args: ServeArgs) -> Result<()> {
         }
         let mut tick = tokio::time::interval(Duration::from_secs(1));
         let mut n = 0u64;
-        // Created once, so a Ctrl-C during a tick is not missed.
-        let stop = interrupted();
-        tokio::pin!(stop);
-        let mut hup = hangups();
         loop {
             tokio::select! {
                 _ = tick.tick() => {
@@ -241,7 +243,8 @@ pub fn serve(mut args: ServeArgs) -> Result<()> {
                         status(&runner);
                     }
                 }
-                Some(()) = hup.recv() => reload(&runner, &say),
+                // Its own task: the loop keeps its ticks and hears Ctrl-C meanwhile.
+                Some(()) = hup.recv() => drop(tokio::spawn(reload(runner.clone()))),
                 _ = &mut stop => break,
             }
         }
@@ -253,13 +256,16 @@ pub fn serve(mut args: ServeArgs) -> Result<()> {
 }
 
 /// Reads the config again and applies what can change in place (breaker
-/// settings, states kept); a file that does not read, or a change that
-/// needs a restart, is refused and nothing changes. Said on stderr.
-fn reload(runner: &Runner, say: &dyn Fn(String)) {
-    match runner.reload_file() {
-        Ok(done) => say(format!("fusebox serve: reloaded {done}")),
-        Err(why) => say(format!("fusebox serve: reload refused: {why}")),
-    }
+/// settings, states kept); a file that does not read (in time), or a
+/// change that needs a restart, is refused and nothing changes. Said on
+/// stderr.
+async fn reload(runner: Arc<Runner>) {
+    use std::io::Write;
+    let line = match runner.reload_file().await {
+        Ok(done) => format!("fusebox serve: reloaded {done}"),
+        Err(why) => format!("fusebox serve: reload refused: {why}"),
+    };
+    let _ = writeln!(std::io::stderr(), "{line}");
 }
 
 /// Closes the gateway losing no request: none taken any more, those in

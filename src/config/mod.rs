@@ -5,10 +5,12 @@
 use crate::target::{Kind, Target};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
+use std::fmt::Write as _;
 use std::path::Path;
 
 pub mod access;
 mod defaults;
+pub mod file;
 pub mod http_tool;
 pub mod mcp;
 mod resilience;
@@ -31,6 +33,32 @@ pub enum ConfigError {
         /// Why.
         source: std::io::Error,
     },
+    /// Not a regular file (a FIFO, a device): refused without reading it.
+    #[error("config file {path} is not a regular file (it is {kind}): give the path of the config file itself")]
+    NotAFile {
+        /// The file.
+        path: String,
+        /// What it is instead.
+        kind: &'static str,
+    },
+    /// Larger than a config may be (`limits::MAX_CONFIG_BYTES`).
+    #[error("config file {path} is {size} bytes, more than the {max} bytes a config may be: is it the right file?")]
+    TooLarge {
+        /// The file.
+        path: String,
+        /// Its size.
+        size: u64,
+        /// The bound.
+        max: u64,
+    },
+    /// A reload's read did not end in time (a stalled mount or device).
+    #[error("config file {path} did not read in {} s (is its storage stalled?): nothing was applied; reload again once it reads", within.as_secs())]
+    Stalled {
+        /// The file.
+        path: String,
+        /// How long the reload waited.
+        within: std::time::Duration,
+    },
     /// The TOML did not parse or did not match the schema.
     #[error("{path}: {message}")]
     Parse {
@@ -38,6 +66,8 @@ pub enum ConfigError {
         path: String,
         /// toml's message, which carries line, column and key.
         message: String,
+        /// Where and what without the file's text ([`toml_where`]).
+        unquoted: String,
     },
     /// A value is out of range or refers to something that does not exist.
     #[error("{file}: invalid value at `{key}`: {message}")]
@@ -49,6 +79,90 @@ pub enum ConfigError {
         /// What is wrong and what is allowed.
         message: String,
     },
+}
+
+impl ConfigError {
+    /// The error said without any of the file's text, which may hold a
+    /// secret: where (file, line, column, key) and what is wrong. For the
+    /// events, which view-only tokens read too.
+    pub fn without_text(&self) -> String {
+        match self {
+            ConfigError::Parse { path, unquoted, .. } => {
+                format!("{path}: {unquoted} (`fusebox check-config {path}` shows the line)")
+            }
+            other => other.to_string(),
+        }
+    }
+}
+
+/// Where toml's error `e` in `text` is (line, column, key path) and what
+/// it is, quoting nothing of `text`: toml's words with what they quote of
+/// the file (a value found, a name) said as "(not shown)".
+pub fn toml_where(text: &str, e: &toml::de::Error) -> String {
+    let mut said = String::new();
+    if let Some(mut at) = e.span().map(|s| s.start.min(text.len())) {
+        while !text.is_char_boundary(at) {
+            at -= 1;
+        }
+        let line_start = text[..at].rfind('\n').map_or(0, |i| i + 1);
+        let _ = write!(
+            said,
+            "line {}, column {}",
+            text[..at].matches('\n').count() + 1,
+            text[line_start..at].chars().count() + 1
+        );
+    }
+    if let Some(keys) = toml_keys(e) {
+        let _ = write!(said, "{}at `{keys}`", if said.is_empty() { "" } else { ", " });
+    }
+    if !said.is_empty() {
+        said.push_str(": ");
+    }
+    said.push_str(&unquoted(e.message().trim_end()));
+    said
+}
+
+/// The key path toml holds for `e` (which it says only when it has no text
+/// to show the line of).
+fn toml_keys(e: &toml::de::Error) -> Option<String> {
+    let mut bare = e.clone();
+    bare.set_input(None);
+    let shown = bare.to_string();
+    let keys = shown
+        .strip_prefix(e.message())?
+        .trim()
+        .strip_prefix("in `")?
+        .strip_suffix('`')?;
+    (!keys.is_empty()).then(|| keys.to_string())
+}
+
+/// `message` with each span it quotes ("…" or `…`) before its `, expected`
+/// (what it found: the file's) said as "(not shown)"; what follows (what
+/// the schema expects) is kept.
+fn unquoted(message: &str) -> String {
+    let mut out = String::with_capacity(message.len());
+    let mut chars = message.char_indices();
+    while let Some((i, c)) = chars.next() {
+        if message[i..].starts_with(", expected") {
+            out.push_str(&message[i..]);
+            break;
+        }
+        if c != '"' && c != '`' {
+            out.push(c);
+            continue;
+        }
+        // Up to the closing quote, past escaped ones.
+        let mut escaped = false;
+        for (_, q) in chars.by_ref() {
+            match q {
+                '\\' if c == '"' && !escaped => escaped = true,
+                q if q == c && !escaped => break,
+                _ => escaped = false,
+            }
+        }
+        out.push_str("(not shown)");
+    }
+    out
 }
 
 /// toml's message for `e`, a parse error in `text`, as it says it (with
@@ -200,12 +314,10 @@ impl Config {
 }
 
 impl Config {
-    /// Reads, parses and validates a config file.
+    /// Reads (a regular file within its bound: [`file::read`]), parses and
+    /// validates a config file.
     pub fn load(path: &Path) -> Result<Self, ConfigError> {
-        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
-            path: path.display().to_string(),
-            source,
-        })?;
+        let text = file::read(path)?;
         Self::parse(&text, &path.display().to_string())
     }
 
@@ -214,6 +326,7 @@ impl Config {
         let cfg: Config = toml::from_str(text).map_err(|e| ConfigError::Parse {
             path: file.to_string(),
             message: toml_message(text, &e),
+            unquoted: toml_where(text, &e),
         })?;
         cfg.validate(file)?;
         Ok(cfg)
@@ -276,6 +389,25 @@ mod tests {
         ] {
             let err = Config::parse(text, "x.toml").unwrap_err().to_string();
             assert!(err.contains(key), "{err}");
+        }
+    }
+
+    /// Said without text, an error keeps where and what and quotes nothing
+    /// of the file, a value that looks like toml's own words included.
+    #[test]
+    fn an_error_said_without_text_quotes_nothing_of_the_file() {
+        for (text, said) in [
+            (
+                "[breaker]\nconsecutive_failures = \"sk-1, expected \\\"`sk-2`\\\" sk-3\"\n",
+                "x.toml: line 2, column 24, at `breaker.consecutive_failures`: invalid type: string (not shown), expected",
+            ),
+            ("[breaker]\nsk-4 = 1\n", "x.toml: line 2, column 1, at `breaker`: unknown field (not shown), expected one of `"),
+            ("[breaker]\nx = \"sk-5\n", "x.toml: line 2, column 10: "),
+        ] {
+            let e = Config::parse(text, "x.toml").unwrap_err();
+            assert!(e.to_string().contains("sk-"), "the full message shows the line: {e}");
+            let quiet = e.without_text();
+            assert!(quiet.starts_with(said) && !quiet.contains("sk-"), "{quiet}");
         }
     }
 

@@ -4,6 +4,10 @@
 use super::{BreakerConfig, Config, ConfigError, ProviderKind, StateConfig, WindowKind};
 use std::collections::BTreeMap;
 
+/// What a URL that is not http(s) is told; the URL itself is not repeated
+/// (it may carry a credential, and a reload's refusal is in the events).
+const NOT_HTTP: &str = "is not an http:// or https:// URL";
+
 /// Where a problem is reported: the file, and the words for a value out of range.
 struct Check<'a> {
     file: &'a str,
@@ -43,10 +47,7 @@ impl Config {
         if !StateConfig::accepts(&self.state.url) {
             return Err(c.bad(
                 "state.url".into(),
-                format!(
-                    "`{}` is not a store; use \"memory\" or \"redis://HOST:PORT/DB\"",
-                    self.state.url
-                ),
+                "is not a store; use \"memory\" or \"redis://HOST:PORT/DB\"".into(),
             ));
         }
         self.check_providers(c)?;
@@ -79,10 +80,7 @@ impl Config {
             if p.kind != ProviderKind::Mock {
                 match &p.base_url {
                     Some(u) if !(u.starts_with("http://") || u.starts_with("https://")) => {
-                        return Err(c.bad(
-                            format!("providers.{name}.base_url"),
-                            format!("`{u}` is not an http:// or https:// URL"),
-                        ));
+                        return Err(c.bad(format!("providers.{name}.base_url"), NOT_HTTP.into()));
                     }
                     None if p.kind.default_base_url().is_none() => {
                         return Err(c.bad(
@@ -176,10 +174,7 @@ impl Config {
                     ))
                 }
                 (Some(u), true) if !(u.starts_with("http://") || u.starts_with("https://")) => {
-                    return Err(c.bad(
-                        format!("mcp.{name}.url"),
-                        format!("`{u}` is not an http:// or https:// URL"),
-                    ))
+                    return Err(c.bad(format!("mcp.{name}.url"), NOT_HTTP.into()))
                 }
                 _ => {}
             }
@@ -430,7 +425,7 @@ fn check_http_tool(name: &str, t: &super::ToolConfig, c: &Check) -> Result<(), C
     match reqwest::Url::parse(&sample) {
         Ok(u) if matches!(u.scheme(), "http" | "https") => {}
         Ok(u) => return Err(c.bad(key("url"), format!("`{}` is not http or https", u.scheme()))),
-        Err(e) => return Err(c.bad(key("url"), format!("`{url}` is not a URL: {e}"))),
+        Err(e) => return Err(c.bad(key("url"), format!("is not a URL: {e}"))),
     }
     for (h, v) in &t.headers {
         let at = key(&format!("headers.{h}"));

@@ -287,7 +287,7 @@ impl Fleet {
 
     /// Applies a remote action once: only if newer than what this instance
     /// applied to the same target.
-    fn apply_remote(&self, op: &SharedOp) {
+    async fn apply_remote(&self, op: &SharedOp) {
         if op.instance == self.instance {
             return;
         }
@@ -302,7 +302,7 @@ impl Fleet {
         match &op.act {
             Act::Trip(target) => self.trip_here(op, target),
             Act::Command(cmd) => {
-                if let Err(e) = self.runner.apply(cmd, &Issuer::fleet(&op.by, &op.instance)) {
+                if let Err(e) = self.runner.command(cmd, &Issuer::fleet(&op.by, &op.instance)).await {
                     tracing::warn!(error = %e, "a fleet action does not apply here");
                 }
             }
@@ -365,7 +365,7 @@ impl Fleet {
             .collect();
         ops.sort_by_key(|o| o.at_ms);
         for op in &ops {
-            self.apply_remote(op);
+            self.apply_remote(op).await;
         }
         Ok(())
     }
@@ -428,7 +428,7 @@ impl Fleet {
                         while let Some(m) = msgs.next().await {
                             let Ok(json) = m.get_payload::<String>() else { continue };
                             if let Ok(op) = serde_json::from_str::<SharedOp>(&json) {
-                                self.apply_remote(&op);
+                                self.apply_remote(&op).await;
                             }
                         }
                     }

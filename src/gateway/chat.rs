@@ -127,14 +127,6 @@ fn chat_request(
         None => name_in(fusebox::USER, header(fusebox::USER))?,
     };
     let billed = Caller::user_of(caller, given);
-    // Beyond any model's output, and beyond what a recording holds.
-    let max = crate::traffic::log::MAX_TOKENS;
-    if let Some(cap) = asked.params.max_tokens.filter(|&c| c > max) {
-        return Err((
-            "max_tokens",
-            format!("max_tokens {cap} is more than {max}, beyond any model's output"),
-        ));
-    }
     // Session quotas (steps, concurrency, tokens per conversation) apply to
     // the conversations an agent names; an unnamed call is a conversation of
     // its own, or every call of a user would add up to one endless one.

@@ -101,7 +101,9 @@ async fn close(manager: &LocalSessionManager, ids: Vec<Box<str>>) {
 /// session that is not the caller's (as for one that never was: the
 /// client opens a new one), 429 past the key's bound, 503 past the
 /// gateway's. A POST's body must be a JSON-RPC message (else -32700 or
-/// -32600, as JSON-RPC says, where rmcp answers 415); rmcp's other
+/// -32600, as JSON-RPC says, where rmcp answers 415), and a `tools/call`
+/// whose params are not an object with its arguments as one is invalid
+/// params (-32602, where rmcp says the method is unknown); rmcp's other
 /// refusals in plain text are given as JSON-RPC errors too. A session
 /// ended by its client (`DELETE`) is answered 204: rmcp says 202, which
 /// MCP clients take for a failure (the Python SDK warns "Session
@@ -136,6 +138,12 @@ async fn guard(State((gw, gate)): State<(Arc<Gateway>, Arc<McpGate>)>, req: Requ
         },
         _ => (req, None),
     };
+    // rmcp answers a call it cannot read as an unknown method (-32601).
+    if let Some(m) = message.as_ref().filter(|_| session.is_some()) {
+        if let Some(why) = m.bad_params {
+            return rpc_error(StatusCode::OK, -32602, why, m.id.clone());
+        }
+    }
     let delete = req.method() == Method::DELETE;
     let opens = session.is_none()
         && message
@@ -197,7 +205,7 @@ async fn message_of(req: Request, max: usize) -> Result<(Request, Option<Message
         let why = "Invalid Request: the body is not one JSON-RPC 2.0 message (an object with \"jsonrpc\": \"2.0\")";
         rpc_error(StatusCode::BAD_REQUEST, -32600, why, None)
     };
-    let message = match serde_json::from_slice::<Message>(&body) {
+    let mut message = match serde_json::from_slice::<Message>(&body) {
         Ok(m) if m.jsonrpc.as_deref() == Some("2.0") => m,
         Ok(_) => return Err(invalid()),
         Err(e) if e.is_data() => return Err(invalid()),
@@ -210,6 +218,10 @@ async fn message_of(req: Request, max: usize) -> Result<(Request, Option<Message
             ))
         }
     };
+    if message.method.as_deref() == Some("tools/call") {
+        // Read again, whole, for the call alone.
+        message.bad_params = serde_json::from_slice(&body).ok().and_then(|v| bad_params(&v));
+    }
     Ok((Request::from_parts(parts, Body::from(body)), Some(message)))
 }
 
@@ -246,6 +258,24 @@ struct Message {
     jsonrpc: Option<String>,
     method: Option<String>,
     id: Option<serde_json::Value>,
+    /// Why its params are not what its method takes ([`bad_params`]).
+    #[serde(skip)]
+    bad_params: Option<&'static str>,
+}
+
+/// Why the params of `message`, a `tools/call`, are not what MCP says
+/// (an object with the tool's `name` and its `arguments` as an object).
+fn bad_params(message: &serde_json::Value) -> Option<&'static str> {
+    let Some(params) = message.get("params").and_then(serde_json::Value::as_object) else {
+        return Some("Invalid params: tools/call takes an object with the tool's `name` and its `arguments`");
+    };
+    if !params.get("name").is_some_and(serde_json::Value::is_string) {
+        return Some("Invalid params: `name` must be the tool's name, a string");
+    }
+    match params.get("arguments") {
+        None | Some(serde_json::Value::Null | serde_json::Value::Object(_)) => None,
+        Some(_) => Some("Invalid params: `arguments` must be an object of the tool's arguments by name"),
+    }
 }
 
 /// A JSON-RPC error answer with HTTP `status`.

@@ -355,7 +355,7 @@ async fn command(State(gw): Shared, req: axum::extract::Request) -> Result<Respo
             );
         }
     };
-    match gw.runner.apply(&cmd, &by) {
+    match gw.runner.command(&cmd, &by).await {
         Ok(()) => Ok(Json(json!({"applied": cmd})).into_response()),
         Err(e) => Err(GatewayError::openai(StatusCode::BAD_REQUEST, e.to_string()).param(Some(&e.field()))),
     }

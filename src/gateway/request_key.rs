@@ -2,6 +2,14 @@
 //! log line, the console, a recording and a trace can be matched up: the
 //! caller's own `x-request-id` when it sent a usable one, else one made
 //! here, unique across instances and restarts.
+//!
+//! A name in the form made here (`fb-…`) is only ever one fusebox made,
+//! so it names one request: a caller's id in that form (another request's
+//! guessed, or made up) is not taken. A caller's own id is its label,
+//! kept as sent even where it repeats (a retry, another caller's): fusebox
+//! keeps requests apart by its own request number, which every place the
+//! name is shown carries beside it (the recording's `id`, the trace's
+//! `fusebox.request.id`, the console's `#N`).
 
 use axum::extract::Request;
 use axum::http::{HeaderName, HeaderValue};
@@ -17,6 +25,8 @@ use tower::{Layer, Service};
 const H_CALLER_ID: &str = "x-request-id";
 /// The longest caller's id kept.
 pub const MAX_LEN: usize = 128;
+/// How the names made here begin (in any case, not a caller's).
+const MADE: &[u8] = b"fb-";
 
 /// A request's name, in its extensions.
 #[derive(Clone, Debug)]
@@ -45,10 +55,15 @@ impl Default for Keys {
 
 impl Keys {
     /// The name of a request sent with `caller`'s `x-request-id` (kept
-    /// when it is 1 to [`MAX_LEN`] visible ASCII characters).
+    /// when it is 1 to [`MAX_LEN`] visible ASCII characters, not in the
+    /// form of the names made here).
     fn name(&self, caller: Option<&HeaderValue>) -> Arc<str> {
         match caller.map(HeaderValue::as_bytes) {
-            Some(b) if (1..=MAX_LEN).contains(&b.len()) && b.iter().all(|c| (0x21..=0x7e).contains(c)) => {
+            Some(b)
+                if (1..=MAX_LEN).contains(&b.len())
+                    && b.iter().all(|c| (0x21..=0x7e).contains(c))
+                    && !b.get(..MADE.len()).is_some_and(|p| p.eq_ignore_ascii_case(MADE)) =>
+            {
                 Arc::from(String::from_utf8_lossy(b).as_ref())
             }
             _ => Arc::from(format!("{}-{}", self.mark, self.next.fetch_add(1, Ordering::Relaxed))),
@@ -147,5 +162,23 @@ mod tests {
         let (a, b) = (keys.name(None), keys.name(None));
         assert_ne!(a, b);
         assert!(a.starts_with(&keys.mark));
+    }
+
+    /// An id in fusebox's own form names only the request fusebox gave it
+    /// to: a caller sending one (another request's, or made up) gets one
+    /// made here. A caller's own id is its label, kept as sent, even twice.
+    #[test]
+    fn a_caller_s_id_in_fusebox_s_form_is_replaced_and_its_own_kept_as_sent() {
+        let keys = Keys::default();
+        let made = keys.name(None);
+        for forged in [&*made, "fb-0123456789-7", "FB-anything"] {
+            let named = keys.name(Some(&HeaderValue::from_str(forged).unwrap()));
+            assert!(
+                named.starts_with(&keys.mark) && &*named != forged && named != made,
+                "{forged}: {named}"
+            );
+        }
+        let own = HeaderValue::from_static("req-1");
+        assert_eq!((&*keys.name(Some(&own)), &*keys.name(Some(&own))), ("req-1", "req-1"));
     }
 }

@@ -9,6 +9,7 @@
 //! what only fusebox's spans say (level, chain, tools offered, the step cap)
 //! is read where present. Every other span is counted and skipped.
 
+use super::quoted;
 use crate::outcome::Level;
 use crate::request::Via;
 use crate::target::Target;
@@ -55,12 +56,17 @@ pub fn read(paths: &[impl AsRef<Path>]) -> Result<Imported> {
                     // One document over several lines, perhaps.
                     let text =
                         std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
-                    let data: TracesData = serde_json::from_str(&text)
-                        .with_context(|| format!("{}: not OTLP/JSON traces", path.display()))?;
+                    let data: TracesData = serde_json::from_str(&text).map_err(|e| {
+                        anyhow::anyhow!("{}: not OTLP/JSON traces: {}", path.display(), quoted::serde(&e))
+                    })?;
                     spans.take(flatten(data, &mut seed), (file, 1), path)?;
                     break;
                 }
-                Err(e) => bail!("{}:{line_no}: not OTLP/JSON traces: {e}", path.display()),
+                Err(e) => bail!(
+                    "{}:{line_no}: not OTLP/JSON traces: {}",
+                    path.display(),
+                    quoted::serde(&e)
+                ),
             }
         }
         if line_no == 0 {
@@ -101,9 +107,9 @@ impl Spans {
                     "{}:{}: span `{}` has no valid ids (traceId {:?}, spanId {:?}): every span needs a 32-hex-digit traceId and a 16-hex-digit spanId",
                     path.display(),
                     at.1,
-                    crate::command::bounded(&s.name),
-                    hex(&s.trace_id),
-                    hex(&s.span_id)
+                    quoted::cut(&s.name),
+                    quoted::hex(&s.trace_id),
+                    quoted::hex(&s.span_id)
                 );
             }
             if !self.seen.insert((s.trace_id.clone(), s.span_id.clone())) {
@@ -549,6 +555,29 @@ mod tests {
         let e = read(&[f.path()]).err().unwrap().to_string();
         assert!(
             e.contains(&format!("{}:2: span `s1` has no valid ids", f.path().display())),
+            "{e}"
+        );
+    }
+
+    /// What an error quotes of the input is cut short: a megabyte span
+    /// id, or a megabyte string where a list belongs, is said by its start
+    /// and its length.
+    #[test]
+    fn an_error_quotes_at_most_a_short_part_of_the_input() {
+        let huge = "ab".repeat(500_000);
+        let id = r#""spanId":"0000000000000001""#;
+        let f = file(&[span(1, 0, true).replace(id, &format!(r#""spanId":"{huge}""#))]);
+        let e = format!("{:#}", read(&[f.path()]).err().unwrap());
+        let start: String = e.chars().take(300).collect();
+        assert!(e.len() < 1_000, "{} bytes: {start}", e.len());
+        assert!(e.contains("has no valid ids") && e.contains("… (1000000 chars)"), "{e}");
+        let f = tempfile::NamedTempFile::new().unwrap();
+        std::fs::write(f.path(), format!(r#"{{"resourceSpans":"{}"}}"#, "x".repeat(1_000_000))).unwrap();
+        let e = format!("{:#}", read(&[f.path()]).err().unwrap());
+        let start: String = e.chars().take(300).collect();
+        assert!(e.len() < 1_000, "{} bytes: {start}", e.len());
+        assert!(
+            e.contains("not OTLP/JSON traces") && e.contains("… (1000000 chars)"),
             "{e}"
         );
     }

@@ -11,6 +11,7 @@ mod export;
 pub mod ids;
 pub mod import;
 pub mod names;
+mod quoted;
 mod spans;
 mod traceparent;
 

@@ -10,9 +10,31 @@ use std::sync::atomic::Ordering;
 
 impl Runner {
     /// Applies an operator command issued by `by`; the result is announced
-    /// as an event either way.
+    /// as an event either way. A reload reads a file, which this does not
+    /// do on the caller's thread: where the runner has one, a reload is
+    /// sent with [`Runner::command`].
     pub fn apply(&self, cmd: &Command, by: &Issuer) -> Result<(), CommandError> {
-        let r = self.check(cmd).and_then(|()| self.apply_inner(cmd, by));
+        self.apply_read(cmd, by, None)
+    }
+
+    /// [`Runner::apply`], a reload first reading the config file off the
+    /// runtime's threads, within a time bound ([`Runner::reload_file`]).
+    pub async fn command(&self, cmd: &Command, by: &Issuer) -> Result<(), CommandError> {
+        let read = match cmd {
+            Command::Reload => Some(self.read_reload().await),
+            _ => None,
+        };
+        self.apply_read(cmd, by, read)
+    }
+
+    /// Applies `cmd`; `read` is a reload's file as read.
+    fn apply_read(
+        &self,
+        cmd: &Command,
+        by: &Issuer,
+        read: Option<Result<crate::config::Config, String>>,
+    ) -> Result<(), CommandError> {
+        let r = self.check(cmd).and_then(|()| self.apply_inner(cmd, by, read));
         self.events.emit(EventKind::Operator {
             command: cmd.clone(),
             by: by.clone(),
@@ -83,7 +105,12 @@ impl Runner {
         Err(unknown(target, all))
     }
 
-    fn apply_inner(&self, cmd: &Command, by: &Issuer) -> Result<String, CommandError> {
+    fn apply_inner(
+        &self,
+        cmd: &Command,
+        by: &Issuer,
+        read: Option<Result<crate::config::Config, String>>,
+    ) -> Result<String, CommandError> {
         let now = self.clock.now();
         let reason = |what: &str| format!("operator {by}: {what}");
         // What it did; the state it is in already changes nothing, and says so.
@@ -132,7 +159,7 @@ impl Runner {
                 self.drill.store(false, Ordering::Relaxed);
                 "drill mode off".into()
             }
-            Command::Reload => format!("reloaded {}", self.reload_file().map_err(CommandError::Invalid)?),
+            Command::Reload => format!("reloaded {}", self.reload_read(read).map_err(CommandError::Invalid)?),
             Command::ResetSpendRate { user } => {
                 let closed = self.budgets.reset_spend_rate(user.as_deref(), self.clock.ms_at(now));
                 done(closed, "spend-rate breaker closed", "closed")

@@ -1,18 +1,38 @@
 //! A new config taken while running (`serve` on SIGHUP, or an operator's
 //! `reload` command): what can change in place does, every breaker keeping
 //! its state and counts; a change that needs a restart refuses the whole
-//! reload, so nothing changes.
+//! reload, so nothing changes. The file is read on a blocking thread
+//! within a time bound ([`crate::config::file`]): a FIFO, a huge file or a
+//! stalled mount is refused, never waited on by the runtime.
 
 use super::Runner;
 use crate::config::Config;
 use crate::telemetry::events::EventKind;
 use serde_json::Value;
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 
 /// The file a reload reads, and the config it was read as at start.
 pub struct Source {
     path: PathBuf,
     read_at_start: Config,
+    /// A read of the file is under way on a blocking thread (one that
+    /// stalled outlives its reload): no other starts meanwhile, so stalled
+    /// reads never pile up.
+    reading: Arc<AtomicBool>,
+}
+
+/// What a runner without a file says to a reload.
+const NO_FILE: &str = "no config file to read again (the built-in config does not change)";
+
+/// Clears a [`Source`]'s `reading` when its read ends, however it ends.
+struct Reading(Arc<AtomicBool>);
+
+impl Drop for Reading {
+    fn drop(&mut self) {
+        self.0.store(false, Ordering::Release);
+    }
 }
 
 /// Why a reload was refused (nothing changed).
@@ -73,17 +93,54 @@ impl Runner {
     /// Reloads read `path`, which read as `read_at_start` when the runner
     /// was built (set once; later calls change nothing).
     pub fn reload_from(&self, path: PathBuf, read_at_start: Config) {
-        let _ = self.reload_source.set(Source { path, read_at_start });
+        let _ = self.reload_source.set(Source {
+            path,
+            read_at_start,
+            reading: Arc::default(),
+        });
     }
 
     /// Reads the config file again and takes what can change in place
     /// ([`Runner::reload`]); what changed, or why nothing did. Said in the
     /// events either way.
-    pub fn reload_file(&self) -> Result<String, String> {
+    pub async fn reload_file(&self) -> Result<String, String> {
+        let read = self.read_reload().await;
+        self.reload_read(Some(read))
+    }
+
+    /// The config file read again and checked, off the runtime's threads
+    /// and within [`crate::limits::CONFIG_READ_TIME`]; or why not.
+    pub(super) async fn read_reload(&self) -> Result<Config, String> {
         let Some(src) = self.reload_source.get() else {
-            return Err("no config file to read again (the built-in config does not change)".into());
+            return Err(NO_FILE.into());
         };
-        let checked = Config::load(&src.path).map_err(|e| e.to_string()).and_then(|cfg| {
+        if src.reading.swap(true, Ordering::AcqRel) {
+            return Err(format!(
+                "the last reload's read of {} has not ended (is its storage stalled?): nothing was applied; reload again once it has",
+                src.path.display()
+            ));
+        }
+        let (path, reading) = (src.path.clone(), Reading(src.reading.clone()));
+        let read = move || {
+            let _reading = reading;
+            Config::load(&path)
+        };
+        // Said in events view-only tokens read: without the file's text.
+        crate::config::file::off_runtime(&src.path, crate::limits::CONFIG_READ_TIME, read)
+            .await
+            .map_err(|e| e.without_text())
+    }
+
+    /// Takes a reload's file as [`Runner::read_reload`] read it (`None`:
+    /// not read, which only a runner without a file may ask).
+    pub(super) fn reload_read(&self, read: Option<Result<Config, String>>) -> Result<String, String> {
+        let Some(src) = self.reload_source.get() else {
+            return Err(NO_FILE.into());
+        };
+        let read = read.unwrap_or_else(|| {
+            Err("a reload reads its file off the runtime: it is sent with Runner::command, not Runner::apply".into())
+        });
+        let checked = read.and_then(|cfg| {
             if tools_differ(&cfg, &src.read_at_start) {
                 return Err("the reload changed [tools], which needs a restart; nothing was applied".to_string());
             }

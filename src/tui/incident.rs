@@ -1,7 +1,8 @@
 //! An incident snapshot for the incident channel (`w`): the screen as it
 //! is, the breakers, every transition and operator action the console
 //! kept, and the worst recent requests, as Markdown to paste and JSON to
-//! process, both written to the current directory.
+//! process, both written to the current directory, new files its owner
+//! alone reads.
 
 use super::app::App;
 use super::history::Recent;
@@ -159,14 +160,52 @@ pub fn report(app: &App, screen: &[String], written: &str) -> (String, Value) {
     (md, data)
 }
 
+/// Snapshots of one second given a name of their own at most (`TIME-2`,
+/// `TIME-3`, …).
+const SAME_SECOND: usize = 100;
+
 /// Writes the snapshot into `dir` as `fusebox-incident-TIME.md` and
-/// `.json`; the Markdown's path.
+/// `.json`, readable by their owner alone; the Markdown's path. The names
+/// are guessable, so nothing already at one is written over or through (a
+/// file, a link planted there): the pair takes the next free name,
+/// `TIME-2` and so on.
 pub fn write(app: &App, screen: &Buffer, dir: &Path) -> std::io::Result<PathBuf> {
+    use std::io::Write;
     let written = humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string();
     let (md, data) = report(app, &screen_text(screen), &written);
-    let stem = dir.join(format!("fusebox-incident-{}", written.replace(':', "-")));
-    let md_path = stem.with_extension("md");
-    std::fs::write(&md_path, md)?;
-    std::fs::write(stem.with_extension("json"), format!("{data:#}\n"))?;
-    Ok(md_path)
+    let base = format!("fusebox-incident-{}", written.replace(':', "-"));
+    for n in 1..=SAME_SECOND {
+        let stem = if n == 1 { base.clone() } else { format!("{base}-{n}") };
+        let md_path = dir.join(format!("{stem}.md"));
+        let Some(mut md_file) = create_new(&md_path)? else {
+            continue;
+        };
+        let Some(mut json_file) = create_new(&dir.join(format!("{stem}.json")))? else {
+            // Just made, empty: given up for the next name.
+            drop(md_file);
+            std::fs::remove_file(&md_path)?;
+            continue;
+        };
+        md_file.write_all(md.as_bytes())?;
+        json_file.write_all(format!("{data:#}\n").as_bytes())?;
+        return Ok(md_path);
+    }
+    Err(std::io::Error::new(
+        std::io::ErrorKind::AlreadyExists,
+        format!("{base}.md and {SAME_SECOND} more of that second are here already: write it from another directory"),
+    ))
+}
+
+/// A new file at `path`, readable and writable by its owner alone; `None`
+/// where the name is taken by anything (a link too, followed nowhere).
+fn create_new(path: &Path) -> std::io::Result<Option<std::fs::File>> {
+    let mut open = std::fs::OpenOptions::new();
+    open.write(true).create_new(true);
+    #[cfg(unix)]
+    std::os::unix::fs::OpenOptionsExt::mode(&mut open, 0o600);
+    match open.open(path) {
+        Ok(f) => Ok(Some(f)),
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(None),
+        Err(e) => Err(e),
+    }
 }

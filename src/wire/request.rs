@@ -218,13 +218,31 @@ pub(crate) fn opt_bool(obj: &Obj, key: &str, path: impl Display) -> Result<Optio
 }
 
 pub(crate) fn opt_u32(obj: &Obj, key: &str, path: impl Display) -> Result<Option<u32>, BadRequest> {
-    match obj.get(key) {
-        None | Some(Value::Null) => Ok(None),
-        Some(v) => match v.as_u64().and_then(|n| u32::try_from(n).ok()) {
-            Some(0) => Err(BadRequest::field(path, "must be at least 1")),
-            Some(n) => Ok(Some(n)),
-            None => Err(BadRequest::field(path, "expected a positive integer")),
-        },
+    opt_at_most(obj, key, path, u32::MAX, "")
+}
+
+/// An output cap (`max_tokens` and its kin): at most
+/// [`crate::limits::MAX_TOKENS`], beyond any model's output.
+pub(crate) fn opt_tokens(obj: &Obj, key: &str, path: impl Display) -> Result<Option<u32>, BadRequest> {
+    opt_at_most(obj, key, path, crate::limits::MAX_TOKENS, ", beyond any model's output")
+}
+
+/// A positive integer of at most `max`; past it, refused as too large,
+/// naming `max` (and `why` it is the bound).
+fn opt_at_most(obj: &Obj, key: &str, path: impl Display, max: u32, why: &str) -> Result<Option<u32>, BadRequest> {
+    let Some(v) = obj.get(key).filter(|v| !v.is_null()) else {
+        return Ok(None);
+    };
+    // Past u64 a whole number reads as a float.
+    let whole = v.as_u64().map(|n| n as f64).or(v.as_f64().filter(|x| x.fract() == 0.0));
+    match (v.as_u64(), whole) {
+        (Some(0), _) => Err(BadRequest::field(path, "must be at least 1")),
+        (Some(n), _) if n <= u64::from(max) => Ok(Some(n as u32)),
+        (_, Some(x)) if x > f64::from(max) => Err(BadRequest::field(
+            path,
+            &format!("{v} is too large: at most {max}{why}"),
+        )),
+        _ => Err(BadRequest::field(path, "expected a positive integer")),
     }
 }
 

@@ -78,6 +78,26 @@ fn missing_config_file_is_named() {
     assert_clean_failure(&o, &["cannot read config file /nonexistent/fusebox.toml"]);
 }
 
+/// A file larger than a config may be is refused by its size, unread,
+/// naming the file and the bound; so is one that is not a file.
+#[test]
+fn a_config_larger_than_the_bound_is_refused_naming_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let big = dir.path().join("big.toml");
+    std::fs::File::create(&big).unwrap().set_len(5 << 20).unwrap();
+    let o = fusebox(&["check-config", big.to_str().unwrap()]);
+    assert_clean_failure(
+        &o,
+        &["big.toml is 5242880 bytes, more than the 4194304 bytes a config may be"],
+    );
+    for cmd in ["serve", "demo"] {
+        let o = fusebox(&[cmd, "--headless", "--config", big.to_str().unwrap()]);
+        assert_clean_failure(&o, &["big.toml", "more than the 4194304 bytes"]);
+    }
+    let o = fusebox(&["check-config", dir.path().to_str().unwrap()]);
+    assert_clean_failure(&o, &["is not a regular file (it is a directory)"]);
+}
+
 #[test]
 fn bad_demo_arguments_are_explained() {
     assert_clean_failure(

@@ -1231,6 +1231,43 @@ async fn w_writes_an_incident_snapshot_as_markdown_and_json() {
     );
 }
 
+/// The incident snapshot's names are guessable (its second), so what is
+/// at them is never written through: a link planted there is left as it
+/// is, its target untouched, and the snapshot takes the next free name;
+/// two in one second are two snapshots; only their owner reads them.
+#[tokio::test(start_paused = true)]
+async fn an_incident_snapshot_never_writes_through_a_planted_link_nor_over_another() {
+    use std::os::unix::fs::PermissionsExt;
+    let (_runner, app) = incident(false).await;
+    let dir = tempfile::tempdir().unwrap();
+    let victim = dir.path().join("victim");
+    std::fs::write(&victim, "keep me").unwrap();
+    // Links at the names of this second and the next few.
+    let now = std::time::SystemTime::now();
+    for s in 0..5 {
+        let at = humantime::format_rfc3339_seconds(now + Duration::from_secs(s)).to_string();
+        for ext in ["md", "json"] {
+            let name = format!("fusebox-incident-{}.{ext}", at.replace(':', "-"));
+            std::os::unix::fs::symlink(&victim, dir.path().join(name)).unwrap();
+        }
+    }
+    let screen = render(&app, 140, 45);
+    let first = fusebox::tui::incident::write(&app, &screen, dir.path()).unwrap();
+    let second = fusebox::tui::incident::write(&app, &screen, dir.path()).unwrap();
+    assert_eq!(std::fs::read_to_string(&victim).unwrap(), "keep me");
+    assert_ne!(first, second, "two snapshots");
+    for md in [&first, &second] {
+        for path in [md.clone(), md.with_extension("json")] {
+            let meta = std::fs::symlink_metadata(&path).unwrap();
+            assert!(meta.is_file(), "{} is a file of its own", path.display());
+            assert_eq!(meta.permissions().mode() & 0o777, 0o600, "{}", path.display());
+        }
+        assert!(std::fs::read_to_string(md)
+            .unwrap()
+            .starts_with("# fusebox incident snapshot"));
+    }
+}
+
 /// An open breaker's detail starts with what to do next: since when and
 /// why, where its traffic went and how full that is, and the runbook's
 /// advice; a closed one's has none.

@@ -295,3 +295,115 @@ async fn sighup_or_the_reload_command_applies_new_breaker_settings_keeping_state
     assert_eq!(row["config"]["consecutive_failures"], 9, "{row}");
     assert_eq!(row["breaker"]["state"], "forced_open", "the state is kept: {row}");
 }
+
+/// A reload whose file is a FIFO (a read of it waits for a writer for
+/// ever) or larger than a config may be is refused at once, naming the
+/// file and why, and the gateway goes on answering: its health, its calls
+/// and SIGTERM. On one thread (`--threads 1`) a read on the runtime would
+/// hold all of them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reload_from_a_fifo_or_an_oversized_file_is_refused_and_the_gateway_keeps_serving() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("fb.toml");
+    std::fs::write(&cfg, "[breaker]\nconsecutive_failures = 5\n").unwrap();
+    let path = cfg.display().to_string();
+    let mut serve = tokio::task::spawn_blocking(move || Serve::start_with(&["--config", &path, "--threads", "1"]))
+        .await
+        .unwrap();
+    let base = serve.base.clone();
+    // Bounds what a gateway that stopped answering would cost the test.
+    let http = reqwest::Client::builder()
+        .timeout(Duration::from_secs(10))
+        .build()
+        .unwrap();
+    std::fs::remove_file(&cfg).unwrap();
+    let made = std::process::Command::new("mkfifo").arg(&cfg).status().unwrap();
+    assert!(made.success(), "mkfifo");
+    serve.signal("HUP");
+    let health = http.get(format!("{base}/healthz")).send().await;
+    assert_eq!(health.map(|r| r.status().as_u16()).ok(), Some(200), "still answering");
+    let s = until_reloads(&base, 1).await;
+    let (applied, why) = reloads(&s)[0].clone();
+    assert!(
+        !applied && why.contains("fb.toml") && why.contains("not a regular file (it is a FIFO)"),
+        "{why}"
+    );
+    // Larger than a config may be: refused naming the bound, unread.
+    std::fs::remove_file(&cfg).unwrap();
+    std::fs::File::create(&cfg).unwrap().set_len((4 << 20) + 1).unwrap();
+    serve.signal("HUP");
+    let s = until_reloads(&base, 2).await;
+    let (applied, why) = reloads(&s)[1].clone();
+    assert!(!applied && why.contains("more than the 4194304 bytes"), "{why}");
+    let asked = http
+        .post(format!("{base}/v1/chat/completions"))
+        .json(&json!({"model": "default", "messages": [{"role": "user", "content": "Where is order #38100?"}]}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(asked.status(), 200, "a call is answered");
+    assert_eq!(openai_row(&s)["config"]["consecutive_failures"], 5, "nothing changed");
+    serve.signal("TERM");
+    let exit = tokio::task::spawn_blocking(move || serve.wait()).await.unwrap();
+    assert!(exit.success(), "{exit}");
+}
+
+/// A refused reload says where (the file, line, column and key) and what
+/// is wrong, never the file's text, which may hold a secret: the events
+/// it is said in are read by view-only tokens too. So does the answer to
+/// an operator's reload command.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_reload_says_where_and_what_without_quoting_the_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("fb.toml");
+    std::fs::write(&cfg, "[breaker]\nconsecutive_failures = 5\n").unwrap();
+    let path = cfg.display().to_string();
+    let serve = tokio::task::spawn_blocking(move || Serve::start_with(&["--config", &path]))
+        .await
+        .unwrap();
+    let base = serve.base.clone();
+    let cases: [(&str, &[&str]); 3] = [
+        // A string never closed: toml would show the line.
+        (
+            "[breaker]\nconsecutive_failures = 5\n[providers.openai]\nbase_url = \"https://sk-live-SECRET\n",
+            &["fb.toml", "line 4, column 35"],
+        ),
+        // A value of the wrong type: serde would quote it.
+        (
+            "[breaker]\nconsecutive_failures = \"sk-live-SECRET\"\n",
+            &[
+                "fb.toml",
+                "line 2, column 24",
+                "breaker.consecutive_failures",
+                "invalid type: string (not shown), expected",
+            ],
+        ),
+        // A URL that does not check: it may carry a credential.
+        (
+            "[providers.openai]\nkind = \"openai-compatible\"\nbase_url = \"ftp://me:sk-live-SECRET@example.com/v1\"\n",
+            &["fb.toml", "providers.openai.base_url", "not an http:// or https:// URL"],
+        ),
+    ];
+    for (n, (text, said)) in cases.iter().enumerate() {
+        std::fs::write(&cfg, text).unwrap();
+        serve.signal("HUP");
+        let s = until_reloads(&base, n + 1).await;
+        let (applied, why) = reloads(&s)[n].clone();
+        assert!(!applied, "{why}");
+        for part in *said {
+            assert!(why.contains(part), "`{part}` in {why}");
+        }
+        assert!(!why.contains("SECRET"), "{why}");
+    }
+    let reloaded = reqwest::Client::new()
+        .post(format!("{base}/_fusebox/commands"))
+        .json(&json!({"action": "reload"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(reloaded.status(), 400);
+    let answer = reloaded.text().await.unwrap();
+    assert!(answer.contains("base_url") && !answer.contains("SECRET"), "{answer}");
+    let events = snapshot(&base).await["events"].to_string();
+    assert!(!events.contains("SECRET"), "{events}");
+}

@@ -523,6 +523,31 @@ async fn bad_requests_are_refused_with_the_field_named() {
             "{path}: {said}"
         );
     }
+    // A cap past any integer the gateway takes is said to be too large,
+    // with the largest it takes, in either API.
+    for (path, field) in [
+        ("/v1/chat/completions", "max_tokens"),
+        ("/v1/chat/completions", "max_completion_tokens"),
+        ("/v1/messages", "max_tokens"),
+    ] {
+        let mut huge = ask("default", "x");
+        huge.as_object_mut().unwrap().remove("max_tokens");
+        huge[field] = json!(4_294_967_296u64);
+        let r = f
+            .http
+            .post(format!("{}{path}", f.base))
+            .json(&huge)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 400, "{path} {field}");
+        let v: Value = r.json().await.unwrap();
+        let said = v["error"]["message"].as_str().unwrap();
+        assert!(
+            said.contains("4294967296 is too large") && said.contains("at most 2000000"),
+            "{path} {field}: {said}"
+        );
+    }
     let mut big = ask("default", "x");
     big["messages"][1]["content"] = json!("a".repeat(20_000));
     let r = f.post(&big).await;

@@ -291,3 +291,60 @@ async fn a_stdio_server_that_crashes_is_restarted() {
     assert!(again.starts_with("order \"9\": shipped (pid "), "{again}");
     assert_ne!(again, first, "a new process answers");
 }
+
+/// The JSON-RPC answer to `body` sent in `session` at `url`, read from
+/// JSON or from the event stream rmcp answers a request with.
+async fn rpc(url: &str, session: &str, body: serde_json::Value) -> serde_json::Value {
+    let r = reqwest::Client::new()
+        .post(url)
+        .header("host", "127.0.0.1")
+        .header("accept", "application/json, text/event-stream")
+        .header("mcp-session-id", session)
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    let text = r.text().await.unwrap();
+    let json = std::iter::once(text.as_str())
+        .chain(text.lines().filter_map(|l| l.strip_prefix("data:")))
+        .find_map(|d| serde_json::from_str::<serde_json::Value>(d.trim()).ok())
+        .filter(|v| v.get("id").is_some());
+    json.unwrap_or_else(|| panic!("no JSON-RPC answer in {text}"))
+}
+
+/// A `tools/call` whose `arguments` is not an object (an array, a string)
+/// is refused as invalid params (-32602, naming `arguments`), not as an
+/// unknown method; the upstream is not called.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tool_arguments_that_are_not_an_object_are_invalid_params() {
+    let state = Arc::new(Orders::default());
+    let url = upstream(state.clone()).await;
+    let (base, _runner) = proxy(&url).await;
+    let (status, session) = initialize_as(&base, "127.0.0.1", None).await;
+    assert_eq!(status, 200);
+    let session = session.unwrap();
+    let _ = reqwest::Client::new()
+        .post(&base)
+        .header("host", "127.0.0.1")
+        .header("accept", "application/json, text/event-stream")
+        .header("mcp-session-id", &session)
+        .json(&json!({"jsonrpc": "2.0", "method": "notifications/initialized"}))
+        .send()
+        .await
+        .unwrap();
+    for (id, arguments) in [(7, json!(["38291"])), (8, json!("38291"))] {
+        let body = json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
+            "params": {"name": "get_order", "arguments": arguments}});
+        let answer = rpc(&base, &session, body).await;
+        assert_eq!(answer["id"], id, "{answer}");
+        assert_eq!(answer["error"]["code"], -32602, "{arguments}: {answer}");
+        let said = answer["error"]["message"].as_str().unwrap_or_default();
+        assert!(said.contains("arguments") && said.contains("object"), "{said}");
+    }
+    // An object is called as ever.
+    let body = json!({"jsonrpc": "2.0", "id": 9, "method": "tools/call",
+        "params": {"name": "get_order", "arguments": {"order_id": "38291"}}});
+    let answer = rpc(&base, &session, body).await;
+    assert!(answer.get("result").is_some(), "{answer}");
+    assert_eq!(state.calls[0].load(Ordering::SeqCst), 1, "called once, for the object");
+}

@@ -16,9 +16,7 @@ use std::collections::BTreeMap;
 
 /// The longest a log may span: ten years.
 pub const MAX_SPAN_MS: u64 = 10 * 365 * 86_400_000;
-/// The largest replayed prompt and output cap (tokens): beyond any model's
-/// context window.
-pub const MAX_TOKENS: u32 = 2_000_000;
+pub use crate::limits::MAX_TOKENS;
 
 /// `rec` within the bounds [`validate`] checks, so that whatever fusebox
 /// writes (a recording, an import) its reader takes: a name past

@@ -16,7 +16,7 @@ pub fn parse_request(bytes: &[u8]) -> Result<Request, BadRequest> {
     let (raw, obj) = rq::body(bytes, &[])?;
     let model = rq::model(&obj)?;
     let stream = rq::opt_bool(&obj, "stream", "stream")?.unwrap_or(false);
-    let max_tokens = rq::opt_u32(&obj, "max_tokens", "max_tokens")?
+    let max_tokens = rq::opt_tokens(&obj, "max_tokens", "max_tokens")?
         .ok_or_else(|| BadRequest::field("max_tokens", "field required"))?;
     let mut messages = Vec::new();
     match obj.get("system") {

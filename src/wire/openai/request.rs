@@ -28,11 +28,11 @@ pub fn parse_request(bytes: &[u8]) -> Result<Request, BadRequest> {
         }
     };
     let tools = rq::allowed_tools(&obj, tools(&obj)?);
-    let (max_tokens, completion_tokens_key) = match rq::opt_u32(&obj, "max_completion_tokens", "max_completion_tokens")?
-    {
-        Some(m) => (Some(m), true),
-        None => (rq::opt_u32(&obj, "max_tokens", "max_tokens")?, false),
-    };
+    let (max_tokens, completion_tokens_key) =
+        match rq::opt_tokens(&obj, "max_completion_tokens", "max_completion_tokens")? {
+            Some(m) => (Some(m), true),
+            None => (rq::opt_tokens(&obj, "max_tokens", "max_tokens")?, false),
+        };
     let include_usage = match rq::opt_obj(&obj, "stream_options", "stream_options")? {
         Some(o) => rq::opt_bool(o, "include_usage", "stream_options.include_usage")?.unwrap_or(false),
         None => false,

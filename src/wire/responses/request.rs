@@ -56,7 +56,7 @@ pub fn parse_request(bytes: &[u8]) -> Result<Request, BadRequest> {
         temperature: rq::opt_f64(&obj, "temperature", "temperature")?,
         top_p: rq::opt_f64(&obj, "top_p", "top_p")?,
         stop: Vec::new(),
-        max_tokens: rq::opt_u32(&obj, "max_output_tokens", "max_output_tokens")?,
+        max_tokens: rq::opt_tokens(&obj, "max_output_tokens", "max_output_tokens")?,
         choices: None,
         completion_tokens_key: false,
         user: rq::opt_str(&obj, "user", "user")?
