@@ -33,7 +33,7 @@ pub const STREAM_BACKLOG: usize = 64 * 1024;
 /// The most of a streamed answer's text kept beside what goes to the
 /// client (for its outcome and record, and to resume it if it is cut): an
 /// answer longer than this is not resumed, and its record keeps this much.
-pub const STREAM_TEXT_KEPT: usize = 256 * 1024;
+pub const STREAM_TEXT_KEPT: usize = 128 * 1024;
 
 /// The most a gateway connection buffers to write (and to read: a
 /// request's head must fit, see [`MAX_HEAD_BYTES`]).

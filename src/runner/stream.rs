@@ -404,11 +404,11 @@ mod tests {
     fn an_answer_longer_than_the_text_kept_is_not_resumable_and_keeps_no_more() {
         let mut sink = Nowhere;
         let mut s = Streaming::new(&mut sink);
-        let chunk = "x".repeat(64 * 1024);
+        let chunk = "x".repeat(32 * 1024);
         for _ in 0..4 {
             s.send_now(Api::Chat, &Piece::said(Delta::Text(chunk.clone())));
         }
-        assert!(s.resumable(), "256 KiB is kept whole");
+        assert!(s.resumable(), "128 KiB is kept whole");
         s.send_now(Api::Chat, &Piece::said(Delta::Text("more".into())));
         assert!(!s.resumable());
         assert_eq!(s.sent_text.len(), crate::limits::STREAM_TEXT_KEPT);

@@ -134,6 +134,9 @@ struct GlobalState {
     cost_day: Win,
     /// Everyone's spend rate and its breaker.
     rate: SpendRate,
+    /// The biggest spender of the last minute (its slot, its rates, when
+    /// they were read): left out when everyone's rate is judged.
+    top: Option<(u32, rate::Rates, u64)>,
 }
 
 /// All budgets.
@@ -351,28 +354,16 @@ impl Budgets {
     }
 
     /// Settles a reservation with actual usage (may be more or less), and
-    /// counts it in the spend rates.
+    /// counts it in the spend rates: the user's own, then everyone's (see
+    /// `rate.rs`: no one user opens everyone's breaker, and a user still
+    /// warming up is judged against everyone's baseline).
     pub fn settle(&self, r: Reservation, tokens: u32, cost: f64, now_ms: u64) {
         let dt = tokens as f64 - r.tokens;
         let dc = cost - r.cost;
         let sr = &self.cfg.spend_rate;
         let mut trips: [Option<(Scope, Trip)>; 2] = [None, None];
-        {
-            let mut guard = super::lock(&self.global);
-            let g = &mut *guard;
-            adjust(
-                [
-                    (&mut g.tokens_hour, HOUR, dt),
-                    (&mut g.tokens_day, DAY, dt),
-                    (&mut g.cost_hour, HOUR, dc),
-                    (&mut g.cost_day, DAY, dc),
-                ],
-                now_ms,
-            );
-            if sr.enabled && sr.global {
-                trips[0] = g.rate.add(sr, tokens as f64, cost, now_ms).map(|t| (Scope::Global, t));
-            }
-        }
+        // The user's rates, and whether it is a newcomer.
+        let mut theirs = (rate::Rates::default(), false);
         let mut users = super::lock(&self.users);
         let u = users.get_mut(r.user);
         u.in_flight = u.in_flight.saturating_sub(1);
@@ -388,11 +379,54 @@ impl Budgets {
         );
         if sr.enabled {
             let rate = u.rate.get_or_insert_with(Default::default);
-            if let Some(t) = rate.add(sr, tokens as f64, cost, now_ms) {
+            if let Some(t) = rate.add(sr, tokens as f64, cost, now_ms, rate::Rates::default()) {
                 trips[1] = Some((Scope::User(users.key(r.user).into()), t));
+            }
+            if sr.global {
+                if let Some(rate) = &users.get_mut(r.user).rate {
+                    theirs = rate.fast(sr, now_ms);
+                }
             }
         }
         drop(users);
+        let mut everyone = None;
+        {
+            let mut guard = super::lock(&self.global);
+            let g = &mut *guard;
+            adjust(
+                [
+                    (&mut g.tokens_hour, HOUR, dt),
+                    (&mut g.tokens_day, DAY, dt),
+                    (&mut g.cost_hour, HOUR, dc),
+                    (&mut g.cost_day, DAY, dc),
+                ],
+                now_ms,
+            );
+            if sr.enabled && sr.global {
+                let top = match g.top {
+                    Some(t) if t.0 != r.user && now_ms < t.2 + MINUTE && t.1.tokens > theirs.0.tokens => t,
+                    _ => (r.user, theirs.0, now_ms),
+                };
+                g.top = Some(top);
+                trips[0] = g
+                    .rate
+                    .add(sr, tokens as f64, cost, now_ms, top.1)
+                    .map(|t| (Scope::Global, t));
+                everyone = theirs.1.then(|| g.rate.baseline(sr, now_ms));
+            }
+        }
+        // A newcomer spending past a multiple of everyone's baseline.
+        if let Some(everyone) = everyone.filter(|_| trips[1].is_none()) {
+            let mut users = super::lock(&self.users);
+            let u = users.get_mut(r.user);
+            let trip = u
+                .rate
+                .as_mut()
+                .and_then(|rate| rate.judge_newcomer(sr, theirs.0, everyone, now_ms));
+            if let Some(t) = trip {
+                trips[1] = Some((Scope::User(users.key(r.user).into()), t));
+            }
+        }
         // Announced outside the locks (rare).
         for (scope, trip) in trips.into_iter().flatten() {
             self.events
@@ -658,6 +692,47 @@ mod tests {
                 (g, e) => panic!("global {g}: refused {e:?}"),
             }
         }
+    }
+
+    #[tokio::test]
+    async fn a_newcomer_cannot_open_everyones_breaker_and_is_judged_against_everyone() {
+        let mut cfg = BudgetConfig {
+            user_tokens_per_minute: 0,
+            user_tokens_per_hour: 0,
+            user_tokens_per_day: 0,
+            global_tokens_per_hour: 0,
+            global_tokens_per_day: 0,
+            ..BudgetConfig::default()
+        };
+        cfg.spend_rate.enabled = true;
+        cfg.spend_rate.global = true;
+        let b = budgets(cfg);
+        // 20 steady users at 10k tokens a minute each for 70 minutes; at
+        // minute 65 a user never seen spends 600k a minute.
+        let (mut steady_refused, mut newcomer_refused) = (0, None);
+        for step in 0..700u64 {
+            let now = step * 6_000;
+            for u in 0..20 {
+                match b.reserve(&format!("u{u}"), 1_000, 0.0, now) {
+                    Ok(r) => b.settle(r, 1_000, 0.0, now),
+                    Err(_) => steady_refused += 1,
+                }
+            }
+            if step >= 650 {
+                match b.reserve("newcomer", 60_000, 0.0, now) {
+                    Ok(r) => b.settle(r, 60_000, 0.0, now),
+                    Err(e) => {
+                        newcomer_refused.get_or_insert((now, e));
+                    }
+                }
+            }
+        }
+        assert_eq!(steady_refused, 0, "no steady user is refused for the newcomer");
+        assert_eq!(b.global_view(4_200_000).spend_rate.open_ms, 0);
+        let (at, e) = newcomer_refused.expect("the newcomer is stopped");
+        assert_eq!(e.scope, Scope::User("newcomer".into()));
+        // It spends a minute, then is judged against everyone's baseline.
+        assert!((3_960_000..=3_990_000).contains(&at), "{at}");
     }
 
     #[tokio::test]

@@ -8,7 +8,14 @@
 //! the fast one over about a minute, the baseline over `baseline_minutes`.
 //! While a scope's history is shorter than a window, its rate is what it
 //! spent over the history it has, so a new scope's first requests do not
-//! look like a surge; nothing is judged before `warmup_minutes`.
+//! look like a surge; nothing is judged against its own baseline before
+//! `warmup_minutes`.
+//!
+//! The global breaker is everyone's, so no one user may open it: it opens
+//! only when everyone's rate passes its bound without the biggest spender's
+//! (a surge many share, not one user's), and a user still warming up is
+//! judged, once it has spent for a minute, against everyone's baseline
+//! instead of its own.
 
 use super::Metric;
 use crate::config::SpendRateConfig;
@@ -108,6 +115,15 @@ pub struct SpendRate {
     pub trips: u32,
 }
 
+/// Rates a minute, in tokens and dollars.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct Rates {
+    /// Tokens a minute.
+    pub tokens: f64,
+    /// Dollars a minute.
+    pub usd: f64,
+}
+
 /// What views read of a scope's spend rate.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct RateView {
@@ -130,8 +146,9 @@ impl SpendRate {
     }
 
     /// Adds what a call spent at `now_ms`; the trip, when this spend opens
-    /// the breaker.
-    pub fn add(&mut self, c: &SpendRateConfig, tokens: f64, usd: f64, now_ms: u64) -> Option<Trip> {
+    /// the breaker. `without` is a part of the rates that is not to judge
+    /// it by (everyone's breaker: the spending user's own rates).
+    pub fn add(&mut self, c: &SpendRateConfig, tokens: f64, usd: f64, now_ms: u64, without: Rates) -> Option<Trip> {
         let base_ms = c.baseline_minutes as f64 * MINUTE_MS;
         let first = *self.first_ms.get_or_insert(now_ms);
         // Dollars are watched only when they are judged.
@@ -147,9 +164,60 @@ impl SpendRate {
         if self.open(now_ms).is_some() || history < c.warmup_minutes * 60_000 {
             return None;
         }
-        let judge = |pair: &Pair, floor: f64, metric: Metric| {
+        let judge = |pair: &Pair, floor: f64, metric: Metric, without: f64| {
             let rate = pair.fast.per_minute(now_ms, MINUTE_MS, history);
             let baseline = pair.base.per_minute(now_ms, base_ms, history);
+            let rest = rate - without;
+            (floor > 0.0 && rest >= floor && rest > c.multiple * baseline).then_some(Trip {
+                metric,
+                rate,
+                baseline,
+                until_ms: now_ms + c.cooldown_s * 1000,
+            })
+        };
+        let trip = judge(&self.tokens, c.min_tokens_per_minute, Metric::Tokens, without.tokens)
+            .or_else(|| judge(&self.usd, c.min_usd_per_minute, Metric::Usd, without.usd))?;
+        Some(self.open_for(trip))
+    }
+
+    /// Opens the breaker for `trip`.
+    fn open_for(&mut self, trip: Trip) -> Trip {
+        self.trip = Some(trip);
+        self.trips += 1;
+        trip
+    }
+
+    /// Its last minute's rates at `now_ms`, and whether it is a newcomer
+    /// to judge against everyone's baseline: it has spent for a minute at
+    /// least, and is still too young to be judged against its own.
+    pub fn fast(&self, c: &SpendRateConfig, now_ms: u64) -> (Rates, bool) {
+        let history = self.first_ms.map_or(0, |f| now_ms.saturating_sub(f));
+        let rates = Rates {
+            tokens: self.tokens.fast.per_minute(now_ms, MINUTE_MS, history),
+            usd: self.usd.fast.per_minute(now_ms, MINUTE_MS, history),
+        };
+        let newcomer = history >= MINUTE_MS as u64 && history < c.warmup_minutes * 60_000;
+        (rates, newcomer)
+    }
+
+    /// Its baselines at `now_ms`.
+    pub fn baseline(&self, c: &SpendRateConfig, now_ms: u64) -> Rates {
+        let history = self.first_ms.map_or(0, |f| now_ms.saturating_sub(f));
+        let base_ms = c.baseline_minutes as f64 * MINUTE_MS;
+        Rates {
+            tokens: self.tokens.base.per_minute(now_ms, base_ms, history),
+            usd: self.usd.base.per_minute(now_ms, base_ms, history),
+        }
+    }
+
+    /// Judges a scope still warming up, whose last minute's rates are
+    /// `rates`, against `everyone`'s baselines (everyone's is what a
+    /// newcomer may not pass a multiple of); the trip, when it opens.
+    pub fn judge_newcomer(&mut self, c: &SpendRateConfig, rates: Rates, everyone: Rates, now_ms: u64) -> Option<Trip> {
+        if self.open(now_ms).is_some() {
+            return None;
+        }
+        let past = |rate: f64, floor: f64, baseline: f64, metric: Metric| {
             (floor > 0.0 && rate >= floor && rate > c.multiple * baseline).then_some(Trip {
                 metric,
                 rate,
@@ -157,11 +225,9 @@ impl SpendRate {
                 until_ms: now_ms + c.cooldown_s * 1000,
             })
         };
-        let trip = judge(&self.tokens, c.min_tokens_per_minute, Metric::Tokens)
-            .or_else(|| judge(&self.usd, c.min_usd_per_minute, Metric::Usd))?;
-        self.trip = Some(trip);
-        self.trips += 1;
-        Some(trip)
+        let trip = past(rates.tokens, c.min_tokens_per_minute, everyone.tokens, Metric::Tokens)
+            .or_else(|| past(rates.usd, c.min_usd_per_minute, everyone.usd, Metric::Usd))?;
+        Some(self.open_for(trip))
     }
 
     /// Closes the breaker (an operator's reset); the rates are kept.
@@ -211,7 +277,7 @@ mod tests {
     fn spend(r: &mut SpendRate, c: &SpendRateConfig, per_minute: f64, from_min: u64, to_min: u64) -> Option<u64> {
         for step in from_min * 10..to_min * 10 {
             let now = step * 6_000;
-            if let Some(t) = r.add(c, per_minute / 10.0, 0.0, now) {
+            if let Some(t) = r.add(c, per_minute / 10.0, 0.0, now, Rates::default()) {
                 assert!(t.rate > c.multiple * t.baseline, "{t:?}");
                 return Some(now);
             }
