@@ -1,7 +1,8 @@
 //! Retries: exponential backoff with full jitter that honours Retry-After,
 //! and a retry budget (retries ≤ a share of requests, Envoy/tower style) so
 //! an outage does not turn into a retry storm; hedged calls have a budget
-//! of their own, counted beside it.
+//! of their own, counted beside it, of which no one tenant takes more than
+//! half.
 
 use crate::clock::{purpose, Seed};
 use crate::config::RetryConfig;
@@ -25,6 +26,10 @@ const SLOTS: usize = 10;
 /// One second of the window: which second, requests, retries, hedges.
 type Slot = (u64, u32, u32, u32);
 
+/// The most hedges remembered by tenant (a bound on what many hedges can
+/// make the budget hold; past it the oldest are forgotten).
+const HEDGERS: usize = 4_096;
+
 /// Retries (and hedges) allowed as a share of recent requests (10-second
 /// window).
 pub struct RetryBudget {
@@ -33,6 +38,8 @@ pub struct RetryBudget {
     hedge_ratio: f64,
     origin: Instant,
     slots: Mutex<[Slot; SLOTS]>,
+    /// The window's hedges: each one's second and tenant (a key).
+    hedgers: Mutex<std::collections::VecDeque<(u64, u64)>>,
 }
 
 impl RetryBudget {
@@ -44,6 +51,7 @@ impl RetryBudget {
             hedge_ratio: cfg.hedge_ratio,
             origin,
             slots: Mutex::new([(u64::MAX, 0, 0, 0); SLOTS]),
+            hedgers: Mutex::default(),
         }
     }
 
@@ -71,16 +79,28 @@ impl RetryBudget {
         room
     }
 
-    /// Takes one hedged call from its budget, if there is room.
-    pub fn try_hedge(&self, now: Instant) -> bool {
+    /// Takes one hedged call of `tenant`'s (a key) from its budget, if
+    /// there is room, and the tenant has taken less than half of it (at
+    /// least one) in the window.
+    pub fn try_hedge(&self, now: Instant, tenant: u64) -> bool {
         let s = self.sec(now);
         let mut g = self.slots.lock();
         let (reqs, _, hedges) = window(&g, s);
-        let room = (hedges as f64) < self.hedge_ratio * reqs as f64;
-        if room {
-            current(&mut g, s).3 += 1;
+        let allowed = self.hedge_ratio * reqs as f64;
+        if (hedges as f64) >= allowed {
+            return false;
         }
-        room
+        let mut hedgers = self.hedgers.lock();
+        while hedgers.front().is_some_and(|h| s.saturating_sub(h.0) >= SLOTS as u64) || hedgers.len() >= HEDGERS {
+            hedgers.pop_front();
+        }
+        let theirs = hedgers.iter().filter(|h| h.1 == tenant).count();
+        if theirs as f64 >= (allowed / 2.0).max(1.0) {
+            return false;
+        }
+        hedgers.push_back((s, tenant));
+        current(&mut g, s).3 += 1;
+        true
     }
 }
 
@@ -153,15 +173,37 @@ mod tests {
         };
         let now = Instant::now();
         let b = RetryBudget::new(&cfg, now);
-        assert!(!b.try_hedge(now), "no request, no hedge");
+        assert!(!b.try_hedge(now, 1), "no request, no hedge");
         for _ in 0..100 {
             b.deposit(now);
         }
-        assert_eq!((0..100).filter(|_| b.try_hedge(now)).count(), 5);
+        assert_eq!((0..100).filter(|t| b.try_hedge(now, *t)).count(), 5);
         assert_eq!(
             (0..100).filter(|_| b.try_withdraw(now)).count(),
             20,
             "retries untouched"
         );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn no_one_tenant_takes_more_than_half_the_hedges() {
+        let cfg = RetryConfig {
+            hedge_ratio: 0.1,
+            ..RetryConfig::default()
+        };
+        let now = Instant::now();
+        let b = RetryBudget::new(&cfg, now);
+        for _ in 0..100 {
+            b.deposit(now);
+        }
+        // Ten hedges in the window: the slow tenant gets five.
+        assert_eq!((0..100).filter(|_| b.try_hedge(now, 7)).count(), 5);
+        assert_eq!((0..100).filter(|t| b.try_hedge(now, 100 + t)).count(), 5);
+        tokio::time::advance(Duration::from_secs(11)).await;
+        let later = Instant::now();
+        for _ in 0..100 {
+            b.deposit(later);
+        }
+        assert!(b.try_hedge(later, 7), "its old hedges left the window");
     }
 }

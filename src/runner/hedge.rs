@@ -95,7 +95,10 @@ impl Runner {
         let &preferred = plan.first()?;
         // Within the hedge budget and, in a fleet, its retry budget.
         let in_fleet = self.shared.get().is_some();
-        if !self.retry_budget.try_hedge(self.clock.now()) || (in_fleet && !self.take_retry(self.clock.now()).await) {
+        let tenant = self.tenants.key(call.user);
+        if !self.retry_budget.try_hedge(self.clock.now(), tenant)
+            || (in_fleet && !self.take_retry(self.clock.now()).await)
+        {
             return None;
         }
         started.store(true, Ordering::Relaxed);
