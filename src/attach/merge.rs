@@ -82,6 +82,7 @@ pub fn combine(parts: &[Part<'_>], notes: &[Event], t_ms: u64, wall_ms: u64, eve
         out.tracked_users += s.tracked_users;
         out.deferred_pending += s.deferred_pending;
         out.spans_dropped += s.spans_dropped;
+        out.descriptor_refusals += s.descriptor_refusals;
         out.drill |= s.drill;
         for i in 0..2 {
             out.global.tokens[i] += s.global.tokens[i];

@@ -78,6 +78,7 @@ impl Runner {
             drill: self.drill(),
             deferred_pending: self.spool.as_ref().map_or(0, |s| s.len()),
             spans_dropped: self.totals.spans_dropped.load(Ordering::Relaxed),
+            descriptor_refusals: crate::descriptors::view().refused,
             events: self.events.recent(events),
             store: self.store.view(),
             instances: Vec::new(),

@@ -129,6 +129,10 @@ pub struct Snapshot {
     /// Trace spans dropped so far (export queue full, collector down).
     #[serde(default)]
     pub spans_dropped: u64,
+    /// Upstream calls fusebox refused for want of a file descriptor (its
+    /// own limit, not a provider's), so far.
+    #[serde(default)]
+    pub descriptor_refusals: u64,
     /// Recent notable events.
     pub events: Vec<Event>,
     /// Where shared state lives (in-process or Redis) and its health.

@@ -723,6 +723,30 @@ fn dropped_trace_spans_are_said_in_the_header() {
     );
 }
 
+/// Calls fusebox refused for want of a file descriptor are said in the
+/// header (its own shortage, not a provider's), and only then.
+#[test]
+fn calls_refused_for_want_of_descriptors_are_said_in_the_header() {
+    let runner = Runner::new(
+        Config::default(),
+        RunnerParts::mock(Clock::with_wall_anchor(0), Seed(5)),
+    )
+    .unwrap();
+    let mut snap = runner.snapshot(SNAPSHOT_USERS, SNAPSHOT_EVENTS);
+    let app = App::new(opts(false), Arc::new(snap.clone()));
+    assert!(!text(&render(&app, 160, 40)).contains("DESCRIPTORS"));
+    snap.descriptor_refusals = 12;
+    let screen = text(&render(&App::new(opts(false), Arc::new(snap)), 160, 40));
+    assert!(
+        screen
+            .lines()
+            .nth(1)
+            .unwrap()
+            .contains("OUT OF FILE DESCRIPTORS: 12 calls refused"),
+        "{screen}"
+    );
+}
+
 #[tokio::test(start_paused = true)]
 async fn every_overlay_takes_every_key_while_open_and_the_help_scrolls_on_a_small_terminal() {
     let (runner, mut app) = incident(false).await;

@@ -214,6 +214,16 @@ fn badges<'a>(app: &App, theme: &Theme) -> Vec<Span<'a>> {
         ));
         second.push(Span::raw(" "));
     }
+    if s.descriptor_refusals > 0 {
+        second.push(Span::styled(
+            format!(
+                " OUT OF FILE DESCRIPTORS: {} calls refused (raise ulimit -n) ",
+                s.descriptor_refusals
+            ),
+            theme.badge,
+        ));
+        second.push(Span::raw(" "));
+    }
     if s.spans_dropped > 0 {
         second.push(Span::styled(
             format!(" traces: {} spans dropped ", s.spans_dropped),
