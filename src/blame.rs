@@ -224,6 +224,8 @@ impl Ending {
             ErrorKind::Unsupported => Ending::Unsupported,
             ErrorKind::Deadline => Ending::Deadline,
             ErrorKind::Local => Ending::Descriptors,
+            ErrorKind::Left => Ending::Left,
+            ErrorKind::Drained => Ending::Drained,
         }
     }
 }

@@ -451,6 +451,7 @@ fn attempt(span: &Span, request: LogId, ms: impl Fn(u64) -> u64) -> AttemptRec {
         tool_keys: Vec::new(),
         answer: None,
         response_id: text(kv, "gen_ai.response.id"),
+        cut: None,
     }
 }
 

@@ -282,6 +282,11 @@ pub enum ErrorKind {
     /// fusebox had no file descriptor left for the call: refused before
     /// the upstream was reached, or its connect failed for want of one.
     Local,
+    /// The caller went away (closed its connection, stopped reading)
+    /// while the call ran.
+    Left,
+    /// The gateway's drain time ran out at shutdown while the call ran.
+    Drained,
 }
 
 impl ErrorKind {
@@ -352,6 +357,8 @@ impl ErrorKind {
             (Self::Unsupported, _) => "unsupported".into(),
             (Self::Deadline, _) => "deadline".into(),
             (Self::Local, _) => "no descriptors".into(),
+            (Self::Left, _) => "left".into(),
+            (Self::Drained, _) => "drained".into(),
             // `ServerError` → `server error`.
             (k, None) => format!("{k:?}")
                 .chars()

@@ -217,6 +217,16 @@ pub(super) struct Spent<'r> {
     pub end: tokio::time::Instant,
 }
 
+/// An attempt's call, made: what it has used so far, the request it is
+/// for, when it was admitted, and whether a hedged call outran it (what a
+/// call dropped in flight is recorded as cut by).
+pub(super) struct Calling<'a> {
+    pub spend: &'a Spend,
+    pub request: u64,
+    pub admitted: Instant,
+    pub outrun: Option<&'a std::sync::atomic::AtomicBool>,
+}
+
 /// What one attempt holds between admission and settlement: breaker probe
 /// slots, a rate-limit reservation, a budget reservation. Dropped without
 /// [`Held::disarm`] it settles: refused before the call, everything is
@@ -229,8 +239,8 @@ pub(super) struct Held<'a> {
     targets: [&'a super::registry::Entry; 2],
     provider: &'a super::ProviderSlot,
     model: &'a ModelSlot,
-    /// Set once the call is made: what it has used so far.
-    pub(super) calling: Option<&'a Spend>,
+    /// Set once the call is made: what it has used so far, and whose it is.
+    pub(super) calling: Option<Calling<'a>>,
     user: &'a str,
     probes: [Option<crate::resilience::breaker::Permit>; 2],
     permit: Option<crate::resilience::limiter::LimitPermit>,
@@ -253,6 +263,7 @@ impl Held<'_> {
     /// Hands everything over for settlement with the call's actual usage:
     /// the breakers' probes (provider's, model's) and the reservations.
     pub(super) fn disarm(mut self) -> ([Permit; 2], Reserved) {
+        self.calling = None;
         let taken = (
             self.probes[0].take(),
             self.probes[1].take(),
@@ -274,7 +285,7 @@ impl Drop for Held<'_> {
             }
         }
         let r = self.runner;
-        let Some(spend) = self.calling else {
+        let Some(calling) = self.calling.take() else {
             if let Some(p) = self.permit.take() {
                 self.provider.limiter.release(p, r.clock.now());
             }
@@ -284,6 +295,7 @@ impl Drop for Held<'_> {
             r.settle_allowance(self.user, self.allowance.take(), 0, 0.0);
             return;
         };
+        let spend = calling.spend;
         let (input, output) = spend.get().unwrap_or_else(|| {
             let est = self.permit.as_ref().map(|p| p.estimate()).unwrap_or_default();
             (est.input, est.output)
@@ -298,6 +310,41 @@ impl Drop for Held<'_> {
             r.budgets.settle(res, tokens, cost, r.clock.elapsed_ms());
         }
         r.settle_allowance(self.user, self.allowance.take(), tokens, cost);
+        self.record_cut(&calling, input, output);
+    }
+}
+
+impl Held<'_> {
+    /// Records a call dropped in flight: its model, what it had used, and
+    /// what cut it (a hedge that answered first, the drain, or its client
+    /// going away); a stream that had begun had answered 200.
+    #[cold]
+    fn record_cut(&self, calling: &Calling<'_>, input: u32, output: u32) {
+        let r = self.runner;
+        if !r.events.has_subscribers() {
+            return;
+        }
+        let cut = if calling
+            .outrun
+            .is_some_and(|o| o.load(std::sync::atomic::Ordering::Relaxed))
+        {
+            crate::telemetry::events::Cut::Outrun
+        } else if r.totals.closing.load(std::sync::atomic::Ordering::Relaxed) {
+            crate::telemetry::events::Cut::Drained
+        } else {
+            crate::telemetry::events::Cut::Left
+        };
+        let latency = r.clock.now().saturating_duration_since(calling.admitted);
+        let a = crate::telemetry::events::Attempt {
+            model: Some(self.model.name.to_string()),
+            status: calling.spend.first_token().map(|_| 200),
+            latency_ms: latency.as_millis() as u64,
+            input_tokens: input,
+            output_tokens: output,
+            cut: Some(cut),
+            ..crate::telemetry::events::Attempt::of(calling.request, self.targets[0].target.clone())
+        };
+        r.events.emit(EventKind::Attempt(Box::new(a)));
     }
 }
 

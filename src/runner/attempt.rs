@@ -73,7 +73,7 @@ impl<const N: usize> Attempt<'_, N> {
     /// Ends it at `end`: on each target its latency recorded, its
     /// breaker told with its probe (`probes`, in target order) and
     /// `call`, and its result counted as `verdict`; then its record (made
-    /// with its latency) announced unless it was [`Verdict::Cut`]. The
+    /// with its latency) announced. The
     /// breakers judge its pace by `judged` where that is given (a
     /// stream's time to first token: how long the rest runs is the
     /// caller's asking), else by its whole latency. The trips it caused,
@@ -118,9 +118,7 @@ impl<const N: usize> Attempt<'_, N> {
             }
             t.breaker.record(probe, &call, end)
         });
-        if verdict != Verdict::Cut {
-            runner.announce_attempt(|| record(took));
-        }
+        runner.announce_attempt(|| record(took));
         (trips, call.latency)
     }
 }

@@ -34,6 +34,9 @@ pub struct LlmCall<'a> {
     /// The only models the caller may reach (its key's routes and models,
     /// [`super::Runner::reach_of`]), on every hop; `None`: any.
     pub reach: Option<&'a [usize]>,
+    /// Set when this call is cancelled because a hedged call answered
+    /// first (what a call dropped in flight was cut by, for its record).
+    pub outrun: Option<&'a std::sync::atomic::AtomicBool>,
     /// When the whole chain must have answered by (`None`: no deadline).
     pub deadline: Option<tokio::time::Instant>,
     /// How urgent it is where capacity is short.
@@ -64,6 +67,7 @@ impl<'a> LlmCall<'a> {
             stream: None,
             only_first: false,
             reach: None,
+            outrun: None,
             deadline: None,
             priority: route.cfg.priority,
         }
@@ -95,6 +99,9 @@ pub enum HopResult {
     Semantic(String),
     /// Its stream broke after the client's had started.
     Cut(Box<ProviderError>),
+    /// Its stream was cut at its user's hard budget (the caller's, not a
+    /// failure of the model's).
+    OverBudget,
     /// Answered, continuing the answer a model before it cut off.
     Resumed,
     /// Skipped: the model's API cannot carry the request (the reason).

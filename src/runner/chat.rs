@@ -6,6 +6,7 @@
 
 use super::ending::Ended;
 use super::llm::{HopResult, LlmCall, LlmFailure, Tally};
+use super::scope::Tallied;
 use super::stream::{StreamSink, Streaming};
 use super::Runner;
 use crate::outcome::{Level, Outcome};
@@ -174,8 +175,7 @@ impl Runner {
     /// as it arrives when one is given. Dropping the future (the client
     /// went away) cancels the upstream call and releases what it reserved.
     pub async fn chat(&self, req: ChatRequest, sink: Option<&mut dyn StreamSink>) -> Chat {
-        let scope = self.begin(req.id, &req.user, || arrival(&req, &self.models));
-        let mut tally = Tally::default();
+        let mut run = Tallied::new(self.begin(req.id, &req.user, || arrival(&req, &self.models)));
         let mut streaming = sink.map(Streaming::new);
         let entered = req
             .session
@@ -189,15 +189,15 @@ impl Runner {
             // A cancelled call leaves the session too, when `session` drops.
             Some(Ok(session)) => {
                 let end = self
-                    .chat_call(&req, Some(&session), &mut tally, streaming.as_mut())
+                    .chat_call(&req, Some(&session), &mut run.tally, streaming.as_mut())
                     .await;
                 session.leave(self.clock.elapsed_ms());
                 end
             }
-            None => self.chat_call(&req, None, &mut tally, streaming.as_mut()).await,
+            None => self.chat_call(&req, None, &mut run.tally, streaming.as_mut()).await,
         };
-        self.totals.wasted.fetch_add(tally.wasted, Ordering::Relaxed);
-        let chain: Vec<_> = tally.hops.iter().map(|h| self.hop_of(h)).collect();
+        self.totals.wasted.fetch_add(run.tally.wasted, Ordering::Relaxed);
+        let chain: Vec<_> = run.tally.hops.iter().map(|h| self.hop_of(h)).collect();
         let (level, quality, user_message) = match &end {
             ChatEnd::Answer { model, .. } | ChatEnd::Streamed { model, .. } => {
                 let primary = self.route_for(&req.route).map(|r| r.chain[0]);
@@ -207,7 +207,7 @@ impl Runner {
                     _ => 1.0,
                 };
                 let level = match (primary, answered) {
-                    (Some(p), Some(a)) => Runner::answered_level(p, a, &tally.hops),
+                    (Some(p), Some(a)) => Runner::answered_level(p, a, &run.tally.hops),
                     _ => Level::Fallback,
                 };
                 (level, q, None)
@@ -248,9 +248,9 @@ impl Runner {
             answer,
             stale_ms: None,
         };
-        let mut outcome = scope.outcome(ended, &tally);
+        let mut outcome = run.outcome(ended);
         outcome.key.clone_from(&req.key);
-        scope.end(&outcome, &tally);
+        run.end(&outcome);
         Chat { end, outcome }
     }
 

@@ -7,6 +7,7 @@ use super::admission::Spent;
 use super::attempt::Verdict;
 use super::ending::Ended;
 use super::llm::{Hop, HopResult, Tally};
+use super::scope::Tallied;
 use super::Runner;
 use crate::outcome::{Level, Outcome};
 use crate::provider::{EmbedRequest, Embedded, ErrorKind, ProviderError};
@@ -57,7 +58,7 @@ pub struct Embedding {
 impl Runner {
     /// Runs one embeddings call to its end.
     pub async fn embed(&self, call: EmbedCall) -> Embedding {
-        let scope = self.begin(call.id, &call.user, || Arrival {
+        let mut run = Tallied::new(self.begin(call.id, &call.user, || Arrival {
             request: AgentRequest {
                 id: call.id,
                 user: call.user.as_str().into(),
@@ -68,11 +69,10 @@ impl Runner {
                 ..AgentRequest::default()
             },
             via: Via::Embeddings,
-        });
-        let mut tally = Tally::default();
+        }));
         let end = match self.route_for(&call.model).map(|r| r.chain[0]) {
             None => EmbedEnd::Unavailable(format!("no model `{}`", call.model)),
-            Some(mi) => self.embed_on(&call, mi, &mut tally).await,
+            Some(mi) => self.embed_on(&call, mi, &mut run.tally).await,
         };
         let level = if matches!(end, EmbedEnd::Answer(_)) {
             Level::None
@@ -80,7 +80,7 @@ impl Runner {
             Level::Failed
         };
         let ended = Ended {
-            chain: tally.hops.iter().map(|h| self.hop_of(h)).collect(),
+            chain: run.tally.hops.iter().map(|h| self.hop_of(h)).collect(),
             user_message: match &end {
                 EmbedEnd::Answer(_) => None,
                 EmbedEnd::Refused(e) => Some(format!("Request refused: {e}.")),
@@ -89,8 +89,8 @@ impl Runner {
             },
             ..Ended::at(level)
         };
-        let outcome = scope.outcome(ended, &tally);
-        scope.end(&outcome, &tally);
+        let outcome = run.outcome(ended);
+        run.end(&outcome);
         Embedding { end, outcome }
     }
 
@@ -122,7 +122,12 @@ impl Runner {
         };
         let targets = self.model_targets(mi);
         let attempt = self.attempt(&targets, now, tally);
-        held.calling = Some(&spend);
+        held.calling = Some(super::admission::Calling {
+            spend: &spend,
+            request: call.id,
+            admitted: attempt.start(),
+            outrun: None,
+        });
         let req = EmbedRequest {
             request_id: call.id,
             model: m.api_name.clone(),

@@ -45,10 +45,16 @@ impl Runner {
     /// against it.
     pub(super) async fn hedged(&self, call: &LlmCall<'_>, tally: &mut Tally, after: Duration) -> Answer {
         // The hedge's tally and whether it started, boxed: only a call
-        // that does not answer at once pays for them.
+        // that does not answer at once pays for them; and which leg was
+        // outrun (set before it is dropped, for its attempt's record).
         let mut leg: Box<(Tally, AtomicBool)>;
+        let outrun: [AtomicBool; 2] = Default::default();
+        let first_call = LlmCall {
+            outrun: Some(&outrun[0]),
+            ..call.clone()
+        };
         let (answer, first_ended, second_ended) = {
-            let first = self.walk(call, tally, None);
+            let first = self.walk(&first_call, tally, None);
             tokio::pin!(first);
             // An answer at once needs no race (and no timer).
             if let Poll::Ready(answer) = std::future::poll_fn(|cx| Poll::Ready(first.as_mut().poll(cx))).await {
@@ -56,8 +62,8 @@ impl Runner {
             }
             leg = Box::default();
             let (other, started) = &mut *leg;
-            let second = self.hedge(call, after, other, started);
-            Box::pin(race(first, second, started)).await
+            let second = self.hedge(call, after, other, started, &outrun[1]);
+            Box::pin(race(first, second, started, &outrun)).await
         };
         let (mut other, started) = *leg;
         // The attempt still in flight was cancelled by the other's answer.
@@ -89,6 +95,7 @@ impl Runner {
         after: Duration,
         tally: &mut Tally,
         started: &AtomicBool,
+        outrun: &AtomicBool,
     ) -> Option<Answer> {
         tokio::time::sleep(after).await;
         let plan = self.plan(call);
@@ -112,6 +119,7 @@ impl Runner {
         let next = if plan.len() > 1 { &plan[1..] } else { &plan[..] };
         let second = LlmCall {
             reach: Some(next),
+            outrun: Some(outrun),
             ..call.clone()
         };
         Some(self.walk(&second, tally, None).await)
@@ -120,13 +128,27 @@ impl Runner {
 
 /// The first answer of `first` and `second` (which answers None when it
 /// never starts); a failure of one while the other runs waits for the
-/// other. Returns the answer and whether each ran to its end.
+/// other. Returns the answer and whether each ran to its end; the one
+/// that did not is marked `outrun` before it is dropped.
 async fn race(
-    mut first: Pin<&mut impl Future<Output = Answer>>,
+    first: Pin<&mut impl Future<Output = Answer>>,
     second: impl Future<Output = Option<Answer>>,
     started: &AtomicBool,
+    outrun: &[AtomicBool; 2],
 ) -> (Answer, bool, bool) {
     tokio::pin!(second);
+    let (answer, first_ended, second_ended) = run_race(first, second.as_mut(), started).await;
+    outrun[0].store(!first_ended, Ordering::Relaxed);
+    outrun[1].store(!second_ended, Ordering::Relaxed);
+    (answer, first_ended, second_ended)
+}
+
+/// [`race`]'s race.
+async fn run_race(
+    mut first: Pin<&mut impl Future<Output = Answer>>,
+    mut second: Pin<&mut impl Future<Output = Option<Answer>>>,
+    started: &AtomicBool,
+) -> (Answer, bool, bool) {
     let mut failed: Option<Answer> = None;
     let mut second_over = false;
     loop {
@@ -139,7 +161,7 @@ async fn race(
                 }
                 failed = Some(a);
             }
-            b = &mut second, if !second_over => {
+            b = second.as_mut(), if !second_over => {
                 second_over = true;
                 match (b, failed.take()) {
                     (Some(Ok(answer)), first_failed) => return (Ok(answer), first_failed.is_some(), true),

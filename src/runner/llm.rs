@@ -27,6 +27,7 @@ impl Runner {
             HopResult::Failed(k, s) => HopEnd::Failed(k.label(*s).into()),
             HopResult::Semantic(_) => HopEnd::Semantic,
             HopResult::Cut(e) => HopEnd::Cut(e.kind.label(e.status).into()),
+            HopResult::OverBudget => HopEnd::Cut("budget".into()),
             HopResult::Resumed => HopEnd::Resumed,
             HopResult::Unsupported(why) => HopEnd::Unsupported(why.clone()),
             HopResult::Outrun => HopEnd::Outrun,

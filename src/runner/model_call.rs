@@ -80,7 +80,12 @@ impl Runner {
             let started = self.attempt(&targets, now, tally);
             req.attempt = attempt;
             spend.clear();
-            held.calling = Some(&spend);
+            held.calling = Some(super::admission::Calling {
+                spend: &spend,
+                request: call.request_id,
+                admitted: now,
+                outrun: call.outrun,
+            });
             let streams = streaming.is_some() && req.stream == Some(true);
             let room = held
                 .res
@@ -140,7 +145,14 @@ impl Runner {
                     }
                     return Ok(Ok((resp, tries)));
                 }
-                Attempted::OverBudget(_, why) => return Err(LlmFailure::OverBudget(why)),
+                Attempted::OverBudget(_, why) => {
+                    tally.hops.push(Hop {
+                        model: mi,
+                        result: HopResult::OverBudget,
+                        tries,
+                    });
+                    return Err(LlmFailure::OverBudget(why));
+                }
                 Attempted::Failed(e) => {
                     self.report_failure(mi, &e, &tripped);
                     if streaming.as_ref().is_some_and(|s| s.started) {
@@ -496,7 +508,12 @@ impl Attempted {
                 a.transport = e.kind.transport();
                 (e.usage, *RateFeedback::of(&e.rate))
             }
-            Attempted::OverBudget(usage, _) => (*usage, RateFeedback::default()),
+            Attempted::OverBudget(usage, _) => {
+                // It was answering when the budget cut it.
+                a.status = Some(200);
+                a.cut = Some(events::Cut::Budget);
+                (*usage, RateFeedback::default())
+            }
         };
         a.input_tokens = usage.input;
         a.output_tokens = usage.output;

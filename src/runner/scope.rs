@@ -68,23 +68,87 @@ impl Scope<'_> {
     }
 }
 
-impl Drop for Scope<'_> {
-    fn drop(&mut self) {
-        if !self.open {
-            return;
-        }
+impl Scope<'_> {
+    /// Ends it failed, dropped before it ended (its client went away, or
+    /// the gateway's drain ran out): its outcome names the path `tally`
+    /// shows it walked, the model it was calling then cut.
+    fn abandon(&mut self, tally: &mut Tally) {
+        self.open = false;
         let r = self.runner;
         r.totals.abandoned.fetch_add(1, Ordering::Relaxed);
-        let why = if r.totals.closing.load(Ordering::Relaxed) {
-            "The gateway shut down before the answer."
+        let (kind, why) = if r.totals.closing.load(Ordering::Relaxed) {
+            (
+                crate::provider::ErrorKind::Drained,
+                "The gateway shut down before the answer.",
+            )
         } else {
-            "The client went away before the answer."
+            (
+                crate::provider::ErrorKind::Left,
+                "The client went away before the answer.",
+            )
         };
+        if let Some(mi) = tally
+            .trying
+            .filter(|&mi| tally.hops.last().is_none_or(|h| h.model != mi))
+        {
+            tally.hops.push(super::llm::Hop {
+                model: mi,
+                result: super::llm::HopResult::Failed(kind, None),
+                tries: 1,
+            });
+        }
         let ended = Ended {
             user_message: Some(why.into()),
+            chain: tally.hops.iter().map(|h| r.hop_of(h)).collect(),
             ..Ended::at(Level::Failed)
         };
-        let o = r.outcome(self.request, self.user, ended, &Tally::default(), Duration::ZERO);
-        r.count_outcome(&o, &Tally::default());
+        let o = r.outcome(self.request, self.user, ended, tally, self.took());
+        r.count_outcome(&o, tally);
+    }
+}
+
+impl Drop for Scope<'_> {
+    fn drop(&mut self) {
+        if self.open {
+            self.abandon(&mut Tally::default());
+        }
+    }
+}
+
+/// A request's scope with the tally of what it walked, for the kinds of
+/// request a client can leave mid-way (a gateway's chat, embeddings and
+/// tool calls): dropped before it ended, its outcome names that path.
+pub(super) struct Tallied<'a> {
+    scope: Scope<'a>,
+    /// What the request has walked and spent.
+    pub tally: Tally,
+}
+
+impl<'a> Tallied<'a> {
+    /// `scope`, with an empty tally.
+    pub fn new(scope: Scope<'a>) -> Self {
+        Self {
+            scope,
+            tally: Tally::default(),
+        }
+    }
+
+    /// Its outcome: how it `ended`, what its tally spent, its time so far.
+    pub fn outcome(&self, ended: Ended) -> Outcome {
+        self.scope.outcome(ended, &self.tally)
+    }
+
+    /// Ends it in `outcome`, counted and announced once.
+    pub fn end(mut self, outcome: &Outcome) {
+        self.scope.open = false;
+        self.scope.runner.count_outcome(outcome, &self.tally);
+    }
+}
+
+impl Drop for Tallied<'_> {
+    fn drop(&mut self) {
+        if self.scope.open {
+            self.scope.abandon(&mut self.tally);
+        }
     }
 }

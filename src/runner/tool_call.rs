@@ -6,6 +6,7 @@
 
 use super::ending::Ended;
 use super::llm::Tally;
+use super::scope::Tallied;
 use super::tool::ToolFailure;
 use super::Runner;
 use crate::outcome::HopEnd;
@@ -91,11 +92,10 @@ pub enum ToolEnd {
 impl Runner {
     /// Runs one tool call to its end.
     pub async fn tool(&self, req: &ToolRequest) -> (ToolEnd, Outcome) {
-        let scope = self.begin(req.id, &req.user, || Arrival {
+        let mut run = Tallied::new(self.begin(req.id, &req.user, || Arrival {
             request: ToolRequest::as_request(req.id, &req.user, req.session.as_deref(), &req.call),
             via: Via::Tool,
-        });
-        let mut tally = Tally::default();
+        }));
         let name = &req.call.name;
         let checked = match self.tool_index.get(name).copied() {
             None => Err(format!("no tool `{name}`")),
@@ -108,12 +108,12 @@ impl Runner {
         let end = match checked {
             Err(why) => ToolEnd::Refused(why),
             Ok(ti) => match req.session.as_deref() {
-                None => self.tool_on(req, ti, &mut tally).await,
+                None => self.tool_on(req, ti, &mut run.tally).await,
                 Some(s) => match self.sessions.enter(&req.user, s, self.clock.elapsed_ms()) {
                     Err(q) => ToolEnd::Refused(q.to_string()),
                     // A cancelled call leaves the session too, when `session` drops.
                     Ok(session) => {
-                        let end = self.tool_on(req, ti, &mut tally).await;
+                        let end = self.tool_on(req, ti, &mut run.tally).await;
                         session.leave(self.clock.elapsed_ms());
                         end
                     }
@@ -134,8 +134,8 @@ impl Runner {
             },
             ..Ended::at(level)
         };
-        let outcome = scope.outcome(ended, &tally);
-        scope.end(&outcome, &tally);
+        let outcome = run.outcome(ended);
+        run.end(&outcome);
         (end, outcome)
     }
 

@@ -195,6 +195,20 @@ pub struct Arrival {
     pub via: crate::request::Via,
 }
 
+/// What cut short a call that had begun to answer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Cut {
+    /// Its user's hard budget: the stream was cut where it would pass it.
+    Budget,
+    /// Its client went away (or stopped reading its stream).
+    Left,
+    /// The gateway's drain time ran out at shutdown.
+    Drained,
+    /// A hedged call answered first.
+    Outrun,
+}
+
 /// One provider or tool call, as the recorder writes it.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
 pub struct Attempt {
@@ -237,6 +251,9 @@ pub struct Attempt {
     /// Why the model stopped, for an answer (for traces).
     #[serde(skip)]
     pub finish: Option<crate::wire::Finish>,
+    /// What cut it short, when something did before it ended.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cut: Option<Cut>,
 }
 
 impl Attempt {
@@ -259,6 +276,7 @@ impl Attempt {
             response_model: None,
             response_id: None,
             finish: None,
+            cut: None,
         }
     }
 }

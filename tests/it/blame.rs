@@ -105,7 +105,7 @@ async fn a_callers_deadline_opens_no_breaker_and_is_told_as_its_own() {
 /// A provider that streams `pieces` pieces of text `gap` apart, after a
 /// first token that takes `ttft` and `per_1k` for each thousand tokens of
 /// prompt (`reasoning` more when the caller asked it to reason).
-struct Paced {
+pub(crate) struct Paced {
     ttft: Duration,
     per_1k: Duration,
     reasoning: Duration,
@@ -115,7 +115,7 @@ struct Paced {
 }
 
 impl Paced {
-    fn new(ttft_ms: u64, pieces: u32, gap_ms: u64) -> Self {
+    pub(crate) fn new(ttft_ms: u64, pieces: u32, gap_ms: u64) -> Self {
         Self {
             ttft: Duration::from_millis(ttft_ms),
             per_1k: Duration::ZERO,
@@ -198,8 +198,8 @@ impl Provider for Paced {
 
 /// A streaming client that reads all it is sent.
 #[derive(Default)]
-struct Reader {
-    head: Option<StreamHead>,
+pub(crate) struct Reader {
+    pub(crate) head: Option<StreamHead>,
 }
 
 impl StreamSink for Reader {

@@ -394,3 +394,124 @@ mod every_line_reads_back {
         }
     }
 }
+
+/// What the recorder wrote while `run` ran on `runner`.
+async fn recorded(runner: &std::sync::Arc<Runner>, run: impl std::future::Future<Output = ()>) -> Vec<Record> {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("traffic.jsonl");
+    let header = Header {
+        v: 1,
+        started_at: "2026-12-05T02:00:00Z".into(),
+        seed: 4,
+        tools: Default::default(),
+    };
+    let opts = RecordOptions {
+        fsync: Fsync::Every(Duration::from_millis(50)),
+        content: Content::None,
+        rotate_bytes: None,
+    };
+    let rec = Recorder::start(&path, opts, header, runner.events()).unwrap();
+    run.await;
+    runner.events().close_subscribers();
+    rec.finish().unwrap();
+    let mut reader = LogReader::open(&path, false).unwrap();
+    std::iter::from_fn(|| reader.next_record().unwrap()).collect()
+}
+
+/// A runner whose every provider streams 200 pieces 100 ms apart.
+fn streaming(cfg: Config) -> std::sync::Arc<Runner> {
+    let p = std::sync::Arc::new(crate::blame::Paced::new(100, 200, 100));
+    crate::common::runner(
+        cfg,
+        ["openai", "anthropic", "deepseek"]
+            .into_iter()
+            .map(|n| (n, p.clone() as std::sync::Arc<dyn fusebox::provider::Provider>))
+            .collect(),
+        None,
+    )
+}
+
+/// The one attempt and the one outcome recorded.
+fn attempt_and_outcome(records: &[Record]) -> (&fusebox::traffic::log::AttemptRec, &fusebox::traffic::log::OutcomeRec) {
+    let attempts: Vec<_> = records
+        .iter()
+        .filter_map(|r| match r {
+            Record::Attempt(a) => Some(a),
+            _ => None,
+        })
+        .collect();
+    let outcomes: Vec<_> = records
+        .iter()
+        .filter_map(|r| match r {
+            Record::Outcome(o) => Some(o),
+            _ => None,
+        })
+        .collect();
+    assert_eq!((attempts.len(), outcomes.len()), (1, 1), "{records:?}");
+    (attempts[0], outcomes[0])
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_stream_cut_at_the_budget_is_recorded_with_its_attempt_and_chain() {
+    let mut cfg = Config::default();
+    cfg.budgets.user_tokens_per_minute = 200;
+    let runner = streaming(cfg);
+    let records = recorded(&runner, async {
+        let mut sink = crate::blame::Reader::default();
+        let req = fusebox::runner::chat::ChatRequest {
+            stream: true,
+            ..crate::common::chat_request(1)
+        };
+        let chat = runner.chat(req, Some(&mut sink)).await;
+        assert!(
+            matches!(chat.end, fusebox::runner::chat::ChatEnd::Cut { .. }),
+            "{:?}",
+            chat.end
+        );
+    })
+    .await;
+    let (a, o) = attempt_and_outcome(&records);
+    assert_eq!((a.model.as_deref(), a.status), (Some("gpt-4o"), Some(200)));
+    assert_eq!(a.cut, Some(fusebox::telemetry::events::Cut::Budget));
+    assert!(a.output_tokens > 0);
+    assert_eq!(o.chain, vec!["gpt-4o ✗cut budget".to_string()]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_stream_its_client_left_or_the_drain_cut_is_recorded_with_its_attempt_and_chain() {
+    for (closing, how, end) in [
+        (false, fusebox::telemetry::events::Cut::Left, "gpt-4o ✗left"),
+        (true, fusebox::telemetry::events::Cut::Drained, "gpt-4o ✗drained"),
+    ] {
+        let runner = streaming(Config::default());
+        let records = recorded(&runner, async {
+            let r = runner.clone();
+            let call = tokio::spawn(async move {
+                let mut sink = crate::blame::Reader::default();
+                let req = fusebox::runner::chat::ChatRequest {
+                    stream: true,
+                    ..crate::common::chat_request(1)
+                };
+                r.chat(req, Some(&mut sink)).await
+            });
+            // A second in, the answer streaming, the client goes (or the
+            // drain ends the call).
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            runner
+                .totals()
+                .closing
+                .store(closing, std::sync::atomic::Ordering::Relaxed);
+            call.abort();
+            assert!(call.await.unwrap_err().is_cancelled());
+        })
+        .await;
+        let (a, o) = attempt_and_outcome(&records);
+        assert_eq!(
+            (a.model.as_deref(), a.status, a.cut),
+            (Some("gpt-4o"), Some(200), Some(how))
+        );
+        assert!(a.output_tokens > 0 && a.latency_ms >= 900, "{a:?}");
+        assert_eq!(o.level, fusebox::outcome::Level::Failed);
+        assert_eq!(o.chain, vec![end.to_string()]);
+    }
+}

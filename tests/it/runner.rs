@@ -980,8 +980,21 @@ fn hedging(ms: u64) -> (Arc<fusebox::runner::Runner>, Arc<Scripted>, Arc<Scripte
 #[tokio::test(start_paused = true)]
 async fn a_slow_call_is_hedged_and_the_first_answer_taken() {
     let (r, openai, anthropic) = hedging(500);
+    let mut events = r.events().subscribe();
     let o = r.run(&ask(1, "alice")).await;
     assert_eq!(o.path(), vec!["gpt-4o ⏱outrun", "claude-haiku ✓"]);
+    // The cancelled call is recorded, as cut by the hedge that outran it.
+    let mut attempts = Vec::new();
+    while let Ok(e) = events.try_recv() {
+        if let fusebox::telemetry::events::EventKind::Attempt(a) = e.kind {
+            attempts.push((a.model.unwrap_or_default(), a.cut));
+        }
+    }
+    let outrun = Some(fusebox::telemetry::events::Cut::Outrun);
+    assert_eq!(
+        attempts,
+        vec![("claude-haiku".to_string(), None), ("gpt-4o".to_string(), outrun)]
+    );
     assert_eq!(o.latency_ms, 600, "the hedge's answer, not the slow one's");
     assert_eq!((openai.calls(), anthropic.calls()), (1, 1));
     assert_eq!(stats(&r, "model:gpt-4o").hedged, 1);

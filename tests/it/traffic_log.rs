@@ -115,6 +115,7 @@ fn all_kinds_reads_every_kind_and_skips_unknown_ones() {
             tool_keys: Vec::new(),
             answer: None,
             response_id: None,
+            cut: None,
         }),
         Record::Attempt(AttemptRec {
             t_ms: 50,
@@ -132,6 +133,7 @@ fn all_kinds_reads_every_kind_and_skips_unknown_ones() {
             tool_keys: Vec::new(),
             answer: None,
             response_id: None,
+            cut: None,
         }),
         Record::Attempt(AttemptRec {
             t_ms: 470,
@@ -149,6 +151,7 @@ fn all_kinds_reads_every_kind_and_skips_unknown_ones() {
             tool_keys: Vec::new(),
             answer: None,
             response_id: None,
+            cut: None,
         }),
         Record::Transition(TransitionRec {
             t_ms: 2470,
@@ -197,6 +200,7 @@ fn all_kinds_reads_every_kind_and_skips_unknown_ones() {
             tool_keys: Vec::new(),
             answer: None,
             response_id: None,
+            cut: None,
         }),
         Record::Operator(OperatorRec {
             t_ms: 3200,
@@ -633,6 +637,7 @@ fn to_line_skips_empty_optionals_and_keeps_nullable_fields() {
         tool_keys: Vec::new(),
         answer: None,
         response_id: None,
+        cut: None,
     })
     .to_line();
     assert_eq!(
@@ -844,6 +849,7 @@ fn arb_record() -> impl Strategy<Value = Record> {
                     tool_keys: Vec::new(),
                     answer: None,
                     response_id: None,
+                    cut: None,
                 })
             },
         );

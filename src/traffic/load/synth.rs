@@ -72,6 +72,7 @@ pub fn gateway_log(n: u64, rps: u64, out: &mut impl Write) -> std::io::Result<()
             tool_keys: Vec::new(),
             answer: None,
             response_id: None,
+            cut: None,
         });
         let outcome = Record::Outcome(OutcomeRec {
             t_ms: end,

@@ -225,6 +225,10 @@ pub struct AttemptRec {
     /// The upstream's id of its answer (`chatcmpl-…`, `msg_…`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub response_id: Option<String>,
+    /// What cut it short, when something did before it ended (its
+    /// tokens are those used up to then).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cut: Option<crate::telemetry::events::Cut>,
 }
 
 /// An outcome line.

@@ -400,6 +400,7 @@ pub fn record_of(ev: &Event, t_ms: u64, content: Content, salt: &Salt) -> Option
                 .filter(|_| content == Content::Full)
                 .map(str::to_string),
             response_id: a.response_id.clone(),
+            cut: a.cut,
         }),
         EventKind::Outcome(o) => Record::Outcome(OutcomeRec {
             t_ms,

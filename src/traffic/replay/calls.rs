@@ -232,6 +232,7 @@ pub(super) mod tests {
             tool_keys: Vec::new(),
             answer: None,
             response_id: None,
+            cut: None,
         })
     }
 
