@@ -399,6 +399,25 @@ impl Runner {
                     },
                 }
             }
+            // A replayed call its client left, or the drain ended.
+            Err(LlmFailure::Exhausted)
+                if tally
+                    .hops
+                    .iter()
+                    .any(|h| matches!(h.result, HopResult::Failed(ErrorKind::Left | ErrorKind::Drained, _))) =>
+            {
+                let drained = tally
+                    .hops
+                    .iter()
+                    .any(|h| h.result == HopResult::Failed(ErrorKind::Drained, None));
+                ChatEnd::Unavailable {
+                    message: if drained {
+                        super::scope::DRAINED.into()
+                    } else {
+                        super::scope::LEFT.into()
+                    },
+                }
+            }
             Err(LlmFailure::Exhausted)
                 if tally
                     .hops

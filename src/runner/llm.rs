@@ -211,8 +211,12 @@ impl Runner {
                     HopResult::Cut(e) => Some(e.clone()),
                     _ => None,
                 };
-                // fusebox short of its own resources: no other model helps.
-                let own = hop.result == HopResult::Failed(ErrorKind::Local, None);
+                // fusebox short of its own resources, or the caller gone (a
+                // replayed departure): no other model helps.
+                let own = matches!(
+                    hop.result,
+                    HopResult::Failed(ErrorKind::Local | ErrorKind::Left | ErrorKind::Drained, None)
+                );
                 tally.hops.push(hop);
                 if own {
                     break 'models;

@@ -14,6 +14,12 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 use tokio::time::Instant;
 
+/// What the user is told of a request its client left before the answer.
+pub(super) const LEFT: &str = "The client went away before the answer.";
+
+/// What the user is told of a request the gateway's drain ended.
+pub(super) const DRAINED: &str = "The gateway shut down before the answer.";
+
 /// A request begun and not yet ended.
 pub(super) struct Scope<'a> {
     runner: &'a Runner,

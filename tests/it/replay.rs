@@ -495,3 +495,29 @@ async fn a_recorded_call_replays_with_its_choices_and_its_keys_reach() {
         );
     }
 }
+
+/// A gateway call its client left mid-answer (or the drain ended) replays
+/// as one: it ends failed when it did, the model not blamed and no other
+/// tried; another request's call takes the recorded call as answered.
+#[tokio::test(start_paused = true)]
+async fn a_call_its_client_left_replays_as_left() {
+    use fusebox::outcome::Level;
+    let gateway =
+        |t: u64, id: u64| request_line(t, id).replace("\"max_steps\":1", "\"max_steps\":1,\"via\":\"gateway\"");
+    let (runner, out) = replay_lines(&[
+        gateway(0, 1),
+        attempt_line(100, 1, 200, ",\"cut\":\"left\""),
+        "{\"kind\":\"outcome\",\"t_ms\":100,\"request\":1,\"level\":\"failed\",\"chain\":[\"gpt-4o ✗left\"],\"quality\":0.0,\"tokens\":70,\"cost_usd\":0.0,\"missing\":[]}".into(),
+        gateway(1_000, 2),
+        attempt_line(1_100, 2, 200, ",\"cut\":\"drained\""),
+        gateway(2_000, 3),
+    ])
+    .await;
+    assert_eq!(out.levels[&1], (Some(Level::Failed), Some(Level::Failed)));
+    assert_eq!(out.levels[&2].1, Some(Level::Failed));
+    assert_eq!(out.levels[&3].1, Some(Level::None), "not its own: answered as recorded");
+    let view = |t: &str| runner.registry().find(&t.parse().unwrap()).unwrap().stats.view();
+    let openai = view("provider:openai");
+    assert_eq!((openai.attempts, openai.failed, openai.client_errors), (3, 0, 2));
+    assert_eq!(view("provider:anthropic").attempts, 0, "no other model tried");
+}

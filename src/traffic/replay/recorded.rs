@@ -57,6 +57,16 @@ async fn play(
         e.usage = usage;
         e
     };
+    // A call of this request's that its client left, or the drain ended,
+    // ends so again, at the time it did.
+    let gone = match a.cut.filter(|_| own) {
+        Some(crate::telemetry::events::Cut::Left) => Some(ErrorKind::Left),
+        Some(crate::telemetry::events::Cut::Drained) => Some(ErrorKind::Drained),
+        _ => None,
+    };
+    if let Some(kind) = gone {
+        return Err(fail(kind, None));
+    }
     if let Some(t) = a.transport {
         let kind = match t {
             Transport::Timeout => ErrorKind::Timeout,
