@@ -10,7 +10,7 @@ use crate::config::Priority;
 use crate::provider::ErrorKind;
 use crate::resilience::breaker::{Breaker, Permit};
 use crate::resilience::budget::BudgetExceeded;
-use crate::resilience::limiter::{LimitDenied, RateFeedback, ShedWhy, Signal};
+use crate::resilience::limiter::{LimitDenied, RateFeedback, ShedWhy, Short, Signal};
 use crate::telemetry::events::{EventKind, Step, StepKind};
 use smallvec::SmallVec;
 use std::time::Duration;
@@ -64,30 +64,39 @@ impl Runner {
             res: None,
             allowance: None,
         };
-        // Whose call it is, for a limit that adapts (see `Limiter::arrives`).
-        let tenant = if p.limiter.adapts() {
-            let key = self.tenants.key(user);
-            p.limiter.arrives(key);
-            key
-        } else {
-            0
+        // Where it waits and whose it is, where calls queue by fair shares
+        // or the limit adapts (see `Limiter::arrives`).
+        let queue = &self.cfg.limiter.queue;
+        let place = queue.enabled.then(|| self.tenants.place(user, priority));
+        let tenant = match &place {
+            Some(at) => at.key,
+            None if p.limiter.adapts() => self.tenants.key(user),
+            None => 0,
         };
+        if p.limiter.adapts() {
+            p.limiter.arrives(tenant);
+        }
         // Calls waiting in the provider's queue are not overtaken.
-        let free = (!p.limiter.queued()).then(|| p.limiter.try_acquire(chars, max_tokens, now));
+        let free = (!p.limiter.queued()).then(|| p.limiter.try_acquire_for(chars, max_tokens, now, place.as_ref()));
         let now = match free {
             Some(Ok(permit)) => {
                 held.permit = Some(permit);
                 now
             }
+            // Its tenant holds its share of the slots: waiting would not help.
+            Some(Err(Short::Share)) => {
+                drop(held);
+                pt.stats.rejected_rate.inc();
+                return Err(Refusal::Shed(priority, ShedWhy::Share));
+            }
             _ if may_wait() => {
-                let queue = &self.cfg.limiter.queue;
-                let waited = if queue.enabled {
-                    let place = self.tenants.place(user, priority);
-                    let until = now + Duration::from_millis(queue.deadline_ms.of(priority));
-                    let until = deadline.map_or(until, |d| d.min(until));
-                    Box::pin(p.limiter.acquire_queued(chars, max_tokens, &place, until)).await
-                } else {
-                    Box::pin(p.limiter.acquire(chars, max_tokens)).await
+                let waited = match &place {
+                    Some(at) => {
+                        let until = now + Duration::from_millis(queue.deadline_ms.of(priority));
+                        let until = deadline.map_or(until, |d| d.min(until));
+                        Box::pin(p.limiter.acquire_queued(chars, max_tokens, at, until)).await
+                    }
+                    None => Box::pin(p.limiter.acquire(chars, max_tokens)).await,
                 };
                 match waited {
                     Ok(permit) => held.permit = Some(permit),

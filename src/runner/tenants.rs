@@ -26,21 +26,13 @@ impl Tenants {
     /// A key for `user`'s tenant (its group's, else its own): whose call
     /// an adaptive limit hears of.
     pub(super) fn key(&self, user: &str) -> u64 {
-        use std::hash::{Hash, Hasher};
-        let name = self.0.get(user).map_or(user, |(t, _)| &**t);
-        let mut h = std::hash::DefaultHasher::new();
-        name.hash(&mut h);
-        h.finish()
+        Place::key_of(self.0.get(user).map_or(user, |(t, _)| &**t))
     }
 
     /// Where a call of `user` at `priority` waits.
     pub(super) fn place(&self, user: &str, priority: Priority) -> Place {
         let (tenant, weight) = self.0.get(user).cloned().unwrap_or_else(|| (user.into(), 1));
-        Place {
-            priority,
-            tenant,
-            weight,
-        }
+        Place::new(priority, tenant, weight)
     }
 }
 

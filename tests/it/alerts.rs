@@ -508,11 +508,7 @@ async fn a_queue_scrapes_its_waiting_and_shed_calls_by_priority() {
     let held: Vec<_> = (0..10)
         .map(|_| deepseek.limiter.try_acquire(400, 100, now).unwrap())
         .collect();
-    let place = Place {
-        priority: Priority::Batch,
-        tenant: "nightly".into(),
-        weight: 1,
-    };
+    let place = Place::new(Priority::Batch, "nightly".into(), 1);
     assert!(deepseek.limiter.acquire_queued(400, 100, &place, now).await.is_err());
     let scrape = scrape(&runner).await;
     let of = |name: &str, p: &str, pr: &str| value(&scrape, name, &[("provider", p), ("priority", pr)]);

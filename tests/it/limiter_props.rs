@@ -773,11 +773,7 @@ fn one_slot_queued() -> (Limiter, Instant) {
 }
 
 fn place(p: Priority, tenant: &str) -> Place {
-    Place {
-        priority: p,
-        tenant: tenant.into(),
-        weight: 1,
-    }
+    Place::new(p, tenant.into(), 1)
 }
 
 #[tokio::test(start_paused = true)]

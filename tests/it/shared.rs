@@ -114,3 +114,59 @@ async fn one_tenants_429s_leave_the_shared_adaptive_limit_to_the_others() {
     noisy.await.unwrap();
     assert_eq!(openai_limit(&r), 16);
 }
+
+/// A provider whose answers to prompts naming `LONG` stream for 40 s (200
+/// pieces 200 ms apart), others for 400 ms.
+fn lengthy() -> Arc<dyn Provider> {
+    struct Lengthy;
+    #[async_trait::async_trait]
+    impl Provider for Lengthy {
+        async fn complete(&self, req: &LlmRequest) -> Result<LlmResponse, ProviderError> {
+            self.open(req).await?.whole().await
+        }
+        async fn open(&self, req: &LlmRequest) -> Result<fusebox::provider::Opened, ProviderError> {
+            let long = req.messages.iter().any(|m| m.content.text().contains("LONG"));
+            let pieces = if long { 200 } else { 2 };
+            crate::blame::Paced::new(100, pieces, 200).open(req).await
+        }
+    }
+    Arc::new(Lengthy)
+}
+
+#[tokio::test(start_paused = true)]
+async fn one_tenants_long_streams_hold_no_more_than_its_share_of_the_slots() {
+    // openai takes two calls at once; calls queue by fair shares; the
+    // route has no other model to go to.
+    let mut cfg = Config::default();
+    cfg.providers.get_mut("openai").unwrap().concurrency = 2;
+    cfg.limiter.queue.enabled = true;
+    cfg.routes.get_mut("default").unwrap().chain = vec!["gpt-4o".into()];
+    let r = runner(cfg, vec![("openai", lengthy())], None);
+    let stream = |id: u64, user: &str, text: &str| {
+        let (r, req) = (r.clone(), request(id, user, text));
+        tokio::spawn(async move {
+            let start = tokio::time::Instant::now();
+            let mut sink = crate::blame::Reader::default();
+            let chat = r.chat(ChatRequest { stream: true, ..req }, Some(&mut sink)).await;
+            (chat.outcome.level, start.elapsed())
+        })
+    };
+    // The reader calls now and then; the storyteller opens two long streams.
+    assert_eq!(stream(1, "reader", "Where is order #1?").await.unwrap().0, Level::None);
+    let long = [
+        stream(2, "storyteller", "LONG story"),
+        stream(3, "storyteller", "LONG saga"),
+    ];
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let (level, took) = stream(4, "reader", "And order #2?").await.unwrap();
+    assert_eq!(level, Level::None, "the reader is served at once");
+    assert!(took < Duration::from_secs(2), "{took:?}");
+    // The storyteller held one slot: its second stream was refused for
+    // its share (the route had no other model), not queued for the slot.
+    let mut levels = Vec::new();
+    for l in long {
+        levels.push(l.await.unwrap().0);
+    }
+    levels.sort();
+    assert_eq!(levels, vec![Level::None, Level::Failed]);
+}

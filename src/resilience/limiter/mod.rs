@@ -14,6 +14,7 @@ pub mod adaptive;
 mod bucket;
 mod estimate;
 pub mod queue;
+mod shares;
 
 use crate::config::{LimiterConfig, ProviderConfig};
 use crate::resilience::notice::{Announce, Notice, RefillFrozen};
@@ -32,6 +33,16 @@ use std::time::Duration;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
+/// Why a call found no capacity now.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Short {
+    /// The limits bind: this long until there should be enough.
+    Wait(Duration),
+    /// Its tenant holds its fair share of the slots (see `shares.rs`):
+    /// waiting would hold the queue for a slot it may not take.
+    Share,
+}
+
 /// Capacity held by one call; settle it with [`Limiter::settle`].
 #[derive(Clone, Copy, Debug)]
 #[must_use = "a limiter permit must be settled"]
@@ -40,7 +51,8 @@ pub struct LimitPermit {
     /// What was taken from the tpm, itpm and otpm buckets (a call bigger
     /// than a bucket takes at most its capacity).
     taken: [f64; 3],
-    /// Whose call it is (a tenant's key), for an adaptive limit.
+    /// Whose call it is (a tenant's key), for an adaptive limit and the
+    /// fair shares of the slots.
     tenant: u64,
 }
 
@@ -155,6 +167,8 @@ struct State {
     /// Largest shortfall per bucket since last read (leased mode: how much
     /// a waiting call needs beyond the lease).
     short: [f64; 4],
+    /// Each tenant's slots, where calls queue by fair shares.
+    shares: Option<shares::Shares>,
 }
 
 impl Limiter {
@@ -188,6 +202,7 @@ impl Limiter {
                 rate_limited: 0,
                 calibrated_at: None,
                 short: [0.0; 4],
+                shares: cfg.queue.enabled.then(shares::Shares::default),
             }),
             adapts: cfg.adaptive.enabled,
             queue: cfg.queue.enabled.then(|| FairQueue::new(cfg.queue.max_waiting)),
@@ -210,6 +225,22 @@ impl Limiter {
     /// Takes capacity for a call of this size now, or says how long until
     /// there should be enough.
     pub fn try_acquire(&self, prompt_chars: usize, max_tokens: u32, now: Instant) -> Result<LimitPermit, Duration> {
+        self.try_acquire_for(prompt_chars, max_tokens, now, None)
+            .map_err(|short| match short {
+                Short::Wait(d) => d,
+                Short::Share => Duration::from_millis(50),
+            })
+    }
+
+    /// [`Limiter::try_acquire`] for a call of the tenant at `place`, held
+    /// to its fair share of the slots where calls queue by fair shares.
+    pub fn try_acquire_for(
+        &self,
+        prompt_chars: usize,
+        max_tokens: u32,
+        now: Instant,
+        place: Option<&Place>,
+    ) -> Result<LimitPermit, Short> {
         let mut guard = super::lock(&self.inner);
         let s = &mut *guard;
         let est = s.estimator.estimate(prompt_chars, max_tokens);
@@ -229,6 +260,12 @@ impl Limiter {
         let frozen_for = s.frozen_for(now);
         let cap = s.cap();
         let slots_full = cap > 0 && s.in_flight >= cap;
+        let sharing = place.zip(s.shares.as_mut()).filter(|_| cap > 0);
+        if let Some((p, shares)) = sharing {
+            if shares.full(p.key, p.weight, cap, now) {
+                return Err(Short::Share);
+            }
+        }
         if wait.is_zero() && !slots_full {
             let mut taken = [0.0; 4];
             for (i, (b, n)) in [
@@ -246,10 +283,14 @@ impl Limiter {
                 }
             }
             s.in_flight += 1;
+            let tenant = place.map_or(0, |p| p.key);
+            if let (Some(p), Some(shares)) = (place, s.shares.as_mut()) {
+                shares.take(p.key, p.weight, now);
+            }
             return Ok(LimitPermit {
                 est,
                 taken: [taken[0], taken[1], taken[2]],
-                tenant: 0,
+                tenant,
             });
         }
         for (i, (b, n)) in [
@@ -275,7 +316,7 @@ impl Limiter {
             // Only the slot cap binds: a release will wake us; poll as a fallback.
             wait = Duration::from_millis(50);
         }
-        Err(wait)
+        Err(Short::Wait(wait))
     }
 
     /// Waits up to `limiter.wait_timeout_ms` for capacity.
@@ -331,12 +372,17 @@ impl Limiter {
             let now = Instant::now();
             let mut until = deadline;
             if ticket.is_head() {
-                match self.try_acquire(prompt_chars, max_tokens, now) {
+                match self.try_acquire_for(prompt_chars, max_tokens, now, Some(place)) {
                     Ok(p) => {
                         ticket.served();
                         return Ok(p);
                     }
-                    Err(wait) => until = until.min(now + wait.max(Duration::from_millis(1))),
+                    // Its tenant holds its share: the head goes to the next.
+                    Err(Short::Share) => {
+                        ticket.shed(ShedWhy::Share);
+                        return Err(LimitDenied::Shed(ShedWhy::Share));
+                    }
+                    Err(Short::Wait(wait)) => until = until.min(now + wait.max(Duration::from_millis(1))),
                 }
             }
             if ticket.displaced() {
@@ -429,6 +475,9 @@ impl Limiter {
             b.level = (b.level + o - output as f64).min(b.capacity);
         }
         s.in_flight = s.in_flight.saturating_sub(1);
+        if let Some(shares) = s.shares.as_mut() {
+            shares.give(permit.tenant, now);
+        }
         let corrected = s.estimator.observe(est.input, input);
         drop(s);
         self.wake();
@@ -473,6 +522,9 @@ impl Limiter {
             }
         }
         s.in_flight = s.in_flight.saturating_sub(1);
+        if let Some(shares) = s.shares.as_mut() {
+            shares.give(permit.tenant, now);
+        }
         drop(guard);
         self.wake();
     }

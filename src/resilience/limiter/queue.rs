@@ -27,6 +27,8 @@ pub enum ShedWhy {
     Full,
     /// A more urgent or fairer call took its place in a full queue.
     Displaced,
+    /// Its tenant holds its fair share of the provider's slots.
+    Share,
 }
 
 impl ShedWhy {
@@ -36,6 +38,7 @@ impl ShedWhy {
             ShedWhy::Deadline => "waited its deadline",
             ShedWhy::Full => "queue full",
             ShedWhy::Displaced => "displaced by a more urgent call",
+            ShedWhy::Share => "its tenant holds its fair share of the provider's slots",
         }
     }
 }
@@ -58,8 +61,30 @@ pub struct Place {
     pub priority: Priority,
     /// Whose share it uses.
     pub tenant: Arc<str>,
+    /// The tenant's key (its name hashed), for the slots it holds.
+    pub key: u64,
     /// The tenant's weight (≥ 1).
     pub weight: u32,
+}
+
+impl Place {
+    /// `tenant`'s place at `priority`, with its `weight`.
+    pub fn new(priority: Priority, tenant: Arc<str>, weight: u32) -> Self {
+        Self {
+            priority,
+            key: Self::key_of(&tenant),
+            tenant,
+            weight,
+        }
+    }
+
+    /// A tenant's key: its name, hashed.
+    pub fn key_of(tenant: &str) -> u64 {
+        use std::hash::{Hash, Hasher};
+        let mut h = std::hash::DefaultHasher::new();
+        tenant.hash(&mut h);
+        h.finish()
+    }
 }
 
 /// A queue's live figures.
@@ -319,11 +344,7 @@ mod tests {
     use super::*;
 
     fn place(p: Priority, tenant: &str) -> Place {
-        Place {
-            priority: p,
-            tenant: tenant.into(),
-            weight: 1,
-        }
+        Place::new(p, tenant.into(), 1)
     }
 
     /// Serves the queue to the end: the tenants in the order served.
