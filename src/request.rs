@@ -42,6 +42,8 @@ pub struct AgentRequest {
     /// The only models the caller's key may reach, by name (`None`: any).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reach: Option<Vec<CompactString>>,
+    /// The caller asked for its answer streamed (a gateway call).
+    pub stream: bool,
 }
 
 /// How a request came in, so a replay drives it as it was driven.

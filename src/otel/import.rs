@@ -397,6 +397,7 @@ fn request(span: &Span, id: LogId, attempts: &[AttemptRec], ms: impl Fn(u64) -> 
             .filter(|&n| n > 1)
             .map(|n| n.min(i64::from(u32::MAX)) as u32),
         reach: None,
+        stream: false,
     }
 }
 

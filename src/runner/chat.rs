@@ -165,6 +165,7 @@ fn arrival(req: &ChatRequest, models: &[super::ModelSlot]) -> Arrival {
                 .reach
                 .as_ref()
                 .map(|r| r.iter().map(|&m| models[m].name.as_ref().into()).collect()),
+            stream: req.stream,
         },
         via: Via::Gateway,
     }

@@ -279,6 +279,7 @@ mod every_line_reads_back {
                             priority: None,
                             choices: Some(max_steps),
                             reach,
+                            stream: false,
                         },
                         via,
                     }))

@@ -521,3 +521,30 @@ async fn a_call_its_client_left_replays_as_left() {
     assert_eq!((openai.attempts, openai.failed, openai.client_errors), (3, 0, 2));
     assert_eq!(view("provider:anthropic").attempts, 0, "no other model tried");
 }
+
+/// A stream cut at its user's budget replays streamed, and is cut again
+/// under the same budget; under a larger one (a what-if) it is answered.
+#[tokio::test(start_paused = true)]
+async fn a_stream_cut_at_the_budget_replays_cut() {
+    use fusebox::outcome::Level;
+    let lines = [
+        request_line(0, 1).replace("\"max_steps\":1", "\"max_steps\":1,\"via\":\"gateway\",\"stream\":true"),
+        attempt_line(100, 1, 200, ",\"cut\":\"budget\"").replace("\"output_tokens\":20", "\"output_tokens\":196"),
+    ];
+    for (per_minute, level) in [(200, Level::Partial), (50_000, Level::None)] {
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("cut.jsonl");
+        let mut text =
+            String::from("{\"kind\":\"header\",\"v\":1,\"started_at\":\"2026-11-29T02:00:00Z\",\"seed\":1}\n");
+        for line in &lines {
+            text.push_str(line);
+            text.push('\n');
+        }
+        std::fs::write(&log, text).unwrap();
+        let mut cfg = Config::default();
+        cfg.retry.max_retries = 0;
+        cfg.budgets.user_tokens_per_minute = per_minute;
+        let (_, out) = replay_with(dir.path(), &log, cfg, "cut").await;
+        assert_eq!(out.levels[&1].1, Some(level), "{per_minute} tokens a minute");
+    }
+}

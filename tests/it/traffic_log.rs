@@ -55,6 +55,7 @@ fn request(t_ms: u64, id: u64, user: &str) -> RequestRec {
         priority: None,
         choices: None,
         reach: None,
+        stream: false,
     }
 }
 
@@ -95,6 +96,7 @@ fn all_kinds_reads_every_kind_and_skips_unknown_ones() {
             priority: None,
             choices: None,
             reach: None,
+            stream: false,
         }),
         Record::Attempt(AttemptRec {
             t_ms: 5,
@@ -807,6 +809,7 @@ fn arb_record() -> impl Strategy<Value = Record> {
                     priority: None,
                     choices: None,
                     reach: None,
+                    stream: false,
                 })
             },
         );

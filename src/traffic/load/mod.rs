@@ -63,6 +63,7 @@ pub fn make_request(seed: Seed, id: u64, users: u32) -> AgentRequest {
         priority: None,
         choices: None,
         reach: None,
+        stream: false,
     }
 }
 
@@ -88,6 +89,7 @@ fn noisy_request(seed: Seed, id: u64, t: &Tenant) -> AgentRequest {
         priority: t.priority,
         choices: None,
         reach: None,
+        stream: false,
     }
 }
 

@@ -52,6 +52,7 @@ pub fn gateway_log(n: u64, rps: u64, out: &mut impl Write) -> std::io::Result<()
             priority: None,
             choices: None,
             reach: None,
+            stream: false,
         });
         writeln!(out, "{}", request.to_line())?;
         let latency = 200 + rng.u64(..400);

@@ -160,6 +160,10 @@ pub struct RequestRec {
     /// The only models its caller's key could reach, by name.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reach: Option<Vec<CompactString>>,
+    /// The caller asked for its answer streamed (a gateway call): a
+    /// replay streams it too, so what cut the stream (a budget) cuts it.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub stream: bool,
 }
 
 /// A cache key as a recording keeps it: 16 hex digits of a salted hash,

@@ -374,6 +374,7 @@ pub fn record_of(ev: &Event, t_ms: u64, content: Content, salt: &Salt) -> Option
                 priority: r.priority,
                 choices: r.choices,
                 reach: r.reach.clone(),
+                stream: r.stream,
             })
         }
         EventKind::Attempt(a) => Record::Attempt(AttemptRec {

@@ -530,6 +530,14 @@ fn schedule(runner: &Arc<Runner>, op: &OperatorRec, line: u64, at: Instant, out:
     }
 }
 
+/// A replayed stream's client: it reads everything, and keeps nothing.
+struct Discard;
+
+impl crate::runner::stream::StreamSink for Discard {
+    fn start(&mut self, _: crate::runner::stream::StreamHead) {}
+    fn piece(&mut self, _: crate::wire::Api, _: &crate::provider::Piece, _: bool) {}
+}
+
 /// Runs one replayed request as it came in (a gateway call is one call,
 /// never deferred) and notes its end.
 async fn drive(running: Running, req: AgentRequest, key: u64, via: Via) {
@@ -537,6 +545,10 @@ async fn drive(running: Running, req: AgentRequest, key: u64, via: Via) {
     let runner = &shared.runner;
     let o = match via {
         Via::Agent => runner.run_keyed(&req, key).await,
+        Via::Gateway if req.stream => {
+            let mut sink = Discard;
+            runner.chat(gateway_call(runner, &req), Some(&mut sink)).await.outcome
+        }
         Via::Gateway => runner.chat(gateway_call(runner, &req), None).await.outcome,
         Via::Embeddings => runner.embed(embeddings_call(&req)).await.outcome,
         Via::Tool => runner.tool(&tool_call(&req, key)).await.1,

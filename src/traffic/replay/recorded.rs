@@ -3,8 +3,10 @@
 use super::calls::RecordedCalls;
 use crate::clock::Clock;
 use crate::provider::mock::{args_for, call_id, order_id};
+use crate::provider::stream::Live;
 use crate::provider::{
-    EmbedRequest, Embedded, ErrorKind, LlmRequest, LlmResponse, Provider, ProviderError, ToolCall, ToolKind, Usage,
+    EmbedRequest, Embedded, ErrorKind, LlmRequest, LlmResponse, Opened, Piece, Provider, ProviderError, ToolCall,
+    ToolKind, Usage,
 };
 use crate::resilience::limiter::RateFeedback;
 use crate::target::Target;
@@ -175,6 +177,28 @@ impl Provider for RecordedProvider {
         })
     }
 
+    /// A streamed call as recorded: its answer's output as a stream of
+    /// text, so what the recorded stream met as it streamed (its user's
+    /// hard budget) it meets again; a tool call's answer comes whole.
+    async fn open(&self, req: &LlmRequest) -> Result<Opened, ProviderError> {
+        let resp = self.complete(req).await?;
+        if !resp.tool_calls.is_empty() || resp.usage.output == 0 {
+            return Ok(Opened::Whole(resp));
+        }
+        let mut pieces = streamed(resp.usage);
+        let head = pieces.remove(0);
+        Ok(Opened::Live(Live {
+            kind: crate::wire::Api::Chat,
+            rate: RateFeedback::default(),
+            head: vec![head],
+            rest: Box::new(pieces.into_iter()),
+            started: self.clock.now(),
+            clock: self.clock,
+            prompt_chars: req.prompt_chars(),
+            skipped: Arc::default(),
+        }))
+    }
+
     async fn complete_within(&self, req: &LlmRequest, timeout: Duration) -> Result<LlmResponse, ProviderError> {
         // Replays run in virtual time, where a call takes exactly the
         // latency it plays: that is its time taken, with no clock to read.
@@ -205,6 +229,32 @@ impl Provider for RecordedProvider {
             resp.tool_keys = keys.iter().map(|k| k.0).collect();
         }
         Ok(resp)
+    }
+}
+
+/// A recorded answer of `usage` as stream pieces: its output tokens as
+/// text (four characters a token, sixteen tokens a piece), then its
+/// finish, usage and end.
+fn streamed(usage: Usage) -> Vec<Piece> {
+    use crate::wire::{Delta, Finish};
+    let mut pieces: Vec<Piece> = (0..usage.output.div_ceil(16))
+        .map(|i| {
+            let tokens = (usage.output - i * 16).min(16) as usize;
+            Piece::said(Delta::Text("tok ".repeat(tokens)))
+        })
+        .collect();
+    let end = [Delta::Finish(Finish::Stop), Delta::Usage(usage), Delta::Done];
+    pieces.push(Piece {
+        raw: bytes::Bytes::new(),
+        deltas: end.into_iter().collect(),
+    });
+    pieces
+}
+
+/// The pieces of a replayed stream, given one by one.
+impl crate::provider::PieceStream for std::vec::IntoIter<Piece> {
+    fn poll_piece(&mut self, _: &mut std::task::Context<'_>) -> std::task::Poll<Option<Result<Piece, ProviderError>>> {
+        std::task::Poll::Ready(self.next().map(Ok))
     }
 }
 

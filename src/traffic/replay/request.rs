@@ -57,6 +57,7 @@ pub fn agent_request(q: RequestRec) -> AgentRequest {
         priority: q.priority,
         choices: q.choices,
         reach: q.reach,
+        stream: q.stream,
     }
 }
 
@@ -93,7 +94,7 @@ pub fn gateway_call(runner: &Runner, req: &AgentRequest) -> ChatRequest {
             choices: req.choices,
             ..Params::default()
         }),
-        stream: false,
+        stream: req.stream,
         fallback: true,
         // Models of this config the recorded key reached, by name.
         reach: req.reach.as_ref().map(|names| {

@@ -142,6 +142,7 @@ pub fn ask(id: u64, user: &str) -> AgentRequest {
         priority: None,
         choices: None,
         reach: None,
+        stream: false,
         sub_user: None,
     }
 }
