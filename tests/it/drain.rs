@@ -231,19 +231,28 @@ async fn until_reloads(base: &str, n: usize) -> Value {
     }
 }
 
+/// `fusebox serve` (with `args`) over a config file that sets one breaker
+/// threshold, to reload: its folder, the file and the gateway.
+async fn serving_a_config(args: &[&str]) -> (tempfile::TempDir, std::path::PathBuf, Serve) {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("fb.toml");
+    std::fs::write(&cfg, "[breaker]\nconsecutive_failures = 5\n").unwrap();
+    let path = cfg.display().to_string();
+    let args: Vec<String> = ["--config", &path].iter().chain(args).map(|a| a.to_string()).collect();
+    let serve =
+        tokio::task::spawn_blocking(move || Serve::start_with(&args.iter().map(String::as_str).collect::<Vec<_>>()))
+            .await
+            .unwrap();
+    (dir, cfg, serve)
+}
+
 /// SIGHUP reads the config again: a changed breaker threshold applies at
 /// once and the breaker keeps its state; a file that does not read, or a
 /// change that needs a restart, is refused and nothing changes. Each is
 /// said in the events.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sighup_or_the_reload_command_applies_new_breaker_settings_keeping_states_and_refuses_a_broken_file() {
-    let dir = tempfile::tempdir().unwrap();
-    let cfg = dir.path().join("fb.toml");
-    std::fs::write(&cfg, "[breaker]\nconsecutive_failures = 5\n").unwrap();
-    let path = cfg.display().to_string();
-    let serve = tokio::task::spawn_blocking(move || Serve::start_with(&["--config", &path]))
-        .await
-        .unwrap();
+    let (_dir, cfg, serve) = serving_a_config(&[]).await;
     let base = serve.base.clone();
     let forced = reqwest::Client::new()
         .post(format!("{base}/_fusebox/commands"))
@@ -303,13 +312,7 @@ async fn sighup_or_the_reload_command_applies_new_breaker_settings_keeping_state
 /// hold all of them.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_reload_from_a_fifo_or_an_oversized_file_is_refused_and_the_gateway_keeps_serving() {
-    let dir = tempfile::tempdir().unwrap();
-    let cfg = dir.path().join("fb.toml");
-    std::fs::write(&cfg, "[breaker]\nconsecutive_failures = 5\n").unwrap();
-    let path = cfg.display().to_string();
-    let mut serve = tokio::task::spawn_blocking(move || Serve::start_with(&["--config", &path, "--threads", "1"]))
-        .await
-        .unwrap();
+    let (_dir, cfg, mut serve) = serving_a_config(&["--threads", "1"]).await;
     let base = serve.base.clone();
     // Bounds what a gateway that stopped answering would cost the test.
     let http = reqwest::Client::builder()
@@ -354,13 +357,7 @@ async fn a_reload_from_a_fifo_or_an_oversized_file_is_refused_and_the_gateway_ke
 /// an operator's reload command.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_refused_reload_says_where_and_what_without_quoting_the_file() {
-    let dir = tempfile::tempdir().unwrap();
-    let cfg = dir.path().join("fb.toml");
-    std::fs::write(&cfg, "[breaker]\nconsecutive_failures = 5\n").unwrap();
-    let path = cfg.display().to_string();
-    let serve = tokio::task::spawn_blocking(move || Serve::start_with(&["--config", &path]))
-        .await
-        .unwrap();
+    let (_dir, cfg, serve) = serving_a_config(&[]).await;
     let base = serve.base.clone();
     let cases: [(&str, &[&str]); 3] = [
         // A string never closed: toml would show the line.

@@ -651,20 +651,26 @@ mod tests {
         assert!(b.reserve("loop", 10, 0.0, at).is_ok());
     }
 
+    /// Budgets with no token limit, only spend-rate breakers (everyone's
+    /// too, when `global`).
+    fn spend_rate_only(global: bool) -> BudgetConfig {
+        let mut cfg = BudgetConfig {
+            user_tokens_per_minute: 0,
+            user_tokens_per_hour: 0,
+            user_tokens_per_day: 0,
+            global_tokens_per_hour: 0,
+            global_tokens_per_day: 0,
+            ..BudgetConfig::default()
+        };
+        cfg.spend_rate.enabled = true;
+        cfg.spend_rate.global = global;
+        cfg
+    }
+
     #[tokio::test]
     async fn a_tripped_global_spend_rate_refuses_everyone_only_when_watched() {
         for global in [false, true] {
-            let mut cfg = BudgetConfig {
-                user_tokens_per_minute: 0,
-                user_tokens_per_hour: 0,
-                user_tokens_per_day: 0,
-                global_tokens_per_hour: 0,
-                global_tokens_per_day: 0,
-                ..BudgetConfig::default()
-            };
-            cfg.spend_rate.enabled = true;
-            cfg.spend_rate.global = global;
-            let b = budgets(cfg);
+            let b = budgets(spend_rate_only(global));
             // Many users, each steady, together tripling at the hour: no
             // user's own rate moves, everyone's does.
             let mut refused = None;
@@ -696,17 +702,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_newcomer_cannot_open_everyones_breaker_and_is_judged_against_everyone() {
-        let mut cfg = BudgetConfig {
-            user_tokens_per_minute: 0,
-            user_tokens_per_hour: 0,
-            user_tokens_per_day: 0,
-            global_tokens_per_hour: 0,
-            global_tokens_per_day: 0,
-            ..BudgetConfig::default()
-        };
-        cfg.spend_rate.enabled = true;
-        cfg.spend_rate.global = true;
-        let b = budgets(cfg);
+        let b = budgets(spend_rate_only(true));
         // 20 steady users at 10k tokens a minute each for 70 minutes; at
         // minute 65 a user never seen spends 600k a minute.
         let (mut steady_refused, mut newcomer_refused) = (0, None);
