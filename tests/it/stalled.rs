@@ -298,7 +298,8 @@ async fn clients_that_stop_reading_large_answers_cost_the_gateway_a_bounded_back
     assert!(sent_mb < 100 * 9, "the upstream stopped before the answers' ends");
     // What each may hold (docs/limits.md): 64 KiB unsent, a 128 KiB write
     // buffer, twice 128 KiB of text, the upstream connection's read
-    // buffer; under 1.5 MiB with the allocator's slack.
-    assert!(grew_mb <= 150, "{grew_mb} MiB for 100 stalled streams");
+    // buffer; under 2 MiB with the allocator's slack (each used to keep
+    // its whole 9 MiB answer, twice).
+    assert!(grew_mb <= 200, "{grew_mb} MiB for 100 stalled streams");
     drop(clients);
 }
