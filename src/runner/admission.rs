@@ -64,20 +64,13 @@ impl Runner {
             res: None,
             allowance: None,
         };
-        // Where it waits and whose it is, where calls queue by fair shares
-        // or the limit adapts (see `Limiter::arrives`).
+        // Whose call it is (its tenant's key and weight), where calls queue
+        // by fair shares or the limit adapts (see `Limiter::try_acquire_for`).
         let queue = &self.cfg.limiter.queue;
-        let place = queue.enabled.then(|| self.tenants.place(user, priority));
-        let tenant = match &place {
-            Some(at) => at.key,
-            None if p.limiter.adapts() => self.tenants.key(user),
-            None => 0,
-        };
-        if p.limiter.adapts() {
-            p.limiter.arrives(tenant);
-        }
+        let who = (queue.enabled || p.limiter.adapts()).then(|| self.tenants.key(user));
+        let tenant = who.map_or(0, |w| w.0);
         // Calls waiting in the provider's queue are not overtaken.
-        let free = (!p.limiter.queued()).then(|| p.limiter.try_acquire_for(chars, max_tokens, now, place.as_ref()));
+        let free = (!p.limiter.queued()).then(|| p.limiter.try_acquire_for(chars, max_tokens, now, who));
         let now = match free {
             Some(Ok(permit)) => {
                 held.permit = Some(permit);
@@ -90,13 +83,13 @@ impl Runner {
                 return Err(Refusal::Shed(priority, ShedWhy::Share));
             }
             _ if may_wait() => {
-                let waited = match &place {
-                    Some(at) => {
-                        let until = now + Duration::from_millis(queue.deadline_ms.of(priority));
-                        let until = deadline.map_or(until, |d| d.min(until));
-                        Box::pin(p.limiter.acquire_queued(chars, max_tokens, at, until)).await
-                    }
-                    None => Box::pin(p.limiter.acquire(chars, max_tokens)).await,
+                let waited = if queue.enabled {
+                    let at = self.tenants.place(user, priority);
+                    let until = now + Duration::from_millis(queue.deadline_ms.of(priority));
+                    let until = deadline.map_or(until, |d| d.min(until));
+                    Box::pin(p.limiter.acquire_queued(chars, max_tokens, &at, until)).await
+                } else {
+                    Box::pin(p.limiter.acquire(chars, max_tokens)).await
                 };
                 match waited {
                     Ok(permit) => held.permit = Some(permit),

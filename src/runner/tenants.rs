@@ -23,10 +23,14 @@ impl Tenants {
         Self(map)
     }
 
-    /// A key for `user`'s tenant (its group's, else its own): whose call
-    /// an adaptive limit hears of.
-    pub(super) fn key(&self, user: &str) -> u64 {
-        Place::key_of(self.0.get(user).map_or(user, |(t, _)| &**t))
+    /// A key for `user`'s tenant (its group's, else its own), and its
+    /// weight: whose call an adaptive limit hears of, and whose share of
+    /// the slots it uses.
+    pub(super) fn key(&self, user: &str) -> (u64, u32) {
+        match self.0.get(user) {
+            Some((t, w)) => (Place::key_of(t), *w),
+            None => (Place::key_of(user), 1),
+        }
     }
 
     /// Where a call of `user` at `priority` waits.

@@ -49,7 +49,9 @@ impl Decaying {
     /// The rate a minute over a window of `tau_ms`, given `history_ms` of
     /// history (the decayed sum over the weight that history has had).
     fn per_minute(&self, now_ms: u64, tau_ms: f64, history_ms: u64) -> f64 {
-        let weight = tau_ms * (1.0 - (-(history_ms.max(1) as f64) / tau_ms).exp());
+        // Past twenty windows the history's weight is the window's (to 2e-9).
+        let x = history_ms.max(1) as f64 / tau_ms;
+        let weight = if x > 20.0 { tau_ms } else { tau_ms * (1.0 - (-x).exp()) };
         self.at(now_ms, tau_ms) / weight * MINUTE_MS
     }
 }
@@ -192,9 +194,15 @@ impl SpendRate {
     /// least, and is still too young to be judged against its own.
     pub fn fast(&self, c: &SpendRateConfig, now_ms: u64) -> (Rates, bool) {
         let history = self.first_ms.map_or(0, |f| now_ms.saturating_sub(f));
+        // Dollars are watched only when they are judged.
+        let usd = if c.min_usd_per_minute > 0.0 {
+            self.usd.fast.per_minute(now_ms, MINUTE_MS, history)
+        } else {
+            0.0
+        };
         let rates = Rates {
             tokens: self.tokens.fast.per_minute(now_ms, MINUTE_MS, history),
-            usd: self.usd.fast.per_minute(now_ms, MINUTE_MS, history),
+            usd,
         };
         let newcomer = history >= MINUTE_MS as u64 && history < c.warmup_minutes * 60_000;
         (rates, newcomer)

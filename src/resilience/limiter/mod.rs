@@ -63,7 +63,7 @@ impl LimitPermit {
     }
 
     /// The permit of a call of `tenant`'s (a key: see
-    /// [`Limiter::arrives`]).
+    /// [`Place::key_of`]).
     pub fn of(self, tenant: u64) -> Self {
         Self { tenant, ..self }
     }
@@ -232,16 +232,22 @@ impl Limiter {
             })
     }
 
-    /// [`Limiter::try_acquire`] for a call of the tenant at `place`, held
-    /// to its fair share of the slots where calls queue by fair shares.
+    /// [`Limiter::try_acquire`] for a call of a tenant (`who`: its key
+    /// and weight, see [`Place::key_of`]): held to its fair share of the
+    /// slots where calls queue by fair shares; where the cap adapts, a
+    /// limit cut by another tenant's overloads alone is given back first
+    /// (see `adaptive.rs`).
     pub fn try_acquire_for(
         &self,
         prompt_chars: usize,
         max_tokens: u32,
         now: Instant,
-        place: Option<&Place>,
+        who: Option<(u64, u32)>,
     ) -> Result<LimitPermit, Short> {
         let mut guard = super::lock(&self.inner);
+        if let (Some((tenant, _)), Some(a)) = (who, guard.adaptive.as_mut()) {
+            a.arrives(tenant);
+        }
         let s = &mut *guard;
         let est = s.estimator.estimate(prompt_chars, max_tokens);
         s.refill(now);
@@ -260,9 +266,9 @@ impl Limiter {
         let frozen_for = s.frozen_for(now);
         let cap = s.cap();
         let slots_full = cap > 0 && s.in_flight >= cap;
-        let sharing = place.zip(s.shares.as_mut()).filter(|_| cap > 0);
-        if let Some((p, shares)) = sharing {
-            if shares.full(p.key, p.weight, cap, now) {
+        let sharing = who.zip(s.shares.as_mut()).filter(|_| cap > 0);
+        if let Some(((tenant, weight), shares)) = sharing {
+            if shares.full(tenant, weight, cap, now) {
                 return Err(Short::Share);
             }
         }
@@ -283,9 +289,9 @@ impl Limiter {
                 }
             }
             s.in_flight += 1;
-            let tenant = place.map_or(0, |p| p.key);
-            if let (Some(p), Some(shares)) = (place, s.shares.as_mut()) {
-                shares.take(p.key, p.weight, now);
+            let tenant = who.map_or(0, |w| w.0);
+            if let (Some((tenant, weight)), Some(shares)) = (who, s.shares.as_mut()) {
+                shares.take(tenant, weight, now);
             }
             return Ok(LimitPermit {
                 est,
@@ -372,7 +378,7 @@ impl Limiter {
             let now = Instant::now();
             let mut until = deadline;
             if ticket.is_head() {
-                match self.try_acquire_for(prompt_chars, max_tokens, now, Some(place)) {
+                match self.try_acquire_for(prompt_chars, max_tokens, now, Some((place.key, place.weight))) {
                     Ok(p) => {
                         ticket.served();
                         return Ok(p);
@@ -489,15 +495,6 @@ impl Limiter {
     /// Whether its concurrency cap adapts (`[limiter.adaptive]`).
     pub fn adapts(&self) -> bool {
         self.adapts
-    }
-
-    /// A call of `tenant`'s (a key for whoever shares fairly: see
-    /// `[limiter.queue.tenants]`) is about to be admitted: an adaptive
-    /// limit cut by another tenant's overloads alone is given back.
-    pub fn arrives(&self, tenant: u64) {
-        if let Some(a) = super::lock(&self.inner).adaptive.as_mut() {
-            a.arrives(tenant);
-        }
     }
 
     /// A stream's time to first token, one sample of the provider's

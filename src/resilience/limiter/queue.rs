@@ -78,12 +78,9 @@ impl Place {
         }
     }
 
-    /// A tenant's key: its name, hashed.
+    /// A tenant's key: its name, hashed (the same in every process).
     pub fn key_of(tenant: &str) -> u64 {
-        use std::hash::{Hash, Hasher};
-        let mut h = std::hash::DefaultHasher::new();
-        tenant.hash(&mut h);
-        h.finish()
+        ahash::RandomState::with_seeds(0x66, 0x75, 0x73, 0x65).hash_one(tenant)
     }
 }
 

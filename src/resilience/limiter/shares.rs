@@ -5,6 +5,7 @@
 //! (streams read slowly) cannot hold every slot while another waits.
 
 use std::collections::HashMap;
+use std::hash::BuildHasherDefault;
 use std::time::Duration;
 use tokio::time::Instant;
 
@@ -22,10 +23,28 @@ struct Use {
     last: Instant,
 }
 
+/// Keys that are hashes already, used as they are.
+#[derive(Default)]
+struct AsIs(u64);
+
+impl std::hash::Hasher for AsIs {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for b in bytes {
+            self.0 = self.0.rotate_left(8) ^ u64::from(*b);
+        }
+    }
+    fn write_u64(&mut self, n: u64) {
+        self.0 = n;
+    }
+}
+
 /// The tenants about, by key, and the sum of their weights.
 #[derive(Debug, Default)]
 pub(super) struct Shares {
-    tenants: HashMap<u64, Use>,
+    tenants: HashMap<u64, Use, BuildHasherDefault<AsIs>>,
     weights: u64,
     swept: Option<Instant>,
 }
