@@ -89,7 +89,8 @@ impl Runner {
                     let until = deadline.map_or(until, |d| d.min(until));
                     Box::pin(p.limiter.acquire_queued(chars, max_tokens, &at, until)).await
                 } else {
-                    Box::pin(p.limiter.acquire(chars, max_tokens)).await
+                    // Waited without a queue: the permit names its tenant.
+                    Box::pin(p.limiter.acquire(chars, max_tokens)).await.map(|permit| permit.of(tenant))
                 };
                 match waited {
                     Ok(permit) => held.permit = Some(permit),
@@ -107,7 +108,6 @@ impl Runner {
                 now
             }
         };
-        held.permit = held.permit.take().map(|p| p.of(tenant));
         let Some(est) = held.permit.as_ref().map(|p| p.estimate()) else {
             drop(held);
             pt.stats.rejected_rate.inc();
