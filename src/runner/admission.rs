@@ -90,7 +90,9 @@ impl Runner {
                     Box::pin(p.limiter.acquire_queued(chars, max_tokens, &at, until)).await
                 } else {
                     // Waited without a queue: the permit names its tenant.
-                    Box::pin(p.limiter.acquire(chars, max_tokens)).await.map(|permit| permit.of(tenant))
+                    Box::pin(p.limiter.acquire(chars, max_tokens))
+                        .await
+                        .map(|permit| permit.of(tenant))
                 };
                 match waited {
                     Ok(permit) => held.permit = Some(permit),

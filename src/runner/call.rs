@@ -34,9 +34,6 @@ pub struct LlmCall<'a> {
     /// The only models the caller may reach (its key's routes and models,
     /// [`super::Runner::reach_of`]), on every hop; `None`: any.
     pub reach: Option<&'a [usize]>,
-    /// Set when this call is cancelled because a hedged call answered
-    /// first (what a call dropped in flight was cut by, for its record).
-    pub outrun: Option<&'a std::sync::atomic::AtomicBool>,
     /// When the whole chain must have answered by (`None`: no deadline).
     pub deadline: Option<tokio::time::Instant>,
     /// How urgent it is where capacity is short.
@@ -67,7 +64,6 @@ impl<'a> LlmCall<'a> {
             stream: None,
             only_first: false,
             reach: None,
-            outrun: None,
             deadline: None,
             priority: route.cfg.priority,
         }

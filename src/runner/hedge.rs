@@ -49,12 +49,8 @@ impl Runner {
         // outrun (set before it is dropped, for its attempt's record).
         let mut leg: Box<(Tally, AtomicBool)>;
         let outrun: [AtomicBool; 2] = Default::default();
-        let first_call = LlmCall {
-            outrun: Some(&outrun[0]),
-            ..call.clone()
-        };
         let (answer, first_ended, second_ended) = {
-            let first = self.walk(&first_call, tally, None);
+            let first = self.walk(call, tally, None, Some(&outrun[0]));
             tokio::pin!(first);
             // An answer at once needs no race (and no timer).
             if let Poll::Ready(answer) = std::future::poll_fn(|cx| Poll::Ready(first.as_mut().poll(cx))).await {
@@ -119,10 +115,9 @@ impl Runner {
         let next = if plan.len() > 1 { &plan[1..] } else { &plan[..] };
         let second = LlmCall {
             reach: Some(next),
-            outrun: Some(outrun),
             ..call.clone()
         };
-        Some(self.walk(&second, tally, None).await)
+        Some(self.walk(&second, tally, None, Some(outrun)).await)
     }
 }
 

@@ -88,15 +88,18 @@ impl Runner {
                 return self.hedged(call, tally, after).await;
             }
         }
-        self.walk(call, tally, streaming).await
+        self.walk(call, tally, streaming, None).await
     }
 
-    /// The walk along the chain [`Runner::call_llm_streamed`] describes.
+    /// The walk along the chain [`Runner::call_llm_streamed`] describes;
+    /// `outrun` is set when a hedged call answered first and this walk is
+    /// cancelled (what its call in flight is recorded as cut by).
     pub(super) async fn walk(
         &self,
         call: &LlmCall<'_>,
         tally: &mut Tally,
         mut streaming: Option<&mut Streaming<'_>>,
+        outrun: Option<&std::sync::atomic::AtomicBool>,
     ) -> Result<(LlmResponse, usize), LlmFailure> {
         let route = call.route;
         let order = self.plan(call);
@@ -177,7 +180,7 @@ impl Runner {
                 };
                 tally.trying = Some(mi);
                 let mut hop = match self
-                    .try_model(call, mi, req, rest, tally, streaming.as_deref_mut())
+                    .try_model(call, (mi, req, rest), tally, streaming.as_deref_mut(), outrun)
                     .await?
                 {
                     Ok((mut resp, tries)) => {

@@ -36,14 +36,15 @@ impl Runner {
     /// → budget reservation → call → settle everything with actual usage.
     /// The rare waits (the limiter, a fleet's allowance, a retry's backoff)
     /// are boxed, so their futures do not enlarge every request's.
+    /// `outrun` is set when a hedged call outran this one (see
+    /// [`Runner::walk`]).
     pub(super) async fn try_model(
         &self,
         call: &LlmCall<'_>,
-        mi: usize,
-        mut req: LlmRequest,
-        rest: &[usize],
+        (mi, mut req, rest): (usize, LlmRequest, &[usize]),
         tally: &mut Tally,
         mut streaming: Option<&mut Streaming<'_>>,
+        outrun: Option<&std::sync::atomic::AtomicBool>,
     ) -> Result<Result<(LlmResponse, u32), Hop>, LlmFailure> {
         let m = &self.models[mi];
         let p = &self.providers[m.provider];
@@ -84,7 +85,7 @@ impl Runner {
                 spend: &spend,
                 request: call.request_id,
                 admitted: now,
-                outrun: call.outrun,
+                outrun,
             });
             let streams = streaming.is_some() && req.stream == Some(true);
             let room = held

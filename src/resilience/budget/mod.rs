@@ -134,9 +134,10 @@ struct GlobalState {
     cost_day: Win,
     /// Everyone's spend rate and its breaker.
     rate: SpendRate,
-    /// The biggest spender of the last minute (its slot, its rates, when
-    /// they were read): left out when everyone's rate is judged.
-    top: Option<(u32, rate::Rates, u64)>,
+    /// The biggest spender of the last minute (its slot, its tokens this
+    /// minute, when they were read): left out when everyone's rate is
+    /// judged.
+    top: Option<(u32, f64, u64)>,
 }
 
 /// All budgets.
@@ -362,8 +363,9 @@ impl Budgets {
         let dc = cost - r.cost;
         let sr = &self.cfg.spend_rate;
         let mut trips: [Option<(Scope, Trip)>; 2] = [None, None];
-        // The user's rates, and whether it is a newcomer.
-        let mut theirs = (rate::Rates::default(), false);
+        // What the user spent this minute (how the biggest spender is
+        // found), and, a newcomer's, its rates.
+        let (mut minute, mut newcomer) = (0.0, None);
         let mut users = super::lock(&self.users);
         let u = users.get_mut(r.user);
         u.in_flight = u.in_flight.saturating_sub(1);
@@ -383,9 +385,9 @@ impl Budgets {
                 trips[1] = Some((Scope::User(users.key(r.user).into()), t));
             }
             if sr.global {
-                if let Some(rate) = &users.get_mut(r.user).rate {
-                    theirs = rate.fast(sr, now_ms);
-                }
+                let u = users.get_mut(r.user);
+                minute = u.minute.used;
+                newcomer = u.rate.as_ref().and_then(|rate| rate.newcomer(sr, now_ms));
             }
         }
         drop(users);
@@ -403,26 +405,32 @@ impl Budgets {
                 now_ms,
             );
             if sr.enabled && sr.global {
+                // The biggest spender this minute (kept a minute, its most).
                 let top = match g.top {
-                    Some(t) if t.0 != r.user && now_ms < t.2 + MINUTE && t.1.tokens > theirs.0.tokens => t,
-                    _ => (r.user, theirs.0, now_ms),
+                    Some(t) if now_ms < t.2 + MINUTE && t.0 == r.user => (r.user, t.1.max(minute), now_ms),
+                    Some(t) if now_ms < t.2 + MINUTE && t.1 > minute => t,
+                    _ => (r.user, minute, now_ms),
                 };
                 g.top = Some(top);
+                let without = rate::Rates {
+                    tokens: top.1,
+                    usd: 0.0,
+                };
                 trips[0] = g
                     .rate
-                    .add(sr, tokens as f64, cost, now_ms, top.1)
+                    .add(sr, tokens as f64, cost, now_ms, without)
                     .map(|t| (Scope::Global, t));
-                everyone = theirs.1.then(|| g.rate.baseline(sr, now_ms));
+                everyone = newcomer.map(|theirs| (theirs, g.rate.baseline(sr, now_ms)));
             }
         }
         // A newcomer spending past a multiple of everyone's baseline.
-        if let Some(everyone) = everyone.filter(|_| trips[1].is_none()) {
+        if let Some((theirs, everyone)) = everyone.filter(|_| trips[1].is_none()) {
             let mut users = super::lock(&self.users);
             let u = users.get_mut(r.user);
             let trip = u
                 .rate
                 .as_mut()
-                .and_then(|rate| rate.judge_newcomer(sr, theirs.0, everyone, now_ms));
+                .and_then(|rate| rate.judge_newcomer(sr, theirs, everyone, now_ms));
             if let Some(t) = trip {
                 trips[1] = Some((Scope::User(users.key(r.user).into()), t));
             }

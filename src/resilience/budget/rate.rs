@@ -12,10 +12,10 @@
 //! `warmup_minutes`.
 //!
 //! The global breaker is everyone's, so no one user may open it: it opens
-//! only when everyone's rate passes its bound without the biggest spender's
-//! (a surge many share, not one user's), and a user still warming up is
-//! judged, once it has spent for a minute, against everyone's baseline
-//! instead of its own.
+//! only when everyone's rate passes its bound without what the biggest
+//! spender spent this minute (a surge many share, not one user's), and a
+//! user still warming up is judged, once it has spent for a minute,
+//! against everyone's baseline instead of its own.
 
 use super::Metric;
 use crate::config::SpendRateConfig;
@@ -189,23 +189,18 @@ impl SpendRate {
         trip
     }
 
-    /// Its last minute's rates at `now_ms`, and whether it is a newcomer
-    /// to judge against everyone's baseline: it has spent for a minute at
-    /// least, and is still too young to be judged against its own.
-    pub fn fast(&self, c: &SpendRateConfig, now_ms: u64) -> (Rates, bool) {
+    /// A newcomer's last minute's rates at `now_ms`: one that has spent
+    /// for a minute at least and is still too young to be judged against
+    /// its own baseline (none for any other).
+    pub fn newcomer(&self, c: &SpendRateConfig, now_ms: u64) -> Option<Rates> {
         let history = self.first_ms.map_or(0, |f| now_ms.saturating_sub(f));
-        // Dollars are watched only when they are judged.
-        let usd = if c.min_usd_per_minute > 0.0 {
-            self.usd.fast.per_minute(now_ms, MINUTE_MS, history)
-        } else {
-            0.0
-        };
-        let rates = Rates {
+        if history < MINUTE_MS as u64 || history >= c.warmup_minutes * 60_000 {
+            return None;
+        }
+        Some(Rates {
             tokens: self.tokens.fast.per_minute(now_ms, MINUTE_MS, history),
-            usd,
-        };
-        let newcomer = history >= MINUTE_MS as u64 && history < c.warmup_minutes * 60_000;
-        (rates, newcomer)
+            usd: self.usd.fast.per_minute(now_ms, MINUTE_MS, history),
+        })
     }
 
     /// Its baselines at `now_ms`.

@@ -266,13 +266,15 @@ impl Limiter {
         let frozen_for = s.frozen_for(now);
         let cap = s.cap();
         let slots_full = cap > 0 && s.in_flight >= cap;
+        let fits = wait.is_zero() && !slots_full;
         let sharing = who.zip(s.shares.as_mut()).filter(|_| cap > 0);
         if let Some(((tenant, weight), shares)) = sharing {
-            if shares.full(tenant, weight, cap, now) {
+            // Held to its share (and, when it fits, its slot taken).
+            if shares.full_or_take(tenant, weight, cap, fits, now) {
                 return Err(Short::Share);
             }
         }
-        if wait.is_zero() && !slots_full {
+        if fits {
             let mut taken = [0.0; 4];
             for (i, (b, n)) in [
                 (&mut s.tpm, total),
@@ -290,9 +292,6 @@ impl Limiter {
             }
             s.in_flight += 1;
             let tenant = who.map_or(0, |w| w.0);
-            if let (Some((tenant, weight)), Some(shares)) = (who, s.shares.as_mut()) {
-                shares.take(tenant, weight, now);
-            }
             return Ok(LimitPermit {
                 est,
                 taken: [taken[0], taken[1], taken[2]],

@@ -61,32 +61,35 @@ impl Shares {
         self.weights = self.tenants.values().map(|u| u64::from(u.weight)).sum();
     }
 
-    /// Whether `tenant` (of `weight`) holds its share of `cap` slots.
-    pub(super) fn full(&mut self, tenant: u64, weight: u32, cap: u32, now: Instant) -> bool {
+    /// Whether `tenant` (of `weight`) holds its share of `cap` slots; when
+    /// it does not and `take` (the call fits the limits), it takes one.
+    pub(super) fn full_or_take(&mut self, tenant: u64, weight: u32, cap: u32, take: bool, now: Instant) -> bool {
         self.sweep(now);
-        let (held, weights) = match self.tenants.get(&tenant) {
-            Some(u) => (u.in_flight, self.weights),
-            None => (0, self.weights + u64::from(weight)),
+        let known = self.tenants.len();
+        let weights = self.weights;
+        let entry = self.tenants.entry(tenant);
+        let fresh = matches!(entry, std::collections::hash_map::Entry::Vacant(_));
+        let weights = if fresh { weights + u64::from(weight) } else { weights };
+        let held = match &entry {
+            std::collections::hash_map::Entry::Occupied(o) => o.get().in_flight,
+            std::collections::hash_map::Entry::Vacant(_) => 0,
         };
         let share = (u64::from(cap) * u64::from(weight.max(1)) / weights.max(1)).max(1);
-        u64::from(held) >= share
-    }
-
-    /// `tenant` took a slot.
-    pub(super) fn take(&mut self, tenant: u64, weight: u32, now: Instant) {
-        if !self.tenants.contains_key(&tenant) {
-            if self.tenants.len() >= MAX_TENANTS {
-                return;
-            }
-            self.weights += u64::from(weight);
+        if u64::from(held) >= share {
+            return true;
         }
-        let u = self.tenants.entry(tenant).or_insert(Use {
-            in_flight: 0,
-            weight,
-            last: now,
-        });
-        u.in_flight += 1;
-        u.last = now;
+        // Past the most tenants followed, a new one is not held to a share.
+        if take && (!fresh || known < MAX_TENANTS) {
+            let u = entry.or_insert(Use {
+                in_flight: 0,
+                weight,
+                last: now,
+            });
+            u.in_flight += 1;
+            u.last = now;
+            self.weights = weights;
+        }
+        false
     }
 
     /// `tenant` gave a slot back.
@@ -106,32 +109,30 @@ mod tests {
     async fn a_tenant_holds_its_share_of_the_slots_among_those_about_and_all_when_alone() {
         let now = Instant::now();
         let mut s = Shares::default();
+        let take = |s: &mut Shares, t: u64, w: u32, cap: u32, at: Instant| !s.full_or_take(t, w, cap, true, at);
         // Alone, a tenant may take both of two slots.
-        assert!(!s.full(1, 1, 2, now));
-        s.take(1, 1, now);
-        assert!(!s.full(1, 1, 2, now));
-        s.take(1, 1, now);
-        assert!(s.full(1, 1, 2, now));
+        assert!(take(&mut s, 1, 1, 2, now));
+        assert!(take(&mut s, 1, 1, 2, now));
+        assert!(!take(&mut s, 1, 1, 2, now));
         s.give(1, now);
         s.give(1, now);
         // With another about, one each.
-        s.take(2, 1, now);
+        assert!(take(&mut s, 2, 1, 2, now));
         s.give(2, now);
-        s.take(1, 1, now);
-        assert!(s.full(1, 1, 2, now), "tenant 2 called a moment ago");
-        assert!(!s.full(2, 1, 2, now));
+        assert!(take(&mut s, 1, 1, 2, now));
+        assert!(s.full_or_take(1, 1, 2, false, now), "tenant 2 called a moment ago");
+        assert!(!s.full_or_take(2, 1, 2, false, now));
         // A weight of 3 against 1: three of four slots.
         let mut w = Shares::default();
-        w.take(9, 1, now);
+        assert!(take(&mut w, 9, 1, 4, now));
         for _ in 0..3 {
-            assert!(!w.full(8, 3, 4, now));
-            w.take(8, 3, now);
+            assert!(take(&mut w, 8, 3, 4, now));
         }
-        assert!(w.full(8, 3, 4, now));
+        assert!(!take(&mut w, 8, 3, 4, now));
         // A minute on, the other is no longer about.
         tokio::time::advance(Duration::from_secs(61)).await;
         let later = Instant::now();
         s.give(1, later - Duration::from_secs(61));
-        assert!(!s.full(1, 1, 2, later), "tenant 2 went quiet");
+        assert!(!s.full_or_take(1, 1, 2, false, later), "tenant 2 went quiet");
     }
 }
