@@ -231,6 +231,16 @@ async fn until_reloads(base: &str, n: usize) -> Value {
     }
 }
 
+/// An operator's `reload` command to the gateway at `base`.
+async fn reload_command(base: &str) -> reqwest::Response {
+    reqwest::Client::new()
+        .post(format!("{base}/_fusebox/commands"))
+        .json(&json!({"action": "reload"}))
+        .send()
+        .await
+        .unwrap()
+}
+
 /// `fusebox serve` (with `args`) over a config file that sets one breaker
 /// threshold, to reload: its folder, the file and the gateway.
 async fn serving_a_config(args: &[&str]) -> (tempfile::TempDir, std::path::PathBuf, Serve) {
@@ -291,12 +301,7 @@ async fn sighup_or_the_reload_command_applies_new_breaker_settings_keeping_state
     assert_eq!(openai_row(&s)["config"]["consecutive_failures"], 7, "nothing changed");
     // An operator's reload command reads the file the same way.
     std::fs::write(&cfg, "[breaker]\nconsecutive_failures = 9\n").unwrap();
-    let reloaded = reqwest::Client::new()
-        .post(format!("{base}/_fusebox/commands"))
-        .json(&json!({"action": "reload"}))
-        .send()
-        .await
-        .unwrap();
+    let reloaded = reload_command(&base).await;
     assert_eq!(reloaded.status(), 200, "{:?}", reloaded.text().await);
     let s = until_reloads(&base, 4).await;
     assert!(reloads(&s)[3].0, "applied: {:?}", reloads(&s));
@@ -392,12 +397,7 @@ async fn a_refused_reload_says_where_and_what_without_quoting_the_file() {
         }
         assert!(!why.contains("SECRET"), "{why}");
     }
-    let reloaded = reqwest::Client::new()
-        .post(format!("{base}/_fusebox/commands"))
-        .json(&json!({"action": "reload"}))
-        .send()
-        .await
-        .unwrap();
+    let reloaded = reload_command(&base).await;
     assert_eq!(reloaded.status(), 400);
     let answer = reloaded.text().await.unwrap();
     assert!(answer.contains("base_url") && !answer.contains("SECRET"), "{answer}");
