@@ -152,6 +152,11 @@ pub struct QueueConfig {
     /// Tenants grouping several users under one share; every other user
     /// is a tenant of its own with weight 1.
     pub tenants: std::collections::BTreeMap<String, TenantConfig>,
+    /// Whether a call without a key may ask (`x-fusebox-priority`) for
+    /// more urgency than its tenant's `priority` or its route's. Off, a
+    /// caller's word can only make its calls less urgent: a flood that
+    /// says `critical` is served and shed as `default`.
+    pub trust_priority: bool,
 }
 
 /// How long a waiting call of each priority may wait (ms).
@@ -196,6 +201,10 @@ pub struct TenantConfig {
     /// Its share against a weight-1 tenant's.
     #[serde(default = "one_weight")]
     pub weight: u32,
+    /// The most urgent priority its users' calls may ask for, where no
+    /// key says (unset: their route's).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub priority: Option<Priority>,
 }
 
 fn one_weight() -> u32 {
@@ -218,6 +227,7 @@ impl Default for QueueConfig {
             max_waiting: 1_000,
             deadline_ms: PriorityDeadlines::default(),
             tenants: Default::default(),
+            trust_priority: false,
         }
     }
 }

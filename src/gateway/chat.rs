@@ -147,7 +147,7 @@ fn chat_request(
             }
         },
     };
-    let priority = priority_of(gw, header(fusebox::PRIORITY), caller, &asked.model)?;
+    let priority = priority_of(gw, header(fusebox::PRIORITY), caller, &billed.user, &asked.model)?;
     let id = gw.ids.next(headers);
     Ok(ChatRequest {
         id,
@@ -170,12 +170,13 @@ fn chat_request(
 }
 
 /// A call's priority: what `x-fusebox-priority` asks for, else its
-/// route's, no more urgent than its key allows (without keys, any);
-/// `None` where that is its route's.
+/// route's, no more urgent than its key allows (without keys, than the
+/// operator gives its tenant or route); `None` where that is its route's.
 fn priority_of(
     gw: &Gateway,
     asked: Option<&[u8]>,
     caller: Option<&Caller>,
+    user: &str,
     route: &str,
 ) -> Result<Option<Priority>, (&'static str, String)> {
     let asked = match asked {
@@ -190,9 +191,11 @@ fn priority_of(
                 ))?,
         ),
     };
+    let Some(caller) = caller else {
+        return Ok(gw.runner.priority_for(user, asked, route));
+    };
     let of_route = gw.runner.route_for(route).map(|r| r.cfg.priority).unwrap_or_default();
-    let cap = caller.map_or(Priority::Critical, |c| c.priority);
-    let p = asked.unwrap_or(of_route).max(cap);
+    let p = asked.unwrap_or(of_route).max(caller.priority);
     Ok((p != of_route).then_some(p))
 }
 

@@ -26,7 +26,7 @@ pub mod tool;
 pub mod tool_call;
 
 use crate::clock::{Clock, Seed};
-use crate::config::{Config, ModelConfig, RouteConfig, ToolConfig};
+use crate::config::{Config, ModelConfig, Priority, RouteConfig, ToolConfig};
 use crate::outcome::Level;
 use crate::provider::fault::FaultTable;
 use crate::provider::mock::MockProvider;
@@ -467,6 +467,16 @@ impl Runner {
     /// in its route's chain.
     pub fn route_for(&self, name: &str) -> Option<&RouteSlot> {
         self.routes.get(name).or_else(|| self.model_routes.get(name))
+    }
+
+    /// The priority a call of `user` made without a key gets on `route`
+    /// for asking `asked`: no more urgent than the operator gives its
+    /// tenant or route (`[limiter.queue] trust_priority` lets callers
+    /// choose); `None` where that is its route's.
+    pub fn priority_for(&self, user: &str, asked: Option<Priority>, route: &str) -> Option<Priority> {
+        let of_route = self.route_for(route).map(|r| r.cfg.priority).unwrap_or_default();
+        let p = self.tenants.grant(user, asked, of_route);
+        (p != of_route).then_some(p)
     }
 
     /// The models a caller allowed only `names` (routes or models) may

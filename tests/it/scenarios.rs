@@ -405,6 +405,35 @@ async fn fair_shares_keep_quiet_tenants_whole_through_a_flood() {
     assert!(shed.is_some_and(|o| o.path().iter().any(|h| h.contains("shed"))));
 }
 
+/// A flood whose caller says `critical` without a key is served and shed
+/// as `default`: the quiet tenants fare as they do against a flood that
+/// claims nothing. Were the claim trusted, it would push them out.
+#[tokio::test(start_paused = true)]
+async fn a_flood_claiming_critical_without_a_key_is_shed_like_default() {
+    let cfg = Config::parse(include_str!("../../examples/fair-shares.toml"), "fair-shares.toml").unwrap();
+    let flood = Scenario::load("fair-shares").unwrap();
+    let mut claiming = flood.clone();
+    claiming.noisy.as_mut().unwrap().priority = Some(fusebox::config::Priority::Critical);
+    let mut trusting = cfg.clone();
+    trusting.limiter.queue.trust_priority = true;
+    let plain = by_tenant(&run_this(flood, 10, 7, cfg.clone()).await);
+    let claimed = run_this(claiming.clone(), 10, 7, cfg).await;
+    let trusted = by_tenant(&run_this(claiming, 10, 7, trusting).await);
+    assert_eq!(by_tenant(&claimed), plain, "the claim changes nothing");
+    let openai = claimed.runner.providers().iter().find(|p| p.name == "openai").unwrap();
+    let q = openai.limiter.view(tokio::time::Instant::now()).queue.unwrap();
+    assert!(q.shed[1] > 0 && q.shed_most[0].0 == "tenant-noisy", "{q:?}");
+    for t in ["tenant-a", "tenant-b", "tenant-c"] {
+        eprintln!("{t}: answered {:.3} (claim trusted: {:.3})", plain[t].1, trusted[t].1);
+        assert!(
+            trusted[t].1 < plain[t].1 * 0.9,
+            "{t}: {:?} against {:?}",
+            trusted[t],
+            plain[t]
+        );
+    }
+}
+
 /// Latencies (ms, sorted) of `user`'s answered requests, and how many it sent.
 fn answered_latencies(r: &Run, user: &str) -> (Vec<u64>, usize) {
     let mine: Vec<_> = r.demo.outcomes.iter().filter(|o| o.user == user).collect();

@@ -697,3 +697,47 @@ async fn a_shed_call_says_why_and_a_key_caps_its_priority() {
     let (status, _) = p.call_as(ALICE, &chat("solo"), &[]).await;
     assert_eq!(status, 200);
 }
+
+/// Without keys, `x-fusebox-priority` can make a call less urgent but no
+/// more than the operator gives its tenant or route, unless the config
+/// trusts callers.
+#[tokio::test]
+async fn without_keys_a_callers_priority_is_the_operators() {
+    let shed_as = |trust: bool| async move {
+        let mut cfg = config(
+            "[routes.solo]\nchain = [\"gpt-4o\"]\n\n[limiter.queue.tenants.ops]\nusers = [\"pager\"]\npriority = \"critical\"\n",
+        );
+        cfg.providers.get_mut("openai").unwrap().concurrency = 1;
+        let q = &mut cfg.limiter.queue;
+        q.enabled = true;
+        q.trust_priority = trust;
+        (q.deadline_ms.critical, q.deadline_ms.default, q.deadline_ms.batch) = (1, 1, 1);
+        let p = Proxy::start(cfg).await;
+        let openai = p.runner.providers().iter().find(|s| s.name == "openai").unwrap();
+        let held = openai.limiter.try_acquire(40, 10, tokio::time::Instant::now()).unwrap();
+        let mut said = Vec::new();
+        for (user, asked) in [("flood", "critical"), ("flood", "batch"), ("pager", "critical")] {
+            let r = p
+                .http
+                .post(format!("{}/v1/chat/completions", p.base))
+                .header("x-fusebox-user", user)
+                .header("x-fusebox-priority", asked)
+                .json(&chat("solo"))
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(r.status(), 429);
+            let body: Value = r.json().await.unwrap();
+            let m = body["error"]["message"].as_str().unwrap_or_default().to_string();
+            said.push(
+                ["critical", "default", "batch"]
+                    .into_iter()
+                    .find(|p| m.contains(&format!("this {p} call"))),
+            );
+        }
+        openai.limiter.release(held, tokio::time::Instant::now());
+        said
+    };
+    assert_eq!(shed_as(false).await, [Some("default"), Some("batch"), Some("critical")]);
+    assert_eq!(shed_as(true).await, [Some("critical"), Some("batch"), Some("critical")]);
+}

@@ -168,7 +168,7 @@ pub async fn run_scenario(runner: Arc<Runner>, scenario: &Scenario, duration: Du
     let mut id = 0u64;
     loop {
         let tenant = tenants.iter_mut().filter(|t| t.next.is_some()).min_by_key(|t| t.next);
-        let (at, req) = match (next_ordinary, tenant) {
+        let (at, mut req) = match (next_ordinary, tenant) {
             (Some(o), t) if t.as_ref().is_none_or(|t| t.next.is_some_and(|n| o <= n)) => {
                 id += 1;
                 next_ordinary = Some(o + gap(ordinary.f64(), scenario.rps)).filter(|t| *t < end);
@@ -177,6 +177,8 @@ pub async fn run_scenario(runner: Arc<Runner>, scenario: &Scenario, duration: Du
             (_, Some(t)) => t.take(seed),
             _ => break,
         };
+        // A scenario's callers have no keys: what they ask is their word.
+        req.priority = runner.priority_for(&req.user, req.priority, &req.route);
         tokio::time::sleep_until(at).await;
         while let Some(done) = tasks.try_join_next() {
             keep(&mut outcomes, done);

@@ -35,7 +35,8 @@ pub struct Tenant {
     /// Prompt size of its requests (characters).
     #[serde(default = "long_prompt")]
     pub prompt_chars: usize,
-    /// The priority of its requests (none: as the route says).
+    /// The priority its requests ask for (`x-fusebox-priority`; none: as
+    /// the route says), granted as the config allows a caller without a key.
     #[serde(default)]
     pub priority: Option<crate::config::Priority>,
     /// Its requests offer the model a tool (`search_docs`, two steps);
