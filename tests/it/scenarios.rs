@@ -1,6 +1,7 @@
 //! Every built-in scenario shows what the seeds promise, on virtual time,
 //! and the same scenario + config + seed gives a byte-identical summary.
 
+use crate::common::seeds::{each_seed, median, SEEDS};
 use fusebox::clock::{Clock, Seed};
 use fusebox::config::Config;
 use fusebox::outcome::Level;
@@ -199,61 +200,82 @@ async fn noisy_tenant_does_not_hurt_other_users() {
 }
 
 /// A runaway agent loop (its spend tripled at 15 minutes) against the
-/// same run without the spend-rate breaker.
-#[tokio::test(start_paused = true)]
-async fn runaway_agent_is_stopped_by_its_spend_rate_breaker_within_two_minutes() {
+/// same run without the spend-rate breaker, at every seed of [`SEEDS`]:
+/// it opens within three minutes of the surge (the median, and seed 7's
+/// figures, are in `docs/overload.md`).
+#[test]
+fn runaway_agent_is_stopped_by_its_spend_rate_breaker_within_three_minutes() {
     const SURGE_MS: u64 = 900_000;
-    let mut cfg = Config::default();
-    cfg.budgets.spend_rate.enabled = true;
-    let on = run_with("runaway-agent", 25, 7, cfg).await;
-    let off = run("runaway-agent", 25, 7).await;
-    let trips = |r: &Run| -> Vec<(u64, String)> {
-        r.events
-            .iter()
-            .filter_map(|e| match &e.kind {
-                EventKind::SpendRateTripped(t) => Some((e.t_ms, t.scope.user().to_string())),
-                _ => None,
-            })
-            .collect()
-    };
-    let tripped = trips(&on);
-    assert!(trips(&off).is_empty());
-    assert!(
-        !tripped.is_empty() && tripped.iter().all(|(_, u)| u == "agent-loop"),
-        "{tripped:?}"
-    );
-    let first = tripped[0].0;
-    assert!(
-        first > SURGE_MS && first - SURGE_MS <= 120_000,
-        "opened {} s after the surge",
-        (first as i64 - SURGE_MS as i64) / 1000
-    );
-    // Refused while open, with the reason.
-    assert!(on.summary.budget_rejections["agent-loop"] > 0);
-    let said = |o: &&fusebox::outcome::Outcome| {
-        o.user_message
-            .as_deref()
-            .is_some_and(|m| m.contains("spend-rate breaker open"))
-    };
-    let refused: Vec<_> = on.demo.outcomes.iter().filter(said).collect();
-    assert!(!refused.is_empty() && refused.iter().all(|o| o.user == "agent-loop"));
-    // What the runaway spent after its surge: well under half as much.
-    let spent_after = |r: &Run| -> u64 {
-        r.demo
-            .outcomes
-            .iter()
-            .filter(|o| o.user == "agent-loop" && o.request >= 9_000_000)
-            .map(|o| o.tokens)
-            .sum()
-    };
-    let (a, b) = (spent_after(&on), spent_after(&off));
-    assert!(a * 2 < b, "the runaway spent {a} tokens with the breaker, {b} without");
-    // Every other user is served exactly as without it.
-    let others = |r: &Run| -> (usize, usize) {
-        let o: Vec<_> = r.demo.outcomes.iter().filter(|o| o.user != "agent-loop").collect();
-        (o.len(), o.iter().filter(|o| o.level == Level::None).count())
-    };
-    assert_eq!(others(&on), others(&off));
+    let runs = each_seed(SEEDS, |seed| async move {
+        let mut cfg = Config::default();
+        cfg.budgets.spend_rate.enabled = true;
+        let on = run_with("runaway-agent", 25, seed, cfg).await;
+        let off = run("runaway-agent", 25, seed).await;
+        let trips = |r: &Run| -> Vec<(u64, String)> {
+            r.events
+                .iter()
+                .filter_map(|e| match &e.kind {
+                    EventKind::SpendRateTripped(t) => Some((e.t_ms, t.scope.user().to_string())),
+                    _ => None,
+                })
+                .collect()
+        };
+        let tripped = trips(&on);
+        assert!(trips(&off).is_empty());
+        assert!(
+            !tripped.is_empty() && tripped.iter().all(|(_, u)| u == "agent-loop"),
+            "seed {seed}: {tripped:?}"
+        );
+        // Refused while open, with the reason.
+        assert!(on.summary.budget_rejections["agent-loop"] > 0);
+        let said = |o: &&fusebox::outcome::Outcome| {
+            o.user_message
+                .as_deref()
+                .is_some_and(|m| m.contains("spend-rate breaker open"))
+        };
+        let refused: Vec<_> = on.demo.outcomes.iter().filter(said).collect();
+        assert!(!refused.is_empty() && refused.iter().all(|o| o.user == "agent-loop"));
+        // What the runaway spent on requests sent after its surge (outcomes
+        // are in arrival order; the surge's first request opens it).
+        let surge = fusebox::traffic::load::NOISY_IDS + fusebox::traffic::load::TENANT_IDS;
+        let spent_after = |r: &Run| -> u64 {
+            let os = &r.demo.outcomes;
+            let from = os.iter().position(|o| o.request > surge).unwrap();
+            os[from..]
+                .iter()
+                .filter(|o| o.user == "agent-loop")
+                .map(|o| o.tokens)
+                .sum()
+        };
+        // Every other user is served exactly as without it.
+        let others = |r: &Run| -> (usize, usize) {
+            let o: Vec<_> = r.demo.outcomes.iter().filter(|o| o.user != "agent-loop").collect();
+            (o.len(), o.iter().filter(|o| o.level == Level::None).count())
+        };
+        assert_eq!(others(&on), others(&off), "seed {seed}");
+        (
+            tripped[0].0 as i64 - SURGE_MS as i64,
+            spent_after(&on),
+            spent_after(&off),
+        )
+    });
+    for (seed, (after, on, off)) in &runs {
+        eprintln!(
+            "seed {seed}: opened {} s after the surge; the runaway spent {on} tokens after it, {off} without",
+            after / 1000
+        );
+    }
+    eprintln!("median: {} s", median(runs.iter().map(|(_, r)| r.0 as f64 / 1000.0)));
+    for (seed, (after, on, off)) in runs {
+        assert!(
+            (1..=180_000).contains(&after),
+            "seed {seed}: opened {after} ms after the surge"
+        );
+        assert!(
+            on * 2 < off,
+            "seed {seed}: the runaway spent {on} tokens with the breaker, {off} without"
+        );
+    }
 }
 
 #[tokio::test(start_paused = true)]

@@ -5,10 +5,14 @@
 //! so a runaway agent loop stops within minutes instead of at a daily cap.
 //!
 //! Both rates are exponentially decaying sums (constant memory per scope):
-//! the fast one over about a minute, the baseline over `baseline_minutes`.
-//! While a scope's history is shorter than a window, its rate is what it
-//! spent over the history it has, so a new scope's first requests do not
-//! look like a surge; nothing is judged against its own baseline before
+//! the fast one over about a minute, the baseline over `baseline_minutes`
+//! less what the fast one holds, so a surge is judged against the spend
+//! before it rather than a baseline it has already raised (otherwise a
+//! surge learnt into its own baseline while the fast rate climbed, and
+//! how soon it tripped was luck: 26 s to 263 s across seeds). While a
+//! scope's history is shorter than a window, its rate is what it spent
+//! over the history it has, so a new scope's first requests do not look
+//! like a surge; nothing is judged against its own baseline before
 //! `warmup_minutes`.
 //!
 //! The global breaker is everyone's, so no one user may open it: it opens
@@ -49,10 +53,18 @@ impl Decaying {
     /// The rate a minute over a window of `tau_ms`, given `history_ms` of
     /// history (the decayed sum over the weight that history has had).
     fn per_minute(&self, now_ms: u64, tau_ms: f64, history_ms: u64) -> f64 {
-        // Past twenty windows the history's weight is the window's (to 2e-9).
-        let x = history_ms.max(1) as f64 / tau_ms;
-        let weight = if x > 20.0 { tau_ms } else { tau_ms * (1.0 - (-x).exp()) };
-        self.at(now_ms, tau_ms) / weight * MINUTE_MS
+        self.at(now_ms, tau_ms) / weight(tau_ms, history_ms) * MINUTE_MS
+    }
+}
+
+/// The weight `history_ms` of history has in a sum decaying over `tau_ms`.
+fn weight(tau_ms: f64, history_ms: u64) -> f64 {
+    // Past twenty windows the history's weight is the window's (to 2e-9).
+    let x = history_ms.max(1) as f64 / tau_ms;
+    if x > 20.0 {
+        tau_ms
+    } else {
+        tau_ms * (1.0 - (-x).exp())
     }
 }
 
@@ -72,6 +84,21 @@ fn decay(x: f64) -> f64 {
 struct Pair {
     fast: Decaying,
     base: Decaying,
+}
+
+impl Pair {
+    /// The baseline a minute over `base_ms`, less the last minutes the
+    /// fast rate holds: the long sum minus the fast one, over the weight
+    /// that difference gives `history_ms` (exact for a steady rate). Where
+    /// the history is too short to leave anything, the whole baseline.
+    fn baseline(&self, now_ms: u64, base_ms: f64, history_ms: u64) -> f64 {
+        let w = weight(base_ms, history_ms) - weight(MINUTE_MS, history_ms);
+        if w < MINUTE_MS {
+            return self.base.per_minute(now_ms, base_ms, history_ms);
+        }
+        let before = self.base.at(now_ms, base_ms) - self.fast.at(now_ms, MINUTE_MS);
+        before.max(0.0) / w * MINUTE_MS
+    }
 }
 
 /// Why a scope's breaker opened.
@@ -168,7 +195,7 @@ impl SpendRate {
         }
         let judge = |pair: &Pair, floor: f64, metric: Metric, without: f64| {
             let rate = pair.fast.per_minute(now_ms, MINUTE_MS, history);
-            let baseline = pair.base.per_minute(now_ms, base_ms, history);
+            let baseline = pair.baseline(now_ms, base_ms, history);
             let rest = rate - without;
             (floor > 0.0 && rest >= floor && rest > c.multiple * baseline).then_some(Trip {
                 metric,
@@ -208,8 +235,8 @@ impl SpendRate {
         let history = self.first_ms.map_or(0, |f| now_ms.saturating_sub(f));
         let base_ms = c.baseline_minutes as f64 * MINUTE_MS;
         Rates {
-            tokens: self.tokens.base.per_minute(now_ms, base_ms, history),
-            usd: self.usd.base.per_minute(now_ms, base_ms, history),
+            tokens: self.tokens.baseline(now_ms, base_ms, history),
+            usd: self.usd.baseline(now_ms, base_ms, history),
         }
     }
 
@@ -245,8 +272,7 @@ impl SpendRate {
             tokens_per_minute: self.tokens.fast.per_minute(now_ms, MINUTE_MS, history),
             baseline_per_minute: self
                 .tokens
-                .base
-                .per_minute(now_ms, c.baseline_minutes as f64 * MINUTE_MS, history),
+                .baseline(now_ms, c.baseline_minutes as f64 * MINUTE_MS, history),
             open_ms: self.open(now_ms).map_or(0, |t| t.until_ms - now_ms),
             trip_ratio: self
                 .open(now_ms)

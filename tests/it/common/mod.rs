@@ -3,6 +3,7 @@
 pub mod mcp;
 pub mod otlp;
 pub mod redis;
+pub mod seeds;
 pub mod strict;
 
 use fusebox::clock::{Clock, Seed};

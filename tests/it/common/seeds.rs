@@ -1,0 +1,50 @@
+//! Runs a scenario check at many seeds: a documented bound must hold at
+//! every one, not at the seed its figures were measured at.
+
+use std::future::Future;
+use std::ops::RangeInclusive;
+
+/// The seeds every documented overload bound is checked at.
+pub const SEEDS: RangeInclusive<u64> = 1..=30;
+
+/// `check(seed)` at each of `seeds`, each on a fresh paused runtime (time
+/// is virtual), two seeds at a time: the results in seed order.
+pub fn each_seed<T, F, Fut>(seeds: RangeInclusive<u64>, check: F) -> Vec<(u64, T)>
+where
+    T: Send,
+    F: Fn(u64) -> Fut + Sync,
+    Fut: Future<Output = T>,
+{
+    let seeds: Vec<u64> = seeds.collect();
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let mut results: Vec<(u64, T)> = std::thread::scope(|s| {
+        let workers: Vec<_> = (0..2)
+            .map(|_| {
+                s.spawn(|| {
+                    let mut mine = Vec::new();
+                    loop {
+                        let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        let Some(&seed) = seeds.get(i) else { break };
+                        let rt = tokio::runtime::Builder::new_current_thread()
+                            .enable_all()
+                            .start_paused(true)
+                            .build()
+                            .unwrap();
+                        mine.push((seed, rt.block_on(check(seed))));
+                    }
+                    mine
+                })
+            })
+            .collect();
+        workers.into_iter().flat_map(|w| w.join().unwrap()).collect()
+    });
+    results.sort_by_key(|(seed, _)| *seed);
+    results
+}
+
+/// The median of `values`.
+pub fn median(values: impl IntoIterator<Item = f64>) -> f64 {
+    let mut v: Vec<f64> = values.into_iter().collect();
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
