@@ -1,8 +1,8 @@
 //! Retries: exponential backoff with full jitter that honours Retry-After,
 //! and a retry budget (retries ≤ a share of requests, Envoy/tower style) so
 //! an outage does not turn into a retry storm; hedged calls have a budget
-//! of their own, counted beside it, of which no one tenant takes more than
-//! half.
+//! of their own, counted beside it. A tenant alone in wanting hedges may
+//! use all of it; once another asks, no one tenant takes more than half.
 
 use crate::clock::{purpose, Seed};
 use crate::config::RetryConfig;
@@ -26,9 +26,13 @@ const SLOTS: usize = 10;
 /// One second of the window: which second, requests, retries, hedges.
 type Slot = (u64, u32, u32, u32);
 
-/// The most hedges remembered by tenant (a bound on what many hedges can
-/// make the budget hold; past it the oldest are forgotten).
+/// The most asks for a hedge remembered by tenant (a bound on what many
+/// hedges can make the budget hold; past it the oldest are forgotten).
 const HEDGERS: usize = 4_096;
+
+/// An ask for a hedge in the window: its second, its tenant (a key) and
+/// whether it was granted.
+type Ask = (u64, u64, bool);
 
 /// Retries (and hedges) allowed as a share of recent requests (10-second
 /// window).
@@ -38,8 +42,8 @@ pub struct RetryBudget {
     hedge_ratio: f64,
     origin: Instant,
     slots: Mutex<[Slot; SLOTS]>,
-    /// The window's hedges: each one's second and tenant (a key).
-    hedgers: Mutex<std::collections::VecDeque<(u64, u64)>>,
+    /// The window's asks for a hedge.
+    hedgers: Mutex<std::collections::VecDeque<Ask>>,
 }
 
 impl RetryBudget {
@@ -80,27 +84,28 @@ impl RetryBudget {
     }
 
     /// Takes one hedged call of `tenant`'s (a key) from its budget, if
-    /// there is room, and the tenant has taken less than half of it (at
-    /// least one) in the window.
+    /// there is room and, where another tenant asked for one in the
+    /// window, the tenant has taken less than half of it (at least one).
+    /// Alone, a tenant may use it all: a cap no one contends for would
+    /// only leave slow calls unhedged.
     pub fn try_hedge(&self, now: Instant, tenant: u64) -> bool {
         let s = self.sec(now);
         let mut g = self.slots.lock();
         let (reqs, _, hedges) = window(&g, s);
         let allowed = self.hedge_ratio * reqs as f64;
-        if (hedges as f64) >= allowed {
-            return false;
-        }
         let mut hedgers = self.hedgers.lock();
         while hedgers.front().is_some_and(|h| s.saturating_sub(h.0) >= SLOTS as u64) || hedgers.len() >= HEDGERS {
             hedgers.pop_front();
         }
-        let theirs = hedgers.iter().filter(|h| h.1 == tenant).count();
-        if theirs as f64 >= (allowed / 2.0).max(1.0) {
-            return false;
+        let theirs = hedgers.iter().filter(|h| h.1 == tenant && h.2).count();
+        let contended = hedgers.iter().any(|h| h.1 != tenant);
+        let cap = if contended { (allowed / 2.0).max(1.0) } else { allowed };
+        let granted = (hedges as f64) < allowed && (theirs as f64) < cap;
+        hedgers.push_back((s, tenant, granted));
+        if granted {
+            current(&mut g, s).3 += 1;
         }
-        hedgers.push_back((s, tenant));
-        current(&mut g, s).3 += 1;
-        true
+        granted
     }
 }
 
@@ -186,7 +191,7 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
-    async fn no_one_tenant_takes_more_than_half_the_hedges() {
+    async fn no_one_tenant_takes_more_than_half_the_hedges_others_want() {
         let cfg = RetryConfig {
             hedge_ratio: 0.1,
             ..RetryConfig::default()
@@ -196,14 +201,28 @@ mod tests {
         for _ in 0..100 {
             b.deposit(now);
         }
-        // Ten hedges in the window: the slow tenant gets five.
+        // Ten hedges in the window: the slow tenant gets five once
+        // another has asked.
+        assert!(b.try_hedge(now, 100));
         assert_eq!((0..100).filter(|_| b.try_hedge(now, 7)).count(), 5);
-        assert_eq!((0..100).filter(|t| b.try_hedge(now, 100 + t)).count(), 5);
+        assert_eq!((0..100).filter(|t| b.try_hedge(now, 101 + t)).count(), 4);
         tokio::time::advance(Duration::from_secs(11)).await;
         let later = Instant::now();
         for _ in 0..100 {
             b.deposit(later);
         }
-        assert!(b.try_hedge(later, 7), "its old hedges left the window");
+        // Alone in the window, it may use them all.
+        assert_eq!((0..100).filter(|_| b.try_hedge(later, 7)).count(), 10);
+        // Another's ask, refused while none is left, makes it contended:
+        // as the budget grows the slow tenant is held to half of it, and
+        // the other is served.
+        assert!(!b.try_hedge(later, 100));
+        tokio::time::advance(Duration::from_secs(1)).await;
+        let grown = Instant::now();
+        for _ in 0..100 {
+            b.deposit(grown);
+        }
+        assert!(!b.try_hedge(grown, 7), "ten of twenty is its half");
+        assert!(b.try_hedge(grown, 100));
     }
 }

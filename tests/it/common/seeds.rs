@@ -8,7 +8,9 @@ use std::ops::RangeInclusive;
 pub const SEEDS: RangeInclusive<u64> = 1..=30;
 
 /// `check(seed)` at each of `seeds`, each on a fresh paused runtime (time
-/// is virtual), two seeds at a time: the results in seed order.
+/// is virtual), two seeds at a time: the results in seed order. A seed
+/// whose check panics does not stop the others; the test then fails
+/// naming every such seed.
 pub fn each_seed<T, F, Fut>(seeds: RangeInclusive<u64>, check: F) -> Vec<(u64, T)>
 where
     T: Send,
@@ -17,7 +19,7 @@ where
 {
     let seeds: Vec<u64> = seeds.collect();
     let next = std::sync::atomic::AtomicUsize::new(0);
-    let mut results: Vec<(u64, T)> = std::thread::scope(|s| {
+    let mut results: Vec<(u64, std::thread::Result<T>)> = std::thread::scope(|s| {
         let workers: Vec<_> = (0..2)
             .map(|_| {
                 s.spawn(|| {
@@ -30,7 +32,8 @@ where
                             .start_paused(true)
                             .build()
                             .unwrap();
-                        mine.push((seed, rt.block_on(check(seed))));
+                        let run = std::panic::AssertUnwindSafe(|| rt.block_on(check(seed)));
+                        mine.push((seed, std::panic::catch_unwind(run)));
                     }
                     mine
                 })
@@ -39,7 +42,12 @@ where
         workers.into_iter().flat_map(|w| w.join().unwrap()).collect()
     });
     results.sort_by_key(|(seed, _)| *seed);
-    results
+    let failed: Vec<u64> = results.iter().filter(|(_, r)| r.is_err()).map(|(s, _)| *s).collect();
+    assert!(
+        failed.is_empty(),
+        "the check failed at seeds {failed:?} (each one's panic is above)"
+    );
+    results.into_iter().map(|(s, r)| (s, r.ok().unwrap())).collect()
 }
 
 /// The median of `values`.
