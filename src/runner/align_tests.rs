@@ -180,6 +180,18 @@ fn spans(s: &str) -> Vec<(usize, usize)> {
     out
 }
 
+/// `x` with each whitespace run one space and its first letter's case
+/// changed.
+fn retype(x: &str) -> String {
+    let x = x.split_whitespace().collect::<Vec<_>>().join(" ");
+    let mut chars = x.chars();
+    let first = chars.next().map(|c| match c.is_ascii_uppercase() {
+        true => c.to_ascii_lowercase(),
+        false => c.to_ascii_uppercase(),
+    });
+    first.into_iter().chain(chars).collect()
+}
+
 /// Feeds `c` to an aligner of `kept` in parts cut at `cuts`: the text the
 /// client gets after `kept`, or why the stream stopped.
 fn client(kept: &str, c: &str, cuts: &[usize]) -> Result<String, Misaligned> {
@@ -215,14 +227,16 @@ proptest! {
     /// For any answer, cut, and continuation that writes again the sent
     /// text from a word to its end (its start included) or none of it,
     /// the client reads the answer exactly once; one that writes again a
-    /// part of it that stops short of its end ends the stream. However the
-    /// continuation's text is split.
+    /// part of it that stops short of its end (a prefix or a middle part)
+    /// ends the stream. However the continuation's text is split, and
+    /// whether the repeat keeps the sent whitespace and first letter.
     #[test]
     fn the_answer_reads_once_or_the_stream_stops(
         a in answer(),
         cut in 0.0f64..1.0,
         pick in (0usize..1000, 0usize..1000, 0usize..3),
         cuts in proptest::collection::vec(0usize..10_000, 0..12),
+        retyped in proptest::bool::ANY,
     ) {
         // Cut somewhere after the first word.
         let first = spans(&a)[0].1;
@@ -244,10 +258,13 @@ proptest! {
             // One word: written again, it may be the answer's own.
             _ => Again::Nothing,
         };
+        // The repeat as it was sent, or with its whitespace runs each one
+        // space and its first letter's case changed: the same text.
+        let again_as = |x: &str| if retyped { retype(x) } else { x.to_string() };
         let c = match again {
             Again::Nothing => rest.to_string(),
-            Again::From(i) => format!("{}{rest}", &kept[words[i].0..]),
-            Again::Part(i, j) => format!("{}{rest}", &kept[words[i].0..words[j].1]),
+            Again::From(i) => format!("{}{rest}", again_as(&kept[words[i].0..])),
+            Again::Part(i, j) => format!("{}{rest}", again_as(&kept[words[i].0..words[j].1])),
         };
         let got = client(kept, &c, &cuts);
         match again {
