@@ -114,11 +114,15 @@ pub enum Ending {
     Descriptors,
     /// Cut by fusebox's drain at shutdown.
     Drained,
+    /// A continuation of a cut stream stopped by fusebox: it did not line
+    /// up with what the client had (how models write, which fusebox could
+    /// not splice).
+    Unaligned,
 }
 
 impl Ending {
     /// Every ending, in the order of the table.
-    pub const ALL: [Ending; 22] = [
+    pub const ALL: [Ending; 23] = [
         Ending::Answered,
         Ending::SlowTokens,
         Ending::Semantic,
@@ -141,6 +145,7 @@ impl Ending {
         Ending::Balance,
         Ending::Descriptors,
         Ending::Drained,
+        Ending::Unaligned,
     ];
 
     /// Its name in the table.
@@ -168,6 +173,7 @@ impl Ending {
             Ending::Balance => "balance",
             Ending::Descriptors => "descriptors",
             Ending::Drained => "drained",
+            Ending::Unaligned => "unaligned",
         }
     }
 
@@ -192,7 +198,9 @@ impl Ending {
             | Ending::TooLarge
             | Ending::Unsupported
             | Ending::OverBudget => Party::Caller,
-            Ending::Credentials | Ending::Balance | Ending::Descriptors | Ending::Drained => Party::Fusebox,
+            Ending::Credentials | Ending::Balance | Ending::Descriptors | Ending::Drained | Ending::Unaligned => {
+                Party::Fusebox
+            }
         }
     }
 

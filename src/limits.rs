@@ -35,6 +35,11 @@ pub const STREAM_BACKLOG: usize = 64 * 1024;
 /// answer longer than this is not resumed, and its record keeps this much.
 pub const STREAM_TEXT_KEPT: usize = 128 * 1024;
 
+/// The most of a continuation's text held while it may be writing again
+/// what the client was sent (a cut answer resumed in a user turn): one
+/// still repeating it past this ends the stream as not resumed.
+pub const RESUME_HOLD: usize = 4 * 1024;
+
 /// The most a gateway connection buffers to write (and to read: a
 /// request's head must fit, see [`MAX_HEAD_BYTES`]).
 pub const WRITE_BUFFER: usize = 2 * MAX_HEAD_BYTES;

@@ -35,7 +35,9 @@ pub(super) enum Verdict {
     Slow,
     /// It failed so.
     Failed(ErrorKind),
-    /// It was cut at the user's hard budget: not a call that went wrong.
+    /// fusebox cut it for a reason not its target's (the user's hard
+    /// budget, a continuation that did not line up): not a call that went
+    /// wrong.
     Cut,
 }
 

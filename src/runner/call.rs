@@ -100,6 +100,9 @@ pub enum HopResult {
     OverBudget,
     /// Answered, continuing the answer a model before it cut off.
     Resumed,
+    /// Its continuation of a cut answer did not line up with what the
+    /// client was sent (how), so the stream ended.
+    Unaligned(super::align::Misaligned),
     /// Skipped: the model's API cannot carry the request (the reason).
     Unsupported(String),
     /// Cancelled in flight: a hedged attempt answered first.

@@ -29,6 +29,7 @@ impl Runner {
             HopResult::Cut(e) => HopEnd::Cut(e.kind.label(e.status).into()),
             HopResult::OverBudget => HopEnd::Cut("budget".into()),
             HopResult::Resumed => HopEnd::Resumed,
+            HopResult::Unaligned(_) => HopEnd::Cut("unaligned".into()),
             HopResult::Unsupported(why) => HopEnd::Unsupported(why.clone()),
             HopResult::Outrun => HopEnd::Outrun,
         };
@@ -214,6 +215,17 @@ impl Runner {
                     HopResult::Cut(e) => Some(e.clone()),
                     _ => None,
                 };
+                // A continuation that did not line up: the client has the
+                // text as it was cut, and the stream ends on that cut.
+                if let HopResult::Unaligned(why) = hop.result {
+                    tally.hops.push(hop);
+                    let e = ProviderError::new(
+                        ErrorKind::ServerError,
+                        Some(200),
+                        format!("the continuation by {} {why}", m.name),
+                    );
+                    return Err(LlmFailure::Cut(Box::new(unresumed(cut, e))));
+                }
                 // fusebox short of its own resources, or the caller gone (a
                 // replayed departure): no other model helps.
                 let own = matches!(

@@ -4,6 +4,7 @@
 
 mod admission;
 pub mod agent;
+mod align;
 mod attempt;
 mod call;
 pub mod chat;
@@ -14,7 +15,6 @@ mod hedge;
 pub mod llm;
 mod model_call;
 mod needs;
-mod overlap;
 pub mod registry;
 pub mod reload;
 mod scope;

@@ -142,7 +142,9 @@ impl Runner {
                     if let Some(s) = streaming.as_deref_mut().filter(|_| req.stream == Some(true)) {
                         let kind = resp.wire.as_ref().map_or(call.params.wire, |w| w.kind);
                         let head = self.stream_head(call, mi, tally, &resp);
-                        s.flush(kind, pieces, head);
+                        if let Err(why) = s.flush(kind, pieces, head) {
+                            return hop(HopResult::Unaligned(why), tries);
+                        }
                     }
                     return Ok(Ok((resp, tries)));
                 }
@@ -154,6 +156,7 @@ impl Runner {
                     });
                     return Err(LlmFailure::OverBudget(why));
                 }
+                Attempted::Unaligned(_, why) => return hop(HopResult::Unaligned(why), tries),
                 Attempted::Failed(e) => {
                     self.report_failure(mi, &e, &tripped);
                     if streaming.as_ref().is_some_and(|s| s.started) {
@@ -245,7 +248,7 @@ impl Runner {
             tokens_per_s = tokens_per_s.map(|_| m.pace(usage.output, took, req.prompt_chars()));
         }
         let signal = match result {
-            Attempted::OverBudget(..) => Signal::Neutral,
+            Attempted::OverBudget(..) | Attempted::Unaligned(..) => Signal::Neutral,
             Attempted::Failed(e) => super::admission::signal(Some(e.kind), None, admitted),
             Attempted::Answer(..) => {
                 let rtt = streamed.is_none().then(|| end.saturating_duration_since(admitted));
@@ -264,8 +267,9 @@ impl Runner {
             self.note_skipped(call.request_id, provider, resp);
         }
         let verdict = result.verdict(semantic.is_some(), tokens_per_s, m.min_tokens_per_s);
-        // An answer cut at the budget was not a call that went wrong.
-        if failure.is_some() && verdict != Verdict::Cut {
+        // An answer cut at the budget was not a call that went wrong (and
+        // reached its client); a continuation that did not line up did not.
+        if failure.is_some() && (verdict != Verdict::Cut || matches!(result, Attempted::Unaligned(..))) {
             tally.wasted += u64::from(usage.total());
         }
         let rec = CallRecord {
@@ -410,6 +414,7 @@ impl Runner {
             Pumped::Whole(resp, held) => Attempted::Answer(resp, held),
             Pumped::Broke(e) => Attempted::Failed(e),
             Pumped::OverBudget(u, why) => Attempted::OverBudget(u, why),
+            Pumped::Unaligned(u, why) => Attempted::Unaligned(u, why),
         }
     }
 
@@ -449,6 +454,9 @@ enum Attempted {
     Failed(ProviderError),
     /// Cut at the user's hard budget.
     OverBudget(crate::provider::Usage, crate::resilience::budget::BudgetExceeded),
+    /// A continuation of a cut answer, stopped for it did not line up with
+    /// what the client was sent: how models write, not a provider's fault.
+    Unaligned(crate::provider::Usage, super::align::Misaligned),
 }
 
 impl Attempted {
@@ -462,7 +470,9 @@ impl Attempted {
                 semantic.then_some(FailureKind::Semantic),
                 resp.tokens_per_s,
             ),
-            Attempted::OverBudget(usage, _) => (*usage, &RateFeedback::NONE, Some(FailureKind::Blameless), None),
+            Attempted::OverBudget(usage, _) | Attempted::Unaligned(usage, _) => {
+                (*usage, &RateFeedback::NONE, Some(FailureKind::Blameless), None)
+            }
             Attempted::Failed(e) => (e.usage, RateFeedback::of(&e.rate), Some(e.kind.failure()), None),
         }
     }
@@ -475,7 +485,7 @@ impl Attempted {
             Attempted::Answer(..) if tokens_per_s.is_some_and(|tps| tps < min_tokens_per_s) => Verdict::Slow,
             Attempted::Answer(..) => Verdict::Ok,
             Attempted::Failed(e) => Verdict::Failed(e.kind),
-            Attempted::OverBudget(..) => Verdict::Cut,
+            Attempted::OverBudget(..) | Attempted::Unaligned(..) => Verdict::Cut,
         }
     }
 
@@ -513,6 +523,11 @@ impl Attempted {
                 // It was answering when the budget cut it.
                 a.status = Some(200);
                 a.cut = Some(events::Cut::Budget);
+                (*usage, RateFeedback::default())
+            }
+            Attempted::Unaligned(usage, _) => {
+                a.status = Some(200);
+                a.cut = Some(events::Cut::Unaligned);
                 (*usage, RateFeedback::default())
             }
         };

@@ -28,7 +28,7 @@ impl Tally {
 /// or fusebox's own, [`crate::blame`]) let nothing down.
 fn let_down(r: &HopResult) -> Option<bool> {
     match r {
-        HopResult::Ok | HopResult::Resumed | HopResult::OverBudget => Some(false),
+        HopResult::Ok | HopResult::Resumed | HopResult::OverBudget | HopResult::Unaligned(_) => Some(false),
         HopResult::Unsupported(_) => None,
         HopResult::Failed(kind, _) => Some(Ending::of(*kind).feeds().health),
         HopResult::Cut(e) => Some(Ending::of(e.kind).feeds().health),

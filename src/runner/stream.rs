@@ -5,7 +5,7 @@
 //! the outcome; output is counted against the user's hard token budgets as
 //! it streams, and the stream is cut where it would pass one.
 
-use super::overlap::Overlap;
+use super::align::{Align, Misaligned, Step};
 use crate::outcome::Level;
 use crate::provider::stream::Live;
 use crate::provider::{ErrorKind, LlmResponse, Piece, ProviderError, Usage};
@@ -67,9 +67,9 @@ pub struct Streaming<'s> {
     /// Whitespace the client was sent at the cut that a continuation,
     /// given the answer without it, sends again.
     skip: String,
-    /// A continuation asked for in a user turn, held while it may begin
-    /// by repeating what was sent.
-    overlap: Option<Overlap>,
+    /// A continuation asked for in a user turn, held until it lines up
+    /// with what was sent (`align.rs`).
+    align: Option<Align>,
     /// What the cut attempts before the one streaming now used: added to
     /// the usage the client is told, which covers all it received.
     carried: Usage,
@@ -85,6 +85,9 @@ pub(crate) enum Pumped {
     Whole(LlmResponse, Vec<Piece>),
     /// It broke (before or after the client's stream started).
     Broke(ProviderError),
+    /// A continuation that does not line up with what the client was
+    /// sent: fusebox stopped reading it, having used so much.
+    Unaligned(Usage, Misaligned),
     /// The user's hard budget would be passed: cut there.
     OverBudget(Usage, BudgetExceeded),
 }
@@ -107,7 +110,7 @@ impl<'s> Streaming<'s> {
             too_long: false,
             resumed: false,
             skip: String::new(),
-            overlap: None,
+            align: None,
             carried: Usage::default(),
             tail: Vec::new(),
         }
@@ -117,7 +120,7 @@ impl<'s> Streaming<'s> {
     /// having used `spent`: without its trailing whitespace, which APIs
     /// refuse at the end of a prefill (and which the continuation's first
     /// text is not sent again). Without a `prefill` (asked for the rest in
-    /// a user turn) a repeat of the answer's end is left out.
+    /// a user turn) the continuation is held until it lines up with it.
     pub fn resume(&mut self, model: &str, spent: Usage, prefill: bool) -> &str {
         self.resumed = true;
         self.carried.input = self.carried.input.saturating_add(spent.input);
@@ -125,7 +128,7 @@ impl<'s> Streaming<'s> {
         self.sink.resumed_by(model);
         let kept = self.sent_text.trim_end().len();
         self.skip = self.sent_text[kept..].to_string();
-        self.overlap = (!prefill).then(|| Overlap::after(&self.sent_text[..kept]));
+        self.align = (!prefill).then(|| Align::after(&self.sent_text[..kept]));
         &self.sent_text[..kept]
     }
 
@@ -156,13 +159,15 @@ impl<'s> Streaming<'s> {
         Some(p)
     }
 
-    /// Sends what a continuation's start held, its repeat left out.
-    fn release_overlap(&mut self, kind: Api) {
-        if let Some(text) = self.overlap.take().map(Overlap::release) {
+    /// Sends what a continuation's start held, any repeat left out; or
+    /// why it does not line up.
+    fn release_align(&mut self, kind: Api) -> Result<(), Misaligned> {
+        if let Some(text) = self.align.take().map(Align::end).transpose()? {
             if !text.is_empty() {
                 self.send_now(kind, &Piece::said(Delta::Text(text)));
             }
         }
+        Ok(())
     }
 
     fn open(&mut self, head: StreamHead) {
@@ -171,19 +176,28 @@ impl<'s> Streaming<'s> {
     }
 
     /// Sends `p`, noting what it says; a continuation's start is held
-    /// while it may repeat what was sent.
-    fn send(&mut self, kind: Api, p: &Piece) {
-        let Some(o) = self.overlap.as_mut() else {
-            return self.send_now(kind, p);
+    /// until it lines up with what was sent, or found not to.
+    fn send(&mut self, kind: Api, p: &Piece) -> Result<(), Misaligned> {
+        let Some(a) = self.align.as_mut() else {
+            self.send_now(kind, p);
+            return Ok(());
         };
         if p.deltas.iter().any(|d| d.is_content() && text_of(d).is_none()) {
-            self.release_overlap(kind);
-            return self.send_now(kind, p);
+            self.release_align(kind)?;
+            self.send_now(kind, p);
+            return Ok(());
         }
         let text: String = p.deltas.iter().filter_map(text_of).collect();
-        let decided = o.take(&text);
+        let decided = match a.take(&text) {
+            Step::Hold => None,
+            Step::Send(t) => Some(t),
+            Step::Stop(why) => {
+                self.align = None;
+                return Err(why);
+            }
+        };
         if decided.is_some() {
-            self.overlap = None;
+            self.align = None;
         }
         // The piece with its text held, or replaced by what is sent.
         let mut p = p.clone();
@@ -192,6 +206,7 @@ impl<'s> Streaming<'s> {
         if !p.deltas.is_empty() {
             self.send_now(kind, &p);
         }
+        Ok(())
     }
 
     /// Sends `p` as it is but for whitespace sent before a cut.
@@ -281,7 +296,9 @@ impl<'s> Streaming<'s> {
                     self.open(h);
                 }
             }
-            self.send(kind, &p);
+            if let Err(why) = self.send(kind, &p) {
+                return Pumped::Unaligned(live.usage_so_far(&acc), why);
+            }
             // What the client has not taken stays in the upstream's socket,
             // not here: the rest is read once the client reads this.
             if self.sink.backlog() >= crate::limits::STREAM_BACKLOG {
@@ -292,6 +309,10 @@ impl<'s> Streaming<'s> {
             let mut e = ProviderError::new(ErrorKind::Truncated, None, "stream ended before its answer finished");
             e.usage = live.usage_so_far(&acc);
             return Pumped::Broke(e);
+        }
+        // Held text of a continuation that ended: it lines up now or never.
+        if let Err(why) = self.release_align(kind) {
+            return Pumped::Unaligned(live.usage_so_far(&acc), why);
         }
         if !acc.done {
             // Finished, then ended without the terminator: the client's
@@ -304,26 +325,28 @@ impl<'s> Streaming<'s> {
 
     /// Sends held pieces of a checked answer: up to its finish, opening the
     /// client's stream first if need be; the finish and what follows are
-    /// kept as the tail.
-    pub(crate) fn flush(&mut self, kind: Api, held: Vec<Piece>, head: StreamHead) {
+    /// kept as the tail. A continuation answered whole that does not line
+    /// up with what was sent is not sent: why is returned.
+    pub(crate) fn flush(&mut self, kind: Api, held: Vec<Piece>, head: StreamHead) -> Result<(), Misaligned> {
         if !self.started {
             self.open(head);
         }
         let mut pieces = held.into_iter();
         for p in pieces.by_ref() {
             if p.deltas.iter().any(|d| matches!(d, Delta::Finish(_) | Delta::Done)) {
-                self.release_overlap(kind);
+                self.release_align(kind)?;
                 let p = self.carrying(&p).unwrap_or(p);
                 self.tail.push((kind, p, !self.resumed));
                 break;
             }
-            self.send(kind, &p);
+            self.send(kind, &p)?;
         }
         let own = !self.resumed;
         for p in pieces {
             let p = self.carrying(&p).unwrap_or(p);
             self.tail.push((kind, p, own));
         }
+        Ok(())
     }
 }
 

@@ -207,6 +207,9 @@ pub enum Cut {
     Drained,
     /// A hedged call answered first.
     Outrun,
+    /// It continued a cut answer and did not line up with what the client
+    /// had (it wrote part of it again, then went on differently).
+    Unaligned,
 }
 
 /// One provider or tool call, as the recorder writes it.

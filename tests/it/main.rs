@@ -34,6 +34,7 @@ mod record;
 mod recovery;
 mod replay;
 mod request_id;
+mod resume;
 mod runner;
 mod scenarios;
 

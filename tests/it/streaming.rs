@@ -16,14 +16,14 @@ use tokio::sync::Notify;
 
 /// Bounds a step that must happen, so a broken gateway fails the test
 /// instead of hanging it.
-async fn soon<T>(what: &str, f: impl std::future::Future<Output = T>) -> T {
+pub(crate) async fn soon<T>(what: &str, f: impl std::future::Future<Output = T>) -> T {
     tokio::time::timeout(Duration::from_secs(20), f)
         .await
         .unwrap_or_else(|_| panic!("{what} did not happen"))
 }
 
 /// The next outcome announced.
-async fn outcome(
+pub(crate) async fn outcome(
     rx: &mut tokio::sync::mpsc::UnboundedReceiver<fusebox::telemetry::events::Event>,
 ) -> Box<fusebox::outcome::Outcome> {
     loop {
@@ -36,7 +36,7 @@ async fn outcome(
 }
 
 /// A client reading a stream as it comes.
-struct Reader {
+pub(crate) struct Reader {
     resp: reqwest::Response,
     buf: String,
 }
@@ -56,7 +56,7 @@ impl Reader {
     }
 
     /// Reads to the end of the body.
-    async fn rest(mut self) -> String {
+    pub(crate) async fn rest(mut self) -> String {
         while let Ok(Some(b)) = self.resp.chunk().await {
             self.buf.push_str(&String::from_utf8_lossy(&b));
         }
@@ -65,19 +65,19 @@ impl Reader {
 }
 
 /// The complete events of an SSE text.
-fn events(text: &str) -> Vec<&str> {
+pub(crate) fn events(text: &str) -> Vec<&str> {
     let mut out: Vec<&str> = text.split("\n\n").collect();
     out.pop(); // what follows the last blank line is not complete
     out
 }
 
-fn data(event: &str) -> Option<Value> {
+pub(crate) fn data(event: &str) -> Option<Value> {
     let line = event.lines().find_map(|l| l.strip_prefix("data: "))?;
     serde_json::from_str(line).ok()
 }
 
 /// The text an OpenAI stream carried.
-fn openai_text(text: &str) -> String {
+pub(crate) fn openai_text(text: &str) -> String {
     events(text)
         .iter()
         .filter_map(|e| data(e))
@@ -85,7 +85,7 @@ fn openai_text(text: &str) -> String {
         .collect()
 }
 
-fn ask(stream_usage: bool) -> Value {
+pub(crate) fn ask(stream_usage: bool) -> Value {
     let mut b = json!({
         "model": "default", "stream": true,
         "messages": [{"role": "user", "content": "Where is order #38100?"}],
@@ -113,7 +113,7 @@ async fn read_all(resp: reqwest::Response) -> String {
     soon("the stream", r.rest()).await
 }
 
-async fn open(p: &Proxy, body: &Value) -> Reader {
+pub(crate) async fn open(p: &Proxy, body: &Value) -> Reader {
     let resp = p.post("/v1/chat/completions", body).await;
     assert_eq!(resp.status(), 200);
     assert_eq!(header(&resp, "content-type"), "text/event-stream");

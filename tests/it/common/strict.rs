@@ -102,6 +102,12 @@ pub struct StrictState {
     /// Asked for the rest of an answer in a user turn, begin by writing
     /// again this many of its last words, as models do.
     pub repeats: Mutex<usize>,
+    /// Asked so, begin again at this word of the answer so far instead (0:
+    /// the whole answer again, as models often do).
+    pub again_from: Mutex<Option<usize>>,
+    /// Asked so, answer this instead (a model that begins again and goes
+    /// its own way).
+    pub instead: Mutex<Option<String>>,
 }
 
 impl Faults {
@@ -464,8 +470,15 @@ fn decide(state: &StrictState, api: Api, b: &Value) -> (bool, String) {
         };
         if let Some(rest) = text.strip_prefix(prefix.trim_end()) {
             let asked = messages.last().is_some_and(|m| m["role"] == "user");
+            if let Some(other) = state.instead.lock().clone().filter(|_| asked && !prefix.is_empty()) {
+                return (false, other);
+            }
             let words: Vec<&str> = prefix.split_whitespace().collect();
-            let again = words[words.len().saturating_sub(*state.repeats.lock())..].join(" ");
+            let from = state
+                .again_from
+                .lock()
+                .unwrap_or_else(|| words.len().saturating_sub(*state.repeats.lock()));
+            let again = words[from.min(words.len())..].join(" ");
             return match asked && !again.is_empty() {
                 true => (false, format!("{again}{rest}")),
                 false => (false, rest.to_string()),
