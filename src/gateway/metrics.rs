@@ -463,7 +463,7 @@ fn user_budgets(enc: &mut DescriptorEncoder, r: &Runner) -> std::fmt::Result {
     )
 }
 
-/// Requests by level, tokens, and abandoned calls.
+/// Requests by level, tokens, cost, and abandoned calls.
 fn requests(enc: &mut DescriptorEncoder, r: &Runner) -> std::fmt::Result {
     let by_level = r.by_level();
     family(
@@ -485,6 +485,18 @@ fn requests(enc: &mut DescriptorEncoder, r: &Runner) -> std::fmt::Result {
         "fusebox_tokens",
         "Tokens consumed",
         &ConstCounter::new(t.tokens.load(std::sync::atomic::Ordering::Relaxed)),
+    )?;
+    single(
+        enc,
+        "fusebox_tokens_wasted",
+        "Tokens consumed by calls that brought no answer (failed, or cancelled: a hedge outran them)",
+        &ConstCounter::new(t.wasted.load(std::sync::atomic::Ordering::Relaxed)),
+    )?;
+    single(
+        enc,
+        "fusebox_cost_usd",
+        "Cost of the requests ended (USD), as their users' budgets were charged",
+        &ConstCounter::new(t.cost_micro_usd.load(std::sync::atomic::Ordering::Relaxed) as f64 / 1e6),
     )?;
     single(
         enc,

@@ -431,6 +431,7 @@ fn attempt(span: &Span, request: LogId, ms: impl Fn(u64) -> u64) -> AttemptRec {
             (None, true) => Some(500),
             (None, false) => Some(200),
         });
+    let cut = text(kv, "fusebox.cut").and_then(|c| crate::telemetry::events::Cut::named(&c));
     AttemptRec {
         t_ms: ms(span.end_time_unix_nano),
         request,
@@ -452,7 +453,8 @@ fn attempt(span: &Span, request: LogId, ms: impl Fn(u64) -> u64) -> AttemptRec {
         tool_keys: Vec::new(),
         answer: None,
         response_id: text(kv, "gen_ai.response.id"),
-        cut: None,
+        cut,
+        cost_usd: cut.and(float(kv, "fusebox.cost_usd")),
     }
 }
 

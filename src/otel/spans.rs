@@ -146,7 +146,7 @@ impl Assembler {
         let span_id = SpanId::from_bytes(self.rng.u64(1..).to_be_bytes());
         let trace_id = open.trace_id;
         let parent = open.span_id;
-        let mut attrs = Vec::with_capacity(14);
+        let mut attrs = Vec::with_capacity(16);
         let failed = a.status != Some(200) || a.semantic_failure.is_some();
         let name = if tool {
             attrs.push(KeyValue::new("gen_ai.operation.name", "execute_tool"));
@@ -171,6 +171,7 @@ impl Assembler {
             }
             attrs.push(KeyValue::new("gen_ai.usage.input_tokens", i64::from(a.input_tokens)));
             attrs.push(KeyValue::new("gen_ai.usage.output_tokens", i64::from(a.output_tokens)));
+            attrs.push(KeyValue::new("fusebox.cost_usd", a.cost_usd));
             if let Some(f) = a.finish {
                 attrs.push(strings("gen_ai.response.finish_reasons", [f.openai()]));
             }
@@ -187,6 +188,9 @@ impl Assembler {
         }
         if let Some(why) = &a.semantic_failure {
             attrs.push(KeyValue::new("fusebox.semantic_failure", why.clone()));
+        }
+        if let Some(cut) = a.cut {
+            attrs.push(KeyValue::new("fusebox.cut", cut.as_str()));
         }
         if !a.tool_calls.is_empty() {
             attrs.push(strings("fusebox.tool_calls", a.tool_calls.iter().map(String::as_str)));
@@ -556,6 +560,37 @@ mod tests {
             SystemTime::UNIX_EPOCH + Duration::from_millis(1_010),
             "an attempt starts its latency before it ended"
         );
+    }
+
+    /// A call a hedge outran is traced with what it was charged and what
+    /// cut it.
+    #[test]
+    fn an_outrun_attempt_carries_its_tokens_cost_and_cut() {
+        let mut a = Assembler::new(Names::default(), 0, fastrand::Rng::with_seed(1));
+        let mut out = Vec::new();
+        a.take(ev(0, arrival(1)), |_| None, &mut out);
+        let outrun = Attempt {
+            model: Some("gpt-4o".into()),
+            latency_ms: 600,
+            input_tokens: 9,
+            output_tokens: 256,
+            cost_usd: 0.002_582_5,
+            cut: Some(crate::telemetry::events::Cut::Outrun),
+            ..Attempt::of(1, Target::provider("openai"))
+        };
+        a.take(ev(600, EventKind::Attempt(Box::new(outrun))), |_| None, &mut out);
+        a.take(ev(600, outcome(1)), |_| None, &mut out);
+        let span = &out[1];
+        let attr = |k: &str| {
+            span.attributes
+                .iter()
+                .find(|kv| kv.key.as_str() == k)
+                .map(|kv| kv.value.clone())
+        };
+        assert_eq!(attr("gen_ai.usage.input_tokens"), Some(Value::I64(9)));
+        assert_eq!(attr("gen_ai.usage.output_tokens"), Some(Value::I64(256)));
+        assert_eq!(attr("fusebox.cost_usd"), Some(Value::F64(0.002_582_5)));
+        assert_eq!(attr("fusebox.cut"), Some(Value::from("outrun")));
     }
 
     /// A request whose outcome never comes is given up, its spans counted.

@@ -222,13 +222,14 @@ pub(super) struct Spent<'r> {
 }
 
 /// An attempt's call, made: what it has used so far, the request it is
-/// for, when it was admitted, and whether a hedged call outran it (what a
-/// call dropped in flight is recorded as cut by).
+/// for, when it was admitted, and the hedged call's leg it is part of
+/// (whether the other leg outran it, what a call dropped in flight is
+/// recorded as cut by; and where what it was charged is told).
 pub(super) struct Calling<'a> {
     pub spend: &'a Spend,
     pub request: u64,
     pub admitted: Instant,
-    pub outrun: Option<&'a std::sync::atomic::AtomicBool>,
+    pub leg: Option<&'a super::hedge::Leg>,
 }
 
 /// What one attempt holds between admission and settlement: breaker probe
@@ -314,24 +315,25 @@ impl Drop for Held<'_> {
             r.budgets.settle(res, tokens, cost, r.clock.elapsed_ms());
         }
         r.settle_allowance(self.user, self.allowance.take(), tokens, cost);
-        self.record_cut(&calling, input, output);
+        let outrun = calling.leg.filter(|leg| leg.outrun());
+        if let Some(leg) = outrun {
+            leg.charged(tokens, cost);
+        }
+        self.record_cut(&calling, outrun.is_some(), (input, output), cost);
     }
 }
 
 impl Held<'_> {
-    /// Records a call dropped in flight: its model, what it had used, and
-    /// what cut it (a hedge that answered first, the drain, or its client
-    /// going away); a stream that had begun had answered 200.
+    /// Records a call dropped in flight: its model, what it was charged,
+    /// and what cut it (a hedge that answered first, `outrun`; the drain,
+    /// or its client going away); a stream that had begun had answered 200.
     #[cold]
-    fn record_cut(&self, calling: &Calling<'_>, input: u32, output: u32) {
+    fn record_cut(&self, calling: &Calling<'_>, outrun: bool, (input, output): (u32, u32), cost: f64) {
         let r = self.runner;
         if !r.events.has_subscribers() {
             return;
         }
-        let cut = if calling
-            .outrun
-            .is_some_and(|o| o.load(std::sync::atomic::Ordering::Relaxed))
-        {
+        let cut = if outrun {
             crate::telemetry::events::Cut::Outrun
         } else if r.totals.closing.load(std::sync::atomic::Ordering::Relaxed) {
             crate::telemetry::events::Cut::Drained
@@ -345,6 +347,7 @@ impl Held<'_> {
             latency_ms: latency.as_millis() as u64,
             input_tokens: input,
             output_tokens: output,
+            cost_usd: cost,
             cut: Some(cut),
             ..crate::telemetry::events::Attempt::of(calling.request, self.targets[0].target.clone())
         };

@@ -126,7 +126,7 @@ impl Runner {
             spend: &spend,
             request: call.id,
             admitted: attempt.start(),
-            outrun: None,
+            leg: None,
         });
         let req = EmbedRequest {
             request_id: call.id,
@@ -168,6 +168,7 @@ impl Runner {
             transport: failed.and_then(|e| e.kind.transport()),
             latency_ms: latency.as_millis() as u64,
             input_tokens: usage.input,
+            cost_usd: m.cost(usage.input, usage.output),
             rate,
             ..Attempt::of(call.id, provider.target.clone())
         });

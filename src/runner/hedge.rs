@@ -3,8 +3,10 @@
 //! second attempt on the next models of its plan (the same model where the
 //! plan has one), within the hedge budget. The first answer is taken and
 //! the other attempt cancelled; both are charged (a cancelled attempt
-//! settles its reservations with what it was estimated to use). A first
-//! attempt that fails while the hedge runs waits for the hedge.
+//! settles its reservations with what it was estimated to use) and both
+//! count in the request's tokens, waste and cost, as the budgets were
+//! charged. A first attempt that fails while the hedge runs waits for the
+//! hedge.
 
 use super::llm::{Hop, HopResult, LlmCall, LlmFailure, Tally};
 use super::Runner;
@@ -13,11 +15,45 @@ use crate::provider::LlmResponse;
 use crate::telemetry::events::StepKind;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::task::Poll;
 use std::time::Duration;
 
 type Answer = Result<(LlmResponse, usize), LlmFailure>;
+
+/// One leg of a hedged call: whether the other leg outran it (set before
+/// it is dropped), and what its call cut in flight was charged (set as
+/// that call's reservations settle), for the request's tally.
+#[derive(Default)]
+pub(super) struct Leg {
+    outrun: AtomicBool,
+    tokens: AtomicU64,
+    /// USD, as an `f64`'s bits.
+    cost: AtomicU64,
+}
+
+impl Leg {
+    /// Whether the other leg outran this one.
+    pub(super) fn outrun(&self) -> bool {
+        self.outrun.load(Ordering::Relaxed)
+    }
+
+    /// Notes what this leg's call, cut in flight, was charged.
+    pub(super) fn charged(&self, tokens: u32, cost: f64) {
+        self.tokens.fetch_add(u64::from(tokens), Ordering::Relaxed);
+        let total = f64::from_bits(self.cost.load(Ordering::Relaxed)) + cost;
+        self.cost.store(total.to_bits(), Ordering::Relaxed);
+    }
+
+    /// Adds what this leg's cut call was charged to `tally`: tokens and
+    /// cost, all of them wasted (no answer came of them).
+    fn count(&self, tally: &mut Tally) {
+        let tokens = self.tokens.load(Ordering::Relaxed);
+        tally.tokens += tokens;
+        tally.wasted += tokens;
+        tally.cost += f64::from_bits(self.cost.load(Ordering::Relaxed));
+    }
+}
 
 impl Runner {
     /// How long `call` waits for its answer before it is hedged; None when
@@ -45,25 +81,30 @@ impl Runner {
     /// against it.
     pub(super) async fn hedged(&self, call: &LlmCall<'_>, tally: &mut Tally, after: Duration) -> Answer {
         // The hedge's tally and whether it started, boxed: only a call
-        // that does not answer at once pays for them; and which leg was
-        // outrun (set before it is dropped, for its attempt's record).
-        let mut leg: Box<(Tally, AtomicBool)>;
-        let outrun: [AtomicBool; 2] = Default::default();
+        // that does not answer at once pays for them; and each leg's
+        // [`Leg`] (whether it was outrun, what its cut call was charged).
+        let mut hedging: Box<(Tally, AtomicBool)>;
+        let legs: [Leg; 2] = Default::default();
         let (answer, first_ended, second_ended) = {
-            let first = self.walk(call, tally, None, Some(&outrun[0]));
+            let first = self.walk(call, tally, None, Some(&legs[0]));
             tokio::pin!(first);
             // An answer at once needs no race (and no timer).
             if let Poll::Ready(answer) = std::future::poll_fn(|cx| Poll::Ready(first.as_mut().poll(cx))).await {
                 return answer;
             }
-            leg = Box::default();
-            let (other, started) = &mut *leg;
-            let second = self.hedge(call, after, other, started, &outrun[1]);
-            Box::pin(race(first, second, started, &outrun)).await
+            hedging = Box::default();
+            let (other, started) = &mut *hedging;
+            let second = self.hedge(call, after, other, started, &legs[1]);
+            Box::pin(race(first, second, started, &legs)).await
         };
-        let (mut other, started) = *leg;
-        // The attempt still in flight was cancelled by the other's answer.
-        for (ended, t) in [(first_ended, &mut *tally), (second_ended, &mut other)] {
+        let (mut other, started) = *hedging;
+        // The attempt still in flight was cancelled by the other's answer;
+        // what it was charged counts as the request's.
+        for ((ended, t), leg) in [(first_ended, &mut *tally), (second_ended, &mut other)]
+            .into_iter()
+            .zip(&legs)
+        {
+            leg.count(t);
             if let (false, Some(model)) = (ended, t.trying) {
                 t.hops.push(Hop {
                     model,
@@ -91,7 +132,7 @@ impl Runner {
         after: Duration,
         tally: &mut Tally,
         started: &AtomicBool,
-        outrun: &AtomicBool,
+        leg: &Leg,
     ) -> Option<Answer> {
         tokio::time::sleep(after).await;
         let plan = self.plan(call);
@@ -117,7 +158,7 @@ impl Runner {
             reach: Some(next),
             ..call.clone()
         };
-        Some(self.walk(&second, tally, None, Some(outrun)).await)
+        Some(self.walk(&second, tally, None, Some(leg)).await)
     }
 }
 
@@ -129,12 +170,12 @@ async fn race(
     first: Pin<&mut impl Future<Output = Answer>>,
     second: impl Future<Output = Option<Answer>>,
     started: &AtomicBool,
-    outrun: &[AtomicBool; 2],
+    legs: &[Leg; 2],
 ) -> (Answer, bool, bool) {
     tokio::pin!(second);
     let (answer, first_ended, second_ended) = run_race(first, second.as_mut(), started).await;
-    outrun[0].store(!first_ended, Ordering::Relaxed);
-    outrun[1].store(!second_ended, Ordering::Relaxed);
+    legs[0].outrun.store(!first_ended, Ordering::Relaxed);
+    legs[1].outrun.store(!second_ended, Ordering::Relaxed);
     (answer, first_ended, second_ended)
 }
 

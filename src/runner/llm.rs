@@ -93,14 +93,15 @@ impl Runner {
     }
 
     /// The walk along the chain [`Runner::call_llm_streamed`] describes;
-    /// `outrun` is set when a hedged call answered first and this walk is
-    /// cancelled (what its call in flight is recorded as cut by).
+    /// `leg`, a hedged call's, says when the other leg answered first and
+    /// this walk is cancelled (what its call in flight is recorded as cut
+    /// by), and is told what that call was charged.
     pub(super) async fn walk(
         &self,
         call: &LlmCall<'_>,
         tally: &mut Tally,
         mut streaming: Option<&mut Streaming<'_>>,
-        outrun: Option<&std::sync::atomic::AtomicBool>,
+        leg: Option<&super::hedge::Leg>,
     ) -> Result<(LlmResponse, usize), LlmFailure> {
         let route = call.route;
         let order = self.plan(call);
@@ -181,7 +182,7 @@ impl Runner {
                 };
                 tally.trying = Some(mi);
                 let mut hop = match self
-                    .try_model(call, (mi, req, rest), tally, streaming.as_deref_mut(), outrun)
+                    .try_model(call, (mi, req, rest), tally, streaming.as_deref_mut(), leg)
                     .await?
                 {
                     Ok((mut resp, tries)) => {

@@ -36,15 +36,14 @@ impl Runner {
     /// → budget reservation → call → settle everything with actual usage.
     /// The rare waits (the limiter, a fleet's allowance, a retry's backoff)
     /// are boxed, so their futures do not enlarge every request's.
-    /// `outrun` is set when a hedged call outran this one (see
-    /// [`Runner::walk`]).
+    /// `leg` is the hedged call's leg this is (see [`Runner::walk`]).
     pub(super) async fn try_model(
         &self,
         call: &LlmCall<'_>,
         (mi, mut req, rest): (usize, LlmRequest, &[usize]),
         tally: &mut Tally,
         mut streaming: Option<&mut Streaming<'_>>,
-        outrun: Option<&std::sync::atomic::AtomicBool>,
+        leg: Option<&super::hedge::Leg>,
     ) -> Result<Result<(LlmResponse, u32), Hop>, LlmFailure> {
         let m = &self.models[mi];
         let p = &self.providers[m.provider];
@@ -85,7 +84,7 @@ impl Runner {
                 spend: &spend,
                 request: call.request_id,
                 admitted: now,
-                outrun,
+                leg,
             });
             let streams = streaming.is_some() && req.stream == Some(true);
             let room = held
@@ -533,6 +532,7 @@ impl Attempted {
         };
         a.input_tokens = usage.input;
         a.output_tokens = usage.output;
+        a.cost_usd = m.cost(usage.input, usage.output);
         a.rate = rate;
         a
     }

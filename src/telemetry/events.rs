@@ -212,6 +212,25 @@ pub enum Cut {
     Unaligned,
 }
 
+impl Cut {
+    /// Its name, as a recording writes it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Cut::Budget => "budget",
+            Cut::Left => "left",
+            Cut::Drained => "drained",
+            Cut::Outrun => "outrun",
+        }
+    }
+
+    /// The cut named `s` ([`Cut::as_str`]).
+    pub fn named(s: &str) -> Option<Self> {
+        [Cut::Budget, Cut::Left, Cut::Drained, Cut::Outrun]
+            .into_iter()
+            .find(|c| c.as_str() == s)
+    }
+}
+
 /// One provider or tool call, as the recorder writes it.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
 pub struct Attempt {
@@ -231,6 +250,10 @@ pub struct Attempt {
     pub input_tokens: u32,
     /// Output tokens.
     pub output_tokens: u32,
+    /// What it was charged (USD): its tokens at its model's prices, as its
+    /// user's budgets were charged (0 for a tool).
+    #[serde(default)]
+    pub cost_usd: f64,
     /// Rate-limit and retry-after feedback.
     pub rate: crate::resilience::limiter::RateFeedback,
     /// Semantic failure, in words.
@@ -271,6 +294,7 @@ impl Attempt {
             latency_ms: 0,
             input_tokens: 0,
             output_tokens: 0,
+            cost_usd: 0.0,
             rate: Default::default(),
             semantic_failure: None,
             tool_calls: Vec::new(),

@@ -958,6 +958,9 @@ fn check_of(cmd: &str) -> Option<Check> {
             Elsewhere("the console over running gateways, run by the attach walkthrough check")
         }
         "fusebox demo --config fusebox.toml" => Elsewhere("calls the paid providers of the config the README writes"),
+        "fusebox demo --headless --scenario heavy-tail --seed N --config examples/hedging.toml --record on.jsonl" => {
+            Elsewhere("a measurement over ten seeds, its recordings summed by hand: the hedge tests record and replay the same run")
+        }
         "fusebox demo --headless --scenario retry-storm --speed 1 --duration 7m --state redis://127.0.0.1:6379/0 --config examples/fleet-retries.toml" => {
             Elsewhere("7 minutes on a Redis: the fleet test runs 20 s of the same brownout on four instances")
         }

@@ -22,6 +22,7 @@ mod fleet;
 mod fuzz;
 mod gateway;
 mod hardening;
+mod hedge;
 mod http_tools;
 mod keymap;
 mod layers;

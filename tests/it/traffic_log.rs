@@ -118,6 +118,7 @@ fn all_kinds_reads_every_kind_and_skips_unknown_ones() {
             answer: None,
             response_id: None,
             cut: None,
+            cost_usd: None,
         }),
         Record::Attempt(AttemptRec {
             t_ms: 50,
@@ -136,6 +137,7 @@ fn all_kinds_reads_every_kind_and_skips_unknown_ones() {
             answer: None,
             response_id: None,
             cut: None,
+            cost_usd: None,
         }),
         Record::Attempt(AttemptRec {
             t_ms: 470,
@@ -154,6 +156,7 @@ fn all_kinds_reads_every_kind_and_skips_unknown_ones() {
             answer: None,
             response_id: None,
             cut: None,
+            cost_usd: None,
         }),
         Record::Transition(TransitionRec {
             t_ms: 2470,
@@ -203,6 +206,7 @@ fn all_kinds_reads_every_kind_and_skips_unknown_ones() {
             answer: None,
             response_id: None,
             cut: None,
+            cost_usd: None,
         }),
         Record::Operator(OperatorRec {
             t_ms: 3200,
@@ -640,6 +644,7 @@ fn to_line_skips_empty_optionals_and_keeps_nullable_fields() {
         answer: None,
         response_id: None,
         cut: None,
+        cost_usd: None,
     })
     .to_line();
     assert_eq!(
@@ -853,6 +858,7 @@ fn arb_record() -> impl Strategy<Value = Record> {
                     answer: None,
                     response_id: None,
                     cut: None,
+                    cost_usd: None,
                 })
             },
         );

@@ -74,6 +74,7 @@ pub fn gateway_log(n: u64, rps: u64, out: &mut impl Write) -> std::io::Result<()
             answer: None,
             response_id: None,
             cut: None,
+            cost_usd: None,
         });
         let outcome = Record::Outcome(OutcomeRec {
             t_ms: end,

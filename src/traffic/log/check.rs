@@ -27,6 +27,7 @@ pub use crate::limits::MAX_TOKENS;
 pub fn fit(rec: &mut Record) {
     if let Record::Attempt(a) = rec {
         a.target = fit_target(&a.target);
+        a.cost_usd = a.cost_usd.filter(|c| c.is_finite());
     }
     if let Record::Transition(t) = rec {
         t.breaker = fit_target(&t.breaker);
@@ -284,7 +285,9 @@ fn check_attempt(o: &Map<String, Value>) -> Result<(), Bad> {
     opt::<Option<String>>(o, "semantic_failure")?;
     opt::<Vec<String>>(o, "tool_calls")?;
     opt::<Vec<Key>>(o, "tool_keys")?;
-    opt::<Option<String>>(o, "answer")
+    opt::<Option<String>>(o, "answer")?;
+    opt::<Option<crate::telemetry::events::Cut>>(o, "cut")?;
+    opt::<Option<f64>>(o, "cost_usd")
 }
 
 fn check_outcome(o: &Map<String, Value>) -> Result<(), Bad> {

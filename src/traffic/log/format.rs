@@ -230,9 +230,15 @@ pub struct AttemptRec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub response_id: Option<String>,
     /// What cut it short, when something did before it ended (its
-    /// tokens are those used up to then).
+    /// tokens are those charged: used up to then where known, else what
+    /// was reserved for it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cut: Option<crate::telemetry::events::Cut>,
+    /// What a call cut short was charged (USD), as its user's budgets
+    /// were; written only with `cut` (another call's cost is its tokens at
+    /// its model's prices, which the outcome sums).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cost_usd: Option<f64>,
 }
 
 /// An outcome line.

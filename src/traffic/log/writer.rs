@@ -402,6 +402,7 @@ pub fn record_of(ev: &Event, t_ms: u64, content: Content, salt: &Salt) -> Option
                 .map(str::to_string),
             response_id: a.response_id.clone(),
             cut: a.cut,
+            cost_usd: a.cut.map(|_| a.cost_usd),
         }),
         EventKind::Outcome(o) => Record::Outcome(OutcomeRec {
             t_ms,

@@ -233,6 +233,7 @@ pub(super) mod tests {
             answer: None,
             response_id: None,
             cut: None,
+            cost_usd: None,
         })
     }
 

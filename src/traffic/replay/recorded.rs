@@ -40,6 +40,13 @@ async fn play(
     timeout: Duration,
 ) -> Result<(Usage, Vec<ToolCall>), ProviderError> {
     let what = if req.is_some() { "provider call" } else { "tool call" };
+    // A request's own call that a hedge outran had not answered when it
+    // was cut: it runs until the replayed race cuts it again (or, should
+    // the replay go otherwise, its timeout).
+    if own && a.cut == Some(crate::telemetry::events::Cut::Outrun) {
+        tokio::time::sleep_until(start + timeout.min(OUTRUN_MAX)).await;
+        return Err(ProviderError::timed_out(what));
+    }
     take_time(start, Duration::from_millis(a.latency_ms), timeout, what).await?;
     let usage = Usage {
         input: a.input_tokens,
@@ -257,6 +264,9 @@ impl crate::provider::PieceStream for std::vec::IntoIter<Piece> {
         std::task::Poll::Ready(self.next().map(Ok))
     }
 }
+
+/// The longest a replayed call that a hedge outran waits to be cut again.
+const OUTRUN_MAX: Duration = Duration::from_secs(3600);
 
 /// How long a call to a provider the log never shows takes (it is healthy).
 const UNRECORDED_CALL: Duration = Duration::from_millis(300);
