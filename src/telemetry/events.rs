@@ -220,12 +220,13 @@ impl Cut {
             Cut::Left => "left",
             Cut::Drained => "drained",
             Cut::Outrun => "outrun",
+            Cut::Unaligned => "unaligned",
         }
     }
 
     /// The cut named `s` ([`Cut::as_str`]).
     pub fn named(s: &str) -> Option<Self> {
-        [Cut::Budget, Cut::Left, Cut::Drained, Cut::Outrun]
+        [Cut::Budget, Cut::Left, Cut::Drained, Cut::Outrun, Cut::Unaligned]
             .into_iter()
             .find(|c| c.as_str() == s)
     }
