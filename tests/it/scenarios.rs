@@ -440,6 +440,9 @@ async fn fair_shares_at(seed: u64, cfg: Config) -> (f64, f64) {
     let now = tokio::time::Instant::now();
     let openai = fair.runner.providers().iter().find(|p| p.name == "openai").unwrap();
     let q = openai.limiter.view(now).queue.unwrap();
+    if seed == 7 {
+        eprintln!("shed (critical, default, batch): {:?}; most: {:?}", q.shed, q.shed_most);
+    }
     assert_eq!(q.waiting, [0, 0, 0]);
     assert!(q.shed[0] == 0 && q.shed[2] > 0 && q.shed[1] > 0, "seed {seed}: {q:?}");
     assert_eq!(q.shed_most[0].0, "tenant-noisy");
