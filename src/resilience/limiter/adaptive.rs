@@ -1,17 +1,30 @@
 //! Adaptive concurrency: a provider's concurrency limit found from how its
 //! calls go, within a floor and a ceiling.
 //!
-//! Additive increase: while the limit is in use (nine tenths of it in
-//! flight) every answer adds 1/limit, about one a round trip.
+//! Growth: while the limit is in use (half of it or more in flight, as
+//! Netflix's concurrency-limits judges it) every answer adds 1/limit,
+//! about one a round trip (additive increase). Below the level it last
+//! found good, and once a round trip's worth of answers has come without a
+//! cut, every answer adds one, doubling it each round trip (slow start):
+//! a limit cut by an outage, a storm or a spell of slow answers is back
+//! within a few round trips of the provider answering again, where
+//! additive growth alone took one round trip a call.
+//!
 //! Multiplicative decrease: an overload answer (429, 503, 529) says the
 //! provider's capacity is below the calls in flight: the limit becomes
 //! `backoff` times the lower of the two. A recent response time above
 //! `tolerance` times its long-run baseline multiplies it by `backoff` (a
-//! latency gradient, as
-//! Netflix's concurrency-limits and Envoy's adaptive concurrency use). A
-//! decrease counts once a round trip: only a call admitted after the last
-//! cut may cut again; the others were admitted under the larger limit and
-//! say nothing about the smaller one.
+//! latency gradient, as Netflix's concurrency-limits and Envoy's adaptive
+//! concurrency use). A decrease counts once a round trip: only a call
+//! admitted after the last cut may cut again; the others were admitted
+//! under the larger limit and say nothing about the smaller one.
+//!
+//! The level found good is the limit after the first cut that follows a
+//! round trip without one (as TCP's slow-start threshold): the cuts of a
+//! trouble after that (an outage's 503s, a storm's 429s) drive the limit
+//! down, but not the level it grows quickly back to once answers come
+//! again. A capacity that really fell is found by the cuts of the slow
+//! start that overshoots it, which set the level anew.
 //!
 //! An overload cuts only when it is not one tenant's alone: a provider
 //! that refuses one tenant's calls (its prompts too large for a token
@@ -123,6 +136,14 @@ const LONG: f64 = 0.01;
 /// tenant's alone.
 const RECENT: usize = 32;
 
+/// Whether a limit is in use: half of it or more in flight (`in_flight`
+/// counts the call that just ended). Below that the demand, not the
+/// provider, holds the calls back, and the limit has headroom enough.
+#[inline]
+fn in_use(in_flight: u32, limit: f64) -> bool {
+    2.0 * f64::from(in_flight) >= limit
+}
+
 /// The tenants of a limit's last calls, and which were overloads.
 #[derive(Clone, Debug, Default)]
 struct Recent {
@@ -165,6 +186,16 @@ pub struct Adaptive {
     long: f64,
     samples: u32,
     cut_at: Option<Instant>,
+    /// The level it grows quickly back to (see the module's doc): the
+    /// ceiling until a cut follows a round trip without one.
+    good: f64,
+    /// Answers since the last cut, of calls admitted after it.
+    clean: u32,
+    /// Whether a round trip's worth of them (the limit) has come, or
+    /// nothing was cut yet: the provider answers.
+    settled: bool,
+    /// The limit before the cuts now running began.
+    streak_from: f64,
     moved: Option<(Move, Instant)>,
     moves: [u64; 3],
     recent: Recent,
@@ -193,6 +224,10 @@ impl Adaptive {
             long: 0.0,
             samples: 0,
             cut_at: None,
+            good: ceiling,
+            clean: 0,
+            settled: true,
+            streak_from: 0.0,
             moved: None,
             moves: [0; 3],
             recent: Recent::default(),
@@ -204,6 +239,23 @@ impl Adaptive {
     #[inline]
     pub fn cap(&self) -> u32 {
         self.limit as u32
+    }
+
+    /// A call finds `in_flight` calls held. Below the level found good
+    /// while the provider answers (a round trip of answers since the last
+    /// cut, or no cut yet), nothing says its capacity is below what it is
+    /// asked for: a call that finds the limit full raises it by one, so
+    /// neither the starting limit nor one an outage cut turns calls away
+    /// from a provider that answers them.
+    #[inline]
+    pub fn finds(&mut self, in_flight: u32, now: Instant) {
+        if self.settled && self.limit < self.good && f64::from(in_flight) >= self.limit.floor() {
+            let was = self.cap();
+            self.limit = (self.limit.floor() + 1.0).min(self.good);
+            if self.cap() > was {
+                self.moved_at(Move::Grew, now);
+            }
+        }
     }
 
     /// A call of `tenant`'s is coming: a limit cut by another tenant's
@@ -223,12 +275,16 @@ impl Adaptive {
         match signal {
             Signal::Answered { rtt, admitted } => {
                 self.recent.note(tenant, false);
+                if self.cut_at.is_none_or(|c| admitted >= c) {
+                    self.clean = self.clean.saturating_add(1);
+                    self.settled |= f64::from(self.clean) >= self.limit;
+                }
                 if let Some(rtt) = rtt {
                     self.sample(rtt, admitted, now);
                 }
-                if f64::from(in_flight) >= 0.9 * self.limit && self.limit < self.ceiling {
+                if in_use(in_flight, self.limit) && self.limit < self.ceiling {
                     let was = self.cap();
-                    self.limit = (self.limit + 1.0 / self.limit).min(self.ceiling);
+                    self.grow();
                     if self.cap() > was {
                         self.moved_at(Move::Grew, now);
                     }
@@ -249,6 +305,24 @@ impl Adaptive {
             }
             Signal::Neutral => {}
         }
+    }
+
+    /// Whether it grows by one an answer (slow start): below the level
+    /// found good, a round trip's worth of answers after the last cut.
+    fn starting(&self) -> bool {
+        self.settled && self.limit < self.good
+    }
+
+    /// One answer's growth: one below the level found good (no further
+    /// than it, or than 1/limit past it), else 1/limit.
+    fn grow(&mut self) {
+        let additive = self.limit + 1.0 / self.limit;
+        let next = if self.starting() {
+            (self.limit + 1.0).min(self.good).max(additive)
+        } else {
+            additive
+        };
+        self.limit = next.min(self.ceiling);
     }
 
     /// One response-time sample (a whole answer's, or a stream's time to
@@ -272,7 +346,22 @@ impl Adaptive {
         if self.cut_at.is_some_and(|c| admitted < c) {
             return;
         }
-        self.limit = (self.limit.min(f64::from(in_flight)) * self.backoff).max(self.floor);
+        let used = self.limit.min(f64::from(in_flight));
+        if self.clean > 0 || self.cut_at.is_none() {
+            self.streak_from = self.limit;
+        } else {
+            // No call admitted since the last cut was answered: the
+            // provider fails whatever it is sent (an outage, a storm),
+            // which says nothing of its capacity, and the limit before
+            // is the level to grow back to.
+            self.good = self.good.max(self.streak_from);
+        }
+        self.limit = (used * self.backoff).max(self.floor);
+        if self.settled {
+            // The first cut after a round trip without one: the level.
+            self.good = self.limit;
+        }
+        (self.clean, self.settled) = (0, false);
         self.cut_at = Some(now);
         self.moved_at(why, now);
     }
@@ -325,25 +414,132 @@ mod tests {
         );
     }
 
+    /// An overload of a call admitted at `at`, with the limit in flight.
+    fn overloaded(a: &mut Adaptive, at: Instant) {
+        let in_flight = a.cap();
+        a.learn(Signal::Overloaded { admitted: at }, 0, in_flight, at);
+    }
+
     #[test]
-    fn grows_about_one_a_round_trip_while_in_use_and_stops_at_the_ceiling() {
+    fn grows_about_one_a_round_trip_after_a_cut_and_stops_at_the_ceiling() {
         let t0 = Instant::now();
-        let mut a = Adaptive::new(&cfg(1, 10, 12), 0);
-        for _ in 0..10 {
+        let mut a = Adaptive::new(&cfg(1, 12, 14), 0);
+        // Answers, then one cut: 12 × 0.9 = 10.8, the level found.
+        for _ in 0..20 {
             answered(&mut a, 500, t0, t0);
         }
-        assert_eq!(
-            a.cap(),
-            10,
-            "ten answers at a limit of ten add 1/10 each, less as it grows"
-        );
+        assert_eq!(a.cap(), 14, "nothing cut yet: one an answer");
+        let mut a = Adaptive::new(&cfg(1, 12, 14), 0);
+        for _ in 0..12 {
+            a.learn(Signal::Answered { rtt: None, admitted: t0 }, 0, 1, t0);
+        }
+        overloaded(&mut a, t0);
+        assert_eq!(a.cap(), 10);
         answered(&mut a, 500, t0, t0);
+        assert_eq!(a.cap(), 10, "1/10.8 an answer");
+        for _ in 0..2 {
+            answered(&mut a, 500, t0, t0);
+        }
         assert_eq!(a.cap(), 11);
         for _ in 0..100 {
             answered(&mut a, 500, t0, t0);
         }
-        assert_eq!(a.cap(), 12);
+        assert_eq!(a.cap(), 14);
         assert_eq!(a.view(t0).moved, Some(Move::Grew));
+    }
+
+    /// Answers with the limit in flight until it reaches `to`; how many.
+    fn answers_until(a: &mut Adaptive, to: u32, t: Instant) -> usize {
+        (1..=100_000).find(|_| {
+            answered(a, 500, t, t);
+            a.cap() >= to
+        })
+        .unwrap_or(usize::MAX)
+    }
+
+    #[test]
+    fn from_any_limit_healthy_answers_grow_it_back_within_a_bound() {
+        const CEILING: u32 = 64;
+        let t0 = Instant::now();
+        for start in 1..=CEILING {
+            // A limit that starts there reaches the ceiling within a round
+            // trip at it and one answer for each call more.
+            let mut a = Adaptive::new(&cfg(1, start, CEILING), 0);
+            let n = answers_until(&mut a, CEILING, t0);
+            assert!(n <= (CEILING + 1) as usize, "from {start}: {n} answers");
+            // A limit an outage cut from the ceiling to `start` (503s one
+            // after another, no call admitted between them answered) is
+            // back at the ceiling within a round trip at its limit and one
+            // answer for each call more. One cut alone (to 57) is a
+            // capacity found: above it the limit grows by 1/limit an
+            // answer, (1 - backoff) x ceiling² answers at most.
+            let mut a = Adaptive::new(&cfg(1, CEILING, CEILING), 0);
+            for _ in 0..CEILING {
+                a.learn(Signal::Answered { rtt: None, admitted: t0 }, 0, 1, t0);
+            }
+            let mut t = t0;
+            while a.cap() > start {
+                t += Duration::from_secs(1);
+                overloaded(&mut a, t);
+            }
+            let n = answers_until(&mut a, CEILING, t + Duration::from_secs(1));
+            let bound = if start < 57 { CEILING + 1 } else { 410 };
+            assert!(n <= bound as usize, "from {start} after an outage: {n} answers");
+            // And, a round trip answered, calls that find it full raise it
+            // at once to the limit before the outage (to the capacity one
+            // cut found).
+            let mut a = Adaptive::new(&cfg(1, CEILING, CEILING), 0);
+            for _ in 0..CEILING {
+                a.learn(Signal::Answered { rtt: None, admitted: t0 }, 0, 1, t0);
+            }
+            let mut t = t0;
+            while a.cap() > start {
+                t += Duration::from_secs(1);
+                overloaded(&mut a, t);
+            }
+            let t = t + Duration::from_secs(1);
+            for _ in 0..=start {
+                a.learn(Signal::Answered { rtt: None, admitted: t }, 0, 0, t);
+            }
+            for _ in 0..CEILING {
+                let full = a.cap();
+                a.finds(full, t);
+            }
+            let back = match start {
+                ..57 => CEILING,
+                CEILING => CEILING,
+                _ => 57,
+            };
+            assert_eq!(a.cap(), back, "from {start}: calls finding it full");
+        }
+    }
+
+    #[test]
+    fn a_cut_in_the_slow_start_sets_the_level_it_grows_back_to() {
+        let t0 = Instant::now();
+        let mut a = Adaptive::new(&cfg(1, 40, 256), 0);
+        // An outage: cut to 2 (no answer between the 503s).
+        let mut t = t0;
+        for _ in 0..3 {
+            answered(&mut a, 500, t, t);
+        }
+        while a.cap() > 2 {
+            t += Duration::from_secs(1);
+            overloaded(&mut a, t);
+        }
+        // Answers again: one an answer, until a 429 at 20 says the
+        // capacity is there.
+        t += Duration::from_secs(1);
+        answers_until(&mut a, 20, t);
+        overloaded(&mut a, t);
+        assert_eq!(a.cap(), 18);
+        // A round trip later it grows by 1/limit an answer, not one.
+        answers_until(&mut a, 19, t);
+        let before = a.cap();
+        for _ in 0..10 {
+            answered(&mut a, 500, t, t);
+        }
+        assert!(a.cap() <= before + 1, "{} after ten answers at {before}", a.cap());
     }
 
     #[test]
