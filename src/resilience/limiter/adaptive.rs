@@ -116,8 +116,13 @@ pub enum Signal {
         /// When it was admitted.
         admitted: Instant,
     },
-    /// The provider said it is overloaded (429, 503, 529).
+    /// The provider said it is overloaded (503, 529).
     Overloaded {
+        /// When it was admitted.
+        admitted: Instant,
+    },
+    /// The provider said too many (429): more calls than it takes now.
+    RateLimited {
         /// When it was admitted.
         admitted: Instant,
     },
@@ -290,7 +295,7 @@ impl Adaptive {
                     }
                 }
             }
-            Signal::Overloaded { admitted } => {
+            Signal::Overloaded { admitted } | Signal::RateLimited { admitted } => {
                 self.recent.note(tenant, true);
                 let (others, own) = self.recent.others(tenant);
                 if own {
@@ -301,7 +306,8 @@ impl Adaptive {
                     (0, _) => Some((tenant, self.limit)),
                     _ => None,
                 };
-                self.cut(Move::Overloaded, in_flight, admitted, now);
+                let holds = matches!(signal, Signal::Overloaded { .. });
+                self.cut(Move::Overloaded, in_flight, admitted, now, holds);
             }
             Signal::Neutral => {}
         }
@@ -336,13 +342,13 @@ impl Adaptive {
         self.short += SHORT.max(1.0 / n) * (ms - self.short);
         self.long += LONG.max(1.0 / n) * (ms - self.long);
         if self.samples >= WARMUP && self.short > self.tolerance * self.long {
-            self.cut(Move::Slower, u32::MAX, admitted, now);
+            self.cut(Move::Slower, u32::MAX, admitted, now, false);
         }
     }
 
     /// Multiplies the limit, or the calls in flight when fewer, by the
     /// backoff, once a round trip.
-    fn cut(&mut self, why: Move, in_flight: u32, admitted: Instant, now: Instant) {
+    fn cut(&mut self, why: Move, in_flight: u32, admitted: Instant, now: Instant, holds: bool) {
         if self.cut_at.is_some_and(|c| admitted < c) {
             return;
         }
@@ -352,9 +358,14 @@ impl Adaptive {
         } else {
             // No call admitted since the last cut was answered: the
             // provider fails whatever it is sent (an outage, a storm),
-            // which says nothing of its capacity, and the limit before
-            // is the level to grow back to.
+            // and the limit before the cuts is the level to grow back to.
+            // A 503 or 529 then says nothing of its capacity: the limit
+            // holds (its breaker stops the calls). A 429 says there are
+            // more calls than it takes now: it cuts.
             self.good = self.good.max(self.streak_from);
+            if holds {
+                return;
+            }
         }
         self.limit = (used * self.backoff).max(self.floor);
         if self.settled {
@@ -431,7 +442,15 @@ mod tests {
         assert_eq!(a.cap(), 14, "nothing cut yet: one an answer");
         let mut a = Adaptive::new(&cfg(1, 12, 14), 0);
         for _ in 0..12 {
-            a.learn(Signal::Answered { rtt: None, admitted: t0 }, 0, 1, t0);
+            a.learn(
+                Signal::Answered {
+                    rtt: None,
+                    admitted: t0,
+                },
+                0,
+                1,
+                t0,
+            );
         }
         overloaded(&mut a, t0);
         assert_eq!(a.cap(), 10);
@@ -450,11 +469,38 @@ mod tests {
 
     /// Answers with the limit in flight until it reaches `to`; how many.
     fn answers_until(a: &mut Adaptive, to: u32, t: Instant) -> usize {
-        (1..=100_000).find(|_| {
-            answered(a, 500, t, t);
-            a.cap() >= to
-        })
-        .unwrap_or(usize::MAX)
+        (1..=100_000)
+            .find(|_| {
+                answered(a, 500, t, t);
+                a.cap() >= to
+            })
+            .unwrap_or(usize::MAX)
+    }
+
+    /// A limit that answered a round trip at the ceiling, then was cut
+    /// to `to` by overloads, an answer to a call admitted after each cut
+    /// between them (a capacity that fell); the time of the last cut.
+    fn cut_to(to: u32, ceiling: u32) -> (Adaptive, Instant) {
+        let t0 = Instant::now();
+        let mut a = Adaptive::new(&cfg(1, ceiling, ceiling), 0);
+        for _ in 0..ceiling {
+            a.learn(
+                Signal::Answered {
+                    rtt: None,
+                    admitted: t0,
+                },
+                0,
+                1,
+                t0,
+            );
+        }
+        let mut t = t0;
+        while a.cap() > to {
+            t += Duration::from_secs(1);
+            overloaded(&mut a, t);
+            a.learn(Signal::Answered { rtt: None, admitted: t }, 0, 0, t);
+        }
+        (a, t)
     }
 
     #[test]
@@ -462,41 +508,24 @@ mod tests {
         const CEILING: u32 = 64;
         let t0 = Instant::now();
         for start in 1..=CEILING {
-            // A limit that starts there reaches the ceiling within a round
-            // trip at it and one answer for each call more.
+            // A limit that starts there reaches the ceiling within one
+            // answer for each call more.
             let mut a = Adaptive::new(&cfg(1, start, CEILING), 0);
             let n = answers_until(&mut a, CEILING, t0);
-            assert!(n <= (CEILING + 1) as usize, "from {start}: {n} answers");
-            // A limit an outage cut from the ceiling to `start` (503s one
-            // after another, no call admitted between them answered) is
-            // back at the ceiling within a round trip at its limit and one
-            // answer for each call more. One cut alone (to 57) is a
-            // capacity found: above it the limit grows by 1/limit an
-            // answer, (1 - backoff) x ceiling² answers at most.
-            let mut a = Adaptive::new(&cfg(1, CEILING, CEILING), 0);
-            for _ in 0..CEILING {
-                a.learn(Signal::Answered { rtt: None, admitted: t0 }, 0, 1, t0);
-            }
-            let mut t = t0;
-            while a.cap() > start {
-                t += Duration::from_secs(1);
-                overloaded(&mut a, t);
-            }
-            let n = answers_until(&mut a, CEILING, t + Duration::from_secs(1));
-            let bound = if start < 57 { CEILING + 1 } else { 410 };
-            assert!(n <= bound as usize, "from {start} after an outage: {n} answers");
-            // And, a round trip answered, calls that find it full raise it
-            // at once to the limit before the outage (to the capacity one
-            // cut found).
-            let mut a = Adaptive::new(&cfg(1, CEILING, CEILING), 0);
-            for _ in 0..CEILING {
-                a.learn(Signal::Answered { rtt: None, admitted: t0 }, 0, 1, t0);
-            }
-            let mut t = t0;
-            while a.cap() > start {
-                t += Duration::from_secs(1);
-                overloaded(&mut a, t);
-            }
+            assert!(n <= (CEILING - start).max(1) as usize, "from {start}: {n} answers");
+            // Cut there by a capacity that fell: back where the first cut
+            // left it (57) within a round trip at the limit and one answer
+            // for each call more, then by 1/limit an answer: at the
+            // ceiling within (1 - backoff) x ceiling² answers more.
+            let (mut a, t) = cut_to(start, CEILING);
+            let t = t + Duration::from_secs(1);
+            let n = answers_until(&mut a, 57, t);
+            assert!(n <= 59, "from {start}: {n} answers to 57");
+            let m = answers_until(&mut a, CEILING, t);
+            assert!(m <= 410, "from {start}: {m} answers more to the ceiling");
+            // A round trip answered, calls that find it full raise it at
+            // once to the level the first cut found.
+            let (mut a, t) = cut_to(start, CEILING);
             let t = t + Duration::from_secs(1);
             for _ in 0..=start {
                 a.learn(Signal::Answered { rtt: None, admitted: t }, 0, 0, t);
@@ -505,31 +534,59 @@ mod tests {
                 let full = a.cap();
                 a.finds(full, t);
             }
-            let back = match start {
-                ..57 => CEILING,
-                CEILING => CEILING,
-                _ => 57,
-            };
+            let back = if start == CEILING { CEILING } else { 57 };
             assert_eq!(a.cap(), back, "from {start}: calls finding it full");
         }
     }
 
     #[test]
-    fn a_cut_in_the_slow_start_sets_the_level_it_grows_back_to() {
+    fn an_outage_holds_the_limit_and_it_is_back_once_answered() {
         let t0 = Instant::now();
         let mut a = Adaptive::new(&cfg(1, 40, 256), 0);
-        // An outage: cut to 2 (no answer between the 503s).
-        let mut t = t0;
-        for _ in 0..3 {
-            answered(&mut a, 500, t, t);
+        for _ in 0..40 {
+            a.learn(
+                Signal::Answered {
+                    rtt: None,
+                    admitted: t0,
+                },
+                0,
+                1,
+                t0,
+            );
         }
-        while a.cap() > 2 {
-            t += Duration::from_secs(1);
-            overloaded(&mut a, t);
+        // 503s one after another, no call admitted between them answered:
+        // one cut, then the limit holds.
+        for i in 1..=50u64 {
+            overloaded(&mut a, t0 + Duration::from_secs(i));
         }
-        // Answers again: one an answer, until a 429 at 20 says the
-        // capacity is there.
-        t += Duration::from_secs(1);
+        assert_eq!(a.cap(), 36);
+        assert_eq!(a.view(t0).moves, [0, 1, 0]);
+        // 429s the same way keep cutting: there are more calls than the
+        // provider takes now.
+        let mut b = a.clone();
+        for i in 51..=60u64 {
+            let t = t0 + Duration::from_secs(i);
+            b.learn(Signal::RateLimited { admitted: t }, 0, 36, t);
+        }
+        assert!(b.cap() < 36, "{}", b.cap());
+        // A round trip answered: the limit before the outage is back for
+        // the calls that find it full.
+        let t = t0 + Duration::from_secs(60);
+        for _ in 0..36 {
+            a.learn(Signal::Answered { rtt: None, admitted: t }, 0, 0, t);
+        }
+        for in_flight in 36..50 {
+            a.finds(in_flight, t);
+        }
+        assert_eq!(a.cap(), 40);
+    }
+
+    #[test]
+    fn a_cut_in_the_slow_start_sets_the_level_it_grows_back_to() {
+        // Cut to 2, then answered: one an answer, until a 429 at 20 says
+        // the capacity is there.
+        let (mut a, t) = cut_to(2, 256);
+        let t = t + Duration::from_secs(1);
         answers_until(&mut a, 20, t);
         overloaded(&mut a, t);
         assert_eq!(a.cap(), 18);
@@ -571,7 +628,20 @@ mod tests {
             a.learn(Signal::Overloaded { admitted: t0 }, 0, 20, t1);
         }
         assert_eq!(a.cap(), 18);
-        // A call admitted after that cut may cut again.
+        // A call admitted after that cut may cut again (the provider
+        // answers some: its capacity, not an outage).
+        let answer = |a: &mut Adaptive, at: Instant| {
+            a.learn(
+                Signal::Answered {
+                    rtt: None,
+                    admitted: at,
+                },
+                0,
+                0,
+                at,
+            );
+        };
+        answer(&mut a, t1 + Duration::from_millis(1));
         a.learn(
             Signal::Overloaded {
                 admitted: t1 + Duration::from_millis(1),
@@ -584,6 +654,7 @@ mod tests {
         assert_eq!(a.view(t1).moved, Some(Move::Overloaded));
         assert_eq!(a.view(t1).moves, [0, 2, 0]);
         // Fewer calls in flight than the limit: the capacity is below them.
+        answer(&mut a, t1 + Duration::from_secs(2));
         a.learn(
             Signal::Overloaded {
                 admitted: t1 + Duration::from_secs(2),
@@ -592,6 +663,11 @@ mod tests {
             10,
             t1 + Duration::from_secs(3),
         );
+        assert_eq!(a.cap(), 9);
+        // No call admitted since was answered: it fails whatever it is
+        // sent, and the limit holds.
+        let t = t1 + Duration::from_secs(4);
+        a.learn(Signal::Overloaded { admitted: t }, 0, 9, t);
         assert_eq!(a.cap(), 9);
     }
 
@@ -672,7 +748,9 @@ mod tests {
         // another tenant's call comes.
         let mut alone = Adaptive::new(&cfg(1, 16, 64), 0);
         for i in 0..40u64 {
-            overload(&mut alone, 1, t0 + Duration::from_secs(i));
+            let t = t0 + Duration::from_secs(i);
+            alone.learn(Signal::Answered { rtt: None, admitted: t }, 1, 0, t);
+            overload(&mut alone, 1, t);
         }
         assert_eq!(alone.cap(), 1);
         alone.arrives(1);
