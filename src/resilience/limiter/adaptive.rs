@@ -2,13 +2,14 @@
 //! calls go, within a floor and a ceiling.
 //!
 //! Growth: while the limit is in use (half of it or more in flight, as
-//! Netflix's concurrency-limits judges it) every answer adds 1/limit,
-//! about one a round trip (additive increase). Below the level it last
-//! found good, and once a round trip's worth of answers has come without a
-//! cut, every answer adds one, doubling it each round trip (slow start):
-//! a limit cut by an outage, a storm or a spell of slow answers is back
-//! within a few round trips of the provider answering again, where
-//! additive growth alone took one round trip a call.
+//! Netflix's concurrency-limits judges it; below that the demand, not the
+//! provider, holds the calls back) every answer adds 1/limit, about one a
+//! round trip (additive increase). Below the level it last found good,
+//! once a round trip's worth of answers has come since the last cut, every
+//! answer adds one, doubling it each round trip (slow start), and a call
+//! that finds it full raises it at once ([`Adaptive::finds`]): neither the
+//! starting limit nor one an outage or a storm cut turns calls away from a
+//! provider that answers them.
 //!
 //! Multiplicative decrease: an overload answer (429, 503, 529) says the
 //! provider's capacity is below the calls in flight: the limit becomes
@@ -20,11 +21,12 @@
 //! under the larger limit and say nothing about the smaller one.
 //!
 //! The level found good is the limit after the first cut that follows a
-//! round trip without one (as TCP's slow-start threshold): the cuts of a
-//! trouble after that (an outage's 503s, a storm's 429s) drive the limit
-//! down, but not the level it grows quickly back to once answers come
-//! again. A capacity that really fell is found by the cuts of the slow
-//! start that overshoots it, which set the level anew.
+//! round trip without one (as TCP's slow-start threshold). Overloads with
+//! no call admitted since the last cut answered are the provider failing
+//! whatever it is sent (an outage, a storm): they do not lower that level,
+//! the limit before them is the one to grow back to, and a 503 or 529 then
+//! holds the limit (its breaker stops the calls) where a 429, which says
+//! there are more calls than the provider takes now, cuts.
 //!
 //! An overload cuts only when it is not one tenant's alone: a provider
 //! that refuses one tenant's calls (its prompts too large for a token
