@@ -146,6 +146,8 @@ const RECENT: usize = 32;
 /// Whether a limit is in use: half of it or more in flight (`in_flight`
 /// counts the call that just ended). Below that the demand, not the
 /// provider, holds the calls back, and the limit has headroom enough.
+/// Not nearly all of it: no more calls than its whole part are in flight,
+/// and nine tenths of a limit of 8.9 is more than 8.
 #[inline]
 fn in_use(in_flight: u32, limit: f64) -> bool {
     2.0 * f64::from(in_flight) >= limit
