@@ -139,6 +139,11 @@ const SHORT: f64 = 0.1;
 /// Weight of a new sample in the long-run baseline (about 100 calls).
 const LONG: f64 = 0.01;
 
+/// Round trips without a cut (answers, `FORGET` times the limit) after
+/// which the level found good is forgotten: the limit grows as it did
+/// before any cut.
+const FORGET: f64 = 4.0;
+
 /// Calls remembered, whose tenants say whether an overload is one
 /// tenant's alone.
 const RECENT: usize = 32;
@@ -287,6 +292,11 @@ impl Adaptive {
                 if self.cut_at.is_none_or(|c| admitted >= c) {
                     self.clean = self.clean.saturating_add(1);
                     self.settled |= f64::from(self.clean) >= self.limit;
+                    if f64::from(self.clean) >= FORGET * self.limit {
+                        // Long without a cut: the capacity a cut found
+                        // (or a storm's cuts left) may have come back.
+                        self.good = self.ceiling;
+                    }
                 }
                 if let Some(rtt) = rtt {
                     self.sample(rtt, admitted, now);
