@@ -26,7 +26,10 @@
 //! whatever it is sent (an outage, a storm): they do not lower that level,
 //! the limit before them is the one to grow back to, and a 503 or 529 then
 //! holds the limit (its breaker stops the calls) where a 429, which says
-//! there are more calls than the provider takes now, cuts.
+//! there are more calls than the provider takes now, cuts. Four round
+//! trips without a cut forget the level (`FORGET`): a capacity that
+//! came back, or a storm's cuts that said nothing of one, no longer hold
+//! the growth to one a round trip.
 //!
 //! An overload cuts only when it is not one tenant's alone: a provider
 //! that refuses one tenant's calls (its prompts too large for a token
