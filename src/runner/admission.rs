@@ -169,12 +169,15 @@ impl Runner {
 
 /// How an attempt admitted at `admitted` went, for an adaptive
 /// concurrency limit: answered (in `rtt`, where that is one sample of the
-/// provider's response time), overloaded (the failures that say so, see
-/// [`crate::blame`]: 429, 503, 529), or neither.
+/// provider's response time), rate limited (429), overloaded (the other
+/// failures that say so, see [`crate::blame`]: 503, 529), or neither.
 pub(super) fn signal(failed: Option<ErrorKind>, rtt: Option<Duration>, admitted: Instant) -> Signal {
     match failed {
         None => Signal::Answered { rtt, admitted },
-        Some(k) if crate::blame::Ending::of(k).feeds().limit => Signal::Overloaded { admitted },
+        Some(k) if crate::blame::Ending::of(k).feeds().limit => match k {
+            ErrorKind::RateLimited => Signal::RateLimited { admitted },
+            _ => Signal::Overloaded { admitted },
+        },
         Some(_) => Signal::Neutral,
     }
 }

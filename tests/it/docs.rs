@@ -954,6 +954,12 @@ fn check_of(cmd: &str) -> Option<Check> {
             Elsewhere("the command itself, run by the quick-start, curl and console checks")
         }
         "cargo test" => Elsewhere("what CI runs (the quick-start check)"),
+        "fusebox demo --headless --scenario NAME --seed N --config examples/adaptive.toml --record FILE" => {
+            Elsewhere("the adaptive do-no-harm table's runs: tests/it/adaptive.rs runs them at seeds 1-30")
+        }
+        "cargo test --test it adaptive:: -- --nocapture" => {
+            Elsewhere("the adaptive tests themselves, which print every seed's figures")
+        }
         "fusebox attach" | "fusebox attach URL…" => {
             Elsewhere("the console over running gateways, run by the attach walkthrough check")
         }

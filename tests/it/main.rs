@@ -5,6 +5,7 @@
 //! variable, which is only sound while no other test runs in the process.
 
 mod access;
+mod adaptive;
 mod alerts;
 mod attach;
 mod blame;

@@ -1,17 +1,35 @@
 //! Adaptive concurrency: a provider's concurrency limit found from how its
 //! calls go, within a floor and a ceiling.
 //!
-//! Additive increase: while the limit is in use (nine tenths of it in
-//! flight) every answer adds 1/limit, about one a round trip.
+//! Growth: while the limit is in use (half of it or more in flight, as
+//! Netflix's concurrency-limits judges it; below that the demand, not the
+//! provider, holds the calls back) every answer adds 1/limit, about one a
+//! round trip (additive increase). Below the level it last found good,
+//! once a round trip's worth of answers has come since the last cut, every
+//! answer adds one, doubling it each round trip (slow start), and a call
+//! that finds it full raises it at once ([`Adaptive::finds`]): neither the
+//! starting limit nor one an outage or a storm cut turns calls away from a
+//! provider that answers them.
+//!
 //! Multiplicative decrease: an overload answer (429, 503, 529) says the
 //! provider's capacity is below the calls in flight: the limit becomes
 //! `backoff` times the lower of the two. A recent response time above
 //! `tolerance` times its long-run baseline multiplies it by `backoff` (a
-//! latency gradient, as
-//! Netflix's concurrency-limits and Envoy's adaptive concurrency use). A
-//! decrease counts once a round trip: only a call admitted after the last
-//! cut may cut again; the others were admitted under the larger limit and
-//! say nothing about the smaller one.
+//! latency gradient, as Netflix's concurrency-limits and Envoy's adaptive
+//! concurrency use). A decrease counts once a round trip: only a call
+//! admitted after the last cut may cut again; the others were admitted
+//! under the larger limit and say nothing about the smaller one.
+//!
+//! The level found good is the limit after the first cut that follows a
+//! round trip without one (as TCP's slow-start threshold). Overloads with
+//! no call admitted since the last cut answered are the provider failing
+//! whatever it is sent (an outage, a storm): they do not lower that level,
+//! the limit before them is the one to grow back to, and a 503 or 529 then
+//! holds the limit (its breaker stops the calls) where a 429, which says
+//! there are more calls than the provider takes now, cuts. Four round
+//! trips without a cut forget the level (`FORGET`): a capacity that
+//! came back, or a storm's cuts that said nothing of one, no longer hold
+//! the growth to one a round trip.
 //!
 //! An overload cuts only when it is not one tenant's alone: a provider
 //! that refuses one tenant's calls (its prompts too large for a token
@@ -103,8 +121,13 @@ pub enum Signal {
         /// When it was admitted.
         admitted: Instant,
     },
-    /// The provider said it is overloaded (429, 503, 529).
+    /// The provider said it is overloaded (503, 529).
     Overloaded {
+        /// When it was admitted.
+        admitted: Instant,
+    },
+    /// The provider said too many (429): more calls than it takes now.
+    RateLimited {
         /// When it was admitted.
         admitted: Instant,
     },
@@ -119,9 +142,24 @@ const SHORT: f64 = 0.1;
 /// Weight of a new sample in the long-run baseline (about 100 calls).
 const LONG: f64 = 0.01;
 
+/// Round trips without a cut (answers, `FORGET` times the limit) after
+/// which the level found good is forgotten: the limit grows as it did
+/// before any cut.
+const FORGET: f64 = 4.0;
+
 /// Calls remembered, whose tenants say whether an overload is one
 /// tenant's alone.
 const RECENT: usize = 32;
+
+/// Whether a limit is in use: half of it or more in flight (`in_flight`
+/// counts the call that just ended). Below that the demand, not the
+/// provider, holds the calls back, and the limit has headroom enough.
+/// Not nearly all of it: no more calls than its whole part are in flight,
+/// and nine tenths of a limit of 8.9 is more than 8.
+#[inline]
+fn in_use(in_flight: u32, limit: f64) -> bool {
+    2.0 * f64::from(in_flight) >= limit
+}
 
 /// The tenants of a limit's last calls, and which were overloads.
 #[derive(Clone, Debug, Default)]
@@ -165,6 +203,16 @@ pub struct Adaptive {
     long: f64,
     samples: u32,
     cut_at: Option<Instant>,
+    /// The level it grows quickly back to (see the module's doc): the
+    /// ceiling until a cut follows a round trip without one.
+    good: f64,
+    /// Answers since the last cut, of calls admitted after it.
+    clean: u32,
+    /// Whether a round trip's worth of them (the limit) has come, or
+    /// nothing was cut yet: the provider answers.
+    settled: bool,
+    /// The limit before the cuts now running began.
+    streak_from: f64,
     moved: Option<(Move, Instant)>,
     moves: [u64; 3],
     recent: Recent,
@@ -193,6 +241,10 @@ impl Adaptive {
             long: 0.0,
             samples: 0,
             cut_at: None,
+            good: ceiling,
+            clean: 0,
+            settled: true,
+            streak_from: 0.0,
             moved: None,
             moves: [0; 3],
             recent: Recent::default(),
@@ -204,6 +256,23 @@ impl Adaptive {
     #[inline]
     pub fn cap(&self) -> u32 {
         self.limit as u32
+    }
+
+    /// A call finds `in_flight` calls held. Below the level found good
+    /// while the provider answers (a round trip of answers since the last
+    /// cut, or no cut yet), nothing says its capacity is below what it is
+    /// asked for: a call that finds the limit full raises it by one, so
+    /// neither the starting limit nor one an outage cut turns calls away
+    /// from a provider that answers them.
+    #[inline]
+    pub fn finds(&mut self, in_flight: u32, now: Instant) {
+        if self.settled && self.limit < self.good && f64::from(in_flight) >= self.limit.floor() {
+            let was = self.cap();
+            self.limit = (self.limit.floor() + 1.0).min(self.good);
+            if self.cap() > was {
+                self.moved_at(Move::Grew, now);
+            }
+        }
     }
 
     /// A call of `tenant`'s is coming: a limit cut by another tenant's
@@ -223,18 +292,27 @@ impl Adaptive {
         match signal {
             Signal::Answered { rtt, admitted } => {
                 self.recent.note(tenant, false);
+                if self.cut_at.is_none_or(|c| admitted >= c) {
+                    self.clean = self.clean.saturating_add(1);
+                    self.settled |= f64::from(self.clean) >= self.limit;
+                    if f64::from(self.clean) >= FORGET * self.limit {
+                        // Long without a cut: the capacity a cut found
+                        // (or a storm's cuts left) may have come back.
+                        self.good = self.ceiling;
+                    }
+                }
                 if let Some(rtt) = rtt {
                     self.sample(rtt, admitted, now);
                 }
-                if f64::from(in_flight) >= 0.9 * self.limit && self.limit < self.ceiling {
+                if in_use(in_flight, self.limit) && self.limit < self.ceiling {
                     let was = self.cap();
-                    self.limit = (self.limit + 1.0 / self.limit).min(self.ceiling);
+                    self.grow();
                     if self.cap() > was {
                         self.moved_at(Move::Grew, now);
                     }
                 }
             }
-            Signal::Overloaded { admitted } => {
+            Signal::Overloaded { admitted } | Signal::RateLimited { admitted } => {
                 self.recent.note(tenant, true);
                 let (others, own) = self.recent.others(tenant);
                 if own {
@@ -245,10 +323,29 @@ impl Adaptive {
                     (0, _) => Some((tenant, self.limit)),
                     _ => None,
                 };
-                self.cut(Move::Overloaded, in_flight, admitted, now);
+                let holds = matches!(signal, Signal::Overloaded { .. });
+                self.cut(Move::Overloaded, in_flight, admitted, now, holds);
             }
             Signal::Neutral => {}
         }
+    }
+
+    /// Whether it grows by one an answer (slow start): below the level
+    /// found good, a round trip's worth of answers after the last cut.
+    fn starting(&self) -> bool {
+        self.settled && self.limit < self.good
+    }
+
+    /// One answer's growth: one below the level found good (no further
+    /// than it, or than 1/limit past it), else 1/limit.
+    fn grow(&mut self) {
+        let additive = self.limit + 1.0 / self.limit;
+        let next = if self.starting() {
+            (self.limit + 1.0).min(self.good).max(additive)
+        } else {
+            additive
+        };
+        self.limit = next.min(self.ceiling);
     }
 
     /// One response-time sample (a whole answer's, or a stream's time to
@@ -262,17 +359,37 @@ impl Adaptive {
         self.short += SHORT.max(1.0 / n) * (ms - self.short);
         self.long += LONG.max(1.0 / n) * (ms - self.long);
         if self.samples >= WARMUP && self.short > self.tolerance * self.long {
-            self.cut(Move::Slower, u32::MAX, admitted, now);
+            self.cut(Move::Slower, u32::MAX, admitted, now, false);
         }
     }
 
     /// Multiplies the limit, or the calls in flight when fewer, by the
     /// backoff, once a round trip.
-    fn cut(&mut self, why: Move, in_flight: u32, admitted: Instant, now: Instant) {
+    fn cut(&mut self, why: Move, in_flight: u32, admitted: Instant, now: Instant, holds: bool) {
         if self.cut_at.is_some_and(|c| admitted < c) {
             return;
         }
-        self.limit = (self.limit.min(f64::from(in_flight)) * self.backoff).max(self.floor);
+        let used = self.limit.min(f64::from(in_flight));
+        if self.clean > 0 || self.cut_at.is_none() {
+            self.streak_from = self.limit;
+        } else {
+            // No call admitted since the last cut was answered: the
+            // provider fails whatever it is sent (an outage, a storm),
+            // and the limit before the cuts is the level to grow back to.
+            // A 503 or 529 then says nothing of its capacity: the limit
+            // holds (its breaker stops the calls). A 429 says there are
+            // more calls than it takes now: it cuts.
+            self.good = self.good.max(self.streak_from);
+            if holds {
+                return;
+            }
+        }
+        self.limit = (used * self.backoff).max(self.floor);
+        if self.settled {
+            // The first cut after a round trip without one: the level.
+            self.good = self.limit;
+        }
+        (self.clean, self.settled) = (0, false);
         self.cut_at = Some(now);
         self.moved_at(why, now);
     }
@@ -325,25 +442,178 @@ mod tests {
         );
     }
 
+    /// An overload of a call admitted at `at`, with the limit in flight.
+    fn overloaded(a: &mut Adaptive, at: Instant) {
+        let in_flight = a.cap();
+        a.learn(Signal::Overloaded { admitted: at }, 0, in_flight, at);
+    }
+
     #[test]
-    fn grows_about_one_a_round_trip_while_in_use_and_stops_at_the_ceiling() {
+    fn grows_about_one_a_round_trip_after_a_cut_and_stops_at_the_ceiling() {
         let t0 = Instant::now();
-        let mut a = Adaptive::new(&cfg(1, 10, 12), 0);
-        for _ in 0..10 {
+        let mut a = Adaptive::new(&cfg(1, 12, 14), 0);
+        // Answers, then one cut: 12 × 0.9 = 10.8, the level found.
+        for _ in 0..20 {
             answered(&mut a, 500, t0, t0);
         }
-        assert_eq!(
-            a.cap(),
-            10,
-            "ten answers at a limit of ten add 1/10 each, less as it grows"
-        );
+        assert_eq!(a.cap(), 14, "nothing cut yet: one an answer");
+        let mut a = Adaptive::new(&cfg(1, 12, 14), 0);
+        for _ in 0..12 {
+            a.learn(
+                Signal::Answered {
+                    rtt: None,
+                    admitted: t0,
+                },
+                0,
+                1,
+                t0,
+            );
+        }
+        overloaded(&mut a, t0);
+        assert_eq!(a.cap(), 10);
         answered(&mut a, 500, t0, t0);
+        assert_eq!(a.cap(), 10, "1/10.8 an answer");
+        for _ in 0..2 {
+            answered(&mut a, 500, t0, t0);
+        }
         assert_eq!(a.cap(), 11);
         for _ in 0..100 {
             answered(&mut a, 500, t0, t0);
         }
-        assert_eq!(a.cap(), 12);
+        assert_eq!(a.cap(), 14);
         assert_eq!(a.view(t0).moved, Some(Move::Grew));
+    }
+
+    /// Answers with the limit in flight until it reaches `to`; how many.
+    fn answers_until(a: &mut Adaptive, to: u32, t: Instant) -> usize {
+        (1..=100_000)
+            .find(|_| {
+                answered(a, 500, t, t);
+                a.cap() >= to
+            })
+            .unwrap_or(usize::MAX)
+    }
+
+    /// A limit that answered a round trip at the ceiling, then was cut
+    /// to `to` by overloads, an answer to a call admitted after each cut
+    /// between them (a capacity that fell); the time of the last cut.
+    fn cut_to(to: u32, ceiling: u32) -> (Adaptive, Instant) {
+        let t0 = Instant::now();
+        let mut a = Adaptive::new(&cfg(1, ceiling, ceiling), 0);
+        for _ in 0..ceiling {
+            a.learn(
+                Signal::Answered {
+                    rtt: None,
+                    admitted: t0,
+                },
+                0,
+                1,
+                t0,
+            );
+        }
+        let mut t = t0;
+        while a.cap() > to {
+            t += Duration::from_secs(1);
+            overloaded(&mut a, t);
+            a.learn(Signal::Answered { rtt: None, admitted: t }, 0, 0, t);
+        }
+        (a, t)
+    }
+
+    #[test]
+    fn from_any_limit_healthy_answers_grow_it_back_within_a_bound() {
+        const CEILING: u32 = 64;
+        let t0 = Instant::now();
+        for start in 1..=CEILING {
+            // A limit that starts there reaches the ceiling within one
+            // answer for each call more.
+            let mut a = Adaptive::new(&cfg(1, start, CEILING), 0);
+            let n = answers_until(&mut a, CEILING, t0);
+            assert!(n <= (CEILING - start).max(1) as usize, "from {start}: {n} answers");
+            // Cut there by a capacity that fell: back where the first cut
+            // left it (57) within a round trip at the limit and one answer
+            // for each call more, then by 1/limit an answer: at the
+            // ceiling within (1 - backoff) x ceiling² answers more.
+            let (mut a, t) = cut_to(start, CEILING);
+            let t = t + Duration::from_secs(1);
+            let n = answers_until(&mut a, 57, t);
+            assert!(n <= 59, "from {start}: {n} answers to 57");
+            let m = answers_until(&mut a, CEILING, t);
+            assert!(m <= 410, "from {start}: {m} answers more to the ceiling");
+            // A round trip answered, calls that find it full raise it at
+            // once to the level the first cut found.
+            let (mut a, t) = cut_to(start, CEILING);
+            let t = t + Duration::from_secs(1);
+            for _ in 0..=start {
+                a.learn(Signal::Answered { rtt: None, admitted: t }, 0, 0, t);
+            }
+            for _ in 0..CEILING {
+                let full = a.cap();
+                a.finds(full, t);
+            }
+            let back = if start == CEILING { CEILING } else { 57 };
+            assert_eq!(a.cap(), back, "from {start}: calls finding it full");
+        }
+    }
+
+    #[test]
+    fn an_outage_holds_the_limit_and_it_is_back_once_answered() {
+        let t0 = Instant::now();
+        let mut a = Adaptive::new(&cfg(1, 40, 256), 0);
+        for _ in 0..40 {
+            a.learn(
+                Signal::Answered {
+                    rtt: None,
+                    admitted: t0,
+                },
+                0,
+                1,
+                t0,
+            );
+        }
+        // 503s one after another, no call admitted between them answered:
+        // one cut, then the limit holds.
+        for i in 1..=50u64 {
+            overloaded(&mut a, t0 + Duration::from_secs(i));
+        }
+        assert_eq!(a.cap(), 36);
+        assert_eq!(a.view(t0).moves, [0, 1, 0]);
+        // 429s the same way keep cutting: there are more calls than the
+        // provider takes now.
+        let mut b = a.clone();
+        for i in 51..=60u64 {
+            let t = t0 + Duration::from_secs(i);
+            b.learn(Signal::RateLimited { admitted: t }, 0, 36, t);
+        }
+        assert!(b.cap() < 36, "{}", b.cap());
+        // A round trip answered: the limit before the outage is back for
+        // the calls that find it full.
+        let t = t0 + Duration::from_secs(60);
+        for _ in 0..36 {
+            a.learn(Signal::Answered { rtt: None, admitted: t }, 0, 0, t);
+        }
+        for in_flight in 36..50 {
+            a.finds(in_flight, t);
+        }
+        assert_eq!(a.cap(), 40);
+    }
+
+    #[test]
+    fn a_cut_in_the_slow_start_sets_the_level_it_grows_back_to() {
+        // Cut to 2, then answered: one an answer, until a 429 at 20 says
+        // the capacity is there.
+        let (mut a, t) = cut_to(2, 256);
+        let t = t + Duration::from_secs(1);
+        answers_until(&mut a, 20, t);
+        overloaded(&mut a, t);
+        assert_eq!(a.cap(), 18);
+        // A round trip later it grows by 1/limit an answer, not one.
+        answers_until(&mut a, 19, t);
+        let before = a.cap();
+        for _ in 0..10 {
+            answered(&mut a, 500, t, t);
+        }
+        assert!(a.cap() <= before + 1, "{} after ten answers at {before}", a.cap());
     }
 
     #[test]
@@ -375,7 +645,20 @@ mod tests {
             a.learn(Signal::Overloaded { admitted: t0 }, 0, 20, t1);
         }
         assert_eq!(a.cap(), 18);
-        // A call admitted after that cut may cut again.
+        // A call admitted after that cut may cut again (the provider
+        // answers some: its capacity, not an outage).
+        let answer = |a: &mut Adaptive, at: Instant| {
+            a.learn(
+                Signal::Answered {
+                    rtt: None,
+                    admitted: at,
+                },
+                0,
+                0,
+                at,
+            );
+        };
+        answer(&mut a, t1 + Duration::from_millis(1));
         a.learn(
             Signal::Overloaded {
                 admitted: t1 + Duration::from_millis(1),
@@ -388,6 +671,7 @@ mod tests {
         assert_eq!(a.view(t1).moved, Some(Move::Overloaded));
         assert_eq!(a.view(t1).moves, [0, 2, 0]);
         // Fewer calls in flight than the limit: the capacity is below them.
+        answer(&mut a, t1 + Duration::from_secs(2));
         a.learn(
             Signal::Overloaded {
                 admitted: t1 + Duration::from_secs(2),
@@ -396,6 +680,11 @@ mod tests {
             10,
             t1 + Duration::from_secs(3),
         );
+        assert_eq!(a.cap(), 9);
+        // No call admitted since was answered: it fails whatever it is
+        // sent, and the limit holds.
+        let t = t1 + Duration::from_secs(4);
+        a.learn(Signal::Overloaded { admitted: t }, 0, 9, t);
         assert_eq!(a.cap(), 9);
     }
 
@@ -476,7 +765,9 @@ mod tests {
         // another tenant's call comes.
         let mut alone = Adaptive::new(&cfg(1, 16, 64), 0);
         for i in 0..40u64 {
-            overload(&mut alone, 1, t0 + Duration::from_secs(i));
+            let t = t0 + Duration::from_secs(i);
+            alone.learn(Signal::Answered { rtt: None, admitted: t }, 1, 0, t);
+            overload(&mut alone, 1, t);
         }
         assert_eq!(alone.cap(), 1);
         alone.arrives(1);

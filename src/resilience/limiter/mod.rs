@@ -264,6 +264,9 @@ impl Limiter {
             }
         }
         let frozen_for = s.frozen_for(now);
+        if let Some(a) = s.adaptive.as_mut() {
+            a.finds(s.in_flight, now);
+        }
         let cap = s.cap();
         let slots_full = cap > 0 && s.in_flight >= cap;
         let fits = wait.is_zero() && !slots_full;

@@ -143,6 +143,7 @@ const BUILT_IN: &[(&str, &str)] = &[
     ("calm", include_str!("scenarios/calm.toml")),
     ("2am-incident", include_str!("scenarios/2am-incident.toml")),
     ("provider-outage", include_str!("scenarios/provider-outage.toml")),
+    ("outage-recovery", include_str!("scenarios/outage-recovery.toml")),
     ("429-storm", include_str!("scenarios/429-storm.toml")),
     ("slow-tokens", include_str!("scenarios/slow-tokens.toml")),
     ("hallucination", include_str!("scenarios/hallucination.toml")),
