@@ -602,6 +602,22 @@ fn the_curl_recipes_answer_as_documented() {
     assert!(ran >= 6, "{ran} curl recipes");
 }
 
+/// The grid behind overload.md's "Where each one acts" prints a row for
+/// every built-in scenario under each mechanism.
+#[test]
+fn the_do_no_harm_grid_runs() {
+    let o = Command::new(example("do_no_harm")).args(["1", "1"]).output().unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let out = String::from_utf8(o.stdout).unwrap();
+    let scenarios = fusebox::traffic::load::scenario::Scenario::built_in_names();
+    let mechanisms: Vec<&str> = out.lines().filter(|l| l.contains("seeds 1–1, 1 min")).collect();
+    assert_eq!(mechanisms.len(), 4, "{out}");
+    for name in scenarios {
+        let rows = out.lines().filter(|l| l.starts_with(&format!("| {name} ("))).count();
+        assert_eq!(rows, 4, "{name}: {out}");
+    }
+}
+
 /// The config example program writes a config `check-config` accepts.
 #[test]
 fn the_default_config_example_checks() {
@@ -987,6 +1003,9 @@ fn check_of(cmd: &str) -> Option<Check> {
             Elsewhere("a measurement, run by hand against otlp_sink")
         }
         c if c.starts_with("cargo bench") => Elsewhere("criterion benchmarks, run by hand"),
+        "cargo run --release --example do_no_harm -- 5 10" => {
+            Elsewhere("minutes of runs, by hand: the_do_no_harm_grid_runs runs it at one seed for a minute")
+        }
         c if c.starts_with("cargo build --release && cargo run --release --example gateway_overhead")
             || c.starts_with(
                 "cargo build --release --examples --bins && cargo run --release --example mcp_overhead",
