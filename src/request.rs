@@ -35,6 +35,10 @@ pub struct AgentRequest {
     /// How urgent it is where capacity is short (`None`: as its route says).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub priority: Option<crate::config::Priority>,
+    /// Whose fair share its calls use, where the operator's
+    /// `[limiter.queue] tenant_header` named one (`None`: its user's).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tenant: Option<CompactString>,
     /// Choices asked for (OpenAI's `n`), when more than one: each may use
     /// the whole output cap.
     #[serde(default, skip_serializing_if = "Option::is_none")]

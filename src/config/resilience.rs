@@ -157,6 +157,11 @@ pub struct QueueConfig {
     /// caller's word can only make its calls less urgent: a flood that
     /// says `critical` is served and shed as `default`.
     pub trust_priority: bool,
+    /// A header naming a gateway call's tenant (lower-case), set by the
+    /// operator's own edge in front of fusebox: a call without a key that
+    /// carries it uses that tenant's fair share, whatever user it names.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tenant_header: Option<String>,
 }
 
 /// How long a waiting call of each priority may wait (ms).
@@ -231,6 +236,7 @@ impl Default for QueueConfig {
             deadline_ms: PriorityDeadlines::default(),
             tenants: Default::default(),
             trust_priority: false,
+            tenant_header: None,
         }
     }
 }

@@ -463,6 +463,18 @@ fn check_queue(q: &super::QueueConfig, c: &Check) -> Result<(), ConfigError> {
             );
         }
     }
+    if let Some(h) = &q.tenant_header {
+        let valid = h.len() <= 64 && http::HeaderName::from_lowercase(h.as_bytes()).is_ok();
+        if !valid {
+            return bad(
+                "tenant_header".into(),
+                format!(
+                    "`{}` is not a lower-case header name of at most 64 bytes",
+                    h.escape_debug()
+                ),
+            );
+        }
+    }
     let mut seen = std::collections::HashMap::new();
     for (name, t) in &q.tenants {
         if !(1..=MAX_TENANT_WEIGHT).contains(&t.weight) {

@@ -148,6 +148,12 @@ fn chat_request(
         },
     };
     let priority = priority_of(gw, header(fusebox::PRIORITY), caller, &billed.user, &asked.model)?;
+    // A key's calls are its user's share; without one, the operator's edge
+    // may name the tenant in the header the config says.
+    let tenant = match (&gw.runner.config().limiter.queue.tenant_header, caller) {
+        (Some(h), None) => name_in(TENANT_HEADER, headers.get(h.as_str()).map(HeaderValue::as_bytes))?,
+        _ => None,
+    };
     let id = gw.ids.next(headers);
     Ok(ChatRequest {
         id,
@@ -166,8 +172,12 @@ fn chat_request(
         deadline_ms,
         key,
         priority,
+        tenant,
     })
 }
+
+/// How a bad tenant header is named (the header is the config's).
+const TENANT_HEADER: &str = "the tenant header ([limiter.queue] tenant_header)";
 
 /// A call's priority: what `x-fusebox-priority` asks for, else its
 /// route's, no more urgent than its key allows (without keys, than the

@@ -393,6 +393,7 @@ fn request(span: &Span, id: LogId, attempts: &[AttemptRec], ms: impl Fn(u64) -> 
         answer_key: None,
         via,
         priority: text(kv, "fusebox.priority").and_then(|p| crate::config::Priority::parse(&p)),
+        tenant: None,
         choices: int(kv, "gen_ai.request.choice.count")
             .filter(|&n| n > 1)
             .map(|n| n.min(i64::from(u32::MAX)) as u32),

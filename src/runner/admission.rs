@@ -17,7 +17,8 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 impl Runner {
-    /// Admits one attempt on model `mi` for `user`: both breakers (the
+    /// Admits one attempt on model `mi` for `user` (whose fair share is
+    /// tenant `whose`'s, see [`super::tenants`]): both breakers (the
     /// cheapest refusal), the provider's limiter (waiting for capacity
     /// only when `may_wait` says no later model could take the call; in
     /// the provider's queue at `priority`, where calls queue, and never
@@ -28,6 +29,7 @@ impl Runner {
     pub(super) async fn admit<'a>(
         &'a self,
         user: &'a str,
+        whose: &str,
         mi: usize,
         chars: usize,
         max_tokens: u32,
@@ -67,7 +69,7 @@ impl Runner {
         // Whose call it is (its tenant's key and weight), where calls queue
         // by fair shares or the limit adapts (see `Limiter::try_acquire_for`).
         let queue = &self.cfg.limiter.queue;
-        let who = (queue.enabled || p.limiter.adapts()).then(|| self.tenants.key(user));
+        let who = (queue.enabled || p.limiter.adapts()).then(|| self.tenants.key(whose));
         let tenant = who.map_or(0, |w| w.0);
         // Calls waiting in the provider's queue are not overtaken.
         let free = (!p.limiter.queued()).then(|| p.limiter.try_acquire_for(chars, max_tokens, now, who));
@@ -84,7 +86,7 @@ impl Runner {
             }
             _ if may_wait() => {
                 let waited = if queue.enabled {
-                    let at = self.tenants.place(user, priority);
+                    let at = self.tenants.place(whose, priority);
                     let until = now + Duration::from_millis(queue.deadline_ms.of(priority));
                     let until = deadline.map_or(until, |d| d.min(until));
                     Box::pin(p.limiter.acquire_queued(chars, max_tokens, &at, until)).await

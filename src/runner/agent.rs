@@ -351,6 +351,7 @@ impl Runner {
                 max_tokens,
             );
             call.priority = req.priority.unwrap_or(call.priority);
+            call.tenant = req.tenant.as_deref().unwrap_or(call.user);
             let r = self.call_llm(&call, &mut trail.tally).await;
             self.push_hops(trail);
             match r {
@@ -416,6 +417,7 @@ impl Runner {
         );
         call.params = no_more_tools();
         call.priority = req.priority.unwrap_or(call.priority);
+        call.tenant = req.tenant.as_deref().unwrap_or(call.user);
         let r = self.call_llm(&call, &mut trail.tally).await;
         self.push_hops(trail);
         match r {

@@ -14,6 +14,9 @@ pub struct LlmCall<'a> {
     pub request_id: u64,
     /// Who pays.
     pub user: &'a str,
+    /// Whose fair share it uses: its user, or the tenant the operator's
+    /// `tenant_header` named.
+    pub tenant: &'a str,
     /// The route, found once per request.
     pub route: &'a super::RouteSlot,
     /// Step of the agent loop.
@@ -55,6 +58,7 @@ impl<'a> LlmCall<'a> {
         Self {
             request_id,
             user,
+            tenant: user,
             route,
             step,
             messages,

@@ -57,6 +57,9 @@ pub struct ChatRequest {
     pub key: Option<compact_str::CompactString>,
     /// How urgent it is where capacity is short (`None`: as its route says).
     pub priority: Option<crate::config::Priority>,
+    /// Whose fair share its calls use, where the operator's
+    /// `tenant_header` named one (`None`: its user's).
+    pub tenant: Option<String>,
 }
 
 /// How a chat completion ended.
@@ -160,6 +163,7 @@ fn arrival(req: &ChatRequest, models: &[super::ModelSlot]) -> Arrival {
             max_tokens: req.max_tokens,
             max_steps: 1,
             priority: req.priority,
+            tenant: req.tenant.as_deref().map(Into::into),
             choices: req.params.choices,
             reach: req
                 .reach
@@ -304,6 +308,7 @@ impl Runner {
             .min();
         call.deadline = ms.map(|ms| self.clock.now() + Duration::from_millis(ms));
         call.priority = req.priority.unwrap_or(call.priority);
+        call.tenant = req.tenant.as_deref().unwrap_or(call.user);
         let result = self.call_llm_streamed(&call, tally, streaming.as_deref_mut()).await;
         let started = streaming.as_ref().is_some_and(|s| s.started);
         match result {

@@ -99,7 +99,16 @@ impl Runner {
         let p = &self.providers[m.provider];
         let spend = super::stream::Spend::default();
         let (mut held, now) = match self
-            .admit(&call.user, mi, call.chars, 0, Default::default(), None, || false)
+            .admit(
+                &call.user,
+                &call.user,
+                mi,
+                call.chars,
+                0,
+                Default::default(),
+                None,
+                || false,
+            )
             .await
         {
             Ok(h) => h,

@@ -139,7 +139,7 @@ impl Runner {
         let &preferred = plan.first()?;
         // Within the hedge budget and, in a fleet, its retry budget.
         let in_fleet = self.shared.get().is_some();
-        let (tenant, _) = self.tenants.key(call.user);
+        let (tenant, _) = self.tenants.key(call.tenant);
         if !self.retry_budget.try_hedge(self.clock.now(), tenant)
             || (in_fleet && !self.take_retry(self.clock.now()).await)
         {

@@ -66,9 +66,16 @@ impl Runner {
             // Every choice may use the whole cap: all are reserved.
             let output = call.params.output_bound(req.max_tokens);
             let admitted = self
-                .admit(call.user, mi, chars, output, call.priority, call.deadline, || {
-                    !self.any_admits(rest)
-                })
+                .admit(
+                    call.user,
+                    call.tenant,
+                    mi,
+                    chars,
+                    output,
+                    call.priority,
+                    call.deadline,
+                    || !self.any_admits(rest),
+                )
                 .await;
             let (mut held, now) = match admitted {
                 Ok(h) => h,

@@ -47,6 +47,10 @@ fn invalid_configs_are_rejected_with_the_key_path() {
         ),
         ("hedge_not_a_delay.toml", &["line 3", "hedge", "\"p95\""]),
         (
+            "tenant_header_not_a_header.toml",
+            &["limiter.queue.tenant_header", "`X Org` is not a lower-case header name"],
+        ),
+        (
             "tenant_user_twice.toml",
             &[
                 "limiter.queue.tenants.globex.users",

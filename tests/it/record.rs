@@ -277,6 +277,7 @@ mod every_line_reads_back {
                             max_tokens,
                             max_steps,
                             priority: None,
+                            tenant: None,
                             choices: Some(max_steps),
                             reach,
                             stream: false,

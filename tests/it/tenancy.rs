@@ -741,3 +741,37 @@ async fn without_keys_a_callers_priority_is_the_operators() {
     assert_eq!(shed_as(false).await, [Some("default"), Some("batch"), Some("critical")]);
     assert_eq!(shed_as(true).await, [Some("critical"), Some("batch"), Some("critical")]);
 }
+
+/// With `tenant_header`, a call without a key uses the fair share of the
+/// tenant the operator's edge names, whatever user it says; a key's call
+/// stays its user's.
+#[tokio::test]
+async fn the_operators_tenant_header_names_whose_share_a_call_uses() {
+    let mut cfg = config("[routes.solo]\nchain = [\"gpt-4o\"]\n");
+    cfg.providers.get_mut("openai").unwrap().concurrency = 1;
+    let q = &mut cfg.limiter.queue;
+    q.enabled = true;
+    q.tenant_header = Some("x-org".into());
+    (q.deadline_ms.critical, q.deadline_ms.default, q.deadline_ms.batch) = (1, 1, 1);
+    let p = Proxy::start(cfg).await;
+    let openai = p.runner.providers().iter().find(|s| s.name == "openai").unwrap();
+    let held = openai.limiter.try_acquire(40, 10, tokio::time::Instant::now()).unwrap();
+    for (user, org) in [
+        ("u1", Some("acme")),
+        ("u2", Some("acme")),
+        ("u3", Some("acme")),
+        ("u4", None),
+    ] {
+        let mut r = p
+            .http
+            .post(format!("{}/v1/chat/completions", p.base))
+            .header("x-fusebox-user", user);
+        if let Some(org) = org {
+            r = r.header("x-org", org);
+        }
+        assert_eq!(r.json(&chat("solo")).send().await.unwrap().status(), 429);
+    }
+    let q = openai.limiter.view(tokio::time::Instant::now()).queue.unwrap();
+    assert_eq!(q.shed_most, [("acme".to_string(), 3), ("u4".to_string(), 1)]);
+    openai.limiter.release(held, tokio::time::Instant::now());
+}

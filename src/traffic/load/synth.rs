@@ -39,6 +39,7 @@ pub fn gateway_log(n: u64, rps: u64, out: &mut impl Write) -> std::io::Result<()
             session: crate::request::own_session(&user, id),
             user,
             sub_user: None,
+            tenant: None,
             route: "default".into(),
             prompt_tokens: 60 + rng.u32(..20),
             max_tokens: 256,

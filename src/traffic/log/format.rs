@@ -154,6 +154,10 @@ pub struct RequestRec {
     /// Its priority, where it differs from its route's.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub priority: Option<crate::config::Priority>,
+    /// Whose fair share its calls use, where the operator's
+    /// `[limiter.queue] tenant_header` named one (`None`: its user's).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tenant: Option<CompactString>,
     /// Choices asked for (`n`), when more than one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub choices: Option<u32>,

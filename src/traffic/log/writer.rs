@@ -372,6 +372,7 @@ pub fn record_of(ev: &Event, t_ms: u64, content: Content, salt: &Salt) -> Option
                 answer_key: keyed.then(|| salt.key(Runner::answer_key(r))),
                 via: arrival.via,
                 priority: r.priority,
+                tenant: r.tenant.clone(),
                 choices: r.choices,
                 reach: r.reach.clone(),
                 stream: r.stream,

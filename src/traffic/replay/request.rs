@@ -55,6 +55,7 @@ pub fn agent_request(q: RequestRec) -> AgentRequest {
         max_tokens: q.max_tokens,
         max_steps: q.max_steps.unwrap_or(0),
         priority: q.priority,
+        tenant: q.tenant,
         choices: q.choices,
         reach: q.reach,
         stream: q.stream,
@@ -106,6 +107,7 @@ pub fn gateway_call(runner: &Runner, req: &AgentRequest) -> ChatRequest {
         deadline_ms: None,
         key: None,
         priority: req.priority,
+        tenant: req.tenant.as_deref().map(str::to_string),
     }
 }
 

@@ -141,6 +141,7 @@ pub fn ask(id: u64, user: &str) -> AgentRequest {
         max_tokens: 256,
         max_steps: 2,
         priority: None,
+        tenant: None,
         choices: None,
         reach: None,
         stream: false,
@@ -316,5 +317,6 @@ pub fn chat_request(id: u64) -> fusebox::runner::chat::ChatRequest {
         deadline_ms: None,
         key: None,
         priority: None,
+        tenant: None,
     }
 }
