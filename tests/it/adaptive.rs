@@ -1,9 +1,9 @@
 //! Adaptive concurrency does no harm: with `[limiter.adaptive]` on, the
 //! first model is back within a minute of an outage ending, calm and tour
 //! traffic are answered as without it, and the capacity-drop figures hold,
-//! at every seed from 1 to 30 (virtual time; the seeds run side by side,
-//! each on its own thread and paused clock).
+//! at every seed from 1 to 30 (virtual time; see [`each_seed`]).
 
+use crate::common::seeds::{each_seed, SEEDS};
 use fusebox::clock::{Clock, Seed};
 use fusebox::config::Config;
 use fusebox::outcome::Level;
@@ -14,8 +14,6 @@ use fusebox::traffic::load::run_scenario;
 use fusebox::traffic::load::scenario::Scenario;
 use std::collections::HashMap;
 use std::time::Duration;
-
-const SEEDS: std::ops::RangeInclusive<u64> = 1..=30;
 
 /// One request: when it arrived (ms), its level and its latency (ms).
 #[derive(Clone, Copy)]
@@ -50,75 +48,41 @@ fn config(adaptive: bool) -> Config {
     cfg
 }
 
-/// Runs `scenario` for `minutes` of virtual time at `seed` on a paused
-/// clock of its own.
-fn run(scenario: &str, minutes: u64, seed: u64, cfg: Config) -> Ran {
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .start_paused(true)
-        .build()
-        .unwrap();
-    rt.block_on(async {
-        let scenario = Scenario::load(scenario).unwrap();
-        let dir = tempfile::tempdir().unwrap();
-        let mut parts = RunnerParts::mock(Clock::with_wall_anchor(0), Seed(seed));
-        parts.spool = Some(dir.path().join("spool.jsonl"));
-        let runner = Runner::new(cfg, parts).unwrap();
-        let mut rx = runner.events().subscribe();
-        let demo = run_scenario(runner.clone(), &scenario, Duration::from_secs(minutes * 60), Seed(seed)).await;
-        assert_eq!(demo.lost, 0, "every request has an outcome");
-        let (mut arrived, mut openai) = (HashMap::new(), Vec::new());
-        let provider = Target::provider("openai");
-        while let Ok(e) = rx.try_recv() {
-            match &e.kind {
-                EventKind::Request(a) => {
-                    arrived.insert(a.request.id, e.t_ms);
-                }
-                EventKind::Attempt(a) if a.target == provider => openai.push(Call {
-                    from_ms: e.t_ms.saturating_sub(a.latency_ms),
-                    to_ms: e.t_ms,
-                    status: a.status,
-                }),
-                _ => {}
+/// Runs `scenario` for `minutes` of virtual time at `seed`.
+async fn run(scenario: &str, minutes: u64, seed: u64, cfg: Config) -> Ran {
+    let scenario = Scenario::load(scenario).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let mut parts = RunnerParts::mock(Clock::with_wall_anchor(0), Seed(seed));
+    parts.spool = Some(dir.path().join("spool.jsonl"));
+    let runner = Runner::new(cfg, parts).unwrap();
+    let mut rx = runner.events().subscribe();
+    let demo = run_scenario(runner.clone(), &scenario, Duration::from_secs(minutes * 60), Seed(seed)).await;
+    assert_eq!(demo.lost, 0, "every request has an outcome");
+    let (mut arrived, mut openai) = (HashMap::new(), Vec::new());
+    let provider = Target::provider("openai");
+    while let Ok(e) = rx.try_recv() {
+        match &e.kind {
+            EventKind::Request(a) => {
+                arrived.insert(a.request.id, e.t_ms);
             }
+            EventKind::Attempt(a) if a.target == provider => openai.push(Call {
+                from_ms: e.t_ms.saturating_sub(a.latency_ms),
+                to_ms: e.t_ms,
+                status: a.status,
+            }),
+            _ => {}
         }
-        let requests = demo
-            .outcomes
-            .iter()
-            .map(|o| Request {
-                at_ms: arrived[&o.request],
-                level: o.level,
-                latency_ms: o.latency_ms,
-            })
-            .collect();
-        Ran { requests, openai }
-    })
-}
-
-/// `f` at every seed, the seeds shared out among the cores; its results
-/// in the order of the seeds.
-fn at_every_seed<T: Send>(f: impl Fn(u64) -> T + Sync) -> Vec<(u64, T)> {
-    let threads = std::thread::available_parallelism().map_or(2, |n| n.get());
-    let next = std::sync::atomic::AtomicU64::new(*SEEDS.start());
-    let mut out: Vec<(u64, T)> = std::thread::scope(|s| {
-        let workers: Vec<_> = (0..threads)
-            .map(|_| {
-                s.spawn(|| {
-                    let mut mine = Vec::new();
-                    loop {
-                        let seed = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                        if seed > *SEEDS.end() {
-                            return mine;
-                        }
-                        mine.push((seed, f(seed)));
-                    }
-                })
-            })
-            .collect();
-        workers.into_iter().flat_map(|w| w.join().unwrap()).collect()
-    });
-    out.sort_by_key(|(seed, _)| *seed);
-    out
+    }
+    let requests = demo
+        .outcomes
+        .iter()
+        .map(|o| Request {
+            at_ms: arrived[&o.request],
+            level: o.level,
+            latency_ms: o.latency_ms,
+        })
+        .collect();
+    Ran { requests, openai }
 }
 
 /// Whether a request was answered by the first model (whole, or with a
@@ -163,9 +127,9 @@ const RECOVERED_S: u64 = 120;
 fn after_an_outage_the_first_model_is_back_within_a_minute() {
     // From a minute after recovery for a minute.
     let (from, to) = (RECOVERED_S + 60, RECOVERED_S + 120);
-    let figures = at_every_seed(|seed| {
-        let on = run("outage-recovery", 4, seed, config(true));
-        let off = run("outage-recovery", 4, seed, config(false));
+    let figures = each_seed(SEEDS, |seed| async move {
+        let on = run("outage-recovery", 4, seed, config(true)).await;
+        let off = run("outage-recovery", 4, seed, config(false)).await;
         let f = |r: &Ran| share(r, from, to, first_model);
         (f(&on), f(&off))
     });
@@ -185,9 +149,9 @@ fn after_an_outage_the_first_model_is_back_within_a_minute() {
 /// every seed: as many answered (within a point), as many by the first
 /// model (within `first_pp` points) and p99 within 10 %.
 fn on_and_off(scenario: &'static str, minutes: u64, first_pp: f64) {
-    let figures = at_every_seed(|seed| {
-        let on = run(scenario, minutes, seed, config(true));
-        let off = run(scenario, minutes, seed, config(false));
+    let figures = each_seed(SEEDS, |seed| async move {
+        let on = run(scenario, minutes, seed, config(true)).await;
+        let off = run(scenario, minutes, seed, config(false)).await;
         let f = |r: &Ran| {
             let all = minutes * 60;
             (share(r, 0, all, answered), share(r, 0, all, first_model), p99(r))
@@ -254,7 +218,9 @@ fn during_the_drop(r: &Ran) -> (f64, usize, usize) {
 #[test]
 fn a_dropped_capacity_is_found_at_every_seed() {
     // Eight minutes: the drop ends at 480 s.
-    let figures = at_every_seed(|seed| during_the_drop(&run("capacity-drop", 8, seed, config(true))));
+    let figures = each_seed(SEEDS, |seed| async move {
+        during_the_drop(&run("capacity-drop", 8, seed, config(true)).await)
+    });
     for (seed, (goodput, calls, limited)) in &figures {
         eprintln!(
             "capacity-drop seed {seed}: goodput {:.1} %, {limited} of {calls} calls 429'd ({:.1} %)",
