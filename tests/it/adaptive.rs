@@ -4,16 +4,12 @@
 //! at every seed from 1 to 30 (virtual time; see [`each_seed`]).
 
 use crate::common::seeds::{each_seed, SEEDS};
-use fusebox::clock::{Clock, Seed};
+use crate::scenarios::run_with;
 use fusebox::config::Config;
 use fusebox::outcome::Level;
-use fusebox::runner::{Runner, RunnerParts};
 use fusebox::target::Target;
 use fusebox::telemetry::events::EventKind;
-use fusebox::traffic::load::run_scenario;
-use fusebox::traffic::load::scenario::Scenario;
 use std::collections::HashMap;
-use std::time::Duration;
 
 /// One request: when it arrived (ms), its level and its latency (ms).
 #[derive(Clone, Copy)]
@@ -48,19 +44,13 @@ fn config(adaptive: bool) -> Config {
     cfg
 }
 
-/// Runs `scenario` for `minutes` of virtual time at `seed`.
+/// Runs `scenario` for `minutes` of virtual time at `seed` (as every
+/// scenario test does, with its checks that nothing was lost).
 async fn run(scenario: &str, minutes: u64, seed: u64, cfg: Config) -> Ran {
-    let scenario = Scenario::load(scenario).unwrap();
-    let dir = tempfile::tempdir().unwrap();
-    let mut parts = RunnerParts::mock(Clock::with_wall_anchor(0), Seed(seed));
-    parts.spool = Some(dir.path().join("spool.jsonl"));
-    let runner = Runner::new(cfg, parts).unwrap();
-    let mut rx = runner.events().subscribe();
-    let demo = run_scenario(runner.clone(), &scenario, Duration::from_secs(minutes * 60), Seed(seed)).await;
-    assert_eq!(demo.lost, 0, "every request has an outcome");
+    let r = run_with(scenario, minutes, seed, cfg).await;
     let (mut arrived, mut openai) = (HashMap::new(), Vec::new());
     let provider = Target::provider("openai");
-    while let Ok(e) = rx.try_recv() {
+    for e in &r.events {
         match &e.kind {
             EventKind::Request(a) => {
                 arrived.insert(a.request.id, e.t_ms);
@@ -73,7 +63,8 @@ async fn run(scenario: &str, minutes: u64, seed: u64, cfg: Config) -> Ran {
             _ => {}
         }
     }
-    let requests = demo
+    let requests = r
+        .demo
         .outcomes
         .iter()
         .map(|o| Request {

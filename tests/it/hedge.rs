@@ -2,10 +2,9 @@
 //! budgets, and the same tokens and cost are in its request's outcome, the
 //! run's totals, `/metrics`, the recording and a replay of it.
 
-use crate::common::{ask, runner, Scripted, Step};
+use crate::common::{ask, hedging};
 use fusebox::clock::{Clock, Seed};
 use fusebox::config::Config;
-use fusebox::provider::Provider;
 use fusebox::runner::{Runner, RunnerParts};
 use fusebox::telemetry::events::{Attempt, Cut, EventKind};
 use fusebox::traffic::load::run_scenario;
@@ -18,30 +17,6 @@ use std::path::Path;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
-
-/// The default route hedging after 500 ms, between gpt-4o (slow: 5 s) and
-/// claude-haiku (0.1 s, 20 + 50 tokens).
-fn hedging() -> Arc<Runner> {
-    let mut cfg = Config::default();
-    let route = cfg.routes.get_mut("default").unwrap();
-    route.chain = vec!["gpt-4o".into(), "claude-haiku".into()];
-    route.hedge = fusebox::config::Hedge::AfterMs(500);
-    let slow = Step::Ok {
-        delay_ms: 5_000,
-        output: 50,
-        tool_calls: vec![],
-    };
-    let openai = Scripted::new(vec![], slow);
-    let anthropic = Scripted::new(vec![], Step::ok());
-    runner(
-        cfg,
-        vec![
-            ("openai", openai as Arc<dyn Provider>),
-            ("anthropic", anthropic as Arc<dyn Provider>),
-        ],
-        None,
-    )
-}
 
 /// The cost (USD) of `input` and `output` tokens on `model`.
 fn cost(r: &Runner, model: &str, input: u32, output: u32) -> f64 {
@@ -75,7 +50,7 @@ fn metric(scrape: &str, name: &str) -> f64 {
 /// in its outcome, the run's totals and `/metrics`; its record says so.
 #[tokio::test(start_paused = true)]
 async fn an_outrun_call_counts_in_its_request_s_tokens_and_cost() {
-    let r = hedging();
+    let (r, _, _) = hedging(500);
     let mut events = r.events().subscribe();
     let o = r.run(&ask(1, "alice")).await;
     assert_eq!(o.path(), vec!["gpt-4o ⏱outrun", "claude-haiku ✓"]);

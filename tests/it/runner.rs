@@ -952,34 +952,9 @@ async fn an_operator_closes_a_spend_rate_breaker() {
     assert_eq!(e.field(), "user");
 }
 
-/// The default route hedging after `ms`, between gpt-4o (slow: 5 s) and
-/// claude-haiku (0.1 s).
-fn hedging(ms: u64) -> (Arc<fusebox::runner::Runner>, Arc<Scripted>, Arc<Scripted>) {
-    let mut cfg = Config::default();
-    let route = cfg.routes.get_mut("default").unwrap();
-    route.chain = vec!["gpt-4o".into(), "claude-haiku".into()];
-    route.hedge = fusebox::config::Hedge::AfterMs(ms);
-    let slow = Step::Ok {
-        delay_ms: 5_000,
-        output: 50,
-        tool_calls: vec![],
-    };
-    let openai = Scripted::new(vec![], slow);
-    let anthropic = Scripted::new(vec![], Step::ok());
-    let r = runner(
-        cfg,
-        vec![
-            ("openai", openai.clone() as Arc<dyn Provider>),
-            ("anthropic", anthropic.clone() as Arc<dyn Provider>),
-        ],
-        None,
-    );
-    (r, openai, anthropic)
-}
-
 #[tokio::test(start_paused = true)]
 async fn a_slow_call_is_hedged_and_the_first_answer_taken() {
-    let (r, openai, anthropic) = hedging(500);
+    let (r, openai, anthropic) = common::hedging(500);
     let mut events = r.events().subscribe();
     let o = r.run(&ask(1, "alice")).await;
     assert_eq!(o.path(), vec!["gpt-4o ⏱outrun", "claude-haiku ✓"]);
@@ -1011,7 +986,7 @@ async fn a_slow_call_is_hedged_and_the_first_answer_taken() {
 
 #[tokio::test(start_paused = true)]
 async fn hedges_stay_within_their_budget_and_skip_tool_calls() {
-    let (r, openai, anthropic) = hedging(500);
+    let (r, openai, anthropic) = common::hedging(500);
     let asks: Vec<_> = (0..20).map(|id| ask(id, &format!("user-{id}"))).collect();
     futures_util::future::join_all(asks.iter().map(|a| r.run(a))).await;
     // A tenth of the 20 requests.

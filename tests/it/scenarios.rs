@@ -15,18 +15,18 @@ use fusebox::traffic::summary::Summary;
 use std::sync::Arc;
 use std::time::Duration;
 
-struct Run {
+pub(crate) struct Run {
     runner: Arc<Runner>,
-    demo: DemoRun,
+    pub(crate) demo: DemoRun,
     summary: Summary,
-    events: Vec<fusebox::telemetry::events::Event>,
+    pub(crate) events: Vec<fusebox::telemetry::events::Event>,
 }
 
 async fn run(name: &str, minutes: u64, seed: u64) -> Run {
     run_with(name, minutes, seed, Config::default()).await
 }
 
-async fn run_with(name: &str, minutes: u64, seed: u64, cfg: Config) -> Run {
+pub(crate) async fn run_with(name: &str, minutes: u64, seed: u64, cfg: Config) -> Run {
     run_this(Scenario::load(name).unwrap(), minutes, seed, cfg).await
 }
 

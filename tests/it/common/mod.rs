@@ -320,3 +320,28 @@ pub fn chat_request(id: u64) -> fusebox::runner::chat::ChatRequest {
         tenant: None,
     }
 }
+
+/// The default route hedging after `ms`, between gpt-4o (slow: 5 s) and
+/// claude-haiku (0.1 s, 20 + 50 tokens): the runner and the two providers.
+pub fn hedging(ms: u64) -> (Arc<Runner>, Arc<Scripted>, Arc<Scripted>) {
+    let mut cfg = Config::default();
+    let route = cfg.routes.get_mut("default").unwrap();
+    route.chain = vec!["gpt-4o".into(), "claude-haiku".into()];
+    route.hedge = fusebox::config::Hedge::AfterMs(ms);
+    let slow = Step::Ok {
+        delay_ms: 5_000,
+        output: 50,
+        tool_calls: vec![],
+    };
+    let openai = Scripted::new(vec![], slow);
+    let anthropic = Scripted::new(vec![], Step::ok());
+    let r = runner(
+        cfg,
+        vec![
+            ("openai", openai.clone() as Arc<dyn Provider>),
+            ("anthropic", anthropic.clone() as Arc<dyn Provider>),
+        ],
+        None,
+    );
+    (r, openai, anthropic)
+}
