@@ -19,6 +19,19 @@ pub struct McpServerConfig {
     /// variable's (`"${GITHUB_TOKEN}"`).
     #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
     pub env: std::collections::BTreeMap<String, String>,
+    /// Seconds a call may wait for the client to answer what the server
+    /// asks it (an elicitation a person answers, a sampling request)
+    /// before the server is told no answer came.
+    #[serde(default = "ten_minutes", skip_serializing_if = "is_ten_minutes")]
+    pub input_timeout_s: u64,
+}
+
+fn ten_minutes() -> u64 {
+    600
+}
+
+fn is_ten_minutes(s: &u64) -> bool {
+    *s == ten_minutes()
 }
 
 /// What a stdio server inherits of the gateway's environment, unnamed:

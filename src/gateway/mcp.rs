@@ -8,7 +8,7 @@ use super::chat::name_in;
 use super::error::{closing, read_bytes};
 use super::Gateway;
 use crate::mcp::sessions::{McpLimits, Refused, Sessions};
-use crate::mcp::{proxy::Proxy, Upstreams};
+use crate::mcp::{proxy::Proxy, Link, LinkLimits, Upstreams};
 use crate::wire::fusebox;
 use axum::body::Body;
 use axum::extract::{Request, State};
@@ -62,14 +62,19 @@ fn service(
             .map(str::to_string);
         Caller::user_of(Caller::of(&parts.extensions).as_deref(), given).user
     });
-    let proxy = Proxy::new(gw.runner.clone(), upstreams, who, gw.ids.clone());
+    let (runner, ids) = (gw.runner.clone(), gw.ids.clone());
     let config = StreamableHttpServerConfig::default();
     let config = if gw.access.calls_guarded() {
         config.disable_allowed_hosts()
     } else {
         config
     };
-    StreamableHttpService::new(move || Ok(proxy.clone()), manager, config)
+    // Each client session its own link to the servers.
+    let proxy = move || {
+        let link = Link::new(upstreams.clone(), LinkLimits::default());
+        Ok(Proxy::new(runner.clone(), link, who.clone(), ids.clone()))
+    };
+    StreamableHttpService::new(proxy, manager, config)
 }
 
 /// Closes the sessions idle past their life, every few seconds, until the

@@ -1,25 +1,33 @@
 //! fusebox in front of MCP servers. `serve` connects to each server of
-//! `[mcp.NAME]` as an MCP client (the official `rmcp` SDK), offers the
-//! union of their tools at `/mcp` (`proxy.rs`), and runs every call through
-//! the tool path of the runner (breaker, pool, timeout, retries for
-//! idempotent tools, cache) to the server that has the tool
-//! (`executor.rs`).
+//! `[mcp.NAME]` as an MCP client (the official `rmcp` SDK) to learn what
+//! it offers (this catalog), and offers the union at `/mcp` (`proxy.rs`).
+//! Each client session there gets sessions of its own with the servers it
+//! uses (`link.rs`), so that what a server asks or tells in return reaches
+//! that client alone (`relay.rs`); every request runs through the tool
+//! path of the runner (breaker, pool, timeout, retries where idempotent,
+//! cache) to the server it names (`executor.rs`, `names.rs`). The model is
+//! written down in `docs/mcp.md`.
 
 mod executor;
+mod link;
+pub mod names;
 pub mod proxy;
+mod relay;
 pub mod sessions;
 
 use crate::config::mcp::McpServerConfig;
 use crate::config::ToolConfig;
 use parking_lot::RwLock;
-use rmcp::model::Tool;
-use rmcp::service::{Peer, RoleClient, RunningService};
+use rmcp::model::{ServerCapabilities, Tool};
+use rmcp::service::{Peer, RoleClient, RunningService, Service};
 use rmcp::ServiceExt;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
 
 pub use executor::McpTools;
+pub use link::{Link, LinkLimits};
+pub use names::Family;
 
 /// Why the MCP servers could not be reached.
 #[derive(Debug, thiserror::Error)]
@@ -45,28 +53,45 @@ pub enum McpError {
     },
 }
 
-/// An upstream server, reconnected (a stdio server restarted) with
-/// backoff whenever its session ends.
+/// An upstream server, its catalog session reconnected (a stdio server
+/// restarted) with backoff whenever it ends.
 struct Upstream {
     name: String,
-    /// Its session, while it has one: calls fail fast without.
+    cfg: McpServerConfig,
+    /// Its catalog session, while it has one: calls made outside a client
+    /// session fail fast without.
     peer: RwLock<Option<Peer<RoleClient>>>,
+    /// What it said it offers when first reached.
+    caps: ServerCapabilities,
+    /// Its instructions to clients, as it gave them.
+    instructions: Option<String>,
+    /// The HTTP client its sessions share (a `url` server).
+    http: reqwest_mcp::Client,
 }
 
 /// The first and the longest wait before reconnecting; a session that
 /// lasted this long starts the backoff again.
 const BACKOFF: (Duration, Duration) = (Duration::from_millis(250), Duration::from_secs(10));
 
-/// A session with the server of `cfg`.
-async fn session(name: &str, cfg: &McpServerConfig) -> Result<RunningService<RoleClient, ()>, McpError> {
+/// A session with the server of `cfg`, its requests and notifications to
+/// the client handled by `client`, over `http` where it is reached by URL.
+async fn session<C: Service<RoleClient>>(
+    name: &str,
+    cfg: &McpServerConfig,
+    http: &reqwest_mcp::Client,
+    client: C,
+) -> Result<RunningService<RoleClient, C>, McpError> {
     let connect = |why: String| McpError::Connect {
         server: name.to_string(),
         why,
     };
     match (&cfg.url, cfg.command.split_first()) {
         (Some(url), _) => {
-            let transport = rmcp::transport::StreamableHttpClientTransport::from_uri(url.as_str());
-            ().serve(transport).await.map_err(|e| connect(e.to_string()))
+            let config = rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig::with_uri(
+                url.as_str(),
+            );
+            let transport = rmcp::transport::StreamableHttpClientTransport::with_client(http.clone(), config);
+            client.serve(transport).await.map_err(|e| connect(e.to_string()))
         }
         (None, Some((program, args))) => {
             // A clean environment: the gateway's secrets are not the server's.
@@ -81,7 +106,7 @@ async fn session(name: &str, cfg: &McpServerConfig) -> Result<RunningService<Rol
             if let Some(stderr) = stderr {
                 tokio::spawn(log_stderr(name.to_string(), stderr));
             }
-            ().serve(transport).await.map_err(|e| connect(e.to_string()))
+            client.serve(transport).await.map_err(|e| connect(e.to_string()))
         }
         (None, None) => Err(connect("neither a url nor a command".into())),
     }
@@ -129,7 +154,7 @@ async fn log_stderr(server: String, stderr: tokio::process::ChildStderr) {
 /// Keeps `up` in session: when `running` ends (the server exited or hung
 /// up), its calls fail fast while a new session is made, after a wait
 /// that doubles while sessions keep ending early.
-async fn supervise(up: Arc<Upstream>, cfg: McpServerConfig, mut running: RunningService<RoleClient, ()>) {
+async fn supervise(up: Arc<Upstream>, mut running: RunningService<RoleClient, ()>) {
     let mut wait = BACKOFF.0;
     loop {
         let began = tokio::time::Instant::now();
@@ -142,7 +167,7 @@ async fn supervise(up: Arc<Upstream>, cfg: McpServerConfig, mut running: Running
         running = loop {
             tokio::time::sleep(wait).await;
             wait = (wait * 2).min(BACKOFF.1);
-            match session(&up.name, &cfg).await {
+            match session(&up.name, &up.cfg, &up.http, ()).await {
                 Ok(s) => break s,
                 Err(e) => tracing::warn!(error = %e, "MCP server still unreachable"),
             }
@@ -165,41 +190,70 @@ pub struct Offered {
     pub tool: Tool,
 }
 
-/// The upstream servers and the tools they offer.
+/// The upstream servers and what they offer.
 pub struct Upstreams {
     servers: Vec<Arc<Upstream>>,
     offered: Vec<Offered>,
     by_name: HashMap<String, usize>,
+    /// Where the prompts and resources of several servers are found.
+    names: names::Names,
 }
 
+/// The room the HTTP client of a `url` server keeps: as many idle
+/// connections as sessions are likely to reuse at once.
+const IDLE_PER_HOST: usize = 32;
+
 impl Upstreams {
-    /// Connects to every server of `cfg` and lists their tools.
+    /// Connects to every server of `cfg` and lists what it offers.
     pub async fn connect(cfg: &BTreeMap<String, McpServerConfig>) -> Result<Arc<Self>, McpError> {
         // The MCP client's HTTP client takes the process's TLS provider:
         // ring, as the provider clients use.
         let _ = rustls::crypto::ring::default_provider().install_default();
         let mut servers = Vec::new();
         let mut listed = Vec::new();
+        let mut catalogs = Vec::new();
         for (name, c) in cfg {
-            let running = session(name, c).await?;
-            let tools = running.list_all_tools().await.map_err(|e| McpError::List {
+            let http = reqwest_mcp::Client::builder()
+                .pool_max_idle_per_host(IDLE_PER_HOST)
+                .build()
+                .map_err(|e| McpError::Connect {
+                    server: name.clone(),
+                    why: e.to_string(),
+                })?;
+            let running = session(name, c, &http, ()).await?;
+            let list = |why: rmcp::service::ServiceError| McpError::List {
                 server: name.clone(),
-                why: e.to_string(),
-            })?;
+                why: why.to_string(),
+            };
+            let tools = running.list_all_tools().await.map_err(list)?;
+            let info = running.peer().peer_info();
+            let caps = info.as_ref().map(|i| i.capabilities.clone()).unwrap_or_default();
+            // Where several servers share `/mcp`, their prompts and
+            // resources are placed by what each lists now.
+            if cfg.len() > 1 {
+                catalogs.push(names::Catalog::list(running.peer(), &caps).await.map_err(list)?);
+            }
             listed.push(tools);
             let up = Arc::new(Upstream {
                 name: name.clone(),
+                cfg: c.clone(),
                 peer: RwLock::new(Some(running.peer().clone())),
+                caps,
+                instructions: info.and_then(|i| i.instructions.clone()),
+                http,
             });
-            tokio::spawn(supervise(up.clone(), c.clone(), running));
+            tokio::spawn(supervise(up.clone(), running));
             servers.push(up);
         }
         let offered = offer(&servers, listed);
         let by_name = offered.iter().enumerate().map(|(i, o)| (o.name.clone(), i)).collect();
+        let server_names: Vec<&str> = servers.iter().map(|s| s.name.as_str()).collect();
+        let names = names::Names::new(&server_names, catalogs);
         Ok(Arc::new(Self {
             servers,
             offered,
             by_name,
+            names,
         }))
     }
 
@@ -213,12 +267,71 @@ impl Upstreams {
         self.by_name.get(name).map(|&i| &self.offered[i])
     }
 
+    /// Where prompts and resources are found.
+    pub fn names(&self) -> &names::Names {
+        &self.names
+    }
+
+    /// How many servers there are.
+    pub fn len(&self) -> usize {
+        self.servers.len()
+    }
+
+    /// Whether there are none.
+    pub fn is_empty(&self) -> bool {
+        self.servers.is_empty()
+    }
+
+    /// Server `server`'s name.
+    pub fn name(&self, server: usize) -> &str {
+        &self.servers[server].name
+    }
+
+    /// What server `server` offers.
+    pub fn capabilities(&self, server: usize) -> &ServerCapabilities {
+        &self.servers[server].caps
+    }
+
+    /// The servers offering `family`.
+    pub fn offering(&self, family: Family) -> impl Iterator<Item = usize> + '_ {
+        (0..self.servers.len()).filter(move |&i| family.offered_by(&self.servers[i].caps))
+    }
+
+    /// The instructions to pass on to clients: one server's, as it gave them.
+    pub fn instructions(&self) -> Option<&str> {
+        match self.servers.as_slice() {
+            [one] => one.instructions.as_deref(),
+            _ => None,
+        }
+    }
+
+    /// How long server `server` may wait for a client's answer.
+    pub fn input_timeout(&self, server: usize) -> Duration {
+        Duration::from_secs(self.servers[server].cfg.input_timeout_s)
+    }
+
+    /// A session of server `server` of its own for a client, what it asks
+    /// and tells handled by `client`.
+    pub(crate) async fn open<C: Service<RoleClient>>(
+        &self,
+        server: usize,
+        client: C,
+    ) -> Result<RunningService<RoleClient, C>, McpError> {
+        let up = &self.servers[server];
+        session(&up.name, &up.cfg, &up.http, client).await
+    }
+
     /// The tool registry for the offered tools: what `configured` says of
     /// each (`[tools.NAME]`), else the defaults, where a tool the server
-    /// does not say is idempotent (or read-only) is not retried. Each
-    /// schema is the server's.
+    /// does not say is idempotent (or read-only) is not retried and its
+    /// timeout is the MCP SDKs' own (60 s: an MCP tool may well take long,
+    /// and a server may close its stream and have the client come back).
+    /// Each schema is the server's. Each server's other requests (its
+    /// resources, prompts, completion, logging) run as tools of their own
+    /// (`SERVER/resources`, …), retried as reads are.
     pub fn tool_configs(&self, configured: &BTreeMap<String, ToolConfig>) -> BTreeMap<String, ToolConfig> {
-        self.offered
+        let mut out: BTreeMap<String, ToolConfig> = self
+            .offered
             .iter()
             .map(|o| {
                 let mut t = configured.get(&o.name).cloned().unwrap_or_else(|| {
@@ -226,6 +339,7 @@ impl Upstreams {
                     let safe = hints.is_some_and(|a| a.idempotent_hint == Some(true) || a.read_only_hint == Some(true));
                     ToolConfig {
                         idempotent: safe,
+                        timeout_ms: MCP_TIMEOUT_MS,
                         ..ToolConfig::default()
                     }
                 });
@@ -235,15 +349,32 @@ impl Upstreams {
                 }
                 (o.name.clone(), t)
             })
-            .collect()
+            .collect();
+        for family in Family::ALL {
+            for server in self.offering(family) {
+                let name = family.tool(self.name(server));
+                let t = configured.get(&name).cloned().unwrap_or_else(|| ToolConfig {
+                    idempotent: true,
+                    timeout_ms: MCP_TIMEOUT_MS,
+                    description: format!("{} of the MCP server {}", family.as_str(), self.name(server)),
+                    ..ToolConfig::default()
+                });
+                out.insert(name, t);
+            }
+        }
+        out
     }
 
-    /// The session with server `server`, while it has one; else its name.
+    /// The catalog session with server `server`, while it has one; else its name.
     fn peer(&self, server: usize) -> Result<Peer<RoleClient>, &str> {
         let up = &self.servers[server];
         up.peer.read().clone().ok_or(up.name.as_str())
     }
 }
+
+/// The timeout of an MCP server's tools and requests that `[tools.NAME]`
+/// does not set: the MCP SDKs' own default request timeout.
+const MCP_TIMEOUT_MS: u64 = 60_000;
 
 /// The tools of every server under the names callers see: a name two
 /// servers share is prefixed with each server's name (and said so in the

@@ -1,10 +1,18 @@
-//! The MCP server fusebox is at `/mcp`: the upstream servers' tools, each
-//! call through the runner's tool path. A tool whose breaker is open, whose
-//! pool is full or that failed answers at once with `isError` and a
-//! message a model can act on, or with its last good answer to the same
-//! arguments, marked stale (`_meta["fusebox/stale_ms"]`).
+//! The MCP server fusebox is at `/mcp`: what the upstream servers offer
+//! (tools, resources, prompts, completion, logging), each request through
+//! the runner's tool path in the client's own sessions with the servers
+//! (`link.rs`). A tool whose breaker is open, whose pool is full or that
+//! failed answers at once with `isError` and a message a model can act
+//! on, or with its last good answer to the same arguments, marked stale
+//! (`_meta["fusebox/stale_ms"]`); another request so refused is a
+//! JSON-RPC error saying why. An error the server answered with is passed
+//! on as it is.
 
-use super::Upstreams;
+// Logging is deprecated by SEP-2577 but still in the protocols clients speak.
+#![allow(deprecated)]
+
+use super::link::{Call, Link};
+use super::{Family, Upstreams};
 use crate::otel::ids::RequestIds;
 use crate::runner::tool::ToolFailure;
 use crate::runner::tool_call::{ToolEnd, ToolRequest};
@@ -12,36 +20,129 @@ use crate::runner::Runner;
 use crate::target::Target;
 use crate::telemetry::events::EventKind;
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, ErrorData, ListToolsResult,
-    PaginatedRequestParams, ResultType, ServerCapabilities, ServerConfig,
+    CallToolRequestParams, CallToolResponse, CallToolResult, ClientRequest, CompleteRequestParams, CompleteResult,
+    ContentBlock, ErrorData, GetPromptRequestParams, GetPromptResponse, GetPromptResult, ListPromptsResult,
+    ListResourceTemplatesResult, ListResourcesResult, ListToolsResult, PaginatedRequestParams, ReadResourceRequestParams,
+    ReadResourceResponse, ReadResourceResult, Reference, Request, RequestOptionalParam, ResultType, ServerCapabilities,
+    ServerConfig, SetLevelRequestParams, SubscribeRequestParams, UnsubscribeRequestParams,
 };
-use rmcp::service::{RequestContext, RoleServer};
+use rmcp::service::{NotificationContext, RequestContext, RoleServer};
 use rmcp::ServerHandler;
+use serde::de::DeserializeOwned;
 use std::sync::Arc;
 
 /// Who an HTTP request is from (the user its calls are billed to), as the
 /// gateway that let it in says.
 pub type Who = Arc<dyn Fn(&http::request::Parts) -> String + Send + Sync>;
 
-/// The proxy's handler (one per MCP session, all sharing the runner).
-#[derive(Clone)]
+/// The proxy's handler: one per client session, with its own link to the
+/// servers, all sharing the runner.
 pub struct Proxy {
     runner: Arc<Runner>,
     upstreams: Arc<Upstreams>,
     who: Who,
     ids: Arc<RequestIds>,
+    link: Arc<Link>,
 }
 
 impl Proxy {
-    /// The proxy of `upstreams`' tools through `runner`, its callers named
+    /// The proxy of `link`'s servers through `runner`, its callers named
     /// by `who`, its calls numbered from `ids` (the gateway's, which its
     /// chat calls share, so a recording names each request once).
-    pub fn new(runner: Arc<Runner>, upstreams: Arc<Upstreams>, who: Who, ids: Arc<RequestIds>) -> Self {
+    pub fn new(runner: Arc<Runner>, link: Arc<Link>, who: Who, ids: Arc<RequestIds>) -> Self {
         Self {
             runner,
-            upstreams,
+            upstreams: link.upstreams_arc(),
             who,
             ids,
+            link,
+        }
+    }
+
+    /// The runner's request for the tool `name` with `arguments`, from
+    /// the caller of `context`.
+    fn tool_request(&self, name: &str, arguments: String, context: &RequestContext<RoleServer>) -> ToolRequest {
+        let parts = context.extensions.get::<http::request::Parts>();
+        ToolRequest::new(
+            parts.map_or_else(|| self.ids.next(&http::HeaderMap::new()), |p| self.ids.next(&p.headers)),
+            parts.map_or_else(|| "anonymous".to_string(), |p| (self.who)(p)),
+            parts.and_then(session_of),
+            name,
+            arguments,
+        )
+    }
+
+    /// The client's request of `context` in this session, `request` to send.
+    fn call(&self, context: &RequestContext<RoleServer>, request: Option<ClientRequest>) -> Arc<Call> {
+        self.link.client_is(&context.peer);
+        let mut call = Call::new(
+            self.link.clone(),
+            context.id.clone(),
+            context.meta.get_progress_token(),
+            context.ct.clone(),
+        );
+        call.request = request;
+        Arc::new(call)
+    }
+
+    /// Server `server`'s answer to `request` of `family` (its params
+    /// `args`), through the family's tool.
+    async fn ask<R: DeserializeOwned>(
+        &self,
+        family: Family,
+        server: usize,
+        request: ClientRequest,
+        args: &impl serde::Serialize,
+        context: &RequestContext<RoleServer>,
+    ) -> Result<R, ErrorData> {
+        let name = family.tool(self.upstreams.name(server));
+        let call = self.call(context, Some(request));
+        let req = self.tool_request(&name, serde_json::to_string(args).unwrap_or_default(), context);
+        let (end, _) = call.clone().scope(self.runner.tool(&req)).await;
+        let json = match end {
+            ToolEnd::Answer(json) | ToolEnd::Stale { answer: json, .. } => json,
+            ToolEnd::Unavailable(why) => {
+                return Err(call
+                    .error()
+                    .unwrap_or_else(|| ErrorData::internal_error(self.unavailable(&name, &why), None)))
+            }
+            ToolEnd::Refused(why) => return Err(ErrorData::invalid_request(why, None)),
+        };
+        serde_json::from_str(&json).map_err(|e| ErrorData::internal_error(format!("{name}: {e}"), None))
+    }
+
+    /// Every page of a list of `family`'s from each server offering it,
+    /// where several share `/mcp` (one server's list is passed on page by
+    /// page, its cursor as it gave it).
+    async fn list_all<R: DeserializeOwned>(
+        &self,
+        family: Family,
+        request: impl Fn(Option<String>) -> ClientRequest,
+        next: impl Fn(&R) -> Option<String>,
+        context: &RequestContext<RoleServer>,
+    ) -> Result<Vec<(usize, R)>, ErrorData> {
+        let servers: Vec<usize> = self.upstreams.offering(family).collect();
+        let mut out = Vec::new();
+        for server in servers {
+            let mut cursor = None;
+            for _ in 0..MAX_PAGES {
+                let page: R = self.ask(family, server, request(cursor.clone()), &cursor, context).await?;
+                cursor = next(&page);
+                out.push((server, page));
+                if cursor.is_none() {
+                    break;
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// The one server offering `family`, where only one does.
+    fn only(&self, family: Family) -> Option<usize> {
+        let mut of = self.upstreams.offering(family);
+        match (of.next(), of.next()) {
+            (Some(s), None) => Some(s),
+            _ => None,
         }
     }
 
@@ -106,6 +207,24 @@ fn stale(answer: &str, age_ms: u64, why: &str) -> Option<CallToolResult> {
     serde_json::from_value(v).ok().map(complete)
 }
 
+/// The most pages of one server's list gathered where several servers
+/// share `/mcp`.
+const MAX_PAGES: usize = 64;
+
+/// A method no server here offers.
+fn not_offered(method: &str) -> ErrorData {
+    ErrorData::new(
+        rmcp::model::ErrorCode::METHOD_NOT_FOUND,
+        format!("{method}: no MCP server behind this gateway offers it"),
+        None,
+    )
+}
+
+/// A paginated list request with `cursor`.
+fn page(cursor: Option<String>) -> Option<PaginatedRequestParams> {
+    cursor.map(|c| PaginatedRequestParams::default().with_cursor(Some(c)))
+}
+
 /// A server's answer (a `CallToolResult` as JSON), to pass on.
 fn relayed(answer: &str) -> Result<CallToolResult, serde_json::Error> {
     serde_json::from_str(answer).map(complete)
@@ -125,14 +244,38 @@ fn error_text(text: String) -> CallToolResult {
 
 impl ServerHandler for Proxy {
     fn get_info(&self) -> ServerConfig {
-        ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
+        let mut caps = ServerCapabilities::builder().enable_tools().build();
+        for server in 0..self.upstreams.len() {
+            let theirs = self.upstreams.capabilities(server);
+            if let Some(r) = &theirs.resources {
+                let ours = caps.resources.get_or_insert_with(Default::default);
+                ours.subscribe = Some(ours.subscribe == Some(true) || r.subscribe == Some(true));
+                ours.list_changed = Some(ours.list_changed == Some(true) || r.list_changed == Some(true));
+            }
+            if let Some(p) = &theirs.prompts {
+                let ours = caps.prompts.get_or_insert_with(Default::default);
+                ours.list_changed = Some(ours.list_changed == Some(true) || p.list_changed == Some(true));
+            }
+            if theirs.completions.is_some() {
+                caps.completions.get_or_insert_with(Default::default);
+            }
+            if theirs.logging.is_some() {
+                caps.logging.get_or_insert_with(Default::default);
+            }
+        }
+        let config = ServerConfig::new(caps);
+        match self.upstreams.instructions() {
+            Some(i) => config.with_instructions(i),
+            None => config,
+        }
     }
 
     async fn list_tools(
         &self,
         _request: Option<PaginatedRequestParams>,
-        _context: RequestContext<RoleServer>,
+        context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, ErrorData> {
+        self.link.client_is(&context.peer);
         let tools = self
             .upstreams
             .offered()
@@ -159,15 +302,9 @@ impl ServerHandler for Proxy {
             .arguments
             .map(serde_json::Value::Object)
             .unwrap_or_else(|| serde_json::json!({}));
-        let parts = context.extensions.get::<http::request::Parts>();
-        let req = ToolRequest::new(
-            parts.map_or_else(|| self.ids.next(&http::HeaderMap::new()), |p| self.ids.next(&p.headers)),
-            parts.map_or_else(|| "anonymous".to_string(), |p| (self.who)(p)),
-            parts.and_then(session_of),
-            &name,
-            arguments.to_string(),
-        );
-        let (end, _) = self.runner.tool(&req).await;
+        let req = self.tool_request(&name, arguments.to_string(), &context);
+        let call = self.call(&context, None);
+        let (end, _) = call.clone().scope(self.runner.tool(&req)).await;
         let result = match end {
             ToolEnd::Answer(json) => relayed(&json).unwrap_or_else(|e| error_text(format!("{name}: {e}"))),
             ToolEnd::Stale { answer, age, why } => stale(&answer, age.as_millis() as u64, &why.end().to_string())
@@ -175,9 +312,192 @@ impl ServerHandler for Proxy {
             ToolEnd::Unavailable(ToolFailure::Failed(_, Some(answer))) => {
                 relayed(&answer).unwrap_or_else(|e| error_text(format!("{name}: {e}")))
             }
+            // The server's own error, as it gave it.
+            ToolEnd::Unavailable(ToolFailure::Failed(..)) if call.error().is_some() => {
+                return Err(call.error().unwrap_or_else(|| ErrorData::internal_error("", None)))
+            }
             ToolEnd::Unavailable(why) => error_text(self.unavailable(&name, &why)),
             ToolEnd::Refused(why) => error_text(why),
         };
         Ok(result.into())
+    }
+
+    async fn list_resources(
+        &self,
+        request: Option<PaginatedRequestParams>,
+        context: RequestContext<RoleServer>,
+    ) -> Result<ListResourcesResult, ErrorData> {
+        let make = |p: Option<PaginatedRequestParams>| {
+            ClientRequest::ListResourcesRequest(RequestOptionalParam { params: p, ..Default::default() })
+        };
+        if let Some(server) = self.only(Family::Resources) {
+            return self.ask(Family::Resources, server, make(request.clone()), &request, &context).await;
+        }
+        let pages: Vec<(usize, ListResourcesResult)> = self
+            .list_all(Family::Resources, |c| make(page(c)), |r: &ListResourcesResult| r.next_cursor.clone(), &context)
+            .await?;
+        Ok(ListResourcesResult::with_all_items(pages.into_iter().flat_map(|(_, p)| p.resources).collect()))
+    }
+
+    async fn list_resource_templates(
+        &self,
+        request: Option<PaginatedRequestParams>,
+        context: RequestContext<RoleServer>,
+    ) -> Result<ListResourceTemplatesResult, ErrorData> {
+        let make = |p: Option<PaginatedRequestParams>| {
+            ClientRequest::ListResourceTemplatesRequest(RequestOptionalParam { params: p, ..Default::default() })
+        };
+        if let Some(server) = self.only(Family::Resources) {
+            return self.ask(Family::Resources, server, make(request.clone()), &request, &context).await;
+        }
+        let pages: Vec<(usize, ListResourceTemplatesResult)> = self
+            .list_all(
+                Family::Resources,
+                |c| make(page(c)),
+                |r: &ListResourceTemplatesResult| r.next_cursor.clone(),
+                &context,
+            )
+            .await?;
+        Ok(ListResourceTemplatesResult::with_all_items(
+            pages.into_iter().flat_map(|(_, p)| p.resource_templates).collect(),
+        ))
+    }
+
+    async fn read_resource(
+        &self,
+        request: ReadResourceRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<ReadResourceResponse, ErrorData> {
+        let server = self.resource_server(&request.uri)?;
+        let req = ClientRequest::ReadResourceRequest(Request::new(request.clone()));
+        let r: ReadResourceResult = self.ask(Family::Resources, server, req, &request, &context).await?;
+        Ok(r.into())
+    }
+
+    async fn subscribe(&self, request: SubscribeRequestParams, context: RequestContext<RoleServer>) -> Result<(), ErrorData> {
+        let server = self.resource_server(&request.uri)?;
+        self.link.subscribe(server, &request.uri)?;
+        let req = ClientRequest::SubscribeRequest(Request::new(request.clone()));
+        let r: Result<serde_json::Value, _> = self.ask(Family::Resources, server, req, &request, &context).await;
+        if r.is_err() {
+            self.link.unsubscribe(server, &request.uri);
+        }
+        r.map(drop)
+    }
+
+    async fn unsubscribe(
+        &self,
+        request: UnsubscribeRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        let server = self.resource_server(&request.uri)?;
+        self.link.unsubscribe(server, &request.uri);
+        let req = ClientRequest::UnsubscribeRequest(Request::new(request.clone()));
+        self.ask::<serde_json::Value>(Family::Resources, server, req, &request, &context)
+            .await
+            .map(drop)
+    }
+
+    async fn list_prompts(
+        &self,
+        request: Option<PaginatedRequestParams>,
+        context: RequestContext<RoleServer>,
+    ) -> Result<ListPromptsResult, ErrorData> {
+        let make = |p: Option<PaginatedRequestParams>| {
+            ClientRequest::ListPromptsRequest(RequestOptionalParam { params: p, ..Default::default() })
+        };
+        if let Some(server) = self.only(Family::Prompts) {
+            return self.ask(Family::Prompts, server, make(request.clone()), &request, &context).await;
+        }
+        let pages: Vec<(usize, ListPromptsResult)> = self
+            .list_all(Family::Prompts, |c| make(page(c)), |r: &ListPromptsResult| r.next_cursor.clone(), &context)
+            .await?;
+        let names = self.upstreams.names();
+        let prompts = pages
+            .into_iter()
+            .flat_map(|(server, p)| {
+                p.prompts.into_iter().map(move |mut prompt| {
+                    prompt.name = names.prompt_as(server, &prompt.name);
+                    prompt
+                })
+            })
+            .collect();
+        Ok(ListPromptsResult::with_all_items(prompts))
+    }
+
+    async fn get_prompt(
+        &self,
+        mut request: GetPromptRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<GetPromptResponse, ErrorData> {
+        let (server, own) = self.prompt_server(&request.name)?;
+        request.name = own;
+        let req = ClientRequest::GetPromptRequest(Request::new(request.clone()));
+        let r: GetPromptResult = self.ask(Family::Prompts, server, req, &request, &context).await?;
+        Ok(r.into())
+    }
+
+    async fn complete(
+        &self,
+        mut request: CompleteRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CompleteResult, ErrorData> {
+        let server = match &mut request.r#ref {
+            Reference::Prompt(p) => {
+                let (server, own) = self.prompt_server(&p.name)?;
+                p.name = own;
+                server
+            }
+            Reference::Resource(r) => self.resource_server(&r.uri)?,
+            _ => return Err(ErrorData::invalid_params("a completion's ref is a prompt or a resource", None)),
+        };
+        if !Family::Completion.offered_by(self.upstreams.capabilities(server)) {
+            return Err(not_offered("completion/complete"));
+        }
+        let req = ClientRequest::CompleteRequest(Request::new(request.clone()));
+        self.ask(Family::Completion, server, req, &request, &context).await
+    }
+
+    async fn set_level(&self, request: SetLevelRequestParams, context: RequestContext<RoleServer>) -> Result<(), ErrorData> {
+        let servers: Vec<usize> = self.upstreams.offering(Family::Logging).collect();
+        if servers.is_empty() {
+            return Err(not_offered("logging/setLevel"));
+        }
+        for server in servers {
+            let req = ClientRequest::SetLevelRequest(Request::new(request.clone()));
+            self.ask::<serde_json::Value>(Family::Logging, server, req, &request, &context)
+                .await?;
+        }
+        Ok(())
+    }
+
+    async fn on_roots_list_changed(&self, _context: NotificationContext<RoleServer>) {
+        for peer in self.link.opened().await {
+            let _ = peer.notify_roots_list_changed().await;
+        }
+    }
+}
+
+impl Proxy {
+    /// The server of the resource at `uri`.
+    fn resource_server(&self, uri: &str) -> Result<usize, ErrorData> {
+        if self.upstreams.offering(Family::Resources).next().is_none() {
+            return Err(not_offered("resources"));
+        }
+        self.upstreams
+            .names()
+            .resource(uri)
+            .ok_or_else(|| ErrorData::resource_not_found(format!("no MCP server here has the resource {uri}"), None))
+    }
+
+    /// The server and its own name of the prompt offered as `name`.
+    fn prompt_server(&self, name: &str) -> Result<(usize, String), ErrorData> {
+        if self.upstreams.offering(Family::Prompts).next().is_none() {
+            return Err(not_offered("prompts"));
+        }
+        self.upstreams
+            .names()
+            .prompt(name)
+            .ok_or_else(|| ErrorData::invalid_params(format!("no prompt `{name}`"), None))
     }
 }

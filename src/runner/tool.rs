@@ -8,6 +8,7 @@ use crate::clock::hash_str;
 use crate::provider::ToolCall;
 use crate::resilience::breaker::{watched, CallRecord};
 use crate::telemetry::events::{Attempt, StepKind};
+use crate::tools::aside::Aside;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -124,24 +125,31 @@ impl Runner {
             };
             let attempt = self.attempt(std::array::from_ref(&t), self.clock.now(), tally);
             let n = made;
+            // Time the call waits on a person is not the tool's (aside.rs).
+            let aside = Arc::new(Aside::default());
             let r = watched(
                 &mut [(&t.breaker, &mut permit)],
                 attempt.start(),
                 timeout,
-                || false,
-                self.executor
-                    .call_within(&slot.name, &call.arguments, request_id, n, timeout),
+                || aside.any(),
+                aside.clone().scope(
+                    self.executor
+                        .call_within(&slot.name, &call.arguments, request_id, n, timeout),
+                ),
             )
             .await;
             drop(slot_guard);
             let end = self.clock.now();
+            let judged = aside
+                .any()
+                .then(|| end.saturating_duration_since(attempt.start()).saturating_sub(aside.total(end)));
             let failure = r.as_ref().err().map(|e| e.kind.failure());
             let verdict = r.as_ref().map_or_else(|e| Verdict::Failed(e.kind), |_| Verdict::Ok);
             let rec = CallRecord {
                 failure,
                 ..CallRecord::default()
             };
-            attempt.end(self, [permit], verdict, rec, (end, None), |latency| {
+            attempt.end(self, [permit], verdict, rec, (end, judged), |latency| {
                 attempt_of(request_id, &t.target, &r, latency)
             });
             match r {

@@ -11,6 +11,7 @@ use serde_json::Value;
 use std::sync::Arc;
 use std::time::Duration;
 
+pub mod aside;
 pub mod http;
 
 /// Tool specs for every configured tool, schemas converted to JSON.

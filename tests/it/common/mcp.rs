@@ -200,6 +200,7 @@ pub fn with_orders(url: Option<&str>, base: Config) -> Config {
             None => vec![stdio_orders().to_string_lossy().into_owned()],
         },
         env: Default::default(),
+        input_timeout_s: 600,
     };
     Config {
         mcp: [("orders".to_string(), orders)].into(),

@@ -1,0 +1,400 @@
+//! One client session at `/mcp` and its own sessions with the servers,
+//! each opened when the client first needs that server (as the client:
+//! its protocol version, capabilities and name) and closed with it. What
+//! a server asks in return (elicitation, sampling, roots) goes to this
+//! client alone, on the stream of the request that caused it where the
+//! server's transport says which one that was (HTTP) or only one is in
+//! flight (stdio), else on its general stream; what it tells (progress,
+//! log messages, resource updates, list changes) reaches it too, progress
+//! under the client's own token. Each is bounded ([`LinkLimits`]).
+
+use super::relay::Relay;
+use super::Upstreams;
+use crate::tools::aside::Aside;
+use parking_lot::Mutex;
+use rmcp::model::{
+    CancelledNotificationParam, ClientCapabilities, ClientConfig, ClientRequest, ClientResult, ErrorData, Implementation,
+    ProgressToken, RequestId, ServerNotification, ServerRequest, ServerResult,
+};
+use rmcp::service::{
+    InboundStreamOrigin, OriginatingRequestId, Peer, PeerRequestOptions, RoleClient, RoleServer, RunningService,
+    ServiceError,
+};
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, OnceLock, Weak};
+use std::time::Duration;
+use tokio::sync::Semaphore;
+use tokio_util::sync::CancellationToken;
+
+/// The bounds of one client session's traffic with its servers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LinkLimits {
+    /// Requests of its servers waiting on the client's answer at once;
+    /// past it a server's request is answered with an error at once.
+    pub pending: usize,
+    /// Notifications on their way to the client at once; past it (a
+    /// client that does not read) they are dropped, and logged.
+    pub notes: usize,
+    /// Resources the client is subscribed to at once.
+    pub subscriptions: usize,
+}
+
+impl Default for LinkLimits {
+    fn default() -> Self {
+        Self {
+            pending: 16,
+            notes: 64,
+            subscriptions: 256,
+        }
+    }
+}
+
+/// How long a notification may wait for room on the client's stream.
+const NOTE_WAIT: Duration = Duration::from_secs(5);
+
+/// A request of the client's in flight to a server.
+pub struct Call {
+    /// The client's id of it: what the server asks in return rides its stream.
+    pub id: RequestId,
+    /// The client's progress token for it.
+    pub progress: Option<ProgressToken>,
+    /// Cancelled when the client withdraws it.
+    pub ct: CancellationToken,
+    /// What to send, where it is not a tool call.
+    pub request: Option<ClientRequest>,
+    /// The session it is made in.
+    pub link: Arc<Link>,
+    /// The waits of its try under way.
+    aside: Mutex<Option<Arc<Aside>>>,
+    /// The server's error, where it answered with one (passed on as it is).
+    error: Mutex<Option<ErrorData>>,
+}
+
+tokio::task_local! {
+    /// The client's request that the tool call on this task is made for.
+    static CALL: Arc<Call>;
+}
+
+impl Call {
+    /// A request `id` of the client's in `link`.
+    pub fn new(link: Arc<Link>, id: RequestId, progress: Option<ProgressToken>, ct: CancellationToken) -> Self {
+        Self {
+            id,
+            progress,
+            ct,
+            request: None,
+            link,
+            aside: Mutex::default(),
+            error: Mutex::default(),
+        }
+    }
+
+    /// Runs `f` with `self` as the request its tool calls are made for.
+    pub async fn scope<F: std::future::Future>(self: Arc<Self>, f: F) -> F::Output {
+        CALL.scope(self, f).await
+    }
+
+    /// The request the tool call on this task is made for, if any.
+    pub fn current() -> Option<Arc<Call>> {
+        CALL.try_with(Arc::clone).ok()
+    }
+
+    /// The server's own error, where it answered with one.
+    pub fn error(&self) -> Option<ErrorData> {
+        self.error.lock().clone()
+    }
+
+    pub(super) fn failed(&self, e: ErrorData) {
+        *self.error.lock() = Some(e);
+    }
+}
+
+/// Why a request to a server got no result.
+pub enum Failure {
+    /// The server's session could not be opened.
+    Open(String),
+    /// It failed on the way, or the server answered with an error.
+    Service(ServiceError),
+}
+
+/// One client session and its sessions with the servers.
+pub struct Link {
+    upstreams: Arc<Upstreams>,
+    limits: LinkLimits,
+    /// The client, from its first request.
+    client: OnceLock<Peer<RoleServer>>,
+    /// Its session with each server, once opened.
+    conns: Vec<tokio::sync::Mutex<Option<RunningService<RoleClient, Relay>>>>,
+    /// Its requests in flight, by server and the id that server knows.
+    calls: Mutex<HashMap<(usize, RequestId), Arc<Call>>>,
+    /// The client's progress tokens, by server and the token it was given.
+    tokens: Mutex<HashMap<(usize, ProgressToken), ProgressToken>>,
+    pending: Arc<Semaphore>,
+    notes: Arc<Semaphore>,
+    subscriptions: Mutex<HashSet<(usize, String)>>,
+}
+
+impl Link {
+    /// A client session's link to `upstreams`.
+    pub fn new(upstreams: Arc<Upstreams>, limits: LinkLimits) -> Arc<Self> {
+        let conns = (0..upstreams.len()).map(|_| tokio::sync::Mutex::new(None)).collect();
+        Arc::new(Self {
+            upstreams,
+            limits,
+            client: OnceLock::new(),
+            conns,
+            calls: Mutex::default(),
+            tokens: Mutex::default(),
+            pending: Arc::new(Semaphore::new(limits.pending)),
+            notes: Arc::new(Semaphore::new(limits.notes)),
+            subscriptions: Mutex::default(),
+        })
+    }
+
+    /// The upstream servers.
+    pub fn upstreams_arc(&self) -> Arc<Upstreams> {
+        self.upstreams.clone()
+    }
+
+    /// The client is reached at `peer` (its session at `/mcp`).
+    pub fn client_is(&self, peer: &Peer<RoleServer>) {
+        let _ = self.client.set(peer.clone());
+    }
+
+    /// What this client said of itself, to say to its servers.
+    fn client_info(&self) -> ClientConfig {
+        match self.client.get().and_then(|p| p.peer_info()) {
+            Some(info) => (*info).clone(),
+            None => ClientConfig::new(ClientCapabilities::default(), Implementation::from_build_env()),
+        }
+    }
+
+    /// The session with server `server`, opened now if it has none.
+    async fn peer(self: &Arc<Self>, server: usize) -> Result<Peer<RoleClient>, Failure> {
+        let mut slot = self.conns[server].lock().await;
+        if let Some(running) = slot.as_ref().filter(|r| !r.is_closed() && !r.is_transport_closed()) {
+            return Ok(running.peer().clone());
+        }
+        let relay = Relay::new(Arc::downgrade(self), server, self.client_info());
+        let running = self
+            .upstreams
+            .open(server, relay)
+            .await
+            .map_err(|e| Failure::Open(e.to_string()))?;
+        let peer = running.peer().clone();
+        *slot = Some(running);
+        Ok(peer)
+    }
+
+    /// The peers of the sessions opened so far.
+    pub async fn opened(&self) -> Vec<Peer<RoleClient>> {
+        let mut out = Vec::new();
+        for c in &self.conns {
+            if let Some(r) = c.lock().await.as_ref() {
+                out.push(r.peer().clone());
+            }
+        }
+        out
+    }
+
+    /// Sends `request` to server `server` for `call`: the server's answer,
+    /// or why none came. Withdrawn by the client, or dropped (its time
+    /// ran out), it is withdrawn from the server too.
+    pub async fn send(
+        self: &Arc<Self>,
+        server: usize,
+        request: ClientRequest,
+        call: &Arc<Call>,
+    ) -> Result<ServerResult, Failure> {
+        *call.aside.lock() = Aside::current();
+        let mut peer = self.peer(server).await?;
+        let handle = match peer
+            .send_request_with_option(request.clone(), PeerRequestOptions::no_options())
+            .await
+        {
+            // The session ended before the request left: a new one takes it.
+            Err(ServiceError::TransportClosed) => {
+                *self.conns[server].lock().await = None;
+                peer = self.peer(server).await?;
+                peer.send_request_with_option(request, PeerRequestOptions::no_options())
+                    .await
+            }
+            sent => sent,
+        }
+        .map_err(Failure::Service)?;
+        let mut flight = InFlight {
+            link: self,
+            peer: peer.clone(),
+            key: (server, handle.id.clone()),
+            token: handle.progress_token.clone(),
+            done: false,
+        };
+        self.calls.lock().insert(flight.key.clone(), call.clone());
+        if let Some(t) = &call.progress {
+            self.tokens.lock().insert((server, flight.token.clone()), t.clone());
+        }
+        let r = tokio::select! {
+            r = handle.await_response() => r,
+            () = call.ct.cancelled() => Err(ServiceError::Cancelled {
+                reason: Some("the client cancelled its request".into()),
+            }),
+        };
+        flight.done = !matches!(r, Err(ServiceError::Cancelled { .. }));
+        r.map_err(Failure::Service)
+    }
+
+    /// The client's request that server `server`'s request arriving from
+    /// `origin` was caused by: the one on whose stream it came, else the
+    /// only one in flight to that server.
+    fn caller(&self, server: usize, origin: Option<&InboundStreamOrigin>) -> Option<Arc<Call>> {
+        let calls = self.calls.lock();
+        if let Some(InboundStreamOrigin::OutboundRequest(id)) = origin {
+            return calls.get(&(server, id.clone())).cloned();
+        }
+        let mut of = calls.iter().filter(|((s, _), _)| *s == server);
+        match (of.next(), of.next()) {
+            (Some((_, c)), None) => Some(c.clone()),
+            _ => None,
+        }
+    }
+
+    /// Asks the client what server `server` asks (`request`), and gives
+    /// the server its answer: waiting on the client is not the tool's
+    /// time; past the server's input timeout the server is told no answer
+    /// came. Withdrawn by the server (`ct`), it is withdrawn from the
+    /// client too.
+    pub(super) async fn ask(
+        &self,
+        server: usize,
+        mut request: ServerRequest,
+        ct: CancellationToken,
+    ) -> Result<ClientResult, ErrorData> {
+        use rmcp::model::GetExtensions;
+        let Some(client) = self.client.get().cloned() else {
+            return Err(ErrorData::internal_error("the client's session has no stream yet", None));
+        };
+        let Ok(slot) = self.pending.clone().try_acquire_owned() else {
+            return Err(ErrorData::internal_error(
+                format!(
+                    "the client has {} requests of its servers unanswered, the most fusebox holds; ask again once it answers",
+                    self.limits.pending
+                ),
+                None,
+            ));
+        };
+        let call = self.caller(server, request.extensions().get::<InboundStreamOrigin>());
+        let waiting = call.as_ref().and_then(|c| c.aside.lock().clone()).map(|a| a.begin());
+        *request.extensions_mut() = Default::default();
+        if let Some(c) = &call {
+            request.extensions_mut().insert(OriginatingRequestId(c.id.clone()));
+        }
+        let bound = self.upstreams.input_timeout(server);
+        // On a task of its own: the stream it rides is the one named
+        // above, not that of the server's request being handled here.
+        let asked = tokio::spawn(async move {
+            let handle = client
+                .send_request_with_option(request, PeerRequestOptions::with_timeout(bound))
+                .await?;
+            let id = handle.id.clone();
+            tokio::select! {
+                r = handle.await_response() => r,
+                () = ct.cancelled() => {
+                    let why = "the server withdrew its request".to_string();
+                    let _ = client.notify_cancelled(CancelledNotificationParam::new(Some(id), Some(why.clone()))).await;
+                    Err(ServiceError::Cancelled { reason: Some(why) })
+                }
+            }
+        })
+        .await;
+        drop((waiting, slot));
+        match asked {
+            Ok(Ok(answer)) => Ok(answer),
+            Ok(Err(ServiceError::McpError(e))) => Err(e),
+            Ok(Err(ServiceError::Timeout { .. })) => Err(ErrorData::internal_error(
+                format!("the client did not answer within {} s", bound.as_secs()),
+                None,
+            )),
+            Ok(Err(e)) => Err(ErrorData::internal_error(format!("the client could not be asked: {e}"), None)),
+            Err(e) => Err(ErrorData::internal_error(format!("asking the client failed: {e}"), None)),
+        }
+    }
+
+    /// Tells the client what server `server` tells (`note`): progress
+    /// under the client's token (dropped where it names no request of
+    /// this client's), the rest as it is; dropped, and logged, while the
+    /// client has its bound of them unread.
+    pub(super) async fn tell(&self, server: usize, note: ServerNotification) {
+        let Some(client) = self.client.get().cloned() else { return };
+        let note = match note {
+            ServerNotification::ProgressNotification(mut p) => {
+                let key = (server, p.params.progress_token.clone());
+                let Some(token) = self.tokens.lock().get(&key).cloned() else {
+                    return;
+                };
+                p.params.progress_token = token;
+                ServerNotification::ProgressNotification(p)
+            }
+            // A request the server withdraws is withdrawn by its wait (`ask`).
+            ServerNotification::CancelledNotification(_) => return,
+            other => other,
+        };
+        let Ok(slot) = self.notes.clone().try_acquire_owned() else {
+            tracing::warn!(server = %self.upstreams.name(server), "an MCP client reads too slowly: a notification of its server was dropped");
+            return;
+        };
+        if tokio::time::timeout(NOTE_WAIT, client.send_notification(note)).await.is_err() {
+            tracing::warn!(server = %self.upstreams.name(server), "an MCP client took too long to take a notification: dropped");
+        }
+        drop(slot);
+    }
+
+    /// Counts a subscription to `uri` on server `server`: `Err` past the bound.
+    pub fn subscribe(&self, server: usize, uri: &str) -> Result<(), ErrorData> {
+        let mut subs = self.subscriptions.lock();
+        if subs.len() >= self.limits.subscriptions && !subs.contains(&(server, uri.to_string())) {
+            return Err(ErrorData::invalid_request(
+                format!(
+                    "this session holds {} resource subscriptions, the most fusebox keeps for one session; unsubscribe from one first",
+                    self.limits.subscriptions
+                ),
+                None,
+            ));
+        }
+        subs.insert((server, uri.to_string()));
+        Ok(())
+    }
+
+    /// Forgets a subscription to `uri` on server `server`.
+    pub fn unsubscribe(&self, server: usize, uri: &str) {
+        self.subscriptions.lock().remove(&(server, uri.to_string()));
+    }
+}
+
+/// A request in flight to a server: forgotten when it ends, and withdrawn
+/// from the server where it ends unanswered.
+struct InFlight<'a> {
+    link: &'a Link,
+    peer: Peer<RoleClient>,
+    key: (usize, RequestId),
+    token: ProgressToken,
+    done: bool,
+}
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        self.link.calls.lock().remove(&self.key);
+        self.link.tokens.lock().remove(&(self.key.0, self.token.clone()));
+        if !self.done {
+            let (peer, id) = (self.peer.clone(), self.key.1.clone());
+            tokio::spawn(async move {
+                let why = "the caller withdrew it, or its time ran out".to_string();
+                let _ = peer
+                    .notify_cancelled(CancelledNotificationParam::new(Some(id), Some(why)))
+                    .await;
+            });
+        }
+    }
+}
+
+/// What `Weak<Link>` the relays hold.
+pub(super) type LinkRef = Weak<Link>;
