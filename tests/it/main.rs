@@ -29,6 +29,7 @@ mod keymap;
 mod layers;
 mod limiter_props;
 mod mcp;
+mod mcp_conformance;
 mod mcp_record;
 mod mockserver;
 mod otel;
