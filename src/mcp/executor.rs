@@ -89,10 +89,7 @@ impl McpTools {
     fn family_server(&self, name: &str) -> Option<usize> {
         let (server, family) = name.rsplit_once('/')?;
         let i = (0..self.0.len()).find(|&i| self.0.name(i) == server)?;
-        super::Family::ALL
-            .iter()
-            .any(|f| f.as_str() == family)
-            .then_some(i)
+        super::Family::ALL.iter().any(|f| f.as_str() == family).then_some(i)
     }
 }
 

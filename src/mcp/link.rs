@@ -13,8 +13,8 @@ use super::Upstreams;
 use crate::tools::aside::Aside;
 use parking_lot::Mutex;
 use rmcp::model::{
-    CancelledNotificationParam, ClientCapabilities, ClientConfig, ClientRequest, ClientResult, ErrorData, Implementation,
-    ProgressToken, RequestId, ServerNotification, ServerRequest, ServerResult,
+    CancelledNotificationParam, ClientCapabilities, ClientConfig, ClientRequest, ClientResult, ErrorData,
+    Implementation, ProgressToken, RequestId, ServerNotification, ServerRequest, ServerResult,
 };
 use rmcp::service::{
     InboundStreamOrigin, OriginatingRequestId, Peer, PeerRequestOptions, RoleClient, RoleServer, RunningService,
@@ -271,7 +271,10 @@ impl Link {
     ) -> Result<ClientResult, ErrorData> {
         use rmcp::model::GetExtensions;
         let Some(client) = self.client.get().cloned() else {
-            return Err(ErrorData::internal_error("the client's session has no stream yet", None));
+            return Err(ErrorData::internal_error(
+                "the client's session has no stream yet",
+                None,
+            ));
         };
         let Ok(slot) = self.pending.clone().try_acquire_owned() else {
             return Err(ErrorData::internal_error(
@@ -314,8 +317,14 @@ impl Link {
                 format!("the client did not answer within {} s", bound.as_secs()),
                 None,
             )),
-            Ok(Err(e)) => Err(ErrorData::internal_error(format!("the client could not be asked: {e}"), None)),
-            Err(e) => Err(ErrorData::internal_error(format!("asking the client failed: {e}"), None)),
+            Ok(Err(e)) => Err(ErrorData::internal_error(
+                format!("the client could not be asked: {e}"),
+                None,
+            )),
+            Err(e) => Err(ErrorData::internal_error(
+                format!("asking the client failed: {e}"),
+                None,
+            )),
         }
     }
 
@@ -324,7 +333,9 @@ impl Link {
     /// this client's), the rest as it is; dropped, and logged, while the
     /// client has its bound of them unread.
     pub(super) async fn tell(&self, server: usize, note: ServerNotification) {
-        let Some(client) = self.client.get().cloned() else { return };
+        let Some(client) = self.client.get().cloned() else {
+            return;
+        };
         let note = match note {
             ServerNotification::ProgressNotification(mut p) => {
                 let key = (server, p.params.progress_token.clone());
@@ -342,7 +353,10 @@ impl Link {
             tracing::warn!(server = %self.upstreams.name(server), "an MCP client reads too slowly: a notification of its server was dropped");
             return;
         };
-        if tokio::time::timeout(NOTE_WAIT, client.send_notification(note)).await.is_err() {
+        if tokio::time::timeout(NOTE_WAIT, client.send_notification(note))
+            .await
+            .is_err()
+        {
             tracing::warn!(server = %self.upstreams.name(server), "an MCP client took too long to take a notification: dropped");
         }
         drop(slot);

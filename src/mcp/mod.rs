@@ -87,9 +87,8 @@ async fn session<C: Service<RoleClient>>(
     };
     match (&cfg.url, cfg.command.split_first()) {
         (Some(url), _) => {
-            let config = rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig::with_uri(
-                url.as_str(),
-            );
+            let config =
+                rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig::with_uri(url.as_str());
             let transport = rmcp::transport::StreamableHttpClientTransport::with_client(http.clone(), config);
             client.serve(transport).await.map_err(|e| connect(e.to_string()))
         }

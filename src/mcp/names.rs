@@ -198,7 +198,11 @@ mod tests {
             &["docs", "files"],
             vec![
                 catalog(&["greet", "summarise"], &["docs://index"], &["docs://page/{id}"]),
-                catalog(&["greet"], &["file:///etc/motd"], &["file:///{path}", "docs://page/special/{id}"]),
+                catalog(
+                    &["greet"],
+                    &["file:///etc/motd"],
+                    &["file:///{path}", "docs://page/special/{id}"],
+                ),
             ],
         );
         assert_eq!(n.prompt("summarise"), Some((0, "summarise".into())));

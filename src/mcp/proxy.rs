@@ -22,9 +22,10 @@ use crate::telemetry::events::EventKind;
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ClientRequest, CompleteRequestParams, CompleteResult,
     ContentBlock, ErrorData, GetPromptRequestParams, GetPromptResponse, GetPromptResult, ListPromptsResult,
-    ListResourceTemplatesResult, ListResourcesResult, ListToolsResult, PaginatedRequestParams, ReadResourceRequestParams,
-    ReadResourceResponse, ReadResourceResult, Reference, Request, RequestOptionalParam, ResultType, ServerCapabilities,
-    ServerConfig, SetLevelRequestParams, SubscribeRequestParams, UnsubscribeRequestParams,
+    ListResourceTemplatesResult, ListResourcesResult, ListToolsResult, PaginatedRequestParams,
+    ReadResourceRequestParams, ReadResourceResponse, ReadResourceResult, Reference, Request, RequestOptionalParam,
+    ResultType, ServerCapabilities, ServerConfig, SetLevelRequestParams, SubscribeRequestParams,
+    UnsubscribeRequestParams,
 };
 use rmcp::service::{NotificationContext, RequestContext, RoleServer};
 use rmcp::ServerHandler;
@@ -97,7 +98,12 @@ impl Proxy {
     ) -> Result<R, ErrorData> {
         let name = family.tool(self.upstreams.name(server));
         let call = self.call(context, Some(request));
-        let req = self.tool_request(&name, serde_json::to_string(args).unwrap_or_default(), context);
+        // The tool's arguments are the request's params (an object; none: `{}`).
+        let args = match serde_json::to_value(args) {
+            Ok(v @ serde_json::Value::Object(_)) => v.to_string(),
+            _ => "{}".to_string(),
+        };
+        let req = self.tool_request(&name, args, context);
         let (end, _) = call.clone().scope(self.runner.tool(&req)).await;
         let json = match end {
             ToolEnd::Answer(json) | ToolEnd::Stale { answer: json, .. } => json,
@@ -126,7 +132,9 @@ impl Proxy {
         for server in servers {
             let mut cursor = None;
             for _ in 0..MAX_PAGES {
-                let page: R = self.ask(family, server, request(cursor.clone()), &cursor, context).await?;
+                let page: R = self
+                    .ask(family, server, request(cursor.clone()), &cursor, context)
+                    .await?;
                 cursor = next(&page);
                 out.push((server, page));
                 if cursor.is_none() {
@@ -328,15 +336,27 @@ impl ServerHandler for Proxy {
         context: RequestContext<RoleServer>,
     ) -> Result<ListResourcesResult, ErrorData> {
         let make = |p: Option<PaginatedRequestParams>| {
-            ClientRequest::ListResourcesRequest(RequestOptionalParam { params: p, ..Default::default() })
+            ClientRequest::ListResourcesRequest(RequestOptionalParam {
+                params: p,
+                ..Default::default()
+            })
         };
         if let Some(server) = self.only(Family::Resources) {
-            return self.ask(Family::Resources, server, make(request.clone()), &request, &context).await;
+            return self
+                .ask(Family::Resources, server, make(request.clone()), &request, &context)
+                .await;
         }
         let pages: Vec<(usize, ListResourcesResult)> = self
-            .list_all(Family::Resources, |c| make(page(c)), |r: &ListResourcesResult| r.next_cursor.clone(), &context)
+            .list_all(
+                Family::Resources,
+                |c| make(page(c)),
+                |r: &ListResourcesResult| r.next_cursor.clone(),
+                &context,
+            )
             .await?;
-        Ok(ListResourcesResult::with_all_items(pages.into_iter().flat_map(|(_, p)| p.resources).collect()))
+        Ok(ListResourcesResult::with_all_items(
+            pages.into_iter().flat_map(|(_, p)| p.resources).collect(),
+        ))
     }
 
     async fn list_resource_templates(
@@ -345,10 +365,15 @@ impl ServerHandler for Proxy {
         context: RequestContext<RoleServer>,
     ) -> Result<ListResourceTemplatesResult, ErrorData> {
         let make = |p: Option<PaginatedRequestParams>| {
-            ClientRequest::ListResourceTemplatesRequest(RequestOptionalParam { params: p, ..Default::default() })
+            ClientRequest::ListResourceTemplatesRequest(RequestOptionalParam {
+                params: p,
+                ..Default::default()
+            })
         };
         if let Some(server) = self.only(Family::Resources) {
-            return self.ask(Family::Resources, server, make(request.clone()), &request, &context).await;
+            return self
+                .ask(Family::Resources, server, make(request.clone()), &request, &context)
+                .await;
         }
         let pages: Vec<(usize, ListResourceTemplatesResult)> = self
             .list_all(
@@ -374,7 +399,11 @@ impl ServerHandler for Proxy {
         Ok(r.into())
     }
 
-    async fn subscribe(&self, request: SubscribeRequestParams, context: RequestContext<RoleServer>) -> Result<(), ErrorData> {
+    async fn subscribe(
+        &self,
+        request: SubscribeRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
         let server = self.resource_server(&request.uri)?;
         self.link.subscribe(server, &request.uri)?;
         let req = ClientRequest::SubscribeRequest(Request::new(request.clone()));
@@ -404,13 +433,23 @@ impl ServerHandler for Proxy {
         context: RequestContext<RoleServer>,
     ) -> Result<ListPromptsResult, ErrorData> {
         let make = |p: Option<PaginatedRequestParams>| {
-            ClientRequest::ListPromptsRequest(RequestOptionalParam { params: p, ..Default::default() })
+            ClientRequest::ListPromptsRequest(RequestOptionalParam {
+                params: p,
+                ..Default::default()
+            })
         };
         if let Some(server) = self.only(Family::Prompts) {
-            return self.ask(Family::Prompts, server, make(request.clone()), &request, &context).await;
+            return self
+                .ask(Family::Prompts, server, make(request.clone()), &request, &context)
+                .await;
         }
         let pages: Vec<(usize, ListPromptsResult)> = self
-            .list_all(Family::Prompts, |c| make(page(c)), |r: &ListPromptsResult| r.next_cursor.clone(), &context)
+            .list_all(
+                Family::Prompts,
+                |c| make(page(c)),
+                |r: &ListPromptsResult| r.next_cursor.clone(),
+                &context,
+            )
             .await?;
         let names = self.upstreams.names();
         let prompts = pages
@@ -449,7 +488,12 @@ impl ServerHandler for Proxy {
                 server
             }
             Reference::Resource(r) => self.resource_server(&r.uri)?,
-            _ => return Err(ErrorData::invalid_params("a completion's ref is a prompt or a resource", None)),
+            _ => {
+                return Err(ErrorData::invalid_params(
+                    "a completion's ref is a prompt or a resource",
+                    None,
+                ))
+            }
         };
         if !Family::Completion.offered_by(self.upstreams.capabilities(server)) {
             return Err(not_offered("completion/complete"));
@@ -458,7 +502,11 @@ impl ServerHandler for Proxy {
         self.ask(Family::Completion, server, req, &request, &context).await
     }
 
-    async fn set_level(&self, request: SetLevelRequestParams, context: RequestContext<RoleServer>) -> Result<(), ErrorData> {
+    async fn set_level(
+        &self,
+        request: SetLevelRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
         let servers: Vec<usize> = self.upstreams.offering(Family::Logging).collect();
         if servers.is_empty() {
             return Err(not_offered("logging/setLevel"));

@@ -140,9 +140,10 @@ impl Runner {
             .await;
             drop(slot_guard);
             let end = self.clock.now();
-            let judged = aside
-                .any()
-                .then(|| end.saturating_duration_since(attempt.start()).saturating_sub(aside.total(end)));
+            let judged = aside.any().then(|| {
+                end.saturating_duration_since(attempt.start())
+                    .saturating_sub(aside.total(end))
+            });
             let failure = r.as_ref().err().map(|e| e.kind.failure());
             let verdict = r.as_ref().map_or_else(|e| Verdict::Failed(e.kind), |_| Verdict::Ok);
             let rec = CallRecord {

@@ -133,7 +133,10 @@ mod tests {
             tokio::time::sleep(Duration::from_secs(2)).await;
             Ok::<_, ProviderError>(7)
         };
-        let r = aside.clone().scope(within_own(Duration::from_secs(5), "tool call", call)).await;
+        let r = aside
+            .clone()
+            .scope(within_own(Duration::from_secs(5), "tool call", call))
+            .await;
         assert_eq!(r.unwrap(), 7);
         assert_eq!(aside.total(Instant::now()), Duration::from_secs(60));
         assert!(aside.any() && !aside.waiting());
@@ -153,7 +156,11 @@ mod tests {
         };
         let r = aside.scope(within_own(Duration::from_secs(5), "tool call", call)).await;
         assert!(r.is_err());
-        assert_eq!(Instant::now() - t0, Duration::from_secs(35), "5 s of its own after 30 s aside");
+        assert_eq!(
+            Instant::now() - t0,
+            Duration::from_secs(35),
+            "5 s of its own after 30 s aside"
+        );
     }
 
     #[tokio::test(start_paused = true)]
