@@ -15,7 +15,6 @@ use crate::tools::ToolExecutor;
 use rmcp::model::{CallToolRequestParams, ClientRequest, ErrorCode, Request, ServerResult};
 use rmcp::service::ServiceError;
 use std::sync::Arc;
-use std::time::Duration;
 
 /// Calls the offered tools on their servers; an answer is the server's
 /// result as JSON.
@@ -146,17 +145,5 @@ impl ToolExecutor for McpTools {
             return Err(e);
         }
         Ok(json)
-    }
-
-    async fn call_within(
-        &self,
-        name: &str,
-        args: &str,
-        request_id: u64,
-        attempt: u32,
-        timeout: Duration,
-    ) -> Result<Arc<str>, ProviderError> {
-        // Waits on the client's person or model are not the tool's time.
-        crate::tools::aside::within_own(timeout, "tool call", self.call(name, args, request_id, attempt)).await
     }
 }

@@ -142,7 +142,8 @@ pub trait ToolExecutor: Send + Sync {
     /// Calls `name` with JSON `args`; the result is the tool's text output.
     async fn call(&self, name: &str, args: &str, request_id: u64, attempt: u32) -> Result<Arc<str>, ProviderError>;
 
-    /// [`ToolExecutor::call`], failing as timed out after `timeout`. Tools
+    /// [`ToolExecutor::call`], failing as timed out after `timeout` of its
+    /// own time (waits on the caller's person are not: `aside.rs`). Tools
     /// that know their latency up front (recorded ones) answer this without
     /// a second timer.
     async fn call_within(
@@ -153,7 +154,7 @@ pub trait ToolExecutor: Send + Sync {
         attempt: u32,
         timeout: Duration,
     ) -> Result<Arc<str>, ProviderError> {
-        crate::provider::within(timeout, "tool call", self.call(name, args, request_id, attempt)).await
+        aside::within_own(timeout, "tool call", self.call(name, args, request_id, attempt)).await
     }
 }
 

@@ -334,3 +334,81 @@ async fn tool_arguments_that_are_not_an_object_are_invalid_params() {
     assert!(answer.get("result").is_some(), "{answer}");
     assert_eq!(state.calls[0].load(Ordering::SeqCst), 1, "called once, for the object");
 }
+
+/// A tool whose server asks the caller's person something (the wait set
+/// aside, as `mcp/link.rs` does for an elicitation) or, with `aside` off,
+/// simply takes that long; then it works 100 ms of its own.
+struct Asks {
+    aside: bool,
+}
+
+#[async_trait::async_trait]
+impl fusebox::tools::ToolExecutor for Asks {
+    async fn call(&self, _: &str, _: &str, _: u64, _: u32) -> Result<Arc<str>, fusebox::provider::ProviderError> {
+        let waiting = self
+            .aside
+            .then(fusebox::tools::aside::Aside::current)
+            .flatten()
+            .map(|a| a.begin());
+        tokio::time::sleep(Duration::from_secs(60)).await;
+        drop(waiting);
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        Ok(Arc::from("{\"content\":[]}"))
+    }
+}
+
+/// A runner whose one tool `ask` is `exec`: a 5 s timeout, a breaker that
+/// trips on one slow (over 1 s) or failed call.
+fn asking(exec: Asks) -> Arc<Runner> {
+    use fusebox::clock::{Clock, Seed};
+    let mut cfg = Config::default();
+    let ask = ToolConfig {
+        timeout_ms: 5_000,
+        idempotent: false,
+        breaker: Some(fusebox::config::BreakerConfig {
+            consecutive_failures: 1,
+            minimum_calls: 1,
+            slow_call_ms: 1_000,
+            slow_call_rate: 0.5,
+            ..cfg.breaker.clone()
+        }),
+        ..ToolConfig::default()
+    };
+    cfg.tools = [("ask".to_string(), ask)].into();
+    cfg.validate("test").unwrap();
+    let mut parts = fusebox::runner::RunnerParts::mock(Clock::system(), Seed(1));
+    parts.tools = Some(Arc::new(exec));
+    Runner::new(cfg, parts).unwrap()
+}
+
+/// A call waiting 60 s on a person (an elicitation) is neither cut by the
+/// tool's 5 s timeout nor judged slow by its breaker; the same 60 s not
+/// set aside times out and trips it.
+#[tokio::test(start_paused = true)]
+async fn waiting_on_a_person_is_not_slowness() {
+    use fusebox::resilience::breaker::BreakerState;
+    use fusebox::runner::tool_call::{ToolEnd, ToolRequest};
+    let target = fusebox::target::Target::tool("ask");
+    for (aside, answered) in [(true, true), (false, false)] {
+        let r = asking(Asks { aside });
+        for i in 0..3 {
+            let req = ToolRequest::new(i, "alice".into(), None, "ask", "{}".into());
+            let (end, _) = r.tool(&req).await;
+            assert_eq!(
+                matches!(end, ToolEnd::Answer(_)),
+                answered,
+                "aside {aside}, call {i}: {end:?}"
+            );
+            if !answered {
+                break;
+            }
+        }
+        let state = r.registry().find(&target).unwrap().breaker.state();
+        let expected = if aside {
+            BreakerState::Closed
+        } else {
+            BreakerState::Open
+        };
+        assert_eq!(state, expected, "aside {aside}");
+    }
+}
