@@ -412,3 +412,69 @@ async fn waiting_on_a_person_is_not_slowness() {
         assert_eq!(state, expected, "aside {aside}");
     }
 }
+
+/// A server's resources have a breaker of their own (`orders/resources`):
+/// its failures open it, and then a read is refused at once without
+/// reaching the server, while its tools still answer; a read of a
+/// resource that does not exist is the caller's mistake and feeds nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_s_resources_have_a_breaker_of_their_own() {
+    use rmcp::model::ReadResourceRequestParams;
+    let state = Arc::new(Orders::default());
+    let url = upstream(state.clone()).await;
+    let cfg = with_orders(Some(&url), Config::default());
+    let resources = ToolConfig {
+        breaker: Some(fusebox::config::BreakerConfig {
+            consecutive_failures: 3,
+            cooldown_ms: 60_000,
+            ..cfg.breaker.clone()
+        }),
+        ..ToolConfig::default()
+    };
+    let (proxied, runner) = serve_mcp(cfg, [("orders/resources".to_string(), resources)].into()).await;
+    let through = client(&proxied).await;
+    let read = |uri: &str| ReadResourceRequestParams::new(uri);
+    let today = through.read_resource(read("orders://today")).await.unwrap();
+    assert!(format!("{today:?}").contains("3 orders"), "{today:?}");
+    for i in 0..5 {
+        let e = through
+            .read_resource(read(&format!("orders://day/{i}")))
+            .await
+            .unwrap_err();
+        assert!(
+            e.to_string().contains("no resource orders://day/"),
+            "the server's own error: {e}"
+        );
+    }
+    let target = fusebox::target::Target::tool("orders/resources");
+    let breaker = || runner.registry().find(&target).unwrap().breaker.state();
+    assert_eq!(
+        breaker(),
+        fusebox::resilience::breaker::BreakerState::Closed,
+        "the caller's mistakes"
+    );
+    state.down.store(true, Ordering::SeqCst);
+    // A read is retried (reads are idempotent): its three tries fail.
+    let reads = state.reads.load(Ordering::SeqCst);
+    let e = through.read_resource(read("orders://today")).await.unwrap_err();
+    assert!(
+        e.to_string().contains("orders: HTTP 503"),
+        "passed on as the server gave it: {e}"
+    );
+    assert_eq!(state.reads.load(Ordering::SeqCst), reads + 3);
+    assert_eq!(breaker(), fusebox::resilience::breaker::BreakerState::Open);
+    let reads = reads + 3;
+    let e = through.read_resource(read("orders://today")).await.unwrap_err();
+    assert!(e.to_string().contains("breaker open"), "{e}");
+    assert_eq!(
+        state.reads.load(Ordering::SeqCst),
+        reads,
+        "refused without reaching the server"
+    );
+    state.down.store(false, Ordering::SeqCst);
+    let r = through
+        .call_tool(call("get_order", json!({"order_id": "7"})))
+        .await
+        .unwrap();
+    assert_ne!(r.is_error, Some(true), "its tools still answer: {}", text(&r));
+}

@@ -8,7 +8,8 @@ use fusebox::mcp::{McpTools, Upstreams};
 use fusebox::runner::{Runner, RunnerParts};
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, ErrorData, ListToolsResult,
-    PaginatedRequestParams, ServerCapabilities, ServerConfig, Tool, ToolAnnotations,
+    PaginatedRequestParams, ReadResourceRequestParams, ReadResourceResponse, ReadResourceResult, ResourceContents,
+    ServerCapabilities, ServerConfig, Tool, ToolAnnotations,
 };
 use rmcp::service::{RequestContext, RoleClient, RoleServer, RunningService};
 use rmcp::{ServerHandler, ServiceExt};
@@ -27,6 +28,8 @@ pub struct Orders {
     pub down: AtomicBool,
     /// get_order takes this long (ms).
     pub slow_ms: AtomicU32,
+    /// `resources/read` calls.
+    pub reads: AtomicU32,
 }
 
 #[derive(Clone)]
@@ -54,7 +57,23 @@ pub fn tools() -> Vec<Tool> {
 
 impl ServerHandler for Upstream {
     fn get_info(&self) -> ServerConfig {
-        ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
+        ServerConfig::new(ServerCapabilities::builder().enable_tools().enable_resources().build())
+    }
+
+    /// `orders://today` reads (failing while down); any other URI is not found.
+    async fn read_resource(
+        &self,
+        r: ReadResourceRequestParams,
+        _c: RequestContext<RoleServer>,
+    ) -> Result<ReadResourceResponse, ErrorData> {
+        self.0.reads.fetch_add(1, Ordering::SeqCst);
+        if r.uri != "orders://today" {
+            return Err(ErrorData::resource_not_found(format!("no resource {}", r.uri), None));
+        }
+        if self.0.down.load(Ordering::SeqCst) {
+            return Err(ErrorData::internal_error("orders: HTTP 503", None));
+        }
+        Ok(ReadResourceResult::new(vec![ResourceContents::text("3 orders", r.uri)]).into())
     }
 
     async fn list_tools(
