@@ -478,3 +478,32 @@ async fn a_server_s_resources_have_a_breaker_of_their_own() {
         .unwrap();
     assert_ne!(r.is_error, Some(true), "its tools still answer: {}", text(&r));
 }
+
+/// The pid a stdio orders server gave in its answer.
+fn pid_in(answer: &str) -> u32 {
+    let at = answer.find("(pid ").expect("a pid") + 5;
+    answer[at..].trim_end_matches(')').parse().expect("a pid")
+}
+
+/// A client session's own stdio server process ends with the session.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_session_s_server_process_ends_with_it() {
+    let cfg = with_orders(None, Config::default());
+    let (url, _runner) = serve_mcp(cfg, Default::default()).await;
+    let through = client(&url).await;
+    let answer = text(&through.call_tool(call("get_order", json!({"order_id": "1"}))).await.unwrap());
+    let pid = pid_in(&answer);
+    let alive = || std::path::Path::new(&format!("/proc/{pid}")).exists() && !zombie(pid);
+    assert!(alive(), "{answer}");
+    through.cancel().await.unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while alive() {
+        assert!(std::time::Instant::now() < deadline, "process {pid} outlived its client's session");
+        tokio::time::sleep(Duration::from_millis(20)).await; // polling a process's real exit
+    }
+}
+
+/// Whether process `pid` has exited and waits to be reaped.
+fn zombie(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| s.contains(") Z "))
+}
