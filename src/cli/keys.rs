@@ -21,6 +21,9 @@ pub enum KeysCmd {
         /// A route or model it may call (repeat for more; none: all).
         #[arg(long = "route")]
         routes: Vec<String>,
+        /// An MCP server (`[mcp.NAME]`) it may reach at `/mcp` (repeat for more; none: all).
+        #[arg(long = "mcp")]
+        mcp: Vec<String>,
         /// When it stops working (RFC 3339, e.g. 2027-01-01T00:00:00Z).
         #[arg(long)]
         expires: Option<String>,
@@ -83,6 +86,7 @@ pub fn keys(cmd: KeysCmd) -> Result<()> {
             name,
             user,
             routes,
+            mcp,
             expires,
             sub_users,
             priority,
@@ -100,6 +104,7 @@ pub fn keys(cmd: KeysCmd) -> Result<()> {
                 hash: SecretHash::of(&secret),
                 user,
                 routes,
+                mcp,
                 expires,
                 budgets: None,
                 sub_users,

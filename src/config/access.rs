@@ -103,6 +103,10 @@ pub struct KeyConfig {
     /// The routes or models it may call (empty: all).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub routes: Vec<String>,
+    /// The MCP servers (`[mcp.NAME]`) it may reach at `/mcp` (empty: all):
+    /// the others' tools, resources and prompts are as absent to it.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub mcp: Vec<String>,
     /// When it stops working.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub expires: Option<Instant>,

@@ -228,6 +228,14 @@ impl Config {
                     ));
                 }
             }
+            for (i, m) in k.mcp.iter().enumerate() {
+                if !self.mcp.contains_key(m) {
+                    return Err(c.bad(
+                        format!("keys.{name}.mcp[{i}]"),
+                        format!("unknown MCP server `{m}`; servers: {}", keys(&self.mcp)),
+                    ));
+                }
+            }
             if let Some(usd) = k.budgets.and_then(|b| b.cost_per_day_usd) {
                 if !(usd.is_finite() && usd >= 0.0) {
                     return Err(c.bad(

@@ -33,6 +33,8 @@ pub struct Caller {
     pub user: String,
     /// The routes or models it may call (empty: all).
     pub routes: Vec<String>,
+    /// The MCP servers it may reach (empty: all).
+    pub mcp: Arc<[String]>,
     /// When the key stops working (ms since the Unix epoch).
     pub expires_ms: Option<u64>,
     /// Its calls may name a sub-user for reporting.
@@ -220,6 +222,7 @@ fn callers<'a>(
                 key: name.clone(),
                 user: k.user.clone(),
                 routes: k.routes.clone(),
+                mcp: k.mcp.iter().cloned().collect(),
                 expires_ms: k.expires.map(|e| e.unix_ms()),
                 sub_users: k.sub_users,
                 priority: k.priority,

@@ -62,6 +62,12 @@ fn service(
             .map(str::to_string);
         Caller::user_of(Caller::of(&parts.extensions).as_deref(), given).user
     });
+    let reach: crate::mcp::proxy::Reach = Arc::new(|parts: &http::request::Parts| {
+        Caller::of(&parts.extensions)
+            .map(|c| c.mcp.clone())
+            .filter(|servers| !servers.is_empty())
+    });
+    let callers = crate::mcp::proxy::Callers { who, reach };
     let (runner, ids) = (gw.runner.clone(), gw.ids.clone());
     let config = StreamableHttpServerConfig::default();
     let config = if gw.access.calls_guarded() {
@@ -72,7 +78,7 @@ fn service(
     // Each client session its own link to the servers.
     let proxy = move || {
         let link = Link::new(upstreams.clone(), LinkLimits::default());
-        Ok(Proxy::new(runner.clone(), link, who.clone(), ids.clone()))
+        Ok(Proxy::new(runner.clone(), link, callers.clone(), ids.clone()))
     };
     StreamableHttpService::new(proxy, manager, config)
 }

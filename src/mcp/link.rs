@@ -8,6 +8,7 @@
 //! log messages, resource updates, list changes) reaches it too, progress
 //! under the client's own token. Each is bounded ([`LinkLimits`]).
 
+use super::ordered::Order;
 use super::relay::Relay;
 use super::Upstreams;
 use crate::tools::aside::Aside;
@@ -23,7 +24,7 @@ use rmcp::service::{
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, OnceLock, Weak};
 use std::time::Duration;
-use tokio::sync::Semaphore;
+use tokio::sync::{mpsc, Semaphore};
 use tokio_util::sync::CancellationToken;
 
 /// The bounds of one client session's traffic with its servers.
@@ -32,8 +33,8 @@ pub struct LinkLimits {
     /// Requests of its servers waiting on the client's answer at once;
     /// past it a server's request is answered with an error at once.
     pub pending: usize,
-    /// Notifications on their way to the client at once; past it (a
-    /// client that does not read) they are dropped, and logged.
+    /// Notifications of one server queued for the client at once; past
+    /// it (a client that does not read) they are dropped, and logged.
     pub notes: usize,
     /// Resources the client is subscribed to at once.
     pub subscriptions: usize,
@@ -124,13 +125,12 @@ pub struct Link {
     /// The client, from its first request.
     client: OnceLock<Peer<RoleServer>>,
     /// Its session with each server, once opened.
-    conns: Vec<tokio::sync::Mutex<Option<RunningService<RoleClient, Relay>>>>,
+    conns: Vec<tokio::sync::Mutex<Option<Conn>>>,
     /// Its requests in flight, by server and the id that server knows.
     calls: Mutex<HashMap<(usize, RequestId), Arc<Call>>>,
     /// The client's progress tokens, by server and the token it was given.
     tokens: Mutex<HashMap<(usize, ProgressToken), ProgressToken>>,
     pending: Arc<Semaphore>,
-    notes: Arc<Semaphore>,
     subscriptions: Mutex<HashSet<(usize, String)>>,
 }
 
@@ -146,7 +146,6 @@ impl Link {
             calls: Mutex::default(),
             tokens: Mutex::default(),
             pending: Arc::new(Semaphore::new(limits.pending)),
-            notes: Arc::new(Semaphore::new(limits.notes)),
             subscriptions: Mutex::default(),
         })
     }
@@ -169,29 +168,38 @@ impl Link {
         }
     }
 
-    /// The session with server `server`, opened now if it has none.
-    async fn peer(self: &Arc<Self>, server: usize) -> Result<Peer<RoleClient>, Failure> {
+    /// The session with server `server`, opened now if it has none, and
+    /// how far what its server told has been passed on.
+    async fn peer(self: &Arc<Self>, server: usize) -> Result<(Peer<RoleClient>, Arc<Order>), Failure> {
         let mut slot = self.conns[server].lock().await;
-        if let Some(running) = slot.as_ref().filter(|r| !r.is_closed() && !r.is_transport_closed()) {
-            return Ok(running.peer().clone());
+        if let Some(c) = slot
+            .as_ref()
+            .filter(|c| !c.running.is_closed() && !c.running.is_transport_closed())
+        {
+            return Ok((c.running.peer().clone(), c.order.clone()));
         }
         let relay = Relay::new(Arc::downgrade(self), server, self.client_info());
-        let running = self
+        let (running, told) = self
             .upstreams
-            .open(server, relay)
+            .open(server, relay, self.limits.notes)
             .await
             .map_err(|e| Failure::Open(e.to_string()))?;
-        let peer = running.peer().clone();
-        *slot = Some(running);
-        Ok(peer)
+        tokio::spawn(pass_on(Arc::downgrade(self), server, told.order.clone(), told.queue));
+        let conn = Conn {
+            running,
+            order: told.order,
+        };
+        let out = (conn.running.peer().clone(), conn.order.clone());
+        *slot = Some(conn);
+        Ok(out)
     }
 
     /// The peers of the sessions opened so far.
     pub async fn opened(&self) -> Vec<Peer<RoleClient>> {
         let mut out = Vec::new();
         for c in &self.conns {
-            if let Some(r) = c.lock().await.as_ref() {
-                out.push(r.peer().clone());
+            if let Some(c) = c.lock().await.as_ref() {
+                out.push(c.running.peer().clone());
             }
         }
         out
@@ -207,7 +215,7 @@ impl Link {
         call: &Arc<Call>,
     ) -> Result<ServerResult, Failure> {
         *call.aside.lock() = Aside::current();
-        let mut peer = self.peer(server).await?;
+        let (mut peer, mut order) = self.peer(server).await?;
         let handle = match peer
             .send_request_with_option(request.clone(), PeerRequestOptions::no_options())
             .await
@@ -215,7 +223,7 @@ impl Link {
             // The session ended before the request left: a new one takes it.
             Err(ServiceError::TransportClosed) => {
                 *self.conns[server].lock().await = None;
-                peer = self.peer(server).await?;
+                (peer, order) = self.peer(server).await?;
                 peer.send_request_with_option(request, PeerRequestOptions::no_options())
                     .await
             }
@@ -240,6 +248,8 @@ impl Link {
             }),
         };
         flight.done = !matches!(r, Err(ServiceError::Cancelled { .. }));
+        // What the server told before it answered reaches the client first.
+        order.settled(&flight.key.1, NOTE_WAIT).await;
         r.map_err(Failure::Service)
     }
 
@@ -330,9 +340,9 @@ impl Link {
 
     /// Tells the client what server `server` tells (`note`): progress
     /// under the client's token (dropped where it names no request of
-    /// this client's), the rest as it is; dropped, and logged, while the
-    /// client has its bound of them unread.
-    pub(super) async fn tell(&self, server: usize, note: ServerNotification) {
+    /// this client's), the rest as it is; dropped, and logged, where the
+    /// client does not take it within [`NOTE_WAIT`].
+    async fn tell(&self, server: usize, note: ServerNotification) {
         let Some(client) = self.client.get().cloned() else {
             return;
         };
@@ -349,17 +359,9 @@ impl Link {
             ServerNotification::CancelledNotification(_) => return,
             other => other,
         };
-        let Ok(slot) = self.notes.clone().try_acquire_owned() else {
-            tracing::warn!(server = %self.upstreams.name(server), "an MCP client reads too slowly: a notification of its server was dropped");
-            return;
-        };
-        if tokio::time::timeout(NOTE_WAIT, client.send_notification(note))
-            .await
-            .is_err()
-        {
+        if tokio::time::timeout(NOTE_WAIT, client.send_notification(note)).await.is_err() {
             tracing::warn!(server = %self.upstreams.name(server), "an MCP client took too long to take a notification: dropped");
         }
-        drop(slot);
     }
 
     /// Counts a subscription to `uri` on server `server`: `Err` past the bound.
@@ -381,6 +383,23 @@ impl Link {
     /// Forgets a subscription to `uri` on server `server`.
     pub fn unsubscribe(&self, server: usize, uri: &str) {
         self.subscriptions.lock().remove(&(server, uri.to_string()));
+    }
+}
+
+/// A session with a server.
+struct Conn {
+    running: RunningService<RoleClient, Relay>,
+    order: Arc<Order>,
+}
+
+/// Passes what server `server` tells on to the client of `link`, one at a
+/// time in the order sent, until the session ends or the link is gone.
+async fn pass_on(link: Weak<Link>, server: usize, order: Arc<Order>, mut queue: mpsc::Receiver<ServerNotification>) {
+    while let Some(note) = queue.recv().await {
+        if let Some(link) = link.upgrade() {
+            link.tell(server, note).await;
+        }
+        order.passed_one();
     }
 }
 

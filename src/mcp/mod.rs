@@ -11,6 +11,7 @@
 mod executor;
 mod link;
 pub mod names;
+mod ordered;
 pub mod proxy;
 mod relay;
 pub mod sessions;
@@ -73,14 +74,16 @@ struct Upstream {
 /// lasted this long starts the backoff again.
 const BACKOFF: (Duration, Duration) = (Duration::from_millis(250), Duration::from_secs(10));
 
-/// A session with the server of `cfg`, its requests and notifications to
-/// the client handled by `client`, over `http` where it is reached by URL.
+/// A session with the server of `cfg`, its requests to the client handled
+/// by `client` and its notifications queued in order (at most `notes`;
+/// `ordered.rs`), over `http` where it is reached by URL.
 async fn session<C: Service<RoleClient>>(
     name: &str,
     cfg: &McpServerConfig,
     http: &reqwest_mcp::Client,
     client: C,
-) -> Result<RunningService<RoleClient, C>, McpError> {
+    notes: usize,
+) -> Result<(RunningService<RoleClient, C>, Told), McpError> {
     let connect = |why: String| McpError::Connect {
         server: name.to_string(),
         why,
@@ -90,7 +93,9 @@ async fn session<C: Service<RoleClient>>(
             let config =
                 rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig::with_uri(url.as_str());
             let transport = rmcp::transport::StreamableHttpClientTransport::with_client(http.clone(), config);
-            client.serve(transport).await.map_err(|e| connect(e.to_string()))
+            let (tap, order, queue) = ordered::Tap::new(transport, notes);
+            let running = client.serve(tap).await.map_err(|e| connect(e.to_string()))?;
+            Ok((running, Told { order, queue }))
         }
         (None, Some((program, args))) => {
             // A clean environment: the gateway's secrets are not the server's.
@@ -105,10 +110,20 @@ async fn session<C: Service<RoleClient>>(
             if let Some(stderr) = stderr {
                 tokio::spawn(log_stderr(name.to_string(), stderr));
             }
-            client.serve(transport).await.map_err(|e| connect(e.to_string()))
+            let (tap, order, queue) = ordered::Tap::new(transport, notes);
+            let running = client.serve(tap).await.map_err(|e| connect(e.to_string()))?;
+            Ok((running, Told { order, queue }))
         }
         (None, None) => Err(connect("neither a url nor a command".into())),
     }
+}
+
+/// What a session's server tells, to pass on in order.
+pub(crate) struct Told {
+    /// How far it has been passed on.
+    pub order: Arc<ordered::Order>,
+    /// The notifications, in the order sent.
+    pub queue: tokio::sync::mpsc::Receiver<rmcp::model::ServerNotification>,
 }
 
 /// The longest line of a stdio server's stderr logged; the rest is cut.
@@ -166,8 +181,8 @@ async fn supervise(up: Arc<Upstream>, mut running: RunningService<RoleClient, ()
         running = loop {
             tokio::time::sleep(wait).await;
             wait = (wait * 2).min(BACKOFF.1);
-            match session(&up.name, &up.cfg, &up.http, ()).await {
-                Ok(s) => break s,
+            match session(&up.name, &up.cfg, &up.http, (), 1).await {
+                Ok((s, _)) => break s,
                 Err(e) => tracing::warn!(error = %e, "MCP server still unreachable"),
             }
         };
@@ -219,7 +234,8 @@ impl Upstreams {
                     server: name.clone(),
                     why: e.to_string(),
                 })?;
-            let running = session(name, c, &http, ()).await?;
+            // The catalog's own session: what its server tells is not passed on.
+            let (running, _) = session(name, c, &http, (), 1).await?;
             let list = |why: rmcp::service::ServiceError| McpError::List {
                 server: name.clone(),
                 why: why.to_string(),
@@ -315,9 +331,10 @@ impl Upstreams {
         &self,
         server: usize,
         client: C,
-    ) -> Result<RunningService<RoleClient, C>, McpError> {
+        notes: usize,
+    ) -> Result<(RunningService<RoleClient, C>, Told), McpError> {
         let up = &self.servers[server];
-        session(&up.name, &up.cfg, &up.http, client).await
+        session(&up.name, &up.cfg, &up.http, client, notes).await
     }
 
     /// The tool registry for the offered tools: what `configured` says of

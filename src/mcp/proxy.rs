@@ -36,28 +36,59 @@ use std::sync::Arc;
 /// gateway that let it in says.
 pub type Who = Arc<dyn Fn(&http::request::Parts) -> String + Send + Sync>;
 
+/// The MCP servers an HTTP request's caller may reach, by name (`None`:
+/// all), as the gateway that let it in says.
+pub type Reach = Arc<dyn Fn(&http::request::Parts) -> Option<Arc<[String]>> + Send + Sync>;
+
+/// How the gateway names and bounds the callers of `/mcp`.
+#[derive(Clone)]
+pub struct Callers {
+    /// Who each is.
+    pub who: Who,
+    /// What each may reach.
+    pub reach: Reach,
+}
+
 /// The proxy's handler: one per client session, with its own link to the
 /// servers, all sharing the runner.
 pub struct Proxy {
     runner: Arc<Runner>,
     upstreams: Arc<Upstreams>,
-    who: Who,
+    callers: Callers,
     ids: Arc<RequestIds>,
     link: Arc<Link>,
 }
 
 impl Proxy {
     /// The proxy of `link`'s servers through `runner`, its callers named
-    /// by `who`, its calls numbered from `ids` (the gateway's, which its
-    /// chat calls share, so a recording names each request once).
-    pub fn new(runner: Arc<Runner>, link: Arc<Link>, who: Who, ids: Arc<RequestIds>) -> Self {
+    /// and bounded by `callers`, its calls numbered from `ids` (the
+    /// gateway's, which its chat calls share, so a recording names each
+    /// request once).
+    pub fn new(runner: Arc<Runner>, link: Arc<Link>, callers: Callers, ids: Arc<RequestIds>) -> Self {
         Self {
             runner,
             upstreams: link.upstreams_arc(),
-            who,
+            callers,
             ids,
             link,
         }
+    }
+
+    /// The servers the caller of `context` may reach.
+    fn reach(&self, context: &RequestContext<RoleServer>) -> Vec<usize> {
+        let named = context
+            .extensions
+            .get::<http::request::Parts>()
+            .and_then(|p| (self.callers.reach)(p));
+        (0..self.upstreams.len())
+            .filter(|&i| named.as_ref().is_none_or(|n| n.iter().any(|s| s == self.upstreams.name(i))))
+            .collect()
+    }
+
+    /// The servers offering `family` that the caller of `context` may reach.
+    fn offering(&self, family: Family, context: &RequestContext<RoleServer>) -> Vec<usize> {
+        let reach = self.reach(context);
+        self.upstreams.offering(family).filter(|s| reach.contains(s)).collect()
     }
 
     /// The runner's request for the tool `name` with `arguments`, from
@@ -66,7 +97,7 @@ impl Proxy {
         let parts = context.extensions.get::<http::request::Parts>();
         ToolRequest::new(
             parts.map_or_else(|| self.ids.next(&http::HeaderMap::new()), |p| self.ids.next(&p.headers)),
-            parts.map_or_else(|| "anonymous".to_string(), |p| (self.who)(p)),
+            parts.map_or_else(|| "anonymous".to_string(), |p| (self.callers.who)(p)),
             parts.and_then(session_of),
             name,
             arguments,
@@ -127,9 +158,8 @@ impl Proxy {
         next: impl Fn(&R) -> Option<String>,
         context: &RequestContext<RoleServer>,
     ) -> Result<Vec<(usize, R)>, ErrorData> {
-        let servers: Vec<usize> = self.upstreams.offering(family).collect();
         let mut out = Vec::new();
-        for server in servers {
+        for server in self.offering(family, context) {
             let mut cursor = None;
             for _ in 0..MAX_PAGES {
                 let page: R = self
@@ -145,11 +175,11 @@ impl Proxy {
         Ok(out)
     }
 
-    /// The one server offering `family`, where only one does.
-    fn only(&self, family: Family) -> Option<usize> {
-        let mut of = self.upstreams.offering(family);
-        match (of.next(), of.next()) {
-            (Some(s), None) => Some(s),
+    /// The one server offering `family` to the caller of `context`, where
+    /// only one does.
+    fn only(&self, family: Family, context: &RequestContext<RoleServer>) -> Option<usize> {
+        match self.offering(family, context)[..] {
+            [s] => Some(s),
             _ => None,
         }
     }
@@ -284,10 +314,12 @@ impl ServerHandler for Proxy {
         context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, ErrorData> {
         self.link.client_is(&context.peer);
+        let reach = self.reach(&context);
         let tools = self
             .upstreams
             .offered()
             .iter()
+            .filter(|o| reach.contains(&o.server))
             .map(|o| {
                 let mut t = o.tool.clone();
                 t.name = o.name.clone().into();
@@ -303,7 +335,7 @@ impl ServerHandler for Proxy {
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
         let name = request.name.to_string();
-        if self.upstreams.get(&name).is_none() {
+        if !self.upstreams.get(&name).is_some_and(|o| self.reach(&context).contains(&o.server)) {
             return Err(ErrorData::invalid_params(format!("no tool `{name}`"), None));
         }
         let arguments = request
@@ -341,7 +373,7 @@ impl ServerHandler for Proxy {
                 ..Default::default()
             })
         };
-        if let Some(server) = self.only(Family::Resources) {
+        if let Some(server) = self.only(Family::Resources, &context) {
             return self
                 .ask(Family::Resources, server, make(request.clone()), &request, &context)
                 .await;
@@ -370,7 +402,7 @@ impl ServerHandler for Proxy {
                 ..Default::default()
             })
         };
-        if let Some(server) = self.only(Family::Resources) {
+        if let Some(server) = self.only(Family::Resources, &context) {
             return self
                 .ask(Family::Resources, server, make(request.clone()), &request, &context)
                 .await;
@@ -393,7 +425,7 @@ impl ServerHandler for Proxy {
         request: ReadResourceRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<ReadResourceResponse, ErrorData> {
-        let server = self.resource_server(&request.uri)?;
+        let server = self.resource_server(&request.uri, &context)?;
         let req = ClientRequest::ReadResourceRequest(Request::new(request.clone()));
         let r: ReadResourceResult = self.ask(Family::Resources, server, req, &request, &context).await?;
         Ok(r.into())
@@ -404,7 +436,7 @@ impl ServerHandler for Proxy {
         request: SubscribeRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<(), ErrorData> {
-        let server = self.resource_server(&request.uri)?;
+        let server = self.resource_server(&request.uri, &context)?;
         self.link.subscribe(server, &request.uri)?;
         let req = ClientRequest::SubscribeRequest(Request::new(request.clone()));
         let r: Result<serde_json::Value, _> = self.ask(Family::Resources, server, req, &request, &context).await;
@@ -419,7 +451,7 @@ impl ServerHandler for Proxy {
         request: UnsubscribeRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<(), ErrorData> {
-        let server = self.resource_server(&request.uri)?;
+        let server = self.resource_server(&request.uri, &context)?;
         self.link.unsubscribe(server, &request.uri);
         let req = ClientRequest::UnsubscribeRequest(Request::new(request.clone()));
         self.ask::<serde_json::Value>(Family::Resources, server, req, &request, &context)
@@ -438,7 +470,7 @@ impl ServerHandler for Proxy {
                 ..Default::default()
             })
         };
-        if let Some(server) = self.only(Family::Prompts) {
+        if let Some(server) = self.only(Family::Prompts, &context) {
             return self
                 .ask(Family::Prompts, server, make(request.clone()), &request, &context)
                 .await;
@@ -469,7 +501,7 @@ impl ServerHandler for Proxy {
         mut request: GetPromptRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<GetPromptResponse, ErrorData> {
-        let (server, own) = self.prompt_server(&request.name)?;
+        let (server, own) = self.prompt_server(&request.name, &context)?;
         request.name = own;
         let req = ClientRequest::GetPromptRequest(Request::new(request.clone()));
         let r: GetPromptResult = self.ask(Family::Prompts, server, req, &request, &context).await?;
@@ -483,11 +515,11 @@ impl ServerHandler for Proxy {
     ) -> Result<CompleteResult, ErrorData> {
         let server = match &mut request.r#ref {
             Reference::Prompt(p) => {
-                let (server, own) = self.prompt_server(&p.name)?;
+                let (server, own) = self.prompt_server(&p.name, &context)?;
                 p.name = own;
                 server
             }
-            Reference::Resource(r) => self.resource_server(&r.uri)?,
+            Reference::Resource(r) => self.resource_server(&r.uri, &context)?,
             _ => {
                 return Err(ErrorData::invalid_params(
                     "a completion's ref is a prompt or a resource",
@@ -507,7 +539,7 @@ impl ServerHandler for Proxy {
         request: SetLevelRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<(), ErrorData> {
-        let servers: Vec<usize> = self.upstreams.offering(Family::Logging).collect();
+        let servers = self.offering(Family::Logging, &context);
         if servers.is_empty() {
             return Err(not_offered("logging/setLevel"));
         }
@@ -527,25 +559,31 @@ impl ServerHandler for Proxy {
 }
 
 impl Proxy {
-    /// The server of the resource at `uri`.
-    fn resource_server(&self, uri: &str) -> Result<usize, ErrorData> {
-        if self.upstreams.offering(Family::Resources).next().is_none() {
+    /// The server of the resource at `uri`, where the caller of `context`
+    /// may reach it.
+    fn resource_server(&self, uri: &str, context: &RequestContext<RoleServer>) -> Result<usize, ErrorData> {
+        let offering = self.offering(Family::Resources, context);
+        if offering.is_empty() {
             return Err(not_offered("resources"));
         }
         self.upstreams
             .names()
             .resource(uri)
+            .filter(|s| offering.contains(s))
             .ok_or_else(|| ErrorData::resource_not_found(format!("no MCP server here has the resource {uri}"), None))
     }
 
-    /// The server and its own name of the prompt offered as `name`.
-    fn prompt_server(&self, name: &str) -> Result<(usize, String), ErrorData> {
-        if self.upstreams.offering(Family::Prompts).next().is_none() {
+    /// The server and its own name of the prompt offered as `name`, where
+    /// the caller of `context` may reach it.
+    fn prompt_server(&self, name: &str, context: &RequestContext<RoleServer>) -> Result<(usize, String), ErrorData> {
+        let offering = self.offering(Family::Prompts, context);
+        if offering.is_empty() {
             return Err(not_offered("prompts"));
         }
         self.upstreams
             .names()
             .prompt(name)
+            .filter(|(s, _)| offering.contains(s))
             .ok_or_else(|| ErrorData::invalid_params(format!("no prompt `{name}`"), None))
     }
 }

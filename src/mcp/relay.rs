@@ -1,7 +1,7 @@
 //! The client side of a client session's own session with a server: it
 //! introduces itself as the client did, and passes what the server asks
-//! and tells on to that client ([`Link::ask`], [`Link::tell`]). A ping is
-//! answered here; nothing is answered on the client's behalf.
+//! on to that client ([`Link::ask`]; what it tells goes by `ordered.rs`).
+//! A ping is answered here; nothing is answered on the client's behalf.
 
 use super::link::{Link, LinkRef};
 use rmcp::model::{ClientConfig, ClientResult, ErrorData, ServerNotification, ServerRequest};
@@ -39,14 +39,13 @@ impl Service<RoleClient> for Relay {
         self.link()?.ask(self.server, request, context.ct).await
     }
 
+    /// Only a cancellation arrives here (the rest are passed on in order by
+    /// `ordered.rs`); rmcp has withdrawn the request it names.
     async fn handle_notification(
         &self,
-        notification: ServerNotification,
+        _notification: ServerNotification,
         _context: NotificationContext<RoleClient>,
     ) -> Result<(), ErrorData> {
-        if let Ok(link) = self.link() {
-            link.tell(self.server, notification).await;
-        }
         Ok(())
     }
 

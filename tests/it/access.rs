@@ -24,6 +24,7 @@ fn key(secret: &str, user: &str) -> KeyConfig {
         hash: SecretHash::of(secret),
         user: user.into(),
         routes: Vec::new(),
+        mcp: Vec::new(),
         expires: None,
         budgets: None,
         sub_users: false,

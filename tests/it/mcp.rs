@@ -165,6 +165,7 @@ async fn operators_command_mcp_tools_and_a_breaker_recovers() {
         hash: SecretHash::of("sk-team-01234567"),
         user: "team".into(),
         routes: Vec::new(),
+        mcp: Vec::new(),
         expires: None,
         budgets: None,
         sub_users: false,

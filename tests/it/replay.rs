@@ -433,6 +433,7 @@ async fn a_recorded_call_replays_with_its_choices_and_its_keys_reach() {
         hash: SecretHash::of(SECRET),
         user: "alice".into(),
         routes: vec!["gpt-4o".into()],
+        mcp: Vec::new(),
         expires: None,
         budgets: None,
         sub_users: false,

@@ -25,6 +25,7 @@ fn key(secret: &str, user: &str, routes: &[&str]) -> KeyConfig {
         hash: SecretHash::of(secret),
         user: user.into(),
         routes: routes.iter().map(|r| r.to_string()).collect(),
+        mcp: Vec::new(),
         expires: None,
         budgets: None,
         sub_users: false,
