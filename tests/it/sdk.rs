@@ -62,12 +62,19 @@ async fn gateway(mut cfg: Config) -> (String, std::sync::Arc<Runner>) {
 /// Runs `script` of `tests/sdk/` against the gateway at `base`; each of
 /// `checks` must print `ok CHECK`.
 async fn run_script(python: &str, script: &str, base: &str, checks: &[&str]) {
+    run_script_with(python, script, base, &[], checks).await;
+}
+
+/// [`run_script`] with the environment variables `env` set too.
+async fn run_script_with(python: &str, script: &str, base: &str, env: &[(&str, &str)], checks: &[&str]) {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/sdk");
     let (python, script_path, base) = (python.to_string(), dir.join(script), base.to_string());
+    let env: Vec<(String, String)> = env.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
     let out = tokio::task::spawn_blocking(move || {
         Command::new(&python)
             .arg(script_path)
             .env("FUSEBOX_BASE_URL", base)
+            .envs(env)
             .current_dir(&dir)
             .output()
             .unwrap_or_else(|e| panic!("cannot run {python}: {e}"))
@@ -133,6 +140,67 @@ async fn the_mcp_sdks_run_an_agent_with_tools_behind_fusebox() {
     let (base, runner) = gateway(cfg).await;
     let checks = ["mcp client session", "agents mcp server", "agent run with mcp"];
     run_script(&python, "mcp_sdk.py", &base, &checks).await;
+    let [.., failed] = runner.by_level();
+    assert_eq!(failed, 0, "every call was answered");
+}
+
+/// Two MCP Python SDK client sessions at once, each with its own caller
+/// key, through `/mcp` in front of a Python SDK stdio server that asks its
+/// client things back (elicitation, sampling) and tells it things (logs,
+/// progress): each session gets its own answers and its own notifications,
+/// nothing of one reaches the other; resources, templates and prompts pass
+/// through with their names.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_mcp_sdk_sessions_each_get_only_what_their_own_calls_caused() {
+    use fusebox::config::access::SecretHash;
+    use fusebox::config::KeyConfig;
+    let Some(python) = python() else { return };
+    // A stdio server starts with a clean environment (PATH and HOME): the
+    // Python by its full path where it is given by one (not canonical: a
+    // venv's Python is a link, and knows its venv by the link's path).
+    let python = match python.contains('/') {
+        true => std::path::absolute(&python).map_or(python, |p| p.to_string_lossy().into_owned()),
+        false => python,
+    };
+    let server = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/sdk/mcp_people_server.py");
+    let people = fusebox::config::mcp::McpServerConfig {
+        url: None,
+        command: vec![python.clone(), server.to_string_lossy().into_owned()],
+        env: Default::default(),
+        input_timeout_s: 60,
+    };
+    const ALICE: &str = "sk-people-alice-0123456789";
+    const BOB: &str = "sk-people-bob-0123456789";
+    let key = |secret: &str, user: &str| KeyConfig {
+        hash: SecretHash::of(secret),
+        user: user.into(),
+        routes: Vec::new(),
+        expires: None,
+        budgets: None,
+        sub_users: false,
+        priority: Default::default(),
+    };
+    let mut cfg = Config {
+        mcp: [("people".to_string(), people)].into(),
+        ..Config::default()
+    };
+    cfg.keys = [
+        ("alice".to_string(), key(ALICE, "alice")),
+        ("bob".to_string(), key(BOB, "bob")),
+    ]
+    .into();
+    cfg.validate("test").unwrap();
+    let (base, runner) = gateway(cfg).await;
+    let checks = [
+        "elicitation per session",
+        "sampling per session",
+        "elicitation and sampling at once",
+        "progress and logs to the caller",
+        "resources",
+        "prompts",
+    ];
+    let env = [("FUSEBOX_KEY_A", ALICE), ("FUSEBOX_KEY_B", BOB)];
+    run_script_with(&python, "mcp_people.py", &base, &env, &checks).await;
     let [.., failed] = runner.by_level();
     assert_eq!(failed, 0, "every call was answered");
 }
