@@ -175,6 +175,7 @@ async fn two_mcp_sdk_sessions_each_get_only_what_their_own_calls_caused() {
         hash: SecretHash::of(secret),
         user: user.into(),
         routes: Vec::new(),
+        mcp: Vec::new(),
         expires: None,
         budgets: None,
         sub_users: false,
