@@ -359,7 +359,10 @@ impl Link {
             ServerNotification::CancelledNotification(_) => return,
             other => other,
         };
-        if tokio::time::timeout(NOTE_WAIT, client.send_notification(note)).await.is_err() {
+        if tokio::time::timeout(NOTE_WAIT, client.send_notification(note))
+            .await
+            .is_err()
+        {
             tracing::warn!(server = %self.upstreams.name(server), "an MCP client took too long to take a notification: dropped");
         }
     }

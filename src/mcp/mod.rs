@@ -246,7 +246,7 @@ impl Upstreams {
             // Where several servers share `/mcp`, their prompts and
             // resources are placed by what each lists now.
             if cfg.len() > 1 {
-                catalogs.push(names::Catalog::list(running.peer(), &caps).await.map_err(list)?);
+                catalogs.push(names::Catalog::list(name, running.peer(), &caps).await);
             }
             listed.push(tools);
             let up = Arc::new(Upstream {

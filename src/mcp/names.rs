@@ -64,22 +64,28 @@ pub struct Catalog {
 }
 
 impl Catalog {
-    /// What the server at `peer`, offering `caps`, lists now.
-    pub async fn list(peer: &Peer<RoleClient>, caps: &ServerCapabilities) -> Result<Self, ServiceError> {
+    /// What the server `name` at `peer`, offering `caps`, lists now; a list
+    /// it cannot give is empty (and logged): its names are then found only
+    /// where they match another's, or with one server.
+    pub async fn list(name: &str, peer: &Peer<RoleClient>, caps: &ServerCapabilities) -> Self {
+        fn or_empty<T>(name: &str, what: &str, r: Result<Vec<T>, ServiceError>) -> Vec<T> {
+            r.unwrap_or_else(|e| {
+                tracing::warn!(server = %name, "MCP server would not list its {what}: {e}");
+                Vec::new()
+            })
+        }
         let mut c = Catalog::default();
         if caps.prompts.is_some() {
-            c.prompts = peer.list_all_prompts().await?.into_iter().map(|p| p.name).collect();
+            let listed = or_empty(name, "prompts", peer.list_all_prompts().await);
+            c.prompts = listed.into_iter().map(|p| p.name).collect();
         }
         if caps.resources.is_some() {
-            c.resources = peer.list_all_resources().await?.into_iter().map(|r| r.uri).collect();
-            c.templates = peer
-                .list_all_resource_templates()
-                .await?
-                .into_iter()
-                .map(|t| t.uri_template)
-                .collect();
+            let listed = or_empty(name, "resources", peer.list_all_resources().await);
+            c.resources = listed.into_iter().map(|r| r.uri).collect();
+            let listed = or_empty(name, "resource templates", peer.list_all_resource_templates().await);
+            c.templates = listed.into_iter().map(|t| t.uri_template).collect();
         }
-        Ok(c)
+        c
     }
 }
 

@@ -44,7 +44,9 @@ impl Order {
     /// Waits, up to `bound`, until what the server told before its answer
     /// to `id` has been passed on.
     pub async fn settled(&self, id: &RequestId, bound: Duration) {
-        let Some(mark) = self.marks.lock().remove(id) else { return };
+        let Some(mark) = self.marks.lock().remove(id) else {
+            return;
+        };
         let mut passed = self.passed.subscribe();
         let _ = tokio::time::timeout(bound, passed.wait_for(|&p| p >= mark)).await;
     }

@@ -81,7 +81,11 @@ impl Proxy {
             .get::<http::request::Parts>()
             .and_then(|p| (self.callers.reach)(p));
         (0..self.upstreams.len())
-            .filter(|&i| named.as_ref().is_none_or(|n| n.iter().any(|s| s == self.upstreams.name(i))))
+            .filter(|&i| {
+                named
+                    .as_ref()
+                    .is_none_or(|n| n.iter().any(|s| s == self.upstreams.name(i)))
+            })
             .collect()
     }
 
@@ -335,7 +339,11 @@ impl ServerHandler for Proxy {
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
         let name = request.name.to_string();
-        if !self.upstreams.get(&name).is_some_and(|o| self.reach(&context).contains(&o.server)) {
+        if !self
+            .upstreams
+            .get(&name)
+            .is_some_and(|o| self.reach(&context).contains(&o.server))
+        {
             return Err(ErrorData::invalid_params(format!("no tool `{name}`"), None));
         }
         let arguments = request

@@ -492,14 +492,22 @@ async fn a_client_session_s_server_process_ends_with_it() {
     let cfg = with_orders(None, Config::default());
     let (url, _runner) = serve_mcp(cfg, Default::default()).await;
     let through = client(&url).await;
-    let answer = text(&through.call_tool(call("get_order", json!({"order_id": "1"}))).await.unwrap());
+    let answer = text(
+        &through
+            .call_tool(call("get_order", json!({"order_id": "1"})))
+            .await
+            .unwrap(),
+    );
     let pid = pid_in(&answer);
     let alive = || std::path::Path::new(&format!("/proc/{pid}")).exists() && !zombie(pid);
     assert!(alive(), "{answer}");
     through.cancel().await.unwrap();
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
     while alive() {
-        assert!(std::time::Instant::now() < deadline, "process {pid} outlived its client's session");
+        assert!(
+            std::time::Instant::now() < deadline,
+            "process {pid} outlived its client's session"
+        );
         tokio::time::sleep(Duration::from_millis(20)).await; // polling a process's real exit
     }
 }
@@ -507,4 +515,99 @@ async fn a_client_session_s_server_process_ends_with_it() {
 /// Whether process `pid` has exited and waits to be reaped.
 fn zombie(pid: u32) -> bool {
     std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| s.contains(") Z "))
+}
+
+/// Two servers behind one `/mcp`: their tools of one name are offered under
+/// each server's name and reach their own server; a key limited to one
+/// server sees and reaches only that one's tools and resources.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn several_servers_share_mcp_and_a_key_reaches_only_its_own() {
+    use fusebox::config::access::SecretHash;
+    use rmcp::model::ReadResourceRequestParams;
+    let (a, b) = (Arc::new(Orders::default()), Arc::new(Orders::default()));
+    let server = |url: String| fusebox::config::mcp::McpServerConfig {
+        url: Some(url),
+        command: Vec::new(),
+        env: Default::default(),
+        input_timeout_s: 600,
+    };
+    let key = |secret: &str, mcp: &[&str]| fusebox::config::KeyConfig {
+        hash: SecretHash::of(secret),
+        user: "team".into(),
+        routes: Vec::new(),
+        mcp: mcp.iter().map(|s| s.to_string()).collect(),
+        expires: None,
+        budgets: None,
+        sub_users: false,
+        priority: Default::default(),
+    };
+    let cfg = Config {
+        mcp: [
+            ("a".to_string(), server(upstream(a.clone()).await)),
+            ("b".to_string(), server(upstream(b.clone()).await)),
+        ]
+        .into(),
+        keys: [
+            ("only-a".to_string(), key("sk-only-a-0123456789", &["a"])),
+            ("all".to_string(), key("sk-all-0123456789", &[])),
+        ]
+        .into(),
+        ..Config::default()
+    };
+    let (url, _runner) = serve_mcp(cfg, Default::default()).await;
+    let as_key = |secret: &'static str| {
+        let url = url.clone();
+        async move {
+            let config = rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig::with_uri(url)
+                .auth_header(secret);
+            let t = rmcp::transport::StreamableHttpClientTransport::from_config(config);
+            ().serve(t).await.expect("a session")
+        }
+    };
+    let all = as_key("sk-all-0123456789").await;
+    let mut names: Vec<String> = all
+        .list_all_tools()
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|t| t.name.to_string())
+        .collect();
+    names.sort();
+    assert_eq!(
+        names,
+        ["a__get_order", "a__send_email", "b__get_order", "b__send_email"]
+    );
+    let r = all
+        .call_tool(call("b__get_order", json!({"order_id": "1"})))
+        .await
+        .unwrap();
+    assert!(text(&r).starts_with("get_order done"), "{}", text(&r));
+    assert_eq!(b.calls[0].load(Ordering::SeqCst), 1, "b's own get_order");
+    assert_eq!(a.calls[0].load(Ordering::SeqCst), 0);
+
+    let only_a = as_key("sk-only-a-0123456789").await;
+    let names: Vec<String> = only_a
+        .list_all_tools()
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|t| t.name.to_string())
+        .collect();
+    assert_eq!(
+        names,
+        ["a__get_order", "a__send_email"],
+        "b's tools are not there for it"
+    );
+    let e = only_a
+        .call_tool(call("b__get_order", json!({"order_id": "1"})))
+        .await
+        .unwrap_err();
+    assert!(e.to_string().contains("no tool `b__get_order`"), "{e}");
+    assert_eq!(b.calls[0].load(Ordering::SeqCst), 1, "b never reached");
+    // Neither server lists `orders://today`: with two, no server is its.
+    let e = only_a
+        .read_resource(ReadResourceRequestParams::new("orders://today"))
+        .await
+        .unwrap_err();
+    assert!(e.to_string().contains("no MCP server here has the resource"), "{e}");
 }
