@@ -360,11 +360,11 @@ impl ServerHandler for Proxy {
             ToolEnd::Unavailable(ToolFailure::Failed(_, Some(answer))) => {
                 relayed(&answer).unwrap_or_else(|e| error_text(format!("{name}: {e}")))
             }
-            // The server's own error, as it gave it.
-            ToolEnd::Unavailable(ToolFailure::Failed(..)) if call.error().is_some() => {
-                return Err(call.error().unwrap_or_else(|| ErrorData::internal_error("", None)))
-            }
-            ToolEnd::Unavailable(why) => error_text(self.unavailable(&name, &why)),
+            ToolEnd::Unavailable(why) => match (&why, call.error()) {
+                // The server's own error, as it gave it.
+                (ToolFailure::Failed(..), Some(e)) => return Err(e),
+                _ => error_text(self.unavailable(&name, &why)),
+            },
             ToolEnd::Refused(why) => error_text(why),
         };
         Ok(result.into())
