@@ -66,8 +66,6 @@ struct Upstream {
     caps: ServerCapabilities,
     /// Its instructions to clients, as it gave them.
     instructions: Option<String>,
-    /// The HTTP client its sessions share (a `url` server).
-    http: reqwest_mcp::Client,
 }
 
 /// The first and the longest wait before reconnecting; a session that
@@ -76,11 +74,12 @@ const BACKOFF: (Duration, Duration) = (Duration::from_millis(250), Duration::fro
 
 /// A session with the server of `cfg`, its requests to the client handled
 /// by `client` and its notifications queued in order (at most `notes`;
-/// `ordered.rs`), over `http` where it is reached by URL.
+/// `ordered.rs`). A `url` server's session has rmcp's own HTTP client,
+/// which pools no idle connection (a reused one can stall 40 ms on a
+/// delayed ACK when a stream was left unread).
 async fn session<C: Service<RoleClient>>(
     name: &str,
     cfg: &McpServerConfig,
-    http: &reqwest_mcp::Client,
     client: C,
     notes: usize,
 ) -> Result<(RunningService<RoleClient, C>, Told), McpError> {
@@ -90,9 +89,7 @@ async fn session<C: Service<RoleClient>>(
     };
     match (&cfg.url, cfg.command.split_first()) {
         (Some(url), _) => {
-            let config =
-                rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig::with_uri(url.as_str());
-            let transport = rmcp::transport::StreamableHttpClientTransport::with_client(http.clone(), config);
+            let transport = rmcp::transport::StreamableHttpClientTransport::from_uri(url.as_str());
             let (tap, order, queue) = ordered::Tap::new(transport, notes);
             let running = client.serve(tap).await.map_err(|e| connect(e.to_string()))?;
             Ok((running, Told { order, queue }))
@@ -181,7 +178,7 @@ async fn supervise(up: Arc<Upstream>, mut running: RunningService<RoleClient, ()
         running = loop {
             tokio::time::sleep(wait).await;
             wait = (wait * 2).min(BACKOFF.1);
-            match session(&up.name, &up.cfg, &up.http, (), 1).await {
+            match session(&up.name, &up.cfg, (), 1).await {
                 Ok((s, _)) => break s,
                 Err(e) => tracing::warn!(error = %e, "MCP server still unreachable"),
             }
@@ -213,10 +210,6 @@ pub struct Upstreams {
     names: names::Names,
 }
 
-/// The room the HTTP client of a `url` server keeps: as many idle
-/// connections as sessions are likely to reuse at once.
-const IDLE_PER_HOST: usize = 32;
-
 impl Upstreams {
     /// Connects to every server of `cfg` and lists what it offers.
     pub async fn connect(cfg: &BTreeMap<String, McpServerConfig>) -> Result<Arc<Self>, McpError> {
@@ -227,15 +220,8 @@ impl Upstreams {
         let mut listed = Vec::new();
         let mut catalogs = Vec::new();
         for (name, c) in cfg {
-            let http = reqwest_mcp::Client::builder()
-                .pool_max_idle_per_host(IDLE_PER_HOST)
-                .build()
-                .map_err(|e| McpError::Connect {
-                    server: name.clone(),
-                    why: e.to_string(),
-                })?;
             // The catalog's own session: what its server tells is not passed on.
-            let (running, _) = session(name, c, &http, (), 1).await?;
+            let (running, _) = session(name, c, (), 1).await?;
             let list = |why: rmcp::service::ServiceError| McpError::List {
                 server: name.clone(),
                 why: why.to_string(),
@@ -255,7 +241,6 @@ impl Upstreams {
                 peer: RwLock::new(Some(running.peer().clone())),
                 caps,
                 instructions: info.and_then(|i| i.instructions.clone()),
-                http,
             });
             tokio::spawn(supervise(up.clone(), running));
             servers.push(up);
@@ -334,7 +319,7 @@ impl Upstreams {
         notes: usize,
     ) -> Result<(RunningService<RoleClient, C>, Told), McpError> {
         let up = &self.servers[server];
-        session(&up.name, &up.cfg, &up.http, client, notes).await
+        session(&up.name, &up.cfg, client, notes).await
     }
 
     /// The tool registry for the offered tools: what `configured` says of
