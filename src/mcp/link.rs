@@ -126,6 +126,8 @@ pub struct Link {
     client: OnceLock<Peer<RoleServer>>,
     /// Its session with each server, once opened.
     conns: Vec<tokio::sync::Mutex<Option<Conn>>>,
+    /// Held by a request to each server until it is noted as in flight.
+    sending: Vec<tokio::sync::Mutex<()>>,
     /// Its requests in flight, by server and the id that server knows.
     calls: Mutex<HashMap<(usize, RequestId), Arc<Call>>>,
     /// The client's progress tokens, by server and the token it was given.
@@ -138,11 +140,13 @@ impl Link {
     /// A client session's link to `upstreams`.
     pub fn new(upstreams: Arc<Upstreams>, limits: LinkLimits) -> Arc<Self> {
         let conns = (0..upstreams.len()).map(|_| tokio::sync::Mutex::new(None)).collect();
+        let sending = (0..upstreams.len()).map(|_| tokio::sync::Mutex::new(())).collect();
         Arc::new(Self {
             upstreams,
             limits,
             client: OnceLock::new(),
             conns,
+            sending,
             calls: Mutex::default(),
             tokens: Mutex::default(),
             pending: Arc::new(Semaphore::new(limits.pending)),
@@ -185,6 +189,10 @@ impl Link {
             .await
             .map_err(|e| Failure::Open(e.to_string()))?;
         tokio::spawn(pass_on(Arc::downgrade(self), server, told.order.clone(), told.queue));
+        // What the server asks on its general stream is lost until it is up.
+        if let Some(mut up) = told.up {
+            let _ = tokio::time::timeout(NOTE_WAIT, up.wait_for(|&up| up)).await;
+        }
         let conn = Conn {
             running,
             order: told.order,
@@ -215,6 +223,8 @@ impl Link {
         call: &Arc<Call>,
     ) -> Result<ServerResult, Failure> {
         *call.aside.lock() = Aside::current();
+        // Noted as in flight before anything its server sends is looked up.
+        let sending = self.sending[server].lock().await;
         let (mut peer, mut order) = self.peer(server).await?;
         let handle = match peer
             .send_request_with_option(request.clone(), PeerRequestOptions::no_options())
@@ -241,6 +251,7 @@ impl Link {
         if let Some(t) = &call.progress {
             self.tokens.lock().insert((server, flight.token.clone()), t.clone());
         }
+        drop(sending);
         let r = tokio::select! {
             r = handle.await_response() => r,
             () = call.ct.cancelled() => Err(ServiceError::Cancelled {
@@ -253,10 +264,17 @@ impl Link {
         r.map_err(Failure::Service)
     }
 
+    /// Until what is being sent to server `server` is noted as in flight
+    /// (a server may answer a request before its sender has noted it).
+    async fn noted(&self, server: usize) {
+        drop(self.sending[server].lock().await);
+    }
+
     /// The client's request that server `server`'s request arriving from
     /// `origin` was caused by: the one on whose stream it came, else the
     /// only one in flight to that server.
-    fn caller(&self, server: usize, origin: Option<&InboundStreamOrigin>) -> Option<Arc<Call>> {
+    async fn caller(&self, server: usize, origin: Option<&InboundStreamOrigin>) -> Option<Arc<Call>> {
+        self.noted(server).await;
         let calls = self.calls.lock();
         if let Some(InboundStreamOrigin::OutboundRequest(id)) = origin {
             return calls.get(&(server, id.clone())).cloned();
@@ -295,7 +313,8 @@ impl Link {
                 None,
             ));
         };
-        let call = self.caller(server, request.extensions().get::<InboundStreamOrigin>());
+        let origin = request.extensions().get::<InboundStreamOrigin>().cloned();
+        let call = self.caller(server, origin.as_ref()).await;
         let waiting = call.as_ref().and_then(|c| c.aside.lock().clone()).map(|a| a.begin());
         *request.extensions_mut() = Default::default();
         if let Some(c) = &call {
@@ -348,6 +367,7 @@ impl Link {
         };
         let note = match note {
             ServerNotification::ProgressNotification(mut p) => {
+                self.noted(server).await;
                 let key = (server, p.params.progress_token.clone());
                 let Some(token) = self.tokens.lock().get(&key).cloned() else {
                     return;

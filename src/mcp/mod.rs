@@ -9,6 +9,7 @@
 //! written down in `docs/mcp.md`.
 
 mod executor;
+mod http;
 mod link;
 pub mod names;
 mod ordered;
@@ -74,9 +75,7 @@ const BACKOFF: (Duration, Duration) = (Duration::from_millis(250), Duration::fro
 
 /// A session with the server of `cfg`, its requests to the client handled
 /// by `client` and its notifications queued in order (at most `notes`;
-/// `ordered.rs`). A `url` server's session has rmcp's own HTTP client,
-/// which pools no idle connection (a reused one can stall 40 ms on a
-/// delayed ACK when a stream was left unread).
+/// `ordered.rs`); a `url` server's over the client of `http.rs`.
 async fn session<C: Service<RoleClient>>(
     name: &str,
     cfg: &McpServerConfig,
@@ -89,10 +88,20 @@ async fn session<C: Service<RoleClient>>(
     };
     match (&cfg.url, cfg.command.split_first()) {
         (Some(url), _) => {
-            let transport = rmcp::transport::StreamableHttpClientTransport::from_uri(url.as_str());
+            let (http, up) = http::Watched::new().map_err(|e| connect(e.to_string()))?;
+            let config =
+                rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig::with_uri(url.as_str());
+            let transport = rmcp::transport::StreamableHttpClientTransport::with_client(http, config);
             let (tap, order, queue) = ordered::Tap::new(transport, notes);
             let running = client.serve(tap).await.map_err(|e| connect(e.to_string()))?;
-            Ok((running, Told { order, queue }))
+            Ok((
+                running,
+                Told {
+                    order,
+                    queue,
+                    up: Some(up),
+                },
+            ))
         }
         (None, Some((program, args))) => {
             // A clean environment: the gateway's secrets are not the server's.
@@ -109,7 +118,7 @@ async fn session<C: Service<RoleClient>>(
             }
             let (tap, order, queue) = ordered::Tap::new(transport, notes);
             let running = client.serve(tap).await.map_err(|e| connect(e.to_string()))?;
-            Ok((running, Told { order, queue }))
+            Ok((running, Told { order, queue, up: None }))
         }
         (None, None) => Err(connect("neither a url nor a command".into())),
     }
@@ -121,6 +130,8 @@ pub(crate) struct Told {
     pub order: Arc<ordered::Order>,
     /// The notifications, in the order sent.
     pub queue: tokio::sync::mpsc::Receiver<rmcp::model::ServerNotification>,
+    /// A `url` server's: true once the session's general stream is up.
+    pub up: Option<tokio::sync::watch::Receiver<bool>>,
 }
 
 /// The longest line of a stdio server's stderr logged; the rest is cut.
