@@ -1,5 +1,5 @@
-//! The HTTP client of a `url` server's session: rmcp's own reqwest client
-//! (no idle connection pooled: a reused one can stall 40 ms on a delayed
+//! The HTTP client of a `url` server's sessions: rmcp's own reqwest client
+//! settings, one client per server (no idle connection pooled: a reused one can stall 40 ms on a delayed
 //! ACK where a stream was left unread; same-origin 307/308 followed), and
 //! a signal once the session's general stream (the GET stream) is up. A
 //! server sends what it asks unrelated to a request there (the reference
@@ -29,38 +29,43 @@ pub struct Watched {
 /// The most redirects followed for one request.
 const MAX_REDIRECTS: usize = 10;
 
+/// The HTTP client a server's sessions share (its TLS roots are loaded
+/// once; it keeps no connection to share).
+pub fn client() -> Result<reqwest_mcp::Client, reqwest_mcp::Error> {
+    // As rmcp's own: only same-origin 307 and 308 keep the message and do
+    // not replay the session's headers to another host.
+    let redirects = reqwest_mcp::redirect::Policy::custom(|attempt| {
+        let keeps_body = matches!(attempt.status().as_u16(), 307 | 308);
+        let same_origin = attempt
+            .previous()
+            .first()
+            .is_some_and(|first| first.origin() == attempt.url().origin());
+        if !keeps_body || !same_origin {
+            attempt.stop()
+        } else if attempt.previous().len() > MAX_REDIRECTS {
+            attempt.error(format!("more than {MAX_REDIRECTS} redirects"))
+        } else {
+            attempt.follow()
+        }
+    });
+    reqwest_mcp::Client::builder()
+        .pool_max_idle_per_host(0)
+        .redirect(redirects)
+        .build()
+}
+
 impl Watched {
-    /// A client, and what turns true once its general stream is up (or
-    /// the server said it has none).
-    pub fn new() -> Result<(Self, watch::Receiver<bool>), reqwest_mcp::Error> {
-        // As rmcp's own: only same-origin 307 and 308 keep the message and
-        // do not replay the session's headers to another host.
-        let redirects = reqwest_mcp::redirect::Policy::custom(|attempt| {
-            let keeps_body = matches!(attempt.status().as_u16(), 307 | 308);
-            let same_origin = attempt
-                .previous()
-                .first()
-                .is_some_and(|first| first.origin() == attempt.url().origin());
-            if !keeps_body || !same_origin {
-                attempt.stop()
-            } else if attempt.previous().len() > MAX_REDIRECTS {
-                attempt.error(format!("more than {MAX_REDIRECTS} redirects"))
-            } else {
-                attempt.follow()
-            }
-        });
-        let inner = reqwest_mcp::Client::builder()
-            .pool_max_idle_per_host(0)
-            .redirect(redirects)
-            .build()?;
+    /// One session's use of `inner`, and what turns true once its general
+    /// stream is up (or the server said it has none).
+    pub fn new(inner: reqwest_mcp::Client) -> (Self, watch::Receiver<bool>) {
         let (up, seen) = watch::channel(false);
-        Ok((
+        (
             Self {
                 inner,
                 up: Arc::new(up),
             },
             seen,
-        ))
+        )
     }
 
     /// The general stream's opening ended (up, or refused): say so.

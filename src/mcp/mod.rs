@@ -67,6 +67,8 @@ struct Upstream {
     caps: ServerCapabilities,
     /// Its instructions to clients, as it gave them.
     instructions: Option<String>,
+    /// The HTTP client its sessions share (a `url` server).
+    http: reqwest_mcp::Client,
 }
 
 /// The first and the longest wait before reconnecting; a session that
@@ -75,10 +77,11 @@ const BACKOFF: (Duration, Duration) = (Duration::from_millis(250), Duration::fro
 
 /// A session with the server of `cfg`, its requests to the client handled
 /// by `client` and its notifications queued in order (at most `notes`;
-/// `ordered.rs`); a `url` server's over the client of `http.rs`.
+/// `ordered.rs`); a `url` server's over `http` (`http.rs`).
 async fn session<C: Service<RoleClient>>(
     name: &str,
     cfg: &McpServerConfig,
+    http: &reqwest_mcp::Client,
     client: C,
     notes: usize,
 ) -> Result<(RunningService<RoleClient, C>, Told), McpError> {
@@ -88,7 +91,7 @@ async fn session<C: Service<RoleClient>>(
     };
     match (&cfg.url, cfg.command.split_first()) {
         (Some(url), _) => {
-            let (http, up) = http::Watched::new().map_err(|e| connect(e.to_string()))?;
+            let (http, up) = http::Watched::new(http.clone());
             let config =
                 rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig::with_uri(url.as_str());
             let transport = rmcp::transport::StreamableHttpClientTransport::with_client(http, config);
@@ -189,7 +192,7 @@ async fn supervise(up: Arc<Upstream>, mut running: RunningService<RoleClient, ()
         running = loop {
             tokio::time::sleep(wait).await;
             wait = (wait * 2).min(BACKOFF.1);
-            match session(&up.name, &up.cfg, (), 1).await {
+            match session(&up.name, &up.cfg, &up.http, (), 1).await {
                 Ok((s, _)) => break s,
                 Err(e) => tracing::warn!(error = %e, "MCP server still unreachable"),
             }
@@ -232,7 +235,11 @@ impl Upstreams {
         let mut catalogs = Vec::new();
         for (name, c) in cfg {
             // The catalog's own session: what its server tells is not passed on.
-            let (running, _) = session(name, c, (), 1).await?;
+            let http = http::client().map_err(|e| McpError::Connect {
+                server: name.clone(),
+                why: e.to_string(),
+            })?;
+            let (running, _) = session(name, c, &http, (), 1).await?;
             let list = |why: rmcp::service::ServiceError| McpError::List {
                 server: name.clone(),
                 why: why.to_string(),
@@ -252,6 +259,7 @@ impl Upstreams {
                 peer: RwLock::new(Some(running.peer().clone())),
                 caps,
                 instructions: info.and_then(|i| i.instructions.clone()),
+                http,
             });
             tokio::spawn(supervise(up.clone(), running));
             servers.push(up);
@@ -330,7 +338,7 @@ impl Upstreams {
         notes: usize,
     ) -> Result<(RunningService<RoleClient, C>, Told), McpError> {
         let up = &self.servers[server];
-        session(&up.name, &up.cfg, client, notes).await
+        session(&up.name, &up.cfg, &up.http, client, notes).await
     }
 
     /// The tool registry for the offered tools: what `configured` says of
