@@ -152,40 +152,40 @@ impl Proxy {
         serde_json::from_str(&json).map_err(|e| ErrorData::internal_error(format!("{name}: {e}"), None))
     }
 
-    /// Every page of a list of `family`'s from each server offering it,
-    /// where several share `/mcp` (one server's list is passed on page by
-    /// page, its cursor as it gave it).
-    async fn list_all<R: DeserializeOwned>(
+    /// A list of `family`'s: where one server offers it to this caller,
+    /// its page for `request` as it gave it (its cursor passed on); else
+    /// every page of each server's (up to [`MAX_PAGES`] each), joined by
+    /// `join`. `make` is the list request with some params, `next` a page's
+    /// cursor.
+    async fn list<R: DeserializeOwned>(
         &self,
         family: Family,
-        request: impl Fn(Option<String>) -> ClientRequest,
+        request: Option<PaginatedRequestParams>,
+        make: impl Fn(Option<PaginatedRequestParams>) -> ClientRequest,
         next: impl Fn(&R) -> Option<String>,
+        join: impl FnOnce(Vec<(usize, R)>) -> R,
         context: &RequestContext<RoleServer>,
-    ) -> Result<Vec<(usize, R)>, ErrorData> {
-        let mut out = Vec::new();
-        for server in self.offering(family, context) {
+    ) -> Result<R, ErrorData> {
+        let servers = self.offering(family, context);
+        if let [server] = servers[..] {
+            return self.ask(family, server, make(request.clone()), &request, context).await;
+        }
+        let mut pages = Vec::new();
+        for server in servers {
             let mut cursor = None;
             for _ in 0..MAX_PAGES {
-                let page: R = self
-                    .ask(family, server, request(cursor.clone()), &cursor, context)
-                    .await?;
+                let params = cursor
+                    .clone()
+                    .map(|c| PaginatedRequestParams::default().with_cursor(Some(c)));
+                let page: R = self.ask(family, server, make(params), &cursor, context).await?;
                 cursor = next(&page);
-                out.push((server, page));
+                pages.push((server, page));
                 if cursor.is_none() {
                     break;
                 }
             }
         }
-        Ok(out)
-    }
-
-    /// The one server offering `family` to the caller of `context`, where
-    /// only one does.
-    fn only(&self, family: Family, context: &RequestContext<RoleServer>) -> Option<usize> {
-        match self.offering(family, context)[..] {
-            [s] => Some(s),
-            _ => None,
-        }
+        Ok(join(pages))
     }
 
     /// Why `name` cannot be called now, in words a model can act on.
@@ -260,11 +260,6 @@ fn not_offered(method: &str) -> ErrorData {
         format!("{method}: no MCP server behind this gateway offers it"),
         None,
     )
-}
-
-/// A paginated list request with `cursor`.
-fn page(cursor: Option<String>) -> Option<PaginatedRequestParams> {
-    cursor.map(|c| PaginatedRequestParams::default().with_cursor(Some(c)))
 }
 
 /// A server's answer (a `CallToolResult` as JSON), to pass on.
@@ -375,28 +370,17 @@ impl ServerHandler for Proxy {
         request: Option<PaginatedRequestParams>,
         context: RequestContext<RoleServer>,
     ) -> Result<ListResourcesResult, ErrorData> {
-        let make = |p: Option<PaginatedRequestParams>| {
+        let make = |params| {
             ClientRequest::ListResourcesRequest(RequestOptionalParam {
-                params: p,
+                params,
                 ..Default::default()
             })
         };
-        if let Some(server) = self.only(Family::Resources, &context) {
-            return self
-                .ask(Family::Resources, server, make(request.clone()), &request, &context)
-                .await;
-        }
-        let pages: Vec<(usize, ListResourcesResult)> = self
-            .list_all(
-                Family::Resources,
-                |c| make(page(c)),
-                |r: &ListResourcesResult| r.next_cursor.clone(),
-                &context,
-            )
-            .await?;
-        Ok(ListResourcesResult::with_all_items(
-            pages.into_iter().flat_map(|(_, p)| p.resources).collect(),
-        ))
+        let join = |pages: Vec<(usize, ListResourcesResult)>| {
+            ListResourcesResult::with_all_items(pages.into_iter().flat_map(|(_, p)| p.resources).collect())
+        };
+        let next = |r: &ListResourcesResult| r.next_cursor.clone();
+        self.list(Family::Resources, request, make, next, join, &context).await
     }
 
     async fn list_resource_templates(
@@ -404,28 +388,19 @@ impl ServerHandler for Proxy {
         request: Option<PaginatedRequestParams>,
         context: RequestContext<RoleServer>,
     ) -> Result<ListResourceTemplatesResult, ErrorData> {
-        let make = |p: Option<PaginatedRequestParams>| {
+        let make = |params| {
             ClientRequest::ListResourceTemplatesRequest(RequestOptionalParam {
-                params: p,
+                params,
                 ..Default::default()
             })
         };
-        if let Some(server) = self.only(Family::Resources, &context) {
-            return self
-                .ask(Family::Resources, server, make(request.clone()), &request, &context)
-                .await;
-        }
-        let pages: Vec<(usize, ListResourceTemplatesResult)> = self
-            .list_all(
-                Family::Resources,
-                |c| make(page(c)),
-                |r: &ListResourceTemplatesResult| r.next_cursor.clone(),
-                &context,
+        let join = |pages: Vec<(usize, ListResourceTemplatesResult)>| {
+            ListResourceTemplatesResult::with_all_items(
+                pages.into_iter().flat_map(|(_, p)| p.resource_templates).collect(),
             )
-            .await?;
-        Ok(ListResourceTemplatesResult::with_all_items(
-            pages.into_iter().flat_map(|(_, p)| p.resource_templates).collect(),
-        ))
+        };
+        let next = |r: &ListResourceTemplatesResult| r.next_cursor.clone();
+        self.list(Family::Resources, request, make, next, join, &context).await
     }
 
     async fn read_resource(
@@ -472,36 +447,25 @@ impl ServerHandler for Proxy {
         request: Option<PaginatedRequestParams>,
         context: RequestContext<RoleServer>,
     ) -> Result<ListPromptsResult, ErrorData> {
-        let make = |p: Option<PaginatedRequestParams>| {
+        let make = |params| {
             ClientRequest::ListPromptsRequest(RequestOptionalParam {
-                params: p,
+                params,
                 ..Default::default()
             })
         };
-        if let Some(server) = self.only(Family::Prompts, &context) {
-            return self
-                .ask(Family::Prompts, server, make(request.clone()), &request, &context)
-                .await;
-        }
-        let pages: Vec<(usize, ListPromptsResult)> = self
-            .list_all(
-                Family::Prompts,
-                |c| make(page(c)),
-                |r: &ListPromptsResult| r.next_cursor.clone(),
-                &context,
-            )
-            .await?;
         let names = self.upstreams.names();
-        let prompts = pages
-            .into_iter()
-            .flat_map(|(server, p)| {
+        // Several servers: each prompt under the name it is offered as.
+        let join = |pages: Vec<(usize, ListPromptsResult)>| {
+            let prompts = pages.into_iter().flat_map(|(server, p)| {
                 p.prompts.into_iter().map(move |mut prompt| {
                     prompt.name = names.prompt_as(server, &prompt.name);
                     prompt
                 })
-            })
-            .collect();
-        Ok(ListPromptsResult::with_all_items(prompts))
+            });
+            ListPromptsResult::with_all_items(prompts.collect())
+        };
+        let next = |r: &ListPromptsResult| r.next_cursor.clone();
+        self.list(Family::Prompts, request, make, next, join, &context).await
     }
 
     async fn get_prompt(
