@@ -5,7 +5,7 @@
 
 use crate::gateway::{ask, gateway, Fleet};
 use fusebox::config::access::{Instant, OperatorConfig, Scope, SecretHash, UserBudgets};
-use fusebox::config::{Config, KeyConfig};
+use fusebox::config::Config;
 use fusebox::gateway::GatewayOptions;
 use fusebox::telemetry::events::EventKind;
 use serde_json::{json, Value};
@@ -19,18 +19,7 @@ const VIC: &str = "op-vic-0123456789";
 const TEAM: &str = "sk-team-0123456789";
 const SECRETS: [&str; 6] = [ALICE, BOB, OLD, ANA, VIC, TEAM];
 
-fn key(secret: &str, user: &str) -> KeyConfig {
-    KeyConfig {
-        hash: SecretHash::of(secret),
-        user: user.into(),
-        routes: Vec::new(),
-        mcp: Vec::new(),
-        expires: None,
-        budgets: None,
-        sub_users: false,
-        priority: Default::default(),
-    }
-}
+use crate::common::caller_key as key;
 
 fn config() -> Config {
     let mut cfg = Config::default();

@@ -156,21 +156,11 @@ async fn only_an_idempotent_tool_is_retried_and_a_pool_of_two_admits_two() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn operators_command_mcp_tools_and_a_breaker_recovers() {
     use fusebox::command::{Command, Issuer};
-    use fusebox::config::access::SecretHash;
     use fusebox::resilience::breaker::BreakerState;
     use fusebox::target::Target;
     let state = Arc::new(Orders::default());
     let url = upstream(state.clone()).await;
-    let key = fusebox::config::KeyConfig {
-        hash: SecretHash::of("sk-team-01234567"),
-        user: "team".into(),
-        routes: Vec::new(),
-        mcp: Vec::new(),
-        expires: None,
-        budgets: None,
-        sub_users: false,
-        priority: Default::default(),
-    };
+    let key = crate::common::caller_key("sk-team-01234567", "team");
     let cfg = Config {
         keys: [("team-app".to_string(), key)].into(),
         ..Config::default()
@@ -522,7 +512,6 @@ fn zombie(pid: u32) -> bool {
 /// server sees and reaches only that one's tools and resources.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn several_servers_share_mcp_and_a_key_reaches_only_its_own() {
-    use fusebox::config::access::SecretHash;
     use rmcp::model::ReadResourceRequestParams;
     let (a, b) = (Arc::new(Orders::default()), Arc::new(Orders::default()));
     let server = |url: String| fusebox::config::mcp::McpServerConfig {
@@ -532,14 +521,8 @@ async fn several_servers_share_mcp_and_a_key_reaches_only_its_own() {
         input_timeout_s: 600,
     };
     let key = |secret: &str, mcp: &[&str]| fusebox::config::KeyConfig {
-        hash: SecretHash::of(secret),
-        user: "team".into(),
-        routes: Vec::new(),
         mcp: mcp.iter().map(|s| s.to_string()).collect(),
-        expires: None,
-        budgets: None,
-        sub_users: false,
-        priority: Default::default(),
+        ..crate::common::caller_key(secret, "team")
     };
     let cfg = Config {
         mcp: [

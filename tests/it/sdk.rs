@@ -152,8 +152,6 @@ async fn the_mcp_sdks_run_an_agent_with_tools_behind_fusebox() {
 /// through with their names.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_mcp_sdk_sessions_each_get_only_what_their_own_calls_caused() {
-    use fusebox::config::access::SecretHash;
-    use fusebox::config::KeyConfig;
     let Some(python) = python() else { return };
     // A stdio server starts with a clean environment (PATH and HOME): the
     // Python by its full path where it is given by one (not canonical: a
@@ -171,16 +169,7 @@ async fn two_mcp_sdk_sessions_each_get_only_what_their_own_calls_caused() {
     };
     const ALICE: &str = "sk-people-alice-0123456789";
     const BOB: &str = "sk-people-bob-0123456789";
-    let key = |secret: &str, user: &str| KeyConfig {
-        hash: SecretHash::of(secret),
-        user: user.into(),
-        routes: Vec::new(),
-        mcp: Vec::new(),
-        expires: None,
-        budgets: None,
-        sub_users: false,
-        priority: Default::default(),
-    };
+    let key = crate::common::caller_key;
     let mut cfg = Config {
         mcp: [("people".to_string(), people)].into(),
         ..Config::default()

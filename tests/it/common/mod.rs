@@ -345,3 +345,18 @@ pub fn hedging(ms: u64) -> (Arc<Runner>, Arc<Scripted>, Arc<Scripted>) {
     );
     (r, openai, anthropic)
 }
+
+/// A caller key with `secret` for `user`: every route and MCP server, no
+/// budgets of its own.
+pub fn caller_key(secret: &str, user: &str) -> fusebox::config::KeyConfig {
+    fusebox::config::KeyConfig {
+        hash: fusebox::config::access::SecretHash::of(secret),
+        user: user.into(),
+        routes: Vec::new(),
+        mcp: Vec::new(),
+        expires: None,
+        budgets: None,
+        sub_users: false,
+        priority: Default::default(),
+    }
+}
