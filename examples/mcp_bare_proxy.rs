@@ -15,6 +15,11 @@ use rmcp::service::{Peer, RequestContext, RoleClient, RoleServer};
 use rmcp::{ServerHandler, ServiceExt};
 use std::sync::Arc;
 
+/// fusebox's allocator, so that the difference is the proxies' work and
+/// not their allocators'.
+#[global_allocator]
+static GLOBAL: fusebox::alloc::Mimalloc = fusebox::alloc::Mimalloc;
+
 #[derive(Clone)]
 struct Forward(Peer<RoleClient>);
 

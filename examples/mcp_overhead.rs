@@ -45,6 +45,10 @@ struct Args {
     /// the floor any `rmcp` proxy has on this machine.
     #[arg(long)]
     bare: Option<std::path::PathBuf>,
+    /// Calls with the breaker forced open (by default `--calls`; 0 skips
+    /// them, to count the proxied calls' instructions alone).
+    #[arg(long)]
+    open_calls: Option<usize>,
     /// Keep the MCP server in this process, on the clients' thread.
     #[arg(long)]
     same_process: bool,
@@ -278,11 +282,15 @@ async fn main() -> anyhow::Result<()> {
     }
     // The breaker forced open: every call is answered by fusebox at once,
     // `isError` with when to retry, and never reaches the server.
+    let open_calls = args.open_calls.unwrap_or(args.calls);
+    if open_calls == 0 {
+        return Ok(());
+    }
     let commands = proxied_url.replace("/mcp", "/_fusebox/commands");
     let body = serde_json::json!({"action": "force_open", "target": "tool:get_order"});
     let applied = reqwest::Client::new().post(commands).json(&body).send().await?;
     anyhow::ensure!(applied.status().is_success(), "force_open: {}", applied.status());
-    let open = answers(&proxied, args.calls, true).await;
+    let open = answers(&proxied, open_calls, true).await;
     println!(
         "breaker open: the unavailable answer in p50 {:.0} µs (p99 {:.0}) through fusebox, no server call",
         open.0, open.1

@@ -114,16 +114,23 @@ impl ToolExecutor for McpTools {
                 format!("no tool `{name}`"),
             ));
         };
-        let arguments = match serde_json::from_str::<serde_json::Value>(args) {
-            Ok(serde_json::Value::Object(m)) => Some(m),
-            _ if args.trim().is_empty() => None,
-            _ => {
-                return Err(ProviderError::new(
-                    ErrorKind::BadRequest,
-                    None,
-                    format!("{name}: arguments are not a JSON object"),
-                ))
+        let arguments = match call.as_ref().filter(|c| c.request.is_none()) {
+            // The client's own (a call made for a client of `/mcp`).
+            Some(c) => {
+                c.answered(None);
+                c.arguments.clone()
             }
+            None => match serde_json::from_str::<serde_json::Value>(args) {
+                Ok(serde_json::Value::Object(m)) => Some(m),
+                _ if args.trim().is_empty() => None,
+                _ => {
+                    return Err(ProviderError::new(
+                        ErrorKind::BadRequest,
+                        None,
+                        format!("{name}: arguments are not a JSON object"),
+                    ))
+                }
+            },
         };
         let mut params = CallToolRequestParams::new(o.tool.name.clone());
         params.arguments = arguments;
@@ -139,7 +146,11 @@ impl ToolExecutor for McpTools {
             }
         };
         let json: Arc<str> = serde_json::to_string(&result).unwrap_or_default().into();
-        if result.is_error == Some(true) {
+        let failed = result.is_error == Some(true);
+        if let Some(c) = &call {
+            c.answered(Some(result));
+        }
+        if failed {
             let mut e = ProviderError::new(ErrorKind::ServerError, None, format!("{name} answered with an error"));
             e.answer = Some(json);
             return Err(e);

@@ -12,16 +12,16 @@ use super::ordered::Order;
 use super::relay::Relay;
 use super::Upstreams;
 use crate::tools::aside::Aside;
+use ahash::{AHashMap as HashMap, AHashSet as HashSet};
 use parking_lot::Mutex;
 use rmcp::model::{
-    CancelledNotificationParam, ClientCapabilities, ClientConfig, ClientRequest, ClientResult, ErrorData,
-    Implementation, ProgressToken, RequestId, ServerNotification, ServerRequest, ServerResult,
+    CallToolResult, CancelledNotificationParam, ClientCapabilities, ClientConfig, ClientRequest, ClientResult,
+    ErrorData, Implementation, JsonObject, ProgressToken, RequestId, ServerNotification, ServerRequest, ServerResult,
 };
 use rmcp::service::{
     InboundStreamOrigin, OriginatingRequestId, Peer, PeerRequestOptions, RoleClient, RoleServer, RunningService,
     ServiceError,
 };
-use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, OnceLock, Weak};
 use std::time::Duration;
 use tokio::sync::{mpsc, Semaphore};
@@ -63,12 +63,18 @@ pub struct Call {
     pub ct: CancellationToken,
     /// What to send, where it is not a tool call.
     pub request: Option<ClientRequest>,
+    /// A tool call's arguments as the client sent them (the runner
+    /// carries their text, unchanged): sent on without parsing it back.
+    pub arguments: Option<JsonObject>,
     /// The session it is made in.
     pub link: Arc<Link>,
     /// The waits of its try under way.
     aside: Mutex<Option<Arc<Aside>>>,
     /// The server's error, where it answered with one (passed on as it is).
     error: Mutex<Option<ErrorData>>,
+    /// The server's answer to the last try of a tool call, kept whole for
+    /// the client beside the text the runner caches and records.
+    answer: Mutex<Option<CallToolResult>>,
 }
 
 tokio::task_local! {
@@ -84,9 +90,11 @@ impl Call {
             progress,
             ct,
             request: None,
+            arguments: None,
             link,
             aside: Mutex::default(),
             error: Mutex::default(),
+            answer: Mutex::default(),
         }
     }
 
@@ -107,6 +115,16 @@ impl Call {
 
     pub(super) fn failed(&self, e: ErrorData) {
         *self.error.lock() = Some(e);
+    }
+
+    /// The server's answer to the last try of the tool call, taken.
+    pub fn answer(&self) -> Option<CallToolResult> {
+        self.answer.lock().take()
+    }
+
+    /// A try's answer (`None`: the try got none).
+    pub(super) fn answered(&self, r: Option<CallToolResult>) {
+        *self.answer.lock() = r;
     }
 }
 
@@ -183,9 +201,9 @@ impl Link {
             return Ok((c.running.peer().clone(), c.order.clone()));
         }
         let relay = Relay::new(Arc::downgrade(self), server, self.client_info());
-        let (running, told) = self
-            .upstreams
-            .open(server, relay, self.limits.notes)
+        // Boxed: opening is rare and its future large; every send would
+        // carry (and move) it otherwise.
+        let (running, told) = Box::pin(self.upstreams.open(server, relay, self.limits.notes))
             .await
             .map_err(|e| Failure::Open(e.to_string()))?;
         tokio::spawn(pass_on(Arc::downgrade(self), server, told.order.clone(), told.queue));

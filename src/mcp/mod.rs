@@ -219,7 +219,7 @@ pub struct Offered {
 pub struct Upstreams {
     servers: Vec<Arc<Upstream>>,
     offered: Vec<Offered>,
-    by_name: HashMap<String, usize>,
+    by_name: crate::runner::NameMap<usize>,
     /// Where the prompts and resources of several servers are found.
     names: names::Names,
 }

@@ -8,11 +8,11 @@
 //! came before it; the answer is passed on once those have been
 //! ([`Order::settled`]).
 
+use ahash::AHashMap as HashMap;
 use parking_lot::Mutex;
 use rmcp::model::{JsonRpcMessage, RequestId, ServerNotification};
 use rmcp::service::{RoleClient, RxJsonRpcMessage, TxJsonRpcMessage};
 use rmcp::transport::Transport;
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::{mpsc, watch};

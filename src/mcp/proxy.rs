@@ -109,7 +109,7 @@ impl Proxy {
     }
 
     /// The client's request of `context` in this session, `request` to send.
-    fn call(&self, context: &RequestContext<RoleServer>, request: Option<ClientRequest>) -> Arc<Call> {
+    fn call_of(&self, context: &RequestContext<RoleServer>, request: Option<ClientRequest>) -> Call {
         self.link.client_is(&context.peer);
         let mut call = Call::new(
             self.link.clone(),
@@ -118,7 +118,7 @@ impl Proxy {
             context.ct.clone(),
         );
         call.request = request;
-        Arc::new(call)
+        call
     }
 
     /// Server `server`'s answer to `request` of `family` (its params
@@ -132,7 +132,7 @@ impl Proxy {
         context: &RequestContext<RoleServer>,
     ) -> Result<R, ErrorData> {
         let name = family.tool(self.upstreams.name(server));
-        let call = self.call(context, Some(request));
+        let call = Arc::new(self.call_of(context, Some(request)));
         // The tool's arguments are the request's params (an object; none: `{}`).
         let args = match serde_json::to_value(args) {
             Ok(v @ serde_json::Value::Object(_)) => v.to_string(),
@@ -341,20 +341,25 @@ impl ServerHandler for Proxy {
         {
             return Err(ErrorData::invalid_params(format!("no tool `{name}`"), None));
         }
-        let arguments = request
-            .arguments
-            .map(serde_json::Value::Object)
-            .unwrap_or_else(|| serde_json::json!({}));
-        let req = self.tool_request(&name, arguments.to_string(), &context);
-        let call = self.call(&context, None);
+        let text = match &request.arguments {
+            Some(a) => serde_json::to_string(a).unwrap_or_default(),
+            None => "{}".to_string(),
+        };
+        let req = self.tool_request(&name, text, &context);
+        let mut call = self.call_of(&context, None);
+        call.arguments = request.arguments;
+        let call = Arc::new(call);
         let (end, _) = call.clone().scope(self.runner.tool(&req)).await;
+        // The server's answer as it came, else (a cached one) its text.
+        let relayed = |json: &str| match call.answer() {
+            Some(r) => complete(r),
+            None => relayed(json).unwrap_or_else(|e| error_text(format!("{name}: {e}"))),
+        };
         let result = match end {
-            ToolEnd::Answer(json) => relayed(&json).unwrap_or_else(|e| error_text(format!("{name}: {e}"))),
+            ToolEnd::Answer(json) => relayed(&json),
             ToolEnd::Stale { answer, age, why } => stale(&answer, age.as_millis() as u64, &why.end().to_string())
                 .unwrap_or_else(|| error_text(self.unavailable(&name, &why))),
-            ToolEnd::Unavailable(ToolFailure::Failed(_, Some(answer))) => {
-                relayed(&answer).unwrap_or_else(|e| error_text(format!("{name}: {e}")))
-            }
+            ToolEnd::Unavailable(ToolFailure::Failed(_, Some(answer))) => relayed(&answer),
             ToolEnd::Unavailable(why) => match (&why, call.error()) {
                 // The server's own error, as it gave it.
                 (ToolFailure::Failed(..), Some(e)) => return Err(e),

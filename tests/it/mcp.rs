@@ -404,6 +404,107 @@ async fn waiting_on_a_person_is_not_slowness() {
     }
 }
 
+/// A server whose one tool, `confirm`, asks the caller's person (an
+/// elicitation) and says what came of it.
+#[derive(Clone)]
+struct Confirms;
+
+impl rmcp::ServerHandler for Confirms {
+    fn get_info(&self) -> rmcp::model::ServerConfig {
+        rmcp::model::ServerConfig::new(rmcp::model::ServerCapabilities::builder().enable_tools().build())
+    }
+
+    async fn list_tools(
+        &self,
+        _r: Option<rmcp::model::PaginatedRequestParams>,
+        _c: rmcp::service::RequestContext<rmcp::service::RoleServer>,
+    ) -> Result<rmcp::model::ListToolsResult, rmcp::model::ErrorData> {
+        let schema = Arc::new(json!({"type": "object"}).as_object().unwrap().clone());
+        let tool = rmcp::model::Tool::new("confirm", "Ask the person to confirm", schema);
+        Ok(rmcp::model::ListToolsResult::with_all_items(vec![tool]))
+    }
+
+    async fn call_tool(
+        &self,
+        _r: rmcp::model::CallToolRequestParams,
+        c: rmcp::service::RequestContext<rmcp::service::RoleServer>,
+    ) -> Result<rmcp::model::CallToolResponse, rmcp::model::ErrorData> {
+        use rmcp::model::{ContentBlock, ElicitRequestParams, ElicitationSchema, Request, ServerRequest};
+        let params = ElicitRequestParams::FormElicitationParams {
+            meta: None,
+            message: "Ship it?".into(),
+            requested_schema: ElicitationSchema::new(Default::default()),
+        };
+        let asked = c
+            .peer
+            .send_request(ServerRequest::ElicitRequest(Request::new(params)))
+            .await;
+        let said = match asked {
+            Ok(r) => format!("answered {r:?}"),
+            Err(e) => format!("no answer: {e}"),
+        };
+        Ok(rmcp::model::CallToolResult::success(vec![ContentBlock::text(said)]).into())
+    }
+}
+
+/// A client that can be asked but whose person never answers.
+#[derive(Clone)]
+struct Silent;
+
+impl rmcp::ClientHandler for Silent {
+    fn get_info(&self) -> rmcp::model::ClientConfig {
+        use rmcp::model::{ClientCapabilities, ClientConfig, Implementation};
+        ClientConfig::new(
+            ClientCapabilities::builder().enable_elicitation().build(),
+            Implementation::new("silent", "1"),
+        )
+    }
+
+    async fn create_elicitation(
+        &self,
+        _r: rmcp::model::ElicitRequestParams,
+        _c: rmcp::service::RequestContext<rmcp::service::RoleClient>,
+    ) -> Result<rmcp::model::ElicitResult, rmcp::model::ErrorData> {
+        std::future::pending().await
+    }
+}
+
+/// A person who never answers: past the server's `input_timeout_s` (1 s
+/// here, real time: the gateway's HTTP stack keeps a paused clock from
+/// advancing) the server is told no answer came, its tool says so, and
+/// its breaker counted nothing against it. (That the wait is not the
+/// tool's time is `waiting_on_a_person_is_not_slowness`, on a paused clock.)
+#[tokio::test(flavor = "current_thread")]
+async fn a_person_who_never_answers_ends_the_wait_with_a_clear_error() {
+    use rmcp::transport::streamable_http_server::{session::local::LocalSessionManager, StreamableHttpService};
+    let svc = StreamableHttpService::new(
+        || Ok(Confirms),
+        Arc::new(LocalSessionManager::default()),
+        Default::default(),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/mcp", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, axum::Router::new().nest_service("/mcp", svc)).await });
+    let mut cfg = with_orders(Some(&url), Config::default());
+    cfg.mcp.get_mut("orders").unwrap().input_timeout_s = 1;
+    let (proxied, runner) = serve_mcp(cfg, Default::default()).await;
+    let transport = rmcp::transport::StreamableHttpClientTransport::from_uri(proxied);
+    let client = Silent.serve(transport).await.unwrap();
+    let r = tokio::time::timeout(Duration::from_secs(30), client.call_tool(call("confirm", json!({}))))
+        .await
+        .expect("the wait is bounded")
+        .unwrap();
+    let said = text(&r);
+    assert!(
+        said.contains("no answer") && said.contains("the client did not answer within 1 s"),
+        "{said}"
+    );
+    assert_ne!(r.is_error, Some(true), "{r:?}");
+    let target = fusebox::target::Target::tool("confirm");
+    let t = runner.registry().find(&target).unwrap();
+    assert_eq!(t.breaker.state(), fusebox::resilience::breaker::BreakerState::Closed);
+}
+
 /// A server's resources have a breaker of their own (`orders/resources`):
 /// its failures open it, and then a read is refused at once without
 /// reaching the server, while its tools still answer; a read of a
