@@ -123,7 +123,9 @@ fn logging(dir: Option<PathBuf>) -> Option<tracing_appender::non_blocking::Worke
     let (writer, guard) = tracing_appender::non_blocking::NonBlockingBuilder::default()
         .buffered_lines_limit(8_192)
         .finish(appender);
-    let filter = tracing_subscriber::EnvFilter::try_from_env("FUSEBOX_LOG").unwrap_or_else(|_| "info".into());
+    // rmcp's sessions are `info` spans entered on every poll of every MCP
+    // message; its warnings and errors still reach the log.
+    let filter = tracing_subscriber::EnvFilter::try_from_env("FUSEBOX_LOG").unwrap_or_else(|_| "info,rmcp=warn".into());
     let ok = tracing_subscriber::fmt()
         .with_writer(writer)
         .with_ansi(false)

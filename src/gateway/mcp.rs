@@ -18,6 +18,7 @@ use axum::response::{IntoResponse, Response};
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
 use rmcp::transport::streamable_http_server::session::SessionManager;
 use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
+use serde_json::value::RawValue;
 use std::sync::Arc;
 
 /// The header naming a client's MCP session.
@@ -216,8 +217,14 @@ async fn message_of(req: Request, max: usize) -> Result<(Request, Option<Message
         let why = "Invalid Request: the body is not one JSON-RPC 2.0 message (an object with \"jsonrpc\": \"2.0\")";
         rpc_error(StatusCode::BAD_REQUEST, -32600, why, None)
     };
-    let mut message = match serde_json::from_slice::<Message>(&body) {
-        Ok(m) if m.jsonrpc.as_deref() == Some("2.0") => m,
+    let message = match serde_json::from_slice::<Peek>(&body) {
+        Ok(m) if m.jsonrpc.as_deref() == Some("2.0") => Message {
+            bad_params: (m.method.as_deref() == Some("tools/call"))
+                .then(|| bad_params(m.params))
+                .flatten(),
+            method: m.method,
+            id: m.id,
+        },
         Ok(_) => return Err(invalid()),
         Err(e) if e.is_data() => return Err(invalid()),
         Err(e) => {
@@ -229,10 +236,6 @@ async fn message_of(req: Request, max: usize) -> Result<(Request, Option<Message
             ))
         }
     };
-    if message.method.as_deref() == Some("tools/call") {
-        // Read again, whole, for the call alone.
-        message.bad_params = serde_json::from_slice(&body).ok().and_then(|v| bad_params(&v));
-    }
     Ok((Request::from_parts(parts, Body::from(body)), Some(message)))
 }
 
@@ -263,28 +266,48 @@ async fn rpc_errors(r: Response) -> Response {
     out
 }
 
-/// What the guard reads of a JSON-RPC message.
+/// A JSON-RPC message as read once, its params left unparsed.
 #[derive(serde::Deserialize)]
+struct Peek<'a> {
+    jsonrpc: Option<std::borrow::Cow<'a, str>>,
+    method: Option<String>,
+    id: Option<serde_json::Value>,
+    #[serde(borrow)]
+    params: Option<&'a RawValue>,
+}
+
+/// What the guard reads of a JSON-RPC message.
 struct Message {
-    jsonrpc: Option<String>,
     method: Option<String>,
     id: Option<serde_json::Value>,
     /// Why its params are not what its method takes ([`bad_params`]).
-    #[serde(skip)]
     bad_params: Option<&'static str>,
 }
 
-/// Why the params of `message`, a `tools/call`, are not what MCP says
-/// (an object with the tool's `name` and its `arguments` as an object).
-fn bad_params(message: &serde_json::Value) -> Option<&'static str> {
-    let Some(params) = message.get("params").and_then(serde_json::Value::as_object) else {
+/// The fields of a `tools/call`'s params the guard checks, unparsed.
+#[derive(serde::Deserialize)]
+struct CallParams<'a> {
+    #[serde(borrow)]
+    name: Option<&'a RawValue>,
+    #[serde(borrow)]
+    arguments: Option<&'a RawValue>,
+}
+
+/// Why `params`, a `tools/call`'s, are not what MCP says (an object with
+/// the tool's `name` and its `arguments` as an object).
+fn bad_params(params: Option<&RawValue>) -> Option<&'static str> {
+    let params = params
+        .filter(|p| p.get().starts_with('{'))
+        .and_then(|p| serde_json::from_str::<CallParams>(p.get()).ok());
+    let Some(params) = params else {
         return Some("Invalid params: tools/call takes an object with the tool's `name` and its `arguments`");
     };
-    if !params.get("name").is_some_and(serde_json::Value::is_string) {
+    if !params.name.is_some_and(|n| n.get().starts_with('"')) {
         return Some("Invalid params: `name` must be the tool's name, a string");
     }
-    match params.get("arguments") {
-        None | Some(serde_json::Value::Null | serde_json::Value::Object(_)) => None,
+    match params.arguments.map(RawValue::get) {
+        None => None,
+        Some(a) if a == "null" || a.starts_with('{') => None,
         Some(_) => Some("Invalid params: `arguments` must be an object of the tool's arguments by name"),
     }
 }
@@ -297,4 +320,43 @@ fn rpc_error(status: StatusCode, code: i32, message: &str, id: Option<serde_json
         "error": {"code": code, "message": message},
     });
     (status, axum::Json(body)).into_response()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The params of a `tools/call` as MCP has them, and each way they are not.
+    #[test]
+    fn a_tool_call_s_params_are_checked_without_parsing_its_arguments() {
+        let check = |body: &str| {
+            let m: Peek = serde_json::from_str(body).unwrap();
+            bad_params(m.params)
+        };
+        let ok = [
+            r#"{"params": {"name": "t", "arguments": {"a": [1, {"b": 2}]}}}"#,
+            r#"{"params": {"name": "t"}}"#,
+            r#"{"params": {"name": "t", "arguments": null}}"#,
+            r#"{"params": {"arguments": {}, "name": "t\"x", "_meta": {"progressToken": 1}}}"#,
+        ];
+        for body in ok {
+            assert_eq!(check(body), None, "{body}");
+        }
+        let bad = [
+            (r#"{}"#, "takes an object"),
+            (r#"{"params": ["t", {}]}"#, "takes an object"),
+            (r#"{"params": "t"}"#, "takes an object"),
+            (r#"{"params": {"arguments": {}}}"#, "`name`"),
+            (r#"{"params": {"name": 7}}"#, "`name`"),
+            (r#"{"params": {"name": "t", "arguments": ["x"]}}"#, "`arguments`"),
+            (r#"{"params": {"name": "t", "arguments": "x"}}"#, "`arguments`"),
+        ];
+        for (body, says) in bad {
+            assert!(
+                check(body).is_some_and(|why| why.contains(says)),
+                "{body}: {:?}",
+                check(body)
+            );
+        }
+    }
 }
