@@ -419,6 +419,129 @@ async fn openai_compatible_server_streamed_and_not_and_no_key_leaks() {
     assert!(!all.contains("DO-NOT-LEAK"));
 }
 
+/// Azure OpenAI, at its deployment URLs (`api_version`) and by its v1
+/// API, streamed and not: answered with the key in `api-key` (the mock
+/// refuses a call without one, and a deployment URL without an
+/// api-version); its 429 moves the route to the next model; the key is
+/// nowhere in what fusebox says.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn azure_openai_by_deployment_and_by_v1_answers_and_falls_back() {
+    let (faults, base) = server().await;
+    // SAFETY of the test: the variable name is unique to this test.
+    unsafe { std::env::set_var("FUSEBOX_TEST_AZURE_KEY", SECRET) };
+    let mut seen = Vec::new();
+    for (api_version, stream) in [
+        (Some("2024-10-21"), true),
+        (Some("2024-10-21"), false),
+        (None, true),
+        (None, false),
+    ] {
+        let mut cfg = Config::default();
+        quick(&mut cfg);
+        cfg.providers.insert(
+            "azure".into(),
+            ProviderConfig {
+                kind: ProviderKind::AzureOpenai,
+                base_url: Some(format!("{base}/")),
+                api_key_env: Some("FUSEBOX_TEST_AZURE_KEY".into()),
+                api_version: api_version.map(str::to_string),
+                stream,
+                ..ProviderConfig::mock(0, 0, 0, 0, 0, 4.0)
+            },
+        );
+        let mut m = cfg.models["gpt-4o"].clone();
+        m.provider = "azure".into();
+        m.api_name = Some("prod-gpt-4o".into());
+        cfg.models.insert("azure-4o".into(), m);
+        cfg.routes.get_mut("default").unwrap().chain = vec!["azure-4o".into(), "claude-haiku".into()];
+        cfg.validate("test").unwrap();
+        let mut parts = RunnerParts::mock(Clock::system(), Seed(3));
+        parts.faults = faults.clone();
+        parts.providers = fusebox::provider::http::build(&cfg, Clock::system(), None).unwrap();
+        parts
+            .providers
+            .extend(clients(&cfg, &base).into_iter().filter(|(k, _)| k != "azure"));
+        let r = Runner::new(cfg, parts).unwrap();
+        let mut rx = r.events().subscribe();
+        let case = format!("api_version {api_version:?}, stream {stream}");
+        let o = r.run(&ask(1)).await;
+        assert_eq!(o.path(), vec!["azure-4o ✓".to_string()], "{case}");
+        let azure = &r.providers().iter().find(|p| p.name == "azure").unwrap().client;
+        let body = fusebox::wire::RawBody::parse(br#"{"model": "embed", "input": ["refund"]}"#).unwrap();
+        let embed = fusebox::provider::EmbedRequest {
+            request_id: 1,
+            model: "prod-embed".into(),
+            body: Arc::new(body),
+            chars: 6,
+        };
+        let e = azure.embed(&embed).await.unwrap();
+        let v: serde_json::Value = serde_json::from_slice(&e.body).unwrap();
+        assert_eq!(v["data"].as_array().map(Vec::len), Some(1), "{case}: {v}");
+        set(
+            &faults,
+            "provider:azure",
+            Fault::Status {
+                code: 429,
+                retry_after_ms: Some(20_000),
+            },
+        );
+        let o = r.run(&ask(2)).await;
+        set(&faults, "provider:azure", Fault::Healthy);
+        assert_eq!(o.level, Level::Fallback, "{case}: {:?}", o.path());
+        assert!(o.path()[0].starts_with("azure-4o ✗429"), "{case}: {:?}", o.path());
+        assert_eq!(o.path()[1], "claude-haiku ✓", "{case}");
+        seen.push(format!("{o:?}"));
+        while let Ok(e) = rx.try_recv() {
+            seen.push(serde_json::to_string(&e).unwrap());
+        }
+    }
+    let all = seen.join("\n");
+    assert!(!all.contains(SECRET), "the API key leaked: {all}");
+}
+
+/// An Azure OpenAI provider's settings are checked where they are read.
+#[test]
+fn azure_openai_settings_are_checked() {
+    let azure = |f: &dyn Fn(&mut ProviderConfig)| {
+        let mut cfg = Config::default();
+        let mut p = ProviderConfig {
+            kind: ProviderKind::AzureOpenai,
+            base_url: Some("https://my-resource.openai.azure.com".into()),
+            api_key_env: Some("AZURE_OPENAI_API_KEY".into()),
+            ..ProviderConfig::mock(0, 0, 0, 0, 0, 4.0)
+        };
+        f(&mut p);
+        cfg.providers.insert("azure".into(), p);
+        cfg.validate("t.toml").err().map(|e| e.to_string()).unwrap_or_default()
+    };
+    assert_eq!(azure(&|_| {}), "");
+    assert_eq!(azure(&|p| p.api_version = Some("2024-10-21".into())), "");
+    type Change<'a> = &'a dyn Fn(&mut ProviderConfig);
+    let cases: [(Change, &str); 5] = [
+        (&|p| p.base_url = None, "providers.azure.base_url"),
+        (&|p| p.api_key_env = None, "providers.azure.api_key_env"),
+        (
+            &|p| p.entra_token_env = Some("T".into()),
+            "providers.azure.entra_token_env",
+        ),
+        (
+            &|p| p.api_version = Some("2024 10 21".into()),
+            "providers.azure.api_version",
+        ),
+        (
+            &|p| {
+                p.kind = ProviderKind::Openai;
+                p.api_version = Some("2024-10-21".into());
+            },
+            "providers.azure.api_version",
+        ),
+    ];
+    for (change, field) in cases {
+        let err = azure(change);
+        assert!(err.contains(field), "{field}: {err}");
+    }
+}
+
 #[test]
 fn a_missing_key_names_the_variable() {
     let mut cfg = Config::default();

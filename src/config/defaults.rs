@@ -18,6 +18,8 @@ pub(super) fn provider(tpm: u64, itpm: u64, otpm: u64, rpm: u64, concurrency: u3
         timeout_ms: 30_000,
         base_url: None,
         api_key_env: None,
+        entra_token_env: None,
+        api_version: None,
         stream: true,
         idle_timeout_ms: 30_000,
         breaker: None,

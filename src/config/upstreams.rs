@@ -21,6 +21,10 @@ pub enum ProviderKind {
     Deepseek,
     /// Any `/v1/chat/completions` server (vLLM, llama.cpp, Ollama, …).
     OpenaiCompatible,
+    /// Azure OpenAI: a resource's deployments, by the v1 API
+    /// (`/openai/v1/…`) or, with `api_version`, the deployment URLs
+    /// (`/openai/deployments/NAME/…?api-version=…`).
+    AzureOpenai,
 }
 
 impl ProviderKind {
@@ -30,7 +34,7 @@ impl ProviderKind {
             ProviderKind::Openai => Some("https://api.openai.com"),
             ProviderKind::Anthropic => Some("https://api.anthropic.com"),
             ProviderKind::Deepseek => Some("https://api.deepseek.com"),
-            ProviderKind::Mock | ProviderKind::OpenaiCompatible => None,
+            ProviderKind::Mock | ProviderKind::OpenaiCompatible | ProviderKind::AzureOpenai => None,
         }
     }
 
@@ -74,6 +78,15 @@ pub struct ProviderConfig {
     /// Name of the environment variable holding the API key (HTTP kinds; never the key itself).
     #[serde(default)]
     pub api_key_env: Option<String>,
+    /// Azure OpenAI: name of the environment variable holding a Microsoft
+    /// Entra ID access token, sent as `Authorization: Bearer` instead of
+    /// the `api-key` header.
+    #[serde(default)]
+    pub entra_token_env: Option<String>,
+    /// Azure OpenAI: the `api-version` of the deployment URLs (e.g.
+    /// `2024-10-21`); none: the v1 API, which takes none.
+    #[serde(default)]
+    pub api_version: Option<String>,
     /// Use streaming responses (SSE).
     #[serde(default = "yes")]
     pub stream: bool,

@@ -1,7 +1,7 @@
 //! Validation: ranges and references, the first problem named by its key
 //! path with what is allowed.
 
-use super::{BreakerConfig, Config, ConfigError, ProviderKind, StateConfig, WindowKind};
+use super::{BreakerConfig, Config, ConfigError, ProviderConfig, ProviderKind, StateConfig, WindowKind};
 use std::collections::BTreeMap;
 
 /// What a URL that is not http(s) is told; the URL itself is not repeated
@@ -77,10 +77,18 @@ impl Config {
             if let Some(b) = &p.breaker {
                 validate_breaker(b, &format!("providers.{name}.breaker"), c)?;
             }
+            Self::check_azure(name, p, c)?;
             if p.kind != ProviderKind::Mock {
                 match &p.base_url {
                     Some(u) if !(u.starts_with("http://") || u.starts_with("https://")) => {
                         return Err(c.bad(format!("providers.{name}.base_url"), NOT_HTTP.into()));
+                    }
+                    None if p.kind == ProviderKind::AzureOpenai => {
+                        return Err(c.bad(
+                            format!("providers.{name}.base_url"),
+                            "an azure-openai provider needs its resource's endpoint, e.g. \"https://my-resource.openai.azure.com\""
+                                .into(),
+                        ));
                     }
                     None if p.kind.default_base_url().is_none() => {
                         return Err(c.bad(
@@ -98,6 +106,50 @@ impl Config {
                     }
                     _ => {}
                 }
+            }
+        }
+        Ok(())
+    }
+
+    /// Azure OpenAI's own settings: a credential (a key or an Entra ID
+    /// token, not both) and an `api-version` only where they mean something.
+    fn check_azure(name: &str, p: &ProviderConfig, c: &Check) -> Result<(), ConfigError> {
+        let azure = p.kind == ProviderKind::AzureOpenai;
+        for (field, set) in [
+            ("entra_token_env", p.entra_token_env.is_some()),
+            ("api_version", p.api_version.is_some()),
+        ] {
+            if set && !azure {
+                return Err(c.bad(
+                    format!("providers.{name}.{field}"),
+                    "only an azure-openai provider takes it: remove it, or set kind = \"azure-openai\"".into(),
+                ));
+            }
+        }
+        if !azure {
+            return Ok(());
+        }
+        match (&p.api_key_env, &p.entra_token_env) {
+            (None, None) => {
+                return Err(c.bad(
+                    format!("providers.{name}.api_key_env"),
+                    "Azure OpenAI takes no call without a credential: name the environment variable that holds the resource's key (e.g. \"AZURE_OPENAI_API_KEY\"), or one with an Entra ID token in entra_token_env".into(),
+                ))
+            }
+            (Some(_), Some(_)) => {
+                return Err(c.bad(
+                    format!("providers.{name}.entra_token_env"),
+                    "give either api_key_env (the `api-key` header) or entra_token_env (a bearer token), not both".into(),
+                ))
+            }
+            _ => {}
+        }
+        if let Some(v) = &p.api_version {
+            if v.is_empty() || !v.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-') {
+                return Err(c.bad(
+                    format!("providers.{name}.api_version"),
+                    format!("`{v}` is no api-version: give one such as \"2024-10-21\", or leave it out for the v1 API"),
+                ));
             }
         }
         Ok(())

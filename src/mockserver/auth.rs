@@ -57,6 +57,17 @@ pub(super) fn check_auth(provider: Provider, headers: &HeaderMap, keyless: bool)
             }
             None
         }
+        // A resource key in `api-key`, or an Entra ID token as a bearer one.
+        Provider::Azure => {
+            let keyed = header_str(headers, "api-key").is_some_and(|k| !k.is_empty());
+            if keyed || has_bearer(headers) {
+                return None;
+            }
+            fail(
+                401,
+                "Access denied due to invalid subscription key or wrong API endpoint. Make sure to provide a valid key for an active subscription and use a correct regional API endpoint for your resource.",
+            )
+        }
         Provider::Anthropic => {
             // The current SDKs send the key as a bearer token; older ones as x-api-key.
             let answered = has_api_key(headers) || has_bearer(headers) || (keyless && no_key);

@@ -44,10 +44,10 @@ fn vector(text: &str, n: usize) -> Vec<f64> {
 }
 
 impl MockServer {
-    /// One embeddings call: auth, parse, the OpenAI backend's plan, vectors.
-    pub(super) async fn embeddings(&self, req: Request) -> Response {
+    /// One embeddings call to `provider` (OpenAI or Azure OpenAI): auth,
+    /// parse, its backend's plan, vectors.
+    pub(super) async fn embeddings(&self, provider: Provider, req: Request) -> Response {
         let arrived = Instant::now();
-        let provider = Provider::OpenAi;
         let (parts, body) = req.into_parts();
         let conn = parts
             .extensions
@@ -56,7 +56,7 @@ impl MockServer {
         if let Some(resp) = check_auth(provider, &parts.headers, self.keyless) {
             return resp;
         }
-        let backend = &self.openai;
+        let backend = self.backend(provider);
         let bad = |msg: &str, param: &str| error_response(provider, 400, msg, Some(param), HeaderMap::new());
         let Ok(bytes) = axum::body::to_bytes(body, 8 << 20).await else {
             return bad("request body unreadable or too large", "input");

@@ -10,6 +10,7 @@
 //! | `POST /v1/chat/completions`             | OpenAI     | `provider:openai`    |
 //! | `POST /chat/completions`, `POST /deepseek/chat/completions` | DeepSeek | `provider:deepseek` |
 //! | `POST /v1/messages`                     | Anthropic  | `provider:anthropic` |
+//! | `POST /openai/deployments/{d}/{chat/completions,embeddings}?api-version=V`, `POST /openai/v1/{chat/completions,embeddings}` | Azure OpenAI | `provider:azure` |
 //! | `GET /v1/models`                        | OpenAI list | –                   |
 //! | `GET`/`PUT /_fusebox/faults`            | control API | –                   |
 //!
@@ -70,6 +71,9 @@ pub(crate) enum Provider {
     DeepSeek,
     /// Anthropic.
     Anthropic,
+    /// Azure OpenAI (OpenAI's wire at a resource's deployment URLs, the
+    /// key in `api-key`).
+    Azure,
 }
 
 impl Provider {
@@ -78,6 +82,7 @@ impl Provider {
         match self {
             Provider::OpenAi => "openai",
             Provider::DeepSeek => "deepseek",
+            Provider::Azure => "azure",
             Provider::Anthropic => "anthropic",
         }
     }
@@ -85,7 +90,7 @@ impl Provider {
     /// The API it speaks.
     pub(crate) fn api(self) -> Api {
         match self {
-            Provider::OpenAi | Provider::DeepSeek => Api::Chat,
+            Provider::OpenAi | Provider::DeepSeek | Provider::Azure => Api::Chat,
             Provider::Anthropic => Api::Messages,
         }
     }
@@ -222,6 +227,7 @@ pub struct MockServer {
     openai: Backend,
     deepseek: Backend,
     anthropic: Backend,
+    azure: Backend,
     /// A call with no credential at all is answered, as a keyless local
     /// server (vLLM, Ollama) answers; a malformed one is still refused.
     keyless: bool,
@@ -245,6 +251,7 @@ impl MockServer {
             openai: Backend::new("openai", seed, &faults, Some(Quota::openai()), None),
             deepseek: Backend::new("deepseek", seed, &faults, None, None),
             anthropic: Backend::new("anthropic", seed, &faults, Some(Quota::anthropic()), None),
+            azure: Backend::new("azure", seed, &faults, Some(Quota::openai()), None),
             faults,
             keyless,
         }
@@ -259,6 +266,7 @@ impl MockServer {
             openai: Backend::new("openai", seed, &faults, None, p),
             deepseek: Backend::new("deepseek", seed, &faults, None, p),
             anthropic: Backend::new("anthropic", seed, &faults, None, p),
+            azure: Backend::new("azure", seed, &faults, None, p),
             faults,
             keyless: false,
         })
@@ -274,6 +282,7 @@ impl MockServer {
             Provider::OpenAi => &self.openai,
             Provider::DeepSeek => &self.deepseek,
             Provider::Anthropic => &self.anthropic,
+            Provider::Azure => &self.azure,
         }
     }
 
@@ -286,6 +295,16 @@ impl MockServer {
             .route("/chat/completions", post(deepseek_chat))
             .route("/deepseek/chat/completions", post(deepseek_chat))
             .route("/v1/messages", post(anthropic_messages))
+            .route(
+                "/openai/deployments/{deployment}/chat/completions",
+                post(azure_deployment_chat),
+            )
+            .route("/openai/v1/chat/completions", post(azure_chat))
+            .route(
+                "/openai/deployments/{deployment}/embeddings",
+                post(azure_deployment_embeddings),
+            )
+            .route("/openai/v1/embeddings", post(azure_embeddings))
             .route("/v1/embeddings", post(embeddings))
             .route("/v1/models", get(models))
             .route("/_fusebox/faults", get(control::get_faults).put(control::put_faults))
@@ -548,7 +567,7 @@ async fn answer(
 }
 
 async fn embeddings(State(server): State<Arc<MockServer>>, req: Request) -> Response {
-    server.embeddings(req).await
+    server.embeddings(Provider::OpenAi, req).await
 }
 
 /// The request id a call's plan is keyed by: the header's, else a hash of the body.
@@ -568,6 +587,43 @@ async fn deepseek_chat(State(server): State<Arc<MockServer>>, req: Request) -> R
 
 async fn anthropic_messages(State(server): State<Arc<MockServer>>, req: Request) -> Response {
     server.call(Provider::Anthropic, req).await
+}
+
+/// Azure OpenAI's v1 API: the deployment named by the body's `model`.
+async fn azure_chat(State(server): State<Arc<MockServer>>, req: Request) -> Response {
+    server.call(Provider::Azure, req).await
+}
+
+/// Whether a deployment URL names an `api-version`; without one Azure
+/// answers that there is no such resource.
+fn unversioned(req: &Request) -> Option<Response> {
+    let versioned = req.uri().query().is_some_and(|q| {
+        q.split('&')
+            .any(|p| p.strip_prefix("api-version=").is_some_and(|v| !v.is_empty()))
+    });
+    let body = json!({"error": {"code": "404", "message": "Resource not found"}});
+    (!versioned).then(|| (StatusCode::NOT_FOUND, Json(body)).into_response())
+}
+
+/// A deployment's chat completions URL.
+async fn azure_deployment_chat(State(server): State<Arc<MockServer>>, req: Request) -> Response {
+    match unversioned(&req) {
+        Some(refused) => refused,
+        None => server.call(Provider::Azure, req).await,
+    }
+}
+
+/// Azure OpenAI's v1 embeddings: the deployment named by the body's `model`.
+async fn azure_embeddings(State(server): State<Arc<MockServer>>, req: Request) -> Response {
+    server.embeddings(Provider::Azure, req).await
+}
+
+/// A deployment's embeddings URL.
+async fn azure_deployment_embeddings(State(server): State<Arc<MockServer>>, req: Request) -> Response {
+    match unversioned(&req) {
+        Some(refused) => refused,
+        None => server.embeddings(Provider::Azure, req).await,
+    }
 }
 
 /// `GET /v1/models`: an OpenAI-style list (either provider's credentials accepted).

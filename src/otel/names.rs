@@ -22,6 +22,8 @@ impl Names {
             Some(ProviderKind::Openai) => "openai".to_string(),
             Some(ProviderKind::Anthropic) => "anthropic".to_string(),
             Some(ProviderKind::Deepseek) => "deepseek".to_string(),
+            // The OpenTelemetry GenAI conventions' name for Azure OpenAI.
+            Some(ProviderKind::AzureOpenai) => "az.ai.openai".to_string(),
             // A mock or any OpenAI-compatible server: its own name.
             _ => provider.to_string(),
         };

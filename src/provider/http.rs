@@ -2,7 +2,7 @@
 //! classification, bounded body reads, and building the configured clients.
 
 use super::anthropic::AnthropicClient;
-use super::openai::OpenAiClient;
+use super::openai::{Deployments, KeyHeader, OpenAiClient};
 use super::{ErrorKind, Provider, ProviderError};
 use crate::clock::Clock;
 use crate::config::{Config, ProviderKind};
@@ -239,7 +239,7 @@ pub fn build(
                     .clone()
                     .or_else(|| kind.default_base_url().map(str::to_string))
                     .unwrap_or_default();
-                let key = match &p.api_key_env {
+                let key = match p.api_key_env.as_ref().or(p.entra_token_env.as_ref()) {
                     Some(var) => match std::env::var(var) {
                         Ok(k) if !k.is_empty() => Some(Secret::new(k)),
                         _ => {
@@ -258,6 +258,7 @@ pub fn build(
         let path = match kind {
             ProviderKind::Anthropic => "/v1/messages",
             ProviderKind::Deepseek => "/chat/completions",
+            ProviderKind::AzureOpenai => "/openai/v1/chat/completions",
             _ if base.ends_with("/v1") => "/chat/completions",
             _ => "/v1/chat/completions",
         };
@@ -272,6 +273,20 @@ pub fn build(
             ProviderKind::Anthropic => Arc::new(AnthropicClient::new(http.clone(), ep, clock)),
             ProviderKind::Deepseek => Arc::new(OpenAiClient::new(http.clone(), ep, Dialect::DeepSeek, clock)),
             ProviderKind::Openai => Arc::new(OpenAiClient::new(http.clone(), ep, Dialect::OpenAi, clock)),
+            ProviderKind::AzureOpenai => {
+                let deployments = match (&p.api_version, reqwest::Url::parse(&base)) {
+                    (Some(v), Ok(endpoint)) => Some(Deployments {
+                        endpoint,
+                        api_version: v.clone(),
+                    }),
+                    _ => None,
+                };
+                let key = match p.entra_token_env {
+                    Some(_) => KeyHeader::Bearer,
+                    None => KeyHeader::ApiKey,
+                };
+                Arc::new(OpenAiClient::new(http.clone(), ep, Dialect::OpenAi, clock).azure(key, deployments))
+            }
             _ => Arc::new(OpenAiClient::new(http.clone(), ep, Dialect::Compatible, clock)),
         };
         out.insert(name.clone(), provider);

@@ -1,7 +1,9 @@
-//! The OpenAI-compatible client (OpenAI, DeepSeek, vLLM, llama.cpp, Ollama):
-//! `/chat/completions`, whole or streamed (SSE with
+//! The OpenAI-compatible client (OpenAI, Azure OpenAI, DeepSeek, vLLM,
+//! llama.cpp, Ollama): `/chat/completions`, whole or streamed (SSE with
 //! `stream_options.include_usage`); bodies are rendered and read by
 //! [`crate::wire::openai`], rate-limit headers by [`crate::wire::headers`].
+//! Azure OpenAI differs only in where a call goes (its deployment URLs)
+//! and how the key is sent (`api-key`).
 
 use super::http::{
     header_getter, open_stream, post, read_body, says_rate, status_error, with_ids, Endpoint, SseStream,
@@ -14,7 +16,7 @@ use crate::resilience::limiter::RateFeedback;
 use crate::wire::headers::{openai_feedback, retry_after};
 use crate::wire::openai::{read_reply, render_request, Dialect};
 use crate::wire::Api;
-use reqwest::header::HeaderValue;
+use reqwest::header::{HeaderName, HeaderValue};
 use serde_json::Value;
 use std::sync::Arc;
 
@@ -23,11 +25,45 @@ pub struct OpenAiClient {
     http: reqwest::Client,
     ep: Endpoint,
     url: Option<reqwest::Url>,
-    /// `Bearer KEY`, made once (a key that is no header value is sent as
-    /// given, for the request to fail on it).
-    auth: Option<HeaderValue>,
+    /// `authorization: Bearer KEY` (or Azure's `api-key: KEY`), made once
+    /// (a key that is no header value is sent as given, for the request
+    /// to fail on it).
+    auth: Option<(HeaderName, HeaderValue)>,
+    /// Azure OpenAI's deployment URLs, where calls go by the model's name.
+    deployments: Option<Deployments>,
     dialect: Dialect,
     clock: Clock,
+}
+
+/// Azure OpenAI's deployment URLs:
+/// `{endpoint}/openai/deployments/{deployment}/{operation}?api-version={v}`
+/// (the deployment is the model's name at the provider).
+pub struct Deployments {
+    /// The resource's endpoint.
+    pub endpoint: reqwest::Url,
+    /// The `api-version` every call names.
+    pub api_version: String,
+}
+
+impl Deployments {
+    /// The URL of `operation` (e.g. `chat/completions`) on `deployment`.
+    fn url(&self, deployment: &str, operation: &str) -> reqwest::Url {
+        let mut u = self.endpoint.clone();
+        if let Ok(mut path) = u.path_segments_mut() {
+            path.pop_if_empty().extend(["openai", "deployments", deployment]);
+            path.extend(operation.split('/'));
+        }
+        u.query_pairs_mut().append_pair("api-version", &self.api_version);
+        u
+    }
+}
+
+/// How the key is sent: Azure OpenAI's `api-key` header, else a bearer token.
+pub enum KeyHeader {
+    /// `authorization: Bearer KEY`.
+    Bearer,
+    /// `api-key: KEY` (Azure OpenAI).
+    ApiKey,
 }
 
 /// A JSON body's content type.
@@ -37,12 +73,37 @@ impl OpenAiClient {
     /// A client for `ep`.
     pub fn new(http: reqwest::Client, ep: Endpoint, dialect: Dialect, clock: Clock) -> Self {
         Self {
-            auth: ep.key.as_ref().and_then(|k| k.header("Bearer ")),
+            auth: ep
+                .key
+                .as_ref()
+                .and_then(|k| k.header("Bearer "))
+                .map(|v| (reqwest::header::AUTHORIZATION, v)),
             url: reqwest::Url::parse(&ep.url).ok(),
+            deployments: None,
             http,
             ep,
             dialect,
             clock,
+        }
+    }
+
+    /// The same client for Azure OpenAI: the key sent as `key`, calls to
+    /// `deployments` where given (else to the endpoint's URL, the v1 API).
+    pub fn azure(mut self, key: KeyHeader, deployments: Option<Deployments>) -> Self {
+        if let KeyHeader::ApiKey = key {
+            const API_KEY: HeaderName = HeaderName::from_static("api-key");
+            self.auth = self.ep.key.as_ref().and_then(|k| k.header("")).map(|v| (API_KEY, v));
+        }
+        self.deployments = deployments;
+        self
+    }
+
+    /// `b` with the key.
+    fn authed(&self, b: reqwest::RequestBuilder) -> reqwest::RequestBuilder {
+        match (&self.auth, &self.ep.key) {
+            (Some((name, value)), _) => b.header(name, value.clone()),
+            (None, Some(k)) => b.bearer_auth(k.expose()),
+            (None, None) => b,
         }
     }
 
@@ -73,12 +134,16 @@ impl Provider for OpenAiClient {
 
     async fn embed(&self, req: &EmbedRequest) -> Result<Embedded, ProviderError> {
         let name = &self.ep.name;
-        let Some(url) = self
-            .ep
-            .url
-            .strip_suffix("/chat/completions")
-            .filter(|_| self.dialect != Dialect::DeepSeek)
-        else {
+        let url = match &self.deployments {
+            Some(d) => Some(d.url(&req.model, "embeddings")),
+            None => self
+                .ep
+                .url
+                .strip_suffix("/chat/completions")
+                .filter(|_| self.dialect != Dialect::DeepSeek)
+                .and_then(|base| reqwest::Url::parse(&format!("{base}/embeddings")).ok()),
+        };
+        let Some(url) = url else {
             return Err(ProviderError::new(
                 ErrorKind::Unsupported,
                 None,
@@ -87,15 +152,13 @@ impl Provider for OpenAiClient {
         };
         let model = crate::wire::raw::to_raw(&&*req.model);
         let body = req.body.render(&[("model", &model)], &[]);
-        let mut b = self
+        let b = self
             .http
-            .post(format!("{url}/embeddings"))
+            .post(url)
             .header(crate::wire::fusebox::REQUEST, req.request_id.to_string())
             .header(reqwest::header::CONTENT_TYPE, "application/json")
             .body(body);
-        if let Some(k) = &self.ep.key {
-            b = b.bearer_auth(k.expose());
-        }
+        let b = self.authed(b);
         let (resp, _fd) = super::http::send(name, b).await?;
         let status = resp.status().as_u16();
         let rate = self.feedback(resp.headers());
@@ -140,17 +203,15 @@ impl OpenAiClient {
         let out = req.outgoing(self.ep.stream);
         let body =
             render_request(&out, self.dialect).map_err(|why| ProviderError::new(ErrorKind::Unsupported, None, why))?;
-        let mut b = with_ids(post(&self.http, &self.ep, self.url.as_ref()), req)
-            .header(reqwest::header::CONTENT_TYPE, JSON)
-            .body(body);
+        let to = match &self.deployments {
+            Some(d) => self.http.post(d.url(&req.model, "chat/completions")),
+            None => post(&self.http, &self.ep, self.url.as_ref()),
+        };
+        let mut b = with_ids(to, req).header(reqwest::header::CONTENT_TYPE, JSON).body(body);
         for (k, v) in out.client_headers(Api::Chat) {
             b = b.header(*k, v.clone());
         }
-        b = match (&self.auth, &self.ep.key) {
-            (Some(auth), _) => b.header(reqwest::header::AUTHORIZATION, auth.clone()),
-            (None, Some(k)) => b.bearer_auth(k.expose()),
-            (None, None) => b,
-        };
+        let b = self.authed(b);
         let (resp, fd) = super::http::send(name, b).await?;
         let status = resp.status().as_u16();
         let rate = self.feedback(resp.headers());
@@ -199,5 +260,31 @@ impl OpenAiClient {
             skipped: 0,
         }));
         Ok(Opened::Whole(resp))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Deployments;
+
+    /// A deployment URL: the endpoint's path kept, the deployment one path
+    /// segment whatever it holds, the api-version in the query.
+    #[test]
+    fn a_deployment_url_names_its_deployment_and_api_version() {
+        let url = |endpoint: &str, deployment: &str| {
+            let d = Deployments {
+                endpoint: reqwest::Url::parse(endpoint).unwrap(),
+                api_version: "2024-10-21".into(),
+            };
+            d.url(deployment, "chat/completions").to_string()
+        };
+        assert_eq!(
+            url("https://r.openai.azure.com", "gpt-4o"),
+            "https://r.openai.azure.com/openai/deployments/gpt-4o/chat/completions?api-version=2024-10-21"
+        );
+        assert_eq!(
+            url("https://gw.example.com/azure/", "my dep/x?"),
+            "https://gw.example.com/azure/openai/deployments/my%20dep%2Fx%3F/chat/completions?api-version=2024-10-21"
+        );
     }
 }

@@ -33,11 +33,18 @@ pub(crate) fn python() -> Option<String> {
 
 /// A gateway over the instant mock fleet, offering at `/mcp` the tools of
 /// `cfg`'s MCP servers; its root URL and the runner.
-async fn gateway(mut cfg: Config) -> (String, std::sync::Arc<Runner>) {
+async fn gateway(cfg: Config) -> (String, std::sync::Arc<Runner>) {
+    gateway_on(cfg, |_, _| {}).await
+}
+
+/// [`gateway`] with `cfg` changed by `edit` once the mock server's root
+/// URL (its second argument) is known.
+async fn gateway_on(mut cfg: Config, edit: impl FnOnce(&mut Config, &str)) -> (String, std::sync::Arc<Runner>) {
     let clock = Clock::system();
     let mut parts = RunnerParts::mock(clock, Seed(11));
     let mock = MockServer::instant(Seed(11), parts.faults.clone());
     let mock_addr = mock.spawn("127.0.0.1:0").await.unwrap();
+    edit(&mut cfg, &format!("http://{mock_addr}"));
     parts.providers = fusebox::provider::http::build(&cfg, clock, Some(&format!("http://{mock_addr}"))).unwrap();
     let mcp = if cfg.mcp.is_empty() {
         None
@@ -128,6 +135,74 @@ async fn the_official_sdks_run_their_agents_through_the_gateway() {
     }
     let [.., failed] = runner.by_level();
     assert_eq!(failed, 0, "every SDK call was answered");
+}
+
+/// The mock server's Azure OpenAI routes answer what the official SDK's
+/// Azure clients send (deployment URLs with `api-version` and `api-key`;
+/// the v1 API) and refuse what Azure refuses.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_azure_fake_speaks_what_the_official_azure_clients_send() {
+    let Some(python) = python() else { return };
+    let mock = MockServer::new(Seed(5), Default::default());
+    let addr = mock.spawn("127.0.0.1:0").await.unwrap();
+    let checks = [
+        "deployments plain",
+        "deployments streamed",
+        "deployments tool call",
+        "v1 plain",
+        "v1 streamed",
+        "v1 tool call",
+        "deployments embeddings",
+        "v1 embeddings",
+        "no api-version refused",
+        "no key refused",
+    ];
+    run_script(&python, "azure_fake.py", &format!("http://{addr}"), &checks).await;
+}
+
+/// The OpenAI and Anthropic SDKs' agent loops through the gateway to
+/// models on Azure OpenAI (the route's first provider made an
+/// `azure-openai` one at its deployment URLs), every call answered there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_official_sdks_run_their_agents_through_the_gateway_to_azure() {
+    let Some(python) = python() else { return };
+    // SAFETY of the test: the variable name is unique to this test.
+    unsafe { std::env::set_var("FUSEBOX_TEST_SDK_AZURE_KEY", "azure-key") };
+    let (base, runner) = gateway_on(Config::default(), |cfg, mock| {
+        let p = cfg.providers.get_mut("openai").unwrap();
+        p.kind = fusebox::config::ProviderKind::AzureOpenai;
+        p.base_url = Some(mock.to_string());
+        p.api_key_env = Some("FUSEBOX_TEST_SDK_AZURE_KEY".into());
+        p.api_version = Some("2024-10-21".into());
+    })
+    .await;
+    for (script, checks) in [
+        (
+            "openai_sdk.py",
+            &[
+                "plain completion + headers",
+                "stream with usage",
+                "tool loop",
+                "streamed tool call",
+            ][..],
+        ),
+        (
+            "anthropic_sdk.py",
+            &[
+                "plain message",
+                "streamed message",
+                "tool_use loop",
+                "streamed tool_use",
+            ],
+        ),
+    ] {
+        run_script(&python, script, &base, checks).await;
+    }
+    let [.., failed] = runner.by_level();
+    assert_eq!(failed, 0, "every SDK call was answered");
+    let azure = runner.providers().iter().find(|p| p.name == "openai").unwrap();
+    let stats = &runner.registry().get(azure.target).stats;
+    assert!(stats.ok.get() > 0, "the calls reached Azure");
 }
 
 /// The MCP Python SDK and an Agents SDK agent with MCP tools, through
