@@ -446,7 +446,7 @@ async fn azure_openai_by_deployment_and_by_v1_answers_and_falls_back() {
                 api_key_env: Some("FUSEBOX_TEST_AZURE_KEY".into()),
                 api_version: api_version.map(str::to_string),
                 stream,
-                ..ProviderConfig::mock(0, 0, 0, 0, 0, 4.0)
+                ..ProviderConfig::mock(450_000, 0, 0, 2_700, 0, 4.0)
             },
         );
         let mut m = cfg.models["gpt-4o"].clone();
@@ -477,6 +477,10 @@ async fn azure_openai_by_deployment_and_by_v1_answers_and_falls_back() {
         let e = azure.embed(&embed).await.unwrap();
         let v: serde_json::Value = serde_json::from_slice(&e.body).unwrap();
         assert_eq!(v["data"].as_array().map(Vec::len), Some(1), "{case}: {v}");
+        // Its rate-limit headers calibrate the limiter, as OpenAI's do.
+        let lim = &r.providers().iter().find(|p| p.name == "azure").unwrap().limiter;
+        let v = lim.view(tokio::time::Instant::now());
+        assert!(v.calibrated_ms_ago.is_some(), "{case}: {v:?}");
         set(
             &faults,
             "provider:azure",
@@ -490,6 +494,9 @@ async fn azure_openai_by_deployment_and_by_v1_answers_and_falls_back() {
         assert_eq!(o.level, Level::Fallback, "{case}: {:?}", o.path());
         assert!(o.path()[0].starts_with("azure-4o ✗429"), "{case}: {:?}", o.path());
         assert_eq!(o.path()[1], "claude-haiku ✓", "{case}");
+        // Its retry-after keeps the next call off it.
+        let o = r.run(&ask(3)).await;
+        assert_eq!(o.path()[0], "azure-4o ⏳rate", "{case}: {:?}", o.path());
         seen.push(format!("{o:?}"));
         while let Ok(e) = rx.try_recv() {
             seen.push(serde_json::to_string(&e).unwrap());

@@ -11,6 +11,10 @@
 //! | `POST /chat/completions`, `POST /deepseek/chat/completions` | DeepSeek | `provider:deepseek` |
 //! | `POST /v1/messages`                     | Anthropic  | `provider:anthropic` |
 //! | `POST /openai/deployments/{d}/{chat/completions,embeddings}?api-version=V`, `POST /openai/v1/{chat/completions,embeddings}` | Azure OpenAI | `provider:azure` |
+//!
+//! Azure's routes refuse a deployment URL without an `api-version` (404) and
+//! a prompt holding [`FILTERED`] as its content filter refuses one (400
+//! `content_filter`).
 //! | `GET /v1/models`                        | OpenAI list | –                   |
 //! | `GET`/`PUT /_fusebox/faults`            | control API | –                   |
 //!
@@ -347,6 +351,9 @@ impl MockServer {
             Ok(c) => c,
             Err(e) => return error_response(provider, 400, &e.message, e.field.as_deref(), backend.rate_now()),
         };
+        if provider == Provider::Azure && bytes.windows(FILTERED.len()).any(|w| w == FILTERED.as_bytes()) {
+            return azure_filtered();
+        }
         let serving = backend.mock.serve();
         let plan = backend.mock.plan(&call.req);
         tracing::debug!(
@@ -592,6 +599,33 @@ async fn anthropic_messages(State(server): State<Arc<MockServer>>, req: Request)
 /// Azure OpenAI's v1 API: the deployment named by the body's `model`.
 async fn azure_chat(State(server): State<Arc<MockServer>>, req: Request) -> Response {
     server.call(Provider::Azure, req).await
+}
+
+/// What Azure's content filter (as this mock has it) refuses in a prompt.
+pub const FILTERED: &str = "#content-filter";
+
+/// Azure's answer to a prompt its content filter refused: a 400 saying
+/// which category, as Azure words it.
+fn azure_filtered() -> Response {
+    let flagged = |filtered: bool, severity: &str| json!({"filtered": filtered, "severity": severity});
+    let body = json!({"error": {
+        "message": "The response was filtered due to the prompt triggering Azure OpenAI's content management policy. Please modify your prompt and retry. To learn more about our content filtering policies please read our documentation: https://go.microsoft.com/fwlink/?linkid=2198766",
+        "type": null,
+        "param": "prompt",
+        "code": "content_filter",
+        "status": 400,
+        "innererror": {
+            "code": "ResponsibleAIPolicyViolation",
+            "content_filter_result": {
+                "hate": flagged(false, "safe"),
+                "jailbreak": {"filtered": false, "detected": false},
+                "self_harm": flagged(false, "safe"),
+                "sexual": flagged(false, "safe"),
+                "violence": flagged(true, "medium"),
+            },
+        },
+    }});
+    (StatusCode::BAD_REQUEST, Json(body)).into_response()
 }
 
 /// Whether a deployment URL names an `api-version`; without one Azure

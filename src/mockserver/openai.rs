@@ -1,16 +1,43 @@
 //! The mock's answers in the OpenAI chat-completions format (also
-//! DeepSeek's), written by [`crate::wire::openai`] and spread over time.
+//! DeepSeek's and Azure OpenAI's), written by [`crate::wire::openai`] and
+//! spread over time. Azure's carry its content filter's results: the
+//! prompt's (`prompt_filter_results`, in a stream a first chunk of its own
+//! with no choices) and each choice's (`content_filter_results`).
 
 use super::play::{fragments, keepalives, text_pieces, Beat, Timeline};
-use super::{Answer, Ctx, Timing};
+use super::{Answer, Ctx, Provider, Timing};
 use crate::wire::openai::{render_reply, ChunkWriter, KEEPALIVE};
 use crate::wire::Delta;
-use serde_json::Value;
+use serde_json::{json, Value};
 use std::time::Duration;
 
 /// A non-streamed `chat.completion`.
 pub(crate) fn completion(ctx: &Ctx, a: &Answer) -> Value {
-    render_reply(&ctx.openai_frame(), &ctx.reply(a))
+    let mut v = render_reply(&ctx.openai_frame(), &ctx.reply(a));
+    if ctx.provider == Provider::Azure {
+        if let Some(choices) = v.get_mut("choices").and_then(Value::as_array_mut) {
+            for c in choices {
+                c["content_filter_results"] = passed();
+            }
+        }
+        v["prompt_filter_results"] = json!([{"prompt_index": 0, "content_filter_results": passed()}]);
+    }
+    v
+}
+
+/// Azure's content filter's results for text that passed it.
+fn passed() -> Value {
+    let safe = json!({"filtered": false, "severity": "safe"});
+    json!({"hate": safe, "self_harm": safe, "sexual": safe, "violence": safe})
+}
+
+/// Azure's first chunk of a stream: the prompt's filter results, no choices.
+fn prompt_filtered() -> Vec<u8> {
+    let chunk = json!({
+        "choices": [], "created": 0, "id": "", "model": "", "object": "",
+        "prompt_filter_results": [{"prompt_index": 0, "content_filter_results": passed()}],
+    });
+    format!("data: {chunk}\n\n").into_bytes()
 }
 
 /// What one delta writes.
@@ -46,6 +73,9 @@ pub(crate) fn stream(ctx: &Ctx, a: &Answer, t: &Timing) -> Vec<Beat> {
     let mut w = ChunkWriter::new(ctx.openai_frame(), ctx.include_usage);
     let step = t.gen / u32::try_from(deltas.len().max(1)).unwrap_or(u32::MAX);
     let mut tl = Timeline::new(keepalives(t.stall, KEEPALIVE), t.start, step);
+    if ctx.provider == Provider::Azure {
+        tl.now(prompt_filtered());
+    }
     for d in &deltas {
         tl.tick(written(&mut w, d));
     }

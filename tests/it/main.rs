@@ -8,6 +8,7 @@ mod access;
 mod adaptive;
 mod alerts;
 mod attach;
+mod azure;
 mod blame;
 mod breaker_props;
 mod cli;
