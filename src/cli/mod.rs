@@ -151,6 +151,15 @@ fn dispatch(cli: Cli) -> Result<()> {
                 cfg.routes.len(),
                 cfg.tools.len()
             );
+            // The file is valid either way; where it will run is another matter.
+            for (name, p) in &cfg.providers {
+                let Some((key, var)) = p.credential_env() else { continue };
+                if std::env::var(var).map_or(true, |v| v.is_empty()) {
+                    eprintln!(
+                        "note: providers.{name}.{key}: ${var} is not set here; `fusebox serve` does not start without it"
+                    );
+                }
+            }
             Ok(())
         }
         Cmd::Bench {

@@ -390,6 +390,16 @@ pub fn is_loopback(url: &str) -> bool {
 }
 
 impl ProviderConfig {
+    /// The key of its credential's environment variable and the variable
+    /// (`api_key_env`, or Azure's `entra_token_env`), where it names one.
+    pub fn credential_env(&self) -> Option<(&'static str, &str)> {
+        match (&self.api_key_env, &self.entra_token_env) {
+            (Some(v), _) => Some(("api_key_env", v)),
+            (None, Some(v)) => Some(("entra_token_env", v)),
+            (None, None) => None,
+        }
+    }
+
     /// Whether its base URL names this machine.
     pub fn is_loopback(&self) -> bool {
         is_loopback(self.base_url.as_deref().or(self.kind.default_base_url()).unwrap_or(""))

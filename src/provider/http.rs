@@ -239,13 +239,13 @@ pub fn build(
                     .clone()
                     .or_else(|| kind.default_base_url().map(str::to_string))
                     .unwrap_or_default();
-                let key = match p.api_key_env.as_ref().or(p.entra_token_env.as_ref()) {
+                let key = match p.credential_env().map(|(_, var)| var) {
                     Some(var) => match std::env::var(var) {
                         Ok(k) if !k.is_empty() => Some(Secret::new(k)),
                         _ => {
                             return Err(SetupError::MissingKey {
                                 provider: name.clone(),
-                                var: var.clone(),
+                                var: var.to_string(),
                             })
                         }
                     },

@@ -76,6 +76,26 @@ fn valid_config_passes_check() {
     assert!(String::from_utf8_lossy(&o.stdout).contains("ok (3 providers, 3 models, 1 routes, 4 tools)"));
 }
 
+/// A valid config whose credential is not in this environment passes,
+/// and the variable is named (as `serve` would refuse to start).
+#[test]
+fn check_config_names_a_credential_not_set_here() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("azure.toml");
+    let cfg = "[providers.azure]\nkind = \"azure-openai\"\nbase_url = \"https://r.openai.azure.com\"\n\
+               entra_token_env = \"FUSEBOX_TEST_SURELY_UNSET_TOKEN\"\n\
+               [models.gpt-4o]\nprovider = \"azure\"\ninput_per_m = 2.5\noutput_per_m = 10.0\n\
+               [routes.default]\nchain = [\"gpt-4o\"]\n";
+    std::fs::write(&path, cfg).unwrap();
+    let o = fusebox(&["check-config", path.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("providers.azure.entra_token_env: $FUSEBOX_TEST_SURELY_UNSET_TOKEN is not set"),
+        "{}",
+        stderr(&o)
+    );
+}
+
 #[test]
 fn missing_config_file_is_named() {
     let o = fusebox(&["check-config", "/nonexistent/fusebox.toml"]);
