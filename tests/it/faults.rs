@@ -1,6 +1,7 @@
 //! The provider fault matrix: sixteen ways a provider breaks, each put
 //! behind `fusebox serve` (once with every option at its default, once as
-//! a careful operator configures it), asked by the official OpenAI Python
+//! a careful operator configures it, and once with the primary on Azure
+//! OpenAI's deployment URLs), asked by the official OpenAI Python
 //! SDK with its own retries off, plain and streamed. The client gets the
 //! whole answer (or, refused by a content filter, the provider's error as
 //! it was sent), never an SDK exception or a cut answer presented as
@@ -120,6 +121,8 @@ async fn silent() -> (String, std::sync::Arc<std::sync::atomic::AtomicU32>) {
 /// One fault behind one gateway, asked plainly or streamed.
 struct Case {
     fault: Fault,
+    /// The primary is Azure OpenAI (its deployment URLs), not OpenAI.
+    azure: bool,
     careful: bool,
     stream: bool,
     upstream: Strict,
@@ -131,18 +134,22 @@ struct Case {
 impl Case {
     fn id(&self) -> String {
         format!(
-            "{:?}/{}/{}",
+            "{}{:?}/{}/{}",
+            if self.azure { "azure/" } else { "" },
             self.fault,
             if self.careful { "careful" } else { "defaults" },
             if self.stream { "streamed" } else { "plain" }
         )
     }
 
-    async fn start(fault: Fault, careful: bool, stream: bool, dir: &std::path::Path) -> Case {
+    async fn start(fault: Fault, azure: bool, careful: bool, stream: bool, dir: &std::path::Path) -> Case {
         let upstream = Strict::start().await;
         *upstream.state.text.lock() = text();
         *upstream.state.continues.lock() = true;
-        let mut primary = format!("{}/v1", upstream.base());
+        let mut primary = match azure {
+            true => upstream.base(),
+            false => format!("{}/v1", upstream.base()),
+        };
         let mut sockets = None;
         {
             let mut plan = upstream.state.stream.lock();
@@ -185,8 +192,12 @@ impl Case {
         } else {
             ("", "", "")
         };
+        let kind = match azure {
+            true => "kind = \"azure-openai\"\napi_version = \"2024-10-21\"",
+            false => "kind = \"openai-compatible\"",
+        };
         let cfg = format!(
-            "[providers.openai]\nkind = \"openai-compatible\"\nbase_url = \"{primary}\"\napi_key_env = \"STRICT_KEY\"\n{p}\
+            "[providers.openai]\n{kind}\nbase_url = \"{primary}\"\napi_key_env = \"STRICT_KEY\"\n{p}\
              [providers.anthropic]\nkind = \"anthropic\"\nbase_url = \"{}\"\napi_key_env = \"STRICT_KEY\"\n{p}\
              [models.gpt-4o]\nprovider = \"openai\"\ninput_per_m = 2.5\noutput_per_m = 10.0\n{m}\
              [models.claude-haiku]\nprovider = \"anthropic\"\napi_name = \"claude-3-5-haiku-latest\"\n\
@@ -194,7 +205,7 @@ impl Case {
              [routes.default]\nchain = [\"gpt-4o\", \"claude-haiku\"]\n{rest}",
             upstream.base()
         );
-        let path = dir.join(format!("{:?}-{careful}-{stream}.toml", fault));
+        let path = dir.join(format!("{:?}-{azure}-{careful}-{stream}.toml", fault));
         std::fs::write(&path, cfg).unwrap();
         let serve = tokio::task::spawn_blocking(move || {
             Serve::start_with_env(&["--config", &path.display().to_string()], &[("STRICT_KEY", "sk-test")])
@@ -203,6 +214,7 @@ impl Case {
         .unwrap();
         Case {
             fault,
+            azure,
             careful,
             stream,
             upstream,
@@ -361,9 +373,11 @@ async fn every_provider_fault_ends_in_a_whole_answer_for_the_official_sdk() {
     let dir = tempfile::tempdir().unwrap();
     let mut cases = Vec::new();
     for fault in FAULTS {
-        for careful in [false, true] {
+        // OpenAI with the defaults and as a careful operator configures
+        // it; Azure OpenAI (its deployment URLs) with the defaults.
+        for (azure, careful) in [(false, false), (false, true), (true, false)] {
             for stream in [false, true] {
-                cases.push(Case::start(fault, careful, stream, dir.path()).await);
+                cases.push(Case::start(fault, azure, careful, stream, dir.path()).await);
             }
         }
     }

@@ -165,6 +165,7 @@ impl Strict {
         *state.text.lock() = ANSWER.to_string();
         let app = Router::new()
             .route("/v1/chat/completions", post(openai))
+            .route("/openai/deployments/{deployment}/chat/completions", post(azure))
             .route("/v1/messages", post(anthropic))
             .with_state(state.clone());
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -506,6 +507,38 @@ fn words(text: &str) -> Vec<String> {
 const CALL_ARGS: &str = r#"{"order_id":"38100"}"#;
 /// A custom tool's call input: free text, not JSON.
 pub const CUSTOM_INPUT: &str = "SELECT status FROM orders WHERE id = 38100";
+
+/// Azure OpenAI's deployment URL: an `api-version` and the key in
+/// `api-key`, as Azure requires; then OpenAI's API, as Azure's is.
+async fn azure(
+    State(state): State<Arc<StrictState>>,
+    uri: axum::http::Uri,
+    mut headers: HeaderMap,
+    body: String,
+) -> Response {
+    let versioned = uri.query().is_some_and(|q| {
+        q.split('&')
+            .any(|p| p.strip_prefix("api-version=").is_some_and(|v| !v.is_empty()))
+    });
+    if !versioned {
+        let body = json!({"error": {"code": "404", "message": "Resource not found"}});
+        return (StatusCode::NOT_FOUND, Json(body)).into_response();
+    }
+    let Some(key) = headers.remove("api-key").filter(|k| !k.is_empty()) else {
+        let body = json!({"error": {"code": "401", "message": "Access denied due to invalid subscription key or wrong API endpoint."}});
+        return (StatusCode::UNAUTHORIZED, Json(body)).into_response();
+    };
+    if headers.contains_key("authorization") {
+        return openai_error(
+            400,
+            "Give the key in api-key or a token in Authorization, not both.",
+            None,
+        );
+    }
+    let bearer = format!("Bearer {}", key.to_str().unwrap_or_default());
+    headers.insert("authorization", bearer.parse().unwrap());
+    openai(State(state), headers, body).await
+}
 
 async fn openai(State(state): State<Arc<StrictState>>, headers: HeaderMap, body: String) -> Response {
     let b: Value = match serde_json::from_str(&body) {
