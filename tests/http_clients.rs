@@ -524,8 +524,9 @@ fn azure_openai_settings_are_checked() {
     assert_eq!(azure(&|_| {}), "");
     assert_eq!(azure(&|p| p.api_version = Some("2024-10-21".into())), "");
     type Change<'a> = &'a dyn Fn(&mut ProviderConfig);
-    let cases: [(Change, &str); 5] = [
+    let cases: [(Change, &str); 6] = [
         (&|p| p.base_url = None, "providers.azure.base_url"),
+        (&|p| p.base_url = Some("https://".into()), "providers.azure.base_url"),
         (&|p| p.api_key_env = None, "providers.azure.api_key_env"),
         (
             &|p| p.entra_token_env = Some("T".into()),

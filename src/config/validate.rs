@@ -80,7 +80,10 @@ impl Config {
             Self::check_azure(name, p, c)?;
             if p.kind != ProviderKind::Mock {
                 match &p.base_url {
-                    Some(u) if !(u.starts_with("http://") || u.starts_with("https://")) => {
+                    Some(u)
+                        if !(u.starts_with("http://") || u.starts_with("https://"))
+                            || reqwest::Url::parse(u).is_err() =>
+                    {
                         return Err(c.bad(format!("providers.{name}.base_url"), NOT_HTTP.into()));
                     }
                     None if p.kind == ProviderKind::AzureOpenai => {
