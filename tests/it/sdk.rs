@@ -99,29 +99,29 @@ async fn run_script_with(python: &str, script: &str, base: &str, env: &[(&str, &
     }
 }
 
+/// What `openai_sdk.py` checks: an agent's calls, plain and streamed, with tools.
+const OPENAI_SDK_CHECKS: &[&str] = &[
+    "plain completion + headers",
+    "stream with usage",
+    "tool loop",
+    "streamed tool call",
+];
+
+/// What `anthropic_sdk.py` checks.
+const ANTHROPIC_SDK_CHECKS: &[&str] = &[
+    "plain message",
+    "streamed message",
+    "tool_use loop",
+    "streamed tool_use",
+];
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_official_sdks_run_their_agents_through_the_gateway() {
     let Some(python) = python() else { return };
     let (base, runner) = gateway(Config::default()).await;
     for (script, checks) in [
-        (
-            "openai_sdk.py",
-            &[
-                "plain completion + headers",
-                "stream with usage",
-                "tool loop",
-                "streamed tool call",
-            ][..],
-        ),
-        (
-            "anthropic_sdk.py",
-            &[
-                "plain message",
-                "streamed message",
-                "tool_use loop",
-                "streamed tool_use",
-            ],
-        ),
+        ("openai_sdk.py", OPENAI_SDK_CHECKS),
+        ("anthropic_sdk.py", ANTHROPIC_SDK_CHECKS),
         (
             "agents_sdk.py",
             &[
@@ -177,24 +177,8 @@ async fn the_official_sdks_run_their_agents_through_the_gateway_to_azure() {
     })
     .await;
     for (script, checks) in [
-        (
-            "openai_sdk.py",
-            &[
-                "plain completion + headers",
-                "stream with usage",
-                "tool loop",
-                "streamed tool call",
-            ][..],
-        ),
-        (
-            "anthropic_sdk.py",
-            &[
-                "plain message",
-                "streamed message",
-                "tool_use loop",
-                "streamed tool_use",
-            ],
-        ),
+        ("openai_sdk.py", OPENAI_SDK_CHECKS),
+        ("anthropic_sdk.py", ANTHROPIC_SDK_CHECKS),
     ] {
         run_script(&python, script, &base, checks).await;
     }
