@@ -25,6 +25,9 @@ pub enum ProviderKind {
     /// (`/openai/v1/…`) or, with `api_version`, the deployment URLs
     /// (`/openai/deployments/NAME/…?api-version=…`).
     AzureOpenai,
+    /// Google's Gemini API: `models/{model}:generateContent` under a
+    /// versioned base URL, the key in `x-goog-api-key`.
+    Gemini,
 }
 
 impl ProviderKind {
@@ -34,6 +37,7 @@ impl ProviderKind {
             ProviderKind::Openai => Some("https://api.openai.com"),
             ProviderKind::Anthropic => Some("https://api.anthropic.com"),
             ProviderKind::Deepseek => Some("https://api.deepseek.com"),
+            ProviderKind::Gemini => Some("https://generativelanguage.googleapis.com/v1beta"),
             ProviderKind::Mock | ProviderKind::OpenaiCompatible | ProviderKind::AzureOpenai => None,
         }
     }

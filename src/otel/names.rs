@@ -24,6 +24,7 @@ impl Names {
             Some(ProviderKind::Deepseek) => "deepseek".to_string(),
             // The OpenTelemetry GenAI conventions' name for Azure OpenAI.
             Some(ProviderKind::AzureOpenai) => "az.ai.openai".to_string(),
+            Some(ProviderKind::Gemini) => "gcp.gemini".to_string(),
             // A mock or any OpenAI-compatible server: its own name.
             _ => provider.to_string(),
         };

@@ -2,6 +2,7 @@
 //! classification, bounded body reads, and building the configured clients.
 
 use super::anthropic::AnthropicClient;
+use super::gemini::GeminiClient;
 use super::openai::{Deployments, KeyHeader, OpenAiClient};
 use super::{ErrorKind, Provider, ProviderError};
 use crate::clock::Clock;
@@ -259,6 +260,8 @@ pub fn build(
             ProviderKind::Anthropic => "/v1/messages",
             ProviderKind::Deepseek => "/chat/completions",
             ProviderKind::AzureOpenai => "/openai/v1/chat/completions",
+            // The base names the API's version; each call its model.
+            ProviderKind::Gemini => "",
             _ if base.ends_with("/v1") => "/chat/completions",
             _ => "/v1/chat/completions",
         };
@@ -271,6 +274,7 @@ pub fn build(
         };
         let provider: Arc<dyn Provider> = match kind {
             ProviderKind::Anthropic => Arc::new(AnthropicClient::new(http.clone(), ep, clock)),
+            ProviderKind::Gemini => Arc::new(GeminiClient::new(http.clone(), ep, clock)),
             ProviderKind::Deepseek => Arc::new(OpenAiClient::new(http.clone(), ep, Dialect::DeepSeek, clock)),
             ProviderKind::Openai => Arc::new(OpenAiClient::new(http.clone(), ep, Dialect::OpenAi, clock)),
             ProviderKind::AzureOpenai => {
@@ -331,6 +335,9 @@ pub fn stream_error_kind(t: &str) -> ErrorKind {
 enum Reader {
     OpenAi,
     Anthropic(crate::wire::anthropic::EventReader),
+    /// Google's chunks, which no client takes as sent: their pieces carry
+    /// no bytes, so they are always written anew in the client's API.
+    Gemini(crate::wire::gemini::ChunkReader),
 }
 
 /// An SSE response body read as pieces: each event re-framed as it came
@@ -365,6 +372,26 @@ impl SseStream {
         idle: Duration,
         kind: crate::wire::Api,
     ) -> Self {
+        let reader = match kind {
+            crate::wire::Api::Chat | crate::wire::Api::Responses => Reader::OpenAi,
+            crate::wire::Api::Messages => Reader::Anthropic(Default::default()),
+        };
+        Self::reading(provider, (resp, fd), idle, kind, reader)
+    }
+
+    /// Reads `resp` as Google's `streamGenerateContent?alt=sse`.
+    pub fn gemini(provider: &str, resp: (reqwest::Response, crate::descriptors::Held), idle: Duration) -> Self {
+        let reader = Reader::Gemini(Default::default());
+        Self::reading(provider, resp, idle, crate::wire::Api::Chat, reader)
+    }
+
+    fn reading(
+        provider: &str,
+        (resp, fd): (reqwest::Response, crate::descriptors::Held),
+        idle: Duration,
+        kind: crate::wire::Api,
+        reader: Reader,
+    ) -> Self {
         Self {
             _fd: fd,
             provider: provider.to_string(),
@@ -374,10 +401,7 @@ impl SseStream {
             idle,
             idle_timer: None,
             waiting: false,
-            reader: match kind {
-                crate::wire::Api::Chat | crate::wire::Api::Responses => Reader::OpenAi,
-                crate::wire::Api::Messages => Reader::Anthropic(Default::default()),
-            },
+            reader,
             kind,
             seen_events: false,
             ended: false,
@@ -397,11 +421,15 @@ impl SseStream {
             SseItem::Event(ev) => ev,
         };
         self.seen_events = true;
-        let mut raw = Vec::with_capacity(ev.data.len() + 32);
-        crate::wire::sse::write_event(ev.event.as_deref(), &ev.data, &mut raw);
+        let mut raw = Vec::new();
+        if !matches!(self.reader, Reader::Gemini(_)) {
+            raw.reserve(ev.data.len() + 32);
+            crate::wire::sse::write_event(ev.event.as_deref(), &ev.data, &mut raw);
+        }
         let deltas = match &mut self.reader {
             Reader::OpenAi => crate::wire::openai::decode_chunk(&ev.data),
             Reader::Anthropic(r) => r.read(ev.event.as_deref().unwrap_or(""), &ev.data),
+            Reader::Gemini(r) => r.read(&ev.data),
         };
         match deltas {
             Ok(deltas) => Ok(super::Piece {

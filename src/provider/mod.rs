@@ -3,6 +3,7 @@
 
 pub mod anthropic;
 pub mod fault;
+pub mod gemini;
 pub mod http;
 pub mod mock;
 pub mod openai;

@@ -1,6 +1,6 @@
 //! The providers' wire formats: OpenAI chat completions and responses,
-//! Anthropic messages, Server-Sent Events and rate-limit headers, read and
-//! written.
+//! Anthropic messages, Google's generateContent, Server-Sent Events and
+//! rate-limit headers, read and written.
 //! The HTTP clients, the mock server and the gateway all speak through this
 //! module, so what one writes the others read.
 //!
@@ -12,6 +12,7 @@
 
 pub mod anthropic;
 pub mod fusebox;
+pub mod gemini;
 pub mod headers;
 pub mod message;
 pub mod openai;
