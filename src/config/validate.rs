@@ -102,9 +102,15 @@ impl Config {
                     }
                     // The hosted API itself takes no call without a key.
                     None if p.api_key_env.is_none() => {
+                        let example = match p.kind {
+                            ProviderKind::Anthropic => "ANTHROPIC_API_KEY",
+                            ProviderKind::Deepseek => "DEEPSEEK_API_KEY",
+                            ProviderKind::Gemini => "GEMINI_API_KEY",
+                            _ => "OPENAI_API_KEY",
+                        };
                         return Err(c.bad(
                             format!("providers.{name}.api_key_env"),
-                            "the hosted API needs a key: name the environment variable that holds it, e.g. \"OPENAI_API_KEY\"".into(),
+                            format!("the hosted API needs a key: name the environment variable that holds it, e.g. \"{example}\""),
                         ));
                     }
                     _ => {}

@@ -86,6 +86,12 @@ pub fn clients(cfg: &Config, base: &str, clock: Clock) -> HashMap<String, Arc<dy
         };
         let c: Arc<dyn Provider> = if anthropic {
             Arc::new(AnthropicClient::new(http.clone(), ep, clock))
+        } else if p.kind == fusebox::config::ProviderKind::Gemini {
+            let ep = Endpoint {
+                url: format!("{base}/v1beta"),
+                ..ep
+            };
+            Arc::new(fusebox::provider::gemini::GeminiClient::new(http.clone(), ep, clock))
         } else {
             Arc::new(OpenAiClient::new(http.clone(), ep, Dialect::Compatible, clock))
         };
@@ -829,8 +835,17 @@ fn any_valid_request_reaches_the_upstream_as_sent_but_its_model() {
 async fn the_agent_loop_converses_with_real_apis_as_an_agent_does() {
     use fusebox::outcome::Level;
     use fusebox::request::AgentRequest;
-    for (route, api) in [("default", Api::OpenAi), ("claude-first", Api::Anthropic)] {
-        let p = Proxy::start(config(ROUTES)).await;
+    let routes = format!(
+        "{ROUTES}[providers.gemini]\nkind = \"gemini\"\nbase_url = \"http://unused\"\n[models.gemini-flash]\nprovider = \"gemini\"\n\
+         api_name = \"gemini-2.5-flash\"\ninput_per_m = 0.3\noutput_per_m = 2.5\n\
+         [routes.gemini-first]\nchain = [\"gemini-flash\", \"gpt-4o\"]\n"
+    );
+    for (route, api) in [
+        ("default", Api::OpenAi),
+        ("claude-first", Api::Anthropic),
+        ("gemini-first", Api::Gemini),
+    ] {
+        let p = Proxy::start(config(&routes)).await;
         let req = AgentRequest {
             id: 1,
             user: "alice".into(),
@@ -854,15 +869,24 @@ async fn the_agent_loop_converses_with_real_apis_as_an_agent_does() {
         assert!(received.iter().all(|r| r.status == 200), "{received:?}");
         let bodies = p.upstream.bodies(api);
         assert_eq!(bodies.len(), 2, "one tool call, then the answer");
-        let second = bodies[1]["messages"].as_array().unwrap();
+        let second = &bodies[1];
         match api {
             Api::OpenAi => {
-                assert_eq!(second[2]["tool_calls"][0]["id"], "call_abc123");
-                assert_eq!(second[3]["tool_call_id"], "call_abc123");
+                assert_eq!(second["messages"][2]["tool_calls"][0]["id"], "call_abc123");
+                assert_eq!(second["messages"][3]["tool_call_id"], "call_abc123");
             }
             Api::Anthropic => {
-                assert_eq!(second[1]["content"][0]["id"], "toolu_abc123");
-                assert_eq!(second[2]["content"][0]["tool_use_id"], "toolu_abc123");
+                assert_eq!(second["messages"][1]["content"][0]["id"], "toolu_abc123");
+                assert_eq!(second["messages"][2]["content"][0]["tool_use_id"], "toolu_abc123");
+            }
+            Api::Gemini => {
+                // The call sent back with the signature the model gave it
+                // (the fake refuses it without), its result named for it.
+                let call = &second["contents"][1]["parts"][0];
+                assert_eq!(call["functionCall"]["name"], "get_order");
+                assert_eq!(call["thoughtSignature"], crate::common::strict_gemini::SIGNATURE);
+                assert_eq!(second["contents"][2]["parts"][0]["functionResponse"]["name"], "get_order");
+                assert_eq!(second["systemInstruction"]["parts"][0]["text"], "You are a support agent.");
             }
         }
     }

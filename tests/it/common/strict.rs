@@ -25,11 +25,13 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::Notify;
 
-/// The two APIs.
+/// The APIs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Api {
     OpenAi,
     Anthropic,
+    /// Google's generateContent ([`super::strict_gemini`]).
+    Gemini,
 }
 
 /// One request the fake received.
@@ -108,43 +110,70 @@ pub struct StrictState {
     /// Asked so, answer this instead (a model that begins again and goes
     /// its own way).
     pub instead: Mutex<Option<String>>,
+    /// Gemini blocks every prompt for safety (its HTTP 200 without candidates).
+    pub blocked: Mutex<bool>,
+}
+
+/// A failure the endpoint answers with before it answers, in no API's
+/// words (each endpoint says it in its own).
+pub(super) enum Fault {
+    /// 400 with this error object.
+    Refused(Value),
+    /// 503.
+    Down,
+    /// 429, with a delay in seconds when given.
+    RateLimited(Option<u64>),
+    /// 500.
+    ServerError,
 }
 
 impl Faults {
     /// The failure the next request gets, if any (counting it).
-    fn fail(&mut self) -> Option<Response> {
+    pub(super) fn take(&mut self) -> Option<Fault> {
         if let Some(e) = &self.refuse {
-            return Some((StatusCode::BAD_REQUEST, Json(json!({ "error": e }))).into_response());
+            return Some(Fault::Refused(e.clone()));
         }
         if self.down_until.is_some_and(|t| std::time::Instant::now() < t) {
-            return Some(openai_error(503, "The server is overloaded.", None));
+            return Some(Fault::Down);
         }
         if self.rate_limited.0 > 0 {
             self.rate_limited.0 -= 1;
-            let mut r = (
-                StatusCode::TOO_MANY_REQUESTS,
-                Json(json!({"error": {"message": "Rate limit reached for requests", "type": "requests", "param": null, "code": "rate_limit_exceeded"}})),
-            )
-                .into_response();
-            if let Some(s) = self.rate_limited.1 {
-                r.headers_mut().insert("retry-after", s.into());
-            }
-            return Some(r);
+            return Some(Fault::RateLimited(self.rate_limited.1));
         }
         if self.server_errors > 0 {
             self.server_errors -= 1;
-            return Some(openai_error(
+            return Some(Fault::ServerError);
+        }
+        None
+    }
+
+    /// The failure the next request gets, in OpenAI's words.
+    fn fail(&mut self) -> Option<Response> {
+        Some(match self.take()? {
+            Fault::Refused(e) => (StatusCode::BAD_REQUEST, Json(json!({ "error": e }))).into_response(),
+            Fault::Down => openai_error(503, "The server is overloaded.", None),
+            Fault::RateLimited(after) => {
+                let mut r = (
+                    StatusCode::TOO_MANY_REQUESTS,
+                    Json(json!({"error": {"message": "Rate limit reached for requests", "type": "requests", "param": null, "code": "rate_limit_exceeded"}})),
+                )
+                    .into_response();
+                if let Some(s) = after {
+                    r.headers_mut().insert("retry-after", s.into());
+                }
+                r
+            }
+            Fault::ServerError => openai_error(
                 500,
                 "The server had an error while processing your request.",
                 None,
-            ));
-        }
-        None
+            ),
+        })
     }
 }
 
 impl StrictState {
-    fn is_down(&self, api: Api, body: &Value) -> bool {
+    pub(super) fn is_down(&self, api: Api, body: &Value) -> bool {
         self.down.lock().contains(&api)
             || body["model"]
                 .as_str()
@@ -167,6 +196,8 @@ impl Strict {
             .route("/v1/chat/completions", post(openai))
             .route("/openai/deployments/{deployment}/chat/completions", post(azure))
             .route("/v1/messages", post(anthropic))
+            .route("/v1beta/models/{call}", post(super::strict_gemini::gemini))
+            .route("/v1/models/{call}", post(super::strict_gemini::gemini))
             .with_state(state.clone());
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
@@ -422,21 +453,22 @@ fn openai_call(b: &Value, input: &str) -> Value {
 
 /// What the model does with a conversation: `(tool call?, text)`.
 /// The tool the model calls: the first one offered.
-fn called(api: Api, b: &Value) -> String {
+pub(super) fn called(api: Api, b: &Value) -> String {
     let t = &b["tools"][0];
     let name = match api {
         Api::OpenAi if t["type"] == "custom" => &t["custom"]["name"],
-        Api::OpenAi => &t["function"]["name"],
+        // A Gemini conversation is read in its OpenAI form.
+        Api::OpenAi | Api::Gemini => &t["function"]["name"],
         Api::Anthropic => &t["name"],
     };
     name.as_str().unwrap_or("get_order").to_string()
 }
 
-fn decide(state: &StrictState, api: Api, b: &Value) -> (bool, String) {
+pub(super) fn decide(state: &StrictState, api: Api, b: &Value) -> (bool, String) {
     let messages = b["messages"].as_array().cloned().unwrap_or_default();
     let last = messages.last().cloned().unwrap_or(Value::Null);
     let tool_result = match api {
-        Api::OpenAi => (last["role"] == "tool").then(|| last["content"].as_str().unwrap_or("").to_string()),
+        Api::OpenAi | Api::Gemini => (last["role"] == "tool").then(|| last["content"].as_str().unwrap_or("").to_string()),
         Api::Anthropic => last["content"].as_array().and_then(|bl| {
             bl.iter()
                 .find(|x| x["type"] == "tool_result")
@@ -451,7 +483,7 @@ fn decide(state: &StrictState, api: Api, b: &Value) -> (bool, String) {
         return (false, format!("The order service says: {result}"));
     }
     let choice_none = match api {
-        Api::OpenAi => b["tool_choice"] == "none",
+        Api::OpenAi | Api::Gemini => b["tool_choice"] == "none",
         Api::Anthropic => b["tool_choice"]["type"] == "none",
     };
     let tools = b["tools"].as_array().is_some_and(|t| !t.is_empty());
@@ -489,7 +521,7 @@ fn decide(state: &StrictState, api: Api, b: &Value) -> (bool, String) {
     (tools && !choice_none, text)
 }
 
-fn words(text: &str) -> Vec<String> {
+pub(super) fn words(text: &str) -> Vec<String> {
     let mut out = Vec::new();
     let mut cur = String::new();
     for c in text.chars() {
@@ -504,7 +536,7 @@ fn words(text: &str) -> Vec<String> {
     out
 }
 
-const CALL_ARGS: &str = r#"{"order_id":"38100"}"#;
+pub(super) const CALL_ARGS: &str = r#"{"order_id":"38100"}"#;
 /// A custom tool's call input: free text, not JSON.
 pub const CUSTOM_INPUT: &str = "SELECT status FROM orders WHERE id = 38100";
 
@@ -663,11 +695,11 @@ async fn openai(State(state): State<Arc<StrictState>>, headers: HeaderMap, body:
 
 /// A stream: `head` at once, `content` one chunk per gap (held or cut as
 /// the plan says), then `tail`.
-fn stream_body(state: &StrictState, api: Api, head: Vec<String>, content: Vec<String>, tail: Vec<String>) -> Response {
+pub(super) fn stream_body(state: &StrictState, api: Api, head: Vec<String>, content: Vec<String>, tail: Vec<String>) -> Response {
     let plan = state.stream.lock();
     let reset_after = plan.reset_after.filter(|(a, _)| *a == api).map(|(_, n)| n);
     let (gap, hold) = (plan.gap, plan.hold.clone());
-    let pauses = if api == Api::OpenAi {
+    let pauses = if api != Api::Anthropic {
         plan.pauses.clone()
     } else {
         Vec::new()
