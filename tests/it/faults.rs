@@ -1,11 +1,13 @@
 //! The provider fault matrix: sixteen ways a provider breaks, each put
 //! behind `fusebox serve` (once with every option at its default, once as
-//! a careful operator configures it, and once with the primary on Azure
-//! OpenAI's deployment URLs), asked by the official OpenAI Python
-//! SDK with its own retries off, plain and streamed. The client gets the
-//! whole answer (or, refused by a content filter, the provider's error as
-//! it was sent), never an SDK exception or a cut answer presented as
-//! whole; the upstreams' logs show Retry-After honoured, no more than
+//! a careful operator configures it, and with the defaults once with the
+//! primary on Azure OpenAI's deployment URLs and once on Google's Gemini
+//! API, each fault in that API's own words), asked by the official OpenAI
+//! Python SDK with its own retries off, plain and streamed. The client
+//! gets the whole answer (or, refused by a content filter, the provider's
+//! error as it was sent; blocked by Gemini's safety filter, an answer that
+//! says `content_filter`), never an SDK exception or a cut answer
+//! presented as whole; the upstreams' logs show Retry-After honoured, no more than
 //! three attempts on a failing model, and none against a model that said
 //! not to try again; the usage the client is told adds up to what was
 //! charged.
@@ -118,11 +120,30 @@ async fn silent() -> (String, std::sync::Arc<std::sync::atomic::AtomicU32>) {
     (url, count)
 }
 
+/// The API the primary model is reached by.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Primary {
+    OpenAi,
+    /// Azure OpenAI's deployment URLs.
+    Azure,
+    /// Google's Gemini API.
+    Gemini,
+}
+
+impl Primary {
+    /// The strict fake's endpoint it reaches.
+    fn api(self) -> Api {
+        match self {
+            Primary::OpenAi | Primary::Azure => Api::OpenAi,
+            Primary::Gemini => Api::Gemini,
+        }
+    }
+}
+
 /// One fault behind one gateway, asked plainly or streamed.
 struct Case {
     fault: Fault,
-    /// The primary is Azure OpenAI (its deployment URLs), not OpenAI.
-    azure: bool,
+    primary: Primary,
     careful: bool,
     stream: bool,
     upstream: Strict,
@@ -135,21 +156,27 @@ impl Case {
     fn id(&self) -> String {
         format!(
             "{}{:?}/{}/{}",
-            if self.azure { "azure/" } else { "" },
+            match self.primary {
+                Primary::OpenAi => "",
+                Primary::Azure => "azure/",
+                Primary::Gemini => "gemini/",
+            },
             self.fault,
             if self.careful { "careful" } else { "defaults" },
             if self.stream { "streamed" } else { "plain" }
         )
     }
 
-    async fn start(fault: Fault, azure: bool, careful: bool, stream: bool, dir: &std::path::Path) -> Case {
+    async fn start(fault: Fault, to: Primary, careful: bool, stream: bool, dir: &std::path::Path) -> Case {
         let upstream = Strict::start().await;
         *upstream.state.text.lock() = text();
         *upstream.state.continues.lock() = true;
-        let mut primary = match azure {
-            true => upstream.base(),
-            false => format!("{}/v1", upstream.base()),
+        let mut primary = match to {
+            Primary::OpenAi => format!("{}/v1", upstream.base()),
+            Primary::Azure => upstream.base(),
+            Primary::Gemini => format!("{}/v1beta", upstream.base()),
         };
+        let api = to.api();
         let mut sockets = None;
         {
             let mut plan = upstream.state.stream.lock();
@@ -158,19 +185,23 @@ impl Case {
                 Fault::RateLimitedRetryAfter => faults.rate_limited = (1, Some(2)),
                 Fault::RateLimited => faults.rate_limited = (1, None),
                 Fault::ServerErrorOnce => faults.server_errors = 1,
-                Fault::Down | Fault::DownAnsweredByFallback => upstream.set_down(Api::OpenAi, true),
+                Fault::Down | Fault::DownAnsweredByFallback => upstream.set_down(api, true),
                 Fault::ResetBeforeHeaders | Fault::Silent => {}
                 Fault::FirstTokenAfter20s => plan.pauses = vec![(0, Duration::from_secs(20))],
-                Fault::CutAfter40 | Fault::CutFallbackWithoutPrefill => plan.reset_after = Some((Api::OpenAi, 40)),
+                Fault::CutAfter40 | Fault::CutFallbackWithoutPrefill => plan.reset_after = Some((api, 40)),
                 Fault::Stall30s => plan.pauses = vec![(20, Duration::from_secs(30))],
                 Fault::Malformed => plan.malformed_after = Some(10),
                 Fault::NoTerminator => plan.no_terminator = true,
+                Fault::ContextLength if to == Primary::Gemini => {
+                    faults.refuse = Some(json!({"message": "The input token count (1130412) exceeds the maximum number of tokens allowed (1048576)."}))
+                }
                 Fault::ContextLength => {
                     faults.refuse = Some(
                         json!({"message": "This model's maximum context length is 128000 tokens. However, your messages resulted in 130412 tokens.",
                                                 "type": "invalid_request_error", "param": "messages", "code": "context_length_exceeded"}),
                     )
                 }
+                Fault::ContentFilter if to == Primary::Gemini => *upstream.state.blocked.lock() = true,
                 Fault::ContentFilter => faults.refuse = Some(filtered()),
                 Fault::DownFor60s => faults.down_until = Some(Instant::now() + DOWN),
             }
@@ -192,9 +223,10 @@ impl Case {
         } else {
             ("", "", "")
         };
-        let kind = match azure {
-            true => "kind = \"azure-openai\"\napi_version = \"2024-10-21\"",
-            false => "kind = \"openai-compatible\"",
+        let kind = match to {
+            Primary::OpenAi => "kind = \"openai-compatible\"",
+            Primary::Azure => "kind = \"azure-openai\"\napi_version = \"2024-10-21\"",
+            Primary::Gemini => "kind = \"gemini\"",
         };
         let cfg = format!(
             "[providers.openai]\n{kind}\nbase_url = \"{primary}\"\napi_key_env = \"STRICT_KEY\"\n{p}\
@@ -205,7 +237,7 @@ impl Case {
              [routes.default]\nchain = [\"gpt-4o\", \"claude-haiku\"]\n{rest}",
             upstream.base()
         );
-        let path = dir.join(format!("{:?}-{azure}-{careful}-{stream}.toml", fault));
+        let path = dir.join(format!("{fault:?}-{to:?}-{careful}-{stream}.toml"));
         std::fs::write(&path, cfg).unwrap();
         let serve = tokio::task::spawn_blocking(move || {
             Serve::start_with_env(&["--config", &path.display().to_string()], &[("STRICT_KEY", "sk-test")])
@@ -214,7 +246,7 @@ impl Case {
         .unwrap();
         Case {
             fault,
-            azure,
+            primary: to,
             careful,
             stream,
             upstream,
@@ -233,7 +265,12 @@ impl Case {
     fn primary_attempts(&self) -> usize {
         match &self.sockets {
             Some(c) => c.load(std::sync::atomic::Ordering::SeqCst) as usize,
-            None => self.upstream.received().iter().filter(|r| r.api == Api::OpenAi).count(),
+            None => self
+                .upstream
+                .received()
+                .iter()
+                .filter(|r| r.api == self.primary.api())
+                .count(),
         }
     }
 
@@ -259,6 +296,18 @@ impl Case {
         let fail = |why: String| Err(format!("{id}: {why}; the client got {}", brief(got)));
         let expected = text();
         let requests = got.len();
+        if self.fault == Fault::ContentFilter && self.primary == Primary::Gemini {
+            // A blocked prompt is Gemini's answer, not an error: the
+            // client is told so, and no other model is asked.
+            let [g] = got else { return fail("one answer".into()) };
+            if g.get("error").is_some() || g["finish"] != "content_filter" || g["text"].as_str().is_some_and(|t| !t.is_empty()) {
+                return fail("not an empty answer filtered".into());
+            }
+            if !self.upstream.bodies(Api::Anthropic).is_empty() || self.primary_attempts() != 1 {
+                return fail("a blocked prompt was asked again, or of another model".into());
+            }
+            return Ok(());
+        }
         if self.fault == Fault::ContentFilter {
             let [g] = got else { return fail("one answer".into()) };
             let body = if g["body"]["error"].is_object() {
@@ -304,7 +353,7 @@ impl Case {
             .upstream
             .received()
             .into_iter()
-            .filter(|r| r.api == Api::OpenAi)
+            .filter(|r| r.api == self.primary.api())
             .collect();
         match self.fault {
             Fault::RateLimitedRetryAfter => {
@@ -374,10 +423,15 @@ async fn every_provider_fault_ends_in_a_whole_answer_for_the_official_sdk() {
     let mut cases = Vec::new();
     for fault in FAULTS {
         // OpenAI with the defaults and as a careful operator configures
-        // it; Azure OpenAI (its deployment URLs) with the defaults.
-        for (azure, careful) in [(false, false), (false, true), (true, false)] {
+        // it; Azure OpenAI (its deployment URLs) and Gemini with the defaults.
+        for (to, careful) in [
+            (Primary::OpenAi, false),
+            (Primary::OpenAi, true),
+            (Primary::Azure, false),
+            (Primary::Gemini, false),
+        ] {
             for stream in [false, true] {
-                cases.push(Case::start(fault, azure, careful, stream, dir.path()).await);
+                cases.push(Case::start(fault, to, careful, stream, dir.path()).await);
             }
         }
     }

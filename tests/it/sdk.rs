@@ -160,6 +160,26 @@ async fn the_azure_fake_speaks_what_the_official_azure_clients_send() {
     run_script(&python, "azure_fake.py", &format!("http://{addr}"), &checks).await;
 }
 
+/// The strict fake's Gemini API answers what Google's official
+/// `google-genai` SDK sends, and refuses what Google refuses, in words the
+/// SDK reads (its errors' code, status and details).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_gemini_fake_speaks_what_the_official_google_sdk_sends() {
+    let Some(python) = python() else { return };
+    let fake = crate::common::strict::Strict::start().await;
+    fake.state.faults.lock().rate_limited = (1, Some(7));
+    let checks = [
+        "quota error with its retry delay",
+        "plain",
+        "streamed",
+        "tool loop",
+        "call without its signature refused",
+        "v1 path",
+        "invalid key refused",
+    ];
+    run_script(&python, "gemini_fake.py", &fake.base(), &checks).await;
+}
+
 /// The OpenAI and Anthropic SDKs' agent loops through the gateway to
 /// models on Azure OpenAI (the route's first provider made an
 /// `azure-openai` one at its deployment URLs), every call answered there.
@@ -187,6 +207,47 @@ async fn the_official_sdks_run_their_agents_through_the_gateway_to_azure() {
     let azure = runner.providers().iter().find(|p| p.name == "openai").unwrap();
     let stats = &runner.registry().get(azure.target).stats;
     assert!(stats.ok.get() > 0, "the calls reached Azure");
+}
+
+/// The OpenAI and Anthropic SDKs' agent loops through the gateway to a
+/// model on Google's Gemini API (the route's first provider made a
+/// `gemini` one on the strict fake, which refuses a call sent back without
+/// its thought signature), every call answered there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_official_sdks_run_their_agents_through_the_gateway_to_gemini() {
+    let Some(python) = python() else { return };
+    let fake = crate::common::strict::Strict::start().await;
+    // SAFETY of the test: the variable name is unique to this test.
+    unsafe { std::env::set_var("FUSEBOX_TEST_SDK_GEMINI_KEY", "gemini-key") };
+    let (base, runner) = gateway_on(Config::default(), |cfg, _| {
+        let p = cfg.providers.get_mut("openai").unwrap();
+        p.kind = fusebox::config::ProviderKind::Gemini;
+        p.base_url = Some(format!("{}/v1beta", fake.base()));
+        p.api_key_env = Some("FUSEBOX_TEST_SDK_GEMINI_KEY".into());
+    })
+    .await;
+    for (script, checks) in [
+        ("openai_sdk.py", OPENAI_SDK_CHECKS),
+        ("anthropic_sdk.py", ANTHROPIC_SDK_CHECKS),
+    ] {
+        run_script(&python, script, &base, checks).await;
+    }
+    let [.., failed] = runner.by_level();
+    assert_eq!(failed, 0, "every SDK call was answered");
+    let received = fake.received();
+    assert!(
+        received.iter().all(|r| r.status == 200),
+        "the fake refused a call: {:?}",
+        received.iter().find(|r| r.status != 200)
+    );
+    let loops = received
+        .iter()
+        .filter(|r| r.body.to_string().contains("functionResponse"))
+        .count();
+    assert!(loops >= 2, "both SDKs' tool loops reached Gemini ({loops} calls with a tool result)");
+    let gemini = runner.providers().iter().find(|p| p.name == "openai").unwrap();
+    let stats = &runner.registry().get(gemini.target).stats;
+    assert!(stats.ok.get() > 0, "the calls reached Gemini");
 }
 
 /// The MCP Python SDK and an Agents SDK agent with MCP tools, through
