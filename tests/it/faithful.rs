@@ -885,8 +885,14 @@ async fn the_agent_loop_converses_with_real_apis_as_an_agent_does() {
                 let call = &second["contents"][1]["parts"][0];
                 assert_eq!(call["functionCall"]["name"], "get_order");
                 assert_eq!(call["thoughtSignature"], crate::common::strict_gemini::SIGNATURE);
-                assert_eq!(second["contents"][2]["parts"][0]["functionResponse"]["name"], "get_order");
-                assert_eq!(second["systemInstruction"]["parts"][0]["text"], "You are a support agent.");
+                assert_eq!(
+                    second["contents"][2]["parts"][0]["functionResponse"]["name"],
+                    "get_order"
+                );
+                assert_eq!(
+                    second["systemInstruction"]["parts"][0]["text"],
+                    "You are a support agent."
+                );
             }
         }
     }

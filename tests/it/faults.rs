@@ -193,7 +193,9 @@ impl Case {
                 Fault::Malformed => plan.malformed_after = Some(10),
                 Fault::NoTerminator => plan.no_terminator = true,
                 Fault::ContextLength if to == Primary::Gemini => {
-                    faults.refuse = Some(json!({"message": "The input token count (1130412) exceeds the maximum number of tokens allowed (1048576)."}))
+                    faults.refuse = Some(
+                        json!({"message": "The input token count (1130412) exceeds the maximum number of tokens allowed (1048576)."}),
+                    )
                 }
                 Fault::ContextLength => {
                     faults.refuse = Some(
@@ -300,7 +302,10 @@ impl Case {
             // A blocked prompt is Gemini's answer, not an error: the
             // client is told so, and no other model is asked.
             let [g] = got else { return fail("one answer".into()) };
-            if g.get("error").is_some() || g["finish"] != "content_filter" || g["text"].as_str().is_some_and(|t| !t.is_empty()) {
+            if g.get("error").is_some()
+                || g["finish"] != "content_filter"
+                || g["text"].as_str().is_some_and(|t| !t.is_empty())
+            {
                 return fail("not an empty answer filtered".into());
             }
             if !self.upstream.bodies(Api::Anthropic).is_empty() || self.primary_attempts() != 1 {

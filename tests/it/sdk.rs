@@ -244,7 +244,10 @@ async fn the_official_sdks_run_their_agents_through_the_gateway_to_gemini() {
         .iter()
         .filter(|r| r.body.to_string().contains("functionResponse"))
         .count();
-    assert!(loops >= 2, "both SDKs' tool loops reached Gemini ({loops} calls with a tool result)");
+    assert!(
+        loops >= 2,
+        "both SDKs' tool loops reached Gemini ({loops} calls with a tool result)"
+    );
     let gemini = runner.providers().iter().find(|p| p.name == "openai").unwrap();
     let stats = &runner.registry().get(gemini.target).stats;
     assert!(stats.ok.get() > 0, "the calls reached Gemini");

@@ -69,7 +69,9 @@ pub fn parse_reply(v: &Value) -> Reply {
         ..Reply::default()
     };
     let candidate = v.pointer("/candidates/0");
-    let parts = candidate.and_then(|c| c.pointer("/content/parts")).and_then(Value::as_array);
+    let parts = candidate
+        .and_then(|c| c.pointer("/content/parts"))
+        .and_then(Value::as_array);
     for part in parts.into_iter().flatten() {
         if let Some(call) = call_of(part, &r.id, r.tool_calls.len() as u32) {
             r.tool_calls.push(call);
@@ -147,9 +149,15 @@ impl Status {
 
 /// An error answer's kind, message and retry delay (`http` is its status).
 pub fn error_of(http: u16, body: &[u8]) -> (ErrorKind, String, Option<Duration>) {
-    let read = serde_json::from_slice::<Value>(body).ok().and_then(|v| Status::read(&v));
+    let read = serde_json::from_slice::<Value>(body)
+        .ok()
+        .and_then(|v| Status::read(&v));
     match read {
-        Some(s) => (s.kind(http), format!("{} {}", s.status, s.message).trim().to_string(), s.retry_delay),
+        Some(s) => (
+            s.kind(http),
+            format!("{} {}", s.status, s.message).trim().to_string(),
+            s.retry_delay,
+        ),
         None => (
             ErrorKind::from_status(http),
             String::from_utf8_lossy(&body[..body.len().min(300)]).trim().to_string(),

@@ -149,7 +149,10 @@ fn render_messages(messages: &[Message]) -> Result<(Option<String>, Vec<Value>),
                     _ if m.is_error => json!({"error": text}),
                     _ => json!({"result": text}),
                 };
-                ("user", vec![json!({"functionResponse": {"name": name, "response": response}})])
+                (
+                    "user",
+                    vec![json!({"functionResponse": {"name": name, "response": response}})],
+                )
             }
         };
         if parts.is_empty() {
@@ -238,7 +241,10 @@ mod tests {
             b["toolConfig"],
             json!({"functionCallingConfig": {"mode": "ANY", "allowedFunctionNames": ["get_weather"]}})
         );
-        assert_eq!(b["tools"][0]["functionDeclarations"][0]["parametersJsonSchema"], json!({"type": "object"}));
+        assert_eq!(
+            b["tools"][0]["functionDeclarations"][0]["parametersJsonSchema"],
+            json!({"type": "object"})
+        );
     }
 
     /// What only another API can do is refused by name; structured output
@@ -255,7 +261,9 @@ mod tests {
         );
         let params = Params {
             needs: vec![("response_format", Api::Chat)],
-            response_format: Some(json!({"type": "json_schema", "json_schema": {"name": "a", "schema": {"type": "object"}}})),
+            response_format: Some(
+                json!({"type": "json_schema", "json_schema": {"name": "a", "schema": {"type": "object"}}}),
+            ),
             ..Params::default()
         };
         let b = render(&[Message::user("hi")], &[], &params).unwrap();
@@ -265,6 +273,8 @@ mod tests {
             source: ImageSource::Url("https://x/y.png".into()),
             detail: None,
         }])));
-        assert!(render(&[url], &[], &Params::default()).unwrap_err().contains("image URLs"));
+        assert!(render(&[url], &[], &Params::default())
+            .unwrap_err()
+            .contains("image URLs"));
     }
 }

@@ -50,7 +50,9 @@ impl ChunkReader {
             });
         }
         let candidate = v.pointer("/candidates/0");
-        let parts = candidate.and_then(|c| c.pointer("/content/parts")).and_then(Value::as_array);
+        let parts = candidate
+            .and_then(|c| c.pointer("/content/parts"))
+            .and_then(Value::as_array);
         for part in parts.into_iter().flatten() {
             if let Some(call) = call_of(part, &self.id, self.tools) {
                 let index = self.tools;

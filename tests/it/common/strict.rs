@@ -163,11 +163,7 @@ impl Faults {
                 }
                 r
             }
-            Fault::ServerError => openai_error(
-                500,
-                "The server had an error while processing your request.",
-                None,
-            ),
+            Fault::ServerError => openai_error(500, "The server had an error while processing your request.", None),
         })
     }
 }
@@ -468,7 +464,9 @@ pub(super) fn decide(state: &StrictState, api: Api, b: &Value) -> (bool, String)
     let messages = b["messages"].as_array().cloned().unwrap_or_default();
     let last = messages.last().cloned().unwrap_or(Value::Null);
     let tool_result = match api {
-        Api::OpenAi | Api::Gemini => (last["role"] == "tool").then(|| last["content"].as_str().unwrap_or("").to_string()),
+        Api::OpenAi | Api::Gemini => {
+            (last["role"] == "tool").then(|| last["content"].as_str().unwrap_or("").to_string())
+        }
         Api::Anthropic => last["content"].as_array().and_then(|bl| {
             bl.iter()
                 .find(|x| x["type"] == "tool_result")
@@ -695,7 +693,13 @@ async fn openai(State(state): State<Arc<StrictState>>, headers: HeaderMap, body:
 
 /// A stream: `head` at once, `content` one chunk per gap (held or cut as
 /// the plan says), then `tail`.
-pub(super) fn stream_body(state: &StrictState, api: Api, head: Vec<String>, content: Vec<String>, tail: Vec<String>) -> Response {
+pub(super) fn stream_body(
+    state: &StrictState,
+    api: Api,
+    head: Vec<String>,
+    content: Vec<String>,
+    tail: Vec<String>,
+) -> Response {
     let plan = state.stream.lock();
     let reset_after = plan.reset_after.filter(|(a, _)| *a == api).map(|(_, n)| n);
     let (gap, hold) = (plan.gap, plan.hold.clone());

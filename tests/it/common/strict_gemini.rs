@@ -123,7 +123,9 @@ fn check(b: &Value) -> Result<(), String> {
             }
             if let Some(f) = p.get("functionCall") {
                 if role != "model" || !f["name"].is_string() || !(f["args"].is_null() || f["args"].is_object()) {
-                    return Err(format!("{path}.functionCall: a model's call, with a name and args object"));
+                    return Err(format!(
+                        "{path}.functionCall: a model's call, with a name and args object"
+                    ));
                 }
                 if p["thoughtSignature"] != SIGNATURE {
                     return Err(format!(
@@ -161,10 +163,14 @@ fn check(b: &Value) -> Result<(), String> {
                 && name.len() <= 64
                 && name.chars().all(|c| c.is_ascii_alphanumeric() || "_.-".contains(c));
             if !ok {
-                return Err(format!("* GenerateContentRequest.tools[{i}].function_declarations[{j}].name: Invalid function name."));
+                return Err(format!(
+                    "* GenerateContentRequest.tools[{i}].function_declarations[{j}].name: Invalid function name."
+                ));
             }
             if d.get("parameters").is_some() && d.get("parametersJsonSchema").is_some() {
-                return Err(format!("tools[{i}].function_declarations[{j}]: parameters and parameters_json_schema cannot both be set"));
+                return Err(format!(
+                    "tools[{i}].function_declarations[{j}]: parameters and parameters_json_schema cannot both be set"
+                ));
             }
             if d["parameters"].get("additionalProperties").is_some() {
                 return Err(unknown(
@@ -176,7 +182,9 @@ fn check(b: &Value) -> Result<(), String> {
     }
     let mode = &b["toolConfig"]["functionCallingConfig"]["mode"];
     if !(mode.is_null() || ["AUTO", "ANY", "NONE", "VALIDATED"].contains(&mode.as_str().unwrap_or(""))) {
-        return Err(format!("Invalid value at 'tool_config.function_calling_config.mode' ({mode})"));
+        return Err(format!(
+            "Invalid value at 'tool_config.function_calling_config.mode' ({mode})"
+        ));
     }
     if let Some(g) = b.get("generationConfig") {
         let g = g.as_object().ok_or("generationConfig: not an object")?;
@@ -186,7 +194,10 @@ fn check(b: &Value) -> Result<(), String> {
         if g.contains_key("responseSchema") && g.contains_key("responseJsonSchema") {
             return Err("responseSchema and responseJsonSchema cannot both be set".into());
         }
-        if g.get("temperature").and_then(Value::as_f64).is_some_and(|t| !(0.0..=2.0).contains(&t)) {
+        if g.get("temperature")
+            .and_then(Value::as_f64)
+            .is_some_and(|t| !(0.0..=2.0).contains(&t))
+        {
             return Err("* GenerationConfig.temperature: must be in [0.0, 2.0]".into());
         }
     }
@@ -291,7 +302,12 @@ pub async fn gemini(
         .get("x-goog-api-key")
         .and_then(|v| v.to_str().ok())
         .map(str::to_string)
-        .or_else(|| query.split('&').find_map(|p| p.strip_prefix("key=")).map(str::to_string))
+        .or_else(|| {
+            query
+                .split('&')
+                .find_map(|p| p.strip_prefix("key="))
+                .map(str::to_string)
+        })
         .filter(|k| !k.is_empty());
     let Some(key) = key else {
         record(403);
@@ -350,7 +366,11 @@ pub async fn gemini(
         }
         let paused: Duration = state.stream.lock().pauses.iter().map(|p| p.1).sum();
         tokio::time::sleep(paused).await;
-        let parts = if call { json!([call_part()]) } else { json!([{"text": text}]) };
+        let parts = if call {
+            json!([call_part()])
+        } else {
+            json!([{"text": text}])
+        };
         let whole = chunk(parts, Some("STOP"), usage);
         if state.stream.lock().reset_after.is_some_and(|(a, _)| a == Api::Gemini) {
             let bytes = whole.to_string();
