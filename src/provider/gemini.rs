@@ -3,11 +3,11 @@
 //! are rendered and read by [`crate::wire::gemini`]. Google sends no
 //! rate-limit headers: a quota error's `RetryInfo` delay is its signal.
 
-use super::http::{open_stream, read_body, with_ids, Endpoint, SseStream};
+use super::http::{open_stream, read_body, stream_error_kind, with_ids, Endpoint, SseStream};
 use super::{ErrorKind, LlmRequest, LlmResponse, Opened, Provider, ProviderError, WireAnswer};
 use crate::clock::Clock;
 use crate::resilience::limiter::RateFeedback;
-use crate::wire::gemini::{error_of, parse_reply, render_request};
+use crate::wire::gemini::{parse_reply, render_request, Status};
 use crate::wire::Api;
 use reqwest::header::{HeaderName, HeaderValue};
 use serde_json::Value;
@@ -105,7 +105,23 @@ impl Provider for GeminiClient {
 /// delay as the limiter's retry-after. The body is not passed on (no
 /// client reads Google's errors); its message is.
 fn status_error(name: &str, status: u16, body: &[u8]) -> ProviderError {
-    let (kind, message, delay) = error_of(status, body);
+    let read = serde_json::from_slice::<Value>(body)
+        .ok()
+        .and_then(|v| Status::read(&v));
+    let (kind, message, delay) = match read {
+        Some(s) => {
+            let kind = match s.error_type() {
+                "api_error" => ErrorKind::from_status(status),
+                t => stream_error_kind(t),
+            };
+            (kind, s.said(), s.retry_delay)
+        }
+        None => (
+            ErrorKind::from_status(status),
+            String::from_utf8_lossy(&body[..body.len().min(300)]).trim().to_string(),
+            None,
+        ),
+    };
     let mut e = ProviderError::new(kind, Some(status), format!("{name}: HTTP {status}: {message}"));
     e.retry_after = delay;
     e.rate = RateFeedback {
@@ -114,4 +130,29 @@ fn status_error(name: &str, status: u16, body: &[u8]) -> ProviderError {
     }
     .boxed();
     e
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A quota error is rate limiting with its delay; an invalid key the
+    /// operator's (auth, not retried); a body that is no Status is read
+    /// by its HTTP status.
+    #[test]
+    fn error_answers_are_classified_by_what_google_says() {
+        let quota = br#"{"error":{"code":429,"message":"quota","status":"RESOURCE_EXHAUSTED","details":[{"@type":"type.googleapis.com/google.rpc.RetryInfo","retryDelay":"2s"}]}}"#;
+        let e = status_error("g", 429, quota);
+        assert_eq!(
+            (e.kind, e.retry_after),
+            (ErrorKind::RateLimited, Some(std::time::Duration::from_secs(2)))
+        );
+        assert!(e.body.is_none(), "no Google body is passed on");
+        let key = br#"{"error":{"code":400,"message":"API key not valid.","status":"INVALID_ARGUMENT","details":[{"@type":"type.googleapis.com/google.rpc.ErrorInfo","reason":"API_KEY_INVALID"}]}}"#;
+        assert_eq!(status_error("g", 400, key).kind, ErrorKind::Auth);
+        assert!(!ErrorKind::Auth.retryable());
+        assert_eq!(status_error("g", 503, b"<html>").kind, ErrorKind::Overloaded);
+        let internal = br#"{"error":{"code":500,"message":"x","status":"INTERNAL"}}"#;
+        assert_eq!(status_error("g", 500, internal).kind, ErrorKind::ServerError);
+    }
 }

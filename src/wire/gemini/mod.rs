@@ -12,7 +12,7 @@ mod reply;
 mod request;
 mod stream;
 
-pub use reply::{error_of, parse_reply, Status};
+pub use reply::{parse_reply, Status};
 pub use request::render_request;
 pub use stream::ChunkReader;
 

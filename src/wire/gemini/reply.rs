@@ -1,6 +1,5 @@
 //! `GenerateContentResponse` bodies and `google.rpc.Status` errors, read.
 
-use crate::provider::ErrorKind;
 use crate::wire::message::{ToolCall, ToolKind};
 use crate::wire::reply::{Finish, Reply, Usage};
 use serde_json::Value;
@@ -126,43 +125,27 @@ impl Status {
         Some(out)
     }
 
-    /// The error kind: the HTTP status's, made precise by what the body
-    /// names (an invalid key is a 400 that is the operator's to fix; a
-    /// prompt over the model's window a 400 that is too large).
-    pub fn kind(&self, http: u16) -> ErrorKind {
+    /// The error's type in the words fusebox classifies in-band errors by
+    /// (`rate_limit_error`, …; `api_error` for the rest, whose HTTP status
+    /// says): an invalid key is the operator's to fix, not the caller's; a
+    /// prompt over the model's window is too large.
+    pub fn error_type(&self) -> &'static str {
         match (self.status.as_str(), self.reason.as_str()) {
-            (_, "API_KEY_INVALID") | ("UNAUTHENTICATED" | "PERMISSION_DENIED", _) => ErrorKind::Auth,
-            ("RESOURCE_EXHAUSTED", _) => ErrorKind::RateLimited,
-            ("UNAVAILABLE", _) => ErrorKind::Overloaded,
+            (_, "API_KEY_INVALID") | ("UNAUTHENTICATED" | "PERMISSION_DENIED", _) => "authentication_error",
+            ("RESOURCE_EXHAUSTED", _) => "rate_limit_error",
+            ("UNAVAILABLE", _) => "overloaded_error",
             ("INVALID_ARGUMENT", _) if self.message.contains("exceeds the maximum number of tokens") => {
-                ErrorKind::TooLarge
+                "request_too_large"
             }
-            _ if http == 0 => match self.status.as_str() {
-                "INVALID_ARGUMENT" | "FAILED_PRECONDITION" => ErrorKind::BadRequest,
-                "NOT_FOUND" => ErrorKind::NotFound,
-                _ => ErrorKind::ServerError,
-            },
-            _ => ErrorKind::from_status(http),
+            ("INVALID_ARGUMENT" | "FAILED_PRECONDITION", _) => "invalid_request_error",
+            ("NOT_FOUND", _) => "not_found_error",
+            _ => "api_error",
         }
     }
-}
 
-/// An error answer's kind, message and retry delay (`http` is its status).
-pub fn error_of(http: u16, body: &[u8]) -> (ErrorKind, String, Option<Duration>) {
-    let read = serde_json::from_slice::<Value>(body)
-        .ok()
-        .and_then(|v| Status::read(&v));
-    match read {
-        Some(s) => (
-            s.kind(http),
-            format!("{} {}", s.status, s.message).trim().to_string(),
-            s.retry_delay,
-        ),
-        None => (
-            ErrorKind::from_status(http),
-            String::from_utf8_lossy(&body[..body.len().min(300)]).trim().to_string(),
-            None,
-        ),
+    /// What it says, for messages.
+    pub fn said(&self) -> String {
+        format!("{} {}", self.status, self.message).trim().to_string()
     }
 }
 
@@ -210,17 +193,16 @@ mod tests {
 
     /// A quota error says when to retry; an invalid key is the operator's.
     #[test]
-    fn errors_are_read_with_their_retry_delay_and_kind() {
+    fn errors_are_read_with_their_retry_delay_and_type() {
         let body = json!({"error": {"code": 429, "message": "You exceeded your current quota", "status": "RESOURCE_EXHAUSTED",
             "details": [{"@type": "type.googleapis.com/google.rpc.RetryInfo", "retryDelay": "37s"}]}});
-        let (kind, msg, delay) = error_of(429, body.to_string().as_bytes());
-        assert_eq!(kind, ErrorKind::RateLimited);
-        assert_eq!(msg, "RESOURCE_EXHAUSTED You exceeded your current quota");
-        assert_eq!(delay, Some(Duration::from_secs(37)));
+        let s = Status::read(&body).unwrap();
+        assert_eq!(s.error_type(), "rate_limit_error");
+        assert_eq!(s.said(), "RESOURCE_EXHAUSTED You exceeded your current quota");
+        assert_eq!(s.retry_delay, Some(Duration::from_secs(37)));
         let key = json!({"error": {"code": 400, "message": "API key not valid.", "status": "INVALID_ARGUMENT",
             "details": [{"@type": "type.googleapis.com/google.rpc.ErrorInfo", "reason": "API_KEY_INVALID"}]}});
-        assert_eq!(error_of(400, key.to_string().as_bytes()).0, ErrorKind::Auth);
-        assert_eq!(error_of(503, b"<html>").0, ErrorKind::Overloaded);
+        assert_eq!(Status::read(&key).unwrap().error_type(), "authentication_error");
         assert_eq!(duration("0.5s"), Some(Duration::from_millis(500)));
     }
 }

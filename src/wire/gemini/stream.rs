@@ -25,18 +25,9 @@ impl ChunkReader {
             return Err(StreamError::malformed(data));
         };
         if let Some(s) = Status::read(&v) {
-            let kind = match s.kind(0) {
-                crate::provider::ErrorKind::RateLimited => "rate_limit_error",
-                crate::provider::ErrorKind::Overloaded => "overloaded_error",
-                crate::provider::ErrorKind::BadRequest => "invalid_request_error",
-                crate::provider::ErrorKind::Auth => "authentication_error",
-                crate::provider::ErrorKind::NotFound => "not_found_error",
-                crate::provider::ErrorKind::TooLarge => "request_too_large",
-                _ => "api_error",
-            };
             return Err(StreamError {
-                kind: kind.into(),
-                message: format!("{} {}", s.status, s.message).trim().to_string(),
+                kind: s.error_type().into(),
+                message: s.said(),
             });
         }
         let mut out = SmallVec::new();
