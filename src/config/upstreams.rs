@@ -28,6 +28,9 @@ pub enum ProviderKind {
     /// Google's Gemini API: `models/{model}:generateContent` under a
     /// versioned base URL, the key in `x-goog-api-key`.
     Gemini,
+    /// Google's Vertex AI: Gemini's API under a project and location,
+    /// with access tokens made from a service-account key.
+    Vertex,
 }
 
 impl ProviderKind {
@@ -38,7 +41,10 @@ impl ProviderKind {
             ProviderKind::Anthropic => Some("https://api.anthropic.com"),
             ProviderKind::Deepseek => Some("https://api.deepseek.com"),
             ProviderKind::Gemini => Some("https://generativelanguage.googleapis.com/v1beta"),
-            ProviderKind::Mock | ProviderKind::OpenaiCompatible | ProviderKind::AzureOpenai => None,
+            // Vertex AI's host is its location's (see `vertex_base_url`).
+            ProviderKind::Mock | ProviderKind::OpenaiCompatible | ProviderKind::AzureOpenai | ProviderKind::Vertex => {
+                None
+            }
         }
     }
 
@@ -91,6 +97,16 @@ pub struct ProviderConfig {
     /// `2024-10-21`); none: the v1 API, which takes none.
     #[serde(default)]
     pub api_version: Option<String>,
+    /// Vertex AI: name of the environment variable holding the path of a
+    /// service-account key file (e.g. `GOOGLE_APPLICATION_CREDENTIALS`).
+    #[serde(default)]
+    pub credentials_env: Option<String>,
+    /// Vertex AI: the Google Cloud project.
+    #[serde(default)]
+    pub project: Option<String>,
+    /// Vertex AI: the location (`us-central1`, `europe-west4`, `global`).
+    #[serde(default)]
+    pub location: Option<String>,
     /// Use streaming responses (SSE).
     #[serde(default = "yes")]
     pub stream: bool,
@@ -395,12 +411,22 @@ pub fn is_loopback(url: &str) -> bool {
 
 impl ProviderConfig {
     /// The key of its credential's environment variable and the variable
-    /// (`api_key_env`, or Azure's `entra_token_env`), where it names one.
+    /// (`api_key_env`, Azure's `entra_token_env`, Vertex's `credentials_env`), where it names one.
     pub fn credential_env(&self) -> Option<(&'static str, &str)> {
-        match (&self.api_key_env, &self.entra_token_env) {
-            (Some(v), _) => Some(("api_key_env", v)),
-            (None, Some(v)) => Some(("entra_token_env", v)),
-            (None, None) => None,
+        match (&self.api_key_env, &self.entra_token_env, &self.credentials_env) {
+            (Some(v), _, _) => Some(("api_key_env", v)),
+            (None, Some(v), _) => Some(("entra_token_env", v)),
+            (None, None, Some(v)) => Some(("credentials_env", v)),
+            (None, None, None) => None,
+        }
+    }
+
+    /// Vertex AI's base URL when the config gives none: its location's
+    /// host (the `global` location's has no prefix), API version `v1`.
+    pub fn vertex_base_url(&self) -> Option<String> {
+        match self.location.as_deref()? {
+            "global" => Some("https://aiplatform.googleapis.com/v1".into()),
+            l => Some(format!("https://{l}-aiplatform.googleapis.com/v1")),
         }
     }
 

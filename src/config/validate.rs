@@ -78,6 +78,7 @@ impl Config {
                 validate_breaker(b, &format!("providers.{name}.breaker"), c)?;
             }
             Self::check_azure(name, p, c)?;
+            Self::check_vertex(name, p, c)?;
             if p.kind != ProviderKind::Mock {
                 match &p.base_url {
                     Some(u)
@@ -93,6 +94,8 @@ impl Config {
                                 .into(),
                         ));
                     }
+                    // Its location names its host; its key file signs it in.
+                    None if p.kind == ProviderKind::Vertex => {}
                     None if p.kind.default_base_url().is_none() => {
                         return Err(c.bad(
                             format!("providers.{name}.base_url"),
@@ -160,6 +163,60 @@ impl Config {
                     format!("`{v}` is no api-version: give one such as \"2024-10-21\", or leave it out for the v1 API"),
                 ));
             }
+        }
+        Ok(())
+    }
+
+    /// Vertex AI's own settings: a project, a location and a key file,
+    /// taken by no other kind.
+    fn check_vertex(name: &str, p: &ProviderConfig, c: &Check) -> Result<(), ConfigError> {
+        let vertex = p.kind == ProviderKind::Vertex;
+        let fields = [
+            (
+                "credentials_env",
+                &p.credentials_env,
+                "\"GOOGLE_APPLICATION_CREDENTIALS\" (the variable holding a service-account key file's path)",
+            ),
+            (
+                "project",
+                &p.project,
+                "your Google Cloud project's id, e.g. \"my-project\"",
+            ),
+            (
+                "location",
+                &p.location,
+                "a Vertex AI location, e.g. \"us-central1\" or \"global\"",
+            ),
+        ];
+        for (field, value, example) in fields {
+            match (value, vertex) {
+                (Some(_), false) => {
+                    return Err(c.bad(
+                        format!("providers.{name}.{field}"),
+                        "only a vertex provider takes it: remove it, or set kind = \"vertex\"".into(),
+                    ))
+                }
+                (None, true) => {
+                    return Err(c.bad(
+                        format!("providers.{name}.{field}"),
+                        format!("a vertex provider needs it: give {example}"),
+                    ))
+                }
+                (Some(v), true) if field != "credentials_env" && !is_path_segment(v) => {
+                    return Err(c.bad(
+                        format!("providers.{name}.{field}"),
+                        format!("`{v}` is no {field}: give {example}"),
+                    ))
+                }
+                _ => {}
+            }
+        }
+        if vertex && (p.api_key_env.is_some() || p.entra_token_env.is_some()) {
+            return Err(c.bad(
+                format!("providers.{name}.api_key_env"),
+                "a vertex provider signs in with the service-account key credentials_env names: remove api_key_env"
+                    .into(),
+            ));
         }
         Ok(())
     }
@@ -607,4 +664,12 @@ fn check_adaptive(a: &super::AdaptiveConfig, c: &Check) -> Result<(), ConfigErro
         );
     }
     Ok(())
+}
+
+/// Lower-case letters, digits and hyphens: what a project id or a location
+/// is, and so safe in a URL's path.
+fn is_path_segment(s: &str) -> bool {
+    !s.is_empty()
+        && s.bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
 }

@@ -1,7 +1,10 @@
-//! The Gemini API client: `models/{model}:generateContent`, whole, or
-//! `:streamGenerateContent?alt=sse`; the key in `x-goog-api-key`. Bodies
-//! are rendered and read by [`crate::wire::gemini`]. Google sends no
-//! rate-limit headers: a quota error's `RetryInfo` delay is its signal.
+//! The client of Google's `generateContent`: the Gemini API
+//! (`models/{model}:generateContent`, the key in `x-goog-api-key`) and
+//! Vertex AI (`projects/{p}/locations/{l}/publishers/google/models/{model}:…`,
+//! an access token made from a service-account key, refreshed before it
+//! expires); whole, or `:streamGenerateContent?alt=sse`. Bodies are
+//! rendered and read by [`crate::wire::gemini`]. Google sends no rate-limit
+//! headers: a quota error's `RetryInfo` delay is its signal.
 
 use super::http::{open_stream, read_body, stream_error_kind, with_ids, Endpoint, SseStream};
 use super::{ErrorKind, LlmRequest, LlmResponse, Opened, Provider, ProviderError, WireAnswer};
@@ -13,36 +16,92 @@ use reqwest::header::{HeaderName, HeaderValue};
 use serde_json::Value;
 use std::sync::Arc;
 
-/// A Gemini API provider.
+/// A Gemini API or Vertex AI provider.
 pub struct GeminiClient {
     http: reqwest::Client,
     ep: Endpoint,
-    /// `x-goog-api-key: KEY`, made once.
-    key: Option<HeaderValue>,
+    /// Where a model's calls go: `{root}/{models}{model}:…` (a model named
+    /// with a `/` is a path under `root` of its own).
+    root: String,
+    models: &'static str,
+    auth: Auth,
     clock: Clock,
+}
+
+/// How a call proves who sends it.
+enum Auth {
+    /// `x-goog-api-key: KEY` (the Gemini API), made once.
+    Key(Option<HeaderValue>),
+    /// A bearer token from a service-account key (Vertex AI), kept until
+    /// it is near its end (boxed: the account holds its key and cache).
+    Account(Box<gcp_auth::CustomServiceAccount>),
 }
 
 const API_KEY: HeaderName = HeaderName::from_static("x-goog-api-key");
 
+/// The scope Vertex AI's tokens are asked for.
+const CLOUD_PLATFORM: &str = "https://www.googleapis.com/auth/cloud-platform";
+
 impl GeminiClient {
-    /// A client for `ep`, whose URL is the API's base with its version
-    /// (`https://generativelanguage.googleapis.com/v1beta`).
+    /// A Gemini API client for `ep`, whose URL is the API's base with its
+    /// version (`https://generativelanguage.googleapis.com/v1beta`).
     pub fn new(http: reqwest::Client, ep: Endpoint, clock: Clock) -> Self {
         Self {
-            key: ep.key.as_ref().and_then(|k| k.header("")),
+            root: ep.url.trim_end_matches('/').to_string(),
+            models: "models/",
+            auth: Auth::Key(ep.key.as_ref().and_then(|k| k.header(""))),
             http,
             ep,
             clock,
         }
     }
 
-    /// The URL of a call to `model` (a bare name is one of `models/`).
+    /// A Vertex AI client for `ep` (its URL the location's base with the
+    /// version, `https://us-central1-aiplatform.googleapis.com/v1`), calling
+    /// `project`'s models in `location` as `account`.
+    pub fn vertex(
+        http: reqwest::Client,
+        ep: Endpoint,
+        (project, location): (&str, &str),
+        account: gcp_auth::CustomServiceAccount,
+        clock: Clock,
+    ) -> Self {
+        let base = ep.url.trim_end_matches('/');
+        Self {
+            root: format!("{base}/projects/{project}/locations/{location}"),
+            models: "publishers/google/models/",
+            auth: Auth::Account(Box::new(account)),
+            http,
+            ep,
+            clock,
+        }
+    }
+
+    /// The URL of a call to `model`.
     fn url(&self, model: &str, stream: bool) -> String {
-        let base = self.ep.url.trim_end_matches('/');
-        let path = if model.contains('/') { "" } else { "models/" };
+        let (root, models) = (&self.root, if model.contains('/') { "" } else { self.models });
         match stream {
-            true => format!("{base}/{path}{model}:streamGenerateContent?alt=sse"),
-            false => format!("{base}/{path}{model}:generateContent"),
+            true => format!("{root}/{models}{model}:streamGenerateContent?alt=sse"),
+            false => format!("{root}/{models}{model}:generateContent"),
+        }
+    }
+
+    /// `b` with the call's credential.
+    async fn authed(&self, b: reqwest::RequestBuilder) -> Result<reqwest::RequestBuilder, ProviderError> {
+        match &self.auth {
+            Auth::Key(Some(k)) => Ok(b.header(API_KEY, k.clone())),
+            Auth::Key(None) => Ok(b),
+            Auth::Account(account) => {
+                use gcp_auth::TokenProvider;
+                let token = account.token(&[CLOUD_PLATFORM]).await.map_err(|e| {
+                    let why = format!("{}: no access token from the service-account key: {e}", self.ep.name);
+                    ProviderError::new(ErrorKind::Auth, None, why)
+                })?;
+                let mut v = HeaderValue::try_from(format!("Bearer {}", token.as_str()))
+                    .map_err(|_| ProviderError::new(ErrorKind::Auth, None, "the access token is no header value"))?;
+                v.set_sensitive(true);
+                Ok(b.header(reqwest::header::AUTHORIZATION, v))
+            }
         }
     }
 }
@@ -58,12 +117,10 @@ impl Provider for GeminiClient {
         let start = self.clock.now();
         let out = req.outgoing(self.ep.stream);
         let body = render_request(&out).map_err(|why| ProviderError::new(ErrorKind::Unsupported, None, why))?;
-        let mut b = with_ids(self.http.post(self.url(&req.model, out.stream)), req)
+        let b = with_ids(self.http.post(self.url(&req.model, out.stream)), req)
             .header(reqwest::header::CONTENT_TYPE, "application/json")
             .body(body);
-        if let Some(k) = &self.key {
-            b = b.header(API_KEY, k.clone());
-        }
+        let b = self.authed(b).await?;
         let (resp, fd) = super::http::send(name, b).await?;
         let status = resp.status().as_u16();
         if !(200..300).contains(&status) {

@@ -20,13 +20,29 @@ pub const MAX_BODY: usize = 16 << 20;
 /// A provider could not be set up.
 #[derive(Debug, thiserror::Error)]
 pub enum SetupError {
-    /// The API key's environment variable is not set.
-    #[error("provider `{provider}`: environment variable {var} is not set; export it with the API key (providers.{provider}.api_key_env names it)")]
+    /// The credential's environment variable is not set.
+    #[error("provider `{provider}`: environment variable {var} is not set; export it with the {what} (providers.{provider}.{field} names it)")]
     MissingKey {
         /// Provider.
         provider: String,
         /// Variable name.
         var: String,
+        /// The config key naming it (`api_key_env`, …).
+        field: &'static str,
+        /// What it holds.
+        what: &'static str,
+    },
+    /// A service-account key file could not be read.
+    #[error("provider `{provider}`: cannot use the service-account key file {path} (providers.{provider}.credentials_env names its variable, {var}): {why}")]
+    KeyFile {
+        /// Provider.
+        provider: String,
+        /// The variable naming the file.
+        var: String,
+        /// The file.
+        path: String,
+        /// What is wrong with it.
+        why: String,
     },
     /// The HTTP client could not be built.
     #[error("cannot build the HTTP client: {0}")]
@@ -239,14 +255,21 @@ pub fn build(
                     .base_url
                     .clone()
                     .or_else(|| kind.default_base_url().map(str::to_string))
+                    .or_else(|| p.vertex_base_url())
                     .unwrap_or_default();
-                let key = match p.credential_env().map(|(_, var)| var) {
-                    Some(var) => match std::env::var(var) {
+                let key = match p.credential_env() {
+                    Some((field, var)) => match std::env::var(var) {
                         Ok(k) if !k.is_empty() => Some(Secret::new(k)),
                         _ => {
                             return Err(SetupError::MissingKey {
                                 provider: name.clone(),
                                 var: var.to_string(),
+                                field,
+                                what: match field {
+                                    "entra_token_env" => "Entra ID access token",
+                                    "credentials_env" => "service-account key file's path",
+                                    _ => "API key",
+                                },
                             })
                         }
                     },
@@ -261,7 +284,7 @@ pub fn build(
             ProviderKind::Deepseek => "/chat/completions",
             ProviderKind::AzureOpenai => "/openai/v1/chat/completions",
             // The base names the API's version; each call its model.
-            ProviderKind::Gemini => "",
+            ProviderKind::Gemini | ProviderKind::Vertex => "",
             _ if base.ends_with("/v1") => "/chat/completions",
             _ => "/v1/chat/completions",
         };
@@ -275,6 +298,20 @@ pub fn build(
         let provider: Arc<dyn Provider> = match kind {
             ProviderKind::Anthropic => Arc::new(AnthropicClient::new(http.clone(), ep, clock)),
             ProviderKind::Gemini => Arc::new(GeminiClient::new(http.clone(), ep, clock)),
+            ProviderKind::Vertex => {
+                let path = ep.key.as_ref().map(|k| k.expose().to_string()).unwrap_or_default();
+                let account = gcp_auth::CustomServiceAccount::from_file(&path).map_err(|e| SetupError::KeyFile {
+                    provider: name.clone(),
+                    var: p.credentials_env.clone().unwrap_or_default(),
+                    path: path.clone(),
+                    why: e.to_string(),
+                })?;
+                let at = (
+                    p.project.as_deref().unwrap_or_default(),
+                    p.location.as_deref().unwrap_or_default(),
+                );
+                Arc::new(GeminiClient::vertex(http.clone(), ep, at, account, clock))
+            }
             ProviderKind::Deepseek => Arc::new(OpenAiClient::new(http.clone(), ep, Dialect::DeepSeek, clock)),
             ProviderKind::Openai => Arc::new(OpenAiClient::new(http.clone(), ep, Dialect::OpenAi, clock)),
             ProviderKind::AzureOpenai => {

@@ -1,8 +1,8 @@
 //! The provider fault matrix: sixteen ways a provider breaks, each put
 //! behind `fusebox serve` (once with every option at its default, once as
 //! a careful operator configures it, and with the defaults once with the
-//! primary on Azure OpenAI's deployment URLs and once on Google's Gemini
-//! API, each fault in that API's own words), asked by the official OpenAI
+//! primary on Azure OpenAI's deployment URLs, on Google's Gemini API and
+//! on Vertex AI, each fault in that API's own words), asked by the official OpenAI
 //! Python SDK with its own retries off, plain and streamed. The client
 //! gets the whole answer (or, refused by a content filter, the provider's
 //! error as it was sent; blocked by Gemini's safety filter, an answer that
@@ -128,6 +128,8 @@ enum Primary {
     Azure,
     /// Google's Gemini API.
     Gemini,
+    /// Google's Vertex AI (Gemini's API, signed in with a service account).
+    Vertex,
 }
 
 impl Primary {
@@ -135,7 +137,7 @@ impl Primary {
     fn api(self) -> Api {
         match self {
             Primary::OpenAi | Primary::Azure => Api::OpenAi,
-            Primary::Gemini => Api::Gemini,
+            Primary::Gemini | Primary::Vertex => Api::Gemini,
         }
     }
 }
@@ -160,6 +162,7 @@ impl Case {
                 Primary::OpenAi => "",
                 Primary::Azure => "azure/",
                 Primary::Gemini => "gemini/",
+                Primary::Vertex => "vertex/",
             },
             self.fault,
             if self.careful { "careful" } else { "defaults" },
@@ -175,7 +178,9 @@ impl Case {
             Primary::OpenAi => format!("{}/v1", upstream.base()),
             Primary::Azure => upstream.base(),
             Primary::Gemini => format!("{}/v1beta", upstream.base()),
+            Primary::Vertex => format!("{}/v1", upstream.base()),
         };
+        let google = matches!(to, Primary::Gemini | Primary::Vertex);
         let api = to.api();
         let mut sockets = None;
         {
@@ -192,7 +197,7 @@ impl Case {
                 Fault::Stall30s => plan.pauses = vec![(20, Duration::from_secs(30))],
                 Fault::Malformed => plan.malformed_after = Some(10),
                 Fault::NoTerminator => plan.no_terminator = true,
-                Fault::ContextLength if to == Primary::Gemini => {
+                Fault::ContextLength if google => {
                     faults.refuse = Some(
                         json!({"message": "The input token count (1130412) exceeds the maximum number of tokens allowed (1048576)."}),
                     )
@@ -203,7 +208,7 @@ impl Case {
                                                 "type": "invalid_request_error", "param": "messages", "code": "context_length_exceeded"}),
                     )
                 }
-                Fault::ContentFilter if to == Primary::Gemini => *upstream.state.blocked.lock() = true,
+                Fault::ContentFilter if google => *upstream.state.blocked.lock() = true,
                 Fault::ContentFilter => faults.refuse = Some(filtered()),
                 Fault::DownFor60s => faults.down_until = Some(Instant::now() + DOWN),
             }
@@ -226,12 +231,16 @@ impl Case {
             ("", "", "")
         };
         let kind = match to {
-            Primary::OpenAi => "kind = \"openai-compatible\"",
-            Primary::Azure => "kind = \"azure-openai\"\napi_version = \"2024-10-21\"",
-            Primary::Gemini => "kind = \"gemini\"",
+            Primary::OpenAi => "kind = \"openai-compatible\"\napi_key_env = \"STRICT_KEY\"",
+            Primary::Azure => "kind = \"azure-openai\"\napi_version = \"2024-10-21\"\napi_key_env = \"STRICT_KEY\"",
+            Primary::Gemini => "kind = \"gemini\"\napi_key_env = \"STRICT_KEY\"",
+            Primary::Vertex => {
+                "kind = \"vertex\"\ncredentials_env = \"VERTEX_KEY\"\nproject = \"fusebox-test\"\nlocation = \"us-central1\""
+            }
         };
+        let key = crate::common::strict_vertex::key_file(dir, &upstream.base());
         let cfg = format!(
-            "[providers.openai]\n{kind}\nbase_url = \"{primary}\"\napi_key_env = \"STRICT_KEY\"\n{p}\
+            "[providers.openai]\n{kind}\nbase_url = \"{primary}\"\n{p}\
              [providers.anthropic]\nkind = \"anthropic\"\nbase_url = \"{}\"\napi_key_env = \"STRICT_KEY\"\n{p}\
              [models.gpt-4o]\nprovider = \"openai\"\ninput_per_m = 2.5\noutput_per_m = 10.0\n{m}\
              [models.claude-haiku]\nprovider = \"anthropic\"\napi_name = \"claude-3-5-haiku-latest\"\n\
@@ -242,7 +251,11 @@ impl Case {
         let path = dir.join(format!("{fault:?}-{to:?}-{careful}-{stream}.toml"));
         std::fs::write(&path, cfg).unwrap();
         let serve = tokio::task::spawn_blocking(move || {
-            Serve::start_with_env(&["--config", &path.display().to_string()], &[("STRICT_KEY", "sk-test")])
+            let key = key.display().to_string();
+            Serve::start_with_env(
+                &["--config", &path.display().to_string()],
+                &[("STRICT_KEY", "sk-test"), ("VERTEX_KEY", &key)],
+            )
         })
         .await
         .unwrap();
@@ -298,7 +311,7 @@ impl Case {
         let fail = |why: String| Err(format!("{id}: {why}; the client got {}", brief(got)));
         let expected = text();
         let requests = got.len();
-        if self.fault == Fault::ContentFilter && self.primary == Primary::Gemini {
+        if self.fault == Fault::ContentFilter && self.primary.api() == Api::Gemini {
             // A blocked prompt is Gemini's answer, not an error: the
             // client is told so, and no other model is asked.
             let [g] = got else { return fail("one answer".into()) };
@@ -428,12 +441,14 @@ async fn every_provider_fault_ends_in_a_whole_answer_for_the_official_sdk() {
     let mut cases = Vec::new();
     for fault in FAULTS {
         // OpenAI with the defaults and as a careful operator configures
-        // it; Azure OpenAI (its deployment URLs) and Gemini with the defaults.
+        // it; Azure OpenAI (its deployment URLs), Gemini and Vertex AI with
+        // the defaults.
         for (to, careful) in [
             (Primary::OpenAi, false),
             (Primary::OpenAi, true),
             (Primary::Azure, false),
             (Primary::Gemini, false),
+            (Primary::Vertex, false),
         ] {
             for stream in [false, true] {
                 cases.push(Case::start(fault, to, careful, stream, dir.path()).await);

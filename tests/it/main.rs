@@ -50,4 +50,5 @@ mod streaming;
 mod tenancy;
 mod theme;
 mod traffic_log;
+mod vertex;
 mod wire_parsers;

@@ -180,6 +180,32 @@ async fn the_gemini_fake_speaks_what_the_official_google_sdk_sends() {
     run_script(&python, "gemini_fake.py", &fake.base(), &checks).await;
 }
 
+/// The strict fake's Vertex AI answers Google's official `google-genai`
+/// SDK signed in with a service account's key (its JWT verified by the
+/// fake's token endpoint, its token checked on every call).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_vertex_fake_speaks_what_the_official_google_sdk_sends() {
+    let Some(python) = python() else { return };
+    let fake = crate::common::strict::Strict::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let key = crate::common::strict_vertex::key_file(dir.path(), &fake.base());
+    let key = key.display().to_string();
+    let checks = ["plain", "streamed", "tool loop", "v1beta1 path"];
+    run_script_with(
+        &python,
+        "vertex_fake.py",
+        &fake.base(),
+        &[("FUSEBOX_VERTEX_KEY", &key)],
+        &checks,
+    )
+    .await;
+    assert!(
+        fake.state.vertex.lock().requests >= 1,
+        "the SDK's tokens came from the fake"
+    );
+    assert!(fake.received().iter().all(|r| r.status == 200));
+}
+
 /// The OpenAI and Anthropic SDKs' agent loops through the gateway to
 /// models on Azure OpenAI (the route's first provider made an
 /// `azure-openai` one at its deployment URLs), every call answered there.
@@ -215,15 +241,39 @@ async fn the_official_sdks_run_their_agents_through_the_gateway_to_azure() {
 /// its thought signature), every call answered there.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_official_sdks_run_their_agents_through_the_gateway_to_gemini() {
+    agents_through_the_gateway_to_google(fusebox::config::ProviderKind::Gemini).await;
+}
+
+/// The same to Vertex AI: the provider signs in with a service account's
+/// key at the fake's token endpoint, and every call carries its token.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_official_sdks_run_their_agents_through_the_gateway_to_vertex() {
+    agents_through_the_gateway_to_google(fusebox::config::ProviderKind::Vertex).await;
+}
+
+async fn agents_through_the_gateway_to_google(kind: fusebox::config::ProviderKind) {
+    use fusebox::config::ProviderKind;
     let Some(python) = python() else { return };
     let fake = crate::common::strict::Strict::start().await;
-    // SAFETY of the test: the variable name is unique to this test.
-    unsafe { std::env::set_var("FUSEBOX_TEST_SDK_GEMINI_KEY", "gemini-key") };
+    let dir = tempfile::tempdir().unwrap();
+    let key = crate::common::strict_vertex::key_file(dir.path(), &fake.base());
+    // SAFETY of the test: the variables' names are unique to this test.
+    unsafe {
+        std::env::set_var("FUSEBOX_TEST_SDK_GEMINI_KEY", "gemini-key");
+        std::env::set_var("FUSEBOX_TEST_SDK_VERTEX_KEY", &key);
+    }
     let (base, runner) = gateway_on(Config::default(), |cfg, _| {
         let p = cfg.providers.get_mut("openai").unwrap();
-        p.kind = fusebox::config::ProviderKind::Gemini;
-        p.base_url = Some(format!("{}/v1beta", fake.base()));
-        p.api_key_env = Some("FUSEBOX_TEST_SDK_GEMINI_KEY".into());
+        p.kind = kind;
+        if kind == ProviderKind::Vertex {
+            p.base_url = Some(format!("{}/v1", fake.base()));
+            p.credentials_env = Some("FUSEBOX_TEST_SDK_VERTEX_KEY".into());
+            p.project = Some("fusebox-test".into());
+            p.location = Some("us-central1".into());
+        } else {
+            p.base_url = Some(format!("{}/v1beta", fake.base()));
+            p.api_key_env = Some("FUSEBOX_TEST_SDK_GEMINI_KEY".into());
+        }
     })
     .await;
     for (script, checks) in [
@@ -246,11 +296,14 @@ async fn the_official_sdks_run_their_agents_through_the_gateway_to_gemini() {
         .count();
     assert!(
         loops >= 2,
-        "both SDKs' tool loops reached Gemini ({loops} calls with a tool result)"
+        "both SDKs' tool loops reached Google ({loops} calls with a tool result)"
     );
-    let gemini = runner.providers().iter().find(|p| p.name == "openai").unwrap();
-    let stats = &runner.registry().get(gemini.target).stats;
-    assert!(stats.ok.get() > 0, "the calls reached Gemini");
+    let google = runner.providers().iter().find(|p| p.name == "openai").unwrap();
+    let stats = &runner.registry().get(google.target).stats;
+    assert!(stats.ok.get() > 0, "the calls reached Google");
+    if kind == ProviderKind::Vertex {
+        assert!(fake.state.vertex.lock().requests >= 1, "tokens came from the fake");
+    }
 }
 
 /// The MCP Python SDK and an Agents SDK agent with MCP tools, through

@@ -6,6 +6,7 @@ pub mod redis;
 pub mod seeds;
 pub mod strict;
 pub mod strict_gemini;
+pub mod strict_vertex;
 
 use fusebox::clock::{Clock, Seed};
 use fusebox::config::Config;

@@ -112,6 +112,8 @@ pub struct StrictState {
     pub instead: Mutex<Option<String>>,
     /// Gemini blocks every prompt for safety (its HTTP 200 without candidates).
     pub blocked: Mutex<bool>,
+    /// Vertex AI's access tokens ([`super::strict_vertex`]).
+    pub vertex: Mutex<super::strict_vertex::Tokens>,
 }
 
 /// A failure the endpoint answers with before it answers, in no API's
@@ -194,6 +196,11 @@ impl Strict {
             .route("/v1/messages", post(anthropic))
             .route("/v1beta/models/{call}", post(super::strict_gemini::gemini))
             .route("/v1/models/{call}", post(super::strict_gemini::gemini))
+            .route("/token", post(super::strict_vertex::token))
+            .route(
+                "/{version}/projects/{project}/locations/{location}/publishers/google/models/{call}",
+                post(super::strict_vertex::vertex),
+            )
             .with_state(state.clone());
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();

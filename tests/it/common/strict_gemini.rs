@@ -267,13 +267,51 @@ fn fault(f: Fault) -> Response {
     }
 }
 
-/// `POST /{version}/models/{model}:{method}`.
+/// `POST /{version}/models/{model}:{method}`: the Gemini API, its key in
+/// `x-goog-api-key` (or `?key=`).
 pub async fn gemini(
     State(state): State<Arc<StrictState>>,
     Path(call): Path<String>,
     uri: Uri,
     headers: HeaderMap,
     body: String,
+) -> Response {
+    let query = uri.query().unwrap_or("");
+    let key = headers
+        .get("x-goog-api-key")
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_string)
+        .or_else(|| {
+            query
+                .split('&')
+                .find_map(|p| p.strip_prefix("key="))
+                .map(str::to_string)
+        })
+        .filter(|k| !k.is_empty());
+    let refused = match key.as_deref() {
+        None => Some(status(403, "PERMISSION_DENIED", "Method doesn't allow unregistered callers (callers without established identity). Please use API Key or other form of API consumer identity to call this API.", json!([]))),
+        Some(INVALID_KEY) => Some(status(
+            400,
+            "INVALID_ARGUMENT",
+            "API key not valid. Please pass a valid API key.",
+            json!([{"@type": "type.googleapis.com/google.rpc.ErrorInfo", "reason": "API_KEY_INVALID", "domain": "googleapis.com"}]),
+        )),
+        Some(_) => None,
+    };
+    answer(&state, &call, query, headers, body, refused, false).await
+}
+
+/// A `generateContent` call to `call` (`model:method`), refused as
+/// `refused` says when its credential was (recorded either way); Vertex
+/// AI's (`vertex`) wants every content's role.
+pub(super) async fn answer(
+    state: &StrictState,
+    call: &str,
+    query: &str,
+    headers: HeaderMap,
+    body: String,
+    refused: Option<Response>,
+    vertex: bool,
 ) -> Response {
     let Some((model, method)) = call.split_once(':') else {
         return status(404, "NOT_FOUND", "Method not found.", json!([]));
@@ -283,7 +321,6 @@ pub async fn gemini(
         "streamGenerateContent" => true,
         _ => return status(404, "NOT_FOUND", "Method not found.", json!([])),
     };
-    let query = uri.query().unwrap_or("");
     let sse = query.split('&').any(|p| p == "alt=sse");
     let b: Value = match serde_json::from_str(&body) {
         Ok(b) => b,
@@ -298,29 +335,18 @@ pub async fn gemini(
             at: std::time::Instant::now(),
         })
     };
-    let key = headers
-        .get("x-goog-api-key")
-        .and_then(|v| v.to_str().ok())
-        .map(str::to_string)
-        .or_else(|| {
-            query
-                .split('&')
-                .find_map(|p| p.strip_prefix("key="))
-                .map(str::to_string)
-        })
-        .filter(|k| !k.is_empty());
-    let Some(key) = key else {
-        record(403);
-        return status(403, "PERMISSION_DENIED", "Method doesn't allow unregistered callers (callers without established identity). Please use API Key or other form of API consumer identity to call this API.", json!([]));
-    };
-    if key == INVALID_KEY {
+    if let Some(r) = refused {
+        record(r.status().as_u16());
+        return r;
+    }
+    let roles = b["contents"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .all(|c| c["role"].is_string());
+    if vertex && !roles {
         record(400);
-        return status(
-            400,
-            "INVALID_ARGUMENT",
-            "API key not valid. Please pass a valid API key.",
-            json!([{"@type": "type.googleapis.com/google.rpc.ErrorInfo", "reason": "API_KEY_INVALID", "domain": "googleapis.com"}]),
-        );
+        return invalid("Please use a valid role: user, model.");
     }
     if let Err(msg) = check(&b) {
         record(400);
@@ -354,7 +380,7 @@ pub async fn gemini(
             false => Json(v).into_response(),
         };
     }
-    let (call, text) = decide(&state, Api::OpenAi, &chat);
+    let (call, text) = decide(state, Api::OpenAi, &chat);
     let call_part = || {
         let args: Value = serde_json::from_str(CALL_ARGS).unwrap();
         json!({"functionCall": {"name": called(Api::OpenAi, &chat), "args": args}, "thoughtSignature": SIGNATURE})
@@ -404,5 +430,5 @@ pub async fn gemini(
             .collect();
         return Json(Value::Array(all)).into_response();
     }
-    stream_body(&state, Api::Gemini, Vec::new(), content, tail)
+    stream_body(state, Api::Gemini, Vec::new(), content, tail)
 }
