@@ -153,6 +153,13 @@ fn dispatch(cli: Cli) -> Result<()> {
             );
             // The file is valid either way; where it will run is another matter.
             for (name, p) in &cfg.providers {
+                if p.kind == crate::config::ProviderKind::Bedrock {
+                    if let Err(why) = crate::provider::aws::credentials(p.aws_profile.as_deref()) {
+                        eprintln!(
+                            "note: providers.{name}: {why}; `fusebox serve` does not start without AWS credentials"
+                        );
+                    }
+                }
                 let Some((key, var)) = p.credential_env() else { continue };
                 if std::env::var(var).map_or(true, |v| v.is_empty()) {
                     eprintln!(

@@ -23,6 +23,8 @@ pub(super) fn provider(tpm: u64, itpm: u64, otpm: u64, rpm: u64, concurrency: u3
         credentials_env: None,
         project: None,
         location: None,
+        region: None,
+        aws_profile: None,
         stream: true,
         idle_timeout_ms: 30_000,
         breaker: None,

@@ -31,6 +31,9 @@ pub enum ProviderKind {
     /// Google's Vertex AI: Gemini's API under a project and location,
     /// with access tokens made from a service-account key.
     Vertex,
+    /// Amazon Bedrock's Converse API in a region, requests signed with
+    /// AWS Signature V4.
+    Bedrock,
 }
 
 impl ProviderKind {
@@ -42,9 +45,11 @@ impl ProviderKind {
             ProviderKind::Deepseek => Some("https://api.deepseek.com"),
             ProviderKind::Gemini => Some("https://generativelanguage.googleapis.com/v1beta"),
             // Vertex AI's host is its location's (see `vertex_base_url`).
-            ProviderKind::Mock | ProviderKind::OpenaiCompatible | ProviderKind::AzureOpenai | ProviderKind::Vertex => {
-                None
-            }
+            ProviderKind::Mock
+            | ProviderKind::OpenaiCompatible
+            | ProviderKind::AzureOpenai
+            | ProviderKind::Vertex
+            | ProviderKind::Bedrock => None,
         }
     }
 
@@ -107,6 +112,14 @@ pub struct ProviderConfig {
     /// Vertex AI: the location (`us-central1`, `europe-west4`, `global`).
     #[serde(default)]
     pub location: Option<String>,
+    /// Amazon Bedrock: the AWS region (`us-east-1`).
+    #[serde(default)]
+    pub region: Option<String>,
+    /// Amazon Bedrock: the shared credentials file's profile to sign with
+    /// (none: `AWS_ACCESS_KEY_ID`/`AWS_SECRET_ACCESS_KEY`, else `AWS_PROFILE`
+    /// or `default`).
+    #[serde(default)]
+    pub aws_profile: Option<String>,
     /// Use streaming responses (SSE).
     #[serde(default = "yes")]
     pub stream: bool,
@@ -419,6 +432,15 @@ impl ProviderConfig {
             (None, None, Some(v)) => Some(("credentials_env", v)),
             (None, None, None) => None,
         }
+    }
+
+    /// Amazon Bedrock's base URL when the config gives none: its region's
+    /// runtime endpoint.
+    pub fn bedrock_base_url(&self) -> Option<String> {
+        Some(format!(
+            "https://bedrock-runtime.{}.amazonaws.com",
+            self.region.as_deref()?
+        ))
     }
 
     /// Vertex AI's base URL when the config gives none: its location's

@@ -79,6 +79,7 @@ impl Config {
             }
             Self::check_azure(name, p, c)?;
             Self::check_vertex(name, p, c)?;
+            Self::check_bedrock(name, p, c)?;
             if p.kind != ProviderKind::Mock {
                 match &p.base_url {
                     Some(u)
@@ -94,8 +95,9 @@ impl Config {
                                 .into(),
                         ));
                     }
-                    // Its location names its host; its key file signs it in.
-                    None if p.kind == ProviderKind::Vertex => {}
+                    // Its location (region) names its host; its key file
+                    // (AWS credentials) signs it in.
+                    None if matches!(p.kind, ProviderKind::Vertex | ProviderKind::Bedrock) => {}
                     None if p.kind.default_base_url().is_none() => {
                         return Err(c.bad(
                             format!("providers.{name}.base_url"),
@@ -219,6 +221,38 @@ impl Config {
             ));
         }
         Ok(())
+    }
+
+    /// Amazon Bedrock's own settings: a region, and no key of another kind
+    /// (it signs with AWS credentials).
+    fn check_bedrock(name: &str, p: &ProviderConfig, c: &Check) -> Result<(), ConfigError> {
+        let bedrock = p.kind == ProviderKind::Bedrock;
+        for (field, set) in [("region", p.region.is_some()), ("aws_profile", p.aws_profile.is_some())] {
+            if set && !bedrock {
+                return Err(c.bad(
+                    format!("providers.{name}.{field}"),
+                    "only a bedrock provider takes it: remove it, or set kind = \"bedrock\"".into(),
+                ));
+            }
+        }
+        if !bedrock {
+            return Ok(());
+        }
+        match &p.region {
+            None => Err(c.bad(
+                format!("providers.{name}.region"),
+                "a bedrock provider needs its AWS region, e.g. \"us-east-1\"".into(),
+            )),
+            Some(r) if !is_path_segment(r) => Err(c.bad(
+                format!("providers.{name}.region"),
+                format!("`{r}` is no AWS region: give one such as \"us-east-1\""),
+            )),
+            _ if p.credential_env().is_some() => Err(c.bad(
+                format!("providers.{name}.api_key_env"),
+                "a bedrock provider signs with AWS credentials (the environment's, or aws_profile's): remove api_key_env".into(),
+            )),
+            _ => Ok(()),
+        }
     }
 
     fn check_models(&self, c: &Check) -> Result<(), ConfigError> {

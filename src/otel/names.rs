@@ -26,6 +26,7 @@ impl Names {
             Some(ProviderKind::AzureOpenai) => "az.ai.openai".to_string(),
             Some(ProviderKind::Gemini) => "gcp.gemini".to_string(),
             Some(ProviderKind::Vertex) => "gcp.vertex_ai".to_string(),
+            Some(ProviderKind::Bedrock) => "aws.bedrock".to_string(),
             // A mock or any OpenAI-compatible server: its own name.
             _ => provider.to_string(),
         };

@@ -2,6 +2,7 @@
 //! classification, bounded body reads, and building the configured clients.
 
 use super::anthropic::AnthropicClient;
+use super::bedrock::BedrockClient;
 use super::gemini::GeminiClient;
 use super::openai::{Deployments, KeyHeader, OpenAiClient};
 use super::{ErrorKind, Provider, ProviderError};
@@ -31,6 +32,17 @@ pub enum SetupError {
         field: &'static str,
         /// What it holds.
         what: &'static str,
+    },
+    /// No AWS credentials were found.
+    #[error(
+        "provider `{provider}`: {why}; give AWS credentials as the AWS SDKs take them: {}",
+        super::aws::WHERE
+    )]
+    AwsCredentials {
+        /// Provider.
+        provider: String,
+        /// Where they were looked for.
+        why: String,
     },
     /// A service-account key file could not be read.
     #[error("provider `{provider}`: cannot use the service-account key file {path} (providers.{provider}.credentials_env names its variable, {var}): {why}")]
@@ -256,6 +268,7 @@ pub fn build(
                     .clone()
                     .or_else(|| kind.default_base_url().map(str::to_string))
                     .or_else(|| p.vertex_base_url())
+                    .or_else(|| p.bedrock_base_url().filter(|_| kind == ProviderKind::Bedrock))
                     .unwrap_or_default();
                 let key = match p.credential_env() {
                     Some((field, var)) => match std::env::var(var) {
@@ -284,7 +297,7 @@ pub fn build(
             ProviderKind::Deepseek => "/chat/completions",
             ProviderKind::AzureOpenai => "/openai/v1/chat/completions",
             // The base names the API's version; each call its model.
-            ProviderKind::Gemini | ProviderKind::Vertex => "",
+            ProviderKind::Gemini | ProviderKind::Vertex | ProviderKind::Bedrock => "",
             _ if base.ends_with("/v1") => "/chat/completions",
             _ => "/v1/chat/completions",
         };
@@ -298,6 +311,15 @@ pub fn build(
         let provider: Arc<dyn Provider> = match kind {
             ProviderKind::Anthropic => Arc::new(AnthropicClient::new(http.clone(), ep, clock)),
             ProviderKind::Gemini => Arc::new(GeminiClient::new(http.clone(), ep, clock)),
+            ProviderKind::Bedrock => {
+                let profile = p.aws_profile.as_deref();
+                let credentials = super::aws::credentials(profile).map_err(|why| SetupError::AwsCredentials {
+                    provider: name.clone(),
+                    why,
+                })?;
+                let region = p.region.clone().unwrap_or_default();
+                Arc::new(BedrockClient::new(http.clone(), ep, region, credentials, clock))
+            }
             ProviderKind::Vertex => {
                 let path = ep.key.as_ref().map(|k| k.expose().to_string()).unwrap_or_default();
                 let account = gcp_auth::CustomServiceAccount::from_file(&path).map_err(|e| SetupError::KeyFile {
@@ -375,6 +397,33 @@ enum Reader {
     /// Google's chunks, which no client takes as sent: their pieces carry
     /// no bytes, so they are always written anew in the client's API.
     Gemini(crate::wire::gemini::ChunkReader),
+    /// Bedrock's ConverseStream events, likewise.
+    Bedrock(crate::wire::bedrock::EventReader),
+}
+
+/// How a body is cut into events.
+enum Framing {
+    /// Server-Sent Events.
+    Sse(crate::wire::sse::SseParser),
+    /// AWS event-stream frames (Bedrock).
+    Aws(crate::wire::bedrock::EventFrames),
+}
+
+impl Framing {
+    fn feed(&mut self, chunk: &[u8]) -> Result<Vec<crate::wire::sse::SseItem>, String> {
+        match self {
+            Framing::Sse(p) => p.feed(chunk).map_err(|e| e.to_string()),
+            Framing::Aws(f) => f.feed(chunk),
+        }
+    }
+
+    /// What the body's end completes (a frame cut short completes nothing).
+    fn finish(&mut self) -> Vec<crate::wire::sse::SseItem> {
+        match self {
+            Framing::Sse(p) => p.finish(),
+            Framing::Aws(_) => Vec::new(),
+        }
+    }
 }
 
 /// An SSE response body read as pieces: each event re-framed as it came
@@ -384,7 +433,7 @@ enum Reader {
 pub struct SseStream {
     provider: String,
     body: std::pin::Pin<Box<dyn futures_util::Stream<Item = reqwest::Result<bytes::Bytes>> + Send>>,
-    parser: crate::wire::sse::SseParser,
+    framing: Framing,
     pending: std::collections::VecDeque<crate::wire::sse::SseItem>,
     idle: Duration,
     /// The idle timer, made when the stream first waits.
@@ -422,6 +471,12 @@ impl SseStream {
         Self::reading(provider, resp, idle, crate::wire::Api::Chat, reader)
     }
 
+    /// Reads `resp` as Bedrock's ConverseStream (AWS event-stream frames).
+    pub fn bedrock(provider: &str, resp: (reqwest::Response, crate::descriptors::Held), idle: Duration) -> Self {
+        let reader = Reader::Bedrock(Default::default());
+        Self::reading(provider, resp, idle, crate::wire::Api::Chat, reader)
+    }
+
     fn reading(
         provider: &str,
         (resp, fd): (reqwest::Response, crate::descriptors::Held),
@@ -433,7 +488,10 @@ impl SseStream {
             _fd: fd,
             provider: provider.to_string(),
             body: Box::pin(resp.bytes_stream()),
-            parser: crate::wire::sse::SseParser::new(),
+            framing: match reader {
+                Reader::Bedrock(_) => Framing::Aws(Default::default()),
+                _ => Framing::Sse(crate::wire::sse::SseParser::new()),
+            },
             pending: Default::default(),
             idle,
             idle_timer: None,
@@ -459,7 +517,7 @@ impl SseStream {
         };
         self.seen_events = true;
         let mut raw = Vec::new();
-        if !matches!(self.reader, Reader::Gemini(_)) {
+        if matches!(self.reader, Reader::OpenAi | Reader::Anthropic(_)) {
             raw.reserve(ev.data.len() + 32);
             crate::wire::sse::write_event(ev.event.as_deref(), &ev.data, &mut raw);
         }
@@ -467,6 +525,7 @@ impl SseStream {
             Reader::OpenAi => crate::wire::openai::decode_chunk(&ev.data),
             Reader::Anthropic(r) => r.read(ev.event.as_deref().unwrap_or(""), &ev.data),
             Reader::Gemini(r) => r.read(&ev.data),
+            Reader::Bedrock(r) => r.read(ev.event.as_deref().unwrap_or(""), &ev.data),
         };
         match deltas {
             Ok(deltas) => Ok(super::Piece {
@@ -530,7 +589,7 @@ impl super::PieceStream for SseStream {
             let bytes = match next {
                 None => {
                     self.ended = true;
-                    self.pending.extend(self.parser.finish());
+                    self.pending.extend(self.framing.finish());
                     continue;
                 }
                 Some(Ok(b)) => b,
@@ -545,7 +604,7 @@ impl super::PieceStream for SseStream {
                     return Poll::Ready(Some(Err(ProviderError::new(kind, None, msg))));
                 }
             };
-            match self.parser.feed(&bytes) {
+            match self.framing.feed(&bytes) {
                 Ok(items) => self.pending.extend(items),
                 Err(e) => {
                     self.ended = true;

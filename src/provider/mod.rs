@@ -2,6 +2,8 @@
 //! by every LLM client (HTTP or in-process mock).
 
 pub mod anthropic;
+pub mod aws;
+pub mod bedrock;
 pub mod fault;
 pub mod gemini;
 pub mod http;

@@ -1,6 +1,6 @@
 //! The providers' wire formats: OpenAI chat completions and responses,
-//! Anthropic messages, Google's generateContent, Server-Sent Events and
-//! rate-limit headers, read and written.
+//! Anthropic messages, Google's generateContent, Amazon Bedrock's Converse,
+//! Server-Sent Events and rate-limit headers, read and written.
 //! The HTTP clients, the mock server and the gateway all speak through this
 //! module, so what one writes the others read.
 //!
@@ -11,6 +11,7 @@
 //! replaced, and a call to the other API is translated from the types.
 
 pub mod anthropic;
+pub mod bedrock;
 pub mod fusebox;
 pub mod gemini;
 pub mod headers;

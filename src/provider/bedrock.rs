@@ -1,0 +1,252 @@
+//! The Amazon Bedrock client: `model/{id}/converse`, whole, or
+//! `/converse-stream` (AWS event-stream frames); every request signed with
+//! AWS Signature V4 (`aws-sigv4`, signing name `bedrock`). Bodies are
+//! rendered and read by [`crate::wire::bedrock`]. Bedrock sends no
+//! rate-limit headers: a `ThrottlingException` is its signal.
+
+use super::http::{open_stream, read_body, stream_error_kind, with_ids, Endpoint, SseStream};
+use super::{ErrorKind, LlmRequest, LlmResponse, Opened, Provider, ProviderError, WireAnswer};
+use crate::clock::Clock;
+use crate::resilience::limiter::RateFeedback;
+use crate::wire::bedrock::{error_type, parse_reply, render_request};
+use crate::wire::Api;
+use aws_credential_types::Credentials;
+use serde_json::Value;
+use std::sync::Arc;
+
+/// A Bedrock provider.
+pub struct BedrockClient {
+    http: reqwest::Client,
+    ep: Endpoint,
+    region: String,
+    credentials: Credentials,
+    clock: Clock,
+}
+
+impl BedrockClient {
+    /// A client for `ep` (its URL the runtime's base,
+    /// `https://bedrock-runtime.us-east-1.amazonaws.com`) in `region`,
+    /// signing as `credentials`.
+    pub fn new(http: reqwest::Client, ep: Endpoint, region: String, credentials: Credentials, clock: Clock) -> Self {
+        Self {
+            http,
+            ep,
+            region,
+            credentials,
+            clock,
+        }
+    }
+
+    /// The URL of a call to `model`: its id one path segment, everything
+    /// but unreserved characters escaped (`:` in `…-v1:0` too, as AWS's
+    /// signing expects; an inference profile's ARN keeps its `/` escaped).
+    fn url(&self, model: &str, stream: bool) -> String {
+        let mut id = String::with_capacity(model.len() + 8);
+        for b in model.bytes() {
+            match b {
+                b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => id.push(b as char),
+                _ => id.push_str(&format!("%{b:02X}")),
+            }
+        }
+        let op = if stream { "converse-stream" } else { "converse" };
+        format!("{}/model/{id}/{op}", self.ep.url.trim_end_matches('/'))
+    }
+
+    /// The headers that sign a POST of `body` to `url`; `Err` says why
+    /// it cannot be signed.
+    fn signature(&self, url: &str, body: &[u8]) -> Result<Vec<(String, String)>, String> {
+        use aws_sigv4::http_request::{sign, SignableBody, SignableRequest, SigningSettings};
+        let unsigned = |e: &dyn std::fmt::Display| e.to_string();
+        let identity = self.credentials.clone().into();
+        let time = std::time::UNIX_EPOCH + std::time::Duration::from_millis(self.clock.wall_ms());
+        let params = aws_sigv4::sign::v4::SigningParams::builder()
+            .identity(&identity)
+            .region(&self.region)
+            .name("bedrock")
+            .time(time)
+            .settings(SigningSettings::default())
+            .build()
+            .map_err(|e| unsigned(&e))?
+            .into();
+        let headers = [("content-type", "application/json")];
+        let signable = SignableRequest::new("POST", url, headers.into_iter(), SignableBody::Bytes(body))
+            .map_err(|e| unsigned(&e))?;
+        let (instructions, _) = sign(signable, &params).map_err(|e| unsigned(&e))?.into_parts();
+        Ok(instructions
+            .headers()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect())
+    }
+}
+
+#[async_trait::async_trait]
+impl Provider for BedrockClient {
+    async fn complete(&self, req: &LlmRequest) -> Result<LlmResponse, ProviderError> {
+        self.open(req).await?.whole().await
+    }
+
+    async fn open(&self, req: &LlmRequest) -> Result<Opened, ProviderError> {
+        let name = &self.ep.name;
+        let start = self.clock.now();
+        let out = req.outgoing(self.ep.stream);
+        let body = render_request(&out).map_err(|why| ProviderError::new(ErrorKind::Unsupported, None, why))?;
+        let url = self.url(&req.model, out.stream);
+        let signed = self
+            .signature(&url, &body)
+            .map_err(|e| ProviderError::new(ErrorKind::Local, None, format!("{name}: cannot sign the request: {e}")))?;
+        let accept = if out.stream {
+            "application/vnd.amazon.eventstream"
+        } else {
+            "application/json"
+        };
+        let mut b = with_ids(self.http.post(&url), req)
+            .header(reqwest::header::CONTENT_TYPE, "application/json")
+            .header(reqwest::header::ACCEPT, accept)
+            .body(body);
+        for (k, v) in signed {
+            b = b.header(k, v);
+        }
+        let (resp, fd) = super::http::send(name, b).await?;
+        let status = resp.status().as_u16();
+        if !(200..300).contains(&status) {
+            let exception = resp
+                .headers()
+                .get("x-amzn-errortype")
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or("")
+                .to_string();
+            let body = read_body(name, resp).await.unwrap_or_default();
+            return Err(status_error(name, status, &exception, &body));
+        }
+        if out.stream {
+            let stream = SseStream::bedrock(name, (resp, fd), self.ep.idle);
+            return open_stream(stream, RateFeedback::default(), req, &self.clock, start).await;
+        }
+        let body = read_body(name, resp).await?;
+        let v: Value = serde_json::from_slice(&body).map_err(|e| {
+            ProviderError::new(
+                ErrorKind::Truncated,
+                None,
+                format!("{name}: unreadable response body: {e}"),
+            )
+        })?;
+        let r = parse_reply(&v);
+        let usage = r.usage.unwrap_or_default();
+        let elapsed = self.clock.now().saturating_duration_since(start);
+        let mut resp = LlmResponse::measured(Arc::from(r.text), r.tool_calls, usage, RateFeedback::default(), elapsed);
+        resp.wire = Some(Box::new(WireAnswer {
+            kind: Api::Chat,
+            id: r.id,
+            model: r.model,
+            finish: r.finish,
+            reasoning: r.reasoning,
+            refusal: r.refusal,
+            // No client takes Bedrock's body as sent.
+            body: None,
+            skipped: 0,
+        }));
+        Ok(Opened::Whole(resp))
+    }
+}
+
+/// An error answer: its kind from the exception Bedrock names
+/// (`x-amzn-ErrorType`, else the body's `__type`), made precise where the
+/// message says a prompt is too long. A signature or key Bedrock refuses is
+/// a credential error, not retried and not the caller's.
+fn status_error(name: &str, status: u16, exception: &str, body: &[u8]) -> ProviderError {
+    let v: Option<Value> = serde_json::from_slice(body).ok();
+    let s = |k: &str| {
+        v.as_ref()
+            .and_then(|v| v.get(k))
+            .and_then(Value::as_str)
+            .map(str::to_string)
+    };
+    let exception = match exception {
+        "" => s("__type").unwrap_or_default(),
+        e => e.to_string(),
+    };
+    let message = s("message")
+        .or_else(|| s("Message"))
+        .unwrap_or_else(|| String::from_utf8_lossy(&body[..body.len().min(300)]).trim().to_string());
+    let mut kind = match error_type(&exception) {
+        "api_error" => ErrorKind::from_status(status),
+        t => stream_error_kind(t),
+    };
+    let long = ["too long", "too many input tokens", "context window"];
+    if kind == ErrorKind::BadRequest && long.iter().any(|l| message.to_lowercase().contains(l)) {
+        kind = ErrorKind::TooLarge;
+    }
+    let named = exception.split(':').next().unwrap_or("");
+    ProviderError::new(kind, Some(status), format!("{name}: HTTP {status}: {named}: {message}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn exceptions_are_classified_by_their_name() {
+        let e = status_error(
+            "b",
+            429,
+            "ThrottlingException:http://internal.amazon.com/coral/com.amazon.bedrock/",
+            br#"{"message":"Too many requests"}"#,
+        );
+        assert_eq!(e.kind, ErrorKind::RateLimited);
+        assert_eq!(e.message, "b: HTTP 429: ThrottlingException: Too many requests");
+        let e = status_error(
+            "b",
+            403,
+            "InvalidSignatureException",
+            br#"{"message":"The request signature we calculated does not match"}"#,
+        );
+        assert_eq!(e.kind, ErrorKind::Auth);
+        assert!(!e.kind.retryable());
+        let e = status_error(
+            "b",
+            400,
+            "ValidationException",
+            br#"{"message":"Input is too long for requested model."}"#,
+        );
+        assert_eq!(e.kind, ErrorKind::TooLarge);
+        assert_eq!(
+            status_error("b", 429, "ModelNotReadyException", b"{}").kind,
+            ErrorKind::RateLimited
+        );
+        assert_eq!(
+            status_error(
+                "b",
+                503,
+                "",
+                br#"{"__type":"ServiceUnavailableException","message":"x"}"#
+            )
+            .kind,
+            ErrorKind::Overloaded
+        );
+    }
+
+    #[test]
+    fn a_model_id_is_one_escaped_path_segment() {
+        let ep = Endpoint {
+            name: "b".into(),
+            url: "https://bedrock-runtime.us-east-1.amazonaws.com/".into(),
+            key: None,
+            stream: false,
+            idle: std::time::Duration::from_secs(1),
+        };
+        let c = BedrockClient::new(
+            reqwest::Client::new(),
+            ep,
+            "us-east-1".into(),
+            Credentials::new("a", "b", None, None, "test"),
+            Clock::system(),
+        );
+        assert_eq!(
+            c.url("anthropic.claude-3-5-haiku-20241022-v1:0", true),
+            "https://bedrock-runtime.us-east-1.amazonaws.com/model/anthropic.claude-3-5-haiku-20241022-v1%3A0/converse-stream"
+        );
+        assert!(c
+            .url("arn:aws:bedrock:us-east-1:1:inference-profile/x", false)
+            .contains("arn%3Aaws%3Abedrock%3Aus-east-1%3A1%3Ainference-profile%2Fx"));
+    }
+}

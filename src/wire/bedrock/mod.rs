@@ -1,0 +1,11 @@
+//! Amazon Bedrock's Converse API: requests rendered from the typed call,
+//! answers read, and ConverseStream's AWS event-stream frames read as
+//! events. No client speaks it, so a call is always translated.
+
+mod frames;
+mod reply;
+mod request;
+
+pub use frames::EventFrames;
+pub use reply::{error_type, parse_reply, EventReader};
+pub use request::render_request;
