@@ -86,6 +86,22 @@ pub fn clients(cfg: &Config, base: &str, clock: Clock) -> HashMap<String, Arc<dy
         };
         let c: Arc<dyn Provider> = if anthropic {
             Arc::new(AnthropicClient::new(http.clone(), ep, clock))
+        } else if p.kind == fusebox::config::ProviderKind::Bedrock {
+            let ep = Endpoint { url: base.to_string(), ..ep };
+            let credentials = aws_credential_types::Credentials::new(
+                crate::common::strict_bedrock::KEY_ID,
+                crate::common::strict_bedrock::SECRET,
+                None,
+                None,
+                "test",
+            );
+            Arc::new(fusebox::provider::bedrock::BedrockClient::new(
+                http.clone(),
+                ep,
+                "us-east-1".into(),
+                credentials,
+                clock,
+            ))
         } else if p.kind == fusebox::config::ProviderKind::Gemini {
             let ep = Endpoint {
                 url: format!("{base}/v1beta"),
@@ -838,12 +854,16 @@ async fn the_agent_loop_converses_with_real_apis_as_an_agent_does() {
     let routes = format!(
         "{ROUTES}[providers.gemini]\nkind = \"gemini\"\nbase_url = \"http://unused\"\n[models.gemini-flash]\nprovider = \"gemini\"\n\
          api_name = \"gemini-2.5-flash\"\ninput_per_m = 0.3\noutput_per_m = 2.5\n\
-         [routes.gemini-first]\nchain = [\"gemini-flash\", \"gpt-4o\"]\n"
+         [routes.gemini-first]\nchain = [\"gemini-flash\", \"gpt-4o\"]\n\
+         [providers.bedrock]\nkind = \"bedrock\"\nregion = \"us-east-1\"\n[models.claude-bedrock]\nprovider = \"bedrock\"\n\
+         api_name = \"anthropic.claude-3-5-haiku-20241022-v1:0\"\ninput_per_m = 0.8\noutput_per_m = 4.0\n\
+         [routes.bedrock-first]\nchain = [\"claude-bedrock\", \"gpt-4o\"]\n"
     );
     for (route, api) in [
         ("default", Api::OpenAi),
         ("claude-first", Api::Anthropic),
         ("gemini-first", Api::Gemini),
+        ("bedrock-first", Api::Bedrock),
     ] {
         let p = Proxy::start(config(&routes)).await;
         let req = AgentRequest {
@@ -878,6 +898,14 @@ async fn the_agent_loop_converses_with_real_apis_as_an_agent_does() {
             Api::Anthropic => {
                 assert_eq!(second["messages"][1]["content"][0]["id"], "toolu_abc123");
                 assert_eq!(second["messages"][2]["content"][0]["tool_use_id"], "toolu_abc123");
+            }
+            Api::Bedrock => {
+                // The call sent back as a toolUse, its result a toolResult
+                // for its id (the fake checks the signature of each).
+                let messages = &second["messages"];
+                assert_eq!(messages[1]["content"][0]["toolUse"]["toolUseId"], "tooluse_abc123");
+                assert_eq!(messages[2]["content"][0]["toolResult"]["toolUseId"], "tooluse_abc123");
+                assert_eq!(second["system"][0]["text"], "You are a support agent.");
             }
             Api::Gemini => {
                 // The call sent back with the signature the model gave it

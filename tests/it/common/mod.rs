@@ -5,6 +5,7 @@ pub mod otlp;
 pub mod redis;
 pub mod seeds;
 pub mod strict;
+pub mod strict_bedrock;
 pub mod strict_gemini;
 pub mod strict_vertex;
 

@@ -32,6 +32,8 @@ pub enum Api {
     Anthropic,
     /// Google's generateContent ([`super::strict_gemini`]).
     Gemini,
+    /// Amazon Bedrock's Converse ([`super::strict_bedrock`]).
+    Bedrock,
 }
 
 /// One request the fake received.
@@ -197,6 +199,7 @@ impl Strict {
             .route("/v1beta/models/{call}", post(super::strict_gemini::gemini))
             .route("/v1/models/{call}", post(super::strict_gemini::gemini))
             .route("/token", post(super::strict_vertex::token))
+            .route("/model/{model}/{op}", post(super::strict_bedrock::bedrock))
             .route(
                 "/{version}/projects/{project}/locations/{location}/publishers/google/models/{call}",
                 post(super::strict_vertex::vertex),
@@ -460,8 +463,8 @@ pub(super) fn called(api: Api, b: &Value) -> String {
     let t = &b["tools"][0];
     let name = match api {
         Api::OpenAi if t["type"] == "custom" => &t["custom"]["name"],
-        // A Gemini conversation is read in its OpenAI form.
-        Api::OpenAi | Api::Gemini => &t["function"]["name"],
+        // A Gemini or Bedrock conversation is read in its OpenAI form.
+        Api::OpenAi | Api::Gemini | Api::Bedrock => &t["function"]["name"],
         Api::Anthropic => &t["name"],
     };
     name.as_str().unwrap_or("get_order").to_string()
@@ -471,7 +474,7 @@ pub(super) fn decide(state: &StrictState, api: Api, b: &Value) -> (bool, String)
     let messages = b["messages"].as_array().cloned().unwrap_or_default();
     let last = messages.last().cloned().unwrap_or(Value::Null);
     let tool_result = match api {
-        Api::OpenAi | Api::Gemini => {
+        Api::OpenAi | Api::Gemini | Api::Bedrock => {
             (last["role"] == "tool").then(|| last["content"].as_str().unwrap_or("").to_string())
         }
         Api::Anthropic => last["content"].as_array().and_then(|bl| {
@@ -488,7 +491,7 @@ pub(super) fn decide(state: &StrictState, api: Api, b: &Value) -> (bool, String)
         return (false, format!("The order service says: {result}"));
     }
     let choice_none = match api {
-        Api::OpenAi | Api::Gemini => b["tool_choice"] == "none",
+        Api::OpenAi | Api::Gemini | Api::Bedrock => b["tool_choice"] == "none",
         Api::Anthropic => b["tool_choice"]["type"] == "none",
     };
     let tools = b["tools"].as_array().is_some_and(|t| !t.is_empty());
@@ -707,6 +710,25 @@ pub(super) fn stream_body(
     content: Vec<String>,
     tail: Vec<String>,
 ) -> Response {
+    let mut tail = tail;
+    if state.stream.lock().no_terminator {
+        tail.retain(|t| !t.contains("[DONE]") && !t.contains("message_stop"));
+    }
+    let bytes = |v: Vec<String>| v.into_iter().map(String::into_bytes).collect();
+    let malformed = b"data: {\"choices\": [{\"delta\": {\"content\": \"tru\n\n".to_vec();
+    let plain = (bytes(head), bytes(content), bytes(tail));
+    stream_of(state, api, plain, malformed, "text/event-stream")
+}
+
+/// A stream of `(head, content, tail)` chunks as [`stream_body`] sends
+/// them, `malformed` sent where the plan says, as `content_type`.
+pub(super) fn stream_of(
+    state: &StrictState,
+    api: Api,
+    (head, content, tail): (Vec<Vec<u8>>, Vec<Vec<u8>>, Vec<Vec<u8>>),
+    malformed: Vec<u8>,
+    content_type: &'static str,
+) -> Response {
     let plan = state.stream.lock();
     let reset_after = plan.reset_after.filter(|(a, _)| *a == api).map(|(_, n)| n);
     let (gap, hold) = (plan.gap, plan.hold.clone());
@@ -717,30 +739,23 @@ pub(super) fn stream_body(
     };
     let mut content = content;
     if let Some(n) = plan.malformed_after.filter(|&n| n <= content.len()) {
-        content.insert(
-            n,
-            "data: {\"choices\": [{\"delta\": {\"content\": \"tru\n\n".to_string(),
-        );
-    }
-    let mut tail = tail;
-    if plan.no_terminator {
-        tail.retain(|t| !t.contains("[DONE]") && !t.contains("message_stop"));
+        content.insert(n, malformed);
     }
     let stream = async_stream(head, content, tail, gap, reset_after, hold, pauses);
-    ([("content-type", "text/event-stream")], Body::from_stream(stream)).into_response()
+    ([("content-type", content_type)], Body::from_stream(stream)).into_response()
 }
 
 fn async_stream(
-    head: Vec<String>,
-    content: Vec<String>,
-    tail: Vec<String>,
+    head: Vec<Vec<u8>>,
+    content: Vec<Vec<u8>>,
+    tail: Vec<Vec<u8>>,
     gap: Duration,
     reset_after: Option<usize>,
     hold: Option<Arc<Notify>>,
     pauses: Vec<(usize, Duration)>,
-) -> impl futures_util::Stream<Item = Result<String, std::io::Error>> + Send {
+) -> impl futures_util::Stream<Item = Result<Vec<u8>, std::io::Error>> + Send {
     enum Next {
-        Head(Vec<String>),
+        Head(Vec<Vec<u8>>),
         Content(usize),
         Tail,
         Done,
