@@ -87,7 +87,10 @@ pub fn clients(cfg: &Config, base: &str, clock: Clock) -> HashMap<String, Arc<dy
         let c: Arc<dyn Provider> = if anthropic {
             Arc::new(AnthropicClient::new(http.clone(), ep, clock))
         } else if p.kind == fusebox::config::ProviderKind::Bedrock {
-            let ep = Endpoint { url: base.to_string(), ..ep };
+            let ep = Endpoint {
+                url: base.to_string(),
+                ..ep
+            };
             let credentials = aws_credential_types::Credentials::new(
                 crate::common::strict_bedrock::KEY_ID,
                 crate::common::strict_bedrock::SECRET,

@@ -9,6 +9,7 @@ mod adaptive;
 mod alerts;
 mod attach;
 mod azure;
+mod bedrock;
 mod blame;
 mod breaker_props;
 mod cli;

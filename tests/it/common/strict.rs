@@ -114,6 +114,9 @@ pub struct StrictState {
     pub instead: Mutex<Option<String>>,
     /// Gemini blocks every prompt for safety (its HTTP 200 without candidates).
     pub blocked: Mutex<bool>,
+    /// Bedrock's streams end, after this many content frames, in an
+    /// exception frame of this type (`throttlingException`, …).
+    pub bedrock_exception: Mutex<Option<(usize, &'static str)>>,
     /// Vertex AI's access tokens ([`super::strict_vertex`]).
     pub vertex: Mutex<super::strict_vertex::Tokens>,
 }
@@ -720,12 +723,15 @@ pub(super) fn stream_body(
     stream_of(state, api, plain, malformed, "text/event-stream")
 }
 
+/// A stream's chunks: sent at once, one per gap, and at the end.
+pub(super) type Chunks = (Vec<Vec<u8>>, Vec<Vec<u8>>, Vec<Vec<u8>>);
+
 /// A stream of `(head, content, tail)` chunks as [`stream_body`] sends
 /// them, `malformed` sent where the plan says, as `content_type`.
 pub(super) fn stream_of(
     state: &StrictState,
     api: Api,
-    (head, content, tail): (Vec<Vec<u8>>, Vec<Vec<u8>>, Vec<Vec<u8>>),
+    (head, content, tail): Chunks,
     malformed: Vec<u8>,
     content_type: &'static str,
 ) -> Response {

@@ -24,8 +24,17 @@ pub const KEY_ID: &str = "AKIDFUSEBOXTEST00001";
 pub const SECRET: &str = "fusebox/test/secret+key/0123456789abcdefghij";
 
 fn exception(status: u16, name: &str, message: &str) -> Response {
-    let mut r = (StatusCode::from_u16(status).unwrap(), Json(json!({ "message": message }))).into_response();
-    r.headers_mut().insert("x-amzn-errortype", format!("{name}:http://internal.amazon.com/coral/com.amazon.bedrock/").parse().unwrap());
+    let mut r = (
+        StatusCode::from_u16(status).unwrap(),
+        Json(json!({ "message": message })),
+    )
+        .into_response();
+    r.headers_mut().insert(
+        "x-amzn-errortype",
+        format!("{name}:http://internal.amazon.com/coral/com.amazon.bedrock/")
+            .parse()
+            .unwrap(),
+    );
     r
 }
 
@@ -71,7 +80,10 @@ fn refuse_signature(uri: &Uri, headers: &HeaderMap, body: &[u8]) -> Option<(&'st
     let h = |k: &str| headers.get(k).and_then(|v| v.to_str().ok()).unwrap_or("");
     let auth = h("authorization");
     let Some(rest) = auth.strip_prefix("AWS4-HMAC-SHA256 ") else {
-        return Some(("MissingAuthenticationTokenException", "Missing Authentication Token".into()));
+        return Some((
+            "MissingAuthenticationTokenException",
+            "Missing Authentication Token".into(),
+        ));
     };
     let field = |name: &str| {
         rest.split(',')
@@ -82,22 +94,40 @@ fn refuse_signature(uri: &Uri, headers: &HeaderMap, body: &[u8]) -> Option<(&'st
     let (credential, signed, signature) = (field("Credential"), field("SignedHeaders"), field("Signature"));
     let scope: Vec<&str> = credential.split('/').collect();
     let [key_id, date, region, service, "aws4_request"] = scope[..] else {
-        return Some(("IncompleteSignatureException", format!("Credential={credential} is no credential scope")));
+        return Some((
+            "IncompleteSignatureException",
+            format!("Credential={credential} is no credential scope"),
+        ));
     };
     if key_id != KEY_ID {
-        return Some(("UnrecognizedClientException", "The security token included in the request is invalid.".into()));
+        return Some((
+            "UnrecognizedClientException",
+            "The security token included in the request is invalid.".into(),
+        ));
     }
     if service != "bedrock" {
-        return Some(("InvalidSignatureException", format!("Credential should be scoped to correct service: 'bedrock'. (not '{service}')")));
+        return Some((
+            "InvalidSignatureException",
+            format!("Credential should be scoped to correct service: 'bedrock'. (not '{service}')"),
+        ));
     }
     let amz_date = h("x-amz-date");
-    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs() as i64;
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs() as i64;
     if amz_seconds(amz_date).is_none_or(|t| (t - now).abs() > 300) || !amz_date.starts_with(date) {
-        return Some(("InvalidSignatureException", "Signature expired or not yet current.".into()));
+        return Some((
+            "InvalidSignatureException",
+            "Signature expired or not yet current.".into(),
+        ));
     }
     let names: Vec<&str> = signed.split(';').collect();
     if !names.contains(&"host") || !names.contains(&"x-amz-date") {
-        return Some(("InvalidSignatureException", "host and x-amz-date must be signed.".into()));
+        return Some((
+            "InvalidSignatureException",
+            "host and x-amz-date must be signed.".into(),
+        ));
     }
     // The path as sent, each segment encoded once more (every service but S3).
     let path: Vec<String> = uri.path().split('/').map(uri_encode).collect();
@@ -148,9 +178,13 @@ const BLOCKS: [&str; 9] = [
 
 /// Converse's checks; `Err` is its message.
 fn check(b: &Value) -> Result<(), String> {
-    let obj = b.as_object().ok_or("Malformed input request, please reformat your input and try again.")?;
+    let obj = b
+        .as_object()
+        .ok_or("Malformed input request, please reformat your input and try again.")?;
     if let Some(k) = obj.keys().find(|k| !TOP.contains(&k.as_str())) {
-        return Err(format!("Malformed input request: extraneous key [{k}] is not permitted, please reformat your input and try again."));
+        return Err(format!(
+            "Malformed input request: extraneous key [{k}] is not permitted, please reformat your input and try again."
+        ));
     }
     let Some(messages) = b["messages"].as_array().filter(|m| !m.is_empty()) else {
         return Err("A conversation must start with a user message. Try again with a conversation that starts with a user message.".into());
@@ -171,27 +205,42 @@ fn check(b: &Value) -> Result<(), String> {
         for (j, block) in blocks.iter().enumerate() {
             let keys: Vec<&String> = block.as_object().map(|o| o.keys().collect()).unwrap_or_default();
             if keys.len() != 1 || !BLOCKS.contains(&keys[0].as_str()) {
-                return Err(format!("Malformed input request: messages.{i}.content.{j} must have exactly one member"));
+                return Err(format!(
+                    "Malformed input request: messages.{i}.content.{j} must have exactly one member"
+                ));
             }
             if let Some(u) = block.get("toolUse") {
-                if role != "assistant" || !u["toolUseId"].is_string() || !u["name"].is_string() || !u["input"].is_object() {
-                    return Err(format!("messages.{i}.content.{j}.toolUse: toolUseId, name and an input object are required"));
+                if role != "assistant"
+                    || !u["toolUseId"].is_string()
+                    || !u["name"].is_string()
+                    || !u["input"].is_object()
+                {
+                    return Err(format!(
+                        "messages.{i}.content.{j}.toolUse: toolUseId, name and an input object are required"
+                    ));
                 }
                 used.push(u["toolUseId"].as_str().unwrap_or("").to_string());
             }
             if let Some(r) = block.get("toolResult") {
                 let content_ok = r["content"].as_array().is_some_and(|c| {
-                    c.iter().all(|x| x.as_object().is_some_and(|o| o.len() == 1 && (x["text"].is_string() || x["json"].is_object())))
+                    c.iter().all(|x| {
+                        x.as_object()
+                            .is_some_and(|o| o.len() == 1 && (x["text"].is_string() || x["json"].is_object()))
+                    })
                 });
                 if !r["toolUseId"].is_string() || !content_ok {
-                    return Err(format!("messages.{i}.content.{j}.toolResult: a toolUseId and text or json content are required"));
+                    return Err(format!(
+                        "messages.{i}.content.{j}.toolResult: a toolUseId and text or json content are required"
+                    ));
                 }
                 answered.push(r["toolUseId"].as_str().unwrap_or("").to_string());
             }
             if let Some(img) = block.get("image") {
                 let format_ok = ["png", "jpeg", "gif", "webp"].contains(&img["format"].as_str().unwrap_or(""));
                 if !format_ok || !img["source"]["bytes"].is_string() {
-                    return Err(format!("messages.{i}.content.{j}.image: a format and source.bytes are required"));
+                    return Err(format!(
+                        "messages.{i}.content.{j}.image: a format and source.bytes are required"
+                    ));
                 }
             }
         }
@@ -200,7 +249,10 @@ fn check(b: &Value) -> Result<(), String> {
         want_ids.sort();
         answered.sort();
         if want_ids != answered {
-            return Err(format!("Expected toolResult blocks at messages.{i}.content for the following Ids: {}", want_ids.join(", ")));
+            return Err(format!(
+                "Expected toolResult blocks at messages.{i}.content for the following Ids: {}",
+                want_ids.join(", ")
+            ));
         }
         open = used;
     }
@@ -209,7 +261,9 @@ fn check(b: &Value) -> Result<(), String> {
     }
     if let Some(c) = b.get("toolConfig") {
         let tools_ok = c["tools"].as_array().is_some_and(|t| {
-            !t.is_empty() && t.iter().all(|t| t["toolSpec"]["name"].is_string() && t["toolSpec"]["inputSchema"]["json"].is_object())
+            !t.is_empty()
+                && t.iter()
+                    .all(|t| t["toolSpec"]["name"].is_string() && t["toolSpec"]["inputSchema"]["json"].is_object())
         });
         if !tools_ok {
             return Err("toolConfig.tools: each tool needs a toolSpec with a name and inputSchema.json".into());
@@ -221,11 +275,13 @@ fn check(b: &Value) -> Result<(), String> {
             }
         }
     }
-    if let Some(k) = b["inferenceConfig"]
-        .as_object()
-        .and_then(|o| o.keys().find(|k| !["maxTokens", "temperature", "topP", "stopSequences"].contains(&k.as_str())))
-    {
-        return Err(format!("Malformed input request: extraneous key [{k}] is not permitted"));
+    if let Some(k) = b["inferenceConfig"].as_object().and_then(|o| {
+        o.keys()
+            .find(|k| !["maxTokens", "temperature", "topP", "stopSequences"].contains(&k.as_str()))
+    }) {
+        return Err(format!(
+            "Malformed input request: extraneous key [{k}] is not permitted"
+        ));
     }
     Ok(())
 }
@@ -268,7 +324,10 @@ fn frame(event: &'static str, payload: Value) -> Vec<u8> {
     let m = Message::new(payload.to_string().into_bytes())
         .add_header(Header::new(":message-type", HeaderValue::String("event".into())))
         .add_header(Header::new(":event-type", HeaderValue::String(event.into())))
-        .add_header(Header::new(":content-type", HeaderValue::String("application/json".into())));
+        .add_header(Header::new(
+            ":content-type",
+            HeaderValue::String("application/json".into()),
+        ));
     let mut out = Vec::new();
     write_message_to(&m, &mut out).unwrap();
     out
@@ -277,9 +336,21 @@ fn frame(event: &'static str, payload: Value) -> Vec<u8> {
 fn fault(f: Fault) -> Response {
     match f {
         Fault::Refused(e) => validation(e["message"].as_str().unwrap_or("Malformed input request.")),
-        Fault::Down => exception(503, "ServiceUnavailableException", "Bedrock is unable to process your request."),
-        Fault::RateLimited(_) => exception(429, "ThrottlingException", "Too many requests, please wait before trying again."),
-        Fault::ServerError => exception(500, "InternalServerException", "The system encountered an unexpected error during processing. Try your request again."),
+        Fault::Down => exception(
+            503,
+            "ServiceUnavailableException",
+            "Bedrock is unable to process your request.",
+        ),
+        Fault::RateLimited(_) => exception(
+            429,
+            "ThrottlingException",
+            "Too many requests, please wait before trying again.",
+        ),
+        Fault::ServerError => exception(
+            500,
+            "InternalServerException",
+            "The system encountered an unexpected error during processing. Try your request again.",
+        ),
     }
 }
 
@@ -331,7 +402,11 @@ pub async fn bedrock(
     let usage = json!({"inputTokens": 25, "outputTokens": 12, "totalTokens": 37});
     let metrics = json!({"latencyMs": 120});
     let blocked = *state.blocked.lock();
-    let (call, text) = if blocked { (false, BLOCKED.to_string()) } else { decide(&state, Api::OpenAi, &chat) };
+    let (call, text) = if blocked {
+        (false, BLOCKED.to_string())
+    } else {
+        decide(&state, Api::OpenAi, &chat)
+    };
     let stop = match (blocked, call) {
         (true, _) => "guardrail_intervened",
         (false, true) => "tool_use",
@@ -368,14 +443,51 @@ pub async fn bedrock(
     let head = vec![frame("messageStart", json!({"role": "assistant", "p": "abcdefgh"}))];
     let content: Vec<Vec<u8>> = match call {
         true => vec![
-            frame("contentBlockStart", json!({"contentBlockIndex": 0, "start": {"toolUse": {"toolUseId": "tooluse_abc123", "name": name}}})),
-            frame("contentBlockDelta", json!({"contentBlockIndex": 0, "delta": {"toolUse": {"input": CALL_ARGS}}})),
+            frame(
+                "contentBlockStart",
+                json!({"contentBlockIndex": 0, "start": {"toolUse": {"toolUseId": "tooluse_abc123", "name": name}}}),
+            ),
+            frame(
+                "contentBlockDelta",
+                json!({"contentBlockIndex": 0, "delta": {"toolUse": {"input": CALL_ARGS}}}),
+            ),
         ],
         false => words(&text)
             .into_iter()
-            .map(|w| frame("contentBlockDelta", json!({"contentBlockIndex": 0, "delta": {"text": w}, "p": "ab"})))
+            .map(|w| {
+                frame(
+                    "contentBlockDelta",
+                    json!({"contentBlockIndex": 0, "delta": {"text": w}, "p": "ab"}),
+                )
+            })
             .collect(),
     };
+    let mut content = content;
+    if let Some((n, kind)) = *state.bedrock_exception.lock() {
+        // The stream ends in the exception, as Bedrock's do.
+        content.truncate(n);
+        let m = Message::new(
+            json!({"message": "Too many tokens, please wait before trying again."})
+                .to_string()
+                .into_bytes(),
+        )
+        .add_header(Header::new(":message-type", HeaderValue::String("exception".into())))
+        .add_header(Header::new(":exception-type", HeaderValue::String(kind.into())))
+        .add_header(Header::new(
+            ":content-type",
+            HeaderValue::String("application/json".into()),
+        ));
+        let mut e = Vec::new();
+        write_message_to(&m, &mut e).unwrap();
+        let plan = (head, content, vec![e]);
+        return stream_of(
+            &state,
+            Api::Bedrock,
+            plan,
+            Vec::new(),
+            "application/vnd.amazon.eventstream",
+        );
+    }
     let tail = vec![
         frame("contentBlockStop", json!({"contentBlockIndex": 0})),
         frame("messageStop", json!({ "stopReason": stop })),
@@ -385,7 +497,16 @@ pub async fn bedrock(
     let mut malformed = Vec::new();
     let m = Message::new(b"{\"delta\": {\"text\": \"tru".to_vec())
         .add_header(Header::new(":message-type", HeaderValue::String("event".into())))
-        .add_header(Header::new(":event-type", HeaderValue::String("contentBlockDelta".into())));
+        .add_header(Header::new(
+            ":event-type",
+            HeaderValue::String("contentBlockDelta".into()),
+        ));
     write_message_to(&m, &mut malformed).unwrap();
-    stream_of(&state, Api::Bedrock, (head, content, tail), malformed, "application/vnd.amazon.eventstream")
+    stream_of(
+        &state,
+        Api::Bedrock,
+        (head, content, tail),
+        malformed,
+        "application/vnd.amazon.eventstream",
+    )
 }
