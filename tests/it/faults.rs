@@ -1,8 +1,8 @@
 //! The provider fault matrix: sixteen ways a provider breaks, each put
 //! behind `fusebox serve` (once with every option at its default, once as
 //! a careful operator configures it, and with the defaults once with the
-//! primary on Azure OpenAI's deployment URLs, on Google's Gemini API and
-//! on Vertex AI, each fault in that API's own words), asked by the official OpenAI
+//! primary on Azure OpenAI's deployment URLs, on Google's Gemini API, on
+//! Vertex AI and on Amazon Bedrock, each fault in that API's own words), asked by the official OpenAI
 //! Python SDK with its own retries off, plain and streamed. The client
 //! gets the whole answer (or, refused by a content filter, the provider's
 //! error as it was sent; blocked by Gemini's safety filter, an answer that
@@ -130,6 +130,8 @@ enum Primary {
     Gemini,
     /// Google's Vertex AI (Gemini's API, signed in with a service account).
     Vertex,
+    /// Amazon Bedrock's Converse (SigV4-signed, event-stream frames).
+    Bedrock,
 }
 
 impl Primary {
@@ -138,6 +140,7 @@ impl Primary {
         match self {
             Primary::OpenAi | Primary::Azure => Api::OpenAi,
             Primary::Gemini | Primary::Vertex => Api::Gemini,
+            Primary::Bedrock => Api::Bedrock,
         }
     }
 }
@@ -163,6 +166,7 @@ impl Case {
                 Primary::Azure => "azure/",
                 Primary::Gemini => "gemini/",
                 Primary::Vertex => "vertex/",
+                Primary::Bedrock => "bedrock/",
             },
             self.fault,
             if self.careful { "careful" } else { "defaults" },
@@ -179,6 +183,7 @@ impl Case {
             Primary::Azure => upstream.base(),
             Primary::Gemini => format!("{}/v1beta", upstream.base()),
             Primary::Vertex => format!("{}/v1", upstream.base()),
+            Primary::Bedrock => upstream.base(),
         };
         let google = matches!(to, Primary::Gemini | Primary::Vertex);
         let api = to.api();
@@ -197,6 +202,9 @@ impl Case {
                 Fault::Stall30s => plan.pauses = vec![(20, Duration::from_secs(30))],
                 Fault::Malformed => plan.malformed_after = Some(10),
                 Fault::NoTerminator => plan.no_terminator = true,
+                Fault::ContextLength if to == Primary::Bedrock => {
+                    faults.refuse = Some(json!({"message": "Input is too long for requested model."}))
+                }
                 Fault::ContextLength if google => {
                     faults.refuse = Some(
                         json!({"message": "The input token count (1130412) exceeds the maximum number of tokens allowed (1048576)."}),
@@ -208,7 +216,10 @@ impl Case {
                                                 "type": "invalid_request_error", "param": "messages", "code": "context_length_exceeded"}),
                     )
                 }
-                Fault::ContentFilter if google => *upstream.state.blocked.lock() = true,
+                // Gemini's safety block, Bedrock's guardrail: answers, filtered.
+                Fault::ContentFilter if to != Primary::OpenAi && to != Primary::Azure => {
+                    *upstream.state.blocked.lock() = true
+                }
                 Fault::ContentFilter => faults.refuse = Some(filtered()),
                 Fault::DownFor60s => faults.down_until = Some(Instant::now() + DOWN),
             }
@@ -237,6 +248,7 @@ impl Case {
             Primary::Vertex => {
                 "kind = \"vertex\"\ncredentials_env = \"VERTEX_KEY\"\nproject = \"fusebox-test\"\nlocation = \"us-central1\""
             }
+            Primary::Bedrock => "kind = \"bedrock\"\nregion = \"us-east-1\"",
         };
         let key = crate::common::strict_vertex::key_file(dir, &upstream.base());
         let cfg = format!(
@@ -254,7 +266,12 @@ impl Case {
             let key = key.display().to_string();
             Serve::start_with_env(
                 &["--config", &path.display().to_string()],
-                &[("STRICT_KEY", "sk-test"), ("VERTEX_KEY", &key)],
+                &[
+                    ("STRICT_KEY", "sk-test"),
+                    ("VERTEX_KEY", &key),
+                    ("AWS_ACCESS_KEY_ID", crate::common::strict_bedrock::KEY_ID),
+                    ("AWS_SECRET_ACCESS_KEY", crate::common::strict_bedrock::SECRET),
+                ],
             )
         })
         .await
@@ -311,15 +328,14 @@ impl Case {
         let fail = |why: String| Err(format!("{id}: {why}; the client got {}", brief(got)));
         let expected = text();
         let requests = got.len();
-        if self.fault == Fault::ContentFilter && self.primary.api() == Api::Gemini {
-            // A blocked prompt is Gemini's answer, not an error: the
-            // client is told so, and no other model is asked.
+        if self.fault == Fault::ContentFilter && self.primary.api() != Api::OpenAi {
+            // A blocked prompt is Gemini's (Bedrock's guardrail's) answer,
+            // not an error: the client is told so, and no other model is asked.
             let [g] = got else { return fail("one answer".into()) };
-            if g.get("error").is_some()
-                || g["finish"] != "content_filter"
-                || g["text"].as_str().is_some_and(|t| !t.is_empty())
-            {
-                return fail("not an empty answer filtered".into());
+            let said = g["text"].as_str().unwrap_or("");
+            let filtered = said.is_empty() || said == crate::common::strict_bedrock::BLOCKED;
+            if g.get("error").is_some() || g["finish"] != "content_filter" || !filtered {
+                return fail("not an answer filtered".into());
             }
             if !self.upstream.bodies(Api::Anthropic).is_empty() || self.primary_attempts() != 1 {
                 return fail("a blocked prompt was asked again, or of another model".into());
@@ -374,7 +390,12 @@ impl Case {
             .filter(|r| r.api == self.primary.api())
             .collect();
         match self.fault {
-            Fault::RateLimitedRetryAfter => {
+            // Bedrock says no time to wait: a throttled call is retried as
+            // any rate-limited one is.
+            Fault::RateLimitedRetryAfter if self.primary == Primary::Bedrock && openai.len() != 2 => {
+                return fail(format!("{} calls to the primary, not a retry", openai.len()));
+            }
+            Fault::RateLimitedRetryAfter if self.primary != Primary::Bedrock => {
                 let gap = openai.get(1).map(|r| r.at.duration_since(openai[0].at));
                 if openai.len() != 2 || gap.is_none_or(|g| g < Duration::from_secs(2)) {
                     return fail(format!(
@@ -449,6 +470,7 @@ async fn every_provider_fault_ends_in_a_whole_answer_for_the_official_sdk() {
             (Primary::Azure, false),
             (Primary::Gemini, false),
             (Primary::Vertex, false),
+            (Primary::Bedrock, false),
         ] {
             for stream in [false, true] {
                 cases.push(Case::start(fault, to, careful, stream, dir.path()).await);

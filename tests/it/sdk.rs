@@ -206,6 +206,25 @@ async fn the_vertex_fake_speaks_what_the_official_google_sdk_sends() {
     assert!(fake.received().iter().all(|r| r.status == 200));
 }
 
+/// The strict fake's Bedrock answers AWS's official SDK (boto3's
+/// `bedrock-runtime` client), every request signed by botocore and its
+/// signature verified by the fake.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_bedrock_fake_speaks_what_the_official_aws_sdk_sends() {
+    use crate::common::strict_bedrock::{KEY_ID, SECRET};
+    let Some(python) = python() else { return };
+    let fake = crate::common::strict::Strict::start().await;
+    let checks = [
+        "converse",
+        "converse stream",
+        "tool loop",
+        "image",
+        "wrong secret refused",
+    ];
+    let env = [("FUSEBOX_AWS_KEY_ID", KEY_ID), ("FUSEBOX_AWS_SECRET", SECRET)];
+    run_script_with(&python, "bedrock_fake.py", &fake.base(), &env, &checks).await;
+}
+
 /// The OpenAI and Anthropic SDKs' agent loops through the gateway to
 /// models on Azure OpenAI (the route's first provider made an
 /// `azure-openai` one at its deployment URLs), every call answered there.
@@ -241,17 +260,26 @@ async fn the_official_sdks_run_their_agents_through_the_gateway_to_azure() {
 /// its thought signature), every call answered there.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_official_sdks_run_their_agents_through_the_gateway_to_gemini() {
-    agents_through_the_gateway_to_google(fusebox::config::ProviderKind::Gemini).await;
+    agents_through_the_gateway_to_a_cloud(fusebox::config::ProviderKind::Gemini).await;
 }
 
 /// The same to Vertex AI: the provider signs in with a service account's
 /// key at the fake's token endpoint, and every call carries its token.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_official_sdks_run_their_agents_through_the_gateway_to_vertex() {
-    agents_through_the_gateway_to_google(fusebox::config::ProviderKind::Vertex).await;
+    agents_through_the_gateway_to_a_cloud(fusebox::config::ProviderKind::Vertex).await;
 }
 
-async fn agents_through_the_gateway_to_google(kind: fusebox::config::ProviderKind) {
+/// The same to Amazon Bedrock: every call signed with the environment's
+/// AWS keys, its signature verified by the fake.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_official_sdks_run_their_agents_through_the_gateway_to_bedrock() {
+    agents_through_the_gateway_to_a_cloud(fusebox::config::ProviderKind::Bedrock).await;
+}
+
+/// The OpenAI and Anthropic SDKs' agent loops through the gateway to a
+/// strict fake's cloud API (`kind`), every call answered there.
+async fn agents_through_the_gateway_to_a_cloud(kind: fusebox::config::ProviderKind) {
     use fusebox::config::ProviderKind;
     let Some(python) = python() else { return };
     let fake = crate::common::strict::Strict::start().await;
@@ -261,11 +289,17 @@ async fn agents_through_the_gateway_to_google(kind: fusebox::config::ProviderKin
     unsafe {
         std::env::set_var("FUSEBOX_TEST_SDK_GEMINI_KEY", "gemini-key");
         std::env::set_var("FUSEBOX_TEST_SDK_VERTEX_KEY", &key);
+        std::env::set_var("AWS_ACCESS_KEY_ID", crate::common::strict_bedrock::KEY_ID);
+        std::env::set_var("AWS_SECRET_ACCESS_KEY", crate::common::strict_bedrock::SECRET);
     }
     let (base, runner) = gateway_on(Config::default(), |cfg, _| {
         let p = cfg.providers.get_mut("openai").unwrap();
         p.kind = kind;
-        if kind == ProviderKind::Vertex {
+        if kind == ProviderKind::Bedrock {
+            p.base_url = Some(fake.base());
+            p.region = Some("us-east-1".into());
+            p.api_key_env = None;
+        } else if kind == ProviderKind::Vertex {
             p.base_url = Some(format!("{}/v1", fake.base()));
             p.credentials_env = Some("FUSEBOX_TEST_SDK_VERTEX_KEY".into());
             p.project = Some("fusebox-test".into());
@@ -292,15 +326,18 @@ async fn agents_through_the_gateway_to_google(kind: fusebox::config::ProviderKin
     );
     let loops = received
         .iter()
-        .filter(|r| r.body.to_string().contains("functionResponse"))
+        .filter(|r| {
+            let body = r.body.to_string();
+            body.contains("functionResponse") || body.contains("toolResult")
+        })
         .count();
     assert!(
         loops >= 2,
-        "both SDKs' tool loops reached Google ({loops} calls with a tool result)"
+        "both SDKs' tool loops reached the cloud ({loops} calls with a tool result)"
     );
-    let google = runner.providers().iter().find(|p| p.name == "openai").unwrap();
-    let stats = &runner.registry().get(google.target).stats;
-    assert!(stats.ok.get() > 0, "the calls reached Google");
+    let cloud = runner.providers().iter().find(|p| p.name == "openai").unwrap();
+    let stats = &runner.registry().get(cloud.target).stats;
+    assert!(stats.ok.get() > 0, "the calls reached the cloud");
     if kind == ProviderKind::Vertex {
         assert!(fake.state.vertex.lock().requests >= 1, "tokens came from the fake");
     }
