@@ -13,6 +13,7 @@ mod bedrock;
 mod blame;
 mod breaker_props;
 mod cli;
+mod clouds;
 mod common;
 mod console;
 mod deadline;

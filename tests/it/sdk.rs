@@ -73,7 +73,7 @@ async fn run_script(python: &str, script: &str, base: &str, checks: &[&str]) {
 }
 
 /// [`run_script`] with the environment variables `env` set too.
-async fn run_script_with(python: &str, script: &str, base: &str, env: &[(&str, &str)], checks: &[&str]) {
+pub async fn run_script_with(python: &str, script: &str, base: &str, env: &[(&str, &str)], checks: &[&str]) {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/sdk");
     let (python, script_path, base) = (python.to_string(), dir.join(script), base.to_string());
     let env: Vec<(String, String)> = env.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
