@@ -52,31 +52,45 @@ impl BedrockClient {
         format!("{}/model/{id}/{op}", self.ep.url.trim_end_matches('/'))
     }
 
-    /// The headers that sign a POST of `body` to `url`; `Err` says why
-    /// it cannot be signed.
+    /// The headers that sign a POST of `body` to `url` now.
     fn signature(&self, url: &str, body: &[u8]) -> Result<Vec<(String, String)>, String> {
-        use aws_sigv4::http_request::{sign, SignableBody, SignableRequest, SigningSettings};
-        let unsigned = |e: &dyn std::fmt::Display| e.to_string();
-        let identity = self.credentials.clone().into();
         let time = std::time::UNIX_EPOCH + std::time::Duration::from_millis(self.clock.wall_ms());
-        let params = aws_sigv4::sign::v4::SigningParams::builder()
-            .identity(&identity)
-            .region(&self.region)
-            .name("bedrock")
-            .time(time)
-            .settings(SigningSettings::default())
-            .build()
-            .map_err(|e| unsigned(&e))?
-            .into();
-        let headers = [("content-type", "application/json")];
-        let signable = SignableRequest::new("POST", url, headers.into_iter(), SignableBody::Bytes(body))
-            .map_err(|e| unsigned(&e))?;
-        let (instructions, _) = sign(signable, &params).map_err(|e| unsigned(&e))?.into_parts();
-        Ok(instructions
-            .headers()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect())
+        sign(&self.credentials, &self.region, url, body, time)
     }
+}
+
+/// The SigV4 headers (`authorization`, `x-amz-date`, and
+/// `x-amz-security-token` with temporary keys) that sign a JSON POST of
+/// `body` to `url` for Bedrock in `region` at `time`; `Err` says why it
+/// cannot be signed.
+pub fn sign(
+    credentials: &Credentials,
+    region: &str,
+    url: &str,
+    body: &[u8],
+    time: std::time::SystemTime,
+) -> Result<Vec<(String, String)>, String> {
+    use aws_sigv4::http_request::{SignableBody, SignableRequest, SigningSettings};
+    let identity = credentials.clone().into();
+    let params = aws_sigv4::sign::v4::SigningParams::builder()
+        .identity(&identity)
+        .region(region)
+        .name("bedrock")
+        .time(time)
+        .settings(SigningSettings::default())
+        .build()
+        .map_err(|e| e.to_string())?
+        .into();
+    let headers = [("content-type", "application/json")];
+    let signable =
+        SignableRequest::new("POST", url, headers.into_iter(), SignableBody::Bytes(body)).map_err(|e| e.to_string())?;
+    let (instructions, _) = aws_sigv4::http_request::sign(signable, &params)
+        .map_err(|e| e.to_string())?
+        .into_parts();
+    Ok(instructions
+        .headers()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect())
 }
 
 #[async_trait::async_trait]
