@@ -5,14 +5,12 @@
 //! rate-limit headers: a `ThrottlingException` is its signal.
 
 use super::http::{open_stream, read_body, stream_error_kind, with_ids, Endpoint, SseStream};
-use super::{ErrorKind, LlmRequest, LlmResponse, Opened, Provider, ProviderError, WireAnswer};
+use super::{ErrorKind, LlmRequest, LlmResponse, Opened, Provider, ProviderError};
 use crate::clock::Clock;
 use crate::resilience::limiter::RateFeedback;
 use crate::wire::bedrock::{error_type, parse_reply, render_request};
-use crate::wire::Api;
 use aws_credential_types::Credentials;
 use serde_json::Value;
-use std::sync::Arc;
 
 /// A Bedrock provider.
 pub struct BedrockClient {
@@ -136,30 +134,12 @@ impl Provider for BedrockClient {
             let stream = SseStream::bedrock(name, (resp, fd), self.ep.idle);
             return open_stream(stream, RateFeedback::default(), req, &self.clock, start).await;
         }
-        let body = read_body(name, resp).await?;
-        let v: Value = serde_json::from_slice(&body).map_err(|e| {
-            ProviderError::new(
-                ErrorKind::Truncated,
-                None,
-                format!("{name}: unreadable response body: {e}"),
-            )
-        })?;
-        let r = parse_reply(&v);
-        let usage = r.usage.unwrap_or_default();
-        let elapsed = self.clock.now().saturating_duration_since(start);
-        let mut resp = LlmResponse::measured(Arc::from(r.text), r.tool_calls, usage, RateFeedback::default(), elapsed);
-        resp.wire = Some(Box::new(WireAnswer {
-            kind: Api::Chat,
-            id: r.id,
-            model: r.model,
-            finish: r.finish,
-            reasoning: r.reasoning,
-            refusal: r.refusal,
-            // No client takes Bedrock's body as sent.
-            body: None,
-            skipped: 0,
-        }));
-        Ok(Opened::Whole(resp))
+        let v = super::http::read_json(name, resp).await?;
+        Ok(Opened::Whole(super::http::translated(
+            parse_reply(&v),
+            &self.clock,
+            start,
+        )))
     }
 }
 

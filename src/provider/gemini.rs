@@ -7,14 +7,12 @@
 //! headers: a quota error's `RetryInfo` delay is its signal.
 
 use super::http::{open_stream, read_body, stream_error_kind, with_ids, Endpoint, SseStream};
-use super::{ErrorKind, LlmRequest, LlmResponse, Opened, Provider, ProviderError, WireAnswer};
+use super::{ErrorKind, LlmRequest, LlmResponse, Opened, Provider, ProviderError};
 use crate::clock::Clock;
 use crate::resilience::limiter::RateFeedback;
 use crate::wire::gemini::{parse_reply, render_request, Status};
-use crate::wire::Api;
 use reqwest::header::{HeaderName, HeaderValue};
 use serde_json::Value;
-use std::sync::Arc;
 
 /// A Gemini API or Vertex AI provider.
 pub struct GeminiClient {
@@ -131,30 +129,12 @@ impl Provider for GeminiClient {
             let stream = SseStream::gemini(name, (resp, fd), self.ep.idle);
             return open_stream(stream, RateFeedback::default(), req, &self.clock, start).await;
         }
-        let body = read_body(name, resp).await?;
-        let v: Value = serde_json::from_slice(&body).map_err(|e| {
-            ProviderError::new(
-                ErrorKind::Truncated,
-                None,
-                format!("{name}: unreadable response body: {e}"),
-            )
-        })?;
-        let r = parse_reply(&v);
-        let usage = r.usage.unwrap_or_default();
-        let elapsed = self.clock.now().saturating_duration_since(start);
-        let mut resp = LlmResponse::measured(Arc::from(r.text), r.tool_calls, usage, RateFeedback::default(), elapsed);
-        resp.wire = Some(Box::new(WireAnswer {
-            kind: Api::Chat,
-            id: r.id,
-            model: r.model,
-            finish: r.finish,
-            reasoning: r.reasoning,
-            refusal: r.refusal,
-            // No client takes Google's body as sent.
-            body: None,
-            skipped: 0,
-        }));
-        Ok(Opened::Whole(resp))
+        let v = super::http::read_json(name, resp).await?;
+        Ok(Opened::Whole(super::http::translated(
+            parse_reply(&v),
+            &self.clock,
+            start,
+        )))
     }
 }
 

@@ -198,6 +198,39 @@ pub async fn read_body(provider: &str, resp: reqwest::Response) -> Result<bytes:
     Ok(out.into())
 }
 
+/// Reads a whole JSON answer; one that does not parse was cut short.
+pub async fn read_json(provider: &str, resp: reqwest::Response) -> Result<serde_json::Value, ProviderError> {
+    let body = read_body(provider, resp).await?;
+    serde_json::from_slice(&body).map_err(|e| {
+        ProviderError::new(
+            ErrorKind::Truncated,
+            None,
+            format!("{provider}: unreadable response body: {e}"),
+        )
+    })
+}
+
+/// A whole answer of an API no client speaks (Gemini's, Bedrock's), read
+/// into `r` and measured from `start`: always rendered anew in the
+/// client's API, none of its body passed on.
+pub fn translated(r: crate::wire::Reply, clock: &Clock, start: tokio::time::Instant) -> super::LlmResponse {
+    let usage = r.usage.unwrap_or_default();
+    let elapsed = clock.now().saturating_duration_since(start);
+    let rate = crate::resilience::limiter::RateFeedback::default();
+    let mut resp = super::LlmResponse::measured(Arc::from(r.text), r.tool_calls, usage, rate, elapsed);
+    resp.wire = Some(Box::new(super::WireAnswer {
+        kind: crate::wire::Api::Chat,
+        id: r.id,
+        model: r.model,
+        finish: r.finish,
+        reasoning: r.reasoning,
+        refusal: r.refusal,
+        body: None,
+        skipped: 0,
+    }));
+    resp
+}
+
 /// Whether an answer says anything of its rate limits: a header named
 /// `prefix…` or `retry-after…` (one pass over its names, where looking up
 /// each header a provider may send would hash every name).
