@@ -1,4 +1,4 @@
-//! What the cloud kinds (Gemini, Vertex AI, Bedrock) share with every
+//! What the cloud kinds (Azure OpenAI, Gemini, Vertex AI, Bedrock) share with every
 //! provider: a model its provider keeps throttling is skipped by its
 //! breaker, and the route's next model answers every request; and what a
 //! client sends beyond text (an image, structured output) reaches the
@@ -38,10 +38,15 @@ fn runner(kind: ProviderKind, cloud: &Strict, fallback: &Strict, dir: &std::path
                 cloud.addr.port()
             )
         }
-        _ => format!(
+        ProviderKind::AzureOpenai => format!(
+            "kind = \"azure-openai\"\nbase_url = \"{}\"\napi_key_env = \"FUSEBOX_TEST_CLOUDS_KEY\"\napi_version = \"2024-10-21\"",
+            cloud.base()
+        ),
+        ProviderKind::Bedrock => format!(
             "kind = \"bedrock\"\nbase_url = \"{}\"\nregion = \"us-east-1\"",
             cloud.base()
         ),
+        other => panic!("{other:?} is not a cloud kind"),
     };
     let text = format!(
         "[providers.cloud]\n{cloud_cfg}\n\
@@ -59,7 +64,12 @@ fn runner(kind: ProviderKind, cloud: &Strict, fallback: &Strict, dir: &std::path
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_throttled_cloud_model_is_skipped_by_its_breaker_and_the_fallback_answers() {
-    for kind in [ProviderKind::Gemini, ProviderKind::Vertex, ProviderKind::Bedrock] {
+    for kind in [
+        ProviderKind::AzureOpenai,
+        ProviderKind::Gemini,
+        ProviderKind::Vertex,
+        ProviderKind::Bedrock,
+    ] {
         let (cloud, fallback) = (Strict::start().await, Strict::start().await);
         cloud.state.faults.lock().rate_limited = (u32::MAX, None);
         let dir = tempfile::tempdir().unwrap();
@@ -106,7 +116,12 @@ async fn a_throttled_cloud_model_is_skipped_by_its_breaker_and_the_fallback_answ
 async fn images_structured_output_tool_calls_and_usage_reach_each_cloud_in_its_words() {
     let Some(python) = crate::sdk::python() else { return };
     let png = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhgGAWjR9awAAAABJRU5ErkJggg==";
-    for kind in [ProviderKind::Gemini, ProviderKind::Vertex, ProviderKind::Bedrock] {
+    for kind in [
+        ProviderKind::AzureOpenai,
+        ProviderKind::Gemini,
+        ProviderKind::Vertex,
+        ProviderKind::Bedrock,
+    ] {
         let (cloud, fallback) = (Strict::start().await, Strict::start().await);
         let dir = tempfile::tempdir().unwrap();
         let runner = runner(kind, &cloud, &fallback, dir.path());
@@ -122,12 +137,16 @@ async fn images_structured_output_tool_calls_and_usage_reach_each_cloud_in_its_w
         let base = format!("http://{addr}");
         let env = [("FUSEBOX_STRUCTURED", structured)];
         crate::sdk::run_script_with(&python, "cloud_fidelity.py", &base, &env, &checks).await;
+        let fell: Vec<_> = fallback.received().iter().map(|r| r.body.to_string()).collect();
         assert!(
-            fallback.received().is_empty(),
-            "{kind:?}: every call answered by the cloud"
+            fell.is_empty(),
+            "{kind:?}: every call answered by the cloud, not {fell:?}"
         );
         let bodies: Vec<String> = cloud.received().iter().map(|r| r.body.to_string()).collect();
         let image = match kind {
+            ProviderKind::AzureOpenai => {
+                format!(r#"{{"image_url":{{"url":"data:image/png;base64,{png}"}},"type":"image_url"}}"#)
+            }
             ProviderKind::Bedrock => format!(r#"{{"image":{{"format":"png","source":{{"bytes":"{png}"}}}}}}"#),
             _ => format!(r#"{{"inlineData":{{"data":"{png}","mimeType":"image/png"}}}}"#),
         };
@@ -136,10 +155,11 @@ async fn images_structured_output_tool_calls_and_usage_reach_each_cloud_in_its_w
             "{kind:?}: the image as sent, in {bodies:?}"
         );
         if structured == "1" {
-            assert!(
-                bodies.iter().any(|b| b.contains(r#""responseMimeType":"application/json""#) && b.contains("responseJsonSchema")),
-                "{kind:?}: the schema sent"
-            );
+            let schema = match kind {
+                ProviderKind::AzureOpenai => r#""response_format":{"json_schema""#,
+                _ => r#""responseJsonSchema""#,
+            };
+            assert!(bodies.iter().any(|b| b.contains(schema)), "{kind:?}: the schema sent");
         }
     }
 }
