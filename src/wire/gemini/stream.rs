@@ -3,11 +3,82 @@
 //! in one part; usage is cumulative; the chunk with a `finishReason` is the
 //! last (the stream has no terminator of its own, so it ends there).
 
-use super::reply::{call_of, finish_of, usage_of, Status};
+use super::reply::{finish_of, Status};
 use crate::wire::openai::StreamError;
-use crate::wire::reply::{Delta, Finish};
-use serde_json::Value;
+use crate::wire::reply::{Delta, Finish, Usage};
+use serde_json::value::RawValue;
 use smallvec::SmallVec;
+use std::borrow::Cow;
+
+/// A chunk, as much of it as is read (the rest is skipped unparsed).
+#[derive(serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct ChunkIn<'a> {
+    #[serde(default, borrow)]
+    candidates: Vec<CandidateIn<'a>>,
+    #[serde(default)]
+    usage_metadata: Option<UsageIn>,
+    #[serde(default, borrow)]
+    model_version: Option<Cow<'a, str>>,
+    #[serde(default, borrow)]
+    response_id: Option<Cow<'a, str>>,
+    #[serde(default, borrow)]
+    prompt_feedback: Option<&'a RawValue>,
+    #[serde(default, borrow)]
+    error: Option<&'a RawValue>,
+}
+
+#[derive(serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct CandidateIn<'a> {
+    #[serde(default, borrow)]
+    content: Option<ContentIn<'a>>,
+    #[serde(default, borrow)]
+    finish_reason: Option<Cow<'a, str>>,
+}
+
+#[derive(serde::Deserialize)]
+struct ContentIn<'a> {
+    #[serde(default, borrow)]
+    parts: Vec<PartIn<'a>>,
+}
+
+#[derive(serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct PartIn<'a> {
+    #[serde(default, borrow)]
+    text: Option<Cow<'a, str>>,
+    #[serde(default)]
+    thought: Option<bool>,
+    #[serde(default, borrow)]
+    function_call: Option<&'a RawValue>,
+    #[serde(default, borrow)]
+    thought_signature: Option<Cow<'a, str>>,
+}
+
+#[derive(serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct UsageIn {
+    #[serde(default)]
+    prompt_token_count: u64,
+    #[serde(default)]
+    candidates_token_count: u64,
+    #[serde(default)]
+    thoughts_token_count: u64,
+    #[serde(default)]
+    cached_content_token_count: u64,
+}
+
+impl UsageIn {
+    fn usage(&self) -> Usage {
+        let n = |v: u64| v.min(u64::from(u32::MAX)) as u32;
+        Usage {
+            input: n(self.prompt_token_count),
+            output: n(self.candidates_token_count.saturating_add(self.thoughts_token_count)),
+            cached_input: n(self.cached_content_token_count),
+        }
+    }
+}
 
 /// Reads chunks into deltas, remembering the answer's id and its calls.
 #[derive(Debug, Default)]
@@ -21,10 +92,12 @@ impl ChunkReader {
     /// Reads one event's data; an `error` chunk is `Err`, its type the
     /// in-band kind fusebox's stream errors are classified by.
     pub fn read(&mut self, data: &str) -> Result<SmallVec<[Delta; 2]>, StreamError> {
-        let Ok(v) = serde_json::from_str::<Value>(data) else {
+        let Ok(chunk) = serde_json::from_str::<ChunkIn>(data) else {
             return Err(StreamError::malformed(data));
         };
-        if let Some(s) = Status::read(&v) {
+        if chunk.error.is_some() {
+            let v = serde_json::from_str(data).unwrap_or_default();
+            let s = Status::read(&v).unwrap_or_default();
             return Err(StreamError {
                 kind: s.error_type().into(),
                 message: s.said(),
@@ -33,45 +106,50 @@ impl ChunkReader {
         let mut out = SmallVec::new();
         if !self.started {
             self.started = true;
-            let s = |k: &str| v.get(k).and_then(Value::as_str).unwrap_or("").to_string();
-            self.id = s("responseId");
+            self.id = chunk.response_id.as_deref().unwrap_or("").to_string();
             out.push(Delta::Start {
                 id: self.id.clone(),
-                model: s("modelVersion"),
+                model: chunk.model_version.as_deref().unwrap_or("").to_string(),
             });
         }
-        let candidate = v.pointer("/candidates/0");
+        let candidate = chunk.candidates.first();
         let parts = candidate
-            .and_then(|c| c.pointer("/content/parts"))
-            .and_then(Value::as_array);
-        for part in parts.into_iter().flatten() {
-            if let Some(call) = call_of(part, &self.id, self.tools) {
-                let index = self.tools;
-                self.tools += 1;
-                out.push(Delta::ToolStart {
-                    index,
-                    id: call.id,
-                    name: call.name,
+            .and_then(|c| c.content.as_ref())
+            .map_or(&[][..], |c| &c.parts[..]);
+        for part in parts {
+            if let Some(call) = part.function_call {
+                let part = serde_json::json!({
+                    "functionCall": serde_json::from_str::<serde_json::Value>(call.get()).unwrap_or_default(),
+                    "thoughtSignature": part.thought_signature.as_deref(),
                 });
-                out.push(Delta::ToolArgs {
-                    index,
-                    fragment: call.arguments,
-                });
-            } else if let Some(t) = part.get("text").and_then(Value::as_str).filter(|t| !t.is_empty()) {
-                out.push(match part.get("thought").and_then(Value::as_bool) {
+                if let Some(call) = super::reply::call_of(&part, &self.id, self.tools) {
+                    let index = self.tools;
+                    self.tools += 1;
+                    out.push(Delta::ToolStart {
+                        index,
+                        id: call.id,
+                        name: call.name,
+                    });
+                    out.push(Delta::ToolArgs {
+                        index,
+                        fragment: call.arguments,
+                    });
+                }
+            } else if let Some(t) = part.text.as_deref().filter(|t| !t.is_empty()) {
+                out.push(match part.thought {
                     Some(true) => Delta::Reasoning(t.to_string()),
                     _ => Delta::Text(t.to_string()),
                 });
             }
         }
-        if let Some(u) = v.get("usageMetadata") {
-            out.push(Delta::Usage(usage_of(u)));
+        if let Some(u) = &chunk.usage_metadata {
+            out.push(Delta::Usage(u.usage()));
         }
-        let reason = candidate.and_then(|c| c.get("finishReason")).and_then(Value::as_str);
-        let finish = match (reason, v.pointer("/promptFeedback/blockReason")) {
+        let reason = candidate.and_then(|c| c.finish_reason.as_deref());
+        let finish = match (reason, chunk.prompt_feedback) {
             (Some(r), _) => Some(finish_of(r, self.tools > 0)),
-            (None, Some(_)) => Some(Finish::Filtered),
-            (None, None) => None,
+            (None, Some(f)) if f.get().contains("blockReason") => Some(Finish::Filtered),
+            _ => None,
         };
         if let Some(f) = finish {
             out.push(Delta::Finish(f));
