@@ -6,6 +6,7 @@ use crate::wire::openai::StreamError;
 use crate::wire::reply::{Delta, Finish, Reply, Usage};
 use serde_json::Value;
 use smallvec::SmallVec;
+use std::borrow::Cow;
 
 fn n(v: &Value, p: &str) -> u32 {
     v.pointer(p)
@@ -92,6 +93,39 @@ pub struct EventReader {
     tools: Vec<(u32, u32)>,
 }
 
+/// A `contentBlockDelta` event, as much of it as is read.
+#[derive(serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct BlockDeltaIn<'a> {
+    #[serde(default)]
+    content_block_index: u32,
+    #[serde(borrow)]
+    delta: DeltaIn<'a>,
+}
+
+#[derive(serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct DeltaIn<'a> {
+    #[serde(default, borrow)]
+    text: Option<Cow<'a, str>>,
+    #[serde(default, borrow)]
+    tool_use: Option<ToolInputIn<'a>>,
+    #[serde(default, borrow)]
+    reasoning_content: Option<ReasoningIn<'a>>,
+}
+
+#[derive(serde::Deserialize)]
+struct ToolInputIn<'a> {
+    #[serde(borrow)]
+    input: Cow<'a, str>,
+}
+
+#[derive(serde::Deserialize)]
+struct ReasoningIn<'a> {
+    #[serde(default, borrow)]
+    text: Option<Cow<'a, str>>,
+}
+
 /// More tool calls than this in one answer are not tracked.
 const MAX_TOOLS: usize = 1024;
 
@@ -109,11 +143,31 @@ impl EventReader {
                 message: format!("{exception}: {message}"),
             });
         }
+        let mut out = SmallVec::new();
+        if name == "contentBlockDelta" {
+            // The stream's bulk: read into borrowed types, not a whole value.
+            let Ok(e) = serde_json::from_str::<BlockDeltaIn>(data) else {
+                return Err(StreamError::malformed(data));
+            };
+            let d = e.delta;
+            if let Some(t) = d.text {
+                out.push(Delta::Text(t.into_owned()));
+            } else if let Some(u) = d.tool_use {
+                if let Some(&(_, index)) = self.tools.iter().find(|(b, _)| *b == e.content_block_index) {
+                    out.push(Delta::ToolArgs {
+                        index,
+                        fragment: u.input.into_owned(),
+                    });
+                }
+            } else if let Some(t) = d.reasoning_content.and_then(|r| r.text) {
+                out.push(Delta::Reasoning(t.into_owned()));
+            }
+            return Ok(out);
+        }
         let Ok(v) = serde_json::from_str::<Value>(data) else {
             return Err(StreamError::malformed(data));
         };
         let block = n(&v, "/contentBlockIndex");
-        let mut out = SmallVec::new();
         match name {
             "messageStart" => out.push(Delta::Start {
                 id: String::new(),
@@ -129,21 +183,6 @@ impl EventReader {
                         id: s("toolUseId"),
                         name: s("name"),
                     });
-                }
-            }
-            "contentBlockDelta" => {
-                let d = v.get("delta").unwrap_or(&Value::Null);
-                if let Some(t) = d.get("text").and_then(Value::as_str) {
-                    out.push(Delta::Text(t.to_string()));
-                } else if let Some(f) = d.pointer("/toolUse/input").and_then(Value::as_str) {
-                    if let Some(&(_, index)) = self.tools.iter().find(|(b, _)| *b == block) {
-                        out.push(Delta::ToolArgs {
-                            index,
-                            fragment: f.to_string(),
-                        });
-                    }
-                } else if let Some(t) = d.pointer("/reasoningContent/text").and_then(Value::as_str) {
-                    out.push(Delta::Reasoning(t.to_string()));
                 }
             }
             "messageStop" => {
