@@ -7,10 +7,10 @@
 //! headers: a quota error's `RetryInfo` delay is its signal.
 
 use super::http::{open_stream, read_body, stream_error_kind, with_ids, Endpoint, SseStream};
-use super::{ErrorKind, LlmRequest, LlmResponse, Opened, Provider, ProviderError};
+use super::{EmbedRequest, Embedded, ErrorKind, LlmRequest, LlmResponse, Opened, Provider, ProviderError};
 use crate::clock::Clock;
 use crate::resilience::limiter::RateFeedback;
-use crate::wire::gemini::{parse_reply, render_request, Status};
+use crate::wire::gemini::{embeddings_reply, parse_reply, render_embed, render_request, Status};
 use reqwest::header::{HeaderName, HeaderValue};
 use serde_json::Value;
 
@@ -108,6 +108,46 @@ impl GeminiClient {
 impl Provider for GeminiClient {
     async fn complete(&self, req: &LlmRequest) -> Result<LlmResponse, ProviderError> {
         self.open(req).await?.whole().await
+    }
+
+    /// `batchEmbedContents` on the Gemini API (Vertex AI embeds by another
+    /// method, `:predict`, not carried).
+    async fn embed(&self, req: &EmbedRequest) -> Result<Embedded, ProviderError> {
+        let name = &self.ep.name;
+        if matches!(self.auth, Auth::Account(_)) {
+            let why = format!("{name}: Vertex AI's embeddings are not carried");
+            return Err(ProviderError::new(ErrorKind::Unsupported, None, why));
+        }
+        let body =
+            render_embed(&req.body, &req.model).map_err(|why| ProviderError::new(ErrorKind::Unsupported, None, why))?;
+        let (root, models) = (&self.root, if req.model.contains('/') { "" } else { self.models });
+        let url = format!("{root}/{models}{}:batchEmbedContents", req.model);
+        let b = self
+            .http
+            .post(url)
+            .header(crate::wire::fusebox::REQUEST, req.request_id.to_string())
+            .header(reqwest::header::CONTENT_TYPE, "application/json")
+            .body(body);
+        let b = self.authed(b).await?;
+        let (resp, _fd) = super::http::send(name, b).await?;
+        let status = resp.status().as_u16();
+        if !(200..300).contains(&status) {
+            let body = read_body(name, resp).await.unwrap_or_default();
+            return Err(status_error(name, status, &body));
+        }
+        let v = super::http::read_json(name, resp).await?;
+        // Gemini counts no tokens for embeddings: estimated from the input.
+        let tokens = crate::request::tokens_in_chars(req.chars);
+        let body = embeddings_reply(&v, &req.body, &req.model, tokens)
+            .map_err(|why| ProviderError::new(ErrorKind::Truncated, None, format!("{name}: {why}")))?;
+        Ok(Embedded {
+            body: body.into(),
+            usage: super::Usage {
+                input: tokens,
+                ..super::Usage::default()
+            },
+            rate: RateFeedback::default(),
+        })
     }
 
     async fn open(&self, req: &LlmRequest) -> Result<Opened, ProviderError> {

@@ -130,12 +130,17 @@ async fn images_structured_output_tool_calls_and_usage_reach_each_cloud_in_its_w
             .unwrap()
             .addr;
         let structured = if kind == ProviderKind::Bedrock { "0" } else { "1" };
+        // Of these fakes, Gemini's embeds (`batchEmbedContents`).
+        let embed = if kind == ProviderKind::Gemini { "1" } else { "0" };
         let mut checks = vec!["image", "openai tool call", "anthropic tool use"];
         if structured == "1" {
             checks.push("structured output");
         }
+        if embed == "1" {
+            checks.push("embeddings");
+        }
         let base = format!("http://{addr}");
-        let env = [("FUSEBOX_STRUCTURED", structured)];
+        let env = [("FUSEBOX_STRUCTURED", structured), ("FUSEBOX_EMBED", embed)];
         crate::sdk::run_script_with(&python, "cloud_fidelity.py", &base, &env, &checks).await;
         let fell: Vec<_> = fallback.received().iter().map(|r| r.body.to_string()).collect();
         assert!(
@@ -160,6 +165,10 @@ async fn images_structured_output_tool_calls_and_usage_reach_each_cloud_in_its_w
                 _ => r#""responseJsonSchema""#,
             };
             assert!(bodies.iter().any(|b| b.contains(schema)), "{kind:?}: the schema sent");
+        }
+        if embed == "1" {
+            let asked = bodies.iter().any(|b| b.contains(r#""requests":[{"content""#));
+            assert!(asked, "{kind:?}: the inputs sent as batchEmbedContents requests");
         }
     }
 }

@@ -1,7 +1,8 @@
 """What a client sends and is told beyond plain text, through fusebox to a
 cloud provider's strict fake, with the official OpenAI and Anthropic SDKs:
 an image, structured output (FUSEBOX_STRUCTURED=1: the provider has it), a
-tool call's id, arguments and finish reason, the result's answer, usage.
+tool call's id, arguments and finish reason, the result's answer, usage;
+embeddings (FUSEBOX_EMBED=1), in the SDK's default base64 and as floats.
 Env: FUSEBOX_BASE_URL (the gateway). Prints `ok <check>` per pass.
 """
 import json
@@ -67,7 +68,16 @@ def anthropic_tool_use():
     assert m.stop_reason == "end_turn" and m.content[0].text == "The order service says: in transit", m
 
 
+def embeddings():
+    r = oa.embeddings.create(model="cloud-model", input=["where is my order", "refund"])
+    assert [len(d.embedding) for d in r.data] == [8, 8] and r.usage.prompt_tokens > 0, r
+    r = oa.embeddings.create(model="cloud-model", input="refund", dimensions=4, encoding_format="float")
+    assert len(r.data[0].embedding) == 4 and all(isinstance(x, float) for x in r.data[0].embedding), r
+
+
 checks = [("image", image), ("openai tool call", openai_tool_call), ("anthropic tool use", anthropic_tool_use)]
 if os.environ.get("FUSEBOX_STRUCTURED") == "1":
     checks.append(("structured output", structured))
+if os.environ.get("FUSEBOX_EMBED") == "1":
+    checks.append(("embeddings", embeddings))
 run_checks(checks)

@@ -8,10 +8,12 @@
 //! made from its place in the answer, and the signature rides in the id
 //! after [`SIGNATURE`], so a client that sends the id back sends it too.
 
+mod embed;
 mod reply;
 mod request;
 mod stream;
 
+pub use embed::{embeddings_reply, render_embed};
 pub use reply::{parse_reply, Status};
 pub use request::render_request;
 pub use stream::ChunkReader;

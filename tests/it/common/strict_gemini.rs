@@ -319,6 +319,7 @@ pub(super) async fn answer(
     let stream = match method {
         "generateContent" => false,
         "streamGenerateContent" => true,
+        "batchEmbedContents" if !vertex => return embed(state, model, headers, body, refused),
         _ => return status(404, "NOT_FOUND", "Method not found.", json!([])),
     };
     let sse = query.split('&').any(|p| p == "alt=sse");
@@ -435,4 +436,45 @@ pub(super) async fn answer(
         return Json(Value::Array(all)).into_response();
     }
     stream_body(state, Api::Gemini, Vec::new(), content, tail)
+}
+
+/// `models/{model}:batchEmbedContents`: each request names the model it is
+/// sent to and has text to embed; a vector of `outputDimensionality` (8 by
+/// default) values each, made from its text.
+fn embed(state: &StrictState, model: &str, headers: HeaderMap, body: String, refused: Option<Response>) -> Response {
+    let b: Value = serde_json::from_str(&body).unwrap_or(Value::Null);
+    state.received.lock().push(Received {
+        api: Api::Gemini,
+        body: b.clone(),
+        status: refused.as_ref().map_or(200, |r| r.status().as_u16()),
+        headers,
+        at: std::time::Instant::now(),
+    });
+    if let Some(r) = refused {
+        return r;
+    }
+    let Some(requests) = b["requests"].as_array().filter(|r| !r.is_empty()) else {
+        return invalid("* BatchEmbedContentsRequest.requests: requests is not specified");
+    };
+    let mut embeddings = Vec::new();
+    for (i, r) in requests.iter().enumerate() {
+        let keys_ok = r.as_object().is_some_and(|o| {
+            o.keys()
+                .all(|k| ["model", "content", "taskType", "title", "outputDimensionality"].contains(&k.as_str()))
+        });
+        if !keys_ok || r["model"] != format!("models/{model}") {
+            return invalid(&format!(
+                "* BatchEmbedContentsRequest.requests[{i}].model: the model of each request must be models/{model}"
+            ));
+        }
+        let Some(text) = r["content"]["parts"][0]["text"].as_str() else {
+            return invalid(&format!(
+                "* BatchEmbedContentsRequest.requests[{i}].content: text is required"
+            ));
+        };
+        let dims = r["outputDimensionality"].as_u64().unwrap_or(8) as usize;
+        let values: Vec<f64> = (0..dims).map(|d| ((text.len() + d) % 7) as f64 / 8.0).collect();
+        embeddings.push(json!({ "values": values }));
+    }
+    Json(json!({ "embeddings": embeddings })).into_response()
 }
