@@ -75,13 +75,25 @@ impl GeminiClient {
         }
     }
 
-    /// The URL of a call to `model`.
-    fn url(&self, model: &str, stream: bool) -> String {
-        let (root, models) = (&self.root, if model.contains('/') { "" } else { self.models });
-        match stream {
-            true => format!("{root}/{models}{model}:streamGenerateContent?alt=sse"),
-            false => format!("{root}/{models}{model}:generateContent"),
+    /// The URL of `method` (`generateContent`, …) on `model`.
+    fn url(&self, model: &str, method: &str) -> String {
+        let models = if model.contains('/') { "" } else { self.models };
+        format!("{}/{models}{model}:{method}", self.root)
+    }
+
+    /// Sends `b` with the call's credential: the answer, or the error it is.
+    async fn send(
+        &self,
+        b: reqwest::RequestBuilder,
+    ) -> Result<(reqwest::Response, crate::descriptors::Held), ProviderError> {
+        let name = &self.ep.name;
+        let (resp, fd) = super::http::send(name, self.authed(b).await?).await?;
+        let status = resp.status().as_u16();
+        if !(200..300).contains(&status) {
+            let body = read_body(name, resp).await.unwrap_or_default();
+            return Err(status_error(name, status, &body));
         }
+        Ok((resp, fd))
     }
 
     /// `b` with the call's credential.
@@ -120,21 +132,13 @@ impl Provider for GeminiClient {
         }
         let body =
             render_embed(&req.body, &req.model).map_err(|why| ProviderError::new(ErrorKind::Unsupported, None, why))?;
-        let (root, models) = (&self.root, if req.model.contains('/') { "" } else { self.models });
-        let url = format!("{root}/{models}{}:batchEmbedContents", req.model);
         let b = self
             .http
-            .post(url)
+            .post(self.url(&req.model, "batchEmbedContents"))
             .header(crate::wire::fusebox::REQUEST, req.request_id.to_string())
             .header(reqwest::header::CONTENT_TYPE, "application/json")
             .body(body);
-        let b = self.authed(b).await?;
-        let (resp, _fd) = super::http::send(name, b).await?;
-        let status = resp.status().as_u16();
-        if !(200..300).contains(&status) {
-            let body = read_body(name, resp).await.unwrap_or_default();
-            return Err(status_error(name, status, &body));
-        }
+        let (resp, _fd) = self.send(b).await?;
         let v = super::http::read_json(name, resp).await?;
         // Gemini counts no tokens for embeddings: estimated from the input.
         let tokens = crate::request::tokens_in_chars(req.chars);
@@ -155,16 +159,14 @@ impl Provider for GeminiClient {
         let start = self.clock.now();
         let out = req.outgoing(self.ep.stream);
         let body = render_request(&out).map_err(|why| ProviderError::new(ErrorKind::Unsupported, None, why))?;
-        let b = with_ids(self.http.post(self.url(&req.model, out.stream)), req)
+        let method = match out.stream {
+            true => "streamGenerateContent?alt=sse",
+            false => "generateContent",
+        };
+        let b = with_ids(self.http.post(self.url(&req.model, method)), req)
             .header(reqwest::header::CONTENT_TYPE, "application/json")
             .body(body);
-        let b = self.authed(b).await?;
-        let (resp, fd) = super::http::send(name, b).await?;
-        let status = resp.status().as_u16();
-        if !(200..300).contains(&status) {
-            let body = read_body(name, resp).await.unwrap_or_default();
-            return Err(status_error(name, status, &body));
-        }
+        let (resp, fd) = self.send(b).await?;
         if out.stream {
             let stream = SseStream::gemini(name, (resp, fd), self.ep.idle);
             return open_stream(stream, RateFeedback::default(), req, &self.clock, start).await;
