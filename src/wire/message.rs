@@ -279,6 +279,20 @@ impl ToolCall {
         hash_str(&self.name) ^ hash_str(&self.arguments).rotate_left(17)
     }
 
+    /// Its arguments as the JSON object APIs that take an object want
+    /// (none written is an empty one); `Err` names the call whose arguments
+    /// are no object.
+    pub fn arguments_object(&self) -> Result<serde_json::Value, String> {
+        match serde_json::from_str::<serde_json::Value>(&self.arguments) {
+            Ok(v @ serde_json::Value::Object(_)) => Ok(v),
+            _ if self.arguments.trim().is_empty() => Ok(serde_json::Value::Object(Default::default())),
+            _ => Err(format!(
+                "cannot honour arguments of {} that are not a JSON object",
+                self.name
+            )),
+        }
+    }
+
     /// A call of `name` with `arguments`, answered by `id`.
     pub fn new(id: impl Into<String>, name: impl Into<String>, arguments: impl Into<String>) -> Self {
         Self {

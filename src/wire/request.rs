@@ -470,6 +470,20 @@ pub(crate) fn kept_messages(
 }
 
 impl Outgoing<'_> {
+    /// Refuses custom (free-text) tools, offered or called, for an API
+    /// whose tools are all functions.
+    pub fn functions_only(&self) -> Result<(), String> {
+        let custom = self.tools.iter().any(|t| t.kind == crate::wire::ToolKind::Custom)
+            || self
+                .messages
+                .iter()
+                .any(|m| m.tool_calls.iter().any(|c| c.kind == crate::wire::ToolKind::Custom));
+        match custom {
+            true => Err("cannot honour custom tools".into()),
+            false => Ok(()),
+        }
+    }
+
     /// The client's body, when it may be passed on to an upstream of `wire`.
     pub fn passthrough(&self, wire: Api) -> Option<&RawBody> {
         (self.params.wire == wire)

@@ -323,13 +323,7 @@ pub fn render_request(o: &Outgoing) -> Result<Vec<u8>, String> {
     if let Some(why) = o.params.cannot_honour(Api::Messages) {
         return Err(why);
     }
-    let custom = o.tools.iter().any(|t| t.kind == ToolKind::Custom)
-        || o.messages
-            .iter()
-            .any(|m| m.tool_calls.iter().any(|c| c.kind == ToolKind::Custom));
-    if custom {
-        return Err("cannot honour custom tools".into());
-    }
+    o.functions_only()?;
     let (system, messages) = render_messages(o.messages)?;
     let p = o.params;
     let mut b = Obj::new();
@@ -462,16 +456,7 @@ pub fn render_messages(messages: &[Message]) -> Result<(Option<String>, Vec<Valu
                 blocks.extend(block_of(p)?);
             }
             for c in m.tool_calls.iter() {
-                let input = match serde_json::from_str::<Value>(&c.arguments) {
-                    Ok(v @ Value::Object(_)) => v,
-                    _ if c.arguments.trim().is_empty() => json!({}),
-                    _ => {
-                        return Err(format!(
-                            "cannot honour arguments of {} that are not a JSON object",
-                            c.name
-                        ))
-                    }
-                };
+                let input = c.arguments_object()?;
                 blocks.push(json!({"type": "tool_use", "id": c.id, "name": c.name, "input": input}));
             }
         }

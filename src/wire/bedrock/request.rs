@@ -1,6 +1,6 @@
 //! A Converse request rendered from the typed call.
 
-use crate::wire::message::{ImageSource, Message, Part, Role, ToolKind};
+use crate::wire::message::{ImageSource, Message, Part, Role};
 use crate::wire::request::{Obj, Outgoing, ToolChoice};
 use serde_json::{json, Value};
 
@@ -10,13 +10,7 @@ pub fn render_request(o: &Outgoing) -> Result<Vec<u8>, String> {
     if let Some((n, _)) = o.params.needs.first() {
         return Err(format!("cannot honour {n}"));
     }
-    let custom = o.tools.iter().any(|t| t.kind == ToolKind::Custom)
-        || o.messages
-            .iter()
-            .any(|m| m.tool_calls.iter().any(|c| c.kind == ToolKind::Custom));
-    if custom {
-        return Err("cannot honour custom tools".into());
-    }
+    o.functions_only()?;
     let (system, messages) = render_messages(o.messages)?;
     let p = o.params;
     let mut b = Obj::new();
@@ -122,16 +116,7 @@ fn render_messages(messages: &[Message]) -> Result<(Option<String>, Vec<Value>),
                     blocks.extend(block_of(p)?);
                 }
                 for c in m.tool_calls.iter() {
-                    let input = match serde_json::from_str::<Value>(&c.arguments) {
-                        Ok(v @ Value::Object(_)) => v,
-                        _ if c.arguments.trim().is_empty() => json!({}),
-                        _ => {
-                            return Err(format!(
-                                "cannot honour arguments of {} that are not a JSON object",
-                                c.name
-                            ))
-                        }
-                    };
+                    let input = c.arguments_object()?;
                     blocks.push(json!({"toolUse": {"toolUseId": c.id, "name": c.name, "input": input}}));
                 }
                 let role = if m.role == Role::User { "user" } else { "assistant" };
@@ -164,7 +149,7 @@ fn render_messages(messages: &[Message]) -> Result<(Option<String>, Vec<Value>),
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::wire::message::{ToolCall, ToolSpec};
+    use crate::wire::message::{ToolCall, ToolKind, ToolSpec};
     use crate::wire::request::Params;
     use std::sync::Arc;
 

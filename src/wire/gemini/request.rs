@@ -1,6 +1,6 @@
 //! A `generateContent` request rendered from the typed call.
 
-use crate::wire::message::{ImageSource, Message, Part, Role, ToolKind};
+use crate::wire::message::{ImageSource, Message, Part, Role};
 use crate::wire::request::{Obj, Outgoing, ToolChoice};
 use serde_json::{json, Value};
 
@@ -15,13 +15,7 @@ pub fn render_request(o: &Outgoing) -> Result<Vec<u8>, String> {
     if let Some((n, _)) = o.params.needs.iter().find(|(n, _)| !HONOURED.contains(n)) {
         return Err(format!("cannot honour {n}"));
     }
-    let custom = o.tools.iter().any(|t| t.kind == ToolKind::Custom)
-        || o.messages
-            .iter()
-            .any(|m| m.tool_calls.iter().any(|c| c.kind == ToolKind::Custom));
-    if custom {
-        return Err("cannot honour custom tools".into());
-    }
+    o.functions_only()?;
     let (system, contents) = render_messages(o.messages)?;
     let p = o.params;
     let mut b = Obj::new();
@@ -115,16 +109,7 @@ fn render_messages(messages: &[Message]) -> Result<(Option<String>, Vec<Value>),
             Role::Assistant => {
                 let mut parts = content_parts(m)?;
                 for c in m.tool_calls.iter() {
-                    let args = match serde_json::from_str::<Value>(&c.arguments) {
-                        Ok(v @ Value::Object(_)) => v,
-                        _ if c.arguments.trim().is_empty() => json!({}),
-                        _ => {
-                            return Err(format!(
-                                "cannot honour arguments of {} that are not a JSON object",
-                                c.name
-                            ))
-                        }
-                    };
+                    let args = c.arguments_object()?;
                     let mut part = json!({"functionCall": {"name": c.name, "args": args}});
                     if let Some(s) = super::signature_of(&c.id) {
                         part["thoughtSignature"] = json!(s);
@@ -182,7 +167,7 @@ fn content_parts(m: &Message) -> Result<Vec<Value>, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::wire::message::{ToolCall, ToolSpec};
+    use crate::wire::message::{ToolCall, ToolKind, ToolSpec};
     use crate::wire::request::Params;
     use crate::wire::Api;
     use std::sync::Arc;
