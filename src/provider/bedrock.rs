@@ -1,14 +1,16 @@
 //! The Amazon Bedrock client: `model/{id}/converse`, whole, or
-//! `/converse-stream` (AWS event-stream frames); every request signed with
-//! AWS Signature V4 (`aws-sigv4`, signing name `bedrock`). Bodies are
-//! rendered and read by [`crate::wire::bedrock`]. Bedrock sends no
-//! rate-limit headers: a `ThrottlingException` is its signal.
+//! `/converse-stream` (AWS event-stream frames), embeddings by `/invoke`;
+//! every request signed with AWS Signature V4 (`aws-sigv4`, signing name
+//! `bedrock`). Bodies are rendered and read by [`crate::wire::bedrock`].
+//! Bedrock sends no rate-limit headers: a `ThrottlingException` is its
+//! signal.
 
 use super::http::{open_stream, read_body, stream_error_kind, with_ids, Endpoint, SseStream};
-use super::{ErrorKind, LlmRequest, LlmResponse, Opened, Provider, ProviderError};
+use super::{EmbedRequest, Embedded, ErrorKind, LlmRequest, LlmResponse, Opened, Provider, ProviderError};
 use crate::clock::Clock;
 use crate::resilience::limiter::RateFeedback;
-use crate::wire::bedrock::{error_type, parse_reply, render_request};
+use crate::wire::bedrock::{error_type, parse_reply, render_request, EmbedModel};
+use crate::wire::openai::embeddings_list;
 use aws_credential_types::Credentials;
 use serde_json::Value;
 
@@ -35,10 +37,11 @@ impl BedrockClient {
         }
     }
 
-    /// The URL of a call to `model`: its id one path segment, everything
-    /// but unreserved characters escaped (`:` in `…-v1:0` too, as AWS's
-    /// signing expects; an inference profile's ARN keeps its `/` escaped).
-    fn url(&self, model: &str, stream: bool) -> String {
+    /// The URL of `op` (`converse`, `converse-stream`, `invoke`) on
+    /// `model`: its id one path segment, everything but unreserved
+    /// characters escaped (`:` in `…-v1:0` too, as AWS's signing expects;
+    /// an inference profile's ARN keeps its `/` escaped).
+    fn url(&self, model: &str, op: &str) -> String {
         let mut id = String::with_capacity(model.len() + 8);
         for b in model.bytes() {
             match b {
@@ -46,14 +49,61 @@ impl BedrockClient {
                 _ => id.push_str(&format!("%{b:02X}")),
             }
         }
-        let op = if stream { "converse-stream" } else { "converse" };
         format!("{}/model/{id}/{op}", self.ep.url.trim_end_matches('/'))
     }
 
-    /// The headers that sign a POST of `body` to `url` now.
-    fn signature(&self, url: &str, body: &[u8]) -> Result<Vec<(String, String)>, String> {
+    /// A POST of JSON `body` to `url`, accepting `accept`, signed now, with
+    /// the headers `ids` adds: the answer, or the error it is.
+    async fn call(
+        &self,
+        url: &str,
+        body: Vec<u8>,
+        accept: &'static str,
+        ids: impl FnOnce(reqwest::RequestBuilder) -> reqwest::RequestBuilder,
+    ) -> Result<(reqwest::Response, crate::descriptors::Held), ProviderError> {
+        let name = &self.ep.name;
         let time = std::time::UNIX_EPOCH + std::time::Duration::from_millis(self.clock.wall_ms());
-        sign(&self.credentials, &self.region, url, body, time)
+        let signed = sign(&self.credentials, &self.region, url, &body, time)
+            .map_err(|e| ProviderError::new(ErrorKind::Local, None, format!("{name}: cannot sign the request: {e}")))?;
+        let mut b = self
+            .http
+            .post(url)
+            .header(reqwest::header::CONTENT_TYPE, "application/json")
+            .header(reqwest::header::ACCEPT, accept)
+            .body(body);
+        for (k, v) in signed {
+            b = b.header(k, v);
+        }
+        let (resp, fd) = super::http::send(name, ids(b)).await?;
+        let status = resp.status().as_u16();
+        if !(200..300).contains(&status) {
+            let exception = resp
+                .headers()
+                .get("x-amzn-errortype")
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or("")
+                .to_string();
+            let body = read_body(name, resp).await.unwrap_or_default();
+            return Err(status_error(name, status, &exception, &body));
+        }
+        Ok((resp, fd))
+    }
+
+    /// One InvokeModel call of `body` to `url` for `req`: its answer, and
+    /// the input tokens Bedrock counted.
+    async fn invoke(
+        &self,
+        url: &str,
+        body: Vec<u8>,
+        req: &EmbedRequest,
+    ) -> Result<(Value, Option<u32>), ProviderError> {
+        let request = |b: reqwest::RequestBuilder| b.header(crate::wire::fusebox::REQUEST, req.request_id.to_string());
+        let (resp, _fd) = self.call(url, body, "application/json", request).await?;
+        let tokens = resp
+            .headers()
+            .get("x-amzn-bedrock-input-token-count")
+            .and_then(|v| v.to_str().ok()?.parse().ok());
+        Ok((super::http::read_json(&self.ep.name, resp).await?, tokens))
     }
 }
 
@@ -97,39 +147,56 @@ impl Provider for BedrockClient {
         self.open(req).await?.whole().await
     }
 
+    /// InvokeModel with an embedding model's own body: Titan's a text a
+    /// call (four at a time), Cohere's all at once.
+    async fn embed(&self, req: &EmbedRequest) -> Result<Embedded, ProviderError> {
+        use futures_util::{StreamExt, TryStreamExt};
+        let name = &self.ep.name;
+        let unsupported = |why: String| ProviderError::new(ErrorKind::Unsupported, None, format!("{name}: {why}"));
+        let family = EmbedModel::of(&req.model).ok_or_else(|| {
+            unsupported(format!(
+                "{} is no embedding model fusebox reads (Amazon Titan or Cohere)",
+                req.model
+            ))
+        })?;
+        let calls = family.render(&req.body).map_err(unsupported)?;
+        let url = self.url(&req.model, "invoke");
+        let answers: Vec<_> = futures_util::stream::iter(calls)
+            .map(|body| self.invoke(&url, body, req))
+            .buffered(4)
+            .try_collect()
+            .await?;
+        let (mut vectors, mut counted) = (Vec::new(), Some(0));
+        for (v, tokens) in answers {
+            let (read, said) = family
+                .read(v)
+                .map_err(|why| ProviderError::new(ErrorKind::Truncated, None, format!("{name}: {why}")))?;
+            vectors.extend(read);
+            counted = counted.zip(said.or(tokens)).map(|(a, b)| a + b);
+        }
+        let tokens = counted.unwrap_or_else(|| crate::request::tokens_in_chars(req.chars));
+        let body = embeddings_list(vectors.iter().map(Vec::as_slice), &req.body, &req.model, tokens);
+        Ok(Embedded {
+            body: body.into(),
+            usage: super::Usage {
+                input: tokens,
+                ..super::Usage::default()
+            },
+            rate: RateFeedback::default(),
+        })
+    }
+
     async fn open(&self, req: &LlmRequest) -> Result<Opened, ProviderError> {
         let name = &self.ep.name;
         let start = self.clock.now();
         let out = req.outgoing(self.ep.stream);
         let body = render_request(&out).map_err(|why| ProviderError::new(ErrorKind::Unsupported, None, why))?;
-        let url = self.url(&req.model, out.stream);
-        let signed = self
-            .signature(&url, &body)
-            .map_err(|e| ProviderError::new(ErrorKind::Local, None, format!("{name}: cannot sign the request: {e}")))?;
-        let accept = if out.stream {
-            "application/vnd.amazon.eventstream"
-        } else {
-            "application/json"
+        let (op, accept) = match out.stream {
+            true => ("converse-stream", "application/vnd.amazon.eventstream"),
+            false => ("converse", "application/json"),
         };
-        let mut b = with_ids(self.http.post(&url), req)
-            .header(reqwest::header::CONTENT_TYPE, "application/json")
-            .header(reqwest::header::ACCEPT, accept)
-            .body(body);
-        for (k, v) in signed {
-            b = b.header(k, v);
-        }
-        let (resp, fd) = super::http::send(name, b).await?;
-        let status = resp.status().as_u16();
-        if !(200..300).contains(&status) {
-            let exception = resp
-                .headers()
-                .get("x-amzn-errortype")
-                .and_then(|v| v.to_str().ok())
-                .unwrap_or("")
-                .to_string();
-            let body = read_body(name, resp).await.unwrap_or_default();
-            return Err(status_error(name, status, &exception, &body));
-        }
+        let url = self.url(&req.model, op);
+        let (resp, fd) = self.call(&url, body, accept, |b| with_ids(b, req)).await?;
         if out.stream {
             let stream = SseStream::bedrock(name, (resp, fd), self.ep.idle);
             return open_stream(stream, RateFeedback::default(), req, &self.clock, start).await;
@@ -236,11 +303,11 @@ mod tests {
             Clock::system(),
         );
         assert_eq!(
-            c.url("anthropic.claude-3-5-haiku-20241022-v1:0", true),
+            c.url("anthropic.claude-3-5-haiku-20241022-v1:0", "converse-stream"),
             "https://bedrock-runtime.us-east-1.amazonaws.com/model/anthropic.claude-3-5-haiku-20241022-v1%3A0/converse-stream"
         );
         assert!(c
-            .url("arn:aws:bedrock:us-east-1:1:inference-profile/x", false)
+            .url("arn:aws:bedrock:us-east-1:1:inference-profile/x", "converse")
             .contains("arn%3Aaws%3Abedrock%3Aus-east-1%3A1%3Ainference-profile%2Fx"));
     }
 }

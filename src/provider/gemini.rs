@@ -10,7 +10,7 @@ use super::http::{open_stream, read_body, stream_error_kind, with_ids, Endpoint,
 use super::{EmbedRequest, Embedded, ErrorKind, LlmRequest, LlmResponse, Opened, Provider, ProviderError};
 use crate::clock::Clock;
 use crate::resilience::limiter::RateFeedback;
-use crate::wire::gemini::{embeddings_reply, parse_reply, render_embed, render_request, Status};
+use crate::wire::gemini::{embeddings_reply, parse_reply, render_embed, render_predict, render_request, Status};
 use reqwest::header::{HeaderName, HeaderValue};
 use serde_json::Value;
 
@@ -122,27 +122,29 @@ impl Provider for GeminiClient {
         self.open(req).await?.whole().await
     }
 
-    /// `batchEmbedContents` on the Gemini API (Vertex AI embeds by another
-    /// method, `:predict`, not carried).
+    /// `batchEmbedContents` on the Gemini API and for Vertex AI's Gemini
+    /// embedding models; Vertex AI's others (`text-embedding-005`, …)
+    /// embed by `predict`.
     async fn embed(&self, req: &EmbedRequest) -> Result<Embedded, ProviderError> {
         let name = &self.ep.name;
-        if matches!(self.auth, Auth::Account(_)) {
-            let why = format!("{name}: Vertex AI's embeddings are not carried");
-            return Err(ProviderError::new(ErrorKind::Unsupported, None, why));
-        }
-        let body =
-            render_embed(&req.body, &req.model).map_err(|why| ProviderError::new(ErrorKind::Unsupported, None, why))?;
+        let vertex = matches!(self.auth, Auth::Account(_));
+        let predict = vertex && !req.model.rsplit('/').next().unwrap_or("").contains("gemini");
+        let (method, body) = match (vertex, predict) {
+            (_, true) => ("predict", render_predict(&req.body)),
+            (true, false) => ("batchEmbedContents", render_embed(&req.body, None)),
+            (false, _) => ("batchEmbedContents", render_embed(&req.body, Some(&req.model))),
+        };
+        let body = body.map_err(|why| ProviderError::new(ErrorKind::Unsupported, None, why))?;
         let b = self
             .http
-            .post(self.url(&req.model, "batchEmbedContents"))
+            .post(self.url(&req.model, method))
             .header(crate::wire::fusebox::REQUEST, req.request_id.to_string())
             .header(reqwest::header::CONTENT_TYPE, "application/json")
             .body(body);
         let (resp, _fd) = self.send(b).await?;
         let v = super::http::read_json(name, resp).await?;
-        // Gemini counts no tokens for embeddings: estimated from the input.
-        let tokens = crate::request::tokens_in_chars(req.chars);
-        let body = embeddings_reply(&v, &req.body, &req.model, tokens)
+        let estimate = crate::request::tokens_in_chars(req.chars);
+        let (body, tokens) = embeddings_reply(&v, &req.body, &req.model, estimate)
             .map_err(|why| ProviderError::new(ErrorKind::Truncated, None, format!("{name}: {why}")))?;
         Ok(Embedded {
             body: body.into(),

@@ -48,10 +48,17 @@ fn runner(kind: ProviderKind, cloud: &Strict, fallback: &Strict, dir: &std::path
         ),
         other => panic!("{other:?} is not a cloud kind"),
     };
+    // Each cloud's embedding model: Vertex AI's embeds by `predict`, Bedrock's by InvokeModel.
+    let embedder = match kind {
+        ProviderKind::Vertex => "text-embedding-005",
+        ProviderKind::Bedrock => "amazon.titan-embed-text-v2:0",
+        _ => "embed-1",
+    };
     let text = format!(
         "[providers.cloud]\n{cloud_cfg}\n\
          [providers.openai]\nkind = \"openai-compatible\"\nbase_url = \"{}/v1\"\napi_key_env = \"FUSEBOX_TEST_CLOUDS_KEY\"\n\
          [models.cloud-model]\nprovider = \"cloud\"\napi_name = \"model-1\"\ninput_per_m = 1.0\noutput_per_m = 1.0\n\
+         [models.cloud-embed]\nprovider = \"cloud\"\napi_name = \"{embedder}\"\ninput_per_m = 0.1\noutput_per_m = 0.0\n\
          [models.gpt-4o]\nprovider = \"openai\"\ninput_per_m = 2.5\noutput_per_m = 10.0\n\
          [routes.default]\nchain = [\"cloud-model\", \"gpt-4o\"]\n",
         fallback.base()
@@ -130,17 +137,15 @@ async fn images_structured_output_tool_calls_and_usage_reach_each_cloud_in_its_w
             .unwrap()
             .addr;
         let structured = if kind == ProviderKind::Bedrock { "0" } else { "1" };
-        // Of these fakes, Gemini's embeds (`batchEmbedContents`).
-        let embed = if kind == ProviderKind::Gemini { "1" } else { "0" };
         let mut checks = vec!["image", "openai tool call", "anthropic tool use"];
         if structured == "1" {
             checks.push("structured output");
         }
-        if embed == "1" {
-            checks.push("embeddings");
-        }
+        checks.push("embeddings");
         let base = format!("http://{addr}");
-        let env = [("FUSEBOX_STRUCTURED", structured), ("FUSEBOX_EMBED", embed)];
+        // Titan takes 256, 512 or 1024 dimensions; the others any.
+        let dims = if kind == ProviderKind::Bedrock { "256" } else { "4" };
+        let env = [("FUSEBOX_STRUCTURED", structured), ("FUSEBOX_DIMENSIONS", dims)];
         crate::sdk::run_script_with(&python, "cloud_fidelity.py", &base, &env, &checks).await;
         let fell: Vec<_> = fallback.received().iter().map(|r| r.body.to_string()).collect();
         assert!(
@@ -166,9 +171,15 @@ async fn images_structured_output_tool_calls_and_usage_reach_each_cloud_in_its_w
             };
             assert!(bodies.iter().any(|b| b.contains(schema)), "{kind:?}: the schema sent");
         }
-        if embed == "1" {
-            let asked = bodies.iter().any(|b| b.contains(r#""requests":[{"content""#));
-            assert!(asked, "{kind:?}: the inputs sent as batchEmbedContents requests");
-        }
+        let embedded = match kind {
+            ProviderKind::AzureOpenai => r#""input":["where is my order","refund"]"#,
+            ProviderKind::Gemini => r#""requests":[{"content":{"parts":[{"text":"where is my order"}]}"#,
+            ProviderKind::Vertex => r#""instances":[{"content":"where is my order"},{"content":"refund"}]"#,
+            _ => r#""inputText":"where is my order""#,
+        };
+        assert!(
+            bodies.iter().any(|b| b.contains(embedded)),
+            "{kind:?}: the inputs sent in the cloud's words, in {bodies:?}"
+        );
     }
 }

@@ -190,7 +190,7 @@ async fn the_vertex_fake_speaks_what_the_official_google_sdk_sends() {
     let dir = tempfile::tempdir().unwrap();
     let key = crate::common::strict_vertex::key_file(dir.path(), &fake.base());
     let key = key.display().to_string();
-    let checks = ["plain", "streamed", "tool loop", "v1beta1 path"];
+    let checks = ["plain", "streamed", "tool loop", "embeddings", "v1beta1 path"];
     run_script_with(
         &python,
         "vertex_fake.py",
@@ -219,6 +219,8 @@ async fn the_bedrock_fake_speaks_what_the_official_aws_sdk_sends() {
         "converse stream",
         "tool loop",
         "image",
+        "titan embeddings",
+        "cohere embeddings",
         "wrong secret refused",
     ];
     let env = [("FUSEBOX_AWS_KEY_ID", KEY_ID), ("FUSEBOX_AWS_SECRET", SECRET)];

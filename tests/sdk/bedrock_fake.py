@@ -1,11 +1,12 @@
 """The strict fake's Bedrock as AWS's official SDK (boto3's `bedrock-runtime`
 client with `endpoint_url`) calls it, every request signed by botocore and
 verified by the fake: Converse plain, ConverseStream, a tool loop, an image,
-and a wrong secret refused as Bedrock refuses it.
+Titan's and Cohere's embeddings by InvokeModel, and a wrong secret refused as Bedrock refuses it.
 Env: FUSEBOX_BASE_URL (the fake's root), FUSEBOX_AWS_KEY_ID and
 FUSEBOX_AWS_SECRET (the fake's account). Prints `ok <check>` per pass.
 """
 import base64
+import json
 import os
 
 import boto3
@@ -68,6 +69,20 @@ def image():
     assert r["stopReason"] == "end_turn", r
 
 
+def titan_embeddings():
+    r = rt.invoke_model(modelId="amazon.titan-embed-text-v2:0",
+                        body=json.dumps({"inputText": "where is my order", "dimensions": 256}))
+    b = json.loads(r["body"].read())
+    assert len(b["embedding"]) == 256 and b["inputTextTokenCount"] == 4, b
+
+
+def cohere_embeddings():
+    r = rt.invoke_model(modelId="cohere.embed-english-v3", contentType="application/json", accept="*/*",
+                        body=json.dumps({"texts": ["where is my order", "refund"], "input_type": "search_query"}))
+    b = json.loads(r["body"].read())
+    assert [len(e) for e in b["embeddings"]] == [1024, 1024], b["texts"]
+
+
 def wrong_secret():
     try:
         client(secret="not-the-secret").converse(modelId=MODEL, messages=ASK)
@@ -83,5 +98,7 @@ run_checks([
     ("converse stream", streamed),
     ("tool loop", tool_loop),
     ("image", image),
+    ("titan embeddings", titan_embeddings),
+    ("cohere embeddings", cohere_embeddings),
     ("wrong secret refused", wrong_secret),
 ])

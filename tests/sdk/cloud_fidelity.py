@@ -2,8 +2,8 @@
 cloud provider's strict fake, with the official OpenAI and Anthropic SDKs:
 an image, structured output (FUSEBOX_STRUCTURED=1: the provider has it), a
 tool call's id, arguments and finish reason, the result's answer, usage;
-embeddings (FUSEBOX_EMBED=1), in the SDK's default base64 and as floats.
-Env: FUSEBOX_BASE_URL (the gateway). Prints `ok <check>` per pass.
+embeddings of FUSEBOX_DIMENSIONS values, in the SDK's default base64 and as
+floats. Env: FUSEBOX_BASE_URL (the gateway). Prints `ok <check>` per pass.
 """
 import json
 import os
@@ -69,15 +69,15 @@ def anthropic_tool_use():
 
 
 def embeddings():
-    r = oa.embeddings.create(model="cloud-model", input=["where is my order", "refund"])
-    assert [len(d.embedding) for d in r.data] == [8, 8] and r.usage.prompt_tokens > 0, r
-    r = oa.embeddings.create(model="cloud-model", input="refund", dimensions=4, encoding_format="float")
-    assert len(r.data[0].embedding) == 4 and all(isinstance(x, float) for x in r.data[0].embedding), r
+    dims = int(os.environ["FUSEBOX_DIMENSIONS"])
+    r = oa.embeddings.create(model="cloud-embed", input=["where is my order", "refund"], dimensions=dims)
+    assert [len(d.embedding) for d in r.data] == [dims, dims] and r.usage.prompt_tokens > 0, r
+    r = oa.embeddings.create(model="cloud-embed", input="refund", dimensions=dims, encoding_format="float")
+    assert len(r.data[0].embedding) == dims and all(isinstance(x, float) for x in r.data[0].embedding), r
 
 
 checks = [("image", image), ("openai tool call", openai_tool_call), ("anthropic tool use", anthropic_tool_use)]
 if os.environ.get("FUSEBOX_STRUCTURED") == "1":
     checks.append(("structured output", structured))
-if os.environ.get("FUSEBOX_EMBED") == "1":
-    checks.append(("embeddings", embeddings))
+checks.append(("embeddings", embeddings))
 run_checks(checks)

@@ -1,7 +1,7 @@
 """The strict fake's Vertex AI as Google's official `google-genai` SDK calls
 it with a service account's key (`google-auth` signs the JWT the fake's token
-endpoint verifies): plain, streamed, a signed tool loop, on the v1 and
-v1beta1 paths.
+endpoint verifies): plain, streamed, a signed tool loop, embeddings by
+`predict` and `batchEmbedContents`, on the v1 and v1beta1 paths.
 Env: FUSEBOX_BASE_URL (the fake's root), FUSEBOX_VERTEX_KEY (the key file,
 its token_uri the fake's). Prints `ok <check>` per pass.
 """
@@ -54,6 +54,15 @@ def tool_loop():
     assert r.text == "The order service says: in transit", r.text
 
 
+def embeddings():
+    r = v1.models.embed_content(model="text-embedding-005", contents=["where is my order", "refund"],
+                                config=types.EmbedContentConfig(output_dimensionality=4))
+    assert [len(e.values) for e in r.embeddings] == [4, 4], r
+    assert r.embeddings[0].statistics.token_count == 4, r
+    r = v1.models.embed_content(model="gemini-embedding-001", contents=["where is my order", "refund"])
+    assert [len(e.values) for e in r.embeddings] == [8, 8], r
+
+
 def beta_path():
     c = client("v1beta1")  # kept: a client collected closes its connections
     r = c.models.generate_content(model=MODEL, contents=[ASK])
@@ -64,5 +73,6 @@ run_checks([
     ("plain", plain),
     ("streamed", streamed),
     ("tool loop", tool_loop),
+    ("embeddings", embeddings),
     ("v1beta1 path", beta_path),
 ])

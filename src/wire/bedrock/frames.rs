@@ -8,6 +8,9 @@ use crate::wire::sse::{SseEvent, SseItem};
 use aws_smithy_eventstream::frame::{DecodedFrame, MessageFrameDecoder};
 use aws_smithy_types::event_stream::Message;
 
+/// The most of one frame kept while it arrives.
+const MAX_FRAME: usize = 16 << 20;
+
 /// Frames being read from a body's chunks.
 #[derive(Debug, Default)]
 pub struct EventFrames {
@@ -25,7 +28,8 @@ fn header<'m>(m: &'m Message, name: &str) -> &'m str {
 
 impl EventFrames {
     /// Reads `chunk`: the frames it completes, as events. A frame that
-    /// fails its checksum or its bounds ends the stream (`Err`).
+    /// fails its checksum or its bounds, or is longer than [`MAX_FRAME`],
+    /// ends the stream (`Err`).
     pub fn feed(&mut self, chunk: &[u8]) -> Result<Vec<SseItem>, String> {
         self.buf.extend_from_slice(chunk);
         let mut out = Vec::new();
@@ -46,6 +50,10 @@ impl EventFrames {
                         data,
                         id: None,
                     }));
+                }
+                // The decoder buffers what a frame's prelude announces, up to 4 GiB.
+                Ok(DecodedFrame::Incomplete) if self.buf.len() > MAX_FRAME => {
+                    return Err("an event-stream frame over 16 MiB".into())
                 }
                 Ok(DecodedFrame::Incomplete) => return Ok(out),
                 Err(e) => return Err(format!("an event-stream frame that cannot be read: {e}")),
@@ -114,5 +122,18 @@ mod tests {
         let last = bad.len() - 1;
         bad[last] ^= 0xff;
         assert!(EventFrames::default().feed(&bad).is_err());
+    }
+
+    /// A prelude announcing a frame past the bound is refused once that
+    /// much has come, not buffered further.
+    #[test]
+    fn a_frame_past_the_bound_ends_the_stream() {
+        let mut f = EventFrames::default();
+        let mut prelude = (u32::MAX).to_be_bytes().to_vec();
+        prelude.extend([0u8; 8]);
+        assert!(f.feed(&prelude).is_ok_and(|e| e.is_empty()));
+        let mb = vec![0u8; 1 << 20];
+        let fed: Vec<bool> = (0..17).map(|_| f.feed(&mb).is_ok()).collect();
+        assert_eq!(fed.iter().filter(|ok| **ok).count(), 16, "{fed:?}");
     }
 }

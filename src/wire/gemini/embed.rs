@@ -1,34 +1,31 @@
-//! OpenAI's `/v1/embeddings` as Gemini's `batchEmbedContents`: the
-//! client's inputs as one request each, its `dimensions` as
-//! `outputDimensionality`; the vectors back in OpenAI's list, as floats or
-//! (`encoding_format: "base64"`, the OpenAI SDK's default) as
-//! little-endian `f32` bytes in base64.
+//! OpenAI's `/v1/embeddings` as Google's: `batchEmbedContents` (the Gemini
+//! API, and Vertex AI's Gemini embedding models) or Vertex AI's `predict`
+//! (its `text-embedding-*` models), the client's `dimensions` as
+//! `outputDimensionality`; the vectors back in OpenAI's list.
 
+use crate::wire::openai::{embed_dimensions, embed_texts, embeddings_list};
 use crate::wire::RawBody;
-use base64::Engine;
 use serde_json::{json, Value};
 
-/// The `batchEmbedContents` body for the client's `body`, calling `model`;
-/// `Err` says what Gemini cannot embed (token ids).
-pub fn render_embed(body: &RawBody, model: &str) -> Result<Vec<u8>, String> {
-    let texts: Vec<String> = match body.read::<Value>("input").and_then(Result::ok) {
-        Some(Value::String(s)) => vec![s],
-        Some(Value::Array(items)) if items.iter().all(Value::is_string) => items
-            .into_iter()
-            .filter_map(|v| v.as_str().map(str::to_string))
-            .collect(),
-        _ => return Err("cannot honour token ids as input (Gemini embeds text)".into()),
-    };
-    let dims = body.read::<u32>("dimensions").and_then(Result::ok);
-    let name = if model.contains('/') {
-        model.to_string()
-    } else {
-        format!("models/{model}")
-    };
+const TOKEN_IDS: &str = "cannot honour token ids as input (Google's models embed text)";
+
+/// The `batchEmbedContents` body for the client's `body`, each request
+/// naming `model` where the API wants it (the Gemini API's `models/…`;
+/// Vertex AI names it in the URL only); `Err` says what cannot be embedded.
+pub fn render_embed(body: &RawBody, model: Option<&str>) -> Result<Vec<u8>, String> {
+    let texts = embed_texts(body).ok_or(TOKEN_IDS)?;
+    let dims = embed_dimensions(body);
+    let name = model.map(|m| match m.contains('/') {
+        true => m.to_string(),
+        false => format!("models/{m}"),
+    });
     let requests: Vec<Value> = texts
         .iter()
         .map(|t| {
-            let mut r = json!({"model": name, "content": {"parts": [{"text": t}]}});
+            let mut r = json!({"content": {"parts": [{"text": t}]}});
+            if let Some(n) = &name {
+                r["model"] = json!(n);
+            }
             if let Some(d) = dims {
                 r["outputDimensionality"] = json!(d);
             }
@@ -38,35 +35,42 @@ pub fn render_embed(body: &RawBody, model: &str) -> Result<Vec<u8>, String> {
     Ok(json!({ "requests": requests }).to_string().into_bytes())
 }
 
-/// OpenAI's embeddings list for Gemini's answer `v`, named `model`, the
-/// prompt `tokens` counted (Gemini says none), each vector as the client's
-/// `body` asked.
-pub fn embeddings_reply(v: &Value, body: &RawBody, model: &str, tokens: u32) -> Result<Vec<u8>, String> {
-    let base64 = body.read::<String>("encoding_format").and_then(Result::ok).as_deref() == Some("base64");
-    let vectors = v
-        .get("embeddings")
-        .and_then(Value::as_array)
-        .ok_or("an answer without embeddings")?;
-    let mut data = Vec::with_capacity(vectors.len());
-    for (i, e) in vectors.iter().enumerate() {
-        let values = e
-            .get("values")
-            .and_then(Value::as_array)
-            .ok_or("an embedding without values")?;
-        let embedding = if base64 {
-            let bytes: Vec<u8> = values
-                .iter()
-                .flat_map(|x| (x.as_f64().unwrap_or(0.0) as f32).to_le_bytes())
-                .collect();
-            json!(base64::engine::general_purpose::STANDARD.encode(bytes))
-        } else {
-            Value::Array(values.clone())
-        };
-        data.push(json!({"object": "embedding", "index": i, "embedding": embedding}));
+/// Vertex AI's `predict` body for the client's `body`: an instance per
+/// text.
+pub fn render_predict(body: &RawBody) -> Result<Vec<u8>, String> {
+    let texts = embed_texts(body).ok_or(TOKEN_IDS)?;
+    let instances: Vec<Value> = texts.iter().map(|t| json!({ "content": t })).collect();
+    let mut out = json!({ "instances": instances });
+    if let Some(d) = embed_dimensions(body) {
+        out["parameters"] = json!({ "outputDimensionality": d });
     }
-    let out = json!({"object": "list", "data": data, "model": model,
-                     "usage": {"prompt_tokens": tokens, "total_tokens": tokens}});
     Ok(out.to_string().into_bytes())
+}
+
+/// OpenAI's embeddings list for Google's answer `v` (`embeddings[].values`,
+/// or `predict`'s `predictions[].embeddings.values`), named `model`, each
+/// vector as the client's `body` asked; with the prompt tokens Google
+/// counted, else `estimate`.
+pub fn embeddings_reply(v: &Value, body: &RawBody, model: &str, estimate: u32) -> Result<(Vec<u8>, u32), String> {
+    let (items, inner) = match (v.get("embeddings"), v.get("predictions")) {
+        (Some(Value::Array(e)), _) => (e, None),
+        (_, Some(Value::Array(p))) => (p, Some("embeddings")),
+        _ => return Err("an answer without embeddings".into()),
+    };
+    let mut vectors = Vec::with_capacity(items.len());
+    let mut counted = 0.0;
+    for item in items {
+        let e = inner.map_or(item, |k| &item[k]);
+        let values = e["values"].as_array().ok_or("an embedding without values")?;
+        vectors.push(values.as_slice());
+        counted += e["statistics"]["token_count"].as_f64().unwrap_or(0.0);
+    }
+    let counted = match v["usageMetadata"]["promptTokenCount"].as_u64() {
+        Some(n) => n as u32,
+        None => counted as u32,
+    };
+    let tokens = if counted > 0 { counted } else { estimate };
+    Ok((embeddings_list(vectors, body, model, tokens), tokens))
 }
 
 #[cfg(test)]
@@ -74,21 +78,36 @@ mod tests {
     use super::*;
 
     #[test]
-    fn inputs_become_requests_and_vectors_come_back_as_asked() {
-        let body =
-            RawBody::parse(br#"{"model":"e","input":["a","b"],"dimensions":2,"encoding_format":"base64"}"#).unwrap();
-        let req: Value = serde_json::from_slice(&render_embed(&body, "gemini-embedding-001").unwrap()).unwrap();
+    fn inputs_become_requests_and_vectors_come_back() {
+        let body = RawBody::parse(br#"{"model":"e","input":["a","b"],"dimensions":2}"#).unwrap();
+        let req: Value = serde_json::from_slice(&render_embed(&body, Some("gemini-embedding-001")).unwrap()).unwrap();
         assert_eq!(req["requests"][1]["content"]["parts"][0]["text"], "b");
         assert_eq!(req["requests"][0]["model"], "models/gemini-embedding-001");
         assert_eq!(req["requests"][0]["outputDimensionality"], 2);
+        let vertex: Value = serde_json::from_slice(&render_embed(&body, None).unwrap()).unwrap();
+        assert!(vertex["requests"][0].get("model").is_none());
         let answer = json!({"embeddings": [{"values": [1.0, -2.0]}, {"values": [0.5, 0.25]}]});
-        let out: Value = serde_json::from_slice(&embeddings_reply(&answer, &body, "e", 3).unwrap()).unwrap();
-        let bytes = base64::engine::general_purpose::STANDARD
-            .decode(out["data"][0]["embedding"].as_str().unwrap())
-            .unwrap();
-        assert_eq!(bytes, [1.0f32.to_le_bytes(), (-2.0f32).to_le_bytes()].concat());
-        assert_eq!(out["usage"]["total_tokens"], 3);
+        let (out, tokens) = embeddings_reply(&answer, &body, "e", 3).unwrap();
+        let out: Value = serde_json::from_slice(&out).unwrap();
+        assert_eq!(out["data"][1]["embedding"], json!([0.5, 0.25]));
+        assert_eq!((tokens, out["usage"]["total_tokens"].clone()), (3, json!(3)));
         let tokens = RawBody::parse(br#"{"model":"e","input":[[1,2,3]]}"#).unwrap();
-        assert!(render_embed(&tokens, "m").is_err());
+        assert!(render_embed(&tokens, None).is_err());
+    }
+
+    #[test]
+    fn predict_has_an_instance_per_text_and_counts_its_tokens() {
+        let body = RawBody::parse(br#"{"model":"e","input":["a","b"],"dimensions":2}"#).unwrap();
+        let req: Value = serde_json::from_slice(&render_predict(&body).unwrap()).unwrap();
+        assert_eq!(
+            req,
+            json!({"instances": [{"content": "a"}, {"content": "b"}], "parameters": {"outputDimensionality": 2}})
+        );
+        let answer = json!({"predictions": [
+            {"embeddings": {"values": [1.0], "statistics": {"token_count": 4.0, "truncated": false}}},
+            {"embeddings": {"values": [2.0], "statistics": {"token_count": 5.0, "truncated": false}}}]});
+        let (out, tokens) = embeddings_reply(&answer, &body, "e", 1).unwrap();
+        let out: Value = serde_json::from_slice(&out).unwrap();
+        assert_eq!((tokens, out["data"][1]["embedding"].clone()), (9, json!([2.0])));
     }
 }

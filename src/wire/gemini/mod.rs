@@ -13,7 +13,7 @@ mod reply;
 mod request;
 mod stream;
 
-pub use embed::{embeddings_reply, render_embed};
+pub use embed::{embeddings_reply, render_embed, render_predict};
 pub use reply::{parse_reply, Status};
 pub use request::render_request;
 pub use stream::ChunkReader;

@@ -2,10 +2,12 @@
 //! servers'): requests read and written, answers and stream chunks read
 //! and written, error bodies.
 
+mod embeddings;
 mod reply;
 mod request;
 mod stream;
 
+pub use embeddings::{embed_dimensions, embed_texts, embeddings_list};
 pub use reply::*;
 pub use request::*;
 pub use stream::*;

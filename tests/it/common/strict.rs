@@ -198,6 +198,7 @@ impl Strict {
         let app = Router::new()
             .route("/v1/chat/completions", post(openai))
             .route("/openai/deployments/{deployment}/chat/completions", post(azure))
+            .route("/openai/deployments/{deployment}/embeddings", post(azure_embeddings))
             .route("/v1/messages", post(anthropic))
             .route("/v1beta/models/{call}", post(super::strict_gemini::gemini))
             .route("/v1/models/{call}", post(super::strict_gemini::gemini))
@@ -556,31 +557,104 @@ pub const CUSTOM_INPUT: &str = "SELECT status FROM orders WHERE id = 38100";
 async fn azure(
     State(state): State<Arc<StrictState>>,
     uri: axum::http::Uri,
-    mut headers: HeaderMap,
+    headers: HeaderMap,
     body: String,
 ) -> Response {
+    match azure_auth(&uri, headers) {
+        Ok(headers) => openai(State(state), headers, body).await,
+        Err(refused) => *refused,
+    }
+}
+
+/// `headers` with Azure's key as OpenAI's bearer token, or Azure's
+/// refusal of a call without an `api-version` or without a key.
+fn azure_auth(uri: &axum::http::Uri, mut headers: HeaderMap) -> Result<HeaderMap, Box<Response>> {
     let versioned = uri.query().is_some_and(|q| {
         q.split('&')
             .any(|p| p.strip_prefix("api-version=").is_some_and(|v| !v.is_empty()))
     });
     if !versioned {
         let body = json!({"error": {"code": "404", "message": "Resource not found"}});
-        return (StatusCode::NOT_FOUND, Json(body)).into_response();
+        return Err(Box::new((StatusCode::NOT_FOUND, Json(body)).into_response()));
     }
     let Some(key) = headers.remove("api-key").filter(|k| !k.is_empty()) else {
         let body = json!({"error": {"code": "401", "message": "Access denied due to invalid subscription key or wrong API endpoint."}});
-        return (StatusCode::UNAUTHORIZED, Json(body)).into_response();
+        return Err(Box::new((StatusCode::UNAUTHORIZED, Json(body)).into_response()));
     };
     if headers.contains_key("authorization") {
-        return openai_error(
+        return Err(Box::new(openai_error(
             400,
             "Give the key in api-key or a token in Authorization, not both.",
             None,
-        );
+        )));
     }
     let bearer = format!("Bearer {}", key.to_str().unwrap_or_default());
     headers.insert("authorization", bearer.parse().unwrap());
-    openai(State(state), headers, body).await
+    Ok(headers)
+}
+
+/// Azure OpenAI's embeddings on a deployment: `input` a string or a list
+/// of strings, `dimensions`, `encoding_format` `float` or `base64`, as
+/// OpenAI's reference defines them; 8 values each by default.
+async fn azure_embeddings(
+    State(state): State<Arc<StrictState>>,
+    uri: axum::http::Uri,
+    headers: HeaderMap,
+    body: String,
+) -> Response {
+    use base64::Engine;
+    let headers = match azure_auth(&uri, headers) {
+        Ok(h) => h,
+        Err(refused) => return *refused,
+    };
+    let b: Value = serde_json::from_str(&body).unwrap_or(Value::Null);
+    let texts: Option<Vec<&str>> = match &b["input"] {
+        Value::String(s) => Some(vec![s.as_str()]),
+        Value::Array(items) if !items.is_empty() => items.iter().map(Value::as_str).collect(),
+        _ => None,
+    };
+    let known = b.as_object().is_some_and(|o| {
+        o.keys()
+            .all(|k| ["input", "model", "dimensions", "encoding_format", "user"].contains(&k.as_str()))
+    });
+    let encoding = b["encoding_format"].as_str().unwrap_or("float");
+    let ok = known && texts.is_some() && ["float", "base64"].contains(&encoding);
+    state.received.lock().push(Received {
+        api: Api::OpenAi,
+        body: b.clone(),
+        status: if ok { 200 } else { 400 },
+        headers,
+        at: std::time::Instant::now(),
+    });
+    let Some(texts) = texts.filter(|_| ok) else {
+        return openai_error(
+            400,
+            "'input' must be a string or a list of strings; unknown parameter or encoding_format",
+            None,
+        );
+    };
+    let dims = b["dimensions"].as_u64().unwrap_or(8) as usize;
+    let data: Vec<Value> = texts
+        .iter()
+        .enumerate()
+        .map(|(i, t)| {
+            let values: Vec<f32> = (0..dims).map(|d| ((t.len() + d) % 7) as f32 / 8.0).collect();
+            let embedding = match encoding {
+                "base64" => {
+                    let bytes: Vec<u8> = values.iter().flat_map(|v| v.to_le_bytes()).collect();
+                    json!(base64::engine::general_purpose::STANDARD.encode(bytes))
+                }
+                _ => json!(values),
+            };
+            json!({"object": "embedding", "index": i, "embedding": embedding})
+        })
+        .collect();
+    let tokens: usize = texts.iter().map(|t| t.split_whitespace().count()).sum();
+    Json(
+        json!({"object": "list", "data": data, "model": "text-embedding-3-small",
+                "usage": {"prompt_tokens": tokens, "total_tokens": tokens}}),
+    )
+    .into_response()
 }
 
 async fn openai(State(state): State<Arc<StrictState>>, headers: HeaderMap, body: String) -> Response {

@@ -354,6 +354,62 @@ fn fault(f: Fault) -> Response {
     }
 }
 
+/// `InvokeModel` on an embedding model: Amazon Titan's `inputText` (one
+/// text; `dimensions` 256, 512 or 1024, the default) or Cohere's `texts`
+/// (1 to 96, with a required `input_type`; 1024 values each), as the
+/// models' references define their bodies; the input tokens counted in
+/// the body (Titan) and the `X-Amzn-Bedrock-Input-Token-Count` header.
+fn invoke(model: &str, b: &Value) -> Response {
+    let keys = |allowed: &[&str]| {
+        b.as_object()
+            .is_some_and(|o| o.keys().all(|k| allowed.contains(&k.as_str())))
+    };
+    let vector =
+        |text: &str, dims: usize| -> Vec<f64> { (0..dims).map(|d| ((text.len() + d) % 7) as f64 / 8.0).collect() };
+    let (body, tokens) = if model.contains("titan-embed") {
+        let Some(text) = b["inputText"].as_str().filter(|t| !t.is_empty()) else {
+            return validation("Malformed input request: #: required key [inputText] not found, please reformat your input and try again.");
+        };
+        let dims = b["dimensions"].as_u64().unwrap_or(1024);
+        if !keys(&["inputText", "dimensions", "normalize", "embeddingTypes"]) || ![256, 512, 1024].contains(&dims) {
+            return validation("Malformed input request: #: extraneous key, or dimensions not one of 256, 512, 1024, please reformat your input and try again.");
+        }
+        let tokens = text.split_whitespace().count();
+        let values = vector(text, dims as usize);
+        (
+            json!({"embedding": values, "embeddingsByType": {"float": values}, "inputTextTokenCount": tokens}),
+            tokens,
+        )
+    } else if model.contains("cohere.embed") {
+        let texts: Vec<&str> = b["texts"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(Value::as_str)
+            .collect();
+        let kinds = ["search_document", "search_query", "classification", "clustering"];
+        let typed = b["input_type"].as_str().is_some_and(|t| kinds.contains(&t));
+        let counted = b["texts"].as_array().map_or(0, Vec::len);
+        if !keys(&["texts", "input_type", "truncate", "embedding_types", "images"])
+            || !typed
+            || texts.is_empty()
+            || texts.len() != counted
+            || counted > 96
+        {
+            return validation("Malformed input request: #: texts (1 to 96 strings) and input_type are required, please reformat your input and try again.");
+        }
+        let tokens = texts.iter().map(|t| t.split_whitespace().count()).sum();
+        let vectors: Vec<Vec<f64>> = texts.iter().map(|t| vector(t, 1024)).collect();
+        (
+            json!({"embeddings": vectors, "id": "emb-1", "response_type": "embeddings_floats", "texts": texts}),
+            tokens,
+        )
+    } else {
+        return validation("The provided model doesn't support embeddings.");
+    };
+    ([("x-amzn-bedrock-input-token-count", tokens.to_string())], Json(body)).into_response()
+}
+
 /// The guardrail's answer to a prompt it blocks.
 pub const BLOCKED: &str = "Sorry, the model cannot answer this question.";
 
@@ -368,6 +424,7 @@ pub async fn bedrock(
     let stream = match op.as_str() {
         "converse" => false,
         "converse-stream" => true,
+        "invoke" => false,
         _ => return exception(404, "UnknownOperationException", "Unknown operation"),
     };
     let b: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
@@ -383,6 +440,14 @@ pub async fn bedrock(
     if let Some((name, message)) = refuse_signature(&uri, &headers, &body) {
         record(403);
         return exception(403, name, &message);
+    }
+    if op == "invoke" {
+        let r = match state.faults.lock().take() {
+            Some(f) => fault(f),
+            None => invoke(&model, &b),
+        };
+        record(r.status().as_u16());
+        return r;
     }
     if let Err(msg) = check(&b) {
         record(400);

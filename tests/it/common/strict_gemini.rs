@@ -319,7 +319,8 @@ pub(super) async fn answer(
     let stream = match method {
         "generateContent" => false,
         "streamGenerateContent" => true,
-        "batchEmbedContents" if !vertex => return embed(state, model, headers, body, refused),
+        "batchEmbedContents" => return embed(state, model, headers, body, refused, vertex),
+        "predict" if vertex => return predict(state, headers, body, refused),
         _ => return status(404, "NOT_FOUND", "Method not found.", json!([])),
     };
     let sse = query.split('&').any(|p| p == "alt=sse");
@@ -438,10 +439,13 @@ pub(super) async fn answer(
     stream_body(state, Api::Gemini, Vec::new(), content, tail)
 }
 
-/// `models/{model}:batchEmbedContents`: each request names the model it is
-/// sent to and has text to embed; a vector of `outputDimensionality` (8 by
-/// default) values each, made from its text.
-fn embed(state: &StrictState, model: &str, headers: HeaderMap, body: String, refused: Option<Response>) -> Response {
+/// A call that embeds: recorded, refused as `refused` says, else read.
+fn embedding(
+    state: &StrictState,
+    headers: HeaderMap,
+    body: String,
+    refused: Option<Response>,
+) -> Result<Value, Box<Response>> {
     let b: Value = serde_json::from_str(&body).unwrap_or(Value::Null);
     state.received.lock().push(Received {
         api: Api::Gemini,
@@ -450,11 +454,36 @@ fn embed(state: &StrictState, model: &str, headers: HeaderMap, body: String, ref
         headers,
         at: std::time::Instant::now(),
     });
-    if let Some(r) = refused {
-        return r;
-    }
+    refused.map_or(Ok(b), |r| Err(Box::new(r)))
+}
+
+/// A vector of `dims` values made from `text`.
+fn vector(text: &str, dims: usize) -> Vec<f64> {
+    (0..dims).map(|d| ((text.len() + d) % 7) as f64 / 8.0).collect()
+}
+
+/// `models/{model}:batchEmbedContents`: each request has text to embed
+/// and, on the Gemini API, names the model it is sent to (Vertex AI's
+/// official SDK names none); a vector of `outputDimensionality` (8 by
+/// default) values each, made from its text.
+fn embed(
+    state: &StrictState,
+    model: &str,
+    headers: HeaderMap,
+    body: String,
+    refused: Option<Response>,
+    vertex: bool,
+) -> Response {
+    let b = match embedding(state, headers, body, refused) {
+        Ok(b) => b,
+        Err(r) => return *r,
+    };
     let Some(requests) = b["requests"].as_array().filter(|r| !r.is_empty()) else {
         return invalid("* BatchEmbedContentsRequest.requests: requests is not specified");
+    };
+    let named = match vertex {
+        true => Value::Null,
+        false => json!(format!("models/{model}")),
     };
     let mut embeddings = Vec::new();
     for (i, r) in requests.iter().enumerate() {
@@ -462,7 +491,7 @@ fn embed(state: &StrictState, model: &str, headers: HeaderMap, body: String, ref
             o.keys()
                 .all(|k| ["model", "content", "taskType", "title", "outputDimensionality"].contains(&k.as_str()))
         });
-        if !keys_ok || r["model"] != format!("models/{model}") {
+        if !keys_ok || r["model"] != named {
             return invalid(&format!(
                 "* BatchEmbedContentsRequest.requests[{i}].model: the model of each request must be models/{model}"
             ));
@@ -473,8 +502,46 @@ fn embed(state: &StrictState, model: &str, headers: HeaderMap, body: String, ref
             ));
         };
         let dims = r["outputDimensionality"].as_u64().unwrap_or(8) as usize;
-        let values: Vec<f64> = (0..dims).map(|d| ((text.len() + d) % 7) as f64 / 8.0).collect();
-        embeddings.push(json!({ "values": values }));
+        embeddings.push(json!({ "values": vector(text, dims) }));
     }
     Json(json!({ "embeddings": embeddings })).into_response()
+}
+
+/// Vertex AI's `publishers/google/models/{model}:predict` for its
+/// `text-embedding-*` models: up to 250 instances of `content` (with an
+/// optional `task_type` and `title`), `parameters` of
+/// `outputDimensionality` (1 to 768, 8 by default here) and
+/// `autoTruncate`; a prediction per instance with its token count.
+fn predict(state: &StrictState, headers: HeaderMap, body: String, refused: Option<Response>) -> Response {
+    let b = match embedding(state, headers, body, refused) {
+        Ok(b) => b,
+        Err(r) => return *r,
+    };
+    let Some(instances) = b["instances"].as_array().filter(|r| !r.is_empty() && r.len() <= 250) else {
+        return invalid("instances: between 1 and 250 instances are required");
+    };
+    let params = b.get("parameters").cloned().unwrap_or(json!({}));
+    let params_ok = params.as_object().is_some_and(|o| {
+        o.keys()
+            .all(|k| ["outputDimensionality", "autoTruncate"].contains(&k.as_str()))
+    });
+    let dims = params["outputDimensionality"].as_u64().unwrap_or(8);
+    if !params_ok || !(1..=768).contains(&dims) {
+        return invalid("parameters: unknown field, or outputDimensionality not between 1 and 768");
+    }
+    let mut predictions = Vec::new();
+    for (i, r) in instances.iter().enumerate() {
+        let keys_ok = r.as_object().is_some_and(|o| {
+            o.keys()
+                .all(|k| ["content", "task_type", "title"].contains(&k.as_str()))
+        });
+        let Some(text) = r["content"].as_str().filter(|_| keys_ok) else {
+            return invalid(&format!(
+                "instances[{i}]: a `content` string is required, and no other field than task_type and title"
+            ));
+        };
+        let stats = json!({"truncated": false, "token_count": text.split_whitespace().count() as f64});
+        predictions.push(json!({"embeddings": {"values": vector(text, dims as usize), "statistics": stats}}));
+    }
+    Json(json!({ "predictions": predictions, "metadata": {"billableCharacterCount": 0} })).into_response()
 }
