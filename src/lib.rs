@@ -1,6 +1,6 @@
 //! fusebox: a resilience runner for LLM agents (circuit breakers, token-aware
 //! rate limiting, bulkheads, budgets, retries, graceful degradation and
-//! multi-provider fallback) with a mock fleet, a headless demo and benchmarks.
+//! multi-provider fallback) with mock providers, a headless demo and benchmarks.
 
 #![warn(missing_docs)]
 

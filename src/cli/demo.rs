@@ -1,5 +1,5 @@
 //! `fusebox demo` (and `fusebox` alone): synthetic agent traffic following
-//! a scenario's fault timeline, against the mock fleet or a config's
+//! a scenario's fault timeline, against the mock providers or a config's
 //! providers.
 
 use super::args::{load_config, parse_duration, ConsoleArgs, RecordArgs, Speed, StateArgs};
@@ -45,13 +45,13 @@ pub struct DemoArgs {
     /// Config file (default: the built-in config).
     #[arg(long)]
     pub config: Option<PathBuf>,
-    /// Seed for load, jitter and the mock fleet.
+    /// Seed for load, jitter and the mock providers.
     #[arg(long, default_value_t = 42)]
     pub seed: u64,
     /// Spool file for deferred requests (default: a fresh file in the temp directory).
     #[arg(long)]
     pub spool: Option<PathBuf>,
-    /// How the mock fleet is reached: `http` (an in-process mock server on a
+    /// How the mock providers are reached: `http` (an in-process mock server on a
     /// loopback port, real sockets) or `mock` (in-process calls)
     /// [default: http in real time, mock with --speed max].
     #[arg(long, value_enum)]
@@ -92,7 +92,7 @@ pub fn demo(args: DemoArgs) -> Result<()> {
         let mut parts = RunnerParts::mock(clock, seed);
         parts.spool = Some(spool);
         // Real providers from the config, and (with --providers http) the
-        // mock fleet behind a loopback mock server sharing the runner's faults.
+        // mock providers behind a loopback mock server sharing the runner's faults.
         let mock_base = if http {
             let server = MockServer::new(seed, parts.faults.clone());
             let addr = server.spawn("127.0.0.1:0").await?;

@@ -32,7 +32,7 @@ pub struct Cli {
 
 #[derive(Subcommand)]
 enum Cmd {
-    /// Drive synthetic agent traffic through the runner against the mock fleet (default).
+    /// Drive synthetic agent traffic through the runner against the mock providers (default).
     Demo(Box<demo::DemoArgs>),
     /// Re-drive a recorded traffic log through the runner (incident reproduction, what-if).
     Replay(Box<replay::ReplayArgs>),
@@ -47,7 +47,7 @@ enum Cmd {
         /// The TOML file.
         file: PathBuf,
     },
-    /// Serve the mock fleet over HTTP in the providers' real wire formats.
+    /// Serve the mock providers over HTTP in the providers' real wire formats.
     Mock {
         /// Address to listen on (loopback by default).
         #[arg(long, default_value = "127.0.0.1:8790")]
@@ -201,7 +201,7 @@ fn dispatch(cli: Cli) -> Result<()> {
     }
 }
 
-/// `fusebox mock`: serves the mock fleet until Ctrl-C.
+/// `fusebox mock`: serves the mock providers until Ctrl-C.
 fn mock(listen: &str, seed: u64) -> Result<()> {
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     rt.block_on(async {

@@ -20,7 +20,7 @@ use std::sync::Arc;
 pub enum Answers {
     /// Every provider and tool behaves as recorded.
     Recorded,
-    /// The configured providers (the mock fleet by default).
+    /// The configured providers (the mock providers by default).
     Live,
 }
 
@@ -39,7 +39,7 @@ pub struct ReplayArgs {
     /// `max` (virtual time, deterministic) or a speed-up factor [default: max headless, 1 in the console].
     #[arg(long, allow_hyphen_values = true)]
     pub speed: Option<String>,
-    /// `recorded`: every provider and tool behaves as recorded; `live`: the configured providers (mock fleet by default) [default: recorded when the log has attempts, else live].
+    /// `recorded`: every provider and tool behaves as recorded; `live`: the configured providers (mock providers by default) [default: recorded when the log has attempts, else live].
     #[arg(long, value_enum)]
     pub providers: Option<Answers>,
     /// Do not re-apply recorded operator actions.

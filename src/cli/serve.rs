@@ -17,7 +17,7 @@ use std::time::Duration;
 /// `fusebox serve`'s options.
 #[derive(clap::Args)]
 pub struct ServeArgs {
-    /// Config file (default: the built-in config, routing to the mock fleet).
+    /// Config file (default: the built-in config, routing to the mock providers).
     #[arg(long)]
     pub config: Option<PathBuf>,
     /// Address to listen on; beyond loopback an auth token is required.
@@ -70,7 +70,7 @@ pub struct ServeArgs {
     /// finish (none are taken meanwhile) before the rest end on an error.
     #[arg(long, default_value = "30s", value_parser = humantime::parse_duration)]
     pub drain_timeout: Duration,
-    /// Seed for the mock fleet.
+    /// Seed for the mock providers.
     #[arg(long, default_value_t = 42)]
     pub seed: u64,
     /// Threads serving requests [default: half the cores, at least one].
@@ -142,7 +142,7 @@ pub fn serve(mut args: ServeArgs) -> Result<()> {
     rt.block_on(async move {
         let clock = Clock::system();
         let mut parts = RunnerParts::mock(clock, seed);
-        // The mock fleet (mock-kind providers) answers over loopback HTTP,
+        // The mock providers (mock-kind) answer over loopback HTTP,
         // sharing the runner's fault table, as in the demo.
         let mock = if cfg.providers.values().any(|p| p.kind == crate::config::ProviderKind::Mock) {
             let addr = MockServer::new(seed, parts.faults.clone()).spawn("127.0.0.1:0").await?;

@@ -1,4 +1,4 @@
-//! The built-in config: the mock fleet, its models, routes and tools.
+//! The built-in config: the mock providers, their models, routes and tools.
 
 use super::{
     BreakerConfig, BudgetConfig, Config, DegradationConfig, LimiterConfig, ModelConfig, ProviderConfig, ProviderKind,

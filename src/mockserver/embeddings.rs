@@ -1,4 +1,4 @@
-//! `POST /v1/embeddings` of the mock fleet: deterministic vectors for each
+//! `POST /v1/embeddings` of the mock providers: deterministic vectors for each
 //! input, under the OpenAI provider's faults and quota.
 
 use super::{check_auth, cut, error_response, quota::Cost, MockServer, Provider};

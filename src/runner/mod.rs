@@ -202,14 +202,14 @@ pub struct RunnerParts {
     pub providers: HashMap<String, Arc<dyn Provider>>,
     /// The tool executor (default: mock tools).
     pub tools: Option<Arc<dyn ToolExecutor>>,
-    /// Faults of the mock fleet.
+    /// Faults of the mock providers.
     pub faults: Arc<FaultTable>,
     /// Spool file for deferred requests (None = no defer).
     pub spool: Option<PathBuf>,
 }
 
 impl RunnerParts {
-    /// Mock fleet, given clock and seed, no spool.
+    /// Mock providers, given clock and seed, no spool.
     pub fn mock(clock: Clock, seed: Seed) -> Self {
         Self {
             clock,
@@ -555,7 +555,7 @@ impl Runner {
         &self.sessions
     }
 
-    /// The mock fleet's faults.
+    /// The mock providers' faults.
     pub fn faults(&self) -> &Arc<FaultTable> {
         &self.faults
     }

@@ -120,7 +120,7 @@ pub struct Snapshot {
     pub tracked_users: usize,
     /// Routes and their chains.
     pub routes: BTreeMap<String, Vec<ChainHop>>,
-    /// Active faults of the mock fleet.
+    /// Active faults of the mock providers.
     pub faults: BTreeMap<Target, FaultSpec>,
     /// Drill mode.
     pub drill: bool,

@@ -1,8 +1,8 @@
 //! The `x-fusebox-*` headers, every one fusebox reads or writes, named once.
 //!
 //! Answers to clients carry how a request ended; calls to providers carry
-//! which request, step and attempt they belong to (the mock fleet keys its
-//! plan on them); operators and attached consoles name themselves and their
+//! which request, step and attempt they belong to (the mock providers key
+//! their plan on them); operators and attached consoles name themselves and their
 //! scope.
 
 /// Every answer's request name (a caller's `x-request-id` kept when usable).
