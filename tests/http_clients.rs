@@ -26,7 +26,7 @@ async fn server() -> (Arc<FaultTable>, String) {
     (faults, format!("http://{addr}"))
 }
 
-/// The mock fleet's providers as HTTP clients against `base`.
+/// The mock providers as HTTP clients against `base`.
 fn clients(cfg: &Config, base: &str) -> HashMap<String, Arc<dyn Provider>> {
     fusebox::provider::http::build(cfg, Clock::system(), Some(base)).unwrap()
 }

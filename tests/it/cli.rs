@@ -489,7 +489,7 @@ fn serve_refuses_what_it_cannot_serve_safely() {
 }
 
 /// `fusebox serve` as a user starts it: the first line names the base URL,
-/// an OpenAI-style call through it is answered by the mock fleet.
+/// an OpenAI-style call through it is answered by the mock providers.
 #[test]
 fn serve_answers_openai_calls_on_the_address_it_prints() {
     let serve = crate::common::Serve::start();

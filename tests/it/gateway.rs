@@ -1,6 +1,6 @@
 //! The gateway over real loopback sockets: an OpenAI-style client (reqwest,
 //! the OpenAI wire format) → `fusebox serve`'s router → the runner → the
-//! mock fleet behind the HTTP mock server.
+//! mock providers behind the HTTP mock server.
 
 use fusebox::clock::{Clock, Seed};
 use fusebox::command::Issuer;
@@ -22,7 +22,7 @@ pub struct Fleet {
     pub http: reqwest::Client,
 }
 
-/// The gateway as `fusebox serve` sets it up, over an instant mock fleet.
+/// The gateway as `fusebox serve` sets it up, over instant mock providers.
 pub async fn gateway(cfg: Config, opts: GatewayOptions) -> Fleet {
     let clock = Clock::system();
     let mut parts = RunnerParts::mock(clock, Seed(5));
@@ -234,7 +234,7 @@ async fn a_hallucinated_tool_call_is_a_semantic_failure_against_the_request_tool
     }
 }
 
-/// Tools whose schema no answer can meet (`id` where the mock fleet's
+/// Tools whose schema no answer can meet (`id` where the mock providers'
 /// models send `order_id`): every answer is a semantic failure, and the
 /// 503 says which check failed, so the client knows what to fix.
 #[tokio::test]

@@ -2,7 +2,7 @@
 //! scripts in `tests/sdk/` (OpenAI: plain, streaming, tools, a tool loop;
 //! Anthropic: plain, streaming, a tool loop; the OpenAI Agents SDK running
 //! an agent with a function tool to completion in its Responses and chat
-//! completions modes) against `fusebox serve`'s routes over the mock fleet;
+//! completions modes) against `fusebox serve`'s routes over the mock providers;
 //! the MCP SDK and an Agents SDK agent with MCP tools against its `/mcp`.
 //!
 //! The Python comes from FUSEBOX_SDK_PYTHON (`.ci/run` makes a venv with
@@ -31,7 +31,7 @@ pub(crate) fn python() -> Option<String> {
     }
 }
 
-/// A gateway over the instant mock fleet, offering at `/mcp` the tools of
+/// A gateway over the instant mock providers, offering at `/mcp` the tools of
 /// `cfg`'s MCP servers; its root URL and the runner.
 async fn gateway(cfg: Config) -> (String, std::sync::Arc<Runner>) {
     gateway_on(cfg, |_, _| {}).await

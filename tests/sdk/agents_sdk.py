@@ -37,7 +37,7 @@ agent = Agent(name="support", instructions="Answer questions about orders; use g
 
 async def run(api, streamed=False):
     """Runs the agent on a few orders: every run must finish with text, and
-    the model (the mock fleet calls tools on most first turns) must have
+    the model (the mock providers call tools on most first turns) must have
     used the tool on at least one."""
     set_default_openai_api(api)
     tool_calls.clear()

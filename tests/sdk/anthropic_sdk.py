@@ -43,7 +43,7 @@ def streamed():
 
 def tool_loop():
     uses = 0
-    for n in range(38100, 38105):  # different questions: the mock fleet calls tools on most
+    for n in range(38100, 38105):  # different questions: the mock providers call tools on most
         messages = ask(n)
         for _turn in range(6):
             msg = client.messages.create(model="default", max_tokens=200, messages=messages, tools=TOOLS)

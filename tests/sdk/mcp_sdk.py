@@ -65,7 +65,7 @@ async def agent_run():
     async with MCPServerStreamableHttp(params={"url": MCP_URL}, name="orders") as orders:
         agent = Agent(name="support", instructions="Answer questions about orders; use get_order.",
                       mcp_servers=[orders], model="default")
-        # The mock fleet calls a tool on most first turns: a few orders, until one did.
+        # The mock providers call a tool on most first turns: a few orders, until one did.
         for n in range(38102, 38112):
             result = await Runner.run(agent, f"Where is order #{n}?", max_turns=8)
             assert isinstance(result.final_output, str) and result.final_output

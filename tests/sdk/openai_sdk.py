@@ -68,7 +68,7 @@ def tool_offer():
 
 def tool_loop():
     calls_seen = 0
-    for n in range(38100, 38105):  # different questions: the mock fleet calls tools on most
+    for n in range(38100, 38105):  # different questions: the mock providers call tools on most
         messages = ask(n)
         for _turn in range(6):
             resp = client.chat.completions.create(model="default", messages=messages, tools=TOOLS)

@@ -171,7 +171,7 @@ pub fn get_order_call() -> ToolCall {
     ToolCall::new("call_get_order", "get_order", r#"{"order_id":"38291"}"#)
 }
 
-/// A child `fusebox serve` on the demo's mock fleet, killed on drop.
+/// A child `fusebox serve` on the demo's mock providers, killed on drop.
 pub struct Serve {
     child: std::process::Child,
     /// `http://127.0.0.1:PORT`, the gateway's root.
