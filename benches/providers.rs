@@ -160,7 +160,7 @@ fn providers(c: &mut Criterion) {
             let signed = fusebox::provider::bedrock::sign(&credentials, "us-east-1", url, &body, now).unwrap();
             let whole = bedrock::parse_reply(&serde_json::from_str(&whole_text).unwrap());
             let mut frames = bedrock::EventFrames::default();
-            let mut reader = bedrock::EventReader::default();
+            let mut reader = bedrock::ConverseEventReader::default();
             let mut acc = Assembler::default();
             for item in frames.feed(&bedrock_frames).unwrap() {
                 if let SseItem::Event(e) = item {

@@ -10,7 +10,7 @@ use fusebox::request::{AgentRequest, Via};
 use fusebox::runner::Runner;
 use fusebox::target::Target;
 use fusebox::telemetry::events::{Arrival, Attempt, EventBus, EventKind};
-use fusebox::traffic::log::writer::{Content, Fsync, RecordOptions, Recorder};
+use fusebox::traffic::log::writer::{Fsync, RecordOptions, RecordedContent, Recorder};
 use fusebox::traffic::log::{Header, LogReader};
 use fusebox::traffic::replay::{recorded_parts, replay, ReplayOptions};
 use std::io::Write;
@@ -77,7 +77,7 @@ fn traffic(c: &mut Criterion) {
             };
             let opts = RecordOptions {
                 fsync: Fsync::Every(std::time::Duration::from_millis(1000)),
-                content: Content::None,
+                content: RecordedContent::None,
                 rotate_bytes: None,
             };
             let rec = Recorder::start(&dir.path().join("rec.jsonl"), opts, header, &bus).unwrap();

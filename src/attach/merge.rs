@@ -12,7 +12,7 @@ use crate::telemetry::stats::StatsView;
 use std::collections::BTreeMap;
 
 /// One watched instance: how it is doing and what it last said.
-pub struct Part<'a> {
+pub struct Member<'a> {
     /// Its name, health and last error.
     pub view: InstanceView,
     /// Its last snapshot, if it ever sent one.
@@ -31,7 +31,7 @@ fn severity(s: Option<BreakerState>) -> u8 {
 /// time) and `wall_ms`, with `notes` (the console's own events, on its time
 /// line) among theirs. One instance's snapshot is shown as it is, on its
 /// own time line.
-pub fn combine(parts: &[Part<'_>], notes: &[Event], t_ms: u64, wall_ms: u64, events: usize) -> Snapshot {
+pub fn combine(parts: &[Member<'_>], notes: &[Event], t_ms: u64, wall_ms: u64, events: usize) -> Snapshot {
     let instances: Vec<InstanceView> = parts.iter().map(|p| p.view.clone()).collect();
     if let [one] = parts {
         let mut s = one.snap.cloned().unwrap_or_default();

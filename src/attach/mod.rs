@@ -10,8 +10,8 @@ pub mod merge;
 use crate::command::{Command, Issuer};
 use crate::telemetry::events::Event;
 use crate::telemetry::snapshot::Snapshot;
-use crate::tui::app::Order;
-use crate::tui::control::{Control, Feed, Reply};
+use crate::tui::app::Dispatch;
+use crate::tui::control::{CommandReply, Control, Feed};
 use futures_util::future::BoxFuture;
 pub use link::Instance;
 use parking_lot::RwLock;
@@ -267,9 +267,9 @@ impl Hub {
     pub fn combined(&self) -> Arc<Snapshot> {
         let now = Instant::now();
         let seen: Vec<_> = self.instances().iter().map(|i| i.view(now)).collect();
-        let parts: Vec<merge::Part<'_>> = seen
+        let parts: Vec<merge::Member<'_>> = seen
             .iter()
-            .map(|(view, snap, live)| merge::Part {
+            .map(|(view, snap, live)| merge::Member {
                 view: view.clone(),
                 snap: snap.as_deref(),
                 live: *live,
@@ -384,12 +384,12 @@ impl Hub {
 struct Commands(Arc<Hub>);
 
 impl Control for Commands {
-    fn send(&self, order: Order, by: Issuer) -> BoxFuture<'static, Reply> {
+    fn send(&self, order: Dispatch, by: Issuer) -> BoxFuture<'static, CommandReply> {
         let hub = self.0.clone();
         Box::pin(async move {
             let to = hub.route(order.to.as_deref());
             if to.is_empty() {
-                return Reply {
+                return CommandReply {
                     status: Some(format!("{}: no such instance", order.to.unwrap_or_default())),
                     snapshot: None,
                 };
@@ -410,7 +410,7 @@ impl Control for Commands {
             };
             let snapshot = hub.combined();
             let _ = hub.view.send(snapshot.clone());
-            Reply {
+            CommandReply {
                 status: Some(status),
                 snapshot: Some(snapshot),
             }

@@ -1,7 +1,7 @@
 //! Options several commands share, and the flag values they parse into.
 
 use crate::config::Config;
-use crate::traffic::log::writer::{Content, RecordOptions, Recorder};
+use crate::traffic::log::writer::{RecordOptions, RecordedContent, Recorder};
 use anyhow::{bail, Context, Result};
 use std::path::PathBuf;
 use std::time::Duration;
@@ -96,7 +96,7 @@ pub struct RecordArgs {
     pub record: Option<PathBuf>,
     /// Message content in the recording: none (default), hash, or full.
     #[arg(long, value_enum, default_value = "none")]
-    pub record_content: Content,
+    pub record_content: RecordedContent,
     /// When the recording is synced to disk: always, os, or every N milliseconds.
     #[arg(long, default_value = "1000")]
     pub fsync: String,

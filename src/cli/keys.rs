@@ -1,7 +1,7 @@
 //! `fusebox keys`: making caller keys and operator tokens. A secret is
 //! printed once, with the config entry that holds only its hash.
 
-use crate::config::access::{Instant, OperatorConfig, Scope, SecretHash};
+use crate::config::access::{Grant, Instant, OperatorConfig, SecretHash};
 use crate::config::KeyConfig;
 use anyhow::{bail, Context, Result};
 use clap::{Subcommand, ValueEnum};
@@ -146,8 +146,8 @@ pub fn keys(cmd: KeysCmd) -> Result<()> {
         KeysCmd::Operator { name, scope } => {
             let secret = secret("fbo")?;
             let scope = match scope {
-                ScopeArg::View => Scope::View,
-                ScopeArg::Operate => Scope::Operate,
+                ScopeArg::View => Grant::View,
+                ScopeArg::Operate => Grant::Operate,
             };
             let token = OperatorConfig {
                 hash: SecretHash::of(&secret),

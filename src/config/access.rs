@@ -141,7 +141,7 @@ pub struct UserBudgets {
 /// What an operator token grants.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
-pub enum Scope {
+pub enum Grant {
     /// Snapshots, events and metrics.
     View,
     /// Those, and operator commands.
@@ -155,7 +155,7 @@ pub struct OperatorConfig {
     /// The token's hash.
     pub hash: SecretHash,
     /// What it grants.
-    pub scope: Scope,
+    pub scope: Grant,
 }
 
 #[cfg(test)]

@@ -27,7 +27,7 @@ pub const METHODS: [&str; 5] = ["GET", "POST", "PUT", "PATCH", "DELETE"];
 
 /// One piece of a template.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Piece {
+pub enum TemplatePiece {
     /// Text as written.
     Text(String),
     /// The value of the argument or variable of this name.
@@ -36,7 +36,7 @@ pub enum Piece {
 
 /// A parsed template: `{name}` slots in a URL, `${NAME}` in a header.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Template(pub Vec<Piece>);
+pub struct Template(pub Vec<TemplatePiece>);
 
 impl Template {
     /// Parses `text`, whose slots open with `open` (`"{"` or `"${"`) and
@@ -46,7 +46,7 @@ impl Template {
         let mut rest = text;
         while let Some(i) = rest.find(open) {
             if i > 0 {
-                pieces.push(Piece::Text(rest[..i].to_string()));
+                pieces.push(TemplatePiece::Text(rest[..i].to_string()));
             }
             let after = &rest[i + open.len()..];
             let Some(end) = after.find('}') else {
@@ -61,11 +61,11 @@ impl Template {
                     "`{open}{name}}}` is not a slot: a name is letters, digits and `_`"
                 ));
             }
-            pieces.push(Piece::Slot(name.to_string()));
+            pieces.push(TemplatePiece::Slot(name.to_string()));
             rest = &after[end + 1..];
         }
         if !rest.is_empty() {
-            pieces.push(Piece::Text(rest.to_string()));
+            pieces.push(TemplatePiece::Text(rest.to_string()));
         }
         Ok(Self(pieces))
     }
@@ -73,8 +73,8 @@ impl Template {
     /// The slots' names, in order.
     pub fn slots(&self) -> impl Iterator<Item = &str> {
         self.0.iter().filter_map(|p| match p {
-            Piece::Slot(s) => Some(s.as_str()),
-            Piece::Text(_) => None,
+            TemplatePiece::Slot(s) => Some(s.as_str()),
+            TemplatePiece::Text(_) => None,
         })
     }
 
@@ -84,8 +84,8 @@ impl Template {
         let mut out = String::new();
         for p in &self.0 {
             match p {
-                Piece::Text(t) => out.push_str(t),
-                Piece::Slot(s) => out.push_str(&fill(s).ok_or(s.as_str())?),
+                TemplatePiece::Text(t) => out.push_str(t),
+                TemplatePiece::Slot(s) => out.push_str(&fill(s).ok_or(s.as_str())?),
             }
         }
         Ok(out)

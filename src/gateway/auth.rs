@@ -10,7 +10,7 @@
 
 use super::error::GatewayError;
 use super::Gateway;
-use crate::config::access::{Scope, SecretHash};
+use crate::config::access::{Grant, SecretHash};
 use crate::config::{Config, KeyConfig};
 use crate::fleet::keys::SharedKeys;
 use axum::extract::{Request, State};
@@ -104,7 +104,7 @@ pub struct Operator {
     /// The operator's name.
     pub name: String,
     /// What the token grants.
-    pub scope: Scope,
+    pub scope: Grant,
 }
 
 /// Everyone the gateway knows.
@@ -311,7 +311,7 @@ pub(super) async fn check(State(gw): State<Arc<Gateway>>, mut req: Request, next
         ),
         (Door::View | Door::Operate, _) if !access.operators.is_empty() => match access.operators.get(&hash()) {
             None => unauthorized("this endpoint needs an operator token: send `Authorization: Bearer <token>`"),
-            Some(op) if door == Door::Operate && op.scope == Scope::View => GatewayError::openai(
+            Some(op) if door == Door::Operate && op.scope == Grant::View => GatewayError::openai(
                 StatusCode::FORBIDDEN,
                 format!(
                     "operator {}'s token may view, not operate: commands need an `operate` token",

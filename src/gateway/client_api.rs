@@ -103,7 +103,7 @@ fn unix_now() -> u64 {
 pub(super) enum Writer {
     Chat(openai::ChunkWriter),
     Messages(anthropic::EventWriter),
-    Responses(Box<responses::EventWriter>),
+    Responses(Box<responses::ResponsesEventWriter>),
 }
 
 impl Writer {
@@ -122,7 +122,7 @@ impl Writer {
                 client.include_usage,
             )),
             Api::Messages => Writer::Messages(anthropic::EventWriter::new(id, model)),
-            Api::Responses => Writer::Responses(Box::new(responses::EventWriter::new(
+            Api::Responses => Writer::Responses(Box::new(responses::ResponsesEventWriter::new(
                 responses::Ids::new(crate::clock::mix(n)),
                 client.echo.clone().unwrap_or_default(),
                 model,

@@ -5,7 +5,7 @@
 
 use super::auth::Operator;
 use super::Shared;
-use crate::config::access::Scope;
+use crate::config::access::Grant;
 use axum::body::Body;
 use axum::extract::{Query, State};
 use axum::http::header;
@@ -32,7 +32,7 @@ pub(super) const MAX_BACKLOG: usize = 4_096;
 fn scope(gw: &super::Gateway, op: Option<&Arc<Operator>>) -> &'static str {
     match op {
         _ if gw.opts.readonly => "readonly",
-        Some(op) if op.scope == Scope::View => "view",
+        Some(op) if op.scope == Grant::View => "view",
         _ => "operate",
     }
 }

@@ -8,7 +8,7 @@
 //! log messages, resource updates, list changes) reaches it too, progress
 //! under the client's own token. Each is bounded ([`LinkLimits`]).
 
-use super::ordered::Order;
+use super::ordered::NoticeOrder;
 use super::relay::Relay;
 use super::Upstreams;
 use crate::tools::aside::Aside;
@@ -192,7 +192,7 @@ impl Link {
 
     /// The session with server `server`, opened now if it has none, and
     /// how far what its server told has been passed on.
-    async fn peer(self: &Arc<Self>, server: usize) -> Result<(Peer<RoleClient>, Arc<Order>), Failure> {
+    async fn peer(self: &Arc<Self>, server: usize) -> Result<(Peer<RoleClient>, Arc<NoticeOrder>), Failure> {
         let mut slot = self.conns[server].lock().await;
         if let Some(c) = slot
             .as_ref()
@@ -430,12 +430,17 @@ impl Link {
 /// A session with a server.
 struct Conn {
     running: RunningService<RoleClient, Relay>,
-    order: Arc<Order>,
+    order: Arc<NoticeOrder>,
 }
 
 /// Passes what server `server` tells on to the client of `link`, one at a
 /// time in the order sent, until the session ends or the link is gone.
-async fn pass_on(link: Weak<Link>, server: usize, order: Arc<Order>, mut queue: mpsc::Receiver<ServerNotification>) {
+async fn pass_on(
+    link: Weak<Link>,
+    server: usize,
+    order: Arc<NoticeOrder>,
+    mut queue: mpsc::Receiver<ServerNotification>,
+) {
     while let Some(note) = queue.recv().await {
         if let Some(link) = link.upgrade() {
             link.tell(server, note).await;

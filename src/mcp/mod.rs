@@ -130,7 +130,7 @@ async fn session<C: Service<RoleClient>>(
 /// What a session's server tells, to pass on in order.
 pub(crate) struct Told {
     /// How far it has been passed on.
-    pub order: Arc<ordered::Order>,
+    pub order: Arc<ordered::NoticeOrder>,
     /// The notifications, in the order sent.
     pub queue: tokio::sync::mpsc::Receiver<rmcp::model::ServerNotification>,
     /// A `url` server's: true once the session's general stream is up.

@@ -6,7 +6,7 @@
 //! server's session is read through a [`Tap`] that queues its notifications
 //! (one task passes them on, in order) and marks, at each answer, how many
 //! came before it; the answer is passed on once those have been
-//! ([`Order::settled`]).
+//! ([`NoticeOrder::settled`]).
 
 use ahash::AHashMap as HashMap;
 use parking_lot::Mutex;
@@ -18,7 +18,7 @@ use std::time::Duration;
 use tokio::sync::{mpsc, watch};
 
 /// How the notifications of one server session stand.
-pub struct Order {
+pub struct NoticeOrder {
     /// Queued so far.
     queued: Mutex<u64>,
     /// At each answer not yet settled: how many had been queued.
@@ -27,7 +27,7 @@ pub struct Order {
     passed: watch::Sender<u64>,
 }
 
-impl Order {
+impl NoticeOrder {
     fn new() -> Arc<Self> {
         Arc::new(Self {
             queued: Mutex::new(0),
@@ -70,16 +70,16 @@ const MAX_MARKS: usize = 1024;
 /// but cancellation, which rmcp needs to withdraw a request).
 pub struct Tap<T> {
     inner: T,
-    order: Arc<Order>,
+    order: Arc<NoticeOrder>,
     queue: mpsc::Sender<ServerNotification>,
 }
 
 impl<T> Tap<T> {
     /// `inner` tapped, at most `capacity` notifications queued (past it
     /// one is dropped, and logged): the order, and the queue to pass on.
-    pub fn new(inner: T, capacity: usize) -> (Self, Arc<Order>, mpsc::Receiver<ServerNotification>) {
+    pub fn new(inner: T, capacity: usize) -> (Self, Arc<NoticeOrder>, mpsc::Receiver<ServerNotification>) {
         let (queue, rx) = mpsc::channel(capacity.max(1));
-        let order = Order::new();
+        let order = NoticeOrder::new();
         (
             Self {
                 inner,

@@ -410,7 +410,7 @@ impl MockServer {
 
 /// A response that counts as served until its body is done: a stream's
 /// body plays after its head is sent (and is dropped if its client goes).
-fn served_to_the_end(resp: Response, serving: crate::provider::mock::Serving) -> Response {
+fn served_to_the_end(resp: Response, serving: crate::provider::mock::ServedCall) -> Response {
     let streamed = resp
         .headers()
         .get(header::CONTENT_TYPE)

@@ -3,7 +3,7 @@
 //! run on virtual time (demo, replay) neither waits for it nor times its
 //! requests out early.
 
-use super::spans::Assembler;
+use super::spans::SpanAssembler;
 use super::Parents;
 use crate::telemetry::events::Event;
 use anyhow::{Context, Result};
@@ -57,7 +57,7 @@ impl Exporter {
 
     /// Assembles and sends spans until the event bus closes, then sends
     /// what is left (for at most [`AT_EXIT`]).
-    pub(super) fn run(self, events: mpsc::Receiver<Event>, assembler: Assembler, parents: Parents) {
+    pub(super) fn run(self, events: mpsc::Receiver<Event>, assembler: SpanAssembler, parents: Parents) {
         let rt = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
             Ok(rt) => rt,
             Err(e) => {
@@ -68,7 +68,7 @@ impl Exporter {
         rt.block_on(self.pump(events, assembler, parents));
     }
 
-    async fn pump(self, mut events: mpsc::Receiver<Event>, mut assembler: Assembler, parents: Parents) {
+    async fn pump(self, mut events: mpsc::Receiver<Event>, mut assembler: SpanAssembler, parents: Parents) {
         let (tx, rx) = mpsc::channel::<SpanData>(QUEUE);
         let dropped = self.dropped.clone();
         let sender = tokio::spawn(self.send(rx));

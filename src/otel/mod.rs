@@ -98,7 +98,7 @@ impl Tracing {
         let rng = fastrand::Rng::with_seed(
             runner.seed().value(0x07e1, clock.wall_origin_ms()) ^ u64::from(std::process::id()),
         );
-        let assembler = spans::Assembler::new(names::Names::of(runner), clock.wall_origin_ms(), rng);
+        let assembler = spans::SpanAssembler::new(names::GenAiNames::of(runner), clock.wall_origin_ms(), rng);
         let sent = Arc::new(AtomicU64::new(0));
         let exporter = export::Exporter::new(endpoint, runner.seed().0, dropped.clone(), sent.clone())?;
         let p = parents.clone();

@@ -7,14 +7,14 @@ use std::collections::HashMap;
 
 /// Models' API names and providers' GenAI names, by fusebox name.
 #[derive(Clone, Debug, Default)]
-pub struct Names {
+pub struct GenAiNames {
     /// Model name → (API name, provider's GenAI name).
     models: HashMap<String, (String, String)>,
     /// Provider name → its GenAI name.
     providers: HashMap<String, String>,
 }
 
-impl Names {
+impl GenAiNames {
     /// The names of `runner`'s models and providers.
     pub fn of(runner: &Runner) -> Self {
         let cfg = runner.config();
@@ -43,7 +43,7 @@ impl Names {
                 (m.name.to_string(), (m.api_name.to_string(), system(p)))
             })
             .collect();
-        Names { models, providers }
+        GenAiNames { models, providers }
     }
 
     /// Model `model`'s API name and its provider's GenAI name; an unknown

@@ -3,7 +3,7 @@
 //! happened between attempts (short-circuits, skips, retries and their
 //! waits, budget refusals, fallbacks, breaker transitions).
 
-use super::names::Names;
+use super::names::GenAiNames;
 use super::TraceParent;
 use crate::outcome::{Level, Outcome};
 use crate::request::Via;
@@ -37,8 +37,8 @@ struct Open {
 }
 
 /// Turns events into finished spans, request by request.
-pub struct Assembler {
-    names: Names,
+pub struct SpanAssembler {
+    names: GenAiNames,
     /// Wall time (ms since the Unix epoch) of the runner's time 0.
     origin_ms: u64,
     rng: fastrand::Rng,
@@ -52,11 +52,11 @@ pub struct Assembler {
     pending: Vec<(u64, Transition)>,
 }
 
-impl Assembler {
+impl SpanAssembler {
     /// An assembler for a runner whose time 0 is `origin_ms` on the wall
     /// clock, its ids drawn from `rng`.
-    pub fn new(names: Names, origin_ms: u64, rng: fastrand::Rng) -> Self {
-        Assembler {
+    pub fn new(names: GenAiNames, origin_ms: u64, rng: fastrand::Rng) -> Self {
+        SpanAssembler {
             names,
             origin_ms,
             rng,
@@ -537,7 +537,7 @@ mod tests {
     /// announced just before the attempt's record or just after.
     #[test]
     fn a_transition_goes_on_the_attempt_that_caused_it_and_its_request() {
-        let mut a = Assembler::new(Names::default(), 1_000, fastrand::Rng::with_seed(1));
+        let mut a = SpanAssembler::new(GenAiNames::default(), 1_000, fastrand::Rng::with_seed(1));
         let mut out = Vec::new();
         let none = |_| None;
         a.take(ev(0, arrival(1)), none, &mut out);
@@ -566,7 +566,7 @@ mod tests {
     /// cut it.
     #[test]
     fn an_outrun_attempt_carries_its_tokens_cost_and_cut() {
-        let mut a = Assembler::new(Names::default(), 0, fastrand::Rng::with_seed(1));
+        let mut a = SpanAssembler::new(GenAiNames::default(), 0, fastrand::Rng::with_seed(1));
         let mut out = Vec::new();
         a.take(ev(0, arrival(1)), |_| None, &mut out);
         let outrun = Attempt {
@@ -596,7 +596,7 @@ mod tests {
     /// A request whose outcome never comes is given up, its spans counted.
     #[test]
     fn a_request_without_an_outcome_is_given_up_and_counted() {
-        let mut a = Assembler::new(Names::default(), 0, fastrand::Rng::with_seed(1));
+        let mut a = SpanAssembler::new(GenAiNames::default(), 0, fastrand::Rng::with_seed(1));
         let mut out = Vec::new();
         a.take(ev(0, arrival(1)), |_| None, &mut out);
         a.take(ev(5, attempt(1, 200)), |_| None, &mut out);

@@ -431,7 +431,7 @@ enum Reader {
     /// no bytes, so they are always written anew in the client's API.
     Gemini(crate::wire::gemini::ChunkReader),
     /// Bedrock's ConverseStream events, likewise.
-    Bedrock(crate::wire::bedrock::EventReader),
+    Bedrock(crate::wire::bedrock::ConverseEventReader),
 }
 
 /// How a body is cut into events.

@@ -63,9 +63,9 @@ pub struct MockProvider {
 }
 
 /// One call counted as being served by a mock provider, until dropped.
-pub struct Serving(Arc<AtomicU32>);
+pub struct ServedCall(Arc<AtomicU32>);
 
-impl Drop for Serving {
+impl Drop for ServedCall {
     fn drop(&mut self) {
         self.0.fetch_sub(1, Ordering::Relaxed);
     }
@@ -90,9 +90,9 @@ impl MockProvider {
 
     /// Counts a call as served until the guard is dropped: take it before
     /// [`MockProvider::plan`] and hold it while the call is played.
-    pub fn serve(&self) -> Serving {
+    pub fn serve(&self) -> ServedCall {
         self.busy.fetch_add(1, Ordering::Relaxed);
-        Serving(self.busy.clone())
+        ServedCall(self.busy.clone())
     }
 }
 

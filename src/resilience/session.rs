@@ -41,12 +41,12 @@ impl evict::Idle for SessionState {
 }
 
 /// All sessions' quotas.
-pub struct Sessions {
+pub struct SessionQuotas {
     cfg: SessionConfig,
     table: Mutex<evict::Slots<SessionState>>,
 }
 
-impl Sessions {
+impl SessionQuotas {
     /// Quotas with the given limits.
     pub fn new(cfg: SessionConfig) -> Self {
         Self {
@@ -128,10 +128,10 @@ fn owned_key(user: &str, session: &str) -> compact_str::CompactString {
     key.into()
 }
 
-/// One request admitted to its session ([`Sessions::enter`]). A session
+/// One request admitted to its session ([`SessionQuotas::enter`]). A session
 /// with a request in flight is never evicted, so its slot stays its own.
 pub struct InSession<'a> {
-    sessions: &'a Sessions,
+    sessions: &'a SessionQuotas,
     name: &'a str,
     slot: u32,
     /// When the request left (None: dropped before it said, as when a
@@ -183,7 +183,7 @@ mod tests {
 
     #[test]
     fn quotas_hold() {
-        let s = Sessions::new(SessionConfig {
+        let s = SessionQuotas::new(SessionConfig {
             max_concurrent: 1,
             max_steps: 2,
             max_tokens: 100,
@@ -207,7 +207,7 @@ mod tests {
 
     #[test]
     fn a_session_idle_past_eviction_starts_anew_before_any_sweep() {
-        let s = Sessions::new(SessionConfig {
+        let s = SessionQuotas::new(SessionConfig {
             max_steps: 1,
             deadline_s: 10,
             idle_evict_s: 5,
@@ -223,7 +223,7 @@ mod tests {
 
     #[test]
     fn a_session_is_its_user_s_alone() {
-        let s = Sessions::new(SessionConfig {
+        let s = SessionQuotas::new(SessionConfig {
             max_concurrent: 1,
             max_steps: 1,
             ..SessionConfig::default()
@@ -247,7 +247,7 @@ mod tests {
 
     #[test]
     fn tracked_sessions_stay_bounded() {
-        let s = Sessions::new(SessionConfig {
+        let s = SessionQuotas::new(SessionConfig {
             max_tracked: 1_000,
             ..SessionConfig::default()
         });
@@ -260,7 +260,7 @@ mod tests {
 
     #[test]
     fn a_dropped_request_leaves_and_a_busy_session_outlives_making_room() {
-        let s = Sessions::new(SessionConfig {
+        let s = SessionQuotas::new(SessionConfig {
             max_concurrent: 1,
             max_steps: 1,
             max_tracked: 10,

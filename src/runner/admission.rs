@@ -3,7 +3,7 @@
 //! held while the call runs, then settled with what it used, whatever
 //! ends it.
 
-use super::llm::{Hop, HopResult, Tally};
+use super::llm::{HopResult, Tally, Tried};
 use super::stream::Spend;
 use super::{ModelSlot, Runner};
 use crate::config::Priority;
@@ -372,7 +372,13 @@ impl Runner {
     /// announced: the hop it ends (the next model may take the call), or
     /// the budget that refused it (no model may).
     #[cold]
-    pub(super) fn refused(&self, request: u64, mi: usize, refusal: Refusal, tries: u32) -> Result<Hop, BudgetExceeded> {
+    pub(super) fn refused(
+        &self,
+        request: u64,
+        mi: usize,
+        refusal: Refusal,
+        tries: u32,
+    ) -> Result<Tried, BudgetExceeded> {
         self.announce_step(request, self.model_target(mi), refusal.step());
         let result = match refusal {
             Refusal::Open => HopResult::Open,
@@ -380,7 +386,7 @@ impl Runner {
             Refusal::Shed(p, why) => HopResult::Shed(p, why),
             Refusal::Budget(e) => return Err(e),
         };
-        Ok(Hop {
+        Ok(Tried {
             model: mi,
             result,
             tries,

@@ -115,7 +115,7 @@ pub enum HopResult {
 
 /// One model of the chain and how it went.
 #[derive(Clone, Debug, PartialEq)]
-pub struct Hop {
+pub struct Tried {
     /// Model index.
     pub model: usize,
     /// Result.
@@ -128,7 +128,7 @@ pub struct Hop {
 #[derive(Clone, Debug, Default)]
 pub struct Tally {
     /// Chain steps walked, in order (most requests walk one or two).
-    pub hops: SmallVec<[Hop; 2]>,
+    pub hops: SmallVec<[Tried; 2]>,
     /// Tokens consumed.
     pub tokens: u64,
     /// Tokens consumed by failed calls.

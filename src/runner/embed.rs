@@ -6,7 +6,7 @@
 use super::admission::Spent;
 use super::attempt::Verdict;
 use super::ending::Ended;
-use super::llm::{Hop, HopResult, Tally};
+use super::llm::{HopResult, Tally, Tried};
 use super::scope::Tallied;
 use super::Runner;
 use crate::outcome::{Level, Outcome};
@@ -181,7 +181,7 @@ impl Runner {
             rate,
             ..Attempt::of(call.id, provider.target.clone())
         });
-        tally.hops.push(Hop {
+        tally.hops.push(Tried {
             model: mi,
             result: match &result {
                 Ok(_) => HopResult::Ok,

@@ -95,7 +95,7 @@ impl Runner {
     /// The level of an answer from model `answered` after `hops`: a
     /// fallback when another model than the route's first choice
     /// `primary` answered, or it continued an answer another cut off.
-    pub(super) fn answered_level(primary: usize, answered: usize, hops: &[super::call::Hop]) -> Level {
+    pub(super) fn answered_level(primary: usize, answered: usize, hops: &[super::call::Tried]) -> Level {
         use super::call::HopResult;
         let continued = hops
             .iter()
@@ -110,11 +110,11 @@ impl Runner {
 
 #[cfg(test)]
 mod tests {
-    use super::super::call::{Hop, HopResult};
+    use super::super::call::{HopResult, Tried};
     use super::*;
 
-    fn hop(model: usize, result: HopResult) -> Hop {
-        Hop {
+    fn hop(model: usize, result: HopResult) -> Tried {
+        Tried {
             model,
             result,
             tries: 1,

@@ -8,7 +8,7 @@
 //! charged. A first attempt that fails while the hedge runs waits for the
 //! hedge.
 
-use super::llm::{Hop, HopResult, LlmCall, LlmFailure, Tally};
+use super::llm::{HopResult, LlmCall, LlmFailure, Tally, Tried};
 use super::Runner;
 use crate::config::Hedge;
 use crate::provider::LlmResponse;
@@ -106,7 +106,7 @@ impl Runner {
         {
             leg.count(t);
             if let (false, Some(model)) = (ended, t.trying) {
-                t.hops.push(Hop {
+                t.hops.push(Tried {
                     model,
                     result: HopResult::Outrun,
                     tries: 1,

@@ -12,11 +12,11 @@ use crate::telemetry::events::StepKind;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-pub use super::call::{own_params, Hop, HopResult, LlmCall, LlmFailure, Tally};
+pub use super::call::{own_params, HopResult, LlmCall, LlmFailure, Tally, Tried};
 
 impl Runner {
     /// How a hop went, as its outcome says it.
-    pub fn hop_of(&self, h: &Hop) -> crate::outcome::Hop {
+    pub fn hop_of(&self, h: &Tried) -> crate::outcome::Hop {
         use crate::outcome::HopEnd;
         let end = match &h.result {
             HopResult::Ok => HopEnd::Ok,
@@ -130,7 +130,7 @@ impl Runner {
                     self.model_target(mi),
                     StepKind::Unsupported { why: why.clone() },
                 );
-                tally.hops.push(Hop {
+                tally.hops.push(Tried {
                     model: mi,
                     result: HopResult::Unsupported(why),
                     tries: 0,
@@ -139,7 +139,7 @@ impl Runner {
             }
             if sla > 0 && m.latency_ms.load(Ordering::Relaxed) > sla && self.any_admits(rest) {
                 self.announce_step(call.request_id, self.model_target(mi), StepKind::SlaSkipped);
-                tally.hops.push(Hop {
+                tally.hops.push(Tried {
                     model: mi,
                     result: HopResult::Sla,
                     tries: 0,
@@ -193,7 +193,7 @@ impl Runner {
                             resp.usage.input = resp.usage.input.saturating_add(c.input);
                             resp.usage.output = resp.usage.output.saturating_add(c.output);
                         }
-                        tally.hops.push(Hop {
+                        tally.hops.push(Tried {
                             model: mi,
                             result: if resumed { HopResult::Resumed } else { HopResult::Ok },
                             tries,
@@ -251,7 +251,7 @@ impl Runner {
         }
         // A request too long for every model it could go to is the
         // client's to shorten: it is told what the first model said.
-        let too_large = |h: &Hop| {
+        let too_large = |h: &Tried| {
             matches!(
                 h.result,
                 HopResult::Failed(ErrorKind::TooLarge, _) | HopResult::Unsupported(_)

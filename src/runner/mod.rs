@@ -38,7 +38,7 @@ use crate::resilience::cache::ResultCache;
 use crate::resilience::defer::{Spool, SpoolError};
 use crate::resilience::limiter::Limiter;
 use crate::resilience::retry::RetryBudget;
-use crate::resilience::session::Sessions;
+use crate::resilience::session::SessionQuotas;
 use crate::target::Target;
 use crate::telemetry::events::EventBus;
 use crate::tools::{MockTools, ToolExecutor};
@@ -239,7 +239,7 @@ pub struct Runner {
     tool_index: NameMap<usize>,
     executor: Arc<dyn ToolExecutor>,
     budgets: Budgets,
-    sessions: Sessions,
+    sessions: SessionQuotas,
     retry_budget: RetryBudget,
     cache: ResultCache,
     /// Tool argument schemas, compiled once each.
@@ -419,7 +419,7 @@ impl Runner {
         Ok(Arc::new(Self {
             executor: tools.unwrap_or_else(|| Arc::new(MockTools::new(seed, faults.clone()))),
             budgets,
-            sessions: Sessions::new(cfg.sessions.clone()),
+            sessions: SessionQuotas::new(cfg.sessions.clone()),
             retry_budget: RetryBudget::new(&cfg.retry, now),
             cache: ResultCache::new(cfg.degradation.cache_capacity),
             schemas: crate::tools::Schemas::default(),
@@ -551,7 +551,7 @@ impl Runner {
     }
 
     /// The session quotas.
-    pub fn sessions(&self) -> &Sessions {
+    pub fn sessions(&self) -> &SessionQuotas {
         &self.sessions
     }
 

@@ -5,7 +5,7 @@
 
 use super::admission::Spent;
 use super::attempt::{Attempt, RetryPolicy, Verdict};
-use super::llm::{Hop, HopResult, LlmCall, LlmFailure, Tally};
+use super::llm::{HopResult, LlmCall, LlmFailure, Tally, Tried};
 use super::stream::{Pumped, Spend, StreamHead, Streaming};
 use super::Runner;
 use crate::provider::{ErrorKind, LlmRequest, LlmResponse, Piece, ProviderError};
@@ -44,14 +44,14 @@ impl Runner {
         tally: &mut Tally,
         mut streaming: Option<&mut Streaming<'_>>,
         leg: Option<&super::hedge::Leg>,
-    ) -> Result<Result<(LlmResponse, u32), Hop>, LlmFailure> {
+    ) -> Result<Result<(LlmResponse, u32), Tried>, LlmFailure> {
         let m = &self.models[mi];
         let p = &self.providers[m.provider];
         let chars = req.prompt_chars();
         let spend = Spend::default();
         let targets = self.model_targets(mi);
         let hop = |result, tries| {
-            Ok(Err(Hop {
+            Ok(Err(Tried {
                 model: mi,
                 result,
                 tries,
@@ -155,7 +155,7 @@ impl Runner {
                     return Ok(Ok((resp, tries)));
                 }
                 Attempted::OverBudget(_, why) => {
-                    tally.hops.push(Hop {
+                    tally.hops.push(Tried {
                         model: mi,
                         result: HopResult::OverBudget,
                         tries,
@@ -178,7 +178,7 @@ impl Runner {
                     let passed_through =
                         req.own_messages && call.params.raw.is_some() && p.client.wire() == Some(call.params.wire);
                     if e.client_fault() && passed_through {
-                        tally.hops.push(Hop {
+                        tally.hops.push(Tried {
                             model: mi,
                             result: HopResult::Failed(e.kind, e.status),
                             tries,

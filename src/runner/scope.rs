@@ -97,7 +97,7 @@ impl Scope<'_> {
             .trying
             .filter(|&mi| tally.hops.last().is_none_or(|h| h.model != mi))
         {
-            tally.hops.push(super::llm::Hop {
+            tally.hops.push(super::llm::Tried {
                 model: mi,
                 result: super::llm::HopResult::Failed(kind, None),
                 tries: 1,

@@ -43,9 +43,9 @@ impl Scope {
     /// The scope of `url` (`None` where a slot is in its scheme or host,
     /// which no check can then fix).
     fn of(url: &Template) -> Option<Self> {
-        use crate::config::http_tool::Piece;
+        use crate::config::http_tool::TemplatePiece;
         let fixed = match url.0.first() {
-            Some(Piece::Text(t)) => t.as_str(),
+            Some(TemplatePiece::Text(t)) => t.as_str(),
             _ => return None,
         };
         let after_scheme = fixed.find("://")? + 3;

@@ -119,13 +119,13 @@ pub enum Overlay {
         /// The question.
         prompt: String,
         /// What is sent on yes.
-        order: Order,
+        order: Dispatch,
     },
 }
 
 /// A command and where it goes.
 #[derive(Clone, Debug, PartialEq)]
-pub struct Order {
+pub struct Dispatch {
     /// The command.
     pub command: Command,
     /// The instance owning the row it was given on; None for this process,
@@ -139,7 +139,7 @@ pub enum Effect {
     /// Nothing beyond redrawing.
     None,
     /// Send this command to the runner (or the instance it names).
-    Send(Order),
+    Send(Dispatch),
     /// Pause/resume, faster, slower or step the clock.
     Clock(Action),
     /// Write the screen and an incident snapshot.
@@ -231,7 +231,7 @@ pub struct App {
     pub tripped_by: HashMap<RowKey, (u64, Vec<Seen>)>,
     last_sample_ms: u64,
     /// Throughput and health over the last minute.
-    pub rates: Rates,
+    pub rates: Throughput,
     /// The totals a second apart over the last minute, oldest first.
     window: VecDeque<Totals>,
     /// Speed factor and paused flag, for the header.
@@ -300,9 +300,9 @@ impl Totals {
 }
 
 /// Throughput and health over the last minute (or since the console
-/// started, while it has run less): [`Rates::window_ms`] says which.
+/// started, while it has run less): [`Throughput::window_ms`] says which.
 #[derive(Clone, Debug, Default, PartialEq)]
-pub struct Rates {
+pub struct Throughput {
     /// The time the figures span (ms); 0 before two samples.
     pub window_ms: u64,
     /// Requests per second.
@@ -321,13 +321,13 @@ pub struct Rates {
     pub usd_per_min: f64,
 }
 
-impl Rates {
+impl Throughput {
     /// The rates from `old` to `new`.
     fn between(old: &Totals, new: &Totals) -> Self {
         let ms = new.t_ms.saturating_sub(old.t_ms);
-        let mut r = Rates {
+        let mut r = Throughput {
             window_ms: ms,
-            ..Rates::default()
+            ..Throughput::default()
         };
         if ms == 0 {
             return r;
@@ -380,7 +380,7 @@ impl App {
             failures: HashMap::new(),
             tripped_by: HashMap::new(),
             last_sample_ms: 0,
-            rates: Rates::default(),
+            rates: Throughput::default(),
             window: VecDeque::new(),
             clock: (1.0, false),
             quit: false,
@@ -414,7 +414,7 @@ impl App {
                 self.window.pop_front();
             }
             if let Some(old) = self.window.front() {
-                self.rates = Rates::between(old, &now);
+                self.rates = Throughput::between(old, &now);
             }
             self.last_sample_ms = s.t_ms;
         }

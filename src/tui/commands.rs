@@ -2,7 +2,7 @@
 //! breaker or limiter, confirmed first where they are destructive.
 
 use super::action::Action;
-use super::app::{App, Effect, Order, Overlay, Pane};
+use super::app::{App, Dispatch, Effect, Overlay, Pane};
 use crate::command::Command;
 use crate::provider::fault::{Fault, FaultSpec};
 use crate::target::{Kind, Target};
@@ -33,7 +33,7 @@ impl App {
     }
 
     /// Sends `order`, or asks first where `a` is destructive.
-    pub(super) fn confirm_or_send(&mut self, a: Action, prompt: String, order: Order) -> Effect {
+    pub(super) fn confirm_or_send(&mut self, a: Action, prompt: String, order: Dispatch) -> Effect {
         if a.needs_confirm() && !self.opts.yes {
             self.overlay = Overlay::Confirm { prompt, order };
             Effect::None
@@ -43,7 +43,7 @@ impl App {
     }
 
     /// Says `order` is sent, and sends it.
-    pub(super) fn send(&mut self, order: Order) -> Effect {
+    pub(super) fn send(&mut self, order: Dispatch) -> Effect {
         self.status = match &order.to {
             Some(to) => format!("{} sent to {to}", order.command.describe()),
             None => format!("{} sent", order.command.describe()),
@@ -67,7 +67,7 @@ impl App {
             Some(i) => format!("{verb} {target} on {i}?"),
             None => format!("{verb} {target}?"),
         };
-        self.confirm_or_send(a, prompt, Order { command: cmd, to })
+        self.confirm_or_send(a, prompt, Dispatch { command: cmd, to })
     }
 
     /// Closes the selected user's spend-rate breaker (pane 3).
@@ -87,7 +87,7 @@ impl App {
             None => format!("Close {user}'s spend-rate breaker?"),
         };
         let command = Command::ResetSpendRate { user: Some(user) };
-        self.confirm_or_send(Action::Reset, prompt, Order { command, to })
+        self.confirm_or_send(Action::Reset, prompt, Dispatch { command, to })
     }
 
     pub(super) fn refill_command(&mut self) -> Effect {
@@ -102,12 +102,12 @@ impl App {
             .any(|l| l.provider == p.name() && l.instance == to && l.limiter.frozen.is_some());
         if frozen {
             let command = Command::UnfreezeRefill { target: p };
-            return self.send(Order { command, to });
+            return self.send(Dispatch { command, to });
         }
         self.confirm_or_send(
             Action::ToggleRefill,
             format!("Freeze refills of {} until unfrozen?", p.name()),
-            Order {
+            Dispatch {
                 command: Command::FreezeRefill { target: p },
                 to,
             },
@@ -136,7 +136,7 @@ impl App {
             .map_or(1, |p| (p + 1) % cycle.len());
         let fault = cycle[pos].clone();
         self.status = format!("{target}: fault {}", fault.label());
-        Effect::Send(Order {
+        Effect::Send(Dispatch {
             command: Command::SetFault {
                 target,
                 fault: FaultSpec::always(fault),

@@ -2,7 +2,7 @@
 //! where its commands go. In process that is the runner itself; attached
 //! to running gateways, their live streams and command endpoints.
 
-use super::app::{App, Order};
+use super::app::{App, Dispatch};
 use super::{SNAPSHOT_EVENTS, SNAPSHOT_USERS};
 use crate::command::Issuer;
 use crate::runner::Runner;
@@ -15,7 +15,7 @@ use tokio::sync::{mpsc, watch};
 /// A command's answer: a line for the status bar, and the snapshot after
 /// it, so its effect is on the very next frame.
 #[derive(Debug, Default)]
-pub struct Reply {
+pub struct CommandReply {
     /// What to say (None: the "sent" line stays).
     pub status: Option<String>,
     /// The view after the command.
@@ -26,7 +26,7 @@ pub struct Reply {
 pub trait Control: Send + Sync {
     /// Carries out `order` as `by`. The console does not wait for the
     /// answer: a slow instance never freezes it.
-    fn send(&self, order: Order, by: Issuer) -> BoxFuture<'static, Reply>;
+    fn send(&self, order: Dispatch, by: Issuer) -> BoxFuture<'static, CommandReply>;
 }
 
 /// Everything the console reads and where it writes.
@@ -51,23 +51,23 @@ impl Feed {
 }
 
 impl Control for Runner {
-    fn send(&self, order: Order, by: Issuer) -> BoxFuture<'static, Reply> {
+    fn send(&self, order: Dispatch, by: Issuer) -> BoxFuture<'static, CommandReply> {
         let status = self.apply(&order.command, &by).err().map(|e| e.to_string());
         let snapshot = Some(Arc::new(self.snapshot(SNAPSHOT_USERS, SNAPSHOT_EVENTS)));
-        Box::pin(std::future::ready(Reply { status, snapshot }))
+        Box::pin(std::future::ready(CommandReply { status, snapshot }))
     }
 }
 
 /// Sends `order` through `control` and shows its answer: what the console
 /// does for a command, waited for (tests; the console itself does not wait).
-pub async fn apply(control: &dyn Control, app: &mut App, order: Order) {
+pub async fn apply(control: &dyn Control, app: &mut App, order: Dispatch) {
     let reply = control.send(order, Issuer::operator(&app.opts.operator)).await;
     app.on_reply(reply);
 }
 
 impl App {
     /// Shows a command's answer.
-    pub fn on_reply(&mut self, reply: Reply) {
+    pub fn on_reply(&mut self, reply: CommandReply) {
         if let Some(s) = reply.status {
             self.status = s;
         }

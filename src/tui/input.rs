@@ -2,7 +2,7 @@
 //! detail) takes every key, closing on its own; else the keymap's actions.
 
 use super::action::Action;
-use super::app::{App, BreakerSort, Effect, Order, Overlay, Pane};
+use super::app::{App, BreakerSort, Dispatch, Effect, Overlay, Pane};
 use super::keymap::KeyMap;
 use crate::command::Command;
 use crossterm::event::{KeyCode, KeyEvent, KeyModifiers};
@@ -185,7 +185,7 @@ impl App {
                 } else {
                     "Turn drill mode ON (every optional tool takes its degradation branch)?".to_string()
                 };
-                return self.confirm_or_send(a, prompt, Order { command: cmd, to: None });
+                return self.confirm_or_send(a, prompt, Dispatch { command: cmd, to: None });
             }
         }
         Effect::None

@@ -58,7 +58,7 @@ pub enum ConsoleError {
 enum Input {
     Term(TermEvent),
     /// A command's answer.
-    Reply(control::Reply),
+    Reply(control::CommandReply),
     Tick,
     /// SIGTERM, SIGHUP or SIGINT: leave as `q` would, terminal restored.
     Signal(i32),

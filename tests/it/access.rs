@@ -4,7 +4,7 @@
 //! no secret shows in an answer or an event.
 
 use crate::gateway::{ask, gateway, Fleet};
-use fusebox::config::access::{Instant, OperatorConfig, Scope, SecretHash, UserBudgets};
+use fusebox::config::access::{Grant, Instant, OperatorConfig, SecretHash, UserBudgets};
 use fusebox::config::Config;
 use fusebox::gateway::GatewayOptions;
 use fusebox::telemetry::events::EventKind;
@@ -42,7 +42,7 @@ fn config() -> Config {
     ]
     .map(|(n, k)| (n.to_string(), k))
     .into();
-    cfg.operators = [("ana", ANA, Scope::Operate), ("vic", VIC, Scope::View)]
+    cfg.operators = [("ana", ANA, Grant::Operate), ("vic", VIC, Grant::View)]
         .map(|(n, s, scope)| {
             let op = OperatorConfig {
                 hash: SecretHash::of(s),

@@ -14,7 +14,7 @@ use fusebox::provider::fault::{Fault, FaultSpec};
 use fusebox::runner::{Runner, RunnerParts};
 use fusebox::target::Target;
 use fusebox::telemetry::events::EventKind;
-use fusebox::traffic::log::writer::{record_of, Content, Fsync, RecordOptions, Recorder, Salt};
+use fusebox::traffic::log::writer::{record_of, Fsync, RecordOptions, RecordedContent, Recorder, Salt};
 use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
@@ -294,7 +294,9 @@ async fn every_metric_the_alerts_and_board_use_is_scraped_with_the_values_sent()
     let salt = Salt::new();
     let mut records = 1; // the header
     while let Ok(ev) = seen.try_recv() {
-        if !matches!(ev.kind, EventKind::RecordingFailed { .. }) && record_of(&ev, 0, Content::None, &salt).is_some() {
+        if !matches!(ev.kind, EventKind::RecordingFailed { .. })
+            && record_of(&ev, 0, RecordedContent::None, &salt).is_some()
+        {
             records += 1;
         }
     }

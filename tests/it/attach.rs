@@ -181,7 +181,7 @@ async fn a_snapshot_reads_back_from_its_json() {
 /// instances apart add up; events are named by instance on one time line.
 #[tokio::test(start_paused = true)]
 async fn two_instances_combine_worst_state_first_with_their_own_rows() {
-    use fusebox::attach::merge::{combine, Part};
+    use fusebox::attach::merge::{combine, Member};
     use fusebox::telemetry::snapshot::InstanceView;
     let (sick, _) = crate::console::incident(false).await;
     let (calm, _) = crate::console::incident(false).await;
@@ -193,7 +193,7 @@ async fn two_instances_combine_worst_state_first_with_their_own_rows() {
     )
     .unwrap();
     let (a, b) = (sick.snapshot(100, 100), calm.snapshot(100, 100));
-    let part = |name: &str, snap| Part {
+    let part = |name: &str, snap| Member {
         view: InstanceView {
             name: name.into(),
             health: Health::Live,
@@ -317,7 +317,7 @@ async fn a_silent_instance_is_stale_within_two_seconds() {
 /// named, as badges.
 #[test]
 fn many_instances_are_counted_in_the_header() {
-    use fusebox::attach::merge::{combine, Part};
+    use fusebox::attach::merge::{combine, Member};
     use fusebox::telemetry::snapshot::InstanceView;
     let view = |name: &str, health| InstanceView {
         name: name.into(),
@@ -328,10 +328,10 @@ fn many_instances_are_counted_in_the_header() {
         for_ms: 3_000,
         retry_ms: 1_000,
     };
-    let parts: Vec<Part> = ["10.0.0.1:8080", "10.0.0.2:8080", "10.0.0.3:8080", "10.0.0.4:8080"]
+    let parts: Vec<Member> = ["10.0.0.1:8080", "10.0.0.2:8080", "10.0.0.3:8080", "10.0.0.4:8080"]
         .iter()
         .enumerate()
-        .map(|(i, n)| Part {
+        .map(|(i, n)| Member {
             view: view(n, if i == 2 { stale } else { Health::Live }),
             snap: None,
             live: i != 2,

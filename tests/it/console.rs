@@ -11,7 +11,7 @@ use fusebox::runner::{Runner, RunnerParts};
 use fusebox::target::Target;
 use fusebox::telemetry::events::EventKind;
 use fusebox::traffic::load::make_request;
-use fusebox::tui::app::{App, Effect, Mode, Options, Order, Overlay, Pane};
+use fusebox::tui::app::{App, Dispatch, Effect, Mode, Options, Overlay, Pane};
 use fusebox::tui::control::apply;
 use fusebox::tui::keymap::KeyMap;
 use fusebox::tui::theme::Theme;
@@ -223,7 +223,7 @@ async fn panes_in_an_incident() {
     app.on_key(key('3'), &keys);
     assert_eq!(
         app.on_key(key('r'), &keys),
-        Effect::Send(Order {
+        Effect::Send(Dispatch {
             command: Command::ResetSpendRate {
                 user: Some("agent-loop".into())
             },
@@ -275,7 +275,7 @@ async fn force_open_after_confirmation_shows_on_the_next_frame() {
     let sent = app.on_key(key('y'), &keys);
     assert_eq!(
         sent,
-        Effect::Send(Order {
+        Effect::Send(Dispatch {
             command: Command::ForceOpen {
                 target: Target::tool("get_order")
             },
@@ -328,7 +328,7 @@ async fn fault_and_refill_keys_target_the_selection() {
     let e = app.on_key(key('f'), &keys);
     assert_eq!(
         e,
-        Effect::Send(Order {
+        Effect::Send(Dispatch {
             command: Command::UnfreezeRefill {
                 target: Target::provider("anthropic")
             },
@@ -342,7 +342,7 @@ async fn fault_and_refill_keys_target_the_selection() {
     // x cycles the mock fault of the selected provider.
     let e = app.on_key(key('x'), &keys);
     assert!(
-        matches!(e, Effect::Send(Order { command: Command::SetFault { ref target, .. }, .. }) if *target == Target::provider("anthropic")),
+        matches!(e, Effect::Send(Dispatch { command: Command::SetFault { ref target, .. }, .. }) if *target == Target::provider("anthropic")),
         "{e:?}"
     );
 }

@@ -9,7 +9,7 @@ use fusebox::runner::{Runner, RunnerParts};
 use fusebox::telemetry::events::{Attempt, Cut, EventKind};
 use fusebox::traffic::load::run_scenario;
 use fusebox::traffic::load::scenario::Scenario;
-use fusebox::traffic::log::writer::{Content, Fsync, RecordOptions, Recorder};
+use fusebox::traffic::log::writer::{Fsync, RecordOptions, RecordedContent, Recorder};
 use fusebox::traffic::log::{Header, LogReader, Record};
 use fusebox::traffic::replay::{recorded_parts, replay, replay_clock, ReplayOptions};
 use fusebox::traffic::summary::Summary;
@@ -177,7 +177,7 @@ async fn record(dir: &Path, seed: u64, minutes: u64) -> (std::path::PathBuf, [u6
     };
     let opts = RecordOptions {
         fsync: Fsync::Os,
-        content: Content::Full,
+        content: RecordedContent::Full,
         rotate_bytes: None,
     };
     let rec = Recorder::start(&path, opts, header, runner.events()).unwrap();

@@ -111,3 +111,25 @@ fn the_use_finder_reads_paths_and_groups() {
     let text = "use crate::runner::Runner;\nuse crate::{clock::Clock, target};\nfn f() { crate::wire::x() }\n#[cfg(test)]\nuse crate::cli;";
     assert_eq!(uses(text), ["runner", "clock", "target", "wire"]);
 }
+
+/// Every public type has a name of its own in `src/`, so a name read in
+/// any file says which type it is without its path.
+#[test]
+fn no_two_public_types_share_a_name() {
+    let mut all = Vec::new();
+    files(Path::new("src"), &mut all);
+    let mut seen: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for path in &all {
+        let text = std::fs::read_to_string(path).unwrap();
+        for line in text.lines() {
+            let words: Vec<&str> = line.split_whitespace().collect();
+            if let ["pub", "struct" | "enum" | "type" | "trait", name, ..] = words.as_slice() {
+                let name: String = name.chars().take_while(|c| c.is_alphanumeric() || *c == '_').collect();
+                seen.entry(name).or_default().push(path.display().to_string());
+            }
+        }
+    }
+    let shared: Vec<_> = seen.iter().filter(|(_, at)| at.len() > 1).collect();
+    assert!(seen.len() > 100, "public types found: {}", seen.len());
+    assert!(shared.is_empty(), "public types sharing a name: {shared:?}");
+}

@@ -5,7 +5,7 @@
 use crate::common::mcp::{call, client, serve_mcp, stdio_orders, text, upstream, with_orders, Orders};
 use fusebox::config::{BreakerConfig, Config, ToolConfig};
 use fusebox::runner::Runner;
-use fusebox::traffic::log::writer::{Content, Fsync, RecordOptions, Recorder};
+use fusebox::traffic::log::writer::{Fsync, RecordOptions, RecordedContent, Recorder};
 use fusebox::traffic::log::Header;
 use fusebox::traffic::summary::Summary;
 use serde_json::{json, Value};
@@ -35,7 +35,7 @@ fn get_order() -> ToolConfig {
     }
 }
 
-fn recorder(runner: &Runner, path: &Path, content: Content) -> Recorder {
+fn recorder(runner: &Runner, path: &Path, content: RecordedContent) -> Recorder {
     let header = Header {
         v: 1,
         started_at: "2026-12-02T02:00:00Z".into(),
@@ -86,8 +86,8 @@ async fn a_recorded_mcp_session_replays_with_the_same_tool_outcomes() {
     let (base, runner) = serve_mcp(cfg, [("get_order".to_string(), get_order())].into()).await;
     let (plain, full) = (dir.path().join("plain.jsonl"), dir.path().join("full.jsonl"));
     let recorders = [
-        recorder(&runner, &plain, Content::None),
-        recorder(&runner, &full, Content::Full),
+        recorder(&runner, &plain, RecordedContent::None),
+        recorder(&runner, &full, RecordedContent::Full),
     ];
     let through = client(&base).await;
     let get = |id: &str| through.call_tool(call("get_order", json!({"order_id": id})));

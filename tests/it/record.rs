@@ -11,13 +11,13 @@ use fusebox::runner::{Runner, RunnerParts};
 use fusebox::telemetry::events::{Arrival, EventKind};
 use fusebox::traffic::load::run_scenario;
 use fusebox::traffic::load::scenario::Scenario;
-use fusebox::traffic::log::writer::{Content, Fsync, RecordOptions, Recorder};
+use fusebox::traffic::log::writer::{Fsync, RecordOptions, RecordedContent, Recorder};
 use fusebox::traffic::log::{Header, LogReader, Record};
 use std::collections::HashMap;
 use std::time::Duration;
 
 async fn record(
-    content: Content,
+    content: RecordedContent,
     rotate: Option<u64>,
 ) -> (
     tempfile::TempDir,
@@ -53,7 +53,7 @@ async fn record(
 
 #[tokio::test(start_paused = true)]
 async fn a_recorded_scenario_reads_back_as_a_valid_log() {
-    let (_dir, path, requests, stats) = record(Content::None, None).await;
+    let (_dir, path, requests, stats) = record(RecordedContent::None, None).await;
     let mut reader = LogReader::open(&path, false).unwrap();
     assert_eq!(reader.header().map(|h| h.seed), Some(4));
     let mut per_request: HashMap<u64, (u32, u32, u32)> = HashMap::new();
@@ -99,14 +99,14 @@ async fn a_recorded_scenario_reads_back_as_a_valid_log() {
 
 #[tokio::test(start_paused = true)]
 async fn content_is_recorded_only_when_asked() {
-    let (_d, path, _, _) = record(Content::Hash, None).await;
+    let (_d, path, _, _) = record(RecordedContent::Hash, None).await;
     let first = LogReader::open(&path, false).unwrap().find_map(|r| match r.unwrap() {
         Record::Request(q) => Some(q),
         _ => None,
     });
     let q = first.unwrap();
     assert!(q.messages.is_none() && q.content_hash.as_ref().is_some_and(|h| h.len() == 16));
-    let (_d, path, _, _) = record(Content::Full, None).await;
+    let (_d, path, _, _) = record(RecordedContent::Full, None).await;
     let q = LogReader::open(&path, false)
         .unwrap()
         .find_map(|r| match r.unwrap() {
@@ -119,7 +119,7 @@ async fn content_is_recorded_only_when_asked() {
 
 #[tokio::test(start_paused = true)]
 async fn rotation_starts_new_files_each_with_a_header_and_they_read_as_one_log() {
-    let (_dir, path, requests, stats) = record(Content::None, Some(64 << 10)).await;
+    let (_dir, path, requests, stats) = record(RecordedContent::None, Some(64 << 10)).await;
     assert!(stats.files > 2, "{stats:?}");
     // FILE.1, FILE.2, …, FILE: oldest first.
     let mut segments: Vec<std::path::PathBuf> = (1..stats.files)
@@ -233,7 +233,7 @@ mod every_line_reads_back {
     use fusebox::resilience::notice::Transition;
     use fusebox::target::{Kind, Target};
     use fusebox::telemetry::events::{Arrival, Attempt, EventBus, EventKind};
-    use fusebox::traffic::log::writer::{Content, Fsync, RecordOptions, Recorder};
+    use fusebox::traffic::log::writer::{Fsync, RecordOptions, RecordedContent, Recorder};
     use fusebox::traffic::log::{Header, LogReader};
     use fusebox::wire::{Message, Role};
     use proptest::prelude::*;
@@ -377,7 +377,7 @@ mod every_line_reads_back {
             let header = Header { v: 1, started_at: "2026-12-02T00:00:00Z".into(), seed: 1, tools: Default::default() };
             let opts = RecordOptions {
                 fsync: Fsync::Os,
-                content: if full { Content::Full } else { Content::None },
+                content: if full { RecordedContent::Full } else { RecordedContent::None },
                 rotate_bytes: None,
             };
             let rec = Recorder::start(&path, opts, header, &bus).unwrap();
@@ -409,7 +409,7 @@ async fn recorded(runner: &std::sync::Arc<Runner>, run: impl std::future::Future
     };
     let opts = RecordOptions {
         fsync: Fsync::Every(Duration::from_millis(50)),
-        content: Content::None,
+        content: RecordedContent::None,
         rotate_bytes: None,
     };
     let rec = Recorder::start(&path, opts, header, runner.events()).unwrap();

@@ -9,7 +9,7 @@ use fusebox::target::Target;
 use fusebox::telemetry::events::RefillFrozen;
 use fusebox::traffic::load::run_scenario;
 use fusebox::traffic::load::scenario::Scenario;
-use fusebox::traffic::log::writer::{Content, Fsync, RecordOptions, Recorder};
+use fusebox::traffic::log::writer::{Fsync, RecordOptions, RecordedContent, Recorder};
 use fusebox::traffic::log::{Header, LogReader};
 use fusebox::traffic::replay::{recorded_parts, replay, replay_clock, runtime, ReplayOptions, Replayed};
 use std::path::Path;
@@ -21,7 +21,7 @@ use std::time::Duration;
 /// limiter at the edge of its capacity differently).
 const SEED: u64 = 1;
 
-async fn record(dir: &Path, scenario: &str, secs: u64, content: Content) -> (std::path::PathBuf, u64) {
+async fn record(dir: &Path, scenario: &str, secs: u64, content: RecordedContent) -> (std::path::PathBuf, u64) {
     let path = dir.join("traffic.jsonl");
     let mut parts = RunnerParts::mock(Clock::with_wall_anchor(0), Seed(SEED));
     parts.spool = Some(dir.join("spool-rec.jsonl"));
@@ -79,7 +79,7 @@ async fn replay_with(dir: &Path, log: &Path, cfg: Config, name: &str) -> (Arc<Ru
 #[tokio::test(start_paused = true)]
 async fn replaying_a_recording_reproduces_its_outcomes() {
     let dir = tempfile::tempdir().unwrap();
-    let (log, tokens) = record(dir.path(), "tour", 240, Content::Full).await;
+    let (log, tokens) = record(dir.path(), "tour", 240, RecordedContent::Full).await;
     let (runner, out) = replay_with(dir.path(), &log, Config::default(), "same").await;
     let replayed = runner.totals().tokens.load(std::sync::atomic::Ordering::Relaxed);
     assert_eq!(
@@ -109,7 +109,7 @@ async fn replaying_a_recording_reproduces_its_outcomes() {
 /// requests end as recorded.
 #[tokio::test(start_paused = true)]
 async fn a_recording_without_its_content_replays_to_the_recorded_levels() {
-    for content in [Content::None, Content::Hash] {
+    for content in [RecordedContent::None, RecordedContent::Hash] {
         let dir = tempfile::tempdir().unwrap();
         let (log, _) = record(dir.path(), "tour", 600, content).await;
         let text = std::fs::read_to_string(&log).unwrap();
@@ -137,9 +137,10 @@ async fn a_recording_without_its_content_replays_to_the_recorded_levels() {
 #[test]
 fn a_replay_reading_the_clock_once_per_step_decides_the_same() {
     let dir = tempfile::tempdir().unwrap();
-    let (log, _) = runtime(false, false)
-        .unwrap()
-        .block_on(record(dir.path(), "2am-incident", 120, Content::Full));
+    let (log, _) =
+        runtime(false, false)
+            .unwrap()
+            .block_on(record(dir.path(), "2am-incident", 120, RecordedContent::Full));
     let run = |stepped: bool| {
         runtime(false, stepped).unwrap().block_on(async {
             let (runner, out) = replay_with(dir.path(), &log, Config::default(), &format!("{stepped}")).await;
@@ -163,7 +164,7 @@ fn a_replay_reading_the_clock_once_per_step_decides_the_same() {
 #[tokio::test(start_paused = true)]
 async fn what_if_a_stricter_breaker_would_have_tripped_earlier() {
     let dir = tempfile::tempdir().unwrap();
-    let (log, _) = record(dir.path(), "2am-incident", 240, Content::Full).await;
+    let (log, _) = record(dir.path(), "2am-incident", 240, RecordedContent::Full).await;
     let (base, _) = replay_with(dir.path(), &log, Config::default(), "base").await;
     let mut strict = Config::default();
     strict.tools.get_mut("get_order").unwrap().breaker = Some(fusebox::config::BreakerConfig {

@@ -8,7 +8,7 @@
 use crate::common::mcp::{call, serve_mcp_with, text, upstream, with_orders, Orders};
 use crate::common::redis::Redis;
 use crate::faithful::{config, Proxy, ROUTES};
-use fusebox::config::access::{OperatorConfig, Scope, SecretHash};
+use fusebox::config::access::{Grant, OperatorConfig, SecretHash};
 use fusebox::config::{Config, KeyConfig};
 use fusebox::gateway::GatewayOptions;
 use fusebox::mcp::sessions::McpLimits;
@@ -307,7 +307,7 @@ async fn the_admin_endpoints_are_closed_to_callers_once_keys_exist() {
         "ana".to_string(),
         OperatorConfig {
             hash: SecretHash::of(ANA),
-            scope: Scope::Operate,
+            scope: Grant::Operate,
         },
     )]
     .into();

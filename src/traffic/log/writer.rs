@@ -64,7 +64,7 @@ impl std::str::FromStr for Fsync {
 
 /// How much message content is recorded.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
-pub enum Content {
+pub enum RecordedContent {
     /// None (the default: privacy first).
     #[default]
     None,
@@ -79,8 +79,8 @@ pub enum Content {
 pub struct RecordOptions {
     /// Sync policy.
     pub fsync: Fsync,
-    /// Content policy.
-    pub content: Content,
+    /// How much message content is recorded.
+    pub content: RecordedContent,
     /// Start a new file past this size (the old one becomes `FILE.1`, `FILE.2`, …).
     pub rotate_bytes: Option<u64>,
 }
@@ -89,7 +89,7 @@ impl Default for RecordOptions {
     fn default() -> Self {
         Self {
             fsync: Fsync::Every(Duration::from_millis(1000)),
-            content: Content::None,
+            content: RecordedContent::None,
             rotate_bytes: None,
         }
     }
@@ -137,7 +137,7 @@ impl Recorder {
                     let announced = std::thread::spawn(move || bus.emit(failed));
                     let salt = Salt::new();
                     for ev in events.iter() {
-                        if record_of(&ev, 0, Content::None, &salt).is_some() {
+                        if record_of(&ev, 0, RecordedContent::None, &salt).is_some() {
                             lost.fetch_add(1, Ordering::Relaxed);
                         }
                     }
@@ -341,9 +341,9 @@ impl Default for Salt {
 }
 
 /// The log record of an event, if it has one.
-pub fn record_of(ev: &Event, t_ms: u64, content: Content, salt: &Salt) -> Option<Record> {
+pub fn record_of(ev: &Event, t_ms: u64, content: RecordedContent, salt: &Salt) -> Option<Record> {
     // Cache keys, where content is not kept, so a replay's caches hit as the run's did.
-    let keyed = content != Content::Full;
+    let keyed = content != RecordedContent::Full;
     Some(match &ev.kind {
         EventKind::Request(arrival) => {
             let r = &arrival.request;
@@ -367,8 +367,8 @@ pub fn record_of(ev: &Event, t_ms: u64, content: Content, salt: &Salt) -> Option
                 tools: r.tools.clone(),
                 critical_tools: r.critical_tools.clone(),
                 max_steps: (r.max_steps > 0).then_some(r.max_steps),
-                messages: (content == Content::Full).then(|| r.messages.to_vec()),
-                content_hash: (content == Content::Hash).then(|| format!("{:016x}", hash_str(&text()))),
+                messages: (content == RecordedContent::Full).then(|| r.messages.to_vec()),
+                content_hash: (content == RecordedContent::Hash).then(|| format!("{:016x}", hash_str(&text()))),
                 answer_key: keyed.then(|| salt.key(Runner::answer_key(r))),
                 via: arrival.via,
                 priority: r.priority,
@@ -399,7 +399,7 @@ pub fn record_of(ev: &Event, t_ms: u64, content: Content, salt: &Salt) -> Option
             answer: a
                 .answer
                 .as_deref()
-                .filter(|_| content == Content::Full)
+                .filter(|_| content == RecordedContent::Full)
                 .map(str::to_string),
             response_id: a.response_id.clone(),
             cut: a.cut,

@@ -104,7 +104,7 @@ pub fn draw(f: &mut Frame, area: Rect, app: &App, theme: &Theme) {
 /// The last minute's throughput and health, the window named: each share
 /// coloured against its thresholds ([`OK_GOOD`], [`OK_FAIR`],
 /// [`FAILED_BAD`], [`DEGRADED_HIGH`]).
-fn health<'a>(r: &crate::tui::app::Rates, theme: &Theme) -> Vec<Span<'a>> {
+fn health<'a>(r: &crate::tui::app::Throughput, theme: &Theme) -> Vec<Span<'a>> {
     let window = match r.window_ms {
         0 => return vec![Span::styled(" rates from the next second ", theme.dim)],
         ms if ms + 500 >= crate::tui::app::RATE_WINDOW_MS => "last 1m".to_string(),

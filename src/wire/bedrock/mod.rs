@@ -10,5 +10,5 @@ mod request;
 
 pub use embed::EmbedModel;
 pub use frames::EventFrames;
-pub use reply::{error_type, parse_reply, EventReader};
+pub use reply::{error_type, parse_reply, ConverseEventReader};
 pub use request::render_request;

@@ -88,7 +88,7 @@ pub fn error_type(exception: &str) -> &'static str {
 /// Reads ConverseStream events into deltas, remembering which content
 /// block is which tool call.
 #[derive(Debug, Default)]
-pub struct EventReader {
+pub struct ConverseEventReader {
     /// Content block index → tool call index.
     tools: Vec<(u32, u32)>,
 }
@@ -129,7 +129,7 @@ struct ReasoningIn<'a> {
 /// More tool calls than this in one answer are not tracked.
 const MAX_TOOLS: usize = 1024;
 
-impl EventReader {
+impl ConverseEventReader {
     /// Reads event `name` (an [`super::EventFrames`] name) with JSON `data`;
     /// an exception is `Err`.
     pub fn read(&mut self, name: &str, data: &str) -> Result<SmallVec<[Delta; 2]>, StreamError> {
@@ -227,7 +227,7 @@ mod tests {
                 cached_input: 5
             })
         );
-        let mut s = EventReader::default();
+        let mut s = ConverseEventReader::default();
         s.read(
             "contentBlockStart",
             r#"{"contentBlockIndex":1,"start":{"toolUse":{"toolUseId":"t1","name":"f"}}}"#,

@@ -8,7 +8,7 @@ use serde_json::{json, Value};
 
 /// Writes pieces as the Responses API's semantic stream events.
 #[derive(Debug)]
-pub struct EventWriter {
+pub struct ResponsesEventWriter {
     ids: Ids,
     echo: Echo,
     model: String,
@@ -33,7 +33,7 @@ pub struct EventWriter {
     usage: Usage,
 }
 
-impl EventWriter {
+impl ResponsesEventWriter {
     /// A writer of the response `ids` (echoing `echo`) for `model`.
     pub fn new(ids: Ids, echo: Echo, model: impl Into<String>, created: u64) -> Self {
         Self {
@@ -243,7 +243,7 @@ mod tests {
 
     #[test]
     fn each_item_has_its_own_id_text_and_arguments() {
-        let mut w = EventWriter::new(Ids::new(7), Echo::default(), "gpt-4o", 0);
+        let mut w = ResponsesEventWriter::new(Ids::new(7), Echo::default(), "gpt-4o", 0);
         let start = |index, id: &str| Delta::ToolStart {
             index,
             id: id.into(),
