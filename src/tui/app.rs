@@ -540,10 +540,7 @@ impl App {
         let f = &self.filters[Pane::Events.index()];
         let mut rows: Vec<EventRow<'_>> = Vec::new();
         let (shown, cut) = self.shown_events();
-        let newest = shown
-            .iter()
-            .rev()
-            .map(|e| (e, Cow::Owned(super::ui::events::describe(e))));
+        let newest = shown.iter().rev().map(|e| (e, Cow::Owned(super::said::describe(e))));
         let kept = self
             .lasting
             .before(cut)

@@ -6,7 +6,7 @@
 
 use super::app::App;
 use super::history::Recent;
-use super::ui::clock;
+use super::said::clock;
 use crate::outcome::Level;
 use crate::telemetry::events::{Event, EventKind};
 use ratatui::buffer::Buffer;
@@ -111,7 +111,7 @@ pub fn report(app: &App, screen: &[String], written: &str) -> (String, Value) {
         let _ = writeln!(md, "\n## {title} (newest first)\n");
         for e in events.iter() {
             let on = e.instance.as_deref().map(|i| format!("[{i}] ")).unwrap_or_default();
-            let _ = writeln!(md, "- {} {on}{}", clock(e.t_ms), super::ui::events::describe(e));
+            let _ = writeln!(md, "- {} {on}{}", clock(e.t_ms), super::said::describe(e));
         }
         if events.is_empty() {
             md.push_str("- none\n");

@@ -57,7 +57,7 @@ impl Lasting {
             if self.kept.len() == LASTING {
                 self.kept.pop_front();
             }
-            let said = super::ui::events::describe(e);
+            let said = super::said::describe(e);
             // Time lines of several instances interleave: keep them ordered.
             let at = self.kept.partition_point(|(k, _)| k.t_ms <= e.t_ms);
             self.kept.insert(at, (e.clone(), said));

@@ -12,6 +12,7 @@ mod input;
 pub mod keymap;
 pub mod lasting;
 pub mod replay;
+pub mod said;
 pub mod theme;
 pub mod track;
 pub mod ui;

@@ -911,7 +911,7 @@ async fn the_selection_stays_on_its_row_while_100_events_and_requests_arrive() {
         &keys,
     );
     let detail = text(&render(&app, 140, 45));
-    let said = fusebox::tui::ui::events::describe(&picked);
+    let said = fusebox::tui::said::describe(&picked);
     let first_words: String = said.chars().take(30).collect();
     assert!(detail.contains(first_words.trim()), "{first_words} in {detail}");
 }

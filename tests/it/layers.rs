@@ -133,3 +133,26 @@ fn no_two_public_types_share_a_name() {
     assert!(seen.len() > 100, "public types found: {}", seen.len());
     assert!(shared.is_empty(), "public types sharing a name: {shared:?}");
 }
+
+/// The console's state and commands never call its view: only the loop
+/// in `tui/mod.rs` draws, and `tui/ui/` reads the state.
+#[test]
+fn the_console_state_never_calls_its_view() {
+    let mut all = Vec::new();
+    files(Path::new("src/tui"), &mut all);
+    let state: Vec<_> = all
+        .iter()
+        .filter(|p| !p.starts_with("src/tui/ui") && !p.ends_with("tui/mod.rs"))
+        .collect();
+    assert!(state.len() > 5, "{state:?}");
+    for path in state {
+        let text = std::fs::read_to_string(path).unwrap();
+        let view = |l: &&str| [" ui::", "::ui::", "(ui::"].iter().any(|v| l.contains(v));
+        let calls: Vec<_> = text
+            .lines()
+            .filter(|l| !l.trim_start().starts_with("//"))
+            .filter(view)
+            .collect();
+        assert!(calls.is_empty(), "{} calls the view: {calls:?}", path.display());
+    }
+}

@@ -232,7 +232,7 @@ fn events_of(
         lines.push(Line::from(format!(
             "{} {}",
             super::clock(e.t_ms),
-            super::events::describe(e)
+            crate::tui::said::describe(e)
         )));
     }
     if !any {

@@ -13,6 +13,7 @@ pub mod overlay;
 
 use super::app::{App, Pane};
 use super::keymap::KeyMap;
+pub use super::said::clock;
 use super::theme::Theme;
 use ratatui::layout::{Constraint, Direction, Layout, Rect};
 use ratatui::text::{Line, Span};
@@ -185,16 +186,6 @@ pub fn human(n: f64) -> String {
         format!("{:.1}k", n / 1e3)
     } else {
         format!("{n:.0}")
-    }
-}
-
-/// `mm:ss` (or `h:mm:ss`) of a millisecond count.
-pub fn clock(ms: u64) -> String {
-    let s = ms / 1000;
-    if s >= 3600 {
-        format!("{}:{:02}:{:02}", s / 3600, s / 60 % 60, s % 60)
-    } else {
-        format!("{:02}:{:02}", s / 60, s % 60)
     }
 }
 
