@@ -30,8 +30,13 @@ pub(super) struct McpGate {
     manager: Arc<LocalSessionManager>,
 }
 
-/// The `/mcp` routes over `upstreams`, guarded.
-pub(super) fn routes(gw: &Arc<Gateway>, upstreams: Arc<Upstreams>, limits: McpLimits) -> axum::Router {
+/// The `/mcp` routes over `upstreams`, guarded, and the work that closes
+/// idle sessions beside them (to be spawned; it ends with the routes).
+pub(super) fn routes(
+    gw: &Arc<Gateway>,
+    upstreams: Arc<Upstreams>,
+    limits: McpLimits,
+) -> (axum::Router, impl std::future::Future<Output = ()> + Send + 'static) {
     let mut manager = LocalSessionManager::default();
     // rmcp's own idle timeout is a safety net behind the guard's.
     manager.session_config.keep_alive = Some(limits.idle + limits.idle / 2);
@@ -39,11 +44,12 @@ pub(super) fn routes(gw: &Arc<Gateway>, upstreams: Arc<Upstreams>, limits: McpLi
         sessions: Sessions::new(limits),
         manager: Arc::new(manager),
     });
-    tokio::spawn(close_idle(Arc::downgrade(&gate), gw.runner.clone()));
+    let sweep = close_idle(Arc::downgrade(&gate), gw.runner.clone());
     let service = service(gw, upstreams, gate.manager.clone());
-    axum::Router::new()
+    let routes = axum::Router::new()
         .fallback_service(service)
-        .layer(axum::middleware::from_fn_with_state((gw.clone(), gate), guard))
+        .layer(axum::middleware::from_fn_with_state((gw.clone(), gate), guard));
+    (routes, sweep)
 }
 
 /// The MCP proxy. Unguarded (loopback development) it answers only

@@ -109,28 +109,47 @@ struct Gateway {
 
 type Shared = State<Arc<Gateway>>;
 
-/// The gateway's routes over `runner`, letting in whom `access` says;
-/// `conns` counts its connections.
-fn router(
-    runner: Arc<Runner>,
-    opts: GatewayOptions,
-    access: auth::Access,
-    conns: Arc<ConnCounts>,
-    closing: closing::Watch,
-) -> Router {
-    let max_body = opts.max_body;
-    let ids = Arc::new(RequestIds::new(opts.traces.clone()));
-    let gw = Arc::new(Gateway {
-        runner,
-        opts,
-        access,
-        ids,
-        latency: Latency::default(),
-        conns,
-        watchers_dropped: Arc::default(),
-        stalls: Arc::default(),
-        closing,
-    });
+impl Gateway {
+    /// The gateway over `runner`, letting in whom `access` says; `conns`
+    /// counts its connections.
+    fn new(
+        runner: Arc<Runner>,
+        opts: GatewayOptions,
+        access: auth::Access,
+        conns: Arc<ConnCounts>,
+        closing: closing::Watch,
+    ) -> Arc<Self> {
+        let ids = Arc::new(RequestIds::new(opts.traces.clone()));
+        Arc::new(Gateway {
+            runner,
+            opts,
+            access,
+            ids,
+            latency: Latency::default(),
+            conns,
+            watchers_dropped: Arc::default(),
+            stalls: Arc::default(),
+            closing,
+        })
+    }
+}
+
+/// Work that runs beside the routes while the gateway serves.
+type Beside = Vec<futures_util::future::BoxFuture<'static, ()>>;
+
+/// `gw`'s routes, and the work they need beside them (to be spawned).
+fn router(gw: Arc<Gateway>) -> (Router, Beside) {
+    let max_body = gw.opts.max_body;
+    let mut beside: Beside = Vec::new();
+    if let Some(fleet) = gw.opts.fleet.clone() {
+        let (keys, closing) = (follow_keys(gw.clone(), fleet), gw.closing.draining());
+        beside.push(Box::pin(async move {
+            tokio::select! {
+                () = keys => {}
+                () = closing => {}
+            }
+        }));
+    }
     let router = Router::new()
         .route("/v1/chat/completions", post(chat::completions))
         .route("/chat/completions", post(chat::completions))
@@ -146,7 +165,11 @@ fn router(
         .route("/_fusebox/snapshots", get(live::snapshots))
         .route("/_fusebox/events", get(live::events));
     let router = match gw.opts.mcp.clone() {
-        Some(upstreams) => router.nest_service("/mcp", mcp::routes(&gw, upstreams, gw.opts.mcp_limits)),
+        Some(upstreams) => {
+            let (routes, sweep) = mcp::routes(&gw, upstreams, gw.opts.mcp_limits);
+            beside.push(Box::pin(sweep));
+            router.nest_service("/mcp", routes)
+        }
         None => router,
     };
     let router = router
@@ -161,10 +184,7 @@ fn router(
     };
     // Outermost: every answer is named, a refusal at the door too.
     let router = router.layer(request_key::Tag::default());
-    if let Some(fleet) = gw.opts.fleet.clone() {
-        tokio::spawn(follow_keys(gw.clone(), fleet));
-    }
-    router.with_state(gw)
+    (router.with_state(gw), beside)
 }
 
 /// How often an instance reads the fleet's keys: a revoked key stops
@@ -233,7 +253,10 @@ pub async fn spawn(runner: Arc<Runner>, addr: &str, opts: GatewayOptions) -> any
     let counts = Arc::new(ConnCounts::default());
     let (closer, watch) = closing::Closer::new(runner.clone());
     let stop = watch.draining();
-    let app = router(runner, opts, access, counts.clone(), watch);
+    let (app, beside) = router(Gateway::new(runner, opts, access, counts.clone(), watch));
+    for work in beside {
+        tokio::spawn(work);
+    }
     tokio::spawn(accept::serve(listener, app, limits, counts, stop));
     tracing::info!(%local, "gateway listening");
     Ok(Serving {
