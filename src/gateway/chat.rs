@@ -6,7 +6,8 @@
 
 use super::auth::Caller;
 use super::client_api::Client;
-use super::error::{read_body, GatewayError};
+use super::error::GatewayError;
+use super::extract::{Asked, ClientApi, Completions, Messages, Responses};
 use super::{Gateway, Shared};
 use crate::config::Priority;
 use crate::limits::MAX_NAME_LEN;
@@ -17,7 +18,6 @@ use axum::extract::State;
 use axum::http::{header, HeaderMap, HeaderName, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use std::sync::Arc;
-use std::time::Instant;
 
 /// The longest deadline a client may ask for: an hour.
 const MAX_DEADLINE_MS: u64 = 3_600_000;
@@ -25,48 +25,41 @@ const MAX_DEADLINE_MS: u64 = 3_600_000;
 /// A request's answer, or the error it ends in.
 type Answer = Result<Response, GatewayError>;
 
-pub(super) async fn completions(State(gw): Shared, req: axum::extract::Request) -> Answer {
-    handle(gw, Api::Chat, req).await
+pub(super) async fn completions(State(gw): Shared, asked: Asked<Completions>) -> Answer {
+    handle(gw, asked).await
 }
 
-pub(super) async fn messages(State(gw): Shared, req: axum::extract::Request) -> Answer {
-    handle(gw, Api::Messages, req).await
+pub(super) async fn messages(State(gw): Shared, asked: Asked<Messages>) -> Answer {
+    handle(gw, asked).await
 }
 
-pub(super) async fn responses(State(gw): Shared, req: axum::extract::Request) -> Answer {
-    handle(gw, Api::Responses, req).await
+pub(super) async fn responses(State(gw): Shared, asked: Asked<Responses>) -> Answer {
+    handle(gw, asked).await
 }
 
-async fn handle(gw: Arc<Gateway>, api: Api, req: axum::extract::Request) -> Answer {
-    let arrived = Instant::now();
-    let (parts, body) = req.into_parts();
-    let body = read_body(body, gw.opts.max_body, api).await?;
-    let mut asked = api
-        .parse(&body)
-        .map_err(|e| GatewayError::new(api, StatusCode::BAD_REQUEST, e.message).param(e.field.as_deref()))?;
-    asked.params.headers = api.own_headers(&parts.headers);
-    if asked.model.len() > MAX_NAME_LEN {
-        let why = format!("model is longer than {MAX_NAME_LEN} bytes");
-        return Err(GatewayError::bad_request(api, why, "model"));
-    }
-    if gw.runner.route_for(&asked.model).is_none() {
-        return Err(unknown_model(&gw, api, &asked.model));
-    }
+async fn handle<A: ClientApi>(gw: Arc<Gateway>, asked: Asked<A>) -> Answer {
+    let (
+        api,
+        Asked {
+            arrived,
+            parts,
+            body,
+            request,
+            ..
+        },
+    ) = (A::API, asked);
     let caller = Caller::of(&parts.extensions);
-    if let Some(why) = caller.as_ref().and_then(|c| c.refusal(&asked.model)) {
-        return Err(GatewayError::new(api, StatusCode::FORBIDDEN, why).param(Some("model")));
-    }
-    let stream = asked.stream;
+    let stream = request.stream;
     let client = Client {
         api,
-        include_usage: asked.include_usage,
+        include_usage: request.include_usage,
         echo: (api == Api::Responses).then(|| responses::Echo::of(&body)),
     };
     let key = parts
         .extensions
         .get::<super::request_key::RequestKey>()
         .map(|k| compact_str::CompactString::from(&*k.0));
-    let req = chat_request(&gw, &parts.headers, asked, caller.as_deref(), key)
+    let req = chat_request(&gw, &parts.headers, request, caller.as_deref(), key)
         .map_err(|(field, why)| GatewayError::bad_request(api, why, field))?;
     // The call's future is boxed, so this handler's own stays small: axum
     // boxes the handler's, and a future is moved whole, every byte of its
@@ -87,16 +80,6 @@ async fn handle(gw: Arc<Gateway>, api: Api, req: axum::extract::Request) -> Answ
     };
     gw.latency.observe(arrived.elapsed());
     Ok(respond(&client, id, chat, false))
-}
-
-fn unknown_model(gw: &Gateway, api: Api, model: &str) -> GatewayError {
-    let mut known: Vec<&str> = gw.runner.routes().keys().map(String::as_str).collect();
-    known.sort_unstable();
-    let why = format!(
-        "model `{model}` is neither a route nor a configured model; routes: {} (GET /v1/models lists all)",
-        known.join(", ")
-    );
-    GatewayError::new(api, StatusCode::NOT_FOUND, why).param(Some("model"))
 }
 
 /// A name a client gives (user, session): text of at most [`MAX_NAME_LEN`]

@@ -6,12 +6,13 @@
 use super::auth::Caller;
 use super::chat::{name_in, outcome_headers};
 use super::error::{read_body, GatewayError};
-use super::Shared;
+use super::extract::usable_model;
+use super::{Gateway, Shared};
 use crate::request::CHARS_PER_TOKEN;
 use crate::runner::embed::{EmbedCall, EmbedEnd};
 use crate::wire::{fusebox, Api, RawBody};
 use axum::body::Body;
-use axum::extract::State;
+use axum::extract::{FromRequest, State};
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde_json::Value;
@@ -39,31 +40,56 @@ fn chars(input: Option<&Value>) -> Result<usize, &'static str> {
     }
 }
 
-pub(super) async fn embeddings(State(gw): Shared, req: axum::extract::Request) -> Result<Response, GatewayError> {
-    let api = Api::Chat;
-    let (parts, body) = req.into_parts();
-    let bytes = read_body(body, gw.opts.max_body, api).await?;
-    let raw = RawBody::parse(&bytes)
-        .map_err(|_| GatewayError::new(api, StatusCode::BAD_REQUEST, "request body must be a JSON object"))?;
-    let model = match raw.read::<Value>("model") {
-        Some(Ok(Value::String(m))) if !m.is_empty() => m,
-        _ => return Err(GatewayError::bad_request(api, "model: field required", "model")),
-    };
-    let input = raw.read::<Value>("input").and_then(Result::ok);
-    let chars =
-        chars(input.as_ref()).map_err(|why| GatewayError::bad_request(api, format!("input: {why}"), "input"))?;
-    if gw.runner.route_for(&model).is_none() {
-        let msg = format!("model `{model}` is neither a route nor a configured model (GET /v1/models lists all)");
-        return Err(GatewayError::new(api, StatusCode::NOT_FOUND, msg).param(Some("model")));
+/// An embeddings call a client asked for: its body read, with a `model`
+/// the gateway knows and the caller may use, and an `input` to embed.
+pub(super) struct Embed {
+    parts: axum::http::request::Parts,
+    raw: RawBody,
+    model: String,
+    chars: usize,
+}
+
+impl FromRequest<Arc<Gateway>> for Embed {
+    type Rejection = GatewayError;
+
+    async fn from_request(req: axum::extract::Request, gw: &Arc<Gateway>) -> Result<Self, GatewayError> {
+        let api = Api::Chat;
+        let (parts, body) = req.into_parts();
+        let bytes = read_body(body, gw.opts.max_body, api).await?;
+        let raw = RawBody::parse(&bytes)
+            .map_err(|_| GatewayError::new(api, StatusCode::BAD_REQUEST, "request body must be a JSON object"))?;
+        let model = match raw.read::<Value>("model") {
+            Some(Ok(Value::String(m))) if !m.is_empty() => m,
+            _ => return Err(GatewayError::bad_request(api, "model: field required", "model")),
+        };
+        let input = raw.read::<Value>("input").and_then(Result::ok);
+        let chars =
+            chars(input.as_ref()).map_err(|why| GatewayError::bad_request(api, format!("input: {why}"), "input"))?;
+        usable_model(gw, api, &parts, &model)?;
+        Ok(Self {
+            parts,
+            raw,
+            model,
+            chars,
+        })
     }
+}
+
+pub(super) async fn embeddings(State(gw): Shared, asked: Embed) -> Result<Response, GatewayError> {
+    let (
+        api,
+        Embed {
+            parts,
+            raw,
+            model,
+            chars,
+        },
+    ) = (Api::Chat, asked);
     let given = match raw.read::<Value>("user") {
         Some(Ok(Value::String(u))) => name_in("user", Some(u.as_bytes())),
         _ => name_in(fusebox::USER, parts.headers.get(fusebox::USER).map(|v| v.as_bytes())),
     };
     let caller = Caller::of(&parts.extensions);
-    if let Some(why) = caller.as_ref().and_then(|c| c.refusal(&model)) {
-        return Err(GatewayError::new(api, StatusCode::FORBIDDEN, why).param(Some("model")));
-    }
     let given = given.map_err(|(field, why)| GatewayError::bad_request(api, why, field))?;
     let billed = Caller::user_of(caller.as_deref(), given);
     let call = EmbedCall {

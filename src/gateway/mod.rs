@@ -14,6 +14,7 @@ pub mod closing;
 mod conns;
 mod embeddings;
 mod error;
+mod extract;
 mod live;
 mod mcp;
 mod metrics;
