@@ -7,16 +7,15 @@
 use super::auth::Caller;
 use super::client_api::Client;
 use super::error::GatewayError;
-use super::extract::{Asked, ClientApi, Completions, Messages, Responses};
+use super::extract::{name_in, Asked, ClientApi, Completions, Messages, Responses};
+use super::reply::respond;
 use super::{Gateway, Shared};
 use crate::config::Priority;
-use crate::limits::MAX_NAME_LEN;
-use crate::runner::chat::{Chat, ChatEnd, ChatRequest};
+use crate::runner::chat::ChatRequest;
 use crate::wire::{fusebox, responses, Api, Request};
-use axum::body::Body;
 use axum::extract::State;
-use axum::http::{header, HeaderMap, HeaderName, HeaderValue, StatusCode};
-use axum::response::{IntoResponse, Response};
+use axum::http::{HeaderMap, HeaderValue, StatusCode};
+use axum::response::Response;
 use std::sync::Arc;
 
 /// The longest deadline a client may ask for: an hour.
@@ -80,19 +79,6 @@ async fn handle<A: ClientApi>(gw: Arc<Gateway>, asked: Asked<A>) -> Answer {
     };
     gw.latency.observe(arrived.elapsed());
     Ok(respond(&client, id, chat, false))
-}
-
-/// A name a client gives (user, session): text of at most [`MAX_NAME_LEN`]
-/// bytes; `Err` names the field and why not.
-pub(super) fn name_in(field: &'static str, value: Option<&[u8]>) -> Result<Option<String>, (&'static str, String)> {
-    let Some(v) = value else { return Ok(None) };
-    let Ok(s) = std::str::from_utf8(v) else {
-        return Err((field, format!("{field} is not UTF-8 text")));
-    };
-    if s.len() > MAX_NAME_LEN {
-        return Err((field, format!("{field} is longer than {MAX_NAME_LEN} bytes")));
-    }
-    Ok(Some(s.to_string()))
 }
 
 /// The runner's call for what a client `asked`, made as `caller` where a
@@ -194,134 +180,3 @@ fn priority_of(
 
 /// Output tokens reserved for a call whose client set no cap.
 const DEFAULT_ESTIMATE: u32 = 4_096;
-
-/// Writes the outcome as the `x-fusebox-*` headers say it: level and
-/// chain, and quality and attempts where given.
-pub(super) fn outcome_headers(
-    h: &mut HeaderMap,
-    level: crate::outcome::Level,
-    chain: &[crate::outcome::Hop],
-    more: Option<(f64, u32)>,
-) {
-    use std::fmt::Write as _;
-    h.insert(
-        HeaderName::from_static(fusebox::LEVEL),
-        HeaderValue::from_static(level.as_str()),
-    );
-    let mut hops = String::with_capacity(chain.iter().map(|h| h.name.len() + 12).sum());
-    for (i, hop) in chain.iter().enumerate() {
-        if i > 0 {
-            hops.push_str(", ");
-        }
-        let _ = write!(hops, "{}", hop.ascii());
-    }
-    // Printable ASCII only, so always a valid value.
-    if let Ok(v) = HeaderValue::try_from(hops) {
-        h.insert(HeaderName::from_static(fusebox::CHAIN), v);
-    }
-    if let Some((quality, attempts)) = more {
-        if let Ok(v) = HeaderValue::try_from(two_decimals(quality)) {
-            h.insert(HeaderName::from_static(fusebox::QUALITY), v);
-        }
-        h.insert(HeaderName::from_static(fusebox::ATTEMPTS), HeaderValue::from(attempts));
-    }
-}
-
-/// `q` with two decimals, as `{:.2}` writes it (without formatting a
-/// float, which costs more than the rest of the headers together).
-fn two_decimals(q: f64) -> String {
-    use std::fmt::Write as _;
-    let hundredths = q * 100.0;
-    let r = hundredths.round();
-    // Away from a half, rounding the product rounds as `{:.2}` does.
-    if !(0.0..1e9).contains(&r) || (hundredths - r).abs() >= 0.49 {
-        return format!("{q:.2}");
-    }
-    let r = r as u64;
-    let mut s = String::with_capacity(12);
-    let _ = write!(s, "{}.{:02}", r / 100, r % 100);
-    s
-}
-
-/// The whole response for a call whose client's stream (if it asked for
-/// one) never started.
-pub(super) fn respond(client: &Client, id: u64, chat: Chat, stream: bool) -> Response {
-    let o = chat.outcome;
-    let mut resp = answer(client, id, chat.end, stream).unwrap_or_else(IntoResponse::into_response);
-    outcome_headers(resp.headers_mut(), o.level, &o.chain, Some((o.quality, o.attempts)));
-    resp
-}
-
-/// How a call's end is answered in the client's API.
-fn answer(client: &Client, id: u64, end: ChatEnd, stream: bool) -> Answer {
-    let api = client.api;
-    let error = |status, message: String| GatewayError::new(api, status, message);
-    match end {
-        ChatEnd::Answer { response, model } | ChatEnd::Streamed { response, model, .. } => {
-            let wire = response.wire.as_deref();
-            if let Some(body) = wire
-                .filter(|w| api.takes_as_sent(w.kind) && !stream)
-                .and_then(|w| w.body.clone())
-            {
-                // The upstream's own answer, as it sent it.
-                return Ok(([(header::CONTENT_TYPE, "application/json")], Body::from(body)).into_response());
-            }
-            let mut reply = response.reply();
-            if reply.id.is_empty() {
-                reply.id = api.reply_id(id);
-            }
-            if reply.model.is_empty() {
-                reply.model = model;
-            }
-            Ok(if stream {
-                super::event_stream(written(client, id, &reply).into())
-            } else {
-                axum::Json(api.render(client, id, &reply)).into_response()
-            })
-        }
-        ChatEnd::Refused { reason, retry_after } | ChatEnd::RateLimited { reason, retry_after } => {
-            Err(error(StatusCode::TOO_MANY_REQUESTS, reason).retry_after(retry_after))
-        }
-        ChatEnd::Unavailable { message } => Err(error(StatusCode::SERVICE_UNAVAILABLE, message)),
-        ChatEnd::Unservable { reason, param } => Err(error(StatusCode::BAD_REQUEST, reason).param(param)),
-        ChatEnd::Upstream(e) => Err(GatewayError::upstream(api, &e)),
-        ChatEnd::Cut { reason, .. } => Err(error(StatusCode::BAD_GATEWAY, reason)),
-        ChatEnd::Deadline { reason } => Err(error(StatusCode::GATEWAY_TIMEOUT, reason)),
-    }
-}
-
-/// A whole answer written as a stream in the client's API.
-fn written(client: &Client, id: u64, reply: &crate::wire::Reply) -> Vec<u8> {
-    let mut out = Vec::new();
-    let mut w = super::client_api::Writer::new(client, id, &reply.id, &reply.model);
-    reply.deltas().iter().for_each(|d| w.write(d, &mut out));
-    out
-}
-
-#[cfg(test)]
-mod tests {
-    use super::two_decimals;
-
-    #[test]
-    fn a_quality_has_two_decimals_as_the_float_format_writes_them() {
-        let mut q = 0.0;
-        while q <= 2.0 {
-            assert_eq!(two_decimals(q), format!("{q:.2}"), "{q}");
-            q += 0.0005;
-        }
-        for q in [
-            0.125,
-            0.375,
-            0.005,
-            0.015,
-            1.005,
-            0.85 * 0.9,
-            f64::NAN,
-            -0.5,
-            1e12,
-            0.999_999,
-        ] {
-            assert_eq!(two_decimals(q), format!("{q:.2}"), "{q}");
-        }
-    }
-}

@@ -4,9 +4,9 @@
 //! would not compare). The upstream's answer comes back as it sent it.
 
 use super::auth::Caller;
-use super::chat::{name_in, outcome_headers};
 use super::error::{read_body, GatewayError};
-use super::extract::usable_model;
+use super::extract::{name_in, usable_model};
+use super::reply::outcome_headers;
 use super::{Gateway, Shared};
 use crate::request::CHARS_PER_TOKEN;
 use crate::runner::embed::{EmbedCall, EmbedEnd};

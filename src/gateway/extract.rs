@@ -95,3 +95,16 @@ pub(super) fn usable_model(gw: &Gateway, api: Api, parts: &Parts, model: &str) -
         None => Ok(()),
     }
 }
+
+/// A name a client gives (user, session): text of at most [`MAX_NAME_LEN`]
+/// bytes; `Err` names the field and why not.
+pub(super) fn name_in(field: &'static str, value: Option<&[u8]>) -> Result<Option<String>, (&'static str, String)> {
+    let Some(v) = value else { return Ok(None) };
+    let Ok(s) = std::str::from_utf8(v) else {
+        return Err((field, format!("{field} is not UTF-8 text")));
+    };
+    if s.len() > MAX_NAME_LEN {
+        return Err((field, format!("{field} is longer than {MAX_NAME_LEN} bytes")));
+    }
+    Ok(Some(s.to_string()))
+}

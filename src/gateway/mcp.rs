@@ -4,8 +4,8 @@
 //! (`crate::mcp::sessions`), refusing past them with a JSON-RPC error.
 
 use super::auth::Caller;
-use super::chat::name_in;
 use super::error::{closing, read_bytes};
+use super::extract::name_in;
 use super::Gateway;
 use crate::mcp::sessions::{McpLimits, Refused, Sessions};
 use crate::mcp::{proxy::Proxy, Link, LinkLimits, Upstreams};

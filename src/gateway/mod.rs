@@ -18,6 +18,7 @@ mod extract;
 mod live;
 mod mcp;
 mod metrics;
+mod reply;
 mod request_key;
 mod stall;
 mod stream;

@@ -10,9 +10,9 @@
 //! away drops the body, and with it the call; one that stops reading
 //! loses it too (`stall.rs`).
 
-use super::chat::{outcome_headers, respond};
 use super::client_api::{Client, Writer};
 use super::error::GatewayError;
+use super::reply::{outcome_headers, respond};
 use super::stall::{Call, Watched};
 use super::Gateway;
 use crate::outcome::Outcome;
