@@ -29,7 +29,7 @@ fn big_app(rt: &tokio::runtime::Runtime) -> App {
             cfg.tools.insert(format!("tool_{i:03}"), template.clone());
         }
         let runner = Runner::new(cfg, RunnerParts::mock(Clock::with_wall_anchor(0), Seed(1))).unwrap();
-        assert!(runner.registry().len() >= 200);
+        assert!(runner.catalog().registry().len() >= 200);
         for i in 0..10_000u32 {
             let user = format!("user-{i:05}");
             let r = runner.budgets().reserve(&user, 100 + i % 5_000, 0.001, 1_000).unwrap();

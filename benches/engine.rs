@@ -64,7 +64,7 @@ fn runner(c: &mut Criterion) {
     let messages: Arc<[Message]> = vec![Message::user("Where is order #38291?")].into();
     let tools: Arc<[ToolSpec]> = Vec::new().into();
     let users: Vec<String> = (0..1000).map(|i| format!("user-{i}")).collect();
-    let route = runner.route("default").unwrap();
+    let route = runner.catalog().route("default").unwrap();
     let mut i = 0usize;
     c.bench_function("runner call_llm decision path", |bench| {
         bench.iter(|| {

@@ -73,7 +73,7 @@ fn http(c: &mut Criterion) {
         parts.providers = fusebox::provider::http::build(&cfg, clock, Some(&base)).unwrap();
         Runner::new(cfg, parts).unwrap()
     });
-    let route = runner.route("default").unwrap();
+    let route = runner.catalog().route("default").unwrap();
     c.bench_function("http: fusebox client + runner, streamed completion", |b| {
         b.iter(|| {
             rt.block_on(async {

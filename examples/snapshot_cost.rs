@@ -48,7 +48,7 @@ fn main() {
         let each = t0.elapsed().as_secs_f64() / n as f64;
         println!(
             "{} breakers, 10000 users: {:.3} ms a snapshot ({bytes} bytes); at 10/s {:.2} % of one core",
-            runner.registry().len(),
+            runner.catalog().registry().len(),
             each * 1e3,
             each * 10.0 * 100.0
         );

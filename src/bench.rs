@@ -189,6 +189,7 @@ async fn worker(runner: Arc<Runner>, w: u64, threads: u64, per: u64, users: u64)
     let tools: Arc<[ToolSpec]> = Vec::new().into();
     let mut h = Histogram::<u64>::new_with_bounds(1, 60_000_000_000, 3).expect("valid bounds");
     let route = runner
+        .catalog()
         .route("default")
         .expect("the built-in config has a default route");
     let mut tally = Tally::default();

@@ -240,7 +240,8 @@ async fn semantic_faults_reach_the_runner_as_semantic_failures() {
     let o = r.run(&req).await;
     assert_eq!(o.path()[0], "gpt-4o ✗semantic", "{:?}", o.path());
     assert!(
-        r.registry()
+        r.catalog()
+            .registry()
             .find(&Target::model("gpt-4o"))
             .unwrap()
             .stats
@@ -266,7 +267,8 @@ async fn retry_after_keeps_traffic_off_the_provider_and_headers_calibrate_the_li
     parts.providers = clients(&cfg, &base);
     let r = Runner::new(cfg, parts).unwrap();
     let openai = |r: &Runner| {
-        r.registry()
+        r.catalog()
+            .registry()
             .find(&Target::provider("openai"))
             .unwrap()
             .stats
@@ -279,7 +281,13 @@ async fn retry_after_keeps_traffic_off_the_provider_and_headers_calibrate_the_li
     // the provider announced.)
     let o = r.run(&ask(1)).await;
     assert_eq!(o.level, Level::None, "{:?}", o.path());
-    let lim = &r.providers().iter().find(|p| p.name == "openai").unwrap().limiter;
+    let lim = &r
+        .catalog()
+        .providers()
+        .iter()
+        .find(|p| p.name == "openai")
+        .unwrap()
+        .limiter;
     let v = lim.view(tokio::time::Instant::now());
     assert!(v.calibrated_ms_ago.is_some(), "{v:?}");
     // A 429 with retry-after: 2 freezes the limiter: no request reaches openai for 2 s.
@@ -405,6 +413,7 @@ async fn openai_compatible_server_streamed_and_not_and_no_key_leaks() {
             seen.push(serde_json::to_string(&e).unwrap());
         }
         let e = r
+            .catalog()
             .providers()
             .iter()
             .find(|p| p.name == "local")
@@ -466,7 +475,13 @@ async fn azure_openai_by_deployment_and_by_v1_answers_and_falls_back() {
         let case = format!("api_version {api_version:?}, stream {stream}");
         let o = r.run(&ask(1)).await;
         assert_eq!(o.path(), vec!["azure-4o ✓".to_string()], "{case}");
-        let azure = &r.providers().iter().find(|p| p.name == "azure").unwrap().client;
+        let azure = &r
+            .catalog()
+            .providers()
+            .iter()
+            .find(|p| p.name == "azure")
+            .unwrap()
+            .client;
         let body = fusebox::wire::RawBody::parse(br#"{"model": "embed", "input": ["refund"]}"#).unwrap();
         let embed = fusebox::provider::EmbedRequest {
             request_id: 1,
@@ -478,7 +493,13 @@ async fn azure_openai_by_deployment_and_by_v1_answers_and_falls_back() {
         let v: serde_json::Value = serde_json::from_slice(&e.body).unwrap();
         assert_eq!(v["data"].as_array().map(Vec::len), Some(1), "{case}: {v}");
         // Its rate-limit headers calibrate the limiter, as OpenAI's do.
-        let lim = &r.providers().iter().find(|p| p.name == "azure").unwrap().limiter;
+        let lim = &r
+            .catalog()
+            .providers()
+            .iter()
+            .find(|p| p.name == "azure")
+            .unwrap()
+            .limiter;
         let v = lim.view(tokio::time::Instant::now());
         assert!(v.calibrated_ms_ago.is_some(), "{case}: {v:?}");
         set(

@@ -320,7 +320,7 @@ fn status(runner: &Runner) {
 fn status_line(runner: &Runner) -> String {
     let lv = runner.by_level();
     let now = runner.clock().now();
-    let reg = runner.registry();
+    let reg = runner.catalog().registry();
     let open: Vec<String> = reg
         .iter()
         .filter(|t| !t.breaker.would_admit(now))

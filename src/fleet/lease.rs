@@ -40,8 +40,8 @@ fn key(provider: &str, bucket: &str) -> String {
 
 /// Keeps one provider's leases topped up, for as long as the runtime runs.
 pub(super) async fn keep_leased(fleet: Arc<Fleet>, provider: usize) {
-    let limiter: &Limiter = &fleet.runner.providers()[provider].limiter;
-    let name = fleet.runner.providers()[provider].name.clone();
+    let limiter: &Limiter = &fleet.runner.catalog().providers()[provider].limiter;
+    let name = fleet.runner.catalog().providers()[provider].name.clone();
     let shape = limiter.lease_mode();
     let present: Vec<usize> = (0..4).filter(|&i| shape[i].is_some()).collect();
     if present.is_empty() {

@@ -249,7 +249,7 @@ impl Fleet {
             trips,
         }));
         tokio::spawn(me.queue.clone().run(me.runner.clone()));
-        for p in 0..me.runner.providers().len() {
+        for p in 0..me.runner.catalog().providers().len() {
             tokio::spawn(lease::keep_leased(me.clone(), p));
         }
         Ok(me)
@@ -312,7 +312,7 @@ impl Fleet {
     /// Opens this instance's breaker on a trip another instance shared,
     /// unless an operator holds the breaker or it is open already.
     fn trip_here(&self, op: &SharedOp, target: &Target) {
-        let Some(t) = self.runner.registry().find(target) else {
+        let Some(t) = self.runner.catalog().registry().find(target) else {
             return;
         };
         if matches!(t.breaker.state(), BreakerState::Closed | BreakerState::HalfOpen) {
@@ -330,6 +330,7 @@ impl Fleet {
             let now = self.runner.clock().now();
             let open_ms = self
                 .runner
+                .catalog()
                 .registry()
                 .find(&target)
                 .and_then(|t| t.breaker.view(now).next_probe_ms)

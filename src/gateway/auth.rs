@@ -78,7 +78,11 @@ impl Caller {
         if self.routes.is_empty() {
             return None;
         }
-        Some(self.reach.get_or_init(|| runner.reach_of(&self.routes)).clone())
+        Some(
+            self.reach
+                .get_or_init(|| runner.catalog().reach_of(&self.routes))
+                .clone(),
+        )
     }
 
     /// The user its calls are billed to, whatever `given` (a `user` field

@@ -173,7 +173,12 @@ fn priority_of(
     let Some(caller) = caller else {
         return Ok(gw.runner.priority_for(user, asked, route));
     };
-    let of_route = gw.runner.route_for(route).map(|r| r.cfg.priority).unwrap_or_default();
+    let of_route = gw
+        .runner
+        .catalog()
+        .route_for(route)
+        .map(|r| r.cfg.priority)
+        .unwrap_or_default();
     let p = asked.unwrap_or(of_route).max(caller.priority);
     Ok((p != of_route).then_some(p))
 }

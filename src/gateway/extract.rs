@@ -81,8 +81,8 @@ pub(super) fn usable_model(gw: &Gateway, api: Api, parts: &Parts, model: &str) -
         let why = format!("model is longer than {MAX_NAME_LEN} bytes");
         return Err(GatewayError::bad_request(api, why, "model"));
     }
-    if gw.runner.route_for(model).is_none() {
-        let mut known: Vec<&str> = gw.runner.routes().keys().map(String::as_str).collect();
+    if gw.runner.catalog().route_for(model).is_none() {
+        let mut known: Vec<&str> = gw.runner.catalog().routes().keys().map(String::as_str).collect();
         known.sort_unstable();
         let why = format!(
             "model `{model}` is neither a route nor a configured model; routes: {} (GET /v1/models lists all)",

@@ -171,7 +171,9 @@ impl Collector for RunnerMetrics {
 
 /// Each target's breaker state and call counters.
 fn targets(enc: &mut DescriptorEncoder, r: &Runner, now: tokio::time::Instant) -> std::fmt::Result {
-    let targets: Vec<_> = (0..r.registry().len()).map(|i| r.registry().get(i)).collect();
+    let targets: Vec<_> = (0..r.catalog().registry().len())
+        .map(|i| r.catalog().registry().get(i))
+        .collect();
     let views: Vec<_> = targets
         .iter()
         .map(|t| (t.target.to_string(), t.breaker.view(now)))
@@ -258,6 +260,7 @@ fn targets(enc: &mut DescriptorEncoder, r: &Runner, now: tokio::time::Instant) -
 /// Each provider's limiter levels and calls in flight.
 fn limiters(enc: &mut DescriptorEncoder, r: &Runner, now: tokio::time::Instant) -> std::fmt::Result {
     let limiters: Vec<_> = r
+        .catalog()
         .providers()
         .iter()
         .map(|p| (p.name.as_str(), p.limiter.view(now)))

@@ -286,10 +286,10 @@ async fn models(State(gw): Shared) -> Response {
     let names = |chain: &[usize]| {
         chain
             .iter()
-            .map(|&m| r.models()[m].name.to_string())
+            .map(|&m| r.catalog().models()[m].name.to_string())
             .collect::<Vec<_>>()
     };
-    let mut routes: Vec<_> = r.routes().values().collect();
+    let mut routes: Vec<_> = r.catalog().routes().values().collect();
     routes.sort_by(|a, b| a.name.cmp(&b.name));
     let mut data: Vec<_> = routes
         .iter()
@@ -298,14 +298,14 @@ async fn models(State(gw): Shared) -> Response {
                    "fusebox": {"kind": "route", "chain": names(&route.chain)}})
         })
         .collect();
-    for m in r.models() {
-        let Some(route) = r.model_routes().get(&*m.name) else {
+    for m in r.catalog().models() {
+        let Some(route) = r.catalog().model_routes().get(&*m.name) else {
             continue;
         };
-        if r.routes().contains_key(&*m.name) {
+        if r.catalog().routes().contains_key(&*m.name) {
             continue;
         }
-        let provider = &r.providers()[m.provider].name;
+        let provider = &r.catalog().providers()[m.provider].name;
         data.push(
             json!({"id": m.name, "object": "model", "created": 0, "owned_by": provider,
                          "fusebox": {"kind": "model", "provider": provider, "api_name": m.api_name,
@@ -328,7 +328,7 @@ async fn readyz(State(gw): Shared) -> Response {
     }
     let r = &gw.runner;
     let now = r.clock().now();
-    if r.models().iter().any(|m| r.admits(m, now)) {
+    if r.catalog().models().iter().any(|m| r.admits(m, now)) {
         (StatusCode::OK, "ready\n").into_response()
     } else {
         (

@@ -196,6 +196,7 @@ impl Proxy {
                 let now = self.runner.clock().now();
                 let probe = self
                     .runner
+                    .catalog()
                     .registry()
                     .iter()
                     .find(|t| t.target == target)

@@ -31,15 +31,17 @@ impl GenAiNames {
             _ => provider.to_string(),
         };
         let providers: HashMap<_, _> = runner
+            .catalog()
             .providers()
             .iter()
             .map(|p| (p.name.clone(), system(&p.name)))
             .collect();
         let models = runner
+            .catalog()
             .models()
             .iter()
             .map(|m| {
-                let p = &runner.providers()[m.provider].name;
+                let p = &runner.catalog().providers()[m.provider].name;
                 (m.name.to_string(), (m.api_name.to_string(), system(p)))
             })
             .collect();

@@ -37,9 +37,9 @@ impl Runner {
         deadline: Option<Instant>,
         may_wait: impl FnOnce() -> bool,
     ) -> Result<(Held<'a>, tokio::time::Instant), Refusal> {
-        let m = &self.models[mi];
-        let p = &self.providers[m.provider];
-        let (pt, mt) = (self.registry.get(p.target), self.registry.get(m.target));
+        let m = &self.catalog.models[mi];
+        let p = &self.catalog.providers[m.provider];
+        let (pt, mt) = (self.catalog.registry.get(p.target), self.catalog.registry.get(m.target));
         let now = self.clock.now();
         let Ok(pp) = pt.breaker.try_acquire(now) else {
             // A call of the model all the same: its row says it was refused.
@@ -145,8 +145,8 @@ impl Runner {
         spent: &Spent<'_>,
         tally: &mut Tally,
     ) {
-        let m = &self.models[mi];
-        let p = &self.providers[m.provider];
+        let m = &self.catalog.models[mi];
+        let p = &self.catalog.providers[m.provider];
         let u = spent.usage;
         let tokens = u.total();
         let cost = m.cost(u.input, u.output);
@@ -161,10 +161,10 @@ impl Runner {
     /// Model `mi`'s targets: its provider's, then its own.
     #[inline]
     pub(super) fn model_targets(&self, mi: usize) -> [&super::registry::Entry; 2] {
-        let m = &self.models[mi];
+        let m = &self.catalog.models[mi];
         [
-            self.registry.get(self.providers[m.provider].target),
-            self.registry.get(m.target),
+            self.catalog.registry.get(self.catalog.providers[m.provider].target),
+            self.catalog.registry.get(m.target),
         ]
     }
 }
@@ -395,7 +395,7 @@ impl Runner {
 
     /// Model `mi`'s target (`model:NAME`).
     pub(super) fn model_target(&self, mi: usize) -> crate::target::Target {
-        self.registry.get(self.models[mi].target).target.clone()
+        self.catalog.registry.get(self.catalog.models[mi].target).target.clone()
     }
 
     /// Emits a step record when someone (traces) listens.

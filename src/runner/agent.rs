@@ -230,21 +230,23 @@ impl Runner {
     fn offered_tools(&self, req: &AgentRequest, now: tokio::time::Instant, trail: &mut Trail) -> Arc<[ToolSpec]> {
         let mut offered: Vec<ToolSpec> = Vec::new();
         for name in &req.tools {
-            let Some(&ti) = self.tool_index.get(name) else { continue };
+            let Some(&ti) = self.catalog.tool_index.get(name) else {
+                continue;
+            };
             let critical = self.is_critical(ti, &req.critical_tools);
-            let tool = self.registry.get(self.tools[ti].target);
+            let tool = self.catalog.registry.get(self.catalog.tools[ti].target);
             let open = !tool.breaker.would_admit(now);
             if !critical && (open || self.drill()) {
                 let end = if open { HopEnd::Open } else { HopEnd::Drill };
                 trail.push(Hop::new(&tool.target.to_string(), end));
                 if open {
-                    trail.tally.note_tool(self.tools[ti].target, true);
+                    trail.tally.note_tool(self.catalog.tools[ti].target, true);
                 }
                 trail.miss(name);
                 trail.quality *= self.cfg.degradation.skip_quality;
                 continue;
             }
-            offered.push(self.tools[ti].spec.clone());
+            offered.push(self.catalog.tools[ti].spec.clone());
         }
         if offered.is_empty() {
             self.no_tools.clone()
@@ -267,7 +269,7 @@ impl Runner {
         trail: &mut Trail,
         added: &mut Vec<Message>,
     ) -> Option<End> {
-        let Some(&ti) = self.tool_index.get(&tc.name) else {
+        let Some(&ti) = self.catalog.tool_index.get(&tc.name) else {
             let text = format!("{} is not a tool of this agent", tc.name);
             added.push(Message::tool_result(tc, text, true));
             return None;
@@ -276,7 +278,7 @@ impl Runner {
         match self.call_tool(req.id, ti, tc, key, critical, &mut trail.tally).await {
             Ok(text) => added.push(Message::tool_result(tc, text, false)),
             Err(f) => {
-                let tool = &self.registry.get(self.tools[ti].target).target;
+                let tool = &self.catalog.registry.get(self.catalog.tools[ti].target).target;
                 trail.push(Hop::new(&tool.to_string(), f.end()));
                 if let Some((text, age)) = self.cached_tool(ti, key) {
                     trail.push(Hop::new(&tool.to_string(), HopEnd::Cache));
@@ -309,8 +311,8 @@ impl Runner {
         now: tokio::time::Instant,
         trail: &mut Trail,
     ) -> End {
-        let Some(route) = self.route_for(req.route.as_str()) else {
-            let mut known: Vec<&str> = self.routes.keys().map(String::as_str).collect();
+        let Some(route) = self.catalog.route_for(req.route.as_str()) else {
+            let mut known: Vec<&str> = self.catalog.routes.keys().map(String::as_str).collect();
             known.sort_unstable();
             return End::Failed(format!(
                 "Unknown route `{}`; known routes: {}.",
@@ -490,20 +492,29 @@ impl Runner {
     /// breakers admit): where none can, deferred requests wait elsewhere.
     pub(crate) fn any_model_admits(&self) -> bool {
         let now = self.clock.now();
-        self.models.iter().any(|m| self.admits(m, now))
+        self.catalog.models.iter().any(|m| self.admits(m, now))
     }
 
     /// Whether a deferred request's dependencies look available again.
     fn ready(&self, req: &AgentRequest) -> bool {
         let now = self.clock.now();
-        let Some(route) = self.route_for(req.route.as_str()) else {
+        let Some(route) = self.catalog.route_for(req.route.as_str()) else {
             return true;
         };
-        let model_ok = route.chain.iter().any(|&m| self.admits(&self.models[m], now));
-        let tools_ok = req.tools.iter().filter_map(|n| self.tool_index.get(n)).all(|&ti| {
-            !self.is_critical(ti, &req.critical_tools)
-                || self.registry.get(self.tools[ti].target).breaker.would_admit(now)
-        });
+        let model_ok = route.chain.iter().any(|&m| self.admits(&self.catalog.models[m], now));
+        let tools_ok = req
+            .tools
+            .iter()
+            .filter_map(|n| self.catalog.tool_index.get(n))
+            .all(|&ti| {
+                !self.is_critical(ti, &req.critical_tools)
+                    || self
+                        .catalog
+                        .registry
+                        .get(self.catalog.tools[ti].target)
+                        .breaker
+                        .would_admit(now)
+            });
         model_ok && tools_ok
     }
 

@@ -180,7 +180,7 @@ impl Runner {
     /// as it arrives when one is given. Dropping the future (the client
     /// went away) cancels the upstream call and releases what it reserved.
     pub async fn chat(&self, req: ChatRequest, sink: Option<&mut dyn StreamSink>) -> Chat {
-        let mut run = Tallied::new(self.begin(req.id, &req.user, || arrival(&req, &self.models)));
+        let mut run = Tallied::new(self.begin(req.id, &req.user, || arrival(&req, &self.catalog.models)));
         let mut streaming = sink.map(Streaming::new);
         let entered = req
             .session
@@ -205,8 +205,12 @@ impl Runner {
         let chain: Vec<_> = run.tally.hops.iter().map(|h| self.hop_of(h)).collect();
         let (level, quality, user_message) = match &end {
             ChatEnd::Answer { model, .. } | ChatEnd::Streamed { model, .. } => {
-                let primary = self.route_for(&req.route).map(|r| r.chain[0]);
-                let answered = self.models.iter().position(|m| m.name.as_ref() == model.as_str());
+                let primary = self.catalog.route_for(&req.route).map(|r| r.chain[0]);
+                let answered = self
+                    .catalog
+                    .models
+                    .iter()
+                    .position(|m| m.name.as_ref() == model.as_str());
                 let q = match (primary, answered) {
                     (Some(p), Some(a)) => self.quality_ratio(a, p),
                     _ => 1.0,
@@ -272,7 +276,7 @@ impl Runner {
                 retry_after: Duration::from_secs(60),
             };
         }
-        let Some(route) = self.route_for(&req.route) else {
+        let Some(route) = self.catalog.route_for(&req.route) else {
             return ChatEnd::Unavailable {
                 message: self.cfg.degradation.user_message.clone(),
             };
@@ -317,7 +321,7 @@ impl Runner {
                 if let Some(s) = session {
                     s.add_tokens(u64::from(u.total()));
                 }
-                let model = self.models[mi].name.to_string();
+                let model = self.catalog.models[mi].name.to_string();
                 match streaming.filter(|s| s.started) {
                     Some(s) => ChatEnd::Streamed {
                         response,
@@ -358,7 +362,7 @@ impl Runner {
                     .hops
                     .iter()
                     .filter_map(|h| match &h.result {
-                        HopResult::Unsupported(w) => Some(format!("{} {w}", self.models[h.model].name)),
+                        HopResult::Unsupported(w) => Some(format!("{} {w}", self.catalog.models[h.model].name)),
                         _ => None,
                     })
                     .collect();
@@ -389,7 +393,7 @@ impl Runner {
                     Some((mi, HopResult::Shed(p, why))) => ChatEnd::RateLimited {
                         reason: format!(
                             "shed: provider `{}` is short of capacity and this {} call {} in its queue (more urgent calls and other tenants' fair shares go first)",
-                            self.providers[self.models[mi].provider].name,
+                            self.catalog.providers[self.catalog.models[mi].provider].name,
                             p.name(),
                             why.label(),
                         ),
@@ -440,7 +444,7 @@ impl Runner {
                 let mut why: Vec<String> = Vec::new();
                 for h in &tally.hops {
                     if let HopResult::Semantic(w) = &h.result {
-                        let said = format!("{}: {w}", self.models[h.model].name);
+                        let said = format!("{}: {w}", self.catalog.models[h.model].name);
                         if !why.contains(&said) && why.len() < 3 {
                             why.push(said);
                         }

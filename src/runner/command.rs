@@ -78,30 +78,40 @@ impl Runner {
     }
 
     fn breaker(&self, target: &Target) -> Result<&super::registry::Entry, CommandError> {
-        self.registry
+        self.catalog
+            .registry
             .find(target)
-            .ok_or_else(|| unknown(target, self.registry.iter().map(|t| &t.target)))
+            .ok_or_else(|| unknown(target, self.catalog.registry.iter().map(|t| &t.target)))
     }
 
     fn limiter(&self, target: &Target) -> Result<&crate::resilience::limiter::Limiter, CommandError> {
-        self.providers
+        self.catalog
+            .providers
             .iter()
-            .find(|p| self.registry.get(p.target).target == *target)
+            .find(|p| self.catalog.registry.get(p.target).target == *target)
             .map(|p| &p.limiter)
             .ok_or_else(|| {
                 unknown(
                     target,
-                    self.providers.iter().map(|p| &self.registry.get(p.target).target),
+                    self.catalog
+                        .providers
+                        .iter()
+                        .map(|p| &self.catalog.registry.get(p.target).target),
                 )
             })
     }
 
     /// A mock provider or tool (models have no fault of their own).
     fn fault_target(&self, target: &Target) -> Result<(), CommandError> {
-        if target.has_fault() && self.registry.find(target).is_some() {
+        if target.has_fault() && self.catalog.registry.find(target).is_some() {
             return Ok(());
         }
-        let all = self.registry.iter().map(|t| &t.target).filter(|t| t.has_fault());
+        let all = self
+            .catalog
+            .registry
+            .iter()
+            .map(|t| &t.target)
+            .filter(|t| t.has_fault());
         Err(unknown(target, all))
     }
 

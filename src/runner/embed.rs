@@ -70,7 +70,7 @@ impl Runner {
             },
             via: Via::Embeddings,
         }));
-        let end = match self.route_for(&call.model).map(|r| r.chain[0]) {
+        let end = match self.catalog.route_for(&call.model).map(|r| r.chain[0]) {
             None => EmbedEnd::Unavailable(format!("no model `{}`", call.model)),
             Some(mi) => self.embed_on(&call, mi, &mut run.tally).await,
         };
@@ -95,8 +95,8 @@ impl Runner {
     }
 
     async fn embed_on(&self, call: &EmbedCall, mi: usize, tally: &mut Tally) -> EmbedEnd {
-        let m = &self.models[mi];
-        let p = &self.providers[m.provider];
+        let m = &self.catalog.models[mi];
+        let p = &self.catalog.providers[m.provider];
         let spend = super::stream::Spend::default();
         let (mut held, now) = match self
             .admit(
@@ -169,7 +169,7 @@ impl Runner {
             ..CallRecord::default()
         };
         let verdict = failure.map_or(Verdict::Ok, Verdict::Failed);
-        let provider = self.registry.get(p.target);
+        let provider = self.catalog.registry.get(p.target);
         let failed = result.as_ref().err();
         attempt.end(self, probes, verdict, rec, (end, None), |latency| Attempt {
             model: Some(m.name.to_string()),

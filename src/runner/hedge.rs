@@ -66,7 +66,13 @@ impl Runner {
             Hedge::AfterMs(ms) => ms,
             Hedge::P95 => {
                 let first = *self.plan(call).first()?;
-                let latency = self.registry.get(self.models[first].target).stats.latency.view();
+                let latency = self
+                    .catalog
+                    .registry
+                    .get(self.catalog.models[first].target)
+                    .stats
+                    .latency
+                    .view();
                 if latency.count() < Hedge::MIN_CALLS {
                     return None;
                 }
@@ -146,7 +152,12 @@ impl Runner {
             return None;
         }
         started.store(true, Ordering::Relaxed);
-        self.registry.get(self.models[preferred].target).stats.hedged.inc();
+        self.catalog
+            .registry
+            .get(self.catalog.models[preferred].target)
+            .stats
+            .hedged
+            .inc();
         let after_ms = after.as_millis() as u64;
         self.announce_step(
             call.request_id,

@@ -35,7 +35,7 @@ impl Runner {
         };
         crate::outcome::Hop {
             tries: h.tries,
-            ..crate::outcome::Hop::new(&self.models[h.model].name, end)
+            ..crate::outcome::Hop::new(&self.catalog.models[h.model].name, end)
         }
     }
 
@@ -57,15 +57,16 @@ impl Runner {
             _ => Cow::Borrowed(chain),
         };
         if !call.only_first && self.budgets.pressure() > self.cfg.budgets.soft_ratio {
-            order.to_mut().sort_by_key(|&m| self.models[m].cfg.tier);
+            order.to_mut().sort_by_key(|&m| self.catalog.models[m].cfg.tier);
         }
         order
     }
 
     /// Whether both breakers of a model would admit a call now.
     pub(crate) fn admits(&self, m: &ModelSlot, now: tokio::time::Instant) -> bool {
-        let p = &self.providers[m.provider];
-        self.registry.get(p.target).breaker.would_admit(now) && self.registry.get(m.target).breaker.would_admit(now)
+        let p = &self.catalog.providers[m.provider];
+        self.catalog.registry.get(p.target).breaker.would_admit(now)
+            && self.catalog.registry.get(m.target).breaker.would_admit(now)
     }
 
     /// Runs one LLM call through the chain.
@@ -119,11 +120,14 @@ impl Runner {
             if call.deadline.is_some_and(|d| self.clock.now() >= d) {
                 break;
             }
-            let m = &self.models[mi];
+            let m = &self.catalog.models[mi];
             let rest = &order[pos + 1..];
             // A model of another API than the client's, asked for what only
             // the client's API can do, is not tried.
-            let api = self.providers[m.provider].client.wire().unwrap_or(call.params.wire);
+            let api = self.catalog.providers[m.provider]
+                .client
+                .wire()
+                .unwrap_or(call.params.wire);
             if let Some(why) = call.params.cannot_honour(api) {
                 self.announce_step(
                     call.request_id,
@@ -273,7 +277,7 @@ impl Runner {
     /// Whether any of `models` would take a call now.
     pub(super) fn any_admits(&self, models: &[usize]) -> bool {
         let now = self.clock.now();
-        models.iter().any(|&m| self.admits(&self.models[m], now))
+        models.iter().any(|&m| self.admits(&self.catalog.models[m], now))
     }
 }
 

@@ -7,6 +7,7 @@ pub mod agent;
 mod align;
 mod attempt;
 mod call;
+pub mod catalog;
 pub mod chat;
 pub mod command;
 pub mod embed;
@@ -26,143 +27,28 @@ pub mod tool;
 pub mod tool_call;
 
 use crate::clock::{Clock, Seed};
-use crate::config::{Config, ModelConfig, Priority, RouteConfig, ToolConfig};
+use crate::config::{Config, Priority};
 use crate::outcome::Level;
 use crate::provider::fault::FaultTable;
-use crate::provider::mock::MockProvider;
 use crate::provider::{Provider, ToolSpec};
-use crate::resilience::breaker::Breaker;
 use crate::resilience::budget::Budgets;
-use crate::resilience::bulkhead::Bulkhead;
 use crate::resilience::cache::ResultCache;
 use crate::resilience::defer::{Spool, SpoolError};
-use crate::resilience::limiter::Limiter;
 use crate::resilience::retry::RetryBudget;
 use crate::resilience::session::SessionQuotas;
-use crate::target::Target;
 use crate::telemetry::events::EventBus;
 use crate::tools::{MockTools, ToolExecutor};
+pub use catalog::{Catalog, ModelSlot, ProviderSlot, RouteSlot, ToolSlot};
 use dashmap::DashMap;
-use registry::Registry;
 use shared::Shared;
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
 
 /// Routes and tools by name, looked up on every call (ahash: SipHash showed
 /// in profiles).
 pub type NameMap<V> = HashMap<String, V, ahash::RandomState>;
-
-/// A provider as the runner holds it.
-pub struct ProviderSlot {
-    /// Name (`openai`).
-    pub name: String,
-    /// Its breaker target.
-    pub target: usize,
-    /// Its rate limiter.
-    pub limiter: Limiter,
-    /// The client.
-    pub client: Arc<dyn Provider>,
-    /// Per-call timeout.
-    pub timeout: Duration,
-}
-
-/// A model as the runner holds it.
-pub struct ModelSlot {
-    /// Name (`gpt-4o`).
-    pub name: Arc<str>,
-    /// The name the provider knows it by (`api_name`, default the name).
-    pub api_name: Arc<str>,
-    /// Index of its provider.
-    pub provider: usize,
-    /// Its breaker target.
-    pub target: usize,
-    /// Prices, tier, quality.
-    pub cfg: ModelConfig,
-    /// Recent latency (EWMA, ms), for latency SLAs.
-    pub latency_ms: AtomicU64,
-    /// Output tokens/s under which a call counts as failed (its breaker's floor).
-    pub min_tokens_per_s: f64,
-    /// It continues an answer given as a last assistant turn (false once
-    /// it refused one).
-    pub prefill: std::sync::atomic::AtomicBool,
-}
-
-impl ModelSlot {
-    /// The provider's own time bound on `req` (`chars` of prompt) on this
-    /// model, whose provider's timeout is `timeout`: a whole answer's, or
-    /// a stream's first token's (`first_token_timeout_ms`, within the
-    /// timeout; just the timeout when the caller asked the model to reason
-    /// first, as its thinking comes before its first token for as long as
-    /// it was asked to). Either way, the time to read the prompt
-    /// (`prefill_ms_per_1k`) comes on top: a long prompt is the caller's.
-    pub(crate) fn own_bound(
-        &self,
-        timeout: Duration,
-        req: &crate::provider::LlmRequest,
-        chars: usize,
-        streams: bool,
-    ) -> Duration {
-        let first = match self.cfg.first_token_timeout_ms {
-            ms if streams && ms > 0 && !req.params.asks_reasoning() => timeout.min(Duration::from_millis(ms)),
-            _ => timeout,
-        };
-        first.saturating_add(self.reading(chars))
-    }
-
-    /// How long the model may take to read `chars` of prompt: for each
-    /// whole thousand tokens of it, `prefill_ms_per_1k`.
-    fn reading(&self, chars: usize) -> Duration {
-        let thousands = u64::from(crate::request::tokens_in_chars(chars)) / 1000;
-        Duration::from_millis(thousands.saturating_mul(self.cfg.prefill_ms_per_1k))
-    }
-
-    /// Output tokens a second of a whole answer of `output` tokens that
-    /// took `took` for `chars` of prompt, the time to read it left out.
-    pub(crate) fn pace(&self, output: u32, took: Duration, chars: usize) -> f64 {
-        let writing = took.saturating_sub(self.reading(chars)).as_secs_f64().max(1e-3);
-        f64::from(output) / writing
-    }
-
-    /// The part of a time to first token that `req`'s prompt does not
-    /// account for (what says how fast the provider is).
-    pub(crate) fn beyond_prompt(&self, ttft: Duration, req: &crate::provider::LlmRequest) -> Duration {
-        ttft.saturating_sub(self.reading(req.prompt_chars()))
-    }
-
-    /// Cost of a call in USD.
-    #[inline]
-    pub fn cost(&self, input: u32, output: u32) -> f64 {
-        (input as f64 * self.cfg.input_per_m + output as f64 * self.cfg.output_per_m) / 1e6
-    }
-}
-
-/// A route as the runner holds it.
-#[derive(Debug)]
-pub struct RouteSlot {
-    /// Name.
-    pub name: String,
-    /// Model indices, in preference order.
-    pub chain: Vec<usize>,
-    /// Settings.
-    pub cfg: RouteConfig,
-}
-
-/// A tool as the runner holds it.
-pub struct ToolSlot {
-    /// Name.
-    pub name: String,
-    /// Its breaker target.
-    pub target: usize,
-    /// Settings.
-    pub cfg: ToolConfig,
-    /// Its pool.
-    pub bulkhead: Bulkhead,
-    /// What the model sees.
-    pub spec: ToolSpec,
-}
 
 /// Totals over the run.
 #[derive(Default)]
@@ -228,15 +114,7 @@ pub struct Runner {
     clock: Clock,
     seed: Seed,
     events: Arc<EventBus>,
-    registry: Registry,
-    providers: Vec<ProviderSlot>,
-    models: Vec<ModelSlot>,
-    routes: NameMap<RouteSlot>,
-    /// What serves a client naming a model rather than a route, by the
-    /// model's name and its `api_name` ([`model_routes`]).
-    model_routes: NameMap<RouteSlot>,
-    tools: Vec<ToolSlot>,
-    tool_index: NameMap<usize>,
+    catalog: Catalog,
     executor: Arc<dyn ToolExecutor>,
     budgets: Budgets,
     sessions: SessionQuotas,
@@ -259,155 +137,20 @@ pub struct Runner {
     reload_source: std::sync::OnceLock<reload::Source>,
 }
 
-/// For each model, what serves a client that names it: the model first,
-/// then the models after it in its home route's chain (the route where it
-/// comes earliest; of those, `default`, else the first by name), with that
-/// route's settings; only the model itself where the route says
-/// `named_fallback = false` or no route holds it. Keyed by name, and by
-/// `api_name` where that names nothing else.
-fn model_routes(routes: &NameMap<RouteSlot>, models: &[ModelSlot]) -> NameMap<RouteSlot> {
-    let mut out = NameMap::default();
-    for (mi, m) in models.iter().enumerate() {
-        let home = routes
-            .values()
-            .filter_map(|r| r.chain.iter().position(|&c| c == mi).map(|at| (r, at)))
-            .min_by_key(|(r, at)| (*at, r.name != "default", r.name.clone()));
-        let (chain, cfg) = match home {
-            Some((r, at)) if r.cfg.named_fallback => (r.chain[at..].to_vec(), r.cfg.clone()),
-            Some((r, _)) => (vec![mi], r.cfg.clone()),
-            None => (
-                vec![mi],
-                RouteConfig {
-                    deadline_ms: 0,
-                    chain: Vec::new(),
-                    max_tokens_factor: 1.0,
-                    trim_prompt_on_fallback: false,
-                    latency_sla_ms: 0,
-                    defer: false,
-                    named_fallback: false,
-                    stream_resume: false,
-                    priority: Default::default(),
-                    hedge: Default::default(),
-                },
-            ),
-        };
-        let slot = |name: &str| RouteSlot {
-            name: name.to_string(),
-            chain: chain.clone(),
-            cfg: cfg.clone(),
-        };
-        out.insert(m.name.to_string(), slot(&m.name));
-        let api = &*m.api_name;
-        if api != &*m.name && !routes.contains_key(api) && !models.iter().any(|o| &*o.name == api) {
-            out.entry(api.to_string()).or_insert_with(|| slot(api));
-        }
-    }
-    out
-}
-
-impl ModelSlot {
-    /// Folds one call's latency into the moving average the route plan
-    /// reads (a fifth of the new, four fifths of the old).
-    fn note_latency(&self, latency: Duration) {
-        let ms = latency.as_millis() as u64;
-        let old = self.latency_ms.load(Ordering::Relaxed);
-        let new = if old == 0 { ms } else { (old * 4 + ms) / 5 };
-        self.latency_ms.store(new, Ordering::Relaxed);
-    }
-}
-
-/// Each route with its chain as model indexes.
-fn route_slots(cfg: &Config, model_index: &HashMap<String, usize>) -> NameMap<RouteSlot> {
-    cfg.routes
-        .iter()
-        .map(|(name, r)| {
-            let slot = RouteSlot {
-                name: name.clone(),
-                chain: r.chain.iter().map(|m| model_index[m]).collect(),
-                cfg: r.clone(),
-            };
-            (name.clone(), slot)
-        })
-        .collect()
-}
-
-/// Each tool with its bulkhead and breaker (from `breaker`), and the index
-/// of each by name.
-fn tool_slots(cfg: &Config, mut breaker: impl FnMut(Target) -> usize) -> (Vec<ToolSlot>, NameMap<usize>) {
-    let mut slots = Vec::new();
-    let mut index = NameMap::default();
-    for ((name, t), spec) in cfg.tools.iter().zip(crate::tools::specs(cfg)) {
-        index.insert(name.clone(), slots.len());
-        slots.push(ToolSlot {
-            name: name.clone(),
-            target: breaker(Target::tool(name)),
-            cfg: t.clone(),
-            bulkhead: Bulkhead::new(t.pool, t.queue),
-            spec,
-        });
-    }
-    (slots, index)
-}
-
 impl Runner {
     /// Builds a runner from a validated config.
     pub fn new(cfg: Config, parts: RunnerParts) -> Result<Arc<Self>, SpoolError> {
         let RunnerParts {
             clock,
             seed,
-            mut providers,
+            providers,
             tools,
             faults,
             spool,
         } = parts;
         let now = clock.now();
         let events = EventBus::new(clock, 2_000);
-        let mut registry = Registry::default();
-        let breaker = |reg: &mut Registry, target: Target| {
-            let config = cfg.breaker_for(&target).clone();
-            let b = Breaker::new(target.clone(), config.clone(), events.clone(), now);
-            reg.add(target, b, config)
-        };
-        let mut provider_slots = Vec::new();
-        let mut provider_index = HashMap::new();
-        for (name, p) in &cfg.providers {
-            let target = breaker(&mut registry, Target::provider(name));
-            let client = providers
-                .remove(name)
-                .unwrap_or_else(|| Arc::new(MockProvider::new(name, seed, faults.clone())));
-            provider_index.insert(name.clone(), provider_slots.len());
-            provider_slots.push(ProviderSlot {
-                name: name.clone(),
-                target,
-                limiter: Limiter::new(name, p, cfg.limiter.clone(), events.clone(), now),
-                client,
-                timeout: Duration::from_millis(p.timeout_ms),
-            });
-        }
-        let mut models = Vec::new();
-        let mut model_index = HashMap::new();
-        for (name, m) in &cfg.models {
-            let model = Target::model(name);
-            let min_tokens_per_s = cfg.breaker_for(&model).min_tokens_per_s;
-            let target = breaker(&mut registry, model);
-            model_index.insert(name.clone(), models.len());
-            models.push(ModelSlot {
-                name: name.as_str().into(),
-                api_name: m.api_name.as_deref().unwrap_or(name).into(),
-                provider: provider_index[&m.provider],
-                target,
-                cfg: m.clone(),
-                latency_ms: AtomicU64::new(0),
-                min_tokens_per_s,
-                prefill: m
-                    .prefill
-                    .unwrap_or_else(|| cfg.providers[&m.provider].kind.takes_prefill())
-                    .into(),
-            });
-        }
-        let routes = route_slots(&cfg, &model_index);
-        let model_routes = model_routes(&routes, &models);
-        let (tool_slots, tool_index) = tool_slots(&cfg, |t| breaker(&mut registry, t));
+        let catalog = Catalog::build(&cfg, providers, (seed, &faults), &events, now);
         let spool = spool.map(|p| Spool::open(&p)).transpose()?;
         let budgets = Budgets::new(cfg.budgets.clone(), events.clone());
         // A caller key's user has the key's budgets.
@@ -429,13 +172,7 @@ impl Runner {
             clock,
             seed,
             events,
-            registry,
-            providers: provider_slots,
-            models,
-            routes,
-            model_routes,
-            tools: tool_slots,
-            tool_index,
+            catalog,
             spool,
             faults,
             drill: AtomicBool::new(false),
@@ -457,47 +194,23 @@ impl Runner {
         let _ = self.shared.set(fleet);
     }
 
-    /// The route called `name`, for an [`LlmCall`](llm::LlmCall).
-    pub fn route(&self, name: &str) -> Option<&RouteSlot> {
-        self.routes.get(name)
-    }
-
-    /// What a client's `model` asks for: the route of that name, else the
-    /// model of that name (or `api_name`) first, then the models after it
-    /// in its route's chain.
-    pub fn route_for(&self, name: &str) -> Option<&RouteSlot> {
-        self.routes.get(name).or_else(|| self.model_routes.get(name))
-    }
-
     /// The priority a call of `user` made without a key gets on `route`
     /// for asking `asked`: no more urgent than the operator gives its
     /// tenant or route (`[limiter.queue] trust_priority` lets callers
     /// choose); `None` where that is its route's.
     pub fn priority_for(&self, user: &str, asked: Option<Priority>, route: &str) -> Option<Priority> {
-        let of_route = self.route_for(route).map(|r| r.cfg.priority).unwrap_or_default();
+        let of_route = self
+            .catalog
+            .route_for(route)
+            .map(|r| r.cfg.priority)
+            .unwrap_or_default();
         let p = self.tenants.grant(user, asked, of_route);
         (p != of_route).then_some(p)
     }
 
-    /// The models a caller allowed only `names` (routes or models) may
-    /// reach on any hop: every model of each route's chain, and each model
-    /// itself (not what it falls back to, unless named too).
-    pub fn reach_of(&self, names: &[String]) -> Arc<[usize]> {
-        let mut reach: Vec<usize> = Vec::new();
-        for n in names {
-            match self.routes.get(n.as_str()) {
-                Some(r) => reach.extend(&r.chain),
-                None => reach.extend(self.model_routes.get(n.as_str()).map(|r| r.chain[0])),
-            }
-        }
-        reach.sort_unstable();
-        reach.dedup();
-        reach.into()
-    }
-
-    /// The routes serving clients that name a model.
-    pub fn model_routes(&self) -> &NameMap<RouteSlot> {
-        &self.model_routes
+    /// What the config built: targets, providers, models, routes, tools.
+    pub fn catalog(&self) -> &Catalog {
+        &self.catalog
     }
 
     /// The run's seed.
@@ -518,31 +231,6 @@ impl Runner {
     /// The event bus.
     pub fn events(&self) -> &Arc<EventBus> {
         &self.events
-    }
-
-    /// Every breaker target.
-    pub fn registry(&self) -> &Registry {
-        &self.registry
-    }
-
-    /// The providers.
-    pub fn providers(&self) -> &[ProviderSlot] {
-        &self.providers
-    }
-
-    /// The models.
-    pub fn models(&self) -> &[ModelSlot] {
-        &self.models
-    }
-
-    /// The routes.
-    pub fn routes(&self) -> &NameMap<RouteSlot> {
-        &self.routes
-    }
-
-    /// The tools.
-    pub fn tools(&self) -> &[ToolSlot] {
-        &self.tools
     }
 
     /// The budgets.
@@ -594,7 +282,7 @@ impl Runner {
     /// sessions; call periodically (the publisher does).
     pub fn maintain(&self) {
         let now = self.clock.now();
-        for t in self.registry.iter() {
+        for t in self.catalog.registry.iter() {
             t.breaker.tick(now);
         }
         let ms = self.clock.ms_at(now);

@@ -26,7 +26,10 @@ impl Runner {
         now: tokio::time::Instant,
     ) -> Option<Duration> {
         let left = deadline?.saturating_duration_since(now);
-        let later = rest.iter().filter(|&&m| self.admits(&self.models[m], now)).count() as u32;
+        let later = rest
+            .iter()
+            .filter(|&&m| self.admits(&self.catalog.models[m], now))
+            .count() as u32;
         Some(left / (later + 1))
     }
 
@@ -45,8 +48,8 @@ impl Runner {
         mut streaming: Option<&mut Streaming<'_>>,
         leg: Option<&super::hedge::Leg>,
     ) -> Result<Result<(LlmResponse, u32), Tried>, LlmFailure> {
-        let m = &self.models[mi];
-        let p = &self.providers[m.provider];
+        let m = &self.catalog.models[mi];
+        let p = &self.catalog.providers[m.provider];
         let chars = req.prompt_chars();
         let spend = Spend::default();
         let targets = self.model_targets(mi);
@@ -243,7 +246,7 @@ impl Runner {
         tally: &mut Tally,
     ) -> ([Option<String>; 2], Option<String>) {
         let semantic = self.semantic_failure(result, req);
-        let m = &self.models[mi];
+        let m = &self.catalog.models[mi];
         let allowance = held.allowance.take();
         let (probes, reserved) = held.disarm();
         let (usage, rate, failure, mut tokens_per_s) = result.spent(semantic.is_some());
@@ -268,7 +271,7 @@ impl Runner {
             end,
         };
         self.settle(call.user, mi, reserved, allowance, &spent, tally);
-        let provider = self.registry.get(self.providers[m.provider].target);
+        let provider = self.catalog.registry.get(self.catalog.providers[m.provider].target);
         if let Attempted::Answer(resp, _) = result {
             self.note_skipped(call.request_id, provider, resp);
         }
@@ -311,15 +314,15 @@ impl Runner {
     /// error may be this host's network) the fleet hears of the trips.
     #[cold]
     fn report_failure(&self, mi: usize, e: &ProviderError, tripped: &[Option<String>]) {
-        let m = &self.models[mi];
-        let p = &self.providers[m.provider];
+        let m = &self.catalog.models[mi];
+        let p = &self.catalog.providers[m.provider];
         if e.kind == ErrorKind::RateLimited {
             p.limiter.count_rate_limited();
         }
         if let (Some(fleet), Some(_)) = (self.shared.get(), e.status) {
             for (t, why) in [p.target, m.target].into_iter().zip(tripped) {
                 if let Some(why) = why {
-                    fleet.trip(self.registry.get(t).target.clone(), why.clone());
+                    fleet.trip(self.catalog.registry.get(t).target.clone(), why.clone());
                 }
             }
         }
@@ -360,7 +363,7 @@ impl Runner {
         mut head: StreamHead,
         (first_token, deadline): (Duration, Option<tokio::time::Instant>),
     ) -> Attempted {
-        let p = &self.providers[self.models[mi].provider];
+        let p = &self.catalog.providers[self.catalog.models[mi].provider];
         let opened = crate::provider::within(first_token, "first token", p.client.open(req)).await;
         let live = match opened {
             // Answered whole (no content to stream, or a model that does
@@ -373,9 +376,9 @@ impl Runner {
                 // Opened at its first content: the time to first token.
                 let now = self.clock.now();
                 let ttft = now.saturating_duration_since(live.started);
-                let m = &self.models[mi];
+                let m = &self.catalog.models[mi];
                 for t in [p.target, m.target] {
-                    self.registry.get(t).stats.ttft.record(ttft.as_millis() as u64);
+                    self.catalog.registry.get(t).stats.ttft.record(ttft.as_millis() as u64);
                 }
                 spend.opened(ttft);
                 p.limiter.first_token(m.beyond_prompt(ttft, req), live.started, now);
@@ -402,7 +405,10 @@ impl Runner {
                     let mut e = ProviderError::new(
                         ErrorKind::Deadline,
                         None,
-                        format!("the request's deadline came before {} finished", self.models[mi].name),
+                        format!(
+                            "the request's deadline came before {} finished",
+                            self.catalog.models[mi].name
+                        ),
                     );
                     e.usage = spend
                         .get()
@@ -428,14 +434,14 @@ impl Runner {
     fn stream_head_of(&self, call: &LlmCall<'_>, mi: usize, tally: &Tally) -> StreamHead {
         let primary = call.route.chain[0];
         let mut chain: Vec<_> = tally.hops.iter().map(|h| self.hop_of(h)).collect();
-        chain.push(crate::outcome::Hop::ok(&self.models[mi].name));
+        chain.push(crate::outcome::Hop::ok(&self.catalog.models[mi].name));
         StreamHead {
             level: Runner::answered_level(primary, mi, &tally.hops),
             chain,
             quality: (self.quality_ratio(mi, primary) * 100.0).round() / 100.0,
             attempts: tally.attempts,
             id: String::new(),
-            model: self.models[mi].name.to_string(),
+            model: self.catalog.models[mi].name.to_string(),
         }
     }
 

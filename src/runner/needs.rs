@@ -52,9 +52,9 @@ impl Runner {
         };
         for h in &tally.hops {
             let Some(down) = let_down(&h.result) else { continue };
-            let m = &self.models[h.model];
+            let m = &self.catalog.models[h.model];
             note(m.target, down);
-            note(self.providers[m.provider].target, down);
+            note(self.catalog.providers[m.provider].target, down);
         }
         for &(t, down) in &tally.tools {
             note(t, down);
@@ -66,7 +66,7 @@ impl Runner {
     /// and as degraded on those that let it down when it was degraded.
     pub(super) fn count_needs(&self, tally: &Tally, level: Level) {
         for (t, down) in self.needs(tally) {
-            let s = &self.registry.get(t).stats;
+            let s = &self.catalog.registry.get(t).stats;
             s.needed.inc();
             if down && level != Level::None {
                 s.degraded.inc();

@@ -182,7 +182,7 @@ impl Runner {
         }
         let now = self.clock.now();
         let mut said = Vec::new();
-        for t in self.registry.iter() {
+        for t in self.catalog.registry.iter() {
             let want = match t.target.kind() {
                 // A tool the file does not name (an MCP server's) keeps
                 // what it was built with, or takes the new default.

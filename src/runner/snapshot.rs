@@ -14,6 +14,7 @@ impl Runner {
         let now = self.clock.now();
         let ms = self.clock.ms_at(now);
         let breakers = self
+            .catalog
             .registry
             .iter()
             .enumerate()
@@ -22,11 +23,17 @@ impl Runner {
                 config: t.config.read().clone(),
                 breaker: t.breaker.view(now),
                 stats: t.stats.view(),
-                pool: self.tools.iter().find(|s| s.target == i).map(|s| s.bulkhead.view()),
+                pool: self
+                    .catalog
+                    .tools
+                    .iter()
+                    .find(|s| s.target == i)
+                    .map(|s| s.bulkhead.view()),
                 instance: None,
             })
             .collect();
         let limiters = self
+            .catalog
             .providers
             .iter()
             .map(|p| LimiterRow {
@@ -36,6 +43,7 @@ impl Runner {
             })
             .collect();
         let routes = self
+            .catalog
             .routes
             .values()
             .map(|r| {
@@ -43,13 +51,13 @@ impl Runner {
                     .chain
                     .iter()
                     .map(|&m| {
-                        let m = &self.models[m];
-                        let p = &self.providers[m.provider];
+                        let m = &self.catalog.models[m];
+                        let p = &self.catalog.providers[m.provider];
                         ChainHop {
                             model: m.name.to_string(),
                             provider: p.name.clone(),
-                            available: self.registry.get(p.target).breaker.would_admit(now)
-                                && self.registry.get(m.target).breaker.would_admit(now),
+                            available: self.catalog.registry.get(p.target).breaker.would_admit(now)
+                                && self.catalog.registry.get(m.target).breaker.would_admit(now),
                         }
                     })
                     .collect();

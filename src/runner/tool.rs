@@ -66,7 +66,7 @@ fn attempt_of(
 impl Runner {
     /// Whether a tool is critical for this request.
     pub fn is_critical(&self, tool: usize, extra: &[String]) -> bool {
-        let t = &self.tools[tool];
+        let t = &self.catalog.tools[tool];
         t.cfg.critical || extra.contains(&t.name)
     }
 
@@ -84,7 +84,7 @@ impl Runner {
     ) -> Result<Arc<str>, ToolFailure> {
         let r = self.try_tool(request_id, ti, call, key, critical, tally).await;
         if !matches!(r, Err(ToolFailure::Drill)) {
-            tally.note_tool(self.tools[ti].target, r.is_err());
+            tally.note_tool(self.catalog.tools[ti].target, r.is_err());
         }
         r
     }
@@ -98,8 +98,8 @@ impl Runner {
         critical: bool,
         tally: &mut Tally,
     ) -> Result<Arc<str>, ToolFailure> {
-        let slot = &self.tools[ti];
-        let t = self.registry.get(slot.target);
+        let slot = &self.catalog.tools[ti];
+        let t = self.catalog.registry.get(slot.target);
         if self.drill() && !critical {
             return Err(ToolFailure::Drill);
         }
@@ -182,7 +182,7 @@ impl Runner {
 
     /// A cached result of tool `ti` under `key`, with its age.
     pub fn cached_tool(&self, ti: usize, key: u64) -> Option<(Arc<str>, Duration)> {
-        let ttl = Duration::from_secs(self.tools[ti].cfg.cache_ttl_s);
+        let ttl = Duration::from_secs(self.catalog.tools[ti].cfg.cache_ttl_s);
         if ttl.is_zero() {
             return None;
         }

@@ -97,11 +97,11 @@ impl Runner {
             via: Via::Tool,
         }));
         let name = &req.call.name;
-        let checked = match self.tool_index.get(name).copied() {
+        let checked = match self.catalog.tool_index.get(name).copied() {
             None => Err(format!("no tool `{name}`")),
             Some(ti) if req.check => self
                 .schemas
-                .check(&req.call, std::slice::from_ref(&self.tools[ti].spec))
+                .check(&req.call, std::slice::from_ref(&self.catalog.tools[ti].spec))
                 .map(|()| ti),
             Some(ti) => Ok(ti),
         };
@@ -141,7 +141,7 @@ impl Runner {
 
     async fn tool_on(&self, req: &ToolRequest, ti: usize, tally: &mut Tally) -> ToolEnd {
         let key = req.key;
-        let critical = self.tools[ti].cfg.critical;
+        let critical = self.catalog.tools[ti].cfg.critical;
         match self.call_tool(req.id, ti, &req.call, key, critical, tally).await {
             Ok(answer) => ToolEnd::Answer(answer),
             Err(why) => match self.cached_tool(ti, key) {

@@ -203,6 +203,7 @@ impl Summary {
                     .map(|n| n.load(Ordering::Relaxed)),
             ),
             targets: runner
+                .catalog()
                 .registry()
                 .iter()
                 .map(|t| (t.target.clone(), t.stats.view()))

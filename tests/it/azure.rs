@@ -117,14 +117,18 @@ async fn a_prompt_azure_s_filter_refuses_is_the_caller_s() {
     );
     let now = runner.clock().now();
     for target in [Target::provider("openai"), Target::model("gpt-4o")] {
-        let t = runner.registry().find(&target).unwrap();
+        let t = runner.catalog().registry().find(&target).unwrap();
         assert_eq!(
             t.breaker.view(now).calls_in_window,
             0,
             "{target:?}: not the provider's failure"
         );
     }
-    let haiku = runner.registry().find(&Target::model("claude-haiku")).unwrap();
+    let haiku = runner
+        .catalog()
+        .registry()
+        .find(&Target::model("claude-haiku"))
+        .unwrap();
     assert_eq!(
         haiku.stats.attempts.get(),
         0,

@@ -26,7 +26,7 @@ use std::time::Duration;
 
 /// The breaker state and failures counted of `target`.
 fn health(r: &Runner, target: Target) -> (BreakerState, u64) {
-    let t = r.registry().find(&target).expect("target");
+    let t = r.catalog().registry().find(&target).expect("target");
     (t.breaker.state(), t.stats.view().failed)
 }
 
@@ -273,7 +273,7 @@ async fn a_streams_length_is_not_its_slowness() {
     }
     assert!(start.elapsed() >= Duration::from_secs(40));
     for t in [Target::provider("openai"), Target::model("gpt-4o")] {
-        let e = r.registry().find(&t).unwrap();
+        let e = r.catalog().registry().find(&t).unwrap();
         assert_eq!(e.breaker.state(), BreakerState::Closed, "{t}");
         assert_eq!(e.breaker.view(tokio::time::Instant::now()).slow_rate, 0.0, "{t}");
     }

@@ -99,7 +99,12 @@ async fn a_throttled_cloud_model_is_skipped_by_its_breaker_and_the_fallback_answ
                 "{kind:?} request {id}: {o:?}"
             );
         }
-        let breaker = &runner.registry().find(&Target::model("cloud-model")).unwrap().breaker;
+        let breaker = &runner
+            .catalog()
+            .registry()
+            .find(&Target::model("cloud-model"))
+            .unwrap()
+            .breaker;
         assert_eq!(
             breaker.state(),
             BreakerState::Open,

@@ -310,6 +310,7 @@ async fn readonly_blocks_commands_and_says_so() {
     assert!(frame.contains("READONLY"));
     assert!(frame.contains("read-only: toggle-drill is disabled"), "{frame}");
     assert!(runner
+        .catalog()
         .registry()
         .iter()
         .all(|t| !format!("{:?}", t.breaker.state()).contains("Forced")));

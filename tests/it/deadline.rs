@@ -143,6 +143,10 @@ async fn a_first_token_slower_than_the_limit_is_given_up_for_the_next_model() {
         chat.outcome.path()
     );
     assert_eq!(sink.started.expect("the stream began").model, "claude-haiku");
-    let t = r.registry().find(&fusebox::target::Target::model("gpt-4o")).unwrap();
+    let t = r
+        .catalog()
+        .registry()
+        .find(&fusebox::target::Target::model("gpt-4o"))
+        .unwrap();
     assert_eq!(t.stats.view().timeouts, 1, "the breaker counts the limit as a timeout");
 }

@@ -160,7 +160,14 @@ async fn streams_server_sent_events_that_end_with_done() {
     assert!(content.contains("38100"), "{content}");
     assert!(usage.unwrap() > 0);
     // The streamed call's time to first token is counted on its targets.
-    let t = f.runner.registry().find(&Target::model("gpt-4o")).unwrap().stats.view();
+    let t = f
+        .runner
+        .catalog()
+        .registry()
+        .find(&Target::model("gpt-4o"))
+        .unwrap()
+        .stats
+        .view();
     assert_eq!((t.ttft.count(), t.latency.count()), (1, 1));
 }
 
@@ -320,7 +327,7 @@ async fn failures_open_the_breaker_and_metrics_show_it() {
         );
     }
     let now = f.runner.clock().now();
-    let t = f.runner.registry().find(&Target::provider("openai")).unwrap();
+    let t = f.runner.catalog().registry().find(&Target::provider("openai")).unwrap();
     assert_eq!(t.breaker.view(now).state, Some(BreakerState::Open));
     // Short-circuited now: the open breaker is skipped without a call.
     let r = f.post(&ask("default", "hal")).await;
@@ -375,6 +382,7 @@ async fn failures_open_the_breaker_and_metrics_show_it() {
     let haiku = calls("provider:anthropic").expect("a histogram per target");
     let t = f
         .runner
+        .catalog()
         .registry()
         .find(&Target::provider("anthropic"))
         .unwrap()
@@ -444,9 +452,15 @@ async fn a_client_that_goes_away_releases_its_slots_and_is_charged_what_was_rese
         .timeout(Duration::from_millis(300))
         .build()
         .unwrap();
-    let openai = f.runner.providers().iter().position(|p| p.name == "openai").unwrap();
+    let openai = f
+        .runner
+        .catalog()
+        .providers()
+        .iter()
+        .position(|p| p.name == "openai")
+        .unwrap();
     let in_flight = || {
-        f.runner.providers()[openai]
+        f.runner.catalog().providers()[openai]
             .limiter
             .view(f.runner.clock().now())
             .concurrency
@@ -468,7 +482,7 @@ async fn a_client_that_goes_away_releases_its_slots_and_is_charged_what_was_rese
     // given back, and the tokens it may be billed for stay charged.
     wait_for(|| in_flight() == 0).await;
     assert_eq!(reserved(), held);
-    let t = f.runner.registry().find(&Target::provider("openai")).unwrap();
+    let t = f.runner.catalog().registry().find(&Target::provider("openai")).unwrap();
     assert_eq!(t.breaker.view(f.runner.clock().now()).probes_in_flight, 0);
     // The abandoned request still has its one outcome, and is counted apart.
     assert_eq!(f.runner.by_level(), [0, 0, 0, 0, 1]);

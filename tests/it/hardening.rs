@@ -118,7 +118,7 @@ async fn a_readonly_gateway_refuses_commands() {
         .await;
     assert_eq!(status, 403);
     assert!(v["error"]["message"].as_str().unwrap().contains("--readonly"), "{v}");
-    let t = f.runner.registry().find(&Target::provider("openai")).unwrap();
+    let t = f.runner.catalog().registry().find(&Target::provider("openai")).unwrap();
     assert_ne!(
         t.breaker.view(f.runner.clock().now()).state,
         Some(fusebox::resilience::breaker::BreakerState::ForcedOpen)

@@ -118,7 +118,7 @@ async fn reported_and_charged(seed: u64, minutes: u64) -> (f64, f64, u64) {
     let now = runner.clock().elapsed_ms();
     let charged = runner.budgets().global_view(now).cost[1];
     let reported = runner.totals().cost_micro_usd.load(Ordering::Relaxed) as f64 / 1e6;
-    let hedges = runner.registry().iter().map(|t| t.stats.view().hedged).sum();
+    let hedges = runner.catalog().registry().iter().map(|t| t.stats.view().hedged).sum();
     (reported, charged, hedges)
 }
 
@@ -192,7 +192,7 @@ async fn record(dir: &Path, seed: u64, minutes: u64) -> (std::path::PathBuf, [u6
 fn totals(r: &Runner) -> [u64; 4] {
     let t = r.totals();
     let [tokens, wasted, cost] = [&t.tokens, &t.wasted, &t.cost_micro_usd].map(|n| n.load(Ordering::Relaxed));
-    let hedges = r.registry().iter().map(|t| t.stats.view().hedged).sum();
+    let hedges = r.catalog().registry().iter().map(|t| t.stats.view().hedged).sum();
     [tokens, wasted, cost, hedges]
 }
 

@@ -192,7 +192,8 @@ async fn operators_command_mcp_tools_and_a_breaker_recovers() {
     let target = Target::tool("get_order");
     let state_of = |r: &Runner| {
         let now = r.clock().now();
-        r.registry()
+        r.catalog()
+            .registry()
             .iter()
             .find(|t| t.target == target)
             .map(|t| t.breaker.view(now).state)
@@ -394,7 +395,7 @@ async fn waiting_on_a_person_is_not_slowness() {
                 break;
             }
         }
-        let state = r.registry().find(&target).unwrap().breaker.state();
+        let state = r.catalog().registry().find(&target).unwrap().breaker.state();
         let expected = if aside {
             BreakerState::Closed
         } else {
@@ -501,7 +502,7 @@ async fn a_person_who_never_answers_ends_the_wait_with_a_clear_error() {
     );
     assert_ne!(r.is_error, Some(true), "{r:?}");
     let target = fusebox::target::Target::tool("confirm");
-    let t = runner.registry().find(&target).unwrap();
+    let t = runner.catalog().registry().find(&target).unwrap();
     assert_eq!(t.breaker.state(), fusebox::resilience::breaker::BreakerState::Closed);
 }
 
@@ -539,7 +540,7 @@ async fn a_server_s_resources_have_a_breaker_of_their_own() {
         );
     }
     let target = fusebox::target::Target::tool("orders/resources");
-    let breaker = || runner.registry().find(&target).unwrap().breaker.state();
+    let breaker = || runner.catalog().registry().find(&target).unwrap().breaker.state();
     assert_eq!(
         breaker(),
         fusebox::resilience::breaker::BreakerState::Closed,

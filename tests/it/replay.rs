@@ -100,7 +100,13 @@ async fn replaying_a_recording_reproduces_its_outcomes() {
         .count();
     assert_eq!(same, total, "every request ends as recorded ({same} of {total})");
     // The incident happens again: get_order's breaker opens.
-    let t = runner.registry().find(&Target::tool("get_order")).unwrap().stats.view();
+    let t = runner
+        .catalog()
+        .registry()
+        .find(&Target::tool("get_order"))
+        .unwrap()
+        .stats
+        .view();
     assert!(t.rejected_open > 0, "{t:?}");
 }
 
@@ -146,7 +152,13 @@ fn a_replay_reading_the_clock_once_per_step_decides_the_same() {
             let (runner, out) = replay_with(dir.path(), &log, Config::default(), &format!("{stepped}")).await;
             let mut levels: Vec<_> = out.levels.into_iter().collect();
             levels.sort_by_key(|(id, _)| *id);
-            let tool = runner.registry().find(&Target::tool("get_order")).unwrap().stats.view();
+            let tool = runner
+                .catalog()
+                .registry()
+                .find(&Target::tool("get_order"))
+                .unwrap()
+                .stats
+                .view();
             let totals = runner.totals();
             (
                 levels,
@@ -172,7 +184,14 @@ async fn what_if_a_stricter_breaker_would_have_tripped_earlier() {
         ..Default::default()
     });
     let (what_if, _) = replay_with(dir.path(), &log, strict, "strict").await;
-    let calls = |r: &Runner| r.registry().find(&Target::tool("get_order")).unwrap().stats.view();
+    let calls = |r: &Runner| {
+        r.catalog()
+            .registry()
+            .find(&Target::tool("get_order"))
+            .unwrap()
+            .stats
+            .view()
+    };
     let (b, w) = (calls(&base), calls(&what_if));
     assert!(
         w.failed < b.failed,
@@ -223,6 +242,7 @@ async fn recorded_latency_beyond_the_timeout_replays_as_a_timeout() {
         "timed out on openai, answered by the next model"
     );
     let openai = runner
+        .catalog()
         .registry()
         .find(&Target::provider("openai"))
         .unwrap()
@@ -277,7 +297,15 @@ async fn calls_without_their_own_record_get_the_target_s_recorded_behaviour() {
     for id in 1..=3 {
         assert_eq!(out.levels[&id].1, Some(Level::Fallback), "request {id}");
     }
-    let view = |t: &str| runner.registry().find(&t.parse().unwrap()).unwrap().stats.view();
+    let view = |t: &str| {
+        runner
+            .catalog()
+            .registry()
+            .find(&t.parse().unwrap())
+            .unwrap()
+            .stats
+            .view()
+    };
     let (openai, anthropic) = (view("provider:openai"), view("provider:anthropic"));
     assert_eq!(
         (openai.attempts, openai.failed),
@@ -307,6 +335,7 @@ async fn recorded_semantic_failures_and_rate_headers_are_replayed() {
     ])
     .await;
     let openai = runner
+        .catalog()
         .registry()
         .find(&Target::provider("openai"))
         .unwrap()
@@ -485,7 +514,7 @@ async fn a_recorded_call_replays_with_its_choices_and_its_keys_reach() {
     // Replayed, the call asks as many choices of the models the key reached...
     let call = gateway_call(&f.runner, &agent_request(q));
     assert_eq!(call.params.choices, Some(2));
-    let gpt = f.runner.models().iter().position(|m| &*m.name == "gpt-4o");
+    let gpt = f.runner.catalog().models().iter().position(|m| &*m.name == "gpt-4o");
     assert_eq!(call.reach.as_deref(), gpt.as_ref().map(std::slice::from_ref));
     // ...and ends as it did.
     let (_, out) = replay_with(dir.path(), &log, cfg, "reach").await;
@@ -518,7 +547,15 @@ async fn a_call_its_client_left_replays_as_left() {
     assert_eq!(out.levels[&1], (Some(Level::Failed), Some(Level::Failed)));
     assert_eq!(out.levels[&2].1, Some(Level::Failed));
     assert_eq!(out.levels[&3].1, Some(Level::None), "not its own: answered as recorded");
-    let view = |t: &str| runner.registry().find(&t.parse().unwrap()).unwrap().stats.view();
+    let view = |t: &str| {
+        runner
+            .catalog()
+            .registry()
+            .find(&t.parse().unwrap())
+            .unwrap()
+            .stats
+            .view()
+    };
     let openai = view("provider:openai");
     assert_eq!((openai.attempts, openai.failed, openai.client_errors), (3, 0, 2));
     assert_eq!(view("provider:anthropic").attempts, 0, "no other model tried");

@@ -121,6 +121,11 @@ async fn a_continuation_that_begins_again_and_goes_its_own_way_ends_the_stream_o
     assert_eq!(o.answer.as_deref(), Some(first(SENT).as_str()));
     assert_eq!(o.path().last().map(String::as_str), Some("claude-haiku ✗cut unaligned"));
     // How the model writes is not its provider's failure.
-    let haiku = p.runner.registry().find(&Target::model("claude-haiku")).unwrap();
+    let haiku = p
+        .runner
+        .catalog()
+        .registry()
+        .find(&Target::model("claude-haiku"))
+        .unwrap();
     assert_eq!(haiku.stats.view().failed, 0);
 }

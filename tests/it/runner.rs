@@ -19,7 +19,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 fn stats(r: &fusebox::runner::Runner, target: &str) -> fusebox::telemetry::stats::StatsView {
-    r.registry()
+    r.catalog()
+        .registry()
         .find(&target.parse().expect("a target"))
         .expect("target")
         .stats
@@ -84,7 +85,8 @@ async fn never_retries_client_errors() {
         assert_eq!(o.level, Level::Fallback, "HTTP {code}");
         // Client errors do not count against the provider's breaker.
         assert_eq!(
-            r.registry()
+            r.catalog()
+                .registry()
                 .find(&Target::provider("openai"))
                 .unwrap()
                 .breaker
@@ -125,6 +127,7 @@ async fn retry_honours_retry_after() {
     );
     // The 429's Retry-After also froze the limiter's refills.
     let lim = r
+        .catalog()
         .providers()
         .iter()
         .find(|p| p.name == "openai")
@@ -199,7 +202,12 @@ async fn breaker_opens_after_consecutive_failures_then_recovers_with_a_ramp() {
     for i in 0..5 {
         r.run(&ask(i, "alice")).await;
     }
-    let b = &r.registry().find(&Target::provider("openai")).unwrap().breaker;
+    let b = &r
+        .catalog()
+        .registry()
+        .find(&Target::provider("openai"))
+        .unwrap()
+        .breaker;
     assert_eq!(b.state(), BreakerState::Open);
     let before = openai.calls();
     r.run(&ask(10, "alice")).await;
@@ -436,7 +444,14 @@ async fn operator_commands_apply_and_are_announced() {
     let r = runner(Config::default(), vec![], None);
     let mut events = r.events().subscribe();
     let now = tokio::time::Instant::now;
-    let b = |n: &str| r.registry().find(&n.parse().unwrap()).unwrap().breaker.state();
+    let b = |n: &str| {
+        r.catalog()
+            .registry()
+            .find(&n.parse().unwrap())
+            .unwrap()
+            .breaker
+            .state()
+    };
     r.apply(
         &Command::ForceOpen {
             target: Target::model("gpt-4o"),
@@ -476,7 +491,13 @@ async fn operator_commands_apply_and_are_announced() {
         &Issuer::operator("ana"),
     )
     .unwrap();
-    let lim = &r.providers().iter().find(|p| p.name == "openai").unwrap().limiter;
+    let lim = &r
+        .catalog()
+        .providers()
+        .iter()
+        .find(|p| p.name == "openai")
+        .unwrap()
+        .limiter;
     assert!(lim.is_frozen(now()));
     r.apply(
         &Command::UnfreezeRefill {
@@ -530,7 +551,7 @@ async fn a_repeated_operator_command_changes_nothing_and_says_so() {
             target: Target::provider("openai"),
         },
     ];
-    let breaker = &r.registry().find(&Target::model("gpt-4o")).unwrap().breaker;
+    let breaker = &r.catalog().registry().find(&Target::model("gpt-4o")).unwrap().breaker;
     for cmd in &commands {
         r.apply(cmd, &Issuer::operator("ana")).unwrap();
         let now = tokio::time::Instant::now();
@@ -691,7 +712,12 @@ async fn auth_errors_are_counted_apart_from_failures() {
         let s = stats(&r, "provider:openai");
         assert_eq!((s.client_errors, s.failed, s.ok), (12, 0, 0), "{code}: {s:?}");
         assert_eq!(
-            r.registry().find(&Target::provider("openai")).unwrap().breaker.state(),
+            r.catalog()
+                .registry()
+                .find(&Target::provider("openai"))
+                .unwrap()
+                .breaker
+                .state(),
             BreakerState::Closed,
             "{code}"
         );
@@ -721,7 +747,12 @@ async fn a_model_turned_slow_trips_while_its_calls_still_run() {
         .collect();
     tokio::time::sleep(Duration::from_millis(4_100)).await;
     assert_eq!(openai.calls(), 12, "all still running");
-    let breaker = &r.registry().find(&Target::provider("openai")).unwrap().breaker;
+    let breaker = &r
+        .catalog()
+        .registry()
+        .find(&Target::provider("openai"))
+        .unwrap()
+        .breaker;
     assert_eq!(breaker.state(), BreakerState::Open);
     let trip = r
         .events()
@@ -979,7 +1010,11 @@ async fn a_slow_call_is_hedged_and_the_first_answer_taken() {
     let alice = r.budgets().top_users(1, now).remove(0);
     assert!(alice.tokens[0] > 70.0 + 256.0, "{:?}", alice.tokens);
     assert_eq!(
-        r.providers()[0].limiter.view(tokio::time::Instant::now()).concurrency.0,
+        r.catalog().providers()[0]
+            .limiter
+            .view(tokio::time::Instant::now())
+            .concurrency
+            .0,
         0
     );
 }

@@ -48,7 +48,7 @@ async fn run_this(scenario: Scenario, minutes: u64, seed: u64, cfg: Config) -> R
     assert_eq!(demo.outcomes.len() as u64, summary.requests);
     assert_eq!(runner.spool().unwrap().len(), 0, "{name}: every deferred request ended");
     let now = tokio::time::Instant::now();
-    for p in runner.providers() {
+    for p in runner.catalog().providers() {
         assert_eq!(
             p.limiter.view(now).concurrency.0,
             0,
@@ -56,7 +56,7 @@ async fn run_this(scenario: Scenario, minutes: u64, seed: u64, cfg: Config) -> R
             p.name
         );
     }
-    for t in runner.tools() {
+    for t in runner.catalog().tools() {
         assert_eq!(t.bulkhead.view().in_use, 0, "{name}: tool {} pool drained", t.name);
     }
     Run {
@@ -125,6 +125,7 @@ async fn provider_outage_moves_traffic_and_recovers_with_bounded_probes() {
     for name in ["provider:openai", "model:gpt-4o"] {
         let v = r
             .runner
+            .catalog()
             .registry()
             .find(&name.parse().unwrap())
             .unwrap()
@@ -173,6 +174,7 @@ async fn hallucinations_are_failures_although_http_says_200() {
     assert!(s.failed > 0);
     assert_eq!(
         r.runner
+            .catalog()
             .registry()
             .find(&Target::model("gpt-4o"))
             .unwrap()
@@ -342,7 +344,13 @@ async fn adaptive_concurrency_finds_a_dropped_capacity_without_429s() {
     assert!(goodput < 0.5, "goodput {goodput:.3} of the capacity");
     // The limit ends where it was cut or grew back, within its bounds.
     let now = tokio::time::Instant::now();
-    let openai = adaptive.runner.providers().iter().find(|p| p.name == "openai").unwrap();
+    let openai = adaptive
+        .runner
+        .catalog()
+        .providers()
+        .iter()
+        .find(|p| p.name == "openai")
+        .unwrap();
     let view = openai.limiter.view(now).adaptive.unwrap();
     assert!(view.moved.is_some() && (1..=256).contains(&view.limit), "{view:?}");
 }
@@ -438,7 +446,13 @@ async fn fair_shares_at(seed: u64, cfg: Config) -> (f64, f64) {
     // and no critical call shed at all.
     assert!(fair_t["tenant-batch"].1 < fair_t["tenant-noisy"].1, "seed {seed}");
     let now = tokio::time::Instant::now();
-    let openai = fair.runner.providers().iter().find(|p| p.name == "openai").unwrap();
+    let openai = fair
+        .runner
+        .catalog()
+        .providers()
+        .iter()
+        .find(|p| p.name == "openai")
+        .unwrap();
     let q = openai.limiter.view(now).queue.unwrap();
     if seed == 7 {
         eprintln!("shed (critical, default, batch): {:?}; most: {:?}", q.shed, q.shed_most);
@@ -471,7 +485,13 @@ async fn a_flood_claiming_critical_without_a_key_is_shed_like_default() {
     let claimed = run_this(claiming.clone(), 10, 7, cfg).await;
     let trusted = by_tenant(&run_this(claiming, 10, 7, trusting).await);
     assert_eq!(by_tenant(&claimed), plain, "the claim changes nothing");
-    let openai = claimed.runner.providers().iter().find(|p| p.name == "openai").unwrap();
+    let openai = claimed
+        .runner
+        .catalog()
+        .providers()
+        .iter()
+        .find(|p| p.name == "openai")
+        .unwrap();
     let q = openai.limiter.view(tokio::time::Instant::now()).queue.unwrap();
     assert!(q.shed[1] > 0 && q.shed_most[0].0 == "tenant-noisy", "{q:?}");
     for t in ["tenant-a", "tenant-b", "tenant-c"] {

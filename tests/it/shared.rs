@@ -82,7 +82,12 @@ async fn at_once(r: &Arc<Runner>, first_id: u64, n: u64, user: &str, text: &str)
 
 fn openai_limit(r: &Runner) -> u32 {
     let now = tokio::time::Instant::now();
-    let openai = r.providers().iter().find(|p| p.name == "openai").expect("openai");
+    let openai = r
+        .catalog()
+        .providers()
+        .iter()
+        .find(|p| p.name == "openai")
+        .expect("openai");
     openai.limiter.view(now).adaptive.expect("adaptive").limit
 }
 

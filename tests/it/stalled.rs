@@ -179,7 +179,7 @@ async fn a_client_that_stops_reading_its_stream_loses_the_call() {
     tokio::time::sleep(Duration::from_secs(30)).await;
     assert_eq!(words.dropped.load(Ordering::SeqCst), 1, "the upstream stream is closed");
     assert_eq!(runner.totals().abandoned.load(Ordering::Relaxed), 1);
-    let openai = &runner.providers()[0];
+    let openai = &runner.catalog().providers()[0];
     let now = tokio::time::Instant::now();
     assert_eq!(openai.limiter.view(now).concurrency.0, 0, "its slot is free");
     assert_eq!(stalled(&base).await, "fusebox_streams_stalled_total 1");

@@ -69,7 +69,7 @@ pub fn gateway_call(runner: &Runner, req: &AgentRequest) -> ChatRequest {
     let tools: Vec<ToolSpec> = req
         .tools
         .iter()
-        .map(|name| match runner.tools().iter().find(|t| t.name == *name) {
+        .map(|name| match runner.catalog().tools().iter().find(|t| t.name == *name) {
             Some(t) => t.spec.clone(),
             None => ToolSpec {
                 name: name.as_str().into(),
@@ -99,7 +99,7 @@ pub fn gateway_call(runner: &Runner, req: &AgentRequest) -> ChatRequest {
         fallback: true,
         // Models of this config the recorded key reached, by name.
         reach: req.reach.as_ref().map(|names| {
-            let models = runner.models();
+            let models = runner.catalog().models();
             (0..models.len())
                 .filter(|&m| names.iter().any(|n| *n == *models[m].name))
                 .collect()
