@@ -243,7 +243,7 @@ fn ended(runner: &Runner, id: u64, user: &str, tally: &Tally, took: std::time::D
             request: id,
             user: user.into(),
             level: crate::outcome::Level::None,
-            chain: tally.hops.iter().map(|h| runner.hop_of(h)).collect(),
+            chain: tally.hops.iter().map(|h| runner.catalog().hop_of(h)).collect(),
             quality: 1.0,
             tokens: 0,
             cost_usd: 0.0,

@@ -328,7 +328,7 @@ async fn readyz(State(gw): Shared) -> Response {
     }
     let r = &gw.runner;
     let now = r.clock().now();
-    if r.catalog().models().iter().any(|m| r.admits(m, now)) {
+    if r.catalog().models().iter().any(|m| r.catalog().admits(m, now)) {
         (StatusCode::OK, "ready\n").into_response()
     } else {
         (

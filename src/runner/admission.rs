@@ -157,16 +157,6 @@ impl Runner {
         tally.tokens += u64::from(tokens);
         tally.cost += cost;
     }
-
-    /// Model `mi`'s targets: its provider's, then its own.
-    #[inline]
-    pub(super) fn model_targets(&self, mi: usize) -> [&super::registry::Entry; 2] {
-        let m = &self.catalog.models[mi];
-        [
-            self.catalog.registry.get(self.catalog.providers[m.provider].target),
-            self.catalog.registry.get(m.target),
-        ]
-    }
 }
 
 /// How an attempt admitted at `admitted` went, for an adaptive
@@ -379,7 +369,7 @@ impl Runner {
         refusal: Refusal,
         tries: u32,
     ) -> Result<Tried, BudgetExceeded> {
-        self.announce_step(request, self.model_target(mi), refusal.step());
+        self.announce_step(request, self.catalog.model_target(mi), refusal.step());
         let result = match refusal {
             Refusal::Open => HopResult::Open,
             Refusal::Rate => HopResult::Rate,
@@ -391,11 +381,6 @@ impl Runner {
             result,
             tries,
         })
-    }
-
-    /// Model `mi`'s target (`model:NAME`).
-    pub(super) fn model_target(&self, mi: usize) -> crate::target::Target {
-        self.catalog.registry.get(self.catalog.models[mi].target).target.clone()
     }
 
     /// Emits a step record when someone (traces) listens.

@@ -233,7 +233,7 @@ impl Runner {
             let Some(&ti) = self.catalog.tool_index.get(name) else {
                 continue;
             };
-            let critical = self.is_critical(ti, &req.critical_tools);
+            let critical = self.catalog.is_critical(ti, &req.critical_tools);
             let tool = self.catalog.registry.get(self.catalog.tools[ti].target);
             let open = !tool.breaker.would_admit(now);
             if !critical && (open || self.drill()) {
@@ -274,7 +274,7 @@ impl Runner {
             added.push(Message::tool_result(tc, text, true));
             return None;
         };
-        let critical = self.is_critical(ti, &req.critical_tools);
+        let critical = self.catalog.is_critical(ti, &req.critical_tools);
         match self.call_tool(req.id, ti, tc, key, critical, &mut trail.tally).await {
             Ok(text) => added.push(Message::tool_result(tc, text, false)),
             Err(f) => {
@@ -381,7 +381,7 @@ impl Runner {
                     if Runner::answered_level(primary, mi, &trail.tally.hops) == Level::Fallback {
                         trail.fallback = true;
                     }
-                    trail.model_q = trail.model_q.min(self.quality_ratio(mi, primary));
+                    trail.model_q = trail.model_q.min(self.catalog.quality_ratio(mi, primary));
                     if resp.tool_calls.is_empty() {
                         if !trail.partial && trail.stale_ms.is_none() {
                             self.cache.put(trail.answer_key, resp.text.clone(), self.clock.now());
@@ -430,7 +430,7 @@ impl Runner {
 
     fn push_hops(&self, trail: &mut Trail) {
         while trail.hops_seen < trail.tally.hops.len() {
-            let label = self.hop_of(&trail.tally.hops[trail.hops_seen]);
+            let label = self.catalog.hop_of(&trail.tally.hops[trail.hops_seen]);
             trail.hops_seen += 1;
             trail.push(label);
         }
@@ -492,7 +492,7 @@ impl Runner {
     /// breakers admit): where none can, deferred requests wait elsewhere.
     pub(crate) fn any_model_admits(&self) -> bool {
         let now = self.clock.now();
-        self.catalog.models.iter().any(|m| self.admits(m, now))
+        self.catalog.models.iter().any(|m| self.catalog.admits(m, now))
     }
 
     /// Whether a deferred request's dependencies look available again.
@@ -501,13 +501,16 @@ impl Runner {
         let Some(route) = self.catalog.route_for(req.route.as_str()) else {
             return true;
         };
-        let model_ok = route.chain.iter().any(|&m| self.admits(&self.catalog.models[m], now));
+        let model_ok = route
+            .chain
+            .iter()
+            .any(|&m| self.catalog.admits(&self.catalog.models[m], now));
         let tools_ok = req
             .tools
             .iter()
             .filter_map(|n| self.catalog.tool_index.get(n))
             .all(|&ti| {
-                !self.is_critical(ti, &req.critical_tools)
+                !self.catalog.is_critical(ti, &req.critical_tools)
                     || self
                         .catalog
                         .registry

@@ -4,6 +4,8 @@
 //! with their bulkheads. A reload changes breaker settings in place
 //! ([`super::reload`]); anything else needs a restart.
 
+use super::call::{HopResult, Tally, Tried};
+use super::needs::let_down;
 use super::registry::Registry;
 use super::NameMap;
 use crate::clock::Seed;
@@ -16,6 +18,7 @@ use crate::resilience::bulkhead::Bulkhead;
 use crate::resilience::limiter::Limiter;
 use crate::target::Target;
 use crate::telemetry::events::EventBus;
+use smallvec::SmallVec;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -142,6 +145,77 @@ impl Catalog {
     /// in its route's chain.
     pub fn route_for(&self, name: &str) -> Option<&RouteSlot> {
         self.routes.get(name).or_else(|| self.model_routes.get(name))
+    }
+
+    /// Model `mi`'s targets: its provider's, then its own.
+    #[inline]
+    pub(super) fn model_targets(&self, mi: usize) -> [&super::registry::Entry; 2] {
+        let m = &self.models[mi];
+        [
+            self.registry.get(self.providers[m.provider].target),
+            self.registry.get(m.target),
+        ]
+    }
+    /// Model `mi`'s target (`model:NAME`).
+    pub(super) fn model_target(&self, mi: usize) -> crate::target::Target {
+        self.registry.get(self.models[mi].target).target.clone()
+    }
+    /// Whether both breakers of a model would admit a call now.
+    pub(crate) fn admits(&self, m: &ModelSlot, now: tokio::time::Instant) -> bool {
+        let p = &self.providers[m.provider];
+        self.registry.get(p.target).breaker.would_admit(now) && self.registry.get(m.target).breaker.would_admit(now)
+    }
+    /// How a hop went, as its outcome says it.
+    pub fn hop_of(&self, h: &Tried) -> crate::outcome::Hop {
+        use crate::outcome::HopEnd;
+        let end = match &h.result {
+            HopResult::Ok => HopEnd::Ok,
+            HopResult::Open => HopEnd::Open,
+            HopResult::Rate => HopEnd::Rate,
+            HopResult::Shed(..) => HopEnd::Shed,
+            HopResult::Sla => HopEnd::Sla,
+            HopResult::Failed(k, s) => HopEnd::Failed(k.label(*s).into()),
+            HopResult::Semantic(_) => HopEnd::Semantic,
+            HopResult::Cut(e) => HopEnd::Cut(e.kind.label(e.status).into()),
+            HopResult::OverBudget => HopEnd::Cut("budget".into()),
+            HopResult::Resumed => HopEnd::Resumed,
+            HopResult::Unaligned(_) => HopEnd::Cut("unaligned".into()),
+            HopResult::Unsupported(why) => HopEnd::Unsupported(why.clone()),
+            HopResult::Outrun => HopEnd::Outrun,
+        };
+        crate::outcome::Hop {
+            tries: h.tries,
+            ..crate::outcome::Hop::new(&self.models[h.model].name, end)
+        }
+    }
+    /// Whether a tool is critical for this request.
+    pub fn is_critical(&self, tool: usize, extra: &[String]) -> bool {
+        let t = &self.tools[tool];
+        t.cfg.critical || extra.contains(&t.name)
+    }
+    /// The targets `tally` shows the request needed, each once, with
+    /// whether any of its uses let the request down.
+    pub(crate) fn needs(&self, tally: &Tally) -> SmallVec<[(usize, bool); 4]> {
+        let mut seen: SmallVec<[(usize, bool); 4]> = SmallVec::new();
+        let mut note = |t: usize, down: bool| match seen.iter_mut().find(|(s, _)| *s == t) {
+            Some(e) => e.1 |= down,
+            None => seen.push((t, down)),
+        };
+        for h in &tally.hops {
+            let Some(down) = let_down(&h.result) else { continue };
+            let m = &self.models[h.model];
+            note(m.target, down);
+            note(self.providers[m.provider].target, down);
+        }
+        for &(t, down) in &tally.tools {
+            note(t, down);
+        }
+        seen
+    }
+    /// The quality of an answer from model `answered` relative to the
+    /// route's first choice `primary` (at most 1).
+    pub(super) fn quality_ratio(&self, answered: usize, primary: usize) -> f64 {
+        (self.models[answered].cfg.quality / self.models[primary].cfg.quality.max(1e-9)).min(1.0)
     }
 
     /// The models a caller allowed only `names` (routes or models) may

@@ -202,7 +202,7 @@ impl Runner {
             None => self.chat_call(&req, None, &mut run.tally, streaming.as_mut()).await,
         };
         self.totals.wasted.fetch_add(run.tally.wasted, Ordering::Relaxed);
-        let chain: Vec<_> = run.tally.hops.iter().map(|h| self.hop_of(h)).collect();
+        let chain: Vec<_> = run.tally.hops.iter().map(|h| self.catalog.hop_of(h)).collect();
         let (level, quality, user_message) = match &end {
             ChatEnd::Answer { model, .. } | ChatEnd::Streamed { model, .. } => {
                 let primary = self.catalog.route_for(&req.route).map(|r| r.chain[0]);
@@ -212,7 +212,7 @@ impl Runner {
                     .iter()
                     .position(|m| m.name.as_ref() == model.as_str());
                 let q = match (primary, answered) {
-                    (Some(p), Some(a)) => self.quality_ratio(a, p),
+                    (Some(p), Some(a)) => self.catalog.quality_ratio(a, p),
                     _ => 1.0,
                 };
                 let level = match (primary, answered) {

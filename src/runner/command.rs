@@ -1,7 +1,7 @@
 //! How the runner applies an operator command and announces it, with who
 //! issued it.
 
-use super::Runner;
+use super::{Catalog, Runner};
 use crate::command::{Command, CommandError, Issuer};
 use crate::resilience::breaker::BreakerState;
 use crate::target::Target;
@@ -34,7 +34,7 @@ impl Runner {
         by: &Issuer,
         read: Option<Result<crate::config::Config, String>>,
     ) -> Result<(), CommandError> {
-        let r = self.check(cmd).and_then(|()| self.apply_inner(cmd, by, read));
+        let r = self.catalog.check(cmd).and_then(|()| self.apply_inner(cmd, by, read));
         self.events.emit(EventKind::Operator {
             command: cmd.clone(),
             by: by.clone(),
@@ -56,65 +56,6 @@ impl Runner {
         });
     }
 
-    /// Whether `cmd` would apply here: its target names something this
-    /// runner has, and its fault is within bounds. Nothing is changed.
-    pub fn check(&self, cmd: &Command) -> Result<(), CommandError> {
-        match cmd {
-            Command::DrillOn | Command::DrillOff | Command::Reload => Ok(()),
-            Command::ResetSpendRate { user: Some(u) } if u.is_empty() || u.len() > crate::limits::MAX_NAME_LEN => Err(
-                CommandError::BadUser(format!("user must be 1 to {} bytes", crate::limits::MAX_NAME_LEN)),
-            ),
-            Command::ResetSpendRate { .. } => Ok(()),
-            Command::SetFault { target, fault } => {
-                fault.check().map_err(CommandError::BadFault)?;
-                self.fault_target(target)
-            }
-            Command::FreezeRefill { target } | Command::UnfreezeRefill { target } => self.limiter(target).map(|_| ()),
-            Command::ForceOpen { target }
-            | Command::ForceClosed { target }
-            | Command::Disable { target }
-            | Command::Reset { target } => self.breaker(target).map(|_| ()),
-        }
-    }
-
-    fn breaker(&self, target: &Target) -> Result<&super::registry::Entry, CommandError> {
-        self.catalog
-            .registry
-            .find(target)
-            .ok_or_else(|| unknown(target, self.catalog.registry.iter().map(|t| &t.target)))
-    }
-
-    fn limiter(&self, target: &Target) -> Result<&crate::resilience::limiter::Limiter, CommandError> {
-        self.catalog
-            .providers
-            .iter()
-            .find(|p| self.catalog.registry.get(p.target).target == *target)
-            .map(|p| &p.limiter)
-            .ok_or_else(|| {
-                unknown(
-                    target,
-                    self.catalog
-                        .providers
-                        .iter()
-                        .map(|p| &self.catalog.registry.get(p.target).target),
-                )
-            })
-    }
-
-    /// A mock provider or tool (models have no fault of their own).
-    fn fault_target(&self, target: &Target) -> Result<(), CommandError> {
-        if target.has_fault() && self.catalog.registry.find(target).is_some() {
-            return Ok(());
-        }
-        let all = self
-            .catalog
-            .registry
-            .iter()
-            .map(|t| &t.target)
-            .filter(|t| t.has_fault());
-        Err(unknown(target, all))
-    }
-
     fn apply_inner(
         &self,
         cmd: &Command,
@@ -132,7 +73,8 @@ impl Runner {
             }
         };
         let set = |target: &Target, state: BreakerState, why: &str| {
-            self.breaker(target)
+            self.catalog
+                .breaker(target)
                 .map(|t| t.breaker.set_state(state, &reason(why), now))
         };
         Ok(match cmd {
@@ -152,12 +94,16 @@ impl Runner {
                 let changed = set(target, BreakerState::Closed, "reset to automatic")?;
                 done(changed, "reset", "closed")
             }
-            Command::FreezeRefill { target } => done(self.limiter(target)?.freeze(now), "refills frozen", "frozen"),
-            Command::UnfreezeRefill { target } => {
-                done(self.limiter(target)?.unfreeze(now), "refills resumed", "refilling")
+            Command::FreezeRefill { target } => {
+                done(self.catalog.limiter(target)?.freeze(now), "refills frozen", "frozen")
             }
+            Command::UnfreezeRefill { target } => done(
+                self.catalog.limiter(target)?.unfreeze(now),
+                "refills resumed",
+                "refilling",
+            ),
             Command::SetFault { target, fault } => {
-                self.fault_target(target)?;
+                self.catalog.fault_target(target)?;
                 self.faults.set(target, fault.clone());
                 format!("fault {}", fault.fault.label())
             }
@@ -175,6 +121,60 @@ impl Runner {
                 done(closed, "spend-rate breaker closed", "closed")
             }
         })
+    }
+}
+
+/// What a command may name.
+impl Catalog {
+    /// Whether `cmd` would apply here: its target names something this
+    /// catalog has, and its fault is within bounds. Nothing is changed.
+    pub fn check(&self, cmd: &Command) -> Result<(), CommandError> {
+        match cmd {
+            Command::DrillOn | Command::DrillOff | Command::Reload => Ok(()),
+            Command::ResetSpendRate { user: Some(u) } if u.is_empty() || u.len() > crate::limits::MAX_NAME_LEN => Err(
+                CommandError::BadUser(format!("user must be 1 to {} bytes", crate::limits::MAX_NAME_LEN)),
+            ),
+            Command::ResetSpendRate { .. } => Ok(()),
+            Command::SetFault { target, fault } => {
+                fault.check().map_err(CommandError::BadFault)?;
+                self.fault_target(target)
+            }
+            Command::FreezeRefill { target } | Command::UnfreezeRefill { target } => self.limiter(target).map(|_| ()),
+            Command::ForceOpen { target }
+            | Command::ForceClosed { target }
+            | Command::Disable { target }
+            | Command::Reset { target } => self.breaker(target).map(|_| ()),
+        }
+    }
+
+    /// The breaker `target` names.
+    pub(super) fn breaker(&self, target: &Target) -> Result<&super::registry::Entry, CommandError> {
+        self.registry
+            .find(target)
+            .ok_or_else(|| unknown(target, self.registry.iter().map(|t| &t.target)))
+    }
+
+    /// The limiter of the provider `target` names.
+    pub(super) fn limiter(&self, target: &Target) -> Result<&crate::resilience::limiter::Limiter, CommandError> {
+        self.providers
+            .iter()
+            .find(|p| self.registry.get(p.target).target == *target)
+            .map(|p| &p.limiter)
+            .ok_or_else(|| {
+                unknown(
+                    target,
+                    self.providers.iter().map(|p| &self.registry.get(p.target).target),
+                )
+            })
+    }
+
+    /// A mock provider or tool (models have no fault of their own).
+    fn fault_target(&self, target: &Target) -> Result<(), CommandError> {
+        if target.has_fault() && self.registry.find(target).is_some() {
+            return Ok(());
+        }
+        let all = self.registry.iter().map(|t| &t.target).filter(|t| t.has_fault());
+        Err(unknown(target, all))
     }
 }
 

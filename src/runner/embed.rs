@@ -80,7 +80,7 @@ impl Runner {
             Level::Failed
         };
         let ended = Ended {
-            chain: run.tally.hops.iter().map(|h| self.hop_of(h)).collect(),
+            chain: run.tally.hops.iter().map(|h| self.catalog.hop_of(h)).collect(),
             user_message: match &end {
                 EmbedEnd::Answer(_) => None,
                 EmbedEnd::Refused(e) => Some(format!("Request refused: {e}.")),
@@ -129,7 +129,7 @@ impl Runner {
                 };
             }
         };
-        let targets = self.model_targets(mi);
+        let targets = self.catalog.model_targets(mi);
         let attempt = self.attempt(&targets, now, tally);
         held.calling = Some(super::admission::Calling {
             spend: &spend,

@@ -86,12 +86,6 @@ impl Runner {
         }
     }
 
-    /// The quality of an answer from model `answered` relative to the
-    /// route's first choice `primary` (at most 1).
-    pub(super) fn quality_ratio(&self, answered: usize, primary: usize) -> f64 {
-        (self.catalog.models[answered].cfg.quality / self.catalog.models[primary].cfg.quality.max(1e-9)).min(1.0)
-    }
-
     /// The level of an answer from model `answered` after `hops`: a
     /// fallback when another model than the route's first choice
     /// `primary` answered, or it continued an answer another cut off.

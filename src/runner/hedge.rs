@@ -161,7 +161,7 @@ impl Runner {
         let after_ms = after.as_millis() as u64;
         self.announce_step(
             call.request_id,
-            self.model_target(preferred),
+            self.catalog.model_target(preferred),
             StepKind::Hedge { after_ms },
         );
         let next = if plan.len() > 1 { &plan[1..] } else { &plan[..] };

@@ -6,7 +6,7 @@
 //! `model_call.rs` does.
 
 use super::stream::Streaming;
-use super::{ModelSlot, Runner};
+use super::Runner;
 use crate::provider::{ErrorKind, LlmRequest, LlmResponse, Message, ProviderError, Role, Usage};
 use crate::telemetry::events::StepKind;
 use std::sync::atomic::Ordering;
@@ -15,30 +15,6 @@ use std::sync::Arc;
 pub use super::call::{own_params, HopResult, LlmCall, LlmFailure, Tally, Tried};
 
 impl Runner {
-    /// How a hop went, as its outcome says it.
-    pub fn hop_of(&self, h: &Tried) -> crate::outcome::Hop {
-        use crate::outcome::HopEnd;
-        let end = match &h.result {
-            HopResult::Ok => HopEnd::Ok,
-            HopResult::Open => HopEnd::Open,
-            HopResult::Rate => HopEnd::Rate,
-            HopResult::Shed(..) => HopEnd::Shed,
-            HopResult::Sla => HopEnd::Sla,
-            HopResult::Failed(k, s) => HopEnd::Failed(k.label(*s).into()),
-            HopResult::Semantic(_) => HopEnd::Semantic,
-            HopResult::Cut(e) => HopEnd::Cut(e.kind.label(e.status).into()),
-            HopResult::OverBudget => HopEnd::Cut("budget".into()),
-            HopResult::Resumed => HopEnd::Resumed,
-            HopResult::Unaligned(_) => HopEnd::Cut("unaligned".into()),
-            HopResult::Unsupported(why) => HopEnd::Unsupported(why.clone()),
-            HopResult::Outrun => HopEnd::Outrun,
-        };
-        crate::outcome::Hop {
-            tries: h.tries,
-            ..crate::outcome::Hop::new(&self.catalog.models[h.model].name, end)
-        }
-    }
-
     /// The order in which the route's models are tried now: cheaper tiers
     /// first under global budget pressure.
     /// Models the caller may not reach (see [`LlmCall::reach`]) are left out.
@@ -60,13 +36,6 @@ impl Runner {
             order.to_mut().sort_by_key(|&m| self.catalog.models[m].cfg.tier);
         }
         order
-    }
-
-    /// Whether both breakers of a model would admit a call now.
-    pub(crate) fn admits(&self, m: &ModelSlot, now: tokio::time::Instant) -> bool {
-        let p = &self.catalog.providers[m.provider];
-        self.catalog.registry.get(p.target).breaker.would_admit(now)
-            && self.catalog.registry.get(m.target).breaker.would_admit(now)
     }
 
     /// Runs one LLM call through the chain.
@@ -131,7 +100,7 @@ impl Runner {
             if let Some(why) = call.params.cannot_honour(api) {
                 self.announce_step(
                     call.request_id,
-                    self.model_target(mi),
+                    self.catalog.model_target(mi),
                     StepKind::Unsupported { why: why.clone() },
                 );
                 tally.hops.push(Tried {
@@ -142,7 +111,7 @@ impl Runner {
                 continue;
             }
             if sla > 0 && m.latency_ms.load(Ordering::Relaxed) > sla && self.any_admits(rest) {
-                self.announce_step(call.request_id, self.model_target(mi), StepKind::SlaSkipped);
+                self.announce_step(call.request_id, self.catalog.model_target(mi), StepKind::SlaSkipped);
                 tally.hops.push(Tried {
                     model: mi,
                     result: HopResult::Sla,
@@ -277,7 +246,9 @@ impl Runner {
     /// Whether any of `models` would take a call now.
     pub(super) fn any_admits(&self, models: &[usize]) -> bool {
         let now = self.clock.now();
-        models.iter().any(|&m| self.admits(&self.catalog.models[m], now))
+        models
+            .iter()
+            .any(|&m| self.catalog.admits(&self.catalog.models[m], now))
     }
 }
 

@@ -28,7 +28,7 @@ impl Runner {
         let left = deadline?.saturating_duration_since(now);
         let later = rest
             .iter()
-            .filter(|&&m| self.admits(&self.catalog.models[m], now))
+            .filter(|&&m| self.catalog.admits(&self.catalog.models[m], now))
             .count() as u32;
         Some(left / (later + 1))
     }
@@ -52,7 +52,7 @@ impl Runner {
         let p = &self.catalog.providers[m.provider];
         let chars = req.prompt_chars();
         let spend = Spend::default();
-        let targets = self.model_targets(mi);
+        let targets = self.catalog.model_targets(mi);
         let hop = |result, tries| {
             Ok(Err(Tried {
                 model: mi,
@@ -201,7 +201,7 @@ impl Runner {
                         request: call.request_id,
                         targets: &targets,
                     };
-                    let (admits, elsewhere) = (self.admits(m, end), self.any_admits(rest));
+                    let (admits, elsewhere) = (self.catalog.admits(m, end), self.any_admits(rest));
                     if !self.retry(&policy, &mut made, &e, admits, elsewhere, end).await {
                         return hop(HopResult::Failed(e.kind, e.status), tries);
                     }
@@ -433,12 +433,12 @@ impl Runner {
     /// What a client is told as model `mi`'s answer starts streaming.
     fn stream_head_of(&self, call: &LlmCall<'_>, mi: usize, tally: &Tally) -> StreamHead {
         let primary = call.route.chain[0];
-        let mut chain: Vec<_> = tally.hops.iter().map(|h| self.hop_of(h)).collect();
+        let mut chain: Vec<_> = tally.hops.iter().map(|h| self.catalog.hop_of(h)).collect();
         chain.push(crate::outcome::Hop::ok(&self.catalog.models[mi].name));
         StreamHead {
             level: Runner::answered_level(primary, mi, &tally.hops),
             chain,
-            quality: (self.quality_ratio(mi, primary) * 100.0).round() / 100.0,
+            quality: (self.catalog.quality_ratio(mi, primary) * 100.0).round() / 100.0,
             attempts: tally.attempts,
             id: String::new(),
             model: self.catalog.models[mi].name.to_string(),

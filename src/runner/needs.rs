@@ -13,7 +13,6 @@ use super::llm::{HopResult, Tally};
 use super::Runner;
 use crate::blame::Ending;
 use crate::outcome::Level;
-use smallvec::SmallVec;
 
 impl Tally {
     /// Notes that the request needed tool target `target` (a registry
@@ -26,7 +25,7 @@ impl Tally {
 /// Whether a hop let the request down; `None` when the request did not
 /// need its model. A failure that was not the provider's (the caller's
 /// or fusebox's own, [`crate::blame`]) let nothing down.
-fn let_down(r: &HopResult) -> Option<bool> {
+pub(super) fn let_down(r: &HopResult) -> Option<bool> {
     match r {
         HopResult::Ok | HopResult::Resumed | HopResult::OverBudget | HopResult::Unaligned(_) => Some(false),
         HopResult::Unsupported(_) => None,
@@ -42,30 +41,10 @@ fn let_down(r: &HopResult) -> Option<bool> {
 }
 
 impl Runner {
-    /// The targets `tally` shows the request needed, each once, with
-    /// whether any of its uses let the request down.
-    pub(crate) fn needs(&self, tally: &Tally) -> SmallVec<[(usize, bool); 4]> {
-        let mut seen: SmallVec<[(usize, bool); 4]> = SmallVec::new();
-        let mut note = |t: usize, down: bool| match seen.iter_mut().find(|(s, _)| *s == t) {
-            Some(e) => e.1 |= down,
-            None => seen.push((t, down)),
-        };
-        for h in &tally.hops {
-            let Some(down) = let_down(&h.result) else { continue };
-            let m = &self.catalog.models[h.model];
-            note(m.target, down);
-            note(self.catalog.providers[m.provider].target, down);
-        }
-        for &(t, down) in &tally.tools {
-            note(t, down);
-        }
-        seen
-    }
-
     /// Counts a request that ended at `level` on every target it needed,
     /// and as degraded on those that let it down when it was degraded.
     pub(super) fn count_needs(&self, tally: &Tally, level: Level) {
-        for (t, down) in self.needs(tally) {
+        for (t, down) in self.catalog.needs(tally) {
             let s = &self.catalog.registry.get(t).stats;
             s.needed.inc();
             if down && level != Level::None {

@@ -105,7 +105,7 @@ impl Scope<'_> {
         }
         let ended = Ended {
             user_message: Some(why.into()),
-            chain: tally.hops.iter().map(|h| r.hop_of(h)).collect(),
+            chain: tally.hops.iter().map(|h| r.catalog.hop_of(h)).collect(),
             ..Ended::at(Level::Failed)
         };
         let o = r.outcome(self.request, self.user, ended, tally, self.took());

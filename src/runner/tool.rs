@@ -64,12 +64,6 @@ fn attempt_of(
 }
 
 impl Runner {
-    /// Whether a tool is critical for this request.
-    pub fn is_critical(&self, tool: usize, extra: &[String]) -> bool {
-        let t = &self.catalog.tools[tool];
-        t.cfg.critical || extra.contains(&t.name)
-    }
-
     /// Calls tool `ti` for request `request_id`; its result is cached
     /// under `key` (the call's [`ToolCall::cache_key`], as a rule). The
     /// tally notes that the request needed the tool (a drill's skip aside).

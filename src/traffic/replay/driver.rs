@@ -507,7 +507,7 @@ fn make_body(state: &mut Reading, q: Box<RequestRec>) -> (AgentRequest, OwnAttem
 /// config has what it names (else it is said in `out`, not applied);
 /// returns when it is due.
 fn schedule(runner: &Arc<Runner>, op: &OperatorRec, line: u64, at: Instant, out: &mut Replayed) -> Option<Instant> {
-    match op.command().and_then(|c| runner.check(&c).map(|()| c)) {
+    match op.command().and_then(|c| runner.catalog().check(&c).map(|()| c)) {
         Err(e) => {
             // Not this config's (a what-if without that provider, say).
             tracing::warn!(line, error = %e, "recorded operator action not applicable");
