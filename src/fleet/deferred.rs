@@ -113,7 +113,7 @@ impl SharedQueue {
             }
         }
         self.acknowledge(&mut conn).await?;
-        let accepting = runner.any_model_admits();
+        let accepting = runner.catalog().any_model_admits(runner.clock().now());
         if !accepting {
             self.release(&mut conn).await?;
         }

@@ -124,7 +124,7 @@ enum End {
 impl Runner {
     /// Runs one agent request to its outcome.
     pub async fn run(&self, req: &AgentRequest) -> Outcome {
-        self.run_keyed(req, Self::answer_key(req)).await
+        self.run_keyed(req, answer_key(req)).await
     }
 
     /// [`Runner::run`], with the request's [`Runner::answer_key`] computed
@@ -204,24 +204,6 @@ impl Runner {
             &trail.tally,
             left.saturating_duration_since(now),
         )
-    }
-
-    /// A request's key in the answer cache: its route and last user message.
-    pub fn answer_key(req: &AgentRequest) -> u64 {
-        let q = req
-            .messages
-            .iter()
-            .rev()
-            .find(|m| m.role == Role::User)
-            .map(|m| m.content.text())
-            .unwrap_or_default();
-        Self::answer_key_of(&req.route, &q)
-    }
-
-    /// The answer-cache key of a request on `route` whose last user message
-    /// is `question`.
-    pub fn answer_key_of(route: &str, question: &str) -> u64 {
-        ANSWER_KEYS.hash_one((route, question))
     }
 
     /// The tools the model is offered: those of the request this agent
@@ -488,13 +470,6 @@ impl Runner {
         ))
     }
 
-    /// Whether any model could take a call now (its and its provider's
-    /// breakers admit): where none can, deferred requests wait elsewhere.
-    pub(crate) fn any_model_admits(&self) -> bool {
-        let now = self.clock.now();
-        self.catalog.models.iter().any(|m| self.catalog.admits(m, now))
-    }
-
     /// Whether a deferred request's dependencies look available again.
     fn ready(&self, req: &AgentRequest) -> bool {
         let now = self.clock.now();
@@ -537,7 +512,7 @@ impl Runner {
         let o = if give_up {
             None
         } else {
-            let mut trail = Trail::new(Self::answer_key(&d.request));
+            let mut trail = Trail::new(answer_key(&d.request));
             Some(self.run_once(&d.request, false, self.clock.now(), &mut trail).await)
         };
         let level = o.as_ref().map(|o| o.level).unwrap_or(Level::Failed);
@@ -603,6 +578,24 @@ impl Runner {
             self.redrive_deferred(false).await;
         }
     }
+}
+
+/// A request's key in the answer cache: its route and last user message.
+pub fn answer_key(req: &AgentRequest) -> u64 {
+    let q = req
+        .messages
+        .iter()
+        .rev()
+        .find(|m| m.role == Role::User)
+        .map(|m| m.content.text())
+        .unwrap_or_default();
+    answer_key_of(&req.route, &q)
+}
+
+/// The answer-cache key of a request on `route` whose last user message
+/// is `question`.
+pub fn answer_key_of(route: &str, question: &str) -> u64 {
+    ANSWER_KEYS.hash_one((route, question))
 }
 
 impl HopResult {

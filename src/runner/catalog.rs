@@ -218,6 +218,18 @@ impl Catalog {
         (self.models[answered].cfg.quality / self.models[primary].cfg.quality.max(1e-9)).min(1.0)
     }
 
+    /// Whether any of `models` would take a call at `now`.
+    pub(super) fn any_admits(&self, models: &[usize], now: tokio::time::Instant) -> bool {
+        models.iter().any(|&m| self.admits(&self.models[m], now))
+    }
+
+    /// Whether any model could take a call at `now` (its and its
+    /// provider's breakers admit): where none can, deferred requests wait
+    /// elsewhere.
+    pub fn any_model_admits(&self, now: tokio::time::Instant) -> bool {
+        self.models.iter().any(|m| self.admits(m, now))
+    }
+
     /// The models a caller allowed only `names` (routes or models) may
     /// reach on any hop: every model of each route's chain, and each model
     /// itself (not what it falls back to, unless named too).

@@ -110,7 +110,8 @@ impl Runner {
                 });
                 continue;
             }
-            if sla > 0 && m.latency_ms.load(Ordering::Relaxed) > sla && self.any_admits(rest) {
+            if sla > 0 && m.latency_ms.load(Ordering::Relaxed) > sla && self.catalog.any_admits(rest, self.clock.now())
+            {
                 self.announce_step(call.request_id, self.catalog.model_target(mi), StepKind::SlaSkipped);
                 tally.hops.push(Tried {
                     model: mi,
@@ -213,7 +214,11 @@ impl Runner {
                 let Some(e) = broke else { continue 'models };
                 match streaming.as_deref_mut() {
                     // A text answer cut mid-stream: the next model continues it.
-                    Some(s) if route.cfg.stream_resume && s.resumable() && self.any_admits(rest) => {
+                    Some(s)
+                        if route.cfg.stream_resume
+                            && s.resumable()
+                            && self.catalog.any_admits(rest, self.clock.now()) =>
+                    {
                         carry = e.usage;
                         cut.get_or_insert(*e);
                         continue 'models;
@@ -241,14 +246,6 @@ impl Runner {
             (None, _) if late => Err(LlmFailure::Deadline),
             (None, _) => Err(LlmFailure::Exhausted),
         }
-    }
-
-    /// Whether any of `models` would take a call now.
-    pub(super) fn any_admits(&self, models: &[usize]) -> bool {
-        let now = self.clock.now();
-        models
-            .iter()
-            .any(|&m| self.catalog.admits(&self.catalog.models[m], now))
     }
 }
 

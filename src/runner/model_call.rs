@@ -77,7 +77,7 @@ impl Runner {
                     output,
                     call.priority,
                     call.deadline,
-                    || !self.any_admits(rest),
+                    || !self.catalog.any_admits(rest, self.clock.now()),
                 )
                 .await;
             let (mut held, now) = match admitted {
@@ -201,7 +201,10 @@ impl Runner {
                         request: call.request_id,
                         targets: &targets,
                     };
-                    let (admits, elsewhere) = (self.catalog.admits(m, end), self.any_admits(rest));
+                    let (admits, elsewhere) = (
+                        self.catalog.admits(m, end),
+                        self.catalog.any_admits(rest, self.clock.now()),
+                    );
                     if !self.retry(&policy, &mut made, &e, admits, elsewhere, end).await {
                         return hop(HopResult::Failed(e.kind, e.status), tries);
                     }

@@ -41,7 +41,7 @@ impl ToolRequest {
     pub fn new(id: u64, user: String, session: Option<String>, name: &str, arguments: String) -> Self {
         // The key a recording of it keeps (that of `as_request`), made
         // without building that request on every call.
-        let key = Runner::answer_key_of(name, &arguments);
+        let key = super::agent::answer_key_of(name, &arguments);
         Self {
             id,
             user,

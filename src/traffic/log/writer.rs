@@ -16,7 +16,7 @@
 use super::rate_headers;
 use super::{AttemptRec, Header, Key, OperatorRec, OutcomeRec, Record, RequestRec, TransitionRec};
 use crate::clock::hash_str;
-use crate::runner::Runner;
+use crate::runner::agent::answer_key;
 
 use crate::telemetry::events::{Event, EventBus, EventKind};
 use std::fs::{File, OpenOptions};
@@ -369,7 +369,7 @@ pub fn record_of(ev: &Event, t_ms: u64, content: RecordedContent, salt: &Salt) -
                 max_steps: (r.max_steps > 0).then_some(r.max_steps),
                 messages: (content == RecordedContent::Full).then(|| r.messages.to_vec()),
                 content_hash: (content == RecordedContent::Hash).then(|| format!("{:016x}", hash_str(&text()))),
-                answer_key: keyed.then(|| salt.key(Runner::answer_key(r))),
+                answer_key: keyed.then(|| salt.key(answer_key(r))),
                 via: arrival.via,
                 priority: r.priority,
                 tenant: r.tenant.clone(),

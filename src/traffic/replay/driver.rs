@@ -499,7 +499,7 @@ fn make_body(state: &mut Reading, q: Box<RequestRec>) -> (AgentRequest, OwnAttem
     let own = state.unmade.take_next(q.id.n());
     let (recorded, via) = (q.answer_key, q.via);
     let req = agent_request(*q);
-    let key = recorded.map_or_else(|| Runner::answer_key(&req), |k| k.0);
+    let key = recorded.map_or_else(|| crate::runner::agent::answer_key(&req), |k| k.0);
     (req, own, key, via)
 }
 
