@@ -10,6 +10,7 @@ use super::registry::Registry;
 use super::NameMap;
 use crate::clock::Seed;
 use crate::config::{Config, ModelConfig, RouteConfig, ToolConfig};
+use crate::outcome::Level;
 use crate::provider::fault::FaultTable;
 use crate::provider::mock::MockProvider;
 use crate::provider::{Provider, ToolSpec};
@@ -228,6 +229,32 @@ impl Catalog {
     /// elsewhere.
     pub fn any_model_admits(&self, now: tokio::time::Instant) -> bool {
         self.models.iter().any(|m| self.admits(m, now))
+    }
+
+    /// An attempt's share of the time left before `deadline` (none
+    /// without one): all of it for the last model that could take the
+    /// call, else an even share with each later one that could.
+    pub(super) fn share_of(
+        &self,
+        deadline: Option<tokio::time::Instant>,
+        rest: &[usize],
+        now: tokio::time::Instant,
+    ) -> Option<Duration> {
+        let left = deadline?.saturating_duration_since(now);
+        let later = rest.iter().filter(|&&m| self.admits(&self.models[m], now)).count() as u32;
+        Some(left / (later + 1))
+    }
+
+    /// Counts a request that ended at `level` on every target it needed,
+    /// and as degraded on those that let it down when it was degraded.
+    pub(super) fn count_needs(&self, tally: &Tally, level: Level) {
+        for (t, down) in self.needs(tally) {
+            let s = &self.registry.get(t).stats;
+            s.needed.inc();
+            if down && level != Level::None {
+                s.degraded.inc();
+            }
+        }
     }
 
     /// The models a caller allowed only `names` (routes or models) may

@@ -76,7 +76,7 @@ impl Runner {
     /// its `tally` shows it needed, and announces it.
     pub(crate) fn count_outcome(&self, o: &Outcome, tally: &Tally) {
         self.totals.by_level[o.level.index()].fetch_add(1, Ordering::Relaxed);
-        self.count_needs(tally, o.level);
+        self.catalog.count_needs(tally, o.level);
         self.totals.tokens.fetch_add(o.tokens, Ordering::Relaxed);
         self.totals
             .cost_micro_usd

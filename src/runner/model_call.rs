@@ -16,23 +16,6 @@ use futures_util::future::BoxFuture;
 use std::time::Duration;
 
 impl Runner {
-    /// An attempt's share of the time left before `deadline` (none
-    /// without one): all of it for the last model that could take the
-    /// call, else an even share with each later one that could.
-    fn share_of(
-        &self,
-        deadline: Option<tokio::time::Instant>,
-        rest: &[usize],
-        now: tokio::time::Instant,
-    ) -> Option<Duration> {
-        let left = deadline?.saturating_duration_since(now);
-        let later = rest
-            .iter()
-            .filter(|&&m| self.catalog.admits(&self.catalog.models[m], now))
-            .count() as u32;
-        Some(left / (later + 1))
-    }
-
     /// Tries one model, with retries; `Ok(Err(hop))` means "go to the next".
     /// Order per attempt: breakers (the cheapest refusal; retries live inside
     /// them) → limiter (waits only when no later model could take the call)
@@ -107,7 +90,7 @@ impl Runner {
             // deadline, this attempt's share of it: when the share is the
             // shorter, running out of it is the caller's doing.
             let own = m.own_bound(p.timeout, &req, chars, streams);
-            let share = self.share_of(call.deadline, rest, now);
+            let share = self.catalog.share_of(call.deadline, rest, now);
             let bound = share.map_or(own, |s| s.min(own));
             // A stream has no timeout of its own once open (an idle one
             // only, and the request's deadline).

@@ -10,9 +10,7 @@
 //! are the operator's, not the tool's.
 
 use super::llm::{HopResult, Tally};
-use super::Runner;
 use crate::blame::Ending;
-use crate::outcome::Level;
 
 impl Tally {
     /// Notes that the request needed tool target `target` (a registry
@@ -37,19 +35,5 @@ pub(super) fn let_down(r: &HopResult) -> Option<bool> {
         | HopResult::Sla
         | HopResult::Semantic(_)
         | HopResult::Outrun => Some(true),
-    }
-}
-
-impl Runner {
-    /// Counts a request that ended at `level` on every target it needed,
-    /// and as degraded on those that let it down when it was degraded.
-    pub(super) fn count_needs(&self, tally: &Tally, level: Level) {
-        for (t, down) in self.catalog.needs(tally) {
-            let s = &self.catalog.registry.get(t).stats;
-            s.needed.inc();
-            if down && level != Level::None {
-                s.degraded.inc();
-            }
-        }
     }
 }
