@@ -345,20 +345,22 @@ async fn failure_before_the_first_byte_falls_back() {
         assert_eq!(o.level, Level::Fallback, "{:?}", o.path());
         assert!(o.path()[0].starts_with(label), "{:?}", o.path());
         assert_eq!(o.path()[1], "claude-haiku ✓");
-        r.apply(
-            &fusebox::command::Command::Reset {
-                target: Target::provider("openai"),
-            },
-            &Issuer::operator("t"),
-        )
-        .unwrap();
-        r.apply(
-            &fusebox::command::Command::Reset {
-                target: Target::model("gpt-4o"),
-            },
-            &Issuer::operator("t"),
-        )
-        .unwrap();
+        r.operations()
+            .apply(
+                &fusebox::command::Command::Reset {
+                    target: Target::provider("openai"),
+                },
+                &Issuer::operator("t"),
+            )
+            .unwrap();
+        r.operations()
+            .apply(
+                &fusebox::command::Command::Reset {
+                    target: Target::model("gpt-4o"),
+                },
+                &Issuer::operator("t"),
+            )
+            .unwrap();
     }
 }
 

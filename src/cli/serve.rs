@@ -163,7 +163,7 @@ pub fn serve(mut args: ServeArgs) -> Result<()> {
         };
         let runner = Runner::new(cfg, parts)?;
         if let Some(path) = &args.config {
-            runner.reload_from(path.clone(), read_at_start);
+            runner.operations().reload_from(path.clone(), read_at_start);
         }
         // Real time: nothing to pace.
         let mut run = Run::start(runner.clone(), &args.record, seed.0, None, state.as_ref()).await?;
@@ -261,7 +261,7 @@ pub fn serve(mut args: ServeArgs) -> Result<()> {
 /// stderr.
 async fn reload(runner: Arc<Runner>) {
     use std::io::Write;
-    let line = match runner.reload_file().await {
+    let line = match runner.operations().reload_file().await {
         Ok(done) => format!("fusebox serve: reloaded {done}"),
         Err(why) => format!("fusebox serve: reload refused: {why}"),
     };

@@ -302,7 +302,12 @@ impl Fleet {
         match &op.act {
             Act::Trip(target) => self.trip_here(op, target),
             Act::Command(cmd) => {
-                if let Err(e) = self.runner.command(cmd, &Issuer::fleet(&op.by, &op.instance)).await {
+                if let Err(e) = self
+                    .runner
+                    .operations()
+                    .command(cmd, &Issuer::fleet(&op.by, &op.instance))
+                    .await
+                {
                     tracing::warn!(error = %e, "a fleet action does not apply here");
                 }
             }

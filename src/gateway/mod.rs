@@ -369,7 +369,9 @@ async fn command(State(gw): Shared, req: axum::extract::Request) -> Result<Respo
     let cmd: Command = match serde_json::from_slice(&body) {
         Ok(c) => c,
         Err(e) => {
-            gw.runner.refuse(&String::from_utf8_lossy(&body), &by, &e.to_string());
+            gw.runner
+                .operations()
+                .refuse(&String::from_utf8_lossy(&body), &by, &e.to_string());
             // A target no target can be is the target's fault.
             let target = serde_json::from_slice::<serde_json::Value>(&body)
                 .ok()
@@ -380,7 +382,7 @@ async fn command(State(gw): Shared, req: axum::extract::Request) -> Result<Respo
             );
         }
     };
-    match gw.runner.command(&cmd, &by).await {
+    match gw.runner.operations().command(&cmd, &by).await {
         Ok(()) => Ok(Json(json!({"applied": cmd})).into_response()),
         Err(e) => Err(GatewayError::openai(StatusCode::BAD_REQUEST, e.to_string()).param(Some(&e.field()))),
     }

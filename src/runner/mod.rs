@@ -9,15 +9,14 @@ mod attempt;
 mod call;
 pub mod catalog;
 pub mod chat;
-pub mod command;
 pub mod embed;
 mod ending;
 mod hedge;
 pub mod llm;
 mod model_call;
 mod needs;
+pub mod operations;
 pub mod registry;
-pub mod reload;
 mod scope;
 pub mod shared;
 mod snapshot;
@@ -40,6 +39,7 @@ use crate::telemetry::events::EventBus;
 use crate::tools::{MockTools, ToolExecutor};
 pub use catalog::{Catalog, ModelSlot, ProviderSlot, RouteSlot, ToolSlot};
 use dashmap::DashMap;
+pub use operations::{command, reload, Operations};
 use shared::Shared;
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -251,6 +251,20 @@ impl Runner {
     /// The deferred-request spool, if deferring is on.
     pub fn spool(&self) -> Option<&Spool> {
         self.spool.as_ref()
+    }
+
+    /// What an operator may do here: commands, reloads.
+    pub fn operations(&self) -> Operations<'_> {
+        Operations {
+            cfg: &self.cfg,
+            catalog: &self.catalog,
+            clock: &self.clock,
+            events: &self.events,
+            faults: &self.faults,
+            budgets: &self.budgets,
+            drill: &self.drill,
+            source: &self.reload_source,
+        }
     }
 
     /// Whether fault-drill mode is on.

@@ -52,7 +52,11 @@ impl Feed {
 
 impl Control for Runner {
     fn send(&self, order: Dispatch, by: Issuer) -> BoxFuture<'static, CommandReply> {
-        let status = self.apply(&order.command, &by).err().map(|e| e.to_string());
+        let status = self
+            .operations()
+            .apply(&order.command, &by)
+            .err()
+            .map(|e| e.to_string());
         let snapshot = Some(Arc::new(self.snapshot(SNAPSHOT_USERS, SNAPSHOT_EVENTS)));
         Box::pin(std::future::ready(CommandReply { status, snapshot }))
     }

@@ -185,13 +185,14 @@ async fn two_instances_combine_worst_state_first_with_their_own_rows() {
     use fusebox::telemetry::snapshot::InstanceView;
     let (sick, _) = crate::console::incident(false).await;
     let (calm, _) = crate::console::incident(false).await;
-    calm.apply(
-        &fusebox::command::Command::Reset {
-            target: Target::provider("openai"),
-        },
-        &fusebox::command::Issuer::operator("t"),
-    )
-    .unwrap();
+    calm.operations()
+        .apply(
+            &fusebox::command::Command::Reset {
+                target: Target::provider("openai"),
+            },
+            &fusebox::command::Issuer::operator("t"),
+        )
+        .unwrap();
     let (a, b) = (sick.snapshot(100, 100), calm.snapshot(100, 100));
     let part = |name: &str, snap| Member {
         view: InstanceView {

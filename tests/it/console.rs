@@ -48,6 +48,7 @@ pub(crate) async fn incident(readonly: bool) -> (Arc<Runner>, App) {
         Arc::new(runner.snapshot(SNAPSHOT_USERS, SNAPSHOT_EVENTS)),
     );
     runner
+        .operations()
         .apply(
             &Command::SetFault {
                 target: Target::provider("openai"),
@@ -84,6 +85,7 @@ pub(crate) async fn incident(readonly: bool) -> (Arc<Runner>, App) {
         app.on_event(&e);
     }
     runner
+        .operations()
         .apply(
             &Command::FreezeRefill {
                 target: Target::provider("anthropic"),
@@ -357,6 +359,7 @@ async fn selection_follows_the_breaker_when_the_order_changes() {
     app.on_key(key('j'), &keys);
     let chosen = app.breaker_rows()[app.selection(Pane::Breakers)].target.clone();
     runner
+        .operations()
         .apply(
             &Command::Reset {
                 target: Target::provider("openai"),
@@ -365,6 +368,7 @@ async fn selection_follows_the_breaker_when_the_order_changes() {
         )
         .unwrap();
     runner
+        .operations()
         .apply(
             &Command::Reset {
                 target: Target::model("gpt-4o"),
@@ -854,7 +858,10 @@ fn the_header_s_health_is_the_last_minute_s_with_its_window_named_and_coloured()
 #[tokio::test(start_paused = true)]
 async fn an_80x24_header_keeps_every_badge() {
     let (runner, mut app) = incident(true).await;
-    runner.apply(&Command::DrillOn, &Issuer::operator("ana")).unwrap();
+    runner
+        .operations()
+        .apply(&Command::DrillOn, &Issuer::operator("ana"))
+        .unwrap();
     app.on_snapshot(Arc::new(runner.snapshot(SNAPSHOT_USERS, SNAPSHOT_EVENTS)));
     app.display_frozen = true;
     let second = text(&render(&app, 80, 24)).lines().nth(1).unwrap().to_string();
@@ -884,7 +891,7 @@ async fn the_selection_stays_on_its_row_while_100_events_and_requests_arrive() {
         } else {
             Command::DrillOff
         };
-        runner.apply(&cmd, &Issuer::operator("bo")).unwrap();
+        runner.operations().apply(&cmd, &Issuer::operator("bo")).unwrap();
     }
     for i in 100..120u64 {
         runner.run(&make_request(Seed(5), i, 6)).await;
@@ -998,7 +1005,10 @@ async fn an_event_said_again_and_again_is_one_row_with_its_count() {
     let (runner, mut app) = incident(false).await;
     let mut events = runner.events().subscribe();
     for _ in 0..5 {
-        runner.apply(&Command::DrillOn, &Issuer::operator("bo")).unwrap();
+        runner
+            .operations()
+            .apply(&Command::DrillOn, &Issuer::operator("bo"))
+            .unwrap();
         tokio::time::advance(Duration::from_millis(200)).await;
     }
     while let Ok(e) = events.try_recv() {

@@ -634,6 +634,7 @@ async fn embeddings_pass_through_the_named_models_breaker_limiter_and_budget() {
     let r = post(json!({"model": "claude-haiku", "input": "x"})).await.unwrap();
     assert_eq!(r.status(), 502);
     f.runner
+        .operations()
         .apply(
             &serde_json::from_value(json!({"action": "force_open", "target": "provider:openai"})).unwrap(),
             &Issuer::operator("test"),

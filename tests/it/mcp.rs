@@ -199,6 +199,7 @@ async fn operators_command_mcp_tools_and_a_breaker_recovers() {
             .map(|t| t.breaker.view(now).state)
     };
     runner
+        .operations()
         .apply(&Command::ForceOpen { target: target.clone() }, &Issuer::operator("ana"))
         .unwrap();
     let seen = state.calls[0].load(Ordering::SeqCst);
@@ -213,6 +214,7 @@ async fn operators_command_mcp_tools_and_a_breaker_recovers() {
     );
     assert_eq!(state.calls[0].load(Ordering::SeqCst), seen);
     runner
+        .operations()
         .apply(&Command::Reset { target: target.clone() }, &Issuer::operator("ana"))
         .unwrap();
     // Down until it opens, then back: a probe after the cooldown closes it.

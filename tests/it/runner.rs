@@ -146,13 +146,14 @@ async fn retry_budget_caps_retries_during_an_outage() {
     let r = runner(cfg, vec![("openai", openai.clone() as Arc<dyn Provider>)], None);
     // Keep the breakers out of the way: only the retry budget may stop retries.
     for t in ["provider:openai", "model:gpt-4o"] {
-        r.apply(
-            &Command::ForceClosed {
-                target: t.parse().unwrap(),
-            },
-            &Issuer::operator("t"),
-        )
-        .unwrap();
+        r.operations()
+            .apply(
+                &Command::ForceClosed {
+                    target: t.parse().unwrap(),
+                },
+                &Issuer::operator("t"),
+            )
+            .unwrap();
     }
     let mut set = tokio::task::JoinSet::new();
     for i in 0..50 {
@@ -174,13 +175,14 @@ async fn open_breaker_skips_the_model_and_its_retries() {
         vec![("openai", openai.clone() as Arc<dyn Provider>)],
         None,
     );
-    r.apply(
-        &Command::ForceOpen {
-            target: Target::provider("openai"),
-        },
-        &Issuer::operator("tester"),
-    )
-    .unwrap();
+    r.operations()
+        .apply(
+            &Command::ForceOpen {
+                target: Target::provider("openai"),
+            },
+            &Issuer::operator("tester"),
+        )
+        .unwrap();
     let o = r.run(&ask(1, "alice")).await;
     assert_eq!(openai.calls(), 0);
     assert_eq!(o.path()[0], "gpt-4o ⊘open");
@@ -325,17 +327,18 @@ async fn failing_optional_tool_is_skipped_and_critical_tool_uses_the_cache() {
     assert_eq!(o.level, Level::None, "{:?}", o.path());
     // Then both tools fail.
     for t in ["tool:get_order", "tool:search_docs"] {
-        r.apply(
-            &Command::SetFault {
-                target: t.parse().unwrap(),
-                fault: FaultSpec::always(Fault::Status {
-                    code: 503,
-                    retry_after_ms: None,
-                }),
-            },
-            &Issuer::operator("t"),
-        )
-        .unwrap();
+        r.operations()
+            .apply(
+                &Command::SetFault {
+                    target: t.parse().unwrap(),
+                    fault: FaultSpec::always(Fault::Status {
+                        code: 503,
+                        retry_after_ms: None,
+                    }),
+                },
+                &Issuer::operator("t"),
+            )
+            .unwrap();
     }
     tokio::time::advance(Duration::from_secs(60)).await;
     let o = r.run(&ask_with_tools(2, "alice")).await;
@@ -369,13 +372,14 @@ async fn critical_tool_down_defers_and_the_request_survives_a_restart() {
         vec![("openai", openai as Arc<dyn Provider>)],
         Some(spool.clone()),
     );
-    r.apply(
-        &Command::ForceOpen {
-            target: Target::tool("get_order"),
-        },
-        &Issuer::operator("t"),
-    )
-    .unwrap();
+    r.operations()
+        .apply(
+            &Command::ForceOpen {
+                target: Target::tool("get_order"),
+            },
+            &Issuer::operator("t"),
+        )
+        .unwrap();
     let o = r.run(&ask_with_tools(1, "alice")).await;
     assert_eq!(o.level, Level::Deferred);
     assert!(o.user_message.unwrap().contains("queued"));
@@ -430,12 +434,16 @@ async fn drill_mode_sends_optional_tools_down_their_degradation_branch() {
         Step::ok(),
     );
     let r = runner(Config::default(), vec![("openai", openai as Arc<dyn Provider>)], None);
-    r.apply(&Command::DrillOn, &Issuer::operator("tester")).unwrap();
+    r.operations()
+        .apply(&Command::DrillOn, &Issuer::operator("tester"))
+        .unwrap();
     let o = r.run(&ask_with_tools(1, "alice")).await;
     assert_eq!(o.level, Level::Partial);
     assert_eq!(o.missing, vec!["lookup_shipping", "search_docs", "send_notification"]);
     assert_eq!(stats(&r, "tool:get_order").ok, 1, "the critical tool still runs");
-    r.apply(&Command::DrillOff, &Issuer::operator("tester")).unwrap();
+    r.operations()
+        .apply(&Command::DrillOff, &Issuer::operator("tester"))
+        .unwrap();
     assert!(!r.drill());
 }
 
@@ -452,45 +460,50 @@ async fn operator_commands_apply_and_are_announced() {
             .breaker
             .state()
     };
-    r.apply(
-        &Command::ForceOpen {
-            target: Target::model("gpt-4o"),
-        },
-        &Issuer::operator("ana"),
-    )
-    .unwrap();
+    r.operations()
+        .apply(
+            &Command::ForceOpen {
+                target: Target::model("gpt-4o"),
+            },
+            &Issuer::operator("ana"),
+        )
+        .unwrap();
     assert_eq!(b("model:gpt-4o"), BreakerState::ForcedOpen);
-    r.apply(
-        &Command::ForceClosed {
-            target: Target::model("gpt-4o"),
-        },
-        &Issuer::operator("ana"),
-    )
-    .unwrap();
+    r.operations()
+        .apply(
+            &Command::ForceClosed {
+                target: Target::model("gpt-4o"),
+            },
+            &Issuer::operator("ana"),
+        )
+        .unwrap();
     assert_eq!(b("model:gpt-4o"), BreakerState::ForcedClosed);
-    r.apply(
-        &Command::Disable {
-            target: Target::tool("search_docs"),
-        },
-        &Issuer::operator("ana"),
-    )
-    .unwrap();
+    r.operations()
+        .apply(
+            &Command::Disable {
+                target: Target::tool("search_docs"),
+            },
+            &Issuer::operator("ana"),
+        )
+        .unwrap();
     assert_eq!(b("tool:search_docs"), BreakerState::Disabled);
-    r.apply(
-        &Command::Reset {
-            target: Target::model("gpt-4o"),
-        },
-        &Issuer::operator("ana"),
-    )
-    .unwrap();
+    r.operations()
+        .apply(
+            &Command::Reset {
+                target: Target::model("gpt-4o"),
+            },
+            &Issuer::operator("ana"),
+        )
+        .unwrap();
     assert_eq!(b("model:gpt-4o"), BreakerState::Closed);
-    r.apply(
-        &Command::FreezeRefill {
-            target: Target::provider("openai"),
-        },
-        &Issuer::operator("ana"),
-    )
-    .unwrap();
+    r.operations()
+        .apply(
+            &Command::FreezeRefill {
+                target: Target::provider("openai"),
+            },
+            &Issuer::operator("ana"),
+        )
+        .unwrap();
     let lim = &r
         .catalog()
         .providers()
@@ -499,15 +512,17 @@ async fn operator_commands_apply_and_are_announced() {
         .unwrap()
         .limiter;
     assert!(lim.is_frozen(now()));
-    r.apply(
-        &Command::UnfreezeRefill {
-            target: Target::provider("openai"),
-        },
-        &Issuer::operator("ana"),
-    )
-    .unwrap();
+    r.operations()
+        .apply(
+            &Command::UnfreezeRefill {
+                target: Target::provider("openai"),
+            },
+            &Issuer::operator("ana"),
+        )
+        .unwrap();
     assert!(!lim.is_frozen(now()));
     let err = r
+        .operations()
         .apply(
             &Command::ForceOpen {
                 target: Target::tool("nope"),
@@ -553,11 +568,11 @@ async fn a_repeated_operator_command_changes_nothing_and_says_so() {
     ];
     let breaker = &r.catalog().registry().find(&Target::model("gpt-4o")).unwrap().breaker;
     for cmd in &commands {
-        r.apply(cmd, &Issuer::operator("ana")).unwrap();
+        r.operations().apply(cmd, &Issuer::operator("ana")).unwrap();
         let now = tokio::time::Instant::now();
         let before = breaker.view(now);
         let mut events = r.events().subscribe();
-        r.apply(cmd, &Issuer::operator("ana")).unwrap();
+        r.operations().apply(cmd, &Issuer::operator("ana")).unwrap();
         let after = breaker.view(now);
         assert_eq!(
             (after.state, after.trips, after.next_probe_ms),
@@ -799,17 +814,18 @@ async fn a_tool_is_not_retried_past_the_retry_after_cap() {
             vec![("openai", openai.clone() as Arc<dyn Provider>)],
             None,
         );
-        r.apply(
-            &Command::SetFault {
-                target: Target::tool("get_order"),
-                fault: FaultSpec::always(Fault::Status {
-                    code: 503,
-                    retry_after_ms: Some(retry_after_ms),
-                }),
-            },
-            &Issuer::operator("t"),
-        )
-        .unwrap();
+        r.operations()
+            .apply(
+                &Command::SetFault {
+                    target: Target::tool("get_order"),
+                    fault: FaultSpec::always(Fault::Status {
+                        code: 503,
+                        retry_after_ms: Some(retry_after_ms),
+                    }),
+                },
+                &Issuer::operator("t"),
+            )
+            .unwrap();
         r.run(&ask_with_tools(1, "alice")).await;
         retries.push(stats(&r, "tool:get_order").retries);
     }
@@ -829,19 +845,21 @@ async fn tool_calls_pay_into_the_retry_budget_they_draw_from() {
     cfg.tools.get_mut("get_order").unwrap().cache_ttl_s = 0;
     let r = runner(cfg, vec![], None);
     let target: Target = "tool:get_order".parse().unwrap();
-    r.apply(&Command::ForceClosed { target: target.clone() }, &Issuer::operator("t"))
+    r.operations()
+        .apply(&Command::ForceClosed { target: target.clone() }, &Issuer::operator("t"))
         .unwrap();
-    r.apply(
-        &Command::SetFault {
-            target,
-            fault: FaultSpec::always(Fault::Status {
-                code: 503,
-                retry_after_ms: None,
-            }),
-        },
-        &Issuer::operator("t"),
-    )
-    .unwrap();
+    r.operations()
+        .apply(
+            &Command::SetFault {
+                target,
+                fault: FaultSpec::always(Fault::Status {
+                    code: 503,
+                    retry_after_ms: None,
+                }),
+            },
+            &Issuer::operator("t"),
+        )
+        .unwrap();
     let mut set = tokio::task::JoinSet::new();
     for i in 0..20 {
         let r = r.clone();
@@ -959,11 +977,12 @@ async fn an_operator_closes_a_spend_rate_breaker() {
     let reset = |user: &str| Command::ResetSpendRate {
         user: Some(user.into()),
     };
-    r.apply(&reset("loop"), &Issuer::operator("ana")).unwrap();
+    r.operations().apply(&reset("loop"), &Issuer::operator("ana")).unwrap();
     let now = r.clock().elapsed_ms();
     assert!(b.reserve("loop", 10, 0.0, now).is_ok(), "served again at once");
-    r.apply(&reset("loop"), &Issuer::operator("ana")).unwrap();
-    r.apply(&Command::ResetSpendRate { user: None }, &Issuer::operator("ana"))
+    r.operations().apply(&reset("loop"), &Issuer::operator("ana")).unwrap();
+    r.operations()
+        .apply(&Command::ResetSpendRate { user: None }, &Issuer::operator("ana"))
         .unwrap();
     let results: Vec<String> = std::iter::from_fn(|| events.try_recv().ok())
         .filter_map(|e| match e.kind {
@@ -979,7 +998,10 @@ async fn an_operator_closes_a_spend_rate_breaker() {
             "reset_spend_rate global: already closed: nothing changed",
         ]
     );
-    let e = r.apply(&reset(&"x".repeat(300)), &Issuer::operator("ana")).unwrap_err();
+    let e = r
+        .operations()
+        .apply(&reset(&"x".repeat(300)), &Issuer::operator("ana"))
+        .unwrap_err();
     assert_eq!(e.field(), "user");
 }
 

@@ -226,7 +226,10 @@ async fn apply_timeline(runner: Arc<Runner>, sc: Scenario, start: Instant, end: 
                 target: s.target.clone(),
                 fault: s.spec(),
             };
-            if let Err(e) = runner.apply(&cmd, &Issuer::operator(&format!("scenario {}", sc.name))) {
+            if let Err(e) = runner
+                .operations()
+                .apply(&cmd, &Issuer::operator(&format!("scenario {}", sc.name)))
+            {
                 tracing::warn!(error = %e, "scenario step skipped");
             }
         }

@@ -521,7 +521,7 @@ fn schedule(runner: &Arc<Runner>, op: &OperatorRec, line: u64, at: Instant, out:
             let by = Issuer::operator(&format!("replay of {}", op.by));
             tokio::spawn(async move {
                 tokio::time::sleep_until(at).await;
-                if let Err(e) = r.apply(&cmd, &by) {
+                if let Err(e) = r.operations().apply(&cmd, &by) {
                     tracing::warn!(error = %e, "recorded operator action not applied");
                 }
             });

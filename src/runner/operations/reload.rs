@@ -5,7 +5,7 @@
 //! within a time bound ([`crate::config::file`]): a FIFO, a huge file or a
 //! stalled mount is refused, never waited on by the runtime.
 
-use super::Runner;
+use super::Operations;
 use crate::config::Config;
 use crate::telemetry::events::EventKind;
 use serde_json::Value;
@@ -89,11 +89,11 @@ fn sections(cfg: &Config) -> Vec<(&'static str, Value)> {
     ]
 }
 
-impl Runner {
+impl Operations<'_> {
     /// Reloads read `path`, which read as `read_at_start` when the runner
     /// was built (set once; later calls change nothing).
     pub fn reload_from(&self, path: PathBuf, read_at_start: Config) {
-        let _ = self.reload_source.set(Source {
+        let _ = self.source.set(Source {
             path,
             read_at_start,
             reading: Arc::default(),
@@ -101,7 +101,7 @@ impl Runner {
     }
 
     /// Reads the config file again and takes what can change in place
-    /// ([`Runner::reload`]); what changed, or why nothing did. Said in the
+    /// ([`Operations::reload`]); what changed, or why nothing did. Said in the
     /// events either way.
     pub async fn reload_file(&self) -> Result<String, String> {
         let read = self.read_reload().await;
@@ -111,7 +111,7 @@ impl Runner {
     /// The config file read again and checked, off the runtime's threads
     /// and within [`crate::limits::CONFIG_READ_TIME`]; or why not.
     pub(super) async fn read_reload(&self) -> Result<Config, String> {
-        let Some(src) = self.reload_source.get() else {
+        let Some(src) = self.source.get() else {
             return Err(NO_FILE.into());
         };
         if src.reading.swap(true, Ordering::AcqRel) {
@@ -131,10 +131,10 @@ impl Runner {
             .map_err(|e| e.without_text())
     }
 
-    /// Takes a reload's file as [`Runner::read_reload`] read it (`None`:
+    /// Takes a reload's file as [`Operations::read_reload`] read it (`None`:
     /// not read, which only a runner without a file may ask).
     pub(super) fn reload_read(&self, read: Option<Result<Config, String>>) -> Result<String, String> {
-        let Some(src) = self.reload_source.get() else {
+        let Some(src) = self.source.get() else {
             return Err(NO_FILE.into());
         };
         let read = read.unwrap_or_else(|| {
@@ -169,7 +169,7 @@ impl Runner {
     /// refused whole, naming it (the caller compares `[tools]`, which the
     /// runner holds as it was built: [`tools_differ`]).
     pub fn reload(&self, new: &Config) -> Result<Vec<String>, NeedsRestart> {
-        let changed: Vec<&str> = sections(&self.cfg)
+        let changed: Vec<&str> = sections(self.cfg)
             .into_iter()
             .zip(sections(new))
             .filter(|((_, a), (_, b))| a != b)

@@ -1,24 +1,25 @@
 //! How the runner applies an operator command and announces it, with who
 //! issued it.
 
-use super::{Catalog, Runner};
+use super::Operations;
 use crate::command::{Command, CommandError, Issuer};
 use crate::resilience::breaker::BreakerState;
+use crate::runner::Catalog;
 use crate::target::Target;
 use crate::telemetry::events::EventKind;
 use std::sync::atomic::Ordering;
 
-impl Runner {
+impl Operations<'_> {
     /// Applies an operator command issued by `by`; the result is announced
     /// as an event either way. A reload reads a file, which this does not
     /// do on the caller's thread: where the runner has one, a reload is
-    /// sent with [`Runner::command`].
+    /// sent with [`Operations::command`].
     pub fn apply(&self, cmd: &Command, by: &Issuer) -> Result<(), CommandError> {
         self.apply_read(cmd, by, None)
     }
 
-    /// [`Runner::apply`], a reload first reading the config file off the
-    /// runtime's threads, within a time bound ([`Runner::reload_file`]).
+    /// [`Operations::apply`], a reload first reading the config file off the
+    /// runtime's threads, within a time bound ([`Operations::reload_file`]).
     pub async fn command(&self, cmd: &Command, by: &Issuer) -> Result<(), CommandError> {
         let read = match cmd {
             Command::Reload => Some(self.read_reload().await),
@@ -148,7 +149,7 @@ impl Catalog {
     }
 
     /// The breaker `target` names.
-    pub(super) fn breaker(&self, target: &Target) -> Result<&super::registry::Entry, CommandError> {
+    pub(super) fn breaker(&self, target: &Target) -> Result<&crate::runner::registry::Entry, CommandError> {
         self.registry
             .find(target)
             .ok_or_else(|| unknown(target, self.registry.iter().map(|t| &t.target)))
