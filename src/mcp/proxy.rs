@@ -59,6 +59,14 @@ pub struct Proxy {
     link: Arc<Link>,
 }
 
+/// How one family's list is paged: `make` its request with some params,
+/// `next` a page's cursor, `join` the pages of several servers as one.
+struct Pages<M, N, J> {
+    make: M,
+    next: N,
+    join: J,
+}
+
 impl Proxy {
     /// The proxy of `link`'s servers through `runner`, its callers named
     /// and bounded by `callers`, its calls numbered from `ids` (the
@@ -154,18 +162,20 @@ impl Proxy {
 
     /// A list of `family`'s: where one server offers it to this caller,
     /// its page for `request` as it gave it (its cursor passed on); else
-    /// every page of each server's (up to [`MAX_PAGES`] each), joined by
-    /// `join`. `make` is the list request with some params, `next` a page's
-    /// cursor.
+    /// every page of each server's (up to [`MAX_PAGES`] each), joined as
+    /// `pages` says.
     async fn list<R: DeserializeOwned>(
         &self,
         family: Family,
         request: Option<PaginatedRequestParams>,
-        make: impl Fn(Option<PaginatedRequestParams>) -> ClientRequest,
-        next: impl Fn(&R) -> Option<String>,
-        join: impl FnOnce(Vec<(usize, R)>) -> R,
+        pages: Pages<
+            impl Fn(Option<PaginatedRequestParams>) -> ClientRequest,
+            impl Fn(&R) -> Option<String>,
+            impl FnOnce(Vec<(usize, R)>) -> R,
+        >,
         context: &RequestContext<RoleServer>,
     ) -> Result<R, ErrorData> {
+        let Pages { make, next, join } = pages;
         let servers = self.offering(family, context);
         if let [server] = servers[..] {
             return self.ask(family, server, make(request.clone()), &request, context).await;
@@ -386,7 +396,8 @@ impl ServerHandler for Proxy {
             ListResourcesResult::with_all_items(pages.into_iter().flat_map(|(_, p)| p.resources).collect())
         };
         let next = |r: &ListResourcesResult| r.next_cursor.clone();
-        self.list(Family::Resources, request, make, next, join, &context).await
+        self.list(Family::Resources, request, Pages { make, next, join }, &context)
+            .await
     }
 
     async fn list_resource_templates(
@@ -406,7 +417,8 @@ impl ServerHandler for Proxy {
             )
         };
         let next = |r: &ListResourceTemplatesResult| r.next_cursor.clone();
-        self.list(Family::Resources, request, make, next, join, &context).await
+        self.list(Family::Resources, request, Pages { make, next, join }, &context)
+            .await
     }
 
     async fn read_resource(
@@ -471,7 +483,8 @@ impl ServerHandler for Proxy {
             ListPromptsResult::with_all_items(prompts.collect())
         };
         let next = |r: &ListPromptsResult| r.next_cursor.clone();
-        self.list(Family::Prompts, request, make, next, join, &context).await
+        self.list(Family::Prompts, request, Pages { make, next, join }, &context)
+            .await
     }
 
     async fn get_prompt(

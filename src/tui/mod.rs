@@ -67,7 +67,7 @@ enum Input {
 
 /// Runs the console over `feed` until the operator quits.
 pub async fn run(
-    feed: Feed,
+    mut feed: Feed,
     opts: Options,
     theme: Theme,
     keymap: KeyMap,
@@ -86,7 +86,8 @@ pub async fn run(
         let stop = stop.clone();
         std::thread::spawn(move || read_input(tx, stop));
     }
-    let result = event_loop(&mut terminal, feed, opts, theme, keymap, pace, (replies, &mut rx)).await;
+    let app = App::new(opts, feed.snapshots.borrow_and_update().clone());
+    let result = event_loop(&mut terminal, feed, app, (&theme, &keymap), pace, (replies, &mut rx)).await;
     // The input thread sees this within its 50 ms poll and ends; it is not
     // waited for: one caught in a read when the terminal left raw mode
     // would wait for a whole line.
@@ -131,12 +132,13 @@ fn on_signals(tx: mpsc::UnboundedSender<Input>) -> Option<signal_hook::iterator:
     }
 }
 
+/// Draws `app` as `theme` and `keymap` say and takes the operator's keys,
+/// snapshots, events and replies until the operator quits.
 async fn event_loop(
     terminal: &mut ratatui::DefaultTerminal,
     feed: Feed,
-    opts: Options,
-    theme: Theme,
-    keymap: KeyMap,
+    mut app: App,
+    (theme, keymap): (&Theme, &KeyMap),
     pace: Option<Arc<Pace>>,
     (tx, rx): (mpsc::UnboundedSender<Input>, &mut mpsc::UnboundedReceiver<Input>),
 ) -> Result<(), ConsoleError> {
@@ -145,7 +147,6 @@ async fn event_loop(
         mut events,
         control,
     } = feed;
-    let mut app = App::new(opts, snaps.borrow_and_update().clone());
     let mut last_draw: Option<std::time::Instant> = None;
     let mut dirty = true;
     loop {
@@ -154,7 +155,7 @@ async fn event_loop(
         }
         let due = last_draw.is_none_or(|t| t.elapsed() >= FRAME);
         if dirty && due {
-            terminal.draw(|f| ui::draw(f, &app, &theme, &keymap))?;
+            terminal.draw(|f| ui::draw(f, &app, theme, keymap))?;
             last_draw = Some(std::time::Instant::now());
             dirty = false;
         }
@@ -169,8 +170,8 @@ async fn event_loop(
                         Input::Term(ev) => {
                             dirty = true;
                             last_draw = None; // keys are answered on the next frame
-                            if handle(ev, &control, &tx, &mut app, &keymap, pace.as_deref()) {
-                                write_incident(terminal, &mut app, &theme, &keymap);
+                            if handle(ev, &control, &tx, &mut app, keymap, pace.as_deref()) {
+                                write_incident(terminal, &mut app, theme, keymap);
                             }
                         }
                         Input::Reply(r) => {

@@ -108,17 +108,27 @@ fn output(ids: &Ids, r: &Reply) -> Vec<Value> {
     out
 }
 
-/// A `response` object for `r` (`status`: `completed`, `in_progress`,
+/// What every `response` object of one answer says alike.
+pub(super) struct Head<'a> {
+    /// Its ids.
+    pub ids: &'a Ids,
+    /// The request's settings, echoed.
+    pub echo: &'a Echo,
+    /// The model that answers.
+    pub model: &'a str,
+    /// When it was created (Unix seconds).
+    pub created: u64,
+}
+
+/// A `response` object of `head` (`status`: `completed`, `in_progress`,
 /// `failed`, `incomplete`).
-pub(super) fn object(
-    ids: &Ids,
-    echo: &Echo,
-    model: &str,
-    created: u64,
-    status: &str,
-    output: Vec<Value>,
-    u: Option<Usage>,
-) -> Value {
+pub(super) fn object(head: &Head<'_>, status: &str, output: Vec<Value>, u: Option<Usage>) -> Value {
+    let Head {
+        ids,
+        echo,
+        model,
+        created,
+    } = *head;
     json!({
         "id": ids.response,
         "object": "response",
@@ -156,5 +166,11 @@ pub(super) fn status_of(r: &Reply) -> &'static str {
 
 /// A whole `response` object for `r`.
 pub fn render_reply(ids: &Ids, echo: &Echo, created: u64, r: &Reply) -> Value {
-    object(ids, echo, &r.model, created, status_of(r), output(ids, r), r.usage)
+    let head = Head {
+        ids,
+        echo,
+        model: &r.model,
+        created,
+    };
+    object(&head, status_of(r), output(ids, r), r.usage)
 }

@@ -1,6 +1,6 @@
 //! The Responses API's semantic stream events, written from pieces.
 
-use super::reply::{call_item, message_item, object, status_of};
+use super::reply::{call_item, message_item, object, status_of, Head};
 use super::{Echo, Ids};
 use crate::wire::message::ToolCall;
 use crate::wire::reply::{Delta, Reply, Usage};
@@ -62,15 +62,13 @@ impl ResponsesEventWriter {
 
     fn snapshot(&self, status: &str) -> Value {
         let u = (status != "in_progress").then_some(self.usage);
-        object(
-            &self.ids,
-            &self.echo,
-            &self.model,
-            self.created,
-            status,
-            self.items.clone(),
-            u,
-        )
+        let head = Head {
+            ids: &self.ids,
+            echo: &self.echo,
+            model: &self.model,
+            created: self.created,
+        };
+        object(&head, status, self.items.clone(), u)
     }
 
     fn start(&mut self, out: &mut Vec<u8>) {
