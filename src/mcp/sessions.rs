@@ -85,7 +85,7 @@ pub struct Sessions {
 }
 
 /// A session being opened: its room is held until it opens
-/// ([`Sessions::opened`]) or this is dropped.
+/// ([`Opening::opened`]) or this is dropped.
 pub struct Opening<'a> {
     sessions: &'a Sessions,
     owner: Option<Arc<str>>,

@@ -127,7 +127,7 @@ impl Runner {
         self.run_keyed(req, answer_key(req)).await
     }
 
-    /// [`Runner::run`], with the request's [`Runner::answer_key`] computed
+    /// [`Runner::run`], with the request's [`answer_key`] computed
     /// beforehand (a replay computes it on its log reader's thread, which
     /// has just written the prompt it hashes).
     pub async fn run_keyed(&self, req: &AgentRequest, answer_key: u64) -> Outcome {

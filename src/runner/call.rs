@@ -35,7 +35,7 @@ pub struct LlmCall<'a> {
     /// Try only the route's first model (the client forbade fallback).
     pub only_first: bool,
     /// The only models the caller may reach (its key's routes and models,
-    /// [`super::Runner::reach_of`]), on every hop; `None`: any.
+    /// [`super::Catalog::reach_of`]), on every hop; `None`: any.
     pub reach: Option<&'a [usize]>,
     /// When the whole chain must have answered by (`None`: no deadline).
     pub deadline: Option<tokio::time::Instant>,

@@ -34,7 +34,7 @@ pub struct ChatRequest {
     /// call without one is a conversation of its own, under no quota.
     pub session: Option<String>,
     /// What the client's `model` names: a route, or a model (see
-    /// [`Runner::route_for`]).
+    /// [`Catalog::route_for`](super::Catalog::route_for)).
     pub route: String,
     /// The conversation.
     pub messages: Arc<[Message]>,

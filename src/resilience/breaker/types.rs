@@ -94,7 +94,7 @@ pub struct CallRecord {
     pub tokens_per_s: Option<f64>,
 }
 
-/// Admission to make one call; hand it back to [`Breaker::record`].
+/// Admission to make one call; hand it back to [`Breaker::record`](super::Breaker::record).
 #[derive(Clone, Copy, Debug)]
 #[must_use = "a permit must be recorded or cancelled"]
 pub struct Permit {
