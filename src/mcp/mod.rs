@@ -250,7 +250,7 @@ impl Upstreams {
             // Where several servers share `/mcp`, their prompts and
             // resources are placed by what each lists now.
             if cfg.len() > 1 {
-                catalogs.push(names::Catalog::list(name, running.peer(), &caps).await);
+                catalogs.push(names::ServerListing::list(name, running.peer(), &caps).await);
             }
             listed.push(tools);
             let up = Arc::new(Upstream {

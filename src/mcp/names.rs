@@ -57,13 +57,13 @@ impl Family {
 
 /// What one server listed of its prompts and resources.
 #[derive(Debug, Default)]
-pub struct Catalog {
+pub struct ServerListing {
     prompts: Vec<String>,
     resources: Vec<String>,
     templates: Vec<String>,
 }
 
-impl Catalog {
+impl ServerListing {
     /// What the server `name` at `peer`, offering `caps`, lists now; a list
     /// it cannot give is empty (and logged): its names are then found only
     /// where they match another's, or with one server.
@@ -74,7 +74,7 @@ impl Catalog {
                 Vec::new()
             })
         }
-        let mut c = Catalog::default();
+        let mut c = ServerListing::default();
         if caps.prompts.is_some() {
             let listed = or_empty(name, "prompts", peer.list_all_prompts().await);
             c.prompts = listed.into_iter().map(|p| p.name).collect();
@@ -107,7 +107,7 @@ pub struct Names {
 impl Names {
     /// The names of `servers` (in order) from what each listed
     /// (`catalogs`: none where there is one server).
-    pub fn new(servers: &[&str], catalogs: Vec<Catalog>) -> Self {
+    pub fn new(servers: &[&str], catalogs: Vec<ServerListing>) -> Self {
         let mut n = Names {
             servers: servers.iter().map(|s| s.to_string()).collect(),
             ..Names::default()
@@ -181,9 +181,9 @@ impl Names {
 mod tests {
     use super::*;
 
-    fn catalog(prompts: &[&str], resources: &[&str], templates: &[&str]) -> Catalog {
+    fn catalog(prompts: &[&str], resources: &[&str], templates: &[&str]) -> ServerListing {
         let v = |s: &[&str]| s.iter().map(|x| x.to_string()).collect();
-        Catalog {
+        ServerListing {
             prompts: v(prompts),
             resources: v(resources),
             templates: v(templates),
