@@ -5,6 +5,7 @@
 
 use super::ending::Ended;
 use super::llm::{HopResult, LlmCall, LlmFailure, Tally};
+use super::tool::ToolUse;
 use super::Runner;
 use crate::outcome::{Hop, HopEnd, Level, Outcome};
 use crate::provider::{Message, Role, ToolCall, ToolSpec};
@@ -257,7 +258,14 @@ impl Runner {
             return None;
         };
         let critical = self.catalog.is_critical(ti, &req.critical_tools);
-        match self.call_tool(req.id, ti, tc, key, critical, &mut trail.tally).await {
+        let tool_use = ToolUse {
+            request: req.id,
+            tool: ti,
+            call: tc,
+            key,
+            critical,
+        };
+        match self.call_tool(tool_use, &mut trail.tally).await {
             Ok(text) => added.push(Message::tool_result(tc, text, false)),
             Err(f) => {
                 let tool = &self.catalog.registry.get(self.catalog.tools[ti].target).target;

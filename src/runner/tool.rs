@@ -63,35 +63,41 @@ fn attempt_of(
     }
 }
 
+/// One use of a tool for a request.
+pub struct ToolUse<'a> {
+    /// The request it is for.
+    pub request: u64,
+    /// The tool (its index in the catalog).
+    pub tool: usize,
+    /// What the model asked of it.
+    pub call: &'a ToolCall,
+    /// Where its result is cached (the call's [`ToolCall::cache_key`], as
+    /// a rule).
+    pub key: u64,
+    /// The request cannot do without it (drill mode skips only others).
+    pub critical: bool,
+}
+
 impl Runner {
-    /// Calls tool `ti` for request `request_id`; its result is cached
-    /// under `key` (the call's [`ToolCall::cache_key`], as a rule). The
-    /// tally notes that the request needed the tool (a drill's skip aside).
-    pub async fn call_tool(
-        &self,
-        request_id: u64,
-        ti: usize,
-        call: &ToolCall,
-        key: u64,
-        critical: bool,
-        tally: &mut Tally,
-    ) -> Result<Arc<str>, ToolFailure> {
-        let r = self.try_tool(request_id, ti, call, key, critical, tally).await;
+    /// Makes `tool_use`. The tally notes that the request needed the tool
+    /// (a drill's skip aside).
+    pub async fn call_tool(&self, tool_use: ToolUse<'_>, tally: &mut Tally) -> Result<Arc<str>, ToolFailure> {
+        let ti = tool_use.tool;
+        let r = self.try_tool(tool_use, tally).await;
         if !matches!(r, Err(ToolFailure::Drill)) {
             tally.note_tool(self.catalog.tools[ti].target, r.is_err());
         }
         r
     }
 
-    async fn try_tool(
-        &self,
-        request_id: u64,
-        ti: usize,
-        call: &ToolCall,
-        key: u64,
-        critical: bool,
-        tally: &mut Tally,
-    ) -> Result<Arc<str>, ToolFailure> {
+    async fn try_tool(&self, tool_use: ToolUse<'_>, tally: &mut Tally) -> Result<Arc<str>, ToolFailure> {
+        let ToolUse {
+            request: request_id,
+            tool: ti,
+            call,
+            key,
+            critical,
+        } = tool_use;
         let slot = &self.catalog.tools[ti];
         let t = self.catalog.registry.get(slot.target);
         if self.drill() && !critical {

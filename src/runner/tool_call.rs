@@ -7,7 +7,7 @@
 use super::ending::Ended;
 use super::llm::Tally;
 use super::scope::Tallied;
-use super::tool::ToolFailure;
+use super::tool::{ToolFailure, ToolUse};
 use super::Runner;
 use crate::outcome::HopEnd;
 use crate::outcome::{Level, Outcome};
@@ -142,7 +142,14 @@ impl Runner {
     async fn tool_on(&self, req: &ToolRequest, ti: usize, tally: &mut Tally) -> ToolEnd {
         let key = req.key;
         let critical = self.catalog.tools[ti].cfg.critical;
-        match self.call_tool(req.id, ti, &req.call, key, critical, tally).await {
+        let tool_use = ToolUse {
+            request: req.id,
+            tool: ti,
+            call: &req.call,
+            key,
+            critical,
+        };
+        match self.call_tool(tool_use, tally).await {
             Ok(answer) => ToolEnd::Answer(answer),
             Err(why) => match self.cached_tool(ti, key) {
                 Some((answer, age)) => ToolEnd::Stale { answer, age, why },
