@@ -8,6 +8,7 @@ use super::error::{read_body, GatewayError};
 use super::extract::{name_in, usable_model};
 use super::reply::outcome_headers;
 use super::{Gateway, Shared};
+use crate::provider::ErrorKind;
 use crate::request::CHARS_PER_TOKEN;
 use crate::runner::embed::{EmbedCall, EmbedEnd};
 use crate::wire::{fusebox, Api, RawBody};
@@ -124,6 +125,11 @@ fn answer(api: Api, end: EmbedEnd) -> Result<Response, GatewayError> {
         }
         EmbedEnd::Unavailable(why) => Err(GatewayError::new(api, StatusCode::SERVICE_UNAVAILABLE, why)),
         EmbedEnd::Failed(e) if e.client_fault() && e.status.is_some() => Err(GatewayError::upstream(api, &e)),
+        // Something the model cannot do (token ids to Gemini, `dimensions`
+        // to Cohere): the caller's to change, as for a chat call.
+        EmbedEnd::Failed(e) if e.kind == ErrorKind::Unsupported => {
+            Err(GatewayError::new(api, StatusCode::BAD_REQUEST, e.message))
+        }
         EmbedEnd::Failed(e) => Err(GatewayError::new(api, StatusCode::BAD_GATEWAY, e.message)),
     }
 }
@@ -131,7 +137,7 @@ fn answer(api: Api, end: EmbedEnd) -> Result<Response, GatewayError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::provider::{ErrorKind, ProviderError};
+    use crate::provider::ProviderError;
 
     fn status(end: EmbedEnd) -> u16 {
         answer(Api::Chat, end)
@@ -149,5 +155,7 @@ mod tests {
         let down = ProviderError::new(ErrorKind::ServerError, Some(500), "boom");
         assert_eq!(status(EmbedEnd::Failed(Box::new(down))), 502);
         assert_eq!(status(EmbedEnd::Unavailable("open".into())), 503);
+        let cannot = ProviderError::new(ErrorKind::Unsupported, None, "cannot honour dimensions");
+        assert_eq!(status(EmbedEnd::Failed(Box::new(cannot))), 400);
     }
 }

@@ -176,14 +176,7 @@ impl Provider for BedrockClient {
         }
         let tokens = counted.unwrap_or_else(|| crate::request::tokens_in_chars(req.chars));
         let body = embeddings_list(vectors.iter().map(Vec::as_slice), &req.body, &req.model, tokens);
-        Ok(Embedded {
-            body: body.into(),
-            usage: super::Usage {
-                input: tokens,
-                ..super::Usage::default()
-            },
-            rate: RateFeedback::default(),
-        })
+        Ok(Embedded::translated(body, tokens))
     }
 
     async fn open(&self, req: &LlmRequest) -> Result<Opened, ProviderError> {

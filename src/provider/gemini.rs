@@ -146,14 +146,7 @@ impl Provider for GeminiClient {
         let estimate = crate::request::tokens_in_chars(req.chars);
         let (body, tokens) = embeddings_reply(&v, &req.body, &req.model, estimate)
             .map_err(|why| ProviderError::new(ErrorKind::Truncated, None, format!("{name}: {why}")))?;
-        Ok(Embedded {
-            body: body.into(),
-            usage: super::Usage {
-                input: tokens,
-                ..super::Usage::default()
-            },
-            rate: RateFeedback::default(),
-        })
+        Ok(Embedded::translated(body, tokens))
     }
 
     async fn open(&self, req: &LlmRequest) -> Result<Opened, ProviderError> {

@@ -214,21 +214,12 @@ pub async fn read_json(provider: &str, resp: reqwest::Response) -> Result<serde_
 /// into `r` and measured from `start`: always rendered anew in the
 /// client's API, none of its body passed on.
 pub fn translated(r: crate::wire::Reply, clock: &Clock, start: tokio::time::Instant) -> super::LlmResponse {
-    let usage = r.usage.unwrap_or_default();
+    let measured = (
+        r.usage.unwrap_or_default(),
+        crate::resilience::limiter::RateFeedback::default(),
+    );
     let elapsed = clock.now().saturating_duration_since(start);
-    let rate = crate::resilience::limiter::RateFeedback::default();
-    let mut resp = super::LlmResponse::measured(Arc::from(r.text), r.tool_calls, usage, rate, elapsed);
-    resp.wire = Some(Box::new(super::WireAnswer {
-        kind: crate::wire::Api::Chat,
-        id: r.id,
-        model: r.model,
-        finish: r.finish,
-        reasoning: r.reasoning,
-        refusal: r.refusal,
-        body: None,
-        skipped: 0,
-    }));
-    resp
+    super::LlmResponse::of_reply(r, crate::wire::Api::Chat, measured, elapsed, 0)
 }
 
 /// Whether an answer says anything of its rate limits: a header named

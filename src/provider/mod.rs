@@ -218,6 +218,45 @@ impl LlmResponse {
             wire: None,
         }
     }
+
+    /// A whole answer assembled into `r` in `kind`'s API (no body of it
+    /// kept), using `usage` under `rate` over `elapsed`; `skipped` events
+    /// of its stream could not be read.
+    pub fn of_reply(
+        r: crate::wire::Reply,
+        kind: Api,
+        (usage, rate): (Usage, RateFeedback),
+        elapsed: Duration,
+        skipped: u32,
+    ) -> Self {
+        let mut resp = Self::measured(Arc::from(r.text), r.tool_calls, usage, rate, elapsed);
+        resp.wire = Some(Box::new(WireAnswer {
+            kind,
+            id: r.id,
+            model: r.model,
+            finish: r.finish,
+            reasoning: r.reasoning,
+            refusal: r.refusal,
+            body: None,
+            skipped,
+        }));
+        resp
+    }
+}
+
+impl Embedded {
+    /// Embeddings fusebox wrote in OpenAI's list from another API's
+    /// answer, `input` tokens counted; such APIs send no rate feedback.
+    pub fn translated(body: Vec<u8>, input: u32) -> Self {
+        Self {
+            body: body.into(),
+            usage: Usage {
+                input,
+                ..Usage::default()
+            },
+            rate: RateFeedback::default(),
+        }
+    }
 }
 
 /// How an attempt failed below HTTP.

@@ -2,7 +2,7 @@
 //! upstream sent and what they say, so the gateway can pass them on as
 //! they are (or translate them) while the runner counts and checks them.
 
-use super::{ErrorKind, LlmResponse, ProviderError, WireAnswer};
+use super::{ErrorKind, LlmResponse, ProviderError};
 use crate::resilience::limiter::RateFeedback;
 use crate::wire::{Api, Assembler, Delta};
 use smallvec::SmallVec;
@@ -137,18 +137,7 @@ impl Live {
     pub fn answer(&self, acc: Assembler) -> LlmResponse {
         let usage = self.usage_so_far(&acc);
         let elapsed = self.clock.now().saturating_duration_since(self.started);
-        let r = acc.finish();
-        let mut resp = LlmResponse::measured(Arc::from(r.text), r.tool_calls, usage, self.rate, elapsed);
-        resp.wire = Some(Box::new(WireAnswer {
-            kind: self.kind,
-            id: r.id,
-            model: r.model,
-            finish: r.finish,
-            reasoning: r.reasoning,
-            refusal: r.refusal,
-            body: None,
-            skipped: self.skipped.load(std::sync::atomic::Ordering::Relaxed),
-        }));
-        resp
+        let skipped = self.skipped.load(std::sync::atomic::Ordering::Relaxed);
+        LlmResponse::of_reply(acc.finish(), self.kind, (usage, self.rate), elapsed, skipped)
     }
 }

@@ -10,6 +10,10 @@ use serde_json::{json, Value};
 /// The texts a Cohere call embeds at most.
 const COHERE_TEXTS: usize = 96;
 
+/// The texts one request may have Titan embed, a call each: past it one
+/// client request would fan out into that many signed upstream calls.
+const TITAN_TEXTS: usize = 256;
+
 /// A family of Bedrock embedding models, each with its own body.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum EmbedModel {
@@ -39,6 +43,10 @@ impl EmbedModel {
         let texts = embed_texts(body).ok_or("cannot honour token ids as input (Bedrock's models embed text)")?;
         let dims = embed_dimensions(body);
         match self {
+            Self::Titan if texts.len() > TITAN_TEXTS => Err(format!(
+                "cannot embed {} texts in one request (Titan takes one a call; at most {TITAN_TEXTS})",
+                texts.len()
+            )),
             Self::Titan => Ok(texts
                 .iter()
                 .map(|t| {
@@ -111,6 +119,14 @@ mod tests {
             ]
         );
         assert!(EmbedModel::Cohere.render(&body).is_err(), "Cohere's size is its own");
+        let many = format!(
+            r#"{{"model":"e","input":{}}}"#,
+            serde_json::to_string(&vec!["a"; 257]).unwrap()
+        );
+        let why = EmbedModel::Titan
+            .render(&RawBody::parse(many.as_bytes()).unwrap())
+            .unwrap_err();
+        assert!(why.contains("257 texts") && why.contains("at most 256"), "{why}");
         let plain = RawBody::parse(br#"{"model":"e","input":["a","b"]}"#).unwrap();
         let call: Value = serde_json::from_slice(&EmbedModel::Cohere.render(&plain).unwrap()[0]).unwrap();
         assert_eq!(call, json!({"texts": ["a", "b"], "input_type": "search_document"}));
