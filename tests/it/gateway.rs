@@ -630,9 +630,13 @@ async fn embeddings_pass_through_the_named_models_breaker_limiter_and_budget() {
         jo.tokens[0] as u64, tokens,
         "the user is charged what the upstream counted"
     );
-    // A model whose provider has no embeddings endpoint fails; an open breaker refuses at once.
+    // A model whose provider has no embeddings endpoint is the caller's to
+    // change (a 400 saying so); an open breaker refuses at once.
     let r = post(json!({"model": "claude-haiku", "input": "x"})).await.unwrap();
-    assert_eq!(r.status(), 502);
+    assert_eq!(r.status(), 400);
+    let said: Value = r.json().await.unwrap();
+    let said = said["error"]["message"].as_str().unwrap().to_string();
+    assert!(said.contains("embeddings"), "{said}");
     f.runner
         .operations()
         .apply(
