@@ -6,7 +6,7 @@ use fusebox::config::{BreakerConfig, Config, LimiterConfig};
 use fusebox::provider::{Message, ToolSpec};
 use fusebox::resilience::breaker::{Breaker, CallRecord};
 use fusebox::resilience::limiter::Limiter;
-use fusebox::runner::llm::{LlmCall, Tally};
+use fusebox::runner::{LlmCall, Tally};
 use fusebox::target::Target;
 use fusebox::telemetry::events::EventBus;
 use std::sync::Arc;
@@ -73,7 +73,6 @@ fn runner(c: &mut Criterion) {
                 i as u64,
                 &users[i % users.len()],
                 route,
-                0,
                 messages.clone(),
                 tools.clone(),
                 64,

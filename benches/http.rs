@@ -9,7 +9,7 @@ use fusebox::config::Config;
 use fusebox::mockserver::MockServer;
 use fusebox::provider::fault::FaultTable;
 use fusebox::provider::{LlmRequest, Message, ToolSpec};
-use fusebox::runner::llm::{LlmCall, Tally};
+use fusebox::runner::{LlmCall, Tally};
 use fusebox::runner::{Runner, RunnerParts};
 use std::sync::Arc;
 
@@ -77,7 +77,8 @@ fn http(c: &mut Criterion) {
     c.bench_function("http: fusebox client + runner, streamed completion", |b| {
         b.iter(|| {
             rt.block_on(async {
-                let call = LlmCall::new(1, "bench", route, 1, messages.clone(), tools.clone(), 16);
+                let mut call = LlmCall::new(1, "bench", route, messages.clone(), tools.clone(), 16);
+                call.step = 1;
                 let mut tally = Tally::default();
                 runner.call_llm(&call, &mut tally).await.unwrap()
             })

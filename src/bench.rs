@@ -4,7 +4,7 @@
 use crate::clock::{Clock, Seed};
 use crate::config::Config;
 use crate::provider::{InstantProvider, Message, Provider, ToolSpec};
-use crate::runner::llm::{LlmCall, Tally};
+use crate::runner::{LlmCall, Tally};
 use crate::runner::{Runner, RunnerParts};
 use hdrhistogram::Histogram;
 use serde::Serialize;
@@ -199,7 +199,7 @@ async fn worker(runner: Arc<Runner>, w: u64, threads: u64, per: u64, users: u64)
         user.clear();
         let id = i * threads + w;
         let _ = write!(user, "user-{}", id % users);
-        let call = LlmCall::new(id, &user, route, 0, messages.clone(), tools.clone(), 64);
+        let call = LlmCall::new(id, &user, route, messages.clone(), tools.clone(), 64);
         // A traced request's arrival and end are announced around the
         // decision, as the gateway does, outside the time measured.
         if traced {

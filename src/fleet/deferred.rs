@@ -169,7 +169,7 @@ impl SharedQueue {
             let due: Vec<_> = held
                 .iter()
                 .filter(|(id, _)| !busy.contains(*id) && !ended.contains(*id))
-                .filter_map(|(id, d)| Some((id.clone(), d.clone(), runner.due(d, false)?)))
+                .filter_map(|(id, d)| Some((id.clone(), d.clone(), runner.deferral().due(d, false)?)))
                 .collect();
             busy.extend(due.iter().map(|(id, _, _)| id.clone()));
             due

@@ -14,9 +14,9 @@
 use super::link::{Call, Link};
 use super::{Family, Upstreams};
 use crate::otel::ids::RequestIds;
-use crate::runner::tool::ToolFailure;
 use crate::runner::tool_call::{ToolEnd, ToolRequest};
 use crate::runner::Runner;
+use crate::runner::ToolFailure;
 use crate::target::Target;
 use crate::telemetry::events::EventKind;
 use rmcp::model::{

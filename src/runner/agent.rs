@@ -3,16 +3,16 @@
 //! (model fallback, feature degradation, tool skip, cache, defer, partial,
 //! graceful failure), and ending in exactly one outcome.
 
+use super::calls::{Calls, HopResult, LlmCall, LlmFailure, Tally, ToolUse};
 use super::ending::Ended;
-use super::llm::{HopResult, LlmCall, LlmFailure, Tally};
-use super::tool::ToolUse;
+use super::scope::Scope;
 use super::Runner;
 use crate::outcome::{Hop, HopEnd, Level, Outcome};
 use crate::provider::{Message, Role, ToolCall, ToolSpec};
 use crate::request::{AgentRequest, Via};
 use crate::resilience::defer::Deferred;
 use crate::resilience::session::InSession;
-use crate::telemetry::events::{Arrival, EventKind};
+use crate::telemetry::events::Arrival;
 use crate::wire::{Params, ToolChoice};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -26,7 +26,7 @@ const DEFAULT_STEPS: u32 = 4;
 
 /// The degradation metadata being built for one request.
 struct Trail {
-    /// The request's key in the answer cache ([`Runner::answer_key`]).
+    /// The request's key in the answer cache ([`answer_key`]).
     answer_key: u64,
     tally: Tally,
     chain: Vec<crate::outcome::Hop>,
@@ -122,6 +122,16 @@ enum End {
     Failed(String),
 }
 
+impl End {
+    /// A request deferred (what its user is told), or failed to be.
+    fn of(deferred: Result<String, String>) -> Self {
+        match deferred {
+            Ok(told) => End::Deferred(told),
+            Err(why) => End::Failed(why),
+        }
+    }
+}
+
 impl Runner {
     /// Runs one agent request to its outcome.
     pub async fn run(&self, req: &AgentRequest) -> Outcome {
@@ -132,386 +142,14 @@ impl Runner {
     /// beforehand (a replay computes it on its log reader's thread, which
     /// has just written the prompt it hashes).
     pub async fn run_keyed(&self, req: &AgentRequest, answer_key: u64) -> Outcome {
-        let scope = self.begin(req.id, &req.user, || Arrival {
+        let scope = Scope::begin(self, req.id, &req.user, || Arrival {
             request: req.clone(),
             via: Via::Agent,
         });
         let mut trail = Trail::new(answer_key);
-        let o = self.run_once(req, true, scope.start(), &mut trail).await;
+        let o = self.agent(req, true).run(scope.start(), &mut trail).await;
         scope.end(&o, &trail.tally);
         o
-    }
-
-    /// Runs the loop once, starting `now`, on a fresh `trail` (its tally
-    /// stays there for the caller); `may_defer` is false when re-driving
-    /// the spool. The outcome's latency runs from `now` to when the request
-    /// left its session.
-    async fn run_once(
-        &self,
-        req: &AgentRequest,
-        may_defer: bool,
-        now: tokio::time::Instant,
-        trail: &mut Trail,
-    ) -> Outcome {
-        let now_ms = self.clock.ms_at(now);
-        let (end, left) = match self.sessions.enter(&req.user, &req.session, now_ms) {
-            Err(q) => (End::Failed(format!("Request refused: {q}.")), now),
-            Ok(session) => {
-                let end = self.agent_loop(req, &session, may_defer, now, trail).await;
-                let left = self.clock.now();
-                session.leave(self.clock.ms_at(left));
-                (end, left)
-            }
-        };
-        self.totals.wasted.fetch_add(trail.tally.wasted, Ordering::Relaxed);
-        let (level, answer, user_message) = match end {
-            End::Answer(a) => {
-                let level = if trail.partial {
-                    Level::Partial
-                } else if trail.fallback {
-                    Level::Fallback
-                } else {
-                    Level::None
-                };
-                let msg = match (level, trail.stale_ms) {
-                    (Level::Partial, _) => Some(format!(
-                        "Some information is unavailable right now ({}); this answer may be incomplete.",
-                        trail.missing.join(", ")
-                    )),
-                    (_, Some(ms)) => Some(format!(
-                        "This answer uses data from {} minutes ago and may be out of date.",
-                        ms.div_ceil(60_000)
-                    )),
-                    _ => None,
-                };
-                (level, Some(a), msg)
-            }
-            End::Deferred(m) => (Level::Deferred, None, Some(m)),
-            End::Failed(m) => (Level::Failed, None, Some(m)),
-        };
-        let ended = Ended {
-            level,
-            quality: trail.quality * trail.model_q,
-            chain: std::mem::take(&mut trail.chain),
-            missing: std::mem::take(&mut trail.missing),
-            user_message,
-            answer,
-            stale_ms: trail.stale_ms,
-        };
-        self.outcome(
-            req.id,
-            &req.user,
-            ended,
-            &trail.tally,
-            left.saturating_duration_since(now),
-        )
-    }
-
-    /// The tools the model is offered: those of the request this agent
-    /// has, less the non-critical ones whose breaker is open (or all of
-    /// them in drill mode), which are skipped and said so in the trail.
-    fn offered_tools(&self, req: &AgentRequest, now: tokio::time::Instant, trail: &mut Trail) -> Arc<[ToolSpec]> {
-        let mut offered: Vec<ToolSpec> = Vec::new();
-        for name in &req.tools {
-            let Some(&ti) = self.catalog.tool_index.get(name) else {
-                continue;
-            };
-            let critical = self.catalog.is_critical(ti, &req.critical_tools);
-            let tool = self.catalog.registry.get(self.catalog.tools[ti].target);
-            let open = !tool.breaker.would_admit(now);
-            if !critical && (open || self.drill()) {
-                let end = if open { HopEnd::Open } else { HopEnd::Drill };
-                trail.push(Hop::new(&tool.target.to_string(), end));
-                if open {
-                    trail.tally.note_tool(self.catalog.tools[ti].target, true);
-                }
-                trail.miss(name);
-                trail.quality *= self.cfg.degradation.skip_quality;
-                continue;
-            }
-            offered.push(self.catalog.tools[ti].spec.clone());
-        }
-        if offered.is_empty() {
-            self.no_tools.clone()
-        } else {
-            offered.into()
-        }
-    }
-
-    /// Runs the model's tool call `tc` (its result cached under `key`) and
-    /// adds its result to the conversation: the answer, a cached one, or a
-    /// failure the model can read (also for a tool this agent does not
-    /// have). A critical tool that fails with nothing cached defers the
-    /// request where it may (`defer`): that end is returned.
-    async fn tool_step(
-        &self,
-        req: &AgentRequest,
-        tc: &ToolCall,
-        key: u64,
-        defer: bool,
-        trail: &mut Trail,
-        added: &mut Vec<Message>,
-    ) -> Option<End> {
-        let Some(&ti) = self.catalog.tool_index.get(&tc.name) else {
-            let text = format!("{} is not a tool of this agent", tc.name);
-            added.push(Message::tool_result(tc, text, true));
-            return None;
-        };
-        let critical = self.catalog.is_critical(ti, &req.critical_tools);
-        let tool_use = ToolUse {
-            request: req.id,
-            tool: ti,
-            call: tc,
-            key,
-            critical,
-        };
-        match self.call_tool(tool_use, &mut trail.tally).await {
-            Ok(text) => added.push(Message::tool_result(tc, text, false)),
-            Err(f) => {
-                let tool = &self.catalog.registry.get(self.catalog.tools[ti].target).target;
-                trail.push(Hop::new(&tool.to_string(), f.end()));
-                if let Some((text, age)) = self.cached_tool(ti, key) {
-                    trail.push(Hop::new(&tool.to_string(), HopEnd::Cache));
-                    trail.fallback = true;
-                    trail.quality *= self.cfg.degradation.cache_quality;
-                    trail.stale_ms = Some(trail.stale_ms.unwrap_or(0).max(age.as_millis() as u64));
-                    added.push(Message::tool_result(tc, text, false));
-                } else if critical && defer && self.can_defer() {
-                    let why = format!("critical tool {} unavailable ({})", tc.name, f.end());
-                    return Some(self.defer(req, why).await);
-                } else {
-                    trail.quality *= if critical {
-                        0.5
-                    } else {
-                        self.cfg.degradation.skip_quality
-                    };
-                    trail.miss(&tc.name);
-                    added.push(Message::tool_result(tc, format!("{} is unavailable", tc.name), true));
-                }
-            }
-        }
-        None
-    }
-
-    async fn agent_loop(
-        &self,
-        req: &AgentRequest,
-        session: &InSession<'_>,
-        may_defer: bool,
-        now: tokio::time::Instant,
-        trail: &mut Trail,
-    ) -> End {
-        let Some(route) = self.catalog.route_for(req.route.as_str()) else {
-            let mut known: Vec<&str> = self.catalog.routes.keys().map(String::as_str).collect();
-            known.sort_unstable();
-            return End::Failed(format!(
-                "Unknown route `{}`; known routes: {}.",
-                req.route,
-                known.join(", ")
-            ));
-        };
-        let primary = route.chain[0];
-
-        let offered = self.offered_tools(req, now, trail);
-        // What the loop adds to the request's own messages (tool calls and
-        // results); the conversation sent is both.
-        let mut added: Vec<Message> = Vec::new();
-        let max_steps = if req.max_steps > 0 {
-            req.max_steps
-        } else {
-            DEFAULT_STEPS
-        };
-        let max_tokens = if req.max_tokens > 0 { req.max_tokens } else { 1024 };
-        // The tool calls of the last step, for a partial answer if the model fails later.
-        let mut last_calls: Vec<ToolCall> = Vec::new();
-
-        for step in 0..max_steps {
-            if let Err(q) = session.step() {
-                if step == 0 {
-                    return End::Failed(format!("Request refused: {q}."));
-                }
-                trail.miss("steps");
-                break;
-            }
-            let mut call = LlmCall::new(
-                req.id,
-                &req.user,
-                route,
-                step,
-                conversation(req, &added),
-                offered.clone(),
-                max_tokens,
-            );
-            call.priority = req.priority.unwrap_or(call.priority);
-            call.tenant = req.tenant.as_deref().unwrap_or(call.user);
-            let r = self.call_llm(&call, &mut trail.tally).await;
-            self.push_hops(trail);
-            match r {
-                Err(LlmFailure::Budget(e)) => {
-                    self.note_budget_rejection(&req.user, &e);
-                    return End::Failed(format!("Request refused: {e}."));
-                }
-                Err(_) if step == 0 => {
-                    // A shed request is refused now, not deferred to add
-                    // to the load later.
-                    let shed = matches!(trail.tally.hops.last(), Some(h) if matches!(h.result, HopResult::Shed(..)));
-                    return self.no_model(req, route.cfg.defer && may_defer && !shed, trail).await;
-                }
-                Err(_) => {
-                    // Feature degradation: answer with what the tools gave.
-                    trail.miss("llm");
-                    trail.quality *= 0.5;
-                    return End::Answer(partial(
-                        &last_calls,
-                        "Partial result: the assistant could not finish this request.",
-                    ));
-                }
-                Ok((resp, mi)) => {
-                    session.add_tokens(u64::from(resp.usage.total()));
-                    if Runner::answered_level(primary, mi, &trail.tally.hops) == Level::Fallback {
-                        trail.fallback = true;
-                    }
-                    trail.model_q = trail.model_q.min(self.catalog.quality_ratio(mi, primary));
-                    if resp.tool_calls.is_empty() {
-                        if !trail.partial && trail.stale_ms.is_none() {
-                            self.cache.put(trail.answer_key, resp.text.clone(), self.clock.now());
-                        }
-                        return End::Answer(resp.text);
-                    }
-                    // The model's turn as it was, then a result answering each call.
-                    added.push(Message::assistant(resp.text.clone(), resp.tool_calls.clone()));
-                    for (i, tc) in resp.tool_calls.iter().enumerate() {
-                        let defer = route.cfg.defer && may_defer;
-                        if let Some(end) = self
-                            .tool_step(req, tc, resp.tool_key(i), defer, trail, &mut added)
-                            .await
-                        {
-                            return end;
-                        }
-                    }
-                    last_calls = resp.tool_calls;
-                }
-            }
-        }
-        // Out of steps: feature degradation to one direct answer. The tools
-        // stay offered (APIs refuse tool turns without them) but may not be
-        // called.
-        trail.miss("multi_step");
-        added.push(Message::system("Answer directly now, without tools."));
-        let mut call = LlmCall::new(
-            req.id,
-            &req.user,
-            route,
-            max_steps,
-            conversation(req, &added),
-            offered.clone(),
-            max_tokens,
-        );
-        call.params = no_more_tools();
-        call.priority = req.priority.unwrap_or(call.priority);
-        call.tenant = req.tenant.as_deref().unwrap_or(call.user);
-        let r = self.call_llm(&call, &mut trail.tally).await;
-        self.push_hops(trail);
-        match r {
-            Ok((resp, _)) => End::Answer(resp.text),
-            Err(_) => End::Answer(partial(&last_calls, "Partial result unavailable.")),
-        }
-    }
-
-    fn push_hops(&self, trail: &mut Trail) {
-        while trail.hops_seen < trail.tally.hops.len() {
-            let label = self.catalog.hop_of(&trail.tally.hops[trail.hops_seen]);
-            trail.hops_seen += 1;
-            trail.push(label);
-        }
-    }
-
-    /// No model answered the first step: cached answer, defer, or fail.
-    async fn no_model(&self, req: &AgentRequest, may_defer: bool, trail: &mut Trail) -> End {
-        let ttl = std::time::Duration::from_secs(self.cfg.degradation.answer_cache_ttl_s);
-        if let Some((text, age)) = self.cache.get(trail.answer_key, ttl, self.clock.now()) {
-            trail.push(Hop::new("cache", HopEnd::Age(age.as_secs())));
-            trail.fallback = true;
-            trail.quality *= self.cfg.degradation.cache_quality;
-            trail.stale_ms = Some(age.as_millis() as u64);
-            return End::Answer(text);
-        }
-        if may_defer && self.can_defer() {
-            return self.defer(req, "every model in the chain is unavailable".into()).await;
-        }
-        End::Failed(self.cfg.degradation.user_message.clone())
-    }
-
-    /// Whether deferred requests have somewhere to go.
-    fn can_defer(&self) -> bool {
-        self.spool.is_some() || self.shared.get().is_some()
-    }
-
-    /// Queues a request for later: on the fleet's stream in fleet mode,
-    /// else (or while the fleet's store is unreachable) in the local spool.
-    async fn defer(&self, req: &AgentRequest, reason: String) -> End {
-        let d = Deferred {
-            request: req.clone(),
-            deferred_at_ms: self.clock.wall_ms(),
-            reason: reason.clone(),
-        };
-        let shared = match self.shared.get() {
-            Some(fleet) => fleet.defer(&d).await,
-            None => false,
-        };
-        if !shared {
-            let Some(spool) = &self.spool else {
-                return End::Failed(self.cfg.degradation.user_message.clone());
-            };
-            if let Err(e) = spool.add(d) {
-                tracing::error!(error = %e, "cannot write to the spool; failing the request instead");
-                return End::Failed(self.cfg.degradation.user_message.clone());
-            }
-        }
-        self.events.emit(EventKind::Deferred {
-            request: req.id,
-            reason,
-        });
-        let mins = self.cfg.degradation.defer_retry_ms.div_ceil(60_000).max(1);
-        End::Deferred(format!(
-            "Your request is queued and will be completed as soon as the service recovers (we retry every {mins} min)."
-        ))
-    }
-
-    /// Whether a deferred request's dependencies look available again.
-    fn ready(&self, req: &AgentRequest) -> bool {
-        let now = self.clock.now();
-        let Some(route) = self.catalog.route_for(req.route.as_str()) else {
-            return true;
-        };
-        let model_ok = route
-            .chain
-            .iter()
-            .any(|&m| self.catalog.admits(&self.catalog.models[m], now));
-        let tools_ok = req
-            .tools
-            .iter()
-            .filter_map(|n| self.catalog.tool_index.get(n))
-            .all(|&ti| {
-                !self.catalog.is_critical(ti, &req.critical_tools)
-                    || self
-                        .catalog
-                        .registry
-                        .get(self.catalog.tools[ti].target)
-                        .breaker
-                        .would_admit(now)
-            });
-        model_ok && tools_ok
-    }
-
-    /// Whether a deferred request is due for a re-drive: Some(give_up)
-    /// when its dependencies recovered, it expired (give up if still not
-    /// ready) or `force` (the last pass before exit).
-    pub(crate) fn due(&self, d: &Deferred, force: bool) -> Option<bool> {
-        let age = self.clock.wall_ms().saturating_sub(d.deferred_at_ms);
-        let expired = age >= self.cfg.degradation.defer_max_age_ms;
-        let ready = self.ready(&d.request);
-        (force || expired || ready).then_some(expired && !ready && !force)
     }
 
     /// Re-drives one deferred request (or gives up on it); the level it
@@ -521,25 +159,20 @@ impl Runner {
             None
         } else {
             let mut trail = Trail::new(answer_key(&d.request));
-            Some(self.run_once(&d.request, false, self.clock.now(), &mut trail).await)
+            Some(self.agent(&d.request, false).run(self.clock.now(), &mut trail).await)
         };
-        let level = o.as_ref().map(|o| o.level).unwrap_or(Level::Failed);
-        let age = self.clock.wall_ms().saturating_sub(d.deferred_at_ms);
-        if level == Level::Failed && !force && age < self.cfg.degradation.defer_max_age_ms {
-            return None;
+        self.deferral().finish(d, o.as_ref(), force)
+    }
+
+    /// The agent loop for `req`; `may_defer` is false when re-driving the
+    /// spool.
+    fn agent<'r>(&'r self, req: &'r AgentRequest, may_defer: bool) -> Agent<'r> {
+        Agent {
+            r: self,
+            calls: self.calls(),
+            req,
+            may_defer,
         }
-        if let Some(o) = &o {
-            self.totals.tokens.fetch_add(o.tokens, Ordering::Relaxed);
-            self.totals
-                .cost_micro_usd
-                .fetch_add((o.cost_usd * 1e6).round() as u64, Ordering::Relaxed);
-        }
-        self.totals.deferred_done[level.index()].fetch_add(1, Ordering::Relaxed);
-        self.events.emit(EventKind::DeferredDone {
-            request: d.request.id,
-            level,
-        });
-        Some(level)
     }
 
     /// One pass over the spool: re-drives requests whose dependencies
@@ -550,7 +183,7 @@ impl Runner {
         let due: Vec<_> = spool
             .pending()
             .into_iter()
-            .filter_map(|d| Some((self.due(&d, force)?, d)))
+            .filter_map(|d| Some((self.deferral().due(&d, force)?, d)))
             .collect();
         let mut ended = 0;
         let mut set = tokio::task::JoinSet::new();
@@ -585,6 +218,312 @@ impl Runner {
             tokio::time::sleep(every).await;
             self.redrive_deferred(false).await;
         }
+    }
+}
+
+/// One agent request's loop: what it borrows, the request, and whether it
+/// may be deferred.
+struct Agent<'r> {
+    r: &'r Runner,
+    calls: Calls<'r>,
+    req: &'r AgentRequest,
+    may_defer: bool,
+}
+
+impl Agent<'_> {
+    /// Runs the loop once, starting `now`, on a fresh `trail` (its tally
+    /// stays there for the caller). The outcome's latency runs from `now`
+    /// to when the request left its session.
+    async fn run(&self, now: tokio::time::Instant, trail: &mut Trail) -> Outcome {
+        let req = self.req;
+        let now_ms = self.r.clock.ms_at(now);
+        let (end, left) = match self.r.sessions.enter(&req.user, &req.session, now_ms) {
+            Err(q) => (End::Failed(format!("Request refused: {q}.")), now),
+            Ok(session) => {
+                let end = self.steps(&session, now, trail).await;
+                let left = self.r.clock.now();
+                session.leave(self.r.clock.ms_at(left));
+                (end, left)
+            }
+        };
+        self.r.totals.wasted.fetch_add(trail.tally.wasted, Ordering::Relaxed);
+        let (level, answer, user_message) = match end {
+            End::Answer(a) => {
+                let level = if trail.partial {
+                    Level::Partial
+                } else if trail.fallback {
+                    Level::Fallback
+                } else {
+                    Level::None
+                };
+                let msg = match (level, trail.stale_ms) {
+                    (Level::Partial, _) => Some(format!(
+                        "Some information is unavailable right now ({}); this answer may be incomplete.",
+                        trail.missing.join(", ")
+                    )),
+                    (_, Some(ms)) => Some(format!(
+                        "This answer uses data from {} minutes ago and may be out of date.",
+                        ms.div_ceil(60_000)
+                    )),
+                    _ => None,
+                };
+                (level, Some(a), msg)
+            }
+            End::Deferred(m) => (Level::Deferred, None, Some(m)),
+            End::Failed(m) => (Level::Failed, None, Some(m)),
+        };
+        let ended = Ended {
+            level,
+            quality: trail.quality * trail.model_q,
+            chain: std::mem::take(&mut trail.chain),
+            missing: std::mem::take(&mut trail.missing),
+            user_message,
+            answer,
+            stale_ms: trail.stale_ms,
+        };
+        super::ending::outcome(
+            req.id,
+            &req.user,
+            ended,
+            &trail.tally,
+            left.saturating_duration_since(now),
+        )
+    }
+
+    /// The tools the model is offered: those of the request this agent
+    /// has, less the non-critical ones whose breaker is open (or all of
+    /// them in drill mode), which are skipped and said so in the trail.
+    fn offered_tools(&self, now: tokio::time::Instant, trail: &mut Trail) -> Arc<[ToolSpec]> {
+        let req = self.req;
+        let mut offered: Vec<ToolSpec> = Vec::new();
+        for name in &req.tools {
+            let Some(&ti) = self.r.catalog.tool_index.get(name) else {
+                continue;
+            };
+            let critical = self.r.catalog.is_critical(ti, &req.critical_tools);
+            let tool = self.r.catalog.registry.get(self.r.catalog.tools[ti].target);
+            let open = !tool.breaker.would_admit(now);
+            if !critical && (open || self.r.drill()) {
+                let end = if open { HopEnd::Open } else { HopEnd::Drill };
+                trail.push(Hop::new(&tool.target.to_string(), end));
+                if open {
+                    trail.tally.note_tool(self.r.catalog.tools[ti].target, true);
+                }
+                trail.miss(name);
+                trail.quality *= self.r.cfg.degradation.skip_quality;
+                continue;
+            }
+            offered.push(self.r.catalog.tools[ti].spec.clone());
+        }
+        if offered.is_empty() {
+            self.r.no_tools.clone()
+        } else {
+            offered.into()
+        }
+    }
+
+    /// Runs the model's tool call `tc` (its result cached under `key`) and
+    /// adds its result to the conversation: the answer, a cached one, or a
+    /// failure the model can read (also for a tool this agent does not
+    /// have). A critical tool that fails with nothing cached defers the
+    /// request where it may (`defer`): that end is returned.
+    async fn tool_step(
+        &self,
+        tc: &ToolCall,
+        key: u64,
+        defer: bool,
+        trail: &mut Trail,
+        added: &mut Vec<Message>,
+    ) -> Option<End> {
+        let req = self.req;
+        let Some(&ti) = self.r.catalog.tool_index.get(&tc.name) else {
+            let text = format!("{} is not a tool of this agent", tc.name);
+            added.push(Message::tool_result(tc, text, true));
+            return None;
+        };
+        let critical = self.r.catalog.is_critical(ti, &req.critical_tools);
+        let tool_use = ToolUse {
+            request: req.id,
+            tool: ti,
+            call: tc,
+            key,
+            critical,
+        };
+        match self.calls.call_tool(tool_use, &mut trail.tally).await {
+            Ok(text) => added.push(Message::tool_result(tc, text, false)),
+            Err(f) => {
+                let tool = &self.r.catalog.registry.get(self.r.catalog.tools[ti].target).target;
+                trail.push(Hop::new(&tool.to_string(), f.end()));
+                if let Some((text, age)) = self.calls.cached_tool(ti, key) {
+                    trail.push(Hop::new(&tool.to_string(), HopEnd::Cache));
+                    trail.fallback = true;
+                    trail.quality *= self.r.cfg.degradation.cache_quality;
+                    trail.stale_ms = Some(trail.stale_ms.unwrap_or(0).max(age.as_millis() as u64));
+                    added.push(Message::tool_result(tc, text, false));
+                } else if critical && defer && self.r.deferral().can_defer() {
+                    let why = format!("critical tool {} unavailable ({})", tc.name, f.end());
+                    return Some(End::of(self.r.deferral().defer(req, why).await));
+                } else {
+                    trail.quality *= if critical {
+                        0.5
+                    } else {
+                        self.r.cfg.degradation.skip_quality
+                    };
+                    trail.miss(&tc.name);
+                    added.push(Message::tool_result(tc, format!("{} is unavailable", tc.name), true));
+                }
+            }
+        }
+        None
+    }
+
+    /// The loop's steps, in `session`, from `now`: how it ended.
+    async fn steps(&self, session: &InSession<'_>, now: tokio::time::Instant, trail: &mut Trail) -> End {
+        let (req, may_defer) = (self.req, self.may_defer);
+        let Some(route) = self.r.catalog.route_for(req.route.as_str()) else {
+            let mut known: Vec<&str> = self.r.catalog.routes.keys().map(String::as_str).collect();
+            known.sort_unstable();
+            return End::Failed(format!(
+                "Unknown route `{}`; known routes: {}.",
+                req.route,
+                known.join(", ")
+            ));
+        };
+        let primary = route.chain[0];
+
+        let offered = self.offered_tools(now, trail);
+        // What the loop adds to the request's own messages (tool calls and
+        // results); the conversation sent is both.
+        let mut added: Vec<Message> = Vec::new();
+        let max_steps = if req.max_steps > 0 {
+            req.max_steps
+        } else {
+            DEFAULT_STEPS
+        };
+        let max_tokens = if req.max_tokens > 0 { req.max_tokens } else { 1024 };
+        // The tool calls of the last step, for a partial answer if the model fails later.
+        let mut last_calls: Vec<ToolCall> = Vec::new();
+
+        for step in 0..max_steps {
+            if let Err(q) = session.step() {
+                if step == 0 {
+                    return End::Failed(format!("Request refused: {q}."));
+                }
+                trail.miss("steps");
+                break;
+            }
+            let mut call = LlmCall::new(
+                req.id,
+                &req.user,
+                route,
+                conversation(req, &added),
+                offered.clone(),
+                max_tokens,
+            );
+            call.step = step;
+            call.priority = req.priority.unwrap_or(call.priority);
+            call.tenant = req.tenant.as_deref().unwrap_or(call.user);
+            let r = self.calls.call(&call, &mut trail.tally, None).await;
+            self.push_hops(trail);
+            match r {
+                Err(LlmFailure::Budget(e)) => {
+                    self.calls.note_budget_rejection(&req.user, &e);
+                    return End::Failed(format!("Request refused: {e}."));
+                }
+                Err(_) if step == 0 => {
+                    // A shed request is refused now, not deferred to add
+                    // to the load later.
+                    let shed = matches!(trail.tally.hops.last(), Some(h) if matches!(h.result, HopResult::Shed(..)));
+                    return self.no_model(route.cfg.defer && may_defer && !shed, trail).await;
+                }
+                Err(_) => {
+                    // Feature degradation: answer with what the tools gave.
+                    trail.miss("llm");
+                    trail.quality *= 0.5;
+                    return End::Answer(partial(
+                        &last_calls,
+                        "Partial result: the assistant could not finish this request.",
+                    ));
+                }
+                Ok((resp, mi)) => {
+                    session.add_tokens(u64::from(resp.usage.total()));
+                    if super::ending::answered_level(primary, mi, &trail.tally.hops) == Level::Fallback {
+                        trail.fallback = true;
+                    }
+                    trail.model_q = trail.model_q.min(self.r.catalog.quality_ratio(mi, primary));
+                    if resp.tool_calls.is_empty() {
+                        if !trail.partial && trail.stale_ms.is_none() {
+                            self.r
+                                .cache
+                                .put(trail.answer_key, resp.text.clone(), self.r.clock.now());
+                        }
+                        return End::Answer(resp.text);
+                    }
+                    // The model's turn as it was, then a result answering each call.
+                    added.push(Message::assistant(resp.text.clone(), resp.tool_calls.clone()));
+                    for (i, tc) in resp.tool_calls.iter().enumerate() {
+                        let defer = route.cfg.defer && may_defer;
+                        if let Some(end) = self.tool_step(tc, resp.tool_key(i), defer, trail, &mut added).await {
+                            return end;
+                        }
+                    }
+                    last_calls = resp.tool_calls;
+                }
+            }
+        }
+        // Out of steps: feature degradation to one direct answer. The tools
+        // stay offered (APIs refuse tool turns without them) but may not be
+        // called.
+        trail.miss("multi_step");
+        added.push(Message::system("Answer directly now, without tools."));
+        let mut call = LlmCall::new(
+            req.id,
+            &req.user,
+            route,
+            conversation(req, &added),
+            offered.clone(),
+            max_tokens,
+        );
+        call.step = max_steps;
+        call.params = no_more_tools();
+        call.priority = req.priority.unwrap_or(call.priority);
+        call.tenant = req.tenant.as_deref().unwrap_or(call.user);
+        let r = self.calls.call(&call, &mut trail.tally, None).await;
+        self.push_hops(trail);
+        match r {
+            Ok((resp, _)) => End::Answer(resp.text),
+            Err(_) => End::Answer(partial(&last_calls, "Partial result unavailable.")),
+        }
+    }
+
+    /// Adds the hops the tally gained since last time to the trail's chain.
+    fn push_hops(&self, trail: &mut Trail) {
+        while trail.hops_seen < trail.tally.hops.len() {
+            let label = self.r.catalog.hop_of(&trail.tally.hops[trail.hops_seen]);
+            trail.hops_seen += 1;
+            trail.push(label);
+        }
+    }
+
+    /// No model answered the first step: cached answer, defer, or fail.
+    async fn no_model(&self, may_defer: bool, trail: &mut Trail) -> End {
+        let ttl = std::time::Duration::from_secs(self.r.cfg.degradation.answer_cache_ttl_s);
+        if let Some((text, age)) = self.r.cache.get(trail.answer_key, ttl, self.r.clock.now()) {
+            trail.push(Hop::new("cache", HopEnd::Age(age.as_secs())));
+            trail.fallback = true;
+            trail.quality *= self.r.cfg.degradation.cache_quality;
+            trail.stale_ms = Some(age.as_millis() as u64);
+            return End::Answer(text);
+        }
+        let deferral = self.r.deferral();
+        if may_defer && deferral.can_defer() {
+            return End::of(
+                deferral
+                    .defer(self.req, "every model in the chain is unavailable".into())
+                    .await,
+            );
+        }
+        End::Failed(self.r.cfg.degradation.user_message.clone())
     }
 }
 

@@ -4,17 +4,16 @@
 //! streams the answer on as it arrives when the client asked for a stream,
 //! and ends it in exactly one outcome like any other request.
 
+use super::calls::{Calls, HopResult, LlmCall, LlmFailure, Tally};
 use super::ending::Ended;
-use super::llm::{HopResult, LlmCall, LlmFailure, Tally};
-use super::scope::Tallied;
+use super::scope::{Scope, Tallied};
 use super::stream::{StreamSink, Streaming};
 use super::Runner;
 use crate::outcome::{Level, Outcome};
 use crate::provider::{ErrorKind, LlmResponse, Message, Piece, ProviderError, ToolSpec};
 use crate::request::{AgentRequest, Via};
-use crate::resilience::budget::BudgetExceeded;
 use crate::resilience::session::InSession;
-use crate::telemetry::events::{Arrival, EventKind};
+use crate::telemetry::events::Arrival;
 use crate::wire::Api;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -180,7 +179,9 @@ impl Runner {
     /// as it arrives when one is given. Dropping the future (the client
     /// went away) cancels the upstream call and releases what it reserved.
     pub async fn chat(&self, req: ChatRequest, sink: Option<&mut dyn StreamSink>) -> Chat {
-        let mut run = Tallied::new(self.begin(req.id, &req.user, || arrival(&req, &self.catalog.models)));
+        let mut run = Tallied::new(Scope::begin(self, req.id, &req.user, || {
+            arrival(&req, &self.catalog.models)
+        }));
         let mut streaming = sink.map(Streaming::new);
         let entered = req
             .session
@@ -194,12 +195,17 @@ impl Runner {
             // A cancelled call leaves the session too, when `session` drops.
             Some(Ok(session)) => {
                 let end = self
+                    .calls()
                     .chat_call(&req, Some(&session), &mut run.tally, streaming.as_mut())
                     .await;
                 session.leave(self.clock.elapsed_ms());
                 end
             }
-            None => self.chat_call(&req, None, &mut run.tally, streaming.as_mut()).await,
+            None => {
+                self.calls()
+                    .chat_call(&req, None, &mut run.tally, streaming.as_mut())
+                    .await
+            }
         };
         self.totals.wasted.fetch_add(run.tally.wasted, Ordering::Relaxed);
         let chain: Vec<_> = run.tally.hops.iter().map(|h| self.catalog.hop_of(h)).collect();
@@ -216,7 +222,7 @@ impl Runner {
                     _ => 1.0,
                 };
                 let level = match (primary, answered) {
-                    (Some(p), Some(a)) => Runner::answered_level(p, a, &run.tally.hops),
+                    (Some(p), Some(a)) => super::ending::answered_level(p, a, &run.tally.hops),
                     _ => Level::Fallback,
                 };
                 (level, q, None)
@@ -262,7 +268,11 @@ impl Runner {
         run.end(&outcome);
         Chat { end, outcome }
     }
+}
 
+impl Calls<'_> {
+    /// Makes chat call `req` (in its session, where it has one) and says
+    /// how it ended.
     async fn chat_call(
         &self,
         req: &ChatRequest,
@@ -285,7 +295,6 @@ impl Runner {
             req.id,
             &req.user,
             route,
-            0,
             req.messages.clone(),
             req.tools.clone(),
             req.max_tokens,
@@ -313,7 +322,7 @@ impl Runner {
         call.deadline = ms.map(|ms| self.clock.now() + Duration::from_millis(ms));
         call.priority = req.priority.unwrap_or(call.priority);
         call.tenant = req.tenant.as_deref().unwrap_or(call.user);
-        let result = self.call_llm_streamed(&call, tally, streaming.as_deref_mut()).await;
+        let result = self.call(&call, tally, streaming.as_deref_mut()).await;
         let started = streaming.as_ref().is_some_and(|s| s.started);
         match result {
             Ok((response, mi)) => {
@@ -463,17 +472,6 @@ impl Runner {
             Err(LlmFailure::Deadline) => ChatEnd::Deadline {
                 reason: deadline.unwrap_or_else(|| "its deadline passed".into()),
             },
-        }
-    }
-
-    /// Counts a budget's refusal of `user`, announcing the first of a window.
-    pub(crate) fn note_budget_rejection(&self, user: &str, e: &BudgetExceeded) {
-        *self.totals.budget_rejections.entry(user.to_string()).or_insert(0) += 1;
-        if e.first_in_window {
-            self.events.emit(EventKind::BudgetRejected {
-                user: user.to_string(),
-                reason: format!("{e} (further rejections this minute are counted, not listed)"),
-            });
         }
     }
 }

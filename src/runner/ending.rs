@@ -1,11 +1,8 @@
 //! How a request ends: the one place its outcome is built, and where it is
 //! counted and announced.
 
-use super::call::Tally;
-use super::Runner;
+use super::calls::{HopResult, Tally, Tried};
 use crate::outcome::{Level, Outcome};
-use crate::telemetry::events::EventKind;
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -43,68 +40,50 @@ impl Ended {
     }
 }
 
-impl Runner {
-    /// The outcome of `request` for `user`: how it ended, what its tally
-    /// spent, and how long it took. Quality is rounded to hundredths, and
-    /// is 0 for a request that was not answered (failed or deferred).
-    pub(super) fn outcome(&self, request: u64, user: &str, ended: Ended, tally: &Tally, took: Duration) -> Outcome {
-        let level = ended.level;
-        let answered = !matches!(level, Level::Failed | Level::Deferred);
-        Outcome {
-            request,
-            user: user.into(),
-            level,
-            chain: ended.chain,
-            quality: if answered {
-                (ended.quality * 100.0).round() / 100.0
-            } else {
-                0.0
-            },
-            tokens: tally.tokens,
-            cost_usd: tally.cost,
-            missing: ended.missing,
-            user_message: ended.user_message,
-            answer: ended.answer,
-            stale_ms: ended.stale_ms,
-            attempts: tally.attempts,
-            latency_ms: took.as_millis() as u64,
-            key: None,
-        }
-    }
-
-    /// Counts a request's one outcome in the totals and on the targets
-    /// its `tally` shows it needed, and announces it.
-    pub(crate) fn count_outcome(&self, o: &Outcome, tally: &Tally) {
-        self.totals.by_level[o.level.index()].fetch_add(1, Ordering::Relaxed);
-        self.catalog.count_needs(tally, o.level);
-        self.totals.tokens.fetch_add(o.tokens, Ordering::Relaxed);
-        self.totals
-            .cost_micro_usd
-            .fetch_add((o.cost_usd * 1e6).round() as u64, Ordering::Relaxed);
-        if self.events.has_subscribers() {
-            self.events.emit(EventKind::Outcome(Box::new(o.clone())));
-        }
-    }
-
-    /// The level of an answer from model `answered` after `hops`: a
-    /// fallback when another model than the route's first choice
-    /// `primary` answered, or it continued an answer another cut off.
-    pub(super) fn answered_level(primary: usize, answered: usize, hops: &[super::call::Tried]) -> Level {
-        use super::call::HopResult;
-        let continued = hops
-            .iter()
-            .any(|h| matches!(h.result, HopResult::Resumed | HopResult::Cut(_)));
-        if answered == primary && !continued {
-            Level::None
+/// The outcome of `request` for `user`: how it ended, what its tally
+/// spent, and how long it took. Quality is rounded to hundredths, and is 0
+/// for a request that was not answered (failed or deferred).
+pub(super) fn outcome(request: u64, user: &str, ended: Ended, tally: &Tally, took: Duration) -> Outcome {
+    let level = ended.level;
+    let answered = !matches!(level, Level::Failed | Level::Deferred);
+    Outcome {
+        request,
+        user: user.into(),
+        level,
+        chain: ended.chain,
+        quality: if answered {
+            (ended.quality * 100.0).round() / 100.0
         } else {
-            Level::Fallback
-        }
+            0.0
+        },
+        tokens: tally.tokens,
+        cost_usd: tally.cost,
+        missing: ended.missing,
+        user_message: ended.user_message,
+        answer: ended.answer,
+        stale_ms: ended.stale_ms,
+        attempts: tally.attempts,
+        latency_ms: took.as_millis() as u64,
+        key: None,
+    }
+}
+
+/// The level of an answer from model `answered` after `hops`: a fallback
+/// when another model than the route's first choice `primary` answered, or
+/// it continued an answer another cut off.
+pub(super) fn answered_level(primary: usize, answered: usize, hops: &[Tried]) -> Level {
+    let continued = hops
+        .iter()
+        .any(|h| matches!(h.result, HopResult::Resumed | HopResult::Cut(_)));
+    if answered == primary && !continued {
+        Level::None
+    } else {
+        Level::Fallback
     }
 }
 
 #[cfg(test)]
 mod tests {
-    use super::super::call::{HopResult, Tried};
     use super::*;
 
     fn hop(model: usize, result: HopResult) -> Tried {
@@ -118,11 +97,11 @@ mod tests {
     #[test]
     fn an_answer_is_a_fallback_when_another_model_gave_it_or_it_continued_a_cut_one() {
         let failed = hop(1, HopResult::Failed(crate::provider::ErrorKind::ServerError, Some(503)));
-        assert_eq!(Runner::answered_level(0, 0, &[]), Level::None);
+        assert_eq!(answered_level(0, 0, &[]), Level::None);
         // A cheaper tier tried first (budget pressure) and failed: the
         // route's first choice still answered.
-        assert_eq!(Runner::answered_level(0, 0, std::slice::from_ref(&failed)), Level::None);
-        assert_eq!(Runner::answered_level(0, 1, &[]), Level::Fallback);
+        assert_eq!(answered_level(0, 0, std::slice::from_ref(&failed)), Level::None);
+        assert_eq!(answered_level(0, 1, &[]), Level::Fallback);
         let cut = hop(
             1,
             HopResult::Cut(Box::new(crate::provider::ProviderError::new(
@@ -131,9 +110,9 @@ mod tests {
                 "reset",
             ))),
         );
-        assert_eq!(Runner::answered_level(0, 0, &[cut]), Level::Fallback);
+        assert_eq!(answered_level(0, 0, &[cut]), Level::Fallback);
         assert_eq!(
-            Runner::answered_level(0, 0, &[failed, hop(0, HopResult::Resumed)]),
+            answered_level(0, 0, &[failed, hop(0, HopResult::Resumed)]),
             Level::Fallback
         );
     }

@@ -2,18 +2,14 @@
 //! layer (session quota → budgets → limiter → breakers → provider/tool with
 //! retries → degradation), emits events, and ends in exactly one outcome.
 
-mod admission;
 pub mod agent;
 mod align;
-mod attempt;
-mod call;
+pub mod calls;
 pub mod catalog;
 pub mod chat;
+mod deferral;
 pub mod embed;
 mod ending;
-mod hedge;
-pub mod llm;
-mod model_call;
 mod needs;
 pub mod operations;
 pub mod registry;
@@ -21,15 +17,13 @@ mod scope;
 pub mod shared;
 mod snapshot;
 pub mod stream;
-mod tenants;
-pub mod tool;
 pub mod tool_call;
 
 use crate::clock::{Clock, Seed};
 use crate::config::{Config, Priority};
 use crate::outcome::Level;
 use crate::provider::fault::FaultTable;
-use crate::provider::{Provider, ToolSpec};
+use crate::provider::{LlmResponse, Provider, ToolSpec};
 use crate::resilience::budget::Budgets;
 use crate::resilience::cache::ResultCache;
 use crate::resilience::defer::{Spool, SpoolError};
@@ -37,8 +31,10 @@ use crate::resilience::retry::RetryBudget;
 use crate::resilience::session::SessionQuotas;
 use crate::telemetry::events::EventBus;
 use crate::tools::{MockTools, ToolExecutor};
+pub use calls::{own_params, Calls, HopResult, LlmCall, LlmFailure, Tally, ToolFailure, ToolUse, Tried};
 pub use catalog::{Catalog, ModelSlot, ProviderSlot, RouteSlot, ToolSlot};
 use dashmap::DashMap;
+pub use deferral::Deferral;
 pub use operations::{command, reload, Operations};
 use shared::Shared;
 use std::collections::HashMap;
@@ -130,7 +126,7 @@ pub struct Runner {
     totals: Totals,
     store: Arc<crate::telemetry::store::StoreStatus>,
     /// Whose fair share each user's calls use where calls queue.
-    tenants: tenants::Tenants,
+    tenants: calls::tenants::Tenants,
     /// Fleet mode: the fleet's budgets, deferred stream and trips.
     shared: std::sync::OnceLock<Arc<dyn Shared>>,
     /// The config file a reload reads again (`serve --config`).
@@ -167,7 +163,7 @@ impl Runner {
             cache: ResultCache::new(cfg.degradation.cache_capacity),
             schemas: crate::tools::Schemas::default(),
             no_tools: Arc::from(Vec::new()),
-            tenants: tenants::Tenants::new(&cfg.limiter.queue),
+            tenants: calls::tenants::Tenants::new(&cfg.limiter.queue),
             cfg,
             clock,
             seed,
@@ -251,6 +247,44 @@ impl Runner {
     /// The deferred-request spool, if deferring is on.
     pub fn spool(&self) -> Option<&Spool> {
         self.spool.as_ref()
+    }
+
+    /// What a call borrows: see [`Calls`].
+    pub fn calls(&self) -> Calls<'_> {
+        Calls {
+            cfg: &self.cfg,
+            clock: &self.clock,
+            seed: self.seed,
+            events: &self.events,
+            catalog: &self.catalog,
+            budgets: &self.budgets,
+            tenants: &self.tenants,
+            retry_budget: &self.retry_budget,
+            shared: &self.shared,
+            schemas: &self.schemas,
+            executor: &*self.executor,
+            cache: &self.cache,
+            totals: &self.totals,
+            drill: &self.drill,
+        }
+    }
+
+    /// Where requests are deferred to and re-driven from: see [`Deferral`].
+    pub fn deferral(&self) -> Deferral<'_> {
+        Deferral {
+            cfg: &self.cfg.degradation,
+            clock: &self.clock,
+            catalog: &self.catalog,
+            events: &self.events,
+            spool: self.spool.as_ref(),
+            shared: &self.shared,
+            totals: &self.totals,
+        }
+    }
+
+    /// Runs one LLM call through its route's chain (see [`Calls::call`]).
+    pub async fn call_llm(&self, call: &LlmCall<'_>, tally: &mut Tally) -> Result<(LlmResponse, usize), LlmFailure> {
+        self.calls().call(call, tally, None).await
     }
 
     /// What an operator may do here: commands, reloads.

@@ -9,7 +9,7 @@
 //! whose API cannot carry the request was not needed, and a drill's skips
 //! are the operator's, not the tool's.
 
-use super::llm::{HopResult, Tally};
+use super::calls::{HopResult, Tally};
 use crate::blame::Ending;
 
 impl Tally {

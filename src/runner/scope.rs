@@ -5,8 +5,8 @@
 //! went away, the gateway shut down), it ends failed, so every request has
 //! exactly one outcome.
 
-use super::ending::Ended;
-use super::llm::Tally;
+use super::calls::Tally;
+use super::ending::{outcome, Ended};
 use super::Runner;
 use crate::outcome::{Level, Outcome};
 use crate::telemetry::events::{Arrival, EventKind};
@@ -29,23 +29,39 @@ pub(super) struct Scope<'a> {
     open: bool,
 }
 
-impl Runner {
-    /// Begins request `request` of `user`: counted, announced (`arrival`
-    /// is made only when someone listens), a deposit into the retry budget.
+impl<'a> Scope<'a> {
+    /// Begins request `request` of `user` on `runner`: counted, announced
+    /// (`arrival` is made only when someone listens), a deposit into the
+    /// retry budget.
     #[inline]
-    pub(super) fn begin<'a>(&'a self, request: u64, user: &'a str, arrival: impl FnOnce() -> Arrival) -> Scope<'a> {
-        let start = self.clock.now();
-        self.totals.requests.fetch_add(1, Ordering::Relaxed);
-        if self.events.has_subscribers() {
-            self.events.emit(EventKind::Request(Box::new(arrival())));
+    pub fn begin(runner: &'a Runner, request: u64, user: &'a str, arrival: impl FnOnce() -> Arrival) -> Self {
+        let start = runner.clock.now();
+        runner.totals.requests.fetch_add(1, Ordering::Relaxed);
+        if runner.events.has_subscribers() {
+            runner.events.emit(EventKind::Request(Box::new(arrival())));
         }
-        self.retry_budget.deposit(start);
+        runner.retry_budget.deposit(start);
         Scope {
-            runner: self,
+            runner,
             request,
             user,
             start,
             open: true,
+        }
+    }
+
+    /// Counts the request's one outcome `o` in the totals and on the
+    /// targets `tally` shows it needed, and announces it.
+    fn count(&self, o: &Outcome, tally: &Tally) {
+        let r = self.runner;
+        r.totals.by_level[o.level.index()].fetch_add(1, Ordering::Relaxed);
+        r.catalog.count_needs(tally, o.level);
+        r.totals.tokens.fetch_add(o.tokens, Ordering::Relaxed);
+        r.totals
+            .cost_micro_usd
+            .fetch_add((o.cost_usd * 1e6).round() as u64, Ordering::Relaxed);
+        if r.events.has_subscribers() {
+            r.events.emit(EventKind::Outcome(Box::new(o.clone())));
         }
     }
 }
@@ -63,14 +79,14 @@ impl Scope<'_> {
 
     /// Its outcome: how it `ended`, what `tally` spent, its time so far.
     pub fn outcome(&self, ended: Ended, tally: &Tally) -> Outcome {
-        self.runner.outcome(self.request, self.user, ended, tally, self.took())
+        outcome(self.request, self.user, ended, tally, self.took())
     }
 
     /// Ends it in `outcome`, counted and announced once.
     #[inline]
     pub fn end(mut self, outcome: &Outcome, tally: &Tally) {
         self.open = false;
-        self.runner.count_outcome(outcome, tally);
+        self.count(outcome, tally);
     }
 }
 
@@ -97,9 +113,9 @@ impl Scope<'_> {
             .trying
             .filter(|&mi| tally.hops.last().is_none_or(|h| h.model != mi))
         {
-            tally.hops.push(super::llm::Tried {
+            tally.hops.push(super::calls::Tried {
                 model: mi,
-                result: super::llm::HopResult::Failed(kind, None),
+                result: super::calls::HopResult::Failed(kind, None),
                 tries: 1,
             });
         }
@@ -108,8 +124,8 @@ impl Scope<'_> {
             chain: tally.hops.iter().map(|h| r.catalog.hop_of(h)).collect(),
             ..Ended::at(Level::Failed)
         };
-        let o = r.outcome(self.request, self.user, ended, tally, self.took());
-        r.count_outcome(&o, tally);
+        let o = outcome(self.request, self.user, ended, tally, self.took());
+        self.count(&o, tally);
     }
 }
 
@@ -147,7 +163,7 @@ impl<'a> Tallied<'a> {
     /// Ends it in `outcome`, counted and announced once.
     pub fn end(mut self, outcome: &Outcome) {
         self.scope.open = false;
-        self.scope.runner.count_outcome(outcome, &self.tally);
+        self.scope.count(outcome, &self.tally);
     }
 }
 

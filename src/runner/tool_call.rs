@@ -4,10 +4,9 @@
 //! pool, timeout, retries for idempotent tools, cache), a stale cached
 //! answer when the tool cannot answer, and exactly one outcome.
 
+use super::calls::{Calls, Tally, ToolFailure, ToolUse};
 use super::ending::Ended;
-use super::llm::Tally;
-use super::scope::Tallied;
-use super::tool::{ToolFailure, ToolUse};
+use super::scope::{Scope, Tallied};
 use super::Runner;
 use crate::outcome::HopEnd;
 use crate::outcome::{Level, Outcome};
@@ -92,7 +91,7 @@ pub enum ToolEnd {
 impl Runner {
     /// Runs one tool call to its end.
     pub async fn tool(&self, req: &ToolRequest) -> (ToolEnd, Outcome) {
-        let mut run = Tallied::new(self.begin(req.id, &req.user, || Arrival {
+        let mut run = Tallied::new(Scope::begin(self, req.id, &req.user, || Arrival {
             request: ToolRequest::as_request(req.id, &req.user, req.session.as_deref(), &req.call),
             via: Via::Tool,
         }));
@@ -108,12 +107,12 @@ impl Runner {
         let end = match checked {
             Err(why) => ToolEnd::Refused(why),
             Ok(ti) => match req.session.as_deref() {
-                None => self.tool_on(req, ti, &mut run.tally).await,
+                None => self.calls().answer_tool(req, ti, &mut run.tally).await,
                 Some(s) => match self.sessions.enter(&req.user, s, self.clock.elapsed_ms()) {
                     Err(q) => ToolEnd::Refused(q.to_string()),
                     // A cancelled call leaves the session too, when `session` drops.
                     Ok(session) => {
-                        let end = self.tool_on(req, ti, &mut run.tally).await;
+                        let end = self.calls().answer_tool(req, ti, &mut run.tally).await;
                         session.leave(self.clock.elapsed_ms());
                         end
                     }
@@ -138,8 +137,12 @@ impl Runner {
         run.end(&outcome);
         (end, outcome)
     }
+}
 
-    async fn tool_on(&self, req: &ToolRequest, ti: usize, tally: &mut Tally) -> ToolEnd {
+impl Calls<'_> {
+    /// Answers an outside client's call `req` of tool `ti`: the tool's
+    /// answer, else its last good answer to the same arguments, else why not.
+    pub(in crate::runner) async fn answer_tool(&self, req: &ToolRequest, ti: usize, tally: &mut Tally) -> ToolEnd {
         let key = req.key;
         let critical = self.catalog.tools[ti].cfg.critical;
         let tool_use = ToolUse {

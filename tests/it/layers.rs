@@ -156,3 +156,41 @@ fn the_console_state_never_calls_its_view() {
         assert!(calls.is_empty(), "{} calls the view: {calls:?}", path.display());
     }
 }
+
+/// The runner's parts (`calls/`, `catalog/`, `operations/`, `deferral.rs`)
+/// borrow what they need and never reach back: none names the `Runner`
+/// that composes them or a kind of request built on them (`agent.rs`,
+/// `chat.rs`, `embed.rs`, `tool_call.rs`).
+#[test]
+fn the_runners_parts_never_reach_back_to_it() {
+    let mut parts = Vec::new();
+    for dir in ["calls", "catalog", "operations"] {
+        files(&Path::new("src/runner").join(dir), &mut parts);
+    }
+    parts.push("src/runner/deferral.rs".into());
+    assert!(parts.len() > 12, "{parts:?}");
+    let above = [
+        "Runner",
+        "runner::agent",
+        "runner::chat",
+        "runner::embed",
+        "runner::tool_call",
+    ];
+    for path in parts {
+        let text = std::fs::read_to_string(&path).unwrap();
+        let code = text.split("#[cfg(test)]").next().unwrap_or_default();
+        let reach: Vec<_> = code
+            .lines()
+            .filter(|l| !l.trim_start().starts_with("//"))
+            .filter(|l| {
+                above.iter().any(|a| {
+                    l.match_indices(a).any(|(i, _)| {
+                        let next = l[i + a.len()..].chars().next();
+                        !next.is_some_and(|c| c.is_alphanumeric() || c == '_')
+                    })
+                })
+            })
+            .collect();
+        assert!(reach.is_empty(), "{} reaches back: {reach:?}", path.display());
+    }
+}

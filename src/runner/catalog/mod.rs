@@ -6,7 +6,7 @@
 
 mod slots;
 
-use super::call::{HopResult, Tally, Tried};
+use super::calls::{HopResult, Tally, Tried};
 use super::needs::let_down;
 use super::registry::Registry;
 use super::NameMap;

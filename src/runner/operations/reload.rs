@@ -138,7 +138,10 @@ impl Operations<'_> {
             return Err(NO_FILE.into());
         };
         let read = read.unwrap_or_else(|| {
-            Err("a reload reads its file off the runtime: it is sent with Runner::command, not Runner::apply".into())
+            Err(
+                "a reload reads its file off the runtime: it is sent with Operations::command, not Operations::apply"
+                    .into(),
+            )
         });
         let checked = read.and_then(|cfg| {
             if tools_differ(&cfg, &src.read_at_start) {

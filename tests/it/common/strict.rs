@@ -825,14 +825,12 @@ pub(super) fn stream_of(
     if let Some(n) = plan.malformed_after.filter(|&n| n <= content.len()) {
         content.insert(n, malformed);
     }
-    let stream = async_stream(head, content, tail, gap, reset_after, hold, pauses);
+    let stream = async_stream([head, content, tail], gap, reset_after, hold, pauses);
     ([("content-type", content_type)], Body::from_stream(stream)).into_response()
 }
 
 fn async_stream(
-    head: Vec<Vec<u8>>,
-    content: Vec<Vec<u8>>,
-    tail: Vec<Vec<u8>>,
+    [head, content, tail]: [Vec<Vec<u8>>; 3],
     gap: Duration,
     reset_after: Option<usize>,
     hold: Option<Arc<Notify>>,

@@ -298,7 +298,7 @@ pub async fn gemini(
         )),
         Some(_) => None,
     };
-    answer(&state, &call, query, headers, body, refused, false).await
+    answer(&state, &call, query, (headers, body), refused, false).await
 }
 
 /// A `generateContent` call to `call` (`model:method`), refused as
@@ -308,8 +308,7 @@ pub(super) async fn answer(
     state: &StrictState,
     call: &str,
     query: &str,
-    headers: HeaderMap,
-    body: String,
+    (headers, body): (HeaderMap, String),
     refused: Option<Response>,
     vertex: bool,
 ) -> Response {

@@ -146,5 +146,5 @@ pub async fn vertex(
             "message": "Request had invalid authentication credentials. Expected OAuth 2 access token, login cookie or other valid authentication credential. See https://developers.google.com/identity/sign-in/web/devconsole-project."}});
         (StatusCode::UNAUTHORIZED, Json(e)).into_response()
     });
-    super::strict_gemini::answer(&state, &call, uri.query().unwrap_or(""), headers, body, refused, true).await
+    super::strict_gemini::answer(&state, &call, uri.query().unwrap_or(""), (headers, body), refused, true).await
 }

@@ -1,9 +1,9 @@
 //! One tool call: drill mode → breaker → bulkhead → call with retries (only
 //! for idempotent tools) → record. Successful results feed the cache.
 
-use super::attempt::{RetryPolicy, Verdict};
-use super::llm::Tally;
-use super::Runner;
+use super::attempt::Verdict;
+use super::retry::RetryPolicy;
+use super::{Calls, Tally};
 use crate::clock::hash_str;
 use crate::provider::ToolCall;
 use crate::resilience::breaker::{watched, CallRecord};
@@ -78,7 +78,7 @@ pub struct ToolUse<'a> {
     pub critical: bool,
 }
 
-impl Runner {
+impl Calls<'_> {
     /// Makes `tool_use`. The tally notes that the request needed the tool
     /// (a drill's skip aside).
     pub async fn call_tool(&self, tool_use: ToolUse<'_>, tally: &mut Tally) -> Result<Arc<str>, ToolFailure> {
@@ -150,7 +150,7 @@ impl Runner {
                 failure,
                 ..CallRecord::default()
             };
-            attempt.end(self, [permit], verdict, rec, (end, judged), |latency| {
+            attempt.end([permit], verdict, rec, (end, judged), |latency| {
                 attempt_of(request_id, &t.target, &r, latency)
             });
             match r {
@@ -168,11 +168,10 @@ impl Runner {
                         deadline: None,
                         request: request_id,
                         targets: std::slice::from_ref(&t),
+                        admits: t.breaker.would_admit(end),
+                        elsewhere: false,
                     };
-                    if !self
-                        .retry(&policy, &mut made, &e, t.breaker.would_admit(end), false, end)
-                        .await
-                    {
+                    if !self.retry(&policy, &mut made, &e, end).await {
                         return Err(ToolFailure::Failed(e.kind.label(e.status), e.answer));
                     }
                 }

@@ -1,35 +1,35 @@
 //! One model of the chain tried, with retries: each try admitted
 //! (`admission.rs`), made whole or streamed to the client, settled and
-//! ended as an [`Attempt`], and retried as [`Runner::retry`] allows. What the
-//! chain walk in `llm.rs` does next depends only on the hop it returns.
+//! ended as an [`Attempt`], and retried as [`Calls::retry`] allows. What the
+//! chain walk in `walk.rs` does next depends only on the hop it returns.
 
-use super::admission::Spent;
-use super::attempt::{Attempt, RetryPolicy, Verdict};
-use super::llm::{HopResult, LlmCall, LlmFailure, Tally, Tried};
-use super::stream::{Pumped, Spend, StreamHead, Streaming};
-use super::Runner;
+use super::admission::{Ask, Held, Spent};
+use super::attempt::{Attempt, Verdict};
+use super::retry::RetryPolicy;
+use super::{Calls, HopResult, LlmCall, LlmFailure, Tally, Tried};
 use crate::provider::{ErrorKind, LlmRequest, LlmResponse, Piece, ProviderError};
 use crate::resilience::breaker::{watched, CallRecord, FailureKind};
 use crate::resilience::limiter::{RateFeedback, Signal};
+use crate::runner::stream::{Pumped, Spend, StreamHead, Streaming};
 use crate::telemetry::events::{self, EventKind};
 use futures_util::future::BoxFuture;
 use std::time::Duration;
 
-impl Runner {
+impl Calls<'_> {
     /// Tries one model, with retries; `Ok(Err(hop))` means "go to the next".
     /// Order per attempt: breakers (the cheapest refusal; retries live inside
     /// them) → limiter (waits only when no later model could take the call)
     /// → budget reservation → call → settle everything with actual usage.
     /// The rare waits (the limiter, a fleet's allowance, a retry's backoff)
     /// are boxed, so their futures do not enlarge every request's.
-    /// `leg` is the hedged call's leg this is (see [`Runner::walk`]).
+    /// `leg` is the hedged call's leg this is (see [`Calls::walk`]).
     pub(super) async fn try_model(
         &self,
         call: &LlmCall<'_>,
         (mi, mut req, rest): (usize, LlmRequest, &[usize]),
         tally: &mut Tally,
         mut streaming: Option<&mut Streaming<'_>>,
-        leg: Option<&super::hedge::Leg>,
+        leg: Option<&super::Leg>,
     ) -> Result<Result<(LlmResponse, u32), Tried>, LlmFailure> {
         let m = &self.catalog.models[mi];
         let p = &self.catalog.providers[m.provider];
@@ -51,17 +51,17 @@ impl Runner {
             }
             // Every choice may use the whole cap: all are reserved.
             let output = call.params.output_bound(req.max_tokens);
+            let ask = Ask {
+                model: mi,
+                user: call.user,
+                tenant: call.tenant,
+                chars,
+                max_tokens: output,
+                priority: call.priority,
+                deadline: call.deadline,
+            };
             let admitted = self
-                .admit(
-                    call.user,
-                    call.tenant,
-                    mi,
-                    chars,
-                    output,
-                    call.priority,
-                    call.deadline,
-                    || !self.catalog.any_admits(rest, self.clock.now()),
-                )
+                .admit(ask, || !self.catalog.any_admits(rest, self.clock.now()))
                 .await;
             let (mut held, now) = match admitted {
                 Ok(h) => h,
@@ -81,8 +81,7 @@ impl Runner {
             });
             let streams = streaming.is_some() && req.stream == Some(true);
             let room = held
-                .res
-                .as_ref()
+                .budget()
                 .filter(|_| streams)
                 .and_then(|r| self.budgets.room(call.user, r, self.clock.ms_at(now)));
             // The provider's own bound on this call (a whole answer's
@@ -98,9 +97,15 @@ impl Runner {
             let attempted = async {
                 match streaming.as_deref_mut() {
                     Some(s) if streams => {
-                        let head = self.stream_head_of(call, mi, tally);
-                        self.streamed(mi, &req, s, room, &spend, head, (bound, call.deadline))
-                            .await
+                        let opening = Opening {
+                            mi,
+                            req: &req,
+                            room,
+                            spend: &spend,
+                            head: self.stream_head_of(call, mi, tally),
+                            bounds: (bound, call.deadline),
+                        };
+                        self.streamed(s, opening).await
                     }
                     _ => match p.client.complete_within(&req, bound).await {
                         Ok(resp) => Attempted::Answer(resp, Vec::new()),
@@ -117,8 +122,14 @@ impl Runner {
                     e.message = format!("the request's deadline came before {} answered", m.name);
                 }
             }
-            let streamed = streams.then_some(&spend);
-            let (tripped, semantic) = self.conclude(call, mi, held, started, end, &result, &req, streamed, tally);
+            let made_now = Made {
+                mi,
+                req: &req,
+                held,
+                attempt: started,
+                streamed: streams.then_some(&spend),
+            };
+            let (tripped, semantic) = self.conclude(call, made_now, end, &result, tally);
             let tries = attempt + 1;
             match result {
                 Attempted::Answer(resp, pieces) => {
@@ -183,12 +194,10 @@ impl Runner {
                         deadline: call.deadline,
                         request: call.request_id,
                         targets: &targets,
+                        admits: self.catalog.admits(m, end),
+                        elsewhere: self.catalog.any_admits(rest, self.clock.now()),
                     };
-                    let (admits, elsewhere) = (
-                        self.catalog.admits(m, end),
-                        self.catalog.any_admits(rest, self.clock.now()),
-                    );
-                    if !self.retry(&policy, &mut made, &e, admits, elsewhere, end).await {
+                    if !self.retry(&policy, &mut made, &e, end).await {
                         return hop(HopResult::Failed(e.kind, e.status), tries);
                     }
                 }
@@ -208,32 +217,30 @@ impl Runner {
         }
     }
 
-    /// Ends one attempt of `req` on model `mi` at `end`: its reservations
-    /// settled with what it used, then the attempt ended (breakers,
-    /// counts, its record), the same way whatever ended it. Returns the
-    /// trips it caused, per breaker, and its semantic failure. A whole
-    /// answer's latency is a sample of the provider's response time; a
-    /// stream's (`streamed`, its spend) is its time to first token, taken
-    /// as it came, and its pace is judged by that, not by its length.
-    #[expect(
-        clippy::too_many_arguments,
-        reason = "the attempt's parts, each from another stage of try_model; a struct would only move the list"
-    )]
+    /// Ends attempt `made` at `end`: its reservations settled with what
+    /// it used, then the attempt ended (breakers, counts, its record), the
+    /// same way whatever ended it. Returns the trips it caused, per
+    /// breaker, and its semantic failure. A whole answer's latency is a
+    /// sample of the provider's response time; a stream's is its time to
+    /// first token, taken as it came, and its pace is judged by that, not
+    /// by its length.
     fn conclude(
         &self,
         call: &LlmCall<'_>,
-        mi: usize,
-        mut held: super::admission::Held<'_>,
-        attempt: Attempt<'_, 2>,
+        made: Made<'_>,
         end: tokio::time::Instant,
         result: &Attempted,
-        req: &LlmRequest,
-        streamed: Option<&Spend>,
         tally: &mut Tally,
     ) -> ([Option<String>; 2], Option<String>) {
+        let Made {
+            mi,
+            req,
+            held,
+            attempt,
+            streamed,
+        } = made;
         let semantic = self.semantic_failure(result, req);
         let m = &self.catalog.models[mi];
-        let allowance = held.allowance.take();
         let (probes, reserved) = held.disarm();
         let (usage, rate, failure, mut tokens_per_s) = result.spent(semantic.is_some());
         let admitted = attempt.start();
@@ -256,7 +263,7 @@ impl Runner {
             signal,
             end,
         };
-        self.settle(call.user, mi, reserved, allowance, &spent, tally);
+        self.settle(call.user, mi, reserved, &spent, tally);
         let provider = self.catalog.registry.get(self.catalog.providers[m.provider].target);
         if let Attempted::Answer(resp, _) = result {
             self.note_skipped(call.request_id, provider, resp);
@@ -274,7 +281,7 @@ impl Runner {
             tokens_per_s,
         };
         let judged = streamed.and_then(Spend::first_token);
-        let (tripped, latency) = attempt.end(self, probes, verdict, rec, (end, judged), |latency| {
+        let (tripped, latency) = attempt.end(probes, verdict, rec, (end, judged), |latency| {
             result.record(call.request_id, provider, m, latency, semantic.clone())
         });
         m.note_latency(latency);
@@ -283,7 +290,7 @@ impl Runner {
 
     /// Counts and announces the events of `resp`'s stream that could not
     /// be read and were skipped.
-    fn note_skipped(&self, request: u64, provider: &super::registry::Entry, resp: &LlmResponse) {
+    fn note_skipped(&self, request: u64, provider: &crate::runner::registry::Entry, resp: &LlmResponse) {
         let count = resp.wire.as_ref().map_or(0, |w| w.skipped);
         if count > 0 {
             provider.stats.malformed.add(u64::from(count));
@@ -314,41 +321,26 @@ impl Runner {
         }
     }
 
-    /// [`Runner::stream_attempt`] boxed behind a `dyn` future, so its code
+    /// [`Calls::stream_attempt`] boxed behind a `dyn` future, so its code
     /// stays out of line: a whole call's attempt is the hot path, and the
     /// stream's machinery would otherwise be inlined into it.
-    #[expect(
-        clippy::too_many_arguments,
-        reason = "stream_attempt's own arguments, passed through"
-    )]
     #[inline(never)]
-    fn streamed<'a>(
-        &'a self,
-        mi: usize,
-        req: &'a LlmRequest,
-        s: &'a mut Streaming<'_>,
-        room: Option<(u64, crate::resilience::budget::BudgetExceeded)>,
-        spend: &'a Spend,
-        head: StreamHead,
-        bounds: (Duration, Option<tokio::time::Instant>),
-    ) -> BoxFuture<'a, Attempted> {
-        Box::pin(self.stream_attempt(mi, req, s, room, spend, head, bounds))
+    fn streamed<'a>(&'a self, s: &'a mut Streaming<'_>, opening: Opening<'a>) -> BoxFuture<'a, Attempted> {
+        Box::pin(self.stream_attempt(s, opening))
     }
 
-    /// One streamed attempt: opened (its first content come) within
-    /// `first_token`, then read to its end by the client's stream, which
-    /// ends at the request's `deadline` where it has one.
-    #[expect(clippy::too_many_arguments, reason = "the attempt's parts, as try_model holds them")]
-    async fn stream_attempt(
-        &self,
-        mi: usize,
-        req: &LlmRequest,
-        s: &mut Streaming<'_>,
-        room: Option<(u64, crate::resilience::budget::BudgetExceeded)>,
-        spend: &Spend,
-        mut head: StreamHead,
-        (first_token, deadline): (Duration, Option<tokio::time::Instant>),
-    ) -> Attempted {
+    /// One streamed attempt: opened (its first content come) within its
+    /// first-token bound, then read to its end by the client's stream,
+    /// which ends at the request's deadline where it has one.
+    async fn stream_attempt(&self, s: &mut Streaming<'_>, opening: Opening<'_>) -> Attempted {
+        let Opening {
+            mi,
+            req,
+            room,
+            spend,
+            mut head,
+            bounds: (first_token, deadline),
+        } = opening;
         let p = &self.catalog.providers[self.catalog.models[mi].provider];
         let opened = crate::provider::within(first_token, "first token", p.client.open(req)).await;
         let live = match opened {
@@ -422,7 +414,7 @@ impl Runner {
         let mut chain: Vec<_> = tally.hops.iter().map(|h| self.catalog.hop_of(h)).collect();
         chain.push(crate::outcome::Hop::ok(&self.catalog.models[mi].name));
         StreamHead {
-            level: Runner::answered_level(primary, mi, &tally.hops),
+            level: crate::runner::ending::answered_level(primary, mi, &tally.hops),
             chain,
             quality: (self.catalog.quality_ratio(mi, primary) * 100.0).round() / 100.0,
             attempts: tally.attempts,
@@ -431,7 +423,7 @@ impl Runner {
         }
     }
 
-    /// [`Runner::stream_head_of`] for a whole answer.
+    /// [`Calls::stream_head_of`] for a whole answer.
     fn stream_head(&self, call: &LlmCall<'_>, mi: usize, tally: &Tally, resp: &LlmResponse) -> StreamHead {
         let mut h = self.stream_head_of(call, mi, tally);
         if let Some(w) = &resp.wire {
@@ -444,6 +436,28 @@ impl Runner {
     }
 }
 
+/// One try of a model, made: the model, what it asked, what the attempt
+/// holds, and, streamed, what it has used so far.
+struct Made<'a> {
+    mi: usize,
+    req: &'a LlmRequest,
+    held: Held<'a>,
+    attempt: Attempt<'a, 2>,
+    streamed: Option<&'a Spend>,
+}
+
+/// A streamed try about to open: the model, what it asks, the budget room
+/// it may use, what it has used so far, what the client is told as it
+/// starts, and its bounds (the first token's, the request's deadline).
+struct Opening<'a> {
+    mi: usize,
+    req: &'a LlmRequest,
+    room: Option<(u64, crate::resilience::budget::BudgetExceeded)>,
+    spend: &'a Spend,
+    head: StreamHead,
+    bounds: (Duration, Option<tokio::time::Instant>),
+}
+
 /// How one attempt ended.
 enum Attempted {
     /// An answer (and, streamed, the pieces still to send).
@@ -454,7 +468,7 @@ enum Attempted {
     OverBudget(crate::provider::Usage, crate::resilience::budget::BudgetExceeded),
     /// A continuation of a cut answer, stopped for it did not line up with
     /// what the client was sent: how models write, not a provider's fault.
-    Unaligned(crate::provider::Usage, super::align::Misaligned),
+    Unaligned(crate::provider::Usage, crate::runner::align::Misaligned),
 }
 
 impl Attempted {
@@ -491,8 +505,8 @@ impl Attempted {
     fn record(
         &self,
         request: u64,
-        provider: &super::registry::Entry,
-        m: &super::ModelSlot,
+        provider: &crate::runner::registry::Entry,
+        m: &crate::runner::ModelSlot,
         latency: Duration,
         semantic: Option<String>,
     ) -> events::Attempt {

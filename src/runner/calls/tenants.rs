@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 /// Each grouped user's tenant, and whether callers choose their priority.
 #[derive(Default)]
-pub(super) struct Tenants {
+pub(in crate::runner) struct Tenants {
     users: HashMap<Box<str>, Grouped>,
     trust_priority: bool,
 }
@@ -24,7 +24,7 @@ struct Grouped {
 
 impl Tenants {
     /// The tenants `cfg` groups users into.
-    pub(super) fn new(cfg: &QueueConfig) -> Self {
+    pub(in crate::runner) fn new(cfg: &QueueConfig) -> Self {
         let mut users = HashMap::new();
         for (name, t) in &cfg.tenants {
             let tenant: Arc<str> = name.as_str().into();
@@ -47,7 +47,7 @@ impl Tenants {
     /// `asked` on a route of priority `route`: what it asks, no more
     /// urgent than its tenant's priority, else its route's (unless the
     /// config trusts callers).
-    pub(super) fn grant(&self, user: &str, asked: Option<Priority>, route: Priority) -> Priority {
+    pub(in crate::runner) fn grant(&self, user: &str, asked: Option<Priority>, route: Priority) -> Priority {
         let Some(asked) = asked else { return route };
         if self.trust_priority {
             return asked;

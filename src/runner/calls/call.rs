@@ -18,7 +18,7 @@ pub struct LlmCall<'a> {
     /// `tenant_header` named.
     pub tenant: &'a str,
     /// The route, found once per request.
-    pub route: &'a super::RouteSlot,
+    pub route: &'a crate::runner::RouteSlot,
     /// Step of the agent loop.
     pub step: u32,
     /// The conversation.
@@ -35,7 +35,7 @@ pub struct LlmCall<'a> {
     /// Try only the route's first model (the client forbade fallback).
     pub only_first: bool,
     /// The only models the caller may reach (its key's routes and models,
-    /// [`super::Catalog::reach_of`]), on every hop; `None`: any.
+    /// [`crate::runner::Catalog::reach_of`]), on every hop; `None`: any.
     pub reach: Option<&'a [usize]>,
     /// When the whole chain must have answered by (`None`: no deadline).
     pub deadline: Option<tokio::time::Instant>,
@@ -44,13 +44,12 @@ pub struct LlmCall<'a> {
 }
 
 impl<'a> LlmCall<'a> {
-    /// Step `step` of request `request_id` for `user` on `route`, with the
-    /// runner's own parameters.
+    /// The first step of request `request_id` for `user` on `route`, with
+    /// the runner's own parameters.
     pub fn new(
         request_id: u64,
         user: &'a str,
-        route: &'a super::RouteSlot,
-        step: u32,
+        route: &'a crate::runner::RouteSlot,
         messages: Arc<[Message]>,
         tools: Arc<[ToolSpec]>,
         max_tokens: u32,
@@ -60,7 +59,7 @@ impl<'a> LlmCall<'a> {
             user,
             tenant: user,
             route,
-            step,
+            step: 0,
             messages,
             tools,
             max_tokens,
@@ -106,7 +105,7 @@ pub enum HopResult {
     Resumed,
     /// Its continuation of a cut answer did not line up with what the
     /// client was sent (how), so the stream ended.
-    Unaligned(super::align::Misaligned),
+    Unaligned(crate::runner::align::Misaligned),
     /// Skipped: the model's API cannot carry the request (the reason).
     Unsupported(String),
     /// Cancelled in flight: a hedged attempt answered first.

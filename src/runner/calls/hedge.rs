@@ -8,8 +8,7 @@
 //! charged. A first attempt that fails while the hedge runs waits for the
 //! hedge.
 
-use super::llm::{HopResult, LlmCall, LlmFailure, Tally, Tried};
-use super::Runner;
+use super::{Calls, HopResult, LlmCall, LlmFailure, Tally, Tried};
 use crate::config::Hedge;
 use crate::provider::LlmResponse;
 use crate::telemetry::events::StepKind;
@@ -25,7 +24,7 @@ type Answer = Result<(LlmResponse, usize), LlmFailure>;
 /// it is dropped), and what its call cut in flight was charged (set as
 /// that call's reservations settle), for the request's tally.
 #[derive(Default)]
-pub(super) struct Leg {
+pub(in crate::runner) struct Leg {
     outrun: AtomicBool,
     tokens: AtomicU64,
     /// USD, as an `f64`'s bits.
@@ -55,7 +54,7 @@ impl Leg {
     }
 }
 
-impl Runner {
+impl Calls<'_> {
     /// How long `call` waits for its answer before it is hedged; None when
     /// it is not hedged (the route does not, it offers tools, or with
     /// `p95` its first model has not answered enough calls yet).

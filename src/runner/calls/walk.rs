@@ -3,18 +3,16 @@
 //! and the walk along it: a model of the wrong API or over the latency SLA
 //! skipped, the output cap lowered and the prompt trimmed on each hop, a
 //! cut stream continued by the next model; each model tried as
-//! `model_call.rs` does.
+//! `model.rs` does.
 
-use super::stream::Streaming;
-use super::Runner;
+use super::{Calls, HopResult, LlmCall, LlmFailure, Tally, Tried};
 use crate::provider::{ErrorKind, LlmRequest, LlmResponse, Message, ProviderError, Role, Usage};
+use crate::runner::stream::Streaming;
 use crate::telemetry::events::StepKind;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-pub use super::call::{own_params, HopResult, LlmCall, LlmFailure, Tally, Tried};
-
-impl Runner {
+impl Calls<'_> {
     /// The order in which the route's models are tried now: cheaper tiers
     /// first under global budget pressure.
     /// Models the caller may not reach (see [`LlmCall::reach`]) are left out.
@@ -38,17 +36,12 @@ impl Runner {
         order
     }
 
-    /// Runs one LLM call through the chain.
-    pub async fn call_llm(&self, call: &LlmCall<'_>, tally: &mut Tally) -> Result<(LlmResponse, usize), LlmFailure> {
-        self.call_llm_streamed(call, tally, None).await
-    }
-
     /// Runs one LLM call through the chain, streaming the answer to
     /// `streaming` as it arrives when there is one (retries and fallback
     /// happen before its first byte; after it, a cut answer is continued
     /// by the next model where the route says `stream_resume`). A whole,
     /// tool-free call on a route that hedges is hedged (`hedge.rs`).
-    pub async fn call_llm_streamed(
+    pub(in crate::runner) async fn call(
         &self,
         call: &LlmCall<'_>,
         tally: &mut Tally,
@@ -62,7 +55,7 @@ impl Runner {
         self.walk(call, tally, streaming, None).await
     }
 
-    /// The walk along the chain [`Runner::call_llm_streamed`] describes;
+    /// The walk along the chain [`Calls::call`] describes;
     /// `leg`, a hedged call's, says when the other leg answered first and
     /// this walk is cancelled (what its call in flight is recorded as cut
     /// by), and is told what that call was charged.
@@ -71,7 +64,7 @@ impl Runner {
         call: &LlmCall<'_>,
         tally: &mut Tally,
         mut streaming: Option<&mut Streaming<'_>>,
-        leg: Option<&super::hedge::Leg>,
+        leg: Option<&super::Leg>,
     ) -> Result<(LlmResponse, usize), LlmFailure> {
         let route = call.route;
         let order = self.plan(call);

@@ -3,40 +3,58 @@
 //! held while the call runs, then settled with what it used, whatever
 //! ends it.
 
-use super::llm::{HopResult, Tally, Tried};
-use super::stream::Spend;
-use super::{ModelSlot, Runner};
+use super::{Calls, HopResult, Tally, Tried};
 use crate::config::Priority;
 use crate::provider::ErrorKind;
 use crate::resilience::breaker::{Breaker, Permit};
 use crate::resilience::budget::BudgetExceeded;
 use crate::resilience::limiter::{LimitDenied, RateFeedback, ShedWhy, Short, Signal};
-use crate::telemetry::events::{EventKind, Step, StepKind};
+use crate::runner::stream::Spend;
+use crate::runner::{ModelSlot, ProviderSlot};
+use crate::telemetry::events::{EventKind, StepKind};
 use smallvec::SmallVec;
 use std::time::Duration;
 use tokio::time::Instant;
 
-impl Runner {
-    /// Admits one attempt on model `mi` for `user` (whose fair share is
-    /// tenant `whose`'s, see [`super::tenants`]): both breakers (the
-    /// cheapest refusal), the provider's limiter (waiting for capacity
-    /// only when `may_wait` says no later model could take the call; in
-    /// the provider's queue at `priority`, where calls queue, and never
-    /// past `deadline`), the user's budgets and, in a fleet, its
-    /// allowances. What the attempt holds and when it was admitted, or why
-    /// not.
-    #[allow(clippy::too_many_arguments)]
+/// One attempt asked for: on which model, for whom, how large, how urgent.
+pub(super) struct Ask<'a> {
+    /// The model (its index in the catalog).
+    pub model: usize,
+    /// Who pays.
+    pub user: &'a str,
+    /// Whose fair share it uses (see [`super::tenants`]).
+    pub tenant: &'a str,
+    /// The prompt's characters.
+    pub chars: usize,
+    /// The most output it may ask for.
+    pub max_tokens: u32,
+    /// Its place in the provider's queue, where calls queue.
+    pub priority: Priority,
+    /// When it must have answered by.
+    pub deadline: Option<Instant>,
+}
+
+impl<'r> Calls<'r> {
+    /// Admits one attempt as `ask` says: both breakers (the cheapest
+    /// refusal), the provider's limiter (waiting for capacity only when
+    /// `may_wait` says no later model could take the call; in the
+    /// provider's queue at its priority, where calls queue, and never past
+    /// its deadline), the user's budgets and, in a fleet, its allowances.
+    /// What the attempt holds and when it was admitted, or why not.
     pub(super) async fn admit<'a>(
         &'a self,
-        user: &'a str,
-        whose: &str,
-        mi: usize,
-        chars: usize,
-        max_tokens: u32,
-        priority: Priority,
-        deadline: Option<Instant>,
+        ask: Ask<'a>,
         may_wait: impl FnOnce() -> bool,
     ) -> Result<(Held<'a>, tokio::time::Instant), Refusal> {
+        let Ask {
+            model: mi,
+            user,
+            tenant: whose,
+            chars,
+            max_tokens,
+            priority,
+            deadline,
+        } = ask;
         let m = &self.catalog.models[mi];
         let p = &self.catalog.providers[m.provider];
         let (pt, mt) = (self.catalog.registry.get(p.target), self.catalog.registry.get(m.target));
@@ -55,7 +73,7 @@ impl Runner {
         // From here on what the attempt holds is released if the caller
         // goes away (a gateway client disconnects) before it settles.
         let mut held = Held {
-            runner: self,
+            calls: self,
             targets: [pt, mt],
             provider: p,
             model: m,
@@ -136,15 +154,12 @@ impl Runner {
     /// Settles one attempt's reservations with what it used: the
     /// limiter, the budgets and the fleet's allowances, and the request's
     /// tally. Its breakers and counts are the [`super::attempt::Attempt`]'s.
-    pub(super) fn settle(
-        &self,
-        user: &str,
-        mi: usize,
-        (permit, res): Reserved,
-        allowance: Option<super::shared::Reserved>,
-        spent: &Spent<'_>,
-        tally: &mut Tally,
-    ) {
+    pub(super) fn settle(&self, user: &str, mi: usize, reserved: Reserved, spent: &Spent<'_>, tally: &mut Tally) {
+        let Reserved {
+            permit,
+            budget: res,
+            allowance,
+        } = reserved;
         let m = &self.catalog.models[mi];
         let p = &self.catalog.providers[m.provider];
         let u = spent.usage;
@@ -201,11 +216,15 @@ impl Refusal {
     }
 }
 
-/// A rate-limit reservation and a budget reservation, to settle.
-pub(super) type Reserved = (
-    crate::resilience::limiter::LimitPermit,
-    crate::resilience::budget::Reservation,
-);
+/// What an admitted attempt reserved, to settle with what it used.
+pub(super) struct Reserved {
+    /// Its place in the provider's rate limits.
+    permit: crate::resilience::limiter::LimitPermit,
+    /// Its reservation in the user's budgets.
+    budget: crate::resilience::budget::Reservation,
+    /// What it took from the fleet's budget allowances (fleet mode).
+    allowance: Option<crate::runner::shared::Reserved>,
+}
 
 /// What one attempt used, and when it ended.
 pub(super) struct Spent<'r> {
@@ -224,7 +243,7 @@ pub(super) struct Calling<'a> {
     pub spend: &'a Spend,
     pub request: u64,
     pub admitted: Instant,
-    pub leg: Option<&'a super::hedge::Leg>,
+    pub leg: Option<&'a super::Leg>,
 }
 
 /// What one attempt holds between admission and settlement: breaker probe
@@ -235,18 +254,18 @@ pub(super) struct Calling<'a> {
 /// charged: what the stream had used, else what was reserved (the
 /// provider may bill the whole answer), so leaving early dodges no budget.
 pub(super) struct Held<'a> {
-    runner: &'a Runner,
-    targets: [&'a super::registry::Entry; 2],
-    provider: &'a super::ProviderSlot,
+    calls: &'a Calls<'a>,
+    targets: [&'a crate::runner::registry::Entry; 2],
+    provider: &'a ProviderSlot,
     model: &'a ModelSlot,
     /// Set once the call is made: what it has used so far, and whose it is.
     pub(super) calling: Option<Calling<'a>>,
     user: &'a str,
     probes: [Option<crate::resilience::breaker::Permit>; 2],
     permit: Option<crate::resilience::limiter::LimitPermit>,
-    pub(super) res: Option<crate::resilience::budget::Reservation>,
+    res: Option<crate::resilience::budget::Reservation>,
     /// Taken from the fleet's budget allowances (fleet mode).
-    pub(super) allowance: Option<super::shared::Reserved>,
+    allowance: Option<crate::runner::shared::Reserved>,
 }
 
 impl Held<'_> {
@@ -260,10 +279,16 @@ impl Held<'_> {
             .collect()
     }
 
+    /// The budget reservation it holds.
+    pub(super) fn budget(&self) -> Option<&crate::resilience::budget::Reservation> {
+        self.res.as_ref()
+    }
+
     /// Hands everything over for settlement with the call's actual usage:
     /// the breakers' probes (provider's, model's) and the reservations.
     pub(super) fn disarm(mut self) -> ([Permit; 2], Reserved) {
         self.calling = None;
+        let allowance = self.allowance.take();
         let taken = (
             self.probes[0].take(),
             self.probes[1].take(),
@@ -271,7 +296,14 @@ impl Held<'_> {
             self.res.take(),
         );
         match taken {
-            (Some(a), Some(b), Some(c), Some(d)) => ([a, b], (c, d)),
+            (Some(a), Some(b), Some(permit), Some(budget)) => (
+                [a, b],
+                Reserved {
+                    permit,
+                    budget,
+                    allowance,
+                },
+            ),
             _ => unreachable!("disarm is called only once everything is held"),
         }
     }
@@ -284,7 +316,7 @@ impl Drop for Held<'_> {
                 t.breaker.cancel(p);
             }
         }
-        let r = self.runner;
+        let r = self.calls;
         let Some(calling) = self.calling.take() else {
             if let Some(p) = self.permit.take() {
                 self.provider.limiter.release(p, r.clock.now());
@@ -324,7 +356,7 @@ impl Held<'_> {
     /// or its client going away); a stream that had begun had answered 200.
     #[cold]
     fn record_cut(&self, calling: &Calling<'_>, outrun: bool, (input, output): (u32, u32), cost: f64) {
-        let r = self.runner;
+        let r = self.calls;
         if !r.events.has_subscribers() {
             return;
         }
@@ -350,9 +382,9 @@ impl Held<'_> {
     }
 }
 
-impl Runner {
+impl Calls<'_> {
     /// Fleet mode: gives what a call did not use back to the allowances.
-    fn settle_allowance(&self, user: &str, reserved: Option<super::shared::Reserved>, tokens: u32, cost: f64) {
+    fn settle_allowance(&self, user: &str, reserved: Option<crate::runner::shared::Reserved>, tokens: u32, cost: f64) {
         if let (Some(a), Some(r)) = (self.shared.get(), reserved) {
             a.settle(user, r, tokens, cost);
         }
@@ -381,13 +413,5 @@ impl Runner {
             result,
             tries,
         })
-    }
-
-    /// Emits a step record when someone (traces) listens.
-    pub(crate) fn announce_step(&self, request: u64, target: crate::target::Target, kind: StepKind) {
-        if self.events.has_subscribers() {
-            self.events
-                .emit(EventKind::Step(Box::new(Step { request, target, kind })));
-        }
     }
 }
