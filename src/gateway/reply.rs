@@ -72,7 +72,7 @@ fn answer(client: &Client, id: u64, end: ChatEnd, stream: bool) -> Result<Respon
     let api = client.api;
     let error = |status, message: String| GatewayError::new(api, status, message);
     match end {
-        ChatEnd::Answer { response, model } | ChatEnd::Streamed { response, model, .. } => {
+        ChatEnd::Answer { response, model, .. } | ChatEnd::Streamed { response, model, .. } => {
             let wire = response.wire.as_deref();
             if let Some(body) = wire
                 .filter(|w| api.takes_as_sent(w.kind) && !stream)

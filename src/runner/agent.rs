@@ -247,17 +247,10 @@ impl Agent<'_> {
             }
         };
         self.r.totals.wasted.fetch_add(trail.tally.wasted, Ordering::Relaxed);
-        let (level, answer, user_message) = match end {
+        let ended = match end {
             End::Answer(a) => {
-                let level = if trail.partial {
-                    Level::Partial
-                } else if trail.fallback {
-                    Level::Fallback
-                } else {
-                    Level::None
-                };
-                let msg = match (level, trail.stale_ms) {
-                    (Level::Partial, _) => Some(format!(
+                let told = match (trail.partial, trail.stale_ms) {
+                    (true, _) => Some(format!(
                         "Some information is unavailable right now ({}); this answer may be incomplete.",
                         trail.missing.join(", ")
                     )),
@@ -267,19 +260,20 @@ impl Agent<'_> {
                     )),
                     _ => None,
                 };
-                (level, Some(a), msg)
+                Ended {
+                    user_message: told,
+                    ..Ended::answered(Some(a), trail.fallback, trail.partial)
+                }
             }
-            End::Deferred(m) => (Level::Deferred, None, Some(m)),
-            End::Failed(m) => (Level::Failed, None, Some(m)),
+            End::Deferred(told) => Ended::deferred(told),
+            End::Failed(told) => Ended::failed(Some(told)),
         };
         let ended = Ended {
-            level,
             quality: trail.quality * trail.model_q,
             chain: std::mem::take(&mut trail.chain),
             missing: std::mem::take(&mut trail.missing),
-            user_message,
-            answer,
             stale_ms: trail.stale_ms,
+            ..ended
         };
         super::ending::outcome(
             req.id,
@@ -447,7 +441,7 @@ impl Agent<'_> {
                 }
                 Ok((resp, mi)) => {
                     session.add_tokens(u64::from(resp.usage.total()));
-                    if super::ending::answered_level(primary, mi, &trail.tally.hops) == Level::Fallback {
+                    if super::ending::is_fallback(primary, mi, &trail.tally.hops) {
                         trail.fallback = true;
                     }
                     trail.model_q = trail.model_q.min(self.r.catalog.quality_ratio(mi, primary));

@@ -9,7 +9,7 @@ use super::ending::Ended;
 use super::scope::{Scope, Tallied};
 use super::stream::{StreamSink, Streaming};
 use super::Runner;
-use crate::outcome::{Level, Outcome};
+use crate::outcome::Outcome;
 use crate::provider::{ErrorKind, LlmResponse, Message, Piece, ProviderError, ToolSpec};
 use crate::request::{AgentRequest, Via};
 use crate::resilience::session::InSession;
@@ -70,6 +70,9 @@ pub enum ChatEnd {
         response: LlmResponse,
         /// Which model of the chain answered.
         model: String,
+        /// Another than the route's first choice answered, or continued
+        /// an answer another cut off.
+        fallback: bool,
     },
     /// The answer streamed to the client and ended whole; `tail` (the
     /// finish and terminator, `(API, piece, own)`) is still to be written.
@@ -78,6 +81,8 @@ pub enum ChatEnd {
         response: LlmResponse,
         /// Which model of the chain answered.
         model: String,
+        /// As for [`ChatEnd::Answer`].
+        fallback: bool,
         /// The end of the stream.
         tail: Vec<(Api, Piece, bool)>,
     },
@@ -208,39 +213,9 @@ impl Runner {
             }
         };
         self.totals.wasted.fetch_add(run.tally.wasted, Ordering::Relaxed);
-        let chain: Vec<_> = run.tally.hops.iter().map(|h| self.catalog.hop_of(h)).collect();
-        let (level, quality, user_message) = match &end {
-            ChatEnd::Answer { model, .. } | ChatEnd::Streamed { model, .. } => {
-                let primary = self.catalog.route_for(&req.route).map(|r| r.chain[0]);
-                let answered = self
-                    .catalog
-                    .models
-                    .iter()
-                    .position(|m| m.name.as_ref() == model.as_str());
-                let q = match (primary, answered) {
-                    (Some(p), Some(a)) => self.catalog.quality_ratio(a, p),
-                    _ => 1.0,
-                };
-                let level = match (primary, answered) {
-                    (Some(p), Some(a)) => super::ending::answered_level(p, a, &run.tally.hops),
-                    _ => Level::Fallback,
-                };
-                (level, q, None)
-            }
-            ChatEnd::Cut { reason, .. } => (Level::Partial, 0.5, Some(format!("The answer was cut off: {reason}."))),
-            ChatEnd::Refused { reason, .. } | ChatEnd::RateLimited { reason, .. } => {
-                (Level::Failed, 0.0, Some(format!("Request refused: {reason}.")))
-            }
-            ChatEnd::Unavailable { message } => (Level::Failed, 0.0, Some(message.clone())),
-            ChatEnd::Unservable { reason, .. } => (Level::Failed, 0.0, Some(format!("Request refused: {reason}."))),
-            ChatEnd::Deadline { reason } => (Level::Failed, 0.0, Some(format!("Request timed out: {reason}."))),
-            ChatEnd::Upstream(e) => (
-                Level::Failed,
-                0.0,
-                Some(format!("The provider refused the request: {}", e.message)),
-            ),
-        };
-        let answer = match &end {
+        let mut ended = Ended::from(&end);
+        ended.chain = run.tally.hops.iter().map(|h| self.catalog.hop_of(h)).collect();
+        ended.answer = match &end {
             // A resumed stream's answer is what the client was sent, begun
             // by one model and finished by another.
             ChatEnd::Streamed { .. } if streaming.as_ref().is_some_and(|s| s.resumed) => {
@@ -250,19 +225,17 @@ impl Runner {
             ChatEnd::Cut { .. } => streaming.as_ref().map(|s| Arc::from(s.sent_text.as_str())),
             _ => None,
         };
-        let ended = Ended {
-            level,
-            quality,
-            chain,
-            missing: if level == Level::Partial {
-                vec!["rest of the answer".into()]
-            } else {
-                Vec::new()
-            },
-            user_message,
-            answer,
-            stale_ms: None,
-        };
+        if let ChatEnd::Answer { model, .. } | ChatEnd::Streamed { model, .. } = &end {
+            let primary = self.catalog.route_for(&req.route).map(|r| r.chain[0]);
+            let answered = self
+                .catalog
+                .models
+                .iter()
+                .position(|m| m.name.as_ref() == model.as_str());
+            if let (Some(p), Some(a)) = (primary, answered) {
+                ended.quality = self.catalog.quality_ratio(a, p);
+            }
+        }
         let mut outcome = run.outcome(ended);
         outcome.key.clone_from(&req.key);
         run.end(&outcome);
@@ -331,13 +304,19 @@ impl Calls<'_> {
                     s.add_tokens(u64::from(u.total()));
                 }
                 let model = self.catalog.models[mi].name.to_string();
+                let fallback = super::ending::is_fallback(route.chain[0], mi, &tally.hops);
                 match streaming.filter(|s| s.started) {
                     Some(s) => ChatEnd::Streamed {
                         response,
                         model,
+                        fallback,
                         tail: std::mem::take(&mut s.tail),
                     },
-                    None => ChatEnd::Answer { response, model },
+                    None => ChatEnd::Answer {
+                        response,
+                        model,
+                        fallback,
+                    },
                 }
             }
             Err(LlmFailure::Cut(e)) => ChatEnd::Cut {

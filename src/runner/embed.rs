@@ -7,7 +7,7 @@ pub use super::calls::{EmbedCall, EmbedEnd};
 use super::ending::Ended;
 use super::scope::{Scope, Tallied};
 use super::Runner;
-use crate::outcome::{Level, Outcome};
+use crate::outcome::Outcome;
 use crate::request::{AgentRequest, Via};
 use crate::telemetry::events::Arrival;
 
@@ -39,20 +39,9 @@ impl Runner {
             None => EmbedEnd::Unavailable(format!("no model `{}`", call.model)),
             Some(mi) => self.calls().embed(&call, mi, &mut run.tally).await,
         };
-        let level = if matches!(end, EmbedEnd::Answer(_)) {
-            Level::None
-        } else {
-            Level::Failed
-        };
         let ended = Ended {
             chain: run.tally.hops.iter().map(|h| self.catalog.hop_of(h)).collect(),
-            user_message: match &end {
-                EmbedEnd::Answer(_) => None,
-                EmbedEnd::Refused(e) => Some(format!("Request refused: {e}.")),
-                EmbedEnd::Unavailable(why) => Some(why.clone()),
-                EmbedEnd::Failed(e) => Some(e.message.clone()),
-            },
-            ..Ended::at(level)
+            ..Ended::from(&end)
         };
         let outcome = run.outcome(ended);
         run.end(&outcome);

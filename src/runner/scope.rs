@@ -8,7 +8,7 @@
 use super::calls::Tally;
 use super::ending::{outcome, Ended};
 use super::Runner;
-use crate::outcome::{Level, Outcome};
+use crate::outcome::Outcome;
 use crate::telemetry::events::{Arrival, EventKind};
 use std::sync::atomic::Ordering;
 use std::time::Duration;
@@ -120,9 +120,8 @@ impl Scope<'_> {
             });
         }
         let ended = Ended {
-            user_message: Some(why.into()),
             chain: tally.hops.iter().map(|h| r.catalog.hop_of(h)).collect(),
-            ..Ended::at(Level::Failed)
+            ..Ended::failed(Some(why.into()))
         };
         let o = outcome(self.request, self.user, ended, tally, self.took());
         self.count(&o, tally);

@@ -9,7 +9,7 @@ use super::ending::Ended;
 use super::scope::{Scope, Tallied};
 use super::Runner;
 use crate::outcome::HopEnd;
-use crate::outcome::{Level, Outcome};
+use crate::outcome::Outcome;
 use crate::provider::{Message, ToolCall};
 use crate::request::{AgentRequest, Via};
 use crate::telemetry::events::Arrival;
@@ -119,19 +119,15 @@ impl Runner {
                 },
             },
         };
-        let (level, how) = match &end {
-            ToolEnd::Answer(_) => (Level::None, HopEnd::Ok),
-            ToolEnd::Stale { why, .. } => (Level::Partial, HopEnd::Stale(Box::new(why.end()))),
-            ToolEnd::Unavailable(why) => (Level::Failed, why.end()),
-            ToolEnd::Refused(_) => (Level::Failed, HopEnd::Refused),
+        let how = match &end {
+            ToolEnd::Answer(_) => HopEnd::Ok,
+            ToolEnd::Stale { why, .. } => HopEnd::Stale(Box::new(why.end())),
+            ToolEnd::Unavailable(why) => why.end(),
+            ToolEnd::Refused(_) => HopEnd::Refused,
         };
         let ended = Ended {
             chain: vec![crate::outcome::Hop::new(&name.to_string(), how)],
-            stale_ms: match &end {
-                ToolEnd::Stale { age, .. } => Some(age.as_millis() as u64),
-                _ => None,
-            },
-            ..Ended::at(level)
+            ..Ended::from(&end)
         };
         let outcome = run.outcome(ended);
         run.end(&outcome);

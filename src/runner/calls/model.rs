@@ -5,204 +5,56 @@
 
 use super::admission::{Ask, Held, Spent};
 use super::attempt::{Attempt, Verdict};
-use super::retry::RetryPolicy;
+use super::retry::{Failure, RetryPolicy, Tries, Try};
 use super::{Calls, HopResult, LlmCall, LlmFailure, Tally, Tried};
 use crate::provider::{ErrorKind, LlmRequest, LlmResponse, Piece, ProviderError};
 use crate::resilience::breaker::{watched, CallRecord, FailureKind};
 use crate::resilience::limiter::{RateFeedback, Signal};
+use crate::runner::ending::{answered_level, is_fallback};
 use crate::runner::stream::{Pumped, Spend, StreamHead, Streaming};
 use crate::telemetry::events::{self, EventKind};
 use futures_util::future::BoxFuture;
 use std::time::Duration;
 
 impl Calls<'_> {
-    /// Tries one model, with retries; `Ok(Err(hop))` means "go to the next".
-    /// Order per attempt: breakers (the cheapest refusal; retries live inside
-    /// them) → limiter (waits only when no later model could take the call)
-    /// → budget reservation → call → settle everything with actual usage.
+    /// Tries model `mi` for `call`, with retries ([`Calls::retrying`]):
+    /// answered, on to the next model, or stop. Order per attempt:
+    /// breakers (the cheapest refusal; retries live inside them) → limiter
+    /// (waits only when no later model could take the call, `rest`) →
+    /// budget reservation → call → settle everything with actual usage.
     /// The rare waits (the limiter, a fleet's allowance, a retry's backoff)
-    /// are boxed, so their futures do not enlarge every request's.
-    /// `leg` is the hedged call's leg this is (see [`Calls::walk`]).
+    /// are boxed, so their futures do not enlarge every request's. `leg` is
+    /// the hedged call's leg this is (see [`Calls::walk`]).
     pub(super) async fn try_model(
         &self,
         call: &LlmCall<'_>,
-        (mi, mut req, rest): (usize, LlmRequest, &[usize]),
+        (mi, req, rest): (usize, LlmRequest, &[usize]),
         tally: &mut Tally,
-        mut streaming: Option<&mut Streaming<'_>>,
+        streaming: Option<&mut Streaming<'_>>,
         leg: Option<&super::Leg>,
-    ) -> Result<Result<(LlmResponse, u32), Tried>, LlmFailure> {
-        let m = &self.catalog.models[mi];
-        let p = &self.catalog.providers[m.provider];
-        let chars = req.prompt_chars();
-        let spend = Spend::default();
+    ) -> Hopped {
         let targets = self.catalog.model_targets(mi);
-        let hop = |result, tries| {
-            Ok(Err(Tried {
-                model: mi,
-                result,
-                tries,
-            }))
+        let policy = RetryPolicy {
+            retries: true,
+            key: call.request_id ^ ((call.step as u64) << 40),
+            deadline: call.deadline,
+            request: call.request_id,
+            targets: &targets,
         };
-        let mut made = 0u32;
-        loop {
-            let attempt = made;
-            if call.deadline.is_some_and(|d| self.clock.now() >= d) {
-                return hop(HopResult::Failed(ErrorKind::Deadline, None), attempt);
-            }
-            // Every choice may use the whole cap: all are reserved.
-            let output = call.params.output_bound(req.max_tokens);
-            let ask = Ask {
-                model: mi,
-                user: call.user,
-                tenant: call.tenant,
-                chars,
-                max_tokens: output,
-                priority: call.priority,
-                deadline: call.deadline,
-            };
-            let admitted = self
-                .admit(ask, || !self.catalog.any_admits(rest, self.clock.now()))
-                .await;
-            let (mut held, now) = match admitted {
-                Ok(h) => h,
-                Err(refusal) => {
-                    let refused = self.refused(call.request_id, mi, refusal, attempt);
-                    return refused.map(Err).map_err(LlmFailure::Budget);
-                }
-            };
-            let started = self.attempt(&targets, now, tally);
-            req.attempt = attempt;
-            spend.clear();
-            held.calling = Some(super::admission::Calling {
-                spend: &spend,
-                request: call.request_id,
-                admitted: now,
-                leg,
-            });
-            let streams = streaming.is_some() && req.stream == Some(true);
-            let room = held
-                .budget()
-                .filter(|_| streams)
-                .and_then(|r| self.budgets.room(call.user, r, self.clock.ms_at(now)));
-            // The provider's own bound on this call (a whole answer's
-            // timeout; a stream's first token), and within the request's
-            // deadline, this attempt's share of it: when the share is the
-            // shorter, running out of it is the caller's doing.
-            let own = m.own_bound(p.timeout, &req, chars, streams);
-            let share = self.catalog.share_of(call.deadline, rest, now);
-            let bound = share.map_or(own, |s| s.min(own));
-            // A stream has no timeout of its own once open (an idle one
-            // only, and the request's deadline).
-            let within = if streams { share.unwrap_or(Duration::MAX) } else { bound };
-            let attempted = async {
-                match streaming.as_deref_mut() {
-                    Some(s) if streams => {
-                        let opening = Opening {
-                            mi,
-                            req: &req,
-                            room,
-                            spend: &spend,
-                            head: self.stream_head_of(call, mi, tally),
-                            bounds: (bound, call.deadline),
-                        };
-                        self.streamed(s, opening).await
-                    }
-                    _ => match p.client.complete_within(&req, bound).await {
-                        Ok(resp) => Attempted::Answer(resp, Vec::new()),
-                        Err(e) => Attempted::Failed(e),
-                    },
-                }
-            };
-            let opened = || spend.first_token().is_some();
-            let mut result = watched(&mut held.watched(), now, within, opened, attempted).await;
-            let end = self.clock.now();
-            if let Attempted::Failed(e) = &mut result {
-                if e.kind == ErrorKind::Timeout && bound < own && end.saturating_duration_since(now) >= bound {
-                    e.kind = ErrorKind::Deadline;
-                    e.message = format!("the request's deadline came before {} answered", m.name);
-                }
-            }
-            let made_now = Made {
-                mi,
-                req: &req,
-                held,
-                attempt: started,
-                streamed: streams.then_some(&spend),
-            };
-            let (tripped, semantic) = self.conclude(call, made_now, end, &result, tally);
-            let tries = attempt + 1;
-            match result {
-                Attempted::Answer(resp, pieces) => {
-                    if let Some(why) = semantic {
-                        // Once the client's stream has started, a bad tool
-                        // call cannot be taken back: the stream ends on it.
-                        if streaming.as_ref().is_some_and(|s| s.started) {
-                            let e = ProviderError::new(ErrorKind::ServerError, Some(200), why);
-                            return hop(HopResult::Cut(Box::new(e)), tries);
-                        }
-                        return hop(HopResult::Semantic(why), tries);
-                    }
-                    if let Some(s) = streaming.as_deref_mut().filter(|_| req.stream == Some(true)) {
-                        let kind = resp.wire.as_ref().map_or(call.params.wire, |w| w.kind);
-                        let head = self.stream_head(call, mi, tally, &resp);
-                        if let Err(why) = s.flush(kind, pieces, head) {
-                            return hop(HopResult::Unaligned(why), tries);
-                        }
-                    }
-                    return Ok(Ok((resp, tries)));
-                }
-                Attempted::OverBudget(_, why) => {
-                    tally.hops.push(Tried {
-                        model: mi,
-                        result: HopResult::OverBudget,
-                        tries,
-                    });
-                    return Err(LlmFailure::OverBudget(why));
-                }
-                Attempted::Unaligned(_, why) => return hop(HopResult::Unaligned(why), tries),
-                Attempted::Failed(e) => {
-                    self.report_failure(mi, &e, &tripped);
-                    if streaming.as_ref().is_some_and(|s| s.started) {
-                        // After the first byte nothing is retried.
-                        return hop(HopResult::Cut(Box::new(e)), tries);
-                    }
-                    if e.kind == ErrorKind::Unsupported {
-                        return hop(HopResult::Unsupported(e.message), attempt);
-                    }
-                    // The client's own body (its messages as sent, too)
-                    // refused as malformed goes back to it; a body fusebox
-                    // changed (trimmed, resumed) falls back instead.
-                    let passed_through =
-                        req.own_messages && call.params.raw.is_some() && p.client.wire() == Some(call.params.wire);
-                    if e.client_fault() && passed_through {
-                        tally.hops.push(Tried {
-                            model: mi,
-                            result: HopResult::Failed(e.kind, e.status),
-                            tries,
-                        });
-                        return Err(LlmFailure::Upstream(Box::new(e)));
-                    }
-                    if e.kind == ErrorKind::TooLarge {
-                        // Not retried; a model with a longer context may take it.
-                        let (kind, status) = (e.kind, e.status);
-                        tally.too_large.get_or_insert_with(|| Box::new(e));
-                        return hop(HopResult::Failed(kind, status), tries);
-                    }
-                    let policy = RetryPolicy {
-                        retries: true,
-                        key: call.request_id ^ ((call.step as u64) << 40),
-                        deadline: call.deadline,
-                        request: call.request_id,
-                        targets: &targets,
-                        admits: self.catalog.admits(m, end),
-                        elsewhere: self.catalog.any_admits(rest, self.clock.now()),
-                    };
-                    if !self.retry(&policy, &mut made, &e, end).await {
-                        return hop(HopResult::Failed(e.kind, e.status), tries);
-                    }
-                }
-            }
-        }
+        let mut model_try = ModelTry {
+            calls: self,
+            call,
+            mi,
+            chars: req.prompt_chars(),
+            req,
+            rest,
+            tally,
+            streaming,
+            leg,
+            spend: Spend::default(),
+            targets: &targets,
+        };
+        self.retrying(policy, &mut model_try).await
     }
 
     /// The first tool call of an answer that breaks its tool's schema, in
@@ -414,7 +266,7 @@ impl Calls<'_> {
         let mut chain: Vec<_> = tally.hops.iter().map(|h| self.catalog.hop_of(h)).collect();
         chain.push(crate::outcome::Hop::ok(&self.catalog.models[mi].name));
         StreamHead {
-            level: crate::runner::ending::answered_level(primary, mi, &tally.hops),
+            level: answered_level(is_fallback(primary, mi, &tally.hops), false),
             chain,
             quality: (self.catalog.quality_ratio(mi, primary) * 100.0).round() / 100.0,
             attempts: tally.attempts,
@@ -433,6 +285,202 @@ impl Calls<'_> {
             }
         }
         h
+    }
+}
+
+/// How trying one model ended, for the walk along the chain.
+pub(super) enum Hopped {
+    /// It answered (after this many tries).
+    Answered(LlmResponse, u32),
+    /// It did not: the walk goes on to the next model.
+    Next(Tried),
+    /// No model may take the call now.
+    Stop(LlmFailure),
+}
+
+/// One model of the chain, tried as the retry loop asks: the call, the
+/// model, what it is asked (its attempt number set on each try), the
+/// models after it, and what the tries use and write to.
+struct ModelTry<'a, 's> {
+    calls: &'a Calls<'a>,
+    call: &'a LlmCall<'a>,
+    mi: usize,
+    req: LlmRequest,
+    chars: usize,
+    rest: &'a [usize],
+    tally: &'a mut Tally,
+    streaming: Option<&'a mut Streaming<'s>>,
+    leg: Option<&'a super::Leg>,
+    spend: Spend,
+    targets: &'a [&'a crate::runner::registry::Entry; 2],
+}
+
+impl Tries for ModelTry<'_, '_> {
+    type Output = Hopped;
+
+    async fn once(&mut self, attempt: u32) -> Try<Hopped> {
+        let (c, call, mi, rest, leg, chars) = (self.calls, self.call, self.mi, self.rest, self.leg, self.chars);
+        let m = &c.catalog.models[mi];
+        let p = &c.catalog.providers[m.provider];
+        let hop = |result, tries| {
+            Hopped::Next(Tried {
+                model: mi,
+                result,
+                tries,
+            })
+        };
+        if call.deadline.is_some_and(|d| c.clock.now() >= d) {
+            return Try::Over(hop(HopResult::Failed(ErrorKind::Deadline, None), attempt));
+        }
+        // Every choice may use the whole cap: all are reserved.
+        let output = call.params.output_bound(self.req.max_tokens);
+        let ask = Ask {
+            model: mi,
+            user: call.user,
+            tenant: call.tenant,
+            chars,
+            max_tokens: output,
+            priority: call.priority,
+            deadline: call.deadline,
+        };
+        let admitted = c.admit(ask, || !c.catalog.any_admits(rest, c.clock.now())).await;
+        let (mut held, now) = match admitted {
+            Ok(h) => h,
+            Err(refusal) => {
+                return Try::Over(match c.refused(call.request_id, mi, refusal, attempt) {
+                    Ok(hop) => Hopped::Next(hop),
+                    Err(e) => Hopped::Stop(LlmFailure::Budget(e)),
+                });
+            }
+        };
+        let started = c.attempt(self.targets, now, self.tally);
+        self.req.attempt = attempt;
+        self.spend.clear();
+        held.calling = Some(super::admission::Calling {
+            spend: &self.spend,
+            request: call.request_id,
+            admitted: now,
+            leg,
+        });
+        let streams = self.streaming.is_some() && self.req.stream == Some(true);
+        let room = held
+            .budget()
+            .filter(|_| streams)
+            .and_then(|r| c.budgets.room(call.user, r, c.clock.ms_at(now)));
+        // The provider's own bound on this call (a whole answer's
+        // timeout; a stream's first token), and within the request's
+        // deadline, this attempt's share of it: when the share is the
+        // shorter, running out of it is the caller's doing.
+        let own = m.own_bound(p.timeout, &self.req, chars, streams);
+        let share = c.catalog.share_of(call.deadline, rest, now);
+        let bound = share.map_or(own, |s| s.min(own));
+        // A stream has no timeout of its own once open (an idle one
+        // only, and the request's deadline).
+        let within = if streams { share.unwrap_or(Duration::MAX) } else { bound };
+        let attempted = async {
+            match self.streaming.as_deref_mut() {
+                Some(s) if streams => {
+                    let opening = Opening {
+                        mi,
+                        req: &self.req,
+                        room,
+                        spend: &self.spend,
+                        head: c.stream_head_of(call, mi, self.tally),
+                        bounds: (bound, call.deadline),
+                    };
+                    c.streamed(s, opening).await
+                }
+                _ => match p.client.complete_within(&self.req, bound).await {
+                    Ok(resp) => Attempted::Answer(resp, Vec::new()),
+                    Err(e) => Attempted::Failed(e),
+                },
+            }
+        };
+        let opened = || self.spend.first_token().is_some();
+        let mut result = watched(&mut held.watched(), now, within, opened, attempted).await;
+        let end = c.clock.now();
+        if let Attempted::Failed(e) = &mut result {
+            if e.kind == ErrorKind::Timeout && bound < own && end.saturating_duration_since(now) >= bound {
+                e.kind = ErrorKind::Deadline;
+                e.message = format!("the request's deadline came before {} answered", m.name);
+            }
+        }
+        let made_now = Made {
+            mi,
+            req: &self.req,
+            held,
+            attempt: started,
+            streamed: streams.then_some(&self.spend),
+        };
+        let (tripped, semantic) = c.conclude(call, made_now, end, &result, self.tally);
+        let tries = attempt + 1;
+        match result {
+            Attempted::Answer(resp, pieces) => {
+                if let Some(why) = semantic {
+                    // Once the client's stream has started, a bad tool
+                    // call cannot be taken back: the stream ends on it.
+                    if self.streaming.as_ref().is_some_and(|s| s.started) {
+                        let e = ProviderError::new(ErrorKind::ServerError, Some(200), why);
+                        return Try::Over(hop(HopResult::Cut(Box::new(e)), tries));
+                    }
+                    return Try::Over(hop(HopResult::Semantic(why), tries));
+                }
+                if let Some(s) = self.streaming.as_deref_mut().filter(|_| self.req.stream == Some(true)) {
+                    let kind = resp.wire.as_ref().map_or(call.params.wire, |w| w.kind);
+                    let head = c.stream_head(call, mi, self.tally, &resp);
+                    if let Err(why) = s.flush(kind, pieces, head) {
+                        return Try::Over(hop(HopResult::Unaligned(why), tries));
+                    }
+                }
+                Try::Over(Hopped::Answered(resp, tries))
+            }
+            Attempted::OverBudget(_, why) => {
+                self.tally.hops.push(Tried {
+                    model: mi,
+                    result: HopResult::OverBudget,
+                    tries,
+                });
+                Try::Over(Hopped::Stop(LlmFailure::OverBudget(why)))
+            }
+            Attempted::Unaligned(_, why) => Try::Over(hop(HopResult::Unaligned(why), tries)),
+            Attempted::Failed(e) => {
+                c.report_failure(mi, &e, &tripped);
+                if self.streaming.as_ref().is_some_and(|s| s.started) {
+                    // After the first byte nothing is retried.
+                    return Try::Over(hop(HopResult::Cut(Box::new(e)), tries));
+                }
+                if e.kind == ErrorKind::Unsupported {
+                    return Try::Over(hop(HopResult::Unsupported(e.message), attempt));
+                }
+                // The client's own body (its messages as sent, too)
+                // refused as malformed goes back to it; a body fusebox
+                // changed (trimmed, resumed) falls back instead.
+                let passed_through =
+                    self.req.own_messages && call.params.raw.is_some() && p.client.wire() == Some(call.params.wire);
+                if e.client_fault() && passed_through {
+                    self.tally.hops.push(Tried {
+                        model: mi,
+                        result: HopResult::Failed(e.kind, e.status),
+                        tries,
+                    });
+                    return Try::Over(Hopped::Stop(LlmFailure::Upstream(Box::new(e))));
+                }
+                if e.kind == ErrorKind::TooLarge {
+                    // Not retried; a model with a longer context may take it.
+                    let (kind, status) = (e.kind, e.status);
+                    self.tally.too_large.get_or_insert_with(|| Box::new(e));
+                    return Try::Over(hop(HopResult::Failed(kind, status), tries));
+                }
+                let over = hop(HopResult::Failed(e.kind, e.status), tries);
+                let failure = Failure {
+                    admits: c.catalog.admits(m, end),
+                    elsewhere: c.catalog.any_admits(rest, c.clock.now()),
+                    error: e,
+                    end,
+                };
+                Try::Failed(failure, over)
+            }
+        }
     }
 }
 

@@ -2,11 +2,12 @@
 //! for idempotent tools) → record. Successful results feed the cache.
 
 use super::attempt::Verdict;
-use super::retry::RetryPolicy;
+use super::retry::{Failure, RetryPolicy, Tries, Try};
 use super::{Calls, Tally};
 use crate::clock::hash_str;
 use crate::provider::ToolCall;
 use crate::resilience::breaker::{watched, CallRecord};
+use crate::runner::registry::Entry;
 use crate::telemetry::events::{Attempt, StepKind};
 use crate::tools::aside::Aside;
 use std::sync::Arc;
@@ -104,79 +105,25 @@ impl Calls<'_> {
             return Err(ToolFailure::Drill);
         }
         let timeout = Duration::from_millis(slot.cfg.timeout_ms);
-        let mut made = 0u32;
-        loop {
-            let mut permit = match t.breaker.try_acquire(self.clock.now()) {
-                Ok(p) => p,
-                Err(_) => {
-                    t.stats.rejected_open.inc();
-                    self.announce_step(request_id, t.target.clone(), StepKind::ShortCircuit);
-                    return Err(ToolFailure::Open);
-                }
-            };
-            let slot_guard = match slot.bulkhead.enter(timeout).await {
-                Ok(g) => g,
-                Err(_) => {
-                    t.breaker.cancel(permit);
-                    t.stats.rejected_rate.inc();
-                    self.announce_step(request_id, t.target.clone(), StepKind::PoolFull);
-                    return Err(ToolFailure::PoolFull);
-                }
-            };
-            let attempt = self.attempt(std::array::from_ref(&t), self.clock.now(), tally);
-            let n = made;
-            // Time the call waits on a person is not the tool's (aside.rs).
-            let aside = Arc::new(Aside::default());
-            let r = watched(
-                &mut [(&t.breaker, &mut permit)],
-                attempt.start(),
-                timeout,
-                || aside.any(),
-                aside.clone().scope(
-                    self.executor
-                        .call_within(&slot.name, &call.arguments, request_id, n, timeout),
-                ),
-            )
-            .await;
-            drop(slot_guard);
-            let end = self.clock.now();
-            let judged = aside.any().then(|| {
-                end.saturating_duration_since(attempt.start())
-                    .saturating_sub(aside.total(end))
-            });
-            let failure = r.as_ref().err().map(|e| e.kind.failure());
-            let verdict = r.as_ref().map_or_else(|e| Verdict::Failed(e.kind), |_| Verdict::Ok);
-            let rec = CallRecord {
-                failure,
-                ..CallRecord::default()
-            };
-            attempt.end([permit], verdict, rec, (end, judged), |latency| {
-                attempt_of(request_id, &t.target, &r, latency)
-            });
-            match r {
-                Ok(text) => {
-                    if slot.cfg.cache_ttl_s > 0 {
-                        self.cache.put(key, text.clone(), end);
-                    }
-                    return Ok(text);
-                }
-                Err(e) => {
-                    // Only an idempotent tool is called twice.
-                    let policy = RetryPolicy {
-                        retries: slot.cfg.idempotent,
-                        key: request_id ^ hash_str(&slot.name),
-                        deadline: None,
-                        request: request_id,
-                        targets: std::slice::from_ref(&t),
-                        admits: t.breaker.would_admit(end),
-                        elsewhere: false,
-                    };
-                    if !self.retry(&policy, &mut made, &e, end).await {
-                        return Err(ToolFailure::Failed(e.kind.label(e.status), e.answer));
-                    }
-                }
-            }
-        }
+        // Only an idempotent tool is called twice.
+        let policy = RetryPolicy {
+            retries: slot.cfg.idempotent,
+            key: request_id ^ hash_str(&slot.name),
+            deadline: None,
+            request: request_id,
+            targets: std::slice::from_ref(&t),
+        };
+        let mut tool_try = ToolTry {
+            calls: self,
+            target: t,
+            slot,
+            call,
+            request: request_id,
+            key,
+            timeout,
+            tally,
+        };
+        self.retrying(policy, &mut tool_try).await
     }
 
     /// A cached result of tool `ti` under `key`, with its age.
@@ -186,5 +133,100 @@ impl Calls<'_> {
             return None;
         }
         self.cache.get(key, ttl, self.clock.now())
+    }
+}
+
+/// One tool call, tried as the retry loop asks.
+struct ToolTry<'a> {
+    calls: &'a Calls<'a>,
+    target: &'a Entry,
+    slot: &'a crate::runner::ToolSlot,
+    call: &'a ToolCall,
+    request: u64,
+    key: u64,
+    timeout: Duration,
+    tally: &'a mut Tally,
+}
+
+impl Tries for ToolTry<'_> {
+    type Output = Result<Arc<str>, ToolFailure>;
+
+    /// Its breaker, its pool, then the call within its timeout, ended as
+    /// an attempt; a good answer cached.
+    async fn once(&mut self, n: u32) -> Try<Self::Output> {
+        let mut permit = match self.target.breaker.try_acquire(self.calls.clock.now()) {
+            Ok(p) => p,
+            Err(_) => {
+                self.target.stats.rejected_open.inc();
+                self.calls
+                    .announce_step(self.request, self.target.target.clone(), StepKind::ShortCircuit);
+                return Try::Over(Err(ToolFailure::Open));
+            }
+        };
+        let slot_guard = match self.slot.bulkhead.enter(self.timeout).await {
+            Ok(g) => g,
+            Err(_) => {
+                self.target.breaker.cancel(permit);
+                self.target.stats.rejected_rate.inc();
+                self.calls
+                    .announce_step(self.request, self.target.target.clone(), StepKind::PoolFull);
+                return Try::Over(Err(ToolFailure::PoolFull));
+            }
+        };
+        let attempt = self
+            .calls
+            .attempt(std::array::from_ref(&self.target), self.calls.clock.now(), self.tally);
+        // Time the call waits on a person is not the tool's (aside.rs).
+        let aside = Arc::new(Aside::default());
+        let r = watched(
+            &mut [(&self.target.breaker, &mut permit)],
+            attempt.start(),
+            self.timeout,
+            || aside.any(),
+            aside.clone().scope(self.calls.executor.call_within(
+                &self.slot.name,
+                &self.call.arguments,
+                self.request,
+                n,
+                self.timeout,
+            )),
+        )
+        .await;
+        drop(slot_guard);
+        let end = self.calls.clock.now();
+        let judged = aside.any().then(|| {
+            end.saturating_duration_since(attempt.start())
+                .saturating_sub(aside.total(end))
+        });
+        let failure = r.as_ref().err().map(|e| e.kind.failure());
+        let verdict = r.as_ref().map_or_else(|e| Verdict::Failed(e.kind), |_| Verdict::Ok);
+        let rec = CallRecord {
+            failure,
+            ..CallRecord::default()
+        };
+        attempt.end([permit], verdict, rec, (end, judged), |latency| {
+            attempt_of(self.request, &self.target.target, &r, latency)
+        });
+        match r {
+            Ok(text) => {
+                if self.slot.cfg.cache_ttl_s > 0 {
+                    self.calls.cache.put(self.key, text.clone(), end);
+                }
+                Try::Over(Ok(text))
+            }
+            Err(error) => {
+                let over = Err(ToolFailure::Failed(
+                    error.kind.label(error.status),
+                    error.answer.clone(),
+                ));
+                let failure = Failure {
+                    error,
+                    end,
+                    admits: self.target.breaker.would_admit(end),
+                    elsewhere: false,
+                };
+                Try::Failed(failure, over)
+            }
+        }
     }
 }

@@ -5,6 +5,7 @@
 //! cut stream continued by the next model; each model tried as
 //! `model.rs` does.
 
+use super::model::Hopped;
 use super::{Calls, HopResult, LlmCall, LlmFailure, Tally, Tried};
 use crate::provider::{ErrorKind, LlmRequest, LlmResponse, Message, ProviderError, Role, Usage};
 use crate::runner::stream::Streaming;
@@ -150,9 +151,10 @@ impl Calls<'_> {
                 tally.trying = Some(mi);
                 let mut hop = match self
                     .try_model(call, (mi, req, rest), tally, streaming.as_deref_mut(), leg)
-                    .await?
+                    .await
                 {
-                    Ok((mut resp, tries)) => {
+                    Hopped::Stop(failure) => return Err(failure),
+                    Hopped::Answered(mut resp, tries) => {
                         let resumed = cut.is_some();
                         if let Some(s) = streaming.as_deref().filter(|_| resumed) {
                             // The client was sent every part: it is told of all.
@@ -167,7 +169,7 @@ impl Calls<'_> {
                         });
                         return Ok((resp, mi));
                     }
-                    Err(hop) => hop,
+                    Hopped::Next(hop) => hop,
                 };
                 if hop.tries > 0 {
                     hop_no += 1;
