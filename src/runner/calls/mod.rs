@@ -1,7 +1,7 @@
 //! Calls: one LLM call walked along its route's chain (`walk.rs`), each
 //! model tried (`model.rs`) as guarded attempts (`admission.rs` admits and
-//! settles one, `attempt.rs` counts and ends it, `retry.rs` decides
-//! whether to make another), a whole call hedged (`hedge.rs`); an
+//! settles one, `attempt.rs` counts and ends it, `retry.rs` makes another
+//! while its policy allows), a whole call hedged (`hedge.rs`); an
 //! embeddings call (`embed.rs`) and a tool call (`tool.rs`) made as the
 //! same attempts.
 //!
@@ -9,12 +9,6 @@
 //! catalog, the clock, budgets, the retry budget, tenants, the fleet, tool
 //! schemas, executor and cache. It is made per request
 //! ([`super::Runner::calls`]) and costs a few pointers.
-//!
-//! The retry decision follows tower's `retry::Policy` in shape (a policy
-//! value asked after each failure whether, and after what wait, to try
-//! again), but is fusebox's own: it waits on the runner's one clock (a
-//! replay's virtual one), draws jitter from the run's seed, and asks the
-//! retry budget only for failures that are the provider's.
 
 mod admission;
 mod attempt;
