@@ -63,6 +63,27 @@ impl Trail {
         }
     }
 
+    /// The request answered with `text`: partial where something it
+    /// needed was missing (its user told what), a fallback where another
+    /// model or a cached result gave it (its user told how old).
+    fn answered(&self, text: Arc<str>) -> Ended {
+        let told = match (self.partial, self.stale_ms) {
+            (true, _) => Some(format!(
+                "Some information is unavailable right now ({}); this answer may be incomplete.",
+                self.missing.join(", ")
+            )),
+            (_, Some(ms)) => Some(format!(
+                "This answer uses data from {} minutes ago and may be out of date.",
+                ms.div_ceil(60_000)
+            )),
+            _ => None,
+        };
+        Ended {
+            user_message: told,
+            ..Ended::answered(Some(text), self.fallback, self.partial)
+        }
+    }
+
     fn miss(&mut self, what: &str) {
         if !self.missing.iter().any(|m| m == what) {
             self.missing.push(what.to_string());
@@ -115,20 +136,11 @@ fn conversation(req: &AgentRequest, added: &[Message]) -> Arc<[Message]> {
     req.messages.iter().chain(added).cloned().collect()
 }
 
-/// How the loop ended.
-enum End {
-    Answer(Arc<str>),
-    Deferred(String),
-    Failed(String),
-}
-
-impl End {
-    /// A request deferred (what its user is told), or failed to be.
-    fn of(deferred: Result<String, String>) -> Self {
-        match deferred {
-            Ok(told) => End::Deferred(told),
-            Err(why) => End::Failed(why),
-        }
+/// A request deferred (what its user is told), or failed to be.
+fn deferred(queued: Result<String, String>) -> Ended {
+    match queued {
+        Ok(told) => Ended::deferred(told),
+        Err(why) => Ended::failed(Some(why)),
     }
 }
 
@@ -237,8 +249,8 @@ impl Agent<'_> {
     async fn run(&self, now: tokio::time::Instant, trail: &mut Trail) -> Outcome {
         let req = self.req;
         let now_ms = self.r.clock.ms_at(now);
-        let (end, left) = match self.r.sessions.enter(&req.user, &req.session, now_ms) {
-            Err(q) => (End::Failed(format!("Request refused: {q}.")), now),
+        let (ended, left) = match self.r.sessions.enter(&req.user, &req.session, now_ms) {
+            Err(q) => (Ended::failed(Some(format!("Request refused: {q}."))), now),
             Ok(session) => {
                 let end = self.steps(&session, now, trail).await;
                 let left = self.r.clock.now();
@@ -247,27 +259,6 @@ impl Agent<'_> {
             }
         };
         self.r.totals.wasted.fetch_add(trail.tally.wasted, Ordering::Relaxed);
-        let ended = match end {
-            End::Answer(a) => {
-                let told = match (trail.partial, trail.stale_ms) {
-                    (true, _) => Some(format!(
-                        "Some information is unavailable right now ({}); this answer may be incomplete.",
-                        trail.missing.join(", ")
-                    )),
-                    (_, Some(ms)) => Some(format!(
-                        "This answer uses data from {} minutes ago and may be out of date.",
-                        ms.div_ceil(60_000)
-                    )),
-                    _ => None,
-                };
-                Ended {
-                    user_message: told,
-                    ..Ended::answered(Some(a), trail.fallback, trail.partial)
-                }
-            }
-            End::Deferred(told) => Ended::deferred(told),
-            End::Failed(told) => Ended::failed(Some(told)),
-        };
         let ended = Ended {
             quality: trail.quality * trail.model_q,
             chain: std::mem::take(&mut trail.chain),
@@ -328,7 +319,7 @@ impl Agent<'_> {
         defer: bool,
         trail: &mut Trail,
         added: &mut Vec<Message>,
-    ) -> Option<End> {
+    ) -> Option<Ended> {
         let req = self.req;
         let Some(&ti) = self.r.catalog.tool_index.get(&tc.name) else {
             let text = format!("{} is not a tool of this agent", tc.name);
@@ -356,7 +347,7 @@ impl Agent<'_> {
                     added.push(Message::tool_result(tc, text, false));
                 } else if critical && defer && self.r.deferral().can_defer() {
                     let why = format!("critical tool {} unavailable ({})", tc.name, f.end());
-                    return Some(End::of(self.r.deferral().defer(req, why).await));
+                    return Some(deferred(self.r.deferral().defer(req, why).await));
                 } else {
                     trail.quality *= if critical {
                         0.5
@@ -372,16 +363,16 @@ impl Agent<'_> {
     }
 
     /// The loop's steps, in `session`, from `now`: how it ended.
-    async fn steps(&self, session: &InSession<'_>, now: tokio::time::Instant, trail: &mut Trail) -> End {
+    async fn steps(&self, session: &InSession<'_>, now: tokio::time::Instant, trail: &mut Trail) -> Ended {
         let (req, may_defer) = (self.req, self.may_defer);
         let Some(route) = self.r.catalog.route_for(req.route.as_str()) else {
             let mut known: Vec<&str> = self.r.catalog.routes.keys().map(String::as_str).collect();
             known.sort_unstable();
-            return End::Failed(format!(
+            return Ended::failed(Some(format!(
                 "Unknown route `{}`; known routes: {}.",
                 req.route,
                 known.join(", ")
-            ));
+            )));
         };
         let primary = route.chain[0];
 
@@ -401,7 +392,7 @@ impl Agent<'_> {
         for step in 0..max_steps {
             if let Err(q) = session.step() {
                 if step == 0 {
-                    return End::Failed(format!("Request refused: {q}."));
+                    return Ended::failed(Some(format!("Request refused: {q}.")));
                 }
                 trail.miss("steps");
                 break;
@@ -422,7 +413,7 @@ impl Agent<'_> {
             match r {
                 Err(LlmFailure::Budget(e)) => {
                     self.calls.note_budget_rejection(&req.user, &e);
-                    return End::Failed(format!("Request refused: {e}."));
+                    return Ended::failed(Some(format!("Request refused: {e}.")));
                 }
                 Err(_) if step == 0 => {
                     // A shed request is refused now, not deferred to add
@@ -434,7 +425,7 @@ impl Agent<'_> {
                     // Feature degradation: answer with what the tools gave.
                     trail.miss("llm");
                     trail.quality *= 0.5;
-                    return End::Answer(partial(
+                    return trail.answered(partial(
                         &last_calls,
                         "Partial result: the assistant could not finish this request.",
                     ));
@@ -451,7 +442,7 @@ impl Agent<'_> {
                                 .cache
                                 .put(trail.answer_key, resp.text.clone(), self.r.clock.now());
                         }
-                        return End::Answer(resp.text);
+                        return trail.answered(resp.text);
                     }
                     // The model's turn as it was, then a result answering each call.
                     added.push(Message::assistant(resp.text.clone(), resp.tool_calls.clone()));
@@ -485,8 +476,8 @@ impl Agent<'_> {
         let r = self.calls.call(&call, &mut trail.tally, None).await;
         self.push_hops(trail);
         match r {
-            Ok((resp, _)) => End::Answer(resp.text),
-            Err(_) => End::Answer(partial(&last_calls, "Partial result unavailable.")),
+            Ok((resp, _)) => trail.answered(resp.text),
+            Err(_) => trail.answered(partial(&last_calls, "Partial result unavailable.")),
         }
     }
 
@@ -500,24 +491,24 @@ impl Agent<'_> {
     }
 
     /// No model answered the first step: cached answer, defer, or fail.
-    async fn no_model(&self, may_defer: bool, trail: &mut Trail) -> End {
+    async fn no_model(&self, may_defer: bool, trail: &mut Trail) -> Ended {
         let ttl = std::time::Duration::from_secs(self.r.cfg.degradation.answer_cache_ttl_s);
         if let Some((text, age)) = self.r.cache.get(trail.answer_key, ttl, self.r.clock.now()) {
             trail.push(Hop::new("cache", HopEnd::Age(age.as_secs())));
             trail.fallback = true;
             trail.quality *= self.r.cfg.degradation.cache_quality;
             trail.stale_ms = Some(age.as_millis() as u64);
-            return End::Answer(text);
+            return trail.answered(text);
         }
         let deferral = self.r.deferral();
         if may_defer && deferral.can_defer() {
-            return End::of(
+            return deferred(
                 deferral
                     .defer(self.req, "every model in the chain is unavailable".into())
                     .await,
             );
         }
-        End::Failed(self.r.cfg.degradation.user_message.clone())
+        Ended::failed(Some(self.r.cfg.degradation.user_message.clone()))
     }
 }
 
