@@ -368,8 +368,12 @@ impl ServerHandler for Proxy {
         };
         let result = match end {
             ToolEnd::Answer(json) => relayed(&json),
-            ToolEnd::Stale { answer, age, why } => stale(&answer, age.as_millis() as u64, &why.end().to_string())
-                .unwrap_or_else(|| error_text(self.unavailable(&name, &why))),
+            ToolEnd::Stale { answer, age, why } => stale(
+                &answer,
+                age.as_millis() as u64,
+                &crate::outcome::HopEnd::from(&why).to_string(),
+            )
+            .unwrap_or_else(|| error_text(self.unavailable(&name, &why))),
             ToolEnd::Unavailable(ToolFailure::Failed(_, Some(answer))) => relayed(&answer),
             ToolEnd::Unavailable(why) => match (&why, call.error()) {
                 // The server's own error, as it gave it.

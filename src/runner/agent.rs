@@ -338,7 +338,7 @@ impl Agent<'_> {
             Ok(text) => added.push(Message::tool_result(tc, text, false)),
             Err(f) => {
                 let tool = &self.r.catalog.registry.get(self.r.catalog.tools[ti].target).target;
-                trail.push(Hop::new(&tool.to_string(), f.end()));
+                trail.push(Hop::new(&tool.to_string(), HopEnd::from(&f)));
                 if let Some((text, age)) = self.calls.cached_tool(ti, key) {
                     trail.push(Hop::new(&tool.to_string(), HopEnd::Cache));
                     trail.fallback = true;
@@ -346,7 +346,7 @@ impl Agent<'_> {
                     trail.stale_ms = Some(trail.stale_ms.unwrap_or(0).max(age.as_millis() as u64));
                     added.push(Message::tool_result(tc, text, false));
                 } else if critical && defer && self.r.deferral().can_defer() {
-                    let why = format!("critical tool {} unavailable ({})", tc.name, f.end());
+                    let why = format!("critical tool {} unavailable ({})", tc.name, HopEnd::from(&f));
                     return Some(deferred(self.r.deferral().defer(req, why).await));
                 } else {
                     trail.quality *= if critical {

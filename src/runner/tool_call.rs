@@ -121,8 +121,8 @@ impl Runner {
         };
         let how = match &end {
             ToolEnd::Answer(_) => HopEnd::Ok,
-            ToolEnd::Stale { why, .. } => HopEnd::Stale(Box::new(why.end())),
-            ToolEnd::Unavailable(why) => why.end(),
+            ToolEnd::Stale { why, .. } => HopEnd::Stale(Box::new(HopEnd::from(why))),
+            ToolEnd::Unavailable(why) => HopEnd::from(why),
             ToolEnd::Refused(_) => HopEnd::Refused,
         };
         let ended = Ended {

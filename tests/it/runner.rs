@@ -944,6 +944,45 @@ async fn an_embeddings_call_that_times_out_counts_as_a_timeout_like_any_attempt(
     }
 }
 
+/// An embeddings call is watched as every attempt is: a model whose
+/// embeddings turned slow trips its breakers on the calls still in flight,
+/// once ten have run past `slow_call_ms`.
+#[tokio::test(start_paused = true)]
+async fn embeddings_turned_slow_trip_while_their_calls_still_run() {
+    let mut cfg = Config::default();
+    cfg.breaker.slow_call_ms = 4_000;
+    let r = runner(
+        cfg,
+        vec![("openai", Arc::new(StalledEmbeddings) as Arc<dyn Provider>)],
+        None,
+    );
+    let body = Arc::new(fusebox::wire::RawBody::parse(br#"{"model":"gpt-4o","input":"hello"}"#).unwrap());
+    let calls: Vec<_> = (0..12)
+        .map(|id| {
+            let (r, body) = (r.clone(), body.clone());
+            tokio::spawn(async move {
+                r.embed(fusebox::runner::embed::EmbedCall {
+                    id,
+                    user: format!("user-{id}"),
+                    sub_user: None,
+                    model: "gpt-4o".into(),
+                    body,
+                    chars: 5,
+                })
+                .await
+            })
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_millis(4_100)).await;
+    let open = |target: Target| r.catalog().registry().find(&target).unwrap().breaker.state();
+    assert_eq!(open(Target::provider("openai")), BreakerState::Open);
+    assert_eq!(open(Target::model("gpt-4o")), BreakerState::Open);
+    assert!(calls.iter().all(|c| !c.is_finished()), "all still running");
+    for call in calls {
+        assert_eq!(call.await.unwrap().outcome.path(), vec!["gpt-4o ✗timeout".to_string()]);
+    }
+}
+
 /// An operator closes a user's spend-rate breaker before its cooldown;
 /// the command says whether it was open, and refuses a user no budget
 /// could be kept for.

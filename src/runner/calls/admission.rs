@@ -154,8 +154,8 @@ impl<'r> Calls<'r> {
     /// Settles one attempt's reservations with what it used: the
     /// limiter, the budgets and the fleet's allowances, and the request's
     /// tally. Its breakers and counts are the [`super::attempt::Attempt`]'s.
-    pub(super) fn settle(&self, user: &str, mi: usize, reserved: Reserved, spent: &Spent<'_>, tally: &mut Tally) {
-        let Reserved {
+    pub(super) fn settle(&self, user: &str, mi: usize, reserved: Reservations, spent: &Spent<'_>, tally: &mut Tally) {
+        let Reservations {
             permit,
             budget: res,
             allowance,
@@ -217,7 +217,7 @@ impl Refusal {
 }
 
 /// What an admitted attempt reserved, to settle with what it used.
-pub(super) struct Reserved {
+pub(super) struct Reservations {
     /// Its place in the provider's rate limits.
     permit: crate::resilience::limiter::LimitPermit,
     /// Its reservation in the user's budgets.
@@ -286,7 +286,7 @@ impl Held<'_> {
 
     /// Hands everything over for settlement with the call's actual usage:
     /// the breakers' probes (provider's, model's) and the reservations.
-    pub(super) fn disarm(mut self) -> ([Permit; 2], Reserved) {
+    pub(super) fn disarm(mut self) -> ([Permit; 2], Reservations) {
         self.calling = None;
         let allowance = self.allowance.take();
         let taken = (
@@ -298,7 +298,7 @@ impl Held<'_> {
         match taken {
             (Some(a), Some(b), Some(permit), Some(budget)) => (
                 [a, b],
-                Reserved {
+                Reservations {
                     permit,
                     budget,
                     allowance,

@@ -1,14 +1,18 @@
 //! One guarded attempt, the same for model, embeddings and tool calls: an
 //! attempt is counted as it starts on each of its targets and in the
-//! request's tally, and, whatever ends it, its latency is recorded, its
-//! breakers are told how it went, its result is counted and its record
-//! announced. The kinds of call differ only in how they are admitted and
-//! made (`admission.rs`, `model.rs`, `embed.rs`, `tool.rs`).
+//! request's tally; its call is made under its breakers' probes, each told
+//! the moment the call outlasts its slow-call bound; and, whatever ends
+//! it, its latency is recorded, its breakers are told how it went, its
+//! result is counted and its record announced. The kinds of call differ
+//! only in their guard (admission for models and embeddings,
+//! `admission.rs`; breaker and bulkhead for a tool, `tool.rs`) and in the
+//! call they make (`model.rs`, `embed.rs`, `tool.rs`).
 
 use super::{Calls, Tally};
 use crate::blame::Ending;
-use crate::provider::ErrorKind;
-use crate::resilience::breaker::{CallRecord, Permit};
+use crate::clock::Clock;
+use crate::provider::{ErrorKind, ProviderError};
+use crate::resilience::breaker::{watched, Breaker, CallRecord, Permit};
 use crate::runner::registry::Entry;
 use crate::telemetry::events::{self, EventBus};
 use std::time::Duration;
@@ -19,6 +23,7 @@ use tokio::time::Instant;
 pub(super) struct Attempt<'r, const N: usize> {
     targets: &'r [&'r Entry; N],
     start: Instant,
+    clock: &'r Clock,
     /// Where its record is announced.
     events: &'r EventBus,
 }
@@ -38,6 +43,13 @@ pub(super) enum Verdict {
     /// budget, a continuation that did not line up): not a call that went
     /// wrong.
     Cut,
+}
+
+impl<T> From<&Result<T, ProviderError>> for Verdict {
+    /// A call that answered or failed, with no more to judge.
+    fn from(r: &Result<T, ProviderError>) -> Self {
+        r.as_ref().map_or_else(|e| Verdict::Failed(e.kind), |_| Verdict::Ok)
+    }
 }
 
 impl<'r> Calls<'r> {
@@ -60,6 +72,7 @@ impl<'r> Calls<'r> {
         Attempt {
             targets,
             start,
+            clock: self.clock,
             events: self.events,
         }
     }
@@ -69,6 +82,23 @@ impl<const N: usize> Attempt<'_, N> {
     /// When it was admitted.
     pub(super) fn start(&self) -> Instant {
         self.start
+    }
+
+    /// Makes its call, `call`, under the breakers' `probes`: each told the
+    /// moment the call outlasts its slow-call bound, unless the bound is
+    /// past `within` (the call's own timeout, which the call applies) or
+    /// `judged` says the call's pace is no longer its length ([`watched`]).
+    /// What the call answered, and when it ended.
+    #[inline]
+    pub(super) async fn make<F: std::future::Future>(
+        &self,
+        probes: &mut [(&Breaker, &mut Permit)],
+        within: Duration,
+        judged: impl Fn() -> bool,
+        call: F,
+    ) -> (F::Output, Instant) {
+        let out = watched(probes, self.start, within, judged, call).await;
+        (out, self.clock.now())
     }
 
     /// Ends it at `end`: on each target its latency recorded, its

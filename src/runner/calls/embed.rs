@@ -90,9 +90,9 @@ impl Calls<'_> {
             body: call.body.clone(),
             chars: call.chars,
         };
-        let result = crate::provider::within(p.timeout, "embeddings call", p.client.embed(&req)).await;
+        let made = crate::provider::within(p.timeout, "embeddings call", p.client.embed(&req));
+        let (result, end) = attempt.make(&mut held.watched(), p.timeout, || false, made).await;
         let (probes, reserved) = held.disarm();
-        let end = self.clock.now();
         let (usage, rate, failure) = match &result {
             Ok(e) => (e.usage, e.rate, None),
             Err(e) => (
@@ -114,10 +114,9 @@ impl Calls<'_> {
             tokens: usage.total(),
             ..CallRecord::default()
         };
-        let verdict = failure.map_or(Verdict::Ok, Verdict::Failed);
         let provider = self.catalog.registry.get(p.target);
         let failed = result.as_ref().err();
-        attempt.end(probes, verdict, rec, (end, None), |latency| Attempt {
+        attempt.end(probes, Verdict::from(&result), rec, (end, None), |latency| Attempt {
             model: Some(m.name.to_string()),
             status: failed.map_or(Some(200), |e| e.status),
             transport: failed.and_then(|e| e.kind.transport()),

@@ -8,7 +8,7 @@ use super::attempt::{Attempt, Verdict};
 use super::retry::{Failure, RetryPolicy, Tries, Try};
 use super::{Calls, HopResult, LlmCall, LlmFailure, Tally, Tried};
 use crate::provider::{ErrorKind, LlmRequest, LlmResponse, Piece, ProviderError};
-use crate::resilience::breaker::{watched, CallRecord, FailureKind};
+use crate::resilience::breaker::{CallRecord, FailureKind};
 use crate::resilience::limiter::{RateFeedback, Signal};
 use crate::runner::ending::{answered_level, is_fallback};
 use crate::runner::stream::{Pumped, Spend, StreamHead, Streaming};
@@ -397,8 +397,7 @@ impl Tries for ModelTry<'_, '_> {
             }
         };
         let opened = || self.spend.first_token().is_some();
-        let mut result = watched(&mut held.watched(), now, within, opened, attempted).await;
-        let end = c.clock.now();
+        let (mut result, end) = started.make(&mut held.watched(), within, opened, attempted).await;
         if let Attempted::Failed(e) = &mut result {
             if e.kind == ErrorKind::Timeout && bound < own && end.saturating_duration_since(now) >= bound {
                 e.kind = ErrorKind::Deadline;

@@ -6,7 +6,7 @@ use super::retry::{Failure, RetryPolicy, Tries, Try};
 use super::{Calls, Tally};
 use crate::clock::hash_str;
 use crate::provider::ToolCall;
-use crate::resilience::breaker::{watched, CallRecord};
+use crate::resilience::breaker::CallRecord;
 use crate::runner::registry::Entry;
 use crate::telemetry::events::{Attempt, StepKind};
 use crate::tools::aside::Aside;
@@ -27,11 +27,11 @@ pub enum ToolFailure {
     Failed(String, Option<Arc<str>>),
 }
 
-impl ToolFailure {
-    /// How its hop ended.
-    pub fn end(&self) -> crate::outcome::HopEnd {
+impl From<&ToolFailure> for crate::outcome::HopEnd {
+    /// How the hop that gave no result ended.
+    fn from(why: &ToolFailure) -> Self {
         use crate::outcome::HopEnd;
-        match self {
+        match why {
             ToolFailure::Drill => HopEnd::Drill,
             ToolFailure::Open => HopEnd::Open,
             ToolFailure::PoolFull => HopEnd::Pool,
@@ -178,33 +178,25 @@ impl Tries for ToolTry<'_> {
             .attempt(std::array::from_ref(&self.target), self.calls.clock.now(), self.tally);
         // Time the call waits on a person is not the tool's (aside.rs).
         let aside = Arc::new(Aside::default());
-        let r = watched(
-            &mut [(&self.target.breaker, &mut permit)],
-            attempt.start(),
-            self.timeout,
-            || aside.any(),
-            aside.clone().scope(self.calls.executor.call_within(
-                &self.slot.name,
-                &self.call.arguments,
-                self.request,
-                n,
-                self.timeout,
-            )),
-        )
-        .await;
+        let call =
+            self.calls
+                .executor
+                .call_within(&self.slot.name, &self.call.arguments, self.request, n, self.timeout);
+        let probes = &mut [(&self.target.breaker, &mut permit)];
+        let (r, end) = attempt
+            .make(probes, self.timeout, || aside.any(), aside.clone().scope(call))
+            .await;
         drop(slot_guard);
-        let end = self.calls.clock.now();
         let judged = aside.any().then(|| {
             end.saturating_duration_since(attempt.start())
                 .saturating_sub(aside.total(end))
         });
         let failure = r.as_ref().err().map(|e| e.kind.failure());
-        let verdict = r.as_ref().map_or_else(|e| Verdict::Failed(e.kind), |_| Verdict::Ok);
         let rec = CallRecord {
             failure,
             ..CallRecord::default()
         };
-        attempt.end([permit], verdict, rec, (end, judged), |latency| {
+        attempt.end([permit], Verdict::from(&r), rec, (end, judged), |latency| {
             attempt_of(self.request, &self.target.target, &r, latency)
         });
         match r {
