@@ -460,12 +460,7 @@ async fn an_adaptive_limit_and_its_moves_are_scraped() {
     cfg.limiter.adaptive.enabled = true;
     let runner = Runner::new(cfg, RunnerParts::mock(Clock::system(), Seed(5))).unwrap();
     // openai's limiter driven directly: 16 calls held, then a 429.
-    let openai = runner
-        .catalog()
-        .providers()
-        .iter()
-        .find(|p| p.name == "openai")
-        .unwrap();
+    let openai = crate::common::provider_slot(&runner, "openai");
     let now = tokio::time::Instant::now();
     let held: Vec<_> = (0..16)
         .map(|_| openai.limiter.try_acquire(400, 100, now).unwrap())
@@ -507,12 +502,7 @@ async fn a_queue_scrapes_its_waiting_and_shed_calls_by_priority() {
     cfg.limiter.queue.enabled = true;
     let runner = Runner::new(cfg, RunnerParts::mock(Clock::system(), Seed(5))).unwrap();
     // deepseek's 10 slots taken; a batch call waits past its deadline.
-    let deepseek = runner
-        .catalog()
-        .providers()
-        .iter()
-        .find(|p| p.name == "deepseek")
-        .unwrap();
+    let deepseek = crate::common::provider_slot(&runner, "deepseek");
     let now = tokio::time::Instant::now();
     let held: Vec<_> = (0..10)
         .map(|_| deepseek.limiter.try_acquire(400, 100, now).unwrap())

@@ -124,11 +124,7 @@ async fn a_prompt_azure_s_filter_refuses_is_the_caller_s() {
             "{target:?}: not the provider's failure"
         );
     }
-    let haiku = runner
-        .catalog()
-        .registry()
-        .find(&Target::model("claude-haiku"))
-        .unwrap();
+    let haiku = crate::common::entry(&runner, "model:claude-haiku");
     assert_eq!(
         haiku.stats.attempts.get(),
         0,

@@ -11,7 +11,6 @@ use fusebox::outcome::Level;
 use fusebox::request::AgentRequest;
 use fusebox::resilience::breaker::BreakerState;
 use fusebox::runner::{Runner, RunnerParts};
-use fusebox::target::Target;
 use std::sync::Arc;
 
 /// A runner whose route tries `kind`'s model on `cloud` first, then
@@ -99,12 +98,7 @@ async fn a_throttled_cloud_model_is_skipped_by_its_breaker_and_the_fallback_answ
                 "{kind:?} request {id}: {o:?}"
             );
         }
-        let breaker = &runner
-            .catalog()
-            .registry()
-            .find(&Target::model("cloud-model"))
-            .unwrap()
-            .breaker;
+        let breaker = &crate::common::entry(&runner, "model:cloud-model").breaker;
         assert_eq!(
             breaker.state(),
             BreakerState::Open,

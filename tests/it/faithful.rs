@@ -13,7 +13,6 @@ use fusebox::provider::http::{Endpoint, Secret};
 use fusebox::provider::openai::OpenAiClient;
 use fusebox::provider::Provider;
 use fusebox::runner::{Runner, RunnerParts};
-use fusebox::target::Target;
 use fusebox::wire::openai::Dialect;
 use proptest::prelude::*;
 use serde_json::{json, Value};
@@ -732,7 +731,7 @@ async fn the_clients_own_mistake_comes_back_as_the_upstream_said_and_is_not_retr
     let v: Value = r.json().await.unwrap();
     assert_eq!(v["error"]["param"], "stream_options");
     assert_eq!(p.upstream.received().len(), 1, "not retried, no fallback");
-    let t = p.runner.catalog().registry().find(&Target::provider("openai")).unwrap();
+    let t = crate::common::entry(&p.runner, "provider:openai");
     let view = t.breaker.view(p.runner.clock().now());
     assert_eq!(view.calls_in_window, 0, "not counted against the breaker");
 }

@@ -160,14 +160,7 @@ async fn streams_server_sent_events_that_end_with_done() {
     assert!(content.contains("38100"), "{content}");
     assert!(usage.unwrap() > 0);
     // The streamed call's time to first token is counted on its targets.
-    let t = f
-        .runner
-        .catalog()
-        .registry()
-        .find(&Target::model("gpt-4o"))
-        .unwrap()
-        .stats
-        .view();
+    let t = crate::common::entry(&f.runner, "model:gpt-4o").stats.view();
     assert_eq!((t.ttft.count(), t.latency.count()), (1, 1));
 }
 
@@ -327,7 +320,7 @@ async fn failures_open_the_breaker_and_metrics_show_it() {
         );
     }
     let now = f.runner.clock().now();
-    let t = f.runner.catalog().registry().find(&Target::provider("openai")).unwrap();
+    let t = crate::common::entry(&f.runner, "provider:openai");
     assert_eq!(t.breaker.view(now).state, Some(BreakerState::Open));
     // Short-circuited now: the open breaker is skipped without a call.
     let r = f.post(&ask("default", "hal")).await;
@@ -380,14 +373,7 @@ async fn failures_open_the_breaker_and_metrics_show_it() {
         })
     };
     let haiku = calls("provider:anthropic").expect("a histogram per target");
-    let t = f
-        .runner
-        .catalog()
-        .registry()
-        .find(&Target::provider("anthropic"))
-        .unwrap()
-        .stats
-        .view();
+    let t = crate::common::entry(&f.runner, "provider:anthropic").stats.view();
     assert_eq!(
         haiku.last().map(|b| b.1),
         Some((t.ok + t.failed + t.client_errors) as f64)
@@ -482,7 +468,7 @@ async fn a_client_that_goes_away_releases_its_slots_and_is_charged_what_was_rese
     // given back, and the tokens it may be billed for stay charged.
     wait_for(|| in_flight() == 0).await;
     assert_eq!(reserved(), held);
-    let t = f.runner.catalog().registry().find(&Target::provider("openai")).unwrap();
+    let t = crate::common::entry(&f.runner, "provider:openai");
     assert_eq!(t.breaker.view(f.runner.clock().now()).probes_in_flight, 0);
     // The abandoned request still has its one outcome, and is counted apart.
     assert_eq!(f.runner.by_level(), [0, 0, 0, 0, 1]);

@@ -6,7 +6,6 @@ use crate::gateway::{gateway, Fleet};
 use fusebox::config::Config;
 use fusebox::gateway::GatewayOptions;
 use fusebox::provider::fault::FaultSpec;
-use fusebox::target::Target;
 use serde_json::{json, Value};
 
 impl Fleet {
@@ -118,7 +117,7 @@ async fn a_readonly_gateway_refuses_commands() {
         .await;
     assert_eq!(status, 403);
     assert!(v["error"]["message"].as_str().unwrap().contains("--readonly"), "{v}");
-    let t = f.runner.catalog().registry().find(&Target::provider("openai")).unwrap();
+    let t = crate::common::entry(&f.runner, "provider:openai");
     assert_ne!(
         t.breaker.view(f.runner.clock().now()).state,
         Some(fusebox::resilience::breaker::BreakerState::ForcedOpen)

@@ -100,13 +100,7 @@ async fn replaying_a_recording_reproduces_its_outcomes() {
         .count();
     assert_eq!(same, total, "every request ends as recorded ({same} of {total})");
     // The incident happens again: get_order's breaker opens.
-    let t = runner
-        .catalog()
-        .registry()
-        .find(&Target::tool("get_order"))
-        .unwrap()
-        .stats
-        .view();
+    let t = crate::common::entry(&runner, "tool:get_order").stats.view();
     assert!(t.rejected_open > 0, "{t:?}");
 }
 
@@ -152,13 +146,7 @@ fn a_replay_reading_the_clock_once_per_step_decides_the_same() {
             let (runner, out) = replay_with(dir.path(), &log, Config::default(), &format!("{stepped}")).await;
             let mut levels: Vec<_> = out.levels.into_iter().collect();
             levels.sort_by_key(|(id, _)| *id);
-            let tool = runner
-                .catalog()
-                .registry()
-                .find(&Target::tool("get_order"))
-                .unwrap()
-                .stats
-                .view();
+            let tool = crate::common::entry(&runner, "tool:get_order").stats.view();
             let totals = runner.totals();
             (
                 levels,
@@ -184,14 +172,7 @@ async fn what_if_a_stricter_breaker_would_have_tripped_earlier() {
         ..Default::default()
     });
     let (what_if, _) = replay_with(dir.path(), &log, strict, "strict").await;
-    let calls = |r: &Runner| {
-        r.catalog()
-            .registry()
-            .find(&Target::tool("get_order"))
-            .unwrap()
-            .stats
-            .view()
-    };
+    let calls = |r: &Runner| crate::common::entry(r, "tool:get_order").stats.view();
     let (b, w) = (calls(&base), calls(&what_if));
     assert!(
         w.failed < b.failed,
@@ -241,13 +222,7 @@ async fn recorded_latency_beyond_the_timeout_replays_as_a_timeout() {
         Some(Level::Fallback),
         "timed out on openai, answered by the next model"
     );
-    let openai = runner
-        .catalog()
-        .registry()
-        .find(&Target::provider("openai"))
-        .unwrap()
-        .stats
-        .view();
+    let openai = crate::common::entry(&runner, "provider:openai").stats.view();
     assert_eq!((openai.ok, openai.failed, openai.timeouts), (2, 1, 1));
 }
 
@@ -334,13 +309,7 @@ async fn recorded_semantic_failures_and_rate_headers_are_replayed() {
         ),
     ])
     .await;
-    let openai = runner
-        .catalog()
-        .registry()
-        .find(&Target::provider("openai"))
-        .unwrap()
-        .stats
-        .view();
+    let openai = crate::common::entry(&runner, "provider:openai").stats.view();
     assert_eq!((openai.attempts, openai.semantic, openai.failed), (3, 1, 3));
     let frozen: Vec<_> = runner
         .events()

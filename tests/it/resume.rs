@@ -9,7 +9,6 @@ use crate::common::strict::Api;
 use crate::faithful::{config, Proxy, ROUTES};
 use crate::streaming::{ask, data, events, open, openai_text, outcome, soon};
 use fusebox::outcome::Level;
-use fusebox::target::Target;
 use std::time::Duration;
 
 /// The answer: 60 words, one stream chunk each.
@@ -121,11 +120,6 @@ async fn a_continuation_that_begins_again_and_goes_its_own_way_ends_the_stream_o
     assert_eq!(o.answer.as_deref(), Some(first(SENT).as_str()));
     assert_eq!(o.path().last().map(String::as_str), Some("claude-haiku ✗cut unaligned"));
     // How the model writes is not its provider's failure.
-    let haiku = p
-        .runner
-        .catalog()
-        .registry()
-        .find(&Target::model("claude-haiku"))
-        .unwrap();
+    let haiku = crate::common::entry(&p.runner, "model:claude-haiku");
     assert_eq!(haiku.stats.view().failed, 0);
 }

@@ -19,12 +19,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 fn stats(r: &fusebox::runner::Runner, target: &str) -> fusebox::telemetry::stats::StatsView {
-    r.catalog()
-        .registry()
-        .find(&target.parse().expect("a target"))
-        .expect("target")
-        .stats
-        .view()
+    crate::common::entry(r, target).stats.view()
 }
 
 #[tokio::test(start_paused = true)]
@@ -85,10 +80,7 @@ async fn never_retries_client_errors() {
         assert_eq!(o.level, Level::Fallback, "HTTP {code}");
         // Client errors do not count against the provider's breaker.
         assert_eq!(
-            r.catalog()
-                .registry()
-                .find(&Target::provider("openai"))
-                .unwrap()
+            crate::common::entry(&r, "provider:openai")
                 .breaker
                 .view(tokio::time::Instant::now())
                 .calls_in_window,
@@ -126,12 +118,7 @@ async fn retry_honours_retry_after() {
         "waited exactly the Retry-After between attempts"
     );
     // The 429's Retry-After also froze the limiter's refills.
-    let lim = r
-        .catalog()
-        .providers()
-        .iter()
-        .find(|p| p.name == "openai")
-        .unwrap()
+    let lim = crate::common::provider_slot(&r, "openai")
         .limiter
         .view(tokio::time::Instant::now());
     assert_eq!(lim.rate_limited, 1);
@@ -204,12 +191,7 @@ async fn breaker_opens_after_consecutive_failures_then_recovers_with_a_ramp() {
     for i in 0..5 {
         r.run(&ask(i, "alice")).await;
     }
-    let b = &r
-        .catalog()
-        .registry()
-        .find(&Target::provider("openai"))
-        .unwrap()
-        .breaker;
+    let b = &crate::common::entry(&r, "provider:openai").breaker;
     assert_eq!(b.state(), BreakerState::Open);
     let before = openai.calls();
     r.run(&ask(10, "alice")).await;
@@ -504,13 +486,7 @@ async fn operator_commands_apply_and_are_announced() {
             &Issuer::operator("ana"),
         )
         .unwrap();
-    let lim = &r
-        .catalog()
-        .providers()
-        .iter()
-        .find(|p| p.name == "openai")
-        .unwrap()
-        .limiter;
+    let lim = &crate::common::provider_slot(&r, "openai").limiter;
     assert!(lim.is_frozen(now()));
     r.operations()
         .apply(
@@ -566,7 +542,7 @@ async fn a_repeated_operator_command_changes_nothing_and_says_so() {
             target: Target::provider("openai"),
         },
     ];
-    let breaker = &r.catalog().registry().find(&Target::model("gpt-4o")).unwrap().breaker;
+    let breaker = &crate::common::entry(&r, "model:gpt-4o").breaker;
     for cmd in &commands {
         r.operations().apply(cmd, &Issuer::operator("ana")).unwrap();
         let now = tokio::time::Instant::now();
@@ -727,12 +703,7 @@ async fn auth_errors_are_counted_apart_from_failures() {
         let s = stats(&r, "provider:openai");
         assert_eq!((s.client_errors, s.failed, s.ok), (12, 0, 0), "{code}: {s:?}");
         assert_eq!(
-            r.catalog()
-                .registry()
-                .find(&Target::provider("openai"))
-                .unwrap()
-                .breaker
-                .state(),
+            crate::common::entry(&r, "provider:openai").breaker.state(),
             BreakerState::Closed,
             "{code}"
         );
@@ -762,12 +733,7 @@ async fn a_model_turned_slow_trips_while_its_calls_still_run() {
         .collect();
     tokio::time::sleep(Duration::from_millis(4_100)).await;
     assert_eq!(openai.calls(), 12, "all still running");
-    let breaker = &r
-        .catalog()
-        .registry()
-        .find(&Target::provider("openai"))
-        .unwrap()
-        .breaker;
+    let breaker = &crate::common::entry(&r, "provider:openai").breaker;
     assert_eq!(breaker.state(), BreakerState::Open);
     let trip = r
         .events()
@@ -974,9 +940,13 @@ async fn embeddings_turned_slow_trip_while_their_calls_still_run() {
         })
         .collect();
     tokio::time::sleep(Duration::from_millis(4_100)).await;
-    let open = |target: Target| r.catalog().registry().find(&target).unwrap().breaker.state();
-    assert_eq!(open(Target::provider("openai")), BreakerState::Open);
-    assert_eq!(open(Target::model("gpt-4o")), BreakerState::Open);
+    for target in ["provider:openai", "model:gpt-4o"] {
+        assert_eq!(
+            crate::common::entry(&r, target).breaker.state(),
+            BreakerState::Open,
+            "{target}"
+        );
+    }
     assert!(calls.iter().all(|c| !c.is_finished()), "all still running");
     for call in calls {
         assert_eq!(call.await.unwrap().outcome.path(), vec!["gpt-4o ✗timeout".to_string()]);

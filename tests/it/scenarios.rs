@@ -173,14 +173,7 @@ async fn hallucinations_are_failures_although_http_says_200() {
     let s = &r.summary.targets[&Target::model("gpt-4o")];
     assert!(s.failed > 0);
     assert_eq!(
-        r.runner
-            .catalog()
-            .registry()
-            .find(&Target::model("gpt-4o"))
-            .unwrap()
-            .stats
-            .view()
-            .semantic,
+        crate::common::entry(&r.runner, "model:gpt-4o").stats.view().semantic,
         s.failed
     );
     assert_eq!(transitions(&r, "model:gpt-4o")[0].1, "open");
@@ -344,13 +337,7 @@ async fn adaptive_concurrency_finds_a_dropped_capacity_without_429s() {
     assert!(goodput < 0.5, "goodput {goodput:.3} of the capacity");
     // The limit ends where it was cut or grew back, within its bounds.
     let now = tokio::time::Instant::now();
-    let openai = adaptive
-        .runner
-        .catalog()
-        .providers()
-        .iter()
-        .find(|p| p.name == "openai")
-        .unwrap();
+    let openai = crate::common::provider_slot(&adaptive.runner, "openai");
     let view = openai.limiter.view(now).adaptive.unwrap();
     assert!(view.moved.is_some() && (1..=256).contains(&view.limit), "{view:?}");
 }
@@ -446,13 +433,7 @@ async fn fair_shares_at(seed: u64, cfg: Config) -> (f64, f64) {
     // and no critical call shed at all.
     assert!(fair_t["tenant-batch"].1 < fair_t["tenant-noisy"].1, "seed {seed}");
     let now = tokio::time::Instant::now();
-    let openai = fair
-        .runner
-        .catalog()
-        .providers()
-        .iter()
-        .find(|p| p.name == "openai")
-        .unwrap();
+    let openai = crate::common::provider_slot(&fair.runner, "openai");
     let q = openai.limiter.view(now).queue.unwrap();
     if seed == 7 {
         eprintln!("shed (critical, default, batch): {:?}; most: {:?}", q.shed, q.shed_most);
@@ -485,13 +466,7 @@ async fn a_flood_claiming_critical_without_a_key_is_shed_like_default() {
     let claimed = run_this(claiming.clone(), 10, 7, cfg).await;
     let trusted = by_tenant(&run_this(claiming, 10, 7, trusting).await);
     assert_eq!(by_tenant(&claimed), plain, "the claim changes nothing");
-    let openai = claimed
-        .runner
-        .catalog()
-        .providers()
-        .iter()
-        .find(|p| p.name == "openai")
-        .unwrap();
+    let openai = crate::common::provider_slot(&claimed.runner, "openai");
     let q = openai.limiter.view(tokio::time::Instant::now()).queue.unwrap();
     assert!(q.shed[1] > 0 && q.shed_most[0].0 == "tenant-noisy", "{q:?}");
     for t in ["tenant-a", "tenant-b", "tenant-c"] {

@@ -323,12 +323,7 @@ async fn agents_through_the_gateway_to_a_cloud(kind: fusebox::config::ProviderKi
         loops >= 2,
         "both SDKs' tool loops reached the cloud ({loops} calls with a tool result)"
     );
-    let cloud = runner
-        .catalog()
-        .providers()
-        .iter()
-        .find(|p| p.name == "openai")
-        .unwrap();
+    let cloud = crate::common::provider_slot(&runner, "openai");
     let stats = &runner.catalog().registry().get(cloud.target).stats;
     assert!(stats.ok.get() > 0, "the calls reached the cloud");
     if kind == ProviderKind::Vertex {

@@ -7,7 +7,6 @@
 use crate::common::strict::{Api, ANSWER};
 use crate::faithful::{config, get_order_tool, header, Proxy, ROUTES};
 use fusebox::outcome::Level;
-use fusebox::target::Target;
 use fusebox::telemetry::events::EventKind;
 use serde_json::{json, Value};
 use std::sync::Arc;
@@ -206,7 +205,7 @@ async fn a_reset_after_three_chunks_that_nothing_can_continue_ends_on_an_error_n
     assert_eq!(o.answer.as_deref(), Some("Order 38100 is "));
     assert!(o.path()[0].starts_with("gpt-4o ✗cut"), "{:?}", o.path());
     assert!(o.path()[1].starts_with("claude-haiku ✗"), "{:?}", o.path());
-    let t = p.runner.catalog().registry().find(&Target::model("gpt-4o")).unwrap();
+    let t = crate::common::entry(&p.runner, "model:gpt-4o");
     assert_eq!(t.breaker.view(p.runner.clock().now()).calls_in_window, 1);
     assert_eq!(t.stats.view().failed, 1, "the cut counts as a failure");
 }
@@ -576,6 +575,6 @@ async fn a_malformed_event_mid_stream_is_skipped_counted_and_said() {
         }
     }
     assert_eq!(skipped, Some(("provider:openai".to_string(), 1)));
-    let t = p.runner.catalog().registry().find(&Target::provider("openai")).unwrap();
+    let t = crate::common::entry(&p.runner, "provider:openai");
     assert_eq!(t.stats.view().malformed, 1);
 }

@@ -655,13 +655,7 @@ async fn a_shed_call_says_why_and_a_key_caps_its_priority() {
     };
     let p = Proxy::start(with_keys(cfg, &[("alice", key(ALICE, "alice", &[])), ("ops", ops)])).await;
     // The one slot is taken: every call waits, and is shed at its deadline.
-    let openai = p
-        .runner
-        .catalog()
-        .providers()
-        .iter()
-        .find(|s| s.name == "openai")
-        .unwrap();
+    let openai = crate::common::provider_slot(&p.runner, "openai");
     let held = openai.limiter.try_acquire(40, 10, tokio::time::Instant::now()).unwrap();
     let shed = |secret: &'static str, asked: &'static str| {
         let p = &p;
@@ -720,13 +714,7 @@ async fn without_keys_a_callers_priority_is_the_operators() {
         q.trust_priority = trust;
         (q.deadline_ms.critical, q.deadline_ms.default, q.deadline_ms.batch) = (1, 1, 1);
         let p = Proxy::start(cfg).await;
-        let openai = p
-            .runner
-            .catalog()
-            .providers()
-            .iter()
-            .find(|s| s.name == "openai")
-            .unwrap();
+        let openai = crate::common::provider_slot(&p.runner, "openai");
         let held = openai.limiter.try_acquire(40, 10, tokio::time::Instant::now()).unwrap();
         let mut said = Vec::new();
         for (user, asked) in [("flood", "critical"), ("flood", "batch"), ("pager", "critical")] {
@@ -767,13 +755,7 @@ async fn the_operators_tenant_header_names_whose_share_a_call_uses() {
     q.tenant_header = Some("x-org".into());
     (q.deadline_ms.critical, q.deadline_ms.default, q.deadline_ms.batch) = (1, 1, 1);
     let p = Proxy::start(cfg).await;
-    let openai = p
-        .runner
-        .catalog()
-        .providers()
-        .iter()
-        .find(|s| s.name == "openai")
-        .unwrap();
+    let openai = crate::common::provider_slot(&p.runner, "openai");
     let held = openai.limiter.try_acquire(40, 10, tokio::time::Instant::now()).unwrap();
     for (user, org) in [
         ("u1", Some("acme")),

@@ -363,3 +363,20 @@ pub fn caller_key(secret: &str, user: &str) -> fusebox::config::KeyConfig {
         priority: Default::default(),
     }
 }
+
+/// The registry's entry of `target` (`model:gpt-4o`, `provider:openai`,
+/// `tool:search`): its breaker, stats and limits.
+pub fn entry<'r>(r: &'r Runner, target: &str) -> &'r fusebox::runner::registry::Entry {
+    let t: fusebox::target::Target = target.parse().expect("a target");
+    r.catalog().registry().find(&t).unwrap_or_else(|| panic!("no {target}"))
+}
+
+/// Provider `name` as the runner's catalog holds it: its limiter, its
+/// breaker target, its timeout.
+pub fn provider_slot<'r>(r: &'r Runner, name: &str) -> &'r fusebox::runner::ProviderSlot {
+    let providers = r.catalog().providers();
+    providers
+        .iter()
+        .find(|p| p.name == name)
+        .unwrap_or_else(|| panic!("no provider {name}"))
+}
