@@ -10,7 +10,6 @@
 
 use super::{Calls, Tally};
 use crate::blame::Ending;
-use crate::clock::Clock;
 use crate::provider::{ErrorKind, ProviderError};
 use crate::resilience::breaker::{watched, Breaker, CallRecord, Permit};
 use crate::runner::registry::Entry;
@@ -23,9 +22,18 @@ use tokio::time::Instant;
 pub(super) struct Attempt<'r, const N: usize> {
     targets: &'r [&'r Entry; N],
     start: Instant,
-    clock: &'r Clock,
     /// Where its record is announced.
     events: &'r EventBus,
+}
+
+/// When an attempt ended, how long it took from its admission, and, where
+/// its pace is judged by less than that (a stream's time to first token,
+/// a tool's time without the person it waited on), by what.
+#[derive(Clone, Copy)]
+pub(super) struct Timing {
+    pub end: Instant,
+    pub took: Duration,
+    pub judged: Option<Duration>,
 }
 
 /// How an attempt went, as its targets count it.
@@ -72,7 +80,6 @@ impl<'r> Calls<'r> {
         Attempt {
             targets,
             start,
-            clock: self.clock,
             events: self.events,
         }
     }
@@ -88,26 +95,33 @@ impl<const N: usize> Attempt<'_, N> {
     /// moment the call outlasts its slow-call bound, unless the bound is
     /// past `within` (the call's own timeout, which the call applies) or
     /// `judged` says the call's pace is no longer its length ([`watched`]).
-    /// What the call answered, and when it ended.
-    #[inline]
-    pub(super) async fn make<F: std::future::Future>(
+    /// The call's own future, not one around it: a model call's is large,
+    /// and each layer would move it once more.
+    #[inline(always)]
+    pub(super) fn make<'p, 'b, 'c, F: std::future::Future, J: Fn() -> bool>(
         &self,
-        probes: &mut [(&Breaker, &mut Permit)],
+        probes: &'p mut [(&'b Breaker, &'c mut Permit)],
         within: Duration,
-        judged: impl Fn() -> bool,
+        judged: J,
         call: F,
-    ) -> (F::Output, Instant) {
-        let out = watched(probes, self.start, within, judged, call).await;
-        (out, self.clock.now())
+    ) -> impl std::future::Future<Output = F::Output> + use<'p, 'b, 'c, F, J, N> {
+        watched(probes, self.start, within, judged, call)
     }
 
-    /// Ends it at `end`: on each target its latency recorded, its
-    /// breaker told with its probe (`probes`, in target order) and
-    /// `call`, and its result counted as `verdict`; then its record (made
-    /// with its latency) announced. The
-    /// breakers judge its pace by `judged` where that is given (a
-    /// stream's time to first token: how long the rest runs is the
-    /// caller's asking), else by its whole latency. The trips it caused,
+    /// When it ended, if at `end`, judged by `judged` (see [`Timing`]).
+    pub(super) fn timing(&self, end: Instant, judged: Option<Duration>) -> Timing {
+        Timing {
+            end,
+            took: end.saturating_duration_since(self.start),
+            judged,
+        }
+    }
+
+    /// Ends it as `timing` says: on each target its latency recorded, its
+    /// breaker told with its probe (`probes`, in target order) and `call`,
+    /// and its result counted as `verdict`; then its record (made with its
+    /// latency) announced. The breakers judge its pace by `timing.judged`
+    /// where that is given, else by its whole latency. The trips it caused,
     /// per target, and the latency judged.
     #[inline]
     pub(super) fn end(
@@ -115,10 +129,10 @@ impl<const N: usize> Attempt<'_, N> {
         probes: [Permit; N],
         verdict: Verdict,
         mut call: CallRecord,
-        (end, judged): (Instant, Option<Duration>),
+        timing: Timing,
         record: impl FnOnce(Duration) -> events::Attempt,
     ) -> ([Option<String>; N], Duration) {
-        let took = end.saturating_duration_since(self.start);
+        let Timing { end, took, judged } = timing;
         call.latency = judged.unwrap_or(took);
         let ms = took.as_millis() as u64;
         let mut i = 0;

@@ -91,7 +91,8 @@ impl Calls<'_> {
             chars: call.chars,
         };
         let made = crate::provider::within(p.timeout, "embeddings call", p.client.embed(&req));
-        let (result, end) = attempt.make(&mut held.watched(), p.timeout, || false, made).await;
+        let result = attempt.make(&mut held.watched(), p.timeout, || false, made).await;
+        let end = self.clock.now();
         let (probes, reserved) = held.disarm();
         let (usage, rate, failure) = match &result {
             Ok(e) => (e.usage, e.rate, None),
@@ -116,7 +117,8 @@ impl Calls<'_> {
         };
         let provider = self.catalog.registry.get(p.target);
         let failed = result.as_ref().err();
-        attempt.end(probes, Verdict::from(&result), rec, (end, None), |latency| Attempt {
+        let timing = attempt.timing(end, None);
+        attempt.end(probes, Verdict::from(&result), rec, timing, |latency| Attempt {
             model: Some(m.name.to_string()),
             status: failed.map_or(Some(200), |e| e.status),
             transport: failed.and_then(|e| e.kind.transport()),

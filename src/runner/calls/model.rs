@@ -96,16 +96,16 @@ impl Calls<'_> {
         let (probes, reserved) = held.disarm();
         let (usage, rate, failure, mut tokens_per_s) = result.spent(semantic.is_some());
         let admitted = attempt.start();
+        let timing = attempt.timing(end, streamed.and_then(Spend::first_token));
         if streamed.is_none() {
             // A whole answer's pace leaves out the time to read its prompt.
-            let took = end.saturating_duration_since(admitted);
-            tokens_per_s = tokens_per_s.map(|_| m.pace(usage.output, took, req.prompt_chars()));
+            tokens_per_s = tokens_per_s.map(|_| m.pace(usage.output, timing.took, req.prompt_chars()));
         }
         let signal = match result {
             Attempted::OverBudget(..) | Attempted::Unaligned(..) => Signal::Neutral,
             Attempted::Failed(e) => super::admission::signal(Some(e.kind), None, admitted),
             Attempted::Answer(..) => {
-                let rtt = streamed.is_none().then(|| end.saturating_duration_since(admitted));
+                let rtt = streamed.is_none().then_some(timing.took);
                 super::admission::signal(None, rtt, admitted)
             }
         };
@@ -132,8 +132,7 @@ impl Calls<'_> {
             tokens: usage.total(),
             tokens_per_s,
         };
-        let judged = streamed.and_then(Spend::first_token);
-        let (tripped, latency) = attempt.end(probes, verdict, rec, (end, judged), |latency| {
+        let (tripped, latency) = attempt.end(probes, verdict, rec, timing, |latency| {
             result.record(call.request_id, provider, m, latency, semantic.clone())
         });
         m.note_latency(latency);
@@ -397,7 +396,8 @@ impl Tries for ModelTry<'_, '_> {
             }
         };
         let opened = || self.spend.first_token().is_some();
-        let (mut result, end) = started.make(&mut held.watched(), within, opened, attempted).await;
+        let mut result = started.make(&mut held.watched(), within, opened, attempted).await;
+        let end = c.clock.now();
         if let Attempted::Failed(e) = &mut result {
             if e.kind == ErrorKind::Timeout && bound < own && end.saturating_duration_since(now) >= bound {
                 e.kind = ErrorKind::Deadline;
@@ -477,7 +477,7 @@ impl Tries for ModelTry<'_, '_> {
                     error: e,
                     end,
                 };
-                Try::Failed(failure, over)
+                Try::Failed(Box::new(failure), over)
             }
         }
     }

@@ -58,8 +58,9 @@ pub(super) enum Try<T> {
     /// The call is over, with this.
     Over(T),
     /// The try failed: tried again where the policy allows, else over
-    /// with the second.
-    Failed(Failure, T),
+    /// with the second. (Boxed: a failure is the rare way a try ends, and
+    /// every try's answer moves through the loop.)
+    Failed(Box<Failure>, T),
 }
 
 impl Calls<'_> {

@@ -183,20 +183,21 @@ impl Tries for ToolTry<'_> {
                 .executor
                 .call_within(&self.slot.name, &self.call.arguments, self.request, n, self.timeout);
         let probes = &mut [(&self.target.breaker, &mut permit)];
-        let (r, end) = attempt
+        let r = attempt
             .make(probes, self.timeout, || aside.any(), aside.clone().scope(call))
             .await;
         drop(slot_guard);
-        let judged = aside.any().then(|| {
-            end.saturating_duration_since(attempt.start())
-                .saturating_sub(aside.total(end))
-        });
+        let end = self.calls.clock.now();
+        let mut timing = attempt.timing(end, None);
+        if aside.any() {
+            timing.judged = Some(timing.took.saturating_sub(aside.total(end)));
+        }
         let failure = r.as_ref().err().map(|e| e.kind.failure());
         let rec = CallRecord {
             failure,
             ..CallRecord::default()
         };
-        attempt.end([permit], Verdict::from(&r), rec, (end, judged), |latency| {
+        attempt.end([permit], Verdict::from(&r), rec, timing, |latency| {
             attempt_of(self.request, &self.target.target, &r, latency)
         });
         match r {
@@ -217,7 +218,7 @@ impl Tries for ToolTry<'_> {
                     admits: self.target.breaker.would_admit(end),
                     elsewhere: false,
                 };
-                Try::Failed(failure, over)
+                Try::Failed(Box::new(failure), over)
             }
         }
     }
