@@ -19,11 +19,13 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 const RESERVE: u64 = 128;
 
 /// What holds a descriptor.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, strum::Display)]
 pub enum Use {
     /// A client's connection.
+    #[strum(to_string = "client connections")]
     Connection,
     /// An upstream call's socket.
+    #[strum(to_string = "upstream calls")]
     Call,
 }
 
@@ -87,6 +89,13 @@ impl Descriptors {
     /// Counts an upstream call refused for want of one; how many so far.
     pub fn refuse(&self) -> u64 {
         self.refused.fetch_add(1, Ordering::Relaxed) + 1
+    }
+
+    /// What it has no descriptor left for, if anything.
+    pub fn spent(&self) -> Option<Use> {
+        [Use::Connection, Use::Call]
+            .into_iter()
+            .find(|&u| self.halves[u as usize].available_permits() == 0)
     }
 
     /// The descriptors now.
@@ -154,6 +163,12 @@ pub fn view() -> View {
     PROCESS.get().map(Descriptors::view).unwrap_or_default()
 }
 
+/// What the process has no descriptor left for (its half all held), if
+/// anything: it refuses such work until one is given back.
+pub fn spent() -> Option<Use> {
+    PROCESS.get().and_then(Descriptors::spent)
+}
+
 /// Whether `e`, or an error it was caused by, is the kernel refusing a
 /// descriptor (EMFILE, ENFILE).
 pub fn exhausted(e: &(dyn std::error::Error + 'static)) -> bool {
@@ -172,8 +187,10 @@ mod tests {
     fn connections_and_calls_each_have_half_of_the_limit_less_the_reserve() {
         // 256 open files: 128 and a sixteenth held back, 56 a use.
         let d = Descriptors::new(256);
+        assert_eq!(d.spent(), None);
         let conns: Vec<_> = std::iter::from_fn(|| d.take(Use::Connection)).collect();
         assert_eq!(conns.len(), 56);
+        assert_eq!(d.spent(), Some(Use::Connection), "what readiness refuses on");
         let calls: Vec<_> = std::iter::from_fn(|| d.take(Use::Call)).collect();
         assert_eq!(calls.len(), 56, "connections take none of the calls' half");
         assert_eq!(d.view().in_use, 112);
@@ -188,6 +205,9 @@ mod tests {
             }
         );
         assert!(d.take(Use::Call).is_some());
+        drop(conns);
+        assert_eq!(d.spent(), None);
+        assert_eq!(Use::Call.to_string(), "upstream calls");
     }
 
     #[test]

@@ -320,23 +320,23 @@ async fn healthz() -> &'static str {
     "ok\n"
 }
 
-/// Readiness: at least one model of some route would take a call now,
-/// and the gateway is not closing.
+/// Readiness: this process can take a request — it is not closing and
+/// has descriptors left for both client connections and upstream calls
+/// (with every connection busy the probe's own is refused at accept,
+/// which a probe counts as not ready). Upstream
+/// health is not readiness: while every model's breaker is open this
+/// instance still answers (fallbacks, deferral, clear 503s), and taking
+/// every instance out of rotation would turn those into refused
+/// connections. It is on `/metrics` and `/_fusebox/snapshot`.
 async fn readyz(State(gw): Shared) -> Response {
+    let unready = |why: String| (StatusCode::SERVICE_UNAVAILABLE, format!("not ready: {why}\n")).into_response();
     if gw.closing.phase() != closing::Phase::Open {
-        return (StatusCode::SERVICE_UNAVAILABLE, "not ready: shutting down\n").into_response();
+        return unready("shutting down".into());
     }
-    let r = &gw.runner;
-    let now = r.clock().now();
-    if r.catalog().models().iter().any(|m| r.catalog().admits(m, now)) {
-        (StatusCode::OK, "ready\n").into_response()
-    } else {
-        (
-            StatusCode::SERVICE_UNAVAILABLE,
-            "not ready: every model's breaker is open\n",
-        )
-            .into_response()
+    if let Some(what) = crate::descriptors::spent() {
+        return unready(format!("overloaded: every descriptor for {what} is in use"));
     }
+    (StatusCode::OK, "ready\n").into_response()
 }
 
 /// The largest operator command body.

@@ -642,3 +642,34 @@ async fn embeddings_pass_through_the_named_models_breaker_limiter_and_budget() {
     let [none, .., failed] = f.runner.by_level();
     assert_eq!((none, failed), (1, 2), "one outcome per call that reached the runner");
 }
+
+/// Readiness says whether this process can take a request, not whether
+/// its providers are well: with every provider's breaker open it stays
+/// ready (and its callers get a clear 503), so a Service does not take
+/// every instance out of rotation in an outage.
+#[tokio::test]
+async fn a_provider_outage_leaves_the_gateway_ready() {
+    let f = gateway(Config::default(), GatewayOptions::default()).await;
+    let readyz = || async {
+        let r = f.http.get(format!("{}/readyz", f.base)).send().await.unwrap();
+        (r.status().as_u16(), r.text().await.unwrap())
+    };
+    assert_eq!(readyz().await, (200, "ready\n".to_string()));
+    let providers: Vec<String> = f
+        .runner
+        .catalog()
+        .providers()
+        .iter()
+        .map(|p| p.name.to_string())
+        .collect();
+    for p in &providers {
+        let open = json!({"action": "force_open", "target": format!("provider:{p}")});
+        f.runner
+            .operations()
+            .apply(&serde_json::from_value(open).unwrap(), &Issuer::operator("test"))
+            .unwrap();
+    }
+    let r = f.post(&ask("gpt-4o", "ann")).await;
+    assert_eq!(r.status(), 503, "the outage is told to the caller");
+    assert_eq!(readyz().await, (200, "ready\n".to_string()), "and is not readiness");
+}
