@@ -160,6 +160,12 @@ fn dispatch(cli: Cli) -> Result<()> {
                         );
                     }
                 }
+                if let Some(path) = &p.api_key_file {
+                    if let Err(e) = crate::provider::http::api_key_from(name, path) {
+                        eprintln!("note: {e}; `fusebox serve` does not start without it");
+                    }
+                    continue;
+                }
                 let Some((key, var)) = p.credential_env() else { continue };
                 if std::env::var(var).map_or(true, |v| v.is_empty()) {
                     eprintln!(

@@ -18,6 +18,7 @@ pub(super) fn provider(tpm: u64, itpm: u64, otpm: u64, rpm: u64, concurrency: u3
         timeout_ms: 30_000,
         base_url: None,
         api_key_env: None,
+        api_key_file: None,
         entra_token_env: None,
         api_version: None,
         credentials_env: None,

@@ -93,6 +93,10 @@ pub struct ProviderConfig {
     /// Name of the environment variable holding the API key (HTTP kinds; never the key itself).
     #[serde(default)]
     pub api_key_env: Option<String>,
+    /// Path of a file holding the API key, instead of `api_key_env`: a
+    /// mounted secret (surrounding whitespace is not part of the key).
+    #[serde(default)]
+    pub api_key_file: Option<std::path::PathBuf>,
     /// Azure OpenAI: name of the environment variable holding a Microsoft
     /// Entra ID access token, sent as `Authorization: Bearer` instead of
     /// the `api-key` header.
@@ -423,6 +427,11 @@ pub fn is_loopback(url: &str) -> bool {
 }
 
 impl ProviderConfig {
+    /// Whether it is given an API key, in a variable or a file.
+    pub fn has_api_key(&self) -> bool {
+        self.api_key_env.is_some() || self.api_key_file.is_some()
+    }
+
     /// The key of its credential's environment variable and the variable
     /// (`api_key_env`, Azure's `entra_token_env`, Vertex's `credentials_env`), where it names one.
     pub fn credential_env(&self) -> Option<(&'static str, &str)> {

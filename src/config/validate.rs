@@ -77,6 +77,12 @@ impl Config {
             if let Some(b) = &p.breaker {
                 validate_breaker(b, &format!("providers.{name}.breaker"), c)?;
             }
+            if p.api_key_env.is_some() && p.api_key_file.is_some() {
+                return Err(c.bad(
+                    format!("providers.{name}.api_key_file"),
+                    "give the key in api_key_env or in api_key_file, not both".into(),
+                ));
+            }
             Self::check_azure(name, p, c)?;
             Self::check_vertex(name, p, c)?;
             Self::check_bedrock(name, p, c)?;
@@ -106,7 +112,7 @@ impl Config {
                         ));
                     }
                     // The hosted API itself takes no call without a key.
-                    None if p.api_key_env.is_none() => {
+                    None if !p.has_api_key() => {
                         let example = match p.kind {
                             ProviderKind::Anthropic => "ANTHROPIC_API_KEY",
                             ProviderKind::Deepseek => "DEEPSEEK_API_KEY",
@@ -115,7 +121,7 @@ impl Config {
                         };
                         return Err(c.bad(
                             format!("providers.{name}.api_key_env"),
-                            format!("the hosted API needs a key: name the environment variable that holds it, e.g. \"{example}\""),
+                            format!("the hosted API needs a key: name the environment variable that holds it, e.g. \"{example}\" (or give api_key_file, a file that holds it)"),
                         ));
                     }
                     _ => {}
@@ -143,17 +149,17 @@ impl Config {
         if !azure {
             return Ok(());
         }
-        match (&p.api_key_env, &p.entra_token_env) {
-            (None, None) => {
+        match (p.has_api_key(), &p.entra_token_env) {
+            (false, None) => {
                 return Err(c.bad(
                     format!("providers.{name}.api_key_env"),
                     "Azure OpenAI takes no call without a credential: name the environment variable that holds the resource's key (e.g. \"AZURE_OPENAI_API_KEY\"), or one with an Entra ID token in entra_token_env".into(),
                 ))
             }
-            (Some(_), Some(_)) => {
+            (true, Some(_)) => {
                 return Err(c.bad(
                     format!("providers.{name}.entra_token_env"),
-                    "give either api_key_env (the `api-key` header) or entra_token_env (a bearer token), not both".into(),
+                    "give either an API key (api_key_env or api_key_file: the `api-key` header) or entra_token_env (a bearer token), not both".into(),
                 ))
             }
             _ => {}
@@ -213,11 +219,13 @@ impl Config {
                 _ => {}
             }
         }
-        if vertex && (p.api_key_env.is_some() || p.entra_token_env.is_some()) {
+        if vertex && (p.has_api_key() || p.entra_token_env.is_some()) {
+            let field = key_field(p);
             return Err(c.bad(
-                format!("providers.{name}.api_key_env"),
-                "a vertex provider signs in with the service-account key credentials_env names: remove api_key_env"
-                    .into(),
+                format!("providers.{name}.{field}"),
+                format!(
+                    "a vertex provider signs in with the service-account key credentials_env names: remove {field}"
+                ),
             ));
         }
         Ok(())
@@ -247,10 +255,13 @@ impl Config {
                 format!("providers.{name}.region"),
                 format!("`{r}` is no AWS region: give one such as \"us-east-1\""),
             )),
-            _ if p.credential_env().is_some() => Err(c.bad(
-                format!("providers.{name}.api_key_env"),
-                "a bedrock provider signs with AWS credentials (the environment's, or aws_profile's): remove api_key_env".into(),
-            )),
+            _ if p.credential_env().is_some() || p.api_key_file.is_some() => {
+                let field = key_field(p);
+                Err(c.bad(
+                    format!("providers.{name}.{field}"),
+                    format!("a bedrock provider signs with AWS credentials (the environment's, or aws_profile's): remove {field}"),
+                ))
+            }
             _ => Ok(()),
         }
     }
@@ -706,4 +717,13 @@ fn is_path_segment(s: &str) -> bool {
     !s.is_empty()
         && s.bytes()
             .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+}
+
+/// The key a provider's API key is given under, for an error naming it.
+fn key_field(p: &ProviderConfig) -> &'static str {
+    match (&p.api_key_file, &p.entra_token_env) {
+        (Some(_), _) => "api_key_file",
+        (None, Some(_)) if p.api_key_env.is_none() => "entra_token_env",
+        _ => "api_key_env",
+    }
 }

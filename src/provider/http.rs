@@ -44,6 +44,16 @@ pub enum SetupError {
         /// Where they were looked for.
         why: String,
     },
+    /// The file `api_key_file` names could not be read, or holds no key.
+    #[error("provider `{provider}`: cannot read an API key from {path} (providers.{provider}.api_key_file): {why}")]
+    ApiKeyFile {
+        /// Provider.
+        provider: String,
+        /// The file.
+        path: String,
+        /// What is wrong with it.
+        why: String,
+    },
     /// A service-account key file could not be read.
     #[error("provider `{provider}`: cannot use the service-account key file {path} (providers.{provider}.credentials_env names its variable, {var}): {why}")]
     KeyFile {
@@ -59,6 +69,26 @@ pub enum SetupError {
     /// The HTTP client could not be built.
     #[error("cannot build the HTTP client: {0}")]
     Client(String),
+}
+
+/// The API key in file `path` (a mounted secret), without the whitespace
+/// around it; the file's largest accepted size is 64 KiB.
+pub fn api_key_from(provider: &str, path: &std::path::Path) -> Result<Secret, SetupError> {
+    const MAX_KEY_FILE: u64 = 64 << 10;
+    let bad = |why: String| SetupError::ApiKeyFile {
+        provider: provider.to_string(),
+        path: path.display().to_string(),
+        why,
+    };
+    let len = std::fs::metadata(path).map_err(|e| bad(e.to_string()))?.len();
+    if len > MAX_KEY_FILE {
+        return Err(bad(format!("{len} bytes, more than a key's {MAX_KEY_FILE}")));
+    }
+    let text = std::fs::read_to_string(path).map_err(|e| bad(e.to_string()))?;
+    match text.trim() {
+        "" => Err(bad("it is empty: put the key in it".into())),
+        key => Ok(Secret::new(key.to_string())),
+    }
 }
 
 /// The connection details of one HTTP provider.
@@ -294,8 +324,9 @@ pub fn build(
                     .or_else(|| p.vertex_base_url())
                     .or_else(|| p.bedrock_base_url().filter(|_| kind == ProviderKind::Bedrock))
                     .unwrap_or_default();
-                let key = match p.credential_env() {
-                    Some((field, var)) => match std::env::var(var) {
+                let key = match (&p.api_key_file, p.credential_env()) {
+                    (Some(path), _) => Some(api_key_from(name, path)?),
+                    (None, Some((field, var))) => match std::env::var(var) {
                         Ok(k) if !k.is_empty() => Some(Secret::new(k)),
                         _ => {
                             return Err(SetupError::MissingKey {
@@ -310,7 +341,7 @@ pub fn build(
                             })
                         }
                     },
-                    None => None,
+                    (None, None) => None,
                 };
                 (kind, base, key)
             }

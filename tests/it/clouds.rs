@@ -182,3 +182,64 @@ async fn images_structured_output_tool_calls_and_usage_reach_each_cloud_in_its_w
         );
     }
 }
+
+/// A key mounted as a file (`api_key_file`, as a Kubernetes secret is)
+/// reaches the provider without the file's newline; an empty or missing
+/// file stops the set-up with the file's path and the config key.
+#[tokio::test]
+async fn a_key_mounted_as_a_file_reaches_the_provider() {
+    let upstream = Strict::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let key = dir.path().join("openai-key");
+    std::fs::write(&key, "  sk-from-a-file\n").unwrap();
+    let text = |path: &std::path::Path| {
+        format!(
+            "[providers.openai]\nkind = \"openai-compatible\"\nbase_url = \"{}/v1\"\napi_key_file = \"{}\"\n\
+             [models.gpt-4o]\nprovider = \"openai\"\ninput_per_m = 2.5\noutput_per_m = 10.0\n\
+             [routes.default]\nchain = [\"gpt-4o\"]\n",
+            upstream.base(),
+            path.display()
+        )
+    };
+    let cfg = Config::parse(&text(&key), "key-file.toml").unwrap();
+    let mut parts = RunnerParts::mock(Clock::system(), Seed(9));
+    parts.providers = fusebox::provider::http::build(&cfg, Clock::system(), None).unwrap();
+    let runner = Runner::new(cfg, parts).unwrap();
+    let req = AgentRequest {
+        id: 1,
+        user: "alice".into(),
+        session: "alice/s".into(),
+        route: "default".into(),
+        messages: [fusebox::provider::Message::user("Where is order #38100?")].into(),
+        max_tokens: 64,
+        max_steps: 1,
+        ..AgentRequest::default()
+    };
+    assert_eq!(runner.run(&req).await.level, Level::None);
+    let sent: Vec<String> = upstream
+        .received()
+        .iter()
+        .map(|r| r.headers["authorization"].to_str().unwrap().to_string())
+        .collect();
+    assert_eq!(sent, ["Bearer sk-from-a-file"]);
+
+    std::fs::write(&key, "\n").unwrap();
+    let missing = dir.path().join("no-such-key");
+    for (path, why) in [(&key, "it is empty"), (&missing, "No such file")] {
+        let cfg = Config::parse(&text(path), "key-file.toml").unwrap();
+        let e = fusebox::provider::http::build(&cfg, Clock::system(), None)
+            .err()
+            .expect("no key, no provider")
+            .to_string();
+        assert!(
+            e.contains(&path.display().to_string()) && e.contains("providers.openai.api_key_file") && e.contains(why),
+            "{e}"
+        );
+    }
+    let both = text(&key).replace("api_key_file", "api_key_env = \"OPENAI_API_KEY\"\napi_key_file");
+    let e = Config::parse(&both, "key-file.toml").unwrap_err().to_string();
+    assert!(
+        e.contains("providers.openai.api_key_file") && e.contains("not both"),
+        "{e}"
+    );
+}
