@@ -121,6 +121,12 @@ pub fn raise() -> std::io::Result<u64> {
     Ok(soft)
 }
 
+/// How many client connections the process's descriptors leave room for
+/// (each beside its upstream call), once bounded.
+pub fn connection_room() -> Option<u64> {
+    PROCESS.get().map(|d| d.usable / 2).filter(|&n| n > 0)
+}
+
 /// One of the process's descriptors for `what`, or none.
 pub fn take(what: Use) -> Option<Held> {
     match PROCESS.get() {

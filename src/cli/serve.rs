@@ -46,8 +46,10 @@ pub struct ServeArgs {
     /// the slot of the one waiting longest on its client (idle, or its
     /// request still arriving), or is closed as it arrives when all are
     /// busy.
-    #[arg(long, default_value_t = ConnLimits::default().max_connections)]
-    pub max_connections: usize,
+    /// [default: 4096, or fewer where the limit on open files leaves room
+    /// for fewer; a number above that room is refused]
+    #[arg(long)]
+    pub max_connections: Option<usize>,
     /// Seconds a client may take to send a request's headers (and a
     /// keep-alive connection may stay idle) before it is closed.
     #[arg(long, default_value_t = ConnLimits::default().header_timeout.as_secs())]
@@ -101,6 +103,27 @@ impl ServeArgs {
         }
     }
 
+    /// Client connections at most: `--max-connections`, refused when the
+    /// limit on open files leaves no room for that many (each with its
+    /// upstream call); by default 4,096, or as many as that room holds.
+    fn connections(&self) -> Result<usize> {
+        let room = crate::descriptors::connection_room();
+        let default = ConnLimits::default().max_connections;
+        match (self.max_connections, room) {
+            (Some(n), Some(room)) if n as u64 > room => bail!(
+                "--max-connections {n}: the limit on open files leaves descriptors for {room} client connections beside their upstream calls; give at most {room}, or raise the hard limit (`ulimit -Hn`, systemd's LimitNOFILE, a container's nofile ulimit)"
+            ),
+            (Some(n), _) => Ok(n.max(1)),
+            (None, Some(room)) if room < default as u64 => {
+                eprintln!(
+                    "note: the limit on open files leaves room for {room} client connections, not the default {default}: serving at most {room} (raise `ulimit -Hn` for more)"
+                );
+                Ok(room as usize)
+            }
+            (None, _) => Ok(default),
+        }
+    }
+
     /// The runtime: one thread and no console is a current-thread runtime,
     /// which wakes and schedules with less work than a one-worker
     /// multi-thread one. (The console draws on the main thread, so it
@@ -135,6 +158,7 @@ pub fn serve(mut args: ServeArgs) -> Result<()> {
     let configured = std::mem::take(&mut cfg.tools);
     let configured = if own { configured } else { Default::default() };
     let auth_token = args.auth_token()?;
+    let max_connections = args.connections()?;
     let state = args.state.redis(&cfg, Speed::Factor(1.0))?;
     let ui = Ui::setup(args.headless, &args.console, Speed::Factor(1.0), "serve")?;
     let rt = args.runtime(ui.is_some())?;
@@ -172,7 +196,7 @@ pub fn serve(mut args: ServeArgs) -> Result<()> {
             max_body: args.max_body_bytes,
             readonly: args.console.readonly,
             conns: ConnLimits {
-                max_connections: args.max_connections.max(1),
+                max_connections,
                 header_timeout: Duration::from_secs(args.header_timeout_s.max(1)),
                 body_timeout: Duration::from_secs(args.body_timeout_s.max(1)),
             },

@@ -881,3 +881,25 @@ async fn a_new_key_goes_in_the_config_and_opens_the_gateway() {
     let out = child.wait_with_output().unwrap();
     assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), key.hash.to_string());
 }
+
+/// `serve` refuses a `--max-connections` that its open-file limit cannot
+/// honour (each connection beside its upstream call), saying the most it
+/// can, rather than closing the rest at accept once running.
+#[test]
+fn serve_refuses_more_connections_than_its_open_files_allow() {
+    let o = Command::new("sh")
+        .args(["-c", "ulimit -n 256 && exec \"$@\"", "sh"])
+        .arg(env!("CARGO_BIN_EXE_fusebox"))
+        .args([
+            "serve",
+            "--headless",
+            "--listen",
+            "127.0.0.1:0",
+            "--max-connections",
+            "57",
+        ])
+        .output()
+        .unwrap();
+    // 256 files less the reserve (128 and a sixteenth) leave 56 a use.
+    assert_clean_failure(&o, &["--max-connections 57", "for 56 client connections", "ulimit -Hn"]);
+}

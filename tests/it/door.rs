@@ -135,11 +135,7 @@ async fn under_a_low_open_file_limit_the_door_closes_before_any_call_runs_out() 
     std::fs::write(&path, cfg).unwrap();
     let config = path.display().to_string();
     let serve = tokio::task::spawn_blocking(move || {
-        crate::common::Serve::start_with_open_files(
-            256,
-            &["--config", &config, "--max-connections", "200"],
-            &[("STRICT_KEY", "sk-test")],
-        )
+        crate::common::Serve::start_with_open_files(256, &["--config", &config], &[("STRICT_KEY", "sk-test")])
     })
     .await
     .unwrap();

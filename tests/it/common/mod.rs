@@ -225,16 +225,19 @@ impl Serve {
             .stderr(std::process::Stdio::piped())
             .spawn()
             .expect("run fusebox serve");
-        let mut first = String::new();
-        std::io::BufReader::new(child.stderr.take().unwrap())
-            .read_line(&mut first)
-            .unwrap();
-        let base = first
-            .split_whitespace()
-            .find(|w| w.starts_with("http://"))
-            .unwrap_or_else(|| panic!("no base URL in `{first}`"))
-            .trim_end_matches("/v1")
-            .to_string();
+        // Notes may come first; the line with its address says it serves.
+        let mut said = String::new();
+        let mut stderr = std::io::BufReader::new(child.stderr.take().unwrap());
+        let base = loop {
+            let mut line = String::new();
+            if stderr.read_line(&mut line).unwrap() == 0 {
+                panic!("no base URL in `{said}`");
+            }
+            said.push_str(&line);
+            if let Some(url) = line.split_whitespace().find(|w| w.starts_with("http://")) {
+                break url.trim_end_matches("/v1").to_string();
+            }
+        };
         Serve { child, base }
     }
 
