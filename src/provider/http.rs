@@ -80,7 +80,11 @@ pub fn api_key_from(provider: &str, path: &std::path::Path) -> Result<Secret, Se
         path: path.display().to_string(),
         why,
     };
-    let len = std::fs::metadata(path).map_err(|e| bad(e.to_string()))?.len();
+    let meta = std::fs::metadata(path).map_err(|e| bad(e.to_string()))?;
+    if !meta.is_file() {
+        return Err(bad("not a regular file (a secret is mounted as one)".into()));
+    }
+    let len = meta.len();
     if len > MAX_KEY_FILE {
         return Err(bad(format!("{len} bytes, more than a key's {MAX_KEY_FILE}")));
     }

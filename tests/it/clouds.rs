@@ -68,6 +68,20 @@ fn runner(kind: ProviderKind, cloud: &Strict, fallback: &Strict, dir: &std::path
     Runner::new(cfg, parts).unwrap()
 }
 
+/// Alice's one-step question `id`, on the default route.
+fn ask(id: u64) -> AgentRequest {
+    AgentRequest {
+        id,
+        user: "alice".into(),
+        session: "alice/s".into(),
+        route: "default".into(),
+        messages: [fusebox::provider::Message::user("Where is order #38100?")].into(),
+        max_tokens: 64,
+        max_steps: 1,
+        ..AgentRequest::default()
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_throttled_cloud_model_is_skipped_by_its_breaker_and_the_fallback_answers() {
     for kind in [
@@ -82,17 +96,7 @@ async fn a_throttled_cloud_model_is_skipped_by_its_breaker_and_the_fallback_answ
         let runner = runner(kind, &cloud, &fallback, dir.path());
         let requests = 12;
         for id in 1..=requests {
-            let req = AgentRequest {
-                id,
-                user: "alice".into(),
-                session: "alice/s".into(),
-                route: "default".into(),
-                messages: [fusebox::provider::Message::user("Where is order #38100?")].into(),
-                max_tokens: 64,
-                max_steps: 1,
-                ..AgentRequest::default()
-            };
-            let o = runner.run(&req).await;
+            let o = runner.run(&ask(id)).await;
             assert!(
                 o.answer.is_some() && o.level != Level::Failed,
                 "{kind:?} request {id}: {o:?}"
@@ -205,17 +209,7 @@ async fn a_key_mounted_as_a_file_reaches_the_provider() {
     let mut parts = RunnerParts::mock(Clock::system(), Seed(9));
     parts.providers = fusebox::provider::http::build(&cfg, Clock::system(), None).unwrap();
     let runner = Runner::new(cfg, parts).unwrap();
-    let req = AgentRequest {
-        id: 1,
-        user: "alice".into(),
-        session: "alice/s".into(),
-        route: "default".into(),
-        messages: [fusebox::provider::Message::user("Where is order #38100?")].into(),
-        max_tokens: 64,
-        max_steps: 1,
-        ..AgentRequest::default()
-    };
-    assert_eq!(runner.run(&req).await.level, Level::None);
+    assert_eq!(runner.run(&ask(1)).await.level, Level::None);
     let sent: Vec<String> = upstream
         .received()
         .iter()
@@ -225,7 +219,12 @@ async fn a_key_mounted_as_a_file_reaches_the_provider() {
 
     std::fs::write(&key, "\n").unwrap();
     let missing = dir.path().join("no-such-key");
-    for (path, why) in [(&key, "it is empty"), (&missing, "No such file")] {
+    let folder = dir.path().to_path_buf();
+    for (path, why) in [
+        (&key, "it is empty"),
+        (&missing, "No such file"),
+        (&folder, "not a regular file"),
+    ] {
         let cfg = Config::parse(&text(path), "key-file.toml").unwrap();
         let e = fusebox::provider::http::build(&cfg, Clock::system(), None)
             .err()
