@@ -16,6 +16,13 @@
 //! Run: `cargo build --release --examples --bins && cargo run --release
 //! --example mcp_overhead -- --bare target/release/examples/mcp_bare_proxy`
 //! (`--calls 2000 --rounds 5 --threads 1 --fusebox target/release/fusebox`).
+//!
+//! Each proxy's CPU per call is read from `/proc`; the difference is
+//! fusebox's own work. To count it in instructions instead, give
+//! `--fusebox` and `--bare` scripts that `exec valgrind --tool=callgrind
+//! --log-file=… PROGRAM "$@"` and run twice with different `--calls`
+//! (`--rounds 1 --open-calls 0`): the difference of the totals over the
+//! difference of the calls is the instructions per call.
 
 use clap::Parser;
 use rmcp::model::{
@@ -60,8 +67,34 @@ struct Args {
 /// A child process (`fusebox serve`, a proxy, the MCP server), killed on drop.
 struct Gateway(std::process::Child);
 
+impl Gateway {
+    /// CPU time its threads have run so far (ns), from `/proc`'s
+    /// per-thread scheduler counts (precise where `utime` counts ticks).
+    fn cpu_ns(&self) -> u64 {
+        let Ok(tasks) = std::fs::read_dir(format!("/proc/{}/task", self.0.id())) else {
+            return 0;
+        };
+        tasks
+            .flatten()
+            .filter_map(|t| std::fs::read_to_string(t.path().join("schedstat")).ok())
+            .filter_map(|s| s.split_whitespace().next()?.parse::<u64>().ok())
+            .sum()
+    }
+}
+
 impl Drop for Gateway {
+    /// SIGTERM first, so that a process run under a profiler (callgrind,
+    /// through a wrapper script) writes its counts; killed if it lingers.
     fn drop(&mut self) {
+        let _ = std::process::Command::new("kill")
+            .args(["-TERM", &self.0.id().to_string()])
+            .status();
+        for _ in 0..200 {
+            if matches!(self.0.try_wait(), Ok(Some(_))) {
+                return;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(50)); // its exit
+        }
         let _ = self.0.kill();
     }
 }
@@ -149,8 +182,25 @@ impl ServerHandler for Echo {
     }
 }
 
-/// One round's p50 and p99 (µs): direct, through fusebox, through the bare proxy.
-type Round = [(f64, f64); 3];
+/// One round's p50 and p99 (µs): direct, through fusebox, through the
+/// bare proxy; and each proxy's CPU per call (µs): fusebox, the bare proxy.
+struct Round {
+    latency: [(f64, f64); 3],
+    cpu: [f64; 2],
+}
+
+/// `calls` calls through `client`: their p50 and p99 (µs), and the CPU per
+/// call (µs) of the proxy `via` in front of the server, if any.
+async fn timed(
+    client: &rmcp::service::RunningService<rmcp::service::RoleClient, ()>,
+    calls: usize,
+    via: Option<&Gateway>,
+) -> ((f64, f64), f64) {
+    let before = via.map_or(0, Gateway::cpu_ns);
+    let latency = round(client, calls).await;
+    let cpu = via.map_or(f64::NAN, |g| (g.cpu_ns() - before) as f64 / 1e3 / calls as f64);
+    (latency, cpu)
+}
 
 /// The MCP server on loopback: its `/mcp` URL and the future serving it.
 async fn upstream() -> anyhow::Result<(String, tokio::task::JoinHandle<std::io::Result<()>>)> {
@@ -223,7 +273,7 @@ async fn main() -> anyhow::Result<()> {
         url.clone(),
         dir.path().to_path_buf(),
     );
-    let (_gateway, proxied_url) = tokio::task::spawn_blocking(move || gateway(&fusebox, threads, &at, &path)).await??;
+    let (gateway, proxied_url) = tokio::task::spawn_blocking(move || gateway(&fusebox, threads, &at, &path)).await??;
     let bare_proxy = match &args.bare {
         Some(program) => {
             let (program, at) = (program.clone(), url.clone());
@@ -249,35 +299,41 @@ async fn main() -> anyhow::Result<()> {
     let mut rounds: Vec<Round> = Vec::new();
     for r in 0..args.rounds {
         let d = round(&direct, args.calls).await;
-        let p = round(&proxied, args.calls).await;
-        let b = match &bare_client {
-            Some(b) => round(b, args.calls).await,
-            None => (f64::NAN, f64::NAN),
+        let (p, p_cpu) = timed(&proxied, args.calls, Some(&gateway)).await;
+        let (b, b_cpu) = match (&bare_client, &bare_proxy) {
+            (Some(b), Some((gw, _))) => timed(b, args.calls, Some(gw)).await,
+            _ => ((f64::NAN, f64::NAN), f64::NAN),
         };
         println!(
-            "round {r}: direct p50 {:.0} µs p99 {:.0} µs · fusebox p50 {:.0} µs p99 {:.0} µs · bare rmcp proxy p50 {:.0} µs p99 {:.0} µs",
+            "round {r}: direct p50 {:.0} µs p99 {:.0} µs · fusebox p50 {:.0} µs p99 {:.0} µs, CPU {p_cpu:.1} µs a call · bare rmcp proxy p50 {:.0} µs p99 {:.0} µs, CPU {b_cpu:.1} µs a call",
             d.0, d.1, p.0, p.1, b.0, b.1
         );
-        rounds.push([d, p, b]);
+        rounds.push(Round {
+            latency: [d, p, b],
+            cpu: [p_cpu, b_cpu],
+        });
     }
     let med = |f: &dyn Fn(&Round) -> f64| median(rounds.iter().map(f).collect());
     println!(
-        "median over {} rounds of {} calls: direct p50 {:.0} µs (p99 {:.0}), fusebox p50 {:.0} µs (p99 {:.0}); fusebox adds {:.0} µs at p50",
+        "median over {} rounds of {} calls: direct p50 {:.0} µs (p99 {:.0}), fusebox p50 {:.0} µs (p99 {:.0}), CPU {:.1} µs a call; fusebox adds {:.0} µs at p50",
         args.rounds,
         args.calls,
-        med(&|r| r[0].0),
-        med(&|r| r[0].1),
-        med(&|r| r[1].0),
-        med(&|r| r[1].1),
-        med(&|r| r[1].0 - r[0].0),
+        med(&|r| r.latency[0].0),
+        med(&|r| r.latency[0].1),
+        med(&|r| r.latency[1].0),
+        med(&|r| r.latency[1].1),
+        med(&|r| r.cpu[0]),
+        med(&|r| r.latency[1].0 - r.latency[0].0),
     );
     if bare_client.is_some() {
         println!(
-            "a bare rmcp proxy: p50 {:.0} µs (p99 {:.0}), adding {:.0} µs at p50; fusebox adds {:.0} µs at p50 over the bare proxy",
-            med(&|r| r[2].0),
-            med(&|r| r[2].1),
-            med(&|r| r[2].0 - r[0].0),
-            med(&|r| r[1].0 - r[2].0),
+            "a bare rmcp proxy: p50 {:.0} µs (p99 {:.0}), CPU {:.1} µs a call, adding {:.0} µs at p50; over it fusebox adds {:.0} µs at p50 and {:.1} µs of CPU a call (its own work)",
+            med(&|r| r.latency[2].0),
+            med(&|r| r.latency[2].1),
+            med(&|r| r.cpu[1]),
+            med(&|r| r.latency[2].0 - r.latency[0].0),
+            med(&|r| r.latency[1].0 - r.latency[2].0),
+            med(&|r| r.cpu[0] - r.cpu[1]),
         );
     }
     // The breaker forced open: every call is answered by fusebox at once,

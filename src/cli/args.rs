@@ -69,7 +69,7 @@ pub struct StateArgs {
     /// Where state shared by a fleet of instances lives: `memory` (this
     /// instance alone) or `redis://HOST:PORT/DB` [default: the config's
     /// `[state] url`, else memory].
-    #[arg(long)]
+    #[arg(long, env = "FUSEBOX_STATE", hide_env_values = true)]
     pub state: Option<String>,
 }
 
@@ -164,7 +164,7 @@ pub struct ConsoleArgs {
     /// Operator name recorded with commands [default: $USER].
     #[arg(long)]
     pub operator: Option<String>,
-    /// Directory for the rolling diagnostic log [default: $XDG_STATE_HOME/fusebox/logs].
+    /// Directory for the rolling diagnostic log, or `-` for stderr (headless runs) [default: $FUSEBOX_LOG_DIR, else $XDG_STATE_HOME/fusebox/logs].
     #[arg(long)]
     pub log_dir: Option<PathBuf>,
 }

@@ -88,15 +88,21 @@ enum Cmd {
 /// an error, said on stderr).
 pub fn main() -> i32 {
     let cli = Cli::parse();
-    let log_dir = match &cli.command {
-        Some(Cmd::Demo(a)) => a.console.log_dir.clone(),
-        Some(Cmd::Serve(a)) => a.console.log_dir.clone(),
-        Some(Cmd::Replay(a)) => a.console.log_dir.clone(),
-        Some(Cmd::Attach(a)) => a.console.log_dir.clone(),
-        None => cli.demo.console.log_dir.clone(),
-        _ => None,
+    // Where the diagnostic log goes, and whether the terminal is free for it.
+    let (log_dir, headless) = match &cli.command {
+        Some(Cmd::Demo(a)) => (a.console.log_dir.clone(), a.headless),
+        Some(Cmd::Serve(a)) => (a.console.log_dir.clone(), a.headless),
+        Some(Cmd::Replay(a)) => (a.console.log_dir.clone(), a.headless),
+        Some(Cmd::Attach(a)) => (a.console.log_dir.clone(), false),
+        None => (cli.demo.console.log_dir.clone(), cli.demo.headless),
+        _ => (None, true),
     };
-    let _log = logging(log_dir);
+    let log_dir = log_dir.unwrap_or_else(crate::log_dir);
+    if log_dir.as_os_str() == "-" && !headless {
+        eprintln!("error: --log-dir -: the console owns the terminal; log to stderr only with --headless");
+        return 2;
+    }
+    let _log = logging(&log_dir);
     match crate::descriptors::raise() {
         Ok(limit) => tracing::info!(limit, "open files"),
         Err(e) => tracing::warn!(error = %e, "cannot read or raise the limit on open files"),
@@ -110,19 +116,23 @@ pub fn main() -> i32 {
     }
 }
 
-/// Diagnostic logs go to a daily-rolling file (the terminal belongs to the
-/// UI); the returned guard flushes it on exit. Level from `FUSEBOX_LOG`.
-fn logging(dir: Option<PathBuf>) -> Option<tracing_appender::non_blocking::WorkerGuard> {
-    let dir = dir.unwrap_or_else(crate::log_dir);
-    if std::fs::create_dir_all(&dir).is_err() {
-        return None;
-    }
-    let appender = tracing_appender::rolling::daily(&dir, "fusebox.log");
+/// Diagnostic logs go to a daily-rolling file in `dir` (the terminal
+/// belongs to the UI), or to stderr where `dir` is `-` (a headless run in
+/// a container, whose platform collects it; stdout stays the command's
+/// own output: status lines, summaries, keys); the returned guard
+/// flushes them on exit. Level from `FUSEBOX_LOG`.
+fn logging(dir: &std::path::Path) -> Option<tracing_appender::non_blocking::WorkerGuard> {
     // Lines waiting for the writer thread: the default, 128,000, is a 4 MB
     // queue set up (and its pages touched) before any work starts.
-    let (writer, guard) = tracing_appender::non_blocking::NonBlockingBuilder::default()
-        .buffered_lines_limit(8_192)
-        .finish(appender);
+    let queue = tracing_appender::non_blocking::NonBlockingBuilder::default().buffered_lines_limit(8_192);
+    let (writer, guard) = if dir.as_os_str() == "-" {
+        queue.finish(std::io::stderr())
+    } else {
+        if std::fs::create_dir_all(dir).is_err() {
+            return None;
+        }
+        queue.finish(tracing_appender::rolling::daily(dir, "fusebox.log"))
+    };
     // rmcp's sessions are `info` spans entered on every poll of every MCP
     // message; its warnings and errors still reach the log.
     let filter = tracing_subscriber::EnvFilter::try_from_env("FUSEBOX_LOG").unwrap_or_else(|_| "info,rmcp=warn".into());

@@ -21,7 +21,7 @@ pub struct ServeArgs {
     #[arg(long)]
     pub config: Option<PathBuf>,
     /// Address to listen on; beyond loopback an auth token is required.
-    #[arg(long, default_value = "127.0.0.1:8787")]
+    #[arg(long, env = "FUSEBOX_LISTEN", default_value = "127.0.0.1:8787")]
     pub listen: String,
     /// Where operators reach this gateway, published in the fleet's
     /// heartbeats for `fusebox attach --state` [default: http://LISTEN,

@@ -929,6 +929,20 @@ fn the_quick_start_and_serve_commands_run() {
                     );
                 }
                 c if c.starts_with("curl ") || c.starts_with("cargo run --example") => continue,
+                // The deploy commands: the image test runs the build script,
+                // the manifests test renders what `apply -k` applies.
+                c if c.starts_with("cargo build --release && docs/deploy/image ") => {
+                    assert!(root().join("docs/deploy/image").is_file(), "{}", s.at);
+                    continue;
+                }
+                "kubectl create secret generic fusebox-provider-keys --from-file=openai=./openai.key" => {
+                    assert!(
+                        read("docs/deploy/kubernetes/deployment.yaml").contains("secretName: fusebox-provider-keys")
+                    );
+                    assert!(read("docs/deploy/kubernetes/fusebox.toml").contains("/run/secrets/fusebox/openai"));
+                    continue;
+                }
+                "kubectl apply -k docs/deploy/kubernetes" => continue,
                 other => panic!("{}: no check runs `{other}`: teach tests/it/docs.rs", s.at),
             }
             ran.insert(cmd);
@@ -966,6 +980,7 @@ fn check_of(cmd: &str) -> Option<Check> {
         | "fusebox demo --headless --scenario heavy-tail --seed 7 --config examples/hedging.toml" => Run,
         "fusebox keys hash" => Elsewhere("reads a secret on standard input (the keys test pipes one in)"),
         "fusebox keys new" => Elsewhere("needs a name and a user: run with both just below it in docs/api.md"),
+        "fusebox keys operator" => Elsewhere("needs a name and a scope: run with both in docs/api.md"),
         "fusebox serve" | "fusebox serve --readonly" | "fusebox demo" | "fusebox replay LOG" => {
             Elsewhere("the command itself, run by the quick-start, curl and console checks")
         }

@@ -210,13 +210,12 @@ impl Serve {
     }
 
     fn start_in(mut cmd: std::process::Command, args: &[&str], envs: &[(&str, &str)]) -> Self {
-        use std::io::BufRead;
         let listen = if args.contains(&"--listen") {
             &[][..]
         } else {
             &["--listen", "127.0.0.1:0"][..]
         };
-        let mut child = cmd
+        let child = cmd
             .args(["serve", "--headless"])
             .args(listen)
             .args(args)
@@ -225,7 +224,14 @@ impl Serve {
             .stderr(std::process::Stdio::piped())
             .spawn()
             .expect("run fusebox serve");
-        // Notes may come first; the line with its address says it serves.
+        Self::started(child)
+    }
+
+    /// A `fusebox serve` started some other way (its stderr piped), once
+    /// it says where it serves: notes may come first, the line with its
+    /// address says it serves.
+    pub fn started(mut child: std::process::Child) -> Self {
+        use std::io::BufRead;
         let mut said = String::new();
         let mut stderr = std::io::BufReader::new(child.stderr.take().unwrap());
         let base = loop {
@@ -238,7 +244,15 @@ impl Serve {
                 break url.trim_end_matches("/v1").to_string();
             }
         };
+        // The rest is read and dropped: a writer to a closed pipe may die
+        // of SIGPIPE (a runtime in front of fusebox, as Go's does).
+        std::thread::spawn(move || std::io::copy(&mut stderr, &mut std::io::sink()));
         Serve { child, base }
+    }
+
+    /// Its process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
     }
 
     /// Sends it signal `sig` (`TERM`, `INT`, `HUP`).
