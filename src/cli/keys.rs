@@ -171,14 +171,14 @@ pub fn keys(cmd: KeysCmd) -> Result<()> {
 }
 
 /// Runs `f` on a connection to the Redis at `url`.
-fn on_redis<T>(url: &str, f: impl AsyncFnOnce(&mut redis::aio::MultiplexedConnection) -> Result<T>) -> Result<T> {
+fn on_redis<T>(url: &str, f: impl AsyncFnOnce(&mut crate::fleet::connect::Conn) -> Result<T>) -> Result<T> {
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
     rt.block_on(async {
-        let client = redis::Client::open(url).with_context(|| format!("--state {url}: not a Redis URL"))?;
-        let mut conn = client
-            .get_multiplexed_async_connection()
+        let endpoint = crate::fleet::connect::Endpoint::parse(url)?;
+        let mut conn = endpoint
+            .connect()
             .await
-            .with_context(|| format!("--state {url}: cannot reach Redis"))?;
+            .with_context(|| format!("--state {}: cannot reach Redis", endpoint.shown()))?;
         f(&mut conn).await
     })
 }

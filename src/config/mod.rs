@@ -244,7 +244,8 @@ pub struct Config {
 #[derive(Clone, Debug, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct StateConfig {
-    /// `memory` (this instance alone) or `redis://HOST:PORT/DB`.
+    /// `memory` (this instance alone), `redis://HOST:PORT/DB`, or
+    /// `redis+sentinel://HOST:PORT[,HOST:PORT…]/MASTER[/DB]`.
     pub url: String,
     /// What the fleet's budgets do while Redis is unreachable.
     pub budgets_fail: FailMode,
@@ -262,7 +263,10 @@ impl Default for StateConfig {
 impl StateConfig {
     /// Whether `url` names a store `--state` accepts.
     pub fn accepts(url: &str) -> bool {
-        url == "memory" || url.starts_with("redis://") || url.starts_with("rediss://")
+        url == "memory"
+            || url.starts_with("redis://")
+            || url.starts_with("rediss://")
+            || url.starts_with(crate::fleet::connect::SENTINEL_SCHEME)
     }
 }
 

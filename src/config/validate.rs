@@ -47,7 +47,9 @@ impl Config {
         if !StateConfig::accepts(&self.state.url) {
             return Err(c.bad(
                 "state.url".into(),
-                "is not a store; use \"memory\" or \"redis://HOST:PORT/DB\"".into(),
+                "is not a store; use \"memory\", \"redis://HOST:PORT/DB\" or \
+                 \"redis+sentinel://HOST:PORT[,HOST:PORT…]/MASTER[/DB]\""
+                    .into(),
             ));
         }
         self.check_providers(c)?;

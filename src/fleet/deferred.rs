@@ -12,11 +12,11 @@
 //! entry leaves the stream only when acknowledged, and while Redis is
 //! unreachable deferred requests go to the local spool as before.
 
+use super::connect::Conn;
 use crate::resilience::defer::Deferred;
 use crate::runner::Runner;
 use crate::telemetry::store::StoreStatus;
 use parking_lot::Mutex;
-use redis::aio::ConnectionManager;
 use redis::streams::{StreamAutoClaimOptions, StreamAutoClaimReply, StreamId, StreamReadOptions, StreamReadReply};
 use redis::AsyncCommands;
 use std::collections::{BTreeMap, HashSet};
@@ -36,7 +36,7 @@ const HOLD: usize = 64;
 
 /// This instance's side of the shared stream.
 pub struct SharedQueue {
-    conn: ConnectionManager,
+    conn: Conn,
     consumer: String,
     status: Arc<StoreStatus>,
     /// Entries claimed here and not ended: stream id → request.
@@ -52,7 +52,7 @@ pub struct SharedQueue {
 }
 
 impl SharedQueue {
-    pub(super) fn new(conn: ConnectionManager, consumer: String, status: Arc<StoreStatus>) -> Self {
+    pub(super) fn new(conn: Conn, consumer: String, status: Arc<StoreStatus>) -> Self {
         Self {
             conn,
             consumer,
@@ -191,7 +191,7 @@ impl SharedQueue {
     /// being re-driven) back to the fleet. Each is put back on the stream
     /// and its claimed copy acknowledged, atomically, so any instance can
     /// take it at once.
-    async fn release(&self, conn: &mut ConnectionManager) -> redis::RedisResult<()> {
+    async fn release(&self, conn: &mut Conn) -> redis::RedisResult<()> {
         let idle: Vec<(String, Deferred)> = {
             let held = self.held.lock();
             let (ended, busy) = (self.ended.lock(), self.busy.lock());
@@ -228,7 +228,7 @@ impl SharedQueue {
 
     /// Keeps claimed entries; an unreadable one is acknowledged and
     /// dropped with an error (it can never be re-driven).
-    async fn hold(&self, conn: &mut ConnectionManager, ids: Vec<StreamId>) -> redis::RedisResult<()> {
+    async fn hold(&self, conn: &mut Conn, ids: Vec<StreamId>) -> redis::RedisResult<()> {
         for e in ids {
             let parsed = e
                 .get::<String>("request")
@@ -248,7 +248,7 @@ impl SharedQueue {
 
     /// Acknowledges and deletes the entries that ended; on failure they
     /// stay held (claims refreshed, not re-driven again) until a later pass.
-    async fn acknowledge(&self, conn: &mut ConnectionManager) -> redis::RedisResult<()> {
+    async fn acknowledge(&self, conn: &mut Conn) -> redis::RedisResult<()> {
         let ids = std::mem::take(&mut *self.ended.lock());
         if ids.is_empty() {
             return Ok(());
@@ -271,7 +271,7 @@ impl SharedQueue {
 }
 
 /// Acknowledges and deletes stream entries.
-async fn remove(conn: &mut ConnectionManager, ids: &[String]) -> redis::RedisResult<()> {
+async fn remove(conn: &mut Conn, ids: &[String]) -> redis::RedisResult<()> {
     redis::pipe()
         .xack(STREAM, GROUP, ids)
         .ignore()

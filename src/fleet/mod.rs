@@ -1,4 +1,5 @@
-//! Fleet mode (`--state redis://HOST:PORT/DB`): several fusebox instances
+//! Fleet mode (`--state redis://HOST:PORT/DB`, or a Sentinel-managed
+//! primary, see [`connect`]): several fusebox instances
 //! share state on Redis, behind the [`store::Store`] interface where it is
 //! limits and budgets: provider rate limits (leased, see [`lease`]), user
 //! and global budgets (allowances, see [`allowance`]); deferred requests on
@@ -9,6 +10,7 @@
 //! store as degraded, and shares what it did when Redis returns.
 
 pub mod allowance;
+pub mod connect;
 pub mod deferred;
 pub mod keys;
 pub mod lease;
@@ -23,9 +25,9 @@ use crate::runner::shared::{Reserved, Shared};
 use crate::runner::Runner;
 use crate::target::Target;
 use crate::telemetry::events::EventKind;
+use connect::{Conn, Endpoint};
 use futures_util::StreamExt;
 use parking_lot::Mutex;
-use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::AsyncCommands;
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
@@ -50,7 +52,10 @@ const INSTANCE_TTL: Duration = Duration::from_millis(2_000);
 #[derive(Debug, thiserror::Error)]
 pub enum FleetError {
     /// The URL is not a Redis URL.
-    #[error("--state {url}: not a Redis URL ({why}); expected redis://HOST:PORT/DB or `memory`")]
+    #[error(
+        "--state {url}: not a Redis URL ({why}); expected redis://HOST:PORT/DB, \
+         redis+sentinel://HOST:PORT[,HOST:PORT…]/MASTER[/DB] or `memory`"
+    )]
     BadUrl {
         /// The URL given.
         url: String,
@@ -102,8 +107,8 @@ impl Act {
 
 /// This instance's membership of the fleet.
 pub struct Fleet {
-    client: redis::Client,
-    conn: ConnectionManager,
+    endpoint: Arc<Endpoint>,
+    conn: Conn,
     /// Limits and budgets.
     store: Arc<dyn store::Store>,
     instance: String,
@@ -192,16 +197,11 @@ impl Fleet {
     /// starts sharing: heartbeats, announcing local actions, applying remote
     /// ones. The tasks run until the runtime ends.
     pub async fn start(url: &str, runner: Arc<Runner>) -> Result<Arc<Self>, FleetError> {
-        let client = redis::Client::open(url).map_err(|why| FleetError::BadUrl { url: url.into(), why })?;
-        let cfg = ConnectionManagerConfig::new()
-            .set_connection_timeout(Duration::from_millis(1_000))
-            .set_response_timeout(Duration::from_millis(500))
-            .set_number_of_retries(1)
-            .set_max_delay(1_000);
-        let conn = client
-            .get_connection_manager_with_config(cfg)
-            .await
-            .map_err(|why| FleetError::Unreachable { url: url.into(), why })?;
+        let endpoint = Endpoint::parse(url)?;
+        let conn = endpoint.connect().await.map_err(|why| FleetError::Unreachable {
+            url: endpoint.shown(),
+            why,
+        })?;
         let instance = format!("{}-{}", std::process::id(), runner.clock().wall_ms());
         runner.store().set_redis();
         let store: Arc<dyn store::Store> = Arc::new(store::RedisStore::new(conn.clone()));
@@ -215,7 +215,7 @@ impl Fleet {
         ));
         let retries = Arc::new(retries::SharedRetries::new(store.clone(), runner.clone()));
         let me = Arc::new(Self {
-            client,
+            endpoint,
             conn: conn.clone(),
             store,
             retries,
@@ -424,7 +424,11 @@ impl Fleet {
     /// catches up on what was stored meanwhile) after losing Redis.
     async fn listen(self: Arc<Self>) {
         loop {
-            match self.client.get_async_pubsub().await {
+            let pubsub = match self.endpoint.primary().await {
+                Ok(client) => client.get_async_pubsub().await,
+                Err(e) => Err(e),
+            };
+            match pubsub {
                 Ok(mut ps) => {
                     if ps.subscribe(OPS_CHANNEL).await.is_ok() {
                         if let Err(e) = self.catch_up().await {
@@ -501,9 +505,12 @@ impl Fleet {
 /// admin URLs their heartbeats publish (instances that serve no gateway
 /// publish none).
 pub async fn admin_urls(url: &str) -> Result<Vec<String>, FleetError> {
-    let client = redis::Client::open(url).map_err(|why| FleetError::BadUrl { url: url.into(), why })?;
-    let unreachable = |why| FleetError::Unreachable { url: url.into(), why };
-    let mut conn = ConnectionManager::new(client).await.map_err(unreachable)?;
+    let endpoint = Endpoint::parse(url)?;
+    let unreachable = |why| FleetError::Unreachable {
+        url: endpoint.shown(),
+        why,
+    };
+    let mut conn = endpoint.connect().await.map_err(unreachable)?;
     let keys = scan(&mut conn, &format!("{INSTANCE_KEY}*"))
         .await
         .map_err(unreachable)?;
@@ -522,7 +529,7 @@ pub async fn admin_urls(url: &str) -> Result<Vec<String>, FleetError> {
 }
 
 /// Every key matching `pattern` (SCAN, never KEYS).
-async fn scan(conn: &mut ConnectionManager, pattern: &str) -> redis::RedisResult<Vec<String>> {
+async fn scan(conn: &mut Conn, pattern: &str) -> redis::RedisResult<Vec<String>> {
     let mut keys = Vec::new();
     let mut cursor: u64 = 0;
     loop {

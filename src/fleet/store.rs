@@ -11,9 +11,9 @@
 //! instance falls back to while Redis is unreachable. Both take an optional
 //! `now` so tests drive time; the same property tests run against both.
 
+use super::connect::Conn;
 use crate::clock::Clock;
 use parking_lot::Mutex;
-use redis::aio::ConnectionManager;
 use redis::Script;
 use std::collections::HashMap;
 
@@ -217,7 +217,7 @@ return grant
 /// The store on Redis: each operation is one atomic script.
 #[derive(Clone)]
 pub struct RedisStore {
-    conn: ConnectionManager,
+    conn: Conn,
     take: Script,
     grant: Script,
     retry: Script,
@@ -225,7 +225,7 @@ pub struct RedisStore {
 
 impl RedisStore {
     /// The store on `conn`.
-    pub fn new(conn: ConnectionManager) -> Self {
+    pub fn new(conn: Conn) -> Self {
         Self {
             conn,
             take: Script::new(TAKE),

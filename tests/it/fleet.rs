@@ -11,9 +11,9 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 /// A `fusebox serve --headless` process, killed on drop.
-struct Instance {
+pub(crate) struct Instance {
     child: Child,
-    base: String,
+    pub(crate) base: String,
 }
 
 impl Instance {
@@ -21,7 +21,7 @@ impl Instance {
         Self::start_with(state, &[])
     }
 
-    fn start_with(state: &str, extra: &[&str]) -> Instance {
+    pub(crate) fn start_with(state: &str, extra: &[&str]) -> Instance {
         let mut child = Command::new(env!("CARGO_BIN_EXE_fusebox"))
             .args(["serve", "--headless", "--listen", "127.0.0.1:0", "--state", state])
             .args(extra)
@@ -55,13 +55,13 @@ impl Instance {
         })
     }
 
-    fn metric(&self, sample: &str) -> Option<f64> {
+    pub(crate) fn metric(&self, sample: &str) -> Option<f64> {
         self.metrics()
             .lines()
             .find_map(|l| l.strip_prefix(sample)?.trim().parse().ok())
     }
 
-    fn command(&self, json: &str) -> u16 {
+    pub(crate) fn command(&self, json: &str) -> u16 {
         block(async {
             reqwest::Client::new()
                 .post(format!("{}/_fusebox/commands", self.base))
@@ -96,7 +96,7 @@ impl Drop for Instance {
     }
 }
 
-fn block<T>(f: impl std::future::Future<Output = T>) -> T {
+pub(crate) fn block<T>(f: impl std::future::Future<Output = T>) -> T {
     tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()

@@ -24,6 +24,7 @@ mod drain;
 mod faithful;
 mod faults;
 mod fleet;
+mod fleet_failover;
 mod fuzz;
 mod gateway;
 mod hardening;

@@ -173,12 +173,8 @@ fn the_redis_store_follows_the_model() {
         .build()
         .unwrap();
     let store = rt.block_on(async {
-        let conn = redis::Client::open(redis.url())
-            .unwrap()
-            .get_connection_manager()
-            .await
-            .unwrap();
-        RedisStore::new(conn)
+        let endpoint = fusebox::fleet::connect::Endpoint::parse(&redis.url()).unwrap();
+        RedisStore::new(endpoint.connect().await.unwrap())
     });
     let case = AtomicU64::new(0);
     proptest!(ProptestConfig::with_cases(64), |(ops in prop::collection::vec(op(), 1..60))| {

@@ -21,6 +21,11 @@ impl Redis {
     }
 
     pub fn start_on(port: u16) -> Option<Redis> {
+        Self::start_with(port, &[])
+    }
+
+    /// Starts one on `port` with `extra` arguments (`--replicaof H P`, …).
+    pub fn start_with(port: u16, extra: &[&str]) -> Option<Redis> {
         let spawned = Command::new("redis-server")
             .args([
                 "--port",
@@ -32,6 +37,7 @@ impl Redis {
                 "--appendonly",
                 "no",
             ])
+            .args(extra)
             .stdout(Stdio::null())
             .spawn();
         let child = match spawned {
@@ -64,6 +70,59 @@ impl Redis {
 impl Drop for Redis {
     fn drop(&mut self) {
         self.stop();
+    }
+}
+
+/// A free loopback port.
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+/// A Redis Sentinel (`redis-server --sentinel`) watching the primary at
+/// `primary` as `master`, stopped on drop.
+pub struct Sentinel {
+    child: Child,
+    pub port: u16,
+    _dir: tempfile::TempDir,
+}
+
+impl Sentinel {
+    /// Starts one; `quorum` Sentinels must agree the primary is down, after
+    /// it has not answered for a second.
+    pub fn start(master: &str, primary: u16, quorum: u32) -> Sentinel {
+        let port = free_port();
+        let dir = tempfile::tempdir().unwrap();
+        let conf = dir.path().join("sentinel.conf");
+        std::fs::write(
+            &conf,
+            format!(
+                "port {port}\nbind 127.0.0.1\ndir {}\n\
+                 sentinel monitor {master} 127.0.0.1 {primary} {quorum}\n\
+                 sentinel down-after-milliseconds {master} 1000\n\
+                 sentinel failover-timeout {master} 3000\n\
+                 sentinel parallel-syncs {master} 1\n",
+                dir.path().display()
+            ),
+        )
+        .unwrap();
+        let child = Command::new("redis-server")
+            .arg(&conf)
+            .arg("--sentinel")
+            .stdout(Stdio::null())
+            .spawn()
+            .expect("run redis-server --sentinel");
+        let s = Sentinel { child, port, _dir: dir };
+        wait_until("redis-sentinel accepts connections", || {
+            std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()
+        });
+        s
+    }
+}
+
+impl Drop for Sentinel {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
     }
 }
 
