@@ -67,8 +67,9 @@ pub fn load_config(path: Option<&PathBuf>) -> Result<Config> {
 #[derive(clap::Args, Default)]
 pub struct StateArgs {
     /// Where state shared by a fleet of instances lives: `memory` (this
-    /// instance alone), `redis://HOST:PORT/DB`, or the primary Redis
-    /// Sentinels name, `redis+sentinel://HOST:PORT[,HOST:PORT…]/MASTER[/DB]`
+    /// instance alone), `redis://HOST:PORT/DB`, the primary Redis
+    /// Sentinels name, `redis+sentinel://HOST:PORT[,HOST:PORT…]/MASTER[/DB]`,
+    /// or a Redis Cluster, `redis+cluster://HOST:PORT[,HOST:PORT…]`
     /// [default: the config's `[state] url`, else memory].
     #[arg(long, env = "FUSEBOX_STATE", hide_env_values = true)]
     pub state: Option<String>,

@@ -174,7 +174,7 @@ pub fn keys(cmd: KeysCmd) -> Result<()> {
 fn on_redis<T>(url: &str, f: impl AsyncFnOnce(&mut crate::fleet::connect::Conn) -> Result<T>) -> Result<T> {
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
     rt.block_on(async {
-        let endpoint = crate::fleet::connect::Endpoint::parse(url)?;
+        let endpoint = crate::fleet::connect::RedisEndpoint::parse(url)?;
         let mut conn = endpoint
             .connect()
             .await

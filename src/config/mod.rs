@@ -239,13 +239,19 @@ pub struct Config {
     pub mcp: BTreeMap<String, mcp::McpServerConfig>,
 }
 
+/// The URL scheme of a fleet store behind Redis Sentinels.
+pub const SENTINEL_SCHEME: &str = "redis+sentinel://";
+/// The URL scheme of a fleet store on a Redis Cluster.
+pub const CLUSTER_SCHEME: &str = "redis+cluster://";
+
 /// Where state shared by a fleet of instances lives (`--state` overrides
 /// the URL).
 #[derive(Clone, Debug, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct StateConfig {
-    /// `memory` (this instance alone), `redis://HOST:PORT/DB`, or
-    /// `redis+sentinel://HOST:PORT[,HOST:PORT…]/MASTER[/DB]`.
+    /// `memory` (this instance alone), `redis://HOST:PORT/DB`,
+    /// `redis+sentinel://HOST:PORT[,HOST:PORT…]/MASTER[/DB]` or
+    /// `redis+cluster://HOST:PORT[,HOST:PORT…]`.
     pub url: String,
     /// What the fleet's budgets do while Redis is unreachable.
     pub budgets_fail: FailMode,
@@ -266,7 +272,8 @@ impl StateConfig {
         url == "memory"
             || url.starts_with("redis://")
             || url.starts_with("rediss://")
-            || url.starts_with(crate::fleet::connect::SENTINEL_SCHEME)
+            || url.starts_with(SENTINEL_SCHEME)
+            || url.starts_with(CLUSTER_SCHEME)
     }
 }
 

@@ -48,7 +48,8 @@ impl Config {
             return Err(c.bad(
                 "state.url".into(),
                 "is not a store; use \"memory\", \"redis://HOST:PORT/DB\" or \
-                 \"redis+sentinel://HOST:PORT[,HOST:PORT…]/MASTER[/DB]\""
+                 \"redis+sentinel://HOST:PORT[,HOST:PORT…]/MASTER[/DB]\" or \
+                 \"redis+cluster://HOST:PORT[,HOST:PORT…]\""
                     .into(),
             ));
         }

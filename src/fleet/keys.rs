@@ -23,8 +23,10 @@ pub struct SharedKeys {
 /// Reads what the fleet shares (an entry that does not parse is skipped,
 /// with a warning).
 pub async fn fetch(conn: &mut impl redis::aio::ConnectionLike) -> redis::RedisResult<SharedKeys> {
-    let (raw, revoked): (BTreeMap<String, String>, BTreeSet<String>) =
-        redis::pipe().hgetall(KEYS).smembers(REVOKED).query_async(conn).await?;
+    // Two commands, not a pipeline: on a cluster the two keys are in
+    // different slots.
+    let raw: BTreeMap<String, String> = redis::cmd("HGETALL").arg(KEYS).query_async(conn).await?;
+    let revoked: BTreeSet<String> = redis::cmd("SMEMBERS").arg(REVOKED).query_async(conn).await?;
     let keys = raw
         .into_iter()
         .filter_map(|(name, json)| match serde_json::from_str(&json) {
@@ -39,26 +41,18 @@ pub async fn fetch(conn: &mut impl redis::aio::ConnectionLike) -> redis::RedisRe
 }
 
 /// Shares `key` as `name` (replacing one of that name, and lifting a
-/// revocation of it).
+/// revocation of it, in that order: a failure between the two leaves the
+/// name refused).
 pub async fn add(conn: &mut impl AsyncCommands, name: &str, key: &KeyConfig) -> anyhow::Result<()> {
     let json = serde_json::to_string(key)?;
-    let () = redis::pipe()
-        .hset(KEYS, name, json)
-        .ignore()
-        .srem(REVOKED, name)
-        .ignore()
-        .query_async(conn)
-        .await?;
+    let () = conn.hset(KEYS, name, json).await?;
+    let () = conn.srem(REVOKED, name).await?;
     Ok(())
 }
 
 /// Revokes the key `name` across the fleet, shared or in a config.
 pub async fn revoke(conn: &mut impl AsyncCommands, name: &str) -> redis::RedisResult<()> {
-    redis::pipe()
-        .hdel(KEYS, name)
-        .ignore()
-        .sadd(REVOKED, name)
-        .ignore()
-        .query_async(conn)
-        .await
+    // Revoked first: a failure between the two leaves the name refused.
+    let () = conn.sadd(REVOKED, name).await?;
+    conn.hdel(KEYS, name).await
 }

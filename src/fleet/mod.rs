@@ -1,5 +1,5 @@
-//! Fleet mode (`--state redis://HOST:PORT/DB`, or a Sentinel-managed
-//! primary, see [`connect`]): several fusebox instances
+//! Fleet mode (`--state redis://HOST:PORT/DB`, a Sentinel-managed
+//! primary or a cluster, see [`connect`]): several fusebox instances
 //! share state on Redis, behind the [`store::Store`] interface where it is
 //! limits and budgets: provider rate limits (leased, see [`lease`]), user
 //! and global budgets (allowances, see [`allowance`]); deferred requests on
@@ -25,7 +25,7 @@ use crate::runner::shared::{Reserved, Shared};
 use crate::runner::Runner;
 use crate::target::Target;
 use crate::telemetry::events::EventKind;
-use connect::{Conn, Endpoint};
+use connect::{Conn, RedisEndpoint};
 use futures_util::StreamExt;
 use parking_lot::Mutex;
 use redis::AsyncCommands;
@@ -42,6 +42,10 @@ const OP_KEY: &str = "fusebox:op:";
 const TRIP_KEY: &str = "fusebox:trip:";
 /// Key prefix of instance heartbeats.
 const INSTANCE_KEY: &str = "fusebox:instance:";
+/// On a cluster, where a SCAN sees one node, the keys of stored actions and
+/// trips and of instance heartbeats are also kept in these sets.
+const ACTIONS_INDEX: &str = "fusebox:index:actions";
+const INSTANCES_INDEX: &str = "fusebox:index:instances";
 /// How long a stored operator action is applied to instances that start.
 const OP_TTL: Duration = Duration::from_secs(15 * 60);
 /// Heartbeat period, and how long an instance counts as live without one.
@@ -54,7 +58,7 @@ pub enum FleetError {
     /// The URL is not a Redis URL.
     #[error(
         "--state {url}: not a Redis URL ({why}); expected redis://HOST:PORT/DB, \
-         redis+sentinel://HOST:PORT[,HOST:PORT…]/MASTER[/DB] or `memory`"
+         redis+sentinel://HOST:PORT[,HOST:PORT…]/MASTER[/DB], redis+cluster://HOST:PORT[,HOST:PORT…] or `memory`"
     )]
     BadUrl {
         /// The URL given.
@@ -107,7 +111,7 @@ impl Act {
 
 /// This instance's membership of the fleet.
 pub struct Fleet {
-    endpoint: Arc<Endpoint>,
+    endpoint: Arc<RedisEndpoint>,
     conn: Conn,
     /// Limits and budgets.
     store: Arc<dyn store::Store>,
@@ -197,7 +201,7 @@ impl Fleet {
     /// starts sharing: heartbeats, announcing local actions, applying remote
     /// ones. The tasks run until the runtime ends.
     pub async fn start(url: &str, runner: Arc<Runner>) -> Result<Arc<Self>, FleetError> {
-        let endpoint = Endpoint::parse(url)?;
+        let endpoint = RedisEndpoint::parse(url)?;
         let conn = endpoint.connect().await.map_err(|why| FleetError::Unreachable {
             url: endpoint.shown(),
             why,
@@ -358,16 +362,11 @@ impl Fleet {
     /// away), oldest first.
     async fn catch_up(&self) -> redis::RedisResult<()> {
         let mut conn = self.conn.clone();
-        let mut keys: Vec<String> = scan(&mut conn, &format!("{OP_KEY}*")).await?;
-        keys.extend(scan(&mut conn, &format!("{TRIP_KEY}*")).await?);
-        if keys.is_empty() {
-            return Ok(());
-        }
-        let values: Vec<Option<String>> = conn.mget(&keys).await?;
-        let mut ops: Vec<SharedOp> = values
+        let mut stored = records(&mut conn, OP_KEY, ACTIONS_INDEX).await?;
+        stored.extend(records(&mut conn, TRIP_KEY, ACTIONS_INDEX).await?);
+        let mut ops: Vec<SharedOp> = stored
             .into_iter()
-            .flatten()
-            .filter_map(|v| serde_json::from_str(&v).ok())
+            .filter_map(|(_, v)| serde_json::from_str(&v).ok())
             .collect();
         ops.sort_by_key(|o| o.at_ms);
         for op in &ops {
@@ -383,14 +382,12 @@ impl Fleet {
             return false;
         };
         let mut conn = self.conn.clone();
-        let r: redis::RedisResult<()> = redis::pipe()
-            .pset_ex(format!("{prefix}{}", op.act.subject()), &json, ttl_ms)
-            .ignore()
-            .publish(OPS_CHANNEL, &json)
-            .ignore()
-            .query_async(&mut conn)
-            .await;
-        r.is_ok()
+        let key = format!("{prefix}{}", op.act.subject());
+        if put(&mut conn, &key, &json, ttl_ms, ACTIONS_INDEX).await.is_err() {
+            return false;
+        }
+        let published: redis::RedisResult<()> = conn.publish(OPS_CHANNEL, &json).await;
+        published.is_ok()
     }
 
     /// Announces the actions operators take on this instance.
@@ -424,7 +421,7 @@ impl Fleet {
     /// catches up on what was stored meanwhile) after losing Redis.
     async fn listen(self: Arc<Self>) {
         loop {
-            let pubsub = match self.endpoint.primary().await {
+            let pubsub = match self.endpoint.subscriber().await {
                 Ok(client) => client.get_async_pubsub().await,
                 Err(e) => Err(e),
             };
@@ -455,15 +452,16 @@ impl Fleet {
         let mut conn = self.conn.clone();
         let key = format!("{INSTANCE_KEY}{}", self.instance);
         let admin = self.admin_url.lock().clone();
-        let beat: redis::RedisResult<()> = redis::cmd("SET")
-            .arg(&key)
-            .arg(admin)
-            .arg("PX")
-            .arg(INSTANCE_TTL.as_millis() as u64)
-            .query_async(&mut conn)
-            .await;
+        let beat = put(
+            &mut conn,
+            &key,
+            &admin,
+            INSTANCE_TTL.as_millis() as u64,
+            INSTANCES_INDEX,
+        )
+        .await;
         let live = match beat {
-            Ok(()) => scan(&mut conn, &format!("{INSTANCE_KEY}*")).await.map(|k| k.len()),
+            Ok(()) => records(&mut conn, INSTANCE_KEY, INSTANCES_INDEX).await.map(|r| r.len()),
             Err(e) => Err(e),
         };
         let status = self.runner.store();
@@ -505,27 +503,61 @@ impl Fleet {
 /// admin URLs their heartbeats publish (instances that serve no gateway
 /// publish none).
 pub async fn admin_urls(url: &str) -> Result<Vec<String>, FleetError> {
-    let endpoint = Endpoint::parse(url)?;
+    let endpoint = RedisEndpoint::parse(url)?;
     let unreachable = |why| FleetError::Unreachable {
         url: endpoint.shown(),
         why,
     };
     let mut conn = endpoint.connect().await.map_err(unreachable)?;
-    let keys = scan(&mut conn, &format!("{INSTANCE_KEY}*"))
+    let beats = records(&mut conn, INSTANCE_KEY, INSTANCES_INDEX)
         .await
         .map_err(unreachable)?;
-    if keys.is_empty() {
-        return Ok(Vec::new());
-    }
-    let urls: Vec<Option<String>> = redis::cmd("MGET")
-        .arg(&keys)
-        .query_async(&mut conn)
-        .await
-        .map_err(unreachable)?;
-    let mut urls: Vec<String> = urls.into_iter().flatten().filter(|u| u.starts_with("http")).collect();
+    let mut urls: Vec<String> = beats
+        .into_iter()
+        .map(|(_, url)| url)
+        .filter(|u| u.starts_with("http"))
+        .collect();
     urls.sort();
     urls.dedup();
     Ok(urls)
+}
+
+/// Stores `value` at `key` for `ttl_ms`; on a cluster `key` also joins
+/// `index`, where [`records`] finds it.
+async fn put(conn: &mut Conn, key: &str, value: &str, ttl_ms: u64, index: &str) -> redis::RedisResult<()> {
+    let () = conn.pset_ex(key, value, ttl_ms).await?;
+    if conn.is_cluster() {
+        let () = conn.sadd(index, key).await?;
+    }
+    Ok(())
+}
+
+/// Every live key under `prefix` and its value: found by SCAN on one
+/// server, by `index` on a cluster (a SCAN there sees one node), whose
+/// expired keys then leave it.
+async fn records(conn: &mut Conn, prefix: &str, index: &str) -> redis::RedisResult<Vec<(String, String)>> {
+    let keys: Vec<String> = if conn.is_cluster() {
+        let all: Vec<String> = conn.smembers(index).await?;
+        all.into_iter().filter(|k| k.starts_with(prefix)).collect()
+    } else {
+        scan(conn, &format!("{prefix}*")).await?
+    };
+    if keys.is_empty() {
+        return Ok(Vec::new());
+    }
+    // One MGET (on a cluster, split by slot by the client).
+    let values: Vec<Option<String>> = redis::cmd("MGET").arg(&keys).query_async(conn).await?;
+    let (mut live, mut gone) = (Vec::new(), Vec::new());
+    for (key, value) in keys.into_iter().zip(values) {
+        match value {
+            Some(v) => live.push((key, v)),
+            None => gone.push(key),
+        }
+    }
+    if conn.is_cluster() && !gone.is_empty() {
+        let () = conn.srem(index, gone).await?;
+    }
+    Ok(live)
 }
 
 /// Every key matching `pattern` (SCAN, never KEYS).

@@ -173,7 +173,7 @@ fn the_redis_store_follows_the_model() {
         .build()
         .unwrap();
     let store = rt.block_on(async {
-        let endpoint = fusebox::fleet::connect::Endpoint::parse(&redis.url()).unwrap();
+        let endpoint = fusebox::fleet::connect::RedisEndpoint::parse(&redis.url()).unwrap();
         RedisStore::new(endpoint.connect().await.unwrap())
     });
     let case = AtomicU64::new(0);

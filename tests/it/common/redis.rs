@@ -126,6 +126,108 @@ impl Drop for Sentinel {
     }
 }
 
+/// A Redis Cluster of `masters` primaries, each with a replica, on
+/// loopback; its servers stopped on drop.
+pub struct Cluster {
+    pub nodes: Vec<Redis>,
+    _dir: tempfile::TempDir,
+}
+
+impl Cluster {
+    /// Starts one, or None (with a notice) without redis-server; a node
+    /// that stops answering for a second is failed over.
+    pub fn start(masters: usize) -> Option<Cluster> {
+        let dir = tempfile::tempdir().unwrap();
+        let mut nodes = Vec::new();
+        for _ in 0..masters * 2 {
+            let port = free_port();
+            let conf = dir.path().join(format!("nodes-{port}.conf"));
+            let node = Redis::start_with(
+                port,
+                &[
+                    "--cluster-enabled",
+                    "yes",
+                    "--cluster-config-file",
+                    conf.to_str().unwrap(),
+                    "--cluster-node-timeout",
+                    "1000",
+                    "--dir",
+                    dir.path().to_str().unwrap(),
+                ],
+            )?;
+            nodes.push(node);
+        }
+        let addrs: Vec<String> = nodes.iter().map(|n| format!("127.0.0.1:{}", n.port)).collect();
+        let made = Command::new("redis-cli")
+            .arg("--cluster")
+            .arg("create")
+            .args(&addrs)
+            .args(["--cluster-replicas", "1", "--cluster-yes"])
+            .output()
+            .expect("run redis-cli --cluster create");
+        assert!(made.status.success(), "{}", String::from_utf8_lossy(&made.stdout));
+        let c = Cluster { nodes, _dir: dir };
+        wait_until("the cluster ok on every node", || {
+            c.nodes.iter().all(|n| c.info(n.port).contains("cluster_state:ok"))
+        });
+        Some(c)
+    }
+
+    /// `CLUSTER INFO` of the node at `port` ("" if it does not answer).
+    pub fn info(&self, port: u16) -> String {
+        let out = Command::new("redis-cli")
+            .args(["-p", &port.to_string(), "cluster", "info"])
+            .output();
+        out.map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+            .unwrap_or_default()
+    }
+
+    /// The node serving `key`'s slot as primary now, and its replica (None
+    /// while no node serves it, or it has none).
+    pub fn serving(&self, key: &str) -> Option<(u16, u16)> {
+        let cli = |port: u16, args: &[&str]| {
+            let o = Command::new("redis-cli")
+                .arg("-p")
+                .arg(port.to_string())
+                .args(args)
+                .output()
+                .unwrap();
+            String::from_utf8_lossy(&o.stdout).into_owned()
+        };
+        let any = self.nodes.iter().find(|n| !self.info(n.port).is_empty()).unwrap().port;
+        let slot: u32 = cli(any, &["cluster", "keyslot", key]).trim().parse().unwrap();
+        let nodes = cli(any, &["cluster", "nodes"]);
+        let port_of = |line: &str| -> u16 {
+            let addr = line.split_whitespace().nth(1).unwrap();
+            addr.split(['@', ':']).nth(1).unwrap().parse().unwrap()
+        };
+        let master = nodes.lines().find(|l| {
+            l.contains("master")
+                && !l.contains("fail")
+                && l.split_whitespace().skip(8).any(|r| {
+                    let (a, b) = r.split_once('-').unwrap_or((r, r));
+                    (a.parse::<u32>().unwrap_or(u32::MAX)..=b.parse().unwrap_or(0)).contains(&slot)
+                })
+        })?;
+        let id = master.split_whitespace().next().unwrap();
+        let replica = nodes
+            .lines()
+            .find(|l| l.split_whitespace().nth(3) == Some(id) && !l.contains("fail"));
+        Some((port_of(master), replica.map_or(0, port_of)))
+    }
+
+    /// Stops the node at `port`, as a crash would.
+    pub fn kill(&mut self, port: u16) {
+        self.nodes.iter_mut().find(|n| n.port == port).unwrap().stop();
+    }
+
+    /// `redis+cluster://` naming every node.
+    pub fn url(&self) -> String {
+        let nodes: Vec<String> = self.nodes.iter().map(|n| format!("127.0.0.1:{}", n.port)).collect();
+        format!("redis+cluster://{}", nodes.join(","))
+    }
+}
+
 /// Polls (real time, up to 10 s) for something other processes do.
 pub fn wait_until(what: &str, cond: impl Fn() -> bool) -> Duration {
     let start = Instant::now();
