@@ -9,7 +9,8 @@
 //!
 //! While the store is unreachable an instance keeps to its share of each
 //! budget (the limit divided by the live instances last seen), counted in
-//! process: fail open. With `budgets_fail = "closed"` it refuses what its
+//! process, less what the store granted it in the same period (an outage
+//! mid-period does not start the share afresh): fail open. With `budgets_fail = "closed"` it refuses what its
 //! allowances do not cover instead.
 
 use super::store::{MemoryStore, Store, WINDOWS_MS};
@@ -164,6 +165,9 @@ struct Allowance {
     period: u64,
     ends_ms: u64,
     left: f64,
+    /// What the store granted this period (counted against this
+    /// instance's share while the store is unreachable).
+    granted: f64,
     /// The store refused more this period (the budget ran out): further
     /// calls beyond the allowance are refused here, without a round trip.
     spent: Option<BudgetExceeded>,
@@ -259,7 +263,7 @@ impl Allowances {
 
     async fn take(&self, s: &Scope, user: &str, terms: Terms, want: f64, now_ms: u64) -> Result<(), BudgetExceeded> {
         let period = now_ms / terms.period_ms;
-        let short = {
+        let (short, granted_here) = {
             let mut held = s.held.lock();
             let a = s.allowance(&mut held, user, period, terms.period_ms);
             if a.left >= want {
@@ -269,7 +273,7 @@ impl Allowances {
             if let Some(e) = &a.spent {
                 return Err(e.clone());
             }
-            want - a.left
+            (want - a.left, a.granted)
         };
         let chunk = short.max(terms.chunk);
         let key = s.key(user);
@@ -286,13 +290,19 @@ impl Allowances {
                 }
             }
         };
+        let from_store = granted.is_some();
         let g = match granted {
             Some(g) => g,
             None if self.fail == FailMode::Closed => return Err(BudgetExceeded::store_unreachable(s.whose(user))),
             None => {
-                // This instance's share of the budget, counted here.
+                // This instance's share of the budget, counted here, less
+                // what the store granted it this period (a share of 0
+                // would mean no limit: the least positive one grants none).
                 let n = f64::from(self.status.view().instances.max(1));
-                let share = terms.limits.map(|l| l / n);
+                let mut share = terms.limits.map(|l| l / n);
+                if let Some(w) = WINDOWS_MS.iter().position(|ms| *ms == terms.period_ms) {
+                    share[w] = (share[w] - granted_here).max(f64::MIN_POSITIVE);
+                }
                 self.fallback
                     .grant(&key, chunk, share, Some(now_ms))
                     .await
@@ -302,6 +312,9 @@ impl Allowances {
         let mut held = s.held.lock();
         let a = s.allowance(&mut held, user, period, terms.period_ms);
         a.left += g.grant;
+        if from_store {
+            a.granted += g.grant;
+        }
         if a.left >= want {
             a.left -= want;
             return Ok(());
@@ -432,5 +445,20 @@ mod tests {
         let e = a.reserve("ann", limits(), 10, 0.0).await.unwrap_err();
         assert!(e.to_string().contains("fail closed"), "{e}");
         assert_eq!(a.round_trips.load(Ordering::Relaxed), 0);
+    }
+
+    #[tokio::test]
+    async fn a_share_counts_what_the_store_granted_before_it_went_away() {
+        let (a, status) = allowances(budgets(), FailMode::Open);
+        status.set_instances(2);
+        // 300 of ann's 1,000 granted by the store, then it goes away: her
+        // share here is 500, of which 300 are had.
+        let _ = a.reserve("ann", limits(), 300, 0.0).await.unwrap();
+        status.set_degraded(true);
+        let _ = a.reserve("ann", limits(), 150, 0.0).await.unwrap();
+        let e = a.reserve("ann", limits(), 100, 0.0).await.unwrap_err();
+        assert_eq!(e.budget, Some(Budget::tokens(Window::Minute)));
+        // Another user's share is whole.
+        let _ = a.reserve("bob", limits(), 500, 0.0).await.unwrap();
     }
 }

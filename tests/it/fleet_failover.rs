@@ -140,10 +140,11 @@ fn through_a_failover(url: &str, f: Failover) {
     });
 }
 
-#[test]
-fn four_instances_keep_serving_while_their_sentinel_managed_redis_fails_over() {
-    let Some(mut primary) = Redis::start() else { return };
-    let replica = Redis::start_with(free_port(), &["--replicaof", "127.0.0.1", &primary.port.to_string()]).unwrap();
+/// A primary, its replica and three Sentinels watching it as `fleet`, and
+/// the URL naming them; None without redis-server.
+fn sentinel_managed() -> Option<(Redis, Redis, Vec<Sentinel>, String)> {
+    let primary = Redis::start()?;
+    let replica = Redis::start_with(free_port(), &["--replicaof", "127.0.0.1", &primary.port.to_string()])?;
     wait_until("the replica in sync", || {
         query::<String>(replica.port, redis::cmd("INFO").arg("replication"))
             .is_ok_and(|i| i.contains("master_link_status:up"))
@@ -165,25 +166,125 @@ fn four_instances_keep_serving_while_their_sentinel_managed_redis_fails_over() {
             .collect::<Vec<_>>()
             .join(",")
     );
-    let primary_named = |s: &Sentinel| -> Option<u16> {
-        let addr: Vec<String> = query(
-            s.port,
-            redis::cmd("SENTINEL").arg("get-master-addr-by-name").arg("fleet"),
-        )
-        .ok()?;
-        addr.get(1)?.parse().ok()
+    Some((primary, replica, sentinels, url))
+}
+
+/// The port of the primary the Sentinel at `port` names for `fleet`.
+fn primary_named(port: u16) -> Option<u16> {
+    let addr: Vec<String> = query(port, redis::cmd("SENTINEL").arg("get-master-addr-by-name").arg("fleet")).ok()?;
+    addr.get(1)?.parse().ok()
+}
+
+#[test]
+fn four_instances_keep_serving_while_their_sentinel_managed_redis_fails_over() {
+    let Some((mut primary, replica, sentinels, url)) = sentinel_managed() else {
+        return;
     };
     through_a_failover(
         &url,
         Failover {
             replicated: &|| replica_holds(replica.port, "fusebox:op:*"),
             kill: &mut || primary.stop(),
-            promoted: &|| sentinels.iter().all(|s| primary_named(s) == Some(replica.port)),
+            promoted: &|| sentinels.iter().all(|s| primary_named(s.port) == Some(replica.port)),
             live: &|| {
                 query::<Vec<String>>(replica.port, redis::cmd("KEYS").arg("fusebox:instance:*")).map_or(0, |k| k.len())
             },
         },
     );
+}
+
+/// One user's minute budget, spent from four instances while the primary
+/// fails over part-way through it: each instance then keeps to its share
+/// less what the store had granted it, so the fleet admits about the
+/// budget, not the budget again.
+#[test]
+fn a_users_budget_holds_through_a_failover() {
+    let Some((mut primary, replica, sentinels, url)) = sentinel_managed() else {
+        return;
+    };
+    const BUDGET: f64 = 2_500.0;
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("fleet.toml");
+    std::fs::write(&cfg, format!("[budgets]\nuser_tokens_per_minute = {BUDGET}\n")).unwrap();
+    let cfg = cfg.to_str().unwrap().to_string();
+    let instances: Vec<Instance> = (0..4)
+        .map(|_| Instance::start_with(&url, &["--config", &cfg]))
+        .collect();
+    wait_until("four live instances", || {
+        instances
+            .iter()
+            .all(|i| i.metric("fusebox_fleet_instances") == Some(4.0))
+    });
+    let minute = || {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_secs()
+            / 60
+    };
+    let first = minute();
+    let stop = Arc::new(AtomicBool::new(false));
+    let (answered, refused) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
+    let loads: Vec<_> = instances
+        .iter()
+        .flat_map(|i| [i.base.clone(), i.base.clone(), i.base.clone()])
+        .map(|base| {
+            let (stop, answered, refused) = (stop.clone(), answered.clone(), refused.clone());
+            std::thread::spawn(move || {
+                crate::fleet::block(async move {
+                    let http = reqwest::Client::new();
+                    while !stop.load(Ordering::Relaxed) {
+                        let body = serde_json::json!({"model": "default", "user": "carol", "max_tokens": 8,
+                            "messages": [{"role": "user", "content": "Where is order #38100?"}]});
+                        let r = http
+                            .post(format!("{base}/v1/chat/completions"))
+                            .json(&body)
+                            .send()
+                            .await;
+                        match r.map(|r| r.status().as_u16()) {
+                            Ok(200) => {
+                                answered.fetch_add(1, Ordering::Relaxed);
+                            }
+                            Ok(429) => {
+                                refused.fetch_add(1, Ordering::Relaxed);
+                                // Paced once refused: refusals are not what is measured.
+                                tokio::time::sleep(Duration::from_millis(50)).await;
+                            }
+                            other => panic!("unexpected {other:?}"),
+                        }
+                    }
+                })
+            })
+        })
+        .collect();
+    wait_until("a share of the budget spent", || answered.load(Ordering::Relaxed) >= 20);
+    primary.stop();
+    wait_until("a replica promoted", || {
+        sentinels.iter().all(|s| primary_named(s.port) == Some(replica.port))
+    });
+    wait_until("every instance on the new primary", || {
+        instances
+            .iter()
+            .all(|i| i.metric("fusebox_store_degraded") == Some(0.0))
+    });
+    wait_until("the budget spent", || refused.load(Ordering::Relaxed) >= 40);
+    stop.store(true, Ordering::Relaxed);
+    for l in loads {
+        l.join().unwrap();
+    }
+    let windows = minute() - first + 1;
+    let spent: f64 = instances
+        .iter()
+        .map(|i| i.metric("fusebox_tokens_total").unwrap())
+        .sum();
+    let allowed = BUDGET * windows as f64;
+    eprintln!(
+        "carol: {} answered, {} refused; {spent} tokens over {windows} minute window(s) of {BUDGET}: {:.2}× the budget",
+        answered.load(Ordering::Relaxed),
+        refused.load(Ordering::Relaxed),
+        spent / allowed
+    );
+    assert!(spent <= allowed * 1.25, "spent {spent} of {allowed}");
 }
 
 #[test]
