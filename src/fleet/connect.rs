@@ -144,10 +144,10 @@ impl RedisEndpoint {
         shown(&self.url)
     }
 
-    /// A client to subscribe with: the primary now, or on a cluster the
-    /// first node the URL names that answers (a message published on any
+    /// A client of the primary now; on a cluster, of the first node the URL
+    /// names that answers (enough to subscribe: a message published on any
     /// node of a cluster reaches every node's subscribers).
-    pub async fn subscriber(&self) -> RedisResult<redis::Client> {
+    pub async fn client(&self) -> RedisResult<redis::Client> {
         match &self.kind {
             Kind::Server(c) => Ok(c.clone()),
             Kind::Sentinel(s) => s.lock().await.async_get_client().await,
@@ -277,7 +277,7 @@ async fn manager(
     if let Some(m) = current.as_ref() {
         return Ok(m.clone());
     }
-    let client = endpoint.subscriber().await?;
+    let client = endpoint.client().await?;
     let config = ConnectionManagerConfig::new()
         .set_connection_timeout(CONNECT_TIMEOUT)
         .set_response_timeout(RESPONSE_TIMEOUT)

@@ -421,7 +421,7 @@ impl Fleet {
     /// catches up on what was stored meanwhile) after losing Redis.
     async fn listen(self: Arc<Self>) {
         loop {
-            let pubsub = match self.endpoint.subscriber().await {
+            let pubsub = match self.endpoint.client().await {
                 Ok(client) => client.get_async_pubsub().await,
                 Err(e) => Err(e),
             };
