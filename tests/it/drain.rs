@@ -110,20 +110,8 @@ async fn sigterm_lets_what_is_in_flight_finish_refuses_the_new_and_records_every
     until_received(&upstream, 16).await;
     serve.signal("TERM");
     // New ones are refused at once: the listener is closed.
-    let host = base.trim_start_matches("http://").to_string();
-    let deadline = std::time::Instant::now() + Duration::from_secs(5);
-    while tokio::net::TcpStream::connect(&host).await.is_ok() {
-        assert!(std::time::Instant::now() < deadline, "still accepting after SIGTERM");
-        tokio::time::sleep(Duration::from_millis(10)).await; // the signal reaching the other process
-    }
-    // Released for every call, also one that reaches the hold only now
-    // (a notify wakes only those already waiting).
-    let release = tokio::spawn(async move {
-        loop {
-            hold.notify_waiters();
-            tokio::time::sleep(Duration::from_millis(20)).await; // until every call is let through
-        }
-    });
+    serve.until_closed().await;
+    let release = crate::common::strict::release(hold);
     for call in inflight {
         let (stream, status, text) = call.await.unwrap();
         assert_eq!(status, 200, "{text}");

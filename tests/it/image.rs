@@ -225,17 +225,8 @@ async fn the_image_serves_as_its_own_user_with_a_mounted_config_and_key_and_drai
         .status()
         .unwrap();
     assert!(sent.success());
-    let host = serve.base.trim_start_matches("http://").to_string();
-    while tokio::net::TcpStream::connect(&host).await.is_ok() {
-        assert!(std::time::Instant::now() < deadline, "still accepting after SIGTERM");
-        tokio::time::sleep(Duration::from_millis(10)).await; // the signal reaching the other process
-    }
-    let release = tokio::spawn(async move {
-        loop {
-            hold.notify_waiters();
-            tokio::time::sleep(Duration::from_millis(20)).await; // until both calls are let through
-        }
-    });
+    serve.until_closed().await;
+    let release = crate::common::strict::release(hold);
     for call in calls {
         let (stream, status, text) = call.await.unwrap();
         assert_eq!(status, 200, "{text}");

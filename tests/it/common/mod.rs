@@ -250,6 +250,17 @@ impl Serve {
         Serve { child, base }
     }
 
+    /// Waits (real time, up to 5 s) until its listener is closed, as
+    /// SIGTERM closes it.
+    pub async fn until_closed(&self) {
+        let host = self.base.trim_start_matches("http://").to_string();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        while tokio::net::TcpStream::connect(&host).await.is_ok() {
+            assert!(std::time::Instant::now() < deadline, "still accepting after SIGTERM");
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await; // the signal reaching the other process
+        }
+    }
+
     /// Its process id.
     pub fn pid(&self) -> u32 {
         self.child.id()

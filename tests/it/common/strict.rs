@@ -994,3 +994,14 @@ async fn anthropic(State(state): State<Arc<StrictState>>, headers: HeaderMap, bo
     ];
     stream_body(&state, Api::Anthropic, head, content, tail)
 }
+
+/// Lets every call held by `hold` through, also one that reaches the hold
+/// only later (a notify wakes only those already waiting), until aborted.
+pub fn release(hold: std::sync::Arc<tokio::sync::Notify>) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        loop {
+            hold.notify_waiters();
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await; // until every call is let through
+        }
+    })
+}
