@@ -163,6 +163,10 @@ impl Shared for Sharing {
         self.retries.take().await
     }
 
+    fn retried_alone(&self) {
+        self.retries.retried_alone();
+    }
+
     async fn defer(&self, deferred: &Deferred) -> bool {
         self.queue.add(deferred).await
     }

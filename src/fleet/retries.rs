@@ -5,9 +5,11 @@
 //! it once a second ([`SharedRetries::share`]) and with each retry it
 //! asks for; a budget that refused is not asked again within the same
 //! second. While the store is unreachable each instance's own budget
-//! decides (at its own floor).
+//! decides (at its own floor, counting what the fleet granted it before),
+//! and the retries it allowed are counted into the store's window once it
+//! answers again, so the window after an outage holds them.
 
-use super::store::{RetryShare, Store, RETRY_WINDOW_S};
+use super::store::{RetryAsk, RetryShare, Store, RETRY_WINDOW_S};
 use crate::runner::Runner;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -25,6 +27,9 @@ pub struct SharedRetries {
     counted: AtomicU64,
     /// The second (runner clock) the budget last refused in, plus one.
     refused: AtomicU64,
+    /// Retries made on the instance's own budget while the store was
+    /// away, not yet counted into it.
+    alone: AtomicU64,
 }
 
 impl SharedRetries {
@@ -41,6 +46,7 @@ impl SharedRetries {
             runner,
             budget,
             refused: AtomicU64::new(0),
+            alone: AtomicU64::new(0),
         }
     }
 
@@ -59,8 +65,13 @@ impl SharedRetries {
             status.note_retry(false);
             return Some(false);
         }
-        let requests = self.uncounted();
-        match self.store.retry(KEY, requests, 1, self.budget, None).await {
+        let (requests, alone) = (self.uncounted(), self.alone.swap(0, Ordering::Relaxed));
+        let ask = RetryAsk {
+            requests,
+            taken: alone,
+            want: 1,
+        };
+        match self.store.retry(KEY, ask, self.budget, None).await {
             Ok(granted) => {
                 let ok = granted > 0;
                 if !ok {
@@ -70,11 +81,23 @@ impl SharedRetries {
                 Some(ok)
             }
             Err(e) => {
-                self.counted.fetch_sub(requests, Ordering::Relaxed);
+                self.unsent(requests, alone);
                 tracing::debug!(error = %e, "retry budget round trip failed");
                 None
             }
         }
+    }
+
+    /// Notes a retry the instance's own budget allowed while the store
+    /// could not say.
+    pub fn retried_alone(&self) {
+        self.alone.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Keeps what a failed round trip was to count for the next.
+    fn unsent(&self, requests: u64, alone: u64) {
+        self.counted.fetch_sub(requests, Ordering::Relaxed);
+        self.alone.fetch_add(alone, Ordering::Relaxed);
     }
 
     /// Counts this instance's requests into the budget once a second, for
@@ -84,12 +107,17 @@ impl SharedRetries {
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             tick.tick().await;
-            let requests = self.uncounted();
-            if requests == 0 {
+            let (requests, alone) = (self.uncounted(), self.alone.swap(0, Ordering::Relaxed));
+            if requests == 0 && alone == 0 {
                 continue;
             }
-            if let Err(e) = self.store.retry(KEY, requests, 0, self.budget, None).await {
-                self.counted.fetch_sub(requests, Ordering::Relaxed);
+            let ask = RetryAsk {
+                requests,
+                taken: alone,
+                want: 0,
+            };
+            if let Err(e) = self.store.retry(KEY, ask, self.budget, None).await {
+                self.unsent(requests, alone);
                 tracing::debug!(error = %e, "retry budget round trip failed");
             }
         }

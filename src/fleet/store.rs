@@ -68,22 +68,27 @@ pub trait Store: Send + Sync {
     /// own clock if None.
     async fn grant(&self, key: &str, want: f64, limits: [f64; 3], now_ms: Option<u64>) -> Result<Granted, StoreError>;
 
-    /// Counts `requests` into the retry budget `key` and grants up to
-    /// `want` retries, each while the retries of the last
-    /// [`RETRY_WINDOW_S`] seconds stay under `floor + ratio × requests`
-    /// of that window; `now_ms` is the store's own clock if None.
-    async fn retry(
-        &self,
-        key: &str,
-        requests: u64,
-        want: u32,
-        budget: RetryShare,
-        now_ms: Option<u64>,
-    ) -> Result<u32, StoreError>;
+    /// Counts `ask`'s requests and retries taken into the retry budget
+    /// `key` and grants up to its want, each retry while the retries of
+    /// the last [`RETRY_WINDOW_S`] seconds stay under `floor + ratio ×
+    /// requests` of that window; `now_ms` is the store's own clock if None.
+    async fn retry(&self, key: &str, ask: RetryAsk, budget: RetryShare, now_ms: Option<u64>)
+        -> Result<u32, StoreError>;
 }
 
 /// The window of a shared retry budget (s).
 pub const RETRY_WINDOW_S: u64 = 10;
+
+/// What an instance brings to a shared retry budget.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct RetryAsk {
+    /// Its requests since it last counted them.
+    pub requests: u64,
+    /// Retries it made without asking (while the store was away).
+    pub taken: u64,
+    /// Retries it asks for now.
+    pub want: u32,
+}
 
 /// What a shared retry budget allows in its window.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -186,17 +191,18 @@ return {string.format('%.17g', grant), tostring(bound)}
 
 /// The Lua script of [`Store::retry`]. KEYS[1]: the budget's hash (per
 /// second slot `i`: `s<i>` the second, `q<i>` requests, `r<i>` retries);
-/// ARGV: requests, want, ratio, floor, `now` in ms or ''. Returns the
-/// retries granted.
+/// ARGV: requests, want, ratio, floor, retries taken without asking,
+/// `now` in ms or ''. Returns the retries granted.
 const RETRY: &str = lua!(
     r#"
-local now = clock(ARGV[5], 1000)
+local now = clock(ARGV[6], 1000)
 local s = math.floor(now / 1000)
 local i = s % 10
 if tonumber(redis.call('HGET', KEYS[1], 's' .. i)) ~= s then
   redis.call('HSET', KEYS[1], 's' .. i, s, 'q' .. i, 0, 'r' .. i, 0)
 end
 redis.call('HINCRBY', KEYS[1], 'q' .. i, tonumber(ARGV[1]))
+redis.call('HINCRBY', KEYS[1], 'r' .. i, tonumber(ARGV[5]))
 local q, r = 0, 0
 for j = 0, 9 do
   local v = redis.call('HMGET', KEYS[1], 's' .. j, 'q' .. j, 'r' .. j)
@@ -284,13 +290,13 @@ impl Store for RedisStore {
     async fn retry(
         &self,
         key: &str,
-        requests: u64,
-        want: u32,
+        ask: RetryAsk,
         budget: RetryShare,
         now_ms: Option<u64>,
     ) -> Result<u32, StoreError> {
         let mut inv = self.retry.prepare_invoke();
-        inv.key(key).arg(requests).arg(want).arg(budget.ratio).arg(budget.floor);
+        inv.key(key).arg(ask.requests).arg(ask.want);
+        inv.arg(budget.ratio).arg(budget.floor).arg(ask.taken);
         self.run(inv, now_ms).await
     }
 }
@@ -378,8 +384,7 @@ impl Store for MemoryStore {
     async fn retry(
         &self,
         key: &str,
-        requests: u64,
-        want: u32,
+        ask: RetryAsk,
         budget: RetryShare,
         now_ms: Option<u64>,
     ) -> Result<u32, StoreError> {
@@ -392,10 +397,11 @@ impl Store for MemoryStore {
         if slot.0 != s {
             *slot = (s, 0, 0);
         }
-        slot.1 += requests;
+        slot.1 += ask.requests;
+        slot.2 += ask.taken;
         let live = slots.iter().filter(|x| x.0 <= s && s - x.0 < RETRY_WINDOW_S);
         let (q, r) = live.fold((0, 0), |(q, r), x| (q + x.1, r + x.2));
-        let grant = budget.grant(q, r, want);
+        let grant = budget.grant(q, r, ask.want);
         slots[(s % RETRY_WINDOW_S) as usize].2 += u64::from(grant);
         Ok(grant)
     }

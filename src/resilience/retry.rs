@@ -83,6 +83,12 @@ impl RetryBudget {
         room
     }
 
+    /// Counts a retry another budget (the fleet's) allowed.
+    pub fn count_retry(&self, now: Instant) {
+        let s = self.sec(now);
+        current(&mut self.slots.lock(), s).2 += 1;
+    }
+
     /// Takes one hedged call of `tenant`'s (a key) from its budget, if
     /// there is room and, where another tenant asked for one in the
     /// window, the tenant has taken less than half of it (at least one).
@@ -166,6 +172,25 @@ mod tests {
         assert_eq!(granted, 20);
         tokio::time::advance(Duration::from_secs(11)).await;
         assert!(!b.try_withdraw(Instant::now()), "old requests left the window");
+    }
+
+    #[test]
+    fn retries_another_budget_granted_fill_the_window() {
+        let cfg = RetryConfig {
+            budget_ratio: 0.2,
+            budget_min_per_s: 0,
+            ..RetryConfig::default()
+        };
+        let now = Instant::now();
+        let b = RetryBudget::new(&cfg, now);
+        for _ in 0..100 {
+            b.deposit(now);
+        }
+        for _ in 0..15 {
+            b.count_retry(now);
+        }
+        let granted = (0..100).filter(|_| b.try_withdraw(now)).count();
+        assert_eq!(granted, 5, "20 allowed, 15 taken elsewhere");
     }
 
     #[tokio::test(start_paused = true)]

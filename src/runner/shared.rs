@@ -35,6 +35,10 @@ pub trait Shared: Send + Sync {
     /// the fleet cannot say now (the runner's own budget decides).
     async fn retry(&self) -> Option<bool>;
 
+    /// Tells the fleet that the runner's own budget allowed a retry after
+    /// [`Shared::retry`] could not say, to count it once the fleet can.
+    fn retried_alone(&self);
+
     /// Puts a deferred request on the fleet's stream; false if it cannot
     /// take it now (the runner spools it locally).
     async fn defer(&self, deferred: &Deferred) -> bool;

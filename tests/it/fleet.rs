@@ -44,7 +44,7 @@ impl Instance {
         }
     }
 
-    fn metrics(&self) -> String {
+    pub(crate) fn metrics(&self) -> String {
         block(async {
             reqwest::get(format!("{}/metrics", self.base))
                 .await

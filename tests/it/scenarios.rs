@@ -4,9 +4,10 @@
 use crate::common::seeds::{each_seed, median, SEEDS};
 use fusebox::clock::{Clock, Seed};
 use fusebox::config::Config;
+use fusebox::fleet::store::{Granted, MemoryStore, RetryAsk, RetryShare, Store, StoreError, Take, Taken};
 use fusebox::outcome::Level;
 use fusebox::runner::{Runner, RunnerParts};
-use fusebox::target::Target;
+use fusebox::target::{Kind, Target};
 use fusebox::telemetry::events::EventKind;
 use fusebox::telemetry::events::RefillFrozen;
 use fusebox::traffic::load::scenario::Scenario;
@@ -595,6 +596,9 @@ impl fusebox::runner::shared::Shared for RetriesOnly {
     async fn retry(&self) -> Option<bool> {
         self.0.take().await
     }
+    fn retried_alone(&self) {
+        self.0.retried_alone();
+    }
     async fn defer(&self, _: &fusebox::resilience::defer::Deferred) -> bool {
         false
     }
@@ -606,16 +610,27 @@ impl fusebox::runner::shared::Shared for RetriesOnly {
 /// one's outcomes.
 async fn fleet_of_four(scenario: &Scenario, cfg: &Config, shared: bool, seed: u64) -> Vec<DemoRun> {
     let clock = Clock::with_wall_anchor(0);
-    let store: Arc<dyn fusebox::fleet::store::Store> = Arc::new(fusebox::fleet::store::MemoryStore::new(clock));
-    let dirs: Vec<_> = (0..4).map(|_| tempfile::tempdir().unwrap()).collect();
-    let runners: Vec<_> = dirs
-        .iter()
-        .enumerate()
-        .map(|(i, dir)| {
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new(clock));
+    let spools = tempfile::tempdir().unwrap();
+    let runners = four_runners(cfg, clock, shared.then_some(store), seed, spools.path());
+    run_four(&runners, scenario, seed).await
+}
+
+/// Four runners on `clock` at seeds `seed` to `seed + 3` (spooling in
+/// `spools`), sharing the retry budget in `store` where one is given.
+fn four_runners(
+    cfg: &Config,
+    clock: Clock,
+    store: Option<Arc<dyn Store>>,
+    seed: u64,
+    spools: &std::path::Path,
+) -> Vec<Arc<Runner>> {
+    (0..4)
+        .map(|i| {
             let mut parts = RunnerParts::mock(clock, Seed(seed + i as u64));
-            parts.spool = Some(dir.path().join("spool.jsonl"));
+            parts.spool = Some(spools.join(format!("spool{i}.jsonl")));
             let runner = Runner::new(cfg.clone(), parts).unwrap();
-            if shared {
+            if let Some(store) = &store {
                 let retries = Arc::new(fusebox::fleet::retries::SharedRetries::new(
                     store.clone(),
                     runner.clone(),
@@ -625,7 +640,11 @@ async fn fleet_of_four(scenario: &Scenario, cfg: &Config, shared: bool, seed: u6
             }
             runner
         })
-        .collect();
+        .collect()
+}
+
+/// `scenario` on each of `runners` at once (for 7 minutes).
+async fn run_four(runners: &[Arc<Runner>], scenario: &Scenario, seed: u64) -> Vec<DemoRun> {
     let runs = runners
         .iter()
         .enumerate()
@@ -676,4 +695,145 @@ async fn fleet_retries_at(seed: u64) -> (usize, u64, f64, u64) {
         "seed {seed}: {without} against {with}"
     );
     (requests, with, budget, without)
+}
+
+/// A store the test takes away: while `down`, every operation fails, as
+/// when Redis is unreachable.
+struct Flaky {
+    store: MemoryStore,
+    down: std::sync::atomic::AtomicBool,
+}
+
+impl Flaky {
+    fn up(&self) -> Result<(), StoreError> {
+        match self.down.load(std::sync::atomic::Ordering::Relaxed) {
+            true => Err(StoreError("the store is down".into())),
+            false => Ok(()),
+        }
+    }
+}
+
+#[async_trait::async_trait]
+impl Store for Flaky {
+    async fn take(&self, buckets: &[Take], now_us: Option<u64>) -> Result<Vec<Taken>, StoreError> {
+        self.up()?;
+        self.store.take(buckets, now_us).await
+    }
+
+    async fn grant(&self, key: &str, want: f64, limits: [f64; 3], now_ms: Option<u64>) -> Result<Granted, StoreError> {
+        self.up()?;
+        self.store.grant(key, want, limits, now_ms).await
+    }
+
+    async fn retry(
+        &self,
+        key: &str,
+        ask: RetryAsk,
+        budget: RetryShare,
+        now_ms: Option<u64>,
+    ) -> Result<u32, StoreError> {
+        self.up()?;
+        self.store.retry(key, ask, budget, now_ms).await
+    }
+}
+
+/// When the store of the retry-storm fleet goes away, and for how long (s).
+const STORE_OUTAGE: (u64, u64) = (150, 20);
+
+/// The fleet's retry budget through a store outage in the middle of the
+/// storm, at every seed of [`SEEDS`]: meanwhile each instance's own
+/// budget decides (counting what the fleet had granted it), and what it
+/// allowed is counted into the store once it answers again. From the
+/// outage's start to one window after its end the fleet retries at most
+/// the shared budget of that span plus three more instances' floors over
+/// it, and at most three floors over the outage more than the same fleet
+/// with its store up (`docs/overload.md`, instances at seeds 7 to 10).
+#[test]
+fn a_fleets_retries_stay_bounded_through_a_store_outage() {
+    let runs = each_seed(SEEDS, retries_through_an_outage_at);
+    for (seed, (outage, calm, budget, bound)) in &runs {
+        eprintln!(
+            "instances at seeds {seed} to {}: {}s from the outage's start: {outage} retries ({calm} with the store up; the shared budget {budget:.0}, the bound {bound:.0})",
+            seed + 3,
+            STORE_OUTAGE.1 + 10,
+        );
+    }
+    let over: Vec<f64> = runs
+        .iter()
+        .map(|(_, (outage, calm, ..))| *outage as f64 - *calm as f64)
+        .collect();
+    eprintln!(
+        "retries over the store-up fleet's in the same span: median {:.0}, at most {:.0}",
+        median(over.clone()),
+        over.iter().cloned().fold(f64::MIN, f64::max)
+    );
+}
+
+/// One fleet through the outage and the same fleet with its store up: the
+/// retries from the outage's start to a window after its end in each, the
+/// shared budget of that span and the bound the first must keep to.
+async fn retries_through_an_outage_at(seed: u64) -> (u64, u64, f64, f64) {
+    let cfg = Config::parse(include_str!("../../examples/fleet-retries.toml"), "fleet-retries.toml").unwrap();
+    let storm = Scenario::load("retry-storm").unwrap();
+    let (outage, requests) = retries_in_the_outage(&cfg, &storm, seed, true).await;
+    let (calm, _) = retries_in_the_outage(&cfg, &storm, seed, false).await;
+    let (floor_s, window_s) = (f64::from(cfg.retry.budget_min_per_s), 10.0);
+    let (outage_s, span_s) = (STORE_OUTAGE.1 as f64, STORE_OUTAGE.1 as f64 + 10.0);
+    // The most the sliding window hands out over the span: its floor over
+    // the span and the window before it, and its ratio of the requests in
+    // both. The bound adds three more instances' floors over the span.
+    let budget = floor_s * (span_s + window_s) + cfg.retry.budget_ratio * requests as f64;
+    let bound = budget + 3.0 * floor_s * span_s;
+    assert!(
+        (outage as f64) <= bound,
+        "seed {seed}: {outage} retries through the outage against a bound of {bound}"
+    );
+    assert!(
+        (calm as f64) <= budget,
+        "seed {seed}: {calm} retries with the store up against a budget of {budget}"
+    );
+    // Counted into the store on its return, the retries made alone keep
+    // the window after within the budget: the excess is the outage's.
+    assert!(
+        outage.saturating_sub(calm) as f64 <= 3.0 * floor_s * outage_s,
+        "seed {seed}: {outage} retries through the outage, {calm} without"
+    );
+    (outage, calm, budget, bound)
+}
+
+/// Four instances through the storm with the store taken away at
+/// [`STORE_OUTAGE`] (or left up unless `down`): their retries from the
+/// outage's start to one window after its end, and their requests from a
+/// window before it to then.
+async fn retries_in_the_outage(cfg: &Config, storm: &Scenario, seed: u64, down: bool) -> (u64, u64) {
+    let clock = Clock::with_wall_anchor(0);
+    let store = Arc::new(Flaky {
+        store: MemoryStore::new(clock),
+        down: Default::default(),
+    });
+    let spools = tempfile::tempdir().unwrap();
+    let runners = four_runners(cfg, clock, Some(store.clone()), seed, spools.path());
+    // Requests and provider retries of all four so far.
+    let tally = |runners: &[Arc<Runner>]| -> (u64, u64) {
+        runners.iter().fold((0, 0), |(q, r), runner| {
+            let s = runner.snapshot(0, 0);
+            let retries = s.breakers.iter().filter(|b| b.target.kind() == Kind::Provider);
+            (q + s.requests, r + retries.map(|b| b.stats.retries).sum::<u64>())
+        })
+    };
+    let (from_s, outage_s) = STORE_OUTAGE;
+    let watch = async {
+        let window = Duration::from_secs(10);
+        tokio::time::sleep(Duration::from_secs(from_s) - window).await;
+        let before = tally(&runners);
+        tokio::time::sleep(window).await;
+        let start = tally(&runners);
+        store.down.store(down, std::sync::atomic::Ordering::Relaxed);
+        tokio::time::sleep(Duration::from_secs(outage_s)).await;
+        store.down.store(false, std::sync::atomic::Ordering::Relaxed);
+        tokio::time::sleep(window).await;
+        let end = tally(&runners);
+        (end.1 - start.1, end.0 - before.0)
+    };
+    tokio::join!(run_four(&runners, storm, seed), watch).1
 }

@@ -9,7 +9,7 @@ use crate::common;
 
 use common::redis::Redis;
 use fusebox::clock::Clock;
-use fusebox::fleet::store::{MemoryStore, RedisStore, RetryShare, Store, Take, RETRY_WINDOW_S, WINDOWS_MS};
+use fusebox::fleet::store::{MemoryStore, RedisStore, RetryAsk, RetryShare, Store, Take, RETRY_WINDOW_S, WINDOWS_MS};
 use proptest::prelude::*;
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -24,7 +24,7 @@ const START_MS: u64 = 1_800_000_000_000 - 5_000;
 enum Op {
     Take { bucket: usize, want: f64 },
     Grant { budget: usize, want: f64 },
-    Retry { requests: u64, want: u32 },
+    Retry { requests: u64, taken: u64, want: u32 },
     Advance { ms: u64 },
 }
 
@@ -35,7 +35,7 @@ fn op() -> impl Strategy<Value = Op> {
     prop_oneof![
         (0..2usize, 0.0..400.0f64).prop_map(|(bucket, want)| Op::Take { bucket, want }),
         (0..2usize, 0.0..200.0f64).prop_map(|(budget, want)| Op::Grant { budget, want }),
-        (0..30u64, 0..4u32).prop_map(|(requests, want)| Op::Retry { requests, want }),
+        (0..30u64, 0..3u64, 0..4u32).prop_map(|(requests, taken, want)| Op::Retry { requests, taken, want }),
         prop_oneof![0..2_000u64, 0..120_000u64, Just(3_600_000u64)].prop_map(|ms| Op::Advance { ms }),
     ]
 }
@@ -83,9 +83,11 @@ impl Model {
     }
 
     /// Retries granted one by one while the window's stay under the budget.
-    fn retry(&mut self, requests: u64, want: u32, now_ms: u64) -> u32 {
+    fn retry(&mut self, requests: u64, taken: u64, want: u32, now_ms: u64) -> u32 {
         let s = now_ms / 1_000;
-        self.retries.entry(s).or_default().0 += requests;
+        let slot = self.retries.entry(s).or_default();
+        slot.0 += requests;
+        slot.1 += taken;
         let window = self.retries.range(s + 1 - RETRY_WINDOW_S..=s);
         let (q, mut r) = window.fold((0, 0), |(q, r), (_, x)| (q + x.0, r + x.1));
         let mut grant = 0;
@@ -143,12 +145,17 @@ async fn check(store: &dyn Store, prefix: &str, ops: &[Op]) -> Result<(), TestCa
                 );
                 prop_assert_eq!(got.bound.is_some(), expected < want - 1e-9, "bound {:?}", got.bound);
             }
-            Op::Retry { requests, want } => {
+            Op::Retry { requests, taken, want } => {
                 let got = store
-                    .retry(&format!("{prefix}:retries"), requests, want, RETRIES, Some(now_ms))
+                    .retry(
+                        &format!("{prefix}:retries"),
+                        RetryAsk { requests, taken, want },
+                        RETRIES,
+                        Some(now_ms),
+                    )
                     .await
                     .unwrap();
-                prop_assert_eq!(got, model.retry(requests, want, now_ms), "retry {:?}", op);
+                prop_assert_eq!(got, model.retry(requests, taken, want, now_ms), "retry {:?}", op);
             }
             Op::Advance { ms } => now_ms += ms,
         }

@@ -103,14 +103,27 @@ impl Calls<'_> {
     }
 
     /// Takes one retry (or hedge) from the retry budget: the fleet's where
-    /// the runner is in one that can say, else its own.
+    /// the runner is in one that can say, else its own. The runner's own
+    /// budget counts what the fleet granted too, so when the fleet's store
+    /// goes away it goes on from what this instance has taken.
     pub(super) async fn take_retry(&self, now: Instant) -> bool {
-        if let Some(fleet) = self.shared.get() {
-            if let Some(ok) = fleet.retry().await {
-                return ok;
+        let Some(fleet) = self.shared.get() else {
+            return self.retry_budget.try_withdraw(now);
+        };
+        match fleet.retry().await {
+            Some(true) => {
+                self.retry_budget.count_retry(now);
+                true
+            }
+            Some(false) => false,
+            None => {
+                let ok = self.retry_budget.try_withdraw(now);
+                if ok {
+                    fleet.retried_alone();
+                }
+                ok
             }
         }
-        self.retry_budget.try_withdraw(now)
     }
 
     /// How long to wait before retrying after try `attempt` ended in

@@ -151,6 +151,8 @@ impl Cluster {
                     conf.to_str().unwrap(),
                     "--cluster-node-timeout",
                     "1000",
+                    "--repl-diskless-sync-delay",
+                    "0",
                     "--dir",
                     dir.path().to_str().unwrap(),
                 ],
@@ -170,33 +172,29 @@ impl Cluster {
         wait_until("the cluster ok on every node", || {
             c.nodes.iter().all(|n| c.info(n.port).contains("cluster_state:ok"))
         });
+        // A replica that has not synced yet is not promoted.
+        wait_until("every node knowing every replica, each in sync", || {
+            c.nodes.iter().all(|n| {
+                let nodes = redis_cli(n.port, &["cluster", "nodes"]);
+                let replication = redis_cli(n.port, &["info", "replication"]);
+                nodes.lines().filter(|l| l.contains("slave")).count() == masters
+                    && (replication.contains("role:master") || replication.contains("master_link_status:up"))
+            })
+        });
         Some(c)
     }
 
     /// `CLUSTER INFO` of the node at `port` ("" if it does not answer).
     pub fn info(&self, port: u16) -> String {
-        let out = Command::new("redis-cli")
-            .args(["-p", &port.to_string(), "cluster", "info"])
-            .output();
-        out.map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
-            .unwrap_or_default()
+        redis_cli(port, &["cluster", "info"])
     }
 
     /// The node serving `key`'s slot as primary now, and its replica (None
     /// while no node serves it, or it has none).
     pub fn serving(&self, key: &str) -> Option<(u16, u16)> {
-        let cli = |port: u16, args: &[&str]| {
-            let o = Command::new("redis-cli")
-                .arg("-p")
-                .arg(port.to_string())
-                .args(args)
-                .output()
-                .unwrap();
-            String::from_utf8_lossy(&o.stdout).into_owned()
-        };
         let any = self.nodes.iter().find(|n| !self.info(n.port).is_empty()).unwrap().port;
-        let slot: u32 = cli(any, &["cluster", "keyslot", key]).trim().parse().unwrap();
-        let nodes = cli(any, &["cluster", "nodes"]);
+        let slot: u32 = redis_cli(any, &["cluster", "keyslot", key]).trim().parse().unwrap();
+        let nodes = redis_cli(any, &["cluster", "nodes"]);
         let port_of = |line: &str| -> u16 {
             let addr = line.split_whitespace().nth(1).unwrap();
             addr.split(['@', ':']).nth(1).unwrap().parse().unwrap()
@@ -226,6 +224,17 @@ impl Cluster {
         let nodes: Vec<String> = self.nodes.iter().map(|n| format!("127.0.0.1:{}", n.port)).collect();
         format!("redis+cluster://{}", nodes.join(","))
     }
+}
+
+/// What `redis-cli -p PORT ARGS…` prints ("" where it cannot run).
+fn redis_cli(port: u16, args: &[&str]) -> String {
+    let out = Command::new("redis-cli")
+        .arg("-p")
+        .arg(port.to_string())
+        .args(args)
+        .output();
+    out.map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+        .unwrap_or_default()
 }
 
 /// Polls (real time, up to 10 s) for something other processes do.
