@@ -10,10 +10,14 @@
 //! While the store is unreachable an instance keeps to its share of each
 //! budget (the limit divided by the live instances last seen), counted in
 //! process, less what the store granted it in the same period (an outage
-//! mid-period does not start the share afresh): fail open. With `budgets_fail = "closed"` it refuses what its
-//! allowances do not cover instead.
+//! mid-period does not start the share afresh): fail open. What it granted
+//! itself is counted into the store with its next round trip in the same
+//! period, so the fleet's period holds at most the budget plus what
+//! instances had been granted beyond their shares before the outage. With
+//! `budgets_fail = "closed"` it refuses what its allowances do not cover
+//! instead.
 
-use super::store::{MemoryStore, Store, WINDOWS_MS};
+use super::store::{Granted, MemoryStore, Store, StoreError, WINDOWS_MS};
 use crate::clock::Clock;
 use crate::config::{BudgetConfig, FailMode};
 use crate::resilience::budget::{self, Budget, BudgetExceeded, Metric, UserLimits, Window};
@@ -168,6 +172,9 @@ struct Allowance {
     /// What the store granted this period (counted against this
     /// instance's share while the store is unreachable).
     granted: f64,
+    /// What this instance granted itself this period while the store was
+    /// unreachable, not yet counted into the store.
+    alone: f64,
     /// The store refused more this period (the budget ran out): further
     /// calls beyond the allowance are refused here, without a round trip.
     spent: Option<BudgetExceeded>,
@@ -263,7 +270,7 @@ impl Allowances {
 
     async fn take(&self, s: &Scope, user: &str, terms: Terms, want: f64, now_ms: u64) -> Result<(), BudgetExceeded> {
         let period = now_ms / terms.period_ms;
-        let (short, granted_here) = {
+        let (short, granted_here, alone) = {
             let mut held = s.held.lock();
             let a = s.allowance(&mut held, user, period, terms.period_ms);
             if a.left >= want {
@@ -273,7 +280,7 @@ impl Allowances {
             if let Some(e) = &a.spent {
                 return Err(e.clone());
             }
-            (want - a.left, a.granted)
+            (want - a.left, a.granted, a.alone)
         };
         let chunk = short.max(terms.chunk);
         let key = s.key(user);
@@ -281,7 +288,7 @@ impl Allowances {
             None
         } else {
             self.round_trips.fetch_add(1, Ordering::Relaxed);
-            match self.store.grant(&key, chunk, terms.limits, None).await {
+            match self.ask(&key, alone, chunk, terms.limits).await {
                 Ok(g) => Some(g),
                 Err(e) => {
                     tracing::debug!(error = %e, "budget round trip failed");
@@ -314,6 +321,9 @@ impl Allowances {
         a.left += g.grant;
         if from_store {
             a.granted += g.grant;
+            a.alone = (a.alone - alone).max(0.0);
+        } else {
+            a.alone += g.grant;
         }
         if a.left >= want {
             a.left -= want;
@@ -322,6 +332,15 @@ impl Allowances {
         let e = s.refusal(user, &terms.limits, g.bound.unwrap_or(0), want, a.left);
         a.spent = Some(e.clone());
         Err(e)
+    }
+
+    /// Asks the store for `chunk` of `key` within `limits`, first counting
+    /// into it what this instance granted itself while it was away.
+    async fn ask(&self, key: &str, alone: f64, chunk: f64, limits: [f64; 3]) -> Result<Granted, StoreError> {
+        if alone > 0.0 {
+            self.store.grant(key, alone, [0.0; 3], None).await?;
+        }
+        self.store.grant(key, chunk, limits, None).await
     }
 
     /// Settles a call that reserved `r` and used `tokens` and `cost`: the
@@ -460,5 +479,22 @@ mod tests {
         assert_eq!(e.budget, Some(Budget::tokens(Window::Minute)));
         // Another user's share is whole.
         let _ = a.reserve("bob", limits(), 500, 0.0).await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn what_an_instance_granted_alone_is_counted_into_the_store_on_its_return() {
+        let (a, status) = allowances(budgets(), FailMode::Open);
+        status.set_instances(2);
+        // The store away from the start: ann's share here, 500 of 1,000.
+        status.set_degraded(true);
+        let _ = a.reserve("ann", limits(), 400, 0.0).await.unwrap();
+        status.set_degraded(false);
+        // Back, the store grants what is left of the 1,000 after the 400
+        // (in chunks; the local 100 left is spent first).
+        let mut spent = 400;
+        while a.reserve("ann", limits(), 50, 0.0).await.is_ok() {
+            spent += 50;
+        }
+        assert_eq!(spent, 1_000, "the fleet's minute holds the budget, not 1,400");
     }
 }

@@ -243,8 +243,9 @@ fn primary_named(port: u16) -> Option<u16> {
 }
 
 /// Four instances on `url` spending carol's minute budget of 2,500
-/// tokens, through `f` part-way: at most 1.25 × the budget of each
-/// minute window the run touched is admitted.
+/// tokens, through `f` part-way: at most the budget of each minute window
+/// the run touched is admitted (and a tenth for what calls used beyond
+/// what they reserved).
 fn a_users_budget_through(url: &str, f: Failing) {
     const BUDGET: f64 = 2_500.0;
     let dir = tempfile::tempdir().unwrap();
@@ -291,7 +292,7 @@ fn a_users_budget_through(url: &str, f: Failing) {
         refused.load(Ordering::Relaxed),
         spent / allowed
     );
-    assert!(spent <= allowed * 1.25, "spent {spent} of {allowed}");
+    assert!(spent <= allowed * 1.1, "spent {spent} of {allowed}");
 }
 
 /// Four instances on `url` whose openai answers 503 to seven calls in ten
@@ -453,8 +454,9 @@ fn four_instances_keep_serving_while_a_redis_cluster_fails_a_primary_over() {
 
 /// One user's minute budget, spent from four instances while the primary
 /// fails over part-way through it: each instance then keeps to its share
-/// less what the store had granted it, so the fleet admits about the
-/// budget, not the budget again.
+/// less what the store had granted it and counts what it granted itself
+/// into the store on its return, so the fleet admits the budget, not the
+/// budget again.
 #[test]
 fn a_users_budget_holds_through_a_sentinel_failover() {
     with_sentinels(|url, failing, _| a_users_budget_through(url, failing));
