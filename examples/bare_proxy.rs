@@ -4,7 +4,7 @@
 //! what any Rust proxy of this shape costs there; fusebox's own work is the
 //! difference.
 //!
-//! Run by the harness (`gateway_overhead --bare target/release/examples/bare_proxy`)
+//! Run by the harness (`gateway_overhead --bare target/dist/examples/bare_proxy`)
 //! with the same arguments as the gateway: `--listen ADDR --config FILE`,
 //! where the first `base_url = "…"` line of FILE names the upstream.
 

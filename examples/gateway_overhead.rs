@@ -22,9 +22,9 @@
 //! rounds. A gateway answer must be a 200 with `x-fusebox-level: none`;
 //! anything else is counted and invalidates the figures.
 //!
-//! Run: `cargo build --release && cargo run --release --example
+//! Run: `cargo build --profile dist && cargo run --profile dist --example
 //! gateway_overhead -- --rps 1000 [--stream] [--bare PATH] [--litellm PATH]` (options:
-//! `--secs 10 --rounds 3 --warmup 2 --fusebox target/release/fusebox`).
+//! `--secs 10 --rounds 3 --warmup 2 --fusebox target/dist/fusebox`).
 
 #[global_allocator]
 static GLOBAL: fusebox::alloc::Mimalloc = fusebox::alloc::Mimalloc;
@@ -103,7 +103,7 @@ struct Args {
     #[arg(long, default_value_t = 2)]
     warmup: u64,
     /// The fusebox binary to run as the gateway.
-    #[arg(long, default_value = "target/release/fusebox")]
+    #[arg(long, default_value = "target/dist/fusebox")]
     fusebox: PathBuf,
     /// LiteLLM's `litellm` executable, to measure its proxy alongside.
     #[arg(long)]
@@ -413,7 +413,7 @@ async fn main() -> anyhow::Result<()> {
     );
     let gw = Launch {
         name: "fusebox",
-        hint: " (build it: cargo build --release)",
+        hint: " (build it: cargo build --profile dist)",
         port,
         health: "/healthz",
         within: Duration::from_secs(20),
@@ -430,7 +430,7 @@ async fn main() -> anyhow::Result<()> {
                 .arg(&cfg);
             let bare = Launch {
                 name: "bare",
-                hint: " (build it: cargo build --release --examples)",
+                hint: " (build it: cargo build --profile dist --examples)",
                 port,
                 health: "/healthz",
                 within: Duration::from_secs(20),

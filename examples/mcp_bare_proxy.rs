@@ -4,7 +4,7 @@
 //! one current-thread runtime). What it adds is what any `rmcp` proxy of
 //! this shape adds on a machine; fusebox's own work is the difference.
 //!
-//! Run by the harness (`mcp_overhead --bare target/release/examples/mcp_bare_proxy`)
+//! Run by the harness (`mcp_overhead --bare target/dist/examples/mcp_bare_proxy`)
 //! as `mcp_bare_proxy UPSTREAM_URL`; it says `http://ADDR/mcp` on stderr.
 
 use rmcp::model::{

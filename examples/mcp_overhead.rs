@@ -13,9 +13,9 @@
 //! (`examples/mcp_bare_proxy.rs`, its own process too): the floor any
 //! proxy built on `rmcp` has on this machine.
 //!
-//! Run: `cargo build --release --examples --bins && cargo run --release
-//! --example mcp_overhead -- --bare target/release/examples/mcp_bare_proxy`
-//! (`--calls 2000 --rounds 5 --threads 1 --fusebox target/release/fusebox`).
+//! Run: `cargo build --profile dist --examples --bins && cargo run --profile dist
+//! --example mcp_overhead -- --bare target/dist/examples/mcp_bare_proxy`
+//! (`--calls 2000 --rounds 5 --threads 1 --fusebox target/dist/fusebox`).
 //!
 //! Each proxy's CPU per call is read from `/proc`; the difference is
 //! fusebox's own work. To count it in instructions instead, give
@@ -46,7 +46,7 @@ struct Args {
     #[arg(long, default_value_t = 1)]
     threads: usize,
     /// The fusebox binary.
-    #[arg(long, default_value = "target/release/fusebox")]
+    #[arg(long, default_value = "target/dist/fusebox")]
     fusebox: std::path::PathBuf,
     /// Also through this bare `rmcp` proxy (`examples/mcp_bare_proxy.rs`),
     /// the floor any `rmcp` proxy has on this machine.

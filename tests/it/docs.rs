@@ -224,12 +224,14 @@ fn has_option(help: &str, flag: &str) -> bool {
 }
 
 /// The options of a command line as the docs write it: `fusebox SUB …`,
-/// `cargo run --release -- SUB …`, `cargo run --release --example NAME --
-/// …`: (whose options, `--flag`s).
+/// `cargo run --release -- SUB …` (or `--profile dist`), `cargo run
+/// --release --example NAME -- …`: (whose options, `--flag`s).
 fn options_of(words: &[&str]) -> Option<(String, Vec<String>)> {
     let at = words.iter().position(|w| *w == "fusebox" || *w == "cargo")?;
     let (sub, rest) = match &words[at..] {
-        ["fusebox", rest @ ..] | ["cargo", "run", "--release", "--", rest @ ..] => {
+        ["fusebox", rest @ ..]
+        | ["cargo", "run", "--release", "--", rest @ ..]
+        | ["cargo", "run", "--profile", "dist", "--", rest @ ..] => {
             let two = rest.get(..2).map(|w| w.join(" "));
             match (two, rest.first()) {
                 (Some(s), _) if SUBCOMMANDS.contains(&s.as_str()) => (s, rest),
@@ -237,7 +239,10 @@ fn options_of(words: &[&str]) -> Option<(String, Vec<String>)> {
                 _ => ("demo".to_string(), rest),
             }
         }
-        ["cargo", "run", "--release", "--example", name, "--", rest @ ..] => (format!("example:{name}"), rest),
+        ["cargo", "run", "--release", "--example", name, "--", rest @ ..]
+        | ["cargo", "run", "--profile", "dist", "--example", name, "--", rest @ ..] => {
+            (format!("example:{name}"), rest)
+        }
         _ => return None,
     };
     let flags = rest
@@ -289,7 +294,15 @@ fn every_option_named_is_a_real_one() {
             } else if let Some(flag) = span.strip_prefix("--").map(|f| format!("--{f}")) {
                 let flag = flag.split([' ', '=', '|']).next().unwrap().to_string();
                 // cargo's own (`--` passes on what follows), and valgrind's.
-                if ["--", "--release", "--example", "--all-targets", "--cache-sim"].contains(&flag.as_str()) {
+                const NOT_OURS: [&str; 6] = [
+                    "--",
+                    "--release",
+                    "--profile",
+                    "--example",
+                    "--all-targets",
+                    "--cache-sim",
+                ];
+                if NOT_OURS.contains(&flag.as_str()) {
                     continue;
                 }
                 checked.set(checked.get() + 1);
@@ -931,7 +944,7 @@ fn the_quick_start_and_serve_commands_run() {
                 c if c.starts_with("curl ") || c.starts_with("cargo run --example") => continue,
                 // The deploy commands: the image test runs the build script,
                 // the manifests test renders what `apply -k` applies.
-                c if c.starts_with("cargo build --release && docs/deploy/image ") => {
+                c if c.starts_with("cargo build --profile dist && docs/deploy/image ") => {
                     assert!(root().join("docs/deploy/image").is_file(), "{}", s.at);
                     continue;
                 }
@@ -1001,10 +1014,10 @@ fn check_of(cmd: &str) -> Option<Check> {
         "fusebox demo --headless --scenario retry-storm --speed 1 --duration 7m --state redis://127.0.0.1:6379/0 --config examples/fleet-retries.toml" => {
             Elsewhere("7 minutes on a Redis: the fleet test runs 20 s of the same brownout on four instances")
         }
-        "cargo run --release -- bench" | "cargo run --release -- bench --overload-control" => {
+        "cargo run --profile dist -- bench" | "cargo run --profile dist -- bench --overload-control" => {
             Elsewhere("4,000,000 decisions on every core: a measurement, run by hand (the cli test runs a short one)")
         }
-        "cargo run --release -- bench --state redis://127.0.0.1:6379/0" => {
+        "cargo run --profile dist -- bench --state redis://127.0.0.1:6379/0" => {
             Elsewhere("a measurement against Redis, run by hand (the fleet tests run the store)")
         }
         "fusebox serve --otlp-endpoint http://127.0.0.1:4318" => {
@@ -1014,18 +1027,19 @@ fn check_of(cmd: &str) -> Option<Check> {
             Elsewhere("needs OTLP/JSON traces: the otel import test runs both on a demo's")
         }
         "cargo run --release --example otlp_sink" => Elsewhere("a receiver that runs until stopped"),
-        "cargo run --release -- bench --otlp-endpoint http://127.0.0.1:4318" => {
+        "cargo run --release" => Elsewhere("the quick start's console, run by the quick start check"),
+        "cargo run --profile dist -- bench --otlp-endpoint http://127.0.0.1:4318" => {
             Elsewhere("a measurement, run by hand against otlp_sink")
         }
         c if c.starts_with("cargo bench") => Elsewhere("criterion benchmarks, run by hand"),
         "cargo run --release --example do_no_harm -- 5 10" => {
             Elsewhere("minutes of runs, by hand: the_do_no_harm_grid_runs runs it at one seed for a minute")
         }
-        c if c.starts_with("cargo build --release && cargo run --release --example gateway_overhead")
+        c if c.starts_with("cargo build --profile dist && cargo run --profile dist --example gateway_overhead")
             || c.starts_with(
-                "cargo build --release --examples --bins && cargo run --release --example mcp_overhead",
+                "cargo build --profile dist --examples --bins && cargo run --profile dist --example mcp_overhead",
             )
-            || c.starts_with("cargo run --release --example gateway_log")
+            || c.starts_with("cargo run --profile dist --example gateway_log")
             || c.starts_with("fusebox replay gw1m.jsonl") =>
         {
             Elsewhere("benchmarks of minutes, run by hand")
