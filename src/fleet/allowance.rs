@@ -17,7 +17,7 @@
 //! `budgets_fail = "closed"` it refuses what its allowances do not cover
 //! instead.
 
-use super::store::{Granted, MemoryStore, Store, StoreError, WINDOWS_MS};
+use super::store::{MemoryStore, Store, StoreError, WINDOWS_MS};
 use crate::clock::Clock;
 use crate::config::{BudgetConfig, FailMode};
 use crate::resilience::budget::{self, Budget, BudgetExceeded, Metric, UserLimits, Window};
@@ -288,7 +288,11 @@ impl Allowances {
             None
         } else {
             self.round_trips.fetch_add(1, Ordering::Relaxed);
-            match self.ask(&key, alone, chunk, terms.limits).await {
+            let asked = match self.repay(s, user, period, alone).await {
+                Ok(()) => self.store.grant(&key, chunk, terms.limits, None).await,
+                Err(e) => Err(e),
+            };
+            match asked {
                 Ok(g) => Some(g),
                 Err(e) => {
                     tracing::debug!(error = %e, "budget round trip failed");
@@ -321,7 +325,6 @@ impl Allowances {
         a.left += g.grant;
         if from_store {
             a.granted += g.grant;
-            a.alone = (a.alone - alone).max(0.0);
         } else {
             a.alone += g.grant;
         }
@@ -334,13 +337,17 @@ impl Allowances {
         Err(e)
     }
 
-    /// Asks the store for `chunk` of `key` within `limits`, first counting
-    /// into it what this instance granted itself while it was away.
-    async fn ask(&self, key: &str, alone: f64, chunk: f64, limits: [f64; 3]) -> Result<Granted, StoreError> {
+    /// Counts into the store the `alone` that `user`'s allowance of `s`
+    /// in `period` granted itself while the store was away (then no longer
+    /// owed).
+    async fn repay(&self, s: &Scope, user: &str, period: u64, alone: f64) -> Result<(), StoreError> {
         if alone > 0.0 {
-            self.store.grant(key, alone, [0.0; 3], None).await?;
+            self.store.grant(&s.key(user), alone, [0.0; 3], None).await?;
+            if let Some(a) = s.held.lock().get_mut(s.who(user)).filter(|a| a.period == period) {
+                a.alone = (a.alone - alone).max(0.0);
+            }
         }
-        self.store.grant(key, chunk, limits, None).await
+        Ok(())
     }
 
     /// Settles a call that reserved `r` and used `tokens` and `cost`: the
