@@ -111,7 +111,11 @@ pub(super) struct Arrival<B> {
     inner: B,
     conn: Arc<Conn>,
     limit: Duration,
-    deadline: Pin<Box<tokio::time::Sleep>>,
+    /// When its headers came.
+    start: tokio::time::Instant,
+    /// Its timer, set the first time it waits (a body already read whole
+    /// needs none).
+    deadline: Option<Pin<Box<tokio::time::Sleep>>>,
 }
 
 impl<B> Arrival<B> {
@@ -120,7 +124,8 @@ impl<B> Arrival<B> {
             inner,
             conn,
             limit,
-            deadline: Box::pin(tokio::time::sleep(limit)),
+            start: tokio::time::Instant::now(),
+            deadline: None,
         }
     }
 }
@@ -147,7 +152,12 @@ where
                 Poll::Ready(Some(Ok(frame)))
             }
             Poll::Ready(Some(Err(e))) => Poll::Ready(Some(Err(e.into()))),
-            Poll::Pending => match me.deadline.as_mut().poll(cx) {
+            Poll::Pending => match me
+                .deadline
+                .get_or_insert_with(|| Box::pin(tokio::time::sleep_until(me.start + me.limit)))
+                .as_mut()
+                .poll(cx)
+            {
                 Poll::Ready(()) => Poll::Ready(Some(Err(Box::new(BodyTimeout(me.limit))))),
                 Poll::Pending => Poll::Pending,
             },

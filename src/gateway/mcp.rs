@@ -18,7 +18,6 @@ use axum::response::{IntoResponse, Response};
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
 use rmcp::transport::streamable_http_server::session::SessionManager;
 use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
-use serde_json::value::RawValue;
 use std::sync::Arc;
 
 /// The header naming a client's MCP session.
@@ -119,10 +118,11 @@ async fn close(manager: &LocalSessionManager, ids: Vec<Box<str>>) {
 /// session that is not the caller's (as for one that never was: the
 /// client opens a new one), 429 past the key's bound, 503 past the
 /// gateway's. A POST's body must be a JSON-RPC message (else -32700 or
-/// -32600, as JSON-RPC says, where rmcp answers 415), and a `tools/call`
-/// whose params are not an object with its arguments as one is invalid
-/// params (-32602, where rmcp says the method is unknown); rmcp's other
-/// refusals in plain text are given as JSON-RPC errors too. A session
+/// -32600, as JSON-RPC says, where rmcp answers 415; read here only
+/// where rmcp does not read it first, so a session's calls are parsed
+/// once); rmcp's other refusals in plain text are given as JSON-RPC
+/// errors too (a `tools/call` with params MCP does not allow is the
+/// proxy's to refuse: `proxy.rs`). A session
 /// ended by its client (`DELETE`) is answered 204: rmcp says 202, which
 /// MCP clients take for a failure (the Python SDK warns "Session
 /// termination failed: 202").
@@ -149,26 +149,35 @@ async fn guard(State((gw, gate)): State<(Arc<Gateway>, Arc<McpGate>)>, req: Requ
             );
         }
     }
-    let (req, message) = match req.method() {
-        &Method::POST => match message_of(req, gw.opts.max_body).await {
+    let (req, body) = match req.method() {
+        &Method::POST => match body_of(req, gw.opts.max_body).await {
             Ok(read) => read,
             Err(refused) => return refused,
         },
         _ => (req, None),
     };
-    // rmcp answers a call it cannot read as an unknown method (-32601).
-    if let Some(m) = message.as_ref().filter(|_| session.is_some()) {
-        if let Some(why) = m.bad_params {
-            return rpc_error(StatusCode::OK, -32602, why, m.id.clone());
-        }
-    }
+    // In a session rmcp reads the message; it is read here only where
+    // rmcp refuses it, to say why as JSON-RPC does.
+    let message = match (&session, &body) {
+        (None, Some(body)) => match message_of(body) {
+            Ok(m) => Some(m),
+            Err((code, why)) => return rpc_error(StatusCode::BAD_REQUEST, code, &why, None),
+        },
+        _ => None,
+    };
     let delete = req.method() == Method::DELETE;
     let opens = session.is_none()
         && message
             .as_ref()
             .is_some_and(|m| m.method.as_deref() == Some("initialize"));
     if !opens {
-        let mut r = rpc_errors(next.run(req).await).await;
+        let r = next.run(req).await;
+        if let Some(body) = body.filter(|_| refused_in_words(&r)) {
+            if let Err((code, why)) = message_of(&body) {
+                return rpc_error(StatusCode::BAD_REQUEST, code, &why, None);
+            }
+        }
+        let mut r = rpc_errors(r).await;
         if let Some(id) = session.filter(|_| delete && r.status().is_success()) {
             gate.sessions.close(&id);
             if r.status() == StatusCode::ACCEPTED {
@@ -201,10 +210,9 @@ async fn guard(State((gw, gate)): State<(Arc<Gateway>, Arc<McpGate>)>, req: Requ
     r
 }
 
-/// A POST's body read (within the gateway's bound) and the message it
-/// holds, with the request to pass on; or the JSON-RPC error for a body
-/// that is not one message.
-async fn message_of(req: Request, max: usize) -> Result<(Request, Option<Message>), Response> {
+/// A POST's body read (within the gateway's bound), with the request to
+/// pass on; the body kept where it is sent as JSON.
+async fn body_of(req: Request, max: usize) -> Result<(Request, Option<bytes::Bytes>), Response> {
     let (parts, body) = req.into_parts();
     let body = match read_bytes(body, max).await {
         Ok(b) => b,
@@ -214,45 +222,43 @@ async fn message_of(req: Request, max: usize) -> Result<(Request, Option<Message
         .headers
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
-        .is_some_and(|t| t.trim_start().to_ascii_lowercase().starts_with("application/json"));
+        .and_then(|t| t.trim_start().get(..16))
+        .is_some_and(|t| t.eq_ignore_ascii_case("application/json"));
     // What is not sent as JSON is rmcp's to refuse (415).
-    if !json {
-        return Ok((Request::from_parts(parts, Body::from(body)), None));
-    }
+    let kept = json.then(|| body.clone());
+    Ok((Request::from_parts(parts, Body::from(body)), kept))
+}
+
+/// The message `body` holds, or why it is not one as a JSON-RPC error's
+/// code and words: -32700 not JSON, -32600 not one JSON-RPC 2.0 message.
+fn message_of(body: &[u8]) -> Result<Message, (i32, String)> {
     let invalid = || {
         let why = "Invalid Request: the body is not one JSON-RPC 2.0 message (an object with \"jsonrpc\": \"2.0\")";
-        rpc_error(StatusCode::BAD_REQUEST, -32600, why, None)
+        (-32600, why.to_string())
     };
-    let message = match serde_json::from_slice::<Peek>(&body) {
-        Ok(m) if m.jsonrpc.as_deref() == Some("2.0") => Message {
-            bad_params: (m.method.as_deref() == Some("tools/call"))
-                .then(|| bad_params(m.params))
-                .flatten(),
+    match serde_json::from_slice::<Peek>(body) {
+        Ok(m) if m.jsonrpc.as_deref() == Some("2.0") => Ok(Message {
             method: m.method,
             id: m.id,
-        },
-        Ok(_) => return Err(invalid()),
-        Err(e) if e.is_data() => return Err(invalid()),
-        Err(e) => {
-            return Err(rpc_error(
-                StatusCode::BAD_REQUEST,
-                -32700,
-                &format!("Parse error: {e}"),
-                None,
-            ))
-        }
-    };
-    Ok((Request::from_parts(parts, Body::from(body)), Some(message)))
+        }),
+        Ok(_) => Err(invalid()),
+        Err(e) if e.is_data() => Err(invalid()),
+        Err(e) => Err((-32700, format!("Parse error: {e}"))),
+    }
+}
+
+/// Whether `r` is a refusal rmcp gave in plain text (406, 400, 405, 415).
+fn refused_in_words(r: &Response) -> bool {
+    r.status().is_client_error()
+        && r.headers()
+            .get(header::CONTENT_TYPE)
+            .is_none_or(|t| t.as_bytes().starts_with(b"text/plain"))
 }
 
 /// `r`, an error rmcp gave in plain text (406, 400, 405, 415), as a
 /// JSON-RPC error with the same status and words, which MCP clients read.
 async fn rpc_errors(r: Response) -> Response {
-    let plain = r
-        .headers()
-        .get(header::CONTENT_TYPE)
-        .is_none_or(|t| t.as_bytes().starts_with(b"text/plain"));
-    if !r.status().is_client_error() || !plain {
+    if !refused_in_words(&r) {
         return r;
     }
     let (parts, body) = r.into_parts();
@@ -272,50 +278,19 @@ async fn rpc_errors(r: Response) -> Response {
     out
 }
 
-/// A JSON-RPC message as read once, its params left unparsed.
+/// A JSON-RPC message as the guard reads it.
 #[derive(serde::Deserialize)]
 struct Peek<'a> {
+    #[serde(borrow)]
     jsonrpc: Option<std::borrow::Cow<'a, str>>,
     method: Option<String>,
     id: Option<serde_json::Value>,
-    #[serde(borrow)]
-    params: Option<&'a RawValue>,
 }
 
 /// What the guard reads of a JSON-RPC message.
 struct Message {
     method: Option<String>,
     id: Option<serde_json::Value>,
-    /// Why its params are not what its method takes ([`bad_params`]).
-    bad_params: Option<&'static str>,
-}
-
-/// The fields of a `tools/call`'s params the guard checks, unparsed.
-#[derive(serde::Deserialize)]
-struct CallParams<'a> {
-    #[serde(borrow)]
-    name: Option<&'a RawValue>,
-    #[serde(borrow)]
-    arguments: Option<&'a RawValue>,
-}
-
-/// Why `params`, a `tools/call`'s, are not what MCP says (an object with
-/// the tool's `name` and its `arguments` as an object).
-fn bad_params(params: Option<&RawValue>) -> Option<&'static str> {
-    let params = params
-        .filter(|p| p.get().starts_with('{'))
-        .and_then(|p| serde_json::from_str::<CallParams>(p.get()).ok());
-    let Some(params) = params else {
-        return Some("Invalid params: tools/call takes an object with the tool's `name` and its `arguments`");
-    };
-    if !params.name.is_some_and(|n| n.get().starts_with('"')) {
-        return Some("Invalid params: `name` must be the tool's name, a string");
-    }
-    match params.arguments.map(RawValue::get) {
-        None => None,
-        Some(a) if a == "null" || a.starts_with('{') => None,
-        Some(_) => Some("Invalid params: `arguments` must be an object of the tool's arguments by name"),
-    }
 }
 
 /// A JSON-RPC error answer with HTTP `status`.
@@ -326,43 +301,4 @@ fn rpc_error(status: StatusCode, code: i32, message: &str, id: Option<serde_json
         "error": {"code": code, "message": message},
     });
     (status, axum::Json(body)).into_response()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// The params of a `tools/call` as MCP has them, and each way they are not.
-    #[test]
-    fn a_tool_call_s_params_are_checked_without_parsing_its_arguments() {
-        let check = |body: &str| {
-            let m: Peek = serde_json::from_str(body).unwrap();
-            bad_params(m.params)
-        };
-        let ok = [
-            r#"{"params": {"name": "t", "arguments": {"a": [1, {"b": 2}]}}}"#,
-            r#"{"params": {"name": "t"}}"#,
-            r#"{"params": {"name": "t", "arguments": null}}"#,
-            r#"{"params": {"arguments": {}, "name": "t\"x", "_meta": {"progressToken": 1}}}"#,
-        ];
-        for body in ok {
-            assert_eq!(check(body), None, "{body}");
-        }
-        let bad = [
-            (r#"{}"#, "takes an object"),
-            (r#"{"params": ["t", {}]}"#, "takes an object"),
-            (r#"{"params": "t"}"#, "takes an object"),
-            (r#"{"params": {"arguments": {}}}"#, "`name`"),
-            (r#"{"params": {"name": 7}}"#, "`name`"),
-            (r#"{"params": {"name": "t", "arguments": ["x"]}}"#, "`arguments`"),
-            (r#"{"params": {"name": "t", "arguments": "x"}}"#, "`arguments`"),
-        ];
-        for (body, says) in bad {
-            assert!(
-                check(body).is_some_and(|why| why.contains(says)),
-                "{body}: {:?}",
-                check(body)
-            );
-        }
-    }
 }

@@ -66,7 +66,15 @@ impl Keys {
             {
                 Arc::from(String::from_utf8_lossy(b).as_ref())
             }
-            _ => Arc::from(format!("{}-{}", self.mark, self.next.fetch_add(1, Ordering::Relaxed))),
+            _ => {
+                let mut n = itoa::Buffer::new();
+                let n = n.format(self.next.fetch_add(1, Ordering::Relaxed));
+                let mut name = String::with_capacity(self.mark.len() + 1 + n.len());
+                name.push_str(&self.mark);
+                name.push('-');
+                name.push_str(n);
+                Arc::from(name)
+            }
         }
     }
 }

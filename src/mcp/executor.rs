@@ -145,8 +145,13 @@ impl ToolExecutor for McpTools {
                 ))
             }
         };
-        let json: Arc<str> = serde_json::to_string(&result).unwrap_or_default().into();
         let failed = result.is_error == Some(true);
+        // A failure's answer is the runner's to relay; a good one, only
+        // where it keeps it.
+        let json: Arc<str> = match &call {
+            Some(c) if !c.text && !failed => Arc::from(""),
+            _ => serde_json::to_string(&result).unwrap_or_default().into(),
+        };
         if let Some(c) = &call {
             c.answered(Some(result));
         }

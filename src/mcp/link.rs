@@ -66,6 +66,10 @@ pub struct Call {
     /// A tool call's arguments as the client sent them (the runner
     /// carries their text, unchanged): sent on without parsing it back.
     pub arguments: Option<JsonObject>,
+    /// Whether the runner needs a tool call's answer as text too (it
+    /// caches or records it; `Runner::keeps_answers_of`); else the
+    /// client's answer is kept whole only.
+    pub text: bool,
     /// The session it is made in.
     pub link: Arc<Link>,
     /// The waits of its try under way.
@@ -91,6 +95,7 @@ impl Call {
             ct,
             request: None,
             arguments: None,
+            text: true,
             link,
             aside: Mutex::default(),
             error: Mutex::default(),

@@ -53,6 +53,10 @@ impl NoticeOrder {
 
     fn mark(&self, id: RequestId) {
         let queued = *self.queued.lock();
+        // All told before it has been passed on: the answer need not wait.
+        if *self.passed.borrow() >= queued {
+            return;
+        }
         let mut marks = self.marks.lock();
         // Bounded by the requests in flight; an answer nobody settles (its
         // waiter gone) is forgotten with the next one past the bound.

@@ -21,8 +21,8 @@ use crate::target::Target;
 use crate::telemetry::events::EventKind;
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ClientRequest, CompleteRequestParams, CompleteResult,
-    ContentBlock, ErrorData, GetPromptRequestParams, GetPromptResponse, GetPromptResult, ListPromptsResult,
-    ListResourceTemplatesResult, ListResourcesResult, ListToolsResult, PaginatedRequestParams,
+    ContentBlock, CustomRequest, CustomResult, ErrorData, GetPromptRequestParams, GetPromptResponse, GetPromptResult,
+    ListPromptsResult, ListResourceTemplatesResult, ListResourcesResult, ListToolsResult, PaginatedRequestParams,
     ReadResourceRequestParams, ReadResourceResponse, ReadResourceResult, Reference, Request, RequestOptionalParam,
     ResultType, ServerCapabilities, ServerConfig, SetLevelRequestParams, SubscribeRequestParams,
     UnsubscribeRequestParams,
@@ -82,18 +82,24 @@ impl Proxy {
         }
     }
 
-    /// The servers the caller of `context` may reach.
-    fn reach(&self, context: &RequestContext<RoleServer>) -> Vec<usize> {
-        let named = context
+    /// The servers the caller of `context` may reach, by name (`None`: all).
+    fn named(&self, context: &RequestContext<RoleServer>) -> Option<Arc<[String]>> {
+        context
             .extensions
             .get::<http::request::Parts>()
-            .and_then(|p| (self.callers.reach)(p));
+            .and_then(|p| (self.callers.reach)(p))
+    }
+
+    /// Whether server `i` is among `named`.
+    fn among(&self, named: Option<&[String]>, i: usize) -> bool {
+        named.is_none_or(|n| n.iter().any(|s| s == self.upstreams.name(i)))
+    }
+
+    /// The servers the caller of `context` may reach.
+    fn reach(&self, context: &RequestContext<RoleServer>) -> Vec<usize> {
+        let named = self.named(context);
         (0..self.upstreams.len())
-            .filter(|&i| {
-                named
-                    .as_ref()
-                    .is_none_or(|n| n.iter().any(|s| s == self.upstreams.name(i)))
-            })
+            .filter(|&i| self.among(named.as_deref(), i))
             .collect()
     }
 
@@ -286,6 +292,25 @@ fn complete(mut r: CallToolResult) -> CallToolResult {
     r
 }
 
+/// Why `params`, a `tools/call`'s that rmcp could not read, are not
+/// what MCP says (an object with the tool's `name` and its `arguments`
+/// as an object).
+fn bad_call(params: Option<&serde_json::Value>) -> &'static str {
+    use serde_json::Value;
+    let Some(params) = params.and_then(Value::as_object) else {
+        return "Invalid params: tools/call takes an object with the tool's `name` and its `arguments`";
+    };
+    if !params.get("name").is_some_and(Value::is_string) {
+        return "Invalid params: `name` must be the tool's name, a string";
+    }
+    match params.get("arguments") {
+        None | Some(Value::Null | Value::Object(_)) => {
+            "Invalid params: tools/call's params are not as MCP has them (see its `_meta` and `task`)"
+        }
+        Some(_) => "Invalid params: `arguments` must be an object of the tool's arguments by name",
+    }
+}
+
 fn error_text(text: String) -> CallToolResult {
     CallToolResult::error(vec![ContentBlock::text(text)])
 }
@@ -348,7 +373,7 @@ impl ServerHandler for Proxy {
         if !self
             .upstreams
             .get(&name)
-            .is_some_and(|o| self.reach(&context).contains(&o.server))
+            .is_some_and(|o| self.among(self.named(&context).as_deref(), o.server))
         {
             return Err(ErrorData::invalid_params(format!("no tool `{name}`"), None));
         }
@@ -359,6 +384,7 @@ impl ServerHandler for Proxy {
         let req = self.tool_request(&name, text, &context);
         let mut call = self.call_of(&context, None);
         call.arguments = request.arguments;
+        call.text = self.runner.keeps_answers_of(&name);
         let call = Arc::new(call);
         let (end, _) = call.clone().scope(self.runner.tool(&req)).await;
         // The server's answer as it came, else (a cached one) its text.
@@ -546,6 +572,24 @@ impl ServerHandler for Proxy {
         Ok(())
     }
 
+    /// A request rmcp could not read as any method it knows: a
+    /// `tools/call` whose params MCP does not allow is invalid params
+    /// (-32602, saying which), anything else an unknown method.
+    async fn on_custom_request(
+        &self,
+        request: CustomRequest,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<CustomResult, ErrorData> {
+        match request.method.as_str() {
+            "tools/call" => Err(ErrorData::invalid_params(bad_call(request.params.as_ref()), None)),
+            _ => Err(ErrorData::new(
+                rmcp::model::ErrorCode::METHOD_NOT_FOUND,
+                request.method,
+                None,
+            )),
+        }
+    }
+
     async fn on_roots_list_changed(&self, _context: NotificationContext<RoleServer>) {
         for peer in self.link.opened().await {
             let _ = peer.notify_roots_list_changed().await;
@@ -580,5 +624,33 @@ impl Proxy {
             .prompt(name)
             .filter(|(s, _)| offering.contains(s))
             .ok_or_else(|| ErrorData::invalid_params(format!("no prompt `{name}`"), None))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    /// Each way a `tools/call`'s params are not what MCP says, in words.
+    #[test]
+    fn a_tool_call_s_bad_params_are_named() {
+        let bad = [
+            (None, "takes an object"),
+            (Some(json!(["t", {}])), "takes an object"),
+            (Some(json!("t")), "takes an object"),
+            (Some(json!({"arguments": {}})), "`name`"),
+            (Some(json!({"name": 7})), "`name`"),
+            (Some(json!({"name": "t", "arguments": ["x"]})), "`arguments`"),
+            (Some(json!({"name": "t", "arguments": "x"})), "`arguments`"),
+            (Some(json!({"name": "t", "_meta": 3})), "not as MCP has them"),
+        ];
+        for (params, says) in bad {
+            assert!(
+                bad_call(params.as_ref()).contains(says),
+                "{params:?}: {}",
+                bad_call(params.as_ref())
+            );
+        }
     }
 }

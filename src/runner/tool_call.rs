@@ -89,6 +89,18 @@ pub enum ToolEnd {
 }
 
 impl Runner {
+    /// Whether a call of tool `name` begun now needs its answer as text:
+    /// the tool's answers are cached, or someone listens to the record.
+    /// (A client that takes the answer whole needs no text otherwise.)
+    pub fn keeps_answers_of(&self, name: &str) -> bool {
+        self.events.has_subscribers()
+            || self
+                .catalog
+                .tool_index
+                .get(name)
+                .is_some_and(|&ti| self.catalog.tools[ti].cfg.cache_ttl_s > 0)
+    }
+
     /// Runs one tool call to its end.
     pub async fn tool(&self, req: &ToolRequest) -> (ToolEnd, Outcome) {
         let mut run = Tallied::new(Scope::begin(self, req.id, &req.user, || Arrival {
@@ -126,7 +138,7 @@ impl Runner {
             ToolEnd::Refused(_) => HopEnd::Refused,
         };
         let ended = Ended {
-            chain: vec![crate::outcome::Hop::new(&name.to_string(), how)],
+            chain: vec![crate::outcome::Hop::new(name, how)],
             ..Ended::from(&end)
         };
         let outcome = run.outcome(ended);

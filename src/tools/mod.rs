@@ -120,7 +120,7 @@ impl Schemas {
         if !args.is_object() {
             return Err(format!("arguments of `{}` are not a JSON object", call.name));
         }
-        let Some(v) = self.validator(&spec.schema) else {
+        let Some(v) = self.validator(&spec.schema).filter(|v| !v.is_valid(&args)) else {
             return Ok(());
         };
         let first = v.iter_errors(&args).next().map(|e| {

@@ -489,8 +489,9 @@ async fn a_stdio_mcp_server_sees_none_of_the_gateway_s_secrets() {
 /// What `/mcp` refuses is refused as JSON-RPC says, in a body MCP
 /// clients read: a body that is not JSON is a parse error (-32700), JSON
 /// that is not one message an invalid request (-32600), each a 400 (not
-/// rmcp's 415); rmcp's own refusals (406 without the accepted types, 405)
-/// keep their status with a JSON-RPC error.
+/// rmcp's 415), opening a session or in one; rmcp's own refusals (406
+/// without the accepted types, 405) keep their status with a JSON-RPC
+/// error.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mcp_refusals_are_json_rpc_errors() {
     use reqwest::Method;
@@ -502,11 +503,15 @@ async fn mcp_refusals_are_json_rpc_errors() {
             v["error"]["message"].as_str().unwrap().to_string(),
         )
     };
-    let (status, _, body) = mcp(&url, Method::POST, ALICE, None, "{nope").await;
-    assert_eq!((status, error(&body).0), (400, -32700), "{body}");
-    for not_one in [r#"{"hello":1}"#, "[]", r#"{"jsonrpc":"1.0","id":1,"method":"ping"}"#] {
-        let (status, _, body) = mcp(&url, Method::POST, ALICE, None, not_one).await;
-        assert_eq!((status, error(&body).0), (400, -32600), "{not_one}: {body}");
+    let (status, session, _) = mcp(&url, Method::POST, ALICE, None, INITIALIZE).await;
+    assert_eq!(status, 200);
+    for session in [None, session.as_deref()] {
+        let (status, _, body) = mcp(&url, Method::POST, ALICE, session, "{nope").await;
+        assert_eq!((status, error(&body).0), (400, -32700), "{session:?}: {body}");
+        for not_one in [r#"{"hello":1}"#, "[]", r#"{"jsonrpc":"1.0","id":1,"method":"ping"}"#] {
+            let (status, _, body) = mcp(&url, Method::POST, ALICE, session, not_one).await;
+            assert_eq!((status, error(&body).0), (400, -32600), "{session:?} {not_one}: {body}");
+        }
     }
     let r = reqwest::Client::new()
         .post(&url)
