@@ -15,6 +15,17 @@
 //! resilience, so fusebox's own cost is told apart from what the machine
 //! charges any proxy for two sockets and two wake-ups per request.
 //!
+//! `--parsing` adds the second floor, `bare_proxy --parse`: the least any
+//! gateway that reads what models answer must do (each streamed event
+//! parsed as JSON, its usage counted, the bytes passed on as they came).
+//!
+//! `--instructions` counts instead of timing: each proxy runs under
+//! callgrind, once sending a phase of requests and once idle as long after
+//! the same warm-up, and the difference over the requests is its work for
+//! each (background work of the idle time excluded), a figure the
+//! machine's noise does not move. `--sequential` sends one request at a
+//! time, each when the last has answered, in either mode.
+//!
 //! Each request is its own task spawned at its scheduled time (open loop);
 //! latencies run from the scheduled send time (no coordinated omission), to
 //! the first body bytes (TTFB) and to the end of the body. The overhead is
@@ -23,8 +34,10 @@
 //! anything else is counted and invalidates the figures.
 //!
 //! Run: `cargo build --profile dist && cargo run --profile dist --example
-//! gateway_overhead -- --rps 1000 [--stream] [--bare PATH] [--litellm PATH]` (options:
-//! `--secs 10 --rounds 3 --warmup 2 --fusebox target/dist/fusebox`).
+//! gateway_overhead -- --rps 1000 [--stream] [--bare PATH [--parsing]] [--litellm PATH]`
+//! (options: `--secs 10 --rounds 3 --warmup 2 --fusebox target/dist/fusebox`);
+//! instructions per request: `… -- --instructions --sequential --secs 20
+//! --bare target/dist/examples/bare_proxy --parsing [--stream]`.
 
 #[global_allocator]
 static GLOBAL: fusebox::alloc::Mimalloc = fusebox::alloc::Mimalloc;
@@ -115,6 +128,23 @@ struct Args {
     /// Send exactly on the period instead of at a random point of each slot.
     #[arg(long)]
     no_jitter: bool,
+    /// With `--bare`: measure the parsing floor too (`bare_proxy --parse`),
+    /// which reads every answer and streamed event as JSON as any gateway
+    /// that counts usage must.
+    #[arg(long)]
+    parsing: bool,
+    /// One request at a time, each sent when the last has answered, for
+    /// `--secs` (instead of `--rps` a second).
+    #[arg(long)]
+    sequential: bool,
+    /// Count each proxy's instructions per request instead of timing it:
+    /// each runs under callgrind (valgrind must be installed) twice, once
+    /// sending a phase of requests and once idle as long, after the same
+    /// warm-up; the difference over the requests is its work for each,
+    /// which the machine's noise does not move. Use a rate callgrind keeps
+    /// up with (`--sequential`, or `--rps 50`).
+    #[arg(long)]
+    instructions: bool,
 }
 
 /// What is measured.
@@ -137,6 +167,8 @@ struct Phase {
     first_failure: Option<String>,
     /// The serving process's CPU time over the phase (µs), when known.
     cpu_us: Option<u64>,
+    /// How long it ran, from the first send to the last answer.
+    took: Duration,
 }
 
 impl Phase {
@@ -241,6 +273,67 @@ fn cpu_us(pid: u32) -> Option<u64> {
 /// of µs late), not on tokio's timer, whose ticks would add up to 2 ms of
 /// send lag that varies between phases.
 async fn phase(client: &reqwest::Client, t: &Target, args: &Args, secs: u64, first_id: u64) -> Phase {
+    let started = Instant::now();
+    let cpu_before = t.pid.and_then(cpu_us);
+    let outcomes = if args.sequential {
+        sequential(client, t, args, secs, first_id).await
+    } else {
+        paced(client, t, args, secs, first_id).await
+    };
+    let hist = || Histogram::<u64>::new_with_bounds(1, 60_000_000, 3).expect("histogram bounds");
+    let mut p = Phase {
+        ttfb: hist(),
+        whole: hist(),
+        lag: hist(),
+        failed: 0,
+        first_failure: None,
+        cpu_us: None,
+        took: Duration::ZERO,
+    };
+    for o in outcomes {
+        match o {
+            Outcome::Ok { ttfb, whole, lag } => {
+                p.ttfb.saturating_record(ttfb.as_micros() as u64);
+                p.whole.saturating_record(whole.as_micros() as u64);
+                p.lag.saturating_record(lag.as_micros() as u64);
+            }
+            Outcome::Failed(f) => {
+                p.failed += 1;
+                p.first_failure.get_or_insert(f);
+            }
+        }
+    }
+    p.cpu_us = match (cpu_before, t.pid.and_then(cpu_us)) {
+        (Some(a), Some(b)) => Some(b.saturating_sub(a)),
+        _ => None,
+    };
+    p.took = started.elapsed();
+    p
+}
+
+/// One request after another to `t` for `secs` seconds.
+async fn sequential(client: &reqwest::Client, t: &Target, args: &Args, secs: u64, first_id: u64) -> Vec<Outcome> {
+    let start = Instant::now();
+    let mut out = Vec::new();
+    while start.elapsed() < Duration::from_secs(secs) {
+        let id = first_id + out.len() as u64;
+        out.push(
+            one(
+                client.clone(),
+                t.url.clone(),
+                body(args.stream),
+                t.fusebox,
+                id,
+                Instant::now(),
+            )
+            .await,
+        );
+    }
+    out
+}
+
+/// `rps` requests a second to `t` for `secs` seconds (see [`phase`]).
+async fn paced(client: &reqwest::Client, t: &Target, args: &Args, secs: u64, first_id: u64) -> Vec<Outcome> {
     let n = args.rps as u64 * secs;
     let period = Duration::from_secs(1) / args.rps;
     let jitter = !args.no_jitter;
@@ -251,7 +344,6 @@ async fn phase(client: &reqwest::Client, t: &Target, args: &Args, secs: u64, fir
         tokio::runtime::Handle::current(),
     );
     let body = body(args.stream);
-    let cpu_before = t.pid.and_then(cpu_us);
     let tasks = tokio::task::spawn_blocking(move || {
         let mut rng = fastrand::Rng::with_seed(first_id);
         let start = Instant::now();
@@ -273,33 +365,11 @@ async fn phase(client: &reqwest::Client, t: &Target, args: &Args, secs: u64, fir
     })
     .await
     .expect("pacer panicked");
-    let hist = || Histogram::<u64>::new_with_bounds(1, 60_000_000, 3).expect("histogram bounds");
-    let mut p = Phase {
-        ttfb: hist(),
-        whole: hist(),
-        lag: hist(),
-        failed: 0,
-        first_failure: None,
-        cpu_us: None,
-    };
+    let mut out = Vec::with_capacity(tasks.len());
     for task in tasks {
-        match task.await.expect("request task panicked") {
-            Outcome::Ok { ttfb, whole, lag } => {
-                p.ttfb.saturating_record(ttfb.as_micros() as u64);
-                p.whole.saturating_record(whole.as_micros() as u64);
-                p.lag.saturating_record(lag.as_micros() as u64);
-            }
-            Outcome::Failed(f) => {
-                p.failed += 1;
-                p.first_failure.get_or_insert(f);
-            }
-        }
+        out.push(task.await.expect("request task panicked"));
     }
-    p.cpu_us = match (cpu_before, t.pid.and_then(cpu_us)) {
-        (Some(a), Some(b)) => Some(b.saturating_sub(a)),
-        _ => None,
-    };
-    p
+    out
 }
 
 fn median(mut v: Vec<f64>) -> f64 {
@@ -312,11 +382,19 @@ fn free_port() -> anyhow::Result<u16> {
     Ok(std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
 }
 
-/// A child process, killed on drop.
+/// A child process: asked to stop on drop (SIGTERM, so that one run under
+/// callgrind writes its counts), killed if it lingers.
 struct Server(Child);
 
 impl Drop for Server {
     fn drop(&mut self) {
+        let _ = Command::new("kill").args(["-TERM", &self.0.id().to_string()]).status();
+        for _ in 0..600 {
+            if matches!(self.0.try_wait(), Ok(Some(_))) {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(50)); // its exit
+        }
         let _ = self.0.kill();
         let _ = self.0.wait();
     }
@@ -334,43 +412,219 @@ async fn ready(client: &reqwest::Client, what: &str, url: &str, within: Duration
     anyhow::bail!("{what} did not come up at {url} within {within:?}")
 }
 
-/// A proxy this harness starts and measures.
-struct Launch {
-    name: &'static str,
-    /// Said after a failure to start it.
-    hint: &'static str,
-    port: u16,
-    /// The path that answers 200 once it is up.
-    health: &'static str,
-    within: Duration,
-    /// Its answers must say `x-fusebox-level: none`.
-    fusebox: bool,
+/// The proxies this harness starts and measures.
+#[derive(Clone, Copy, PartialEq)]
+enum Proxy {
+    Fusebox,
+    Bare,
+    Parsing,
+    Litellm,
 }
 
-impl Launch {
-    /// Starts `cmd` (output discarded), waits until it is up, and adds it
-    /// to `targets`; the process is killed when the returned value drops.
+impl Proxy {
+    fn name(self) -> &'static str {
+        match self {
+            Proxy::Fusebox => "fusebox",
+            Proxy::Bare => "bare",
+            Proxy::Parsing => "parsing",
+            Proxy::Litellm => "litellm",
+        }
+    }
+
+    /// The ones `args` asks for.
+    fn asked(args: &Args) -> Vec<Proxy> {
+        let mut out = vec![Proxy::Fusebox];
+        if args.bare.is_some() {
+            out.push(Proxy::Bare);
+            if args.parsing {
+                out.push(Proxy::Parsing);
+            }
+        }
+        if args.litellm.is_some() {
+            out.push(Proxy::Litellm);
+        }
+        out
+    }
+}
+
+/// What every proxy is started with: the mock it forwards to, fusebox's
+/// config (whose `base_url` the floors read) and a directory of its own.
+struct Setup {
+    mock: String,
+    config: PathBuf,
+    dir: PathBuf,
+}
+
+impl Setup {
+    /// Starts `proxy` (its output discarded; under callgrind, logging to
+    /// `callgrind_log`), waits until it is up, and says where to reach it;
+    /// the process stops when the returned value drops.
     async fn start(
-        self,
+        &self,
+        proxy: Proxy,
+        args: &Args,
         client: &reqwest::Client,
-        mut cmd: Command,
-        targets: &mut Vec<Target>,
-    ) -> anyhow::Result<Server> {
-        let child =
-            cmd.stdout(Stdio::null()).stderr(Stdio::null()).spawn().map_err(|e| {
-                anyhow::anyhow!("cannot start {}: {e}{}", cmd.get_program().to_string_lossy(), self.hint)
-            })?;
+        callgrind_log: Option<&std::path::Path>,
+    ) -> anyhow::Result<(Server, Target)> {
+        let port = free_port()?;
+        let listen = format!("127.0.0.1:{port}");
+        let (mut cmd, hint, health, within) = match proxy {
+            Proxy::Fusebox => {
+                let mut cmd = Command::new(&args.fusebox);
+                cmd.args(["serve", "--headless", "--listen", &listen, "--config"])
+                    .arg(&self.config)
+                    .env("FUSEBOX_LOG_DIR", &self.dir)
+                    .env("FUSEBOX_BENCH_KEY", "mock-key")
+                    .envs(
+                        std::env::var("BENCH_GW_THREADS")
+                            .ok()
+                            .map(|t| ("TOKIO_WORKER_THREADS", t)),
+                    );
+                (cmd, " (build it: cargo build --profile dist)", "/healthz", 20)
+            }
+            Proxy::Bare | Proxy::Parsing => {
+                let bin = args.bare.as_ref().expect("a floor is measured only with --bare");
+                let mut cmd = Command::new(bin);
+                cmd.args(["--listen", &listen, "--config"]).arg(&self.config);
+                if proxy == Proxy::Parsing {
+                    cmd.arg("--parse");
+                }
+                (
+                    cmd,
+                    " (build it: cargo build --profile dist --examples)",
+                    "/healthz",
+                    20,
+                )
+            }
+            Proxy::Litellm => {
+                let cfg = self.dir.join("litellm.yaml");
+                std::fs::write(&cfg, litellm_config(&self.mock))?;
+                let mut cmd = Command::new(args.litellm.as_ref().expect("litellm is measured only with --litellm"));
+                cmd.args([
+                    "--port",
+                    &port.to_string(),
+                    "--host",
+                    "127.0.0.1",
+                    "--num_workers",
+                    "1",
+                    "--config",
+                ])
+                .arg(&cfg)
+                .env("LITELLM_LOG", "ERROR")
+                .env("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+                // Loopback only: it refuses to start without a master key otherwise.
+                .env("LITELLM_DANGEROUSLY_PERMIT_WEAK_OR_UNSET_MASTER_KEY", "true");
+                (cmd, "", "/health/liveliness", 120)
+            }
+        };
+        let mut within = Duration::from_secs(within);
+        if let Some(log) = callgrind_log {
+            cmd = under_callgrind(&cmd, log);
+            within *= 10;
+        }
+        let child = cmd
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .map_err(|e| anyhow::anyhow!("cannot start {}: {e}{hint}", cmd.get_program().to_string_lossy()))?;
         let server = Server(child);
-        let base = format!("http://127.0.0.1:{}", self.port);
-        ready(client, self.name, &format!("{base}{}", self.health), self.within).await?;
-        targets.push(Target {
-            name: self.name,
+        let base = format!("http://{listen}");
+        ready(client, proxy.name(), &format!("{base}{health}"), within).await?;
+        let target = Target {
+            name: proxy.name(),
             url: format!("{base}/v1/chat/completions"),
             pid: Some(server.0.id()),
-            fusebox: self.fusebox,
-        });
-        Ok(server)
+            fusebox: proxy != Proxy::Litellm,
+        };
+        Ok((server, target))
     }
+}
+
+/// `cmd` run under callgrind, its summary in `log`.
+fn under_callgrind(cmd: &Command, log: &std::path::Path) -> Command {
+    let mut v = Command::new("valgrind");
+    v.arg("--tool=callgrind")
+        .arg("--callgrind-out-file=/dev/null")
+        .arg(format!("--log-file={}", log.display()))
+        .arg(cmd.get_program())
+        .args(cmd.get_args());
+    for (k, val) in cmd.get_envs() {
+        if let Some(val) = val {
+            v.env(k, val);
+        }
+    }
+    v
+}
+
+/// The instructions callgrind counted in the run that logged to `log`.
+fn collected(log: &std::path::Path) -> anyhow::Result<u64> {
+    let text = std::fs::read_to_string(log)?;
+    text.lines()
+        .find_map(|l| l.split("Collected :").nth(1)?.trim().parse().ok())
+        .ok_or_else(|| anyhow::anyhow!("{}: no \"Collected :\" line (did callgrind run?)", log.display()))
+}
+
+/// Stops `server` and waits for its exit, off the runtime.
+async fn stop(server: Server) {
+    let _ = tokio::task::spawn_blocking(move || drop(server)).await;
+}
+
+/// `--instructions`: each proxy's instructions per request, and fusebox's
+/// over each floor's.
+async fn instructions(setup: &Setup, args: &Args, client: &reqwest::Client) -> anyhow::Result<()> {
+    println!(
+        "gateway_overhead --instructions: {}, {} after {} s warm-up, under callgrind",
+        if args.stream { "streamed" } else { "whole answers" },
+        if args.sequential {
+            format!("one request at a time for {} s", args.secs)
+        } else {
+            format!("{} req/s for {} s", args.rps, args.secs)
+        },
+        args.warmup
+    );
+    let mut per = Vec::new();
+    for proxy in Proxy::asked(args).into_iter().filter(|p| *p != Proxy::Litellm) {
+        let name = proxy.name();
+        // Sending, then idle as long: what differs is the requests' work.
+        let log = setup.dir.join(format!("{name}.sending.callgrind.log"));
+        let (server, t) = setup.start(proxy, args, client, Some(&log)).await?;
+        if args.warmup > 0 {
+            phase(client, &t, args, args.warmup, 1 << 40).await;
+        }
+        let p = phase(client, &t, args, args.secs, 2 << 40).await;
+        stop(server).await;
+        anyhow::ensure!(
+            p.failed == 0,
+            "{name}: {} requests failed under callgrind ({:?}); try a lower --rps",
+            p.failed,
+            p.first_failure
+        );
+        let sending = collected(&log)?;
+        let log = setup.dir.join(format!("{name}.idle.callgrind.log"));
+        let (server, t) = setup.start(proxy, args, client, Some(&log)).await?;
+        if args.warmup > 0 {
+            phase(client, &t, args, args.warmup, 3 << 40).await;
+        }
+        tokio::time::sleep(p.took).await;
+        stop(server).await;
+        let idle = collected(&log)?;
+        let n = p.whole.len();
+        let each = sending.saturating_sub(idle) as f64 / n.max(1) as f64;
+        println!(
+            "  {name:<8} {each:9.0} instructions a request ({n} requests in {:.1} s)",
+            p.took.as_secs_f64()
+        );
+        per.push((proxy, each));
+    }
+    let of = |proxy| per.iter().find(|(p, _)| *p == proxy).map(|(_, i)| *i);
+    if let Some(f) = of(Proxy::Fusebox) {
+        for floor in [Proxy::Bare, Proxy::Parsing] {
+            if let Some(b) = of(floor) {
+                println!("  fusebox / {}: {:.2}×", floor.name(), f / b);
+            }
+        }
+    }
+    Ok(())
 }
 
 #[tokio::main]
@@ -385,97 +639,36 @@ async fn main() -> anyhow::Result<()> {
     let mock = MockServer::instant(Seed(1), Default::default())
         .spawn("127.0.0.1:0")
         .await?;
+    let cfg = dir.path().join("fusebox.toml");
+    std::fs::write(&cfg, fusebox_config(&mock.to_string()))?;
+    let setup = Setup {
+        mock: mock.to_string(),
+        config: cfg,
+        dir: dir.path().to_path_buf(),
+    };
+    if args.instructions {
+        return instructions(&setup, &args, &client).await;
+    }
     let mut targets = vec![Target {
         name: "direct",
         url: format!("http://{mock}/v1/chat/completions"),
         pid: None,
         fusebox: false,
     }];
-
-    let cfg = dir.path().join("fusebox.toml");
-    std::fs::write(&cfg, fusebox_config(&mock.to_string()))?;
-    let port = free_port()?;
-    let mut cmd = Command::new(&args.fusebox);
-    cmd.args([
-        "serve",
-        "--headless",
-        "--listen",
-        &format!("127.0.0.1:{port}"),
-        "--config",
-    ])
-    .arg(&cfg)
-    .env("FUSEBOX_LOG_DIR", dir.path())
-    .env("FUSEBOX_BENCH_KEY", "mock-key")
-    .envs(
-        std::env::var("BENCH_GW_THREADS")
-            .ok()
-            .map(|t| ("TOKIO_WORKER_THREADS", t)),
-    );
-    let gw = Launch {
-        name: "fusebox",
-        hint: " (build it: cargo build --profile dist)",
-        port,
-        health: "/healthz",
-        within: Duration::from_secs(20),
-        fusebox: true,
-    };
-    let _gw = gw.start(&client, cmd, &mut targets).await?;
-
-    let _bare = match &args.bare {
-        None => None,
-        Some(bin) => {
-            let port = free_port()?;
-            let mut cmd = Command::new(bin);
-            cmd.args(["--listen", &format!("127.0.0.1:{port}"), "--config"])
-                .arg(&cfg);
-            let bare = Launch {
-                name: "bare",
-                hint: " (build it: cargo build --profile dist --examples)",
-                port,
-                health: "/healthz",
-                within: Duration::from_secs(20),
-                fusebox: true,
-            };
-            Some(bare.start(&client, cmd, &mut targets).await?)
-        }
-    };
-
-    let _litellm = match &args.litellm {
-        None => None,
-        Some(bin) => {
-            let cfg = dir.path().join("litellm.yaml");
-            std::fs::write(&cfg, litellm_config(&mock.to_string()))?;
-            let port = free_port()?;
-            let mut cmd = Command::new(bin);
-            cmd.args([
-                "--port",
-                &port.to_string(),
-                "--host",
-                "127.0.0.1",
-                "--num_workers",
-                "1",
-                "--config",
-            ])
-            .arg(&cfg)
-            .env("LITELLM_LOG", "ERROR")
-            .env("LITELLM_LOCAL_MODEL_COST_MAP", "True")
-            // Loopback only: it refuses to start without a master key otherwise.
-            .env("LITELLM_DANGEROUSLY_PERMIT_WEAK_OR_UNSET_MASTER_KEY", "true");
-            let litellm = Launch {
-                name: "litellm",
-                hint: "",
-                port,
-                health: "/health/liveliness",
-                within: Duration::from_secs(120),
-                fusebox: false,
-            };
-            Some(litellm.start(&client, cmd, &mut targets).await?)
-        }
-    };
+    let mut servers = Vec::new();
+    for proxy in Proxy::asked(&args) {
+        let (server, target) = setup.start(proxy, &args, &client, None).await?;
+        servers.push(server);
+        targets.push(target);
+    }
 
     println!(
-        "gateway_overhead: {} req/s, {}, {} round(s) of {} s per target after {} s warm-up; latency from scheduled send",
-        args.rps,
+        "gateway_overhead: {}, {}, {} round(s) of {} s per target after {} s warm-up; latency from scheduled send",
+        if args.sequential {
+            "one request at a time".to_string()
+        } else {
+            format!("{} req/s", args.rps)
+        },
         if args.stream { "streamed" } else { "whole answers" },
         args.rounds,
         args.secs,
@@ -537,12 +730,16 @@ async fn main() -> anyhow::Result<()> {
     }
     let by_name = |name| targets.iter().position(|t| t.name == name).map(|i| &med[i]);
     let f = &med[1];
-    if let Some(b) = by_name("bare") {
-        println!(
-            "  fusebox − bare (its own work): whole p50 {:+.3} ms, cpu {:+.1} µs/req",
-            f[2] - b[2],
-            f[4] - b[4]
-        );
+    for floor in ["bare", "parsing"] {
+        if let Some(b) = by_name(floor) {
+            println!(
+                "  fusebox − {floor} (its own work): whole p50 {:+.3} ms, p99 {:+.3} ms, cpu {:+.1} µs/req ({:.2}×)",
+                f[2] - b[2],
+                f[3] - b[3],
+                f[4] - b[4],
+                f[4] / b[4]
+            );
+        }
     }
     if let Some(l) = by_name("litellm") {
         println!(

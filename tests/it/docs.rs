@@ -14,7 +14,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 /// The documents checked.
-const DOCS: [&str; 8] = [
+const DOCS: [&str; 9] = [
     "README.md",
     "docs/api.md",
     "docs/architecture.md",
@@ -22,6 +22,7 @@ const DOCS: [&str; 8] = [
     "docs/limits.md",
     "docs/operator.md",
     "docs/overload.md",
+    "docs/performance.md",
     "docs/traffic-log.md",
 ];
 
