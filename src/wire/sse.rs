@@ -247,6 +247,8 @@ impl SseParser {
                 if self.data.len() + value.len() + 1 > self.max_line {
                     return Err(SseError::EventTooLarge { limit: self.max_line });
                 }
+                // Room for the line and its `\n` at once (an event's one line, as a rule).
+                self.data.reserve(value.len() + 1);
                 self.data.push_str(&value);
                 self.data.push('\n');
             }
