@@ -90,18 +90,18 @@ fn chat_request(
     caller: Option<&Caller>,
     key: Option<compact_str::CompactString>,
 ) -> Result<ChatRequest, (&'static str, String)> {
-    let header = |name| headers.get(name).map(HeaderValue::as_bytes);
+    let header = |name: http::HeaderName| headers.get(name).map(HeaderValue::as_bytes);
     let given = match name_in("user", asked.params.user.as_deref().map(str::as_bytes))? {
         Some(u) => Some(u),
-        None => name_in(fusebox::USER, header(fusebox::USER))?,
+        None => name_in(fusebox::USER, header(fusebox::name::USER))?,
     };
     let billed = Caller::user_of(caller, given);
     // Session quotas (steps, concurrency, tokens per conversation) apply to
     // the conversations an agent names; an unnamed call is a conversation of
     // its own, or every call of a user would add up to one endless one.
-    let session = name_in(fusebox::SESSION, header(fusebox::SESSION))?;
-    let fallback = !header(fusebox::FALLBACK).is_some_and(|v| v.trim_ascii().eq_ignore_ascii_case(b"none"));
-    let deadline_ms = match header(fusebox::DEADLINE_MS) {
+    let session = name_in(fusebox::SESSION, header(fusebox::name::SESSION))?;
+    let fallback = !header(fusebox::name::FALLBACK).is_some_and(|v| v.trim_ascii().eq_ignore_ascii_case(b"none"));
+    let deadline_ms = match header(fusebox::name::DEADLINE_MS) {
         None => None,
         Some(v) => match std::str::from_utf8(v).ok().and_then(|s| s.trim().parse::<u64>().ok()) {
             Some(ms) if (1..=MAX_DEADLINE_MS).contains(&ms) => Some(ms),
@@ -116,7 +116,7 @@ fn chat_request(
             }
         },
     };
-    let priority = priority_of(gw, header(fusebox::PRIORITY), caller, &billed.user, &asked.model)?;
+    let priority = priority_of(gw, header(fusebox::name::PRIORITY), caller, &billed.user, &asked.model)?;
     // A key's calls are its user's share; without one, the operator's edge
     // may name the tenant in the header the config says.
     let tenant = match (&gw.runner.config().limiter.queue.tenant_header, caller) {

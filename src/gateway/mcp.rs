@@ -63,7 +63,7 @@ fn service(
     let who: crate::mcp::proxy::Who = Arc::new(|parts: &http::request::Parts| {
         let given = parts
             .headers
-            .get(fusebox::USER)
+            .get(fusebox::name::USER)
             .and_then(|v| v.to_str().ok())
             .map(str::to_string);
         Caller::user_of(Caller::of(&parts.extensions).as_deref(), given).user
@@ -129,7 +129,7 @@ async fn close(manager: &LocalSessionManager, ids: Vec<Box<str>>) {
 async fn guard(State((gw, gate)): State<(Arc<Gateway>, Arc<McpGate>)>, req: Request, next: Next) -> Response {
     if let Err((_, why)) = name_in(
         fusebox::SESSION,
-        req.headers().get(fusebox::SESSION).map(HeaderValue::as_bytes),
+        req.headers().get(fusebox::name::SESSION).map(HeaderValue::as_bytes),
     ) {
         return rpc_error(StatusCode::BAD_REQUEST, -32602, &why, None);
     }
@@ -281,7 +281,7 @@ async fn rpc_errors(r: Response) -> Response {
 /// A JSON-RPC message as the guard reads it.
 #[derive(serde::Deserialize)]
 struct Peek<'a> {
-    #[serde(borrow)]
+    #[serde(default, borrow, deserialize_with = "crate::wire::text::opt")]
     jsonrpc: Option<std::borrow::Cow<'a, str>>,
     method: Option<String>,
     id: Option<serde_json::Value>,

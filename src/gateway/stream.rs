@@ -24,7 +24,6 @@ use axum::body::Body;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
-use serde_json::{json, Value};
 use std::sync::Arc;
 
 /// What the call has written for the client and not yet sent.
@@ -99,7 +98,7 @@ impl ClientSink {
                 for (kind, p, own) in &tail {
                     self.encode(*kind, p, *own, &mut end);
                 }
-                out = with_meta(&end, &meta(&chat.outcome));
+                out = with_meta(&end, &Meta::of(&chat.outcome));
             }
             ChatEnd::Cut { reason, by } => self.error(cut_type(by), &reason, &mut out),
             _ => {
@@ -160,19 +159,50 @@ impl StreamSink for ClientSink {
     }
 }
 
-/// The outcome as the last chunk carries it.
-fn meta(o: &Outcome) -> Value {
-    let mut m = json!({"level": o.level.as_str(), "chain": o.chain.iter().map(|h| h.ascii().to_string()).collect::<Vec<_>>(), "quality": o.quality});
-    if let Some(k) = &o.key {
-        m["request_id"] = Value::from(k.as_str());
+/// The outcome as the last chunk carries it (members in the order a JSON
+/// object of them is written: by name).
+#[derive(serde::Serialize)]
+struct Meta<'a> {
+    chain: Chain<'a>,
+    level: &'static str,
+    quality: f64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    request_id: Option<&'a str>,
+}
+
+impl<'a> Meta<'a> {
+    fn of(o: &'a Outcome) -> Self {
+        Self {
+            chain: Chain(&o.chain),
+            level: o.level.as_str(),
+            quality: o.quality,
+            request_id: o.key.as_deref(),
+        }
     }
-    m
+}
+
+/// The hops, each as its ASCII text.
+struct Chain<'a>(&'a [crate::outcome::Hop]);
+
+impl serde::Serialize for Chain<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeSeq;
+        struct Ascii<'h>(&'h crate::outcome::Hop);
+        impl serde::Serialize for Ascii<'_> {
+            fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+                s.collect_str(&self.0.ascii())
+            }
+        }
+        let mut seq = s.serialize_seq(Some(self.0.len()))?;
+        self.0.iter().try_for_each(|h| seq.serialize_element(&Ascii(h)))?;
+        seq.end()
+    }
 }
 
 /// `events` with `fusebox: meta` added to the last event whose data is a
 /// JSON object (the usage or finish chunk; `message_stop`): written in
 /// before the object's closing brace, the rest left as it was.
-fn with_meta(events: &[u8], meta: &Value) -> Vec<u8> {
+fn with_meta(events: &[u8], meta: &impl serde::Serialize) -> Vec<u8> {
     // The last `data: {…}` line: its closing brace.
     let close = events
         .split(|&b| b == b'\n')
@@ -200,7 +230,7 @@ fn with_meta(events: &[u8], meta: &Value) -> Vec<u8> {
         out.push(b',');
     }
     out.extend_from_slice(b"\"fusebox\":");
-    // Writing a Value to memory cannot fail.
+    // Writing to memory cannot fail.
     let _ = serde_json::to_writer(&mut out, meta);
     out.extend_from_slice(&events[brace..]);
     out
@@ -224,9 +254,19 @@ impl futures_util::Stream for Drive {
         if self.call.as_ref().is_some_and(|call| call.poll(cx)) {
             self.call = None;
         }
-        let bytes = std::mem::take(&mut self.out.lock().bytes);
-        match (bytes.is_empty(), self.call.is_some()) {
-            (false, _) => Poll::Ready(Some(Ok(bytes.into()))),
+        let mut out = self.out.lock();
+        match (out.bytes.is_empty(), self.call.is_some()) {
+            (false, _) => {
+                // Copied out, the buffer kept for what is written next (not
+                // grown again from nothing each time), unless a burst made it
+                // larger than a stream holds back.
+                let bytes = Bytes::copy_from_slice(&out.bytes);
+                out.bytes.clear();
+                if out.bytes.capacity() > crate::limits::STREAM_BACKLOG {
+                    out.bytes = Vec::new();
+                }
+                Poll::Ready(Some(Ok(bytes)))
+            }
             (true, true) => Poll::Pending,
             (true, false) => Poll::Ready(None),
         }
@@ -301,6 +341,37 @@ pub(super) async fn streamed(gw: Arc<Gateway>, client: Client, req: ChatRequest)
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::outcome::{Hop, HopEnd};
+    use serde_json::json;
+
+    #[test]
+    fn the_outcome_is_written_as_a_json_object_of_it_would_be() {
+        let hops = [
+            Hop {
+                name: "gpt-4o".into(),
+                end: HopEnd::Failed("503".into()),
+                tries: 3,
+            },
+            Hop {
+                name: "claude-é".into(),
+                end: HopEnd::Ok,
+                tries: 1,
+            },
+        ];
+        for request_id in [None, Some("req-1")] {
+            let meta = Meta {
+                chain: Chain(&hops),
+                level: "fallback",
+                quality: 0.85,
+                request_id,
+            };
+            let mut object = json!({"level": "fallback", "chain": hops.iter().map(|h| h.ascii().to_string()).collect::<Vec<_>>(), "quality": 0.85});
+            if let Some(id) = request_id {
+                object["request_id"] = json!(id);
+            }
+            assert_eq!(serde_json::to_string(&meta).unwrap(), object.to_string());
+        }
+    }
 
     #[test]
     fn the_outcome_goes_in_the_last_json_chunk() {

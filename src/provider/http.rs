@@ -469,10 +469,15 @@ enum Framing {
 }
 
 impl Framing {
-    fn feed(&mut self, chunk: &[u8]) -> Result<Vec<crate::wire::sse::SseItem>, String> {
+    /// Reads `chunk`: the events it completes, added to `out`.
+    fn feed(
+        &mut self,
+        chunk: &bytes::Bytes,
+        out: &mut std::collections::VecDeque<crate::wire::sse::SseItem>,
+    ) -> Result<(), String> {
         match self {
-            Framing::Sse(p) => p.feed(chunk).map_err(|e| e.to_string()),
-            Framing::Aws(f) => f.feed(chunk),
+            Framing::Sse(p) => p.feed_bytes(chunk, out).map_err(|e| e.to_string()),
+            Framing::Aws(f) => Ok(out.extend(f.feed(chunk)?)),
         }
     }
 
@@ -575,11 +580,16 @@ impl SseStream {
             SseItem::Event(ev) => ev,
         };
         self.seen_events = true;
-        let mut raw = Vec::new();
-        if matches!(self.reader, Reader::OpenAi | Reader::Anthropic(_)) {
-            raw.reserve(ev.data.len() + 32);
-            crate::wire::sse::write_event(ev.event.as_deref(), &ev.data, &mut raw);
-        }
+        // As it came, unless it came otherwise than `write_event` writes it.
+        let raw = match (&self.reader, ev.raw) {
+            (Reader::OpenAi | Reader::Anthropic(_), Some(raw)) => raw,
+            (Reader::OpenAi | Reader::Anthropic(_), None) => {
+                let mut raw = Vec::with_capacity(ev.data.len() + 32);
+                crate::wire::sse::write_event(ev.event.as_deref(), &ev.data, &mut raw);
+                raw.into()
+            }
+            _ => bytes::Bytes::new(),
+        };
         let deltas = match &mut self.reader {
             Reader::OpenAi => crate::wire::openai::decode_chunk(&ev.data),
             Reader::Anthropic(r) => r.read(ev.event.as_deref().unwrap_or(""), &ev.data),
@@ -587,10 +597,7 @@ impl SseStream {
             Reader::Bedrock(r) => r.read(ev.event.as_deref().unwrap_or(""), &ev.data),
         };
         match deltas {
-            Ok(deltas) => Ok(super::Piece {
-                raw: raw.into(),
-                deltas,
-            }),
+            Ok(deltas) => Ok(super::Piece { raw, deltas }),
             // Never passed on (a client's SDK would choke on it): skipped,
             // and counted; a stream that then does not finish is cut.
             Err(e) if e.is_malformed() => {
@@ -663,8 +670,8 @@ impl super::PieceStream for SseStream {
                     return Poll::Ready(Some(Err(ProviderError::new(kind, None, msg))));
                 }
             };
-            match self.framing.feed(&bytes) {
-                Ok(items) => self.pending.extend(items),
+            match self.framing.feed(&bytes, &mut self.pending) {
+                Ok(()) => {}
                 Err(e) => {
                     self.ended = true;
                     let msg = format!("{}: {e}", self.provider);

@@ -227,7 +227,7 @@ impl<'s> Streaming<'s> {
                 Delta::Text(t) if self.sent_text.len() + t.len() > crate::limits::STREAM_TEXT_KEPT => {
                     self.too_long = true;
                 }
-                Delta::Text(t) if !self.too_long => self.sent_text.push_str(t),
+                Delta::Text(t) if !self.too_long => crate::wire::reply::push_text(&mut self.sent_text, t),
                 d if d.is_content() => self.only_text = false,
                 _ => {}
             }

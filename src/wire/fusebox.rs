@@ -38,3 +38,20 @@ pub const REQUEST: &str = "x-fusebox-request";
 pub const STEP: &str = "x-fusebox-step";
 /// The attempt number of a provider call (sent upstream).
 pub const ATTEMPT: &str = "x-fusebox-attempt";
+
+/// The headers fusebox reads on every request, as header names: a lookup
+/// by `&str` parses the name each time.
+pub mod name {
+    use http::HeaderName;
+
+    /// [`super::USER`].
+    pub const USER: HeaderName = HeaderName::from_static(super::USER);
+    /// [`super::SESSION`].
+    pub const SESSION: HeaderName = HeaderName::from_static(super::SESSION);
+    /// [`super::FALLBACK`].
+    pub const FALLBACK: HeaderName = HeaderName::from_static(super::FALLBACK);
+    /// [`super::PRIORITY`].
+    pub const PRIORITY: HeaderName = HeaderName::from_static(super::PRIORITY);
+    /// [`super::DEADLINE_MS`].
+    pub const DEADLINE_MS: HeaderName = HeaderName::from_static(super::DEADLINE_MS);
+}

@@ -22,6 +22,7 @@ pub mod reply;
 pub mod request;
 pub mod responses;
 pub mod sse;
+pub mod text;
 
 pub use message::{Content, ImageSource, Message, Origin, Part, Role, ToolCall, ToolKind, ToolSpec};
 pub use raw::RawBody;

@@ -213,6 +213,15 @@ pub struct Assembler {
     keep: Option<usize>,
 }
 
+/// Adds `t` to a streamed answer's text `into`, making room for a short
+/// answer at its first piece (not growing it piece by piece).
+pub(crate) fn push_text(into: &mut String, t: &str) {
+    if into.capacity() == 0 {
+        into.reserve(t.len().max(512));
+    }
+    into.push_str(t);
+}
+
 /// Most tool calls one answer may make (a bound on what a stream can make us hold).
 const MAX_CALLS: u32 = 1024;
 
@@ -231,7 +240,7 @@ impl Assembler {
         let keep = self.keep;
         let kept = |into: &mut String, t: &str| {
             if keep.is_none_or(|k| into.len() + t.len() <= k) {
-                into.push_str(t);
+                push_text(into, t);
             }
         };
         let r = &mut self.reply;

@@ -50,6 +50,9 @@ pub fn write_json(name: Option<&str>, v: &impl serde::Serialize, out: &mut Vec<u
 /// Default maximum length of one line (and of one event's data): 8 MiB.
 pub const DEFAULT_MAX_LINE: usize = 8 * 1024 * 1024;
 
+use std::borrow::Cow;
+use std::collections::VecDeque;
+
 const BOM: &[u8] = b"\xEF\xBB\xBF";
 /// Line buffers up to this capacity are reused between lines.
 const KEEP_LINE_CAPACITY: usize = 64 * 1024;
@@ -64,6 +67,10 @@ pub struct SseEvent {
     /// The last event ID (it persists across events, as per spec; an empty
     /// `id:` resets it to `None`).
     pub id: Option<String>,
+    /// The event's bytes as they came, where they are what [`write_event`]
+    /// writes for it (read from one chunk by [`SseParser::feed_bytes`]), so
+    /// it is passed on without being written again.
+    pub raw: Option<bytes::Bytes>,
 }
 
 /// What the parser yields.
@@ -152,22 +159,42 @@ impl SseParser {
     /// On error the items parsed from this chunk are dropped: the stream
     /// should be abandoned.
     pub fn feed(&mut self, chunk: &[u8]) -> Result<Vec<SseItem>, SseError> {
+        let mut out = VecDeque::new();
+        self.feed_to(chunk, None, &mut out)?;
+        Ok(out.into())
+    }
+
+    /// [`SseParser::feed`], adding to `out`; an event read whole from
+    /// `chunk` in the form [`write_event`] writes keeps its bytes (a slice
+    /// of `chunk`, no copy) as [`SseEvent::raw`].
+    pub fn feed_bytes(&mut self, chunk: &bytes::Bytes, out: &mut VecDeque<SseItem>) -> Result<(), SseError> {
+        self.feed_to(chunk, Some(chunk), out)
+    }
+
+    fn feed_to(
+        &mut self,
+        chunk: &[u8],
+        whole: Option<&bytes::Bytes>,
+        out: &mut VecDeque<SseItem>,
+    ) -> Result<(), SseError> {
         if let Some(e) = &self.failed {
             return Err(e.clone());
         }
-        let mut out = Vec::new();
-        match self.feed_inner(chunk, &mut out) {
-            Ok(()) => Ok(out),
-            Err(e) => {
-                self.line = Vec::new();
-                self.data = String::new();
-                self.failed = Some(e.clone());
-                Err(e)
-            }
-        }
+        let before = out.len();
+        self.feed_inner(chunk, whole, out).inspect_err(|e| {
+            out.truncate(before);
+            self.line = Vec::new();
+            self.data = String::new();
+            self.failed = Some(e.clone());
+        })
     }
 
-    fn feed_inner(&mut self, chunk: &[u8], out: &mut Vec<SseItem>) -> Result<(), SseError> {
+    fn feed_inner(
+        &mut self,
+        chunk: &[u8],
+        whole: Option<&bytes::Bytes>,
+        out: &mut VecDeque<SseItem>,
+    ) -> Result<(), SseError> {
         let mut rest = chunk;
         if self.after_cr && !rest.is_empty() {
             self.after_cr = false;
@@ -175,12 +202,32 @@ impl SseParser {
                 rest = &rest[1..];
             }
         }
+        // Where in `chunk` the pending event began, while every line of it
+        // came from `chunk` as `write_event` writes it; and whether it has
+        // a `data:` line yet.
+        let mut verbatim: Option<(usize, bool)> = None;
         while let Some(pos) = memchr::memchr2(b'\n', b'\r', rest) {
             let (body, tail) = rest.split_at(pos);
             if self.line.is_empty() {
                 self.check_len(body.len())?;
-                self.process_line(body, out)?;
+                let start = chunk.len() - rest.len();
+                let fresh = !self.pending;
+                let line = self.process_line(body, out)?;
+                verbatim = match (line, verbatim, tail[0]) {
+                    (_, _, b'\r') => None,
+                    (Line::Blank, Some((from, true)), _) => {
+                        if let (Some(whole), Some(SseItem::Event(e))) = (whole, out.back_mut()) {
+                            e.raw = Some(whole.slice(from..start + 1));
+                        }
+                        None
+                    }
+                    (Line::Data, Some((from, _)), _) => Some((from, true)),
+                    (Line::Data, None, _) if fresh => Some((start, true)),
+                    (Line::Event, None, _) if fresh => Some((start, false)),
+                    _ => None,
+                };
             } else {
+                verbatim = None;
                 self.check_len(self.line.len() + body.len())?;
                 let mut line = std::mem::take(&mut self.line);
                 line.extend_from_slice(body);
@@ -218,20 +265,22 @@ impl SseParser {
         }
     }
 
-    /// Handles one complete line (without terminator).
-    fn process_line(&mut self, mut line: &[u8], out: &mut Vec<SseItem>) -> Result<(), SseError> {
+    /// Handles one complete line (without terminator), saying what it was.
+    fn process_line(&mut self, mut line: &[u8], out: &mut VecDeque<SseItem>) -> Result<Line, SseError> {
+        let mut bom = false;
         if self.first_line {
             self.first_line = false;
+            bom = line.starts_with(BOM);
             line = line.strip_prefix(BOM).unwrap_or(line);
         }
         if line.is_empty() {
             self.dispatch(out);
-            return Ok(());
+            return Ok(Line::Blank);
         }
         if let Some(text) = line.strip_prefix(b":") {
             let text = text.strip_prefix(b" ").unwrap_or(text);
-            out.push(SseItem::Comment(lossy(text)));
-            return Ok(());
+            out.push_back(SseItem::Comment(lossy(text)));
+            return Ok(Line::Other);
         }
         self.pending = true;
         let (field, value) = match memchr::memchr(b':', line) {
@@ -241,6 +290,8 @@ impl SseParser {
             }
             None => (line, &b""[..]),
         };
+        // Written as `write_event` writes it: `NAME: VALUE`, text as it was.
+        let spaced = line.get(field.len() + 1) == Some(&b' ') && !bom;
         match field {
             b"data" => {
                 let value = lossy_str(value);
@@ -251,18 +302,28 @@ impl SseParser {
                 self.data.reserve(value.len() + 1);
                 self.data.push_str(&value);
                 self.data.push('\n');
+                if spaced && matches!(value, Cow::Borrowed(_)) {
+                    return Ok(Line::Data);
+                }
             }
-            b"event" => self.event = Some(lossy(value)),
+            b"event" => {
+                let value = lossy_str(value);
+                let named = spaced && !value.is_empty() && matches!(value, Cow::Borrowed(_));
+                self.event = Some(value.into_owned());
+                if named {
+                    return Ok(Line::Event);
+                }
+            }
             // Per spec an ID containing NUL is ignored.
             b"id" if !value.contains(&0) => self.id = (!value.is_empty()).then(|| lossy(value)),
             // `retry`, unknown fields and NUL-bearing IDs are ignored.
             _ => {}
         }
-        Ok(())
+        Ok(Line::Other)
     }
 
     /// A blank line: dispatches the buffered event, if any.
-    fn dispatch(&mut self, out: &mut Vec<SseItem>) {
+    fn dispatch(&mut self, out: &mut VecDeque<SseItem>) {
         self.pending = false;
         let event = self.event.take().filter(|e| !e.is_empty());
         if self.data.is_empty() && event.is_none() {
@@ -272,10 +333,11 @@ impl SseParser {
         if data.ends_with('\n') {
             data.pop();
         }
-        out.push(SseItem::Event(SseEvent {
+        out.push_back(SseItem::Event(SseEvent {
             event,
             data,
             id: self.id.clone(),
+            raw: None,
         }));
     }
 
@@ -284,7 +346,7 @@ impl SseParser {
     /// blank line is discarded, as per spec; [`SseParser::had_partial_event`]
     /// tells whether that happened. The parser is then reset for a new stream.
     pub fn finish(&mut self) -> Vec<SseItem> {
-        let mut out = Vec::new();
+        let mut out = VecDeque::new();
         if self.failed.is_none() && !self.line.is_empty() {
             let line = std::mem::take(&mut self.line);
             // The line was length-checked when buffered; a data overflow here
@@ -295,7 +357,7 @@ impl SseParser {
         let partial = self.pending || self.failed.is_some();
         *self = Self::with_max_line(self.max_line);
         self.partial = partial;
-        out
+        out.into()
     }
 
     /// Whether the last [`SseParser::finish`] discarded a pending event or a
@@ -305,6 +367,19 @@ impl SseParser {
     }
 }
 
+/// What a line was, for telling whether an event came as `write_event`
+/// writes it.
+enum Line {
+    /// The blank line that ends an event.
+    Blank,
+    /// `data: VALUE`, the value valid UTF-8.
+    Data,
+    /// `event: NAME`, the name valid UTF-8 and not empty.
+    Event,
+    /// Anything else (a field written otherwise, a comment, `id`, `retry`).
+    Other,
+}
+
 fn lossy(b: &[u8]) -> String {
     lossy_str(b).into_owned()
 }
@@ -312,7 +387,7 @@ fn lossy(b: &[u8]) -> String {
 /// `b` as text, invalid UTF-8 replaced. Valid text (all but always) is
 /// checked by the word-at-a-time validation rather than the lossy
 /// reader's byte-at-a-time one.
-fn lossy_str(b: &[u8]) -> std::borrow::Cow<'_, str> {
+fn lossy_str(b: &[u8]) -> Cow<'_, str> {
     match std::str::from_utf8(b) {
         Ok(s) => s.into(),
         Err(_) => String::from_utf8_lossy(b),

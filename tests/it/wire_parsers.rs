@@ -6,7 +6,7 @@
 
 use fusebox::resilience::limiter::RateFeedback;
 use fusebox::wire::headers::{anthropic_feedback, go_duration, openai_feedback, retry_after};
-use fusebox::wire::sse::{SseError, SseEvent, SseItem, SseParser};
+use fusebox::wire::sse::{write_event, SseError, SseEvent, SseItem, SseParser};
 use proptest::prelude::*;
 use std::time::Duration;
 
@@ -32,6 +32,7 @@ fn ev(event: Option<&str>, data: &str, id: Option<&str>) -> SseItem {
         event: event.map(str::to_owned),
         data: data.to_owned(),
         id: id.map(str::to_owned),
+        raw: None,
     })
 }
 
@@ -102,6 +103,58 @@ fn one_byte_chunks_and_empty_chunks_give_the_same_items() {
     assert_eq!(parse_chunks(MIXED.chunks(1)), whole);
     let with_empties = MIXED.chunks(1).flat_map(|c| [c, &b""[..]]);
     assert_eq!(parse_chunks(with_empties), whole);
+}
+
+/// The bytes `feed_bytes` keeps of each event of `chunks`.
+fn kept(chunks: &[&[u8]]) -> Vec<Option<String>> {
+    let mut p = SseParser::new();
+    let mut items = std::collections::VecDeque::new();
+    for c in chunks {
+        p.feed_bytes(&bytes::Bytes::copy_from_slice(c), &mut items).unwrap();
+    }
+    items
+        .into_iter()
+        .filter_map(|i| match i {
+            SseItem::Event(e) => Some(e.raw.map(|r| String::from_utf8(r.to_vec()).unwrap())),
+            SseItem::Comment(_) => None,
+        })
+        .collect()
+}
+
+#[test]
+fn events_as_the_writer_writes_them_keep_their_bytes() {
+    let usual = b"data: {\"a\":1}\n\nevent: delta\ndata: x\ndata: y\n\n: ping\n\ndata: [DONE]\n\n";
+    assert_eq!(
+        kept(&[usual]),
+        [
+            Some("data: {\"a\":1}\n\n".to_string()),
+            Some("event: delta\ndata: x\ndata: y\n\n".to_string()),
+            Some("data: [DONE]\n\n".to_string()),
+        ]
+    );
+    // Written otherwise: each is written anew by whoever passes it on.
+    for odd in [
+        &b"data:x\n\n"[..],
+        b"data: x\r\n\r\n",
+        b"data: x\n\r",
+        b"\xEF\xBB\xBFdata: x\n\n",
+        b"id: 1\ndata: x\n\n",
+        b"data: x\nid: 1\n\n",
+        b"data: x\n: note\n\n",
+        b"data: x\nevent: late\n\n",
+        b"event: \ndata: x\n\n",
+        b"event: a\nevent: b\ndata: x\n\n",
+        b"event: ping\n\n",
+        b"data: caf\xFF\n\n",
+    ] {
+        assert_eq!(kept(&[odd]), [None], "{}", String::from_utf8_lossy(odd));
+    }
+    // An event split between reads is copied, the next one not.
+    assert_eq!(
+        kept(&[b"data: {\"a\"", b":1}\n\ndata: 2\n\n"]),
+        [None, Some("data: 2\n\n".to_string())]
+    );
+    assert_eq!(kept(&[b"data: 1\n", b"\n"]), [None]);
 }
 
 #[test]
@@ -637,6 +690,31 @@ fn chunked(bytes: &[u8], cuts: &[usize]) -> Vec<Vec<u8>> {
     out
 }
 
+/// [`run`] through `feed_bytes`, each event's kept bytes checked against
+/// what `write_event` writes for it and then set aside.
+fn run_bytes(max: usize, chunks: &[Vec<u8>]) -> Result<(Vec<SseItem>, bool), SseError> {
+    let mut p = SseParser::with_max_line(max);
+    let mut items = std::collections::VecDeque::new();
+    for c in chunks {
+        p.feed_bytes(&bytes::Bytes::copy_from_slice(c), &mut items)?;
+    }
+    items.extend(p.finish());
+    let items = items
+        .into_iter()
+        .map(|mut item| {
+            if let SseItem::Event(e) = &mut item {
+                if let Some(raw) = e.raw.take() {
+                    let mut written = Vec::new();
+                    write_event(e.event.as_deref(), &e.data, &mut written);
+                    assert_eq!(raw, written, "kept bytes of {e:?}");
+                }
+            }
+            item
+        })
+        .collect();
+    Ok((items, p.had_partial_event()))
+}
+
 /// Feeds chunks; `Err` if any feed failed (items before it do not matter).
 fn run(max: usize, chunks: &[Vec<u8>]) -> Result<(Vec<SseItem>, bool), SseError> {
     let mut p = SseParser::with_max_line(max);
@@ -657,6 +735,16 @@ proptest! {
         let whole = run(usize::MAX, std::slice::from_ref(&bytes));
         prop_assert!(whole.is_ok());
         prop_assert_eq!(run(usize::MAX, &chunked(&bytes, &cuts)), whole);
+    }
+
+    #[test]
+    fn sse_bytes_kept_are_what_the_writer_writes(
+        bytes in any_bytes(),
+        cuts in prop::collection::vec(any::<usize>(), 0..12),
+        max in prop_oneof![Just(usize::MAX), 0usize..40],
+    ) {
+        let chunks = chunked(&bytes, &cuts);
+        prop_assert_eq!(run_bytes(max, &chunks), run(max, &chunks));
     }
 
     #[test]

@@ -49,6 +49,7 @@ impl EventFrames {
                         event: Some(name),
                         data,
                         id: None,
+                        raw: None,
                     }));
                 }
                 // The decoder buffers what a frame's prelude announces, up to 4 GiB.

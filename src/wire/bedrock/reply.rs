@@ -106,7 +106,7 @@ struct BlockDeltaIn<'a> {
 #[derive(serde::Deserialize)]
 #[serde(rename_all = "camelCase")]
 struct DeltaIn<'a> {
-    #[serde(default, borrow)]
+    #[serde(default, borrow, deserialize_with = "crate::wire::text::opt")]
     text: Option<Cow<'a, str>>,
     #[serde(default, borrow)]
     tool_use: Option<ToolInputIn<'a>>,
@@ -122,7 +122,7 @@ struct ToolInputIn<'a> {
 
 #[derive(serde::Deserialize)]
 struct ReasoningIn<'a> {
-    #[serde(default, borrow)]
+    #[serde(default, borrow, deserialize_with = "crate::wire::text::opt")]
     text: Option<Cow<'a, str>>,
 }
 

@@ -18,9 +18,9 @@ struct ChunkIn<'a> {
     candidates: Vec<CandidateIn<'a>>,
     #[serde(default)]
     usage_metadata: Option<UsageIn>,
-    #[serde(default, borrow)]
+    #[serde(default, borrow, deserialize_with = "crate::wire::text::opt")]
     model_version: Option<Cow<'a, str>>,
-    #[serde(default, borrow)]
+    #[serde(default, borrow, deserialize_with = "crate::wire::text::opt")]
     response_id: Option<Cow<'a, str>>,
     #[serde(default, borrow)]
     prompt_feedback: Option<&'a RawValue>,
@@ -33,7 +33,7 @@ struct ChunkIn<'a> {
 struct CandidateIn<'a> {
     #[serde(default, borrow)]
     content: Option<ContentIn<'a>>,
-    #[serde(default, borrow)]
+    #[serde(default, borrow, deserialize_with = "crate::wire::text::opt")]
     finish_reason: Option<Cow<'a, str>>,
 }
 
@@ -46,13 +46,13 @@ struct ContentIn<'a> {
 #[derive(serde::Deserialize)]
 #[serde(rename_all = "camelCase")]
 struct PartIn<'a> {
-    #[serde(default, borrow)]
+    #[serde(default, borrow, deserialize_with = "crate::wire::text::opt")]
     text: Option<Cow<'a, str>>,
     #[serde(default)]
     thought: Option<bool>,
     #[serde(default, borrow)]
     function_call: Option<&'a RawValue>,
-    #[serde(default, borrow)]
+    #[serde(default, borrow, deserialize_with = "crate::wire::text::opt")]
     thought_signature: Option<Cow<'a, str>>,
 }
 

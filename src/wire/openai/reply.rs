@@ -116,9 +116,9 @@ mod typed {
 
     #[derive(Deserialize)]
     pub(super) struct Completion<'a> {
-        #[serde(default, borrow)]
+        #[serde(default, borrow, deserialize_with = "crate::wire::text::opt")]
         id: Text<'a>,
-        #[serde(default, borrow)]
+        #[serde(default, borrow, deserialize_with = "crate::wire::text::opt")]
         model: Text<'a>,
         #[serde(default, borrow)]
         choices: Option<Vec<Choice<'a>>>,
@@ -130,17 +130,17 @@ mod typed {
     struct Choice<'a> {
         #[serde(default, borrow)]
         message: Option<Message<'a>>,
-        #[serde(default, borrow)]
+        #[serde(default, borrow, deserialize_with = "crate::wire::text::opt")]
         finish_reason: Text<'a>,
     }
 
     #[derive(Deserialize)]
     struct Message<'a> {
-        #[serde(default, borrow)]
+        #[serde(default, borrow, deserialize_with = "crate::wire::text::opt")]
         content: Text<'a>,
-        #[serde(default, borrow)]
+        #[serde(default, borrow, deserialize_with = "crate::wire::text::opt")]
         reasoning_content: Text<'a>,
-        #[serde(default, borrow)]
+        #[serde(default, borrow, deserialize_with = "crate::wire::text::opt")]
         refusal: Text<'a>,
         #[serde(default, borrow)]
         tool_calls: Option<Vec<Call<'a>>>,
@@ -148,9 +148,9 @@ mod typed {
 
     #[derive(Deserialize)]
     struct Call<'a> {
-        #[serde(default, borrow)]
+        #[serde(default, borrow, deserialize_with = "crate::wire::text::opt")]
         id: Text<'a>,
-        #[serde(default, borrow, rename = "type")]
+        #[serde(default, borrow, rename = "type", deserialize_with = "crate::wire::text::opt")]
         kind: Text<'a>,
         #[serde(default, borrow)]
         function: Option<Function<'a>>,
@@ -160,17 +160,17 @@ mod typed {
 
     #[derive(Deserialize)]
     struct Function<'a> {
-        #[serde(default, borrow)]
+        #[serde(default, borrow, deserialize_with = "crate::wire::text::opt")]
         name: Text<'a>,
-        #[serde(default, borrow)]
+        #[serde(default, borrow, deserialize_with = "crate::wire::text::opt")]
         arguments: Text<'a>,
     }
 
     #[derive(Deserialize)]
     struct Custom<'a> {
-        #[serde(default, borrow)]
+        #[serde(default, borrow, deserialize_with = "crate::wire::text::opt")]
         name: Text<'a>,
-        #[serde(default, borrow)]
+        #[serde(default, borrow, deserialize_with = "crate::wire::text::opt")]
         input: Text<'a>,
     }
 

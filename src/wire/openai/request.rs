@@ -176,25 +176,25 @@ mod usual {
     struct Msg<'a> {
         #[serde(borrow)]
         role: Cow<'a, str>,
-        #[serde(default, borrow)]
+        #[serde(default, borrow, deserialize_with = "crate::wire::text::opt")]
         content: Text<'a>,
         #[serde(default, borrow)]
         tool_calls: Option<Vec<Call<'a>>>,
-        #[serde(default, borrow)]
+        #[serde(default, borrow, deserialize_with = "crate::wire::text::opt")]
         refusal: Text<'a>,
-        #[serde(default, borrow)]
+        #[serde(default, borrow, deserialize_with = "crate::wire::text::opt")]
         name: Text<'a>,
-        #[serde(default, borrow)]
+        #[serde(default, borrow, deserialize_with = "crate::wire::text::opt")]
         tool_call_id: Text<'a>,
-        #[serde(default, borrow)]
+        #[serde(default, borrow, deserialize_with = "crate::wire::text::opt")]
         reasoning_content: Text<'a>,
     }
 
     #[derive(Deserialize)]
     struct Call<'a> {
-        #[serde(default, borrow)]
+        #[serde(default, borrow, deserialize_with = "crate::wire::text::opt")]
         id: Text<'a>,
-        #[serde(default, borrow, rename = "type")]
+        #[serde(default, borrow, rename = "type", deserialize_with = "crate::wire::text::opt")]
         kind: Text<'a>,
         #[serde(default, borrow)]
         function: Option<Function<'a>>,
@@ -206,7 +206,7 @@ mod usual {
     struct Function<'a> {
         #[serde(borrow)]
         name: Cow<'a, str>,
-        #[serde(default, borrow)]
+        #[serde(default, borrow, deserialize_with = "crate::wire::text::opt")]
         arguments: Text<'a>,
     }
 
@@ -214,7 +214,7 @@ mod usual {
     struct Custom<'a> {
         #[serde(borrow)]
         name: Cow<'a, str>,
-        #[serde(default, borrow)]
+        #[serde(default, borrow, deserialize_with = "crate::wire::text::opt")]
         input: Text<'a>,
     }
 

@@ -43,9 +43,9 @@ impl StreamError {
 /// A stream chunk, as much of it as is read (the rest is skipped unparsed).
 #[derive(serde::Deserialize)]
 struct ChunkIn<'a> {
-    #[serde(default, borrow)]
+    #[serde(default, borrow, deserialize_with = "crate::wire::text::opt")]
     id: Option<Cow<'a, str>>,
-    #[serde(default, borrow)]
+    #[serde(default, borrow, deserialize_with = "crate::wire::text::opt")]
     model: Option<Cow<'a, str>>,
     #[serde(default, borrow)]
     choices: Option<Vec<ChoiceIn<'a>>>,
@@ -91,19 +91,19 @@ impl UsageIn {
 struct ChoiceIn<'a> {
     #[serde(default, borrow)]
     delta: Option<DeltaIn<'a>>,
-    #[serde(default, borrow)]
+    #[serde(default, borrow, deserialize_with = "crate::wire::text::opt")]
     finish_reason: Option<Cow<'a, str>>,
 }
 
 #[derive(serde::Deserialize)]
 struct DeltaIn<'a> {
-    #[serde(default, borrow)]
+    #[serde(default, borrow, deserialize_with = "crate::wire::text::opt")]
     role: Option<Cow<'a, str>>,
-    #[serde(default, borrow)]
+    #[serde(default, borrow, deserialize_with = "crate::wire::text::opt")]
     content: Option<Cow<'a, str>>,
-    #[serde(default, borrow)]
+    #[serde(default, borrow, deserialize_with = "crate::wire::text::opt")]
     reasoning_content: Option<Cow<'a, str>>,
-    #[serde(default, borrow)]
+    #[serde(default, borrow, deserialize_with = "crate::wire::text::opt")]
     refusal: Option<Cow<'a, str>>,
     #[serde(default, borrow)]
     tool_calls: Option<Vec<CallIn<'a>>>,
@@ -113,7 +113,7 @@ struct DeltaIn<'a> {
 struct CallIn<'a> {
     #[serde(default)]
     index: Option<u64>,
-    #[serde(default, borrow)]
+    #[serde(default, borrow, deserialize_with = "crate::wire::text::opt")]
     id: Option<Cow<'a, str>>,
     #[serde(default, borrow)]
     function: Option<FunctionIn<'a>>,
@@ -124,17 +124,17 @@ struct CallIn<'a> {
 
 #[derive(serde::Deserialize)]
 struct CustomIn<'a> {
-    #[serde(default, borrow)]
+    #[serde(default, borrow, deserialize_with = "crate::wire::text::opt")]
     name: Option<Cow<'a, str>>,
-    #[serde(default, borrow)]
+    #[serde(default, borrow, deserialize_with = "crate::wire::text::opt")]
     input: Option<Cow<'a, str>>,
 }
 
 #[derive(serde::Deserialize)]
 struct FunctionIn<'a> {
-    #[serde(default, borrow)]
+    #[serde(default, borrow, deserialize_with = "crate::wire::text::opt")]
     name: Option<Cow<'a, str>>,
-    #[serde(default, borrow)]
+    #[serde(default, borrow, deserialize_with = "crate::wire::text::opt")]
     arguments: Option<Cow<'a, str>>,
 }
 

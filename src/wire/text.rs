@@ -1,0 +1,89 @@
+//! Optional JSON strings read borrowed from a body's bytes.
+//!
+//! serde borrows a `Cow<str>` field's text, but an `Option<Cow<str>>` it
+//! always copies (its `Cow` impl owns what it reads): fields read with
+//! [`opt`] borrow as well, and copy only a string whose escapes had to be
+//! undone.
+
+use serde::de::{Deserializer, Error, Visitor};
+use std::borrow::Cow;
+use std::fmt;
+
+/// A string: borrowed where the reader can lend it, owned otherwise.
+struct Text;
+
+impl<'de> Visitor<'de> for Text {
+    type Value = Cow<'de, str>;
+
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("a string")
+    }
+
+    fn visit_borrowed_str<E: Error>(self, v: &'de str) -> Result<Self::Value, E> {
+        Ok(Cow::Borrowed(v))
+    }
+
+    fn visit_str<E: Error>(self, v: &str) -> Result<Self::Value, E> {
+        Ok(Cow::Owned(v.to_owned()))
+    }
+
+    fn visit_string<E: Error>(self, v: String) -> Result<Self::Value, E> {
+        Ok(Cow::Owned(v))
+    }
+}
+
+/// A string or `null`.
+struct Maybe;
+
+impl<'de> Visitor<'de> for Maybe {
+    type Value = Option<Cow<'de, str>>;
+
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("a string or null")
+    }
+
+    fn visit_none<E: Error>(self) -> Result<Self::Value, E> {
+        Ok(None)
+    }
+
+    fn visit_unit<E: Error>(self) -> Result<Self::Value, E> {
+        Ok(None)
+    }
+
+    fn visit_some<D: Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
+        d.deserialize_str(Text).map(Some)
+    }
+}
+
+/// Reads an `Option<Cow<str>>` field (`#[serde(default, borrow,
+/// deserialize_with = "crate::wire::text::opt")]`): `null` is `None`, a
+/// string is borrowed where it has no escapes.
+pub fn opt<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Cow<'de, str>>, D::Error> {
+    d.deserialize_option(Maybe)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::borrow::Cow;
+
+    #[derive(serde::Deserialize)]
+    struct Chunk<'a> {
+        #[serde(default, borrow, deserialize_with = "super::opt")]
+        a: Option<Cow<'a, str>>,
+        #[serde(default, borrow, deserialize_with = "super::opt")]
+        b: Option<Cow<'a, str>>,
+    }
+
+    #[test]
+    fn strings_are_borrowed_unless_escaped_and_null_or_absent_is_none() {
+        let c: Chunk = serde_json::from_str(r#"{"a":"plain","b":"t\u00e9\n"}"#).unwrap();
+        assert!(matches!(c.a, Some(Cow::Borrowed("plain"))));
+        assert!(matches!(c.b.as_deref(), Some("té\n")));
+        assert!(matches!(c.b, Some(Cow::Owned(_))));
+        let c: Chunk = serde_json::from_str(r#"{"a":null}"#).unwrap();
+        assert!(c.a.is_none() && c.b.is_none());
+        let bytes: Chunk = serde_json::from_slice(br#"{"a":"x"}"#).unwrap();
+        assert!(matches!(bytes.a, Some(Cow::Borrowed("x"))));
+        assert!(serde_json::from_str::<Chunk>(r#"{"a":1}"#).is_err());
+    }
+}
