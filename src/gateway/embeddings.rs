@@ -88,7 +88,10 @@ pub(super) async fn embeddings(State(gw): Shared, asked: Embed) -> Result<Respon
     ) = (Api::Chat, asked);
     let given = match raw.read::<Value>("user") {
         Some(Ok(Value::String(u))) => name_in("user", Some(u.as_bytes())),
-        _ => name_in(fusebox::USER, parts.headers.get(fusebox::name::USER).map(|v| v.as_bytes())),
+        _ => name_in(
+            fusebox::USER,
+            parts.headers.get(fusebox::name::USER).map(|v| v.as_bytes()),
+        ),
     };
     let caller = Caller::of(&parts.extensions);
     let given = given.map_err(|(field, why)| GatewayError::bad_request(api, why, field))?;

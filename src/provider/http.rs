@@ -477,7 +477,10 @@ impl Framing {
     ) -> Result<(), String> {
         match self {
             Framing::Sse(p) => p.feed_bytes(chunk, out).map_err(|e| e.to_string()),
-            Framing::Aws(f) => Ok(out.extend(f.feed(chunk)?)),
+            Framing::Aws(f) => {
+                out.extend(f.feed(chunk)?);
+                Ok(())
+            }
         }
     }
 
