@@ -5,7 +5,12 @@
 //! Lines end with CRLF, LF or CR (a CRLF may be split across chunks); a
 //! leading UTF-8 BOM is skipped; invalid UTF-8 is replaced lossily. Memory is
 //! bounded: a line, or the data of one event, longer than the configured
-//! maximum is an error.
+//! maximum is an error. An event read whole from one chunk in the form the
+//! writer writes keeps its bytes, so a proxy passes it on without writing
+//! it again.
+
+use std::borrow::Cow;
+use std::collections::VecDeque;
 
 /// Writes one event: `event: NAME` where given, a `data:` line per line
 /// of `data` (as the format requires of data with newlines), a blank line.
@@ -49,9 +54,6 @@ pub fn write_json(name: Option<&str>, v: &impl serde::Serialize, out: &mut Vec<u
 
 /// Default maximum length of one line (and of one event's data): 8 MiB.
 pub const DEFAULT_MAX_LINE: usize = 8 * 1024 * 1024;
-
-use std::borrow::Cow;
-use std::collections::VecDeque;
 
 const BOM: &[u8] = b"\xEF\xBB\xBF";
 /// Line buffers up to this capacity are reused between lines.
