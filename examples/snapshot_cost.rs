@@ -2,7 +2,7 @@
 //! 200 breakers (tools) and 10,000 users with budgets in use, taken and
 //! written as the stream sends it, timed over many; at ten a second that
 //! is the share of one core printed last.
-//! (`cargo run --release --example snapshot_cost`)
+//! (`cargo run --profile dist --example snapshot_cost`)
 
 use fusebox::clock::{Clock, Seed};
 use fusebox::config::Config;

@@ -11,6 +11,9 @@ use std::time::{Duration, Instant};
 pub struct Redis {
     child: Child,
     pub port: u16,
+    /// Its working directory: what a replica's sync or a cluster node
+    /// writes lands here, not in the checkout.
+    _dir: tempfile::TempDir,
 }
 
 impl Redis {
@@ -26,7 +29,9 @@ impl Redis {
 
     /// Starts one on `port` with `extra` arguments (`--replicaof H P`, …).
     pub fn start_with(port: u16, extra: &[&str]) -> Option<Redis> {
+        let dir = tempfile::tempdir().unwrap();
         let spawned = Command::new("redis-server")
+            .current_dir(dir.path())
             .args([
                 "--port",
                 &port.to_string(),
@@ -50,7 +55,7 @@ impl Redis {
                 return None;
             }
         };
-        let r = Redis { child, port };
+        let r = Redis { child, port, _dir: dir };
         wait_until("redis-server accepts connections", || {
             std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()
         });
