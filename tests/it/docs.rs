@@ -1033,6 +1033,9 @@ fn check_of(cmd: &str) -> Option<Check> {
             Elsewhere("a measurement, run by hand against otlp_sink")
         }
         c if c.starts_with("cargo bench") => Elsewhere("criterion benchmarks, run by hand"),
+        "cargo build --timings" | "cargo build --profile dist" | "cargo build --release" => {
+            Elsewhere("cold builds of minutes, timed by hand")
+        }
         "cargo run --release --example do_no_harm -- 5 10" => {
             Elsewhere("minutes of runs, by hand: the_do_no_harm_grid_runs runs it at one seed for a minute")
         }
