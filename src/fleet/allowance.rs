@@ -2,20 +2,26 @@
 //! hour, day) and cost (day), and the global tokens and cost (hour, day),
 //! are counted in the shared store (see [`super::store::Store::grant`]).
 //! An instance takes a budget in chunks (an allowance) and spends it
-//! locally; it asks the store again only when the allowance runs out, and
-//! near the limit the store grants only what is left. What an instance
-//! spends was granted first, so the fleet together stays within each
-//! budget. Unused reservations go back to the allowance.
+//! locally; it asks the store again only when the allowance runs out (one
+//! round trip at a time: calls that find it short together share the next
+//! chunk), and near the limit the store grants only what is left. What an
+//! instance spends was granted first, so the fleet together stays within
+//! each budget. Unused reservations go back to the allowance.
 //!
 //! While the store is unreachable an instance keeps to its share of each
-//! budget (the limit divided by the live instances last seen), counted in
-//! process, less what the store granted it in the same period (an outage
-//! mid-period does not start the share afresh): fail open. What it granted
-//! itself is counted into the store with its next round trip in the same
-//! period, so the fleet's period holds at most the budget plus what
-//! instances had been granted beyond their shares before the outage. With
-//! `budgets_fail = "closed"` it refuses what its allowances do not cover
-//! instead.
+//! budget (the limit divided by the most live instances seen this minute or
+//! the last: a count that dips while heartbeats are lost in a failover
+//! never enlarges a share), counted in process, less what the store granted
+//! it in the same period (an outage mid-period does not start the share
+//! afresh): fail open. What it granted itself is counted into the store as
+//! soon as the store answers again ([`Allowances::count_in`], on the fleet's
+//! heartbeat), and for a moment after ([`Allowances::rejoined`]) it still
+//! keeps to its share, so that an instance back first does not take from
+//! the store what the others granted themselves and have not counted in
+//! yet. A period thus holds at most the budget plus what instances had been
+//! granted beyond their shares before the outage (and the shares of
+//! instances still cut off when the others are back). With `budgets_fail =
+//! "closed"` it refuses what its allowances do not cover instead.
 
 use super::store::{MemoryStore, Store, StoreError, WINDOWS_MS};
 use crate::clock::Clock;
@@ -25,6 +31,7 @@ use crate::runner::shared::Reserved;
 use crate::telemetry::store::StoreStatus;
 use parking_lot::Mutex;
 use std::collections::HashMap;
+use std::ops::ControlFlow::{Break, Continue};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
@@ -113,6 +120,12 @@ impl Scope {
         a
     }
 
+    /// What `user`'s allowance in `period` granted itself and still owes.
+    fn owed<'a>(&self, held: &'a mut HashMap<String, Allowance>, user: &str, period: u64) -> Option<&'a mut f64> {
+        let a = held.get_mut(self.who(user)).filter(|a| a.period == period)?;
+        Some(&mut a.alone)
+    }
+
     /// What a call of `tokens` and `cost` takes of this budget.
     fn want(&self, tokens: u32, cost: f64) -> f64 {
         match self.unit {
@@ -178,6 +191,8 @@ struct Allowance {
     /// The store refused more this period (the budget ran out): further
     /// calls beyond the allowance are refused here, without a round trip.
     spent: Option<BudgetExceeded>,
+    /// Held while a call asks for another chunk.
+    gate: Arc<tokio::sync::Mutex<()>>,
 }
 
 /// The fleet's budgets on this instance.
@@ -189,6 +204,12 @@ pub struct Allowances {
     scopes: Vec<Scope>,
     fail: FailMode,
     clock: Clock,
+    /// Until when (wall ms) this instance keeps to its shares after the
+    /// store came back, while the others count theirs in.
+    settling_until_ms: AtomicU64,
+    /// The most live instances seen this minute and the one before:
+    /// (minute, this minute's, the last one's).
+    fleet: Mutex<(u64, u32, u32)>,
     /// Round trips made for allowances.
     pub round_trips: AtomicU64,
 }
@@ -231,8 +252,58 @@ impl Allowances {
                 .collect(),
             fail,
             clock,
+            settling_until_ms: AtomicU64::new(0),
+            fleet: Mutex::new((0, 0, 0)),
             round_trips: AtomicU64::new(0),
         }
+    }
+
+    /// Notes `n` live instances seen by heartbeat.
+    pub fn saw_instances(&self, n: u32) {
+        let mut f = self.fleet_now();
+        f.1 = f.1.max(n);
+    }
+
+    /// The instances a share divides by: the most seen in this minute and
+    /// the last (or the status's count, where no heartbeat told more).
+    fn fleet_size(&self) -> u32 {
+        let f = self.fleet_now();
+        f.1.max(f.2).max(self.status.view().instances).max(1)
+    }
+
+    /// The fleet counts, rolled over to the current minute.
+    fn fleet_now(&self) -> parking_lot::MutexGuard<'_, (u64, u32, u32)> {
+        let minute = self.clock.wall_ms() / 60_000;
+        let mut f = self.fleet.lock();
+        if f.0 != minute {
+            *f = (minute, 0, if f.0 + 1 == minute { f.1 } else { 0 });
+        }
+        f
+    }
+
+    /// The store answers again: for `moment` more this instance keeps to
+    /// its shares, long enough for every other instance to count in what it
+    /// granted itself.
+    pub fn rejoined(&self, moment: std::time::Duration) {
+        let until = self.clock.wall_ms() + moment.as_millis() as u64;
+        self.settling_until_ms.store(until, Ordering::Relaxed);
+    }
+
+    /// Counts into the store what every allowance of the current periods
+    /// granted itself while the store was away; stops at the first failure
+    /// (what it could not count stays owed).
+    pub async fn count_in(&self) -> Result<(), StoreError> {
+        let now_ms = self.clock.wall_ms();
+        for s in &self.scopes {
+            let owed: Vec<(String, u64)> = (s.held.lock().iter())
+                .filter(|(_, a)| a.alone > 0.0 && a.ends_ms > now_ms)
+                .map(|(who, a)| (who.clone(), a.period))
+                .collect();
+            for (who, period) in owed {
+                self.repay(s, &who, period).await?;
+            }
+        }
+        Ok(())
     }
 
     /// Takes `tokens` and `cost` of every budget `user` (whose limits are
@@ -270,25 +341,41 @@ impl Allowances {
 
     async fn take(&self, s: &Scope, user: &str, terms: Terms, want: f64, now_ms: u64) -> Result<(), BudgetExceeded> {
         let period = now_ms / terms.period_ms;
-        let (short, granted_here, alone) = {
+        // Decided from the allowance (it covers `want`, or the store has
+        // refused more), else the gate to the store and what is short.
+        let covered = |s: &Scope| {
             let mut held = s.held.lock();
             let a = s.allowance(&mut held, user, period, terms.period_ms);
             if a.left >= want {
                 a.left -= want;
-                return Ok(());
+                return Break(Ok(()));
             }
-            if let Some(e) = &a.spent {
-                return Err(e.clone());
+            match &a.spent {
+                Some(e) => Break(Err(e.clone())),
+                None => Continue((a.gate.clone(), want - a.left, a.granted)),
             }
-            (want - a.left, a.granted, a.alone)
+        };
+        let gate = match covered(s) {
+            Continue((gate, ..)) => gate,
+            Break(decided) => return decided,
+        };
+        // One round trip at a time per allowance: calls that find it short
+        // together share the chunk the first one fetches, rather than each
+        // taking one (an instance would hold several chunks beyond its need
+        // and, were the store to go away then, beyond its share).
+        let _fetching = gate.lock().await;
+        let (short, granted_here) = match covered(s) {
+            Continue((_, short, granted)) => (short, granted),
+            Break(decided) => return decided,
         };
         let chunk = short.max(terms.chunk);
         let key = s.key(user);
-        let granted = if self.status.view().degraded {
+        let settling = now_ms < self.settling_until_ms.load(Ordering::Relaxed);
+        let granted = if self.status.view().degraded || settling {
             None
         } else {
             self.round_trips.fetch_add(1, Ordering::Relaxed);
-            let asked = match self.repay(s, user, period, alone).await {
+            let asked = match self.repay(s, user, period).await {
                 Ok(()) => self.store.grant(&key, chunk, terms.limits, None).await,
                 Err(e) => Err(e),
             };
@@ -309,7 +396,7 @@ impl Allowances {
                 // This instance's share of the budget, counted here, less
                 // what the store granted it this period (a share of 0
                 // would mean no limit: the least positive one grants none).
-                let n = f64::from(self.status.view().instances.max(1));
+                let n = f64::from(self.fleet_size());
                 let mut share = terms.limits.map(|l| l / n);
                 if let Some(w) = WINDOWS_MS.iter().position(|ms| *ms == terms.period_ms) {
                     share[w] = (share[w] - granted_here).max(f64::MIN_POSITIVE);
@@ -333,18 +420,26 @@ impl Allowances {
             return Ok(());
         }
         let e = s.refusal(user, &terms.limits, g.bound.unwrap_or(0), want, a.left);
-        a.spent = Some(e.clone());
+        // Only the store's refusal holds for the period; a share spent
+        // while alone asks the store again once it is back.
+        if from_store {
+            a.spent = Some(e.clone());
+        }
         Err(e)
     }
 
-    /// Counts into the store the `alone` that `user`'s allowance of `s`
-    /// in `period` granted itself while the store was away (then no longer
-    /// owed).
-    async fn repay(&self, s: &Scope, user: &str, period: u64, alone: f64) -> Result<(), StoreError> {
+    /// Counts into the store what `user`'s allowance of `s` in `period`
+    /// granted itself while the store was away. Taken out of the allowance
+    /// first (two calls never count it twice) and put back if the store
+    /// does not answer.
+    async fn repay(&self, s: &Scope, user: &str, period: u64) -> Result<(), StoreError> {
+        let alone = s.owed(&mut s.held.lock(), user, period).map_or(0.0, std::mem::take);
         if alone > 0.0 {
-            self.store.grant(&s.key(user), alone, [0.0; 3], None).await?;
-            if let Some(a) = s.held.lock().get_mut(s.who(user)).filter(|a| a.period == period) {
-                a.alone = (a.alone - alone).max(0.0);
+            if let Err(e) = self.store.grant(&s.key(user), alone, [0.0; 3], None).await {
+                if let Some(a) = s.owed(&mut s.held.lock(), user, period) {
+                    *a += alone;
+                }
+                return Err(e);
             }
         }
         Ok(())
@@ -378,6 +473,7 @@ impl Allowances {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::Duration;
 
     fn allowances(cfg: BudgetConfig, fail: FailMode) -> (Allowances, Arc<StoreStatus>) {
         let clock = Clock::with_wall_anchor(1_800_000_000_000);
@@ -503,5 +599,130 @@ mod tests {
             spent += 50;
         }
         assert_eq!(spent, 1_000, "the fleet's minute holds the budget, not 1,400");
+    }
+
+    #[tokio::test]
+    async fn what_was_granted_alone_is_counted_in_once() {
+        let (a, status) = allowances(budgets(), FailMode::Open);
+        status.set_instances(2);
+        status.set_degraded(true);
+        let _ = a.reserve("ann", limits(), 400, 0.0).await.unwrap();
+        status.set_degraded(false);
+        // The heartbeat counts it in; neither it again nor the next round
+        // trip counts it a second time.
+        a.count_in().await.unwrap();
+        a.count_in().await.unwrap();
+        let mut spent = 400;
+        while a.reserve("ann", limits(), 50, 0.0).await.is_ok() {
+            spent += 50;
+        }
+        assert_eq!(spent, 1_000);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_instance_back_first_keeps_to_its_share_while_the_others_count_in() {
+        let clock = Clock::with_wall_anchor(1_800_000_000_000);
+        let store: Arc<dyn Store> = Arc::new(MemoryStore::new(clock));
+        let instance = || {
+            let status = Arc::new(StoreStatus::default());
+            status.set_redis();
+            status.set_instances(2);
+            let a = Allowances::new(store.clone(), status.clone(), &budgets(), FailMode::Open, clock);
+            (a, status)
+        };
+        let ((a, a_status), (b, b_status)) = (instance(), instance());
+        // The store away: each grants itself 400 of its 500.
+        for (x, status) in [(&a, &a_status), (&b, &b_status)] {
+            status.set_degraded(true);
+            let _ = x.reserve("ann", limits(), 400, 0.0).await.unwrap();
+        }
+        // `a` is back first: it keeps to its share (100 more), though the
+        // store has not heard of `b`'s 400 yet.
+        a.count_in().await.unwrap();
+        a.rejoined(Duration::from_secs(2));
+        a_status.set_degraded(false);
+        let _ = a.reserve("ann", limits(), 100, 0.0).await.unwrap();
+        assert!(a.reserve("ann", limits(), 50, 0.0).await.is_err());
+        // `b` counts in within the moment, `a` what it took meanwhile at its
+        // next heartbeat; then the store has the rest for both.
+        b.count_in().await.unwrap();
+        b_status.set_degraded(false);
+        tokio::time::advance(Duration::from_secs(2)).await;
+        a.count_in().await.unwrap();
+        let mut spent = 900;
+        while a.reserve("ann", limits(), 10, 0.0).await.is_ok() {
+            spent += 10;
+        }
+        while b.reserve("ann", limits(), 10, 0.0).await.is_ok() {
+            spent += 10;
+        }
+        assert_eq!(spent, 1_000, "the fleet's minute holds the budget");
+    }
+
+    #[tokio::test]
+    async fn a_share_divides_by_the_most_instances_seen_lately() {
+        let (a, status) = allowances(budgets(), FailMode::Open);
+        a.saw_instances(4);
+        // Heartbeats lost in a failover say 2 for a moment: the share stays
+        // a quarter.
+        status.set_instances(2);
+        status.set_degraded(true);
+        let _ = a.reserve("ann", limits(), 250, 0.0).await.unwrap();
+        assert!(a.reserve("ann", limits(), 10, 0.0).await.is_err());
+    }
+
+    /// A store a round trip away: the memory store after a millisecond.
+    struct Remote(MemoryStore, AtomicU64);
+
+    #[async_trait::async_trait]
+    impl Store for Remote {
+        async fn take(
+            &self,
+            b: &[super::super::store::Take],
+            now: Option<u64>,
+        ) -> Result<Vec<super::super::store::Taken>, StoreError> {
+            self.0.take(b, now).await
+        }
+        async fn grant(
+            &self,
+            key: &str,
+            want: f64,
+            limits: [f64; 3],
+            now: Option<u64>,
+        ) -> Result<super::super::store::Granted, StoreError> {
+            self.1.fetch_add(1, Ordering::Relaxed);
+            tokio::time::sleep(Duration::from_millis(1)).await;
+            self.0.grant(key, want, limits, now).await
+        }
+        async fn retry(
+            &self,
+            key: &str,
+            ask: super::super::store::RetryAsk,
+            share: super::super::store::RetryShare,
+            now: Option<u64>,
+        ) -> Result<u32, StoreError> {
+            self.0.retry(key, ask, share, now).await
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn calls_that_find_the_allowance_short_together_share_one_round_trip() {
+        let clock = Clock::with_wall_anchor(1_800_000_000_000);
+        let store = Arc::new(Remote(MemoryStore::new(clock), AtomicU64::new(0)));
+        let status = Arc::new(StoreStatus::default());
+        status.set_redis();
+        let user_only = BudgetConfig {
+            global_tokens_per_day: 0,
+            ..budgets()
+        };
+        let a = Allowances::new(store.clone(), status, &user_only, FailMode::Open, clock);
+        // Three calls of 30 at once: one chunk of 100 covers them all.
+        let calls = (0..3).map(|_| a.reserve("ann", limits(), 30, 0.0));
+        for r in futures_util::future::join_all(calls).await {
+            let _ = r.unwrap();
+        }
+        assert_eq!(store.1.load(Ordering::Relaxed), 1, "one round trip");
+        let ann = a.scopes[0].held.lock().get("ann").map(|x| (x.granted, x.left));
+        assert_eq!(ann, Some((100.0, 10.0)));
     }
 }

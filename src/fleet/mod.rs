@@ -450,8 +450,10 @@ impl Fleet {
         }
     }
 
-    /// One heartbeat: this instance is live; count the live ones; share what
-    /// could not be shared before. Marks the store degraded on failure.
+    /// One heartbeat: this instance is live; count the live ones; count in
+    /// what budgets granted themselves alone and share what could not be
+    /// shared before. Marks the store degraded on failure, and keeps it so
+    /// until what budgets owe is counted in.
     async fn heartbeat_once(&self) {
         let mut conn = self.conn.clone();
         let key = format!("{INSTANCE_KEY}{}", self.instance);
@@ -470,10 +472,16 @@ impl Fleet {
         };
         let status = self.runner.store();
         self.allowances.forget_idle();
+        let live = match live {
+            Ok(n) => self.allowances.count_in().await.map(|()| n).map_err(|e| e.to_string()),
+            Err(e) => Err(e.to_string()),
+        };
         match live {
             Ok(n) => {
+                self.allowances.saw_instances(n as u32);
                 if status.view().degraded {
                     tracing::info!("Redis is back; fleet state shared again");
+                    self.allowances.rejoined(INSTANCE_TTL);
                 }
                 status.set_degraded(false);
                 status.set_instances(n as u32);
