@@ -15,10 +15,11 @@
 //! it in the same period (an outage mid-period does not start the share
 //! afresh): fail open. What it granted itself is counted into the store as
 //! soon as the store answers again ([`Allowances::count_in`], on the fleet's
-//! heartbeat), and for a moment after ([`Allowances::rejoined`]) it still
-//! keeps to its share, so that an instance back first does not take from
-//! the store what the others granted themselves and have not counted in
-//! yet. A period thus holds at most the budget plus what instances had been
+//! heartbeat), and for a moment after (the instance's heartbeat finding the
+//! store, [`Allowances::rejoined`], or a budget's own count-in, for a key
+//! on a cluster node that came back later) it still keeps to its share, so
+//! that an instance back first does not take from the store what the others
+//! granted themselves and have not counted in yet. A period thus holds at most the budget plus what instances had been
 //! granted beyond their shares before the outage (and the shares of
 //! instances still cut off when the others are back). With `budgets_fail =
 //! "closed"` it refuses what its allowances do not cover instead.
@@ -34,6 +35,11 @@ use std::collections::HashMap;
 use std::ops::ControlFlow::{Break, Continue};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
+
+/// How long an instance keeps to its shares after the store answers again
+/// (ms): long enough for every other instance's heartbeat (each 500 ms) to
+/// count in what it granted itself.
+const SETTLE_MS: u64 = 2_000;
 
 /// One budget the fleet shares, and this instance's allowances of it.
 #[derive(Debug)]
@@ -120,10 +126,9 @@ impl Scope {
         a
     }
 
-    /// What `user`'s allowance in `period` granted itself and still owes.
-    fn owed<'a>(&self, held: &'a mut HashMap<String, Allowance>, user: &str, period: u64) -> Option<&'a mut f64> {
-        let a = held.get_mut(self.who(user)).filter(|a| a.period == period)?;
-        Some(&mut a.alone)
+    /// `user`'s allowance in `period`, if it is still held.
+    fn owed<'a>(&self, held: &'a mut HashMap<String, Allowance>, user: &str, period: u64) -> Option<&'a mut Allowance> {
+        held.get_mut(self.who(user)).filter(|a| a.period == period)
     }
 
     /// What a call of `tokens` and `cost` takes of this budget.
@@ -193,6 +198,9 @@ struct Allowance {
     spent: Option<BudgetExceeded>,
     /// Held while a call asks for another chunk.
     gate: Arc<tokio::sync::Mutex<()>>,
+    /// Until when (wall ms) it keeps to its share, having just counted in
+    /// what it granted itself.
+    settling_until_ms: u64,
 }
 
 /// The fleet's budgets on this instance.
@@ -281,29 +289,33 @@ impl Allowances {
         f
     }
 
-    /// The store answers again: for `moment` more this instance keeps to
-    /// its shares, long enough for every other instance to count in what it
-    /// granted itself.
-    pub fn rejoined(&self, moment: std::time::Duration) {
-        let until = self.clock.wall_ms() + moment.as_millis() as u64;
+    /// The store answers again: for a moment this instance keeps to its
+    /// shares while the others count in what they granted themselves.
+    pub fn rejoined(&self) {
+        let until = self.clock.wall_ms() + SETTLE_MS;
         self.settling_until_ms.store(until, Ordering::Relaxed);
     }
 
     /// Counts into the store what every allowance of the current periods
-    /// granted itself while the store was away; stops at the first failure
-    /// (what it could not count stays owed).
-    pub async fn count_in(&self) -> Result<(), StoreError> {
+    /// granted itself while the store was away; what a key's store does not
+    /// take stays owed (counted in by the next heartbeat or round trip).
+    /// Returns how many allowances still owe.
+    pub async fn count_in(&self) -> usize {
         let now_ms = self.clock.wall_ms();
+        let mut owing = 0;
         for s in &self.scopes {
             let owed: Vec<(String, u64)> = (s.held.lock().iter())
                 .filter(|(_, a)| a.alone > 0.0 && a.ends_ms > now_ms)
                 .map(|(who, a)| (who.clone(), a.period))
                 .collect();
             for (who, period) in owed {
-                self.repay(s, &who, period).await?;
+                if let Err(e) = self.repay(s, &who, period).await {
+                    tracing::debug!(error = %e, "cannot count in a budget granted alone yet");
+                    owing += 1;
+                }
             }
         }
-        Ok(())
+        owing
     }
 
     /// Takes `tokens` and `cost` of every budget `user` (whose limits are
@@ -352,7 +364,7 @@ impl Allowances {
             }
             match &a.spent {
                 Some(e) => Break(Err(e.clone())),
-                None => Continue((a.gate.clone(), want - a.left, a.granted)),
+                None => Continue((a.gate.clone(), want - a.left, a.granted, a.settling_until_ms)),
             }
         };
         let gate = match covered(s) {
@@ -364,23 +376,28 @@ impl Allowances {
         // taking one (an instance would hold several chunks beyond its need
         // and, were the store to go away then, beyond its share).
         let _fetching = gate.lock().await;
-        let (short, granted_here) = match covered(s) {
-            Continue((_, short, granted)) => (short, granted),
+        let (short, granted_here, settling_until_ms) = match covered(s) {
+            Continue((_, short, granted, settling)) => (short, granted, settling),
             Break(decided) => return decided,
         };
         let chunk = short.max(terms.chunk);
         let key = s.key(user);
-        let settling = now_ms < self.settling_until_ms.load(Ordering::Relaxed);
+        // Only a budget that fails open grants itself anything to settle.
+        let settling = self.fail == FailMode::Open
+            && now_ms < settling_until_ms.max(self.settling_until_ms.load(Ordering::Relaxed));
         let granted = if self.status.view().degraded || settling {
             None
         } else {
             self.round_trips.fetch_add(1, Ordering::Relaxed);
+            // Having just counted in what it granted itself, it keeps to
+            // its share a moment (others may not have yet).
             let asked = match self.repay(s, user, period).await {
-                Ok(()) => self.store.grant(&key, chunk, terms.limits, None).await,
+                Ok(false) => self.store.grant(&key, chunk, terms.limits, None).await.map(Some),
+                Ok(true) => Ok(None),
                 Err(e) => Err(e),
             };
             match asked {
-                Ok(g) => Some(g),
+                Ok(g) => g,
                 Err(e) => {
                     tracing::debug!(error = %e, "budget round trip failed");
                     self.status.set_degraded(true);
@@ -429,20 +446,32 @@ impl Allowances {
     }
 
     /// Counts into the store what `user`'s allowance of `s` in `period`
-    /// granted itself while the store was away. Taken out of the allowance
+    /// granted itself while the store was away, and if it owed anything
+    /// keeps it to its share a moment (true). Taken out of the allowance
     /// first (two calls never count it twice) and put back if the store
     /// does not answer.
-    async fn repay(&self, s: &Scope, user: &str, period: u64) -> Result<(), StoreError> {
-        let alone = s.owed(&mut s.held.lock(), user, period).map_or(0.0, std::mem::take);
-        if alone > 0.0 {
-            if let Err(e) = self.store.grant(&s.key(user), alone, [0.0; 3], None).await {
-                if let Some(a) = s.owed(&mut s.held.lock(), user, period) {
-                    *a += alone;
+    async fn repay(&self, s: &Scope, user: &str, period: u64) -> Result<bool, StoreError> {
+        let alone = s
+            .owed(&mut s.held.lock(), user, period)
+            .map_or(0.0, |a| std::mem::take(&mut a.alone));
+        if alone <= 0.0 {
+            return Ok(false);
+        }
+        let counted = self.store.grant(&s.key(user), alone, [0.0; 3], None).await;
+        if let Some(a) = s.owed(&mut s.held.lock(), user, period) {
+            match counted {
+                // Once an outage: what it grants itself while settling,
+                // counted in after, does not prolong the moment.
+                Ok(_) => {
+                    let now_ms = self.clock.wall_ms();
+                    if now_ms > a.settling_until_ms + SETTLE_MS {
+                        a.settling_until_ms = now_ms + SETTLE_MS;
+                    }
                 }
-                return Err(e);
+                Err(_) => a.alone += alone,
             }
         }
-        Ok(())
+        counted.map(|_| true)
     }
 
     /// Settles a call that reserved `r` and used `tokens` and `cost`: the
@@ -584,7 +613,15 @@ mod tests {
         let _ = a.reserve("bob", limits(), 500, 0.0).await.unwrap();
     }
 
-    #[tokio::test]
+    /// Spends `ann`'s budget on `a` 50 at a time from `spent` until refused.
+    async fn spend(a: &Allowances, mut spent: u32) -> u32 {
+        while a.reserve("ann", limits(), 50, 0.0).await.is_ok() {
+            spent += 50;
+        }
+        spent
+    }
+
+    #[tokio::test(start_paused = true)]
     async fn what_an_instance_granted_alone_is_counted_into_the_store_on_its_return() {
         let (a, status) = allowances(budgets(), FailMode::Open);
         status.set_instances(2);
@@ -592,16 +629,20 @@ mod tests {
         status.set_degraded(true);
         let _ = a.reserve("ann", limits(), 400, 0.0).await.unwrap();
         status.set_degraded(false);
-        // Back, the store grants what is left of the 1,000 after the 400
-        // (in chunks; the local 100 left is spent first).
-        let mut spent = 400;
-        while a.reserve("ann", limits(), 50, 0.0).await.is_ok() {
-            spent += 50;
-        }
-        assert_eq!(spent, 1_000, "the fleet's minute holds the budget, not 1,400");
+        // Back, the first round trip counts the 400 in; for a moment ann
+        // keeps to her share here, then the store grants what is left of
+        // the 1,000 (what she took meanwhile counted in by the heartbeat).
+        assert_eq!(spend(&a, 400).await, 500);
+        tokio::time::advance(Duration::from_millis(SETTLE_MS)).await;
+        assert_eq!(a.count_in().await, 0);
+        assert_eq!(
+            spend(&a, 500).await,
+            1_000,
+            "the fleet's minute holds the budget, not 1,400"
+        );
     }
 
-    #[tokio::test]
+    #[tokio::test(start_paused = true)]
     async fn what_was_granted_alone_is_counted_in_once() {
         let (a, status) = allowances(budgets(), FailMode::Open);
         status.set_instances(2);
@@ -610,13 +651,20 @@ mod tests {
         status.set_degraded(false);
         // The heartbeat counts it in; neither it again nor the next round
         // trip counts it a second time.
-        a.count_in().await.unwrap();
-        a.count_in().await.unwrap();
-        let mut spent = 400;
-        while a.reserve("ann", limits(), 50, 0.0).await.is_ok() {
-            spent += 50;
-        }
-        assert_eq!(spent, 1_000);
+        assert_eq!(a.count_in().await, 0);
+        assert_eq!(a.count_in().await, 0);
+        tokio::time::advance(Duration::from_millis(SETTLE_MS)).await;
+        assert_eq!(spend(&a, 400).await, 1_000);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_budget_failing_closed_asks_the_store_as_soon_as_it_is_back() {
+        let (a, status) = allowances(budgets(), FailMode::Closed);
+        status.set_degraded(true);
+        assert!(a.reserve("ann", limits(), 50, 0.0).await.is_err());
+        status.set_degraded(false);
+        a.rejoined();
+        assert_eq!(spend(&a, 0).await, 1_000);
     }
 
     #[tokio::test(start_paused = true)]
@@ -638,17 +686,17 @@ mod tests {
         }
         // `a` is back first: it keeps to its share (100 more), though the
         // store has not heard of `b`'s 400 yet.
-        a.count_in().await.unwrap();
-        a.rejoined(Duration::from_secs(2));
+        assert_eq!(a.count_in().await, 0);
+        a.rejoined();
         a_status.set_degraded(false);
         let _ = a.reserve("ann", limits(), 100, 0.0).await.unwrap();
         assert!(a.reserve("ann", limits(), 50, 0.0).await.is_err());
         // `b` counts in within the moment, `a` what it took meanwhile at its
         // next heartbeat; then the store has the rest for both.
-        b.count_in().await.unwrap();
+        assert_eq!(b.count_in().await, 0);
         b_status.set_degraded(false);
-        tokio::time::advance(Duration::from_secs(2)).await;
-        a.count_in().await.unwrap();
+        tokio::time::advance(Duration::from_millis(SETTLE_MS)).await;
+        assert_eq!(a.count_in().await, 0);
         let mut spent = 900;
         while a.reserve("ann", limits(), 10, 0.0).await.is_ok() {
             spent += 10;

@@ -452,8 +452,7 @@ impl Fleet {
 
     /// One heartbeat: this instance is live; count the live ones; count in
     /// what budgets granted themselves alone and share what could not be
-    /// shared before. Marks the store degraded on failure, and keeps it so
-    /// until what budgets owe is counted in.
+    /// shared before. Marks the store degraded on failure.
     async fn heartbeat_once(&self) {
         let mut conn = self.conn.clone();
         let key = format!("{INSTANCE_KEY}{}", self.instance);
@@ -472,16 +471,13 @@ impl Fleet {
         };
         let status = self.runner.store();
         self.allowances.forget_idle();
-        let live = match live {
-            Ok(n) => self.allowances.count_in().await.map(|()| n).map_err(|e| e.to_string()),
-            Err(e) => Err(e.to_string()),
-        };
         match live {
             Ok(n) => {
+                self.allowances.count_in().await;
                 self.allowances.saw_instances(n as u32);
                 if status.view().degraded {
                     tracing::info!("Redis is back; fleet state shared again");
-                    self.allowances.rejoined(INSTANCE_TTL);
+                    self.allowances.rejoined();
                 }
                 status.set_degraded(false);
                 status.set_instances(n as u32);
