@@ -19,10 +19,11 @@
 //! store, [`Allowances::rejoined`], or a budget's own count-in, for a key
 //! on a cluster node that came back later) it still keeps to its share, so
 //! that an instance back first does not take from the store what the others
-//! granted themselves and have not counted in yet. A period thus holds at most the budget plus what instances had been
-//! granted beyond their shares before the outage (and the shares of
-//! instances still cut off when the others are back). With `budgets_fail =
-//! "closed"` it refuses what its allowances do not cover instead.
+//! granted themselves and have not counted in yet. A period thus holds at
+//! most the budget plus what instances had been granted beyond their shares
+//! before the outage (and the shares of instances still cut off when the
+//! others are back). With `budgets_fail = "closed"` it refuses what its
+//! allowances do not cover instead.
 
 use super::store::{MemoryStore, Store, StoreError, WINDOWS_MS};
 use crate::clock::Clock;
@@ -127,7 +128,12 @@ impl Scope {
     }
 
     /// `user`'s allowance in `period`, if it is still held.
-    fn owed<'a>(&self, held: &'a mut HashMap<String, Allowance>, user: &str, period: u64) -> Option<&'a mut Allowance> {
+    fn in_period<'a>(
+        &self,
+        held: &'a mut HashMap<String, Allowance>,
+        user: &str,
+        period: u64,
+    ) -> Option<&'a mut Allowance> {
         held.get_mut(self.who(user)).filter(|a| a.period == period)
     }
 
@@ -452,13 +458,13 @@ impl Allowances {
     /// does not answer.
     async fn repay(&self, s: &Scope, user: &str, period: u64) -> Result<bool, StoreError> {
         let alone = s
-            .owed(&mut s.held.lock(), user, period)
+            .in_period(&mut s.held.lock(), user, period)
             .map_or(0.0, |a| std::mem::take(&mut a.alone));
         if alone <= 0.0 {
             return Ok(false);
         }
         let counted = self.store.grant(&s.key(user), alone, [0.0; 3], None).await;
-        if let Some(a) = s.owed(&mut s.held.lock(), user, period) {
+        if let Some(a) = s.in_period(&mut s.held.lock(), user, period) {
             match counted {
                 // Once an outage: what it grants itself while settling,
                 // counted in after, does not prolong the moment.
