@@ -507,6 +507,7 @@ impl Allowances {
 
 #[cfg(test)]
 mod tests {
+    use super::super::store::{Granted, RetryAsk, RetryShare, Take, Taken};
     use super::*;
     use std::time::Duration;
 
@@ -627,14 +628,20 @@ mod tests {
         spent
     }
 
-    #[tokio::test(start_paused = true)]
-    async fn what_an_instance_granted_alone_is_counted_into_the_store_on_its_return() {
+    /// One of two instances that granted ann 400 of her share of 500 while
+    /// the store was away, and finds the store again.
+    async fn back_with_400_granted_alone() -> Allowances {
         let (a, status) = allowances(budgets(), FailMode::Open);
         status.set_instances(2);
-        // The store away from the start: ann's share here, 500 of 1,000.
         status.set_degraded(true);
         let _ = a.reserve("ann", limits(), 400, 0.0).await.unwrap();
         status.set_degraded(false);
+        a
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn what_an_instance_granted_alone_is_counted_into_the_store_on_its_return() {
+        let a = back_with_400_granted_alone().await;
         // Back, the first round trip counts the 400 in; for a moment ann
         // keeps to her share here, then the store grants what is left of
         // the 1,000 (what she took meanwhile counted in by the heartbeat).
@@ -650,11 +657,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn what_was_granted_alone_is_counted_in_once() {
-        let (a, status) = allowances(budgets(), FailMode::Open);
-        status.set_instances(2);
-        status.set_degraded(true);
-        let _ = a.reserve("ann", limits(), 400, 0.0).await.unwrap();
-        status.set_degraded(false);
+        let a = back_with_400_granted_alone().await;
         // The heartbeat counts it in; neither it again nor the next round
         // trip counts it a second time.
         assert_eq!(a.count_in().await, 0);
@@ -730,20 +733,10 @@ mod tests {
 
     #[async_trait::async_trait]
     impl Store for Remote {
-        async fn take(
-            &self,
-            b: &[super::super::store::Take],
-            now: Option<u64>,
-        ) -> Result<Vec<super::super::store::Taken>, StoreError> {
+        async fn take(&self, b: &[Take], now: Option<u64>) -> Result<Vec<Taken>, StoreError> {
             self.0.take(b, now).await
         }
-        async fn grant(
-            &self,
-            key: &str,
-            want: f64,
-            limits: [f64; 3],
-            now: Option<u64>,
-        ) -> Result<super::super::store::Granted, StoreError> {
+        async fn grant(&self, key: &str, want: f64, limits: [f64; 3], now: Option<u64>) -> Result<Granted, StoreError> {
             self.1.fetch_add(1, Ordering::Relaxed);
             tokio::time::sleep(Duration::from_millis(1)).await;
             self.0.grant(key, want, limits, now).await
@@ -751,8 +744,8 @@ mod tests {
         async fn retry(
             &self,
             key: &str,
-            ask: super::super::store::RetryAsk,
-            share: super::super::store::RetryShare,
+            ask: RetryAsk,
+            share: RetryShare,
             now: Option<u64>,
         ) -> Result<u32, StoreError> {
             self.0.retry(key, ask, share, now).await
