@@ -11,9 +11,8 @@ use crate::mcp::sessions::{McpLimits, Refused, Sessions};
 use crate::mcp::{proxy::Proxy, Link, LinkLimits, Upstreams};
 use crate::wire::fusebox;
 use axum::body::Body;
-use axum::extract::{Request, State};
+use axum::extract::Request;
 use axum::http::{header, HeaderValue, Method, StatusCode};
-use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
 use rmcp::transport::streamable_http_server::session::SessionManager;
@@ -29,13 +28,15 @@ pub(super) struct McpGate {
     manager: Arc<LocalSessionManager>,
 }
 
-/// The `/mcp` routes over `upstreams`, guarded, and the work that closes
-/// idle sessions beside them (to be spawned; it ends with the routes).
+/// `/mcp` over `upstreams`: rmcp's service behind the guard, called
+/// straight (no router or middleware between them, each of which would
+/// box and clone services on every request); and the work that closes
+/// idle sessions beside it (to be spawned; it ends with the service).
 pub(super) fn routes(
     gw: &Arc<Gateway>,
     upstreams: Arc<Upstreams>,
     limits: McpLimits,
-) -> (axum::Router, impl std::future::Future<Output = ()> + Send + 'static) {
+) -> (McpService, impl std::future::Future<Output = ()> + Send + 'static) {
     let mut manager = LocalSessionManager::default();
     // rmcp's own idle timeout is a safety net behind the guard's.
     manager.session_config.keep_alive = Some(limits.idle + limits.idle / 2);
@@ -44,11 +45,43 @@ pub(super) fn routes(
         manager: Arc::new(manager),
     });
     let sweep = close_idle(Arc::downgrade(&gate), gw.runner.clone());
-    let service = service(gw, upstreams, gate.manager.clone());
-    let routes = axum::Router::new()
-        .fallback_service(service)
-        .layer(axum::middleware::from_fn_with_state((gw.clone(), gate), guard));
-    (routes, sweep)
+    let rmcp = Arc::new(service(gw, upstreams, gate.manager.clone()));
+    let service = McpService {
+        gw: gw.clone(),
+        gate,
+        rmcp,
+    };
+    (service, sweep)
+}
+
+/// `/mcp`: each request through the guard to rmcp's service.
+#[derive(Clone)]
+pub(super) struct McpService {
+    gw: Arc<Gateway>,
+    gate: Arc<McpGate>,
+    rmcp: Arc<StreamableHttpService<Proxy, LocalSessionManager>>,
+}
+
+impl tower::Service<Request> for McpService {
+    type Response = Response;
+    type Error = std::convert::Infallible;
+    type Future = futures_util::future::BoxFuture<'static, Result<Response, Self::Error>>;
+
+    fn poll_ready(&mut self, _: &mut std::task::Context<'_>) -> std::task::Poll<Result<(), Self::Error>> {
+        std::task::Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, req: Request) -> Self::Future {
+        let this = self.clone();
+        Box::pin(async move { Ok(guard(&this, req).await) })
+    }
+}
+
+impl McpService {
+    /// rmcp's answer to `req`.
+    async fn run(&self, req: Request) -> Response {
+        self.rmcp.handle(req).await.into_response()
+    }
 }
 
 /// The MCP proxy. Unguarded (loopback development) it answers only
@@ -126,7 +159,8 @@ async fn close(manager: &LocalSessionManager, ids: Vec<Box<str>>) {
 /// ended by its client (`DELETE`) is answered 204: rmcp says 202, which
 /// MCP clients take for a failure (the Python SDK warns "Session
 /// termination failed: 202").
-async fn guard(State((gw, gate)): State<(Arc<Gateway>, Arc<McpGate>)>, req: Request, next: Next) -> Response {
+async fn guard(mcp: &McpService, req: Request) -> Response {
+    let (gw, gate) = (&mcp.gw, &mcp.gate);
     if let Err((_, why)) = name_in(
         fusebox::SESSION,
         req.headers().get(fusebox::name::SESSION).map(HeaderValue::as_bytes),
@@ -171,7 +205,7 @@ async fn guard(State((gw, gate)): State<(Arc<Gateway>, Arc<McpGate>)>, req: Requ
             .as_ref()
             .is_some_and(|m| m.method.as_deref() == Some("initialize"));
     if !opens {
-        let r = next.run(req).await;
+        let r = mcp.run(req).await;
         if let Some(body) = body.filter(|_| refused_in_words(&r)) {
             if let Err((code, why)) = message_of(&body) {
                 return rpc_error(StatusCode::BAD_REQUEST, code, &why, None);
@@ -203,7 +237,7 @@ async fn guard(State((gw, gate)): State<(Arc<Gateway>, Arc<McpGate>)>, req: Requ
             return r;
         }
     };
-    let r = rpc_errors(next.run(req).await).await;
+    let r = rpc_errors(mcp.run(req).await).await;
     if let Some(id) = r.headers().get(SESSION_ID).and_then(|v| v.to_str().ok()) {
         opening.opened(id, gw.runner.clock().now());
     }

@@ -168,9 +168,11 @@ fn router(gw: Arc<Gateway>) -> (Router, Beside) {
         .route("/_fusebox/events", get(live::events));
     let router = match gw.opts.mcp.clone() {
         Some(upstreams) => {
-            let (routes, sweep) = mcp::routes(&gw, upstreams, gw.opts.mcp_limits);
+            let (mcp, sweep) = mcp::routes(&gw, upstreams, gw.opts.mcp_limits);
             beside.push(Box::pin(sweep));
-            router.nest_service("/mcp", routes)
+            router
+                .route_service("/mcp", mcp.clone())
+                .route_service("/mcp/{*rest}", mcp)
         }
         None => router,
     };
