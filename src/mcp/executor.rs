@@ -54,13 +54,13 @@ fn failure(name: &str, e: Failure, call: Option<&Call>) -> ProviderError {
 }
 
 impl McpTools {
-    /// Server `server`'s answer to `request`, in the caller's session
-    /// with it where there is one.
+    /// Server `server`'s answer to the request `request` makes, in the
+    /// caller's session with it where there is one.
     async fn send(
         &self,
         name: &str,
         server: usize,
-        request: ClientRequest,
+        request: impl Fn() -> ClientRequest,
         call: Option<&Arc<Call>>,
     ) -> Result<ServerResult, ProviderError> {
         match call {
@@ -77,7 +77,7 @@ impl McpTools {
                         format!("{name}: the MCP server {server} is reconnecting (its session ended)"),
                     )
                 })?;
-                peer.send_request(request)
+                peer.send_request(request())
                     .await
                     .map_err(|e| failure(name, Failure::Service(e), None))
             }
@@ -97,14 +97,14 @@ impl ToolExecutor for McpTools {
     async fn call(&self, name: &str, args: &str, _request: u64, _attempt: u32) -> Result<Arc<str>, ProviderError> {
         let call = Call::current();
         if let Some(server) = self.family_server(name) {
-            let Some(request) = call.as_ref().and_then(|c| c.request.clone()) else {
+            let Some(request) = call.as_ref().and_then(|c| c.request.as_ref()) else {
                 return Err(ProviderError::new(
                     ErrorKind::BadRequest,
                     None,
                     format!("{name}: asked for outside a client's MCP session"),
                 ));
             };
-            let result = self.send(name, server, request, call.as_ref()).await?;
+            let result = self.send(name, server, || request.clone(), call.as_ref()).await?;
             return Ok(serde_json::to_string(&result).unwrap_or_default().into());
         }
         let Some(o) = self.0.get(name) else {
@@ -114,11 +114,13 @@ impl ToolExecutor for McpTools {
                 format!("no tool `{name}`"),
             ));
         };
-        let arguments = match call.as_ref().filter(|c| c.request.is_none()) {
-            // The client's own (a call made for a client of `/mcp`).
+        // The client's own arguments, taken from its request (a call made
+        // for a client of `/mcp`), else `args` read.
+        let own = call.as_ref().filter(|c| c.request.is_none());
+        let parsed = match own {
             Some(c) => {
                 c.answered(None);
-                c.arguments.clone()
+                None
             }
             None => match serde_json::from_str::<serde_json::Value>(args) {
                 Ok(serde_json::Value::Object(m)) => Some(m),
@@ -132,9 +134,14 @@ impl ToolExecutor for McpTools {
                 }
             },
         };
-        let mut params = CallToolRequestParams::new(o.tool.name.clone());
-        params.arguments = arguments;
-        let request = ClientRequest::CallToolRequest(Request::new(params));
+        let request = || {
+            let mut params = CallToolRequestParams::new(o.tool.name.clone());
+            params.arguments = match own {
+                Some(c) => c.arguments.as_deref().and_then(serde_json::Value::as_object).cloned(),
+                None => parsed.clone(),
+            };
+            ClientRequest::CallToolRequest(Request::new(params))
+        };
         let result = match self.send(name, o.server, request, call.as_ref()).await? {
             ServerResult::CallToolResult(r) => r,
             other => {

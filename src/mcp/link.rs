@@ -16,7 +16,7 @@ use ahash::{AHashMap as HashMap, AHashSet as HashSet};
 use parking_lot::Mutex;
 use rmcp::model::{
     CallToolResult, CancelledNotificationParam, ClientCapabilities, ClientConfig, ClientRequest, ClientResult,
-    ErrorData, Implementation, JsonObject, ProgressToken, RequestId, ServerNotification, ServerRequest, ServerResult,
+    ErrorData, Implementation, ProgressToken, RequestId, ServerNotification, ServerRequest, ServerResult,
 };
 use rmcp::service::{
     InboundStreamOrigin, OriginatingRequestId, Peer, PeerRequestOptions, RoleClient, RoleServer, RunningService,
@@ -63,9 +63,10 @@ pub struct Call {
     pub ct: CancellationToken,
     /// What to send, where it is not a tool call.
     pub request: Option<ClientRequest>,
-    /// A tool call's arguments as the client sent them (the runner
-    /// carries their text, unchanged): sent on without parsing it back.
-    pub arguments: Option<JsonObject>,
+    /// A tool call's arguments as the client sent them (an object; the
+    /// runner carries their text, and checks these): sent on without
+    /// parsing the text back.
+    pub arguments: Option<Arc<serde_json::Value>>,
     /// Whether the runner needs a tool call's answer as text too (it
     /// caches or records it; `Runner::keeps_answers_of`); else the
     /// client's answer is kept whole only.
@@ -236,13 +237,15 @@ impl Link {
         out
     }
 
-    /// Sends `request` to server `server` for `call`: the server's answer,
-    /// or why none came. Withdrawn by the client, or dropped (its time
-    /// ran out), it is withdrawn from the server too.
+    /// Sends the request `request` makes to server `server` for `call`:
+    /// the server's answer, or why none came. Withdrawn by the client, or
+    /// dropped (its time ran out), it is withdrawn from the server too.
+    /// (Made again only where the session ended before it left, so a
+    /// request is not copied on every send to keep it for that.)
     pub async fn send(
         self: &Arc<Self>,
         server: usize,
-        request: ClientRequest,
+        request: impl Fn() -> ClientRequest,
         call: &Arc<Call>,
     ) -> Result<ServerResult, Failure> {
         *call.aside.lock() = Aside::current();
@@ -250,14 +253,14 @@ impl Link {
         let sending = self.sending[server].lock().await;
         let (mut peer, mut order) = self.peer(server).await?;
         let handle = match peer
-            .send_request_with_option(request.clone(), PeerRequestOptions::no_options())
+            .send_request_with_option(request(), PeerRequestOptions::no_options())
             .await
         {
             // The session ended before the request left: a new one takes it.
             Err(ServiceError::TransportClosed) => {
                 *self.conns[server].lock().await = None;
                 (peer, order) = self.peer(server).await?;
-                peer.send_request_with_option(request, PeerRequestOptions::no_options())
+                peer.send_request_with_option(request(), PeerRequestOptions::no_options())
                     .await
             }
             sent => sent,

@@ -377,13 +377,15 @@ impl ServerHandler for Proxy {
         {
             return Err(ErrorData::invalid_params(format!("no tool `{name}`"), None));
         }
-        let text = match &request.arguments {
+        let read = request.arguments.map(|a| Arc::new(serde_json::Value::Object(a)));
+        let text = match &read {
             Some(a) => serde_json::to_string(a).unwrap_or_default(),
             None => "{}".to_string(),
         };
-        let req = self.tool_request(&name, text, &context);
+        let mut req = self.tool_request(&name, text, &context);
+        req.read = read.clone();
         let mut call = self.call_of(&context, None);
-        call.arguments = request.arguments;
+        call.arguments = read;
         call.text = self.runner.keeps_answers_of(&name);
         let call = Arc::new(call);
         let (end, _) = call.clone().scope(self.runner.tool(&req)).await;

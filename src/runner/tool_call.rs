@@ -33,6 +33,9 @@ pub struct ToolRequest {
     /// Whether the arguments are the caller's, to be checked against the
     /// schema (a replay without recorded content has none to check).
     pub check: bool,
+    /// The arguments as JSON, where the caller has them so (an MCP
+    /// client's): checked as they are, their text not read again.
+    pub read: Option<Arc<serde_json::Value>>,
 }
 
 impl ToolRequest {
@@ -48,6 +51,7 @@ impl ToolRequest {
             key,
             call: ToolCall::new("", name, arguments),
             check: true,
+            read: None,
         }
     }
 
@@ -112,7 +116,11 @@ impl Runner {
             None => Err(format!("no tool `{name}`")),
             Some(ti) if req.check => self
                 .schemas
-                .check(&req.call, std::slice::from_ref(&self.catalog.tools[ti].spec))
+                .check_read(
+                    &req.call,
+                    req.read.as_deref(),
+                    std::slice::from_ref(&self.catalog.tools[ti].spec),
+                )
                 .map(|()| ti),
             Some(ti) => Ok(ti),
         };

@@ -108,6 +108,12 @@ impl Schemas {
     /// nested objects, array items, `anyOf`, formats). The problem, in
     /// words, naming where in the arguments it is.
     pub fn check(&self, call: &ToolCall, offered: &[ToolSpec]) -> Result<(), String> {
+        self.check_read(call, None, offered)
+    }
+
+    /// [`Schemas::check`], with the call's arguments already `read` where
+    /// the caller has them as JSON (their text is not read again).
+    pub fn check_read(&self, call: &ToolCall, read: Option<&Value>, offered: &[ToolSpec]) -> Result<(), String> {
         let Some(spec) = offered.iter().find(|t| *t.name == *call.name) else {
             return Err(format!("hallucinated tool name `{}`", call.name));
         };
@@ -115,15 +121,22 @@ impl Schemas {
             // Free text; a grammar, if it has one, is the upstream's to keep.
             return Ok(());
         }
-        let args: Value = serde_json::from_str(&call.arguments)
-            .map_err(|e| format!("arguments of `{}` are not valid JSON: {e}", call.name))?;
+        let parsed;
+        let args = match read {
+            Some(args) => args,
+            None => {
+                parsed = serde_json::from_str::<Value>(&call.arguments)
+                    .map_err(|e| format!("arguments of `{}` are not valid JSON: {e}", call.name))?;
+                &parsed
+            }
+        };
         if !args.is_object() {
             return Err(format!("arguments of `{}` are not a JSON object", call.name));
         }
-        let Some(v) = self.validator(&spec.schema).filter(|v| !v.is_valid(&args)) else {
+        let Some(v) = self.validator(&spec.schema).filter(|v| !v.is_valid(args)) else {
             return Ok(());
         };
-        let first = v.iter_errors(&args).next().map(|e| {
+        let first = v.iter_errors(args).next().map(|e| {
             let at = e.instance_path().to_string();
             let at = if at.is_empty() {
                 String::new()
