@@ -7,11 +7,11 @@
 //! 20 s) costs no one else their turn. A request's body must also arrive
 //! whole within the body timeout ([`Arrival`]).
 
+use ahash::AHashMap as HashMap;
 use axum::body::Body;
 use bytes::Bytes;
 use http_body::{Frame, SizeHint};
 use parking_lot::Mutex;
-use std::collections::HashMap;
 use std::future::Future as _;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};

@@ -4,8 +4,8 @@
 //! in all and per key, and one idle for its idle life is forgotten (and
 //! closed by the gateway).
 
+use ahash::AHashMap as HashMap;
 use parking_lot::Mutex;
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::time::Instant;
