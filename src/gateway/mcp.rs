@@ -32,7 +32,7 @@ pub(super) struct McpGate {
 /// straight (no router or middleware between them, each of which would
 /// box and clone services on every request); and the work that closes
 /// idle sessions beside it (to be spawned; it ends with the service).
-pub(super) fn routes(
+pub(super) fn endpoint(
     gw: &Arc<Gateway>,
     upstreams: Arc<Upstreams>,
     limits: McpLimits,

@@ -168,7 +168,7 @@ fn router(gw: Arc<Gateway>) -> (Router, Beside) {
         .route("/_fusebox/events", get(live::events));
     let router = match gw.opts.mcp.clone() {
         Some(upstreams) => {
-            let (mcp, sweep) = mcp::routes(&gw, upstreams, gw.opts.mcp_limits);
+            let (mcp, sweep) = mcp::endpoint(&gw, upstreams, gw.opts.mcp_limits);
             beside.push(Box::pin(sweep));
             router
                 .route_service("/mcp", mcp.clone())
