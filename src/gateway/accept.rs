@@ -10,7 +10,6 @@
 use super::conns::{Answered, Arrival, Conn, Conns};
 use crate::descriptors::Use;
 use axum::body::Body;
-use axum::Router;
 use http_body::Body as _;
 use hyper::body::Incoming;
 use hyper_util::rt::{TokioIo, TokioTimer};
@@ -85,9 +84,9 @@ pub async fn listen(addr: &str) -> std::io::Result<TcpListener> {
 /// Serves `app` on `listener` until `stop` resolves: then the listener is
 /// closed, idle connections are closed, and each busy one closes once its
 /// request is answered.
-pub async fn serve(
+pub(super) async fn serve(
     listener: TcpListener,
-    app: Router,
+    app: super::App,
     limits: ConnLimits,
     counts: Arc<ConnCounts>,
     stop: impl std::future::Future<Output = ()>,
@@ -211,7 +210,7 @@ async fn room(
 /// and the connection busy once it has come), each answer's end noted.
 #[derive(Clone)]
 struct ConnService {
-    app: Router,
+    app: super::App,
     conn: Arc<Conn>,
     body_timeout: Duration,
 }

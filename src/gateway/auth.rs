@@ -13,16 +13,19 @@ use super::Gateway;
 use crate::config::access::{Grant, SecretHash};
 use crate::config::{Config, KeyConfig};
 use crate::fleet::keys::SharedKeys;
-use axum::extract::{Request, State};
+use axum::extract::Request;
 use axum::http::{header, StatusCode};
-use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
+use futures_util::future::{ready, Either, Ready};
 use parking_lot::RwLock;
 use std::collections::HashMap;
+use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::{SystemTime, UNIX_EPOCH};
 use subtle::ConstantTimeEq;
+use tower::Service;
 
 /// A caller, as its key says.
 #[derive(Debug)]
@@ -279,16 +282,15 @@ fn unauthorized(message: &str) -> Response {
     GatewayError::openai(StatusCode::UNAUTHORIZED, message).into_response()
 }
 
-/// Lets a request through if its credentials open its door, with who it
-/// is (a [`Caller`] or an [`Operator`]) in its extensions; else 401 or 403,
-/// OpenAI-shaped.
-pub(super) async fn check(State(gw): State<Arc<Gateway>>, mut req: Request, next: Next) -> Response {
-    let access = &gw.access;
+/// Whether `req`'s credentials open its door: `Ok` with who it is (a
+/// [`Caller`] or an [`Operator`]) in its extensions; else the 401 or 403
+/// to answer, OpenAI-shaped.
+fn admit(access: &Access, req: &mut Request) -> Result<(), Response> {
     let door = door(req.uri().path());
     if door == Door::Open {
-        return next.run(req).await;
+        return Ok(());
     }
-    let given = bearer(&req);
+    let given = bearer(req);
     let hash = || SecretHash::of(&String::from_utf8_lossy(given));
     // Where keys are in use, the caller the key names (read now: no lock
     // is held while the request runs).
@@ -300,40 +302,76 @@ pub(super) async fn check(State(gw): State<Arc<Gateway>>, mut req: Request, next
         _ => None,
     };
     match (door, caller) {
-        (Door::Call, Some(None)) => unauthorized(
+        (Door::Call, Some(None)) => Err(unauthorized(
             "missing or unknown API key: send `Authorization: Bearer <key>` with a key this gateway issued",
-        ),
-        (Door::Call, Some(Some(c))) if c.expires_ms.is_some_and(|at| at <= now_ms()) => {
-            unauthorized(&format!("API key `{}` has expired; ask for a new one", c.key))
-        }
+        )),
+        (Door::Call, Some(Some(c))) if c.expires_ms.is_some_and(|at| at <= now_ms()) => Err(unauthorized(&format!(
+            "API key `{}` has expired; ask for a new one",
+            c.key
+        ))),
         (Door::Call, Some(Some(c))) => {
             req.extensions_mut().insert(c);
-            next.run(req).await
+            Ok(())
         }
-        (Door::View | Door::Operate, _) if access.admin_closed() => unauthorized(
+        (Door::View | Door::Operate, _) if access.admin_closed() => Err(unauthorized(
             "caller keys are in use here and no operator token is configured, so the admin endpoints are closed; an operator token (`fusebox keys operator NAME --scope operate`, under [operators]) opens them",
-        ),
+        )),
         (Door::View | Door::Operate, _) if !access.operators.is_empty() => match access.operators.get(&hash()) {
-            None => unauthorized("this endpoint needs an operator token: send `Authorization: Bearer <token>`"),
-            Some(op) if door == Door::Operate && op.scope == Grant::View => GatewayError::openai(
+            None => Err(unauthorized(
+                "this endpoint needs an operator token: send `Authorization: Bearer <token>`",
+            )),
+            Some(op) if door == Door::Operate && op.scope == Grant::View => Err(GatewayError::openai(
                 StatusCode::FORBIDDEN,
                 format!(
                     "operator {}'s token may view, not operate: commands need an `operate` token",
                     op.name
                 ),
             )
-            .into_response(),
+            .into_response()),
             Some(op) => {
                 req.extensions_mut().insert(op.clone());
-                next.run(req).await
+                Ok(())
             }
         },
         _ => match &access.token {
-            Some(t) if !bool::from(given.ct_eq(t.as_bytes())) => unauthorized(
+            Some(t) if !bool::from(given.ct_eq(t.as_bytes())) => Err(unauthorized(
                 "missing or wrong bearer token: send `Authorization: Bearer <token>` with the gateway's token",
-            ),
-            _ => next.run(req).await,
+            )),
+            _ => Ok(()),
         },
+    }
+}
+
+/// The door in front of every route: lets a request on to `inner` if
+/// [`admit`] does, else answers it. `gw` is `None` where nothing is
+/// checked (no keys or tokens, on loopback). A service around the routes
+/// rather than a middleware function, which axum would box on every route
+/// for every request.
+#[derive(Clone)]
+pub(super) struct Checked<S> {
+    pub gw: Option<Arc<Gateway>>,
+    pub inner: S,
+}
+
+impl<S> Service<Request> for Checked<S>
+where
+    S: Service<Request, Response = Response, Error = Infallible>,
+{
+    type Response = Response;
+    type Error = Infallible;
+    type Future = Either<Ready<Result<Response, Infallible>>, S::Future>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, mut req: Request) -> Self::Future {
+        if let Some(gw) = &self.gw {
+            if let Err(refused) = admit(&gw.access, &mut req) {
+                return Either::Left(ready(Ok(refused)));
+            }
+        }
+        Either::Right(self.inner.call(req))
     }
 }
 

@@ -39,6 +39,7 @@ use serde_json::json;
 use std::net::SocketAddr;
 use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
+use tower::Layer;
 
 pub use auth::needs_token;
 
@@ -136,11 +137,19 @@ impl Gateway {
     }
 }
 
+/// The routes inside what every request passes on its way in, outermost
+/// first: its name, the check of its key (where keys or a token are
+/// configured) and the body limit. Wrapped around the router as a whole,
+/// not layered onto each route: axum boxes a route's future once more for
+/// every layer on it, on every request.
+type App = request_key::Tagged<auth::Checked<<DefaultBodyLimit as Layer<Router>>::Service>>;
+
 /// Work that runs beside the routes while the gateway serves.
 type Beside = Vec<futures_util::future::BoxFuture<'static, ()>>;
 
-/// `gw`'s routes, and the work they need beside them (to be spawned).
-fn router(gw: Arc<Gateway>) -> (Router, Beside) {
+/// `gw`'s routes behind its door, and the work they need beside them (to
+/// be spawned).
+fn app(gw: Arc<Gateway>) -> (App, Beside) {
     let max_body = gw.opts.max_body;
     let mut beside: Beside = Vec::new();
     if let Some(fleet) = gw.opts.fleet.clone() {
@@ -176,19 +185,13 @@ fn router(gw: Arc<Gateway>) -> (Router, Beside) {
         }
         None => router,
     };
-    let router = router
-        .fallback(not_found)
+    let routes = router.fallback(not_found).with_state(gw.clone());
+    let door = auth::Checked {
+        gw: gw.access.checks().then_some(gw),
         // Bodies are read with their own limit (an OpenAI-shaped 413).
-        .layer(DefaultBodyLimit::max(max_body.saturating_add(1)));
-    // Without keys or tokens (loopback) there is nothing to check.
-    let router = if gw.access.checks() {
-        router.layer(axum::middleware::from_fn_with_state(gw.clone(), auth::check))
-    } else {
-        router
+        inner: DefaultBodyLimit::max(max_body.saturating_add(1)).layer(routes),
     };
-    // Outermost: every answer is named, a refusal at the door too.
-    let router = router.layer(request_key::Tag::default());
-    (router.with_state(gw), beside)
+    (request_key::Tag::default().layer(door), beside)
 }
 
 /// How often an instance reads the fleet's keys: a revoked key stops
@@ -257,7 +260,7 @@ pub async fn spawn(runner: Arc<Runner>, addr: &str, opts: GatewayOptions) -> any
     let counts = Arc::new(ConnCounts::default());
     let (closer, watch) = closing::Closer::new(runner.clone());
     let stop = watch.draining();
-    let (app, beside) = router(Gateway::new(runner, opts, access, counts.clone(), watch));
+    let (app, beside) = app(Gateway::new(runner, opts, access, counts.clone(), watch));
     for work in beside {
         tokio::spawn(work);
     }
