@@ -13,6 +13,7 @@ use axum::body::Body;
 use http_body::Body as _;
 use hyper::body::Incoming;
 use hyper_util::rt::{TokioIo, TokioTimer};
+use std::convert::Infallible;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -217,8 +218,8 @@ struct ConnService {
 
 impl hyper::service::Service<http::Request<Incoming>> for ConnService {
     type Response = http::Response<Answered>;
-    type Error = std::convert::Infallible;
-    type Future = futures_util::future::BoxFuture<'static, Result<Self::Response, Self::Error>>;
+    type Error = Infallible;
+    type Future = Answering<<super::App as tower::Service<axum::extract::Request>>::Future>;
 
     fn call(&self, req: http::Request<Incoming>) -> Self::Future {
         let (parts, body) = req.into_parts();
@@ -229,12 +230,33 @@ impl hyper::service::Service<http::Request<Incoming>> for ConnService {
             Body::new(Arrival::new(body, self.conn.clone(), self.body_timeout))
         };
         let mut app = self.app.clone();
-        let conn = self.conn.clone();
         // A router is always ready: it is called without polling first.
-        let answer = tower::Service::call(&mut app, http::Request::from_parts(parts, body));
-        Box::pin(async move {
-            let Ok(resp) = answer.await;
-            Ok(resp.map(|b| Answered::new(b, conn)))
-        })
+        Answering {
+            answer: tower::Service::call(&mut app, http::Request::from_parts(parts, body)),
+            conn: self.conn.clone(),
+        }
+    }
+}
+
+pin_project_lite::pin_project! {
+    /// A request's answer on its way: its body, once it comes, tells the
+    /// connection when it has gone out.
+    pub(super) struct Answering<F> {
+        #[pin]
+        answer: F,
+        conn: Arc<Conn>,
+    }
+}
+
+impl<F> std::future::Future for Answering<F>
+where
+    F: std::future::Future<Output = Result<axum::response::Response, Infallible>>,
+{
+    type Output = Result<http::Response<Answered>, Infallible>;
+
+    fn poll(self: std::pin::Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> std::task::Poll<Self::Output> {
+        let this = self.project();
+        let Ok(resp) = std::task::ready!(this.answer.poll(cx));
+        std::task::Poll::Ready(Ok(resp.map(|b| Answered::new(b, this.conn.clone()))))
     }
 }

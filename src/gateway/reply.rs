@@ -19,6 +19,9 @@ pub(super) fn outcome_headers(
     more: Option<(f64, u32)>,
 ) {
     use std::fmt::Write as _;
+    // Room for these four and the two still to come (the request's name,
+    // the length) at once: the map is not grown, and rehashed, on the way.
+    h.reserve(6);
     h.insert(
         HeaderName::from_static(fusebox::LEVEL),
         HeaderValue::from_static(level.as_str()),
@@ -38,7 +41,7 @@ pub(super) fn outcome_headers(
         if let Ok(v) = HeaderValue::try_from(two_decimals(quality)) {
             h.insert(HeaderName::from_static(fusebox::QUALITY), v);
         }
-        h.insert(HeaderName::from_static(fusebox::ATTEMPTS), HeaderValue::from(attempts));
+        h.insert(HeaderName::from_static(fusebox::ATTEMPTS), fusebox::count(attempts));
     }
 }
 

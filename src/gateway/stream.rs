@@ -94,11 +94,17 @@ impl ClientSink {
         let mut out = Vec::new();
         match chat.end {
             ChatEnd::Streamed { tail, .. } => {
-                let mut end = Vec::new();
+                // Sized once: the tail's events as they came, and room for the
+                // outcome written into the last.
+                let size = tail.iter().map(|(_, p, _)| p.raw.len()).sum::<usize>() + 256;
+                let mut end = Vec::with_capacity(size);
                 for (kind, p, own) in &tail {
                     self.encode(*kind, p, *own, &mut end);
                 }
-                out = with_meta(&end, &Meta::of(&chat.outcome));
+                let mut o = self.out.lock();
+                o.bytes.reserve(end.len() + 256);
+                with_meta(&end, &Meta::of(&chat.outcome), &mut o.bytes);
+                return;
             }
             ChatEnd::Cut { reason, by } => self.error(cut_type(by), &reason, &mut out),
             _ => {
@@ -201,8 +207,9 @@ impl serde::Serialize for Chain<'_> {
 
 /// `events` with `fusebox: meta` added to the last event whose data is a
 /// JSON object (the usage or finish chunk; `message_stop`): written in
-/// before the object's closing brace, the rest left as it was.
-fn with_meta(events: &[u8], meta: &impl serde::Serialize) -> Vec<u8> {
+/// before the object's closing brace, the rest left as it was; appended
+/// to `out`.
+fn with_meta(events: &[u8], meta: &impl serde::Serialize, out: &mut Vec<u8>) {
     // The last `data: {…}` line: its closing brace.
     let close = events
         .split(|&b| b == b'\n')
@@ -222,18 +229,17 @@ fn with_meta(events: &[u8], meta: &impl serde::Serialize) -> Vec<u8> {
             ))
         });
     let Some((brace, has_members)) = close else {
-        return events.to_vec();
+        out.extend_from_slice(events);
+        return;
     };
-    let mut out = Vec::with_capacity(events.len() + 128);
     out.extend_from_slice(&events[..brace]);
     if has_members {
         out.push(b',');
     }
     out.extend_from_slice(b"\"fusebox\":");
     // Writing to memory cannot fail.
-    let _ = serde_json::to_writer(&mut out, meta);
+    let _ = serde_json::to_writer(&mut *out, meta);
     out.extend_from_slice(&events[brace..]);
-    out
 }
 
 /// The client's stream: runs the call whenever the connection wants more,
@@ -371,6 +377,13 @@ mod tests {
             }
             assert_eq!(serde_json::to_string(&meta).unwrap(), object.to_string());
         }
+    }
+
+    fn with_meta(events: &[u8], meta: &serde_json::Value) -> Vec<u8> {
+        let mut out = b"before".to_vec();
+        super::with_meta(events, meta, &mut out);
+        assert!(out.starts_with(b"before"));
+        out.split_off(6)
     }
 
     #[test]

@@ -424,8 +424,8 @@ pub fn with_ids(b: reqwest::RequestBuilder, req: &super::LlmRequest) -> reqwest:
     const STEP: HeaderName = HeaderName::from_static(fusebox::STEP);
     const ATTEMPT: HeaderName = HeaderName::from_static(fusebox::ATTEMPT);
     b.header(REQUEST, HeaderValue::from(req.request_id))
-        .header(STEP, HeaderValue::from(req.step))
-        .header(ATTEMPT, HeaderValue::from(req.attempt))
+        .header(STEP, fusebox::count(req.step))
+        .header(ATTEMPT, fusebox::count(req.attempt))
 }
 
 /// A POST to `ep`: its URL parsed once, when the client was made.

@@ -55,3 +55,23 @@ pub mod name {
     /// [`super::DEADLINE_MS`].
     pub const DEADLINE_MS: HeaderName = HeaderName::from_static(super::DEADLINE_MS);
 }
+
+/// A count as a header value: the small ones (a step, an attempt, almost
+/// always) without allocating one.
+pub fn count(n: u32) -> http::HeaderValue {
+    const SMALL: [&str; 10] = ["0", "1", "2", "3", "4", "5", "6", "7", "8", "9"];
+    match SMALL.get(n as usize) {
+        Some(s) => http::HeaderValue::from_static(s),
+        None => http::HeaderValue::from(n),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn a_count_reads_as_its_number() {
+        for n in [0, 1, 9, 10, 42, u32::MAX] {
+            assert_eq!(super::count(n).to_str().unwrap(), n.to_string());
+        }
+    }
+}

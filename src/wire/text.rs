@@ -1,13 +1,15 @@
-//! Optional JSON strings read borrowed from a body's bytes.
+//! Optional JSON strings read borrowed from a body's bytes, and the one
+//! element of an array fusebox reads.
 //!
 //! serde borrows a `Cow<str>` field's text, but an `Option<Cow<str>>` it
 //! always copies (its `Cow` impl owns what it reads): fields read with
 //! [`opt`] borrow as well, and copy only a string whose escapes had to be
 //! undone.
 
-use serde::de::{Deserializer, Error, Visitor};
+use serde::de::{Deserialize, Deserializer, Error, IgnoredAny, SeqAccess, Visitor};
 use std::borrow::Cow;
 use std::fmt;
+use std::marker::PhantomData;
 
 /// A string: borrowed where the reader can lend it, owned otherwise.
 struct Text;
@@ -62,6 +64,34 @@ pub fn opt<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Cow<'de, str>>, D::
     d.deserialize_option(Maybe)
 }
 
+/// An array's first element, the rest skipped unread (and unchecked).
+struct First<T>(PhantomData<T>);
+
+impl<'de, T: Deserialize<'de>> Visitor<'de> for First<T> {
+    type Value = Option<T>;
+
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("an array or null")
+    }
+
+    fn visit_unit<E: Error>(self) -> Result<Self::Value, E> {
+        Ok(None)
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
+        let first = seq.next_element::<T>()?;
+        while seq.next_element::<IgnoredAny>()?.is_some() {}
+        Ok(first)
+    }
+}
+
+/// Reads the first element of an array field of which one is read (a
+/// completion's `choices`), without collecting the others: `null`, absent
+/// or empty is `None`.
+pub fn first<'de, T: Deserialize<'de>, D: Deserializer<'de>>(d: D) -> Result<Option<T>, D::Error> {
+    d.deserialize_any(First(PhantomData))
+}
+
 #[cfg(test)]
 mod tests {
     use std::borrow::Cow;
@@ -85,5 +115,30 @@ mod tests {
         let bytes: Chunk = serde_json::from_slice(br#"{"a":"x"}"#).unwrap();
         assert!(matches!(bytes.a, Some(Cow::Borrowed("x"))));
         assert!(serde_json::from_str::<Chunk>(r#"{"a":1}"#).is_err());
+    }
+
+    #[derive(serde::Deserialize)]
+    struct Choices<'a> {
+        #[serde(default, borrow, deserialize_with = "super::first")]
+        choices: Option<Chunk<'a>>,
+    }
+
+    #[test]
+    fn the_first_element_is_read_and_the_rest_skipped_whatever_they_are() {
+        let c: Choices = serde_json::from_str(r#"{"choices":[{"a":"one"},{"a":2},[3],"x"]}"#).unwrap();
+        assert_eq!(c.choices.and_then(|c| c.a).as_deref(), Some("one"));
+        for none in [r#"{"choices":[]}"#, r#"{"choices":null}"#, "{}"] {
+            assert!(
+                serde_json::from_str::<Choices>(none).unwrap().choices.is_none(),
+                "{none}"
+            );
+        }
+        for bad in [
+            r#"{"choices":{"a":"x"}}"#,
+            r#"{"choices":[{"a":1}]}"#,
+            r#"{"choices":[{},"#,
+        ] {
+            assert!(serde_json::from_str::<Choices>(bad).is_err(), "{bad}");
+        }
     }
 }

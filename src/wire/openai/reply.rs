@@ -120,8 +120,9 @@ mod typed {
         id: Text<'a>,
         #[serde(default, borrow, deserialize_with = "crate::wire::text::opt")]
         model: Text<'a>,
-        #[serde(default, borrow)]
-        choices: Option<Vec<Choice<'a>>>,
+        /// The first choice (any more are skipped unread).
+        #[serde(default, borrow, deserialize_with = "crate::wire::text::first")]
+        choices: Option<Choice<'a>>,
         #[serde(default)]
         usage: Option<Counts>,
     }
@@ -233,7 +234,7 @@ mod typed {
 
     impl From<Completion<'_>> for super::Reply {
         fn from(c: Completion) -> Self {
-            let (message, finish) = match c.choices.and_then(|v| v.into_iter().next()) {
+            let (message, finish) = match c.choices {
                 Some(first) => (first.message, first.finish_reason),
                 None => (None, None),
             };

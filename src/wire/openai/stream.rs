@@ -47,8 +47,9 @@ struct ChunkIn<'a> {
     id: Option<Cow<'a, str>>,
     #[serde(default, borrow, deserialize_with = "crate::wire::text::opt")]
     model: Option<Cow<'a, str>>,
-    #[serde(default, borrow)]
-    choices: Option<Vec<ChoiceIn<'a>>>,
+    /// The first choice (a chunk carries one; any more are skipped unread).
+    #[serde(default, borrow, deserialize_with = "crate::wire::text::first")]
+    choices: Option<ChoiceIn<'a>>,
     #[serde(default)]
     usage: Option<UsageIn>,
     #[serde(default)]
@@ -164,8 +165,7 @@ pub fn decode_chunk(data: &str) -> Result<SmallVec<[Delta; 2]>, StreamError> {
                 .to_string(),
         });
     }
-    let choice = c.choices.and_then(|ch| ch.into_iter().next());
-    let (delta, finish) = match choice {
+    let (delta, finish) = match c.choices {
         Some(ch) => (ch.delta, ch.finish_reason),
         None => (None, None),
     };
