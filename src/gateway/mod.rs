@@ -28,7 +28,7 @@ use crate::otel::ids::RequestIds;
 use crate::runner::Runner;
 use crate::target::Target;
 pub use accept::{ConnCounts, ConnLimits};
-use axum::extract::{DefaultBodyLimit, State};
+use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
@@ -137,12 +137,13 @@ impl Gateway {
     }
 }
 
-/// The routes inside what every request passes on its way in, outermost
-/// first: its name, the check of its key (where keys or a token are
-/// configured) and the body limit. Wrapped around the router as a whole,
-/// not layered onto each route: axum boxes a route's future once more for
-/// every layer on it, on every request.
-type App = request_key::Tagged<auth::Checked<<DefaultBodyLimit as Layer<Router>>::Service>>;
+/// The routes inside what every request passes on its way in: its name,
+/// then the check of its key (where keys or a token are configured).
+/// Wrapped around the router as a whole, not layered onto each route:
+/// axum boxes a route's future once more for every layer on it, on every
+/// request. Every handler reads its body with its own bound (an
+/// OpenAI-shaped 413), so axum's default body limit has nothing to do.
+type App = request_key::Tagged<auth::Checked<Router>>;
 
 /// Work that runs beside the routes while the gateway serves.
 type Beside = Vec<futures_util::future::BoxFuture<'static, ()>>;
@@ -150,7 +151,6 @@ type Beside = Vec<futures_util::future::BoxFuture<'static, ()>>;
 /// `gw`'s routes behind its door, and the work they need beside them (to
 /// be spawned).
 fn app(gw: Arc<Gateway>) -> (App, Beside) {
-    let max_body = gw.opts.max_body;
     let mut beside: Beside = Vec::new();
     if let Some(fleet) = gw.opts.fleet.clone() {
         let (keys, closing) = (follow_keys(gw.clone(), fleet), gw.closing.draining());
@@ -188,8 +188,7 @@ fn app(gw: Arc<Gateway>) -> (App, Beside) {
     let routes = router.fallback(not_found).with_state(gw.clone());
     let door = auth::Checked {
         gw: gw.access.checks().then_some(gw),
-        // Bodies are read with their own limit (an OpenAI-shaped 413).
-        inner: DefaultBodyLimit::max(max_body.saturating_add(1)).layer(routes),
+        inner: routes,
     };
     (request_key::Tag::default().layer(door), beside)
 }

@@ -69,11 +69,13 @@ impl Keys {
             _ => {
                 let mut n = itoa::Buffer::new();
                 let n = n.format(self.next.fetch_add(1, Ordering::Relaxed));
-                let mut name = String::with_capacity(self.mark.len() + 1 + n.len());
+                // Put together in place (up to 24 bytes, nearly always): the
+                // name is allocated once, as itself.
+                let mut name = compact_str::CompactString::const_new("");
                 name.push_str(&self.mark);
                 name.push('-');
                 name.push_str(n);
-                Arc::from(name)
+                Arc::from(name.as_str())
             }
         }
     }
