@@ -282,13 +282,13 @@ fn unauthorized(message: &str) -> Response {
     GatewayError::openai(StatusCode::UNAUTHORIZED, message).into_response()
 }
 
-/// Whether `req`'s credentials open its door: `Ok` with who it is (a
-/// [`Caller`] or an [`Operator`]) in its extensions; else the 401 or 403
-/// to answer, OpenAI-shaped.
-fn admit(access: &Access, req: &mut Request) -> Result<(), Response> {
+/// The 401 or 403 that refuses `req`, OpenAI-shaped; `None` when its
+/// credentials open its door, with who it is (a [`Caller`] or an
+/// [`Operator`]) then in its extensions.
+fn refusal(access: &Access, req: &mut Request) -> Option<Response> {
     let door = door(req.uri().path());
     if door == Door::Open {
-        return Ok(());
+        return None;
     }
     let given = bearer(req);
     let hash = || SecretHash::of(&String::from_utf8_lossy(given));
@@ -302,25 +302,25 @@ fn admit(access: &Access, req: &mut Request) -> Result<(), Response> {
         _ => None,
     };
     match (door, caller) {
-        (Door::Call, Some(None)) => Err(unauthorized(
+        (Door::Call, Some(None)) => Some(unauthorized(
             "missing or unknown API key: send `Authorization: Bearer <key>` with a key this gateway issued",
         )),
-        (Door::Call, Some(Some(c))) if c.expires_ms.is_some_and(|at| at <= now_ms()) => Err(unauthorized(&format!(
+        (Door::Call, Some(Some(c))) if c.expires_ms.is_some_and(|at| at <= now_ms()) => Some(unauthorized(&format!(
             "API key `{}` has expired; ask for a new one",
             c.key
         ))),
         (Door::Call, Some(Some(c))) => {
             req.extensions_mut().insert(c);
-            Ok(())
+            None
         }
-        (Door::View | Door::Operate, _) if access.admin_closed() => Err(unauthorized(
+        (Door::View | Door::Operate, _) if access.admin_closed() => Some(unauthorized(
             "caller keys are in use here and no operator token is configured, so the admin endpoints are closed; an operator token (`fusebox keys operator NAME --scope operate`, under [operators]) opens them",
         )),
         (Door::View | Door::Operate, _) if !access.operators.is_empty() => match access.operators.get(&hash()) {
-            None => Err(unauthorized(
+            None => Some(unauthorized(
                 "this endpoint needs an operator token: send `Authorization: Bearer <token>`",
             )),
-            Some(op) if door == Door::Operate && op.scope == Grant::View => Err(GatewayError::openai(
+            Some(op) if door == Door::Operate && op.scope == Grant::View => Some(GatewayError::openai(
                 StatusCode::FORBIDDEN,
                 format!(
                     "operator {}'s token may view, not operate: commands need an `operate` token",
@@ -330,20 +330,20 @@ fn admit(access: &Access, req: &mut Request) -> Result<(), Response> {
             .into_response()),
             Some(op) => {
                 req.extensions_mut().insert(op.clone());
-                Ok(())
+                None
             }
         },
         _ => match &access.token {
-            Some(t) if !bool::from(given.ct_eq(t.as_bytes())) => Err(unauthorized(
+            Some(t) if !bool::from(given.ct_eq(t.as_bytes())) => Some(unauthorized(
                 "missing or wrong bearer token: send `Authorization: Bearer <token>` with the gateway's token",
             )),
-            _ => Ok(()),
+            _ => None,
         },
     }
 }
 
-/// The door in front of every route: lets a request on to `inner` if
-/// [`admit`] does, else answers it. `gw` is `None` where nothing is
+/// The door in front of every route: lets a request on to `inner` unless
+/// there is a [`refusal`] to answer it with. `gw` is `None` where nothing is
 /// checked (no keys or tokens, on loopback). A service around the routes
 /// rather than a middleware function, which axum would box on every route
 /// for every request.
@@ -367,7 +367,7 @@ where
 
     fn call(&mut self, mut req: Request) -> Self::Future {
         if let Some(gw) = &self.gw {
-            if let Err(refused) = admit(&gw.access, &mut req) {
+            if let Some(refused) = refusal(&gw.access, &mut req) {
                 return Either::Left(ready(Ok(refused)));
             }
         }
