@@ -2,15 +2,19 @@
 //! value's text untouched. A request of the same API as the upstream is
 //! passed on as this, with only the members fusebox must change replaced.
 
+use compact_str::CompactString;
 use serde::de::{Deserializer, MapAccess, Visitor};
 use serde::Deserialize;
 use serde_json::value::RawValue;
 use std::fmt;
+use std::ops::Range;
 
-/// A JSON object's members, in order, with their values as written.
+/// A JSON object's members, in order, with their values as written: the
+/// object's text held once, each value where it lies in it.
 #[derive(Clone, Debug, Default)]
 pub struct RawBody {
-    members: Vec<(Box<str>, Box<RawValue>)>,
+    text: Box<str>,
+    members: Vec<(CompactString, Range<usize>)>,
 }
 
 impl RawBody {
@@ -19,41 +23,47 @@ impl RawBody {
         // Text checked once as a whole, not each string (and each member's
         // raw text) as it is read; bytes that are not UTF-8 are left to the
         // byte reader, whose error says where.
-        match std::str::from_utf8(bytes) {
-            Ok(text) => serde_json::from_str(text),
-            Err(_) => serde_json::from_slice(bytes),
-        }
+        let Ok(text) = std::str::from_utf8(bytes) else {
+            serde_json::from_slice::<Members>(bytes)?;
+            return Err(serde::de::Error::custom("request body is not UTF-8"));
+        };
+        let read: Members = serde_json::from_str(text)?;
+        let at = |v: &RawValue| {
+            let start = v.get().as_ptr() as usize - text.as_ptr() as usize;
+            start..start + v.get().len()
+        };
+        Ok(RawBody {
+            members: read.0.into_iter().map(|(k, v)| (k, at(v))).collect(),
+            text: text.into(),
+        })
     }
 
     /// The value of `key` as written (the last one, if the key repeats).
-    pub fn get(&self, key: &str) -> Option<&RawValue> {
-        self.members.iter().rev().find(|(k, _)| &**k == key).map(|(_, v)| &**v)
+    pub fn get(&self, key: &str) -> Option<&str> {
+        self.members().rev().find(|(k, _)| *k == key).map(|(_, v)| v)
     }
 
     /// The value of `key` read as `T`; `None` when absent.
     pub fn read<'a, T: Deserialize<'a>>(&'a self, key: &str) -> Option<Result<T, serde_json::Error>> {
-        self.get(key).map(|v| serde_json::from_str(v.get()))
+        self.get(key).map(serde_json::from_str)
     }
 
     /// The members' names, in order.
     pub fn keys(&self) -> impl Iterator<Item = &str> {
-        self.members.iter().map(|(k, _)| &**k)
+        self.members().map(|(k, _)| k)
     }
 
-    /// The members, in order (a repeated key as often as it was written).
-    pub fn members(&self) -> impl Iterator<Item = (&str, &RawValue)> {
-        self.members.iter().map(|(k, v)| (&**k, &**v))
+    /// The members, each value's JSON text as written, in order (a
+    /// repeated key as often as it was written).
+    pub fn members(&self) -> impl DoubleEndedIterator<Item = (&str, &str)> {
+        self.members.iter().map(|(k, v)| (k.as_str(), &self.text[v.clone()]))
     }
 
     /// The object written out with `set` members replaced where present
     /// (the first occurrence; later repeats are dropped) or appended, and
     /// `remove` members left out. Untouched members keep their bytes.
     pub fn render(&self, set: &[(&str, &RawValue)], remove: &[&str]) -> Vec<u8> {
-        let size = self
-            .members
-            .iter()
-            .map(|(k, v)| k.len() + v.get().len() + 4)
-            .sum::<usize>()
+        let size = self.members().map(|(k, v)| k.len() + v.len() + 4).sum::<usize>()
             + set.iter().map(|(k, v)| k.len() + v.get().len() + 4).sum::<usize>();
         let mut out = Vec::with_capacity(size + 2);
         out.push(b'{');
@@ -71,18 +81,18 @@ impl RawBody {
         let mut done: smallvec::SmallVec<[bool; 8]> = smallvec::smallvec![false; set.len()];
         // A repeated key keeps only its last value, as JSON readers do.
         let last = Repeats::of(&self.members);
-        for (i, (k, v)) in self.members.iter().enumerate() {
-            if remove.contains(&&**k) {
+        for (i, (k, v)) in self.members().enumerate() {
+            if remove.contains(&k) {
                 continue;
             }
-            match set.iter().position(|(sk, _)| *sk == &**k) {
+            match set.iter().position(|(sk, _)| *sk == k) {
                 Some(j) if done[j] => {}
                 Some(j) => {
                     done[j] = true;
                     put(&mut out, k, set[j].1.get());
                 }
                 None if !last.is_last(i, k) => {}
-                None => put(&mut out, k, v.get()),
+                None => put(&mut out, k, v),
             }
         }
         for ((k, v), done) in set.iter().zip(done) {
@@ -104,7 +114,7 @@ enum Repeats<'a> {
 }
 
 impl<'a> Repeats<'a> {
-    fn of(members: &'a [(Box<str>, Box<RawValue>)]) -> Self {
+    fn of(members: &'a [(CompactString, Range<usize>)]) -> Self {
         // Up to this many members, comparing each key with those before it
         // costs less than hashing them all.
         const FEW: usize = 32;
@@ -116,7 +126,7 @@ impl<'a> Repeats<'a> {
         if !repeats {
             return Repeats::None;
         }
-        Repeats::Last(members.iter().enumerate().map(|(i, (k, _))| (&**k, i)).collect())
+        Repeats::Last(members.iter().enumerate().map(|(i, (k, _))| (k.as_str(), i)).collect())
     }
 
     /// Whether member `i`, of `key`, is its key's last.
@@ -128,23 +138,26 @@ impl<'a> Repeats<'a> {
     }
 }
 
-impl<'de> Deserialize<'de> for RawBody {
+/// A JSON object's members as read: each value's text borrowed.
+struct Members<'a>(Vec<(CompactString, &'a RawValue)>);
+
+impl<'de> Deserialize<'de> for Members<'de> {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct Members;
-        impl<'de> Visitor<'de> for Members {
-            type Value = RawBody;
+        struct Read;
+        impl<'de> Visitor<'de> for Read {
+            type Value = Members<'de>;
             fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
                 f.write_str("a JSON object")
             }
-            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<RawBody, A::Error> {
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Members<'de>, A::Error> {
                 let mut members = Vec::with_capacity(map.size_hint().unwrap_or(8));
-                while let Some((k, v)) = map.next_entry::<String, Box<RawValue>>()? {
-                    members.push((k.into_boxed_str(), v));
+                while let Some(member) = map.next_entry()? {
+                    members.push(member);
                 }
-                Ok(RawBody { members })
+                Ok(Members(members))
             }
         }
-        d.deserialize_map(Members)
+        d.deserialize_map(Read)
     }
 }
 
@@ -186,7 +199,7 @@ mod tests {
     #[test]
     fn a_repeated_key_keeps_its_last_value() {
         let b = RawBody::parse(br#"{"a":1,"a":2,"b":3}"#).unwrap();
-        assert_eq!(b.get("a").map(|v| v.get()), Some("2"));
+        assert_eq!(b.get("a"), Some("2"));
         assert_eq!(String::from_utf8(b.render(&[], &[])).unwrap(), r#"{"a":2,"b":3}"#);
         let one = to_raw(&9);
         assert_eq!(

@@ -171,26 +171,37 @@ impl Display for Key<'_> {
 /// as a value (for reading), but for the members named in `lazy`, which
 /// its reader reads from the members itself.
 pub(crate) fn body(bytes: &[u8], lazy: &[&str]) -> Result<(RawBody, Obj), BadRequest> {
-    let raw = RawBody::parse(bytes).map_err(|e| {
+    let raw = raw_body(bytes)?;
+    let obj = members(&raw, lazy)?;
+    Ok((raw, obj))
+}
+
+/// Reads a request body as members: a JSON object, or refused saying why.
+pub(crate) fn raw_body(bytes: &[u8]) -> Result<RawBody, BadRequest> {
+    RawBody::parse(bytes).map_err(|e| {
         if e.is_data() {
             BadRequest::body("request body must be a JSON object".into())
         } else {
             BadRequest::body(format!("request body is not valid JSON: {e}"))
         }
-    })?;
+    })
+}
+
+/// The members of `raw` read as values, but for those named in `lazy`.
+pub(crate) fn members(raw: &RawBody, lazy: &[&str]) -> Result<Obj, BadRequest> {
     let mut obj = Obj::new();
     // One pass; a repeated key's last value stands, as in the raw body.
     for (key, v) in raw.members().filter(|(k, _)| !lazy.contains(k)) {
         obj.insert(key.to_string(), member(key, v)?);
     }
-    Ok((raw, obj))
+    Ok(obj)
 }
 
 /// A member's value read from its text (valid JSON): refused, naming the
 /// member, only where it nests deeper than the reader goes (128 levels)
 /// or holds a number no float can.
-pub(crate) fn member(key: &str, v: &serde_json::value::RawValue) -> Result<Value, BadRequest> {
-    serde_json::from_str(v.get()).map_err(|e| BadRequest::field(key, &format!("cannot be read: {e}")))
+pub(crate) fn member(key: &str, v: &str) -> Result<Value, BadRequest> {
+    serde_json::from_str(v).map_err(|e| BadRequest::field(key, &format!("cannot be read: {e}")))
 }
 
 pub(crate) fn required_str<'a>(obj: &'a Obj, key: &str, path: impl Display) -> Result<&'a str, BadRequest> {

@@ -1,12 +1,13 @@
-//! Optional JSON strings read borrowed from a body's bytes, and the one
-//! element of an array fusebox reads.
+//! Optional JSON strings read borrowed from a body's bytes, the one
+//! element of an array fusebox reads, and objects read only from objects.
 //!
 //! serde borrows a `Cow<str>` field's text, but an `Option<Cow<str>>` it
 //! always copies (its `Cow` impl owns what it reads): fields read with
 //! [`opt`] borrow as well, and copy only a string whose escapes had to be
 //! undone.
 
-use serde::de::{Deserialize, Deserializer, Error, IgnoredAny, SeqAccess, Visitor};
+use serde::de::value::MapAccessDeserializer;
+use serde::de::{Deserialize, Deserializer, Error, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use std::borrow::Cow;
 use std::fmt;
 use std::marker::PhantomData;
@@ -92,6 +93,30 @@ pub fn first<'de, T: Deserialize<'de>, D: Deserializer<'de>>(d: D) -> Result<Opt
     d.deserialize_any(First(PhantomData))
 }
 
+/// A `T` read from a JSON object only. serde reads a struct from an array
+/// of its fields too (`["user", "hi"]` as a message), which the general
+/// read refuses; a one-pass read that must read as it does wraps its
+/// structs in this.
+pub struct Object<T>(pub T);
+
+impl<'de, T: Deserialize<'de>> Deserialize<'de> for Object<T> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Map<T>(PhantomData<T>);
+        impl<'de, T: Deserialize<'de>> Visitor<'de> for Map<T> {
+            type Value = Object<T>;
+
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("an object")
+            }
+
+            fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Self::Value, A::Error> {
+                T::deserialize(MapAccessDeserializer::new(map)).map(Object)
+            }
+        }
+        d.deserialize_map(Map(PhantomData))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use std::borrow::Cow;
@@ -139,6 +164,17 @@ mod tests {
             r#"{"choices":[{},"#,
         ] {
             assert!(serde_json::from_str::<Choices>(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn an_object_is_read_from_an_object_only() {
+        let c: super::Object<Chunk> = serde_json::from_str(r#"{"a":"x"}"#).unwrap();
+        assert_eq!(c.0.a.as_deref(), Some("x"));
+        // serde alone reads the struct from an array of its fields.
+        assert!(serde_json::from_str::<Chunk>(r#"["x"]"#).is_ok());
+        for bad in [r#"["x"]"#, "null", r#""x""#] {
+            assert!(serde_json::from_str::<super::Object<Chunk>>(bad).is_err(), "{bad}");
         }
     }
 }

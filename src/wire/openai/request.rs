@@ -15,7 +15,15 @@ use std::sync::Arc;
 
 /// Reads a chat-completions request body.
 pub fn parse_request(bytes: &[u8]) -> Result<Request, BadRequest> {
-    let (raw, mut obj) = rq::body(bytes, &["messages"])?;
+    match usual::request(rq::raw_body(bytes)?) {
+        Ok(request) => Ok(request),
+        Err(raw) => read_generally(raw),
+    }
+}
+
+/// Reads a request of any shape, naming what is wrong with it.
+fn read_generally(raw: RawBody) -> Result<Request, BadRequest> {
+    let mut obj = rq::members(&raw, &["messages"])?;
     let model = rq::model(&obj)?;
     let stream = rq::opt_bool(&obj, "stream", "stream")?.unwrap_or(false);
     let messages = match raw.get("messages").and_then(usual::messages) {
@@ -159,112 +167,7 @@ fn message(i: usize, role: Role, content: Content, tool_calls: Vec<ToolCall>, sa
     msg
 }
 
-/// The usual `messages`, read in one pass from the client's bytes: text
-/// content, tool calls whose arguments are text. Anything else (content
-/// parts, a member of another type, a role or call that is wrong) is left
-/// to the general read, which reads every shape and names what is wrong.
-mod usual {
-    use super::{message, Said, ToolCall, ToolKind};
-    use crate::wire::message::{Content, Message, Role};
-    use serde::Deserialize;
-    use serde_json::value::RawValue;
-    use std::borrow::Cow;
-
-    type Text<'a> = Option<Cow<'a, str>>;
-
-    #[derive(Deserialize)]
-    struct Msg<'a> {
-        #[serde(borrow)]
-        role: Cow<'a, str>,
-        #[serde(default, borrow, deserialize_with = "crate::wire::text::opt")]
-        content: Text<'a>,
-        #[serde(default, borrow)]
-        tool_calls: Option<Vec<Call<'a>>>,
-        #[serde(default, borrow, deserialize_with = "crate::wire::text::opt")]
-        refusal: Text<'a>,
-        #[serde(default, borrow, deserialize_with = "crate::wire::text::opt")]
-        name: Text<'a>,
-        #[serde(default, borrow, deserialize_with = "crate::wire::text::opt")]
-        tool_call_id: Text<'a>,
-        #[serde(default, borrow, deserialize_with = "crate::wire::text::opt")]
-        reasoning_content: Text<'a>,
-    }
-
-    #[derive(Deserialize)]
-    struct Call<'a> {
-        #[serde(default, borrow, deserialize_with = "crate::wire::text::opt")]
-        id: Text<'a>,
-        #[serde(default, borrow, rename = "type", deserialize_with = "crate::wire::text::opt")]
-        kind: Text<'a>,
-        #[serde(default, borrow)]
-        function: Option<Function<'a>>,
-        #[serde(default, borrow)]
-        custom: Option<Custom<'a>>,
-    }
-
-    #[derive(Deserialize)]
-    struct Function<'a> {
-        #[serde(borrow)]
-        name: Cow<'a, str>,
-        #[serde(default, borrow, deserialize_with = "crate::wire::text::opt")]
-        arguments: Text<'a>,
-    }
-
-    #[derive(Deserialize)]
-    struct Custom<'a> {
-        #[serde(borrow)]
-        name: Cow<'a, str>,
-        #[serde(default, borrow, deserialize_with = "crate::wire::text::opt")]
-        input: Text<'a>,
-    }
-
-    /// The messages, or `None` for the general read to take them.
-    pub(super) fn messages(raw: &RawValue) -> Option<Vec<Message>> {
-        let wire: Vec<Msg> = serde_json::from_str(raw.get()).ok()?;
-        if wire.is_empty() {
-            return None;
-        }
-        wire.into_iter().enumerate().map(|(i, m)| read(i, m)).collect()
-    }
-
-    fn read(i: usize, m: Msg) -> Option<Message> {
-        let role = super::role_named(&m.role)?;
-        let tool_calls = match role {
-            Role::Assistant => m
-                .tool_calls
-                .unwrap_or_default()
-                .into_iter()
-                .map(call)
-                .collect::<Option<Vec<_>>>()?,
-            _ => Vec::new(),
-        };
-        let content = match m.content {
-            Some(text) => Content::Text(text.as_ref().into()),
-            None if role == Role::Assistant => Content::default(),
-            None => return None,
-        };
-        let said = Said {
-            refusal: m.refusal.as_deref().map(Into::into),
-            name: m.name.as_deref(),
-            tool_call_id: m.tool_call_id.as_deref(),
-            reasoning: m.reasoning_content.as_deref(),
-        };
-        Some(message(i, role, content, tool_calls, said))
-    }
-
-    fn call(c: Call) -> Option<ToolCall> {
-        let (kind, name, arguments) = match c.kind.as_deref() {
-            Some("custom") => c.custom.map(|f| (ToolKind::Custom, f.name, f.input))?,
-            _ => c.function.map(|f| (ToolKind::Function, f.name, f.arguments))?,
-        };
-        Some(ToolCall {
-            id: c.id.map(Cow::into_owned).unwrap_or_default(),
-            name: name.into_owned(),
-            arguments: arguments.map(Cow::into_owned).unwrap_or_default(),
-            kind,
-        })
-    }
-}
+mod usual;
 
 /// The role a message names, of those chat completions know.
 fn role_named(role: &str) -> Option<Role> {
@@ -610,8 +513,7 @@ mod tests {
             r#"[{"role":"assistant","content":"a","tool_calls":[{"function":{"name":"f"}}],"extra":{"k":[1]}}]"#,
         ];
         for m in usual {
-            let raw: Box<RawValue> = serde_json::from_str(m).unwrap();
-            let fast = usual::messages(&raw).unwrap_or_else(|| panic!("not read in one pass: {m}"));
+            let fast = usual::messages(m).unwrap_or_else(|| panic!("not read in one pass: {m}"));
             assert_eq!(Ok(fast), read_generally(m), "{m}");
         }
         // Others are the general read's, errors named as ever.
@@ -626,10 +528,12 @@ mod tests {
             r#"[{"role":"user","content":"a","role":"user"}]"#,
             r#"[{"role":"user","content":"a","name":7}]"#,
             r#"[{"role":"user","content":"","tool_call_id":5}]"#,
+            r#"[["user","hi"]]"#,
+            r#"[{"role":"assistant","content":null,"tool_calls":[["c","function",{"name":"f"}]]}]"#,
+            r#"[{"role":"assistant","content":null,"tool_calls":[{"id":"c","function":["f","{}"]}]}]"#,
         ];
         for m in others {
-            let raw: Box<RawValue> = serde_json::from_str(m).unwrap();
-            assert!(usual::messages(&raw).is_none(), "{m}");
+            assert!(usual::messages(m).is_none(), "{m}");
         }
         for m in usual.iter().chain(&others) {
             let body = format!(r#"{{"model":"gpt-4o","messages":{m}}}"#);
@@ -637,6 +541,66 @@ mod tests {
             let mut obj = Obj::new();
             obj.insert("messages".into(), serde_json::from_str(m).unwrap());
             assert_eq!(whole, messages_of(&obj), "{m}");
+        }
+    }
+
+    /// Bodies of every shape: what the one-pass read gives, when it reads
+    /// one, is what the general read gives.
+    #[test]
+    fn usual_requests_read_in_one_pass_as_the_general_read_reads_them() {
+        let m = r#"[{"role":"user","content":"hi"}]"#;
+        let tools = r#"[{"type":"function","function":{"name":"get_order","parameters":{"type":"object"}}},{"type":"custom","custom":{"name":"sh"}}]"#;
+        let usual = [
+            format!(r#"{{"model":"gpt-4o","messages":{m},"max_tokens":64,"stream":false}}"#),
+            format!(
+                r#"{{"model":"gpt-4o","messages":{m},"stream":true,"stream_options":{{"include_usage":true,"x":1}}}}"#
+            ),
+            format!(
+                r#"{{"model":"a","messages":{m},"max_completion_tokens":5,"max_tokens":9,"temperature":0.2,"top_p":1,"user":"u\n","reasoning_effort":"low","parallel_tool_calls":false}}"#
+            ),
+            format!(r#"{{"model":"a","messages":{m},"tools":{tools},"tool_choice":"required","stop":["x"]}}"#),
+            format!(
+                r#"{{"model":"a","messages":{m},"tools":{tools},"tool_choice":{{"type":"allowed_tools","allowed_tools":{{"mode":"auto","tools":[{{"type":"function","function":{{"name":"get_order"}}}}]}}}}}}"#
+            ),
+            format!(
+                r#"{{"model":"a","model":"b","messages":{m},"stream":null,"stream_options":null,"max_tokens":null,"user":null,"stop":"s"}}"#
+            ),
+            format!(r#"{{"model":"a","messages":{m},"max_completion_tokens":null,"max_tokens":7}}"#),
+        ];
+        let read = |body: &str| rq::raw_body(body.as_bytes()).unwrap();
+        for body in &usual {
+            let fast = usual::request(read(body)).unwrap_or_else(|_| panic!("not read in one pass: {body}"));
+            let general = read_generally(read(body)).unwrap();
+            assert_eq!(format!("{fast:?}"), format!("{general:?}"), "{body}");
+        }
+        // Others are the general read's, errors named as ever.
+        let others = [
+            format!(r#"{{"model":"a","messages":{m},"seed":1}}"#),
+            format!(r#"{{"model":"","messages":{m}}}"#),
+            format!(r#"{{"messages":{m}}}"#),
+            format!(r#"{{"model":"a","messages":[]}}"#),
+            format!(r#"{{"model":"a","messages":[["user","hi"]]}}"#),
+            format!(r#"{{"model":"a","messages":[{{"role":"user","content":[{{"type":"text","text":"p"}}]}}]}}"#),
+            format!(r#"{{"model":"a","messages":{m},"stream":"yes"}}"#),
+            format!(r#"{{"model":"a","messages":{m},"stream_options":[true]}}"#),
+            format!(r#"{{"model":"a","messages":{m},"stream_options":{{"include_usage":1}}}}"#),
+            format!(r#"{{"model":"a","messages":{m},"max_tokens":0}}"#),
+            format!(r#"{{"model":"a","messages":{m},"max_tokens":64.0}}"#),
+            format!(r#"{{"model":"a","messages":{m},"max_tokens":1000000000000}}"#),
+            format!(r#"{{"model":"a","messages":{m},"temperature":"hot"}}"#),
+            format!(r#"{{"model":"a","messages":{m},"temperature":1e400}}"#),
+            format!(r#"{{"model":"a","messages":{m},"user":5}}"#),
+            format!(r#"{{"model":"a","messages":{m},"tools":[{{"type":"web"}}]}}"#),
+            format!(r#"{{"model":"a","messages":{m},"tool_choice":"maybe"}}"#),
+            format!(r#"{{"model":"a","messages":{m},"stop":[1]}}"#),
+            format!(r#"{{"model":"a","messages":{m},"n":2}}"#),
+        ];
+        for body in &others {
+            assert!(usual::request(read(body)).is_err(), "{body}");
+        }
+        for body in usual.iter().chain(&others) {
+            let whole = parse_request(body.as_bytes()).map(|r| format!("{r:?}"));
+            assert_eq!(whole, read_generally(read(body)).map(|r| format!("{r:?}")), "{body}");
         }
     }
 
