@@ -564,6 +564,15 @@ fn collected(log: &std::path::Path) -> anyhow::Result<u64> {
         .ok_or_else(|| anyhow::anyhow!("{}: no \"Collected :\" line (did callgrind run?)", log.display()))
 }
 
+/// `--warmup` seconds of requests, if any: how many were sent.
+async fn warm_up(client: &reqwest::Client, t: &Target, args: &Args, first_id: u64) -> u64 {
+    if args.warmup == 0 {
+        return 0;
+    }
+    let w = phase(client, t, args, args.warmup, first_id).await;
+    w.whole.len() + w.failed
+}
+
 /// Stops `server` and waits for its exit, off the runtime.
 async fn stop(server: Server) {
     let _ = tokio::task::spawn_blocking(move || drop(server)).await;
@@ -588,9 +597,7 @@ async fn instructions(setup: &Setup, args: &Args, client: &reqwest::Client) -> a
         // Sending, then idle as long: what differs is the requests' work.
         let log = setup.dir.join(format!("{name}.sending.callgrind.log"));
         let (server, t) = setup.start(proxy, args, client, Some(&log)).await?;
-        if args.warmup > 0 {
-            phase(client, &t, args, args.warmup, 1 << 40).await;
-        }
+        let warm = warm_up(client, &t, args, 1 << 40).await;
         let p = phase(client, &t, args, args.secs, 2 << 40).await;
         stop(server).await;
         anyhow::ensure!(
@@ -602,16 +609,17 @@ async fn instructions(setup: &Setup, args: &Args, client: &reqwest::Client) -> a
         let sending = collected(&log)?;
         let log = setup.dir.join(format!("{name}.idle.callgrind.log"));
         let (server, t) = setup.start(proxy, args, client, Some(&log)).await?;
-        if args.warmup > 0 {
-            phase(client, &t, args, args.warmup, 3 << 40).await;
-        }
+        let idle_warm = warm_up(client, &t, args, 3 << 40).await;
         tokio::time::sleep(p.took).await;
         stop(server).await;
         let idle = collected(&log)?;
-        let n = p.whole.len();
+        // Both runs warm up for as long, not for as many requests: those
+        // the sending run's warm-up sent more are counted with its own.
+        let n = (p.whole.len() + warm).saturating_sub(idle_warm);
         let each = sending.saturating_sub(idle) as f64 / n.max(1) as f64;
         println!(
-            "  {name:<8} {each:9.0} instructions a request ({n} requests in {:.1} s)",
+            "  {name:<8} {each:9.0} instructions a request ({} requests in {:.1} s, {warm} and {idle_warm} in the warm-ups)",
+            p.whole.len(),
             p.took.as_secs_f64()
         );
         per.push((proxy, each));

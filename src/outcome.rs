@@ -3,7 +3,7 @@
 
 use compact_str::CompactString;
 use serde::{Deserialize, Serialize};
-use std::fmt::{self, Write as _};
+use std::fmt;
 use std::sync::Arc;
 
 /// How degraded a result is.
@@ -130,8 +130,14 @@ impl Hop {
         Ascii(self)
     }
 
-    fn write(&self, f: &mut fmt::Formatter<'_>, ascii: bool) -> fmt::Result {
-        let text = |f: &mut fmt::Formatter<'_>, s: &str| {
+    /// [`Hop::ascii`] written straight into `out` (no formatter between).
+    pub fn push_ascii(&self, out: &mut String) {
+        // Writing to a `String` cannot fail.
+        let _ = self.write(out, true);
+    }
+
+    fn write(&self, f: &mut dyn fmt::Write, ascii: bool) -> fmt::Result {
+        let text = |f: &mut dyn fmt::Write, s: &str| {
             if !ascii || s.bytes().all(|b| (0x20..0x7f).contains(&b)) {
                 return f.write_str(s);
             }
@@ -149,15 +155,15 @@ impl Hop {
     }
 }
 
-type Text<'t> = dyn Fn(&mut fmt::Formatter<'_>, &str) -> fmt::Result + 't;
+type Text<'t> = dyn Fn(&mut dyn fmt::Write, &str) -> fmt::Result + 't;
 
-fn write_end(f: &mut fmt::Formatter<'_>, end: &HopEnd, ascii: bool, text: &Text<'_>) -> fmt::Result {
+fn write_end(f: &mut dyn fmt::Write, end: &HopEnd, ascii: bool, text: &Text<'_>) -> fmt::Result {
     let (ok, failed, skipped) = if ascii {
         ("ok", "failed ", "skipped ")
     } else {
         ("✓", "✗", "")
     };
-    let skip = |f: &mut fmt::Formatter<'_>, mark: &str, what: &str| {
+    let skip = |f: &mut dyn fmt::Write, mark: &str, what: &str| {
         f.write_str(if ascii { skipped } else { mark })?;
         f.write_str(what)
     };

@@ -5,8 +5,8 @@
 //! the API.
 
 use crate::wire::{anthropic, openai, responses, Api, BadRequest, Delta, Reply, Request};
-use axum::http::HeaderMap;
 use axum::http::HeaderValue;
+use axum::http::{HeaderMap, HeaderName};
 use serde_json::Value;
 
 /// A client: its API and what its answer's form depends on.
@@ -39,14 +39,20 @@ impl Api {
     /// The client's headers that only this API reads, to send on with its
     /// body (every value of each, in order).
     pub(super) fn own_headers(self, headers: &HeaderMap) -> Vec<(&'static str, HeaderValue)> {
-        let names: &[&'static str] = match self {
-            Api::Chat => &["openai-beta"],
-            Api::Messages => &["anthropic-version", "anthropic-beta"],
+        // As header names, not text a lookup would parse each time.
+        static CHAT: [HeaderName; 1] = [HeaderName::from_static("openai-beta")];
+        static MESSAGES: [HeaderName; 2] = [
+            HeaderName::from_static("anthropic-version"),
+            HeaderName::from_static("anthropic-beta"),
+        ];
+        let names: &'static [HeaderName] = match self {
+            Api::Chat => &CHAT,
+            Api::Messages => &MESSAGES,
             Api::Responses => &[],
         };
         names
             .iter()
-            .flat_map(|&n| headers.get_all(n).iter().map(move |v| (n, v.clone())))
+            .flat_map(|n| headers.get_all(n).iter().map(move |v| (n.as_str(), v.clone())))
             .collect()
     }
 

@@ -405,12 +405,23 @@ async fn not_found(uri: axum::http::Uri) -> GatewayError {
 /// front (`x-accel-buffering: no`), so each event reaches the client as
 /// it is written.
 fn event_stream(body: axum::body::Body) -> axum::response::Response {
-    use axum::http::{header, HeaderValue};
-    use axum::response::IntoResponse;
-    let mut resp = body.into_response();
+    use axum::http::{header, HeaderName, HeaderValue};
+    const ACCEL_BUFFERING: HeaderName = HeaderName::from_static("x-accel-buffering");
+    let mut resp = answer(body, "text/event-stream");
     let h = resp.headers_mut();
-    h.insert(header::CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));
     h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
-    h.insert("x-accel-buffering", HeaderValue::from_static("no"));
+    h.insert(ACCEL_BUFFERING, HeaderValue::from_static("no"));
+    resp
+}
+
+/// A response of `body` and its content type, its header map made once
+/// with room for every header an answer carries (its own, the outcome's,
+/// its request's name), not grown on the way.
+fn answer(body: axum::body::Body, content_type: &'static str) -> axum::response::Response {
+    use axum::http::{header, HeaderValue};
+    let mut resp = axum::response::Response::new(body);
+    let h = resp.headers_mut();
+    h.reserve(8);
+    h.insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
     resp
 }

@@ -7,7 +7,7 @@ use super::error::GatewayError;
 use crate::runner::chat::{Chat, ChatEnd};
 use crate::wire::fusebox;
 use axum::body::Body;
-use axum::http::{header, HeaderMap, HeaderName, HeaderValue, StatusCode};
+use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 
 /// Writes the outcome as the `x-fusebox-*` headers say it: level and
@@ -18,7 +18,6 @@ pub(super) fn outcome_headers(
     chain: &[crate::outcome::Hop],
     more: Option<(f64, u32)>,
 ) {
-    use std::fmt::Write as _;
     // Room for these four and the two still to come (the request's name,
     // the length) at once: the map is not grown, and rehashed, on the way.
     h.reserve(6);
@@ -31,7 +30,7 @@ pub(super) fn outcome_headers(
         if i > 0 {
             hops.push_str(", ");
         }
-        let _ = write!(hops, "{}", hop.ascii());
+        hop.push_ascii(&mut hops);
     }
     // Printable ASCII only, so always a valid value.
     if let Ok(v) = HeaderValue::try_from(hops) {
@@ -82,7 +81,7 @@ fn answer(client: &Client, id: u64, end: ChatEnd, stream: bool) -> Result<Respon
                 .and_then(|w| w.body.clone())
             {
                 // The upstream's own answer, as it sent it.
-                return Ok(([(header::CONTENT_TYPE, "application/json")], Body::from(body)).into_response());
+                return Ok(super::answer(Body::from(body), "application/json"));
             }
             let mut reply = response.reply();
             if reply.id.is_empty() {

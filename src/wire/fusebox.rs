@@ -5,6 +5,8 @@
 //! their plan on them); operators and attached consoles name themselves and their
 //! scope.
 
+/// What every one of these names begins with.
+pub const PREFIX: &str = "x-fusebox-";
 /// Every answer's request name (a caller's `x-request-id` kept when usable).
 pub const REQUEST_ID: &str = "x-fusebox-request-id";
 /// How the request ended: `full`, `fallback`, `cached`, … .
@@ -68,6 +70,14 @@ pub fn count(n: u32) -> http::HeaderValue {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn every_name_read_on_a_request_has_the_prefix() {
+        use super::name::*;
+        for name in [USER, SESSION, FALLBACK, PRIORITY, DEADLINE_MS] {
+            assert!(name.as_str().starts_with(super::PREFIX), "{name}");
+        }
+    }
+
     #[test]
     fn a_count_reads_as_its_number() {
         for n in [0, 1, 9, 10, 42, u32::MAX] {
