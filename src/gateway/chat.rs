@@ -81,8 +81,6 @@ async fn handle<A: ClientApi>(gw: Arc<Gateway>, asked: Asked<A>) -> Answer {
     Ok(respond(&client, id, chat, false))
 }
 
-/// The runner's call for what a client `asked`, made as `caller` where a
-/// key let it in.
 /// What a caller's `x-fusebox-*` headers say (the first value of each),
 /// found in one pass over its headers rather than by one lookup each.
 #[derive(Default)]
@@ -113,6 +111,8 @@ impl<'a> Said<'a> {
     }
 }
 
+/// The runner's call for what a client `asked`, made as `caller` where a
+/// key let it in.
 fn chat_request(
     gw: &Gateway,
     headers: &HeaderMap,

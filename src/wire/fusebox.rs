@@ -41,8 +41,8 @@ pub const STEP: &str = "x-fusebox-step";
 /// The attempt number of a provider call (sent upstream).
 pub const ATTEMPT: &str = "x-fusebox-attempt";
 
-/// The headers fusebox reads on every request, as header names: a lookup
-/// by `&str` parses the name each time.
+/// The headers fusebox looks up by name (a lookup by `&str` parses the
+/// name each time); a chat call's are found in one pass over its headers.
 pub mod name {
     use http::HeaderName;
 
@@ -50,12 +50,6 @@ pub mod name {
     pub const USER: HeaderName = HeaderName::from_static(super::USER);
     /// [`super::SESSION`].
     pub const SESSION: HeaderName = HeaderName::from_static(super::SESSION);
-    /// [`super::FALLBACK`].
-    pub const FALLBACK: HeaderName = HeaderName::from_static(super::FALLBACK);
-    /// [`super::PRIORITY`].
-    pub const PRIORITY: HeaderName = HeaderName::from_static(super::PRIORITY);
-    /// [`super::DEADLINE_MS`].
-    pub const DEADLINE_MS: HeaderName = HeaderName::from_static(super::DEADLINE_MS);
 }
 
 /// A count as a header value: the small ones (a step, an attempt, almost
@@ -72,9 +66,9 @@ pub fn count(n: u32) -> http::HeaderValue {
 mod tests {
     #[test]
     fn every_name_read_on_a_request_has_the_prefix() {
-        use super::name::*;
+        use super::*;
         for name in [USER, SESSION, FALLBACK, PRIORITY, DEADLINE_MS] {
-            assert!(name.as_str().starts_with(super::PREFIX), "{name}");
+            assert!(name.starts_with(PREFIX), "{name}");
         }
     }
 
