@@ -118,6 +118,10 @@ struct Args {
     /// The fusebox binary to run as the gateway.
     #[arg(long, default_value = "target/dist/fusebox")]
     fusebox: PathBuf,
+    /// Threads fusebox serves on (its `serve --threads`; by default half
+    /// the cores: on two, one current-thread runtime, as the floors run).
+    #[arg(long)]
+    fusebox_threads: Option<usize>,
     /// LiteLLM's `litellm` executable, to measure its proxy alongside.
     #[arg(long)]
     litellm: Option<PathBuf>,
@@ -139,8 +143,10 @@ struct Args {
     sequential: bool,
     /// Count each proxy's instructions per request instead of timing it:
     /// each runs under callgrind (valgrind must be installed) twice, once
-    /// sending a phase of requests and once idle as long, after the same
-    /// warm-up; the difference over the requests is its work for each,
+    /// sending a phase of requests and once idle as long, each after
+    /// `--warmup` seconds of requests; the difference over the requests
+    /// (those one warm-up sent beyond the other's counted) is its work for
+    /// each,
     /// which the machine's noise does not move. Use a rate callgrind keeps
     /// up with (`--sequential`, or `--rps 50`).
     #[arg(long)]
@@ -474,12 +480,10 @@ impl Setup {
                 cmd.args(["serve", "--headless", "--listen", &listen, "--config"])
                     .arg(&self.config)
                     .env("FUSEBOX_LOG_DIR", &self.dir)
-                    .env("FUSEBOX_BENCH_KEY", "mock-key")
-                    .envs(
-                        std::env::var("BENCH_GW_THREADS")
-                            .ok()
-                            .map(|t| ("TOKIO_WORKER_THREADS", t)),
-                    );
+                    .env("FUSEBOX_BENCH_KEY", "mock-key");
+                if let Some(n) = args.fusebox_threads {
+                    cmd.arg("--threads").arg(n.to_string());
+                }
                 (cmd, " (build it: cargo build --profile dist)", "/healthz", 20)
             }
             Proxy::Bare | Proxy::Parsing => {
