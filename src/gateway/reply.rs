@@ -37,7 +37,13 @@ pub(super) fn outcome_headers(
         h.insert(HeaderName::from_static(fusebox::CHAIN), v);
     }
     if let Some((quality, attempts)) = more {
-        if let Ok(v) = HeaderValue::try_from(two_decimals(quality)) {
+        // The first model's answer, nearly always: nothing to write.
+        let v = if quality == 1.0 {
+            Ok(HeaderValue::from_static("1.00"))
+        } else {
+            HeaderValue::try_from(two_decimals(quality))
+        };
+        if let Ok(v) = v {
             h.insert(HeaderName::from_static(fusebox::QUALITY), v);
         }
         h.insert(HeaderName::from_static(fusebox::ATTEMPTS), fusebox::count(attempts));

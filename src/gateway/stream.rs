@@ -39,6 +39,9 @@ struct Out {
 
 type SharedOut = Arc<parking_lot::Mutex<Out>>;
 
+/// What the buffer of a stream's bytes starts with room for.
+const FIRST_ROOM: usize = 4 * 1024;
+
 /// The error type a stream cut by `by` ends with, in the client's words.
 fn cut_type(by: CutBy) -> &'static str {
     use crate::provider::ErrorKind;
@@ -143,7 +146,11 @@ impl ClientSink {
 impl StreamSink for ClientSink {
     fn start(&mut self, head: StreamHead) {
         self.writer = Some(Writer::new(&self.client, self.n, &head.id, &head.model));
-        self.out.lock().head = Some(head);
+        let mut o = self.out.lock();
+        o.head = Some(head);
+        // Room for a usual answer's events between the client's reads,
+        // not grown to it event by event.
+        o.bytes.reserve(FIRST_ROOM);
     }
 
     fn piece(&mut self, kind: Api, piece: &Piece, own: bool) {
@@ -211,16 +218,11 @@ impl serde::Serialize for Chain<'_> {
 /// to `out`.
 fn with_meta(events: &[u8], meta: &impl serde::Serialize, out: &mut Vec<u8>) {
     // The last `data: {…}` line: its closing brace.
-    let close = events
-        .split(|&b| b == b'\n')
-        .scan(0usize, |at, line| {
-            let start = *at;
-            *at += line.len() + 1;
-            Some((start, line))
-        })
-        .filter(|(_, line)| line.starts_with(b"data: {"))
-        .last()
-        .and_then(|(start, line)| {
+    let close = memchr::memmem::rfind_iter(events, b"data: {")
+        .find(|&at| at == 0 || events[at - 1] == b'\n')
+        .and_then(|start| {
+            let line = &events[start..];
+            let line = &line[..memchr::memchr(b'\n', line).unwrap_or(line.len())];
             let end = line.iter().rposition(|&b| b == b'}')?;
             Some((
                 start + end,

@@ -10,6 +10,7 @@ use crate::clock::Clock;
 use crate::config::{Config, ProviderKind};
 use crate::wire::fusebox;
 use crate::wire::openai::Dialect;
+use crate::wire::sse::ItemRef;
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::task::Poll;
@@ -469,16 +470,12 @@ enum Framing {
 }
 
 impl Framing {
-    /// Reads `chunk`: the events it completes, added to `out`.
-    fn feed(
-        &mut self,
-        chunk: &bytes::Bytes,
-        out: &mut std::collections::VecDeque<crate::wire::sse::SseItem>,
-    ) -> Result<(), String> {
+    /// Reads `chunk`: each event it completes handed to `emit`.
+    fn feed(&mut self, chunk: &bytes::Bytes, mut emit: impl FnMut(ItemRef<'_>)) -> Result<(), String> {
         match self {
-            Framing::Sse(p) => p.feed_bytes(chunk, out).map_err(|e| e.to_string()),
+            Framing::Sse(p) => p.feed_each(chunk, emit).map_err(|e| e.to_string()),
             Framing::Aws(f) => {
-                out.extend(f.feed(chunk)?);
+                f.feed(chunk)?.iter().for_each(|item| emit(item.into()));
                 Ok(())
             }
         }
@@ -498,23 +495,30 @@ impl Framing {
 /// is a piece without deltas. No bytes for the idle time is a timeout; a
 /// broken connection after the first event a truncation.
 pub struct SseStream {
-    provider: String,
     body: std::pin::Pin<Box<dyn futures_util::Stream<Item = reqwest::Result<bytes::Bytes>> + Send>>,
     framing: Framing,
-    pending: std::collections::VecDeque<crate::wire::sse::SseItem>,
+    /// Pieces read and not yet taken.
+    pending: std::collections::VecDeque<Result<super::Piece, Box<ProviderError>>>,
+    /// What each event says.
+    decode: Decode,
     idle: Duration,
     /// The idle timer, made when the stream first waits.
     idle_timer: Option<std::pin::Pin<Box<tokio::time::Sleep>>>,
     /// It is waiting for bytes (its idle timer is running).
     waiting: bool,
-    reader: Reader,
     kind: crate::wire::Api,
-    seen_events: bool,
     ended: bool,
-    /// Events that could not be read, skipped.
-    skipped: Arc<std::sync::atomic::AtomicU32>,
     /// The descriptor its socket holds.
     _fd: crate::descriptors::Held,
+}
+
+/// Reads a stream's events into pieces.
+struct Decode {
+    provider: String,
+    reader: Reader,
+    seen_events: bool,
+    /// Events that could not be read, skipped.
+    skipped: Arc<std::sync::atomic::AtomicU32>,
 }
 
 impl SseStream {
@@ -553,34 +557,37 @@ impl SseStream {
     ) -> Self {
         Self {
             _fd: fd,
-            provider: provider.to_string(),
             body: Box::pin(resp.bytes_stream()),
             framing: match reader {
                 Reader::Bedrock(_) => Framing::Aws(Default::default()),
                 _ => Framing::Sse(crate::wire::sse::SseParser::new()),
             },
             pending: Default::default(),
+            decode: Decode {
+                provider: provider.to_string(),
+                reader,
+                seen_events: false,
+                skipped: Arc::default(),
+            },
             idle,
             idle_timer: None,
             waiting: false,
-            reader,
             kind,
-            seen_events: false,
             ended: false,
-            skipped: Arc::default(),
         }
     }
+}
 
-    fn piece(&mut self, item: crate::wire::sse::SseItem) -> Result<super::Piece, Box<ProviderError>> {
-        use crate::wire::sse::SseItem;
+impl Decode {
+    fn piece(&mut self, item: ItemRef<'_>) -> Result<super::Piece, Box<ProviderError>> {
         let ev = match item {
-            SseItem::Comment(c) => {
+            ItemRef::Comment(c) => {
                 return Ok(super::Piece {
                     raw: format!(": {c}\n\n").into(),
                     deltas: Default::default(),
                 })
             }
-            SseItem::Event(ev) => ev,
+            ItemRef::Event(ev) => ev,
         };
         self.seen_events = true;
         // As it came, unless it came otherwise than `write_event` writes it.
@@ -588,16 +595,16 @@ impl SseStream {
             (Reader::OpenAi | Reader::Anthropic(_), Some(raw)) => raw,
             (Reader::OpenAi | Reader::Anthropic(_), None) => {
                 let mut raw = Vec::with_capacity(ev.data.len() + 32);
-                crate::wire::sse::write_event(ev.event.as_deref(), &ev.data, &mut raw);
+                crate::wire::sse::write_event(ev.event, ev.data, &mut raw);
                 raw.into()
             }
             _ => bytes::Bytes::new(),
         };
         let deltas = match &mut self.reader {
-            Reader::OpenAi => crate::wire::openai::decode_chunk(&ev.data),
-            Reader::Anthropic(r) => r.read(ev.event.as_deref().unwrap_or(""), &ev.data),
-            Reader::Gemini(r) => r.read(&ev.data),
-            Reader::Bedrock(r) => r.read(ev.event.as_deref().unwrap_or(""), &ev.data),
+            Reader::OpenAi => crate::wire::openai::decode_chunk(ev.data),
+            Reader::Anthropic(r) => r.read(ev.event.unwrap_or(""), ev.data),
+            Reader::Gemini(r) => r.read(ev.data),
+            Reader::Bedrock(r) => r.read(ev.event.unwrap_or(""), ev.data),
         };
         match deltas {
             Ok(deltas) => Ok(super::Piece { raw, deltas }),
@@ -621,8 +628,8 @@ impl super::PieceStream for SseStream {
     fn poll_piece(&mut self, cx: &mut std::task::Context<'_>) -> Poll<Option<Result<super::Piece, ProviderError>>> {
         use std::future::Future;
         loop {
-            if let Some(item) = self.pending.pop_front() {
-                return Poll::Ready(Some(self.piece(item).map_err(|e| *e)));
+            if let Some(piece) = self.pending.pop_front() {
+                return Poll::Ready(Some(piece.map_err(|e| *e)));
             }
             if self.ended {
                 return Poll::Ready(None);
@@ -651,33 +658,39 @@ impl super::PieceStream for SseStream {
                         return Poll::Pending;
                     }
                     self.ended = true;
-                    let msg = format!("{}: no stream data for {:?}", self.provider, self.idle);
+                    let msg = format!("{}: no stream data for {:?}", self.decode.provider, self.idle);
                     return Poll::Ready(Some(Err(ProviderError::new(ErrorKind::Timeout, None, msg))));
                 }
             };
             let bytes = match next {
                 None => {
                     self.ended = true;
-                    self.pending.extend(self.framing.finish());
+                    for item in self.framing.finish() {
+                        let piece = self.decode.piece((&item).into());
+                        self.pending.push_back(piece);
+                    }
                     continue;
                 }
                 Some(Ok(b)) => b,
                 Some(Err(e)) => {
                     self.ended = true;
-                    let kind = if self.seen_events {
+                    let kind = if self.decode.seen_events {
                         ErrorKind::Truncated
                     } else {
-                        transport_error(&self.provider, &e).kind
+                        transport_error(&self.decode.provider, &e).kind
                     };
-                    let msg = format!("{}: stream broke: {e}", self.provider);
+                    let msg = format!("{}: stream broke: {e}", self.decode.provider);
                     return Poll::Ready(Some(Err(ProviderError::new(kind, None, msg))));
                 }
             };
-            match self.framing.feed(&bytes, &mut self.pending) {
+            let (decode, pending) = (&mut self.decode, &mut self.pending);
+            match self.framing.feed(&bytes, |item| pending.push_back(decode.piece(item))) {
                 Ok(()) => {}
                 Err(e) => {
+                    // What this chunk gave before the error is dropped.
+                    self.pending.clear();
                     self.ended = true;
-                    let msg = format!("{}: {e}", self.provider);
+                    let msg = format!("{}: {e}", self.decode.provider);
                     return Poll::Ready(Some(Err(ProviderError::new(ErrorKind::ServerError, None, msg))));
                 }
             }
@@ -695,7 +708,7 @@ pub async fn open_stream(
     started: tokio::time::Instant,
 ) -> Result<super::Opened, ProviderError> {
     let kind = stream.kind;
-    let skipped = stream.skipped.clone();
+    let skipped = stream.decode.skipped.clone();
     let mut head = Vec::new();
     loop {
         match (&mut stream as &mut dyn super::PieceStream).piece().await {

@@ -84,6 +84,58 @@ pub enum SseItem {
     Comment(String),
 }
 
+/// An event or comment as the parser dispatches it, borrowed from the
+/// parser's buffers (a reader that decodes it at once copies nothing).
+#[derive(Debug)]
+pub enum ItemRef<'a> {
+    /// A dispatched event.
+    Event(EventRef<'a>),
+    /// A comment line: the text after `:`, one leading space stripped.
+    Comment(Cow<'a, str>),
+}
+
+/// A dispatched event, borrowed; see [`SseEvent`] for its fields.
+#[derive(Debug)]
+pub struct EventRef<'a> {
+    /// The `event:` field; `None` when absent or empty.
+    pub event: Option<&'a str>,
+    /// The `data:` lines joined with `\n`.
+    pub data: &'a str,
+    /// The last event ID.
+    pub id: Option<&'a str>,
+    /// The event's bytes as they came, as [`SseEvent::raw`].
+    pub raw: Option<bytes::Bytes>,
+}
+
+impl ItemRef<'_> {
+    /// The item, owned.
+    pub fn owned(&self) -> SseItem {
+        match self {
+            ItemRef::Event(e) => SseItem::Event(SseEvent {
+                event: e.event.map(str::to_owned),
+                data: e.data.to_owned(),
+                id: e.id.map(str::to_owned),
+                raw: e.raw.clone(),
+            }),
+            ItemRef::Comment(c) => SseItem::Comment(c.clone().into_owned()),
+        }
+    }
+}
+
+impl<'a> From<&'a SseItem> for ItemRef<'a> {
+    fn from(item: &'a SseItem) -> Self {
+        match item {
+            SseItem::Event(e) => ItemRef::Event(EventRef {
+                event: e.event.as_deref(),
+                data: &e.data,
+                id: e.id.as_deref(),
+                raw: e.raw.clone(),
+            }),
+            SseItem::Comment(c) => ItemRef::Comment(Cow::Borrowed(c)),
+        }
+    }
+}
+
 /// Why the parser gave up on a stream.
 #[derive(Clone, Debug, thiserror::Error, PartialEq, Eq)]
 pub enum SseError {
@@ -114,10 +166,11 @@ pub struct SseParser {
     after_cr: bool,
     /// No line has been completed yet (the BOM check is still due).
     first_line: bool,
-    /// Data buffer: each `data` value followed by `\n`.
+    /// Data buffer: each `data` value followed by `\n` (its allocation
+    /// kept from event to event).
     data: String,
-    /// Event type buffer.
-    event: Option<String>,
+    /// Event type buffer (empty: none).
+    event: String,
     /// Last event ID buffer.
     id: Option<String>,
     /// A field line was seen since the last blank line.
@@ -148,7 +201,7 @@ impl SseParser {
             after_cr: false,
             first_line: true,
             data: String::new(),
-            event: None,
+            event: String::new(),
             id: None,
             pending: false,
             failed: None,
@@ -161,30 +214,38 @@ impl SseParser {
     /// On error the items parsed from this chunk are dropped: the stream
     /// should be abandoned.
     pub fn feed(&mut self, chunk: &[u8]) -> Result<Vec<SseItem>, SseError> {
-        let mut out = VecDeque::new();
-        self.feed_to(chunk, None, &mut out)?;
-        Ok(out.into())
+        let mut out = Vec::new();
+        self.feed_with(chunk, None, &mut |item| out.push(item.owned()))?;
+        Ok(out)
     }
 
     /// [`SseParser::feed`], adding to `out`; an event read whole from
     /// `chunk` in the form [`write_event`] writes keeps its bytes (a slice
     /// of `chunk`, no copy) as [`SseEvent::raw`].
     pub fn feed_bytes(&mut self, chunk: &bytes::Bytes, out: &mut VecDeque<SseItem>) -> Result<(), SseError> {
-        self.feed_to(chunk, Some(chunk), out)
+        let before = out.len();
+        self.feed_each(chunk, |item| out.push_back(item.owned()))
+            .inspect_err(|_| out.truncate(before))
     }
 
-    fn feed_to(
+    /// [`SseParser::feed_bytes`], each item handed to `emit` as it is
+    /// dispatched, borrowed (nothing copied for a reader that decodes it
+    /// at once). On error, what was handed over from this chunk is to be
+    /// dropped.
+    pub fn feed_each(&mut self, chunk: &bytes::Bytes, mut emit: impl FnMut(ItemRef<'_>)) -> Result<(), SseError> {
+        self.feed_with(chunk, Some(chunk), &mut emit)
+    }
+
+    fn feed_with(
         &mut self,
         chunk: &[u8],
         whole: Option<&bytes::Bytes>,
-        out: &mut VecDeque<SseItem>,
+        emit: &mut impl FnMut(ItemRef<'_>),
     ) -> Result<(), SseError> {
         if let Some(e) = &self.failed {
             return Err(e.clone());
         }
-        let before = out.len();
-        self.feed_inner(chunk, whole, out).inspect_err(|e| {
-            out.truncate(before);
+        self.feed_inner(chunk, whole, emit).inspect_err(|e| {
             self.line = Vec::new();
             self.data = String::new();
             self.failed = Some(e.clone());
@@ -195,7 +256,7 @@ impl SseParser {
         &mut self,
         chunk: &[u8],
         whole: Option<&bytes::Bytes>,
-        out: &mut VecDeque<SseItem>,
+        emit: &mut impl FnMut(ItemRef<'_>),
     ) -> Result<(), SseError> {
         let mut rest = chunk;
         if self.after_cr && !rest.is_empty() {
@@ -214,15 +275,15 @@ impl SseParser {
                 self.check_len(body.len())?;
                 let start = chunk.len() - rest.len();
                 let fresh = !self.pending;
-                let line = self.process_line(body, out)?;
+                // The bytes of the event this line ends, if it ends one as
+                // written by `write_event`.
+                let raw = match (body.is_empty(), tail[0], verbatim, whole) {
+                    (true, b'\n', Some((from, true)), Some(whole)) => Some(whole.slice(from..start + 1)),
+                    _ => None,
+                };
+                let line = self.process_line(body, raw, emit)?;
                 verbatim = match (line, verbatim, tail[0]) {
-                    (_, _, b'\r') => None,
-                    (Line::Blank, Some((from, true)), _) => {
-                        if let (Some(whole), Some(SseItem::Event(e))) = (whole, out.back_mut()) {
-                            e.raw = Some(whole.slice(from..start + 1));
-                        }
-                        None
-                    }
+                    (_, _, b'\r') | (Line::Blank, _, _) => None,
                     (Line::Data, Some((from, _)), _) => Some((from, true)),
                     (Line::Data, None, _) if fresh => Some((start, true)),
                     (Line::Event, None, _) if fresh => Some((start, false)),
@@ -233,7 +294,7 @@ impl SseParser {
                 self.check_len(self.line.len() + body.len())?;
                 let mut line = std::mem::take(&mut self.line);
                 line.extend_from_slice(body);
-                let r = self.process_line(&line, out);
+                let r = self.process_line(&line, None, emit);
                 // Keep the allocation, unless an unusually long line inflated it.
                 if line.capacity() <= KEEP_LINE_CAPACITY {
                     line.clear();
@@ -267,8 +328,15 @@ impl SseParser {
         }
     }
 
-    /// Handles one complete line (without terminator), saying what it was.
-    fn process_line(&mut self, mut line: &[u8], out: &mut VecDeque<SseItem>) -> Result<Line, SseError> {
+    /// Handles one complete line (without terminator), saying what it was;
+    /// `raw` is the event's bytes as they came, where a blank line ends one
+    /// written as `write_event` writes it.
+    fn process_line(
+        &mut self,
+        mut line: &[u8],
+        raw: Option<bytes::Bytes>,
+        emit: &mut impl FnMut(ItemRef<'_>),
+    ) -> Result<Line, SseError> {
         let mut bom = false;
         if self.first_line {
             self.first_line = false;
@@ -276,12 +344,12 @@ impl SseParser {
             line = line.strip_prefix(BOM).unwrap_or(line);
         }
         if line.is_empty() {
-            self.dispatch(out);
+            self.dispatch(raw, emit);
             return Ok(Line::Blank);
         }
         if let Some(text) = line.strip_prefix(b":") {
             let text = text.strip_prefix(b" ").unwrap_or(text);
-            out.push_back(SseItem::Comment(lossy(text)));
+            emit(ItemRef::Comment(lossy_str(text)));
             return Ok(Line::Other);
         }
         self.pending = true;
@@ -311,7 +379,8 @@ impl SseParser {
             b"event" => {
                 let value = lossy_str(value);
                 let named = spaced && !value.is_empty() && matches!(value, Cow::Borrowed(_));
-                self.event = Some(value.into_owned());
+                self.event.clear();
+                self.event.push_str(&value);
                 if named {
                     return Ok(Line::Event);
                 }
@@ -325,22 +394,25 @@ impl SseParser {
     }
 
     /// A blank line: dispatches the buffered event, if any.
-    fn dispatch(&mut self, out: &mut VecDeque<SseItem>) {
+    fn dispatch(&mut self, raw: Option<bytes::Bytes>, emit: &mut impl FnMut(ItemRef<'_>)) {
         self.pending = false;
-        let event = self.event.take().filter(|e| !e.is_empty());
-        if self.data.is_empty() && event.is_none() {
+        if self.data.is_empty() && self.event.is_empty() {
             return;
         }
-        let mut data = std::mem::take(&mut self.data);
-        if data.ends_with('\n') {
-            data.pop();
-        }
-        out.push_back(SseItem::Event(SseEvent {
-            event,
+        let data = self.data.strip_suffix('\n').unwrap_or(&self.data);
+        emit(ItemRef::Event(EventRef {
+            event: (!self.event.is_empty()).then_some(self.event.as_str()),
             data,
-            id: self.id.clone(),
-            raw: None,
+            id: self.id.as_deref(),
+            raw,
         }));
+        self.event.clear();
+        // Keep the allocation, unless an unusually large event inflated it.
+        if self.data.capacity() <= KEEP_LINE_CAPACITY {
+            self.data.clear();
+        } else {
+            self.data = String::new();
+        }
     }
 
     /// Ends the stream. An unterminated last line is still processed (so a
@@ -348,18 +420,18 @@ impl SseParser {
     /// blank line is discarded, as per spec; [`SseParser::had_partial_event`]
     /// tells whether that happened. The parser is then reset for a new stream.
     pub fn finish(&mut self) -> Vec<SseItem> {
-        let mut out = VecDeque::new();
+        let mut out = Vec::new();
         if self.failed.is_none() && !self.line.is_empty() {
             let line = std::mem::take(&mut self.line);
             // The line was length-checked when buffered; a data overflow here
             // only concerns the event about to be discarded, so it is moot.
-            let _ = self.process_line(&line, &mut out);
+            let _ = self.process_line(&line, None, &mut |item| out.push(item.owned()));
         }
         // A field line (even the cut last one) not followed by a blank line.
         let partial = self.pending || self.failed.is_some();
         *self = Self::with_max_line(self.max_line);
         self.partial = partial;
-        out.into()
+        out
     }
 
     /// Whether the last [`SseParser::finish`] discarded a pending event or a

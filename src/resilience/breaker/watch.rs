@@ -2,6 +2,7 @@
 //! slow-call bound.
 
 use super::{Breaker, Permit};
+use std::future::Future;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 use tokio::time::Instant;
@@ -36,17 +37,39 @@ pub async fn watched<F: std::future::Future>(
     marks.sort_unstable();
     tokio::pin!(call);
     for (at, i) in marks {
-        tokio::select! {
-            biased;
-            out = &mut call => return out,
-            () = tokio::time::sleep_until(at) => {
-                if judged() {
-                    break;
-                }
+        let sleep = tokio::time::sleep_until(at);
+        tokio::pin!(sleep);
+        // The call first; its timer only while the call's length is still
+        // its pace (once `judged` holds it holds for good: the timer is
+        // dropped, not polled at each piece of a stream).
+        let next = std::future::poll_fn(|cx| {
+            if let std::task::Poll::Ready(out) = call.as_mut().poll(cx) {
+                return std::task::Poll::Ready(Next::Done(out));
+            }
+            if judged() {
+                return std::task::Poll::Ready(Next::Judged);
+            }
+            sleep.as_mut().poll(cx).map(|()| Next::Overdue)
+        })
+        .await;
+        match next {
+            Next::Done(out) => return out,
+            Next::Judged => break,
+            Next::Overdue => {
                 let (b, p) = &mut permits[i];
                 b.overdue(p, at);
             }
         }
     }
     call.await
+}
+
+/// What a watched call came to next.
+enum Next<T> {
+    /// It ended.
+    Done(T),
+    /// Its pace is judged otherwise from now on.
+    Judged,
+    /// It outlasted the next bound.
+    Overdue,
 }
