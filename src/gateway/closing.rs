@@ -5,7 +5,7 @@
 //! the recorder has written before the process exits.
 
 use crate::runner::Runner;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::watch;
@@ -23,12 +23,29 @@ pub enum Phase {
 
 /// What the gateway's parts watch to know when to close.
 #[derive(Clone)]
-pub struct Watch(watch::Receiver<Phase>);
+pub struct Watch(watch::Receiver<Phase>, Arc<AtomicBool>);
 
 impl Watch {
     /// The phase now.
     pub fn phase(&self) -> Phase {
         *self.0.borrow()
+    }
+
+    /// `f`'s output, or `None` if requests in flight are to end first (then
+    /// `f` is dropped: a request ends in its outcome as when its client
+    /// goes). Polled at each step of `f`, the close is looked at only once
+    /// the gateway has begun closing (or when the task polling changed),
+    /// not registered for anew at each step.
+    pub fn until_cut<F: std::future::Future>(
+        &self,
+        f: F,
+    ) -> UntilCut<F, impl std::future::Future<Output = ()> + Send + 'static> {
+        UntilCut {
+            f,
+            cut: self.cut(),
+            closing: self.1.clone(),
+            waker: None,
+        }
     }
 
     /// Resolves once the gateway stops taking requests.
@@ -56,6 +73,9 @@ impl Watch {
 /// Closes a gateway ([`Closer::close`]).
 pub struct Closer {
     tx: watch::Sender<Phase>,
+    /// Set as the gateway starts closing (the phase leaves
+    /// [`Phase::Open`]), for [`UntilCut`].
+    closing: Arc<AtomicBool>,
     runner: Arc<Runner>,
 }
 
@@ -77,7 +97,15 @@ impl Closer {
     /// A closer of a gateway over `runner`, and what its parts watch.
     pub fn new(runner: Arc<Runner>) -> (Self, Watch) {
         let (tx, rx) = watch::channel(Phase::Open);
-        (Self { tx, runner }, Watch(rx))
+        let closing = Arc::new(AtomicBool::new(false));
+        (
+            Self {
+                tx,
+                closing: closing.clone(),
+                runner,
+            },
+            Watch(rx, closing),
+        )
     }
 
     /// Stops taking requests, waits up to `drain` for those in flight
@@ -86,6 +114,8 @@ impl Closer {
     pub async fn close(self, drain: Duration, mut left: impl FnMut(u64)) -> Closed {
         let r = &self.runner;
         let in_flight = r.in_flight();
+        // Before the phase: a request woken by a change of it sees the flag.
+        self.closing.store(true, Ordering::Release);
         let _ = self.tx.send(Phase::Draining);
         let until = tokio::time::Instant::now() + drain;
         let mut said = u64::MAX;
@@ -111,6 +141,44 @@ impl Closer {
     }
 }
 
+pin_project_lite::pin_project! {
+    /// [`Watch::until_cut`].
+    pub struct UntilCut<F, C> {
+        #[pin]
+        f: F,
+        #[pin]
+        cut: C,
+        // Whether the gateway has begun to close: from then on the close
+        // is looked at each time (its phase may have changed).
+        closing: Arc<AtomicBool>,
+        // The waker the close was last registered with.
+        waker: Option<std::task::Waker>,
+    }
+}
+
+impl<F: std::future::Future, C: std::future::Future<Output = ()>> std::future::Future for UntilCut<F, C> {
+    type Output = Option<F::Output>;
+
+    fn poll(self: std::pin::Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> std::task::Poll<Self::Output> {
+        use std::task::Poll;
+        let this = self.project();
+        if let Poll::Ready(out) = this.f.poll(cx) {
+            return Poll::Ready(Some(out));
+        }
+        let registered = this.waker.as_ref().is_some_and(|w| w.will_wake(cx.waker()));
+        if registered && !this.closing.load(Ordering::Acquire) {
+            return Poll::Pending;
+        }
+        if this.cut.poll(cx).is_ready() {
+            return Poll::Ready(None);
+        }
+        if !registered {
+            *this.waker = Some(cx.waker().clone());
+        }
+        Poll::Pending
+    }
+}
+
 /// The message a request cut by the close ends with.
 pub const CUT: &str = "the gateway is shutting down and this request did not finish within its drain time; send it again (to another instance)";
 
@@ -118,10 +186,35 @@ pub const CUT: &str = "the gateway is shutting down and this request did not fin
 mod tests {
     use super::*;
 
+    #[tokio::test(start_paused = true)]
+    async fn a_call_waiting_when_the_close_begins_is_cut_at_its_end_and_not_before() {
+        let (tx, rx) = watch::channel(Phase::Open);
+        let closing = Arc::new(AtomicBool::new(false));
+        let w = Watch(rx, closing.clone());
+        let (done_tx, done_rx) = tokio::sync::oneshot::channel::<()>();
+        let waiting = tokio::spawn(w.until_cut(std::future::pending::<()>()));
+        let finishing = tokio::spawn(w.until_cut(done_rx));
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        // As `Closer::close` does it: the flag, then each phase.
+        closing.store(true, Ordering::Release);
+        tx.send(Phase::Draining).unwrap();
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        assert!(!waiting.is_finished(), "draining does not cut");
+        done_tx.send(()).unwrap();
+        assert_eq!(
+            finishing.await.unwrap(),
+            Some(Ok(())),
+            "a call that ends while draining ends as it did"
+        );
+        tx.send(Phase::Cut).unwrap();
+        let cut = tokio::time::timeout(Duration::from_secs(1), waiting).await;
+        assert_eq!(cut.expect("cut at once").unwrap(), None);
+    }
+
     #[tokio::test]
     async fn a_gateway_whose_closer_is_gone_never_closes() {
         let (tx, rx) = watch::channel(Phase::Open);
-        let w = Watch(rx);
+        let w = Watch(rx, Arc::default());
         drop(tx);
         let ended = tokio::time::timeout(Duration::from_millis(20), w.draining()).await;
         assert!(ended.is_err(), "still open");

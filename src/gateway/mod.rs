@@ -275,11 +275,7 @@ pub async fn spawn(runner: Arc<Runner>, addr: &str, opts: GatewayOptions) -> any
 /// `f`'s output, or `None` if the gateway's drain time ends first (then
 /// `f` is dropped: a request ends in its outcome as when its client goes).
 async fn until_cut<T>(gw: &Gateway, f: impl std::future::Future<Output = T>) -> Option<T> {
-    tokio::select! {
-        biased;
-        out = f => Some(out),
-        () = gw.closing.cut() => None,
-    }
+    gw.closing.until_cut(f).await
 }
 
 /// `GET /v1/models`: every route and every model, as OpenAI model objects;

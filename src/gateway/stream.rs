@@ -294,19 +294,12 @@ pub(super) async fn streamed(gw: Arc<Gateway>, client: Client, req: ChatRequest)
         writer: None,
     };
     let runner = gw.runner.clone();
-    let cut = gw.closing.cut();
+    let closing = gw.closing.clone();
     let mut call: Call = Box::pin(async move {
         let mut sink = sink;
         // Past the gateway's drain time the call is dropped (its outcome
         // counted as for a client that left) and the stream ends on an error.
-        let chat = {
-            let run = runner.chat(req, Some(&mut sink));
-            tokio::select! {
-                biased;
-                chat = run => Some(chat),
-                () = cut => None,
-            }
-        };
+        let chat = closing.until_cut(runner.chat(req, Some(&mut sink))).await;
         match chat {
             Some(chat) => sink.finish(chat),
             None => sink.cut_short(),

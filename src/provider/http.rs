@@ -141,9 +141,21 @@ impl std::fmt::Debug for Secret {
     }
 }
 
-/// The shared client: one connection pool for every provider.
-pub fn client() -> Result<reqwest::Client, SetupError> {
-    reqwest::Client::builder()
+/// A client for the providers reached over `tls` (HTTPS) or not; the
+/// providers of each share its connection pool.
+///
+/// Over HTTPS a call may go over HTTP/2, whose refused streams and
+/// graceful shutdowns reqwest retries on a new connection, cloning each
+/// request beforehand to be able to. Plain HTTP is HTTP/1.1 here (no
+/// prior knowledge of HTTP/2), where neither can happen: no clone.
+pub fn client(tls: bool) -> Result<reqwest::Client, SetupError> {
+    let builder = reqwest::Client::builder();
+    let builder = if tls {
+        builder
+    } else {
+        builder.retry(reqwest::retry::never().max_retries_per_request(0))
+    };
+    builder
         // A provider's redirect is passed back as it came, not followed.
         .redirect(reqwest::redirect::Policy::none())
         .connect_timeout(Duration::from_secs(10))
@@ -308,7 +320,7 @@ pub fn build(
     clock: Clock,
     mock_base: Option<&str>,
 ) -> Result<HashMap<String, Arc<dyn Provider>>, SetupError> {
-    let http = client()?;
+    let (tls, plain) = (client(true)?, client(false)?);
     let mut out: HashMap<String, Arc<dyn Provider>> = HashMap::new();
     for (name, p) in &cfg.providers {
         let (kind, base, key) = match (p.kind, mock_base) {
@@ -352,6 +364,8 @@ pub fn build(
             }
         };
         let base = base.trim_end_matches('/').to_string();
+        let plain_http = base.get(..7).is_some_and(|s| s.eq_ignore_ascii_case("http://"));
+        let http = if plain_http { &plain } else { &tls };
         let path = match kind {
             ProviderKind::Anthropic => "/v1/messages",
             ProviderKind::Deepseek => "/chat/completions",

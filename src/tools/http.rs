@@ -120,7 +120,8 @@ impl HttpTools {
         if tools.is_empty() {
             return Ok(rest);
         }
-        let client = client().map_err(|e| e.to_string())?;
+        // Tools may be reached over HTTPS (and so HTTP/2) or not: the client for both.
+        let client = client(true).map_err(|e| e.to_string())?;
         Ok(Arc::new(Self {
             client,
             clock,

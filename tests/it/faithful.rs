@@ -65,7 +65,8 @@ chain = ["claude-haiku", "gpt-4o"]
 
 /// The HTTP clients of `cfg`'s providers, pointed at `base`.
 pub fn clients(cfg: &Config, base: &str, clock: Clock) -> HashMap<String, Arc<dyn Provider>> {
-    let http = fusebox::provider::http::client().unwrap();
+    // Loopback is plain HTTP: the client `build` gives such providers.
+    let http = fusebox::provider::http::client(false).unwrap();
     let mut out: HashMap<String, Arc<dyn Provider>> = HashMap::new();
     for (name, p) in &cfg.providers {
         let anthropic = name == "anthropic";
