@@ -63,26 +63,9 @@ struct ClientSink {
 }
 
 impl ClientSink {
-    /// `p` in the client's API: as the upstream sent it when that is the
-    /// client's API (bar the usage chunk fusebox asked for and the client
-    /// did not), else (or when it has no bytes of its own) written anew.
+    /// `p` in the client's API ([`encode`]).
     fn encode(&mut self, kind: Api, p: &Piece, own: bool, out: &mut Vec<u8>) {
-        if p.raw.starts_with(b":") {
-            // A keep-alive comment means the same in either API.
-            out.extend_from_slice(&p.raw);
-            return;
-        }
-        let Some(w) = self.writer.as_mut() else { return };
-        let api = self.client.api;
-        if own && !p.raw.is_empty() && api.takes_as_sent(kind) {
-            p.deltas.iter().for_each(|d| w.observe(d));
-            let usage_only = !p.deltas.is_empty() && p.deltas.iter().all(|d| matches!(d, Delta::Usage(_)));
-            if !(api == Api::Chat && usage_only && !self.client.include_usage) {
-                out.extend_from_slice(&p.raw);
-            }
-            return;
-        }
-        p.deltas.iter().for_each(|d| w.write(d, out));
+        encode(&self.client, self.writer.as_mut(), (kind, p, own), out);
     }
 
     /// Writes how the call ended: the held end with the outcome in its last
@@ -154,9 +137,8 @@ impl StreamSink for ClientSink {
     }
 
     fn piece(&mut self, kind: Api, piece: &Piece, own: bool) {
-        let mut bytes = std::mem::take(&mut self.out.lock().bytes);
-        self.encode(kind, piece, own, &mut bytes);
-        self.out.lock().bytes = bytes;
+        let mut o = self.out.lock();
+        encode(&self.client, self.writer.as_mut(), (kind, piece, own), &mut o.bytes);
     }
 
     /// A chat completion's chunks name the model that wrote them; the
@@ -170,6 +152,30 @@ impl StreamSink for ClientSink {
     fn backlog(&self) -> usize {
         self.out.lock().bytes.len()
     }
+}
+
+/// `p` (of `kind`, `own` when from the first upstream that streamed) in
+/// `client`'s API, by its `writer` once its stream started: as the
+/// upstream sent it when that is the client's API (bar the usage chunk
+/// fusebox asked for and the client did not), else (or when it has no
+/// bytes of its own) written anew.
+fn encode(client: &Client, writer: Option<&mut Writer>, (kind, p, own): (Api, &Piece, bool), out: &mut Vec<u8>) {
+    if p.raw.starts_with(b":") {
+        // A keep-alive comment means the same in either API.
+        out.extend_from_slice(&p.raw);
+        return;
+    }
+    let Some(w) = writer else { return };
+    let api = client.api;
+    if own && !p.raw.is_empty() && api.takes_as_sent(kind) {
+        p.deltas.iter().for_each(|d| w.observe(d));
+        let usage_only = !p.deltas.is_empty() && p.deltas.iter().all(|d| matches!(d, Delta::Usage(_)));
+        if !(api == Api::Chat && usage_only && !client.include_usage) {
+            out.extend_from_slice(&p.raw);
+        }
+        return;
+    }
+    p.deltas.iter().for_each(|d| w.write(d, out));
 }
 
 /// The outcome as the last chunk carries it (members in the order a JSON

@@ -576,7 +576,8 @@ impl SseStream {
                 Reader::Bedrock(_) => Framing::Aws(Default::default()),
                 _ => Framing::Sse(crate::wire::sse::SseParser::new()),
             },
-            pending: Default::default(),
+            // Room for the events one read usually brings.
+            pending: std::collections::VecDeque::with_capacity(8),
             decode: Decode {
                 provider: provider.to_string(),
                 reader,

@@ -262,7 +262,8 @@ impl Calls<'_> {
     /// What a client is told as model `mi`'s answer starts streaming.
     fn stream_head_of(&self, call: &LlmCall<'_>, mi: usize, tally: &Tally) -> StreamHead {
         let primary = call.route.chain[0];
-        let mut chain: Vec<_> = tally.hops.iter().map(|h| self.catalog.hop_of(h)).collect();
+        let mut chain = Vec::with_capacity(tally.hops.len() + 1);
+        chain.extend(tally.hops.iter().map(|h| self.catalog.hop_of(h)));
         chain.push(crate::outcome::Hop::ok(&self.catalog.models[mi].name));
         StreamHead {
             level: answered_level(is_fallback(primary, mi, &tally.hops), false),

@@ -364,12 +364,16 @@ pub fn render_request(o: &Outgoing, dialect: Dialect) -> Result<Vec<u8>, String>
 
 /// The client's body, with what fusebox must change replaced.
 fn passthrough(raw: &RawBody, o: &Outgoing, dialect: Dialect) -> Result<Vec<u8>, String> {
-    let mut set: SmallVec<[(&str, Box<RawValue>); 5]> = SmallVec::new();
-    set.push(("model", to_raw(&o.model)));
+    /// `stream_options` asking for usage, where the client sent none.
+    static USAGE_ASKED: std::sync::LazyLock<Box<RawValue>> =
+        std::sync::LazyLock::new(|| to_raw(&serde_json::json!({"include_usage": true})));
+    let mut set: SmallVec<[(&str, std::borrow::Cow<'_, RawValue>); 5]> = SmallVec::new();
+    let owned = |v: Box<RawValue>| std::borrow::Cow::Owned(v);
+    set.push(("model", owned(to_raw(&o.model))));
     if !o.own_messages {
         set.push((
             "messages",
-            rq::kept_messages(raw, o.messages, |run| render_messages(run, dialect))?,
+            owned(rq::kept_messages(raw, o.messages, |run| render_messages(run, dialect))?),
         ));
     }
     if o.params.max_tokens.is_some_and(|cap| o.max_tokens < cap) {
@@ -378,22 +382,24 @@ fn passthrough(raw: &RawBody, o: &Outgoing, dialect: Dialect) -> Result<Vec<u8>,
         } else {
             "max_tokens"
         };
-        set.push((key, to_raw(&o.max_tokens)));
+        set.push((key, owned(to_raw(&o.max_tokens))));
     }
     let client_streams = raw.read::<bool>("stream").and_then(Result::ok).unwrap_or(false);
     if client_streams != o.stream {
-        set.push(("stream", to_raw(&o.stream)));
+        set.push(("stream", owned(to_raw(&o.stream))));
     }
     if o.stream {
         // Usage is settled from the stream's last chunk: ask for it,
         // keeping whatever else the client put in `stream_options`.
-        let mut so = raw
-            .read::<Obj>("stream_options")
-            .and_then(Result::ok)
-            .unwrap_or_default();
-        if so.get("include_usage") != Some(&Value::Bool(true)) {
-            so.insert("include_usage".into(), Value::Bool(true));
-            set.push(("stream_options", to_raw(&so)));
+        match raw.read::<Obj>("stream_options") {
+            None => set.push(("stream_options", std::borrow::Cow::Borrowed(&**USAGE_ASKED))),
+            Some(so) => {
+                let mut so = so.unwrap_or_default();
+                if so.get("include_usage") != Some(&Value::Bool(true)) {
+                    so.insert("include_usage".into(), Value::Bool(true));
+                    set.push(("stream_options", owned(to_raw(&so))));
+                }
+            }
         }
     }
     let set: SmallVec<[(&str, &RawValue); 5]> = set.iter().map(|(k, v)| (*k, &**v)).collect();
