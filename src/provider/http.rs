@@ -594,6 +594,18 @@ impl SseStream {
 }
 
 impl Decode {
+    /// `item`'s piece queued, unless a stream error is queued before it
+    /// (the stream ends there: what follows is not read).
+    fn queue(
+        &mut self,
+        queue: &mut std::collections::VecDeque<Result<super::Piece, Box<ProviderError>>>,
+        item: ItemRef<'_>,
+    ) {
+        if queue.back().is_none_or(Result::is_ok) {
+            queue.push_back(self.piece(item));
+        }
+    }
+
     fn piece(&mut self, item: ItemRef<'_>) -> Result<super::Piece, Box<ProviderError>> {
         let ev = match item {
             ItemRef::Comment(c) => {
@@ -681,8 +693,7 @@ impl super::PieceStream for SseStream {
                 None => {
                     self.ended = true;
                     for item in self.framing.finish() {
-                        let piece = self.decode.piece((&item).into());
-                        self.pending.push_back(piece);
+                        self.decode.queue(&mut self.pending, (&item).into());
                     }
                     continue;
                 }
@@ -699,7 +710,7 @@ impl super::PieceStream for SseStream {
                 }
             };
             let (decode, pending) = (&mut self.decode, &mut self.pending);
-            match self.framing.feed(&bytes, |item| pending.push_back(decode.piece(item))) {
+            match self.framing.feed(&bytes, |item| decode.queue(pending, item)) {
                 Ok(()) => {}
                 Err(e) => {
                     // What this chunk gave before the error is dropped.
