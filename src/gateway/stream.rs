@@ -63,11 +63,6 @@ struct ClientSink {
 }
 
 impl ClientSink {
-    /// `p` in the client's API ([`encode`]).
-    fn encode(&mut self, kind: Api, p: &Piece, own: bool, out: &mut Vec<u8>) {
-        encode(&self.client, self.writer.as_mut(), (kind, p, own), out);
-    }
-
     /// Writes how the call ended: the held end with the outcome in its last
     /// chunk, or an error event; or, when the client's stream never
     /// started, the whole response.
@@ -85,7 +80,7 @@ impl ClientSink {
                 let size = tail.iter().map(|(_, p, _)| p.raw.len()).sum::<usize>() + 256;
                 let mut end = Vec::with_capacity(size);
                 for (kind, p, own) in &tail {
-                    self.encode(*kind, p, *own, &mut end);
+                    encode(&self.client, self.writer.as_mut(), (*kind, p, *own), &mut end);
                 }
                 let mut o = self.out.lock();
                 o.bytes.reserve(end.len() + 256);
