@@ -18,17 +18,18 @@ pub use crate::wire::anthropic::VERSION;
 
 /// An Anthropic provider.
 pub struct AnthropicClient {
-    http: reqwest::Client,
+    http: super::upstream::Upstream,
     ep: Endpoint,
-    url: Option<reqwest::Url>,
+    /// Its URL, parsed once.
+    target: Option<super::upstream::Target>,
     clock: Clock,
 }
 
 impl AnthropicClient {
     /// A client for `ep`.
-    pub fn new(http: reqwest::Client, ep: Endpoint, clock: Clock) -> Self {
+    pub fn new(http: super::upstream::Upstream, ep: Endpoint, clock: Clock) -> Self {
         Self {
-            url: reqwest::Url::parse(&ep.url).ok(),
+            target: super::upstream::Target::parse(&ep.url),
             http,
             ep,
             clock,
@@ -51,7 +52,7 @@ impl Provider for AnthropicClient {
         let start = self.clock.now();
         let out = req.outgoing(self.ep.stream);
         let body = render_request(&out).map_err(|why| ProviderError::new(ErrorKind::Unsupported, None, why))?;
-        let mut b = with_ids(post(&self.http, &self.ep, self.url.as_ref()), req)
+        let mut b = with_ids(post(&self.http, &self.ep, self.target.as_ref()), req)
             .header(reqwest::header::CONTENT_TYPE, "application/json")
             .body(body);
         // The client's `anthropic-version` stands in for fusebox's own.
@@ -65,7 +66,7 @@ impl Provider for AnthropicClient {
         if let Some(k) = &self.ep.key {
             b = b.header("x-api-key", k.expose());
         }
-        let (resp, fd) = super::http::send(name, b).await?;
+        let (resp, fd) = self.http.send(name, b, self.target.as_ref()).await?;
         let status = resp.status().as_u16();
         let rate = match says_rate(resp.headers(), "anthropic-ratelimit-") {
             true => anthropic_feedback(&header_getter(resp.headers()), self.clock.wall_ms()),

@@ -16,7 +16,7 @@ use serde_json::Value;
 
 /// A Bedrock provider.
 pub struct BedrockClient {
-    http: reqwest::Client,
+    http: super::upstream::Upstream,
     ep: Endpoint,
     region: String,
     credentials: Credentials,
@@ -27,7 +27,13 @@ impl BedrockClient {
     /// A client for `ep` (its URL the runtime's base,
     /// `https://bedrock-runtime.us-east-1.amazonaws.com`) in `region`,
     /// signing as `credentials`.
-    pub fn new(http: reqwest::Client, ep: Endpoint, region: String, credentials: Credentials, clock: Clock) -> Self {
+    pub fn new(
+        http: super::upstream::Upstream,
+        ep: Endpoint,
+        region: String,
+        credentials: Credentials,
+        clock: Clock,
+    ) -> Self {
         Self {
             http,
             ep,
@@ -60,7 +66,7 @@ impl BedrockClient {
         body: Vec<u8>,
         accept: &'static str,
         ids: impl FnOnce(reqwest::RequestBuilder) -> reqwest::RequestBuilder,
-    ) -> Result<(reqwest::Response, crate::descriptors::Held), ProviderError> {
+    ) -> Result<(super::upstream::Answer, crate::descriptors::Held), ProviderError> {
         let name = &self.ep.name;
         let time = std::time::UNIX_EPOCH + std::time::Duration::from_millis(self.clock.wall_ms());
         let signed = sign(&self.credentials, &self.region, url, &body, time)
@@ -74,7 +80,7 @@ impl BedrockClient {
         for (k, v) in signed {
             b = b.header(k, v);
         }
-        let (resp, fd) = super::http::send(name, ids(b)).await?;
+        let (resp, fd) = self.http.send(name, ids(b), None).await?;
         let status = resp.status().as_u16();
         if !(200..300).contains(&status) {
             let exception = resp
@@ -289,7 +295,7 @@ mod tests {
             idle: std::time::Duration::from_secs(1),
         };
         let c = BedrockClient::new(
-            reqwest::Client::new(),
+            super::super::upstream::Upstream::new().unwrap(),
             ep,
             "us-east-1".into(),
             Credentials::new("a", "b", None, None, "test"),

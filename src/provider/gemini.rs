@@ -16,7 +16,7 @@ use serde_json::Value;
 
 /// A Gemini API or Vertex AI provider.
 pub struct GeminiClient {
-    http: reqwest::Client,
+    http: super::upstream::Upstream,
     ep: Endpoint,
     /// Where a model's calls go: `{root}/{models}{model}:…` (a model named
     /// with a `/` is a path under `root` of its own).
@@ -43,7 +43,7 @@ const CLOUD_PLATFORM: &str = "https://www.googleapis.com/auth/cloud-platform";
 impl GeminiClient {
     /// A Gemini API client for `ep`, whose URL is the API's base with its
     /// version (`https://generativelanguage.googleapis.com/v1beta`).
-    pub fn new(http: reqwest::Client, ep: Endpoint, clock: Clock) -> Self {
+    pub fn new(http: super::upstream::Upstream, ep: Endpoint, clock: Clock) -> Self {
         Self {
             root: ep.url.trim_end_matches('/').to_string(),
             models: "models/",
@@ -58,7 +58,7 @@ impl GeminiClient {
     /// version, `https://us-central1-aiplatform.googleapis.com/v1`), calling
     /// `project`'s models in `location` as `account`.
     pub fn vertex(
-        http: reqwest::Client,
+        http: super::upstream::Upstream,
         ep: Endpoint,
         (project, location): (&str, &str),
         account: gcp_auth::CustomServiceAccount,
@@ -85,9 +85,9 @@ impl GeminiClient {
     async fn send(
         &self,
         b: reqwest::RequestBuilder,
-    ) -> Result<(reqwest::Response, crate::descriptors::Held), ProviderError> {
+    ) -> Result<(super::upstream::Answer, crate::descriptors::Held), ProviderError> {
         let name = &self.ep.name;
-        let (resp, fd) = super::http::send(name, self.authed(b).await?).await?;
+        let (resp, fd) = self.http.send(name, self.authed(b).await?, None).await?;
         let status = resp.status().as_u16();
         if !(200..300).contains(&status) {
             let body = read_body(name, resp).await.unwrap_or_default();

@@ -5,6 +5,7 @@ use super::anthropic::AnthropicClient;
 use super::bedrock::BedrockClient;
 use super::gemini::GeminiClient;
 use super::openai::{Deployments, KeyHeader, OpenAiClient};
+use super::upstream::{Answer, AnswerBody, Target, Upstream};
 use super::{ErrorKind, Provider, ProviderError};
 use crate::clock::Clock;
 use crate::config::{Config, ProviderKind};
@@ -141,50 +142,8 @@ impl std::fmt::Debug for Secret {
     }
 }
 
-/// A client for the providers reached over `tls` (HTTPS) or not; the
-/// providers of each share its connection pool.
-///
-/// Over HTTPS a call may go over HTTP/2, whose refused streams and
-/// graceful shutdowns reqwest retries on a new connection, cloning each
-/// request beforehand to be able to. Plain HTTP is HTTP/1.1 here (no
-/// prior knowledge of HTTP/2), where neither can happen: no clone.
-pub fn client(tls: bool) -> Result<reqwest::Client, SetupError> {
-    let builder = reqwest::Client::builder();
-    let builder = if tls {
-        builder
-    } else {
-        builder.retry(reqwest::retry::never().max_retries_per_request(0))
-    };
-    builder
-        // A provider's redirect is passed back as it came, not followed.
-        .redirect(reqwest::redirect::Policy::none())
-        .connect_timeout(Duration::from_secs(10))
-        .pool_idle_timeout(Duration::from_secs(90))
-        // Idle sockets are descriptors no call counts: kept few (see
-        // `descriptors`), enough for a steady load's reuse.
-        .pool_max_idle_per_host(64)
-        .tcp_nodelay(true)
-        .build()
-        .map_err(|e| SetupError::Client(e.to_string()))
-}
-
-/// Sends `b` to `provider`, holding one of the process's descriptors for
-/// its socket (the caller keeps the hold while it reads the answer). None
-/// left is fusebox's own refusal, made before the upstream is touched.
-pub async fn send(
-    provider: &str,
-    b: reqwest::RequestBuilder,
-) -> Result<(reqwest::Response, crate::descriptors::Held), ProviderError> {
-    let Some(fd) = crate::descriptors::take(crate::descriptors::Use::Call) else {
-        crate::descriptors::refused();
-        return Err(no_descriptor(provider));
-    };
-    let resp = b.send().await.map_err(|e| transport_error(provider, &e))?;
-    Ok((resp, fd))
-}
-
 /// A call to `provider` fusebox had no file descriptor for.
-fn no_descriptor(provider: &str) -> ProviderError {
+pub(super) fn no_descriptor(provider: &str) -> ProviderError {
     let v = crate::descriptors::view();
     ProviderError::new(
         ErrorKind::Local,
@@ -196,25 +155,50 @@ fn no_descriptor(provider: &str) -> ProviderError {
     )
 }
 
-/// Classifies a transport error (no status): a connect the kernel refused
-/// a descriptor for is fusebox's own ([`ErrorKind::Local`]).
-pub fn transport_error(provider: &str, e: &reqwest::Error) -> ProviderError {
+/// Classifies a transport error (no status), reqwest's or hyper's: a
+/// connect the kernel refused a descriptor for is fusebox's own
+/// ([`ErrorKind::Local`]).
+pub fn transport_error(provider: &str, e: &(dyn std::error::Error + 'static)) -> ProviderError {
     if crate::descriptors::exhausted(e) {
         crate::descriptors::refused();
         return no_descriptor(provider);
     }
-    let kind = if e.is_timeout() {
+    let causes = || std::iter::successors(Some(e), |e| e.source());
+    let timed_out = |e: &(dyn std::error::Error + 'static)| {
+        e.downcast_ref::<reqwest::Error>()
+            .is_some_and(reqwest::Error::is_timeout)
+            || e.downcast_ref::<std::io::Error>()
+                .is_some_and(|e| e.kind() == std::io::ErrorKind::TimedOut)
+    };
+    let connect = |e: &(dyn std::error::Error + 'static)| {
+        e.downcast_ref::<reqwest::Error>()
+            .is_some_and(reqwest::Error::is_connect)
+            || e.downcast_ref::<hyper_util::client::legacy::Error>()
+                .is_some_and(hyper_util::client::legacy::Error::is_connect)
+    };
+    let kind = if causes().any(timed_out) {
         ErrorKind::Timeout
-    } else if e.is_connect() {
+    } else if causes().any(connect) {
         ErrorKind::Connect
     } else {
         ErrorKind::Reset
     };
-    // reqwest's message names the URL, never headers: no key can leak.
-    ProviderError::new(kind, None, format!("{provider}: {}", without_query(&e.to_string())))
+    // The message and its causes: reqwest's names the URL, neither names
+    // headers, so no key can leak.
+    let mut msg = String::new();
+    for c in causes() {
+        let c = c.to_string();
+        if !msg.ends_with(&c) {
+            if !msg.is_empty() {
+                msg.push_str(": ");
+            }
+            msg.push_str(&c);
+        }
+    }
+    ProviderError::new(kind, None, format!("{provider}: {}", without_query(&msg)))
 }
 
-fn without_query(s: &str) -> String {
+pub(super) fn without_query(s: &str) -> String {
     // Query strings may carry keys on some servers; drop them from messages.
     match s.find('?') {
         Some(i) => format!("{}…", &s[..i]),
@@ -222,31 +206,34 @@ fn without_query(s: &str) -> String {
     }
 }
 
-/// Reads a whole body, at most [`MAX_BODY`] bytes.
-pub async fn read_body(provider: &str, resp: reqwest::Response) -> Result<bytes::Bytes, ProviderError> {
-    use futures_util::StreamExt;
-    if resp.content_length().is_some_and(|n| n <= MAX_BODY as u64) {
-        // Its size is known and bounded: read as it came, without copying.
-        return resp.bytes().await.map_err(|e| transport_error(provider, &e));
-    }
-    let mut out = Vec::new();
-    let mut stream = resp.bytes_stream();
-    while let Some(chunk) = stream.next().await {
-        let chunk = chunk.map_err(|e| transport_error(provider, &e))?;
-        if out.len() + chunk.len() > MAX_BODY {
+/// Reads a whole body, at most [`MAX_BODY`] bytes; a body of one chunk
+/// as it came, without copying.
+pub async fn read_body(provider: &str, resp: Answer) -> Result<bytes::Bytes, ProviderError> {
+    let mut body = resp.into_body();
+    let (mut first, mut rest) = (bytes::Bytes::new(), Vec::new());
+    while let Some(chunk) = body.next().await {
+        let chunk = chunk.map_err(|e| transport_error(provider, &*e))?;
+        if first.len() + rest.len() + chunk.len() > MAX_BODY {
             return Err(ProviderError::new(
                 ErrorKind::ServerError,
                 None,
                 format!("{provider}: response larger than 16 MiB"),
             ));
         }
-        out.extend_from_slice(&chunk);
+        if first.is_empty() {
+            first = chunk;
+        } else {
+            if rest.is_empty() {
+                rest.extend_from_slice(&first);
+            }
+            rest.extend_from_slice(&chunk);
+        }
     }
-    Ok(out.into())
+    Ok(if rest.is_empty() { first } else { rest.into() })
 }
 
 /// Reads a whole JSON answer; one that does not parse was cut short.
-pub async fn read_json(provider: &str, resp: reqwest::Response) -> Result<serde_json::Value, ProviderError> {
+pub async fn read_json(provider: &str, resp: Answer) -> Result<serde_json::Value, ProviderError> {
     let body = read_body(provider, resp).await?;
     serde_json::from_slice(&body).map_err(|e| {
         ProviderError::new(
@@ -320,7 +307,7 @@ pub fn build(
     clock: Clock,
     mock_base: Option<&str>,
 ) -> Result<HashMap<String, Arc<dyn Provider>>, SetupError> {
-    let (tls, plain) = (client(true)?, client(false)?);
+    let http = Upstream::new()?;
     let mut out: HashMap<String, Arc<dyn Provider>> = HashMap::new();
     for (name, p) in &cfg.providers {
         let (kind, base, key) = match (p.kind, mock_base) {
@@ -364,8 +351,6 @@ pub fn build(
             }
         };
         let base = base.trim_end_matches('/').to_string();
-        let plain_http = base.get(..7).is_some_and(|s| s.eq_ignore_ascii_case("http://"));
-        let http = if plain_http { &plain } else { &tls };
         let path = match kind {
             ProviderKind::Anthropic => "/v1/messages",
             ProviderKind::Deepseek => "/chat/completions",
@@ -444,9 +429,9 @@ pub fn with_ids(b: reqwest::RequestBuilder, req: &super::LlmRequest) -> reqwest:
 }
 
 /// A POST to `ep`: its URL parsed once, when the client was made.
-pub fn post(http: &reqwest::Client, ep: &Endpoint, parsed: Option<&reqwest::Url>) -> reqwest::RequestBuilder {
+pub fn post(http: &Upstream, ep: &Endpoint, parsed: Option<&Target>) -> reqwest::RequestBuilder {
     match parsed {
-        Some(u) => http.post(u.clone()),
+        Some(t) => http.post(t.url.clone()),
         None => http.post(&ep.url),
     }
 }
@@ -509,7 +494,7 @@ impl Framing {
 /// is a piece without deltas. No bytes for the idle time is a timeout; a
 /// broken connection after the first event a truncation.
 pub struct SseStream {
-    body: std::pin::Pin<Box<dyn futures_util::Stream<Item = reqwest::Result<bytes::Bytes>> + Send>>,
+    body: AnswerBody,
     framing: Framing,
     /// Pieces read and not yet taken.
     pending: std::collections::VecDeque<Result<super::Piece, Box<ProviderError>>>,
@@ -539,7 +524,7 @@ impl SseStream {
     /// Reads `resp` (whose socket holds `fd`) as a stream of `kind`.
     pub fn new(
         provider: &str,
-        (resp, fd): (reqwest::Response, crate::descriptors::Held),
+        (resp, fd): (Answer, crate::descriptors::Held),
         idle: Duration,
         kind: crate::wire::Api,
     ) -> Self {
@@ -551,27 +536,27 @@ impl SseStream {
     }
 
     /// Reads `resp` as Google's `streamGenerateContent?alt=sse`.
-    pub fn gemini(provider: &str, resp: (reqwest::Response, crate::descriptors::Held), idle: Duration) -> Self {
+    pub fn gemini(provider: &str, resp: (Answer, crate::descriptors::Held), idle: Duration) -> Self {
         let reader = Reader::Gemini(Default::default());
         Self::reading(provider, resp, idle, crate::wire::Api::Chat, reader)
     }
 
     /// Reads `resp` as Bedrock's ConverseStream (AWS event-stream frames).
-    pub fn bedrock(provider: &str, resp: (reqwest::Response, crate::descriptors::Held), idle: Duration) -> Self {
+    pub fn bedrock(provider: &str, resp: (Answer, crate::descriptors::Held), idle: Duration) -> Self {
         let reader = Reader::Bedrock(Default::default());
         Self::reading(provider, resp, idle, crate::wire::Api::Chat, reader)
     }
 
     fn reading(
         provider: &str,
-        (resp, fd): (reqwest::Response, crate::descriptors::Held),
+        (resp, fd): (Answer, crate::descriptors::Held),
         idle: Duration,
         kind: crate::wire::Api,
         reader: Reader,
     ) -> Self {
         Self {
             _fd: fd,
-            body: Box::pin(resp.bytes_stream()),
+            body: resp.into_body(),
             framing: match reader {
                 Reader::Bedrock(_) => Framing::Aws(Default::default()),
                 _ => Framing::Sse(crate::wire::sse::SseParser::new()),
@@ -661,7 +646,7 @@ impl super::PieceStream for SseStream {
             if self.ended {
                 return Poll::Ready(None);
             }
-            let next = match self.body.as_mut().poll_next(cx) {
+            let next = match self.body.poll_data(cx) {
                 Poll::Ready(next) => {
                     self.waiting = false;
                     next
@@ -703,7 +688,7 @@ impl super::PieceStream for SseStream {
                     let kind = if self.decode.seen_events {
                         ErrorKind::Truncated
                     } else {
-                        transport_error(&self.decode.provider, &e).kind
+                        transport_error(&self.decode.provider, &*e).kind
                     };
                     let msg = format!("{}: stream broke: {e}", self.decode.provider);
                     return Poll::Ready(Some(Err(ProviderError::new(kind, None, msg))));

@@ -10,6 +10,7 @@ pub mod http;
 pub mod mock;
 pub mod openai;
 pub mod stream;
+pub mod upstream;
 
 use crate::resilience::breaker::FailureKind;
 use crate::resilience::limiter::RateFeedback;

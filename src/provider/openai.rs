@@ -22,9 +22,10 @@ use std::sync::Arc;
 
 /// An OpenAI-compatible provider.
 pub struct OpenAiClient {
-    http: reqwest::Client,
+    http: super::upstream::Upstream,
     ep: Endpoint,
-    url: Option<reqwest::Url>,
+    /// Its URL, parsed once.
+    target: Option<super::upstream::Target>,
     /// `authorization: Bearer KEY` (or Azure's `api-key: KEY`), made once
     /// (a key that is no header value is sent as given, for the request
     /// to fail on it).
@@ -71,14 +72,14 @@ const JSON: HeaderValue = HeaderValue::from_static("application/json");
 
 impl OpenAiClient {
     /// A client for `ep`.
-    pub fn new(http: reqwest::Client, ep: Endpoint, dialect: Dialect, clock: Clock) -> Self {
+    pub fn new(http: super::upstream::Upstream, ep: Endpoint, dialect: Dialect, clock: Clock) -> Self {
         Self {
             auth: ep
                 .key
                 .as_ref()
                 .and_then(|k| k.header("Bearer "))
                 .map(|v| (reqwest::header::AUTHORIZATION, v)),
-            url: reqwest::Url::parse(&ep.url).ok(),
+            target: super::upstream::Target::parse(&ep.url),
             deployments: None,
             http,
             ep,
@@ -159,7 +160,7 @@ impl Provider for OpenAiClient {
             .header(reqwest::header::CONTENT_TYPE, "application/json")
             .body(body);
         let b = self.authed(b);
-        let (resp, _fd) = super::http::send(name, b).await?;
+        let (resp, _fd) = self.http.send(name, b, self.target.as_ref()).await?;
         let status = resp.status().as_u16();
         let rate = self.feedback(resp.headers());
         let body = read_body(name, resp).await?;
@@ -205,14 +206,14 @@ impl OpenAiClient {
             render_request(&out, self.dialect).map_err(|why| ProviderError::new(ErrorKind::Unsupported, None, why))?;
         let to = match &self.deployments {
             Some(d) => self.http.post(d.url(&req.model, "chat/completions")),
-            None => post(&self.http, &self.ep, self.url.as_ref()),
+            None => post(&self.http, &self.ep, self.target.as_ref()),
         };
         let mut b = with_ids(to, req).header(reqwest::header::CONTENT_TYPE, JSON).body(body);
         for (k, v) in out.client_headers(Api::Chat) {
             b = b.header(*k, v.clone());
         }
         let b = self.authed(b);
-        let (resp, fd) = super::http::send(name, b).await?;
+        let (resp, fd) = self.http.send(name, b, self.target.as_ref()).await?;
         let status = resp.status().as_u16();
         let rate = self.feedback(resp.headers());
         if !(200..300).contains(&status) {

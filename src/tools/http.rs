@@ -9,7 +9,8 @@ use super::ToolExecutor;
 use crate::clock::Clock;
 use crate::config::http_tool::Template;
 use crate::config::{Config, ToolBackend};
-use crate::provider::http::{client, header_getter, read_body};
+use crate::provider::http::{header_getter, read_body};
+use crate::provider::upstream::Upstream;
 use crate::provider::{ErrorKind, ProviderError};
 use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
 use serde_json::{Map, Value};
@@ -73,7 +74,7 @@ fn unfit_segment(text: &str) -> Option<&'static str> {
 
 /// The config's HTTP tools over HTTP, every other tool as `rest` calls it.
 pub struct HttpTools {
-    client: reqwest::Client,
+    client: Upstream,
     /// Reads an HTTP-date `Retry-After`.
     clock: Clock,
     tools: HashMap<String, HttpTool>,
@@ -120,8 +121,7 @@ impl HttpTools {
         if tools.is_empty() {
             return Ok(rest);
         }
-        // Tools may be reached over HTTPS (and so HTTP/2) or not: the client for both.
-        let client = client(true).map_err(|e| e.to_string())?;
+        let client = Upstream::new().map_err(|e| e.to_string())?;
         Ok(Arc::new(Self {
             client,
             clock,
@@ -170,7 +170,7 @@ impl HttpTools {
         } else {
             req.json(&args)
         };
-        let (resp, _fd) = crate::provider::http::send(name, req).await?;
+        let (resp, _fd) = self.client.send(name, req, None).await?;
         let status = resp.status().as_u16();
         let retry_after = crate::wire::headers::retry_after(&header_getter(resp.headers()), self.clock.wall_ms());
         let body = read_body(name, resp).await?;

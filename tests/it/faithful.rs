@@ -66,7 +66,7 @@ chain = ["claude-haiku", "gpt-4o"]
 /// The HTTP clients of `cfg`'s providers, pointed at `base`.
 pub fn clients(cfg: &Config, base: &str, clock: Clock) -> HashMap<String, Arc<dyn Provider>> {
     // Loopback is plain HTTP: the client `build` gives such providers.
-    let http = fusebox::provider::http::client(false).unwrap();
+    let http = fusebox::provider::upstream::Upstream::new().unwrap();
     let mut out: HashMap<String, Arc<dyn Provider>> = HashMap::new();
     for (name, p) in &cfg.providers {
         let anthropic = name == "anthropic";
