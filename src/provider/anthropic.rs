@@ -21,7 +21,7 @@ pub struct AnthropicClient {
     http: super::upstream::Upstream,
     ep: Endpoint,
     /// Its URL, parsed once.
-    target: Option<super::upstream::Target>,
+    url: Option<super::upstream::KnownUrl>,
     clock: Clock,
 }
 
@@ -29,7 +29,7 @@ impl AnthropicClient {
     /// A client for `ep`.
     pub fn new(http: super::upstream::Upstream, ep: Endpoint, clock: Clock) -> Self {
         Self {
-            target: super::upstream::Target::parse(&ep.url),
+            url: super::upstream::KnownUrl::parse(&ep.url),
             http,
             ep,
             clock,
@@ -52,7 +52,7 @@ impl Provider for AnthropicClient {
         let start = self.clock.now();
         let out = req.outgoing(self.ep.stream);
         let body = render_request(&out).map_err(|why| ProviderError::new(ErrorKind::Unsupported, None, why))?;
-        let mut b = with_ids(post(&self.http, &self.ep, self.target.as_ref()), req)
+        let mut b = with_ids(post(&self.http, &self.ep, self.url.as_ref()), req)
             .header(reqwest::header::CONTENT_TYPE, "application/json")
             .body(body);
         // The client's `anthropic-version` stands in for fusebox's own.
@@ -66,7 +66,7 @@ impl Provider for AnthropicClient {
         if let Some(k) = &self.ep.key {
             b = b.header("x-api-key", k.expose());
         }
-        let (resp, fd) = self.http.send(name, b, self.target.as_ref()).await?;
+        let (resp, fd) = self.http.send(name, b, self.url.as_ref()).await?;
         let status = resp.status().as_u16();
         let rate = match says_rate(resp.headers(), "anthropic-ratelimit-") {
             true => anthropic_feedback(&header_getter(resp.headers()), self.clock.wall_ms()),

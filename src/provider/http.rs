@@ -5,7 +5,7 @@ use super::anthropic::AnthropicClient;
 use super::bedrock::BedrockClient;
 use super::gemini::GeminiClient;
 use super::openai::{Deployments, KeyHeader, OpenAiClient};
-use super::upstream::{Answer, AnswerBody, Target, Upstream};
+use super::upstream::{Answer, AnswerBody, KnownUrl, Upstream};
 use super::{ErrorKind, Provider, ProviderError};
 use crate::clock::Clock;
 use crate::config::{Config, ProviderKind};
@@ -429,7 +429,7 @@ pub fn with_ids(b: reqwest::RequestBuilder, req: &super::LlmRequest) -> reqwest:
 }
 
 /// A POST to `ep`: its URL parsed once, when the client was made.
-pub fn post(http: &Upstream, ep: &Endpoint, parsed: Option<&Target>) -> reqwest::RequestBuilder {
+pub fn post(http: &Upstream, ep: &Endpoint, parsed: Option<&KnownUrl>) -> reqwest::RequestBuilder {
     match parsed {
         Some(t) => http.post(t.url.clone()),
         None => http.post(&ep.url),

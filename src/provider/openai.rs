@@ -25,7 +25,7 @@ pub struct OpenAiClient {
     http: super::upstream::Upstream,
     ep: Endpoint,
     /// Its URL, parsed once.
-    target: Option<super::upstream::Target>,
+    url: Option<super::upstream::KnownUrl>,
     /// `authorization: Bearer KEY` (or Azure's `api-key: KEY`), made once
     /// (a key that is no header value is sent as given, for the request
     /// to fail on it).
@@ -79,7 +79,7 @@ impl OpenAiClient {
                 .as_ref()
                 .and_then(|k| k.header("Bearer "))
                 .map(|v| (reqwest::header::AUTHORIZATION, v)),
-            target: super::upstream::Target::parse(&ep.url),
+            url: super::upstream::KnownUrl::parse(&ep.url),
             deployments: None,
             http,
             ep,
@@ -160,7 +160,7 @@ impl Provider for OpenAiClient {
             .header(reqwest::header::CONTENT_TYPE, "application/json")
             .body(body);
         let b = self.authed(b);
-        let (resp, _fd) = self.http.send(name, b, self.target.as_ref()).await?;
+        let (resp, _fd) = self.http.send(name, b, None).await?;
         let status = resp.status().as_u16();
         let rate = self.feedback(resp.headers());
         let body = read_body(name, resp).await?;
@@ -206,14 +206,14 @@ impl OpenAiClient {
             render_request(&out, self.dialect).map_err(|why| ProviderError::new(ErrorKind::Unsupported, None, why))?;
         let to = match &self.deployments {
             Some(d) => self.http.post(d.url(&req.model, "chat/completions")),
-            None => post(&self.http, &self.ep, self.target.as_ref()),
+            None => post(&self.http, &self.ep, self.url.as_ref()),
         };
         let mut b = with_ids(to, req).header(reqwest::header::CONTENT_TYPE, JSON).body(body);
         for (k, v) in out.client_headers(Api::Chat) {
             b = b.header(*k, v.clone());
         }
         let b = self.authed(b);
-        let (resp, fd) = self.http.send(name, b, self.target.as_ref()).await?;
+        let (resp, fd) = self.http.send(name, b, self.url.as_ref()).await?;
         let status = resp.status().as_u16();
         let rate = self.feedback(resp.headers());
         if !(200..300).contains(&status) {

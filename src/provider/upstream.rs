@@ -1,4 +1,4 @@
-//! The HTTP client a provider's calls go out on.
+//! The HTTP client providers' and HTTP tools' calls go out on.
 //!
 //! Calls are built as reqwest requests. Over HTTPS, or through a proxy the
 //! environment names, reqwest sends them. Over plain HTTP with no proxy
@@ -64,7 +64,7 @@ impl Upstream {
         &self,
         provider: &str,
         b: reqwest::RequestBuilder,
-        known: Option<&Target>,
+        known: Option<&KnownUrl>,
     ) -> Result<(Answer, Held), ProviderError> {
         let Some(fd) = descriptors::take(descriptors::Use::Call) else {
             descriptors::refused();
@@ -129,7 +129,7 @@ async fn send_direct(
     direct: &Direct,
     provider: &str,
     mut req: reqwest::Request,
-    known: Option<&Target>,
+    known: Option<&KnownUrl>,
 ) -> Result<Answer, ProviderError> {
     use reqwest::header::{HeaderValue, ACCEPT};
     let uri = match known.filter(|t| t.url == *req.url()) {
@@ -159,13 +159,13 @@ async fn send_direct(
 
 /// A URL parsed once for either client: reqwest's `Url`, hyper's `Uri`.
 #[derive(Clone, Debug)]
-pub struct Target {
+pub struct KnownUrl {
     /// reqwest's.
     pub url: reqwest::Url,
     uri: http::Uri,
 }
 
-impl Target {
+impl KnownUrl {
     /// `s` parsed, if it is a URL both take.
     pub fn parse(s: &str) -> Option<Self> {
         let url = reqwest::Url::parse(s).ok()?;
@@ -256,7 +256,7 @@ mod tests {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let port = listener.local_addr().unwrap().port();
         let url = format!("http://127.0.0.1:{port}/v1/chat/completions?x=1");
-        let known = known.then(|| Target::parse(&url).unwrap());
+        let known = known.then(|| KnownUrl::parse(&url).unwrap());
         let server = tokio::spawn(async move {
             let (mut sock, _) = listener.accept().await.unwrap();
             let mut got = Vec::new();
