@@ -139,7 +139,9 @@ async fn send_direct(
                 "{provider}: cannot send to {}: {e}",
                 super::http::without_query(req.url().as_str())
             );
-            ProviderError::new(super::ErrorKind::Local, None, why)
+            // A URL hyper cannot take (a model's name in it, say) is no
+            // fault of the provider's: the model is skipped.
+            ProviderError::new(super::ErrorKind::Unsupported, None, why)
         })?,
     };
     let mut out = http::Request::new(req.body_mut().take().unwrap_or_else(|| bytes::Bytes::new().into()));
