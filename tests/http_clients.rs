@@ -588,6 +588,41 @@ fn a_missing_key_names_the_variable() {
     );
 }
 
+/// A key no HTTP header can carry (a line break pasted into it) is never
+/// sent: each call ends as a credentials failure, fusebox's own, which
+/// moves no breaker, and the key is not in what it says.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_key_no_header_can_carry_is_fusebox_s_own_credentials_failure() {
+    let (_faults, base) = server().await;
+    // SAFETY of the test: the variable name is unique to this test.
+    unsafe { std::env::set_var("FUSEBOX_TEST_BROKEN_KEY", format!("{SECRET}\n")) };
+    for kind in [ProviderKind::Openai, ProviderKind::AzureOpenai, ProviderKind::Anthropic] {
+        let mut cfg = Config::default();
+        quick(&mut cfg);
+        let base_url = match kind {
+            ProviderKind::Anthropic => base.clone(),
+            _ => format!("{base}/v1"),
+        };
+        cfg.providers.insert(
+            "broken".into(),
+            ProviderConfig {
+                kind,
+                base_url: Some(base_url),
+                api_key_env: Some("FUSEBOX_TEST_BROKEN_KEY".into()),
+                ..ProviderConfig::mock(0, 0, 0, 0, 0, 4.0)
+            },
+        );
+        let clients = fusebox::provider::http::build(&cfg, Clock::system(), None).unwrap();
+        let e = clients["broken"].complete(&request(4, false)).await.unwrap_err();
+        assert_eq!((e.kind, e.status), (ErrorKind::Auth, None), "{kind:?}: {e:?}");
+        assert_eq!(e.kind.failure(), fusebox::resilience::breaker::FailureKind::Blameless);
+        assert!(
+            e.message.contains("broken") && !e.message.contains("DO-NOT-LEAK"),
+            "{e:?}"
+        );
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn slow_streams_stalls_resets_and_blowups_through_the_real_clients() {
     let (faults, base) = server().await;

@@ -38,7 +38,7 @@ impl Api {
 
     /// The client's headers that only this API reads, to send on with its
     /// body (every value of each, in order).
-    pub(super) fn own_headers(self, headers: &HeaderMap) -> Vec<(&'static str, HeaderValue)> {
+    pub(super) fn own_headers(self, headers: &HeaderMap) -> Vec<(HeaderName, HeaderValue)> {
         // As header names, not text a lookup would parse each time.
         static CHAT: [HeaderName; 1] = [HeaderName::from_static("openai-beta")];
         static MESSAGES: [HeaderName; 2] = [
@@ -52,7 +52,7 @@ impl Api {
         };
         names
             .iter()
-            .flat_map(|n| headers.get_all(n).iter().map(move |v| (n.as_str(), v.clone())))
+            .flat_map(|n| headers.get_all(n).iter().map(move |v| (n.clone(), v.clone())))
             .collect()
     }
 

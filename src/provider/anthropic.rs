@@ -3,14 +3,17 @@
 //! [`crate::wire::headers`].
 
 use super::http::{
-    header_getter, open_stream, post, read_body, says_rate, status_error, with_ids, Endpoint, SseStream,
+    header_getter, open_stream, post, read_body, says_rate, status_error, unusable_key, with_ids, Endpoint, SseStream,
+    JSON,
 };
+use super::upstream::KnownUrl;
 use super::{ErrorKind, LlmRequest, LlmResponse, Opened, Provider, ProviderError, WireAnswer};
 use crate::clock::Clock;
 use crate::resilience::limiter::RateFeedback;
 use crate::wire::anthropic::{parse_reply, render_request};
 use crate::wire::headers::anthropic_feedback;
 use crate::wire::Api;
+use reqwest::header::{HeaderName, HeaderValue};
 use serde_json::Value;
 use std::sync::Arc;
 
@@ -21,15 +24,22 @@ pub struct AnthropicClient {
     http: super::upstream::Upstream,
     ep: Endpoint,
     /// Its URL, parsed once.
-    url: Option<super::upstream::KnownUrl>,
+    url: Option<KnownUrl>,
+    /// `x-api-key: KEY`, made once (none for a key that is no header
+    /// value: its calls fail).
+    key: Option<HeaderValue>,
     clock: Clock,
 }
+
+const API_KEY: HeaderName = HeaderName::from_static("x-api-key");
+const ANTHROPIC_VERSION: HeaderName = HeaderName::from_static("anthropic-version");
 
 impl AnthropicClient {
     /// A client for `ep`.
     pub fn new(http: super::upstream::Upstream, ep: Endpoint, clock: Clock) -> Self {
         Self {
-            url: super::upstream::KnownUrl::parse(&ep.url),
+            url: KnownUrl::parse(&ep.url),
+            key: ep.key.as_ref().and_then(|k| k.header("")),
             http,
             ep,
             clock,
@@ -52,21 +62,23 @@ impl Provider for AnthropicClient {
         let start = self.clock.now();
         let out = req.outgoing(self.ep.stream);
         let body = render_request(&out).map_err(|why| ProviderError::new(ErrorKind::Unsupported, None, why))?;
-        let mut b = with_ids(post(&self.http, &self.ep, self.url.as_ref()), req)
-            .header(reqwest::header::CONTENT_TYPE, "application/json")
+        let mut call = with_ids(post(&self.ep, self.url.as_ref())?, req)
+            .header(reqwest::header::CONTENT_TYPE, JSON)
             .body(body);
         // The client's `anthropic-version` stands in for fusebox's own.
         let theirs = out.client_headers(Api::Messages);
-        if !theirs.iter().any(|(k, _)| *k == "anthropic-version") {
-            b = b.header("anthropic-version", VERSION);
+        if !theirs.iter().any(|(k, _)| *k == ANTHROPIC_VERSION) {
+            call = call.header(ANTHROPIC_VERSION, HeaderValue::from_static(VERSION));
         }
         for (k, v) in theirs {
-            b = b.header(*k, v.clone());
+            call = call.header(k.clone(), v.clone());
         }
-        if let Some(k) = &self.ep.key {
-            b = b.header("x-api-key", k.expose());
+        match (&self.key, &self.ep.key) {
+            (Some(v), _) => call = call.header(API_KEY, v.clone()),
+            (None, Some(_)) => return Err(unusable_key(name)),
+            (None, None) => {}
         }
-        let (resp, fd) = self.http.send(name, b, self.url.as_ref()).await?;
+        let (resp, fd) = self.http.send(name, call).await?;
         let status = resp.status().as_u16();
         let rate = match says_rate(resp.headers(), "anthropic-ratelimit-") {
             true => anthropic_feedback(&header_getter(resp.headers()), self.clock.wall_ms()),

@@ -5,13 +5,15 @@
 //! Bedrock sends no rate-limit headers: a `ThrottlingException` is its
 //! signal.
 
-use super::http::{open_stream, read_body, stream_error_kind, with_ids, Endpoint, SseStream};
+use super::http::{open_stream, read_body, stream_error_kind, with_ids, with_request, Endpoint, SseStream, JSON};
+use super::upstream::{parse_url, Call};
 use super::{EmbedRequest, Embedded, ErrorKind, LlmRequest, LlmResponse, Opened, Provider, ProviderError};
 use crate::clock::Clock;
 use crate::resilience::limiter::RateFeedback;
 use crate::wire::bedrock::{error_type, parse_reply, render_request, EmbedModel};
 use crate::wire::openai::embeddings_list;
 use aws_credential_types::Credentials;
+use reqwest::header::{HeaderName, HeaderValue};
 use serde_json::Value;
 
 /// A Bedrock provider.
@@ -65,22 +67,23 @@ impl BedrockClient {
         url: &str,
         body: Vec<u8>,
         accept: &'static str,
-        ids: impl FnOnce(reqwest::RequestBuilder) -> reqwest::RequestBuilder,
+        ids: impl FnOnce(Call<'static>) -> Call<'static>,
     ) -> Result<(super::upstream::Answer, crate::descriptors::Held), ProviderError> {
         let name = &self.ep.name;
         let time = std::time::UNIX_EPOCH + std::time::Duration::from_millis(self.clock.wall_ms());
-        let signed = sign(&self.credentials, &self.region, url, &body, time)
-            .map_err(|e| ProviderError::new(ErrorKind::Local, None, format!("{name}: cannot sign the request: {e}")))?;
-        let mut b = self
-            .http
-            .post(url)
-            .header(reqwest::header::CONTENT_TYPE, "application/json")
-            .header(reqwest::header::ACCEPT, accept)
+        let unsigned =
+            |e: String| ProviderError::new(ErrorKind::Local, None, format!("{name}: cannot sign the request: {e}"));
+        let signed = sign(&self.credentials, &self.region, url, &body, time).map_err(unsigned)?;
+        let mut call = Call::post(parse_url(name, url)?)
+            .header(reqwest::header::CONTENT_TYPE, JSON)
+            .header(reqwest::header::ACCEPT, HeaderValue::from_static(accept))
             .body(body);
         for (k, v) in signed {
-            b = b.header(k, v);
+            let k = HeaderName::try_from(k).map_err(|e| unsigned(e.to_string()))?;
+            let v = HeaderValue::try_from(v).map_err(|e| unsigned(e.to_string()))?;
+            call = call.header(k, v);
         }
-        let (resp, fd) = self.http.send(name, ids(b), None).await?;
+        let (resp, fd) = self.http.send(name, ids(call)).await?;
         let status = resp.status().as_u16();
         if !(200..300).contains(&status) {
             let exception = resp
@@ -103,8 +106,9 @@ impl BedrockClient {
         body: Vec<u8>,
         req: &EmbedRequest,
     ) -> Result<(Value, Option<u32>), ProviderError> {
-        let request = |b: reqwest::RequestBuilder| b.header(crate::wire::fusebox::REQUEST, req.request_id.to_string());
-        let (resp, _fd) = self.call(url, body, "application/json", request).await?;
+        let (resp, _fd) = self
+            .call(url, body, "application/json", |c| with_request(c, req.request_id))
+            .await?;
         let tokens = resp
             .headers()
             .get("x-amzn-bedrock-input-token-count")

@@ -6,7 +6,8 @@
 //! rendered and read by [`crate::wire::gemini`]. Google sends no rate-limit
 //! headers: a quota error's `RetryInfo` delay is its signal.
 
-use super::http::{open_stream, read_body, stream_error_kind, with_ids, Endpoint, SseStream};
+use super::http::{open_stream, read_body, stream_error_kind, with_ids, with_request, Endpoint, SseStream, JSON};
+use super::upstream::{parse_url, Call, Unsendable};
 use super::{EmbedRequest, Embedded, ErrorKind, LlmRequest, LlmResponse, Opened, Provider, ProviderError};
 use crate::clock::Clock;
 use crate::resilience::limiter::RateFeedback;
@@ -81,13 +82,15 @@ impl GeminiClient {
         format!("{}/{models}{model}:{method}", self.root)
     }
 
-    /// Sends `b` with the call's credential: the answer, or the error it is.
-    async fn send(
-        &self,
-        b: reqwest::RequestBuilder,
-    ) -> Result<(super::upstream::Answer, crate::descriptors::Held), ProviderError> {
+    /// A POST of `method` on `model`.
+    fn post(&self, model: &str, method: &str) -> Result<Call<'static>, Unsendable> {
+        parse_url(&self.ep.name, &self.url(model, method)).map(Call::post)
+    }
+
+    /// Sends `call` with the call's credential: the answer, or the error it is.
+    async fn send(&self, call: Call<'_>) -> Result<(super::upstream::Answer, crate::descriptors::Held), ProviderError> {
         let name = &self.ep.name;
-        let (resp, fd) = self.http.send(name, self.authed(b).await?, None).await?;
+        let (resp, fd) = self.http.send(name, self.authed(call).await?).await?;
         let status = resp.status().as_u16();
         if !(200..300).contains(&status) {
             let body = read_body(name, resp).await.unwrap_or_default();
@@ -96,11 +99,11 @@ impl GeminiClient {
         Ok((resp, fd))
     }
 
-    /// `b` with the call's credential.
-    async fn authed(&self, b: reqwest::RequestBuilder) -> Result<reqwest::RequestBuilder, ProviderError> {
+    /// `call` with the call's credential.
+    async fn authed<'a>(&self, call: Call<'a>) -> Result<Call<'a>, ProviderError> {
         match &self.auth {
-            Auth::Key(Some(k)) => Ok(b.header(API_KEY, k.clone())),
-            Auth::Key(None) => Ok(b),
+            Auth::Key(Some(k)) => Ok(call.header(API_KEY, k.clone())),
+            Auth::Key(None) => Ok(call),
             Auth::Account(account) => {
                 use gcp_auth::TokenProvider;
                 let token = account.token(&[CLOUD_PLATFORM]).await.map_err(|e| {
@@ -110,7 +113,7 @@ impl GeminiClient {
                 let mut v = HeaderValue::try_from(format!("Bearer {}", token.as_str()))
                     .map_err(|_| ProviderError::new(ErrorKind::Auth, None, "the access token is no header value"))?;
                 v.set_sensitive(true);
-                Ok(b.header(reqwest::header::AUTHORIZATION, v))
+                Ok(call.header(reqwest::header::AUTHORIZATION, v))
             }
         }
     }
@@ -135,13 +138,10 @@ impl Provider for GeminiClient {
             (false, _) => ("batchEmbedContents", render_embed(&req.body, Some(&req.model))),
         };
         let body = body.map_err(|why| ProviderError::new(ErrorKind::Unsupported, None, why))?;
-        let b = self
-            .http
-            .post(self.url(&req.model, method))
-            .header(crate::wire::fusebox::REQUEST, req.request_id.to_string())
-            .header(reqwest::header::CONTENT_TYPE, "application/json")
+        let call = with_request(self.post(&req.model, method)?, req.request_id)
+            .header(reqwest::header::CONTENT_TYPE, JSON)
             .body(body);
-        let (resp, _fd) = self.send(b).await?;
+        let (resp, _fd) = self.send(call).await?;
         let v = super::http::read_json(name, resp).await?;
         let estimate = crate::request::tokens_in_chars(req.chars);
         let (body, tokens) = embeddings_reply(&v, &req.body, &req.model, estimate)
@@ -158,10 +158,10 @@ impl Provider for GeminiClient {
             true => "streamGenerateContent?alt=sse",
             false => "generateContent",
         };
-        let b = with_ids(self.http.post(self.url(&req.model, method)), req)
-            .header(reqwest::header::CONTENT_TYPE, "application/json")
+        let call = with_ids(self.post(&req.model, method)?, req)
+            .header(reqwest::header::CONTENT_TYPE, JSON)
             .body(body);
-        let (resp, fd) = self.send(b).await?;
+        let (resp, fd) = self.send(call).await?;
         if out.stream {
             let stream = SseStream::gemini(name, (resp, fd), self.ep.idle);
             return open_stream(stream, RateFeedback::default(), req, &self.clock, start).await;

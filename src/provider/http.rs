@@ -5,7 +5,7 @@ use super::anthropic::AnthropicClient;
 use super::bedrock::BedrockClient;
 use super::gemini::GeminiClient;
 use super::openai::{Deployments, KeyHeader, OpenAiClient};
-use super::upstream::{Answer, AnswerBody, KnownUrl, Upstream};
+use super::upstream::{parse_url, Answer, AnswerBody, Call, KnownUrl, Unsendable, Upstream};
 use super::{ErrorKind, Provider, ProviderError};
 use crate::clock::Clock;
 use crate::config::{Config, ProviderKind};
@@ -416,25 +416,44 @@ pub fn build(
     Ok(out)
 }
 
-/// Sends the request with the ids the mock server uses for determinism
-/// (real providers ignore unknown headers).
-pub fn with_ids(b: reqwest::RequestBuilder, req: &super::LlmRequest) -> reqwest::RequestBuilder {
-    use reqwest::header::{HeaderName, HeaderValue};
-    const REQUEST: HeaderName = HeaderName::from_static(fusebox::REQUEST);
+/// `call` with the ids the mock server uses for determinism (real
+/// providers ignore unknown headers).
+pub fn with_ids<'a>(call: Call<'a>, req: &super::LlmRequest) -> Call<'a> {
+    use reqwest::header::HeaderName;
     const STEP: HeaderName = HeaderName::from_static(fusebox::STEP);
     const ATTEMPT: HeaderName = HeaderName::from_static(fusebox::ATTEMPT);
-    b.header(REQUEST, HeaderValue::from(req.request_id))
+    with_request(call, req.request_id)
         .header(STEP, fusebox::count(req.step))
         .header(ATTEMPT, fusebox::count(req.attempt))
 }
 
+/// `call` with the request's id (as [`with_ids`], for calls of no step).
+pub fn with_request(call: Call<'_>, request_id: u64) -> Call<'_> {
+    use reqwest::header::{HeaderName, HeaderValue};
+    const REQUEST: HeaderName = HeaderName::from_static(fusebox::REQUEST);
+    call.header(REQUEST, HeaderValue::from(request_id))
+}
+
+/// A call whose API key is no header value (a stray line break or
+/// control character in it): fusebox's configuration, not the provider.
+pub fn unusable_key(provider: &str) -> ProviderError {
+    ProviderError::new(
+        ErrorKind::Auth,
+        None,
+        format!("{provider}: the API key holds characters no HTTP header can carry (a line break or control character): set it again"),
+    )
+}
+
 /// A POST to `ep`: its URL parsed once, when the client was made.
-pub fn post(http: &Upstream, ep: &Endpoint, parsed: Option<&KnownUrl>) -> reqwest::RequestBuilder {
+pub fn post<'a>(ep: &Endpoint, parsed: Option<&'a KnownUrl>) -> Result<Call<'a>, Unsendable> {
     match parsed {
-        Some(t) => http.post(t.url.clone()),
-        None => http.post(&ep.url),
+        Some(t) => Ok(Call::post_known(t)),
+        None => parse_url(&ep.name, &ep.url).map(Call::post),
     }
 }
+
+/// A JSON body's content type.
+pub const JSON: reqwest::header::HeaderValue = reqwest::header::HeaderValue::from_static("application/json");
 
 /// The error kind of an in-band stream error's type.
 pub fn stream_error_kind(t: &str) -> ErrorKind {

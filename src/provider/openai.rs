@@ -6,8 +6,10 @@
 //! and how the key is sent (`api-key`).
 
 use super::http::{
-    header_getter, open_stream, post, read_body, says_rate, status_error, with_ids, Endpoint, SseStream,
+    header_getter, open_stream, post, read_body, says_rate, status_error, unusable_key, with_ids, with_request,
+    Endpoint, SseStream, JSON,
 };
+use super::upstream::{parse_url, Call};
 use super::{
     EmbedRequest, Embedded, ErrorKind, LlmRequest, LlmResponse, Opened, Provider, ProviderError, Usage, WireAnswer,
 };
@@ -27,8 +29,7 @@ pub struct OpenAiClient {
     /// Its URL, parsed once.
     url: Option<super::upstream::KnownUrl>,
     /// `authorization: Bearer KEY` (or Azure's `api-key: KEY`), made once
-    /// (a key that is no header value is sent as given, for the request
-    /// to fail on it).
+    /// (none for a key that is no header value: its calls fail).
     auth: Option<(HeaderName, HeaderValue)>,
     /// Azure OpenAI's deployment URLs, where calls go by the model's name.
     deployments: Option<Deployments>,
@@ -67,9 +68,6 @@ pub enum KeyHeader {
     ApiKey,
 }
 
-/// A JSON body's content type.
-const JSON: HeaderValue = HeaderValue::from_static("application/json");
-
 impl OpenAiClient {
     /// A client for `ep`.
     pub fn new(http: super::upstream::Upstream, ep: Endpoint, dialect: Dialect, clock: Clock) -> Self {
@@ -99,12 +97,12 @@ impl OpenAiClient {
         self
     }
 
-    /// `b` with the key.
-    fn authed(&self, b: reqwest::RequestBuilder) -> reqwest::RequestBuilder {
+    /// `call` with the key; none for a key that is no header value.
+    fn authed<'a>(&self, call: Call<'a>) -> Option<Call<'a>> {
         match (&self.auth, &self.ep.key) {
-            (Some((name, value)), _) => b.header(name, value.clone()),
-            (None, Some(k)) => b.bearer_auth(k.expose()),
-            (None, None) => b,
+            (Some((name, value)), _) => Some(call.header(name.clone(), value.clone())),
+            (None, Some(_)) => None,
+            (None, None) => Some(call),
         }
     }
 
@@ -137,12 +135,12 @@ impl Provider for OpenAiClient {
         let name = &self.ep.name;
         let url = match &self.deployments {
             Some(d) => Some(d.url(&req.model, "embeddings")),
-            None => self
-                .ep
-                .url
-                .strip_suffix("/chat/completions")
-                .filter(|_| self.dialect != Dialect::DeepSeek)
-                .and_then(|base| reqwest::Url::parse(&format!("{base}/embeddings")).ok()),
+            None => match self.ep.url.strip_suffix("/chat/completions") {
+                Some(base) if self.dialect != Dialect::DeepSeek => {
+                    Some(parse_url(name, &format!("{base}/embeddings"))?)
+                }
+                _ => None,
+            },
         };
         let Some(url) = url else {
             return Err(ProviderError::new(
@@ -153,14 +151,13 @@ impl Provider for OpenAiClient {
         };
         let model = crate::wire::raw::to_raw(&&*req.model);
         let body = req.body.render(&[("model", &model)], &[]);
-        let b = self
-            .http
-            .post(url)
-            .header(crate::wire::fusebox::REQUEST, req.request_id.to_string())
-            .header(reqwest::header::CONTENT_TYPE, "application/json")
+        let call = with_request(Call::post(url), req.request_id)
+            .header(reqwest::header::CONTENT_TYPE, JSON)
             .body(body);
-        let b = self.authed(b);
-        let (resp, _fd) = self.http.send(name, b, None).await?;
+        let (resp, _fd) = self
+            .http
+            .send(name, self.authed(call).ok_or_else(|| unusable_key(name))?)
+            .await?;
         let status = resp.status().as_u16();
         let rate = self.feedback(resp.headers());
         let body = read_body(name, resp).await?;
@@ -205,15 +202,17 @@ impl OpenAiClient {
         let body =
             render_request(&out, self.dialect).map_err(|why| ProviderError::new(ErrorKind::Unsupported, None, why))?;
         let to = match &self.deployments {
-            Some(d) => self.http.post(d.url(&req.model, "chat/completions")),
-            None => post(&self.http, &self.ep, self.url.as_ref()),
+            Some(d) => Call::post(d.url(&req.model, "chat/completions")),
+            None => post(&self.ep, self.url.as_ref())?,
         };
-        let mut b = with_ids(to, req).header(reqwest::header::CONTENT_TYPE, JSON).body(body);
+        let mut call = with_ids(to, req).header(reqwest::header::CONTENT_TYPE, JSON).body(body);
         for (k, v) in out.client_headers(Api::Chat) {
-            b = b.header(*k, v.clone());
+            call = call.header(k.clone(), v.clone());
         }
-        let b = self.authed(b);
-        let (resp, fd) = self.http.send(name, b, self.url.as_ref()).await?;
+        let (resp, fd) = self
+            .http
+            .send(name, self.authed(call).ok_or_else(|| unusable_key(name))?)
+            .await?;
         let status = resp.status().as_u16();
         let rate = self.feedback(resp.headers());
         if !(200..300).contains(&status) {

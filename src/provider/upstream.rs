@@ -1,7 +1,9 @@
 //! The HTTP client providers' and HTTP tools' calls go out on.
 //!
-//! Calls are built as reqwest requests. Over HTTPS, or through a proxy the
-//! environment names, reqwest sends them. Over plain HTTP with no proxy
+//! A call is made as the HTTP request it is ([`Call`]: its pieces typed
+//! once, not converted and checked again per call as reqwest's request
+//! builder does). Over HTTPS, or through a proxy the environment names,
+//! reqwest sends it. Over plain HTTP with no proxy
 //! they go straight to hyper's pooled client, the one reqwest itself runs
 //! on, with the same connection settings: reqwest's layers around it
 //! (redirects, which fusebox never follows; protocol retries, which
@@ -45,42 +47,106 @@ impl Upstream {
         })
     }
 
-    /// A POST to `url`.
-    pub fn post(&self, url: impl reqwest::IntoUrl) -> reqwest::RequestBuilder {
-        self.client.post(url)
-    }
-
-    /// A `method` request to `url`.
-    pub fn request(&self, method: reqwest::Method, url: impl reqwest::IntoUrl) -> reqwest::RequestBuilder {
-        self.client.request(method, url)
-    }
-
-    /// Sends `b` to `provider`, holding one of the process's descriptors
-    /// for its socket (the caller keeps the hold while it reads the
-    /// answer). None left is fusebox's own refusal, made before the
-    /// upstream is touched. `known` is the provider's usual URL, parsed
-    /// once: a call to it is not parsed again.
-    pub async fn send(
-        &self,
-        provider: &str,
-        b: reqwest::RequestBuilder,
-        known: Option<&KnownUrl>,
-    ) -> Result<(Answer, Held), ProviderError> {
+    /// Sends `call` to `provider`, holding one of the process's
+    /// descriptors for its socket (the caller keeps the hold while it reads
+    /// the answer). None left is fusebox's own refusal, made before the
+    /// upstream is touched.
+    pub async fn send(&self, provider: &str, call: Call<'_>) -> Result<(Answer, Held), ProviderError> {
         let Some(fd) = descriptors::take(descriptors::Use::Call) else {
             descriptors::refused();
             return Err(super::http::no_descriptor(provider));
         };
-        let req = b.build().map_err(|e| super::http::transport_error(provider, &e))?;
         let resp = match &self.direct {
-            Some(direct) if req.url().scheme() == "http" => send_direct(direct, provider, req, known).await?,
-            _ => Answer::Reqwest(
-                self.client
-                    .execute(req)
-                    .await
-                    .map_err(|e| super::http::transport_error(provider, &e))?,
-            ),
+            Some(direct) if call.url().scheme() == "http" => send_direct(direct, provider, call).await?,
+            _ => {
+                let mut req = reqwest::Request::new(call.method, call.to.into_url());
+                *req.headers_mut() = call.headers;
+                *req.body_mut() = Some(call.body.into());
+                Answer::Reqwest(
+                    self.client
+                        .execute(req)
+                        .await
+                        .map_err(|e| super::http::transport_error(provider, &e))?,
+                )
+            }
         };
         Ok((resp, fd))
+    }
+}
+
+/// One call: method, URL, headers and body, each already what goes out.
+pub struct Call<'a> {
+    method: http::Method,
+    to: To<'a>,
+    headers: http::HeaderMap,
+    body: bytes::Bytes,
+}
+
+/// Where a call goes.
+enum To<'a> {
+    /// A provider's usual URL, parsed when the provider was made.
+    Known(&'a KnownUrl),
+    /// Any other.
+    Url(reqwest::Url),
+}
+
+impl To<'_> {
+    fn into_url(self) -> reqwest::Url {
+        match self {
+            To::Known(k) => k.url.clone(),
+            To::Url(u) => u,
+        }
+    }
+}
+
+impl<'a> Call<'a> {
+    /// A `method` call to `url`, with no headers and an empty body.
+    pub fn new(method: http::Method, url: reqwest::Url) -> Self {
+        Self::to(method, To::Url(url))
+    }
+
+    /// A POST to `url`.
+    pub fn post(url: reqwest::Url) -> Self {
+        Self::new(http::Method::POST, url)
+    }
+
+    /// A POST to a provider's usual URL.
+    pub fn post_known(url: &'a KnownUrl) -> Self {
+        Self::to(http::Method::POST, To::Known(url))
+    }
+
+    fn to(method: http::Method, to: To<'a>) -> Self {
+        Self {
+            method,
+            to,
+            headers: http::HeaderMap::with_capacity(8),
+            body: bytes::Bytes::new(),
+        }
+    }
+
+    /// With `name: value` added (after any of the same name).
+    pub fn header(mut self, name: http::HeaderName, value: http::HeaderValue) -> Self {
+        self.headers.append(name, value);
+        self
+    }
+
+    /// Its headers.
+    pub fn headers_mut(&mut self) -> &mut http::HeaderMap {
+        &mut self.headers
+    }
+
+    /// With `body` as its body.
+    pub fn body(mut self, body: impl Into<bytes::Bytes>) -> Self {
+        self.body = body.into();
+        self
+    }
+
+    /// Its URL.
+    pub fn url(&self) -> &reqwest::Url {
+        match &self.to {
+            To::Known(k) => &k.url,
+            To::Url(u) => u,
+        }
     }
 }
 
@@ -124,34 +190,30 @@ fn direct() -> Direct {
         .build(http)
 }
 
-/// Sends `req` on hyper's client.
-async fn send_direct(
-    direct: &Direct,
-    provider: &str,
-    mut req: reqwest::Request,
-    known: Option<&KnownUrl>,
-) -> Result<Answer, ProviderError> {
-    use reqwest::header::{HeaderValue, ACCEPT};
-    let uri = match known.filter(|t| t.url == *req.url()) {
-        Some(t) => t.uri.clone(),
-        None => req.url().as_str().parse().map_err(|e| {
-            let why = format!(
-                "{provider}: cannot send to {}: {e}",
-                super::http::without_query(req.url().as_str())
-            );
-            // A URL hyper cannot take (a model's name in it, say) is no
-            // fault of the provider's: the model is skipped.
-            ProviderError::new(super::ErrorKind::Unsupported, None, why)
-        })?,
+/// Sends `call` on hyper's client.
+async fn send_direct(direct: &Direct, provider: &str, call: Call<'_>) -> Result<Answer, ProviderError> {
+    use http::header::{Entry, HeaderValue, ACCEPT, HOST};
+    let uri = match &call.to {
+        To::Known(k) => k.uri.clone(),
+        To::Url(u) => u
+            .as_str()
+            .parse()
+            .map_err(|e| Unsendable::new(provider, u.as_str(), e))?,
     };
-    let mut out = http::Request::new(req.body_mut().take().unwrap_or_else(|| bytes::Bytes::new().into()));
-    *out.method_mut() = req.method().clone();
+    let mut out = http::Request::new(reqwest::Body::from(call.body));
+    *out.method_mut() = call.method;
     *out.uri_mut() = uri;
-    *out.headers_mut() = std::mem::take(req.headers_mut());
+    *out.headers_mut() = call.headers;
     // What reqwest sends unless told otherwise.
     out.headers_mut()
         .entry(ACCEPT)
         .or_insert(HeaderValue::from_static("*/*"));
+    // hyper's client writes a call's `host` after the rest, formatting it
+    // anew each time; a known URL's is made once.
+    if let (To::Known(KnownUrl { host: Some(host), .. }), Entry::Vacant(e)) = (&call.to, out.headers_mut().entry(HOST))
+    {
+        e.insert(host.clone());
+    }
     let resp = direct
         .request(out)
         .await
@@ -159,21 +221,67 @@ async fn send_direct(
     Ok(Answer::Direct(resp))
 }
 
-/// A URL parsed once for either client: reqwest's `Url`, hyper's `Uri`.
+/// `url` parsed for a call to `provider`.
+pub fn parse_url(provider: &str, url: &str) -> Result<reqwest::Url, Unsendable> {
+    reqwest::Url::parse(url).map_err(|e| Unsendable::new(provider, url, e))
+}
+
+/// A call to a URL no client can take (a model's name in it, say): no
+/// fault of the provider's, the model is skipped.
+#[derive(Debug)]
+pub struct Unsendable(String);
+
+impl Unsendable {
+    fn new(provider: &str, url: &str, why: impl std::fmt::Display) -> Self {
+        Self(format!(
+            "{provider}: cannot send to {}: {why}",
+            super::http::without_query(url)
+        ))
+    }
+}
+
+impl From<Unsendable> for ProviderError {
+    fn from(u: Unsendable) -> Self {
+        ProviderError::new(super::ErrorKind::Unsupported, None, u.0)
+    }
+}
+
+/// A URL parsed once for either client: reqwest's `Url`, hyper's `Uri`,
+/// and the `host` header calls to it carry.
 #[derive(Clone, Debug)]
 pub struct KnownUrl {
     /// reqwest's.
     pub url: reqwest::Url,
     uri: http::Uri,
+    host: Option<http::HeaderValue>,
 }
 
 impl KnownUrl {
     /// `s` parsed, if it is a URL both take.
     pub fn parse(s: &str) -> Option<Self> {
         let url = reqwest::Url::parse(s).ok()?;
-        let uri = url.as_str().parse().ok()?;
-        Some(Self { url, uri })
+        let uri: http::Uri = url.as_str().parse().ok()?;
+        Some(Self {
+            host: host_header(&uri),
+            url,
+            uri,
+        })
     }
+}
+
+/// The `host` header hyper's client writes for `uri`: its host, and its
+/// port unless the scheme's own.
+fn host_header(uri: &http::Uri) -> Option<http::HeaderValue> {
+    let host = uri.host()?;
+    let secure = matches!(uri.scheme_str(), Some("https" | "wss"));
+    let port = uri
+        .port()
+        .filter(|p| !matches!((p.as_u16(), secure), (443, true) | (80, false)));
+    let value = match port {
+        Some(p) => format!("{host}:{p}"),
+        None => host.to_string(),
+    };
+    http::HeaderValue::try_from(value).ok()
 }
 
 /// A failed read of an answer's body.
@@ -272,18 +380,40 @@ mod tests {
             sock.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok")
                 .await
                 .unwrap();
+            let host = format!("\r\nhost: 127.0.0.1:{port}\r\n");
+            assert!(
+                String::from_utf8_lossy(&got).contains(&host),
+                "{host:?} not in what came"
+            );
             got
         });
-        let b = up
-            .post(url.as_str())
-            .header("x-one", "1")
-            .header(reqwest::header::CONTENT_TYPE, "application/json")
-            .bearer_auth("k")
+        use http::header::{HeaderName, HeaderValue, AUTHORIZATION, CONTENT_TYPE};
+        let call = match &known {
+            Some(k) => Call::post_known(k),
+            None => Call::post(parse_url("p", &url).unwrap()),
+        };
+        let call = call
+            .header(HeaderName::from_static("x-one"), HeaderValue::from_static("1"))
+            .header(CONTENT_TYPE, HeaderValue::from_static("application/json"))
+            .header(AUTHORIZATION, HeaderValue::from_static("Bearer k"))
             .body(r#"{"a":1}"#);
-        let (answer, _fd) = up.send("p", b, known.as_ref()).await.unwrap();
+        let (answer, _fd) = up.send("p", call).await.unwrap();
         assert_eq!(answer.status(), 200);
         let body = super::super::http::read_body("p", answer).await.unwrap();
         (server.await.unwrap(), body)
+    }
+
+    /// A known URL's `host` is what hyper's client would write for it.
+    #[test]
+    fn a_known_url_s_host_drops_only_its_scheme_s_own_port() {
+        let host = |s: &str| KnownUrl::parse(s).unwrap().host.unwrap();
+        assert_eq!(host("http://h.example:80/v1"), "h.example");
+        assert_eq!(host("http://h.example:443/v1"), "h.example:443");
+        assert_eq!(host("https://h.example:443/v1"), "h.example");
+        assert_eq!(host("https://h.example:80/v1"), "h.example:80");
+        assert_eq!(host("http://127.0.0.1:8080/v1/chat/completions"), "127.0.0.1:8080");
+        assert_eq!(host("http://[::1]:8080/v1"), "[::1]:8080");
+        assert_eq!(host("http://user:pw@h.example/v1"), "h.example");
     }
 
     #[tokio::test]
@@ -306,12 +436,13 @@ mod tests {
             text.starts_with("POST /v1/chat/completions?x=1 HTTP/1.1\r\n") && text.contains("accept: */*\r\n"),
             "{text}"
         );
-        // The port differs between the servers; nothing else may.
+        // The port differs between the servers (each `host` is checked
+        // where it came); nothing else may, the headers' order included.
         let same = |x: &[u8]| {
             let t = String::from_utf8_lossy(x).to_string();
             let host = t.find("host: ").unwrap();
             let end = host + t[host..].find("\r\n").unwrap();
-            format!("{}{}", &t[..host], &t[end..])
+            format!("{}host: HOST{}", &t[..host], &t[end..])
         };
         assert_eq!(same(&a), same(&b));
         assert_eq!(same(&a), same(&c));

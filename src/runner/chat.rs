@@ -303,7 +303,7 @@ impl Calls<'_> {
                 if let Some(s) = session {
                     s.add_tokens(u64::from(u.total()));
                 }
-                let model = self.catalog.models[mi].name.to_string();
+                let model = String::from(&*self.catalog.models[mi].name);
                 let fallback = super::ending::is_fallback(route.chain[0], mi, &tally.hops);
                 match streaming.filter(|s| s.started) {
                     Some(s) => ChatEnd::Streamed {

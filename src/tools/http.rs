@@ -10,7 +10,7 @@ use crate::clock::Clock;
 use crate::config::http_tool::Template;
 use crate::config::{Config, ToolBackend};
 use crate::provider::http::{header_getter, read_body};
-use crate::provider::upstream::Upstream;
+use crate::provider::upstream::{Call, Upstream};
 use crate::provider::{ErrorKind, ProviderError};
 use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
 use serde_json::{Map, Value};
@@ -160,17 +160,28 @@ impl HttpTools {
                 "the arguments move the URL off its template's host or path".into(),
             ));
         }
-        let mut req = self.client.request(t.method.clone(), url).headers(t.headers.clone());
-        req = if matches!(t.method, reqwest::Method::GET | reqwest::Method::DELETE) {
-            let query: Vec<(String, String)> = args
-                .into_iter()
-                .map(|(k, v)| (k, v.as_str().map_or_else(|| v.to_string(), str::to_string)))
-                .collect();
-            req.query(&query)
+        let mut url = url;
+        let body = if matches!(t.method, reqwest::Method::GET | reqwest::Method::DELETE) {
+            // The rest of the arguments in the query, an empty one dropped.
+            let text = |v: &Value| v.as_str().map_or_else(|| v.to_string(), str::to_string);
+            url.query_pairs_mut()
+                .extend_pairs(args.iter().map(|(k, v)| (k, text(v))));
+            if url.query() == Some("") {
+                url.set_query(None);
+            }
+            None
         } else {
-            req.json(&args)
+            Some(Value::Object(args).to_string())
         };
-        let (resp, _fd) = self.client.send(name, req, None).await?;
+        let mut call = Call::new(t.method.clone(), url);
+        *call.headers_mut() = t.headers.clone();
+        if let Some(body) = body {
+            call.headers_mut()
+                .entry(reqwest::header::CONTENT_TYPE)
+                .or_insert(crate::provider::http::JSON);
+            call = call.body(body);
+        }
+        let (resp, _fd) = self.client.send(name, call).await?;
         let status = resp.status().as_u16();
         let retry_after = crate::wire::headers::retry_after(&header_getter(resp.headers()), self.clock.wall_ms());
         let body = read_body(name, resp).await?;

@@ -64,7 +64,7 @@ pub struct Params {
     pub from_client: bool,
     /// The client's headers that only its API reads (`anthropic-beta`,
     /// `anthropic-version`, `openai-beta`): sent on with its body.
-    pub headers: Vec<(&'static str, http::HeaderValue)>,
+    pub headers: Vec<(http::HeaderName, http::HeaderValue)>,
 }
 
 impl Params {
@@ -505,7 +505,7 @@ impl Outgoing<'_> {
     /// The client's own headers for an upstream of `wire`: those of its
     /// API, when its body is passed on (a body fusebox wrote anew may not
     /// do what a beta header says it does).
-    pub fn client_headers(&self, wire: Api) -> &[(&'static str, http::HeaderValue)] {
+    pub fn client_headers(&self, wire: Api) -> &[(http::HeaderName, http::HeaderValue)] {
         match self.passthrough(wire) {
             Some(_) => &self.params.headers,
             None => &[],

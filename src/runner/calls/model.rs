@@ -271,7 +271,7 @@ impl Calls<'_> {
             quality: (self.catalog.quality_ratio(mi, primary) * 100.0).round() / 100.0,
             attempts: tally.attempts,
             id: String::new(),
-            model: self.catalog.models[mi].name.to_string(),
+            model: String::from(&*self.catalog.models[mi].name),
         }
     }
 
