@@ -6,7 +6,7 @@
 //! signal.
 
 use super::http::{open_stream, read_body, stream_error_kind, with_ids, with_request, Endpoint, SseStream, JSON};
-use super::upstream::{parse_url, Call};
+use super::upstream::{parse_url, HttpCall};
 use super::{EmbedRequest, Embedded, ErrorKind, LlmRequest, LlmResponse, Opened, Provider, ProviderError};
 use crate::clock::Clock;
 use crate::resilience::limiter::RateFeedback;
@@ -67,14 +67,14 @@ impl BedrockClient {
         url: &str,
         body: Vec<u8>,
         accept: &'static str,
-        ids: impl FnOnce(Call<'static>) -> Call<'static>,
+        ids: impl FnOnce(HttpCall<'static>) -> HttpCall<'static>,
     ) -> Result<(super::upstream::Answer, crate::descriptors::Held), ProviderError> {
         let name = &self.ep.name;
         let time = std::time::UNIX_EPOCH + std::time::Duration::from_millis(self.clock.wall_ms());
         let unsigned =
             |e: String| ProviderError::new(ErrorKind::Local, None, format!("{name}: cannot sign the request: {e}"));
         let signed = sign(&self.credentials, &self.region, url, &body, time).map_err(unsigned)?;
-        let mut call = Call::post(parse_url(name, url)?)
+        let mut call = HttpCall::post(parse_url(name, url)?)
             .header(reqwest::header::CONTENT_TYPE, JSON)
             .header(reqwest::header::ACCEPT, HeaderValue::from_static(accept))
             .body(body);

@@ -7,7 +7,7 @@
 //! headers: a quota error's `RetryInfo` delay is its signal.
 
 use super::http::{open_stream, read_body, stream_error_kind, with_ids, with_request, Endpoint, SseStream, JSON};
-use super::upstream::{parse_url, Call, Unsendable};
+use super::upstream::{parse_url, HttpCall, Unsendable};
 use super::{EmbedRequest, Embedded, ErrorKind, LlmRequest, LlmResponse, Opened, Provider, ProviderError};
 use crate::clock::Clock;
 use crate::resilience::limiter::RateFeedback;
@@ -83,12 +83,15 @@ impl GeminiClient {
     }
 
     /// A POST of `method` on `model`.
-    fn post(&self, model: &str, method: &str) -> Result<Call<'static>, Unsendable> {
-        parse_url(&self.ep.name, &self.url(model, method)).map(Call::post)
+    fn post(&self, model: &str, method: &str) -> Result<HttpCall<'static>, Unsendable> {
+        parse_url(&self.ep.name, &self.url(model, method)).map(HttpCall::post)
     }
 
     /// Sends `call` with the call's credential: the answer, or the error it is.
-    async fn send(&self, call: Call<'_>) -> Result<(super::upstream::Answer, crate::descriptors::Held), ProviderError> {
+    async fn send(
+        &self,
+        call: HttpCall<'_>,
+    ) -> Result<(super::upstream::Answer, crate::descriptors::Held), ProviderError> {
         let name = &self.ep.name;
         let (resp, fd) = self.http.send(name, self.authed(call).await?).await?;
         let status = resp.status().as_u16();
@@ -100,7 +103,7 @@ impl GeminiClient {
     }
 
     /// `call` with the call's credential.
-    async fn authed<'a>(&self, call: Call<'a>) -> Result<Call<'a>, ProviderError> {
+    async fn authed<'a>(&self, call: HttpCall<'a>) -> Result<HttpCall<'a>, ProviderError> {
         match &self.auth {
             Auth::Key(Some(k)) => Ok(call.header(API_KEY, k.clone())),
             Auth::Key(None) => Ok(call),

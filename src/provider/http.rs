@@ -5,7 +5,7 @@ use super::anthropic::AnthropicClient;
 use super::bedrock::BedrockClient;
 use super::gemini::GeminiClient;
 use super::openai::{Deployments, KeyHeader, OpenAiClient};
-use super::upstream::{parse_url, Answer, AnswerBody, Call, KnownUrl, Unsendable, Upstream};
+use super::upstream::{parse_url, Answer, AnswerBody, HttpCall, KnownUrl, Unsendable, Upstream};
 use super::{ErrorKind, Provider, ProviderError};
 use crate::clock::Clock;
 use crate::config::{Config, ProviderKind};
@@ -418,7 +418,7 @@ pub fn build(
 
 /// `call` with the ids the mock server uses for determinism (real
 /// providers ignore unknown headers).
-pub fn with_ids<'a>(call: Call<'a>, req: &super::LlmRequest) -> Call<'a> {
+pub fn with_ids<'a>(call: HttpCall<'a>, req: &super::LlmRequest) -> HttpCall<'a> {
     use reqwest::header::HeaderName;
     const STEP: HeaderName = HeaderName::from_static(fusebox::STEP);
     const ATTEMPT: HeaderName = HeaderName::from_static(fusebox::ATTEMPT);
@@ -428,7 +428,7 @@ pub fn with_ids<'a>(call: Call<'a>, req: &super::LlmRequest) -> Call<'a> {
 }
 
 /// `call` with the request's id (as [`with_ids`], for calls of no step).
-pub fn with_request(call: Call<'_>, request_id: u64) -> Call<'_> {
+pub fn with_request(call: HttpCall<'_>, request_id: u64) -> HttpCall<'_> {
     use reqwest::header::{HeaderName, HeaderValue};
     const REQUEST: HeaderName = HeaderName::from_static(fusebox::REQUEST);
     call.header(REQUEST, HeaderValue::from(request_id))
@@ -445,10 +445,10 @@ pub fn unusable_key(provider: &str) -> ProviderError {
 }
 
 /// A POST to `ep`: its URL parsed once, when the client was made.
-pub fn post<'a>(ep: &Endpoint, parsed: Option<&'a KnownUrl>) -> Result<Call<'a>, Unsendable> {
+pub fn post<'a>(ep: &Endpoint, parsed: Option<&'a KnownUrl>) -> Result<HttpCall<'a>, Unsendable> {
     match parsed {
-        Some(t) => Ok(Call::post_known(t)),
-        None => parse_url(&ep.name, &ep.url).map(Call::post),
+        Some(t) => Ok(HttpCall::post_known(t)),
+        None => parse_url(&ep.name, &ep.url).map(HttpCall::post),
     }
 }
 

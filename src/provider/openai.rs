@@ -9,7 +9,7 @@ use super::http::{
     header_getter, open_stream, post, read_body, says_rate, status_error, unusable_key, with_ids, with_request,
     Endpoint, SseStream, JSON,
 };
-use super::upstream::{parse_url, Call};
+use super::upstream::{parse_url, HttpCall};
 use super::{
     EmbedRequest, Embedded, ErrorKind, LlmRequest, LlmResponse, Opened, Provider, ProviderError, Usage, WireAnswer,
 };
@@ -98,7 +98,7 @@ impl OpenAiClient {
     }
 
     /// `call` with the key; none for a key that is no header value.
-    fn authed<'a>(&self, call: Call<'a>) -> Option<Call<'a>> {
+    fn authed<'a>(&self, call: HttpCall<'a>) -> Option<HttpCall<'a>> {
         match (&self.auth, &self.ep.key) {
             (Some((name, value)), _) => Some(call.header(name.clone(), value.clone())),
             (None, Some(_)) => None,
@@ -151,7 +151,7 @@ impl Provider for OpenAiClient {
         };
         let model = crate::wire::raw::to_raw(&&*req.model);
         let body = req.body.render(&[("model", &model)], &[]);
-        let call = with_request(Call::post(url), req.request_id)
+        let call = with_request(HttpCall::post(url), req.request_id)
             .header(reqwest::header::CONTENT_TYPE, JSON)
             .body(body);
         let (resp, _fd) = self
@@ -202,7 +202,7 @@ impl OpenAiClient {
         let body =
             render_request(&out, self.dialect).map_err(|why| ProviderError::new(ErrorKind::Unsupported, None, why))?;
         let to = match &self.deployments {
-            Some(d) => Call::post(d.url(&req.model, "chat/completions")),
+            Some(d) => HttpCall::post(d.url(&req.model, "chat/completions")),
             None => post(&self.ep, self.url.as_ref())?,
         };
         let mut call = with_ids(to, req).header(reqwest::header::CONTENT_TYPE, JSON).body(body);

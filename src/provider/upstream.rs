@@ -1,17 +1,17 @@
 //! The HTTP client providers' and HTTP tools' calls go out on.
 //!
-//! A call is made as the HTTP request it is ([`Call`]: its pieces typed
+//! A call is made as the HTTP request it is ([`HttpCall`]: its pieces typed
 //! once, not converted and checked again per call as reqwest's request
 //! builder does). Over HTTPS, or through a proxy the environment names,
-//! reqwest sends it. Over plain HTTP with no proxy
-//! they go straight to hyper's pooled client, the one reqwest itself runs
-//! on, with the same connection settings: reqwest's layers around it
+//! reqwest sends it. Over plain HTTP with no proxy it goes straight to
+//! hyper's pooled client, the one reqwest itself runs on, with the same
+//! connection settings: reqwest's layers around it
 //! (redirects, which fusebox never follows; protocol retries, which
 //! HTTP/1.1 cannot need; the request's URL parsed again twice, its headers
 //! cloned, its answer's body wrapped thrice) cost about a fifth of a whole
 //! proxied answer's work. The bytes on the wire are the same either way
-//! (reqwest's default `accept: */*` included); the answer is read one way
-//! ([`Answer`]).
+//! (reqwest's default `accept: */*` and hyper's `host` included); the
+//! answer is read one way ([`Answer`]).
 
 use super::ProviderError;
 use crate::descriptors::{self, Held};
@@ -51,7 +51,7 @@ impl Upstream {
     /// descriptors for its socket (the caller keeps the hold while it reads
     /// the answer). None left is fusebox's own refusal, made before the
     /// upstream is touched.
-    pub async fn send(&self, provider: &str, call: Call<'_>) -> Result<(Answer, Held), ProviderError> {
+    pub async fn send(&self, provider: &str, call: HttpCall<'_>) -> Result<(Answer, Held), ProviderError> {
         let Some(fd) = descriptors::take(descriptors::Use::Call) else {
             descriptors::refused();
             return Err(super::http::no_descriptor(provider));
@@ -75,7 +75,7 @@ impl Upstream {
 }
 
 /// One call: method, URL, headers and body, each already what goes out.
-pub struct Call<'a> {
+pub struct HttpCall<'a> {
     method: http::Method,
     to: To<'a>,
     headers: http::HeaderMap,
@@ -99,7 +99,7 @@ impl To<'_> {
     }
 }
 
-impl<'a> Call<'a> {
+impl<'a> HttpCall<'a> {
     /// A `method` call to `url`, with no headers and an empty body.
     pub fn new(method: http::Method, url: reqwest::Url) -> Self {
         Self::to(method, To::Url(url))
@@ -191,7 +191,7 @@ fn direct() -> Direct {
 }
 
 /// Sends `call` on hyper's client.
-async fn send_direct(direct: &Direct, provider: &str, call: Call<'_>) -> Result<Answer, ProviderError> {
+async fn send_direct(direct: &Direct, provider: &str, call: HttpCall<'_>) -> Result<Answer, ProviderError> {
     use http::header::{Entry, HeaderValue, ACCEPT, HOST};
     let uri = match &call.to {
         To::Known(k) => k.uri.clone(),
@@ -389,8 +389,8 @@ mod tests {
         });
         use http::header::{HeaderName, HeaderValue, AUTHORIZATION, CONTENT_TYPE};
         let call = match &known {
-            Some(k) => Call::post_known(k),
-            None => Call::post(parse_url("p", &url).unwrap()),
+            Some(k) => HttpCall::post_known(k),
+            None => HttpCall::post(parse_url("p", &url).unwrap()),
         };
         let call = call
             .header(HeaderName::from_static("x-one"), HeaderValue::from_static("1"))

@@ -10,7 +10,7 @@ use crate::clock::Clock;
 use crate::config::http_tool::Template;
 use crate::config::{Config, ToolBackend};
 use crate::provider::http::{header_getter, read_body};
-use crate::provider::upstream::{Call, Upstream};
+use crate::provider::upstream::{HttpCall, Upstream};
 use crate::provider::{ErrorKind, ProviderError};
 use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
 use serde_json::{Map, Value};
@@ -173,7 +173,7 @@ impl HttpTools {
         } else {
             Some(Value::Object(args).to_string())
         };
-        let mut call = Call::new(t.method.clone(), url);
+        let mut call = HttpCall::new(t.method.clone(), url);
         *call.headers_mut() = t.headers.clone();
         if let Some(body) = body {
             call.headers_mut()
