@@ -3,8 +3,8 @@
 //! [`crate::wire::headers`].
 
 use super::http::{
-    header_getter, open_stream, post, read_body, says_rate, status_error, unusable_key, with_ids, Endpoint, SseStream,
-    JSON,
+    header_getter, open_stream, post, read_body, says_rate, status_error, unusable_key, with_ids, Endpoint, SentKey,
+    SseStream, JSON,
 };
 use super::upstream::KnownUrl;
 use super::{ErrorKind, LlmRequest, LlmResponse, Opened, Provider, ProviderError, WireAnswer};
@@ -25,9 +25,8 @@ pub struct AnthropicClient {
     ep: Endpoint,
     /// Its URL, parsed once.
     url: Option<KnownUrl>,
-    /// `x-api-key: KEY`, made once (none for a key that is no header
-    /// value: its calls fail).
-    key: Option<HeaderValue>,
+    /// `x-api-key: KEY`.
+    key: SentKey,
     clock: Clock,
 }
 
@@ -39,7 +38,7 @@ impl AnthropicClient {
     pub fn new(http: super::upstream::Upstream, ep: Endpoint, clock: Clock) -> Self {
         Self {
             url: KnownUrl::parse(&ep.url),
-            key: ep.key.as_ref().and_then(|k| k.header("")),
+            key: SentKey::new(ep.key.as_ref(), API_KEY, ""),
             http,
             ep,
             clock,
@@ -73,11 +72,7 @@ impl Provider for AnthropicClient {
         for (k, v) in theirs {
             call = call.header(k.clone(), v.clone());
         }
-        match (&self.key, &self.ep.key) {
-            (Some(v), _) => call = call.header(API_KEY, v.clone()),
-            (None, Some(_)) => return Err(unusable_key(name)),
-            (None, None) => {}
-        }
+        let call = self.key.on(call).ok_or_else(|| unusable_key(name))?;
         let (resp, fd) = self.http.send(name, call).await?;
         let status = resp.status().as_u16();
         let rate = match says_rate(resp.headers(), "anthropic-ratelimit-") {

@@ -434,6 +434,36 @@ pub fn with_request(call: HttpCall<'_>, request_id: u64) -> HttpCall<'_> {
     call.header(REQUEST, HeaderValue::from(request_id))
 }
 
+/// A provider's API key as the header its calls carry, made once.
+pub enum SentKey {
+    /// No key: calls carry none.
+    Absent,
+    /// `name: value`.
+    Header(reqwest::header::HeaderName, reqwest::header::HeaderValue),
+    /// A key no header can carry: its calls fail ([`unusable_key`]).
+    Unusable,
+}
+
+impl SentKey {
+    /// `key` sent as `name: {scheme}{key}`.
+    pub fn new(key: Option<&Secret>, name: reqwest::header::HeaderName, scheme: &str) -> Self {
+        match key.map(|k| k.header(scheme)) {
+            None => SentKey::Absent,
+            Some(Some(value)) => SentKey::Header(name, value),
+            Some(None) => SentKey::Unusable,
+        }
+    }
+
+    /// `call` with the key; none when the key cannot be sent.
+    pub fn on<'a>(&self, call: HttpCall<'a>) -> Option<HttpCall<'a>> {
+        match self {
+            SentKey::Absent => Some(call),
+            SentKey::Header(name, value) => Some(call.header(name.clone(), value.clone())),
+            SentKey::Unusable => None,
+        }
+    }
+}
+
 /// A call whose API key is no header value (a stray line break or
 /// control character in it): fusebox's configuration, not the provider.
 pub fn unusable_key(provider: &str) -> ProviderError {

@@ -7,7 +7,7 @@
 
 use super::http::{
     header_getter, open_stream, post, read_body, says_rate, status_error, unusable_key, with_ids, with_request,
-    Endpoint, SseStream, JSON,
+    Endpoint, SentKey, SseStream, JSON,
 };
 use super::upstream::{parse_url, HttpCall};
 use super::{
@@ -18,7 +18,7 @@ use crate::resilience::limiter::RateFeedback;
 use crate::wire::headers::{openai_feedback, retry_after};
 use crate::wire::openai::{read_reply, render_request, Dialect};
 use crate::wire::Api;
-use reqwest::header::{HeaderName, HeaderValue};
+use reqwest::header::HeaderName;
 use serde_json::Value;
 use std::sync::Arc;
 
@@ -28,9 +28,8 @@ pub struct OpenAiClient {
     ep: Endpoint,
     /// Its URL, parsed once.
     url: Option<super::upstream::KnownUrl>,
-    /// `authorization: Bearer KEY` (or Azure's `api-key: KEY`), made once
-    /// (none for a key that is no header value: its calls fail).
-    auth: Option<(HeaderName, HeaderValue)>,
+    /// `authorization: Bearer KEY` (or Azure's `api-key: KEY`).
+    auth: SentKey,
     /// Azure OpenAI's deployment URLs, where calls go by the model's name.
     deployments: Option<Deployments>,
     dialect: Dialect,
@@ -72,11 +71,7 @@ impl OpenAiClient {
     /// A client for `ep`.
     pub fn new(http: super::upstream::Upstream, ep: Endpoint, dialect: Dialect, clock: Clock) -> Self {
         Self {
-            auth: ep
-                .key
-                .as_ref()
-                .and_then(|k| k.header("Bearer "))
-                .map(|v| (reqwest::header::AUTHORIZATION, v)),
+            auth: SentKey::new(ep.key.as_ref(), reqwest::header::AUTHORIZATION, "Bearer "),
             url: super::upstream::KnownUrl::parse(&ep.url),
             deployments: None,
             http,
@@ -91,19 +86,10 @@ impl OpenAiClient {
     pub fn azure(mut self, key: KeyHeader, deployments: Option<Deployments>) -> Self {
         if let KeyHeader::ApiKey = key {
             const API_KEY: HeaderName = HeaderName::from_static("api-key");
-            self.auth = self.ep.key.as_ref().and_then(|k| k.header("")).map(|v| (API_KEY, v));
+            self.auth = SentKey::new(self.ep.key.as_ref(), API_KEY, "");
         }
         self.deployments = deployments;
         self
-    }
-
-    /// `call` with the key; none for a key that is no header value.
-    fn authed<'a>(&self, call: HttpCall<'a>) -> Option<HttpCall<'a>> {
-        match (&self.auth, &self.ep.key) {
-            (Some((name, value)), _) => Some(call.header(name.clone(), value.clone())),
-            (None, Some(_)) => None,
-            (None, None) => Some(call),
-        }
     }
 
     fn feedback(&self, h: &reqwest::header::HeaderMap) -> RateFeedback {
@@ -156,7 +142,7 @@ impl Provider for OpenAiClient {
             .body(body);
         let (resp, _fd) = self
             .http
-            .send(name, self.authed(call).ok_or_else(|| unusable_key(name))?)
+            .send(name, self.auth.on(call).ok_or_else(|| unusable_key(name))?)
             .await?;
         let status = resp.status().as_u16();
         let rate = self.feedback(resp.headers());
@@ -211,7 +197,7 @@ impl OpenAiClient {
         }
         let (resp, fd) = self
             .http
-            .send(name, self.authed(call).ok_or_else(|| unusable_key(name))?)
+            .send(name, self.auth.on(call).ok_or_else(|| unusable_key(name))?)
             .await?;
         let status = resp.status().as_u16();
         let rate = self.feedback(resp.headers());
