@@ -1,8 +1,9 @@
 //! Open-loop overhead benchmark for the gateway: the same chat completion
 //! sent at a fixed rate straight to a mock provider and through `fusebox
 //! serve` (and, where given, LiteLLM's proxy) in alternating rounds, whole
-//! or streamed, measuring time to first byte, whole-answer latency and the
-//! gateway process's own CPU per request.
+//! or streamed, measuring time to first byte, whole-answer latency, the
+//! gateway process's own CPU per request and how often the kernel preempted
+//! it (a preempted proxy holds up the request it was serving: a tail).
 //!
 //! The mock provider is [`MockServer::instant`] (no artificial latency),
 //! served from this process; the gateway runs as its own process (`fusebox
@@ -171,8 +172,8 @@ struct Phase {
     lag: Histogram<u64>,
     failed: u64,
     first_failure: Option<String>,
-    /// The serving process's CPU time over the phase (µs), when known.
-    cpu_us: Option<u64>,
+    /// What the serving process used over the phase, when known.
+    used: Option<Used>,
     /// How long it ran, from the first send to the last answer.
     took: Duration,
 }
@@ -183,8 +184,13 @@ impl Phase {
     }
 
     fn line(&self, name: &str) -> String {
-        let cpu = match self.cpu_us {
-            Some(us) if !self.whole.is_empty() => format!("  cpu {:6.1} µs/req", us as f64 / self.whole.len() as f64),
+        let n = self.whole.len() as f64;
+        let cpu = match self.used {
+            Some(u) if n > 0.0 => format!(
+                "  cpu {:6.1} µs/req  preempted {:.2}/req",
+                u.cpu_us as f64 / n,
+                u.preempted as f64 / n
+            ),
             _ => String::new(),
         };
         format!(
@@ -259,15 +265,49 @@ async fn one(client: reqwest::Client, url: String, body: String, fusebox: bool, 
     }
 }
 
-/// CPU time (user + system, µs) of process `pid` so far.
-fn cpu_us(pid: u32) -> Option<u64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // Fields after the command name (which may hold spaces) in parentheses.
-    let rest = &stat[stat.rfind(')')? + 2..];
-    let f: Vec<&str> = rest.split(' ').collect();
-    let ticks: u64 = f.get(11)?.parse::<u64>().ok()? + f.get(12)?.parse::<u64>().ok()?;
-    // Linux reports 100 ticks a second to user space.
-    Some(ticks * 10_000)
+/// What a serving process has used so far.
+#[derive(Clone, Copy)]
+struct Used {
+    /// CPU time, user and system (µs).
+    cpu_us: u64,
+    /// Times the kernel took the CPU from one of its threads while it could
+    /// still run (involuntary context switches): each may hold up a request
+    /// that thread was serving, one of the things a tail is made of.
+    preempted: u64,
+}
+
+impl Used {
+    /// Process `pid`'s use so far (its threads' preemptions summed).
+    fn of(pid: u32) -> Option<Self> {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+        // Fields after the command name (which may hold spaces) in parentheses.
+        let rest = &stat[stat.rfind(')')? + 2..];
+        let f: Vec<&str> = rest.split(' ').collect();
+        let ticks: u64 = f.get(11)?.parse::<u64>().ok()? + f.get(12)?.parse::<u64>().ok()?;
+        let preempted = std::fs::read_dir(format!("/proc/{pid}/task"))
+            .ok()?
+            .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("status")).ok())
+            .filter_map(|s| {
+                s.lines()
+                    .find_map(|l| l.strip_prefix("nonvoluntary_ctxt_switches:"))?
+                    .trim()
+                    .parse::<u64>()
+                    .ok()
+            })
+            .sum();
+        // Linux reports 100 ticks a second to user space.
+        Some(Self {
+            cpu_us: ticks * 10_000,
+            preempted,
+        })
+    }
+
+    fn since(self, before: Self) -> Self {
+        Self {
+            cpu_us: self.cpu_us.saturating_sub(before.cpu_us),
+            preempted: self.preempted.saturating_sub(before.preempted),
+        }
+    }
 }
 
 /// Sends `rps` requests per second to `t` for `secs` seconds, one task per
@@ -280,7 +320,7 @@ fn cpu_us(pid: u32) -> Option<u64> {
 /// send lag that varies between phases.
 async fn phase(client: &reqwest::Client, t: &Target, args: &Args, secs: u64, first_id: u64) -> Phase {
     let started = Instant::now();
-    let cpu_before = t.pid.and_then(cpu_us);
+    let before = t.pid.and_then(Used::of);
     let outcomes = if args.sequential {
         sequential(client, t, args, secs, first_id).await
     } else {
@@ -293,7 +333,7 @@ async fn phase(client: &reqwest::Client, t: &Target, args: &Args, secs: u64, fir
         lag: hist(),
         failed: 0,
         first_failure: None,
-        cpu_us: None,
+        used: None,
         took: Duration::ZERO,
     };
     for o in outcomes {
@@ -309,8 +349,8 @@ async fn phase(client: &reqwest::Client, t: &Target, args: &Args, secs: u64, fir
             }
         }
     }
-    p.cpu_us = match (cpu_before, t.pid.and_then(cpu_us)) {
-        (Some(a), Some(b)) => Some(b.saturating_sub(a)),
+    p.used = match (before, t.pid.and_then(Used::of)) {
+        (Some(a), Some(b)) => Some(b.since(a)),
         _ => None,
     };
     p.took = started.elapsed();
@@ -694,8 +734,9 @@ async fn main() -> anyhow::Result<()> {
             println!("warm-up  {}", p.line(t.name));
         }
     }
-    // Per target: ttfb p50, ttfb p99, whole p50, whole p99, cpu µs/req.
-    let mut figures: Vec<[Vec<f64>; 5]> = targets.iter().map(|_| Default::default()).collect();
+    // Per target: ttfb p50, ttfb p99, whole p50, whole p99, cpu µs/req,
+    // preemptions a request.
+    let mut figures: Vec<[Vec<f64>; 6]> = targets.iter().map(|_| Default::default()).collect();
     let mut failed = 0;
     for round in 1..=args.rounds {
         println!("round {round}");
@@ -708,13 +749,14 @@ async fn main() -> anyhow::Result<()> {
             f[1].push(Phase::ms(&p.ttfb, 0.99));
             f[2].push(Phase::ms(&p.whole, 0.5));
             f[3].push(Phase::ms(&p.whole, 0.99));
-            if let Some(us) = p.cpu_us.filter(|_| !p.whole.is_empty()) {
-                f[4].push(us as f64 / p.whole.len() as f64);
+            if let Some(u) = p.used.filter(|_| !p.whole.is_empty()) {
+                f[4].push(u.cpu_us as f64 / p.whole.len() as f64);
+                f[5].push(u.preempted as f64 / p.whole.len() as f64);
             }
         }
     }
     println!("median over {} round(s)", args.rounds);
-    let med: Vec<[f64; 5]> = figures
+    let med: Vec<[f64; 6]> = figures
         .into_iter()
         .map(|f| f.map(|v| if v.is_empty() { f64::NAN } else { median(v) }))
         .collect();
@@ -722,15 +764,15 @@ async fn main() -> anyhow::Result<()> {
         let cpu = if m[4].is_nan() {
             String::new()
         } else {
-            format!("  cpu {:.1} µs/req", m[4])
+            format!("  cpu {:.1} µs/req  preempted {:.2}/req", m[4], m[5])
         };
         println!(
             "  {:<8} ttfb p50 {:7.3} p99 {:7.3}  whole p50 {:7.3} p99 {:7.3} ms{cpu}",
             t.name, m[0], m[1], m[2], m[3]
         );
     }
+    let d = &med[0];
     for (t, m) in targets.iter().zip(&med).skip(1) {
-        let d = &med[0];
         println!(
             "  {} added: ttfb p50 {:+.3} p99 {:+.3}  whole p50 {:+.3} p99 {:+.3} ms",
             t.name,
@@ -745,9 +787,10 @@ async fn main() -> anyhow::Result<()> {
     for floor in ["bare", "parsing"] {
         if let Some(b) = by_name(floor) {
             println!(
-                "  fusebox − {floor} (its own work): whole p50 {:+.3} ms, p99 {:+.3} ms, cpu {:+.1} µs/req ({:.2}×)",
+                "  fusebox − {floor} (its own work): whole p50 {:+.3} ms, p99 {:+.3} ms (added p99 {:.2}×), cpu {:+.1} µs/req ({:.2}×)",
                 f[2] - b[2],
                 f[3] - b[3],
+                (f[3] - d[3]) / (b[3] - d[3]),
                 f[4] - b[4],
                 f[4] / b[4]
             );
@@ -756,7 +799,7 @@ async fn main() -> anyhow::Result<()> {
     if let Some(l) = by_name("litellm") {
         println!(
             "  litellm / fusebox: added whole p50 {:.1}×, cpu per request {:.1}×",
-            (l[2] - med[0][2]) / (f[2] - med[0][2]).max(1e-3),
+            (l[2] - d[2]) / (f[2] - d[2]).max(1e-3),
             l[4] / f[4]
         );
     }
